@@ -1,0 +1,229 @@
+//! One table defines every knob of `blis run`: its flag, help, heading, type
+//! and default. From it come the clap arguments, the `--config` file schema
+//! (same names as the flags, unknown keys rejected) and the resolved
+//! configuration with the source of every value (precedence: flag > file >
+//! default), which the JSON report prints so no default is ever silent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::error::{BadInput, bad_input};
+
+/// Where a resolved value came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A command-line flag.
+    Flag,
+    /// The `--config` file.
+    File,
+    /// BLIS's default.
+    Default,
+    /// Computed from other values (model config, memory formula).
+    Derived,
+}
+
+/// A resolved value and its source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Knob<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+fn pick<T: Clone>(flag: &Option<T>, file: &Option<T>, default: Option<T>) -> Knob<Option<T>> {
+    match (flag, file) {
+        (Some(v), _) => Knob { value: Some(v.clone()), source: Source::Flag },
+        (None, Some(v)) => Knob { value: Some(v.clone()), source: Source::File },
+        (None, None) => Knob { value: default, source: Source::Default },
+    }
+}
+
+/// The JSON rendering of the resolved configuration: knob → {value, source}.
+pub type ConfigReport = BTreeMap<String, Value>;
+
+/// Adds one entry to a [`ConfigReport`].
+pub fn report_entry<T: Serialize>(report: &mut ConfigReport, name: &str, value: &T, source: Source) {
+    report.insert(
+        name.to_string(),
+        serde_json::json!({ "value": serde_json::to_value(value).unwrap_or(Value::Null), "source": source }),
+    );
+}
+
+macro_rules! knob_table {
+    ($( $(#[$meta:meta])* $name:ident : $ty:ty = $default:expr ),* $(,)?) => {
+        /// Every knob of `blis run` as flags (all optional; defaults are applied on resolution).
+        #[derive(clap::Args, Debug, Default, Clone)]
+        pub struct KnobArgs {
+            $( $(#[$meta])* pub $name: Option<$ty>, )*
+        }
+
+        /// The `--config` file: the same knobs, keyed by flag name.
+        #[derive(serde::Deserialize, Debug, Default)]
+        #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+        pub struct KnobFile {
+            $( #[serde(default)] pub $name: Option<$ty>, )*
+        }
+
+        /// Knobs after applying flag > file > default.
+        #[derive(Clone, Debug)]
+        pub struct Knobs {
+            $( pub $name: Knob<Option<$ty>>, )*
+        }
+
+        impl Knobs {
+            /// Resolves flags over file values over defaults.
+            pub fn resolve(flags: &KnobArgs, file: &KnobFile) -> Knobs {
+                Knobs { $( $name: pick(&flags.$name, &file.$name, $default), )* }
+            }
+
+            /// Every knob with a value, for the report.
+            pub fn report(&self) -> ConfigReport {
+                let mut r = ConfigReport::new();
+                $( if let Some(v) = &self.$name.value {
+                    report_entry(&mut r, &stringify!($name).replace('_', "-"), v, self.$name.source);
+                } )*
+                r
+            }
+        }
+    };
+}
+
+knob_table! {
+    // ── Model and hardware ───────────────────────────────────────────────
+    /// Model to simulate: a bundled HuggingFace id (case-insensitive; `blis models` lists them),
+    /// or any name when --model-config is given.
+    #[arg(long, help_heading = "Model and hardware")]
+    model: String = None,
+    /// Path to a HuggingFace config.json for a model that is not bundled.
+    #[arg(long, value_name = "PATH", help_heading = "Model and hardware")]
+    model_config: PathBuf = None,
+    /// GPU type: H100, A100-80GB, L40S, H200. [default: H100]
+    #[arg(long, help_heading = "Model and hardware")]
+    hardware: String = Some("H100".into()),
+    /// Path to a GPU spec JSON (same fields as data/hardware/*.json) instead of a bundled GPU.
+    #[arg(long, value_name = "PATH", help_heading = "Model and hardware")]
+    hardware_config: PathBuf = None,
+    /// Tensor-parallel degree: GPUs per instance. [default: 1]
+    #[arg(long, visible_alias = "tensor-parallel-size", help_heading = "Model and hardware")]
+    tp: u32 = Some(1),
+
+    // ── Server (vLLM flags) ──────────────────────────────────────────────
+    /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: 256]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    max_num_seqs: u32 = Some(256),
+    /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: 8192]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    max_num_batched_tokens: u32 = Some(8192),
+    /// Maximum prompt + output tokens per request. [default: the model's max_position_embeddings]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    max_model_len: u32 = None,
+    /// Tokens per KV block. [default: 16]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    block_size: u32 = Some(16),
+    /// GPU KV blocks (vLLM --num-gpu-blocks-override). [default: derived from GPU memory, see docs]
+    #[arg(long, visible_alias = "num-gpu-blocks-override", help_heading = "Server (vLLM flags)")]
+    num_gpu_blocks: u64 = None,
+    /// Fraction of GPU memory vLLM may use, for the derived block count. [default: 0.9]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    gpu_memory_utilization: f64 = Some(0.9),
+    /// Split long prompts across steps. [default: true]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
+    enable_chunked_prefill: bool = Some(true),
+    /// Reuse KV blocks of shared prompt prefixes. [default: true]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
+    enable_prefix_caching: bool = Some(true),
+    /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
+    #[arg(long, help_heading = "Server (vLLM flags)")]
+    long_prefill_token_threshold: u32 = Some(0),
+
+    // ── Latency model ────────────────────────────────────────────────────
+    /// Step-time model: roofline (analytical) or blackbox (needs --alpha-coeffs and --beta-coeffs). [default: roofline]
+    #[arg(long, help_heading = "Latency model")]
+    latency_model: String = Some("roofline".into()),
+    /// Blackbox α: "α0,α1,α2" = queueing µs, µs per prompt token, µs per output token.
+    #[arg(long, value_name = "A0,A1,A2", help_heading = "Latency model")]
+    alpha_coeffs: String = None,
+    /// Blackbox β: "β0,β1,β2" = step µs, µs per prefill token, µs per decode token.
+    #[arg(long, value_name = "B0,B1,B2", help_heading = "Latency model")]
+    beta_coeffs: String = None,
+
+    // ── Workload ─────────────────────────────────────────────────────────
+    /// Mean arrival rate, requests per second. [default: 10]
+    #[arg(long, help_heading = "Workload")]
+    rate: f64 = Some(10.0),
+    /// Arrival process: poisson or constant. [default: poisson]
+    #[arg(long, help_heading = "Workload")]
+    arrival: String = Some("poisson".into()),
+    /// Number of requests. [default: 1000]
+    #[arg(long, help_heading = "Workload")]
+    num_requests: u64 = Some(1000),
+    /// Mean prompt length in tokens (excluding any shared prefix). [default: 512]
+    #[arg(long, help_heading = "Workload")]
+    prompt_tokens: f64 = Some(512.0),
+    /// Standard deviation of the prompt length; 0 = fixed. [default: 0]
+    #[arg(long, help_heading = "Workload")]
+    prompt_tokens_stdev: f64 = Some(0.0),
+    /// Smallest prompt length drawn. [default: 1]
+    #[arg(long, help_heading = "Workload")]
+    prompt_tokens_min: u32 = Some(1),
+    /// Largest prompt length drawn. [default: unbounded]
+    #[arg(long, help_heading = "Workload")]
+    prompt_tokens_max: u32 = Some(u32::MAX),
+    /// Mean output length in tokens (generated in full, as with ignore_eos). [default: 256]
+    #[arg(long, help_heading = "Workload")]
+    output_tokens: f64 = Some(256.0),
+    /// Standard deviation of the output length; 0 = fixed. [default: 0]
+    #[arg(long, help_heading = "Workload")]
+    output_tokens_stdev: f64 = Some(0.0),
+    /// Smallest output length drawn. [default: 1]
+    #[arg(long, help_heading = "Workload")]
+    output_tokens_min: u32 = Some(1),
+    /// Largest output length drawn. [default: unbounded]
+    #[arg(long, help_heading = "Workload")]
+    output_tokens_max: u32 = Some(u32::MAX),
+    /// Length of a shared prompt prefix prepended to every prompt; 0 = none. [default: 0]
+    #[arg(long, help_heading = "Workload")]
+    prefix_tokens: u32 = Some(0),
+    /// Number of distinct shared prefixes; each request draws one uniformly. [default: 1]
+    #[arg(long, help_heading = "Workload")]
+    prefix_groups: u32 = Some(1),
+
+    // ── Run ──────────────────────────────────────────────────────────────
+    /// Master random seed: same seed, same result, byte for byte. [default: 42]
+    #[arg(long, help_heading = "Run")]
+    seed: u64 = Some(42),
+    /// Stop the simulation at this simulated time, seconds; unfinished requests are reported as queued/running.
+    #[arg(long, value_name = "SECONDS", help_heading = "Run")]
+    horizon: f64 = None,
+    /// Client timeout, seconds: requests unfinished this long after arrival are abandoned and aborted.
+    #[arg(long, value_name = "SECONDS", help_heading = "Run")]
+    client_timeout: f64 = None,
+}
+
+impl KnobFile {
+    /// Reads a YAML (or JSON) knob file. Keys are flag names; `snake_case`
+    /// spellings are accepted too. Unknown keys are errors naming the key.
+    pub fn load(path: &Path) -> Result<KnobFile, BadInput> {
+        let text = std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
+        let raw: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--config {}: not valid YAML: {e}", path.display()))?;
+        let serde_yaml_ng::Value::Mapping(map) = raw else {
+            return Err(bad_input!("--config {}: expected a mapping of flag names to values", path.display()));
+        };
+        let mut normalized = serde_yaml_ng::Mapping::new();
+        for (k, v) in map {
+            let key = match k {
+                serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
+                other => return Err(bad_input!("--config {}: key {other:?} is not a string", path.display())),
+            };
+            normalized.insert(serde_yaml_ng::Value::String(key), v);
+        }
+        serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
+            .map_err(|e| bad_input!("--config {}: field `{}`: {}", path.display(), e.path(), e.inner()))
+    }
+}

@@ -1,0 +1,57 @@
+//! `blis`: the command-line front end of BLIS.
+//!
+//! Thin by design: it parses flags, resolves configuration, wires the
+//! engine and workload crates together, and renders reports. Exit codes: 0
+//! success, 1 failure while running, 2 bad input.
+
+mod error;
+mod knobs;
+mod output;
+mod report;
+mod run;
+mod setup;
+
+use clap::{Parser, Subcommand};
+
+/// BLIS: a fast, deterministic discrete-event simulator of LLM inference serving.
+#[derive(Parser, Debug)]
+#[command(name = "blis", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
+    Run(Box<run::RunArgs>),
+    /// List the bundled models and GPUs.
+    Models,
+}
+
+fn list_models() {
+    println!("Bundled models (--model, case-insensitive; the part after '/' also works):");
+    for m in blis_engine::catalog::MODELS {
+        println!("  {}", m.id);
+    }
+    println!("Bundled GPUs (--hardware):");
+    for g in blis_engine::catalog::GPUS {
+        let spec = g.spec();
+        println!("  {:<10} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib);
+    }
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Run(args) => run::execute(*args),
+        Command::Models => {
+            list_models();
+            Ok(())
+        }
+    };
+    if let Err(err) = result {
+        eprintln!("error: {err:#}");
+        std::process::exit(error::exit_code(&err));
+    }
+}

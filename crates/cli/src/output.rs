@@ -1,0 +1,186 @@
+//! Output files that appear only when complete, per-request CSV rows, and the
+//! progress bar.
+
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use blis_engine::instance::{Observer, StepEvent, TokenEvent};
+use blis_engine::request::{Outcome, RequestRecord};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use crate::error::{BadInput, bad_input};
+
+/// A file written under a temporary name and renamed into place by
+/// [`AtomicFile::commit`]; dropped without committing, it is removed, so a
+/// failed run never leaves a partial output.
+pub struct AtomicFile {
+    tmp: PathBuf,
+    dest: PathBuf,
+    writer: Option<BufWriter<File>>,
+}
+
+impl AtomicFile {
+    /// Creates the temporary file next to `dest`. `flag` names the option in errors.
+    pub fn create(flag: &str, dest: &Path) -> Result<AtomicFile, BadInput> {
+        let name = dest.file_name().ok_or_else(|| bad_input!("--{flag} {}: not a file path", dest.display()))?;
+        let tmp = dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy()));
+        let file = File::create(&tmp).map_err(|e| bad_input!("--{flag} {}: cannot create: {e}", dest.display()))?;
+        Ok(AtomicFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
+    }
+
+    /// The buffered writer.
+    pub fn writer(&mut self) -> &mut BufWriter<File> {
+        self.writer.as_mut().expect("writer is present until commit")
+    }
+
+    /// Flushes and renames the file into place.
+    pub fn commit(mut self) -> anyhow::Result<()> {
+        let mut w = self.writer.take().expect("writer is present until commit");
+        w.flush().with_context(|| format!("writing {}", self.dest.display()))?;
+        drop(w);
+        std::fs::rename(&self.tmp, &self.dest).with_context(|| format!("moving output into place at {}", self.dest.display()))
+    }
+}
+
+impl Drop for AtomicFile {
+    fn drop(&mut self) {
+        if self.writer.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// Writes one CSV row per finished request.
+pub struct RequestCsv {
+    file: AtomicFile,
+    error: Option<std::io::Error>,
+}
+
+/// Header of the per-request CSV.
+pub const REQUEST_CSV_HEADER: &str = "id,instance,outcome,arrival_ms,input_tokens,output_tokens,cached_prompt_tokens,preemptions,\
+ttft_ms,tpot_ms,e2e_ms,scheduling_delay_ms,first_token_ms,finished_ms";
+
+fn ms(t: Option<blis_engine::time::Micros>) -> String {
+    t.map_or(String::new(), |t| format!("{:.3}", t.as_ms_f64()))
+}
+
+impl RequestCsv {
+    /// Starts the file (header included).
+    pub fn create(dest: &Path) -> Result<RequestCsv, BadInput> {
+        let mut file = AtomicFile::create("requests-csv", dest)?;
+        let error = writeln!(file.writer(), "{REQUEST_CSV_HEADER}").err();
+        Ok(RequestCsv { file, error })
+    }
+
+    /// Finishes the file; reports the first write error, if any.
+    pub fn commit(self) -> anyhow::Result<()> {
+        if let Some(e) = self.error {
+            return Err(e).context("writing --requests-csv");
+        }
+        self.file.commit()
+    }
+
+    fn row(&mut self, r: &RequestRecord) -> std::io::Result<()> {
+        let outcome = match r.outcome {
+            Outcome::Completed => "completed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Dropped(reason) => reason.as_str(),
+        };
+        writeln!(
+            self.file.writer(),
+            "{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{:.3}",
+            r.id.0,
+            r.instance,
+            outcome,
+            r.arrival.as_ms_f64(),
+            r.input_tokens,
+            r.output_tokens,
+            r.cached_prompt_tokens,
+            r.preemptions,
+            ms(r.ttft()),
+            r.tpot_us().map_or(String::new(), |t| format!("{:.3}", t / 1e3)),
+            ms(r.e2e()),
+            ms(r.scheduling_delay()),
+            ms(r.first_token),
+            r.finished.as_ms_f64(),
+        )
+    }
+}
+
+impl Observer for RequestCsv {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        if self.error.is_none() {
+            self.error = self.row(record).err();
+        }
+    }
+}
+
+/// A progress bar on stderr that appears only when the run has taken more
+/// than a second and stderr is a terminal. It reads the wall clock, which is
+/// fine: it observes the simulation and never feeds anything back.
+pub struct Progress {
+    total: u64,
+    done: u64,
+    started: Instant,
+    bar: Option<ProgressBar>,
+    enabled: bool,
+}
+
+impl Progress {
+    /// A progress tracker for `total` requests.
+    pub fn new(total: u64, quiet: bool) -> Progress {
+        Progress { total, done: 0, started: Instant::now(), bar: None, enabled: !quiet && std::io::stderr().is_terminal() }
+    }
+
+    /// Removes the bar.
+    pub fn finish(self) {
+        if let Some(bar) = self.bar {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+impl Observer for Progress {
+    fn on_finish(&mut self, _record: &RequestRecord) {
+        self.done += 1;
+        if !self.enabled || self.done % 512 != 0 {
+            return;
+        }
+        if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
+            let bar = ProgressBar::new(self.total);
+            bar.set_style(
+                ProgressStyle::with_template("{spinner} simulating [{bar:40}] {pos}/{len} requests ({per_sec}, eta {eta})")
+                    .unwrap_or_else(|_| ProgressStyle::default_bar())
+                    .progress_chars("=> "),
+            );
+            self.bar = Some(bar);
+        }
+        if let Some(bar) = &self.bar {
+            bar.set_position(self.done);
+        }
+    }
+}
+
+/// Fans callbacks out to several observers.
+pub struct Fanout<'a>(pub Vec<&'a mut dyn Observer>);
+
+impl Observer for Fanout<'_> {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        for o in &mut self.0 {
+            o.on_finish(record);
+        }
+    }
+    fn on_token(&mut self, token: &TokenEvent) {
+        for o in &mut self.0 {
+            o.on_token(token);
+        }
+    }
+    fn on_step(&mut self, step: &StepEvent<'_>) {
+        for o in &mut self.0 {
+            o.on_step(step);
+        }
+    }
+}

@@ -1,0 +1,115 @@
+//! The `blis run` report: a versioned JSON document for machines and a
+//! table for people (in the spirit of `vllm bench serve`'s result block).
+
+use std::fmt::Write as _;
+
+use blis_engine::metrics::{Distribution, RunSummary};
+use serde::Serialize;
+
+use crate::knobs::ConfigReport;
+
+/// Version of the JSON report schema. Bumped on any incompatible change;
+/// fields are only ever added within a version.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Name and version of the program that wrote a report.
+#[derive(Clone, Debug, Serialize)]
+pub struct SimulatorInfo {
+    /// Always "blis".
+    pub name: &'static str,
+    /// Crate version.
+    pub version: &'static str,
+}
+
+impl SimulatorInfo {
+    /// This build.
+    pub fn current() -> SimulatorInfo {
+        SimulatorInfo { name: "blis", version: env!("CARGO_PKG_VERSION") }
+    }
+}
+
+/// What was simulated, resolved.
+#[derive(Clone, Debug, Serialize)]
+pub struct DeploymentInfo {
+    /// Model id.
+    pub model: String,
+    /// GPU name.
+    pub hardware: String,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Latency model name.
+    pub latency_model: String,
+    /// KV blocks per instance.
+    pub num_gpu_blocks: u64,
+}
+
+/// The JSON document `blis run` writes.
+#[derive(Clone, Debug, Serialize)]
+pub struct RunReport {
+    /// [`SCHEMA_VERSION`].
+    pub schema_version: u32,
+    /// Program and version.
+    pub simulator: SimulatorInfo,
+    /// Master seed.
+    pub seed: u64,
+    /// Model, hardware, parallelism.
+    pub deployment: DeploymentInfo,
+    /// Every knob with its value and source.
+    pub config: ConfigReport,
+    /// The measurements.
+    #[serde(flatten)]
+    pub summary: RunSummary,
+}
+
+fn dist_row(out: &mut String, name: &str, d: &Distribution) {
+    let _ = writeln!(out, "{name:<24}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}", d.mean, d.p50, d.p90, d.p95, d.p99, d.max);
+}
+
+/// Renders the human summary.
+pub fn table(report: &RunReport) -> String {
+    let s = &report.summary;
+    let d = &report.deployment;
+    let mut out = String::new();
+    let line = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "{k:<44}{v}");
+    };
+    let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
+    line(&mut out, "Model:", d.model.clone());
+    line(&mut out, "Hardware:", format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks));
+    line(&mut out, "Latency model / seed:", format!("{} / {}", d.latency_model, report.seed));
+    line(&mut out, "Requests completed / injected:", format!("{} / {}", s.requests.completed, s.requests.injected));
+    line(
+        &mut out,
+        "Still queued / running; dropped; timed out:",
+        format!("{} / {}; {}; {}", s.requests.queued, s.requests.running, s.requests.dropped, s.requests.timed_out),
+    );
+    line(&mut out, "Simulated duration (s):", format!("{:.2}", s.simulated_duration_s));
+    line(&mut out, "Total input / output tokens:", format!("{} / {}", s.tokens.input_total, s.tokens.output_total));
+    line(&mut out, "Request throughput (req/s):", format!("{:.2}", s.throughput.requests_per_s));
+    line(&mut out, "Output token throughput (tok/s):", format!("{:.2}", s.throughput.output_tokens_per_s));
+    line(&mut out, "Total token throughput (tok/s):", format!("{:.2}", s.throughput.total_tokens_per_s));
+    let _ = writeln!(out, "{:-^84}", " Latency (ms) ");
+    let _ = writeln!(out, "{:<24}{:>10}{:>10}{:>10}{:>10}{:>10}{:>10}", "", "mean", "p50", "p90", "p95", "p99", "max");
+    let l = &s.latency_ms;
+    dist_row(&mut out, "TTFT", &l.ttft);
+    dist_row(&mut out, "TPOT (excl. 1st token)", &l.tpot);
+    dist_row(&mut out, "ITL", &l.itl);
+    dist_row(&mut out, "E2E", &l.e2e);
+    dist_row(&mut out, "Scheduling delay", &l.scheduling_delay);
+    let _ = writeln!(out, "{:-^84}", " Engine ");
+    line(&mut out, "Prefix-cache hit rate:", format!("{:.1}%", s.kv_cache.prefix_hit_rate * 100.0));
+    line(
+        &mut out,
+        "KV utilisation peak / mean:",
+        format!("{:.1}% / {:.1}%", s.kv_cache.utilization_peak * 100.0, s.kv_cache.utilization_mean * 100.0),
+    );
+    line(&mut out, "Preemptions:", s.kv_cache.preemptions.to_string());
+    line(
+        &mut out,
+        "Steps; mean batch (requests / tokens):",
+        format!("{}; {:.1} / {:.1}", s.batch.steps, s.batch.mean_batch_size, s.batch.mean_batch_tokens),
+    );
+    line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
+    let _ = writeln!(out, "{:=^84}", "");
+    out
+}

@@ -1,0 +1,170 @@
+//! Turning resolved knobs into something the engine can run: the model, the
+//! GPU, the instance configuration and the latency model. Every entry point
+//! that simulates a deployment goes through [`Deployment::resolve`].
+
+use std::path::Path;
+use std::sync::Arc;
+
+use blis_engine::catalog;
+use blis_engine::hardware::{GpuSpec, kv_blocks};
+use blis_engine::latency::{Blackbox, LatencyModel, Roofline};
+use blis_engine::model::ModelConfig;
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::time::Micros;
+
+use crate::error::{BadInput, bad_input};
+use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+
+/// A fully resolved single-instance deployment.
+pub struct Deployment {
+    /// Model id as reported.
+    pub model_name: String,
+    /// GPU name as reported.
+    pub gpu_name: String,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Instance knobs.
+    pub instance: InstanceConfig,
+    /// The step-time model.
+    pub latency: Arc<dyn LatencyModel>,
+}
+
+fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
+    std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
+}
+
+fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, BadInput> {
+    k.value.clone().ok_or_else(|| bad_input!("{what}"))
+}
+
+/// Parses "a,b,c" into exactly `n` finite numbers.
+pub fn parse_coeffs(flag: &str, text: &str, n: usize) -> Result<Vec<f64>, BadInput> {
+    let values: Vec<f64> = text
+        .split(',')
+        .map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| bad_input!("--{flag} {text:?}: expected {n} comma-separated finite numbers"))?;
+    if values.len() != n {
+        return Err(bad_input!("--{flag} {text:?}: expected {n} comma-separated numbers, got {}", values.len()));
+    }
+    Ok(values)
+}
+
+/// Converts a seconds knob to microseconds, rejecting NaN, negatives and zero.
+pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
+    match Micros::from_secs_f64(value) {
+        Some(t) if t > Micros::ZERO => Ok(t),
+        _ => Err(bad_input!("--{flag} {value}: must be a positive number of seconds")),
+    }
+}
+
+impl Deployment {
+    /// Resolves model, GPU, capacity and latency model; adds derived values
+    /// (block count, max model length) to `report`.
+    pub fn resolve(k: &Knobs, report: &mut ConfigReport) -> Result<Deployment, BadInput> {
+        let (model_name, model) = match &k.model_config.value {
+            Some(path) => {
+                let text = read_file("model-config", path)?;
+                let model = ModelConfig::from_hf_json(&text).map_err(|e| bad_input!("--model-config {}: {e}", path.display()))?;
+                let name = k.model.value.clone().unwrap_or_else(|| path.display().to_string());
+                (name, model)
+            }
+            None => {
+                let name = required(
+                    &k.model,
+                    "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)",
+                )?;
+                let bundled = catalog::find_model(&name).ok_or_else(|| {
+                    bad_input!(
+                        "--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
+                        catalog::MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
+                let model = ModelConfig::from_hf_json(bundled.config_json)
+                    .map_err(|e| bad_input!("bundled config for {}: {e}", bundled.id))?;
+                (bundled.id.to_string(), model)
+            }
+        };
+
+        let (gpu_name, gpu) = match &k.hardware_config.value {
+            Some(path) => {
+                let text = read_file("hardware-config", path)?;
+                let gpu: GpuSpec = serde_json::from_str(&text).map_err(|e| bad_input!("--hardware-config {}: {e}", path.display()))?;
+                gpu.validate().map_err(|e| bad_input!("--hardware-config {}: {e}", path.display()))?;
+                (gpu.name.clone(), gpu)
+            }
+            None => {
+                let name = required(&k.hardware, "--hardware is required")?;
+                let g = catalog::find_gpu(&name).ok_or_else(|| {
+                    bad_input!(
+                        "--hardware {name}: unknown GPU; allowed: {}; or pass --hardware-config PATH",
+                        catalog::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                    )
+                })?;
+                (g.name.to_string(), g.spec())
+            }
+        };
+
+        let tp = required(&k.tp, "--tp is required")?;
+        if !(1..=64).contains(&tp) {
+            return Err(bad_input!("--tp {tp}: must be between 1 and 64"));
+        }
+        let util = required(&k.gpu_memory_utilization, "--gpu-memory-utilization is required")?;
+        if !(util > 0.0 && util <= 1.0) {
+            return Err(bad_input!("--gpu-memory-utilization {util}: must be in (0, 1]"));
+        }
+        let block_size = required(&k.block_size, "--block-size is required")?;
+        if block_size == 0 {
+            return Err(bad_input!("--block-size 0: must be at least 1 token"));
+        }
+
+        let max_model_len = match k.max_model_len.value {
+            Some(v) => v,
+            None => {
+                report_entry(report, "max-model-len", &model.max_position_embeddings, Source::Derived);
+                model.max_position_embeddings
+            }
+        };
+        let num_gpu_blocks = match k.num_gpu_blocks.value {
+            Some(b) => b,
+            None => {
+                let b = kv_blocks(&model, &gpu, tp, util, block_size).map_err(|e| bad_input!("{model_name} on {tp} × {gpu_name}: {e}"))?;
+                report_entry(report, "num-gpu-blocks", &b, Source::Derived);
+                b
+            }
+        };
+
+        let instance = InstanceConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: required(&k.max_num_seqs, "--max-num-seqs is required")?,
+                max_num_batched_tokens: required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?,
+                max_model_len,
+                enable_chunked_prefill: required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?,
+                long_prefill_token_threshold: required(&k.long_prefill_token_threshold, "--long-prefill-token-threshold is required")?,
+                queue_policy: QueuePolicy::Fcfs,
+                preemption: PreemptionVictim::Tail,
+            },
+            num_gpu_blocks,
+            block_size,
+            enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
+            client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
+        };
+        instance.validate().map_err(|e| bad_input!("{e}"))?;
+
+        let latency_name = required(&k.latency_model, "--latency-model is required")?;
+        let latency: Arc<dyn LatencyModel> = match latency_name.as_str() {
+            "roofline" => Arc::new(Roofline::new(&model, &gpu, tp)),
+            "blackbox" => {
+                let (Some(a), Some(b)) = (&k.alpha_coeffs.value, &k.beta_coeffs.value) else {
+                    return Err(bad_input!("--latency-model blackbox needs --alpha-coeffs A0,A1,A2 and --beta-coeffs B0,B1,B2"));
+                };
+                let alpha = parse_coeffs("alpha-coeffs", a, 3)?;
+                let beta = parse_coeffs("beta-coeffs", b, 3)?;
+                Arc::new(Blackbox { alpha: [alpha[0], alpha[1], alpha[2]], beta: [beta[0], beta[1], beta[2]] })
+            }
+            other => return Err(bad_input!("--latency-model {other}: unknown; allowed: roofline, blackbox")),
+        };
+
+        Ok(Deployment { model_name, gpu_name, tp, instance, latency })
+    }
+}

@@ -1,0 +1,117 @@
+//! The models and GPUs bundled with BLIS (compiled in from `data/`), so that
+//! `blis run` works with no network and no files.
+
+use crate::hardware::GpuSpec;
+
+/// A bundled HuggingFace `config.json`.
+#[derive(Copy, Clone, Debug)]
+pub struct BundledModel {
+    /// HuggingFace id, e.g. `meta-llama/Llama-3.1-8B-Instruct`.
+    pub id: &'static str,
+    /// The `config.json` text.
+    pub config_json: &'static str,
+}
+
+macro_rules! models {
+    ($($id:literal),* $(,)?) => {
+        &[$(BundledModel { id: $id, config_json: include_str!(concat!("../../../data/models/", $id, ".json")) }),*]
+    };
+}
+
+/// Every bundled model, sorted by id.
+pub const MODELS: &[BundledModel] = models![
+    "01-ai/Yi-34B",
+    "Qwen/Qwen2.5-7B-Instruct",
+    "Qwen/Qwen3-14B",
+    "Qwen/Qwen3-30B-A3B",
+    "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
+    "codellama/CodeLlama-34b-Instruct-hf",
+    "deepseek-ai/DeepSeek-V2-Lite",
+    "meta-llama/Llama-2-70b-hf",
+    "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.1-8B-Instruct",
+    "mistralai/Mistral-Nemo-Instruct-2407",
+    "mistralai/Mixtral-8x7B-v0.1",
+    "zai-org/GLM-5.2-FP8",
+];
+
+/// Finds a bundled model by HuggingFace id or by the part after the `/`,
+/// ignoring ASCII case (`meta-llama/llama-3.1-8b-instruct`, `Llama-2-7b-hf`).
+pub fn find_model(name: &str) -> Option<BundledModel> {
+    let name = name.trim();
+    MODELS.iter().copied().find(|m| {
+        m.id.eq_ignore_ascii_case(name) || m.id.rsplit('/').next().is_some_and(|short| short.eq_ignore_ascii_case(name))
+    })
+}
+
+/// A bundled GPU spec.
+#[derive(Copy, Clone, Debug)]
+pub struct BundledGpu {
+    /// Canonical name accepted by `--hardware`.
+    pub name: &'static str,
+    /// Other accepted names.
+    pub aliases: &'static [&'static str],
+    json: &'static str,
+}
+
+impl BundledGpu {
+    /// The parsed spec. Bundled files are checked by a unit test, so this cannot fail at run time.
+    pub fn spec(&self) -> GpuSpec {
+        serde_json::from_str(self.json).unwrap_or_else(|e| panic!("bundled GPU spec {} is invalid: {e}", self.name))
+    }
+}
+
+/// Every bundled GPU.
+pub const GPUS: &[BundledGpu] = &[
+    BundledGpu { name: "H100", aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB"], json: include_str!("../../../data/hardware/H100.json") },
+    BundledGpu { name: "A100-80GB", aliases: &["A100", "A100-SXM", "A100-SXM-80GB"], json: include_str!("../../../data/hardware/A100-80GB.json") },
+    BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
+    BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB"], json: include_str!("../../../data/hardware/H200.json") },
+];
+
+/// Finds a bundled GPU by name or alias, ignoring ASCII case.
+pub fn find_gpu(name: &str) -> Option<BundledGpu> {
+    let name = name.trim();
+    GPUS.iter().copied().find(|g| g.name.eq_ignore_ascii_case(name) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::hardware::kv_blocks;
+    use crate::model::ModelConfig;
+
+    #[test]
+    fn every_bundled_file_parses() {
+        for m in MODELS {
+            ModelConfig::from_hf_json(m.config_json).unwrap_or_else(|e| panic!("{}: {e}", m.id));
+        }
+        for g in GPUS {
+            g.spec().validate().unwrap();
+        }
+    }
+
+    #[test]
+    fn lookup_is_case_insensitive_and_accepts_short_names() {
+        assert_eq!(find_model("meta-llama/llama-3.1-8b-instruct").unwrap().id, "meta-llama/Llama-3.1-8B-Instruct");
+        assert_eq!(find_model("qwen/qwen2.5-7b-instruct").unwrap().id, "Qwen/Qwen2.5-7B-Instruct");
+        assert_eq!(find_model("Llama-2-7b-hf").unwrap().id, "meta-llama/Llama-2-7b-hf");
+        assert!(find_model("gpt-5").is_none());
+        assert_eq!(find_gpu("h100-sxm-80gb").unwrap().name, "H100");
+    }
+
+    #[test]
+    fn kv_capacity_is_close_to_what_real_servers_reported() {
+        // (model, tp, blocks the H100 servers in validation/ reported)
+        let h100 = find_gpu("H100").unwrap().spec();
+        for (id, tp, reported) in
+            [("meta-llama/Llama-2-7b-hf", 1, 7462.0), ("meta-llama/Llama-2-70b-hf", 4, 31356.0), ("mistralai/Mixtral-8x7B-v0.1", 2, 27510.0)]
+        {
+            let m = ModelConfig::from_hf_json(find_model(id).unwrap().config_json).unwrap();
+            let blocks = kv_blocks(&m, &h100, tp, 0.9, 16).unwrap() as f64;
+            let err = (blocks - reported) / reported;
+            assert!((-0.15..=0.05).contains(&err), "{id}: {blocks} vs {reported} ({:.1}%)", err * 100.0);
+        }
+    }
+}

@@ -1,0 +1,745 @@
+//! One serving instance: wait queue, running batch, KV cache, scheduler step
+//! and latency model, driven by its own event queue.
+//!
+//! The step mirrors vLLM v1's `Scheduler.schedule()` (vLLM 0.9–0.11,
+//! `vllm/v1/core/sched/scheduler.py`): "there is no decoding phase nor prefill
+//! phase" — each request has `num_computed_tokens` and `num_tokens`, one token
+//! budget is spent first on running requests (in order; a decode takes one
+//! token, an unfinished prefill continues), then on waiting requests while the
+//! budget and `max_num_seqs` allow. When KV allocation fails the victim
+//! (the tail of the running list under FCFS) is preempted, freed and returned
+//! to the wait queue to recompute; a step that preempted admits nobody. A
+//! request whose every token is computed at the end of a step samples one
+//! output token.
+//!
+//! An instance owns its events: the arrival-to-queue hand-off, the step
+//! boundary, and client timeouts. A driver (a single-instance run or the
+//! cluster) interleaves instances and workload by asking each for
+//! [`Instance::next_event`] and calling [`Instance::process_next`].
+
+use std::sync::Arc;
+
+use crate::event::{EventClass, EventKey, EventQueue};
+use crate::kv::{BlockTable, KvCache};
+use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
+use crate::request::{DropReason, Outcome, Request, RequestId, RequestRecord, extend_block_hashes};
+use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
+use crate::time::Micros;
+
+/// One output token reaching the API.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct TokenEvent {
+    /// The request.
+    pub id: RequestId,
+    /// 1-based index of the token within the request's output.
+    pub index: u32,
+    /// When it reaches the API.
+    pub time: Micros,
+    /// Time since the request's previous token (None for the first token).
+    pub gap: Option<Micros>,
+}
+
+/// One completed scheduler step.
+#[derive(Copy, Clone, Debug)]
+pub struct StepEvent<'a> {
+    /// Instance id.
+    pub instance: u32,
+    /// When the step started.
+    pub start: Micros,
+    /// Its duration from the latency model.
+    pub duration: Micros,
+    /// What it contained.
+    pub batch: StepBatch<'a>,
+}
+
+/// Receives what happens inside instances. Implementations must not assume
+/// anything about wall-clock time; they are called in simulated-time order.
+pub trait Observer {
+    /// A request ended (completed, dropped or timed out): called exactly once per request.
+    fn on_finish(&mut self, record: &RequestRecord);
+    /// An output token reached the API.
+    fn on_token(&mut self, _token: &TokenEvent) {}
+    /// A step completed.
+    fn on_step(&mut self, _step: &StepEvent<'_>) {}
+}
+
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum Status {
+    /// Between reaching the instance and entering the wait queue.
+    Arriving,
+    Waiting,
+    Running,
+}
+
+struct Live {
+    req: Request,
+    status: Status,
+    key: WaitKey,
+    num_computed: u32,
+    num_output: u32,
+    table: BlockTable,
+    hashes: Vec<u64>,
+    enqueued: Option<Micros>,
+    first_scheduled: Option<Micros>,
+    first_token: Option<Micros>,
+    last_token: Option<Micros>,
+    cached_prompt_tokens: u32,
+    preemptions: u32,
+    aborted: bool,
+    in_step: bool,
+}
+
+impl Live {
+    fn num_tokens(&self) -> u32 {
+        self.req.prompt_tokens() + self.num_output
+    }
+}
+
+enum InstEvent {
+    Enqueue(u32),
+    Step,
+    Timeout(u32, RequestId),
+}
+
+/// Counters accumulated over a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct InstanceStats {
+    /// Requests that reached the instance.
+    pub injected: u64,
+    /// Scheduler steps executed.
+    pub steps: u64,
+    /// Σ requests per step (for the mean batch size).
+    pub batch_requests: u64,
+    /// Σ tokens per step.
+    pub batch_tokens: u64,
+    /// Preemptions.
+    pub preemptions: u64,
+    /// Prompt tokens looked up in the prefix cache (at each admission from the wait queue).
+    pub prefix_query_tokens: u64,
+    /// Of which found in the cache.
+    pub prefix_hit_tokens: u64,
+    /// Highest KV usage seen after scheduling a step.
+    pub kv_usage_peak: f64,
+    /// ∫ KV usage dt over steps, in usage·µs.
+    pub kv_usage_integral: f64,
+    /// Σ step durations: time the GPU was busy.
+    pub busy: Micros,
+}
+
+/// A single vLLM-like serving instance.
+pub struct Instance {
+    id: u32,
+    cfg: InstanceConfig,
+    latency: Arc<dyn LatencyModel>,
+    kv: KvCache,
+    events: EventQueue<InstEvent>,
+    slots: Vec<Live>,
+    free_slots: Vec<u32>,
+    waiting: WaitQueue,
+    running: Vec<u32>,
+    live_count: u32,
+    arriving: u32,
+    // The step in flight: (slot, new tokens) and the entries handed to the latency model.
+    scheduled: Vec<(u32, u32)>,
+    entries: Vec<BatchEntry>,
+    step_start: Micros,
+    step_load: InstanceLoad,
+    step_preempted: u32,
+    step_pending: bool,
+    hit_scratch: Vec<u32>,
+    preemption_ema: f64,
+    now: Micros,
+    stats: InstanceStats,
+}
+
+/// γ of the preemption EMA (physics-normalized model, iteration 4).
+const PREEMPTION_EMA_GAMMA: f64 = 0.3;
+
+impl Instance {
+    /// An idle instance with an empty cache.
+    pub fn new(id: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>) -> Result<Instance, InstanceConfigError> {
+        cfg.validate()?;
+        let kv = KvCache::new(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)?;
+        let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
+        Ok(Instance {
+            id,
+            cfg,
+            latency,
+            kv,
+            events: EventQueue::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            waiting,
+            running: Vec::new(),
+            live_count: 0,
+            arriving: 0,
+            scheduled: Vec::new(),
+            entries: Vec::new(),
+            step_start: Micros::ZERO,
+            step_load: InstanceLoad::default(),
+            step_preempted: 0,
+            step_pending: false,
+            hit_scratch: Vec::new(),
+            preemption_ema: 0.0,
+            now: Micros::ZERO,
+            stats: InstanceStats::default(),
+        })
+    }
+
+    /// Instance id.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Its configuration.
+    pub fn config(&self) -> &InstanceConfig {
+        &self.cfg
+    }
+
+    /// The latency model it uses.
+    pub fn latency_model(&self) -> &Arc<dyn LatencyModel> {
+        &self.latency
+    }
+
+    /// Key of its next event, if it has one.
+    pub fn next_event(&self) -> Option<EventKey> {
+        self.events.peek_key()
+    }
+
+    /// Requests in the wait queue (including those still being handed over).
+    pub fn queue_depth(&self) -> u32 {
+        self.waiting.len() as u32 + self.arriving
+    }
+
+    /// Requests in the running batch.
+    pub fn batch_size(&self) -> u32 {
+        self.running.len() as u32
+    }
+
+    /// Requests on the instance in any state.
+    pub fn in_flight(&self) -> u32 {
+        self.live_count
+    }
+
+    /// The KV cache (read-only).
+    pub fn kv(&self) -> &KvCache {
+        &self.kv
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &InstanceStats {
+        &self.stats
+    }
+
+    /// Current observables.
+    pub fn load(&self) -> InstanceLoad {
+        InstanceLoad {
+            running: self.batch_size(),
+            waiting: self.queue_depth(),
+            kv_usage: self.kv.usage(),
+            kv_free_blocks: self.kv.num_free_blocks(),
+            preemption_ema: self.preemption_ema,
+        }
+    }
+
+    /// Prompt tokens of `req` the prefix cache could serve right now (what a
+    /// precise prefix-aware router would see). `scratch` avoids allocation.
+    pub fn cached_prefix_tokens(&self, req: &Request, scratch: &mut Vec<u64>) -> u32 {
+        if !self.kv.prefix_caching() {
+            return 0;
+        }
+        scratch.clear();
+        extend_block_hashes(&req.prompt, req.output_seed, 0, self.kv.block_size(), scratch);
+        let mut hits = Vec::new();
+        self.kv.find_cached_prefix(scratch, req.prompt_tokens(), &mut hits)
+    }
+
+    /// Why `req` can never run here, if it cannot.
+    pub fn rejection(&self, req: &Request) -> Option<DropReason> {
+        let total = u64::from(req.prompt_tokens()) + u64::from(req.max_output_tokens);
+        let s = &self.cfg.scheduler;
+        if total > u64::from(s.max_model_len) {
+            Some(DropReason::ExceedsMaxModelLen)
+        } else if total.div_ceil(u64::from(self.cfg.block_size)) > u64::from(self.kv.usable_blocks()) {
+            Some(DropReason::ExceedsKvCapacity)
+        } else {
+            None
+        }
+    }
+
+    /// A request reaches the instance at `now`. It is dropped (and reported)
+    /// if it can never run; otherwise it enters the wait queue after the
+    /// latency model's queueing delay.
+    pub fn inject(&mut self, req: Request, now: Micros, obs: &mut dyn Observer) {
+        self.advance_clock(now);
+        self.stats.injected += 1;
+        if let Some(reason) = self.rejection(&req) {
+            obs.on_finish(&dropped_record(&req, self.id, reason, now));
+            return;
+        }
+        let slot = self.alloc_slot(req);
+        let live = &mut self.slots[slot as usize];
+        let mut prefix_hit_tokens = 0;
+        if self.kv.prefix_caching() {
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes);
+            prefix_hit_tokens = self.kv.find_cached_prefix(&live.hashes, live.req.prompt_tokens(), &mut self.hit_scratch);
+        }
+        let delay = self.latency.queueing_delay(&QueueingInput {
+            prompt_tokens: live.req.prompt_tokens(),
+            prefix_hit_tokens,
+            load: InstanceLoad {
+                running: self.running.len() as u32,
+                waiting: self.waiting.len() as u32 + self.arriving,
+                kv_usage: self.kv.usage(),
+                kv_free_blocks: self.kv.num_free_blocks(),
+                preemption_ema: self.preemption_ema,
+            },
+        });
+        let (id, arrival) = (live.req.id, live.req.arrival);
+        self.arriving += 1;
+        self.live_count += 1;
+        self.events.push(now + delay, EventClass::InstanceArrival, InstEvent::Enqueue(slot));
+        if let Some(timeout) = self.cfg.client_timeout {
+            self.events.push(arrival + timeout, EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
+        }
+    }
+
+    /// Processes the next event; returns its time, or `None` if there is none.
+    pub fn process_next(&mut self, obs: &mut dyn Observer) -> Option<Micros> {
+        let (key, ev) = self.events.pop()?;
+        self.advance_clock(key.time);
+        match ev {
+            InstEvent::Enqueue(slot) => self.on_enqueue(slot, obs),
+            InstEvent::Step => self.on_step_boundary(obs),
+            InstEvent::Timeout(slot, id) => self.on_timeout(slot, id, obs),
+        }
+        Some(key.time)
+    }
+
+    fn advance_clock(&mut self, t: Micros) {
+        debug_assert!(t >= self.now, "clock went backwards: {} -> {}", self.now, t);
+        self.now = t;
+    }
+
+    fn alloc_slot(&mut self, req: Request) -> u32 {
+        let key = WaitKey::new(
+            self.cfg.scheduler.queue_policy,
+            req.meta.priority,
+            req.prompt_tokens().saturating_add(req.max_output_tokens),
+            req.arrival,
+            req.id.0,
+        );
+        let fresh = |req, table, hashes| Live {
+            req,
+            status: Status::Arriving,
+            key,
+            num_computed: 0,
+            num_output: 0,
+            table,
+            hashes,
+            enqueued: None,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            cached_prompt_tokens: 0,
+            preemptions: 0,
+            aborted: false,
+            in_step: false,
+        };
+        match self.free_slots.pop() {
+            Some(slot) => {
+                let old = &mut self.slots[slot as usize];
+                // Reuse the old slot's buffers.
+                let mut table = std::mem::take(&mut old.table);
+                let mut hashes = std::mem::take(&mut old.hashes);
+                table.blocks.clear();
+                table.num_cached = 0;
+                hashes.clear();
+                *old = fresh(req, table, hashes);
+                slot
+            }
+            None => {
+                self.slots.push(fresh(req, BlockTable::default(), Vec::new()));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    fn on_enqueue(&mut self, slot: u32, obs: &mut dyn Observer) {
+        self.arriving -= 1;
+        let now = self.now;
+        let live = &mut self.slots[slot as usize];
+        if live.aborted {
+            // Timed out before reaching the queue.
+            self.finish(slot, Outcome::TimedOut, obs);
+            return;
+        }
+        live.status = Status::Waiting;
+        live.enqueued = Some(now);
+        let key = live.key;
+        self.waiting.push_new(key, slot);
+        self.wake();
+    }
+
+    /// Ensures a step boundary is pending at `now` if the instance is idle.
+    fn wake(&mut self) {
+        if !self.step_pending {
+            self.step_pending = true;
+            self.events.push(self.now, EventClass::StepCompletion, InstEvent::Step);
+        }
+    }
+
+    fn on_timeout(&mut self, slot: u32, id: RequestId, obs: &mut dyn Observer) {
+        let Some(live) = self.slots.get_mut(slot as usize) else { return };
+        // A finished request's slot is marked aborted until reused; a reused slot has another id.
+        if live.req.id != id || live.aborted {
+            return;
+        }
+        match live.status {
+            Status::Arriving => live.aborted = true,
+            Status::Waiting => {
+                let key = live.key;
+                let removed = self.waiting.remove(key, slot);
+                debug_assert!(removed, "waiting request missing from the queue");
+                self.finish(slot, Outcome::TimedOut, obs);
+            }
+            Status::Running if live.in_step => live.aborted = true,
+            Status::Running => {
+                self.running.retain(|&s| s != slot);
+                self.finish(slot, Outcome::TimedOut, obs);
+            }
+        }
+    }
+
+    fn on_step_boundary(&mut self, obs: &mut dyn Observer) {
+        self.step_pending = false;
+        if !self.scheduled.is_empty() {
+            self.complete_step(obs);
+        }
+        self.start_step();
+    }
+
+    /// Applies the results of the step in flight: sample tokens, finish requests.
+    fn complete_step(&mut self, obs: &mut dyn Observer) {
+        let now = self.now;
+        let duration = now - self.step_start;
+        let preempted = self.step_preempted;
+        obs.on_step(&StepEvent {
+            instance: self.id,
+            start: self.step_start,
+            duration,
+            batch: StepBatch { entries: &self.entries, load: self.step_load, preempted },
+        });
+        let per_token = self.latency.output_token_overhead();
+        let mut any_finished = false;
+        for i in 0..self.scheduled.len() {
+            let (slot, _) = self.scheduled[i];
+            let live = &mut self.slots[slot as usize];
+            live.in_step = false;
+            if live.aborted {
+                any_finished = true;
+                continue;
+            }
+            if live.num_computed < live.num_tokens() {
+                continue; // a prefill chunk: no token sampled yet
+            }
+            live.num_output += 1;
+            let time = now + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
+            let gap = live.last_token.map(|prev| time - prev);
+            live.first_token.get_or_insert(time);
+            live.last_token = Some(time);
+            obs.on_token(&TokenEvent { id: live.req.id, index: live.num_output, time, gap });
+            if live.num_output >= live.req.max_output_tokens {
+                any_finished = true;
+            }
+        }
+        if any_finished {
+            // Retire finished and aborted requests, keeping the running order.
+            let mut k = 0;
+            while k < self.running.len() {
+                let slot = self.running[k];
+                let live = &self.slots[slot as usize];
+                let outcome = if live.aborted {
+                    Some(Outcome::TimedOut)
+                } else if live.num_output >= live.req.max_output_tokens {
+                    Some(Outcome::Completed)
+                } else {
+                    None
+                };
+                match outcome {
+                    Some(o) => {
+                        self.running.remove(k);
+                        self.finish(slot, o, obs);
+                    }
+                    None => k += 1,
+                }
+            }
+        }
+        self.scheduled.clear();
+        self.entries.clear();
+    }
+
+    /// Frees a request's resources and reports it.
+    fn finish(&mut self, slot: u32, outcome: Outcome, obs: &mut dyn Observer) {
+        let now = self.now;
+        let completion = self.latency.completion_overhead();
+        let live = &mut self.slots[slot as usize];
+        self.kv.free(&mut live.table);
+        let finished = match outcome {
+            Outcome::Completed => live.last_token.unwrap_or(now) + completion,
+            Outcome::TimedOut => match self.cfg.client_timeout {
+                Some(t) => live.req.arrival + t,
+                None => now,
+            },
+            Outcome::Dropped(_) => now,
+        };
+        let record = RequestRecord {
+            id: live.req.id,
+            meta: live.req.meta,
+            instance: self.id,
+            outcome,
+            arrival: live.req.arrival,
+            enqueued: live.enqueued,
+            first_scheduled: live.first_scheduled,
+            first_token: live.first_token,
+            last_token: live.last_token,
+            finished,
+            input_tokens: live.req.prompt_tokens(),
+            output_tokens: live.num_output,
+            cached_prompt_tokens: live.cached_prompt_tokens,
+            preemptions: live.preemptions,
+        };
+        live.aborted = true; // the slot is dead until reused
+        self.live_count -= 1;
+        self.free_slots.push(slot);
+        obs.on_finish(&record);
+    }
+
+    /// Forms the next batch and starts it, or goes idle when there is no work.
+    fn start_step(&mut self) {
+        loop {
+            let preempted = self.schedule();
+            self.preemption_ema = PREEMPTION_EMA_GAMMA * f64::from(preempted) + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
+            if !self.scheduled.is_empty() {
+                self.step_preempted = preempted;
+                break;
+            }
+            // Nothing ran. If everything was preempted, the next pass admits
+            // from the wait queue (vLLM's next busy-loop iteration); otherwise idle.
+            if preempted == 0 || self.waiting.len() == 0 {
+                return;
+            }
+        }
+        self.step_load = self.load();
+        let batch = StepBatch { entries: &self.entries, load: self.step_load, preempted: self.step_preempted };
+        let duration = self.latency.step_time(&batch);
+        let tokens: u64 = self.entries.iter().map(|e| u64::from(e.new_tokens)).sum();
+        let usage = self.kv.usage();
+        let s = &mut self.stats;
+        s.steps += 1;
+        s.batch_requests += self.entries.len() as u64;
+        s.batch_tokens += tokens;
+        s.kv_usage_peak = s.kv_usage_peak.max(usage);
+        s.kv_usage_integral += usage * duration.as_us() as f64;
+        s.busy += duration;
+        self.step_start = self.now;
+        self.step_pending = true;
+        self.events.push(self.now + duration, EventClass::StepCompletion, InstEvent::Step);
+    }
+
+    /// One vLLM v1 scheduling pass. Fills `scheduled`/`entries`; returns the
+    /// number of requests preempted.
+    fn schedule(&mut self) -> u32 {
+        let now = self.now;
+        let s = self.cfg.scheduler.clone();
+        let mut budget = s.max_num_batched_tokens;
+        let mut preempted = 0u32;
+        self.scheduled.clear();
+        self.entries.clear();
+
+        // 1. Running requests, in order.
+        let mut i = 0;
+        while i < self.running.len() && budget > 0 {
+            let slot = self.running[i];
+            let live = &self.slots[slot as usize];
+            let mut n = live.num_tokens() - live.num_computed;
+            if s.long_prefill_token_threshold > 0 {
+                n = n.min(s.long_prefill_token_threshold);
+            }
+            n = n.min(budget);
+            if n == 0 {
+                i += 1;
+                continue;
+            }
+            let mut scheduled_self = true;
+            while !self.allocate(slot, n, false) {
+                let (victim_idx, victim) = self.pick_victim();
+                self.running.remove(victim_idx);
+                // A victim already scheduled in this step gives its budget back.
+                if let Some(pos) = self.scheduled.iter().position(|&(v, _)| v == victim) {
+                    let (_, tokens) = self.scheduled.remove(pos);
+                    self.entries.remove(pos);
+                    budget += tokens;
+                    let v = &mut self.slots[victim as usize];
+                    v.num_computed -= tokens;
+                    v.in_step = false;
+                }
+                if victim_idx < i {
+                    i -= 1;
+                }
+                self.preempt(victim);
+                preempted += 1;
+                if victim == slot {
+                    scheduled_self = false;
+                    break;
+                }
+            }
+            if !scheduled_self {
+                break;
+            }
+            self.push_scheduled(slot, n);
+            budget -= n;
+            i += 1;
+        }
+
+        // 2. Waiting requests, unless this step preempted.
+        if preempted == 0 {
+            while budget > 0 && self.running.len() < s.max_num_seqs as usize {
+                let Some(slot) = self.waiting.peek() else { break };
+                let live = &self.slots[slot as usize];
+                let num_tokens = live.num_tokens();
+                let hit_tokens = if self.kv.prefix_caching() && live.num_computed == 0 {
+                    self.kv.find_cached_prefix(&live.hashes, num_tokens, &mut self.hit_scratch)
+                } else {
+                    self.hit_scratch.clear();
+                    0
+                };
+                let mut n = num_tokens - hit_tokens;
+                if s.long_prefill_token_threshold > 0 {
+                    n = n.min(s.long_prefill_token_threshold);
+                }
+                if !s.enable_chunked_prefill && n > budget {
+                    break;
+                }
+                n = n.min(budget);
+                self.slots[slot as usize].num_computed = hit_tokens;
+                if !self.allocate(slot, n, true) {
+                    self.slots[slot as usize].num_computed = 0;
+                    break;
+                }
+                self.waiting.pop();
+                self.running.push(slot);
+                let live = &mut self.slots[slot as usize];
+                live.status = Status::Running;
+                if live.first_scheduled.is_none() {
+                    live.first_scheduled = Some(now);
+                    live.cached_prompt_tokens = hit_tokens.min(live.req.prompt_tokens());
+                }
+                self.stats.prefix_query_tokens += u64::from(num_tokens);
+                self.stats.prefix_hit_tokens += u64::from(hit_tokens);
+                self.push_scheduled(slot, n);
+                budget -= n;
+            }
+        }
+        self.stats.preemptions += u64::from(preempted);
+        preempted
+    }
+
+    /// Records `n` tokens of `slot` in this step and advances its computed count
+    /// (vLLM `_update_after_schedule`).
+    fn push_scheduled(&mut self, slot: u32, n: u32) {
+        let live = &mut self.slots[slot as usize];
+        self.entries.push(BatchEntry { computed_tokens: live.num_computed, new_tokens: n, prompt_tokens: live.req.prompt_tokens() });
+        self.scheduled.push((slot, n));
+        live.num_computed += n;
+        live.in_step = true;
+    }
+
+    /// KV allocation for `n` more tokens of `slot`; on first admission the
+    /// prefix hits in `hit_scratch` are taken too.
+    fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
+        let live = &mut self.slots[slot as usize];
+        let need = live.num_computed + n;
+        if self.kv.prefix_caching() {
+            // Hashes must cover every full block of the tokens computed so far.
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+        }
+        let hits: &[u32] = if with_hits { &self.hit_scratch } else { &[] };
+        self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, need)
+    }
+
+    /// The running request to preempt: the tail, or the lowest priority
+    /// (latest arrival among equals). Returns (index in running, slot).
+    fn pick_victim(&self) -> (usize, u32) {
+        match self.cfg.scheduler.preemption {
+            PreemptionVictim::Tail => {
+                let i = self.running.len() - 1;
+                (i, self.running[i])
+            }
+            PreemptionVictim::LowestPriority => {
+                let mut best = 0;
+                for (i, &slot) in self.running.iter().enumerate().skip(1) {
+                    let (a, b) = (&self.slots[slot as usize].req, &self.slots[self.running[best] as usize].req);
+                    let lower = a.meta.priority.total_cmp(&b.meta.priority).then(b.arrival.cmp(&a.arrival)).then(b.id.cmp(&a.id));
+                    if lower.is_le() {
+                        best = i;
+                    }
+                }
+                (best, self.running[best])
+            }
+        }
+    }
+
+    /// Frees the victim's blocks and returns it to the wait queue to recompute.
+    fn preempt(&mut self, slot: u32) {
+        let live = &mut self.slots[slot as usize];
+        self.kv.free(&mut live.table);
+        live.num_computed = 0;
+        live.preemptions += 1;
+        live.status = Status::Waiting;
+        let key = live.key;
+        self.waiting.push_preempted(key, slot);
+    }
+
+    /// Whether no work is left (nothing queued, running or arriving).
+    pub fn is_idle(&self) -> bool {
+        self.live_count == 0
+    }
+
+    /// Requests still waiting (queued or arriving) and running: for end-of-run accounting.
+    pub fn unfinished(&self) -> (u32, u32) {
+        (self.queue_depth(), self.batch_size())
+    }
+
+    /// Priorities of waiting requests in admission order (for anomaly checks).
+    pub fn waiting_priorities(&self) -> impl Iterator<Item = f64> + '_ {
+        self.waiting.iter().map(|slot| self.slots[slot as usize].req.meta.priority)
+    }
+
+    /// Debug aid for tests: full KV consistency check plus the
+    /// request-accounting identity `live = arriving + waiting + running`.
+    pub fn assert_consistent(&self) {
+        self.kv.assert_consistent();
+        assert_eq!(self.live_count, self.arriving + self.waiting.len() as u32 + self.running.len() as u32);
+        assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
+    }
+}
+
+fn dropped_record(req: &Request, instance: u32, reason: DropReason, now: Micros) -> RequestRecord {
+    RequestRecord {
+        id: req.id,
+        meta: req.meta,
+        instance,
+        outcome: Outcome::Dropped(reason),
+        arrival: req.arrival,
+        enqueued: None,
+        first_scheduled: None,
+        first_token: None,
+        last_token: None,
+        finished: now,
+        input_tokens: req.prompt_tokens(),
+        output_tokens: 0,
+        cached_prompt_tokens: 0,
+        preemptions: 0,
+    }
+}

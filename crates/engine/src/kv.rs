@@ -1,0 +1,387 @@
+//! Paged KV cache with automatic prefix caching, mirroring vLLM v1's
+//! `BlockPool` and `KVCacheManager` (vLLM 0.9–0.11, `vllm/v1/core/`).
+//!
+//! * Blocks live in one `Vec`; free blocks form an intrusive doubly linked
+//!   list in eviction order (`FreeKVCacheBlockQueue`): allocation pops from the
+//!   head, freeing appends to the tail, touching a cached free block unlinks it
+//!   in O(1).
+//! * A full block gets the chained hash of its tokens when its slots are
+//!   allocated (`cache_full_blocks`); cached blocks whose reference count drops
+//!   to zero stay findable until they are popped for reuse (LRU eviction).
+//! * Like vLLM, block 0 is reserved as the null block, so a cache of
+//!   `num_gpu_blocks` has `num_gpu_blocks − 1` usable blocks.
+//!
+//! Invariant (checked in debug builds after every operation and in full by
+//! [`KvCache::assert_consistent`]): `used + free = usable`, the free list holds
+//! exactly the blocks with reference count 0, and every hash in the index
+//! points to a block carrying that hash.
+
+use rustc_hash::FxHashMap;
+use thiserror::Error;
+
+const NIL: u32 = u32::MAX;
+
+#[derive(Clone, Debug)]
+struct Block {
+    ref_cnt: u32,
+    hash: Option<u64>,
+    prev: u32,
+    next: u32,
+}
+
+/// Invalid cache geometry.
+#[derive(Debug, Error, PartialEq)]
+pub enum KvConfigError {
+    /// Block size of zero.
+    #[error("block size must be at least 1 token")]
+    ZeroBlockSize,
+    /// Fewer than two blocks (one is the reserved null block).
+    #[error("the KV cache needs at least 2 blocks (one is reserved), got {0}")]
+    TooFewBlocks(u64),
+    /// More blocks than can be indexed.
+    #[error("at most {max} KV blocks are supported, got {got}", max = u32::MAX - 1)]
+    TooManyBlocks {
+        /// The requested count.
+        got: u64,
+    },
+}
+
+/// A request's block table: the blocks holding its tokens, in order.
+#[derive(Clone, Debug, Default)]
+pub struct BlockTable {
+    /// Block ids, one per `block_size` tokens.
+    pub blocks: Vec<u32>,
+    /// How many leading blocks are registered in the prefix-cache index.
+    pub num_cached: u32,
+}
+
+impl BlockTable {
+    /// Empties the table, keeping its allocation.
+    fn clear(&mut self) {
+        self.blocks.clear();
+        self.num_cached = 0;
+    }
+}
+
+/// The GPU KV cache of one instance.
+pub struct KvCache {
+    blocks: Vec<Block>,
+    free_head: u32,
+    free_tail: u32,
+    num_free: u32,
+    num_used: u32,
+    index: FxHashMap<u64, u32>,
+    block_size: u32,
+    prefix_caching: bool,
+}
+
+impl KvCache {
+    /// A cache of `num_gpu_blocks` blocks of `block_size` tokens, all free.
+    pub fn new(num_gpu_blocks: u64, block_size: u32, prefix_caching: bool) -> Result<KvCache, KvConfigError> {
+        if block_size == 0 {
+            return Err(KvConfigError::ZeroBlockSize);
+        }
+        if num_gpu_blocks < 2 {
+            return Err(KvConfigError::TooFewBlocks(num_gpu_blocks));
+        }
+        if num_gpu_blocks >= u64::from(u32::MAX) {
+            return Err(KvConfigError::TooManyBlocks { got: num_gpu_blocks });
+        }
+        let usable = (num_gpu_blocks - 1) as u32;
+        let blocks = (0..usable)
+            .map(|i| Block { ref_cnt: 0, hash: None, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 } })
+            .collect();
+        Ok(KvCache {
+            blocks,
+            free_head: 0,
+            free_tail: usable - 1,
+            num_free: usable,
+            num_used: 0,
+            index: FxHashMap::default(),
+            block_size,
+            prefix_caching,
+        })
+    }
+
+    /// Tokens per block.
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    /// Whether prefix caching is on.
+    pub fn prefix_caching(&self) -> bool {
+        self.prefix_caching
+    }
+
+    /// Usable blocks (all but the null block).
+    pub fn usable_blocks(&self) -> u32 {
+        self.blocks.len() as u32
+    }
+
+    /// Free blocks, including cached blocks that are evictable.
+    pub fn num_free_blocks(&self) -> u32 {
+        self.num_free
+    }
+
+    /// Blocks referenced by at least one request.
+    pub fn num_used_blocks(&self) -> u32 {
+        self.num_used
+    }
+
+    /// Fraction of usable blocks in use, as vLLM's `kv_cache_usage` reports it.
+    pub fn usage(&self) -> f64 {
+        f64::from(self.num_used) / f64::from(self.usable_blocks())
+    }
+
+    /// Blocks needed to hold `tokens` tokens.
+    pub fn blocks_for(&self, tokens: u32) -> u32 {
+        tokens.div_ceil(self.block_size)
+    }
+
+    /// vLLM `get_computed_blocks`: the longest run of leading blocks whose
+    /// hashes are cached, capped so that at least one of the `num_tokens`
+    /// tokens is left to compute. Pushes the hit blocks onto `out` and returns
+    /// the number of hit tokens. Returns 0 when prefix caching is off.
+    pub fn find_cached_prefix(&self, block_hashes: &[u64], num_tokens: u32, out: &mut Vec<u32>) -> u32 {
+        out.clear();
+        if !self.prefix_caching || num_tokens == 0 {
+            return 0;
+        }
+        let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
+        for &h in block_hashes.iter().take(max_blocks) {
+            match self.index.get(&h) {
+                Some(&b) => out.push(b),
+                None => break,
+            }
+        }
+        out.len() as u32 * self.block_size
+    }
+
+    /// vLLM `allocate_slots`: makes room for the request to hold
+    /// `num_tokens_need_slot` tokens, first taking the prefix-cache hits
+    /// `new_computed` (from [`KvCache::find_cached_prefix`], only on a
+    /// request's first scheduling), then fresh blocks from the free queue.
+    /// Afterwards registers the request's full blocks covering its first
+    /// `num_tokens_to_cache` tokens in the prefix index (hashes from
+    /// `block_hashes`, which must cover them).
+    ///
+    /// Returns `false`, changing nothing, when too few blocks are free.
+    pub fn allocate_slots(
+        &mut self,
+        table: &mut BlockTable,
+        num_tokens_need_slot: u32,
+        new_computed: &[u32],
+        block_hashes: &[u64],
+        num_tokens_to_cache: u32,
+    ) -> bool {
+        let required = self.blocks_for(num_tokens_need_slot) as usize;
+        let have = table.blocks.len() + new_computed.len();
+        let num_new = required.saturating_sub(have);
+        let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt == 0).count();
+        if num_new + evictable_hits > self.num_free as usize {
+            return false;
+        }
+        for &b in new_computed {
+            self.touch(b);
+            table.blocks.push(b);
+        }
+        for _ in 0..num_new {
+            let b = self.pop_free();
+            table.blocks.push(b);
+        }
+        if self.prefix_caching {
+            self.cache_full_blocks(table, block_hashes, num_tokens_to_cache);
+        }
+        self.debug_check();
+        true
+    }
+
+    /// vLLM `free`: releases the request's blocks in reverse order, so its
+    /// tail blocks are evicted before its prefix. Cached blocks stay findable.
+    pub fn free(&mut self, table: &mut BlockTable) {
+        for i in (0..table.blocks.len()).rev() {
+            let b = table.blocks[i];
+            let blk = &mut self.blocks[b as usize];
+            debug_assert!(blk.ref_cnt > 0, "double free of block {b}");
+            blk.ref_cnt -= 1;
+            if blk.ref_cnt == 0 {
+                self.num_used -= 1;
+                self.push_free_tail(b);
+            }
+        }
+        table.clear();
+        self.debug_check();
+    }
+
+    fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
+        let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
+        for i in table.num_cached as usize..num_full {
+            let b = table.blocks[i];
+            let h = block_hashes[i];
+            let blk = &mut self.blocks[b as usize];
+            if blk.hash.is_none() {
+                blk.hash = Some(h);
+                self.index.entry(h).or_insert(b);
+            }
+        }
+        table.num_cached = table.num_cached.max(num_full as u32);
+    }
+
+    fn touch(&mut self, b: u32) {
+        if self.blocks[b as usize].ref_cnt == 0 {
+            self.unlink_free(b);
+            self.num_used += 1;
+        }
+        self.blocks[b as usize].ref_cnt += 1;
+    }
+
+    fn pop_free(&mut self) -> u32 {
+        let b = self.free_head;
+        debug_assert_ne!(b, NIL, "pop from an empty free queue");
+        self.unlink_free(b);
+        let blk = &mut self.blocks[b as usize];
+        // Evict: the block's old content is no longer findable.
+        if let Some(h) = blk.hash.take()
+            && self.index.get(&h) == Some(&b)
+        {
+            self.index.remove(&h);
+        }
+        blk.ref_cnt = 1;
+        self.num_used += 1;
+        b
+    }
+
+    fn unlink_free(&mut self, b: u32) {
+        let (prev, next) = {
+            let blk = &self.blocks[b as usize];
+            (blk.prev, blk.next)
+        };
+        if prev == NIL {
+            self.free_head = next;
+        } else {
+            self.blocks[prev as usize].next = next;
+        }
+        if next == NIL {
+            self.free_tail = prev;
+        } else {
+            self.blocks[next as usize].prev = prev;
+        }
+        let blk = &mut self.blocks[b as usize];
+        blk.prev = NIL;
+        blk.next = NIL;
+        self.num_free -= 1;
+    }
+
+    fn push_free_tail(&mut self, b: u32) {
+        let tail = self.free_tail;
+        {
+            let blk = &mut self.blocks[b as usize];
+            blk.prev = tail;
+            blk.next = NIL;
+        }
+        if tail == NIL {
+            self.free_head = b;
+        } else {
+            self.blocks[tail as usize].next = b;
+        }
+        self.free_tail = b;
+        self.num_free += 1;
+    }
+
+    fn debug_check(&self) {
+        debug_assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "KV conservation violated");
+    }
+
+    /// Full O(blocks) consistency check, for tests: conservation, the free
+    /// list holds exactly the unreferenced blocks in a well-formed chain, and
+    /// the prefix index only points at blocks carrying the indexed hash.
+    pub fn assert_consistent(&self) {
+        assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "used + free != usable");
+        let mut on_list = vec![false; self.blocks.len()];
+        let (mut cur, mut prev, mut n) = (self.free_head, NIL, 0u32);
+        while cur != NIL {
+            let blk = &self.blocks[cur as usize];
+            assert_eq!(blk.prev, prev, "broken back link at block {cur}");
+            assert_eq!(blk.ref_cnt, 0, "referenced block {cur} on the free list");
+            assert!(!on_list[cur as usize], "cycle in the free list");
+            on_list[cur as usize] = true;
+            prev = cur;
+            cur = blk.next;
+            n += 1;
+        }
+        assert_eq!(prev, self.free_tail, "free tail mismatch");
+        assert_eq!(n, self.num_free, "free list length != free count");
+        let unreferenced = self.blocks.iter().filter(|b| b.ref_cnt == 0).count() as u32;
+        assert_eq!(unreferenced, self.num_free, "unreferenced blocks missing from the free list");
+        for (&h, &b) in &self.index {
+            assert_eq!(self.blocks[b as usize].hash, Some(h), "index entry for block {b} is stale");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hashes(n: u64) -> Vec<u64> {
+        (1..=n).map(|i| i * 1000).collect()
+    }
+
+    #[test]
+    fn allocate_free_and_hit() {
+        let mut kv = KvCache::new(11, 16, true).unwrap();
+        assert_eq!(kv.usable_blocks(), 10);
+        let h = hashes(4);
+        let mut a = BlockTable::default();
+        let mut hits = Vec::new();
+        assert_eq!(kv.find_cached_prefix(&h, 64, &mut hits), 0);
+        assert!(kv.allocate_slots(&mut a, 64, &hits, &h, 64));
+        assert_eq!(kv.num_used_blocks(), 4);
+        kv.free(&mut a);
+        assert_eq!(kv.num_free_blocks(), 10);
+        kv.assert_consistent();
+        // Same 64-token prompt: hit capped at 63 tokens → 3 full blocks.
+        assert_eq!(kv.find_cached_prefix(&h, 64, &mut hits), 48);
+        let mut b = BlockTable::default();
+        assert!(kv.allocate_slots(&mut b, 64, &hits.clone(), &h, 64));
+        assert_eq!(b.blocks[..3], a_blocks_after_reuse(&kv, &h)[..3]);
+        kv.assert_consistent();
+    }
+
+    fn a_blocks_after_reuse(kv: &KvCache, h: &[u64]) -> Vec<u32> {
+        h.iter().filter_map(|x| kv.index.get(x).copied()).collect()
+    }
+
+    #[test]
+    fn allocation_fails_atomically_when_full() {
+        let mut kv = KvCache::new(5, 16, false).unwrap();
+        let mut a = BlockTable::default();
+        assert!(kv.allocate_slots(&mut a, 48, &[], &[], 48));
+        let mut b = BlockTable::default();
+        assert!(!kv.allocate_slots(&mut b, 32, &[], &[], 32));
+        assert!(b.blocks.is_empty());
+        assert_eq!(kv.num_free_blocks(), 1);
+        kv.assert_consistent();
+    }
+
+    #[test]
+    fn lru_evicts_oldest_free_block_first() {
+        let mut kv = KvCache::new(4, 1, true).unwrap(); // 3 usable one-token blocks
+        let mut t = BlockTable::default();
+        let mut hits = Vec::new();
+        assert!(kv.allocate_slots(&mut t, 3, &[], &[7, 8, 9], 3));
+        kv.free(&mut t); // reverse order: free queue = [blk(9), blk(8), blk(7)]
+        // A new 1-token request evicts the block holding hash 9 (the tail of the old request).
+        let mut u = BlockTable::default();
+        assert!(kv.allocate_slots(&mut u, 1, &[], &[], 0));
+        assert_eq!(kv.find_cached_prefix(&[7, 8, 9], 4, &mut hits), 2);
+        assert_eq!(kv.find_cached_prefix(&[9], 2, &mut hits), 0);
+        kv.assert_consistent();
+    }
+
+    #[test]
+    fn bad_geometry_is_rejected() {
+        assert_eq!(KvCache::new(10, 0, true).err(), Some(KvConfigError::ZeroBlockSize));
+        assert_eq!(KvCache::new(1, 16, true).err(), Some(KvConfigError::TooFewBlocks(1)));
+    }
+}

@@ -1,0 +1,64 @@
+//! # blis-engine: the single-instance discrete-event core of BLIS
+//!
+//! BLIS predicts what a vLLM deployment does with a workload. This crate is
+//! the part that is pure simulation: no files, no threads, no wall clock.
+//!
+//! ```text
+//!  Workload (lazy, arrival-ordered Requests)
+//!        │ inject at arrival
+//!        ▼
+//!  Instance ── queueing delay ──► wait queue ──► scheduler step (vLLM v1) ──► latency model
+//!        │                              ▲  preempt (recompute)  │ KV cache (paged, prefix-cached)
+//!        ▼                              └───────────────────────┘
+//!  Observer: RequestRecord per request, TokenEvent per token, StepEvent per step
+//!        ▼
+//!  metrics::Collector → exact percentiles
+//! ```
+//!
+//! Reading order: [`time`] and [`event`] (integer µs clock, total event
+//! order), [`rng`] (seeded streams per subsystem), [`request`] (token runs,
+//! block hashes, records), [`kv`] (block pool), [`scheduler`] (knobs and
+//! queue orders), [`latency`] (the step-time trait and its models),
+//! [`instance`] (the step itself), [`sim`] (the event loop), [`metrics`].
+//! [`model`], [`hardware`] and [`catalog`] describe what is being simulated.
+//!
+//! ## Example
+//!
+//! ```
+//! use std::sync::Arc;
+//! use blis_engine::{instance::Instance, latency::Blackbox, metrics::Collector, request::*,
+//!                   scheduler::*, sim::{run_single, IterWorkload}, time::Micros};
+//!
+//! let cfg = InstanceConfig {
+//!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
+//!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
+//!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail },
+//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None,
+//! };
+//! let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] });
+//! let mut inst = Instance::new(0, cfg, model).unwrap();
+//! let reqs = (0..10).map(|i| Request {
+//!     id: RequestId(i), arrival: Micros::from_ms(i * 10), prompt: TokenSeq::synthetic(i, 100),
+//!     max_output_tokens: 20, output_seed: i, meta: RequestMeta::default(),
+//! });
+//! let mut metrics = Collector::default();
+//! let end = run_single(&mut inst, &mut IterWorkload::new(reqs), None, &mut metrics);
+//! assert_eq!(metrics.completed, 10);
+//! assert_eq!(end.queued + end.running, 0);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod catalog;
+pub mod event;
+pub mod hardware;
+pub mod instance;
+pub mod kv;
+pub mod latency;
+pub mod metrics;
+pub mod model;
+pub mod request;
+pub mod rng;
+pub mod scheduler;
+pub mod sim;
+pub mod time;

@@ -1,0 +1,462 @@
+//! Streaming metrics: exact latency distributions and run counters.
+//!
+//! Percentiles are exact, computed like numpy's default (linear
+//! interpolation between closest ranks), which is what inference-perf and
+//! `vllm bench serve` report. Request-level samples cost 8 bytes per request
+//! and metric; per-token inter-token latencies are stored run-length encoded,
+//! because every decoding request in a step sees the same gap, so their memory
+//! grows with steps rather than tokens.
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+use crate::instance::{InstanceStats, Observer, TokenEvent};
+use crate::request::{DropReason, Outcome, RequestRecord};
+use crate::time::Micros;
+
+/// Linear-interpolation percentile (numpy's default) of sorted values.
+/// `p` in [0, 100]. Returns NaN for an empty slice.
+pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = p / 100.0 * (sorted.len() - 1) as f64;
+    let lo = rank.floor() as usize;
+    let hi = rank.ceil() as usize;
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+}
+
+/// An exact set of samples (any unit).
+#[derive(Clone, Debug, Default)]
+pub struct Samples {
+    values: Vec<f64>,
+}
+
+impl Samples {
+    /// Adds one sample.
+    pub fn push(&mut self, v: f64) {
+        self.values.push(v);
+    }
+
+    /// Number of samples.
+    pub fn len(&self) -> usize {
+        self.values.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.values.is_empty()
+    }
+
+    /// The samples in insertion order.
+    pub fn values(&self) -> &[f64] {
+        &self.values
+    }
+
+    /// Summary statistics, converting each value with `scale` (e.g. µs → ms).
+    pub fn summary(&self, scale: f64) -> Distribution {
+        let mut sorted: Vec<f64> = self.values.iter().map(|v| v * scale).collect();
+        sorted.sort_by(f64::total_cmp);
+        Distribution::from_sorted(&sorted)
+    }
+}
+
+/// Samples with multiplicities, appended mostly in runs of equal values.
+#[derive(Clone, Debug, Default)]
+pub struct WeightedSamples {
+    runs: Vec<(f64, u64)>,
+}
+
+impl WeightedSamples {
+    /// Adds one sample, merging it with the previous run when equal.
+    pub fn push(&mut self, v: f64) {
+        match self.runs.last_mut() {
+            Some((last, n)) if *last == v => *n += 1,
+            _ => self.runs.push((v, 1)),
+        }
+    }
+
+    /// Number of samples (with multiplicity).
+    pub fn len(&self) -> u64 {
+        self.runs.iter().map(|r| r.1).sum()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.runs.is_empty()
+    }
+
+    /// Summary statistics, exactly as if every sample were stored individually.
+    pub fn summary(&self, scale: f64) -> Distribution {
+        let mut runs: Vec<(f64, u64)> = self.runs.iter().map(|&(v, n)| (v * scale, n)).collect();
+        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let count: u64 = runs.iter().map(|r| r.1).sum();
+        if count == 0 {
+            return Distribution::empty();
+        }
+        let sum: f64 = runs.iter().map(|&(v, n)| v * n as f64).sum();
+        // Value at 0-based rank r of the expanded multiset.
+        let at = |r: u64| -> f64 {
+            let mut seen = 0;
+            for &(v, n) in &runs {
+                seen += n;
+                if r < seen {
+                    return v;
+                }
+            }
+            runs[runs.len() - 1].0
+        };
+        let pct = |p: f64| {
+            let rank = p / 100.0 * (count - 1) as f64;
+            let (lo, hi) = (rank.floor() as u64, rank.ceil() as u64);
+            let (a, b) = (at(lo), at(hi));
+            a + (b - a) * (rank - lo as f64)
+        };
+        Distribution {
+            count,
+            mean: sum / count as f64,
+            min: runs[0].0,
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p95: pct(95.0),
+            p99: pct(99.0),
+            max: runs[runs.len() - 1].0,
+        }
+    }
+}
+
+/// Summary of one distribution. Empty distributions report `count: 0` and
+/// zeros elsewhere (JSON has no NaN).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Distribution {
+    /// Number of samples.
+    pub count: u64,
+    /// Arithmetic mean.
+    pub mean: f64,
+    /// Smallest sample.
+    pub min: f64,
+    /// Median.
+    pub p50: f64,
+    /// 90th percentile.
+    pub p90: f64,
+    /// 95th percentile.
+    pub p95: f64,
+    /// 99th percentile.
+    pub p99: f64,
+    /// Largest sample.
+    pub max: f64,
+}
+
+impl Distribution {
+    fn empty() -> Distribution {
+        Distribution { count: 0, mean: 0.0, min: 0.0, p50: 0.0, p90: 0.0, p95: 0.0, p99: 0.0, max: 0.0 }
+    }
+
+    /// Statistics of already sorted values.
+    pub fn from_sorted(sorted: &[f64]) -> Distribution {
+        if sorted.is_empty() {
+            return Distribution::empty();
+        }
+        Distribution {
+            count: sorted.len() as u64,
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            min: sorted[0],
+            p50: percentile_sorted(sorted, 50.0),
+            p90: percentile_sorted(sorted, 90.0),
+            p95: percentile_sorted(sorted, 95.0),
+            p99: percentile_sorted(sorted, 99.0),
+            max: sorted[sorted.len() - 1],
+        }
+    }
+}
+
+/// Accumulates request records and token gaps into latency distributions.
+#[derive(Clone, Debug, Default)]
+pub struct Collector {
+    /// Requests that completed.
+    pub completed: u64,
+    /// Requests dropped, by reason (index = position in [`DropReason::ALL`]).
+    pub dropped: [u64; 2],
+    /// Requests given up at the client timeout.
+    pub timed_out: u64,
+    /// Prompt tokens of completed requests.
+    pub input_tokens: u64,
+    /// Output tokens of completed requests.
+    pub output_tokens: u64,
+    /// Time to first token of completed requests, µs.
+    pub ttft_us: Samples,
+    /// Time per output token after the first, µs.
+    pub tpot_us: Samples,
+    /// End-to-end latency, µs.
+    pub e2e_us: Samples,
+    /// Queue time (enqueued → first scheduled), µs.
+    pub scheduling_delay_us: Samples,
+    /// Gaps between consecutive tokens of a request, µs.
+    pub itl_us: WeightedSamples,
+    /// Earliest arrival seen.
+    pub first_arrival: Option<Micros>,
+    /// Latest finish seen.
+    pub last_finish: Micros,
+}
+
+impl Collector {
+    /// Requests dropped for any reason.
+    pub fn dropped_total(&self) -> u64 {
+        self.dropped.iter().sum()
+    }
+
+    /// Adds one finished request.
+    pub fn record(&mut self, r: &RequestRecord) {
+        self.first_arrival = Some(self.first_arrival.map_or(r.arrival, |a| a.min(r.arrival)));
+        self.last_finish = self.last_finish.max(r.finished);
+        match r.outcome {
+            Outcome::Completed => {
+                self.completed += 1;
+                self.input_tokens += u64::from(r.input_tokens);
+                self.output_tokens += u64::from(r.output_tokens);
+                if let Some(t) = r.ttft() {
+                    self.ttft_us.push(t.as_us() as f64);
+                }
+                if let Some(t) = r.tpot_us() {
+                    self.tpot_us.push(t);
+                }
+                if let Some(t) = r.e2e() {
+                    self.e2e_us.push(t.as_us() as f64);
+                }
+                if let Some(t) = r.scheduling_delay() {
+                    self.scheduling_delay_us.push(t.as_us() as f64);
+                }
+            }
+            Outcome::Dropped(reason) => {
+                let i = DropReason::ALL.iter().position(|&x| x == reason).unwrap_or(0);
+                self.dropped[i] += 1;
+            }
+            Outcome::TimedOut => self.timed_out += 1,
+        }
+    }
+
+    /// Adds one token gap.
+    pub fn token(&mut self, t: &TokenEvent) {
+        if let Some(gap) = t.gap {
+            self.itl_us.push(gap.as_us() as f64);
+        }
+    }
+
+    /// The latency block of a report, in milliseconds.
+    pub fn latency_ms(&self) -> LatencyReport {
+        LatencyReport {
+            ttft: self.ttft_us.summary(1e-3),
+            tpot: self.tpot_us.summary(1e-3),
+            itl: self.itl_us.summary(1e-3),
+            e2e: self.e2e_us.summary(1e-3),
+            scheduling_delay: self.scheduling_delay_us.summary(1e-3),
+        }
+    }
+}
+
+impl Observer for Collector {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.record(record);
+    }
+
+    fn on_token(&mut self, token: &TokenEvent) {
+        self.token(token);
+    }
+}
+
+/// Latency distributions of completed requests, in milliseconds.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LatencyReport {
+    /// Time to first token.
+    pub ttft: Distribution,
+    /// Time per output token, excluding the first token (per-request mean).
+    pub tpot: Distribution,
+    /// Inter-token latency over all token gaps.
+    pub itl: Distribution,
+    /// End-to-end latency.
+    pub e2e: Distribution,
+    /// Queue time from entering the wait queue to first scheduling.
+    pub scheduling_delay: Distribution,
+}
+
+/// Request counts of a run. Conservation: `injected = completed + queued +
+/// running + dropped + timed_out`.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RequestCounts {
+    /// Requests that reached an instance.
+    pub injected: u64,
+    /// Requests that generated all their output tokens.
+    pub completed: u64,
+    /// Requests still waiting when the run ended.
+    pub queued: u64,
+    /// Requests still running when the run ended.
+    pub running: u64,
+    /// Requests refused because they could never run.
+    pub dropped: u64,
+    /// Dropped requests by reason.
+    pub dropped_by_reason: BTreeMap<&'static str, u64>,
+    /// Requests abandoned at the client timeout.
+    pub timed_out: u64,
+}
+
+/// Token totals over completed requests.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TokenCounts {
+    /// Prompt tokens.
+    pub input_total: u64,
+    /// Generated tokens.
+    pub output_total: u64,
+}
+
+/// Throughput over the simulated duration.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Throughput {
+    /// Completed requests per second.
+    pub requests_per_s: f64,
+    /// Generated tokens per second.
+    pub output_tokens_per_s: f64,
+    /// Prompt plus generated tokens per second.
+    pub total_tokens_per_s: f64,
+}
+
+/// KV-cache behaviour.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvReport {
+    /// Prompt tokens served from the prefix cache / prompt tokens looked up,
+    /// counted at each admission from the wait queue.
+    pub prefix_hit_rate: f64,
+    /// Highest fraction of usable blocks in use after scheduling a step.
+    pub utilization_peak: f64,
+    /// Time-weighted mean of that fraction over the simulated duration.
+    pub utilization_mean: f64,
+    /// Requests preempted (recompute).
+    pub preemptions: u64,
+}
+
+/// Scheduler activity.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct BatchReport {
+    /// Steps executed.
+    pub steps: u64,
+    /// Mean requests per step.
+    pub mean_batch_size: f64,
+    /// Mean tokens per step.
+    pub mean_batch_tokens: f64,
+    /// Fraction of the simulated duration the GPUs were busy.
+    pub busy_fraction: f64,
+}
+
+/// Everything a run measured, ready to serialise.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunSummary {
+    /// Request counts.
+    pub requests: RequestCounts,
+    /// Token totals.
+    pub tokens: TokenCounts,
+    /// From the first arrival to the end of the run, seconds.
+    pub simulated_duration_s: f64,
+    /// Rates.
+    pub throughput: Throughput,
+    /// Latency distributions, ms.
+    pub latency_ms: LatencyReport,
+    /// Cache behaviour.
+    pub kv_cache: KvReport,
+    /// Batch statistics.
+    pub batch: BatchReport,
+}
+
+fn ratio(a: f64, b: f64) -> f64 {
+    if b > 0.0 { a / b } else { 0.0 }
+}
+
+impl RunSummary {
+    /// Combines the collector with per-instance counters. `end` is when the
+    /// run stopped; `queued`/`running` are the requests left at that time.
+    pub fn build(collector: &Collector, instances: &[&InstanceStats], end: Micros, queued: u64, running: u64) -> RunSummary {
+        let start = collector.first_arrival.unwrap_or(Micros::ZERO);
+        let duration = end.max(collector.last_finish) - start;
+        let secs = duration.as_secs_f64();
+        let n = instances.len().max(1) as f64;
+        let sum = |f: fn(&InstanceStats) -> u64| instances.iter().map(|s| f(s)).sum::<u64>();
+        let steps = sum(|s| s.steps);
+        let dropped_by_reason = DropReason::ALL.iter().zip(collector.dropped).map(|(r, n)| (r.as_str(), n)).collect();
+        RunSummary {
+            requests: RequestCounts {
+                injected: sum(|s| s.injected),
+                completed: collector.completed,
+                queued,
+                running,
+                dropped: collector.dropped_total(),
+                dropped_by_reason,
+                timed_out: collector.timed_out,
+            },
+            tokens: TokenCounts { input_total: collector.input_tokens, output_total: collector.output_tokens },
+            simulated_duration_s: secs,
+            throughput: Throughput {
+                requests_per_s: ratio(collector.completed as f64, secs),
+                output_tokens_per_s: ratio(collector.output_tokens as f64, secs),
+                total_tokens_per_s: ratio((collector.input_tokens + collector.output_tokens) as f64, secs),
+            },
+            latency_ms: collector.latency_ms(),
+            kv_cache: KvReport {
+                prefix_hit_rate: ratio(sum(|s| s.prefix_hit_tokens) as f64, sum(|s| s.prefix_query_tokens) as f64),
+                utilization_peak: instances.iter().map(|s| s.kv_usage_peak).fold(0.0, f64::max),
+                utilization_mean: ratio(instances.iter().map(|s| s.kv_usage_integral).sum::<f64>() / n, duration.as_us() as f64),
+                preemptions: sum(|s| s.preemptions),
+            },
+            batch: BatchReport {
+                steps,
+                mean_batch_size: ratio(sum(|s| s.batch_requests) as f64, steps as f64),
+                mean_batch_tokens: ratio(sum(|s| s.batch_tokens) as f64, steps as f64),
+                busy_fraction: ratio(sum(|s| s.busy.as_us()) as f64 / n, duration.as_us() as f64),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn brute(values: &[f64], p: f64) -> f64 {
+        let mut v = values.to_vec();
+        v.sort_by(f64::total_cmp);
+        let rank = p / 100.0 * (v.len() - 1) as f64;
+        let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
+        v[lo] * (1.0 - (rank - lo as f64)) + v[hi] * (rank - lo as f64)
+    }
+
+    #[test]
+    fn numpy_reference_values() {
+        // numpy.percentile([1, 2, 3, 4], [50, 90, 99]) = [2.5, 3.7, 3.97]
+        let s = [1.0, 2.0, 3.0, 4.0];
+        assert_eq!(percentile_sorted(&s, 50.0), 2.5);
+        assert!((percentile_sorted(&s, 90.0) - 3.7).abs() < 1e-12);
+        assert!((percentile_sorted(&s, 99.0) - 3.97).abs() < 1e-12);
+    }
+
+    proptest! {
+        #[test]
+        fn percentiles_equal_brute_force(values in prop::collection::vec(0u32..1_000_000, 1..400)) {
+            let values: Vec<f64> = values.into_iter().map(f64::from).collect();
+            let mut s = Samples::default();
+            let mut w = WeightedSamples::default();
+            for &v in &values {
+                s.push(v);
+                w.push(v);
+            }
+            let (ds, dw) = (s.summary(1.0), w.summary(1.0));
+            for (p, got_s, got_w) in [(50.0, ds.p50, dw.p50), (90.0, ds.p90, dw.p90), (95.0, ds.p95, dw.p95), (99.0, ds.p99, dw.p99)] {
+                let want = brute(&values, p);
+                prop_assert!((got_s - want).abs() <= 1e-9 * want.max(1.0), "p{p}: {got_s} vs {want}");
+                prop_assert!((got_w - want).abs() <= 1e-9 * want.max(1.0), "weighted p{p}: {got_w} vs {want}");
+            }
+            let mean = values.iter().sum::<f64>() / values.len() as f64;
+            prop_assert!((ds.mean - mean).abs() <= 1e-9 * mean.max(1.0));
+            prop_assert!((dw.mean - mean).abs() <= 1e-9 * mean.max(1.0));
+            prop_assert_eq!(dw.count, values.len() as u64);
+        }
+    }
+}

@@ -1,0 +1,441 @@
+//! Model architecture, read from a HuggingFace `config.json`.
+//!
+//! [`ModelConfig::from_hf_json`] accepts the config of any decoder-only
+//! transformer in the HuggingFace format: dense (Llama, Qwen, Mistral), GQA and
+//! MHA attention, mixture-of-experts (Mixtral, Qwen3-MoE, DeepSeek, Llama-4),
+//! multi-head latent attention (DeepSeek-V2, GLM-5), and multimodal wrappers
+//! whose language model sits under `text_config`. Field names follow the
+//! notation table of `latency-formulas.md`, with their aliases.
+//!
+//! Everything derived from the architecture (parameter counts, weight bytes,
+//! KV bytes per token, FLOPs per token) lives here, so every latency model and
+//! the KV capacity estimate use the same numbers.
+
+use serde_json::{Map, Value};
+use thiserror::Error;
+
+/// Why a `config.json` could not be used.
+#[derive(Debug, Error, PartialEq)]
+pub enum ModelConfigError {
+    /// The text is not JSON, or not a JSON object.
+    #[error("not a JSON object: {0}")]
+    NotJson(String),
+    /// A required field is absent (under any of its alias names).
+    #[error("missing field `{field}` (also accepted: {aliases})")]
+    Missing {
+        /// Canonical field name.
+        field: &'static str,
+        /// Other names accepted for it.
+        aliases: &'static str,
+    },
+    /// A field is present but unusable.
+    #[error("field `{field}` = {value} is invalid: {reason}")]
+    Invalid {
+        /// Field name.
+        field: &'static str,
+        /// The offending value as written.
+        value: String,
+        /// What is allowed.
+        reason: &'static str,
+    },
+}
+
+/// Mixture-of-experts layout.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MoeConfig {
+    /// Routed experts per MoE layer (`num_local_experts`, `num_experts`, `n_routed_experts`).
+    pub num_experts: u32,
+    /// Experts each token is routed to (`num_experts_per_tok`).
+    pub experts_per_token: u32,
+    /// FFN width of one routed expert (`moe_intermediate_size`, else `intermediate_size`).
+    pub expert_intermediate_size: u32,
+    /// Total FFN width of the always-active shared experts (0 when none).
+    pub shared_intermediate_size: u32,
+    /// Number of layers whose FFN is a MoE block; the rest are dense.
+    pub num_moe_layers: u32,
+}
+
+/// Multi-head latent attention (DeepSeek-V2 style): the KV cache stores one
+/// compressed latent per token and layer instead of per-head keys and values.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MlaConfig {
+    /// Width of the compressed KV latent (`kv_lora_rank`).
+    pub kv_lora_rank: u32,
+    /// Width of the decoupled rotary key (`qk_rope_head_dim`).
+    pub qk_rope_head_dim: u32,
+}
+
+/// The architecture facts BLIS needs about a model.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelConfig {
+    /// `architectures[0]`, e.g. `LlamaForCausalLM`.
+    pub architecture: String,
+    /// L: `num_hidden_layers` (`n_layer`, `num_layers`).
+    pub num_layers: u32,
+    /// d: `hidden_size` (`n_embd`, `d_model`).
+    pub hidden_size: u32,
+    /// H: `num_attention_heads` (`n_head`).
+    pub num_attention_heads: u32,
+    /// KVH: `num_key_value_heads` (`num_kv_heads`, `multi_query_group_num`); H when absent.
+    pub num_kv_heads: u32,
+    /// dH: `head_dim` when present, else d / H.
+    pub head_dim: u32,
+    /// dFF of dense layers: `intermediate_size` (`intermediate_size_mlp` for Llama-4).
+    pub intermediate_size: u32,
+    /// V: `vocab_size`.
+    pub vocab_size: u32,
+    /// Whether the LM head shares the embedding matrix.
+    pub tie_word_embeddings: bool,
+    /// Bytes per activation / KV element (BPP): 2 for bf16/fp16 (also for fp32
+    /// checkpoints, which vLLM serves in half precision).
+    pub dtype_bytes: f64,
+    /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
+    pub weight_bytes_per_param: f64,
+    /// `max_position_embeddings`: vLLM's default `--max-model-len`.
+    pub max_position_embeddings: u32,
+    /// Present for mixture-of-experts models.
+    pub moe: Option<MoeConfig>,
+    /// Present for multi-head latent attention models.
+    pub mla: Option<MlaConfig>,
+}
+
+/// Looks up the first present alias; `null` counts as absent.
+fn field<'a>(obj: &'a Map<String, Value>, names: &[&str]) -> Option<&'a Value> {
+    names.iter().find_map(|n| obj.get(*n).filter(|v| !v.is_null()))
+}
+
+fn positive_u32(obj: &Map<String, Value>, names: &[&str], canonical: &'static str) -> Result<Option<u32>, ModelConfigError> {
+    match field(obj, names) {
+        None => Ok(None),
+        Some(v) => match v.as_u64() {
+            Some(n) if n > 0 && n <= u64::from(u32::MAX) => Ok(Some(n as u32)),
+            _ => Err(ModelConfigError::Invalid { field: canonical, value: v.to_string(), reason: "must be a positive integer" }),
+        },
+    }
+}
+
+fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'static str) -> Result<u32, ModelConfigError> {
+    positive_u32(obj, names, names[0])?.ok_or(ModelConfigError::Missing { field: names[0], aliases })
+}
+
+/// Bytes per weight implied by a `quantization_config`, if it names a precision.
+fn quantized_weight_bytes(q: &Value) -> Option<f64> {
+    let bits = |b: u64| match b {
+        8 => Some(1.0),
+        4 => Some(0.5),
+        _ => None,
+    };
+    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bits) {
+        return Some(b);
+    }
+    if let Some(groups) = q.get("config_groups").and_then(Value::as_object) {
+        // compressed-tensors: every group quantises weights to the same width in practice.
+        if let Some(b) = groups
+            .values()
+            .find_map(|g| g.get("weights").and_then(|w| w.get("num_bits")).and_then(Value::as_u64))
+            .and_then(bits)
+        {
+            return Some(b);
+        }
+    }
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    if method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2") {
+        Some(1.0)
+    } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
+        Some(0.5)
+    } else {
+        None
+    }
+}
+
+impl ModelConfig {
+    /// Parses the text of a HuggingFace `config.json`.
+    ///
+    /// Guarantees: every count is positive; `num_kv_heads` divides nothing
+    /// implicitly (it is only required to be ≤ `num_attention_heads`); a MoE
+    /// model has `experts_per_token ≤ num_experts`.
+    pub fn from_hf_json(text: &str) -> Result<ModelConfig, ModelConfigError> {
+        let root: Value = serde_json::from_str(text).map_err(|e| ModelConfigError::NotJson(e.to_string()))?;
+        let root = root.as_object().ok_or_else(|| ModelConfigError::NotJson("top level is not an object".into()))?;
+        // Multimodal wrappers (Llama-4, Qwen-VL) keep the language model under `text_config`.
+        let text_cfg = root.get("text_config").and_then(Value::as_object);
+        let obj = text_cfg.unwrap_or(root);
+
+        let architecture = field(root, &["architectures"])
+            .and_then(|a| a.get(0))
+            .and_then(Value::as_str)
+            .unwrap_or("unknown")
+            .to_string();
+        let num_layers = required_u32(obj, &["num_hidden_layers", "n_layer", "num_layers"], "n_layer, num_layers")?;
+        let hidden_size = required_u32(obj, &["hidden_size", "n_embd", "d_model"], "n_embd, d_model")?;
+        let num_attention_heads = required_u32(obj, &["num_attention_heads", "n_head"], "n_head")?;
+        let num_kv_heads = positive_u32(obj, &["num_key_value_heads", "num_kv_heads", "multi_query_group_num"], "num_key_value_heads")?
+            .unwrap_or(num_attention_heads);
+        if num_kv_heads > num_attention_heads {
+            return Err(ModelConfigError::Invalid {
+                field: "num_key_value_heads",
+                value: num_kv_heads.to_string(),
+                reason: "must not exceed num_attention_heads",
+            });
+        }
+        let head_dim = match positive_u32(obj, &["head_dim"], "head_dim")? {
+            Some(h) => h,
+            None if hidden_size % num_attention_heads == 0 => hidden_size / num_attention_heads,
+            None => {
+                return Err(ModelConfigError::Invalid {
+                    field: "hidden_size",
+                    value: hidden_size.to_string(),
+                    reason: "must be divisible by num_attention_heads when head_dim is absent",
+                })
+            }
+        };
+        let ffn = positive_u32(obj, &["intermediate_size", "ffn_hidden_size", "n_inner"], "intermediate_size")?;
+        // Llama-4 names the dense-layer FFN `intermediate_size_mlp` and the expert FFN `intermediate_size`.
+        let dense_ffn = positive_u32(obj, &["intermediate_size_mlp"], "intermediate_size_mlp")?;
+        let vocab_size = required_u32(obj, &["vocab_size", "padded_vocab_size"], "padded_vocab_size")?;
+        let max_position_embeddings =
+            positive_u32(obj, &["max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"], "max_position_embeddings")?
+                .unwrap_or(4096);
+        let tie_word_embeddings = field(obj, &["tie_word_embeddings"]).or_else(|| field(root, &["tie_word_embeddings"]))
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+
+        let moe = Self::parse_moe(obj, num_layers, ffn)?;
+        let intermediate_size = match (&moe, dense_ffn, ffn) {
+            (_, Some(d), _) => d,
+            (_, None, Some(f)) => f,
+            (None, None, None) => {
+                return Err(ModelConfigError::Missing { field: "intermediate_size", aliases: "ffn_hidden_size, n_inner" })
+            }
+            // A MoE model without any dense width: dense layers (if any) use the expert width.
+            (Some(m), None, None) => m.expert_intermediate_size,
+        };
+        let mla = match positive_u32(obj, &["kv_lora_rank"], "kv_lora_rank")? {
+            Some(kv_lora_rank) => Some(MlaConfig {
+                kv_lora_rank,
+                qk_rope_head_dim: positive_u32(obj, &["qk_rope_head_dim"], "qk_rope_head_dim")?.unwrap_or(64),
+            }),
+            None => None,
+        };
+
+        // Half precision unless the checkpoint says fp8/int8 for activations is
+        // irrelevant here: vLLM computes in bf16/fp16 and stores KV in the
+        // model dtype by default.
+        let dtype_bytes = 2.0;
+        let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
+        let weight_bytes_per_param = quant.and_then(quantized_weight_bytes).unwrap_or(dtype_bytes);
+
+        Ok(ModelConfig {
+            architecture,
+            num_layers,
+            hidden_size,
+            num_attention_heads,
+            num_kv_heads,
+            head_dim,
+            intermediate_size,
+            vocab_size,
+            tie_word_embeddings,
+            dtype_bytes,
+            weight_bytes_per_param,
+            max_position_embeddings,
+            moe,
+            mla,
+        })
+    }
+
+    fn parse_moe(obj: &Map<String, Value>, num_layers: u32, ffn: Option<u32>) -> Result<Option<MoeConfig>, ModelConfigError> {
+        let experts = positive_u32(obj, &["num_local_experts", "num_experts", "n_routed_experts"], "num_local_experts")?;
+        let num_experts = match experts {
+            Some(n) if n >= 2 => n,
+            _ => return Ok(None),
+        };
+        let experts_per_token = positive_u32(obj, &["num_experts_per_tok", "moe_topk", "top_k"], "num_experts_per_tok")?.unwrap_or(1);
+        if experts_per_token > num_experts {
+            return Err(ModelConfigError::Invalid {
+                field: "num_experts_per_tok",
+                value: experts_per_token.to_string(),
+                reason: "must not exceed the number of experts",
+            });
+        }
+        let expert_intermediate_size = match positive_u32(obj, &["moe_intermediate_size"], "moe_intermediate_size")?.or(ffn) {
+            Some(f) => f,
+            None => return Err(ModelConfigError::Missing { field: "moe_intermediate_size", aliases: "intermediate_size" }),
+        };
+        let shared_intermediate_size = match positive_u32(obj, &["shared_expert_intermediate_size"], "shared_expert_intermediate_size")? {
+            Some(s) => s,
+            None => {
+                let n_shared = positive_u32(obj, &["n_shared_experts", "num_shared_experts"], "n_shared_experts")?.unwrap_or(0);
+                // Llama-4 always has one shared expert of the expert width.
+                let llama4_shared = u32::from(field(obj, &["interleave_moe_layer_step"]).is_some());
+                n_shared.max(llama4_shared) * expert_intermediate_size
+            }
+        };
+        // Which layers are MoE: DeepSeek/GLM keep the first k dense; Llama-4
+        // makes every s-th layer MoE (HF: range(s-1, L, s)); Qwen-MoE uses a
+        // sparse step and an explicit dense list.
+        let first_dense = positive_u32(obj, &["first_k_dense_replace"], "first_k_dense_replace")?.unwrap_or(0).min(num_layers);
+        let num_moe_layers = if let Some(step) = positive_u32(obj, &["interleave_moe_layer_step"], "interleave_moe_layer_step")? {
+            num_layers / step
+        } else if let Some(step) = positive_u32(obj, &["decoder_sparse_step", "moe_layer_freq"], "decoder_sparse_step")? {
+            let dense_listed = field(obj, &["mlp_only_layers"]).and_then(Value::as_array).map_or(0, Vec::len) as u32;
+            ((num_layers - first_dense) / step).saturating_sub(dense_listed)
+        } else {
+            num_layers - first_dense
+        };
+        Ok(Some(MoeConfig { num_experts, experts_per_token, expert_intermediate_size, shared_intermediate_size, num_moe_layers }))
+    }
+
+    /// Number of layers with a dense FFN.
+    pub fn num_dense_layers(&self) -> u32 {
+        self.num_layers - self.moe.as_ref().map_or(0, |m| m.num_moe_layers)
+    }
+
+    /// Width of the query projection output, H·dH.
+    pub fn q_dim(&self) -> f64 {
+        f64::from(self.num_attention_heads) * f64::from(self.head_dim)
+    }
+
+    /// Width of the key (or value) projection output, dKV = KVH·dH.
+    pub fn kv_dim(&self) -> f64 {
+        f64::from(self.num_kv_heads) * f64::from(self.head_dim)
+    }
+
+    /// Parameters of one layer's attention block (q, k, v, o projections).
+    pub fn attention_params_per_layer(&self) -> f64 {
+        let d = f64::from(self.hidden_size);
+        2.0 * d * self.q_dim() + 2.0 * d * self.kv_dim()
+    }
+
+    /// Parameters of one dense SwiGLU FFN (gate, up, down: 3·d·dFF).
+    pub fn dense_ffn_params(&self) -> f64 {
+        3.0 * f64::from(self.hidden_size) * f64::from(self.intermediate_size)
+    }
+
+    /// Parameters of one MoE layer's FFN: all routed experts, shared experts and the router.
+    pub fn moe_ffn_params(&self) -> f64 {
+        let Some(m) = &self.moe else { return 0.0 };
+        let d = f64::from(self.hidden_size);
+        3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_experts)
+            + 3.0 * d * f64::from(m.shared_intermediate_size)
+            + d * f64::from(m.num_experts)
+    }
+
+    /// Total parameter count: embeddings, LM head (unless tied), attention,
+    /// norms, dense and MoE FFNs (the `latency-formulas.md` §5 breakdown).
+    pub fn total_params(&self) -> f64 {
+        let d = f64::from(self.hidden_size);
+        let v = f64::from(self.vocab_size);
+        let l = f64::from(self.num_layers);
+        let embeddings = v * d * if self.tie_word_embeddings { 1.0 } else { 2.0 };
+        embeddings
+            + l * (self.attention_params_per_layer() + 2.0 * d)
+            + f64::from(self.num_dense_layers()) * self.dense_ffn_params()
+            + self.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers)) * self.moe_ffn_params()
+            + d
+    }
+
+    /// Bytes of all weights (whole model, summed over GPUs).
+    pub fn weight_bytes(&self) -> f64 {
+        self.total_params() * self.weight_bytes_per_param
+    }
+
+    /// Bytes of KV cache one token occupies, summed over all layers and all
+    /// tensor-parallel ranks: 2·L·KVH·dH·BPP, or L·(kv_lora_rank + rope dim)·BPP
+    /// for latent attention (whose latent is replicated on every rank; see
+    /// [`ModelConfig::kv_bytes_per_token_per_gpu`]).
+    pub fn kv_bytes_per_token(&self) -> f64 {
+        let l = f64::from(self.num_layers);
+        match &self.mla {
+            Some(m) => l * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * self.dtype_bytes,
+            None => 2.0 * l * self.kv_dim() * self.dtype_bytes,
+        }
+    }
+
+    /// KV bytes per token stored on each GPU under tensor parallelism `tp`:
+    /// heads are sharded across ranks (÷ tp), MLA latents are replicated.
+    pub fn kv_bytes_per_token_per_gpu(&self, tp: u32) -> f64 {
+        match &self.mla {
+            Some(_) => self.kv_bytes_per_token(),
+            None => self.kv_bytes_per_token() / f64::from(tp.max(1)),
+        }
+    }
+
+    /// Dense-equivalent matmul FLOPs per token through the transformer stack,
+    /// excluding attention-score work and the LM head: 2 FLOPs per active
+    /// weight (attention projections, dense FFN, the `k` routed experts plus
+    /// shared experts and router of MoE layers).
+    pub fn linear_flops_per_token(&self) -> f64 {
+        let d = f64::from(self.hidden_size);
+        let l = f64::from(self.num_layers);
+        let mut flops = 2.0 * l * self.attention_params_per_layer() + 2.0 * f64::from(self.num_dense_layers()) * self.dense_ffn_params();
+        if let Some(m) = &self.moe {
+            let per_token = 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.experts_per_token)
+                + 3.0 * d * f64::from(m.shared_intermediate_size)
+                + d * f64::from(m.num_experts);
+            flops += 2.0 * f64::from(m.num_moe_layers) * per_token;
+        }
+        flops
+    }
+
+    /// FLOPs of the LM head for one sampled token: 2·d·V.
+    pub fn lm_head_flops(&self) -> f64 {
+        2.0 * f64::from(self.hidden_size) * f64::from(self.vocab_size)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LLAMA2_7B: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":11008,
+        "num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":32,"vocab_size":32000,
+        "max_position_embeddings":4096,"torch_dtype":"float16","tie_word_embeddings":false}"#;
+
+    #[test]
+    fn llama2_7b_counts_match_the_published_size() {
+        let m = ModelConfig::from_hf_json(LLAMA2_7B).unwrap();
+        assert_eq!(m.head_dim, 128);
+        assert_eq!(m.num_kv_heads, 32);
+        // Llama-2-7B has 6.74 B parameters.
+        assert!((m.total_params() / 1e9 - 6.738).abs() < 0.01, "{}", m.total_params());
+        // 2 · 32 layers · 4096 · 2 bytes = 512 KiB of KV per token.
+        assert_eq!(m.kv_bytes_per_token(), 524_288.0);
+    }
+
+    #[test]
+    fn aliases_and_defaults() {
+        let m = ModelConfig::from_hf_json(r#"{"n_layer":2,"n_embd":64,"n_head":4,"n_inner":256,"vocab_size":100}"#).unwrap();
+        assert_eq!((m.num_layers, m.hidden_size, m.num_kv_heads, m.head_dim, m.intermediate_size), (2, 64, 4, 16, 256));
+        assert_eq!(m.architecture, "unknown");
+    }
+
+    #[test]
+    fn moe_and_quantisation() {
+        let m = ModelConfig::from_hf_json(
+            r#"{"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
+                "intermediate_size":14336,"num_local_experts":8,"num_experts_per_tok":2,"vocab_size":32000}"#,
+        )
+        .unwrap();
+        let moe = m.moe.as_ref().unwrap();
+        assert_eq!((moe.num_experts, moe.experts_per_token, moe.num_moe_layers), (8, 2, 32));
+        // Mixtral-8x7B has 46.7 B parameters.
+        assert!((m.total_params() / 1e9 - 46.70).abs() < 0.05, "{}", m.total_params());
+        let fp8 = ModelConfig::from_hf_json(
+            r#"{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,
+                "quantization_config":{"quant_method":"fp8"}}"#,
+        )
+        .unwrap();
+        assert_eq!(fp8.weight_bytes_per_param, 1.0);
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let e = ModelConfig::from_hf_json(r#"{"hidden_size":64}"#).unwrap_err();
+        assert_eq!(e.to_string(), "missing field `num_hidden_layers` (also accepted: n_layer, num_layers)");
+        let e = ModelConfig::from_hf_json(r#"{"hidden_size":-1,"num_hidden_layers":2}"#).unwrap_err();
+        assert!(e.to_string().contains("hidden_size"), "{e}");
+        assert!(matches!(ModelConfig::from_hf_json("[1]"), Err(ModelConfigError::NotJson(_))));
+        assert!(matches!(ModelConfig::from_hf_json("{"), Err(ModelConfigError::NotJson(_))));
+    }
+}

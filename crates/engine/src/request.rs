@@ -1,0 +1,417 @@
+//! Requests, their token content, and the record each one leaves behind.
+//!
+//! A prompt is not a vector of token ids: it is a short list of [`TokenRun`]s,
+//! each either synthetic (token `i` of the run is a pure function of the run's
+//! seed and position) or explicit ids. Requests that share a system prompt
+//! share its run, so their KV blocks hash identically and the simulated prefix
+//! cache hits exactly as vLLM's would, without materialising millions of ids.
+
+use std::sync::Arc;
+
+use crate::rng::mix64;
+use crate::time::Micros;
+
+/// Globally unique request identifier, assigned in arrival order by the workload.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RequestId(pub u64);
+
+/// A contiguous run of prompt tokens.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TokenRun {
+    /// Tokens `offset .. offset + len` of the infinite synthetic stream `seed`.
+    Synthetic {
+        /// Identity of the stream; equal seeds mean equal tokens.
+        seed: u64,
+        /// Position of the run's first token in the stream.
+        offset: u32,
+        /// Number of tokens.
+        len: u32,
+    },
+    /// Real token ids (for example from an HTTP request's `prompt_token_ids`).
+    Explicit(Arc<[u32]>),
+}
+
+impl TokenRun {
+    /// A fresh synthetic run of `len` tokens starting at position 0 of stream `seed`.
+    pub fn synthetic(seed: u64, len: u32) -> TokenRun {
+        TokenRun::Synthetic { seed, offset: 0, len }
+    }
+
+    /// Number of tokens in the run.
+    pub fn len(&self) -> u32 {
+        match self {
+            TokenRun::Synthetic { len, .. } => *len,
+            TokenRun::Explicit(ids) => ids.len() as u32,
+        }
+    }
+
+    /// Whether the run has no tokens.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A token sequence: the concatenation of its runs.
+///
+/// Guarantee: runs are canonical (no empty runs; two adjacent synthetic runs
+/// that continue the same stream are merged), so equal token content always
+/// has equal runs and therefore equal block hashes.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TokenSeq {
+    runs: Vec<TokenRun>,
+    len: u32,
+}
+
+impl TokenSeq {
+    /// An empty sequence.
+    pub fn new() -> TokenSeq {
+        TokenSeq::default()
+    }
+
+    /// A sequence of one synthetic run.
+    pub fn synthetic(seed: u64, len: u32) -> TokenSeq {
+        let mut s = TokenSeq::new();
+        s.push(TokenRun::synthetic(seed, len));
+        s
+    }
+
+    /// Appends a run, keeping the canonical form.
+    pub fn push(&mut self, run: TokenRun) {
+        if run.is_empty() {
+            return;
+        }
+        self.len = self.len.saturating_add(run.len());
+        if let (Some(TokenRun::Synthetic { seed: s0, offset: o0, len: l0 }), TokenRun::Synthetic { seed, offset, len }) =
+            (self.runs.last_mut(), &run)
+            && *s0 == *seed
+            && o0.checked_add(*l0) == Some(*offset)
+        {
+            *l0 += *len;
+            return;
+        }
+        self.runs.push(run);
+    }
+
+    /// Appends all runs of `other`.
+    pub fn extend(&mut self, other: &TokenSeq) {
+        for r in &other.runs {
+            self.push(r.clone());
+        }
+    }
+
+    /// Total number of tokens.
+    pub fn len(&self) -> u32 {
+        self.len
+    }
+
+    /// Whether the sequence is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The canonical runs.
+    pub fn runs(&self) -> &[TokenRun] {
+        &self.runs
+    }
+}
+
+/// Seed of the synthetic stream holding a request's generated tokens.
+pub fn output_stream_seed(id: RequestId, salt: u64) -> u64 {
+    mix64(id.0 ^ mix64(salt ^ 0x6f75_7470_7574))
+}
+
+/// Computes chained hashes of the full `block_size`-token blocks of
+/// `prompt ++ output` (the first `output_len` tokens of stream `output_seed`),
+/// appending hashes for blocks `hashes.len() ..` up to the last full block.
+///
+/// The hash of block `k` covers its content and the hash of block `k-1`, as
+/// vLLM's `hash_block_tokens` does, so equal hashes mean equal prefixes.
+pub fn extend_block_hashes(
+    prompt: &TokenSeq,
+    output_seed: u64,
+    output_len: u32,
+    block_size: u32,
+    hashes: &mut Vec<u64>,
+) {
+    let total = prompt.len() + output_len;
+    let full_blocks = (total / block_size) as usize;
+    if hashes.len() >= full_blocks {
+        return;
+    }
+    let output_run = TokenRun::Synthetic { seed: output_seed, offset: 0, len: output_len };
+    let runs = prompt.runs().iter().chain(std::iter::once(&output_run));
+    // Walk runs, skipping tokens of blocks already hashed.
+    let mut block = hashes.len();
+    let mut pos_in_block = 0u32;
+    let mut skip = block as u64 * u64::from(block_size);
+    let mut h = hashes.last().copied().unwrap_or(0x0b11_5b10_c4a5_4000);
+    let mut acc = start_block(h);
+    // The output run may continue a synthetic stream identical to the last
+    // prompt run only by coincidence of seeds; treat it as a separate piece,
+    // which is what canonical form would give for distinct streams.
+    for run in runs {
+        let mut run_pos = 0u32;
+        let run_len = run.len();
+        if skip >= u64::from(run_len) {
+            skip -= u64::from(run_len);
+            continue;
+        }
+        run_pos += skip as u32;
+        skip = 0;
+        while run_pos < run_len {
+            let take = (block_size - pos_in_block).min(run_len - run_pos);
+            acc = absorb_piece(acc, run, run_pos, take);
+            run_pos += take;
+            pos_in_block += take;
+            if pos_in_block == block_size {
+                h = mix64(acc);
+                hashes.push(h);
+                block += 1;
+                if block == full_blocks {
+                    return;
+                }
+                pos_in_block = 0;
+                acc = start_block(h);
+            }
+        }
+    }
+}
+
+fn start_block(parent: u64) -> u64 {
+    mix64(parent ^ 0x626c_6f63_6b00)
+}
+
+fn absorb_piece(mut acc: u64, run: &TokenRun, start: u32, len: u32) -> u64 {
+    match run {
+        TokenRun::Synthetic { seed, offset, .. } => {
+            acc = mix64(acc ^ 0x5359_4e00 ^ seed.rotate_left(17));
+            acc = mix64(acc ^ (u64::from(offset + start) << 32 | u64::from(len)));
+        }
+        TokenRun::Explicit(ids) => {
+            for &t in &ids[start as usize..(start + len) as usize] {
+                acc = mix64(acc ^ 0x544f_4b00_0000_0000 ^ u64::from(t));
+            }
+        }
+    }
+    acc
+}
+
+/// Interned name of a tenant; the names live in the run's label table.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct TenantId(pub u32);
+
+/// Interned name of an SLO class; the names live in the run's label table.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SloClassId(pub u16);
+
+/// Who sent a request and what it is owed: used by metrics breakdowns and by
+/// cluster policies, never by the instance's physics.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct RequestMeta {
+    /// Index of the workload client that generated the request.
+    pub client: u32,
+    /// Tenant the request is billed to.
+    pub tenant: TenantId,
+    /// SLO class of the request.
+    pub slo_class: SloClassId,
+    /// Load stage (inference-perf stage index; 0 for single-stage workloads).
+    pub stage: u32,
+    /// Scheduling priority; higher is more urgent (set by a priority policy).
+    pub priority: f64,
+    /// Absolute deadline, when the workload gives one.
+    pub deadline: Option<Micros>,
+    /// Multi-turn session id and 0-based round, for session workloads.
+    pub session: Option<(u64, u32)>,
+}
+
+/// One inference request as the workload issues it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Request {
+    /// Unique id, increasing in arrival order.
+    pub id: RequestId,
+    /// When the client sends it.
+    pub arrival: Micros,
+    /// Prompt token content.
+    pub prompt: TokenSeq,
+    /// Output tokens to generate (`max_tokens` with `ignore_eos`); at least 1.
+    pub max_output_tokens: u32,
+    /// Seed of the synthetic stream of generated tokens.
+    pub output_seed: u64,
+    /// Labels for breakdowns and policies.
+    pub meta: RequestMeta,
+}
+
+impl Request {
+    /// Prompt length in tokens.
+    pub fn prompt_tokens(&self) -> u32 {
+        self.prompt.len()
+    }
+}
+
+/// Why a request was refused without running.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DropReason {
+    /// prompt + max output tokens exceed `max_model_len` (vLLM answers HTTP 400).
+    ExceedsMaxModelLen,
+    /// The request needs more KV blocks than the whole cache has.
+    ExceedsKvCapacity,
+}
+
+impl DropReason {
+    /// Stable snake_case name used in reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::ExceedsMaxModelLen => "exceeds_max_model_len",
+            DropReason::ExceedsKvCapacity => "exceeds_kv_capacity",
+        }
+    }
+
+    /// Every reason, in report order.
+    pub const ALL: [DropReason; 2] = [DropReason::ExceedsMaxModelLen, DropReason::ExceedsKvCapacity];
+}
+
+/// How a request's life ended.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// All output tokens were generated.
+    Completed,
+    /// Refused on arrival.
+    Dropped(DropReason),
+    /// The client gave up at its timeout; the server aborted the request.
+    TimedOut,
+}
+
+/// Everything measured about one request, emitted exactly once when it ends.
+///
+/// Times are as seen at the serving API (they include the latency model's
+/// queueing, per-token and completion overheads).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RequestRecord {
+    /// The request's id.
+    pub id: RequestId,
+    /// Its labels.
+    pub meta: RequestMeta,
+    /// Instance that served it.
+    pub instance: u32,
+    /// How it ended.
+    pub outcome: Outcome,
+    /// When the client sent it.
+    pub arrival: Micros,
+    /// When it entered the instance's wait queue (after the arrival-to-queue delay).
+    pub enqueued: Option<Micros>,
+    /// When it was first scheduled.
+    pub first_scheduled: Option<Micros>,
+    /// When its first output token reached the API.
+    pub first_token: Option<Micros>,
+    /// When its last output token reached the API.
+    pub last_token: Option<Micros>,
+    /// When it ended (completion with its overhead, drop, or timeout).
+    pub finished: Micros,
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Output tokens generated.
+    pub output_tokens: u32,
+    /// Prompt tokens served from the prefix cache at first scheduling.
+    pub cached_prompt_tokens: u32,
+    /// Times it was preempted.
+    pub preemptions: u32,
+}
+
+impl RequestRecord {
+    /// Time to first token, for requests that produced one.
+    pub fn ttft(&self) -> Option<Micros> {
+        self.first_token.map(|t| t - self.arrival)
+    }
+
+    /// End-to-end latency of a completed request.
+    pub fn e2e(&self) -> Option<Micros> {
+        (self.outcome == Outcome::Completed).then(|| self.finished - self.arrival)
+    }
+
+    /// Mean time per output token excluding the first, in µs, for completed
+    /// requests with at least two tokens.
+    pub fn tpot_us(&self) -> Option<f64> {
+        match (self.outcome, self.first_token, self.last_token) {
+            (Outcome::Completed, Some(first), Some(last)) if self.output_tokens >= 2 => {
+                Some((last - first).as_us() as f64 / f64::from(self.output_tokens - 1))
+            }
+            _ => None,
+        }
+    }
+
+    /// Queue time: from entering the wait queue to first being scheduled
+    /// (vLLM's `request_queue_time`).
+    pub fn scheduling_delay(&self) -> Option<Micros> {
+        match (self.enqueued, self.first_scheduled) {
+            (Some(q), Some(s)) => Some(s - q),
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hashes(seq: &TokenSeq, out_seed: u64, out_len: u32, bs: u32) -> Vec<u64> {
+        let mut h = Vec::new();
+        extend_block_hashes(seq, out_seed, out_len, bs, &mut h);
+        h
+    }
+
+    #[test]
+    fn canonical_form_merges_contiguous_synthetic_runs() {
+        let mut a = TokenSeq::new();
+        a.push(TokenRun::Synthetic { seed: 1, offset: 0, len: 10 });
+        a.push(TokenRun::Synthetic { seed: 1, offset: 10, len: 22 });
+        assert_eq!(a, TokenSeq::synthetic(1, 32));
+        assert_eq!(hashes(&a, 9, 0, 16), hashes(&TokenSeq::synthetic(1, 32), 9, 0, 16));
+    }
+
+    #[test]
+    fn shared_prefix_shares_leading_block_hashes() {
+        let mut a = TokenSeq::synthetic(1, 40);
+        a.push(TokenRun::synthetic(2, 40));
+        let mut b = TokenSeq::synthetic(1, 40);
+        b.push(TokenRun::synthetic(3, 40));
+        let (ha, hb) = (hashes(&a, 0, 0, 16), hashes(&b, 0, 0, 16));
+        assert_eq!(ha.len(), 5);
+        assert_eq!(ha[..2], hb[..2]); // blocks 0..32 are pure prefix
+        assert_ne!(ha[2], hb[2]); // block 32..48 mixes prefix and the private part
+    }
+
+    #[test]
+    fn incremental_hashing_equals_one_shot() {
+        let seq = TokenSeq::synthetic(5, 37);
+        let full = hashes(&seq, 77, 60, 16);
+        let mut inc = Vec::new();
+        for out in 0..=60 {
+            extend_block_hashes(&seq, 77, out, 16, &mut inc);
+        }
+        assert_eq!(full, inc);
+        assert_eq!(full.len(), 97 / 16);
+    }
+
+    #[test]
+    fn accumulated_context_reuses_previous_round_hashes() {
+        // Round 2 prompt = round 1 prompt + round 1 output + new question.
+        let round1 = TokenSeq::synthetic(1, 50);
+        let r1 = hashes(&round1, 42, 30, 16);
+        let mut round2 = round1.clone();
+        round2.push(TokenRun::synthetic(42, 30));
+        round2.push(TokenRun::synthetic(3, 20));
+        let r2 = hashes(&round2, 43, 0, 16);
+        assert_eq!(r2[..r1.len()], r1[..]);
+    }
+
+    #[test]
+    fn explicit_tokens_hash_by_value() {
+        let ids: Arc<[u32]> = (0..32).collect::<Vec<u32>>().into();
+        let mut a = TokenSeq::new();
+        a.push(TokenRun::Explicit(ids.clone()));
+        let mut b = TokenSeq::new();
+        b.push(TokenRun::Explicit(ids[..16].into()));
+        b.push(TokenRun::Explicit(ids[16..].into()));
+        assert_eq!(hashes(&a, 0, 0, 16), hashes(&b, 0, 0, 16));
+    }
+}

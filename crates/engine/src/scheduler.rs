@@ -1,0 +1,274 @@
+//! Scheduler configuration and the wait-queue orderings.
+//!
+//! The step itself lives in [`crate::instance`], next to the state it
+//! mutates; this module holds the knobs (named as vLLM's flags) and the
+//! queue disciplines the cluster's instance-scheduler policies select.
+
+use std::collections::{BTreeSet, VecDeque};
+
+use thiserror::Error;
+
+use crate::time::Micros;
+
+/// Order in which waiting requests are admitted.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum QueuePolicy {
+    /// First come, first served (vLLM `--scheduling-policy fcfs`); preempted
+    /// requests return to the front.
+    #[default]
+    Fcfs,
+    /// Highest priority first, then arrival (vLLM `--scheduling-policy priority`).
+    Priority,
+    /// Smallest `prompt + max_tokens` first, then arrival.
+    ShortestJobFirst,
+    /// Lowest priority first: a deliberately pathological order.
+    ReversePriority,
+}
+
+/// Which running request is preempted when KV blocks run out.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub enum PreemptionVictim {
+    /// The most recently admitted running request (vLLM FCFS behaviour).
+    #[default]
+    Tail,
+    /// The lowest-priority running request, latest arrival first among equals
+    /// (vLLM priority behaviour).
+    LowestPriority,
+}
+
+/// The vLLM scheduler knobs of one instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SchedulerConfig {
+    /// `--max-num-seqs`: requests in the running batch.
+    pub max_num_seqs: u32,
+    /// `--max-num-batched-tokens`: tokens per step.
+    pub max_num_batched_tokens: u32,
+    /// `--max-model-len`: prompt + output tokens per request.
+    pub max_model_len: u32,
+    /// `--enable-chunked-prefill`: split prompts across steps.
+    pub enable_chunked_prefill: bool,
+    /// `--long-prefill-token-threshold`: cap on one request's tokens per step (0 = off).
+    pub long_prefill_token_threshold: u32,
+    /// Wait-queue order.
+    pub queue_policy: QueuePolicy,
+    /// Preemption victim choice.
+    pub preemption: PreemptionVictim,
+}
+
+/// The full configuration of one instance.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InstanceConfig {
+    /// Scheduler knobs.
+    pub scheduler: SchedulerConfig,
+    /// GPU KV blocks (`--num-gpu-blocks-override`), including vLLM's reserved null block.
+    pub num_gpu_blocks: u64,
+    /// `--block-size`, tokens per KV block.
+    pub block_size: u32,
+    /// `--enable-prefix-caching`.
+    pub enable_prefix_caching: bool,
+    /// When set, a request unfinished this long after its arrival is given up
+    /// by its client and aborted by the server.
+    pub client_timeout: Option<Micros>,
+}
+
+/// A configuration that cannot run.
+#[derive(Debug, Error, PartialEq)]
+pub enum InstanceConfigError {
+    /// A knob that must be at least 1 is 0.
+    #[error("--{flag} must be at least 1, got 0")]
+    Zero {
+        /// Flag name.
+        flag: &'static str,
+    },
+    /// More sequences than usable KV blocks: some admitted request could never get a block.
+    #[error(
+        "--max-num-seqs {seqs} exceeds the {blocks} usable KV blocks; lower --max-num-seqs or raise --num-gpu-blocks"
+    )]
+    MoreSeatsThanBlocks {
+        /// max_num_seqs.
+        seqs: u32,
+        /// Usable blocks.
+        blocks: u64,
+    },
+    /// Without chunked prefill every prompt (and every recomputation after a
+    /// preemption) must fit one step, so vLLM refuses this configuration.
+    #[error(
+        "--max-num-batched-tokens {budget} is smaller than --max-model-len {max_model_len} with chunked prefill \
+         disabled; raise --max-num-batched-tokens, lower --max-model-len or enable chunked prefill"
+    )]
+    BudgetBelowModelLen {
+        /// max_num_batched_tokens.
+        budget: u32,
+        /// max_model_len.
+        max_model_len: u32,
+    },
+    /// Cache geometry is invalid.
+    #[error(transparent)]
+    Kv(#[from] crate::kv::KvConfigError),
+}
+
+impl InstanceConfig {
+    /// Checks the knobs against each other.
+    pub fn validate(&self) -> Result<(), InstanceConfigError> {
+        let s = &self.scheduler;
+        for (flag, v) in [
+            ("max-num-seqs", s.max_num_seqs),
+            ("max-num-batched-tokens", s.max_num_batched_tokens),
+            ("max-model-len", s.max_model_len),
+            ("block-size", self.block_size),
+        ] {
+            if v == 0 {
+                return Err(InstanceConfigError::Zero { flag });
+            }
+        }
+        if self.num_gpu_blocks < 2 {
+            return Err(crate::kv::KvConfigError::TooFewBlocks(self.num_gpu_blocks).into());
+        }
+        if !s.enable_chunked_prefill && s.max_num_batched_tokens < s.max_model_len {
+            return Err(InstanceConfigError::BudgetBelowModelLen { budget: s.max_num_batched_tokens, max_model_len: s.max_model_len });
+        }
+        let usable = self.num_gpu_blocks - 1;
+        if u64::from(s.max_num_seqs) > usable {
+            return Err(InstanceConfigError::MoreSeatsThanBlocks { seqs: s.max_num_seqs, blocks: usable });
+        }
+        Ok(())
+    }
+}
+
+/// Maps an `f64` to an `i64` with the same total order (`f64::total_cmp`).
+fn ordered_bits(x: f64) -> i64 {
+    let b = x.to_bits() as i64;
+    b ^ (((b >> 63) as u64) >> 1) as i64
+}
+
+/// Sort key of a waiting request under an ordered policy; ties fall back to
+/// arrival time, then id, so the order is total.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct WaitKey {
+    primary: i64,
+    arrival: Micros,
+    id: u64,
+}
+
+impl WaitKey {
+    pub(crate) fn new(policy: QueuePolicy, priority: f64, job_tokens: u32, arrival: Micros, id: u64) -> WaitKey {
+        let primary = match policy {
+            QueuePolicy::Fcfs => 0,
+            QueuePolicy::Priority => ordered_bits(-priority),
+            QueuePolicy::ReversePriority => ordered_bits(priority),
+            QueuePolicy::ShortestJobFirst => i64::from(job_tokens),
+        };
+        WaitKey { primary, arrival, id }
+    }
+}
+
+/// The wait queue of one instance, holding slab slots.
+pub(crate) enum WaitQueue {
+    Fifo(VecDeque<u32>),
+    Ordered(BTreeSet<(WaitKey, u32)>),
+}
+
+impl WaitQueue {
+    pub(crate) fn new(policy: QueuePolicy) -> WaitQueue {
+        match policy {
+            QueuePolicy::Fcfs => WaitQueue::Fifo(VecDeque::new()),
+            _ => WaitQueue::Ordered(BTreeSet::new()),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            WaitQueue::Fifo(q) => q.len(),
+            WaitQueue::Ordered(s) => s.len(),
+        }
+    }
+
+    pub(crate) fn peek(&self) -> Option<u32> {
+        match self {
+            WaitQueue::Fifo(q) => q.front().copied(),
+            WaitQueue::Ordered(s) => s.first().map(|&(_, slot)| slot),
+        }
+    }
+
+    pub(crate) fn pop(&mut self) -> Option<u32> {
+        match self {
+            WaitQueue::Fifo(q) => q.pop_front(),
+            WaitQueue::Ordered(s) => s.pop_first().map(|(_, slot)| slot),
+        }
+    }
+
+    /// Adds a newly arrived request (back of a FIFO).
+    pub(crate) fn push_new(&mut self, key: WaitKey, slot: u32) {
+        match self {
+            WaitQueue::Fifo(q) => q.push_back(slot),
+            WaitQueue::Ordered(s) => {
+                s.insert((key, slot));
+            }
+        }
+    }
+
+    /// Returns a preempted request (front of a FIFO, as vLLM's `prepend_request`).
+    pub(crate) fn push_preempted(&mut self, key: WaitKey, slot: u32) {
+        match self {
+            WaitQueue::Fifo(q) => q.push_front(slot),
+            WaitQueue::Ordered(s) => {
+                s.insert((key, slot));
+            }
+        }
+    }
+
+    /// Removes a specific request (client timeout); O(queue) for FIFO.
+    pub(crate) fn remove(&mut self, key: WaitKey, slot: u32) -> bool {
+        match self {
+            WaitQueue::Fifo(q) => match q.iter().position(|&s| s == slot) {
+                Some(i) => {
+                    q.remove(i);
+                    true
+                }
+                None => false,
+            },
+            WaitQueue::Ordered(s) => s.remove(&(key, slot)),
+        }
+    }
+
+    /// Slots in admission order (for snapshots and anomaly checks).
+    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            WaitQueue::Fifo(q) => Box::new(q.iter().copied()),
+            WaitQueue::Ordered(s) => Box::new(s.iter().map(|&(_, slot)| slot)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ordered_bits_preserves_float_order() {
+        let xs = [-1e300, -2.5, -0.0, 0.0, 1e-300, 3.0, f64::INFINITY];
+        for w in xs.windows(2) {
+            assert!(ordered_bits(w[0]) <= ordered_bits(w[1]), "{} {}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn priority_queue_orders_by_priority_then_arrival() {
+        let mut q = WaitQueue::new(QueuePolicy::Priority);
+        q.push_new(WaitKey::new(QueuePolicy::Priority, 1.0, 0, Micros(5), 0), 0);
+        q.push_new(WaitKey::new(QueuePolicy::Priority, 9.0, 0, Micros(9), 1), 1);
+        q.push_new(WaitKey::new(QueuePolicy::Priority, 9.0, 0, Micros(7), 2), 2);
+        assert_eq!([q.pop(), q.pop(), q.pop()], [Some(2), Some(1), Some(0)]);
+    }
+
+    #[test]
+    fn fifo_puts_preempted_in_front() {
+        let k = WaitKey::new(QueuePolicy::Fcfs, 0.0, 0, Micros(0), 0);
+        let mut q = WaitQueue::new(QueuePolicy::Fcfs);
+        q.push_new(k, 1);
+        q.push_new(k, 2);
+        q.push_preempted(k, 3);
+        assert!(q.remove(k, 1));
+        assert_eq!(q.iter().collect::<Vec<_>>(), [3, 2]);
+    }
+}

@@ -1,0 +1,99 @@
+//! A test driver that checks invariants after every event.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blis_engine::instance::{Instance, Observer, StepEvent, TokenEvent};
+use blis_engine::latency::LatencyModel;
+use blis_engine::request::{Outcome, Request, RequestId, RequestRecord};
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
+
+/// Everything observed during a run, with per-event checks.
+#[derive(Default)]
+pub struct Recorder {
+    pub records: BTreeMap<RequestId, RequestRecord>,
+    pub tokens: BTreeMap<RequestId, Vec<Micros>>,
+    pub steps: Vec<(Micros, Micros, usize, u64)>,
+    pub last_time: Micros,
+    max_num_seqs: usize,
+    max_tokens: u64,
+}
+
+impl Observer for Recorder {
+    fn on_finish(&mut self, r: &RequestRecord) {
+        assert!(self.records.insert(r.id, r.clone()).is_none(), "request {:?} finished twice", r.id);
+    }
+    fn on_token(&mut self, t: &TokenEvent) {
+        let v = self.tokens.entry(t.id).or_default();
+        assert_eq!(t.index as usize, v.len() + 1, "tokens of {:?} out of order", t.id);
+        if let Some(&prev) = v.last() {
+            assert!(t.time >= prev);
+            assert_eq!(t.gap, Some(t.time - prev));
+        }
+        v.push(t.time);
+    }
+    fn on_step(&mut self, s: &StepEvent<'_>) {
+        let tokens: u64 = s.batch.entries.iter().map(|e| u64::from(e.new_tokens)).sum();
+        assert!(s.batch.entries.len() <= self.max_num_seqs, "seat limit exceeded: {}", s.batch.entries.len());
+        assert!(tokens <= self.max_tokens, "token budget exceeded: {tokens} > {}", self.max_tokens);
+        assert!(s.batch.entries.iter().all(|e| e.new_tokens >= 1));
+        self.steps.push((s.start, s.duration, s.batch.entries.len(), tokens));
+    }
+}
+
+/// Outcome of a checked run.
+pub struct Checked {
+    pub rec: Recorder,
+    pub injected: u64,
+    pub queued: u32,
+    pub running: u32,
+    pub instance: Instance,
+}
+
+/// Runs `requests` (arrival-ordered) on a fresh instance, checking the KV
+/// cache and request accounting after every event and clock monotonicity
+/// throughout. Stops at `horizon` if given.
+pub fn run_checked(cfg: InstanceConfig, model: Arc<dyn LatencyModel>, requests: Vec<Request>, horizon: Option<Micros>) -> Checked {
+    let mut inst = Instance::new(0, cfg.clone(), model).expect("valid config");
+    let mut rec = Recorder { max_num_seqs: cfg.scheduler.max_num_seqs as usize, max_tokens: u64::from(cfg.scheduler.max_num_batched_tokens), ..Default::default() };
+    let limit = horizon.unwrap_or(Micros::MAX);
+    let mut pending = requests.into_iter().peekable();
+    let mut injected = 0;
+    loop {
+        let next_inst = inst.next_event().map(|k| k.time);
+        let next_arr = pending.peek().map(|r| r.arrival);
+        let t = match (next_arr, next_inst) {
+            (None, None) => break,
+            (Some(a), Some(i)) => a.min(i),
+            (Some(a), None) => a,
+            (None, Some(i)) => i,
+        };
+        if t > limit {
+            break;
+        }
+        assert!(t >= rec.last_time, "clock went backwards: {:?} -> {:?}", rec.last_time, t);
+        rec.last_time = t;
+        if next_arr == Some(t) {
+            injected += 1;
+            inst.inject(pending.next().unwrap(), t, &mut rec);
+        } else {
+            inst.process_next(&mut rec);
+        }
+        inst.assert_consistent();
+    }
+    let (queued, running) = inst.unfinished();
+    Checked { rec, injected, queued, running, instance: inst }
+}
+
+impl Checked {
+    /// injected = completed + queued + running + dropped + timed out.
+    pub fn assert_conservation(&self) {
+        let finished = self.rec.records.len() as u64;
+        assert_eq!(self.injected, finished + u64::from(self.queued) + u64::from(self.running), "request conservation");
+    }
+
+    pub fn completed(&self) -> impl Iterator<Item = &RequestRecord> {
+        self.rec.records.values().filter(|r| r.outcome == Outcome::Completed)
+    }
+}

@@ -1,0 +1,104 @@
+//! Property tests: random workloads on random instance configurations must
+//! keep every invariant (KV conservation after every event — checked by the
+//! harness —, batch limits, clock monotonicity, request conservation, each
+//! request terminating exactly once with all its tokens).
+
+use std::sync::Arc;
+
+use blis_engine::latency::Blackbox;
+use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::time::Micros;
+use proptest::prelude::*;
+
+use crate::harness::run_checked;
+
+fn config() -> impl Strategy<Value = InstanceConfig> {
+    (
+        (2u64..400, prop::sample::select(vec![1u32, 4, 16])),
+        (1u32..32, 1u32..2048, 64u32..5000),
+        (any::<bool>(), any::<bool>(), prop::sample::select(vec![0u32, 0, 64, 300])),
+        (prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
+         prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority])),
+        prop::option::of(100_000u64..3_000_000),
+    )
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (queue_policy, preemption), timeout)| {
+            InstanceConfig {
+                scheduler: SchedulerConfig {
+                    max_num_seqs: seqs.min((blocks - 1) as u32).max(1),
+                    max_num_batched_tokens: if chunked { budget } else { budget.max(max_len) },
+                    max_model_len: max_len,
+                    enable_chunked_prefill: chunked,
+                    long_prefill_token_threshold: threshold,
+                    queue_policy,
+                    preemption,
+                },
+                num_gpu_blocks: blocks,
+                block_size,
+                enable_prefix_caching: caching,
+                client_timeout: timeout.map(Micros),
+            }
+        })
+}
+
+fn workload() -> impl Strategy<Value = Vec<Request>> {
+    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3), 1..50).prop_map(|rows| {
+        let mut t = 0;
+        rows.into_iter()
+            .enumerate()
+            .map(|(i, (gap, group, len, out, prio))| {
+                t += gap;
+                let mut prompt = TokenSeq::new();
+                if group > 0 {
+                    prompt.push(TokenRun::synthetic(1000 + u64::from(group), 64));
+                }
+                prompt.push(TokenRun::synthetic(i as u64, len));
+                Request {
+                    id: RequestId(i as u64),
+                    arrival: Micros(t),
+                    prompt,
+                    max_output_tokens: out,
+                    output_seed: 1 << 40 | i as u64,
+                    meta: RequestMeta { priority: f64::from(prio), ..Default::default() },
+                }
+            })
+            .collect()
+    })
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+
+    #[test]
+    fn invariants_hold_on_random_workloads_and_caches(cfg in config(), reqs in workload(), beta in (1.0f64..3000.0, 0.0f64..20.0, 0.0f64..200.0)) {
+        let model = Arc::new(Blackbox { alpha: [10.0, 0.1, 2.0], beta: [beta.0, beta.1, beta.2] });
+        let n = reqs.len();
+        let wanted: Vec<u32> = reqs.iter().map(|r| r.max_output_tokens).collect();
+        let run = run_checked(cfg, model, reqs, None);
+        // Without a horizon every request ends.
+        prop_assert_eq!(run.rec.records.len(), n, "every request terminates");
+        prop_assert_eq!(run.queued + run.running, 0);
+        run.assert_conservation();
+        prop_assert!(run.instance.is_idle());
+        prop_assert_eq!(run.instance.kv().num_used_blocks(), 0, "all blocks released");
+        for r in run.rec.records.values() {
+            let tokens = run.rec.tokens.get(&r.id).map_or(0, Vec::len) as u32;
+            prop_assert_eq!(tokens, r.output_tokens);
+            match r.outcome {
+                Outcome::Completed => {
+                    prop_assert_eq!(r.output_tokens, wanted[r.id.0 as usize]);
+                    prop_assert!(r.first_token.unwrap() >= r.arrival && r.finished >= r.first_token.unwrap());
+                }
+                Outcome::TimedOut => prop_assert!(r.output_tokens < wanted[r.id.0 as usize]),
+                Outcome::Dropped(_) => prop_assert_eq!(r.output_tokens, 0),
+            }
+        }
+    }
+
+    #[test]
+    fn conservation_holds_when_cut_at_a_horizon(cfg in config(), reqs in workload(), horizon in 1u64..200_000) {
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [500.0, 2.0, 50.0] });
+        let run = run_checked(cfg, model, reqs, Some(Micros(horizon)));
+        run.assert_conservation();
+    }
+}

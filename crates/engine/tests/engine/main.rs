@@ -1,0 +1,6 @@
+//! Integration tests of the engine, one module per behaviour, built into one
+//! binary to keep link time low.
+
+mod harness;
+mod invariants;
+mod scenarios;

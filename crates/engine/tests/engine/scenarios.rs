@@ -1,0 +1,149 @@
+//! Named behaviours checked against hand-computed expectations.
+
+use std::sync::Arc;
+
+use blis_engine::latency::Blackbox;
+use blis_engine::request::{DropReason, Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::time::Micros;
+
+use crate::harness::run_checked;
+
+fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
+    InstanceConfig {
+        scheduler: SchedulerConfig {
+            max_num_seqs: seqs,
+            max_num_batched_tokens: budget,
+            max_model_len: 100_000,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            queue_policy: QueuePolicy::Fcfs,
+            preemption: PreemptionVictim::Tail,
+        },
+        num_gpu_blocks: blocks,
+        block_size: 16,
+        enable_prefix_caching: caching,
+        client_timeout: None,
+    }
+}
+
+fn req(id: u64, arrival_us: u64, prompt: TokenSeq, out: u32) -> Request {
+    Request { id: RequestId(id), arrival: Micros(arrival_us), prompt, max_output_tokens: out, output_seed: 1 << 50 | id, meta: RequestMeta::default() }
+}
+
+/// Two requests, blackbox α = [50, 1, 7], β = [1000, 10, 100]:
+///
+/// * R0 (prompt 100, 3 tokens) arrives at 0, is enqueued at 0 + 50 + 100 = 150 and
+///   prefilled alone: 1000 + 10·100 = 2000 µs → token 1 at 2150 + 1·7 = 2157.
+/// * R1 (prompt 50, 2 tokens) arrives at 500, enqueued at 500 + 50 + 50 = 600,
+///   waits for the step in flight. At 2150: R0 decode + R1 prefill =
+///   1000 + 10·50 + 100·1 = 1600 µs → 3750. R0 token 2 at 3750 + 14 = 3764,
+///   R1 token 1 at 3750 + 7 = 3757.
+/// * At 3750: two decodes, 1000 + 200 = 1200 µs → 4950. R0 token 3 at 4950 + 21
+///   = 4971 (E2E 4971); R1 token 2 at 4950 + 14 = 4964 (E2E 4464).
+#[test]
+fn hand_computed_two_request_timeline() {
+    let model = Arc::new(Blackbox { alpha: [50.0, 1.0, 7.0], beta: [1000.0, 10.0, 100.0] });
+    let reqs = vec![req(0, 0, TokenSeq::synthetic(1, 100), 3), req(1, 500, TokenSeq::synthetic(2, 50), 2)];
+    let run = run_checked(cfg(1000, 8, 4096, false), model, reqs, None);
+    run.assert_conservation();
+    let r0 = &run.rec.records[&RequestId(0)];
+    let r1 = &run.rec.records[&RequestId(1)];
+    assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(2157), Micros(3764), Micros(4971)]);
+    assert_eq!(run.rec.tokens[&RequestId(1)], [Micros(3757), Micros(4964)]);
+    assert_eq!((r0.ttft(), r0.e2e()), (Some(Micros(2157)), Some(Micros(4971))));
+    assert_eq!((r1.ttft(), r1.e2e()), (Some(Micros(3257)), Some(Micros(4464))));
+    assert_eq!((r0.enqueued, r1.enqueued), (Some(Micros(150)), Some(Micros(600))));
+    assert_eq!(r1.scheduling_delay(), Some(Micros(1550)));
+    assert_eq!(run.rec.steps.iter().map(|s| (s.0.as_us(), s.1.as_us())).collect::<Vec<_>>(), [(150, 2000), (2150, 1600), (3750, 1200)]);
+}
+
+/// Chunked prefill: a 100-token prompt with a 40-token budget takes three
+/// steps (40 + 40 + 20) and samples its first token only at the end of the third.
+#[test]
+fn chunked_prefill_spreads_a_prompt_over_steps() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] });
+    let run = run_checked(cfg(1000, 8, 40, false), model, vec![req(0, 0, TokenSeq::synthetic(1, 100), 2)], None);
+    let tokens: Vec<u64> = run.rec.steps.iter().map(|s| s.3).collect();
+    assert_eq!(tokens, [40, 40, 20, 1]);
+    // Steps: 140, 140, 120 → first token at 400; decode 101 → 501.
+    assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(400), Micros(501)]);
+}
+
+/// With a tiny cache, requests are preempted (recompute) and still all complete.
+#[test]
+fn preemption_happens_and_recovers_when_the_cache_is_tiny() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 5.0] });
+    // 20 usable 16-token blocks = 320 tokens; 8 requests of 64 + 64 tokens each need 8 blocks at the end.
+    let reqs = (0..8).map(|i| req(i, i * 10, TokenSeq::synthetic(i, 64), 64)).collect();
+    let run = run_checked(cfg(21, 8, 4096, true), model, reqs, None);
+    run.assert_conservation();
+    assert_eq!(run.completed().count(), 8);
+    let preemptions: u32 = run.rec.records.values().map(|r| r.preemptions).sum();
+    assert!(preemptions > 0, "expected preemptions with a tiny cache");
+    assert_eq!(run.instance.stats().preemptions, u64::from(preemptions));
+}
+
+fn prefix_workload(shared: bool) -> Vec<Request> {
+    (0..40)
+        .map(|i| {
+            let mut p = TokenSeq::new();
+            p.push(TokenRun::synthetic(if shared { 7 } else { 100 + i }, 256));
+            p.push(TokenRun::synthetic(1000 + i, 64));
+            req(i, i * 50_000, p, 8)
+        })
+        .collect()
+}
+
+#[test]
+fn prefix_hits_increase_with_a_shared_prefix_and_are_zero_with_caching_off() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 5.0, 5.0] });
+    let hit_rate = |shared, caching| {
+        let run = run_checked(cfg(4000, 16, 4096, caching), model.clone(), prefix_workload(shared), None);
+        let s = run.instance.stats();
+        (s.prefix_hit_tokens as f64 / s.prefix_query_tokens as f64, run)
+    };
+    let (shared, run_shared) = hit_rate(true, true);
+    let (private, _) = hit_rate(false, true);
+    let (off, _) = hit_rate(true, false);
+    assert_eq!(off, 0.0);
+    assert_eq!(private, 0.0);
+    // 39 of 40 requests hit the 256-token prefix: 39·256 / (40·320) = 0.78.
+    assert!((shared - 0.78).abs() < 1e-9, "{shared}");
+    assert!(run_shared.completed().skip(1).all(|r| r.cached_prompt_tokens == 256));
+}
+
+#[test]
+fn requests_that_can_never_run_are_dropped_with_a_reason() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] });
+    let mut c = cfg(11, 4, 64, false); // 10 usable blocks = 160 tokens
+    c.scheduler.max_model_len = 1000;
+    let reqs = vec![
+        req(0, 0, TokenSeq::synthetic(1, 990), 20),  // 1010 > max_model_len
+        req(1, 1, TokenSeq::synthetic(2, 150), 20),  // 170 tokens > 160 cached
+        req(2, 2, TokenSeq::synthetic(3, 100), 20),  // fits
+    ];
+    let run = run_checked(c, model, reqs, None);
+    let outcome = |id| run.rec.records[&RequestId(id)].outcome;
+    assert_eq!(outcome(0), Outcome::Dropped(DropReason::ExceedsMaxModelLen));
+    assert_eq!(outcome(1), Outcome::Dropped(DropReason::ExceedsKvCapacity));
+    assert_eq!(outcome(2), Outcome::Completed);
+}
+
+#[test]
+fn client_timeout_aborts_and_frees_the_request() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [10_000.0, 0.0, 0.0] });
+    let mut c = cfg(1000, 1, 4096, false);
+    c.client_timeout = Some(Micros(50_000));
+    // One seat: R1 waits behind R0 (100 tokens × 10 ms) and gives up at 50 ms.
+    let reqs = vec![req(0, 0, TokenSeq::synthetic(1, 16), 100), req(1, 0, TokenSeq::synthetic(2, 16), 5)];
+    let run = run_checked(c, model, reqs, None);
+    run.assert_conservation();
+    let r0 = &run.rec.records[&RequestId(0)];
+    let r1 = &run.rec.records[&RequestId(1)];
+    assert_eq!(r0.outcome, Outcome::TimedOut);
+    assert_eq!(r0.finished, Micros(50_000));
+    assert_eq!(r1.outcome, Outcome::TimedOut);
+    assert_eq!(r1.first_scheduled, None);
+    assert_eq!(run.instance.kv().num_used_blocks(), 0);
+}
