@@ -97,39 +97,39 @@ knob_table! {
     // ── Model and hardware ───────────────────────────────────────────────
     /// Model to simulate: a bundled HuggingFace id (case-insensitive; `blis models` lists them),
     /// or any name when --model-config is given.
-    #[arg(long, help_heading = "Model and hardware")]
+    #[arg(long, value_name = "ID", help_heading = "Model and hardware")]
     model: String = None,
     /// Path to a HuggingFace config.json for a model that is not bundled.
     #[arg(long, value_name = "PATH", help_heading = "Model and hardware")]
     model_config: PathBuf = None,
     /// GPU type: H100, A100-80GB, L40S, H200. [default: H100]
-    #[arg(long, help_heading = "Model and hardware")]
+    #[arg(long, value_name = "GPU", help_heading = "Model and hardware")]
     hardware: String = Some("H100".into()),
     /// Path to a GPU spec JSON (same fields as data/hardware/*.json) instead of a bundled GPU.
     #[arg(long, value_name = "PATH", help_heading = "Model and hardware")]
     hardware_config: PathBuf = None,
     /// Tensor-parallel degree: GPUs per instance. [default: 1]
-    #[arg(long, visible_alias = "tensor-parallel-size", help_heading = "Model and hardware")]
+    #[arg(long, value_name = "N", visible_alias = "tensor-parallel-size", help_heading = "Model and hardware")]
     tp: u32 = Some(1),
 
     // ── Server (vLLM flags) ──────────────────────────────────────────────
     /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: 256]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "N", help_heading = "Server (vLLM flags)")]
     max_num_seqs: u32 = Some(256),
     /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: 8192]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     max_num_batched_tokens: u32 = Some(8192),
     /// Maximum prompt + output tokens per request. [default: the model's max_position_embeddings]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     max_model_len: u32 = None,
     /// Tokens per KV block. [default: 16]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     block_size: u32 = Some(16),
     /// GPU KV blocks (vLLM --num-gpu-blocks-override). [default: derived from GPU memory, see docs]
-    #[arg(long, visible_alias = "num-gpu-blocks-override", help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "N", visible_alias = "num-gpu-blocks-override", help_heading = "Server (vLLM flags)")]
     num_gpu_blocks: u64 = None,
     /// Fraction of GPU memory vLLM may use, for the derived block count. [default: 0.9]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "FRACTION", allow_negative_numbers = true, help_heading = "Server (vLLM flags)")]
     gpu_memory_utilization: f64 = Some(0.9),
     /// Split long prompts across steps. [default: true]
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
@@ -138,12 +138,12 @@ knob_table! {
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
     enable_prefix_caching: bool = Some(true),
     /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
-    #[arg(long, help_heading = "Server (vLLM flags)")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     long_prefill_token_threshold: u32 = Some(0),
 
     // ── Latency model ────────────────────────────────────────────────────
     /// Step-time model: roofline (analytical) or blackbox (needs --alpha-coeffs and --beta-coeffs). [default: roofline]
-    #[arg(long, help_heading = "Latency model")]
+    #[arg(long, value_name = "NAME", help_heading = "Latency model")]
     latency_model: String = Some("roofline".into()),
     /// Blackbox α: "α0,α1,α2" = queueing µs, µs per prompt token, µs per output token.
     #[arg(long, value_name = "A0,A1,A2", help_heading = "Latency model")]
@@ -154,54 +154,54 @@ knob_table! {
 
     // ── Workload ─────────────────────────────────────────────────────────
     /// Mean arrival rate, requests per second. [default: 10]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "REQ_PER_S", allow_negative_numbers = true, help_heading = "Workload")]
     rate: f64 = Some(10.0),
     /// Arrival process: poisson or constant. [default: poisson]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "KIND", help_heading = "Workload")]
     arrival: String = Some("poisson".into()),
     /// Number of requests. [default: 1000]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "N", help_heading = "Workload")]
     num_requests: u64 = Some(1000),
     /// Mean prompt length in tokens (excluding any shared prefix). [default: 512]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload")]
     prompt_tokens: f64 = Some(512.0),
     /// Standard deviation of the prompt length; 0 = fixed. [default: 0]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload")]
     prompt_tokens_stdev: f64 = Some(0.0),
     /// Smallest prompt length drawn. [default: 1]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Workload")]
     prompt_tokens_min: u32 = Some(1),
     /// Largest prompt length drawn. [default: unbounded]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Workload")]
     prompt_tokens_max: u32 = Some(u32::MAX),
     /// Mean output length in tokens (generated in full, as with ignore_eos). [default: 256]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload")]
     output_tokens: f64 = Some(256.0),
     /// Standard deviation of the output length; 0 = fixed. [default: 0]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload")]
     output_tokens_stdev: f64 = Some(0.0),
     /// Smallest output length drawn. [default: 1]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Workload")]
     output_tokens_min: u32 = Some(1),
     /// Largest output length drawn. [default: unbounded]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Workload")]
     output_tokens_max: u32 = Some(u32::MAX),
     /// Length of a shared prompt prefix prepended to every prompt; 0 = none. [default: 0]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "TOKENS", help_heading = "Workload")]
     prefix_tokens: u32 = Some(0),
     /// Number of distinct shared prefixes; each request draws one uniformly. [default: 1]
-    #[arg(long, help_heading = "Workload")]
+    #[arg(long, value_name = "N", help_heading = "Workload")]
     prefix_groups: u32 = Some(1),
 
     // ── Run ──────────────────────────────────────────────────────────────
     /// Master random seed: same seed, same result, byte for byte. [default: 42]
-    #[arg(long, help_heading = "Run")]
+    #[arg(long, value_name = "N", help_heading = "Run")]
     seed: u64 = Some(42),
     /// Stop the simulation at this simulated time, seconds; unfinished requests are reported as queued/running.
-    #[arg(long, value_name = "SECONDS", help_heading = "Run")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS", help_heading = "Run")]
     horizon: f64 = None,
     /// Client timeout, seconds: requests unfinished this long after arrival are abandoned and aborted.
-    #[arg(long, value_name = "SECONDS", help_heading = "Run")]
+    #[arg(long, allow_negative_numbers = true, value_name = "SECONDS", help_heading = "Run")]
     client_timeout: f64 = None,
 }
 

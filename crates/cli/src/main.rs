@@ -41,8 +41,29 @@ fn list_models() {
     }
 }
 
+/// Parses the command line; usage errors become one line on stderr and exit
+/// code 2 (help and version go to stdout with exit code 0, as usual).
+fn parse_cli() -> Cli {
+    match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(e) if !e.use_stderr() => e.exit(),
+        Err(e) => {
+            let text = e.render().to_string();
+            let parts: Vec<&str> = text
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("Usage:") && !l.starts_with("For more information"))
+                .collect();
+            let message = parts.join("; ");
+            let message = message.strip_prefix("error: ").unwrap_or(&message);
+            eprintln!("error: {message} (see `blis --help`)");
+            std::process::exit(2);
+        }
+    }
+}
+
 fn main() {
-    let cli = Cli::parse();
+    let cli = parse_cli();
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Models => {

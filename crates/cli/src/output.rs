@@ -15,19 +15,26 @@ use crate::error::{BadInput, bad_input};
 
 /// A file written under a temporary name and renamed into place by
 /// [`AtomicFile::commit`]; dropped without committing, it is removed, so a
-/// failed run never leaves a partial output.
+/// failed run never leaves a partial output. Paths that exist and are not
+/// regular files (`/dev/null`, a named pipe) are written directly.
 pub struct AtomicFile {
-    tmp: PathBuf,
+    tmp: Option<PathBuf>,
     dest: PathBuf,
     writer: Option<BufWriter<File>>,
 }
 
 impl AtomicFile {
-    /// Creates the temporary file next to `dest`. `flag` names the option in errors.
+    /// Opens the output for `dest`. `flag` names the option in errors.
     pub fn create(flag: &str, dest: &Path) -> Result<AtomicFile, BadInput> {
-        let name = dest.file_name().ok_or_else(|| bad_input!("--{flag} {}: not a file path", dest.display()))?;
-        let tmp = dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy()));
-        let file = File::create(&tmp).map_err(|e| bad_input!("--{flag} {}: cannot create: {e}", dest.display()))?;
+        let special = std::fs::metadata(dest).is_ok_and(|m| !m.is_file());
+        let tmp = if special {
+            None
+        } else {
+            let name = dest.file_name().ok_or_else(|| bad_input!("--{flag} {}: not a file path", dest.display()))?;
+            Some(dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy())))
+        };
+        let open_path = tmp.as_deref().unwrap_or(dest);
+        let file = File::create(open_path).map_err(|e| bad_input!("--{flag} {}: cannot create: {e}", dest.display()))?;
         Ok(AtomicFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
     }
 
@@ -36,19 +43,22 @@ impl AtomicFile {
         self.writer.as_mut().expect("writer is present until commit")
     }
 
-    /// Flushes and renames the file into place.
+    /// Flushes and moves the file into place.
     pub fn commit(mut self) -> anyhow::Result<()> {
         let mut w = self.writer.take().expect("writer is present until commit");
         w.flush().with_context(|| format!("writing {}", self.dest.display()))?;
         drop(w);
-        std::fs::rename(&self.tmp, &self.dest).with_context(|| format!("moving output into place at {}", self.dest.display()))
+        match self.tmp.take() {
+            Some(tmp) => std::fs::rename(&tmp, &self.dest).with_context(|| format!("moving output into place at {}", self.dest.display())),
+            None => Ok(()),
+        }
     }
 }
 
 impl Drop for AtomicFile {
     fn drop(&mut self) {
-        if self.writer.take().is_some() {
-            let _ = std::fs::remove_file(&self.tmp);
+        if let (Some(_), Some(tmp)) = (self.writer.take(), &self.tmp) {
+            let _ = std::fs::remove_file(tmp);
         }
     }
 }
@@ -146,7 +156,7 @@ impl Progress {
 impl Observer for Progress {
     fn on_finish(&mut self, _record: &RequestRecord) {
         self.done += 1;
-        if !self.enabled || self.done % 512 != 0 {
+        if !self.enabled || !self.done.is_multiple_of(512) {
             return;
         }
         if self.bar.is_none() && self.started.elapsed() > Duration::from_secs(1) {
@@ -183,4 +193,11 @@ impl Observer for Fanout<'_> {
             o.on_step(step);
         }
     }
+}
+
+/// Peak resident memory of this process in MiB (Linux `VmHWM`); `None` elsewhere.
+pub fn peak_rss_mib() -> Option<f64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
+    Some(kib / 1024.0)
 }

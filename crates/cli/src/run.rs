@@ -11,7 +11,7 @@ use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
-use crate::output::{AtomicFile, Fanout, Progress, RequestCsv};
+use crate::output::{AtomicFile, Fanout, Progress, RequestCsv, peak_rss_mib};
 use crate::report::{DeploymentInfo, RunReport, SCHEMA_VERSION, SimulatorInfo, table};
 use crate::setup::{Deployment, seconds};
 
@@ -21,13 +21,13 @@ use crate::setup::{Deployment, seconds};
     blis run --model meta-llama/llama-3.1-8b-instruct --rate 10 --num-requests 2000 --prompt-tokens 512 \
     --output-tokens 256 --max-num-seqs 256 --max-num-batched-tokens 2048 --seed 7 --output results.json")]
 pub struct RunArgs {
+    #[command(flatten)]
+    pub knobs: KnobArgs,
+
     /// Read knob values from a YAML file whose keys are the flag names
     /// (e.g. `max-num-seqs: 128`); flags given on the command line win.
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
-
-    #[command(flatten)]
-    pub knobs: KnobArgs,
 
     /// Write the JSON report to this file instead of stdout.
     #[arg(long, short, value_name = "PATH", help_heading = "Output")]
@@ -85,6 +85,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let mut csv = args.requests_csv.as_deref().map(RequestCsv::create).transpose()?;
 
+    let wall = std::time::Instant::now();
     let mut instance =
         Instance::new(0, deployment.instance.clone(), deployment.latency.clone()).map_err(|e| bad_input!("{e}"))?;
     let mut collector = Collector::default();
@@ -127,6 +128,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     }
     if !args.quiet {
         eprint!("{}", table(&report));
+        let memory = peak_rss_mib().map_or(String::new(), |m| format!(", peak memory {m:.1} MiB"));
+        eprintln!("Simulated in {:.3} s wall time{memory}.", wall.elapsed().as_secs_f64());
     }
     Ok(())
 }

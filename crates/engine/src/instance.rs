@@ -22,7 +22,7 @@ use std::sync::Arc;
 use crate::event::{EventClass, EventKey, EventQueue};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
-use crate::request::{DropReason, Outcome, Request, RequestId, RequestRecord, extend_block_hashes};
+use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
 use crate::time::Micros;
 
@@ -31,6 +31,10 @@ use crate::time::Micros;
 pub struct TokenEvent {
     /// The request.
     pub id: RequestId,
+    /// Its labels (for per-group breakdowns).
+    pub meta: RequestMeta,
+    /// Instance that produced the token.
+    pub instance: u32,
     /// 1-based index of the token within the request's output.
     pub index: u32,
     /// When it reaches the API.
@@ -448,7 +452,7 @@ impl Instance {
             let gap = live.last_token.map(|prev| time - prev);
             live.first_token.get_or_insert(time);
             live.last_token = Some(time);
-            obs.on_token(&TokenEvent { id: live.req.id, index: live.num_output, time, gap });
+            obs.on_token(&TokenEvent { id: live.req.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
             if live.num_output >= live.req.max_output_tokens {
                 any_finished = true;
             }

@@ -215,9 +215,8 @@ impl KvCache {
 
     fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
         let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
-        for i in table.num_cached as usize..num_full {
-            let b = table.blocks[i];
-            let h = block_hashes[i];
+        let start = table.num_cached as usize;
+        for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
             let blk = &mut self.blocks[b as usize];
             if blk.hash.is_none() {
                 blk.hash = Some(h);

@@ -3,16 +3,16 @@
 //! Percentiles are exact, computed like numpy's default (linear
 //! interpolation between closest ranks), which is what inference-perf and
 //! `vllm bench serve` report. Request-level samples cost 8 bytes per request
-//! and metric; per-token inter-token latencies are stored run-length encoded,
-//! because every decoding request in a step sees the same gap, so their memory
-//! grows with steps rather than tokens.
+//! and metric; per-token inter-token latencies are integer microseconds
+//! stored as counts per distinct value, so their memory does not grow with
+//! the number of tokens.
 
 use std::collections::BTreeMap;
 
 use serde::Serialize;
 
 use crate::instance::{InstanceStats, Observer, TokenEvent};
-use crate::request::{DropReason, Outcome, RequestRecord};
+use crate::request::{DropReason, Labels, Outcome, RequestMeta, RequestRecord, SloClassId, TenantId};
 use crate::time::Micros;
 
 /// Linear-interpolation percentile (numpy's default) of sorted values.
@@ -62,50 +62,67 @@ impl Samples {
     }
 }
 
-/// Samples with multiplicities, appended mostly in runs of equal values.
+/// Integer-valued samples (µs) stored as a count per distinct value: exact
+/// percentiles in memory bounded by the number of distinct values rather
+/// than the number of samples. Consecutive equal values (every decoding
+/// request in a step sees the same gap) are merged before touching the map,
+/// so pushing is O(1) amortised.
 #[derive(Clone, Debug, Default)]
-pub struct WeightedSamples {
-    runs: Vec<(f64, u64)>,
+pub struct IntCounts {
+    counts: BTreeMap<u64, u64>,
+    run: Option<(u64, u64)>,
 }
 
-impl WeightedSamples {
-    /// Adds one sample, merging it with the previous run when equal.
-    pub fn push(&mut self, v: f64) {
-        match self.runs.last_mut() {
+impl IntCounts {
+    /// Adds one sample.
+    pub fn push(&mut self, v: u64) {
+        match &mut self.run {
             Some((last, n)) if *last == v => *n += 1,
-            _ => self.runs.push((v, 1)),
+            run => {
+                if let Some((last, n)) = run.replace((v, 1)) {
+                    *self.counts.entry(last).or_insert(0) += n;
+                }
+            }
         }
     }
 
-    /// Number of samples (with multiplicity).
+    /// (value, count) pairs in increasing value order, including the pending run.
+    fn sorted(&self) -> Vec<(u64, u64)> {
+        let mut counts = self.counts.clone();
+        if let Some((v, n)) = self.run {
+            *counts.entry(v).or_insert(0) += n;
+        }
+        counts.into_iter().collect()
+    }
+
+    /// Number of samples.
     pub fn len(&self) -> u64 {
-        self.runs.iter().map(|r| r.1).sum()
+        self.counts.values().sum::<u64>() + self.run.map_or(0, |r| r.1)
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.runs.is_empty()
+        self.len() == 0
     }
 
     /// Summary statistics, exactly as if every sample were stored individually.
     pub fn summary(&self, scale: f64) -> Distribution {
-        let mut runs: Vec<(f64, u64)> = self.runs.iter().map(|&(v, n)| (v * scale, n)).collect();
-        runs.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let runs = self.sorted();
         let count: u64 = runs.iter().map(|r| r.1).sum();
         if count == 0 {
             return Distribution::empty();
         }
-        let sum: f64 = runs.iter().map(|&(v, n)| v * n as f64).sum();
+        let sum: f64 = runs.iter().map(|&(v, n)| v as f64 * n as f64).sum();
         // Value at 0-based rank r of the expanded multiset.
         let at = |r: u64| -> f64 {
             let mut seen = 0;
             for &(v, n) in &runs {
                 seen += n;
                 if r < seen {
-                    return v;
+                    return v as f64 * scale;
                 }
             }
-            runs[runs.len() - 1].0
+            runs[runs.len() - 1].0 as f64 * scale
         };
         let pct = |p: f64| {
             let rank = p / 100.0 * (count - 1) as f64;
@@ -115,13 +132,13 @@ impl WeightedSamples {
         };
         Distribution {
             count,
-            mean: sum / count as f64,
-            min: runs[0].0,
+            mean: sum / count as f64 * scale,
+            min: runs[0].0 as f64 * scale,
             p50: pct(50.0),
             p90: pct(90.0),
             p95: pct(95.0),
             p99: pct(99.0),
-            max: runs[runs.len() - 1].0,
+            max: runs[runs.len() - 1].0 as f64 * scale,
         }
     }
 }
@@ -193,7 +210,7 @@ pub struct Collector {
     /// Queue time (enqueued → first scheduled), µs.
     pub scheduling_delay_us: Samples,
     /// Gaps between consecutive tokens of a request, µs.
-    pub itl_us: WeightedSamples,
+    pub itl_us: IntCounts,
     /// Earliest arrival seen.
     pub first_arrival: Option<Micros>,
     /// Latest finish seen.
@@ -239,7 +256,7 @@ impl Collector {
     /// Adds one token gap.
     pub fn token(&mut self, t: &TokenEvent) {
         if let Some(gap) = t.gap {
-            self.itl_us.push(gap.as_us() as f64);
+            self.itl_us.push(gap.as_us());
         }
     }
 
@@ -415,6 +432,110 @@ impl RunSummary {
     }
 }
 
+/// The label a [`Breakdown`] groups requests by.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash)]
+pub enum GroupBy {
+    /// Workload client.
+    Client,
+    /// Tenant.
+    Tenant,
+    /// SLO class.
+    SloClass,
+    /// Load stage.
+    Stage,
+    /// Serving instance.
+    Instance,
+}
+
+impl GroupBy {
+    fn key(self, meta: &RequestMeta, instance: u32) -> u32 {
+        match self {
+            GroupBy::Client => meta.client,
+            GroupBy::Tenant => meta.tenant.0,
+            GroupBy::SloClass => u32::from(meta.slo_class.0),
+            GroupBy::Stage => meta.stage,
+            GroupBy::Instance => instance,
+        }
+    }
+
+    fn name(self, labels: &Labels, key: u32) -> String {
+        match self {
+            GroupBy::Client => labels.client(key),
+            GroupBy::Tenant => labels.tenant(TenantId(key)),
+            GroupBy::SloClass => labels.slo_class(SloClassId(key as u16)),
+            GroupBy::Stage => key.to_string(),
+            GroupBy::Instance => key.to_string(),
+        }
+    }
+}
+
+/// One [`Collector`] per value of a label: per-client, per-tenant,
+/// per-SLO-class, per-stage or per-instance distributions.
+#[derive(Clone, Debug)]
+pub struct Breakdown {
+    by: GroupBy,
+    groups: BTreeMap<u32, Collector>,
+}
+
+/// Counts and latencies of one group.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupSummary {
+    /// Requests that completed.
+    pub completed: u64,
+    /// Requests dropped.
+    pub dropped: u64,
+    /// Requests abandoned at the client timeout.
+    pub timed_out: u64,
+    /// Prompt tokens of completed requests.
+    pub input_tokens: u64,
+    /// Output tokens of completed requests.
+    pub output_tokens: u64,
+    /// Latency distributions, ms.
+    pub latency_ms: LatencyReport,
+}
+
+impl Breakdown {
+    /// An empty breakdown by `by`.
+    pub fn new(by: GroupBy) -> Breakdown {
+        Breakdown { by, groups: BTreeMap::new() }
+    }
+
+    /// The per-group collectors, keyed by interned id.
+    pub fn groups(&self) -> &BTreeMap<u32, Collector> {
+        &self.groups
+    }
+
+    /// Summaries keyed by group name (sorted, so reports are deterministic).
+    pub fn summaries(&self, labels: &Labels) -> BTreeMap<String, GroupSummary> {
+        self.groups
+            .iter()
+            .map(|(&k, c)| {
+                (
+                    self.by.name(labels, k),
+                    GroupSummary {
+                        completed: c.completed,
+                        dropped: c.dropped_total(),
+                        timed_out: c.timed_out,
+                        input_tokens: c.input_tokens,
+                        output_tokens: c.output_tokens,
+                        latency_ms: c.latency_ms(),
+                    },
+                )
+            })
+            .collect()
+    }
+}
+
+impl Observer for Breakdown {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.groups.entry(self.by.key(&record.meta, record.instance)).or_default().record(record);
+    }
+
+    fn on_token(&mut self, token: &TokenEvent) {
+        self.groups.entry(self.by.key(&token.meta, token.instance)).or_default().token(token);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -437,15 +558,34 @@ mod tests {
         assert!((percentile_sorted(&s, 99.0) - 3.97).abs() < 1e-12);
     }
 
+    #[test]
+    fn breakdown_groups_by_label() {
+        use crate::request::RequestId;
+        let mut b = Breakdown::new(GroupBy::Tenant);
+        for (id, tenant) in [(0, 1), (1, 0), (2, 1)] {
+            let meta = RequestMeta { tenant: TenantId(tenant), ..RequestMeta::default() };
+            b.on_finish(&RequestRecord {
+                id: RequestId(id), meta, instance: 0, outcome: Outcome::Completed, arrival: Micros(0), enqueued: None,
+                first_scheduled: None, first_token: Some(Micros(10 * id + 5)), last_token: Some(Micros(100)),
+                finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0,
+            });
+        }
+        let labels = Labels { tenants: vec!["free".into(), "paid".into()], ..Labels::default() };
+        let s = b.summaries(&labels);
+        assert_eq!(s.keys().collect::<Vec<_>>(), ["free", "paid"]);
+        assert_eq!((s["free"].completed, s["paid"].completed), (1, 2));
+        assert!((s["paid"].latency_ms.ttft.mean - 0.015).abs() < 1e-12); // (5 + 25) / 2 µs = 15 µs
+    }
+
     proptest! {
         #[test]
-        fn percentiles_equal_brute_force(values in prop::collection::vec(0u32..1_000_000, 1..400)) {
-            let values: Vec<f64> = values.into_iter().map(f64::from).collect();
+        fn percentiles_equal_brute_force(raw in prop::collection::vec(prop_oneof![0u64..1_000_000, 0u64..5], 1..400)) {
+            let values: Vec<f64> = raw.iter().map(|&v| v as f64).collect();
             let mut s = Samples::default();
-            let mut w = WeightedSamples::default();
-            for &v in &values {
+            let mut w = IntCounts::default();
+            for (&v, &r) in values.iter().zip(&raw) {
                 s.push(v);
-                w.push(v);
+                w.push(r);
             }
             let (ds, dw) = (s.summary(1.0), w.summary(1.0));
             for (p, got_s, got_w) in [(50.0, ds.p50, dw.p50), (90.0, ds.p90, dw.p90), (95.0, ds.p95, dw.p95), (99.0, ds.p99, dw.p99)] {

@@ -204,6 +204,39 @@ pub struct TenantId(pub u32);
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct SloClassId(pub u16);
 
+/// Names behind the interned ids of [`RequestMeta`], for reports. Index `i`
+/// of each list names id `i`; missing entries are rendered as `#i`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Labels {
+    /// Client names, by `RequestMeta::client`.
+    pub clients: Vec<String>,
+    /// Tenant names, by `TenantId`.
+    pub tenants: Vec<String>,
+    /// SLO class names, by `SloClassId`.
+    pub slo_classes: Vec<String>,
+}
+
+impl Labels {
+    fn lookup(names: &[String], i: usize) -> String {
+        names.get(i).cloned().unwrap_or_else(|| format!("#{i}"))
+    }
+
+    /// Name of client `i`.
+    pub fn client(&self, i: u32) -> String {
+        Self::lookup(&self.clients, i as usize)
+    }
+
+    /// Name of a tenant.
+    pub fn tenant(&self, t: TenantId) -> String {
+        Self::lookup(&self.tenants, t.0 as usize)
+    }
+
+    /// Name of an SLO class.
+    pub fn slo_class(&self, c: SloClassId) -> String {
+        Self::lookup(&self.slo_classes, c.0 as usize)
+    }
+}
+
 /// Who sent a request and what it is owed: used by metrics breakdowns and by
 /// cluster policies, never by the instance's physics.
 #[derive(Copy, Clone, Debug, Default, PartialEq)]

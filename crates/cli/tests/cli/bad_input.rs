@@ -1,0 +1,137 @@
+//! Bad input never panics: one line on stderr naming the problem, exit code
+//! 2, no output file.
+
+use crate::{blis, is_empty_dir, scratch, stderr};
+
+/// Runs `blis run` with `args` plus an `--output` in a fresh directory and
+/// checks the bad-input contract; returns the error line.
+fn rejected(name: &str, args: &[&str]) -> String {
+    let dir = scratch(name);
+    let out_path = dir.join("out.json");
+    let mut full = vec!["run"];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["--output", out_path.to_str().unwrap()]);
+    let out = blis(&full);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{name}: expected exit code 2, stderr: {err}");
+    assert!(!err.contains("panicked"), "{name}: panicked: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{name}: expected one line, got: {err}");
+    assert!(err.starts_with("error: "), "{name}: {err}");
+    assert!(is_empty_dir(&dir), "{name}: left a file behind");
+    err
+}
+
+const M: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "10"];
+
+fn with_model(extra: &[&str]) -> Vec<&'static str> {
+    let mut v: Vec<&str> = M.to_vec();
+    v.extend(extra.iter().map(|s| -> &'static str { Box::leak(s.to_string().into_boxed_str()) }));
+    v
+}
+
+#[test]
+fn unknown_flag() {
+    let e = rejected("unknown-flag", &with_model(&["--frobnicate", "3"]));
+    assert!(e.contains("--frobnicate"), "{e}");
+}
+
+#[test]
+fn unknown_model_lists_the_bundled_ones() {
+    let e = rejected("unknown-model", &["--model", "acme/gpt-9"]);
+    assert!(e.contains("acme/gpt-9") && e.contains("meta-llama/Llama-3.1-8B-Instruct") && e.contains("--model-config"), "{e}");
+}
+
+#[test]
+fn missing_model() {
+    let e = rejected("missing-model", &["--rate", "3"]);
+    assert!(e.contains("--model is required"), "{e}");
+}
+
+#[test]
+fn malformed_and_incomplete_model_configs() {
+    let dir = scratch("model-configs");
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{ \"hidden_size\": 4096,").unwrap();
+    let e = rejected("malformed-config", &["--model-config", bad.to_str().unwrap()]);
+    assert!(e.contains("bad.json") && e.contains("JSON"), "{e}");
+    let incomplete = dir.join("incomplete.json");
+    std::fs::write(&incomplete, r#"{"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 100}"#).unwrap();
+    let e = rejected("incomplete-config", &["--model-config", incomplete.to_str().unwrap()]);
+    assert!(e.contains("num_hidden_layers"), "{e}");
+    let e = rejected("missing-config", &["--model-config", dir.join("nope.json").to_str().unwrap()]);
+    assert!(e.contains("nope.json"), "{e}");
+}
+
+#[test]
+fn bad_rates_and_lengths() {
+    for (name, flag, value, needle) in [
+        ("rate-zero", "--rate", "0", "--rate"),
+        ("rate-negative", "--rate", "-5", "--rate"),
+        ("rate-nan", "--rate", "NaN", "--rate"),
+        ("rate-text", "--rate", "fast", "--rate"),
+        ("prompt-zero", "--prompt-tokens", "0", "--prompt-tokens"),
+        ("prompt-nan", "--prompt-tokens", "nan", "--prompt-tokens"),
+        ("output-negative", "--output-tokens", "-1", "--output-tokens"),
+        ("stdev-negative", "--prompt-tokens-stdev", "-2", "--prompt-tokens-stdev"),
+        ("requests-zero", "--num-requests", "0", "--num-requests"),
+        ("horizon-negative", "--horizon", "-1", "--horizon"),
+        ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
+    ] {
+        let e = rejected(name, &with_model(&[flag, value]));
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+}
+
+#[test]
+fn bad_server_knobs() {
+    let e = rejected("block-size-zero", &with_model(&["--block-size", "0"]));
+    assert!(e.contains("--block-size"), "{e}");
+    let e = rejected("seats-over-blocks", &with_model(&["--num-gpu-blocks", "10", "--max-num-seqs", "256"]));
+    assert!(e.contains("--max-num-seqs") && e.contains("blocks"), "{e}");
+    let e = rejected("seqs-zero", &with_model(&["--max-num-seqs", "0"]));
+    assert!(e.contains("--max-num-seqs"), "{e}");
+    let e = rejected("tp-zero", &with_model(&["--tp", "0"]));
+    assert!(e.contains("--tp"), "{e}");
+    let e = rejected("util", &with_model(&["--gpu-memory-utilization", "1.5"]));
+    assert!(e.contains("--gpu-memory-utilization"), "{e}");
+    let e = rejected("hardware", &with_model(&["--hardware", "TPU-v9"]));
+    assert!(e.contains("H100") && e.contains("TPU-v9"), "{e}");
+    let e = rejected("too-big", &["--model", "meta-llama/Llama-3.1-70B-Instruct", "--hardware", "L40S"]);
+    assert!(e.contains("does not fit"), "{e}");
+    let e = rejected("no-chunk", &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]));
+    assert!(e.contains("chunked prefill"), "{e}");
+}
+
+#[test]
+fn bad_latency_model_settings() {
+    let e = rejected("latency-unknown", &with_model(&["--latency-model", "magic"]));
+    assert!(e.contains("roofline") && e.contains("blackbox"), "{e}");
+    let e = rejected("blackbox-no-coeffs", &with_model(&["--latency-model", "blackbox"]));
+    assert!(e.contains("--alpha-coeffs"), "{e}");
+    let e = rejected("blackbox-short", &with_model(&["--latency-model", "blackbox", "--alpha-coeffs", "1,2", "--beta-coeffs", "1,2,3"]));
+    assert!(e.contains("--alpha-coeffs"), "{e}");
+}
+
+#[test]
+fn bad_config_files() {
+    let dir = scratch("config-files");
+    let unknown = dir.join("unknown.yaml");
+    std::fs::write(&unknown, "max-num-seqs: 8\nturbo: true\n").unwrap();
+    let e = rejected("config-unknown-key", &with_model(&["--config", unknown.to_str().unwrap()]));
+    assert!(e.contains("turbo") && e.contains("unknown.yaml"), "{e}");
+    let malformed = dir.join("malformed.yaml");
+    std::fs::write(&malformed, "max-num-seqs: [8\n").unwrap();
+    let e = rejected("config-malformed", &with_model(&["--config", malformed.to_str().unwrap()]));
+    assert!(e.contains("malformed.yaml"), "{e}");
+    let wrong_type = dir.join("wrong.yaml");
+    std::fs::write(&wrong_type, "max-num-seqs: lots\n").unwrap();
+    let e = rejected("config-wrong-type", &with_model(&["--config", wrong_type.to_str().unwrap()]));
+    assert!(e.contains("max-num-seqs"), "{e}");
+}
+
+#[test]
+fn unwritable_output_path() {
+    let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "5", "--output", "/nonexistent-dir/x.json"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("/nonexistent-dir/x.json"));
+}

@@ -1,0 +1,36 @@
+//! End-to-end tests of the `blis` binary, one module per behaviour, built
+//! into one test binary.
+
+mod bad_input;
+mod run;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// Runs `blis` with `args`.
+pub fn blis(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_blis")).args(args).output().expect("the blis binary runs")
+}
+
+/// A fresh scratch directory for one test.
+pub fn scratch(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("blis-cli-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// stdout as text.
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// stderr as text.
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Whether `dir` contains no files.
+pub fn is_empty_dir(dir: &Path) -> bool {
+    std::fs::read_dir(dir).unwrap().next().is_none()
+}

@@ -1,0 +1,128 @@
+//! `blis run` on valid input: report contents, determinism, outputs.
+
+use serde_json::Value;
+
+use crate::{blis, scratch, stderr, stdout};
+
+const SMALL: &[&str] = &["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "200", "--rate", "20"];
+
+fn run_json(extra: &[&str]) -> (String, Value) {
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(extra);
+    let out = blis(&args);
+    assert!(out.status.success(), "blis failed: {}", stderr(&out));
+    let text = stdout(&out);
+    let json: Value = serde_json::from_str(&text).expect("stdout is one JSON document");
+    (text, json)
+}
+
+#[test]
+fn the_default_run_works_with_no_files_or_network() {
+    let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(json["requests"]["completed"], 1000);
+    // The human table goes to stderr.
+    assert!(stderr(&out).contains("BLIS simulation result"));
+}
+
+#[test]
+fn same_seed_gives_byte_identical_json_and_different_seeds_differ() {
+    let (a, _) = run_json(&["--seed", "7"]);
+    let (b, _) = run_json(&["--seed", "7"]);
+    let (c, _) = run_json(&["--seed", "8"]);
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+}
+
+#[test]
+fn report_has_metadata_counts_latencies_and_sources() {
+    let (_, j) = run_json(&["--seed", "3", "--max-num-seqs", "64", "--prefix-tokens", "128", "--prefix-groups", "2"]);
+    assert_eq!(j["schema_version"], 1);
+    assert_eq!(j["simulator"]["name"], "blis");
+    assert!(j["simulator"]["version"].is_string());
+    assert_eq!(j["seed"], 3);
+    assert_eq!(j["deployment"]["model"], "meta-llama/Llama-3.1-8B-Instruct");
+    assert_eq!(j["deployment"]["hardware"], "H100");
+    assert_eq!(j["config"]["max-num-seqs"]["source"], "flag");
+    assert_eq!(j["config"]["max-num-seqs"]["value"], 64);
+    assert_eq!(j["config"]["max-num-batched-tokens"]["source"], "default");
+    assert_eq!(j["config"]["num-gpu-blocks"]["source"], "derived");
+    let r = &j["requests"];
+    let sum = ["completed", "queued", "running", "dropped", "timed_out"].iter().map(|k| r[k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!(r["injected"].as_u64().unwrap(), sum);
+    for metric in ["ttft", "tpot", "itl", "e2e", "scheduling_delay"] {
+        for stat in ["mean", "p50", "p90", "p95", "p99"] {
+            assert!(j["latency_ms"][metric][stat].as_f64().is_some(), "{metric}.{stat}");
+        }
+    }
+    assert!(j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.0, "shared prefixes hit the cache");
+    for key in ["utilization_peak", "utilization_mean"] {
+        assert!(j["kv_cache"][key].as_f64().is_some());
+    }
+    assert!(j["batch"]["mean_batch_size"].as_f64().unwrap() > 0.0);
+    assert!(j["throughput"]["output_tokens_per_s"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["tokens"]["output_total"], 200 * 256);
+}
+
+#[test]
+fn config_file_values_have_source_file_and_flags_override_them() {
+    let dir = scratch("config-file");
+    let cfg = dir.join("run.yaml");
+    std::fs::write(&cfg, "max-num-seqs: 32\nmax_num_batched_tokens: 1024\nseed: 5\n").unwrap();
+    let (_, j) = run_json(&["--config", cfg.to_str().unwrap(), "--seed", "9"]);
+    assert_eq!(j["config"]["max-num-seqs"]["source"], "file");
+    assert_eq!(j["config"]["max-num-seqs"]["value"], 32);
+    assert_eq!(j["config"]["max-num-batched-tokens"]["value"], 1024);
+    assert_eq!(j["config"]["seed"]["source"], "flag");
+    assert_eq!(j["seed"], 9);
+}
+
+#[test]
+fn output_file_and_per_request_csv_agree_with_the_report() {
+    let dir = scratch("outputs");
+    let json_path = dir.join("results.json");
+    let csv_path = dir.join("per_request.csv");
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--output", json_path.to_str().unwrap(), "--requests-csv", csv_path.to_str().unwrap(), "--quiet"]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).is_empty() && stderr(&out).is_empty(), "--output and --quiet keep stdout and stderr clean");
+    let j: Value = serde_json::from_str(&std::fs::read_to_string(&json_path).unwrap()).unwrap();
+    let mut reader = csv::Reader::from_path(&csv_path).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let ttft_col = headers.iter().position(|h| h == "ttft_ms").unwrap();
+    let rows: Vec<csv::StringRecord> = reader.records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 200);
+    let mean_ttft = rows.iter().map(|r| r[ttft_col].parse::<f64>().unwrap()).sum::<f64>() / rows.len() as f64;
+    let reported = j["latency_ms"]["ttft"]["mean"].as_f64().unwrap();
+    assert!((mean_ttft - reported).abs() < 1e-3, "{mean_ttft} vs {reported}");
+    // No temporary files are left behind.
+    let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names.len(), 2, "{names:?}");
+}
+
+#[test]
+fn help_documents_every_flag_in_groups() {
+    let out = blis(&["run", "--help"]);
+    assert!(out.status.success());
+    let help = stdout(&out);
+    for heading in ["Model and hardware:", "Server (vLLM flags):", "Latency model:", "Workload:", "Run:", "Output:"] {
+        assert!(help.contains(heading), "missing heading {heading}");
+    }
+    for flag in ["--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill", "--enable-prefix-caching",
+                 "--long-prefill-token-threshold", "--num-gpu-blocks", "--gpu-memory-utilization", "--prefix-groups",
+                 "--requests-csv", "--alpha-coeffs", "--seed"] {
+        assert!(help.contains(flag), "missing flag {flag}");
+    }
+}
+
+#[test]
+fn caching_and_chunking_can_be_switched_off() {
+    let (_, on) = run_json(&["--prefix-tokens", "256"]);
+    let (_, off) = run_json(&["--prefix-tokens", "256", "--enable-prefix-caching", "false", "--enable-chunked-prefill", "false",
+        "--max-model-len", "4096", "--max-num-batched-tokens", "4096"]);
+    assert!(on["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.2);
+    assert_eq!(off["kv_cache"]["prefix_hit_rate"].as_f64().unwrap(), 0.0);
+    assert_eq!(off["config"]["enable-chunked-prefill"]["value"], false);
+}

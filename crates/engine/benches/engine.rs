@@ -1,0 +1,62 @@
+//! Engine throughput: whole single-instance simulations of the sizes the
+//! engine issue names (1 000 and 100 000 requests; prompt 512, output 256,
+//! Llama-3.1-8B on one H100 with the roofline model at 30 req/s, which keeps
+//! about 95 requests in the batch). Run with `cargo bench -p blis-engine`.
+
+use std::sync::Arc;
+
+use blis_engine::catalog;
+use blis_engine::hardware::kv_blocks;
+use blis_engine::instance::Instance;
+use blis_engine::latency::Roofline;
+use blis_engine::metrics::Collector;
+use blis_engine::model::ModelConfig;
+use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::sim::{IterWorkload, run_single};
+use blis_engine::time::Micros;
+use criterion::{Criterion, criterion_group, criterion_main};
+
+fn simulate(n: u64) -> u64 {
+    let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
+    let gpu = catalog::find_gpu("H100").unwrap().spec();
+    let cfg = InstanceConfig {
+        scheduler: SchedulerConfig {
+            max_num_seqs: 256,
+            max_num_batched_tokens: 8192,
+            max_model_len: 131_072,
+            enable_chunked_prefill: true,
+            long_prefill_token_threshold: 0,
+            queue_policy: QueuePolicy::Fcfs,
+            preemption: PreemptionVictim::Tail,
+        },
+        num_gpu_blocks: kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap(),
+        block_size: 16,
+        enable_prefix_caching: true,
+        client_timeout: None,
+    };
+    let mut inst = Instance::new(0, cfg, Arc::new(Roofline::new(&model, &gpu, 1))).unwrap();
+    // Evenly spaced arrivals at 30 req/s (the CLI's Poisson stream is benchmarked by scripts/bench.sh).
+    let reqs = (0..n).map(|i| Request {
+        id: RequestId(i),
+        arrival: Micros(i * 33_333),
+        prompt: TokenSeq::synthetic(i, 512),
+        max_output_tokens: 256,
+        output_seed: 1 << 60 | i,
+        meta: RequestMeta::default(),
+    });
+    let mut metrics = Collector::default();
+    run_single(&mut inst, &mut IterWorkload::new(reqs), None, &mut metrics);
+    metrics.completed
+}
+
+fn single_instance(c: &mut Criterion) {
+    let mut g = c.benchmark_group("single_instance");
+    g.sample_size(10);
+    g.bench_function("1k_requests", |b| b.iter(|| assert_eq!(simulate(1_000), 1_000)));
+    g.bench_function("100k_requests", |b| b.iter(|| assert_eq!(simulate(100_000), 100_000)));
+    g.finish();
+}
+
+criterion_group!(benches, single_instance);
+criterion_main!(benches);
