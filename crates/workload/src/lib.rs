@@ -1,12 +1,46 @@
 //! # blis-workload: request streams for BLIS
 //!
-//! Workloads are lazy, arrival-ordered iterators of [`blis_engine::request::Request`];
-//! a run never materialises its requests. Every random draw comes from a
-//! stream derived from the workload seed and a subsystem name
-//! ([`blis_engine::rng::subsystem_rng`]), so the same seed gives the same
-//! requests on every machine.
+//! Workloads are lazy, arrival-ordered streams of
+//! [`blis_engine::request::Request`]; a run never materialises its
+//! requests. Every random draw comes from a stream derived from the workload
+//! seed and a subsystem name ([`blis_engine::rng::subsystem_rng`]), so the
+//! same seed gives the same requests on every machine.
 //!
-//! * [`synthetic`]: the flag-driven workload of `blis run` (rate, Poisson or
-//!   constant arrivals, fixed or Gaussian lengths, shared prefixes).
+//! Reading order:
+//!
+//! * [`spec`]: the ServeGen-style workload spec language (YAML), strict
+//!   parsing and command-line overrides; [`builtin`]: presets and scenarios
+//!   written in it.
+//! * [`plan`]: validation of a spec into a [`plan::Plan`]; [`dist`] and
+//!   [`arrival`] are the samplers it builds, [`empirical`] the PDFs they may
+//!   read, [`client`] one client's stream, [`content`] the synthetic token
+//!   content that makes prefix groups and multi-turn context share KV blocks.
+//! * [`generator`]: the k-way merge of clients plus multi-turn rounds
+//!   released on completion (an engine [`blis_engine::sim::Workload`]).
+//! * [`network`]: client-perspective latencies.
+//! * [`synthetic`]: the flag-driven workload of `blis run`.
+//!
+//! ## Example
+//!
+//! ```
+//! use blis_workload::spec::load;
+//!
+//! let plan = load("preset:chatbot").unwrap().plan().unwrap();
+//! let first: Vec<_> = plan.generator().take(3).collect();
+//! assert!(first.windows(2).all(|w| w[0].request.arrival <= w[1].request.arrival));
+//! ```
 
+#![warn(missing_docs)]
+
+pub mod arrival;
+pub mod builtin;
+pub mod client;
+pub mod content;
+pub mod dist;
+pub mod empirical;
+pub mod error;
+pub mod generator;
+pub mod network;
+pub mod plan;
+pub mod spec;
 pub mod synthetic;

@@ -1,0 +1,69 @@
+//! Errors of the workload crate. Every variant renders as one line that
+//! names the file, where in it the problem is (a key path such as
+//! `clients[1].arrival.cv`, or a line number) and what is allowed.
+
+use std::path::Path;
+
+use thiserror::Error;
+
+/// Why a workload could not be loaded, built or read.
+#[derive(Debug, Error)]
+pub enum WorkloadError {
+    /// A spec (or a file it references) has a bad or missing value.
+    #[error("{source_name}: {key_path}: {message}")]
+    Spec {
+        /// The spec file, or `preset:NAME` for a built-in.
+        source_name: String,
+        /// Dotted key path of the offending value (`.` for the whole document).
+        key_path: String,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
+    /// A file could not be read.
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: String,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// A line of a trace or data file is malformed.
+    #[error("{file}:{line}: {message}")]
+    Line {
+        /// The file.
+        file: String,
+        /// 1-based line number (the CSV header is line 1).
+        line: u64,
+        /// What is wrong.
+        message: String,
+    },
+}
+
+impl WorkloadError {
+    /// A [`WorkloadError::Spec`] error.
+    pub fn spec(source_name: impl Into<String>, key_path: impl Into<String>, message: impl Into<String>) -> WorkloadError {
+        WorkloadError::Spec { source_name: source_name.into(), key_path: key_path.into(), message: message.into() }
+    }
+
+    /// A [`WorkloadError::Read`] error for `path`.
+    pub fn read(path: &Path, source: std::io::Error) -> WorkloadError {
+        WorkloadError::Read { path: path.display().to_string(), source }
+    }
+
+    /// A [`WorkloadError::Line`] error.
+    pub fn line(file: &Path, line: u64, message: impl Into<String>) -> WorkloadError {
+        WorkloadError::Line { file: file.display().to_string(), line, message: message.into() }
+    }
+}
+
+/// Turns a `serde_path_to_error` failure into a [`WorkloadError::Spec`],
+/// dropping the path prefix the YAML parser repeats inside its own message.
+pub(crate) fn from_serde<E: std::fmt::Display>(source_name: &str, err: serde_path_to_error::Error<E>) -> WorkloadError {
+    let key_path = err.path().to_string();
+    let inner = err.inner().to_string();
+    let message = match inner.split_once(": ") {
+        Some((head, rest)) if !head.contains(' ') && !head.is_empty() => rest.to_string(),
+        _ => inner,
+    };
+    WorkloadError::spec(source_name, key_path, message)
+}
