@@ -87,7 +87,7 @@ impl IntCounts {
     }
 
     /// (value, count) pairs in increasing value order, including the pending run.
-    fn sorted(&self) -> Vec<(u64, u64)> {
+    pub fn value_counts(&self) -> Vec<(u64, u64)> {
         let mut counts = self.counts.clone();
         if let Some((v, n)) = self.run {
             *counts.entry(v).or_insert(0) += n;
@@ -107,7 +107,7 @@ impl IntCounts {
 
     /// Summary statistics, exactly as if every sample were stored individually.
     pub fn summary(&self, scale: f64) -> Distribution {
-        let runs = self.sorted();
+        let runs = self.value_counts();
         let count: u64 = runs.iter().map(|r| r.1).sum();
         if count == 0 {
             return Distribution::empty();

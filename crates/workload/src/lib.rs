@@ -18,6 +18,9 @@
 //! * [`generator`]: the k-way merge of clients plus multi-turn rounds
 //!   released on completion (an engine [`blis_engine::sim::Workload`]).
 //! * [`network`]: client-perspective latencies.
+//! * [`trace_v2`] and [`mooncake`]: trace writing and streaming replay.
+//! * [`servegen`]: importing ServeGen data directories; [`compose`]:
+//!   merging specs; [`stats`]: what a spec generates, measured.
 //! * [`synthetic`]: the flag-driven workload of `blis run`.
 //!
 //! ## Example
@@ -35,12 +38,31 @@
 pub mod arrival;
 pub mod builtin;
 pub mod client;
+pub mod compose;
 pub mod content;
 pub mod dist;
 pub mod empirical;
 pub mod error;
 pub mod generator;
+pub mod mooncake;
 pub mod network;
 pub mod plan;
+pub mod servegen;
 pub mod spec;
+pub mod stats;
 pub mod synthetic;
+pub mod trace_v2;
+
+/// A request stream that may end early on an error it meets while
+/// streaming (a trace file that changed after it was checked). Callers
+/// check [`RequestSource::take_error`] after the run.
+pub trait RequestSource: blis_engine::sim::Workload {
+    /// The error that ended the stream, if one did.
+    fn take_error(&mut self) -> Option<error::WorkloadError>;
+}
+
+impl RequestSource for generator::Generator {
+    fn take_error(&mut self) -> Option<error::WorkloadError> {
+        None
+    }
+}

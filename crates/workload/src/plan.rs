@@ -83,6 +83,7 @@ struct Ctx {
     source: String,
     base: std::path::PathBuf,
     files: FileCache,
+    samplers: BTreeMap<(std::path::PathBuf, String, Option<u64>, Role), Arc<Empirical>>,
 }
 
 impl Ctx {
@@ -100,7 +101,7 @@ fn fmt_num(v: f64) -> String {
 }
 
 /// What a sampled quantity is, which sets its default range.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Role {
     /// Token lengths: whole numbers ≥ 1.
     Length,
@@ -184,13 +185,28 @@ fn build_sampler(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
             ctx.check((lo..=hi).contains(&v), &format!("{path}.params.value"), format!("{} must be {}", fmt_num(v), role.describe()))?;
             Shape::Constant { value: v }
         }
-        DistKind::Empirical => Shape::Empirical(Arc::new(Empirical::new(&empirical_pdf(ctx, d, path, role)?))),
+        DistKind::Empirical => Shape::Empirical(empirical_sampler(ctx, d, path, role)?),
     };
     Ok(Sampler { shape, min, max })
 }
 
 fn kind_name(k: DistKind) -> String {
     serde_yaml_ng::to_string(&k).unwrap_or_default().trim().to_string()
+}
+
+/// The sampler of an empirical spec. Samplers read from files are built
+/// once per (file, field, window, role) and shared: an imported ServeGen
+/// spec references the same dataset window from many lifecycle windows.
+fn empirical_sampler(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<Arc<Empirical>, WorkloadError> {
+    let key = d.file.as_ref().map(|f| (ctx.base.join(f), d.field.clone().unwrap_or_default(), d.window, role));
+    if let Some(e) = key.as_ref().and_then(|k| ctx.samplers.get(k)) {
+        return Ok(e.clone());
+    }
+    let e = Arc::new(Empirical::new(&empirical_pdf(ctx, d, path, role)?));
+    if let Some(k) = key {
+        ctx.samplers.insert(k, e.clone());
+    }
+    Ok(e)
 }
 
 fn empirical_pdf(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<Pdf, WorkloadError> {
@@ -304,7 +320,7 @@ impl LoadedSpec {
     /// Validates the spec and builds its plan. The first problem found is
     /// returned, naming its key path.
     pub fn plan(&self) -> Result<Plan, WorkloadError> {
-        let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default() };
+        let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default(), samplers: BTreeMap::new() };
         build(&mut ctx, &self.spec)
     }
 }

@@ -6,8 +6,10 @@ use blis_engine::request::{Request, RequestId, RequestMeta, TokenRun, TokenSeq, 
 use blis_engine::rng::{SimRng, mix64, subsystem_rng, subsystem_seed};
 use blis_engine::time::Micros;
 use rand::RngExt;
-use rand_distr::{Distribution, Exp, Normal};
+use rand_distr::{Distribution, Exp};
 use thiserror::Error;
+
+use crate::dist::{Sampler, Shape};
 
 /// How inter-arrival gaps are drawn.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -37,6 +39,12 @@ impl LengthSpec {
     /// A fixed length.
     pub fn fixed(tokens: u32) -> LengthSpec {
         LengthSpec { mean: f64::from(tokens), stdev: 0.0, min: tokens, max: tokens }
+    }
+
+    /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
+    fn sampler(&self) -> Sampler {
+        let shape = if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };
+        Sampler { shape, min: f64::from(self.min), max: f64::from(self.max) }
     }
 }
 
@@ -98,6 +106,8 @@ impl SyntheticSpec {
             spec: self.clone(),
             next_id: 0,
             clock_s: 0.0,
+            prompt: self.prompt.sampler(),
+            output: self.output.sampler(),
             arrivals: subsystem_rng(self.seed, "workload/arrivals"),
             lengths: subsystem_rng(self.seed, "workload/lengths"),
             prefixes: subsystem_rng(self.seed, "workload/prefixes"),
@@ -109,21 +119,14 @@ impl SyntheticSpec {
 /// Iterator over the synthetic requests, in arrival order.
 pub struct SyntheticStream {
     spec: SyntheticSpec,
+    prompt: Sampler,
+    output: Sampler,
     next_id: u64,
     clock_s: f64,
     arrivals: SimRng,
     lengths: SimRng,
     prefixes: SimRng,
     content_seed: u64,
-}
-
-fn draw_length(spec: &LengthSpec, rng: &mut SimRng) -> u32 {
-    let x = if spec.stdev > 0.0 {
-        Normal::new(spec.mean, spec.stdev).map_or(spec.mean, |n| n.sample(rng))
-    } else {
-        spec.mean
-    };
-    (x.round().max(0.0) as u64).clamp(u64::from(spec.min), u64::from(spec.max)) as u32
 }
 
 impl Iterator for SyntheticStream {
@@ -146,8 +149,8 @@ impl Iterator for SyntheticStream {
             let group = if self.spec.prefix_groups > 1 { self.prefixes.random_range(0..self.spec.prefix_groups) } else { 0 };
             prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ 0x7072_6566 ^ u64::from(group).rotate_left(32)), self.spec.prefix_tokens));
         }
-        let prompt_len = draw_length(&self.spec.prompt, &mut self.lengths);
-        let output_len = draw_length(&self.spec.output, &mut self.lengths);
+        let prompt_len = self.prompt.tokens(&mut self.lengths);
+        let output_len = self.output.tokens(&mut self.lengths);
         prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ id.0), prompt_len));
         Some(Request {
             id,
