@@ -192,6 +192,18 @@ knob_table! {
     /// Number of distinct shared prefixes; each request draws one uniformly. [default: 1]
     #[arg(long, value_name = "N", help_heading = "Workload")]
     prefix_groups: u32 = Some(1),
+    /// Run a workload spec file (YAML; see docs/workloads.md) instead of the flags above;
+    /// --rate, --num-requests and --seed still override the spec's values.
+    #[arg(long, value_name = "PATH", help_heading = "Workload")]
+    workload_spec: PathBuf = None,
+    /// Run a built-in workload: preset:chatbot|contentgen|summarization|multidoc or
+    /// scenario:bursty-traffic|diurnal-cycle|unfair-tenants|prefix-heavy|mixed-slo (`blis workload list`).
+    #[arg(long, value_name = "NAME", help_heading = "Workload")]
+    workload: String = None,
+    /// Replay a trace: a trace v2 CSV (header in NAME.header.yaml beside it) or a Mooncake JSONL file;
+    /// --num-requests caps the requests replayed.
+    #[arg(long, value_name = "PATH", help_heading = "Workload")]
+    trace: PathBuf = None,
 
     // ── Run ──────────────────────────────────────────────────────────────
     /// Master random seed: same seed, same result, byte for byte. [default: 42]

@@ -4,12 +4,18 @@
 //! engine and workload crates together, and renders reports. Exit codes: 0
 //! success, 1 failure while running, 2 bad input.
 
+mod breakdown;
+mod compose;
+mod convert;
 mod error;
 mod knobs;
 mod output;
+mod plot;
 mod report;
 mod run;
 mod setup;
+mod workload_cmd;
+mod workload_source;
 
 use clap::{Parser, Subcommand};
 
@@ -27,6 +33,14 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// List the bundled models and GPUs.
     Models,
+    /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
+    #[command(subcommand)]
+    Workload(workload_cmd::WorkloadCommand),
+    /// Convert other workload descriptions into a spec.
+    #[command(subcommand)]
+    Convert(convert::ConvertCommand),
+    /// Merge workload specs into one whose clients keep their rates, seeds and requests.
+    Compose(compose::ComposeArgs),
 }
 
 fn list_models() {
@@ -70,6 +84,9 @@ fn main() {
             list_models();
             Ok(())
         }
+        Command::Workload(cmd) => workload_cmd::execute(cmd),
+        Command::Convert(cmd) => convert::execute(cmd),
+        Command::Compose(args) => compose::execute(args),
     };
     if let Err(err) = result {
         eprintln!("error: {err:#}");

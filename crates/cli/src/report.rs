@@ -1,11 +1,13 @@
 //! The `blis run` report: a versioned JSON document for machines and a
 //! table for people (in the spirit of `vllm bench serve`'s result block).
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use blis_engine::metrics::{Distribution, RunSummary};
+use blis_engine::metrics::{Distribution, GroupSummary, RunSummary};
 use serde::Serialize;
 
+use crate::breakdown::{self, ClientLatencyReport};
 use crate::knobs::ConfigReport;
 
 /// Version of the JSON report schema. Bumped on any incompatible change;
@@ -59,6 +61,13 @@ pub struct RunReport {
     /// The measurements.
     #[serde(flatten)]
     pub summary: RunSummary,
+    /// Per-client, per-tenant, per-SLO-class and per-stage metrics, for the
+    /// dimensions in which the workload has more than one value.
+    pub breakdowns: BTreeMap<&'static str, BTreeMap<String, GroupSummary>>,
+    /// Client-perspective TTFT and E2E, ms (server-side plus the network
+    /// model), when a workload client has a network model.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub client_latency_ms: Option<ClientLatencyReport>,
 }
 
 fn dist_row(out: &mut String, name: &str, d: &Distribution) {
@@ -96,6 +105,9 @@ pub fn table(report: &RunReport) -> String {
     dist_row(&mut out, "ITL", &l.itl);
     dist_row(&mut out, "E2E", &l.e2e);
     dist_row(&mut out, "Scheduling delay", &l.scheduling_delay);
+    if let Some(c) = &report.client_latency_ms {
+        breakdown::client_latency_rows(&mut out, c, dist_row);
+    }
     let _ = writeln!(out, "{:-^84}", " Engine ");
     line(&mut out, "Prefix-cache hit rate:", format!("{:.1}%", s.kv_cache.prefix_hit_rate * 100.0));
     line(
@@ -110,6 +122,7 @@ pub fn table(report: &RunReport) -> String {
         format!("{}; {:.1} / {:.1}", s.batch.steps, s.batch.mean_batch_size, s.batch.mean_batch_tokens),
     );
     line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
+    out.push_str(&breakdown::table(&report.breakdowns));
     let _ = writeln!(out, "{:=^84}", "");
     out
 }

@@ -6,14 +6,16 @@ use std::path::PathBuf;
 use anyhow::Context;
 use blis_engine::instance::Instance;
 use blis_engine::metrics::{Collector, RunSummary};
-use blis_engine::sim::{IterWorkload, run_single};
+use blis_engine::sim::run_single;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
+use crate::breakdown::{ClientLatencyReport, GroupObservers};
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
 use crate::output::{AtomicFile, Fanout, Progress, RequestCsv, peak_rss_mib};
 use crate::report::{DeploymentInfo, RunReport, SCHEMA_VERSION, SimulatorInfo, table};
 use crate::setup::{Deployment, seconds};
+use crate::workload_source::{self, WorkloadSource};
 
 /// Simulate a vLLM deployment serving a workload.
 #[derive(clap::Args, Debug)]
@@ -76,9 +78,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let knobs = Knobs::resolve(&args.knobs, &file);
     let mut config = knobs.report();
     let deployment = Deployment::resolve(&knobs, &mut config)?;
-    let workload = synthetic_workload(&knobs)?;
+    let WorkloadSource { mut source, labels, expected_requests, seed, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
     let horizon = knobs.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
-    let seed = workload.seed;
 
     // Open outputs before simulating so a bad path fails fast, but only move
     // them into place once everything succeeded.
@@ -89,16 +90,24 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let mut instance =
         Instance::new(0, deployment.instance.clone(), deployment.latency.clone()).map_err(|e| bad_input!("{e}"))?;
     let mut collector = Collector::default();
-    let mut progress = Progress::new(workload.num_requests, args.quiet);
+    let mut progress = Progress::new(expected_requests, args.quiet);
+    let mut groups = GroupObservers::new(&labels, 1);
     let end = {
         let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut collector, &mut progress];
         if let Some(c) = csv.as_mut() {
             observers.push(c);
         }
+        if let Some(c) = client_latency.as_mut() {
+            observers.push(c);
+        }
+        observers.extend(groups.observers());
         let mut fanout = Fanout(observers);
-        run_single(&mut instance, &mut IterWorkload::new(workload.generate()), horizon, &mut fanout)
+        run_single(&mut instance, &mut *source, horizon, &mut fanout)
     };
     progress.finish();
+    if let Some(e) = source.take_error() {
+        return Err(anyhow::Error::new(e).context("reading the workload"));
+    }
 
     let summary = RunSummary::build(&collector, &[instance.stats()], end.end, u64::from(end.queued), u64::from(end.running));
     let report = RunReport {
@@ -114,6 +123,8 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         },
         config,
         summary,
+        breakdowns: groups.report(&labels),
+        client_latency_ms: client_latency.as_ref().map(|c| ClientLatencyReport::of(c, &labels)),
     };
     let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
     if let Some(c) = csv {

@@ -66,3 +66,9 @@ impl RequestSource for generator::Generator {
         None
     }
 }
+
+impl<I: Iterator<Item = blis_engine::request::Request>> RequestSource for blis_engine::sim::IterWorkload<I> {
+    fn take_error(&mut self) -> Option<error::WorkloadError> {
+        None
+    }
+}

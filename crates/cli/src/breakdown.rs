@@ -1,0 +1,105 @@
+//! Per-group metrics of a run: per client, tenant, SLO class and load stage
+//! (engine [`Breakdown`]s), and client-perspective latencies when the
+//! workload gives clients a network model. A dimension is measured only
+//! when the workload has more than one value of it (one group would repeat
+//! the overall numbers, at the memory cost of another copy of the samples).
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use blis_engine::instance::Observer;
+use blis_engine::metrics::{Breakdown, Distribution, GroupBy, GroupSummary};
+use blis_engine::request::Labels;
+use blis_workload::network::{ClientLatency, ClientSamples};
+use serde::Serialize;
+
+/// The breakdowns a run collects.
+pub struct GroupObservers {
+    groups: Vec<(&'static str, Breakdown)>,
+}
+
+impl GroupObservers {
+    /// Breakdowns for the dimensions of `labels` with more than one value,
+    /// plus stages when the workload has `stages` > 1.
+    pub fn new(labels: &Labels, stages: u32) -> GroupObservers {
+        let mut groups = Vec::new();
+        for (name, by, n) in [
+            ("client", GroupBy::Client, labels.clients.len()),
+            ("tenant", GroupBy::Tenant, labels.tenants.len()),
+            ("slo_class", GroupBy::SloClass, labels.slo_classes.len()),
+            ("stage", GroupBy::Stage, stages as usize),
+        ] {
+            if n > 1 {
+                groups.push((name, Breakdown::new(by)));
+            }
+        }
+        GroupObservers { groups }
+    }
+
+    /// The observers to fan callbacks out to.
+    pub fn observers(&mut self) -> impl Iterator<Item = &mut dyn Observer> {
+        self.groups.iter_mut().map(|(_, b)| b as &mut dyn Observer)
+    }
+
+    /// The report section: dimension → group name → summary.
+    pub fn report(&self, labels: &Labels) -> BTreeMap<&'static str, BTreeMap<String, GroupSummary>> {
+        self.groups.iter().map(|(name, b)| (*name, b.summaries(labels))).collect()
+    }
+}
+
+/// Client-perspective latencies of one group, ms.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientLatencyMs {
+    /// TTFT as the client sees it (streaming clients).
+    pub ttft: Distribution,
+    /// End-to-end latency as the client sees it.
+    pub e2e: Distribution,
+}
+
+impl ClientLatencyMs {
+    fn of(s: &ClientSamples) -> ClientLatencyMs {
+        ClientLatencyMs { ttft: s.ttft_us.summary(1e-3), e2e: s.e2e_us.summary(1e-3) }
+    }
+}
+
+/// Client-perspective latencies (server-side latency plus the clients'
+/// network model), overall and per client.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClientLatencyReport {
+    /// All requests from clients with a network model.
+    #[serde(flatten)]
+    pub overall: ClientLatencyMs,
+    /// Per client.
+    pub by_client: BTreeMap<String, ClientLatencyMs>,
+}
+
+impl ClientLatencyReport {
+    /// The report of a collector.
+    pub fn of(c: &ClientLatency, labels: &Labels) -> ClientLatencyReport {
+        ClientLatencyReport {
+            overall: ClientLatencyMs::of(&c.overall),
+            by_client: c.by_client.iter().map(|(&i, s)| (labels.client(i), ClientLatencyMs::of(s))).collect(),
+        }
+    }
+}
+
+/// Table rows for the client-perspective latencies, in the latency block's format.
+pub fn client_latency_rows(out: &mut String, c: &ClientLatencyReport, row: fn(&mut String, &str, &Distribution)) {
+    row(out, "TTFT (client, network)", &c.overall.ttft);
+    row(out, "E2E (client, network)", &c.overall.e2e);
+}
+
+/// The per-group tables.
+pub fn table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSummary>>) -> String {
+    let mut out = String::new();
+    for (dimension, groups) in breakdowns {
+        let _ = writeln!(out, "{:-^84}", format!(" By {} ", dimension.replace('_', " ")));
+        let _ = writeln!(out, "{:<24}{:>10}{:>12}{:>12}{:>12}{:>12}", "", "completed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99");
+        for (name, g) in groups {
+            let short: String = name.chars().take(23).collect();
+            let l = &g.latency_ms;
+            let _ = writeln!(out, "{short:<24}{:>10}{:>12.2}{:>12.2}{:>12.2}{:>12.2}", g.completed, l.ttft.p50, l.ttft.p99, l.e2e.p50, l.e2e.p99);
+        }
+    }
+    out
+}

@@ -1,0 +1,166 @@
+//! Which workload `blis run` simulates: the synthetic one the flags
+//! describe, a spec file (`--workload-spec`), a built-in (`--workload
+//! preset:NAME`), or a trace (`--trace`). Every choice ends as a lazy
+//! [`RequestSource`] plus the names of its labels.
+
+use std::path::Path;
+
+use blis_engine::request::Labels;
+use blis_engine::sim::IterWorkload;
+use blis_workload::RequestSource;
+use blis_workload::mooncake::MooncakeReplay;
+use blis_workload::network::ClientLatency;
+use blis_workload::spec::{self, Overrides};
+use blis_workload::trace_v2::TraceReplay;
+
+use crate::error::{BadInput, bad_input};
+use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+use crate::run::synthetic_workload;
+
+/// A resolved workload, ready to run.
+pub struct WorkloadSource {
+    /// The request stream.
+    pub source: Box<dyn RequestSource>,
+    /// Names of clients, tenants and SLO classes.
+    pub labels: Labels,
+    /// Requests expected from the arrival processes (for progress).
+    pub expected_requests: u64,
+    /// Seed of the workload.
+    pub seed: u64,
+    /// Client-perspective latency collector, when a client has a network model.
+    pub client_latency: Option<ClientLatency>,
+}
+
+/// Knobs of the synthetic workload only; giving one with another workload is an error.
+const SYNTHETIC_ONLY: [&str; 11] = [
+    "arrival", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max", "output-tokens",
+    "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
+];
+
+fn explicit<T: Clone>(k: &Knob<Option<T>>) -> Option<T> {
+    if k.source == Source::Default { None } else { k.value.clone() }
+}
+
+/// Prints warnings on stderr, one line each.
+pub fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
+/// Overrides from the run's knobs: values given by flag or `--config` replace the spec's.
+fn overrides(k: &Knobs) -> Overrides {
+    Overrides {
+        aggregate_rate: explicit(&k.rate),
+        seed: explicit(&k.seed),
+        num_requests: explicit(&k.num_requests),
+        default_num_requests: k.num_requests.value,
+    }
+}
+
+/// Refuses synthetic-only knobs (and `extra`) that were given explicitly,
+/// and drops them from the report since they do not apply.
+fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[&str]) -> Result<(), BadInput> {
+    for name in SYNTHETIC_ONLY.iter().chain(extra) {
+        if config.get(*name).is_some_and(|v| v["source"] != "default") {
+            return Err(bad_input!("--{name} does not apply with {with}; the workload sets it"));
+        }
+        config.remove(*name);
+    }
+    Ok(())
+}
+
+/// Resolves the workload of `blis run`, recording effective values in `config`.
+pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInput> {
+    let chosen: Vec<&str> = [
+        k.workload_spec.value.as_ref().map(|_| "--workload-spec"),
+        k.workload.value.as_ref().map(|_| "--workload"),
+        k.trace.value.as_ref().map(|_| "--trace"),
+    ]
+    .into_iter()
+    .flatten()
+    .collect();
+    if chosen.len() > 1 {
+        return Err(bad_input!("{} are alternatives; give one", chosen.join(" and ")));
+    }
+    if let Some(path) = &k.trace.value {
+        return trace(k, config, path);
+    }
+    let reference = match (&k.workload_spec.value, &k.workload.value) {
+        (Some(p), _) => p.display().to_string(),
+        (None, Some(name)) => {
+            if !name.starts_with("preset:") && !name.starts_with("scenario:") {
+                return Err(bad_input!("--workload {name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"));
+            }
+            name.clone()
+        }
+        (None, None) => {
+            let spec = synthetic_workload(k)?;
+            let labels = Labels { clients: vec!["synthetic".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
+            return Ok(WorkloadSource {
+                expected_requests: spec.num_requests,
+                seed: spec.seed,
+                source: Box::new(IterWorkload::new(spec.generate())),
+                labels,
+                client_latency: None,
+            });
+        }
+    };
+    let with = if k.workload_spec.value.is_some() { "--workload-spec" } else { "--workload" };
+    reject_synthetic_knobs(config, with, &[])?;
+    let mut loaded = spec::load(&reference).map_err(|e| bad_input!("{e}"))?;
+    let spec_bounds_requests = loaded.spec.num_requests.is_some();
+    loaded.apply(&overrides(k));
+    let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
+    warn(&plan.warnings);
+    report_entry(config, "rate", &plan.aggregate_rate, if explicit(&k.rate).is_some() { k.rate.source } else { Source::Derived });
+    report_entry(config, "seed", &plan.seed, if explicit(&k.seed).is_some() { k.seed.source } else { Source::Derived });
+    match plan.num_requests {
+        Some(n) => {
+            let source = match (explicit(&k.num_requests), spec_bounds_requests) {
+                (Some(_), _) => k.num_requests.source,
+                (None, true) => Source::Derived,
+                (None, false) => Source::Default,
+            };
+            report_entry(config, "num-requests", &n, source);
+        }
+        None => {
+            config.remove("num-requests");
+        }
+    }
+    if let Some(h) = plan.horizon {
+        report_entry(config, "workload-horizon-s", &h.as_secs_f64(), Source::Derived);
+    }
+    report_entry(config, "workload-clients", &plan.labels.clients, Source::Derived);
+    let client_latency = ClientLatency::new(plan.networks(), plan.clients.iter().map(|c| c.streaming).collect());
+    Ok(WorkloadSource {
+        expected_requests: plan.expected_requests(),
+        seed: plan.seed,
+        labels: plan.labels.clone(),
+        client_latency,
+        source: Box::new(plan.generator()),
+    })
+}
+
+fn trace(k: &Knobs, config: &mut ConfigReport, path: &Path) -> Result<WorkloadSource, BadInput> {
+    reject_synthetic_knobs(config, "--trace", &["rate"])?;
+    let limit = explicit(&k.num_requests);
+    let ext = path.extension().and_then(|e| e.to_str()).unwrap_or("");
+    let (source, info): (Box<dyn RequestSource>, _) = match ext {
+        "csv" => {
+            let (r, info) = TraceReplay::open(path, limit).map_err(|e| bad_input!("{e}"))?;
+            (Box::new(r), info)
+        }
+        "jsonl" => {
+            let (r, info) = MooncakeReplay::open(path, limit).map_err(|e| bad_input!("{e}"))?;
+            (Box::new(r), info)
+        }
+        other => return Err(bad_input!("--trace {}: unknown trace format {other:?}; allowed: .csv (trace v2), .jsonl (Mooncake)", path.display())),
+    };
+    warn(&info.warnings);
+    if info.requests == 0 {
+        return Err(bad_input!("--trace {}: no requests to replay", path.display()));
+    }
+    report_entry(config, "num-requests", &info.requests, if limit.is_some() { k.num_requests.source } else { Source::Derived });
+    Ok(WorkloadSource { source, labels: info.labels, expected_requests: info.requests, seed: k.seed.value.unwrap_or(0), client_latency: None })
+}
