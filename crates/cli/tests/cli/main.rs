@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod run;
+mod workload;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

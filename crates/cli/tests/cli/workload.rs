@@ -1,0 +1,207 @@
+//! Workload commands end to end: specs, built-ins, traces, ServeGen import,
+//! compose, generate and stats; and their bad-input contract.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::Value;
+
+use crate::{blis, is_empty_dir, scratch, stderr, stdout};
+
+const MODEL: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct"];
+
+fn example(name: &str) -> String {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(name).display().to_string()
+}
+
+fn ok(args: &[&str]) -> String {
+    let out = blis(args);
+    assert!(out.status.success(), "blis {args:?} failed: {}", stderr(&out));
+    stdout(&out)
+}
+
+fn run_json(extra: &[&str]) -> (String, Value) {
+    let mut args = vec!["run", "-q"];
+    args.extend_from_slice(MODEL);
+    args.extend_from_slice(extra);
+    let text = ok(&args);
+    let json = serde_json::from_str(&text).expect("one JSON document");
+    (text, json)
+}
+
+#[test]
+fn a_spec_runs_with_per_group_breakdowns_and_client_side_latency() {
+    let spec = example("language.yaml");
+    let (a, j) = run_json(&["--workload-spec", &spec, "--num-requests", "300"]);
+    assert_eq!(j["requests"]["completed"], 300);
+    let b = &j["breakdowns"];
+    assert_eq!(b["client"].as_object().unwrap().keys().collect::<Vec<_>>(), ["chat", "dashboard", "pipeline"]);
+    assert_eq!(b["tenant"].as_object().unwrap().keys().collect::<Vec<_>>(), ["acme", "globex"]);
+    assert_eq!(b["slo_class"].as_object().unwrap().len(), 3);
+    assert!(b.get("stage").is_none(), "one stage: no stage breakdown");
+    let completed: u64 = b["client"].as_object().unwrap().values().map(|g| g["completed"].as_u64().unwrap()).sum();
+    assert_eq!(completed, 300);
+    // Only `chat` has a network model (40 ms RTT): its client-side TTFT exceeds the server-side one by at least the RTT.
+    let c = &j["client_latency_ms"];
+    assert_eq!(c["by_client"].as_object().unwrap().keys().collect::<Vec<_>>(), ["chat"]);
+    let server = b["client"]["chat"]["latency_ms"]["ttft"]["mean"].as_f64().unwrap();
+    assert!(c["ttft"]["mean"].as_f64().unwrap() >= server + 40.0);
+    assert_eq!(j["config"]["num-requests"]["source"], "flag");
+    assert_eq!(j["config"]["rate"]["value"], 15.0);
+    assert_eq!(j["config"]["rate"]["source"], "derived");
+    assert!(j["config"].get("prompt-tokens").is_none(), "synthetic knobs do not apply");
+    // Deterministic: byte-identical JSON.
+    let (again, _) = run_json(&["--workload-spec", &spec, "--num-requests", "300"]);
+    assert_eq!(a, again);
+}
+
+#[test]
+fn presets_take_a_rate() {
+    let (_, j) = run_json(&["--workload", "preset:chatbot", "--rate", "20", "--num-requests", "200"]);
+    assert_eq!(j["config"]["rate"], serde_json::json!({"value": 20.0, "source": "flag"}));
+    assert_eq!(j["requests"]["completed"], 200);
+    assert!(j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.2, "the shared system prompt is cached");
+    assert!(j["simulated_duration_s"].as_f64().unwrap() < 15.0, "200 requests at 20/s take about 10 s");
+}
+
+#[test]
+fn a_generated_trace_replays_as_the_spec_runs() {
+    let dir = scratch("generate-replay");
+    let csv = dir.join("requests.csv");
+    let err = blis(&["workload", "generate", "--spec", &example("reasoning.yaml"), "--num-requests", "150", "--output", csv.to_str().unwrap()]);
+    assert!(err.status.success(), "{}", stderr(&err));
+    assert!(stderr(&err).contains("multi-turn"), "later rounds are not in a generated trace: {}", stderr(&err));
+    assert!(dir.join("requests.header.yaml").exists());
+    let text = std::fs::read_to_string(&csv).unwrap();
+    assert_eq!(text.lines().count(), 151);
+    assert!(text.starts_with("request_id,client_id,tenant_id,slo_class,session_id,round_index,prefix_group,streaming,input_tokens,output_tokens,text_tokens,image_tokens,audio_tokens,video_tokens,reason_ratio,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message\n"));
+
+    // A single-turn spec: replaying its trace reproduces the run exactly.
+    let csv = dir.join("chat.csv");
+    ok(&["workload", "generate", "--spec", "preset:multidoc", "--num-requests", "250", "--output", csv.to_str().unwrap()]);
+    let (_, replayed) = run_json(&["--trace", csv.to_str().unwrap()]);
+    let (_, direct) = run_json(&["--workload", "preset:multidoc", "--num-requests", "250"]);
+    for k in ["requests", "tokens", "latency_ms", "kv_cache", "batch", "breakdowns"] {
+        assert_eq!(replayed[k], direct[k], "{k}");
+    }
+    let (_, capped) = run_json(&["--trace", csv.to_str().unwrap(), "--num-requests", "40"]);
+    assert_eq!(capped["requests"]["injected"], 40);
+}
+
+#[test]
+fn mooncake_traces_replay_with_shared_blocks() {
+    let (_, j) = run_json(&["--trace", &example("mooncake-sample.jsonl")]);
+    assert_eq!(j["requests"]["completed"], 400);
+    assert!(j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.2, "conversations re-send their hash ids");
+}
+
+#[test]
+fn servegen_directories_convert_to_runnable_specs() {
+    let dir = scratch("servegen");
+    let out = dir.join("sub").join("w.yaml");
+    std::fs::create_dir_all(out.parent().unwrap()).unwrap();
+    let err = blis(&["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-end", "1800", "--output", out.to_str().unwrap()]);
+    assert!(err.status.success(), "{}", stderr(&err));
+    let text = std::fs::read_to_string(&out).unwrap();
+    assert!(text.contains("horizon: 1800000000") && text.contains("process: weibull") && text.contains("field: input_tokens"), "{text}");
+    let (_, j) = run_json(&["--workload-spec", out.to_str().unwrap()]);
+    assert_eq!(j["breakdowns"]["client"].as_object().unwrap().len(), 3);
+    // The checked-in example is what the command produces.
+    let regenerated = dir.join("servegen-language.yaml");
+    let examples_dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_blis"))
+        .current_dir(examples_dir.join(".."))
+        .args(["convert", "servegen", "--path", "examples/servegen/language-mini", "--output", regenerated.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(status.status.success());
+    // Identical but for where the dataset files are referenced from.
+    let strip = |p: &Path| std::fs::read_to_string(p).unwrap().lines().filter(|l| !l.contains("file:")).collect::<Vec<_>>().join("\n");
+    assert_eq!(strip(&regenerated), strip(&examples_dir.join("servegen-language.yaml")));
+}
+
+#[test]
+fn compose_merges_specs_into_a_runnable_one() {
+    let dir = scratch("compose");
+    let out = dir.join("merged.yaml");
+    let err = blis(&["compose", "--from", &example("language.yaml"), "--from", "preset:chatbot", "--output", out.to_str().unwrap()]);
+    assert!(err.status.success(), "{}", stderr(&err));
+    assert!(stderr(&err).contains("renamed"), "chatbot's client `chat` clashes with language.yaml's: {}", stderr(&err));
+    let (_, j) = run_json(&["--workload-spec", out.to_str().unwrap(), "--num-requests", "200"]);
+    assert_eq!(j["breakdowns"]["client"].as_object().unwrap().len(), 4);
+    assert_eq!(j["config"]["rate"]["value"], 25.0);
+}
+
+#[test]
+fn stats_print_a_table_and_write_a_plot() {
+    let dir = scratch("stats");
+    let plot = dir.join("p.svg");
+    let text = ok(&["workload", "stats", "--spec", "scenario:unfair-tenants", "--plot", plot.to_str().unwrap()]);
+    assert!(text.contains("bulk") && text.contains("premium") && text.contains("gap CV") && text.contains("Input length"), "{text}");
+    let svg = std::fs::read_to_string(&plot).unwrap();
+    assert!(svg.starts_with("<svg") && svg.contains("Arrival rate by client") && svg.contains("premium"));
+    let list = ok(&["workload", "list"]);
+    for name in ["preset:chatbot", "preset:contentgen", "preset:summarization", "preset:multidoc", "scenario:bursty-traffic", "scenario:diurnal-cycle", "scenario:unfair-tenants", "scenario:prefix-heavy", "scenario:mixed-slo"] {
+        assert!(list.contains(name), "{name}");
+    }
+    assert!(ok(&["workload", "show", "preset:chatbot"]).contains("prefix_group: chat-system-prompt"));
+}
+
+/// Runs `args` with `--output`/`-o` into a fresh directory and checks the
+/// bad-input contract: exit 2, one line naming the problem, no files.
+fn rejected(name: &str, args: &[&str], output_flag: &str, output_name: &str) -> String {
+    let dir = scratch(name);
+    let out_path: PathBuf = dir.join(output_name);
+    let mut full = args.to_vec();
+    full.extend_from_slice(&[output_flag, out_path.to_str().unwrap()]);
+    let out = blis(&full);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{name}: expected exit code 2, stderr: {err}");
+    assert!(!err.contains("panicked"), "{name}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{name}: expected one line, got: {err}");
+    assert!(err.starts_with("error: "), "{name}: {err}");
+    assert!(is_empty_dir(&dir), "{name}: left a file behind");
+    err
+}
+
+#[test]
+fn bad_workload_input_gives_one_clear_line_and_no_output() {
+    let dir = scratch("bad-specs");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.display().to_string()
+    };
+    let unknown_key = write("unknown.yaml", "aggregate_rate: 5\nnum_requests: 10\nclients:\n  - id: a\n    arival: {process: poisson}\n");
+    let nan_rate = write("nan.yaml", "aggregate_rate: .nan\nnum_requests: 10\nclients: [{id: a}]\n");
+    let bad_trace = write("bad.csv", "request_id,client_id\n0,a\n");
+    let run = |extra: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = ["run", "--model", "meta-llama/llama-3.1-8b-instruct"].iter().map(|s| s.to_string()).collect();
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v
+    };
+    for (name, args, needle) in [
+        ("unknown-key", run(&["--workload-spec", &unknown_key]), "clients[0].arival: unknown field `arival`"),
+        ("nan-rate", run(&["--workload-spec", &nan_rate]), "aggregate_rate: NaN must be in (0"),
+        ("missing-spec", run(&["--workload-spec", "/nonexistent/w.yaml"]), "cannot read /nonexistent/w.yaml"),
+        ("unknown-preset", run(&["--workload", "preset:nope"]), "allowed: preset:chatbot"),
+        ("not-builtin", run(&["--workload", "w.yaml"]), "expected preset:NAME or scenario:NAME"),
+        ("two-workloads", run(&["--workload", "preset:chatbot", "--trace", "x.csv"]), "--workload and --trace are alternatives"),
+        ("synthetic-flag", run(&["--workload", "preset:chatbot", "--prompt-tokens", "9"]), "--prompt-tokens does not apply with --workload"),
+        ("trace-rate", run(&["--trace", &bad_trace, "--rate", "3"]), "--rate does not apply with --trace"),
+        ("trace-columns", run(&["--trace", &bad_trace]), "bad.csv:1: missing column"),
+        ("trace-format", run(&["--trace", "x.parquet"]), "allowed: .csv (trace v2), .jsonl (Mooncake)"),
+    ] {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let e = rejected(name, &args, "--output", "out.json");
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+    let e = rejected("generate-bad", &["workload", "generate", "--spec", &unknown_key], "--output", "t.csv");
+    assert!(e.contains("arival"), "{e}");
+    let e = rejected("convert-bad", &["convert", "servegen", "--path", dir.to_str().unwrap()], "--output", "w.yaml");
+    assert!(e.contains("no chunk-<id>-trace.csv"), "{e}");
+    let reasoning = example("reasoning.yaml");
+    let e = rejected("compose-bad", &["compose", "--from", &example("language.yaml"), "--from", &reasoning], "--output", "m.yaml");
+    assert!(e.contains("category: is reasoning but"), "{e}");
+    let e = rejected("stats-bad", &["workload", "stats", "--spec", &nan_rate], "--plot", "p.svg");
+    assert!(e.contains("aggregate_rate"), "{e}");
+}
