@@ -13,3 +13,8 @@ for n in ${sizes[@]}; do
     | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=$n: /"
   echo
 done
+# Workload generation: 1,000,000 requests from a 10-client spec (every arrival
+# process and length shape), streamed as a trace v2 CSV to /dev/null. The
+# generator alone (no CSV) is `cargo bench -p blis-workload`.
+/usr/bin/time -f "workload generate, 1M requests, 10 clients: %e s wall, peak %M KiB" \
+  ./target/release/blis workload generate --spec crates/workload/benches/ten-clients.yaml --output /dev/null

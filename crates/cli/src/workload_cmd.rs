@@ -213,8 +213,8 @@ fn stats_table(loaded: &LoadedSpec, plan: &Plan, s: &WorkloadStats) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<16}{:<10}{:<12}{:>8}{:>8}{:>9}{:>7}{:>22}{:>21}{:>8}",
-        "client", "tenant", "slo class", "requests", "share", "req/s", "gap CV", "input: mean  p50  p99", "output: mean p50 p99", "prefix"
+        "{:<16}{:<10}{:<12}{:>8}{:>8}{:>9}{:>7}{:>22}{:>22}{:>8}",
+        "client", "tenant", "slo class", "requests", "share", "req/s", "gap CV", "input mean   p50   p99", "output mean   p50   p99", "prefix"
     );
     for (c, g) in plan.clients.iter().zip(&s.clients) {
         let tenant = &plan.labels.tenants[c.tenant.0 as usize];
