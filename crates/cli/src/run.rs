@@ -78,7 +78,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let knobs = Knobs::resolve(&args.knobs, &file);
     let mut config = knobs.report();
     let deployment = Deployment::resolve(&knobs, &mut config)?;
-    let WorkloadSource { mut source, labels, expected_requests, seed, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
+    let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
     let horizon = knobs.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
 
     // Open outputs before simulating so a bad path fails fast, but only move
@@ -91,7 +91,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         Instance::new(0, deployment.instance.clone(), deployment.latency.clone()).map_err(|e| bad_input!("{e}"))?;
     let mut collector = Collector::default();
     let mut progress = Progress::new(expected_requests, args.quiet);
-    let mut groups = GroupObservers::new(&labels, 1);
+    let mut groups = GroupObservers::new(&labels, stages);
     let end = {
         let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut collector, &mut progress];
         if let Some(c) = csv.as_mut() {

@@ -27,6 +27,8 @@ pub struct WorkloadSource {
     pub expected_requests: u64,
     /// Seed of the workload.
     pub seed: u64,
+    /// Load stages (inference-perf stages); 1 for every workload here.
+    pub stages: u32,
     /// Client-perspective latency collector, when a client has a network model.
     pub client_latency: Option<ClientLatency>,
 }
@@ -102,6 +104,7 @@ pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, B
                 seed: spec.seed,
                 source: Box::new(IterWorkload::new(spec.generate())),
                 labels,
+                stages: 1,
                 client_latency: None,
             });
         }
@@ -136,6 +139,7 @@ pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, B
     Ok(WorkloadSource {
         expected_requests: plan.expected_requests(),
         seed: plan.seed,
+        stages: 1,
         labels: plan.labels.clone(),
         client_latency,
         source: Box::new(plan.generator()),
@@ -162,5 +166,5 @@ fn trace(k: &Knobs, config: &mut ConfigReport, path: &Path) -> Result<WorkloadSo
         return Err(bad_input!("--trace {}: no requests to replay", path.display()));
     }
     report_entry(config, "num-requests", &info.requests, if limit.is_some() { k.num_requests.source } else { Source::Derived });
-    Ok(WorkloadSource { source, labels: info.labels, expected_requests: info.requests, seed: k.seed.value.unwrap_or(0), client_latency: None })
+    Ok(WorkloadSource { source, labels: info.labels, expected_requests: info.requests, seed: k.seed.value.unwrap_or(0), stages: 1, client_latency: None })
 }

@@ -105,17 +105,23 @@ fn fmt_num(v: f64) -> String {
 enum Role {
     /// Token lengths: whole numbers ≥ 1.
     Length,
-    /// Counts: whole numbers ≥ 0.
-    Count,
+    /// Token counts that may be 0 (tokens per image, ...).
+    Tokens,
+    /// Items per request (images, ...): whole numbers in [0, 10 000].
+    Items,
     /// Ratios in [0, 1].
     Ratio,
 }
+
+/// Largest number of items (images, audio or video segments) per request.
+pub const MAX_ITEMS: f64 = 10_000.0;
 
 impl Role {
     fn range(self) -> (f64, f64) {
         match self {
             Role::Length => (1.0, MAX_TOKENS),
-            Role::Count => (0.0, MAX_TOKENS),
+            Role::Tokens => (0.0, MAX_TOKENS),
+            Role::Items => (0.0, MAX_ITEMS),
             Role::Ratio => (0.0, 1.0),
         }
     }
@@ -123,7 +129,8 @@ impl Role {
     fn describe(self) -> &'static str {
         match self {
             Role::Length => "a token length ≥ 1",
-            Role::Count => "a count ≥ 0",
+            Role::Tokens => "a token count ≥ 0",
+            Role::Items => "an item count in [0, 10000]",
             Role::Ratio => "a ratio in [0, 1]",
         }
     }
@@ -463,8 +470,8 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
                     (None, None) => {}
                     (Some(t), Some(n)) => modalities.push(ModalityPlan {
                         kind,
-                        tokens: build_sampler(ctx, t, &format!("{p}.multimodal.{name}_distribution"), Role::Count)?,
-                        count: build_sampler(ctx, n, &format!("{p}.multimodal.{name}_count_distribution"), Role::Count)?,
+                        tokens: build_sampler(ctx, t, &format!("{p}.multimodal.{name}_distribution"), Role::Tokens)?,
+                        count: build_sampler(ctx, n, &format!("{p}.multimodal.{name}_count_distribution"), Role::Items)?,
                     }),
                     (Some(_), None) => return ctx.err(&format!("{p}.multimodal.{name}_count_distribution"), format!("missing; {name}_distribution needs the number of items per request")),
                     (None, Some(_)) => return ctx.err(&format!("{p}.multimodal.{name}_distribution"), format!("missing; {name}_count_distribution needs the tokens per item")),
