@@ -9,6 +9,7 @@ mod knobs;
 mod output;
 mod report;
 mod run;
+mod serve;
 mod setup;
 
 use clap::{Parser, Subcommand};
@@ -25,6 +26,8 @@ struct Cli {
 enum Command {
     /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
     Run(Box<run::RunArgs>),
+    /// Serve the OpenAI API (completions, chat, SSE streaming, /metrics) with timing from the simulator.
+    Serve(Box<serve::ServeArgs>),
     /// List the bundled models and GPUs.
     Models,
 }
@@ -66,6 +69,7 @@ fn main() {
     let cli = parse_cli();
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
+        Command::Serve(args) => serve::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

@@ -117,13 +117,12 @@ pub struct SyntheticStream {
     content_seed: u64,
 }
 
-fn draw_length(spec: &LengthSpec, rng: &mut SimRng) -> u32 {
-    let x = if spec.stdev > 0.0 {
-        Normal::new(spec.mean, spec.stdev).map_or(spec.mean, |n| n.sample(rng))
-    } else {
-        spec.mean
-    };
-    (x.round().max(0.0) as u64).clamp(u64::from(spec.min), u64::from(spec.max)) as u32
+impl LengthSpec {
+    /// Draws one length: rounded to whole tokens and clamped to `[min, max]`.
+    pub fn sample(&self, rng: &mut SimRng) -> u32 {
+        let x = if self.stdev > 0.0 { Normal::new(self.mean, self.stdev).map_or(self.mean, |n| n.sample(rng)) } else { self.mean };
+        (x.round().max(0.0) as u64).clamp(u64::from(self.min), u64::from(self.max)) as u32
+    }
 }
 
 impl Iterator for SyntheticStream {
@@ -146,8 +145,8 @@ impl Iterator for SyntheticStream {
             let group = if self.spec.prefix_groups > 1 { self.prefixes.random_range(0..self.spec.prefix_groups) } else { 0 };
             prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ 0x7072_6566 ^ u64::from(group).rotate_left(32)), self.spec.prefix_tokens));
         }
-        let prompt_len = draw_length(&self.spec.prompt, &mut self.lengths);
-        let output_len = draw_length(&self.spec.output, &mut self.lengths);
+        let prompt_len = self.spec.prompt.sample(&mut self.lengths);
+        let output_len = self.spec.output.sample(&mut self.lengths);
         prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ id.0), prompt_len));
         Some(Request {
             id,

@@ -1,0 +1,10 @@
+//! # blis-net: BLIS over HTTP
+//!
+//! The only crate with an async runtime. [`serve`] is an OpenAI-compatible
+//! server (`/v1/completions`, `/v1/chat/completions` with SSE streaming,
+//! `/v1/models`, `/health`, Prometheus `/metrics` with vLLM's metric names)
+//! whose timing comes from the simulation engine, for testing gateways and
+//! routers without GPUs. [`tokenize`] is the tokenizer approximation it uses.
+
+pub mod serve;
+pub mod tokenize;
