@@ -213,3 +213,59 @@ async fn a_client_that_disconnects_mid_stream_gets_its_request_aborted() {
     assert!(seen, "the abandoned request was aborted");
     srv.stop().await.unwrap();
 }
+
+mod client {
+    use std::time::Duration;
+
+    use blis_net::client::{ExchangeStatus, PromptContent, RunClock, Target, request_body, send};
+    use blis_net::serve::openai::Api;
+
+    use super::*;
+
+    fn target(base: &str, api: Api, streaming: bool) -> Target {
+        Target { base_url: base.into(), model: MODEL.into(), api, api_key: Some("k".into()), streaming, timeout: Duration::from_secs(30) }
+    }
+
+    #[tokio::test]
+    async fn the_client_times_every_chunk_and_reads_usage_from_the_final_chunk() {
+        let (srv, base) = server(0.0).await;
+        let http = reqwest::Client::new();
+        let clock = RunClock::start();
+        for api in [Api::Completions, Api::Chat] {
+            let t = target(&base, api, true);
+            let x = send(&http, &t, &request_body(&t, &PromptContent::TokenIds(vec![5; 40]), 12), &clock).await;
+            assert_eq!(x.status, ExchangeStatus::Ok, "{}", x.error_message);
+            assert_eq!(x.usage.unwrap().completion_tokens, 12);
+            // Completions: 12 token chunks; chat: the role chunk too.
+            assert_eq!(x.chunk_times_us.len(), if api == Api::Chat { 13 } else { 12 });
+            assert!(x.chunk_times_us.windows(2).all(|w| w[0] <= w[1]));
+            let (first, last) = (x.first_chunk_time_us.unwrap(), x.last_chunk_time_us.unwrap());
+            assert!(x.send_time_us <= first && first <= last);
+        }
+        let t = target(&base, Api::Completions, false);
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("hello there".into()), 3), &clock).await;
+        assert_eq!((x.status, x.usage.unwrap().completion_tokens), (ExchangeStatus::Ok, 3));
+        srv.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn errors_and_timeouts_are_recorded_with_their_status() {
+        let (srv, base) = server(0.0).await;
+        let http = reqwest::Client::new();
+        let clock = RunClock::start();
+        let mut t = target(&base, Api::Completions, true);
+        t.model = "nope".into();
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 3), &clock).await;
+        assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, Some(404)));
+        assert!(x.error_message.contains("does not exist"), "{}", x.error_message);
+        let mut t = target(&base, Api::Completions, true);
+        t.timeout = Duration::from_millis(1);
+        // 4000 tokens of 5 ms steps at 1000× take 20 ms of wall time, far more than the 1 ms timeout.
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 4000), &clock).await;
+        assert_eq!(x.status, ExchangeStatus::Timeout);
+        let dead = target("http://127.0.0.1:9", Api::Completions, true);
+        let x = send(&http, &dead, &request_body(&dead, &PromptContent::Text("x".into()), 3), &clock).await;
+        assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, None));
+        srv.stop().await.unwrap();
+    }
+}
