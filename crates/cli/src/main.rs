@@ -13,6 +13,7 @@ mod output;
 mod plot;
 mod report;
 mod run;
+mod serve;
 mod setup;
 mod workload_cmd;
 mod workload_source;
@@ -31,6 +32,8 @@ struct Cli {
 enum Command {
     /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
     Run(Box<run::RunArgs>),
+    /// Serve the OpenAI API (completions, chat, SSE streaming, /metrics) with timing from the simulator.
+    Serve(Box<serve::ServeArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -80,6 +83,7 @@ fn main() {
     let cli = parse_cli();
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
+        Command::Serve(args) => serve::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

@@ -393,6 +393,17 @@ impl Instance {
         }
     }
 
+    /// The client gave up on request `id` at `now` (for example it closed the
+    /// connection): the server aborts it as it would at a client timeout. A
+    /// request inside the step in flight is released when the step ends.
+    /// Unknown or already finished ids are ignored. O(requests on the instance).
+    pub fn abandon(&mut self, id: RequestId, now: Micros, obs: &mut dyn Observer) {
+        self.advance_clock(now);
+        if let Some(slot) = self.slots.iter().position(|l| l.req.id == id && !l.aborted) {
+            self.on_timeout(slot as u32, id, obs);
+        }
+    }
+
     fn on_timeout(&mut self, slot: u32, id: RequestId, obs: &mut dyn Observer) {
         let Some(live) = self.slots.get_mut(slot as usize) else { return };
         // A finished request's slot is marked aborted until reused; a reused slot has another id.

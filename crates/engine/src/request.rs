@@ -310,7 +310,8 @@ pub enum Outcome {
     Completed,
     /// Refused on arrival.
     Dropped(DropReason),
-    /// The client gave up at its timeout; the server aborted the request.
+    /// The client gave up (its timeout expired or it disconnected); the
+    /// server aborted the request.
     TimedOut,
 }
 

@@ -41,6 +41,11 @@ impl LengthSpec {
         LengthSpec { mean: f64::from(tokens), stdev: 0.0, min: tokens, max: tokens }
     }
 
+    /// Draws one length: rounded to whole tokens and clamped to `[min, max]`.
+    pub fn sample(&self, rng: &mut SimRng) -> u32 {
+        self.sampler().tokens(rng)
+    }
+
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
     fn sampler(&self) -> Sampler {
         let shape = if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };

@@ -147,3 +147,26 @@ fn client_timeout_aborts_and_frees_the_request() {
     assert_eq!(r1.first_scheduled, None);
     assert_eq!(run.instance.kv().num_used_blocks(), 0);
 }
+
+#[test]
+fn an_abandoned_request_is_aborted_and_its_blocks_freed() {
+    use blis_engine::instance::Instance;
+    use blis_engine::metrics::Collector;
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 0.0, 0.0] });
+    let mut inst = Instance::new(0, cfg(1000, 4, 4096, true), model).unwrap();
+    let mut c = Collector::default();
+    inst.inject(req(0, 0, TokenSeq::synthetic(1, 64), 100), Micros(0), &mut c);
+    inst.inject(req(1, 0, TokenSeq::synthetic(2, 64), 3), Micros(0), &mut c);
+    // Run a few steps, then the first client disconnects mid-generation.
+    for _ in 0..6 {
+        inst.process_next(&mut c);
+    }
+    let t = inst.next_event().unwrap().time;
+    inst.abandon(RequestId(0), t, &mut c);
+    inst.abandon(RequestId(99), t, &mut c); // unknown ids are ignored
+    while inst.process_next(&mut c).is_some() {}
+    inst.assert_consistent();
+    assert_eq!((c.completed, c.timed_out), (1, 1));
+    assert_eq!(inst.kv().num_used_blocks(), 0);
+    assert!(inst.is_idle());
+}

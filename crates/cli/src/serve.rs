@@ -1,0 +1,94 @@
+//! `blis serve`: an OpenAI-compatible server driven by the simulator.
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+use blis_net::serve::{ServeConfig, StartError, run_until_interrupted};
+use blis_workload::synthetic::LengthSpec;
+
+use crate::error::bad_input;
+use crate::knobs::{KnobArgs, KnobFile, Knobs};
+use crate::setup::Deployment;
+
+/// Serve the OpenAI API with timing from the simulator (no GPU needed).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  blis serve --model meta-llama/llama-3.1-8b-instruct --port 8000 --time-scale 1.0\n\n\
+    The --output-tokens* flags set the length of answers whose client does not send ignore_eos (capped by max_tokens).")]
+pub struct ServeArgs {
+    #[command(flatten)]
+    pub knobs: KnobArgs,
+
+    /// Read knob values from a YAML file whose keys are the flag names; flags win.
+    #[arg(long, value_name = "PATH", help_heading = "Run")]
+    pub config: Option<PathBuf>,
+
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1", help_heading = "Server")]
+    pub host: IpAddr,
+
+    /// Port to listen on (0 picks a free one).
+    #[arg(long, default_value_t = 8000, help_heading = "Server")]
+    pub port: u16,
+
+    /// Simulated seconds per wall-clock second: 10 replays the simulated server ten times faster than real time.
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR", help_heading = "Server")]
+    pub time_scale: f64,
+
+    /// Fraction of requests that fail: HTTP 429, HTTP 503 or a connection dropped mid-response, equally likely.
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Server")]
+    pub failure_rate: f64,
+
+    /// Model name clients must send. [default: the resolved model id]
+    #[arg(long, value_name = "NAME", help_heading = "Server")]
+    pub served_model_name: Option<String>,
+
+    /// Largest request body accepted, bytes.
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", help_heading = "Server")]
+    pub max_body_bytes: usize,
+}
+
+/// Runs `blis serve` until Ctrl-C.
+pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => KnobFile::load(path)?,
+        None => KnobFile::default(),
+    };
+    let knobs = Knobs::resolve(&args.knobs, &file);
+    let mut report = knobs.report();
+    let deployment = Deployment::resolve(&knobs, &mut report)?;
+    let natural_output = LengthSpec {
+        mean: knobs.output_tokens.value.unwrap_or(256.0),
+        stdev: knobs.output_tokens_stdev.value.unwrap_or(0.0),
+        min: knobs.output_tokens_min.value.unwrap_or(1),
+        max: knobs.output_tokens_max.value.unwrap_or(u32::MAX),
+    };
+    if !(natural_output.mean.is_finite() && natural_output.mean >= 1.0 && natural_output.stdev.is_finite() && natural_output.stdev >= 0.0) {
+        return Err(bad_input!("--output-tokens {} / --output-tokens-stdev {}: must be ≥ 1 and ≥ 0", natural_output.mean, natural_output.stdev).into());
+    }
+    let model_name = args.served_model_name.clone().unwrap_or_else(|| deployment.model_name.clone());
+    let config = ServeConfig {
+        model_name: model_name.clone(),
+        instance: deployment.instance.clone(),
+        latency: deployment.latency.clone(),
+        time_scale: args.time_scale,
+        failure_rate: args.failure_rate,
+        seed: knobs.seed.value.unwrap_or(0),
+        natural_output: Some(natural_output),
+        max_body_bytes: args.max_body_bytes,
+    };
+    let addr = SocketAddr::new(args.host, args.port);
+    run_until_interrupted(config, addr, |bound| {
+        eprintln!(
+            "blis serve: {model_name} ({} on {} × {}, {} KV blocks), time scale {}, listening on http://{bound}",
+            deployment.latency.name(),
+            deployment.tp,
+            deployment.gpu_name,
+            deployment.instance.num_gpu_blocks,
+            args.time_scale
+        );
+    })
+    .map_err(|e| match e {
+        StartError::Config(c) => anyhow::Error::new(bad_input!("{c}")),
+        StartError::Io(io) => anyhow::Error::new(bad_input!("cannot listen on {addr}: {io}")),
+    })
+}

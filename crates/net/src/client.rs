@@ -1,0 +1,257 @@
+//! Sending one request to an OpenAI-compatible server and timing what comes
+//! back: the client half of `blis observe`.
+//!
+//! Timestamps are taken the moment bytes are handed to the client code, per
+//! SSE event, so a chunk split across TCP reads is timed when it completes and
+//! several events in one read share a timestamp (as any client would see them).
+
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+use crate::serve::openai::Api;
+use crate::sse::{SseEvent, SseParser};
+
+/// Wall-clock time of a run: µs since the Unix epoch, read from a monotonic
+/// clock anchored once at the start so intervals never go backwards.
+#[derive(Copy, Clone, Debug)]
+pub struct RunClock {
+    start: Instant,
+    start_unix_us: u64,
+}
+
+impl RunClock {
+    /// Anchors the clock now.
+    pub fn start() -> RunClock {
+        let start_unix_us = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_micros() as u64);
+        RunClock { start: Instant::now(), start_unix_us }
+    }
+
+    /// Now, in µs since the Unix epoch.
+    pub fn now_unix_us(&self) -> u64 {
+        self.start_unix_us + self.start.elapsed().as_micros() as u64
+    }
+
+    /// The anchor, µs since the Unix epoch.
+    pub fn start_unix_us(&self) -> u64 {
+        self.start_unix_us
+    }
+
+    /// The monotonic instant at `offset_us` after the anchor.
+    pub fn instant_at(&self, offset_us: u64) -> Instant {
+        self.start + Duration::from_micros(offset_us)
+    }
+}
+
+/// Where and how to send requests.
+#[derive(Clone, Debug)]
+pub struct Target {
+    /// Base URL, e.g. `http://127.0.0.1:8000`.
+    pub base_url: String,
+    /// Model name sent in every request.
+    pub model: String,
+    /// Completions or chat.
+    pub api: Api,
+    /// Bearer token, if the server wants one.
+    pub api_key: Option<String>,
+    /// Stream the response (timestamps per chunk) or not.
+    pub streaming: bool,
+    /// Per-request timeout (whole exchange).
+    pub timeout: Duration,
+}
+
+/// What to send as the prompt.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PromptContent {
+    /// Token ids (completions API only): exact input lengths, shared prefixes preserved.
+    TokenIds(Vec<u32>),
+    /// Text (completions prompt, or the user message for chat).
+    Text(String),
+}
+
+/// How an exchange ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ExchangeStatus {
+    /// A complete answer.
+    Ok,
+    /// HTTP error status or a broken/invalid response.
+    Error,
+    /// No complete answer within the timeout.
+    Timeout,
+}
+
+/// Token counts the server reported.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Generated tokens.
+    pub completion_tokens: u32,
+}
+
+/// Everything measured about one request.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Exchange {
+    /// How it ended.
+    pub status: ExchangeStatus,
+    /// HTTP status code, when a response arrived.
+    pub http_status: Option<u16>,
+    /// Error text (empty when OK).
+    pub error_message: String,
+    /// When the request was sent, µs since the Unix epoch.
+    pub send_time_us: u64,
+    /// First chunk carrying output, µs since the Unix epoch.
+    pub first_chunk_time_us: Option<u64>,
+    /// End of the response, µs since the Unix epoch.
+    pub last_chunk_time_us: Option<u64>,
+    /// Arrival time of every chunk carrying output.
+    pub chunk_times_us: Vec<u64>,
+    /// Usage from the server (the final chunk when streaming).
+    pub usage: Option<Usage>,
+}
+
+impl Exchange {
+    fn failed(status: ExchangeStatus, send_time_us: u64, http_status: Option<u16>, message: String) -> Exchange {
+        Exchange {
+            status,
+            http_status,
+            error_message: message,
+            send_time_us,
+            first_chunk_time_us: None,
+            last_chunk_time_us: None,
+            chunk_times_us: Vec::new(),
+            usage: None,
+        }
+    }
+}
+
+/// The JSON body of a request.
+pub fn request_body(target: &Target, prompt: &PromptContent, max_tokens: u32) -> Value {
+    let mut body = match (target.api, prompt) {
+        (Api::Completions, PromptContent::TokenIds(ids)) => json!({ "prompt": ids }),
+        (Api::Completions, PromptContent::Text(t)) => json!({ "prompt": t }),
+        (Api::Chat, PromptContent::Text(t)) => json!({ "messages": [{ "role": "user", "content": t }] }),
+        (Api::Chat, PromptContent::TokenIds(ids)) => {
+            json!({ "messages": [{ "role": "user", "content": ids.iter().map(u32::to_string).collect::<Vec<_>>().join(" ") }] })
+        }
+    };
+    body["model"] = json!(target.model);
+    body["max_tokens"] = json!(max_tokens);
+    // Generate exactly max_tokens, as benchmark clients do (vLLM and SGLang honour it).
+    body["ignore_eos"] = json!(true);
+    body["stream"] = json!(target.streaming);
+    if target.streaming {
+        body["stream_options"] = json!({ "include_usage": true });
+    }
+    body
+}
+
+fn parse_usage(v: &Value) -> Option<Usage> {
+    let u = v.get("usage")?;
+    Some(Usage {
+        prompt_tokens: u.get("prompt_tokens")?.as_u64()? as u32,
+        completion_tokens: u.get("completion_tokens")?.as_u64()? as u32,
+    })
+}
+
+fn error_text(body: &str) -> String {
+    serde_json::from_str::<Value>(body)
+        .ok()
+        .and_then(|v| v.pointer("/error/message").or_else(|| v.get("message")).and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_else(|| body.chars().take(200).collect())
+}
+
+/// Sends one request and times the answer. Never panics; network failures
+/// become [`ExchangeStatus::Error`] or [`ExchangeStatus::Timeout`].
+pub async fn send(http: &reqwest::Client, target: &Target, body: &Value, clock: &RunClock) -> Exchange {
+    let path = match target.api {
+        Api::Completions => "/v1/completions",
+        Api::Chat => "/v1/chat/completions",
+    };
+    let mut req = http.post(format!("{}{path}", target.base_url.trim_end_matches('/'))).json(body);
+    if let Some(key) = &target.api_key {
+        req = req.bearer_auth(key);
+    }
+    let send_time_us = clock.now_unix_us();
+    let deadline = tokio::time::Instant::now() + target.timeout;
+    match tokio::time::timeout_at(deadline, exchange(req, target.streaming, send_time_us, clock)).await {
+        Ok(x) => x,
+        Err(_) => Exchange::failed(ExchangeStatus::Timeout, send_time_us, None, format!("no complete answer within {:?}", target.timeout)),
+    }
+}
+
+async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u64, clock: &RunClock) -> Exchange {
+    let resp = match req.send().await {
+        Ok(r) => r,
+        Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, None, format!("request failed: {e}")),
+    };
+    let status = resp.status().as_u16();
+    if !resp.status().is_success() {
+        let text = resp.text().await.unwrap_or_default();
+        return Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), format!("HTTP {status}: {}", error_text(&text)));
+    }
+    if !streaming {
+        let text = match resp.text().await {
+            Ok(t) => t,
+            Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), format!("response cut short: {e}")),
+        };
+        let now = clock.now_unix_us();
+        let usage = serde_json::from_str::<Value>(&text).ok().as_ref().and_then(parse_usage);
+        return Exchange {
+            status: if usage.is_some() { ExchangeStatus::Ok } else { ExchangeStatus::Error },
+            http_status: Some(status),
+            error_message: if usage.is_some() { String::new() } else { "response has no usage".into() },
+            send_time_us,
+            first_chunk_time_us: Some(now),
+            last_chunk_time_us: Some(now),
+            chunk_times_us: Vec::new(),
+            usage,
+        };
+    }
+    let mut parser = SseParser::new();
+    let mut events = Vec::new();
+    let mut x = Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), String::new());
+    let mut done = false;
+    let mut body = resp.bytes_stream();
+    while let Some(piece) = body.next().await {
+        let bytes = match piece {
+            Ok(b) => b,
+            Err(e) => {
+                x.error_message = format!("connection closed mid-stream: {e}");
+                return x;
+            }
+        };
+        let now = clock.now_unix_us();
+        parser.feed(&bytes, &mut events);
+        for ev in events.drain(..) {
+            match ev {
+                SseEvent::Done => done = true,
+                SseEvent::Data(data) => {
+                    let Ok(v) = serde_json::from_str::<Value>(&data) else {
+                        x.error_message = format!("invalid JSON in stream: {}", data.chars().take(120).collect::<String>());
+                        return x;
+                    };
+                    if let Some(e) = v.get("error") {
+                        x.error_message = format!("server error mid-stream: {e}");
+                        return x;
+                    }
+                    if v.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
+                        x.first_chunk_time_us.get_or_insert(now);
+                        x.chunk_times_us.push(now);
+                    }
+                    if let Some(u) = parse_usage(&v) {
+                        x.usage = Some(u);
+                    }
+                }
+            }
+        }
+        x.last_chunk_time_us = Some(now);
+    }
+    if !done {
+        x.error_message = "stream ended without [DONE]".into();
+        return x;
+    }
+    x.status = ExchangeStatus::Ok;
+    x
+}

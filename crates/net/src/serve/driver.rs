@@ -1,0 +1,178 @@
+//! The simulation thread behind `blis serve`: one engine instance whose
+//! simulated clock follows the wall clock (optionally sped up), fed by HTTP
+//! handlers through a channel, emitting each token when the simulated engine
+//! emits it.
+//!
+//! The engine itself stays pure; this thread is the only place that maps
+//! simulated microseconds to wall-clock instants: sim time `t` happens at
+//! `start + t / time_scale`. Requests enter the simulation at the simulated
+//! instant corresponding to their wall-clock arrival, after every engine event
+//! up to that instant has been processed, so the simulated clock never goes
+//! backwards.
+
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use blis_engine::event::{EventClass, EventQueue};
+use blis_engine::instance::{Instance, Observer, TokenEvent};
+use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
+use blis_engine::time::Micros;
+use rustc_hash::FxHashMap;
+use tokio::sync::{mpsc, oneshot};
+
+use super::metrics::PromMetrics;
+
+/// What the simulation tells one request's HTTP handler.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamEvent {
+    /// Output token `index` (1-based) reached the API.
+    Token {
+        /// 1-based token index.
+        index: u32,
+    },
+    /// The request ended.
+    Finished(RequestRecord),
+}
+
+/// A message from the HTTP side to the simulation thread.
+pub enum Command {
+    /// Start simulating a request now.
+    Submit {
+        /// Unique id.
+        id: RequestId,
+        /// Prompt token ids.
+        prompt: Vec<u32>,
+        /// Output tokens to generate.
+        output_tokens: u32,
+        /// Where to send its tokens.
+        events: mpsc::UnboundedSender<StreamEvent>,
+    },
+    /// The client went away: abort the request.
+    Abandon(RequestId),
+    /// Render the Prometheus metrics.
+    Metrics(oneshot::Sender<String>),
+}
+
+enum Emitted {
+    Token(RequestId, u32),
+    Finished(RequestRecord),
+}
+
+/// Collects what the instance emits while processing events.
+#[derive(Default)]
+struct Buffer {
+    out: Vec<(Micros, Emitted)>,
+    metrics: PromMetrics,
+}
+
+impl Observer for Buffer {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.metrics.record(record);
+        self.out.push((record.finished, Emitted::Finished(record.clone())));
+    }
+
+    fn on_token(&mut self, token: &TokenEvent) {
+        self.metrics.token(token);
+        self.out.push((token.time, Emitted::Token(token.id, token.index)));
+    }
+}
+
+/// Salt of the output-token streams of served requests.
+pub const OUTPUT_SALT: u64 = 0x5e7e;
+
+/// Runs the simulation until every command sender is dropped.
+pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
+    let start = Instant::now();
+    let sim_now = || Micros((start.elapsed().as_secs_f64() * time_scale * 1e6) as u64);
+    let wall_at = |t: Micros| start + Duration::from_secs_f64(t.as_secs_f64() / time_scale);
+    let mut streams: FxHashMap<RequestId, mpsc::UnboundedSender<StreamEvent>> = FxHashMap::default();
+    let mut outbox: EventQueue<Emitted> = EventQueue::new();
+    let mut buffer = Buffer::default();
+    let mut clock = Micros::ZERO;
+    loop {
+        // 1. Catch the simulation up with the wall clock.
+        let now = sim_now().max(clock);
+        while let Some(key) = instance.next_event() {
+            if key.time > now {
+                break;
+            }
+            instance.process_next(&mut buffer);
+        }
+        clock = now;
+        for (t, e) in buffer.out.drain(..) {
+            outbox.push(t, EventClass::RequestCompletion, e);
+        }
+        // 2. Deliver what has reached the API.
+        while outbox.peek_key().is_some_and(|k| k.time <= now) {
+            let Some((_, e)) = outbox.pop() else { break };
+            match e {
+                Emitted::Token(id, index) => {
+                    if let Some(tx) = streams.get(&id) {
+                        let _ = tx.send(StreamEvent::Token { index });
+                    }
+                }
+                Emitted::Finished(record) => {
+                    if let Some(tx) = streams.remove(&record.id) {
+                        let _ = tx.send(StreamEvent::Finished(record));
+                    }
+                }
+            }
+        }
+        // 3. Sleep until the next engine event or delivery, or a command.
+        let next = [instance.next_event().map(|k| k.time), outbox.peek_key().map(|k| k.time)].into_iter().flatten().min();
+        let command = match next {
+            Some(t) => match commands.recv_timeout(wall_at(t).saturating_duration_since(Instant::now())) {
+                Ok(c) => c,
+                Err(RecvTimeoutError::Timeout) => continue,
+                Err(RecvTimeoutError::Disconnected) => return,
+            },
+            None => match commands.recv() {
+                Ok(c) => c,
+                Err(_) => return,
+            },
+        };
+        // Bring the engine up to the command's arrival instant before applying it.
+        let now = sim_now().max(clock);
+        while let Some(key) = instance.next_event() {
+            if key.time > now {
+                break;
+            }
+            instance.process_next(&mut buffer);
+        }
+        clock = now;
+        match command {
+            Command::Submit { id, prompt, output_tokens, events } => {
+                let mut seq = TokenSeq::new();
+                seq.push(TokenRun::Explicit(prompt.into()));
+                let req = Request {
+                    id,
+                    arrival: now,
+                    prompt: seq,
+                    max_output_tokens: output_tokens,
+                    output_seed: output_stream_seed(id, OUTPUT_SALT),
+                    meta: RequestMeta::default(),
+                };
+                streams.insert(id, events);
+                instance.inject(req, now, &mut buffer);
+            }
+            Command::Abandon(id) => {
+                if streams.remove(&id).is_some() {
+                    instance.abandon(id, now, &mut buffer);
+                }
+            }
+            Command::Metrics(reply) => {
+                let _ = reply.send(buffer.metrics.render(&model_name, &instance));
+            }
+        }
+        for (t, e) in buffer.out.drain(..) {
+            // A request dropped on arrival, or aborted, has nobody left to tell.
+            if let Emitted::Finished(r) = &e
+                && matches!(r.outcome, Outcome::Dropped(_) | Outcome::TimedOut)
+                && !streams.contains_key(&r.id)
+            {
+                continue;
+            }
+            outbox.push(t, EventClass::RequestCompletion, e);
+        }
+    }
+}

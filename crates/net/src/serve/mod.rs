@@ -1,0 +1,445 @@
+//! `blis serve`: an OpenAI-compatible HTTP server whose timing comes from the
+//! simulator — for testing gateways, routers and load generators without GPUs.
+//!
+//! Routes: `POST /v1/completions`, `POST /v1/chat/completions` (streaming SSE
+//! or a single JSON response, `stream_options.include_usage`), `GET
+//! /v1/models`, `GET /health`, `GET /metrics` (Prometheus text with vLLM's
+//! metric names). Each request enters the simulated engine at its wall-clock
+//! arrival ([`driver`]); its tokens are sent when the simulated engine emits
+//! them. Failures can be injected at a configured rate: HTTP 429, HTTP 503,
+//! or a connection dropped mid-response.
+
+mod driver;
+mod metrics;
+pub mod openai;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, mpsc as std_mpsc};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::rejection::BytesRejection;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use blis_engine::instance::Instance;
+use blis_engine::latency::LatencyModel;
+use blis_engine::request::{Outcome, RequestId, output_stream_seed};
+use blis_engine::rng::{SimRng, subsystem_rng};
+use blis_engine::scheduler::InstanceConfig;
+use blis_workload::synthetic::LengthSpec;
+use futures_util::stream;
+use rand::RngExt;
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+
+pub use driver::StreamEvent;
+use driver::{Command, OUTPUT_SALT};
+use openai::{Api, ApiError, GenerationRequest, ResponseId};
+
+use crate::tokenize::output_token_text;
+
+/// Everything `blis serve` needs.
+#[derive(Clone)]
+pub struct ServeConfig {
+    /// Model name clients must send (and `/v1/models` lists).
+    pub model_name: String,
+    /// The simulated instance.
+    pub instance: InstanceConfig,
+    /// Its latency model.
+    pub latency: Arc<dyn LatencyModel>,
+    /// Simulated seconds per wall-clock second (2 = twice as fast as real time).
+    pub time_scale: f64,
+    /// Probability that a request fails (429, 503 or a dropped connection, equally likely).
+    pub failure_rate: f64,
+    /// Seed of failure injection and output lengths.
+    pub seed: u64,
+    /// Output length when the client does not set `ignore_eos` (capped by
+    /// `max_tokens`); `None` means every request generates `max_tokens`.
+    pub natural_output: Option<LengthSpec>,
+    /// Largest accepted request body, bytes.
+    pub max_body_bytes: usize,
+}
+
+/// Invalid server settings.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum ServeConfigError {
+    /// Time scale not positive and finite.
+    #[error("--time-scale {0}: must be a positive number (simulated seconds per wall-clock second)")]
+    TimeScale(f64),
+    /// Failure rate outside [0, 1].
+    #[error("--failure-rate {0}: must be between 0 and 1")]
+    FailureRate(f64),
+    /// The instance cannot run.
+    #[error(transparent)]
+    Instance(#[from] blis_engine::scheduler::InstanceConfigError),
+}
+
+struct AppState {
+    model_name: String,
+    max_model_len: u32,
+    kv_capacity_tokens: u64,
+    commands: std_mpsc::Sender<Command>,
+    next_id: AtomicU64,
+    faults: Mutex<SimRng>,
+    failure_rate: f64,
+    seed: u64,
+    natural_output: Option<LengthSpec>,
+}
+
+/// A running server.
+pub struct RunningServer {
+    /// The address it listens on.
+    pub local_addr: SocketAddr,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+}
+
+impl RunningServer {
+    /// Stops accepting connections and waits for the server to finish.
+    pub async fn stop(mut self) -> std::io::Result<()> {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        self.task.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+    }
+}
+
+/// Binds `addr` and starts serving. The simulation runs on its own thread.
+pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServer, StartError> {
+    if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+        return Err(ServeConfigError::TimeScale(config.time_scale).into());
+    }
+    if !(0.0..=1.0).contains(&config.failure_rate) {
+        return Err(ServeConfigError::FailureRate(config.failure_rate).into());
+    }
+    let instance = Instance::new(0, config.instance.clone(), config.latency.clone()).map_err(ServeConfigError::from)?;
+    let kv_capacity_tokens = u64::from(instance.kv().usable_blocks()) * u64::from(config.instance.block_size);
+    let (tx, rx) = std_mpsc::channel();
+    let (scale, name) = (config.time_scale, config.model_name.clone());
+    std::thread::Builder::new()
+        .name("blis-serve-sim".into())
+        .spawn(move || driver::run(instance, scale, name, rx))
+        .map_err(StartError::Io)?;
+    let state = Arc::new(AppState {
+        model_name: config.model_name,
+        max_model_len: config.instance.scheduler.max_model_len,
+        kv_capacity_tokens,
+        commands: tx,
+        next_id: AtomicU64::new(0),
+        faults: Mutex::new(subsystem_rng(config.seed, "serve/faults")),
+        failure_rate: config.failure_rate,
+        seed: config.seed,
+        natural_output: config.natural_output,
+    });
+    let app = Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/metrics", get(prometheus))
+        .fallback(|| async { error_response(&ApiError { status: StatusCode::NOT_FOUND, message: "no such route".into(), kind: "invalid_request_error", param: None }) })
+        .layer(DefaultBodyLimit::max(config.max_body_bytes))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
+    let local_addr = listener.local_addr().map_err(StartError::Io)?;
+    let (stop_tx, stop_rx) = oneshot::channel();
+    let task = tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async {
+                let _ = stop_rx.await;
+            })
+            .await
+    });
+    Ok(RunningServer { local_addr, shutdown: Some(stop_tx), task })
+}
+
+/// Serves until Ctrl-C (SIGINT) on a multi-threaded runtime of its own;
+/// calls `on_ready` with the bound address once it accepts connections.
+pub fn run_until_interrupted(config: ServeConfig, addr: SocketAddr, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(StartError::Io)?;
+    runtime.block_on(async {
+        let server = start(config, addr).await?;
+        on_ready(server.local_addr);
+        let _ = tokio::signal::ctrl_c().await;
+        server.stop().await.map_err(StartError::Io)
+    })
+}
+
+/// Why the server could not start.
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    /// Bad settings.
+    #[error(transparent)]
+    Config(#[from] ServeConfigError),
+    /// The address could not be bound (or a thread not started).
+    #[error("{0}")]
+    Io(std::io::Error),
+}
+
+fn error_response(e: &ApiError) -> Response {
+    (e.status, axum::Json(e.body())).into_response()
+}
+
+fn unix_now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs())
+}
+
+async fn models(State(s): State<Arc<AppState>>) -> Response {
+    axum::Json(json!({
+        "object": "list",
+        "data": [{ "id": s.model_name, "object": "model", "created": unix_now(), "owned_by": "blis", "max_model_len": s.max_model_len }]
+    }))
+    .into_response()
+}
+
+async fn prometheus(State(s): State<Arc<AppState>>) -> Response {
+    let (tx, rx) = oneshot::channel();
+    if s.commands.send(Command::Metrics(tx)).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match rx.await {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+async fn completions(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    generate(s, Api::Completions, body).await
+}
+
+async fn chat_completions(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
+    generate(s, Api::Chat, body).await
+}
+
+/// What failure, if any, to inject into one request.
+#[derive(Copy, Clone, Debug, PartialEq)]
+enum Fault {
+    None,
+    Status(StatusCode),
+    /// Drop the connection after this many tokens.
+    DropAfter(u32),
+}
+
+impl AppState {
+    fn draw_fault(&self, tokens: u32) -> Fault {
+        if self.failure_rate == 0.0 {
+            return Fault::None;
+        }
+        let mut rng = self.faults.lock().unwrap_or_else(|p| p.into_inner());
+        if rng.random::<f64>() >= self.failure_rate {
+            return Fault::None;
+        }
+        match rng.random_range(0..3u8) {
+            0 => Fault::Status(StatusCode::TOO_MANY_REQUESTS),
+            1 => Fault::Status(StatusCode::SERVICE_UNAVAILABLE),
+            _ => Fault::DropAfter(rng.random_range(0..tokens.max(1))),
+        }
+    }
+
+    /// Output tokens to generate for request `id`.
+    fn output_tokens(&self, id: RequestId, max_tokens: u32, ignore_eos: bool) -> u32 {
+        match (&self.natural_output, ignore_eos) {
+            (Some(spec), false) => {
+                let mut rng = subsystem_rng(self.seed ^ id.0, "serve/output-length");
+                spec.sample(&mut rng).min(max_tokens)
+            }
+            _ => max_tokens,
+        }
+    }
+}
+
+/// Tells the simulation to abort a request whose client went away, unless it finished.
+struct AbandonGuard {
+    id: RequestId,
+    commands: std_mpsc::Sender<Command>,
+    done: bool,
+}
+
+impl Drop for AbandonGuard {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = self.commands.send(Command::Abandon(self.id));
+        }
+    }
+}
+
+async fn generate(s: Arc<AppState>, api: Api, body: Result<Bytes, BytesRejection>) -> Response {
+    let body = match body {
+        Ok(b) => b,
+        Err(rejection) => {
+            return error_response(&ApiError { status: rejection.status(), message: rejection.body_text(), kind: "invalid_request_error", param: None });
+        }
+    };
+    let json: Value = match serde_json::from_slice(&body) {
+        Ok(v) => v,
+        Err(e) => return error_response(&ApiError::invalid("body", format!("invalid JSON: {e}"))),
+    };
+    let req = match GenerationRequest::parse(api, &json, &s.model_name) {
+        Ok(r) => r,
+        Err(e) => return error_response(&e),
+    };
+    let prompt_tokens = req.prompt.len() as u32;
+    let default_max = match api {
+        Api::Completions => 16,
+        Api::Chat => s.max_model_len.saturating_sub(prompt_tokens).max(1),
+    };
+    let max_tokens = req.max_tokens.unwrap_or(default_max);
+    let requested = u64::from(prompt_tokens) + u64::from(max_tokens);
+    if requested > u64::from(s.max_model_len) {
+        return error_response(&ApiError::invalid(
+            "max_tokens",
+            format!(
+                "This model's maximum context length is {} tokens. However, you requested {requested} tokens ({prompt_tokens} in the prompt, {max_tokens} for the completion). Please reduce the length of the prompt or completion.",
+                s.max_model_len
+            ),
+        ));
+    }
+    let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
+    let output_tokens = s.output_tokens(id, max_tokens, req.ignore_eos);
+    if u64::from(prompt_tokens) + u64::from(output_tokens) > s.kv_capacity_tokens {
+        return error_response(&ApiError::invalid("prompt", format!("the request needs more than the {} tokens the KV cache holds", s.kv_capacity_tokens)));
+    }
+    let fault = s.draw_fault(output_tokens);
+    if let Fault::Status(status) = fault {
+        let message = if status == StatusCode::TOO_MANY_REQUESTS { "Too many requests (injected failure)" } else { "Service unavailable (injected failure)" };
+        let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_error" } else { "server_error" };
+        return error_response(&ApiError { status, message: message.into(), kind, param: None });
+    }
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    if s.commands.send(Command::Submit { id, prompt: req.prompt, output_tokens, events: tx }).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    let guard = AbandonGuard { id, commands: s.commands.clone(), done: false };
+    let rid = ResponseId {
+        id: format!("{}-{}", if api == Api::Chat { "chatcmpl" } else { "cmpl" }, id.0),
+        created: unix_now(),
+        model: s.model_name.clone(),
+        api,
+    };
+    let finish_reason = if output_tokens == max_tokens { "length" } else { "stop" };
+    let seed = output_stream_seed(id, OUTPUT_SALT);
+    let drop_after = match fault {
+        Fault::DropAfter(k) => Some(k),
+        _ => None,
+    };
+    if !req.stream {
+        return respond_whole(&mut rx, guard, rid, seed, finish_reason, prompt_tokens, drop_after).await;
+    }
+    let state = SseState { rx, guard, rid, seed, output_tokens, finish_reason, prompt_tokens, include_usage: req.include_usage, drop_after, phase: Phase::Tokens };
+    let body = Body::from_stream(stream::unfold(state, SseState::next));
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .header(header::CACHE_CONTROL, "no-cache")
+        .body(body)
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+async fn respond_whole(
+    rx: &mut mpsc::UnboundedReceiver<StreamEvent>,
+    mut guard: AbandonGuard,
+    rid: ResponseId,
+    seed: u64,
+    finish_reason: &str,
+    prompt_tokens: u32,
+    drop_after: Option<u32>,
+) -> Response {
+    let mut text = String::new();
+    while let Some(ev) = rx.recv().await {
+        match ev {
+            StreamEvent::Token { index } => {
+                if drop_after.is_some_and(|k| index > k) {
+                    // Injected failure: the connection dies before a response is sent.
+                    return Response::new(Body::from_stream(stream::once(async {
+                        Err::<Bytes, _>(std::io::Error::other("injected connection drop"))
+                    })));
+                }
+                text.push(' ');
+                text.push_str(output_token_text(seed, index));
+            }
+            StreamEvent::Finished(record) => {
+                guard.done = true;
+                if let Outcome::Dropped(reason) = record.outcome {
+                    return error_response(&ApiError::invalid("prompt", format!("request refused: {}", reason.as_str())));
+                }
+                return axum::Json(rid.full(&text, finish_reason, prompt_tokens, record.output_tokens)).into_response();
+            }
+        }
+    }
+    StatusCode::SERVICE_UNAVAILABLE.into_response()
+}
+
+enum Phase {
+    Tokens,
+    Usage,
+    Done,
+    End,
+}
+
+/// State of one streamed response.
+struct SseState {
+    rx: mpsc::UnboundedReceiver<StreamEvent>,
+    guard: AbandonGuard,
+    rid: ResponseId,
+    seed: u64,
+    output_tokens: u32,
+    finish_reason: &'static str,
+    prompt_tokens: u32,
+    include_usage: bool,
+    drop_after: Option<u32>,
+    phase: Phase,
+}
+
+fn sse(v: &Value) -> Bytes {
+    Bytes::from(format!("data: {v}\n\n"))
+}
+
+impl SseState {
+    /// The next piece of the event stream; an `Err` aborts the connection.
+    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, SseState)> {
+        loop {
+            match self.phase {
+                Phase::End => return None,
+                Phase::Usage => {
+                    self.phase = Phase::Done;
+                    let chunk = sse(&self.rid.usage_chunk(self.prompt_tokens, self.output_tokens));
+                    return Some((Ok(chunk), self));
+                }
+                Phase::Done => {
+                    self.phase = Phase::End;
+                    return Some((Ok(Bytes::from_static(b"data: [DONE]\n\n")), self));
+                }
+                Phase::Tokens => {}
+            }
+            match self.rx.recv().await {
+                Some(StreamEvent::Token { index }) => {
+                    if self.drop_after.is_some_and(|k| index > k) {
+                        // The guard aborts the simulated request when the stream is dropped.
+                        self.phase = Phase::End;
+                        return Some((Err(std::io::Error::other("injected connection drop")), self));
+                    }
+                    let text = format!(" {}", output_token_text(self.seed, index));
+                    let last = index == self.output_tokens;
+                    let mut bytes = Vec::new();
+                    if index == 1 && self.rid.api == Api::Chat {
+                        bytes.extend_from_slice(&sse(&self.rid.role_chunk(self.include_usage)));
+                    }
+                    let finish = last.then_some(self.finish_reason);
+                    bytes.extend_from_slice(&sse(&self.rid.chunk(&text, finish, self.include_usage)));
+                    return Some((Ok(Bytes::from(bytes)), self));
+                }
+                Some(StreamEvent::Finished(_)) => {
+                    self.guard.done = true;
+                    self.phase = if self.include_usage { Phase::Usage } else { Phase::Done };
+                }
+                None => {
+                    self.phase = Phase::End;
+                    return Some((Err(std::io::Error::other("the simulation stopped")), self));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,271 @@
+//! `blis serve` as a real HTTP peer: every endpoint, streaming and not,
+//! errors, metrics, and failure injection. The simulation runs 1000× faster
+//! than real time so the tests take milliseconds; nothing here depends on
+//! wall-clock timing beyond the server answering at all.
+
+use std::sync::Arc;
+
+use blis_engine::latency::Blackbox;
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_net::serve::{RunningServer, ServeConfig, start};
+use serde_json::{Value, json};
+
+const MODEL: &str = "test/model";
+
+fn config(failure_rate: f64) -> ServeConfig {
+    ServeConfig {
+        model_name: MODEL.into(),
+        instance: InstanceConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: 64,
+                max_num_batched_tokens: 2048,
+                max_model_len: 4096,
+                enable_chunked_prefill: true,
+                long_prefill_token_threshold: 0,
+                queue_policy: QueuePolicy::Fcfs,
+                preemption: PreemptionVictim::Tail,
+            },
+            num_gpu_blocks: 2000,
+            block_size: 16,
+            enable_prefix_caching: true,
+            client_timeout: None,
+        },
+        latency: Arc::new(Blackbox { alpha: [20_000.0, 0.0, 0.0], beta: [5_000.0, 10.0, 100.0] }),
+        time_scale: 1000.0,
+        failure_rate,
+        seed: 7,
+        natural_output: None,
+        max_body_bytes: 64 * 1024,
+    }
+}
+
+async fn server(failure_rate: f64) -> (RunningServer, String) {
+    let s = start(config(failure_rate), "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let base = format!("http://{}", s.local_addr);
+    (s, base)
+}
+
+fn data_lines(body: &str) -> Vec<&str> {
+    body.split("\n\n").filter_map(|e| e.strip_prefix("data: ")).collect()
+}
+
+#[tokio::test]
+async fn streaming_completion_sends_every_token_usage_and_done() {
+    let (srv, base) = server(0.0).await;
+    let body = reqwest::Client::new()
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": "one two three", "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = data_lines(&body);
+    assert_eq!(events.last(), Some(&"[DONE]"));
+    let chunks: Vec<Value> = events[..events.len() - 1].iter().map(|e| serde_json::from_str(e).unwrap()).collect();
+    assert_eq!(chunks.len(), 7, "6 token chunks and a usage chunk");
+    assert!(chunks[..6].iter().all(|c| c["object"] == "text_completion" && c["choices"][0]["text"].as_str().unwrap().starts_with(' ')));
+    assert_eq!(chunks[5]["choices"][0]["finish_reason"], "length");
+    assert_eq!(chunks[6]["choices"], json!([]));
+    assert_eq!(chunks[6]["usage"]["completion_tokens"], 6);
+    assert_eq!(chunks[6]["usage"]["prompt_tokens"], 4); // "one" "two" "thre" "e"
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn chat_streams_a_role_chunk_then_deltas_and_non_streaming_returns_one_document() {
+    let (srv, base) = server(0.0).await;
+    let client = reqwest::Client::new();
+    let body = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true}))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let events = data_lines(&body);
+    let first: Value = serde_json::from_str(events[0]).unwrap();
+    assert_eq!(first["choices"][0]["delta"]["role"], "assistant");
+    assert_eq!(events.len(), 1 + 3 + 1, "role, three deltas, [DONE]");
+    let whole: Value = client
+        .post(format!("{base}/v1/chat/completions"))
+        .json(&json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(whole["object"], "chat.completion");
+    assert_eq!(whole["usage"]["completion_tokens"], 4);
+    assert_eq!(whole["choices"][0]["message"]["content"].as_str().unwrap().split_whitespace().count(), 4);
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn bad_requests_get_openai_error_json() {
+    let (srv, base) = server(0.0).await;
+    let client = reqwest::Client::new();
+    for (body, status, param) in [
+        ("{not json".to_string(), 400, "body"),
+        (json!({"model": "other", "prompt": "x"}).to_string(), 404, "model"),
+        (json!({"model": MODEL, "prompt": "x", "max_tokens": 0}).to_string(), 400, "max_tokens"),
+        (json!({"model": MODEL, "prompt": "x", "max_tokens": 5000}).to_string(), 400, "max_tokens"),
+    ] {
+        let r = client.post(format!("{base}/v1/completions")).header("content-type", "application/json").body(body.clone()).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), status, "{body}");
+        let e: Value = r.json().await.unwrap();
+        assert_eq!(e["error"]["param"], param, "{body}");
+        assert!(e["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+    }
+    let big = "x ".repeat(100_000);
+    let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": big})).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 413);
+    assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
+    let r = client.get(format!("{base}/v2/nothing")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    // The server still serves after all that.
+    let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "ok", "max_tokens": 2})).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn models_health_and_prometheus_metrics_use_vllm_names() {
+    let (srv, base) = server(0.0).await;
+    let client = reqwest::Client::new();
+    let models: Value = client.get(format!("{base}/v1/models")).send().await.unwrap().json().await.unwrap();
+    assert_eq!(models["data"][0]["id"], MODEL);
+    assert_eq!(client.get(format!("{base}/health")).send().await.unwrap().status().as_u16(), 200);
+    for _ in 0..3 {
+        client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "a b c d", "max_tokens": 5})).send().await.unwrap();
+    }
+    let text = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
+                 "vllm:e2e_request_latency_seconds_sum", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"] {
+        assert!(text.contains(name), "missing {name}");
+    }
+    let value = |name: &str| -> f64 {
+        text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).unwrap().parse().unwrap()
+    };
+    assert_eq!(value("vllm:generation_tokens_total"), 15.0);
+    assert_eq!(value("vllm:e2e_request_latency_seconds_count"), 3.0);
+    // Three identical 4-token prompts: later ones hit nothing (no full 16-token block), so hits stay 0.
+    assert_eq!(value("vllm:prefix_cache_hits_total"), 0.0);
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn injected_failures_are_429_503_or_dropped_connections_and_successes_still_complete() {
+    let (srv, base) = server(0.5).await;
+    let client = reqwest::Client::new();
+    let (mut ok, mut throttled, mut unavailable, mut dropped) = (0, 0, 0, 0);
+    for _ in 0..60 {
+        let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "hello", "max_tokens": 8, "stream": true})).send().await;
+        // A connection dropped before the first byte fails the request itself.
+        let Ok(r) = r else {
+            dropped += 1;
+            continue;
+        };
+        match r.status().as_u16() {
+            429 => throttled += 1,
+            503 => unavailable += 1,
+            200 => match r.text().await {
+                Ok(body) if body.ends_with("data: [DONE]\n\n") => ok += 1,
+                _ => dropped += 1,
+            },
+            s => panic!("unexpected status {s}"),
+        }
+    }
+    assert_eq!(ok + throttled + unavailable + dropped, 60);
+    assert!(ok > 10 && throttled > 0 && unavailable > 0 && dropped > 0, "ok {ok} 429 {throttled} 503 {unavailable} dropped {dropped}");
+    srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_client_that_disconnects_mid_stream_gets_its_request_aborted() {
+    // Real time here: at 1000× the whole answer would sit in socket buffers before the client hangs up.
+    let srv = start(ServeConfig { time_scale: 1.0, ..config(0.0) }, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let base = format!("http://{}", srv.local_addr);
+    let client = reqwest::Client::new();
+    let mut r = client
+        .post(format!("{base}/v1/completions"))
+        .json(&json!({"model": MODEL, "prompt": "go", "max_tokens": 3000, "stream": true}))
+        .send()
+        .await
+        .unwrap();
+    assert!(r.chunk().await.unwrap().is_some(), "first token arrives");
+    drop(r);
+    // The server notices when it next writes; poll its metrics (each poll is a round trip, no sleeping).
+    let aborted = |text: &str| text.lines().any(|l| l.starts_with("vllm:request_aborted_total") && l.ends_with(" 1"));
+    let mut seen = false;
+    for _ in 0..2000 {
+        let text = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
+        if aborted(&text) {
+            seen = true;
+            break;
+        }
+    }
+    assert!(seen, "the abandoned request was aborted");
+    srv.stop().await.unwrap();
+}
+
+mod client {
+    use std::time::Duration;
+
+    use blis_net::client::{ExchangeStatus, PromptContent, RunClock, Target, request_body, send};
+    use blis_net::serve::openai::Api;
+
+    use super::*;
+
+    fn target(base: &str, api: Api, streaming: bool) -> Target {
+        Target { base_url: base.into(), model: MODEL.into(), api, api_key: Some("k".into()), streaming, timeout: Duration::from_secs(30) }
+    }
+
+    #[tokio::test]
+    async fn the_client_times_every_chunk_and_reads_usage_from_the_final_chunk() {
+        let (srv, base) = server(0.0).await;
+        let http = reqwest::Client::new();
+        let clock = RunClock::start();
+        for api in [Api::Completions, Api::Chat] {
+            let t = target(&base, api, true);
+            let x = send(&http, &t, &request_body(&t, &PromptContent::TokenIds(vec![5; 40]), 12), &clock).await;
+            assert_eq!(x.status, ExchangeStatus::Ok, "{}", x.error_message);
+            assert_eq!(x.usage.unwrap().completion_tokens, 12);
+            // Completions: 12 token chunks; chat: the role chunk too.
+            assert_eq!(x.chunk_times_us.len(), if api == Api::Chat { 13 } else { 12 });
+            assert!(x.chunk_times_us.windows(2).all(|w| w[0] <= w[1]));
+            let (first, last) = (x.first_chunk_time_us.unwrap(), x.last_chunk_time_us.unwrap());
+            assert!(x.send_time_us <= first && first <= last);
+        }
+        let t = target(&base, Api::Completions, false);
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("hello there".into()), 3), &clock).await;
+        assert_eq!((x.status, x.usage.unwrap().completion_tokens), (ExchangeStatus::Ok, 3));
+        srv.stop().await.unwrap();
+    }
+
+    #[tokio::test]
+    async fn errors_and_timeouts_are_recorded_with_their_status() {
+        let (srv, base) = server(0.0).await;
+        let http = reqwest::Client::new();
+        let clock = RunClock::start();
+        let mut t = target(&base, Api::Completions, true);
+        t.model = "nope".into();
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 3), &clock).await;
+        assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, Some(404)));
+        assert!(x.error_message.contains("does not exist"), "{}", x.error_message);
+        let mut t = target(&base, Api::Completions, true);
+        t.timeout = Duration::from_millis(1);
+        // 4000 tokens of 5 ms steps at 1000× take 20 ms of wall time, far more than the 1 ms timeout.
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 4000), &clock).await;
+        assert_eq!(x.status, ExchangeStatus::Timeout);
+        let dead = target("http://127.0.0.1:9", Api::Completions, true);
+        let x = send(&http, &dead, &request_body(&dead, &PromptContent::Text("x".into()), 3), &clock).await;
+        assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, None));
+        srv.stop().await.unwrap();
+    }
+}
