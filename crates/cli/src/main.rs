@@ -9,6 +9,7 @@ mod compose;
 mod convert;
 mod error;
 mod knobs;
+mod observe;
 mod output;
 mod plot;
 mod report;
@@ -34,6 +35,8 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Serve the OpenAI API (completions, chat, SSE streaming, /metrics) with timing from the simulator.
     Serve(Box<serve::ServeArgs>),
+    /// Drive a live OpenAI-compatible server with a workload and record a trace v2 of what it did.
+    Observe(Box<observe::ObserveArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -84,6 +87,7 @@ fn main() {
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Serve(args) => serve::execute(*args),
+        Command::Observe(args) => observe::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

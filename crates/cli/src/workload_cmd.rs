@@ -120,7 +120,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     let mut rows = 0u64;
     let mut w = TraceWriter::new(csv.writer()).context("writing --output")?;
     for g in plan.generator() {
-        w.write(&plan, &g).context("writing --output")?;
+        w.write(&plan, &g, None).context("writing --output")?;
         rows += 1;
     }
     w.finish().context("writing --output")?;

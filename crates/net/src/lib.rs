@@ -10,6 +10,7 @@
 
 pub mod client;
 pub mod load;
+pub mod observe;
 pub mod serve;
 pub mod sse;
 pub mod tokenize;

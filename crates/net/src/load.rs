@@ -36,15 +36,19 @@ pub struct Outcome<M> {
     pub schedule_delay_us: i64,
 }
 
-/// Where requests come from: a plan stream that may also react to results
-/// (multi-turn sessions release their next round when a round finishes).
+/// Where requests come from: an arrival-ordered plan that may also react to
+/// results (multi-turn sessions release their next round when a round
+/// finishes, possibly earlier than requests already planned).
 pub trait Plan<M>: Send {
-    /// The next request to send, if one is due; `None` means "nothing until a
-    /// result arrives" when [`Plan::pending`] is true, else the end.
-    fn next(&mut self) -> Option<Planned<M>>;
+    /// Intended send time (µs after the start) of the next request, if one is
+    /// planned; `None` while [`Plan::pending`] means "nothing until a result
+    /// arrives", else the end.
+    fn peek(&mut self) -> Option<u64>;
+    /// The next request (the one [`Plan::peek`] announced).
+    fn take(&mut self) -> Option<Planned<M>>;
     /// Whether more requests may be released by future results.
     fn pending(&self) -> bool;
-    /// A request finished (successfully or not).
+    /// A request finished (successfully or not), `now_us` after the start.
     fn on_result(&mut self, _outcome: &Outcome<M>, _now_us: u64) {}
 }
 
@@ -101,39 +105,44 @@ pub async fn run<M: Clone + Send + 'static>(
         sink.record(o)
     };
     loop {
-        // Next planned request, or wait for a result that may release one.
-        let planned = match plan.next() {
-            Some(p) => p,
-            None if plan.pending() && in_flight > 0 => {
+        // Next planned send time, or wait for a result that may release one.
+        let Some(due_us) = plan.peek() else {
+            if plan.pending() && in_flight > 0 {
                 let Some(o) = rx.recv().await else { break };
                 in_flight -= 1;
                 plan.on_result(&o, clock.now_unix_us() - clock.start_unix_us());
                 record(&o, &mut summary, sink)?;
                 continue;
             }
-            None => break,
+            break;
         };
-        // Wait for its send time (recording results meanwhile) unless interrupted.
-        let due = tokio::time::Instant::from_std(clock.instant_at(planned.arrival_us));
-        let permit = loop {
-            tokio::select! {
-                biased;
-                _ = &mut interrupt => {
-                    summary.interrupted = true;
-                    break None;
-                }
-                Some(o) = rx.recv() => {
-                    in_flight -= 1;
-                    plan.on_result(&o, clock.now_unix_us() - clock.start_unix_us());
-                    record(&o, &mut summary, sink)?;
-                }
-                permit = async {
-                    tokio::time::sleep_until(due).await;
-                    permits.clone().acquire_owned().await
-                } => break permit.ok(),
+        // Wait for it (recording results meanwhile; a result may release an
+        // earlier request, so peek again after each) unless interrupted.
+        let due = tokio::time::Instant::from_std(clock.instant_at(due_us));
+        tokio::select! {
+            biased;
+            _ = &mut interrupt => {
+                summary.interrupted = true;
+                break;
             }
+            Some(o) = rx.recv() => {
+                in_flight -= 1;
+                plan.on_result(&o, clock.now_unix_us() - clock.start_unix_us());
+                record(&o, &mut summary, sink)?;
+                continue;
+            }
+            _ = tokio::time::sleep_until(due) => {}
+        }
+        // Bounded concurrency: a full pipe delays the send (and shows as schedule delay).
+        let permit = tokio::select! {
+            biased;
+            _ = &mut interrupt => {
+                summary.interrupted = true;
+                break;
+            }
+            p = permits.clone().acquire_owned() => p.ok(),
         };
-        let Some(permit) = permit else { break };
+        let (Some(permit), Some(planned)) = (permit, plan.take()) else { break };
         let body = request_body(&target, &planned.prompt, planned.max_tokens);
         let (http, target, tx) = (http.clone(), target.clone(), tx.clone());
         let intended = clock.start_unix_us() + planned.arrival_us;

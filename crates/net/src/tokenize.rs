@@ -4,6 +4,7 @@
 //! pieces, so equal text gives equal ids and the simulated prefix cache hits
 //! on repeated prompts exactly as a real server's would.
 
+use blis_engine::request::{TokenRun, TokenSeq};
 use blis_engine::rng::mix64;
 
 /// Bytes per token of the approximation.
@@ -37,6 +38,54 @@ pub fn output_token_text(seed: u64, index: u32) -> &'static str {
     w
 }
 
+/// Smallest token id [`prompt_token_ids`] emits (skips special tokens).
+pub const MIN_SYNTHETIC_ID: u32 = 1000;
+/// Number of distinct synthetic ids: every id stays below 31 000, inside
+/// the vocabulary of every model BLIS bundles (the smallest has 32 000).
+pub const SYNTHETIC_ID_RANGE: u32 = 30_000;
+
+fn synthetic_id(seed: u64, position: u32) -> u32 {
+    MIN_SYNTHETIC_ID + (mix64(seed ^ u64::from(position).rotate_left(24)) % u64::from(SYNTHETIC_ID_RANGE)) as u32
+}
+
+/// Token ids to send for a simulated prompt (completions API): synthetic
+/// runs map to ids in `[1000, 31000)` deterministically, so prompts that
+/// share a run share a prefix on the real server too; explicit ids are sent
+/// as they are.
+pub fn prompt_token_ids(seq: &TokenSeq) -> Vec<u32> {
+    let mut ids = Vec::with_capacity(seq.len() as usize);
+    for run in seq.runs() {
+        match run {
+            TokenRun::Synthetic { seed, offset, len } => ids.extend((*offset..offset + len).map(|p| synthetic_id(*seed, p))),
+            TokenRun::Explicit(x) => ids.extend_from_slice(x),
+        }
+    }
+    ids
+}
+
+/// Text to send for a simulated prompt (chat API): one pseudo-word of two
+/// or three syllables per token. A real tokenizer will count these words
+/// differently; `blis observe` records the server's own counts.
+pub fn prompt_text(seq: &TokenSeq) -> String {
+    const ONSETS: &[u8] = b"bdfgklmnprstvz";
+    const VOWELS: &[u8] = b"aeiou";
+    let ids = prompt_token_ids(seq);
+    let mut text = String::with_capacity(ids.len() * 7);
+    for (i, id) in ids.iter().enumerate() {
+        if i > 0 {
+            text.push(' ');
+        }
+        let mut x = *id;
+        for _ in 0..if x % 2 == 0 { 2 } else { 3 } {
+            text.push(ONSETS[(x % ONSETS.len() as u32) as usize] as char);
+            x /= ONSETS.len() as u32;
+            text.push(VOWELS[(x % VOWELS.len() as u32) as usize] as char);
+            x /= VOWELS.len() as u32;
+        }
+    }
+    text
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -47,6 +96,22 @@ mod tests {
         assert_eq!(approximate_token_ids("hi there").len(), 3); // "hi" + "ther" "e"
         assert_eq!(approximate_token_ids("internationalization").len(), 5);
         assert_eq!(approximate_token_ids("a  b\n\tc").len(), 3);
+    }
+
+    #[test]
+    fn shared_runs_give_shared_id_prefixes() {
+        let mut a = TokenSeq::synthetic(1, 40);
+        a.push(TokenRun::synthetic(2, 10));
+        let mut b = TokenSeq::synthetic(1, 40);
+        b.push(TokenRun::synthetic(3, 10));
+        let (ia, ib) = (prompt_token_ids(&a), prompt_token_ids(&b));
+        assert_eq!(ia.len(), 50);
+        assert_eq!(ia[..40], ib[..40]);
+        assert_ne!(ia[40..], ib[40..]);
+        assert!(ia.iter().all(|&t| (MIN_SYNTHETIC_ID..MIN_SYNTHETIC_ID + SYNTHETIC_ID_RANGE).contains(&t)));
+        let (ta, tb) = (prompt_text(&a), prompt_text(&b));
+        assert_eq!(ta.split(' ').count(), 50);
+        assert_eq!(ta.split(' ').take(40).collect::<Vec<_>>(), tb.split(' ').take(40).collect::<Vec<_>>());
     }
 
     #[test]

@@ -61,9 +61,23 @@ impl ListPlan {
     }
 }
 
+impl ListPlan {
+    /// Released follow-ups first (their send time is "now"), then the list.
+    fn head(&mut self) -> Option<&Planned<(u32, u32)>> {
+        if self.released.is_empty() {
+            self.released.extend(self.items.next());
+        }
+        self.released.last()
+    }
+}
+
 impl Plan<(u32, u32)> for ListPlan {
-    fn next(&mut self) -> Option<Planned<(u32, u32)>> {
-        self.released.pop().or_else(|| self.items.next())
+    fn peek(&mut self) -> Option<u64> {
+        self.head().map(|p| p.arrival_us)
+    }
+    fn take(&mut self) -> Option<Planned<(u32, u32)>> {
+        self.head()?;
+        self.released.pop()
     }
     fn pending(&self) -> bool {
         self.outstanding > 0

@@ -1,0 +1,209 @@
+//! `blis observe`: drive a live OpenAI-compatible server with a workload and
+//! record a trace v2 of what it did.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use blis_net::client::Target;
+use blis_net::observe::{ObserveConfig, TraceFiles, observe};
+use blis_net::serve::openai::Api;
+use blis_workload::spec::{self, Overrides};
+
+use crate::error::{BadInput, bad_input};
+use crate::knobs::{KnobArgs, KnobFile, Knobs, Source};
+
+/// Which OpenAI endpoint to drive.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ApiKind {
+    /// `/v1/completions` (prompts sent as token ids: exact input lengths).
+    Completions,
+    /// `/v1/chat/completions` (prompts sent as text).
+    Chat,
+}
+
+/// Drive a live OpenAI-compatible server with a workload and record a trace v2.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  blis observe --server-url http://127.0.0.1:8000 --model meta-llama/llama-3.1-8b-instruct \\\n    \
+    --workload-spec w.yaml --api chat --trace-output traces/run1\n\n\
+    Writes PREFIX.header.yaml, PREFIX.csv (one row per request, flushed as it finishes), PREFIX.chunks.csv (every\n\
+    streamed chunk's arrival time) and, with --prometheus-url, PREFIX.metrics.csv. The workload comes from\n\
+    --workload-spec / --workload or the same synthetic flags as `blis run`; --model is the name the server serves.")]
+pub struct ObserveArgs {
+    #[command(flatten)]
+    pub knobs: KnobArgs,
+
+    /// Read knob values from a YAML file whose keys are the flag names; flags win.
+    #[arg(long, value_name = "PATH", help_heading = "Run")]
+    pub config: Option<PathBuf>,
+
+    /// Base URL of the server, e.g. http://127.0.0.1:8000.
+    #[arg(long, value_name = "URL", help_heading = "Observe")]
+    pub server_url: String,
+
+    /// API to drive.
+    #[arg(long, value_enum, default_value_t = ApiKind::Completions, help_heading = "Observe")]
+    pub api: ApiKind,
+
+    /// Output prefix: PREFIX.csv, PREFIX.header.yaml, PREFIX.chunks.csv (, PREFIX.metrics.csv).
+    #[arg(long, value_name = "PREFIX", help_heading = "Observe")]
+    pub trace_output: PathBuf,
+
+    /// Most requests in flight at once.
+    #[arg(long, default_value_t = 256, value_name = "N", help_heading = "Observe")]
+    pub max_concurrency: usize,
+
+    /// Per-request timeout, seconds (inference-perf's is 300).
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS", help_heading = "Observe")]
+    pub timeout: f64,
+
+    /// Bearer token for the server [default: $OPENAI_API_KEY when set].
+    #[arg(long, value_name = "KEY", help_heading = "Observe")]
+    pub api_key: Option<String>,
+
+    /// Ask for whole (non-streamed) responses: no TTFT or ITL.
+    #[arg(long, help_heading = "Observe")]
+    pub no_stream: bool,
+
+    /// Prometheus endpoint to scrape during the run, e.g. http://127.0.0.1:8000/metrics.
+    #[arg(long, value_name = "URL", help_heading = "Observe")]
+    pub prometheus_url: Option<String>,
+
+    /// Scrape interval, milliseconds.
+    #[arg(long, default_value_t = 1000, value_name = "MS", help_heading = "Observe")]
+    pub scrape_interval_ms: u64,
+
+    /// Server facts to record in the trace header (a YAML of vLLM flag names, e.g. max-num-seqs: 128,
+    /// num-gpu-blocks: 7462, hardware: H100, tp: 1); `blis replay` simulates with them.
+    #[arg(long, value_name = "PATH", help_heading = "Observe")]
+    pub server_config: Option<PathBuf>,
+
+    /// Leading requests to mark as warm-up (excluded by `blis calibrate`).
+    #[arg(long, default_value_t = 0, value_name = "N", help_heading = "Observe")]
+    pub warm_up: u64,
+}
+
+/// The flag-driven synthetic workload as a one-client spec (the same
+/// distributions; with several prefix groups, one client per group).
+fn synthetic_spec_yaml(k: &Knobs) -> Result<String, BadInput> {
+    let spec = crate::run::synthetic_workload(k)?;
+    let dist = |l: &blis_workload::synthetic::LengthSpec| {
+        if l.stdev > 0.0 {
+            format!("{{type: gaussian, params: {{mean: {}, std_dev: {}, min: {}, max: {}}}}}", l.mean, l.stdev, l.min, l.max.min(1 << 30))
+        } else {
+            format!("{{type: constant, params: {{value: {}}}}}", l.mean.round())
+        }
+    };
+    let process = match spec.arrival {
+        blis_workload::synthetic::ArrivalProcess::Poisson => "poisson",
+        blis_workload::synthetic::ArrivalProcess::Constant => "constant",
+    };
+    let mut y = format!("version: \"1\"\nseed: {}\naggregate_rate: {}\nnum_requests: {}\nclients:\n", spec.seed, spec.rate_per_s, spec.num_requests);
+    let groups = if spec.prefix_tokens > 0 { spec.prefix_groups } else { 1 };
+    for g in 0..groups {
+        let _ = writeln!(y, "  - id: synthetic-{g}\n    rate_fraction: 1\n    arrival: {{process: {process}}}");
+        let _ = writeln!(y, "    input_distribution: {}\n    output_distribution: {}", dist(&spec.prompt), dist(&spec.output));
+        if spec.prefix_tokens > 0 {
+            let _ = writeln!(y, "    prefix_group: prefix-{g}\n    prefix_length: {}", spec.prefix_tokens);
+        }
+    }
+    Ok(y)
+}
+
+/// Runs `blis observe`.
+pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => KnobFile::load(path)?,
+        None => KnobFile::default(),
+    };
+    let knobs = Knobs::resolve(&args.knobs, &file);
+    let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
+    if !(args.timeout.is_finite() && args.timeout > 0.0) {
+        return Err(bad_input!("--timeout {}: must be a positive number of seconds", args.timeout).into());
+    }
+    if args.max_concurrency == 0 {
+        return Err(bad_input!("--max-concurrency 0: must be at least 1").into());
+    }
+    if !(args.server_url.starts_with("http://") || args.server_url.starts_with("https://")) {
+        return Err(bad_input!("--server-url {}: expected an http:// URL", args.server_url).into());
+    }
+    let explicit = |s: Source| s != Source::Default;
+    let (mut loaded, name) = match (&knobs.workload_spec.value, &knobs.workload.value) {
+        (Some(p), None) => (spec::load(&p.display().to_string()).map_err(|e| bad_input!("{e}"))?, p.display().to_string()),
+        (None, Some(w)) => (spec::load(w).map_err(|e| bad_input!("{e}"))?, w.clone()),
+        (None, None) => {
+            let yaml = synthetic_spec_yaml(&knobs)?;
+            (spec::parse(&yaml, "synthetic flags", std::path::Path::new(".")).map_err(|e| bad_input!("{e}"))?, "synthetic".into())
+        }
+        (Some(_), Some(_)) => return Err(bad_input!("--workload-spec and --workload are alternatives; give one").into()),
+    };
+    if knobs.trace.value.is_some() {
+        return Err(bad_input!("--trace does not apply to observe: give --workload-spec, --workload or the synthetic flags").into());
+    }
+    loaded.apply(&Overrides {
+        aggregate_rate: knobs.rate.value.filter(|_| explicit(knobs.rate.source)),
+        seed: knobs.seed.value.filter(|_| explicit(knobs.seed.source)),
+        num_requests: knobs.num_requests.value.filter(|_| explicit(knobs.num_requests.source)),
+        default_num_requests: knobs.num_requests.value,
+    });
+    let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
+    crate::workload_source::warn(&plan.warnings);
+    let server = match &args.server_config {
+        Some(p) => {
+            KnobFile::load(p)?; // the same schema as --config: unknown keys are refused
+            let text = std::fs::read_to_string(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
+            Some(serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?)
+        }
+        None => None,
+    };
+    let config = ObserveConfig {
+        target: Target {
+            base_url: args.server_url.clone(),
+            model,
+            api: match args.api {
+                ApiKind::Completions => Api::Completions,
+                ApiKind::Chat => Api::Chat,
+            },
+            api_key: args.api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty())),
+            streaming: !args.no_stream,
+            timeout: Duration::from_secs_f64(args.timeout),
+        },
+        max_concurrency: args.max_concurrency,
+        trace_prefix: args.trace_output.clone(),
+        prometheus_url: args.prometheus_url.clone(),
+        scrape_interval: Duration::from_millis(args.scrape_interval_ms.max(10)),
+        warm_up_requests: args.warm_up,
+        server,
+        workload_name: name,
+    };
+    let files = TraceFiles::new(&args.trace_output);
+    eprintln!(
+        "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
+        plan.expected_requests(),
+        plan.aggregate_rate,
+        args.server_url,
+        args.api,
+        files.csv.display()
+    );
+    let summary = observe(&plan, config, blis_net::observe::ctrl_c())?;
+    let s = &summary.load;
+    let lg = &summary.load_generator;
+    eprintln!(
+        "sent {} requests: {} ok, {} errors, {} timeouts{}; achieved {:.2} of {:.2} req/s requested; schedule delay p50 {:.2} ms, p99 {:.2} ms{}",
+        s.sent,
+        s.ok,
+        s.errors,
+        s.timeouts,
+        if s.interrupted { " (interrupted)" } else { "" },
+        lg["achieved_rate"].as_f64().unwrap_or(0.0),
+        plan.aggregate_rate,
+        lg["schedule_delay_p50_ms"].as_f64().unwrap_or(0.0),
+        lg["schedule_delay_p99_ms"].as_f64().unwrap_or(0.0),
+        if lg["saturated"].as_bool() == Some(true) { " — WARNING: the load generator saturated (median delay > 10 ms)" } else { "" },
+    );
+    if summary.scrapes > 0 {
+        eprintln!("scraped {} Prometheus samples into {}", summary.scrapes, files.metrics.display());
+    }
+    eprintln!("trace: {} and {}", files.header.display(), files.csv.display());
+    Ok(())
+}
