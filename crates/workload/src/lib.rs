@@ -8,5 +8,8 @@
 //!
 //! * [`synthetic`]: the flag-driven workload of `blis run` (rate, Poisson or
 //!   constant arrivals, fixed or Gaussian lengths, shared prefixes).
+//! * [`labels`]: tenant and SLO-class assignment over any request stream
+//!   (`--tenant-mix`, `--slo-class-mix`).
 
+pub mod labels;
 pub mod synthetic;
