@@ -159,7 +159,8 @@ pub struct ClusterRequests {
     pub rejected: u64,
     /// Rejections by reason.
     pub rejected_by_reason: BTreeMap<&'static str, u64>,
-    /// Admitted but not yet delivered when the run ended (only with a horizon).
+    /// Still in the control plane when the run ended: awaiting admission, or
+    /// admitted and awaiting delivery (only with a horizon).
     pub in_control_plane: u64,
     /// Delivered to an instance.
     pub injected: u64,

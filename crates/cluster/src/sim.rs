@@ -91,7 +91,7 @@ pub struct ClusterEnd {
     pub queued: u64,
     /// Requests running at instances.
     pub running: u64,
-    /// Admitted requests not yet delivered (only with a horizon).
+    /// Requests awaiting admission or delivery (only with a horizon).
     pub in_control_plane: u64,
 }
 
