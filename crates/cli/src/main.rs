@@ -4,6 +4,7 @@
 //! engine and workload crates together, and renders reports. Exit codes: 0
 //! success, 1 failure while running, 2 bad input.
 
+mod cluster;
 mod error;
 mod knobs;
 mod output;

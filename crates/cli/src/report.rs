@@ -3,6 +3,7 @@
 
 use std::fmt::Write as _;
 
+use blis_cluster::metrics::ClusterSummary;
 use blis_engine::metrics::{Distribution, RunSummary};
 use serde::Serialize;
 
@@ -59,6 +60,8 @@ pub struct RunReport {
     /// The measurements.
     #[serde(flatten)]
     pub summary: RunSummary,
+    /// Control plane, policies, per-class/tenant/instance results, anomalies.
+    pub cluster: ClusterSummary,
 }
 
 fn dist_row(out: &mut String, name: &str, d: &Distribution) {
@@ -110,6 +113,9 @@ pub fn table(report: &RunReport) -> String {
         format!("{}; {:.1} / {:.1}", s.batch.steps, s.batch.mean_batch_size, s.batch.mean_batch_tokens),
     );
     line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
+    if crate::cluster::worth_showing(&report.cluster) {
+        out.push_str(&crate::cluster::table(&report.cluster));
+    }
     let _ = writeln!(out, "{:=^84}", "");
     out
 }

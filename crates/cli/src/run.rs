@@ -4,11 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use blis_engine::instance::Instance;
-use blis_engine::metrics::{Collector, RunSummary};
-use blis_engine::sim::{IterWorkload, run_single};
+use blis_cluster::trace::DecisionSink;
+use blis_engine::sim::IterWorkload;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
+use crate::cluster::{ClusterSetup, TraceWriter};
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
 use crate::output::{AtomicFile, Fanout, Progress, RequestCsv, peak_rss_mib};
@@ -36,6 +36,11 @@ pub struct RunArgs {
     /// Write one CSV row per request to this file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub requests_csv: Option<PathBuf>,
+
+    /// Write the decision trace (one JSON line per admission and routing
+    /// decision, then a summary line) to this file; implies --trace-level decisions.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    pub trace_output: Option<PathBuf>,
 
     /// Do not print the summary table (or progress) on stderr.
     #[arg(long, short, help_heading = "Output")]
@@ -79,28 +84,34 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let workload = synthetic_workload(&knobs)?;
     let horizon = knobs.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
     let seed = workload.seed;
+    let cluster = ClusterSetup::resolve(&knobs, &deployment, &mut config, args.trace_output.is_some())?;
 
     // Open outputs before simulating so a bad path fails fast, but only move
     // them into place once everything succeeded.
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let mut csv = args.requests_csv.as_deref().map(RequestCsv::create).transpose()?;
+    let mut trace = match (&args.trace_output, cluster.trace) {
+        (Some(path), true) => Some(TraceWriter::create(path, cluster.config.labels.clone())?),
+        _ => None,
+    };
 
+    // Every run is a cluster run (one instance by default): one code path.
     let wall = std::time::Instant::now();
-    let mut instance =
-        Instance::new(0, deployment.instance.clone(), deployment.latency.clone()).map_err(|e| bad_input!("{e}"))?;
-    let mut collector = Collector::default();
+    let mut sim = cluster.build()?;
     let mut progress = Progress::new(workload.num_requests, args.quiet);
     let end = {
-        let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut collector, &mut progress];
+        let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut progress];
         if let Some(c) = csv.as_mut() {
             observers.push(c);
         }
         let mut fanout = Fanout(observers);
-        run_single(&mut instance, &mut IterWorkload::new(workload.generate()), horizon, &mut fanout)
+        let requests = cluster.mix.apply(workload.generate(), seed);
+        sim.run(&mut IterWorkload::new(requests), horizon, &mut fanout, trace.as_mut().map(|t| t as &mut dyn DecisionSink))
     };
     progress.finish();
 
-    let summary = RunSummary::build(&collector, &[instance.stats()], end.end, u64::from(end.queued), u64::from(end.running));
+    let summary = sim.summary(&end);
+    let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());
     let report = RunReport {
         schema_version: SCHEMA_VERSION,
         simulator: SimulatorInfo::current(),
@@ -114,10 +125,14 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         },
         config,
         summary,
+        cluster: cluster_summary,
     };
     let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
     if let Some(c) = csv {
         c.commit()?;
+    }
+    if let Some(t) = trace {
+        t.finish(report.cluster.counterfactual.as_ref())?;
     }
     match output.as_mut() {
         Some(f) => writeln!(f.writer(), "{json}").context("writing --output")?,

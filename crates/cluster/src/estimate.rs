@@ -17,21 +17,23 @@ pub struct TtftEstimator {
 }
 
 impl TtftEstimator {
-    /// Calibrates the estimate on the simulated latency model: `beta1` is the
-    /// marginal cost of a prefill token between 1024 and 2048 tokens, `beta0`
-    /// the rest of a 1024-token prefill step, and `step_us` the time of a step
+    /// Calibrates the estimate on the simulated latency model: the prefill
+    /// line through a 16-token and a 1024-token prefill step (`beta0` its
+    /// intercept, `beta1` its slope), and `step_us` the time of a step
     /// holding one decode at a 1024-token context. For the blackbox model
-    /// this recovers β0 and β1 exactly and gives β0 + β2 per queued request.
+    /// this recovers β0 and β1 exactly and gives β0 + β2 per queued request;
+    /// for the roofline it is exact at both ends of the line (a short
+    /// prefill is memory-bound, a long one compute-bound).
     pub fn from_latency_model(model: &dyn LatencyModel) -> TtftEstimator {
         let step = |entry: BatchEntry| {
             model.step_time(&StepBatch { entries: &[entry], load: InstanceLoad::default(), preempted: 0 }).as_us() as f64
         };
         let prefill = |n: u32| step(BatchEntry { computed_tokens: 0, new_tokens: n, prompt_tokens: n });
-        let (p1, p2) = (prefill(1024), prefill(2048));
-        let beta1 = ((p2 - p1) / 1024.0).max(0.0);
+        let (short, long) = (prefill(16), prefill(1024));
+        let beta1 = ((long - short) / 1008.0).max(0.0);
         TtftEstimator {
             step_us: step(BatchEntry { computed_tokens: 1024, new_tokens: 1, prompt_tokens: 1024 }),
-            beta0_us: (p1 - 1024.0 * beta1).max(0.0),
+            beta0_us: (short - 16.0 * beta1).max(0.0),
             beta1_us_per_token: beta1,
         }
     }

@@ -14,7 +14,7 @@
 //! | --- | --- |
 //! | `prefix-affinity` | router-index matched prompt blocks / prompt blocks |
 //! | `precise-prefix` | prompt tokens in i's real prefix cache / prompt tokens |
-//! | `queue-depth` | (max − q_i) / (max − min) over q = queue_depth + pending; 1 if all equal |
+//! | `queue-depth` | (max − l_i) / (max − min) over the effective load l = queue_depth + batch_size + pending; 1 if all equal |
 //! | `kv-utilization` | 1 − kv_utilization |
 //! | `load-balance` | 1 / (1 + queue_depth + batch_size + pending) |
 //! | `active-requests` | (max − a_i) / max over a = in_flight; 1 if all 0 |
@@ -89,7 +89,7 @@ pub enum Scorer {
     PrefixAffinity,
     /// The instance's true prefix cache.
     PrecisePrefix,
-    /// Min-max normalised queue depth (plus pending).
+    /// Min-max normalised effective load (queued + running + pending).
     QueueDepth,
     /// Free KV fraction.
     KvUtilization,
@@ -137,7 +137,7 @@ impl Scorer {
                 }
             }
             Scorer::QueueDepth => {
-                let q = |i: usize| snaps[i].queue_depth + snaps[i].pending;
+                let q = |i: usize| snaps[i].effective_load();
                 let (lo, hi) = min_max(&q);
                 for i in 0..snaps.len() {
                     sheet.set(i, c, if hi == lo { 1.0 } else { f64::from(hi - q(i)) / f64::from(hi - lo) });
