@@ -44,7 +44,8 @@ pub(crate) struct ClusterMetrics {
     pub collector: Collector,
     by_class: Option<Breakdown>,
     by_tenant: Option<Breakdown>,
-    by_instance: Option<Breakdown>,
+    // Indexed by instance id (a Breakdown's map lookup per token is measurable here).
+    by_instance: Vec<Collector>,
     classes: Vec<Counts>,
     tenants: Vec<Counts>,
     slo: SloClasses,
@@ -63,7 +64,7 @@ impl ClusterMetrics {
             collector: Collector::default(),
             by_class: keep(labels.slo_classes.len(), GroupBy::SloClass),
             by_tenant: keep(labels.tenants.len(), GroupBy::Tenant),
-            by_instance: keep(instances, GroupBy::Instance),
+            by_instance: if instances > 1 { vec![Collector::default(); instances] } else { Vec::new() },
             classes: vec![Counts::default(); labels.slo_classes.len()],
             tenants: vec![Counts::default(); labels.tenants.len()],
             slo,
@@ -94,8 +95,11 @@ impl ClusterMetrics {
 impl Observer for ClusterMetrics {
     fn on_finish(&mut self, r: &RequestRecord) {
         self.collector.record(r);
-        for b in [&mut self.by_class, &mut self.by_tenant, &mut self.by_instance].into_iter().flatten() {
+        for b in [&mut self.by_class, &mut self.by_tenant].into_iter().flatten() {
             b.on_finish(r);
+        }
+        if let Some(c) = self.by_instance.get_mut(r.instance as usize) {
+            c.record(r);
         }
         if self.slo.targets(r.meta.slo_class).is_met_by(r) {
             self.met_slo += 1;
@@ -106,8 +110,11 @@ impl Observer for ClusterMetrics {
 
     fn on_token(&mut self, t: &TokenEvent) {
         self.collector.token(t);
-        for b in [&mut self.by_class, &mut self.by_tenant, &mut self.by_instance].into_iter().flatten() {
+        for b in [&mut self.by_class, &mut self.by_tenant].into_iter().flatten() {
             b.on_token(t);
+        }
+        if let Some(c) = self.by_instance.get_mut(t.instance as usize) {
+            c.token(t);
         }
     }
 }
@@ -332,10 +339,7 @@ impl ClusterMetrics {
     }
 
     /// The collector of instance `i` (the cluster-wide one for a single instance).
-    pub fn instance_collector(&self, i: u32) -> Option<&Collector> {
-        match &self.by_instance {
-            Some(b) => b.groups().get(&i),
-            None => Some(&self.collector),
-        }
+    pub fn instance_collector(&self, i: u32) -> &Collector {
+        self.by_instance.get(i as usize).unwrap_or(&self.collector)
     }
 }

@@ -155,6 +155,10 @@ pub struct Cluster {
     sheet: ScoreSheet,
     store: SnapshotStore,
     prefix: PrefixIndex,
+    // Whether anything reads the prefix index / the prompt's block hashes;
+    // when nothing does, neither is maintained.
+    keep_prefix_index: bool,
+    hash_prompts: bool,
     hashes: Vec<u64>,
     book: Book,
     counterfactuals: Option<Counterfactuals>,
@@ -191,6 +195,8 @@ impl Cluster {
         let (routing, sheet) = cfg.policies.routing.build(n, "routing")?;
         let store = SnapshotStore::new(cfg.policies.snapshots, &instances);
         let prefix = PrefixIndex::new(n, instances[0].kv().usable_blocks());
+        let p = &cfg.policies;
+        let keep_prefix_index = p.routing.uses_prefix_index() || p.admission.uses_prefix_index() || cfg.counterfactual_k > 0;
         let book = Book {
             metrics: ClusterMetrics::new(classes.clone(), &cfg.labels, n),
             anomalies: AnomalyDetector::new(classes, n),
@@ -208,6 +214,8 @@ impl Cluster {
             sheet,
             store,
             prefix,
+            keep_prefix_index,
+            hash_prompts: keep_prefix_index || p.routing.uses_true_cache(),
             hashes: Vec::new(),
             book,
             counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, n)),
@@ -306,10 +314,12 @@ impl Cluster {
         self.reschedule(i);
     }
 
-    /// Hashes the request's prompt blocks and assembles the snapshots.
+    /// Hashes the request's prompt blocks (if anything reads them) and assembles the snapshots.
     fn observe(&mut self, req: &Request) {
         self.hashes.clear();
-        extend_block_hashes(&req.prompt, req.output_seed, 0, self.block_size, &mut self.hashes);
+        if self.hash_prompts {
+            extend_block_hashes(&req.prompt, req.output_seed, 0, self.block_size, &mut self.hashes);
+        }
         self.store.assemble(self.now, &self.instances, &self.book.dispatched);
     }
 
@@ -381,7 +391,9 @@ impl Cluster {
             });
         }
         let i = chosen as usize;
-        self.prefix.record(i, &self.hashes);
+        if self.keep_prefix_index {
+            self.prefix.record(i, &self.hashes);
+        }
         self.book.dispatched.in_flight[i] += 1;
         self.book.dispatched.pending[i] += 1;
         self.control.push(self.now + self.routing_latency, EventClass::InstanceArrival, ControlEvent::Deliver(req, chosen));
@@ -416,8 +428,7 @@ impl Cluster {
             .iter()
             .map(|inst| {
                 let (q, r) = inst.unfinished();
-                let empty = blis_engine::metrics::Collector::default();
-                let collector = m.instance_collector(inst.id()).unwrap_or(&empty);
+                let collector = m.instance_collector(inst.id());
                 InstanceReport { id: inst.id(), summary: RunSummary::build(collector, &[inst.stats()], end.end, u64::from(q), u64::from(r)) }
             })
             .collect();

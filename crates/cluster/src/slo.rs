@@ -68,7 +68,7 @@ pub fn resolve_names<T: Clone>(map: &BTreeMap<String, T>, known: &[String], path
             Some(i) => Ok((i as u32, v.clone())),
             None => Err(ConfigError::new(
                 format!("{path}.{name}"),
-                format!("unknown {what} `{name}`; this run's {what}s are: {}", known.join(", ")),
+                format!("unknown {what} `{name}`; known: {}", known.join(", ")),
             )),
         })
         .collect()

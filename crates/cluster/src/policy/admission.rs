@@ -221,6 +221,11 @@ fn positive(path: &str, field: &str, v: f64) -> Result<(), ConfigError> {
 }
 
 impl AdmissionSpec {
+    /// Whether the policy reads the router's prefix index.
+    pub fn uses_prefix_index(&self) -> bool {
+        matches!(self, AdmissionSpec::PredictiveSlo(_))
+    }
+
     /// Validates the parameters against the run (names of tenants and
     /// classes) and builds the policy. `path` locates the section in errors.
     pub fn build(&self, ctx: &BuildContext<'_>, path: &str) -> Result<Box<dyn AdmissionPolicy>, ConfigError> {

@@ -230,6 +230,20 @@ impl Default for RoutingSpec {
 const LOAD: &str = "effective_load";
 
 impl RoutingSpec {
+    fn weighs(&self, scorer: &str) -> bool {
+        matches!(self, RoutingSpec::Weighted(q) if q.scorers.get(scorer).is_some_and(|&w| w > 0.0))
+    }
+
+    /// Whether the policy reads the router's prefix index.
+    pub fn uses_prefix_index(&self) -> bool {
+        matches!(self, RoutingSpec::PrefixAffinity(_)) || self.weighs("prefix-affinity")
+    }
+
+    /// Whether the policy reads the instances' true prefix caches.
+    pub fn uses_true_cache(&self) -> bool {
+        self.weighs("precise-prefix")
+    }
+
     /// Validates the parameters and builds the policy with its score sheet.
     pub fn build(&self, instances: usize, path: &str) -> Result<(Box<dyn RoutingPolicy>, ScoreSheet), ConfigError> {
         let p = format!("{path}.params");
