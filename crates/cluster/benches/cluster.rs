@@ -5,12 +5,12 @@
 //!   H100s (roofline), prompt 512 tokens (a 256-token system prompt from 64
 //!   groups + 256 private), 256 output tokens, 480 req/s (30 per instance,
 //!   the load of the single-instance engine benchmark).
-//! * `routing_cost/{policy}/n{N}_prefix{P}`: whole runs of 2 000 requests at
-//!   20 req/s per instance, prompts of a P-token shared prefix (16 groups) +
-//!   64 private tokens, 8 output tokens. Per-request cost of `weighted`
-//!   (prefix-affinity + queue-depth: O(N · matched blocks) per decision)
-//!   minus that of `round-robin` (O(1) routing) at the same N and P is the
-//!   routing cost per decision.
+//! * `routing_cost/n{N}_prefix{P}`: one weighted routing decision
+//!   (prefix-affinity + queue-depth; [`Cluster::route_probe`]) for a request
+//!   whose P-token prefix the router has seen, on a cluster of N busy
+//!   instances (warmed up by a run of 40·N requests cut at a horizon).
+//!   Expected cost: O(N · matched blocks) for the prefix scorer plus O(N)
+//!   snapshot reads, so time ∝ N and ∝ P.
 
 use std::hint::black_box;
 use std::sync::Arc;
@@ -100,15 +100,26 @@ fn cluster(c: &mut Criterion) {
 
 fn routing_cost(c: &mut Criterion) {
     let mut g = c.benchmark_group("routing_cost");
-    g.sample_size(10);
     for n in [2u32, 8, 32, 128] {
-        for prefix in [128u32, 512, 2048] {
-            let s = spec(20.0 * f64::from(n), 2000, prefix, 16, 64, 8);
-            for (name, routing) in [("weighted", weighted()), ("round-robin", serde_json::json!("round-robin"))] {
-                g.bench_with_input(BenchmarkId::new(name, format!("n{n}_prefix{prefix}")), &s, |b, s| {
-                    b.iter(|| assert_eq!(simulate(n, routing.clone(), s), 2000))
-                });
-            }
+        for prefix in [128u32, 512, 2048, 8192] {
+            let (latency, instance) = llama_h100();
+            let mut cluster = Cluster::new(ClusterConfig {
+                num_instances: n,
+                instance,
+                latency,
+                policies: policies(weighted()),
+                admission_latency: Micros::ZERO,
+                routing_latency: Micros::ZERO,
+                labels: Labels::default(),
+                counterfactual_k: 0,
+            })
+            .unwrap();
+            // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.
+            let warm = spec(20.0 * f64::from(n), u64::from(40 * n), prefix, 4, 64, 2000);
+            cluster.run(&mut IterWorkload::new(warm.generate()), Some(Micros::from_secs(2)), &mut Collector::default(), None);
+            let mut probe = warm.generate().next().unwrap();
+            probe.id = blis_engine::request::RequestId(u64::MAX);
+            g.bench_function(BenchmarkId::from_parameter(format!("n{n}_prefix{prefix}")), |b| b.iter(|| cluster.route_probe(black_box(&probe))));
         }
     }
     g.finish();

@@ -54,6 +54,24 @@ use crate::snapshot::{Dispatched, SnapshotStore};
 use crate::trace::{AdmissionTrace, Counterfactuals, DecisionSink, RoutingTrace};
 use crate::view::ClusterView;
 
+/// The policies' view of `$req` from the cluster's fields (a macro, not a
+/// method, so the policies can be borrowed mutably alongside it).
+macro_rules! view {
+    ($s:ident, $req:expr) => {
+        ClusterView {
+            now: $s.now,
+            snapshots: $s.store.view(),
+            instances: &$s.instances,
+            store: &$s.store,
+            prefix: &$s.prefix,
+            prompt_blocks: &$s.hashes,
+            prompt_tokens: $req.prompt_tokens(),
+            block_size: $s.block_size,
+            tenant_in_flight: &$s.book.tenant_in_flight,
+        }
+    };
+}
+
 /// Everything that defines a cluster run (besides the workload).
 #[derive(Clone)]
 pub struct ClusterConfig {
@@ -155,10 +173,11 @@ pub struct Cluster {
     sheet: ScoreSheet,
     store: SnapshotStore,
     prefix: PrefixIndex,
-    // Whether anything reads the prefix index / the prompt's block hashes;
-    // when nothing does, neither is maintained.
+    // Whether anything reads the prefix index / the prompt's block hashes at
+    // admission and at routing; what nothing reads is not maintained.
     keep_prefix_index: bool,
-    hash_prompts: bool,
+    hash_at_admission: bool,
+    hash_at_routing: bool,
     hashes: Vec<u64>,
     book: Book,
     counterfactuals: Option<Counterfactuals>,
@@ -215,7 +234,8 @@ impl Cluster {
             store,
             prefix,
             keep_prefix_index,
-            hash_prompts: keep_prefix_index || p.routing.uses_true_cache(),
+            hash_at_admission: p.admission.uses_prefix_index(),
+            hash_at_routing: keep_prefix_index || p.routing.uses_true_cache(),
             hashes: Vec::new(),
             book,
             counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, n)),
@@ -314,28 +334,18 @@ impl Cluster {
         self.reschedule(i);
     }
 
-    /// Hashes the request's prompt blocks (if anything reads them) and assembles the snapshots.
-    fn observe(&mut self, req: &Request) {
+    /// Hashes the request's prompt blocks (when `hash`) and assembles the snapshots.
+    fn observe(&mut self, req: &Request, hash: bool) {
         self.hashes.clear();
-        if self.hash_prompts {
+        if hash {
             extend_block_hashes(&req.prompt, req.output_seed, 0, self.block_size, &mut self.hashes);
         }
         self.store.assemble(self.now, &self.instances, &self.book.dispatched);
     }
 
     fn on_admit(&mut self, mut req: Request, sink: Option<&mut (dyn DecisionSink + '_)>) {
-        self.observe(&req);
-        let view = ClusterView {
-            now: self.now,
-            snapshots: self.store.view(),
-            instances: &self.instances,
-            store: &self.store,
-            prefix: &self.prefix,
-            prompt_blocks: &self.hashes,
-            prompt_tokens: req.prompt_tokens(),
-            block_size: self.block_size,
-            tenant_in_flight: &self.book.tenant_in_flight,
-        };
+        self.observe(&req, self.hash_at_admission);
+        let view = view!(self, req);
         req.meta.priority = self.priority.priority(&req, &view);
         let decision = self.admission.admit(&req, &view);
         let rejected = match decision {
@@ -362,22 +372,22 @@ impl Cluster {
         }
     }
 
-    fn on_route(&mut self, req: Request, sink: Option<&mut (dyn DecisionSink + '_)>) {
-        self.observe(&req);
+    /// Asks the routing policy where `req` would go now, from the current
+    /// snapshots, without dispatching it: the router's counts and prefix
+    /// index are not touched (a stateful policy such as round-robin still
+    /// advances). For what-if tools, and to measure the cost of a decision.
+    pub fn route_probe(&mut self, req: &Request) -> u32 {
+        self.observe(req, self.hash_at_routing);
         self.sheet.clear();
-        let view = ClusterView {
-            now: self.now,
-            snapshots: self.store.view(),
-            instances: &self.instances,
-            store: &self.store,
-            prefix: &self.prefix,
-            prompt_blocks: &self.hashes,
-            prompt_tokens: req.prompt_tokens(),
-            block_size: self.block_size,
-            tenant_in_flight: &self.book.tenant_in_flight,
-        };
-        let chosen = self.routing.route(&req, &view, &mut self.sheet);
+        let view = view!(self, req);
+        let chosen = self.routing.route(req, &view, &mut self.sheet);
         assert!((chosen as usize) < self.instances.len(), "routing policy chose instance {chosen} of {}", self.instances.len());
+        chosen
+    }
+
+    fn on_route(&mut self, req: Request, sink: Option<&mut (dyn DecisionSink + '_)>) {
+        let chosen = self.route_probe(&req);
+        let view = view!(self, req);
         let counterfactual = self.counterfactuals.as_mut().map(|c| c.judge(&req, &view, chosen));
         if let Some(s) = sink {
             s.routing(&RoutingTrace {
