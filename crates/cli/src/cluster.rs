@@ -2,6 +2,7 @@
 //! `--policy-config` YAML, then the flags over it), control-plane knobs, the
 //! decision-trace writer and the human summary of the cluster.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
@@ -18,6 +19,7 @@ use blis_cluster::{Cluster, ClusterConfig, ClusterError, ConfigError};
 use blis_engine::request::Labels;
 use blis_engine::time::Micros;
 use blis_workload::labels::{LabelMix, Mix};
+use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::error::{BadInput, bad_input};
@@ -296,7 +298,7 @@ impl TraceWriter {
         Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, error: None })
     }
 
-    fn line(&mut self, v: &Value) {
+    fn line(&mut self, v: &impl Serialize) {
         if self.error.is_none() {
             let w = self.file.writer();
             self.error = serde_json::to_writer(&mut *w, v).map_err(std::io::Error::from).and_then(|()| w.write_all(b"\n")).err();
@@ -305,12 +307,14 @@ impl TraceWriter {
 
     /// Writes the summary line and moves the file into place.
     pub fn finish(mut self, counterfactual: Option<&CounterfactualReport>) -> anyhow::Result<()> {
-        let summary = json!({
-            "kind": "summary",
-            "admission_decisions": self.admissions,
-            "routing_decisions": self.routings,
-            "counterfactual": counterfactual,
-        });
+        #[derive(Serialize)]
+        struct Summary<'a> {
+            kind: &'static str,
+            admission_decisions: u64,
+            routing_decisions: u64,
+            counterfactual: Option<&'a CounterfactualReport>,
+        }
+        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings, counterfactual };
         self.line(&summary);
         if let Some(e) = self.error {
             return Err(e).context("writing --trace-output");
@@ -319,62 +323,101 @@ impl TraceWriter {
     }
 }
 
+#[derive(Serialize)]
+struct AdmissionLine<'a> {
+    t_us: u64,
+    kind: &'static str,
+    request: u64,
+    tenant: String,
+    slo_class: String,
+    priority: f64,
+    policy: &'a str,
+    admitted: bool,
+    reason: Option<&'static str>,
+}
+
+#[derive(Serialize)]
+struct Candidate {
+    instance: u32,
+    /// The policy's total score; null when it does not score.
+    score: Option<f64>,
+    components: BTreeMap<&'static str, f64>,
+    queue_depth: u32,
+    batch_size: u32,
+    kv_utilization: f64,
+    in_flight: u32,
+    pending: u32,
+    snapshot_age_us: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    estimated_ttft_ms: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct Counterfactual<'a> {
+    top_k: &'a [u32],
+    regret_ms: f64,
+}
+
+#[derive(Serialize)]
+struct RoutingLine<'a> {
+    t_us: u64,
+    kind: &'static str,
+    request: u64,
+    policy: &'a str,
+    chosen: u32,
+    candidates: Vec<Candidate>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    counterfactual: Option<Counterfactual<'a>>,
+}
+
 impl DecisionSink for TraceWriter {
     fn admission(&mut self, d: &AdmissionTrace<'_>) {
         self.admissions += 1;
         let m = &d.request.meta;
-        let v = json!({
-            "t_us": d.time.as_us(),
-            "kind": "admission",
-            "request": d.request.id.0,
-            "tenant": self.labels.tenant(m.tenant),
-            "slo_class": self.labels.slo_class(m.slo_class),
-            "priority": m.priority,
-            "policy": d.policy,
-            "admitted": d.rejected.is_none(),
-            "reason": d.rejected.map(|r| r.as_str()),
-        });
-        self.line(&v);
+        let line = AdmissionLine {
+            t_us: d.time.as_us(),
+            kind: "admission",
+            request: d.request.id.0,
+            tenant: self.labels.tenant(m.tenant),
+            slo_class: self.labels.slo_class(m.slo_class),
+            priority: m.priority,
+            policy: d.policy,
+            admitted: d.rejected.is_none(),
+            reason: d.rejected.map(|r| r.as_str()),
+        };
+        self.line(&line);
     }
 
     fn routing(&mut self, d: &RoutingTrace<'_>) {
         self.routings += 1;
         let names = d.scores.components();
-        let candidates: Vec<Value> = d
+        let candidates = d
             .snapshots
             .iter()
             .enumerate()
-            .map(|(i, s)| {
-                let components: serde_json::Map<String, Value> = names.iter().enumerate().map(|(c, n)| (n.to_string(), json!(d.scores.component(i, c)))).collect();
-                let mut v = json!({
-                    "instance": s.instance,
-                    "score": d.scores.total(i),
-                    "components": components,
-                    "queue_depth": s.queue_depth,
-                    "batch_size": s.batch_size,
-                    "kv_utilization": s.kv_utilization,
-                    "in_flight": s.in_flight,
-                    "pending": s.pending,
-                    "snapshot_age_us": (d.time - s.timestamp).as_us(),
-                });
-                if let Some(cf) = &d.counterfactual {
-                    v["estimated_ttft_ms"] = json!(cf.estimated_ttft_ms[i]);
-                }
-                v
+            .map(|(i, s)| Candidate {
+                instance: s.instance,
+                score: d.scores.total(i),
+                components: names.iter().enumerate().map(|(c, &n)| (n, d.scores.component(i, c))).collect(),
+                queue_depth: s.queue_depth,
+                batch_size: s.batch_size,
+                kv_utilization: s.kv_utilization,
+                in_flight: s.in_flight,
+                pending: s.pending,
+                snapshot_age_us: (d.time - s.timestamp).as_us(),
+                estimated_ttft_ms: d.counterfactual.map(|cf| cf.estimated_ttft_ms[i]),
             })
             .collect();
-        let mut v = json!({
-            "t_us": d.time.as_us(),
-            "kind": "routing",
-            "request": d.request.id.0,
-            "policy": d.policy,
-            "chosen": d.chosen,
-            "candidates": candidates,
-        });
-        if let Some(cf) = &d.counterfactual {
-            v["counterfactual"] = json!({ "top_k": cf.top_k, "regret_ms": cf.regret_ms });
-        }
-        self.line(&v);
+        let line = RoutingLine {
+            t_us: d.time.as_us(),
+            kind: "routing",
+            request: d.request.id.0,
+            policy: d.policy,
+            chosen: d.chosen,
+            candidates,
+            counterfactual: d.counterfactual.map(|cf| Counterfactual { top_k: cf.top_k, regret_ms: cf.regret_ms }),
+        };
+        self.line(&line);
     }
 }
 
