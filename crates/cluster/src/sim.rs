@@ -257,6 +257,7 @@ impl Cluster {
     /// Runs `workload` until it, the control plane and every instance are
     /// exhausted, or the next event is past `horizon`. Every request record
     /// reaches `obs` (and the workload's `on_finish`); decisions reach `sink`.
+    /// A run cut at a horizon can be continued by calling `run` again.
     pub fn run(&mut self, workload: &mut dyn Workload, horizon: Option<Micros>, obs: &mut dyn Observer, mut sink: Option<&mut dyn DecisionSink>) -> ClusterEnd {
         let limit = horizon.unwrap_or(Micros::MAX);
         let mut end = Micros::ZERO;

@@ -1,5 +1,6 @@
 //! Cluster behaviour tests, one module per behaviour, built into one binary.
 
+mod allocation;
 mod anomalies;
 mod harness;
 mod invariants;
