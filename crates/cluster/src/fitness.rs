@@ -61,7 +61,7 @@ impl FitnessMetric {
     }
 }
 
-/// Weights per metric (finite, ≥ 0, at least one > 0).
+/// Weights per metric (in [0, 1e9], at least one > 0).
 #[derive(Clone, Debug, PartialEq)]
 pub struct FitnessWeights(Vec<(FitnessMetric, f64)>);
 
@@ -78,7 +78,12 @@ impl FitnessWeights {
                 .find(|(k, _)| *k == key)
                 .map(|&(_, m)| m)
                 .ok_or_else(|| format!("unknown metric `{key}`; allowed: {}", keys.join(", ")))?;
-            let w: f64 = w.trim().parse().ok().filter(|w: &f64| w.is_finite() && *w >= 0.0).ok_or_else(|| format!("weight of `{key}` must be a finite number ≥ 0, got `{}`", w.trim()))?;
+            let w: f64 = w
+                .trim()
+                .parse()
+                .ok()
+                .filter(|w: &f64| (0.0..=1e9).contains(w))
+                .ok_or_else(|| format!("weight of `{key}` must be a number in [0, 1e9], got `{}`", w.trim()))?;
             if out.iter().any(|&(x, _)| x == m) {
                 return Err(format!("`{key}` appears twice"));
             }
@@ -167,6 +172,7 @@ mod tests {
         let e = FitnessWeights::parse("throughput:1,latency:1").unwrap_err();
         assert!(e.contains("unknown metric `latency`") && e.contains("ttft_p99"), "{e}");
         assert!(FitnessWeights::parse("throughput:-1").is_err());
+        assert!(FitnessWeights::parse("throughput:1e300").is_err());
         assert!(FitnessWeights::parse("throughput:0").is_err());
         assert!(FitnessWeights::parse("throughput:1,throughput:2").is_err());
     }

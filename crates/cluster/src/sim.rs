@@ -190,8 +190,8 @@ pub struct Cluster {
     now: Micros,
 }
 
-/// Largest supported instance count.
-pub const MAX_INSTANCES: u32 = 4096;
+/// Largest supported instance count (each instance holds its whole KV block table).
+pub const MAX_INSTANCES: u32 = 1024;
 
 impl Cluster {
     /// Builds instances and policies; validates every policy parameter

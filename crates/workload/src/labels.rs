@@ -26,10 +26,13 @@ pub struct MixError {
     pub problem: String,
 }
 
+/// Most names a mix may have (SLO classes are interned as 16-bit ids).
+pub const MAX_NAMES: usize = 1 << 16;
+
 /// Named weights: label `i` is drawn with probability `weight_i / Σ weights`.
 ///
-/// Guarantees: at least one name; names are unique and non-empty; weights are
-/// finite, non-negative and sum to more than zero.
+/// Guarantees: between 1 and [`MAX_NAMES`] names; names are unique and
+/// non-empty; weights are in [0, 1e9] and sum to more than zero.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Mix {
     names: Vec<String>,
@@ -58,14 +61,17 @@ impl Mix {
                 .trim()
                 .parse()
                 .ok()
-                .filter(|w: &f64| w.is_finite() && *w >= 0.0)
-                .ok_or_else(|| err(format!("weight of `{name}` must be a finite number ≥ 0, got `{}`", weight.trim())))?;
+                .filter(|w: &f64| (0.0..=1e9).contains(w))
+                .ok_or_else(|| err(format!("weight of `{name}` must be a number in [0, 1e9], got `{}`", weight.trim())))?;
             total += weight;
             names.push(name.to_string());
             cumulative.push(total);
         }
         if total <= 0.0 {
             return Err(err("the weights sum to zero".to_string()));
+        }
+        if names.len() > MAX_NAMES {
+            return Err(err(format!("{} names; at most {MAX_NAMES}", names.len())));
         }
         Ok(Mix { names, cumulative })
     }
@@ -213,8 +219,9 @@ mod tests {
             ("realtime", "NAME:WEIGHT"),
             ("a:0.5,a:0.5", "twice"),
             (":1", "empty name"),
-            ("a:-1", "finite number ≥ 0"),
-            ("a:NaN", "finite number ≥ 0"),
+            ("a:-1", "in [0, 1e9]"),
+            ("a:NaN", "in [0, 1e9]"),
+            ("a:1e300", "in [0, 1e9]"),
             ("a:0,b:0", "sum to zero"),
         ] {
             let e = Mix::parse("slo-class-mix", text).unwrap_err();

@@ -150,6 +150,8 @@ fn bad_cluster_flags_name_the_flag_and_the_allowed_values() {
         ("scorer-unknown", vec!["--routing-scorers", "prefix-affinity:4,queue-dept:3"], vec!["--routing-scorers", "queue-dept", "queue-depth"]),
         ("scorer-negative", vec!["--routing-scorers", "queue-depth:-3"], vec!["--routing-scorers", "queue-depth"]),
         ("scorer-nan", vec!["--routing-scorers", "queue-depth:NaN"], vec!["--routing-scorers", "queue-depth"]),
+        ("scorer-absurd", vec!["--routing-scorers", "queue-depth:1e300"], vec!["--routing-scorers", "[0, 1e9]"]),
+        ("instances-absurd", vec!["--num-instances", "100000"], vec!["--num-instances 100000", "1024"]),
         ("scorers-not-weighted", vec!["--routing-policy", "least-loaded", "--routing-scorers", "queue-depth:1"], vec!["--routing-policy weighted"]),
         ("instances-zero", vec!["--num-instances", "0"], vec!["--num-instances 0"]),
         ("latency-absurd", vec!["--routing-latency", "99999999999999"], vec!["--routing-latency"]),

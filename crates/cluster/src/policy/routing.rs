@@ -180,7 +180,7 @@ pub fn parse_scorer_list(text: &str) -> Result<BTreeMap<String, f64>, String> {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct WeightedParams {
-    /// Scorer name → weight (finite, ≥ 0, at least one > 0).
+    /// Scorer name → weight (in [0, 1e9], at least one > 0; only ratios matter).
     pub scorers: BTreeMap<String, f64>,
 }
 
@@ -260,7 +260,7 @@ impl RoutingSpec {
                 let mut scorers = Vec::new();
                 for (name, &w) in &q.scorers {
                     let s = Scorer::parse(name).ok_or_else(|| ConfigError::unknown(format!("{p}.scorers.{name}"), "scorer", name, &names))?;
-                    check(w.is_finite() && w >= 0.0, &format!("{p}.scorers"), name, w, "a finite weight ≥ 0")?;
+                    check(w.is_finite() && (0.0..=1e9).contains(&w), &format!("{p}.scorers"), name, w, "a weight in [0, 1e9]")?;
                     scorers.push((s, w));
                 }
                 let total: f64 = scorers.iter().map(|s| s.1).sum();
