@@ -53,8 +53,12 @@ impl AnomalyDetector {
         instance as usize * self.levels + usize::from(rank)
     }
 
-    /// Tracks the wait queues.
+    /// Tracks the wait queues (not needed, and skipped, when every class is
+    /// equally urgent: no inversion is possible).
     pub fn on_queue(&mut self, e: &QueueEvent) {
+        if self.levels == 1 {
+            return;
+        }
         let rank = self.classes.urgency(e.meta.slo_class);
         let slot = self.slot(e.instance, rank);
         match e.change {

@@ -110,7 +110,10 @@ impl Observer for ClusterMetrics {
 
     fn on_token(&mut self, t: &TokenEvent) {
         self.collector.token(t);
-        for b in [&mut self.by_class, &mut self.by_tenant].into_iter().flatten() {
+        if let Some(b) = &mut self.by_class {
+            b.on_token(t);
+        }
+        if let Some(b) = &mut self.by_tenant {
             b.on_token(t);
         }
         if let Some(c) = self.by_instance.get_mut(t.instance as usize) {
