@@ -249,11 +249,6 @@ impl Cluster {
         })
     }
 
-    /// The instances, by id.
-    pub fn instances(&self) -> &[Instance] {
-        &self.instances
-    }
-
     /// Runs `workload` until it, the control plane and every instance are
     /// exhausted, or the next event is past `horizon`. Every request record
     /// reaches `obs` (and the workload's `on_finish`); decisions reach `sink`.

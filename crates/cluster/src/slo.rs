@@ -131,11 +131,6 @@ impl SloClasses {
     pub fn levels(&self) -> u16 {
         self.levels
     }
-
-    /// Whether any class has a target.
-    pub fn has_targets(&self) -> bool {
-        self.targets.iter().any(|t| *t != SloTargets::default())
-    }
 }
 
 #[cfg(test)]

@@ -76,11 +76,6 @@ impl Mix {
         Ok(Mix { names, cumulative })
     }
 
-    /// The names, in the order given; the index is the interned id.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
     /// Draws an index with probability proportional to its weight.
     fn draw(&self, rng: &mut SimRng) -> usize {
         if self.names.len() == 1 {
@@ -103,11 +98,6 @@ pub struct LabelMix {
 }
 
 impl LabelMix {
-    /// Whether the mix changes anything.
-    pub fn is_empty(&self) -> bool {
-        self.tenants.is_none() && self.slo_classes.is_none()
-    }
-
     /// Writes the mixes' names into `labels` (only for the labels it assigns).
     pub fn name_into(&self, labels: &mut Labels) {
         if let Some(m) = &self.tenants {
