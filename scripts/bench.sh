@@ -13,6 +13,14 @@ for n in ${sizes[@]}; do
     | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=$n: /"
   echo
 done
+# Cluster: 100 000 requests over 16 instances (30 req/s each) with weighted
+# routing (prefix-affinity:4, queue-depth:3); prompts are a 256-token system
+# prompt from 64 groups + 256 private tokens.
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --num-instances 16 --rate 480 --num-requests 100000 \
+  --prompt-tokens 256 --prefix-tokens 256 --prefix-groups 64 --output-tokens 256 \
+  --routing-policy weighted --routing-scorers prefix-affinity:4,queue-depth:3 --output /dev/null 2>&1 \
+  | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/cluster 16 instances x 100000 requests, weighted: /"
+echo
 # Workload generation: 1,000,000 requests from a 10-client spec (every arrival
 # process and length shape), streamed as a trace v2 CSV to /dev/null. The
 # generator alone (no CSV) is `cargo bench -p blis-workload`.

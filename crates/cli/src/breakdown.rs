@@ -1,8 +1,9 @@
-//! Per-group metrics of a run: per client, tenant, SLO class and load stage
-//! (engine [`Breakdown`]s), and client-perspective latencies when the
-//! workload gives clients a network model. A dimension is measured only
-//! when the workload has more than one value of it (one group would repeat
-//! the overall numbers, at the memory cost of another copy of the samples).
+//! Per-group metrics of a run: per client and load stage (engine
+//! [`Breakdown`]s; per tenant and per SLO class, with SLO attainment, are in
+//! the cluster report), and client-perspective latencies when the workload
+//! gives clients a network model. A dimension is measured only when the
+//! workload has more than one value of it (one group would repeat the
+//! overall numbers, at the memory cost of another copy of the samples).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -25,8 +26,6 @@ impl GroupObservers {
         let mut groups = Vec::new();
         for (name, by, n) in [
             ("client", GroupBy::Client, labels.clients.len()),
-            ("tenant", GroupBy::Tenant, labels.tenants.len()),
-            ("slo_class", GroupBy::SloClass, labels.slo_classes.len()),
             ("stage", GroupBy::Stage, stages as usize),
         ] {
             if n > 1 {

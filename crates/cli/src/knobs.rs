@@ -205,6 +205,61 @@ knob_table! {
     #[arg(long, value_name = "PATH", help_heading = "Workload")]
     trace: PathBuf = None,
 
+    /// Assign SLO classes by weight, e.g. `realtime:0.2,interactive:0.5,batch:0.3` (seeded).
+    #[arg(long, value_name = "NAME:WEIGHT,...", help_heading = "Workload")]
+    slo_class_mix: String = None,
+    /// Assign tenants by weight, e.g. `alice:1,bob:3` (seeded).
+    #[arg(long, value_name = "NAME:WEIGHT,...", help_heading = "Workload")]
+    tenant_mix: String = None,
+
+    // ── Cluster ──────────────────────────────────────────────────────────
+    /// Identical instances behind the control plane. [default: 1]
+    #[arg(long, value_name = "N", help_heading = "Cluster")]
+    num_instances: u32 = Some(1),
+    /// Every policy and its parameters in one YAML file (see examples/policies.yaml); the flags below override it.
+    #[arg(long, value_name = "PATH", help_heading = "Cluster")]
+    policy_config: PathBuf = None,
+    /// Admission: always-admit, token-bucket, rate-limit, tenant-quota, slo-gated, predictive-slo, reject-all. [default: always-admit]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    admission_policy: String = None,
+    /// Priority: constant, slo-class, tenant-priority, deadline-aware, inverted-slo. [default: constant]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    priority_policy: String = None,
+    /// Routing: round-robin, least-loaded, weighted, prefix-affinity, always-busiest. [default: round-robin]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    routing_policy: String = None,
+    /// Scorers of weighted routing, e.g. `prefix-affinity:4,queue-depth:3` (implies --routing-policy weighted).
+    #[arg(long, value_name = "SCORER:WEIGHT,...", help_heading = "Cluster")]
+    routing_scorers: String = None,
+    /// Instance scheduler: fcfs, priority-fcfs, sjf, reverse-priority. [default: fcfs]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    scheduler: String = None,
+    /// Preemption victim: tail or lowest-priority. [default: lowest-priority with priority-fcfs, else tail]
+    #[arg(long, value_name = "NAME", help_heading = "Cluster")]
+    preemption: String = None,
+    /// Arrival → admission decision latency, microseconds. [default: 0]
+    #[arg(long, value_name = "MICROS", help_heading = "Cluster")]
+    admission_latency: u64 = Some(0),
+    /// Routing decision → delivery latency, microseconds. [default: 0]
+    #[arg(long, value_name = "MICROS", help_heading = "Cluster")]
+    routing_latency: u64 = Some(0),
+    /// Snapshot staleness per field, e.g. `kv-utilization=periodic:100ms,queue-depth=on-demand`
+    /// (fields queue-depth, batch-size, kv-utilization; modes immediate, on-demand, periodic:<N>ms).
+    #[arg(long, value_name = "FIELD=MODE,...", help_heading = "Cluster")]
+    snapshot_refresh: String = None,
+    /// SLO targets in ms per class, e.g. `realtime.ttft_ms=200,realtime.itl_ms=50,batch.e2e_ms=60000`.
+    #[arg(long, value_name = "CLASS.METRIC=MS,...", help_heading = "Cluster")]
+    slo_targets: String = None,
+    /// Fitness weights, e.g. `throughput:0.5,ttft_p99:0.3,goodput:0.2`.
+    #[arg(long, value_name = "METRIC:WEIGHT,...", help_heading = "Cluster")]
+    fitness_weights: String = None,
+    /// Decision tracing: none or decisions (one JSON line per admission and routing decision). [default: none]
+    #[arg(long, value_name = "LEVEL", help_heading = "Cluster")]
+    trace_level: String = None,
+    /// Keep the K best alternatives of every routing decision and estimate its regret; 0 = off. [default: 0]
+    #[arg(long, value_name = "K", help_heading = "Cluster")]
+    counterfactual_k: u32 = Some(0),
+
     // ── Run ──────────────────────────────────────────────────────────────
     /// Master random seed: same seed, same result, byte for byte. [default: 42]
     #[arg(long, value_name = "N", help_heading = "Run")]

@@ -5,6 +5,7 @@
 //! success, 1 failure while running, 2 bad input.
 
 mod breakdown;
+mod cluster;
 mod compose;
 mod convert;
 mod error;

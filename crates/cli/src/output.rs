@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use blis_engine::instance::{Observer, StepEvent, TokenEvent};
+use blis_engine::instance::{Observer, QueueEvent, StepEvent, TokenEvent};
 use blis_engine::request::{Outcome, RequestRecord};
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -191,6 +191,11 @@ impl Observer for Fanout<'_> {
     fn on_step(&mut self, step: &StepEvent<'_>) {
         for o in &mut self.0 {
             o.on_step(step);
+        }
+    }
+    fn on_queue(&mut self, event: &QueueEvent) {
+        for o in &mut self.0 {
+            o.on_queue(event);
         }
     }
 }

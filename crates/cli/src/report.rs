@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use blis_cluster::metrics::ClusterSummary;
 use blis_engine::metrics::{Distribution, GroupSummary, RunSummary};
 use serde::Serialize;
 
@@ -68,6 +69,8 @@ pub struct RunReport {
     /// model), when a workload client has a network model.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub client_latency_ms: Option<ClientLatencyReport>,
+    /// Control plane, policies, per-class/tenant/instance results, anomalies.
+    pub cluster: ClusterSummary,
 }
 
 fn dist_row(out: &mut String, name: &str, d: &Distribution) {
@@ -123,6 +126,9 @@ pub fn table(report: &RunReport) -> String {
     );
     line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
     out.push_str(&breakdown::table(&report.breakdowns));
+    if crate::cluster::worth_showing(&report.cluster) {
+        out.push_str(&crate::cluster::table(&report.cluster));
+    }
     let _ = writeln!(out, "{:=^84}", "");
     out
 }

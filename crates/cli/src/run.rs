@@ -4,12 +4,11 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use blis_engine::instance::Instance;
-use blis_engine::metrics::{Collector, RunSummary};
-use blis_engine::sim::run_single;
+use blis_cluster::trace::DecisionSink;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
 use crate::breakdown::{ClientLatencyReport, GroupObservers};
+use crate::cluster::{ClusterSetup, TraceWriter};
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
 use crate::output::{AtomicFile, Fanout, Progress, RequestCsv, peak_rss_mib};
@@ -38,6 +37,11 @@ pub struct RunArgs {
     /// Write one CSV row per request to this file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub requests_csv: Option<PathBuf>,
+
+    /// Write the decision trace (one JSON line per admission and routing
+    /// decision, then a summary line) to this file; implies --trace-level decisions.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    pub trace_output: Option<PathBuf>,
 
     /// Do not print the summary table (or progress) on stderr.
     #[arg(long, short, help_heading = "Output")]
@@ -80,20 +84,24 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
     let deployment = Deployment::resolve(&knobs, &mut config)?;
     let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
     let horizon = knobs.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
+    let cluster = ClusterSetup::resolve(&knobs, &deployment, &mut config, args.trace_output.is_some(), &labels)?;
 
     // Open outputs before simulating so a bad path fails fast, but only move
     // them into place once everything succeeded.
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let mut csv = args.requests_csv.as_deref().map(RequestCsv::create).transpose()?;
+    let mut trace = match (&args.trace_output, cluster.trace) {
+        (Some(path), true) => Some(TraceWriter::create(path, cluster.config.labels.clone())?),
+        _ => None,
+    };
 
+    // Every run is a cluster run (one instance by default): one code path.
     let wall = std::time::Instant::now();
-    let mut instance =
-        Instance::new(0, deployment.instance.clone(), deployment.latency.clone()).map_err(|e| bad_input!("{e}"))?;
-    let mut collector = Collector::default();
+    let mut sim = cluster.build()?;
     let mut progress = Progress::new(expected_requests, args.quiet);
     let mut groups = GroupObservers::new(&labels, stages);
     let end = {
-        let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut collector, &mut progress];
+        let mut observers: Vec<&mut dyn blis_engine::instance::Observer> = vec![&mut progress];
         if let Some(c) = csv.as_mut() {
             observers.push(c);
         }
@@ -102,14 +110,18 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         }
         observers.extend(groups.observers());
         let mut fanout = Fanout(observers);
-        run_single(&mut instance, &mut *source, horizon, &mut fanout)
+        let mut requests = cluster.mix.apply_workload(source, seed);
+        let end = sim.run(&mut requests, horizon, &mut fanout, trace.as_mut().map(|t| t as &mut dyn DecisionSink));
+        source = requests.into_inner();
+        end
     };
     progress.finish();
     if let Some(e) = source.take_error() {
         return Err(anyhow::Error::new(e).context("reading the workload"));
     }
 
-    let summary = RunSummary::build(&collector, &[instance.stats()], end.end, u64::from(end.queued), u64::from(end.running));
+    let summary = sim.summary(&end);
+    let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());
     let report = RunReport {
         schema_version: SCHEMA_VERSION,
         simulator: SimulatorInfo::current(),
@@ -125,10 +137,14 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         summary,
         breakdowns: groups.report(&labels),
         client_latency_ms: client_latency.as_ref().map(|c| ClientLatencyReport::of(c, &labels)),
+        cluster: cluster_summary,
     };
     let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
     if let Some(c) = csv {
         c.commit()?;
+    }
+    if let Some(t) = trace {
+        t.finish(report.cluster.counterfactual.as_ref())?;
     }
     match output.as_mut() {
         Some(f) => writeln!(f.writer(), "{json}").context("writing --output")?,

@@ -56,6 +56,32 @@ pub struct StepEvent<'a> {
     pub batch: StepBatch<'a>,
 }
 
+/// How a request's membership of the wait queue changed.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum QueueChange {
+    /// It entered the wait queue: after the arrival-to-queue delay, or after a preemption.
+    Enqueued,
+    /// It left the wait queue to run: first scheduling, or resumption after a preemption.
+    Scheduled,
+}
+
+/// A request entering or leaving an instance's wait queue. A request that
+/// ends while waiting (client timeout) leaves without a `Scheduled` event;
+/// its [`Observer::on_finish`] follows.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct QueueEvent {
+    /// The request.
+    pub id: RequestId,
+    /// Its labels.
+    pub meta: RequestMeta,
+    /// Instance id.
+    pub instance: u32,
+    /// When it happened.
+    pub time: Micros,
+    /// What happened.
+    pub change: QueueChange,
+}
+
 /// Receives what happens inside instances. Implementations must not assume
 /// anything about wall-clock time; they are called in simulated-time order.
 pub trait Observer {
@@ -65,6 +91,11 @@ pub trait Observer {
     fn on_token(&mut self, _token: &TokenEvent) {}
     /// A step completed.
     fn on_step(&mut self, _step: &StepEvent<'_>) {}
+    /// A request entered or left the wait queue. The requests a step takes
+    /// from the queue are reported together, after the step is formed, so an
+    /// observer sees the queue as the step left it (what anomaly detection
+    /// needs to tell a priority inversion from requests admitted together).
+    fn on_queue(&mut self, _event: &QueueEvent) {}
 }
 
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -151,6 +182,8 @@ pub struct Instance {
     step_preempted: u32,
     step_pending: bool,
     hit_scratch: Vec<u32>,
+    // Wait-queue changes made while forming the step in flight, reported by `on_step_boundary`.
+    queue_log: Vec<(u32, QueueChange)>,
     preemption_ema: f64,
     now: Micros,
     stats: InstanceStats,
@@ -184,6 +217,7 @@ impl Instance {
             step_preempted: 0,
             step_pending: false,
             hit_scratch: Vec::new(),
+            queue_log: Vec::new(),
             preemption_ema: 0.0,
             now: Micros::ZERO,
             stats: InstanceStats::default(),
@@ -254,8 +288,7 @@ impl Instance {
         }
         scratch.clear();
         extend_block_hashes(&req.prompt, req.output_seed, 0, self.kv.block_size(), scratch);
-        let mut hits = Vec::new();
-        self.kv.find_cached_prefix(scratch, req.prompt_tokens(), &mut hits)
+        self.kv.cached_prefix_tokens(scratch, req.prompt_tokens())
     }
 
     /// Why `req` can never run here, if it cannot.
@@ -381,6 +414,7 @@ impl Instance {
         live.status = Status::Waiting;
         live.enqueued = Some(now);
         let key = live.key;
+        obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: now, change: QueueChange::Enqueued });
         self.waiting.push_new(key, slot);
         self.wake();
     }
@@ -432,6 +466,11 @@ impl Instance {
             self.complete_step(obs);
         }
         self.start_step();
+        for &(slot, change) in &self.queue_log {
+            let live = &self.slots[slot as usize];
+            obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: self.now, change });
+        }
+        self.queue_log.clear();
     }
 
     /// Applies the results of the step in flight: sample tokens, finish requests.
@@ -643,6 +682,7 @@ impl Instance {
                     break;
                 }
                 self.waiting.pop();
+                self.queue_log.push((slot, QueueChange::Scheduled));
                 self.running.push(slot);
                 let live = &mut self.slots[slot as usize];
                 live.status = Status::Running;
@@ -714,6 +754,7 @@ impl Instance {
         live.status = Status::Waiting;
         let key = live.key;
         self.waiting.push_preempted(key, slot);
+        self.queue_log.push((slot, QueueChange::Enqueued));
     }
 
     /// Whether no work is left (nothing queued, running or arriving).

@@ -157,6 +157,18 @@ impl KvCache {
         out.len() as u32 * self.block_size
     }
 
+    /// The number of tokens [`KvCache::find_cached_prefix`] would hit, without
+    /// collecting the blocks: what a precise prefix-aware router reads. Does
+    /// not allocate.
+    pub fn cached_prefix_tokens(&self, block_hashes: &[u64], num_tokens: u32) -> u32 {
+        if !self.prefix_caching || num_tokens == 0 {
+            return 0;
+        }
+        let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
+        let hits = block_hashes.iter().take(max_blocks).take_while(|h| self.index.contains_key(h)).count();
+        hits as u32 * self.block_size
+    }
+
     /// vLLM `allocate_slots`: makes room for the request to hold
     /// `num_tokens_need_slot` tokens, first taking the prefix-cache hits
     /// `new_computed` (from [`KvCache::find_cached_prefix`], only on a
@@ -341,6 +353,8 @@ mod tests {
         kv.assert_consistent();
         // Same 64-token prompt: hit capped at 63 tokens → 3 full blocks.
         assert_eq!(kv.find_cached_prefix(&h, 64, &mut hits), 48);
+        assert_eq!(kv.cached_prefix_tokens(&h, 64), 48);
+        assert_eq!(kv.cached_prefix_tokens(&h[..1], 64), 16);
         let mut b = BlockTable::default();
         assert!(kv.allocate_slots(&mut b, 64, &hits.clone(), &h, 64));
         assert_eq!(b.blocks[..3], a_blocks_after_reuse(&kv, &h)[..3]);

@@ -231,11 +231,28 @@ impl WaitQueue {
         }
     }
 
-    /// Slots in admission order (for snapshots and anomaly checks).
-    pub(crate) fn iter(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+    /// Slots in admission order (for snapshots and anomaly checks); does not allocate.
+    pub(crate) fn iter(&self) -> WaitIter<'_> {
         match self {
-            WaitQueue::Fifo(q) => Box::new(q.iter().copied()),
-            WaitQueue::Ordered(s) => Box::new(s.iter().map(|&(_, slot)| slot)),
+            WaitQueue::Fifo(q) => WaitIter::Fifo(q.iter()),
+            WaitQueue::Ordered(s) => WaitIter::Ordered(s.iter()),
+        }
+    }
+}
+
+/// Iterator over the slots of a [`WaitQueue`] in admission order.
+pub(crate) enum WaitIter<'a> {
+    Fifo(std::collections::vec_deque::Iter<'a, u32>),
+    Ordered(std::collections::btree_set::Iter<'a, (WaitKey, u32)>),
+}
+
+impl Iterator for WaitIter<'_> {
+    type Item = u32;
+
+    fn next(&mut self) -> Option<u32> {
+        match self {
+            WaitIter::Fifo(it) => it.next().copied(),
+            WaitIter::Ordered(it) => it.next().map(|&(_, slot)| slot),
         }
     }
 }

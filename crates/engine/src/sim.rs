@@ -1,6 +1,6 @@
 //! Driving one instance with a workload: the single-instance event loop.
 
-use crate::instance::{Instance, Observer, StepEvent, TokenEvent};
+use crate::instance::{Instance, Observer, QueueEvent, StepEvent, TokenEvent};
 use crate::request::{Request, RequestRecord};
 use crate::time::Micros;
 
@@ -36,6 +36,9 @@ impl Observer for Tee<'_> {
     }
     fn on_step(&mut self, step: &StepEvent<'_>) {
         self.obs.on_step(step);
+    }
+    fn on_queue(&mut self, event: &QueueEvent) {
+        self.obs.on_queue(event);
     }
 }
 

@@ -21,7 +21,9 @@
 //! * [`trace_v2`] and [`mooncake`]: trace writing and streaming replay.
 //! * [`servegen`]: importing ServeGen data directories; [`compose`]:
 //!   merging specs; [`stats`]: what a spec generates, measured.
-//! * [`synthetic`]: the flag-driven workload of `blis run`.
+//! * [`synthetic`]: the flag-driven workload of `blis run`; [`labels`]:
+//!   tenant and SLO-class assignment over any request stream
+//!   (`--tenant-mix`, `--slo-class-mix`).
 //!
 //! ## Example
 //!
@@ -44,6 +46,7 @@ pub mod dist;
 pub mod empirical;
 pub mod error;
 pub mod generator;
+pub mod labels;
 pub mod mooncake;
 pub mod network;
 pub mod plan;

@@ -2,6 +2,7 @@
 //! into one test binary.
 
 mod bad_input;
+mod cluster;
 mod run;
 mod workload;
 

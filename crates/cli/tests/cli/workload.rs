@@ -35,8 +35,11 @@ fn a_spec_runs_with_per_group_breakdowns_and_client_side_latency() {
     assert_eq!(j["requests"]["completed"], 300);
     let b = &j["breakdowns"];
     assert_eq!(b["client"].as_object().unwrap().keys().collect::<Vec<_>>(), ["chat", "dashboard", "pipeline"]);
-    assert_eq!(b["tenant"].as_object().unwrap().keys().collect::<Vec<_>>(), ["acme", "globex"]);
-    assert_eq!(b["slo_class"].as_object().unwrap().len(), 3);
+    // Per tenant and per SLO class live in the cluster report, with SLO attainment.
+    assert_eq!(j["cluster"]["tenants"].as_object().unwrap().keys().collect::<Vec<_>>(), ["acme", "globex"]);
+    assert_eq!(j["cluster"]["slo_classes"].as_object().unwrap().len(), 3);
+    let tenant_completed: u64 = j["cluster"]["tenants"].as_object().unwrap().values().map(|g| g["completed"].as_u64().unwrap()).sum();
+    assert_eq!(tenant_completed, 300);
     assert!(b.get("stage").is_none(), "one stage: no stage breakdown");
     let completed: u64 = b["client"].as_object().unwrap().values().map(|g| g["completed"].as_u64().unwrap()).sum();
     assert_eq!(completed, 300);

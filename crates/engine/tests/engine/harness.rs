@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_engine::instance::{Instance, Observer, StepEvent, TokenEvent};
+use blis_engine::instance::{Instance, Observer, QueueChange, QueueEvent, StepEvent, TokenEvent};
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::{Outcome, Request, RequestId, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
@@ -15,6 +15,10 @@ pub struct Recorder {
     pub records: BTreeMap<RequestId, RequestRecord>,
     pub tokens: BTreeMap<RequestId, Vec<Micros>>,
     pub steps: Vec<(Micros, Micros, usize, u64)>,
+    /// Every wait-queue change, in order.
+    pub queue: Vec<(RequestId, Micros, QueueChange)>,
+    /// Requests in the wait queue according to the queue events.
+    pub waiting: BTreeMap<RequestId, Micros>,
     pub last_time: Micros,
     max_num_seqs: usize,
     max_tokens: u64,
@@ -23,6 +27,20 @@ pub struct Recorder {
 impl Observer for Recorder {
     fn on_finish(&mut self, r: &RequestRecord) {
         assert!(self.records.insert(r.id, r.clone()).is_none(), "request {:?} finished twice", r.id);
+        // Only a client timeout ends a request while it waits.
+        if self.waiting.remove(&r.id).is_some() {
+            assert_eq!(r.outcome, Outcome::TimedOut, "{:?} finished while waiting", r.id);
+        }
+    }
+    fn on_queue(&mut self, e: &QueueEvent) {
+        match e.change {
+            QueueChange::Enqueued => assert!(self.waiting.insert(e.id, e.time).is_none(), "{:?} enqueued twice", e.id),
+            QueueChange::Scheduled => {
+                let since = self.waiting.remove(&e.id).unwrap_or_else(|| panic!("{:?} scheduled without waiting", e.id));
+                assert!(since <= e.time);
+            }
+        }
+        self.queue.push((e.id, e.time, e.change));
     }
     fn on_token(&mut self, t: &TokenEvent) {
         let v = self.tokens.entry(t.id).or_default();
@@ -81,6 +99,10 @@ pub fn run_checked(cfg: InstanceConfig, model: Arc<dyn LatencyModel>, requests: 
             inst.process_next(&mut rec);
         }
         inst.assert_consistent();
+        // The queue events account for exactly the requests in the wait queue
+        // (queue_depth also counts requests still in their arrival delay).
+        assert!(rec.waiting.len() as u32 <= inst.queue_depth());
+        assert_eq!(rec.waiting.len(), inst.waiting_priorities().count(), "queue events disagree with the wait queue");
     }
     let (queued, running) = inst.unfinished();
     Checked { rec, injected, queued, running, instance: inst }

@@ -56,6 +56,12 @@ fn hand_computed_two_request_timeline() {
     assert_eq!((r0.enqueued, r1.enqueued), (Some(Micros(150)), Some(Micros(600))));
     assert_eq!(r1.scheduling_delay(), Some(Micros(1550)));
     assert_eq!(run.rec.steps.iter().map(|s| (s.0.as_us(), s.1.as_us())).collect::<Vec<_>>(), [(150, 2000), (2150, 1600), (3750, 1200)]);
+    // Wait-queue events: R0 waits 150 → 150, R1 waits 600 → 2150.
+    use blis_engine::instance::QueueChange::{Enqueued, Scheduled};
+    assert_eq!(
+        run.rec.queue,
+        [(RequestId(0), Micros(150), Enqueued), (RequestId(0), Micros(150), Scheduled), (RequestId(1), Micros(600), Enqueued), (RequestId(1), Micros(2150), Scheduled)]
+    );
 }
 
 /// Chunked prefill: a 100-token prompt with a 40-token budget takes three
@@ -81,6 +87,9 @@ fn preemption_happens_and_recovers_when_the_cache_is_tiny() {
     assert_eq!(run.completed().count(), 8);
     let preemptions: u32 = run.rec.records.values().map(|r| r.preemptions).sum();
     assert!(preemptions > 0, "expected preemptions with a tiny cache");
+    // Every preemption puts its victim back in the queue: one extra Enqueued/Scheduled pair each.
+    let enqueued = run.rec.queue.iter().filter(|e| e.2 == blis_engine::instance::QueueChange::Enqueued).count();
+    assert_eq!(enqueued, 8 + preemptions as usize);
     assert_eq!(run.instance.stats().preemptions, u64::from(preemptions));
 }
 

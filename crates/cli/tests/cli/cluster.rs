@@ -1,0 +1,212 @@
+//! `blis run` as a cluster: the issue's commands, determinism, the policy
+//! YAML, traces, and bad cluster input.
+
+use serde_json::Value;
+
+use crate::{blis, is_empty_dir, scratch, stderr, stdout};
+
+const MODEL: &[&str] = &["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
+
+fn run_json(extra: &[&str]) -> (String, Value) {
+    let mut args = MODEL.to_vec();
+    args.extend_from_slice(extra);
+    let out = blis(&args);
+    assert!(out.status.success(), "blis failed: {}", stderr(&out));
+    let text = stdout(&out);
+    (text.clone(), serde_json::from_str(&text).expect("stdout is one JSON document"))
+}
+
+fn examples() -> String {
+    concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/policies.yaml").to_string()
+}
+
+#[test]
+fn the_issue_command_runs_eight_instances_with_every_policy_flag() {
+    let (_, j) = run_json(&[
+        "--num-instances", "8", "--routing-policy", "weighted", "--routing-scorers", "prefix-affinity:4,queue-depth:3",
+        "--admission-policy", "predictive-slo", "--scheduler", "priority-fcfs", "--priority-policy", "slo-class",
+        "--prefix-tokens", "256", "--prefix-groups", "8",
+    ]);
+    let c = &j["cluster"];
+    assert_eq!(c["num_instances"], 8);
+    assert_eq!(c["policies"]["routing"]["params"]["scorers"]["prefix-affinity"], 4.0);
+    assert_eq!(c["policies"]["admission"]["type"], "predictive-slo");
+    assert_eq!(c["instances"].as_array().unwrap().len(), 8);
+    assert_eq!(j["config"]["routing-scorers"]["source"], "flag");
+    assert_eq!(j["config"]["admission-policy"]["source"], "flag");
+    let r = &c["requests"];
+    assert_eq!(r["arrived"], 400);
+    assert_eq!(r["arrived"].as_u64(), Some(r["rejected"].as_u64().unwrap() + r["injected"].as_u64().unwrap()));
+    assert_eq!(j["requests"]["completed"], r["completed"]);
+}
+
+#[test]
+fn eight_instances_give_byte_identical_json_for_a_seed() {
+    let args = ["--num-instances", "8", "--routing-policy", "least-loaded", "--slo-class-mix", "a:1,b:2", "--tenant-mix", "x:1,y:1", "--counterfactual-k", "3", "--seed", "5"];
+    let (a, _) = run_json(&args);
+    let (b, _) = run_json(&args);
+    assert_eq!(a, b);
+    let mut other = args.to_vec();
+    let last = other.len() - 1;
+    other[last] = "6";
+    assert_ne!(a, run_json(&other).0);
+}
+
+#[test]
+fn the_example_policy_file_runs_and_flags_override_it() {
+    let (_, j) = run_json(&["--num-instances", "4", "--slo-class-mix", "realtime:0.2,interactive:0.5,batch:0.3", "--policy-config", &examples()]);
+    let c = &j["cluster"];
+    assert_eq!(c["policies"]["admission"]["type"], "predictive-slo");
+    assert_eq!(c["control_plane"]["snapshot_refresh"]["kv_utilization"], "periodic:100ms");
+    assert_eq!(c["slo_classes"]["realtime"]["targets"]["ttft_ms"], 200.0);
+    assert_eq!(j["config"]["routing-policy"]["source"], "file");
+    let (_, j) = run_json(&["--num-instances", "4", "--slo-class-mix", "realtime:1,interactive:1,batch:1", "--policy-config", &examples(), "--routing-policy", "round-robin", "--scheduler", "priority-fcfs", "--preemption", "tail"]);
+    assert_eq!(j["cluster"]["policies"]["routing"]["type"], "round-robin");
+    assert_eq!(j["cluster"]["policies"]["scheduler"]["params"]["preemption"], "tail");
+    assert_eq!(j["config"]["routing-policy"]["source"], "flag");
+}
+
+#[test]
+fn per_class_and_per_tenant_results_use_their_names() {
+    let (_, j) = run_json(&["--num-instances", "2", "--slo-class-mix", "gold:1,bronze:3", "--tenant-mix", "acme:1,initech:1", "--slo-targets", "gold.ttft_ms=100,bronze.e2e_ms=60000"]);
+    let c = &j["cluster"];
+    let classes: Vec<&String> = c["slo_classes"].as_object().unwrap().keys().collect();
+    assert_eq!(classes, ["bronze", "gold"]);
+    let tenants: Vec<&String> = c["tenants"].as_object().unwrap().keys().collect();
+    assert_eq!(tenants, ["acme", "initech"]);
+    let arrived: u64 = c["slo_classes"].as_object().unwrap().values().map(|g| g["arrived"].as_u64().unwrap()).sum();
+    assert_eq!(arrived, 400);
+    for g in c["slo_classes"].as_object().unwrap().values() {
+        for m in ["ttft", "itl", "e2e"] {
+            assert!(g["latency_ms"][m]["p99"].as_f64().is_some());
+        }
+    }
+    assert!(c["fairness"]["jain_index_over_tenants"].as_f64().unwrap() > 0.99);
+    assert_eq!(c["slo_classes"]["gold"]["targets"]["ttft_ms"], 100.0);
+}
+
+#[test]
+fn reject_all_rejects_everything_and_fitness_is_reported() {
+    let (_, j) = run_json(&["--admission-policy", "reject-all", "--fitness-weights", "throughput:0.5,ttft_p99:0.3,goodput:0.2"]);
+    let c = &j["cluster"];
+    assert_eq!(c["requests"]["rejected"], 400);
+    assert_eq!(c["anomalies"]["rejections"], 400);
+    assert_eq!(c["requests"]["rejected_by_reason"]["reject_all"], 400);
+    assert_eq!(c["fitness"]["score"], 0.0);
+    assert_eq!(j["requests"]["completed"], 0);
+}
+
+#[test]
+fn decision_traces_have_a_line_per_decision_with_every_candidate() {
+    let dir = scratch("trace");
+    let path = dir.join("trace.jsonl");
+    let (_, j) = run_json(&["--num-instances", "4", "--trace-level", "decisions", "--counterfactual-k", "3", "--trace-output", path.to_str().unwrap(), "--routing-policy", "weighted"]);
+    let text = std::fs::read_to_string(&path).unwrap();
+    let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(lines.len(), 400 + 400 + 1);
+    let routing: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "routing").collect();
+    assert_eq!(routing.len(), 400);
+    for r in &routing {
+        let candidates = r["candidates"].as_array().unwrap();
+        assert_eq!(candidates.len(), 4);
+        assert!(candidates.iter().all(|c| c["components"]["prefix-affinity"].is_number() && c["estimated_ttft_ms"].is_number()));
+        assert_eq!(r["counterfactual"]["top_k"].as_array().unwrap().len(), 3);
+        assert!(r["counterfactual"]["regret_ms"].as_f64().unwrap() >= 0.0);
+    }
+    assert!(lines.iter().filter(|l| l["kind"] == "admission").all(|l| l["admitted"] == true));
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["kind"], "summary");
+    assert_eq!(summary["counterfactual"], j["cluster"]["counterfactual"]);
+    assert_eq!(j["cluster"]["counterfactual"]["decisions"], 400);
+}
+
+/// The bad-input contract for cluster flags and files: exit code 2, one line, no output files.
+fn rejected(name: &str, args: &[&str]) -> String {
+    let dir = scratch(name);
+    let out_path = dir.join("out.json");
+    let trace_path = dir.join("trace.jsonl");
+    let mut full = vec!["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "10"];
+    full.extend_from_slice(args);
+    full.extend_from_slice(&["--output", out_path.to_str().unwrap()]);
+    if !args.contains(&"--trace-output") && !args.contains(&"decisions") {
+        full.extend_from_slice(&["--trace-output", trace_path.to_str().unwrap()]);
+    }
+    let out = blis(&full);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(2), "{name}: expected exit code 2, stderr: {err}");
+    assert!(!err.contains("panicked"), "{name}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+    assert!(is_empty_dir(&dir), "{name}: left a file behind");
+    err
+}
+
+#[test]
+fn bad_cluster_flags_name_the_flag_and_the_allowed_values() {
+    for (name, args, needles) in [
+        ("routing-unknown", vec!["--routing-policy", "fastest"], vec!["--routing-policy fastest", "round-robin, least-loaded, weighted"]),
+        ("admission-unknown", vec!["--admission-policy", "maybe"], vec!["--admission-policy maybe", "predictive-slo"]),
+        ("scheduler-unknown", vec!["--scheduler", "lifo"], vec!["--scheduler lifo", "priority-fcfs"]),
+        ("preemption-unknown", vec!["--preemption", "random"], vec!["--preemption random", "lowest-priority"]),
+        ("scorer-unknown", vec!["--routing-scorers", "prefix-affinity:4,queue-dept:3"], vec!["--routing-scorers", "queue-dept", "queue-depth"]),
+        ("scorer-negative", vec!["--routing-scorers", "queue-depth:-3"], vec!["--routing-scorers", "queue-depth"]),
+        ("scorer-nan", vec!["--routing-scorers", "queue-depth:NaN"], vec!["--routing-scorers", "queue-depth"]),
+        ("scorer-absurd", vec!["--routing-scorers", "queue-depth:1e300"], vec!["--routing-scorers", "[0, 1e9]"]),
+        ("instances-absurd", vec!["--num-instances", "100000"], vec!["--num-instances 100000", "1024"]),
+        ("scorers-not-weighted", vec!["--routing-policy", "least-loaded", "--routing-scorers", "queue-depth:1"], vec!["--routing-policy weighted"]),
+        ("instances-zero", vec!["--num-instances", "0"], vec!["--num-instances 0"]),
+        ("latency-absurd", vec!["--routing-latency", "99999999999999"], vec!["--routing-latency"]),
+        ("trace-level", vec!["--trace-level", "everything"], vec!["--trace-level everything", "none, decisions"]),
+        ("fitness", vec!["--fitness-weights", "speed:1"], vec!["--fitness-weights", "unknown metric `speed`", "ttft_p99"]),
+        ("slo-targets-metric", vec!["--slo-targets", "default.ttft=100"], vec!["--slo-targets", "ttft_ms, itl_ms, e2e_ms"]),
+        ("slo-targets-class", vec!["--slo-targets", "gold.ttft_ms=100"], vec!["--slo-targets", "unknown SLO class `gold`", "default"]),
+        ("slo-targets-nan", vec!["--slo-targets", "default.ttft_ms=NaN"], vec!["--slo-targets", "ttft_ms"]),
+        ("snapshot", vec!["--snapshot-refresh", "kv-utilization=sometimes"], vec!["--snapshot-refresh", "periodic:<N>ms"]),
+        ("class-mix", vec!["--slo-class-mix", "gold"], vec!["--slo-class-mix", "NAME:WEIGHT"]),
+        ("unknown-class-param", vec!["--slo-class-mix", "gold:1", "--priority-policy", "slo-class", "--slo-targets", "silver.ttft_ms=1"], vec!["unknown SLO class `silver`", "gold"]),
+    ] {
+        let e = rejected(name, &args);
+        for n in needles {
+            assert!(e.contains(n), "{name}: `{n}` not in: {e}");
+        }
+    }
+}
+
+#[test]
+fn trace_level_and_output_must_agree() {
+    let e = rejected("decisions-without-output", &["--trace-level", "decisions"]);
+    assert!(e.contains("--trace-output"), "{e}");
+    let dir = scratch("none-with-output");
+    let e = rejected("none-with-output", &["--trace-level", "none", "--trace-output", dir.join("t.jsonl").to_str().unwrap()]);
+    assert!(e.contains("--trace-level decisions"), "{e}");
+}
+
+#[test]
+fn bad_policy_files_name_the_file_and_the_key_path() {
+    let dir = scratch("policy-files");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    for (name, text, needles) in [
+        ("unknown-section.yaml", "routng: round-robin\n", vec!["unknown section `routng`", "routing"]),
+        ("unknown-param.yaml", "admission: {type: token-bucket, params: {capacty: 3}}\n", vec!["admission.params.capacty", "capacity"]),
+        ("nan.yaml", "admission: {type: token-bucket, params: {refill_per_s: .nan}}\n", vec!["admission.params.refill_per_s", "finite"]),
+        ("negative.yaml", "admission: {type: token-bucket, params: {refill_per_s: -1}}\n", vec!["admission.params.refill_per_s", "positive"]),
+        ("absurd.yaml", "admission: {type: predictive-slo, params: {headroom: 1000}}\n", vec!["admission.params.headroom", "(0, 10]"]),
+        ("bad-type.yaml", "routing: {type: weighted, params: {scorers: {queue-depth: fast}}}\n", vec!["routing.params.scorers.queue-depth", "invalid type"]),
+        ("unknown-class.yaml", "slo_targets: {gold: {ttft_ms: 10}}\n", vec!["slo_targets.gold", "unknown SLO class"]),
+        ("unknown-template.yaml", "priority: urgent-first\n", vec!["priority.type", "slo-class"]),
+        ("not-yaml.yaml", "admission: [\n", vec!["not valid YAML"]),
+        ("list.yaml", "- admission\n", vec!["expected a mapping"]),
+    ] {
+        let path = write(name, text);
+        let e = rejected(name, &["--policy-config", &path]);
+        assert!(e.contains(name), "{name}: file not named: {e}");
+        for n in needles {
+            assert!(e.contains(n), "{name}: `{n}` not in: {e}");
+        }
+    }
+    let e = rejected("missing-policy-file", &["--policy-config", dir.join("nope.yaml").to_str().unwrap()]);
+    assert!(e.contains("nope.yaml"), "{e}");
+}

@@ -1,0 +1,9 @@
+//! Cluster behaviour tests, one module per behaviour, built into one binary.
+
+mod allocation;
+mod anomalies;
+mod harness;
+mod invariants;
+mod policies;
+mod routing;
+mod single_instance;

@@ -1,0 +1,194 @@
+//! Admission and priority templates do what they say.
+
+use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
+use blis_engine::time::Micros;
+use blis_workload::synthetic::ArrivalProcess;
+use serde_json::{Value, json};
+
+use crate::harness::{Load, Outcome, bundle, config, instance, run, spec_blackbox};
+
+fn constant(rate: f64, requests: u64, classes: &str, policies: Value) -> Outcome {
+    let load = Load { rate, requests, prompt: 64, output: 4, prefix: 0, groups: 1, seed: 1 };
+    let mut spec = load.spec();
+    spec.arrival = ArrivalProcess::Constant;
+    let mix = blis_workload::labels::LabelMix {
+        tenants: Some(blis_workload::labels::Mix::parse("tenant-mix", "a:1,b:1").unwrap()),
+        slo_classes: Some(blis_workload::labels::Mix::parse("slo-class-mix", classes).unwrap()),
+    };
+    let mut labels = Default::default();
+    mix.name_into(&mut labels);
+    let requests = mix.apply(spec.generate(), 1).collect();
+    run(config(2, instance(2000, 64, 4096), spec_blackbox(), bundle(policies), labels), requests, None)
+}
+
+#[test]
+fn token_bucket_admits_its_capacity_plus_the_refill() {
+    // 100 req/s for 10 s into a bucket of 10 refilled at 20/s: 10 + 20 · 9.99 ≈ 209.8 tokens.
+    let o = constant(100.0, 1000, "x:1", json!({"admission": {"type": "token-bucket", "params": {"capacity": 10, "refill_per_s": 20}}}));
+    let admitted = o.cluster.requests.admitted;
+    assert!((208..=210).contains(&admitted), "{admitted}");
+    assert_eq!(o.cluster.requests.rejected_by_reason["token_bucket_empty"], 1000 - admitted);
+}
+
+#[test]
+fn rate_limit_admits_at_most_max_requests_per_window() {
+    // 100 req/s, 10 ms apart, for 5 s; 30 per sliding second: 30 at the start of each second.
+    let o = constant(100.0, 500, "x:1", json!({"admission": {"type": "rate-limit", "params": {"max_requests": 30, "window_ms": 1000}}}));
+    assert_eq!(o.cluster.requests.admitted, 150);
+    assert_eq!(o.cluster.requests.rejected_by_reason["rate_limited"], 350);
+}
+
+#[test]
+fn tenant_quota_caps_a_tenants_requests_in_flight() {
+    let o = constant(400.0, 800, "x:1", json!({"admission": {"type": "tenant-quota", "params": {"max_in_flight": {"a": 2}}}}));
+    let a = &o.cluster.tenants["a"];
+    assert!(a.rejected > 0 && o.cluster.tenants["b"].rejected == 0);
+    // At no instant were more than two of tenant a's requests between admission and finish.
+    let mut events: Vec<(Micros, i32)> = o.rec.records.iter().filter(|r| r.meta.tenant.0 == 0).flat_map(|r| [(r.arrival, 1), (r.finished, -1)]).collect();
+    events.sort();
+    let peak = events.iter().scan(0, |n, e| { *n += e.1; Some(*n) }).max().unwrap();
+    assert!(peak <= 2, "peak {peak}");
+}
+
+#[test]
+fn slo_gated_never_gates_exempt_classes() {
+    let o = constant(3000.0, 3000, "gold:1,bronze:1", json!({"admission": {"type": "slo-gated", "params": {"max_queue_depth": 4, "exempt": ["gold"]}}}));
+    let (gold, bronze) = (&o.cluster.slo_classes["gold"], &o.cluster.slo_classes["bronze"]);
+    assert_eq!(gold.rejected, 0);
+    assert!(bronze.rejected > bronze.arrived / 4, "{bronze:?}");
+    assert_eq!(o.cluster.requests.rejected_by_reason["queue_depth_over_threshold"], bronze.rejected);
+}
+
+/// One seat, four requests queued behind a long one: the order they start in.
+fn start_order(policies: Value, metas: [RequestMeta; 4]) -> Vec<u64> {
+    let mut requests = vec![Request { id: RequestId(0), arrival: Micros(0), prompt: TokenSeq::synthetic(0, 64), max_output_tokens: 50, output_seed: 0, meta: RequestMeta::default() }];
+    for (i, meta) in metas.into_iter().enumerate() {
+        let id = i as u64 + 1;
+        requests.push(Request { id: RequestId(id), arrival: Micros(1000 + id), prompt: TokenSeq::synthetic(id, 64), max_output_tokens: 2, output_seed: id, meta });
+    }
+    let labels = blis_engine::request::Labels { tenants: vec!["t0".into(), "t1".into()], slo_classes: vec!["c0".into(), "c1".into()], ..Default::default() };
+    let o = run(config(1, instance(500, 1, 512), spec_blackbox(), bundle(policies), labels), requests, None);
+    let mut started: Vec<_> = o.rec.records.iter().filter(|r| r.id.0 > 0).map(|r| (r.first_scheduled.unwrap(), r.id.0)).collect();
+    started.sort();
+    started.into_iter().map(|s| s.1).collect()
+}
+
+#[test]
+fn deadline_aware_priority_serves_the_earliest_deadline_first() {
+    let deadline = |ms| RequestMeta { deadline: Some(Micros::from_ms(ms)), ..RequestMeta::default() };
+    let order = start_order(json!({"priority": "deadline-aware", "scheduler": "priority-fcfs"}), [deadline(900), deadline(300), deadline(600), deadline(100)]);
+    assert_eq!(order, [4, 2, 3, 1]);
+    // Without a deadline, arrival + the class's slack: c1 has 50 ms, c0 the 10 s default.
+    let class = |c| RequestMeta { slo_class: blis_engine::request::SloClassId(c), ..RequestMeta::default() };
+    let doc = json!({"priority": {"type": "deadline-aware", "params": {"slack_ms": {"c1": 50}}}, "scheduler": "priority-fcfs"});
+    assert_eq!(start_order(doc, [class(0), class(1), class(0), class(1)]), [2, 4, 1, 3]);
+}
+
+#[test]
+fn tenant_priority_and_fcfs_order_the_queue_as_configured() {
+    let tenant = |t| RequestMeta { tenant: blis_engine::request::TenantId(t), ..RequestMeta::default() };
+    let metas = [tenant(0), tenant(1), tenant(0), tenant(1)];
+    let doc = json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}, "scheduler": "priority-fcfs"});
+    assert_eq!(start_order(doc, metas), [2, 4, 1, 3]);
+    assert_eq!(start_order(json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}}), metas), [1, 2, 3, 4]);
+    assert_eq!(start_order(json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}, "scheduler": "reverse-priority"}), metas), [1, 3, 2, 4]);
+}
+
+#[test]
+fn unknown_labels_in_parameters_are_rejected_with_their_path() {
+    let labels = blis_engine::request::Labels { slo_classes: vec!["gold".into()], ..Default::default() };
+    let cfg = config(1, instance(500, 8, 512), spec_blackbox(), bundle(json!({"priority": {"type": "slo-class", "params": {"scores": {"silver": 1}}}})), labels);
+    let e = blis_cluster::Cluster::new(cfg).err().unwrap().to_string();
+    assert!(e.starts_with("priority.params.scores.silver: unknown SLO class `silver`") && e.contains("gold"), "{e}");
+}
+
+/// The predictive-admission experiment (predictive-slo-admission.md, matrix
+/// rows 2 and 3). Workload: 8 instances, 2000 req/s (Poisson), 3000 requests,
+/// critical/standard/sheddable in equal shares independent of the prefix
+/// group (the "orthogonal" workload), a 512-token system prompt from 8 groups
+/// plus 256 private tokens (the study's "~11 ms with cache, ~20 ms without"
+/// prefill), 128 output tokens. Deployment: the study's Llama-3.1-8B blackbox
+/// coefficients (α = 1601.35, 3.51, 1805.54; β = 6910.42, 17.67, 2.84) with
+/// 132,139 KV blocks, 256 seats, 2048 tokens per step (BLIS's defaults).
+/// Control plane: routing pa:4,qd:3, priority-fcfs, slo-class priority
+/// (critical 100, standard 50, sheddable 10); TTFT targets = the spec's
+/// budgets (critical 200 ms, standard 500 ms, sheddable 300 ms); critical is
+/// never shed. slo-gated uses the reference thresholds (reject standard at a
+/// longest queue ≥ 10, sheddable ≥ 5); predictive-slo its defaults (budget =
+/// target, headroom 1, estimate calibrated on the latency model).
+pub fn spec_experiment(admission: Value, seed: u64) -> Outcome {
+    let load = Load { rate: 2000.0, requests: 3000, prompt: 256, output: 128, prefix: 512, groups: 8, seed };
+    let (requests, labels) = load.requests(Some("critical:1,standard:1,sheddable:1"));
+    let doc = json!({
+        "admission": admission,
+        "priority": {"type": "slo-class", "params": {"scores": {"critical": 100, "standard": 50, "sheddable": 10}}},
+        "routing": {"type": "weighted", "params": {"scorers": {"prefix-affinity": 4, "queue-depth": 3}}},
+        "scheduler": "priority-fcfs",
+        "slo_targets": {"critical": {"ttft_ms": 200}, "standard": {"ttft_ms": 500}, "sheddable": {"ttft_ms": 300}},
+    });
+    let latency = std::sync::Arc::new(blis_engine::latency::Blackbox { alpha: [1601.35, 3.51, 1805.54], beta: [6910.42, 17.67, 2.84] });
+    run(config(8, instance(132_139, 256, 2048), latency, bundle(doc), labels), requests, None)
+}
+
+/// The study's hypothesis H14-1 is that predictive-slo admits 30–40 % more
+/// requests than slo-gated *at the same critical p99 TTFT*. Measured here
+/// (not tuned; numbers printed with `--nocapture` and quoted in
+/// docs/cluster.md), it admits ~20 % more but at ~8× the critical p99: its
+/// wait estimate (one light step per queued request, ~7 ms) is blind to the
+/// long, prefill-heavy steps of a saturated instance, so it keeps admitting
+/// standard and sheddable work that crowds the critical class out of batch
+/// seats. This test pins that finding; if a change to the estimate or the
+/// engine makes the hypothesis hold, it fails and the docs need updating.
+#[test]
+fn predictive_slo_admits_more_than_slo_gated_but_not_at_the_same_critical_p99_ttft() {
+    for seed in [1, 2, 3] {
+        let gated = spec_experiment(json!({"type": "slo-gated", "params": {"by_class": {"standard": 9, "sheddable": 4}, "exempt": ["critical"]}}), seed);
+        let predictive = spec_experiment(json!({"type": "predictive-slo", "params": {"exempt": ["critical"]}}), seed);
+        let critical_p99 = |o: &Outcome| o.cluster.slo_classes["critical"].latency_ms.ttft.p99;
+        for (name, o) in [("slo-gated", &gated), ("predictive-slo", &predictive)] {
+            let c = &o.cluster;
+            eprintln!(
+                "seed {seed} {name:>14}: admitted {:>4}/3000, critical TTFT p99 {:>6.1} ms, goodput {:>5.1} req/s (attainment {:.3}), rejected standard {:>4} sheddable {:>4}",
+                c.requests.admitted,
+                critical_p99(o),
+                c.goodput.requests_per_s,
+                c.goodput.slo_attainment,
+                c.slo_classes["standard"].rejected,
+                c.slo_classes["sheddable"].rejected,
+            );
+        }
+        assert!(predictive.cluster.requests.admitted > gated.cluster.requests.admitted);
+        assert!(critical_p99(&predictive) > 2.0 * critical_p99(&gated), "the critical p99 held: the hypothesis now holds, update docs/cluster.md");
+        assert!(predictive.cluster.goodput.requests_per_s < gated.cluster.goodput.requests_per_s);
+    }
+}
+
+/// One seat held by a long request; queued requests wait one light step
+/// (6913 µs) each; a 64-token prefill costs ≈ 8042 µs; every budget is 20 ms,
+/// so an estimate admits with at most one request ahead (≈ 14.96 ms) and
+/// rejects with two (≈ 21.87 ms). Queued requests of lower priority do not
+/// count (the reviewers' fix).
+#[test]
+fn predictive_slo_counts_only_queued_requests_of_the_same_or_higher_priority() {
+    let labels = blis_engine::request::Labels { slo_classes: vec!["std".into(), "shed".into()], ..Default::default() };
+    let class = |c| RequestMeta { slo_class: blis_engine::request::SloClassId(c), ..RequestMeta::default() };
+    let req = |id: u64, ms: u64, c: u16, out: u32| Request {
+        id: RequestId(id), arrival: Micros::from_ms(ms), prompt: TokenSeq::synthetic(id, 64), max_output_tokens: out, output_seed: id, meta: class(c),
+    };
+    // R0 takes the seat; R1–R5 (shed) queue behind it; R6–R8 (std) arrive later.
+    let mut requests = vec![req(0, 0, 1, 500)];
+    requests.extend((1..=5).map(|i| req(i, i, 1, 2)));
+    requests.extend((6..=8).map(|i| req(i, 4 + i, 0, 2)));
+    let doc = json!({
+        "admission": {"type": "predictive-slo", "params": {"ttft_budget_ms": {"std": 20, "shed": 20}}},
+        "priority": {"type": "slo-class", "params": {"scores": {"std": 50, "shed": 10}}},
+        "scheduler": "priority-fcfs",
+    });
+    let o = run(config(1, instance(500, 1, 512), spec_blackbox(), bundle(doc), labels), requests, None);
+    let mut admitted: Vec<u64> = o.rec.records.iter().map(|r| r.id.0).collect();
+    admitted.sort_unstable();
+    // Shed: R0 (nothing ahead), R1 (0 ahead), R2 (1 ahead) in; R3–R5 (2 ahead) out.
+    // Std: R6 sees two shed queued but none of its priority: in; R7 (1 ahead) in; R8 (2 ahead) out.
+    assert_eq!(admitted, [0, 1, 2, 6, 7]);
+    assert_eq!(o.cluster.requests.rejected_by_reason["predicted_ttft_over_budget"], 4);
+}
