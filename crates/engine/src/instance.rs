@@ -128,6 +128,16 @@ impl Live {
     fn num_tokens(&self) -> u32 {
         self.req.prompt_tokens() + self.num_output
     }
+
+    /// How many of the first `need` tokens to enter in the prefix index when
+    /// their slots are allocated. vLLM enters every full block; BLIS enters
+    /// generated tokens only for multi-turn sessions, whose next round
+    /// contains them, and on preemption (for the recomputation): no other
+    /// request can contain a request's generated tokens, so skipping them
+    /// changes no hit and saves an index update per generated block.
+    fn cacheable_tokens(&self, need: u32) -> u32 {
+        if self.req.meta.session.is_some() { need } else { need.min(self.req.prompt_tokens()) }
+    }
 }
 
 enum InstEvent {
@@ -715,12 +725,13 @@ impl Instance {
     fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
         let live = &mut self.slots[slot as usize];
         let need = live.num_computed + n;
-        if self.kv.prefix_caching() {
-            // Hashes must cover every full block of the tokens computed so far.
+        let cache_upto = live.cacheable_tokens(need);
+        // Hashes must cover every full block entered in the prefix index.
+        if self.kv.prefix_caching() && (cache_upto / self.kv.block_size()) as usize > live.hashes.len() {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
         }
         let hits: &[u32] = if with_hits { &self.hit_scratch } else { &[] };
-        self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, need)
+        self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, cache_upto)
     }
 
     /// The running request to preempt: the tail, or the lowest priority
@@ -748,6 +759,12 @@ impl Instance {
     /// Frees the victim's blocks and returns it to the wait queue to recompute.
     fn preempt(&mut self, slot: u32) {
         let live = &mut self.slots[slot as usize];
+        // Its generated tokens are computed: make them findable, as vLLM
+        // would have, so the recomputation can hit them.
+        if self.kv.prefix_caching() {
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+            self.kv.cache_full_blocks(&mut live.table, &live.hashes, live.num_computed);
+        }
         self.kv.free(&mut live.table);
         live.num_computed = 0;
         live.preemptions += 1;

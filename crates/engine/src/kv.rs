@@ -201,9 +201,7 @@ impl KvCache {
             let b = self.pop_free();
             table.blocks.push(b);
         }
-        if self.prefix_caching {
-            self.cache_full_blocks(table, block_hashes, num_tokens_to_cache);
-        }
+        self.cache_full_blocks(table, block_hashes, num_tokens_to_cache);
         self.debug_check();
         true
     }
@@ -225,9 +223,16 @@ impl KvCache {
         self.debug_check();
     }
 
-    fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
+    /// vLLM `cache_full_blocks`: registers the request's full blocks covering
+    /// its first `num_tokens` tokens in the prefix index (hashes from
+    /// `block_hashes`, which must cover them). Blocks already registered are
+    /// skipped. No-op without prefix caching.
+    pub fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
+        if !self.prefix_caching {
+            return;
+        }
         let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
-        let start = table.num_cached as usize;
+        let start = (table.num_cached as usize).min(num_full);
         for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
             let blk = &mut self.blocks[b as usize];
             if blk.hash.is_none() {
@@ -251,11 +256,12 @@ impl KvCache {
         debug_assert_ne!(b, NIL, "pop from an empty free queue");
         self.unlink_free(b);
         let blk = &mut self.blocks[b as usize];
-        // Evict: the block's old content is no longer findable.
+        // Evict: the block's old content is no longer findable (one probe).
         if let Some(h) = blk.hash.take()
-            && self.index.get(&h) == Some(&b)
+            && let std::collections::hash_map::Entry::Occupied(e) = self.index.entry(h)
+            && *e.get() == b
         {
-            self.index.remove(&h);
+            e.remove();
         }
         blk.ref_cnt = 1;
         self.num_used += 1;
