@@ -130,36 +130,47 @@ pub fn spec_experiment(admission: Value, seed: u64) -> Outcome {
     run(config(8, instance(132_139, 256, 2048), latency, bundle(doc), labels), requests, None)
 }
 
-/// The study's hypothesis H14-1 is that predictive-slo admits 30–40 % more
-/// requests than slo-gated *at the same critical p99 TTFT*. Measured here
-/// (not tuned; numbers printed with `--nocapture` and quoted in
-/// docs/cluster.md), it admits ~20 % more but at ~8× the critical p99: its
-/// wait estimate (one light step per queued request, ~7 ms) is blind to the
-/// long, prefill-heavy steps of a saturated instance, so it keeps admitting
-/// standard and sheddable work that crowds the critical class out of batch
-/// seats. This test pins that finding; if a change to the estimate or the
-/// engine makes the hypothesis hold, it fails and the docs need updating.
+/// H14-1 of the study: predictive-slo admits more requests than slo-gated
+/// *at the same critical p99 TTFT*. With its default headroom (1.0) it
+/// admits ~20 % more but at ~8× the critical p99: the wait estimate (one
+/// light step per queued request) is blind to the long steps of a saturated
+/// instance. So the comparison is made at equal critical p99, as the
+/// hypothesis states: the headroom is lowered along a fixed grid until the
+/// critical p99 is within 10 % of slo-gated's, and the admitted counts are
+/// compared there. Measured (seeds 1–3, numbers printed with `--nocapture`
+/// and quoted in docs/cluster.md): +3 %, +3 % and −19 % admitted, with
+/// lower goodput every time. The critical p99 has a cliff near ~2,050
+/// admitted requests that both policies hit; below it predictive-slo's
+/// estimate sheds as much as slo-gated's queue gate. The grid and the 10 %
+/// tolerance are the experiment's definition, not tuned to the outcome. The
+/// test pins the finding that the hypothesis's "30–40 % more" does not hold
+/// here: if a change makes it hold, this fails and the docs need updating.
 #[test]
-fn predictive_slo_admits_more_than_slo_gated_but_not_at_the_same_critical_p99_ttft() {
+fn predictive_slo_vs_slo_gated_at_the_same_critical_p99_ttft() {
+    const HEADROOM_GRID: [f64; 6] = [1.0, 0.25, 0.1, 0.06, 0.04, 0.03];
+    let critical_p99 = |o: &Outcome| o.cluster.slo_classes["critical"].latency_ms.ttft.p99;
+    let describe = |name: &str, o: &Outcome| {
+        let c = &o.cluster;
+        format!("{name:>22}: admitted {:>4}/3000, critical TTFT p99 {:>6.1} ms, goodput {:>5.1} req/s", c.requests.admitted, critical_p99(o), c.goodput.requests_per_s)
+    };
     for seed in [1, 2, 3] {
         let gated = spec_experiment(json!({"type": "slo-gated", "params": {"by_class": {"standard": 9, "sheddable": 4}, "exempt": ["critical"]}}), seed);
-        let predictive = spec_experiment(json!({"type": "predictive-slo", "params": {"exempt": ["critical"]}}), seed);
-        let critical_p99 = |o: &Outcome| o.cluster.slo_classes["critical"].latency_ms.ttft.p99;
-        for (name, o) in [("slo-gated", &gated), ("predictive-slo", &predictive)] {
-            let c = &o.cluster;
-            eprintln!(
-                "seed {seed} {name:>14}: admitted {:>4}/3000, critical TTFT p99 {:>6.1} ms, goodput {:>5.1} req/s (attainment {:.3}), rejected standard {:>4} sheddable {:>4}",
-                c.requests.admitted,
-                critical_p99(o),
-                c.goodput.requests_per_s,
-                c.goodput.slo_attainment,
-                c.slo_classes["standard"].rejected,
-                c.slo_classes["sheddable"].rejected,
-            );
+        eprintln!("seed {seed} {}", describe("slo-gated", &gated));
+        let target = 1.1 * critical_p99(&gated);
+        let mut matched = None;
+        for headroom in HEADROOM_GRID {
+            let p = spec_experiment(json!({"type": "predictive-slo", "params": {"exempt": ["critical"], "headroom": headroom}}), seed);
+            eprintln!("seed {seed} {}", describe(&format!("predictive-slo h={headroom}"), &p));
+            if critical_p99(&p) <= target {
+                matched = Some(p);
+                break;
+            }
         }
-        assert!(predictive.cluster.requests.admitted > gated.cluster.requests.admitted);
-        assert!(critical_p99(&predictive) > 2.0 * critical_p99(&gated), "the critical p99 held: the hypothesis now holds, update docs/cluster.md");
-        assert!(predictive.cluster.goodput.requests_per_s < gated.cluster.goodput.requests_per_s);
+        let p = matched.expect("some headroom on the grid brings predictive-slo's critical p99 to slo-gated's");
+        let gain = p.cluster.requests.admitted as f64 / gated.cluster.requests.admitted as f64 - 1.0;
+        eprintln!("seed {seed}: at equal critical p99, predictive-slo admits {:+.1} % vs slo-gated", gain * 100.0);
+        assert!(gain < 0.30, "seed {seed}: predictive-slo admitted {:+.1} %: H14-1 now holds, update docs/cluster.md", gain * 100.0);
+        assert!(p.cluster.goodput.requests_per_s < gated.cluster.goodput.requests_per_s, "seed {seed}: goodput");
     }
 }
 
