@@ -407,8 +407,8 @@ impl Rebuilder {
         c
     }
 
-    /// The request of a row, or an error message about the row.
-    fn request(&mut self, id: u64, row: &Row<'_>) -> Result<Request, String> {
+    /// The request of a row arriving at `arrival_us`, or an error message about the row.
+    fn request(&mut self, row: &Row<'_>, arrival_us: u64) -> Result<Request, String> {
         let (client, content) = self.client(row.client_id);
         let tenant = intern(&mut self.tenants, &mut self.labels.tenants, row.tenant_id, |i| i as u32);
         if self.labels.slo_classes.len() > usize::from(u16::MAX) {
@@ -478,8 +478,8 @@ impl Rebuilder {
             Some(((u64::from(client) << 40) | k, row.round_index))
         };
         Ok(Request {
-            id: RequestId(id),
-            arrival: Micros(row.arrival_time_us),
+            id: RequestId(row.request_id),
+            arrival: Micros(arrival_us),
             prompt,
             max_output_tokens: row.output_tokens,
             output_seed,
@@ -525,31 +525,91 @@ fn describe_csv_error(e: &csv::Error, headers: &csv::StringRecord) -> String {
     }
 }
 
-/// Streams the rows of a trace CSV: `f(line, row)` for each; stops at the
-/// first error.
-fn for_each_row(path: &Path, mut f: impl FnMut(u64, &Row<'_>) -> Result<(), String>) -> Result<(), WorkloadError> {
-    let (mut reader, headers) = open_csv(path)?;
-    let mut record = csv::StringRecord::new();
-    loop {
-        let line = reader.position().line();
-        match reader.read_record(&mut record) {
-            Ok(false) => return Ok(()),
-            Ok(true) => {}
-            Err(e) => return Err(WorkloadError::line(path, line, describe_csv_error(&e, &headers))),
+/// Which column gives a replayed request's arrival.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ArrivalColumn {
+    /// `arrival_time_us`: the planned arrival (generated traces).
+    Intended,
+    /// `send_time_us − start`: when a recorded request was really sent (µs
+    /// since the Unix epoch, minus the run's start from the header's
+    /// `load_generator.start_unix_us`). Rows never sent are skipped.
+    Sent {
+        /// The recorded run's start, µs since the Unix epoch.
+        start_unix_us: u64,
+    },
+}
+
+impl ArrivalColumn {
+    /// Recorded traces (header `mode: real` with a `load_generator.start_unix_us`)
+    /// replay their real send times; everything else its planned arrivals.
+    pub fn for_header(header: Option<&TraceHeader>) -> ArrivalColumn {
+        let start = header
+            .filter(|h| h.mode.as_deref() == Some("real"))
+            .and_then(|h| h.load_generator.as_ref())
+            .and_then(|lg| lg.get("start_unix_us"))
+            .and_then(serde_yaml_ng::Value::as_u64);
+        match start {
+            Some(start_unix_us) => ArrivalColumn::Sent { start_unix_us },
+            None => ArrivalColumn::Intended,
         }
-        let line = record.position().map_or(line, |p| p.line());
-        let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
-        f(line, &row).map_err(|m| WorkloadError::line(path, line, m))?;
+    }
+
+    /// The row's arrival, µs from the start; `None` for a row that never ran.
+    fn of(self, row: &Row<'_>) -> Option<u64> {
+        match self {
+            ArrivalColumn::Intended => Some(row.arrival_time_us),
+            ArrivalColumn::Sent { start_unix_us } => row.send_time_us.map(|t| t.saturating_sub(start_unix_us)),
+        }
     }
 }
 
-/// Replays a trace v2 CSV as an engine workload, streaming its rows.
+/// Rows in replay order: streamed as they are when the file is already in
+/// arrival order (generated traces), else an index of row positions sorted
+/// by (arrival, request id) and read by seeking (recorded traces are written
+/// in completion order).
+enum Order {
+    Stream,
+    Sorted(std::vec::IntoIter<(u64, u64, csv::Position)>),
+}
+
+/// Reads the next row in replay order into `record`; returns its line, or
+/// `None` at the end.
+fn read_in_order(
+    path: &Path,
+    reader: &mut csv::Reader<File>,
+    headers: &csv::StringRecord,
+    order: &mut Order,
+    record: &mut csv::StringRecord,
+) -> Result<Option<u64>, WorkloadError> {
+    let line = reader.position().line();
+    match order {
+        Order::Stream => match reader.read_record(record) {
+            Ok(false) => Ok(None),
+            Ok(true) => Ok(Some(record.position().map_or(line, |p| p.line()))),
+            Err(e) => Err(WorkloadError::line(path, line, describe_csv_error(&e, headers))),
+        },
+        Order::Sorted(rows) => {
+            let Some((_, _, pos)) = rows.next() else { return Ok(None) };
+            reader.seek(pos.clone()).map_err(|e| WorkloadError::line(path, pos.line(), e.to_string()))?;
+            match reader.read_record(record) {
+                Ok(true) => Ok(Some(pos.line())),
+                Ok(false) => Err(WorkloadError::line(path, pos.line(), "the file changed while it was read".to_string())),
+                Err(e) => Err(WorkloadError::line(path, pos.line(), describe_csv_error(&e, headers))),
+            }
+        }
+    }
+}
+
+/// Replays a trace v2 CSV as an engine workload. Request ids are the rows'
+/// `request_id`s, so results can be matched back to the trace.
 pub struct TraceReplay {
     path: PathBuf,
     reader: csv::Reader<File>,
     headers: csv::StringRecord,
     record: csv::StringRecord,
     rebuilder: Rebuilder,
+    arrivals: ArrivalColumn,
+    order: Order,
     next: Option<Request>,
     emitted: u64,
     limit: u64,
@@ -558,35 +618,71 @@ pub struct TraceReplay {
 
 impl TraceReplay {
     /// Checks the whole trace and opens it for replay of at most `limit`
-    /// requests. Rows with status `error` or no output tokens are skipped
-    /// (they never ran); arrivals must not decrease.
+    /// requests, in arrival order. Rows with status `error`, no output
+    /// tokens or (recorded traces) no send time are skipped: they never ran.
     pub fn open(path: &Path, limit: Option<u64>) -> Result<(TraceReplay, ReplayInfo), WorkloadError> {
         let hp = header_path(path);
         let header = if hp.exists() { Some(TraceHeader::load(&hp)?) } else { None };
+        let arrivals = ArrivalColumn::for_header(header.as_ref());
         let blis = header.as_ref().and_then(|h| h.blis.clone()).unwrap_or_default();
         let label_lists = blis.labels.clone().unwrap_or_default();
         let limit = limit.unwrap_or(u64::MAX);
 
+        // First pass: every row is checked, and the kept rows' arrivals and
+        // positions are indexed in case the file is not in arrival order.
+        let mut kept: Vec<(u64, u64, csv::Position)> = Vec::new();
+        let (mut skipped, mut sorted, mut last) = (0u64, true, 0u64);
+        {
+            let (mut reader, headers) = open_csv(path)?;
+            let mut record = csv::StringRecord::new();
+            loop {
+                let line = reader.position().line();
+                let pos = reader.position().clone();
+                match reader.read_record(&mut record) {
+                    Ok(false) => break,
+                    Ok(true) => {}
+                    Err(e) => return Err(WorkloadError::line(path, line, describe_csv_error(&e, &headers))),
+                }
+                let line = record.position().map_or(line, |p| p.line());
+                let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
+                let keep = check_row(&row).map_err(|m| WorkloadError::line(path, line, m))?;
+                match (keep, arrivals.of(&row)) {
+                    (true, Some(t)) => {
+                        sorted &= t >= last;
+                        last = t;
+                        kept.push((t, row.request_id, pos));
+                    }
+                    _ => skipped += 1,
+                }
+            }
+        }
+        if !sorted {
+            kept.sort_by_key(|&(t, id, _)| (t, id));
+        }
+        kept.truncate(usize::try_from(limit).unwrap_or(usize::MAX));
+
+        // Second pass: rebuild every request once, in replay order, so content
+        // errors (a session round without its predecessor) fail before the
+        // simulation starts.
         let mut check = Rebuilder::new(blis.clone(), &label_lists);
-        let (mut requests, mut skipped, mut last) = (0u64, 0u64, 0u64);
-        for_each_row(path, |_, row| {
-            if row.arrival_time_us < last {
-                return Err(format!("arrival_time_us {} is before the previous row's {last}; rows must be in arrival order", row.arrival_time_us));
+        {
+            let (mut reader, headers) = open_csv(path)?;
+            let mut order = if sorted { Order::Stream } else { Order::Sorted(kept.clone().into_iter()) };
+            let mut record = csv::StringRecord::new();
+            let mut built = 0usize;
+            while built < kept.len() {
+                let Some(line) = read_in_order(path, &mut reader, &headers, &mut order, &mut record)? else { break };
+                let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
+                if let (true, Some(t)) = (check_row(&row).map_err(|m| WorkloadError::line(path, line, m))?, arrivals.of(&row)) {
+                    check.request(&row, t).map_err(|m| WorkloadError::line(path, line, m))?;
+                    built += 1;
+                }
             }
-            last = row.arrival_time_us;
-            if !check_row(row)? {
-                skipped += 1;
-                return Ok(());
-            }
-            if requests < limit {
-                check.request(requests, row)?;
-                requests += 1;
-            }
-            Ok(())
-        })?;
+        }
+        let requests = kept.len() as u64;
         let mut warnings = Vec::new();
         if skipped > 0 {
-            warnings.push(format!("{}: {skipped} rows with status error or no output tokens are not replayed", path.display()));
+            warnings.push(format!("{}: {skipped} rows with status error, no output tokens or no send time are not replayed", path.display()));
         }
         if !check.missing_groups.is_empty() {
             let groups: Vec<&str> = check.missing_groups.keys().map(String::as_str).collect();
@@ -600,12 +696,15 @@ impl TraceReplay {
         let all_labels = LabelLists { clients: check.labels.clients.clone(), tenants: check.labels.tenants.clone(), slo_classes: check.labels.slo_classes.clone() };
         let info = ReplayInfo { labels: check.labels, requests, warnings };
         let (reader, headers) = open_csv(path)?;
+        let order = if sorted { Order::Stream } else { Order::Sorted(kept.into_iter()) };
         let replay = TraceReplay {
             path: path.to_path_buf(),
             reader,
             headers,
             record: csv::StringRecord::new(),
             rebuilder: Rebuilder::new(blis, &all_labels),
+            arrivals,
+            order,
             next: None,
             emitted: 0,
             limit,
@@ -616,15 +715,14 @@ impl TraceReplay {
 
     fn fill(&mut self) {
         while self.next.is_none() && self.error.is_none() && self.emitted < self.limit {
-            let line = self.reader.position().line();
-            match self.reader.read_record(&mut self.record) {
-                Ok(false) => return,
-                Ok(true) => {}
+            let line = match read_in_order(&self.path, &mut self.reader, &self.headers, &mut self.order, &mut self.record) {
+                Ok(Some(line)) => line,
+                Ok(None) => return,
                 Err(e) => {
-                    self.error = Some(WorkloadError::line(&self.path, line, describe_csv_error(&e, &self.headers)));
+                    self.error = Some(e);
                     return;
                 }
-            }
+            };
             let row: Row<'_> = match self.record.deserialize(Some(&self.headers)) {
                 Ok(r) => r,
                 Err(e) => {
@@ -632,7 +730,12 @@ impl TraceReplay {
                     return;
                 }
             };
-            match check_row(&row).and_then(|keep| if keep { self.rebuilder.request(self.emitted, &row).map(Some) } else { Ok(None) }) {
+            let arrival = self.arrivals.of(&row);
+            let built = check_row(&row).and_then(|keep| match (keep, arrival) {
+                (true, Some(t)) => self.rebuilder.request(&row, t).map(Some),
+                _ => Ok(None),
+            });
+            match built {
                 Ok(Some(r)) => {
                     self.emitted += 1;
                     self.next = Some(r);
@@ -756,6 +859,47 @@ mod tests {
         assert_eq!(reqs[1].meta.session, Some((0, 1)));
     }
 
+    /// Recorded traces are written in completion order; replay sorts them
+    /// by arrival (send time) and keeps the rows' request ids.
+    #[test]
+    fn recorded_traces_replay_in_send_order_with_their_ids() {
+        let dir = scratch("recorded");
+        let plan = parse(SPEC, "spec.yaml", Path::new(".")).unwrap().plan().unwrap();
+        let path = dir.join("run.csv");
+        let start = 1_700_000_000_000_000u64;
+        let generated: Vec<_> = plan.generator().take(20).collect();
+        let mut w = TraceWriter::new(File::create(&path).unwrap()).unwrap();
+        // Completion order: reversed; real sends 500 µs after the plan.
+        for g in generated.iter().rev() {
+            let send = start + g.request.arrival.as_us() + 500;
+            let o = Observed {
+                input_tokens: g.request.prompt_tokens(),
+                output_tokens: g.request.max_output_tokens,
+                send_time_us: send,
+                first_chunk_time_us: Some(send + 10),
+                last_chunk_time_us: Some(send + 20),
+                num_chunks: u64::from(g.request.max_output_tokens),
+                status: Status::Ok,
+                error_message: "",
+            };
+            w.write(&plan, g, Some(&o)).unwrap();
+        }
+        w.finish().unwrap();
+        let mut header = TraceHeader::generated(&plan, "spec.yaml");
+        header.mode = Some("real".into());
+        let mut lg = serde_yaml_ng::Mapping::new();
+        lg.insert("start_unix_us".into(), start.into());
+        header.load_generator = Some(serde_yaml_ng::Value::Mapping(lg));
+        std::fs::write(header_path(&path), header.to_yaml()).unwrap();
+        let (reqs, info) = replay_all(&path);
+        assert_eq!(info.requests, 20);
+        for (r, g) in reqs.iter().zip(&generated) {
+            assert_eq!(r.id, g.request.id);
+            assert_eq!(r.arrival, g.request.arrival + Micros(500));
+            assert_eq!(r.prompt, g.request.prompt);
+        }
+    }
+
     #[test]
     fn bad_rows_name_file_line_and_column() {
         let dir = scratch("bad");
@@ -780,10 +924,6 @@ mod tests {
         bad[0] = bad[0].replace("num_chunks", "chunks");
         let e = case("column.csv", &bad);
         assert!(e.contains("column.csv:1:") && e.contains("unknown column \"chunks\""), "{e}");
-        let mut bad = lines.clone();
-        bad.swap(5, 6);
-        let e = case("order.csv", &bad);
-        assert!(e.contains("order.csv:7:") && e.contains("arrival order"), "{e}");
         lines[2] = lines[2].replacen(",ok,", ",error,", 1);
         let p = dir.join("skips.csv");
         std::fs::write(&p, lines.join("\n")).unwrap();
