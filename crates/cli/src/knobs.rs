@@ -75,6 +75,13 @@ macro_rules! knob_table {
             $( pub $name: Knob<Option<$ty>>, )*
         }
 
+        impl KnobFile {
+            /// Each knob from `self`, else from `fallback`.
+            pub fn or(self, fallback: KnobFile) -> KnobFile {
+                KnobFile { $( $name: self.$name.or(fallback.$name), )* }
+            }
+        }
+
         impl Knobs {
             /// Resolves flags over file values over defaults.
             pub fn resolve(flags: &KnobArgs, file: &KnobFile) -> Knobs {
@@ -279,18 +286,24 @@ impl KnobFile {
         let text = std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
         let raw: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--config {}: not valid YAML: {e}", path.display()))?;
+        KnobFile::from_yaml(raw, &format!("--config {}", path.display()))
+    }
+
+    /// Reads knobs from a YAML mapping of flag names (or their `snake_case`
+    /// spellings) to values; `origin` names it in errors.
+    pub fn from_yaml(raw: serde_yaml_ng::Value, origin: &str) -> Result<KnobFile, BadInput> {
         let serde_yaml_ng::Value::Mapping(map) = raw else {
-            return Err(bad_input!("--config {}: expected a mapping of flag names to values", path.display()));
+            return Err(bad_input!("{origin}: expected a mapping of flag names to values"));
         };
         let mut normalized = serde_yaml_ng::Mapping::new();
         for (k, v) in map {
             let key = match k {
                 serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
-                other => return Err(bad_input!("--config {}: key {other:?} is not a string", path.display())),
+                other => return Err(bad_input!("{origin}: key {other:?} is not a string")),
             };
             normalized.insert(serde_yaml_ng::Value::String(key), v);
         }
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
-            .map_err(|e| bad_input!("--config {}: field `{}`: {}", path.display(), e.path(), e.inner()))
+            .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
     }
 }

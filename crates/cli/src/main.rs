@@ -13,6 +13,7 @@ mod knobs;
 mod observe;
 mod output;
 mod plot;
+mod replay;
 mod report;
 mod run;
 mod serve;
@@ -38,6 +39,8 @@ enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Drive a live OpenAI-compatible server with a workload and record a trace v2 of what it did.
     Observe(Box<observe::ObserveArgs>),
+    /// Simulate a recorded trace v2 at its recorded send times, with the server config from its header.
+    Replay(Box<replay::ReplayArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -89,6 +92,7 @@ fn main() {
         Command::Run(args) => run::execute(*args),
         Command::Serve(args) => serve::execute(*args),
         Command::Observe(args) => observe::execute(*args),
+        Command::Replay(args) => replay::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

@@ -148,14 +148,21 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
     });
     let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
     crate::workload_source::warn(&plan.warnings);
-    let server = match &args.server_config {
+    // The header's `server:` section: the --server-config file (same schema
+    // as --config, unknown keys refused) plus the served model name.
+    let mut server = match &args.server_config {
         Some(p) => {
-            KnobFile::load(p)?; // the same schema as --config: unknown keys are refused
+            KnobFile::load(p)?;
             let text = std::fs::read_to_string(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
-            Some(serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?)
+            serde_yaml_ng::from_str::<serde_yaml_ng::Mapping>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
         }
-        None => None,
+        None => serde_yaml_ng::Mapping::new(),
     };
+    if !server.contains_key("model") {
+        server.insert("model".into(), model.clone().into());
+    }
+    let server = Some(serde_yaml_ng::Value::Mapping(server));
+    let plan_model = model.clone();
     let config = ObserveConfig {
         target: Target {
             base_url: args.server_url.clone(),
@@ -201,6 +208,9 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
         lg["schedule_delay_p99_ms"].as_f64().unwrap_or(0.0),
         if lg["saturated"].as_bool() == Some(true) { " — WARNING: the load generator saturated (median delay > 10 ms)" } else { "" },
     );
+    if !summary.served_models.is_empty() && !summary.served_models.contains(&plan_model) {
+        eprintln!("warning: the server lists models {:?}, not {plan_model:?}", summary.served_models);
+    }
     if summary.scrapes > 0 {
         eprintln!("scraped {} Prometheus samples into {}", summary.scrapes, files.metrics.display());
     }

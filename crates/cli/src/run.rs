@@ -79,7 +79,40 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         Some(path) => KnobFile::load(path)?,
         None => KnobFile::default(),
     };
-    let knobs = Knobs::resolve(&args.knobs, &file);
+    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let (report, wall_s) = simulate(&args, &file, None)?;
+    write_json(&report, output.as_mut())?;
+    if let Some(f) = output {
+        f.commit()?;
+    }
+    print_table(&report, args.quiet, wall_s);
+    Ok(())
+}
+
+/// Writes a report as pretty JSON to `output`, or stdout.
+pub fn write_json<T: serde::Serialize>(report: &T, output: Option<&mut AtomicFile>) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report).context("serialising the report")?;
+    match output {
+        Some(f) => writeln!(f.writer(), "{json}").context("writing --output"),
+        None => writeln!(std::io::stdout().lock(), "{json}").context("writing the report to stdout"),
+    }
+}
+
+/// The human table and timing line on stderr, unless `quiet`.
+pub fn print_table(report: &RunReport, quiet: bool, wall_s: f64) {
+    if !quiet {
+        eprint!("{}", table(report));
+        let memory = peak_rss_mib().map_or(String::new(), |m| format!(", peak memory {m:.1} MiB"));
+        eprintln!("Simulated in {wall_s:.3} s wall time{memory}.");
+    }
+}
+
+/// Resolves the knobs (flags over `file` over defaults), runs the
+/// simulation and builds the report; writes `--requests-csv` and
+/// `--trace-output` (only once everything succeeded). `extra` sees every
+/// engine callback too. Returns the report and the wall time, seconds.
+pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_engine::instance::Observer>) -> anyhow::Result<(RunReport, f64)> {
+    let knobs = Knobs::resolve(&args.knobs, file);
     let mut config = knobs.report();
     let deployment = Deployment::resolve(&knobs, &mut config)?;
     let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
@@ -88,7 +121,6 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
 
     // Open outputs before simulating so a bad path fails fast, but only move
     // them into place once everything succeeded.
-    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let mut csv = args.requests_csv.as_deref().map(RequestCsv::create).transpose()?;
     let mut trace = match (&args.trace_output, cluster.trace) {
         (Some(path), true) => Some(TraceWriter::create(path, cluster.config.labels.clone())?),
@@ -107,6 +139,9 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         }
         if let Some(c) = client_latency.as_mut() {
             observers.push(c);
+        }
+        if let Some(e) = extra {
+            observers.push(e);
         }
         observers.extend(groups.observers());
         let mut fanout = Fanout(observers);
@@ -139,24 +174,11 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
         client_latency_ms: client_latency.as_ref().map(|c| ClientLatencyReport::of(c, &labels)),
         cluster: cluster_summary,
     };
-    let json = serde_json::to_string_pretty(&report).context("serialising the report")?;
     if let Some(c) = csv {
         c.commit()?;
     }
     if let Some(t) = trace {
         t.finish(report.cluster.counterfactual.as_ref())?;
     }
-    match output.as_mut() {
-        Some(f) => writeln!(f.writer(), "{json}").context("writing --output")?,
-        None => writeln!(std::io::stdout().lock(), "{json}").context("writing the report to stdout")?,
-    }
-    if let Some(f) = output {
-        f.commit()?;
-    }
-    if !args.quiet {
-        eprint!("{}", table(&report));
-        let memory = peak_rss_mib().map_or(String::new(), |m| format!(", peak memory {m:.1} MiB"));
-        eprintln!("Simulated in {:.3} s wall time{memory}.", wall.elapsed().as_secs_f64());
-    }
-    Ok(())
+    Ok((report, wall.elapsed().as_secs_f64()))
 }

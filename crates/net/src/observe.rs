@@ -307,6 +307,8 @@ pub struct ObserveSummary {
     pub load_generator: Value,
     /// Prometheus scrapes taken.
     pub scrapes: u64,
+    /// Model names the server listed at `/v1/models` (empty if it has none).
+    pub served_models: Vec<String>,
 }
 
 /// Runs `plan` against the server until it ends or `interrupt` resolves,
@@ -320,12 +322,21 @@ pub fn observe(
     if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
+    let discovered = runtime.block_on(discover(&config.target));
+    let mut server = match config.server.clone() {
+        Some(Value::Mapping(m)) => m,
+        _ => Mapping::new(),
+    };
+    if let Some(scale) = discovered.time_scale {
+        server.insert(Value::from("time-scale"), Value::from(scale));
+    }
     let clock = RunClock::start();
     let mut header = TraceHeader::generated(plan, &config.workload_name);
     header.mode = Some("real".into());
     header.created_at = Some(rfc3339(clock.start_unix_us()));
     header.warm_up_requests = Some(config.warm_up_requests);
-    header.server = config.server.clone();
+    header.server = (!server.is_empty()).then_some(Value::Mapping(server));
     write_header(&files.header, &header)?;
 
     let rows = TraceWriter::new(BufWriter::new(File::create(&files.csv).map_err(io_err(&files.csv))?)).map_err(io_err(&files.csv))?;
@@ -334,7 +345,6 @@ pub fn observe(
     let mut sink = TraceSink { plan, rows, chunks, files: &files };
     let mut session_plan = SessionPlan { generator: plan.generator(), plan, api: config.target.api, in_flight: 0 };
 
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
     let (load, scrapes) = runtime.block_on(async {
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel();
         let scraper = config
@@ -354,7 +364,31 @@ pub fn observe(
     let load_generator = load_generator_section(&load, plan.aggregate_rate, clock.start_unix_us(), config.max_concurrency);
     header.load_generator = Some(load_generator.clone());
     write_header(&files.header, &header)?;
-    Ok(ObserveSummary { load, load_generator, scrapes })
+    Ok(ObserveSummary { load, load_generator, scrapes, served_models: discovered.models })
+}
+
+/// What `GET /v1/models` told us.
+#[derive(Default)]
+struct Discovered {
+    models: Vec<String>,
+    time_scale: Option<f64>,
+}
+
+/// Server discovery (spec §8): the served model names and, for `blis
+/// serve`, its time scale. A server without `/v1/models` yields nothing.
+async fn discover(target: &Target) -> Discovered {
+    let url = format!("{}/v1/models", target.base_url.trim_end_matches('/'));
+    let mut req = reqwest::Client::new().get(url).timeout(Duration::from_secs(10));
+    if let Some(key) = &target.api_key {
+        req = req.bearer_auth(key);
+    }
+    let Ok(resp) = req.send().await else { return Discovered::default() };
+    let Ok(v) = resp.json::<serde_json::Value>().await else { return Discovered::default() };
+    let data = v.get("data").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
+    Discovered {
+        models: data.iter().filter_map(|m| m.get("id").and_then(serde_json::Value::as_str).map(str::to_string)).collect(),
+        time_scale: data.iter().find_map(|m| m.get("blis_time_scale").and_then(serde_json::Value::as_f64)),
+    }
 }
 
 #[cfg(test)]

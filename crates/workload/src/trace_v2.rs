@@ -526,17 +526,34 @@ fn describe_csv_error(e: &csv::Error, headers: &csv::StringRecord) -> String {
 }
 
 /// Which column gives a replayed request's arrival.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub enum ArrivalColumn {
     /// `arrival_time_us`: the planned arrival (generated traces).
     Intended,
-    /// `send_time_us − start`: when a recorded request was really sent (µs
-    /// since the Unix epoch, minus the run's start from the header's
-    /// `load_generator.start_unix_us`). Rows never sent are skipped.
+    /// `(send_time_us − start) · time_scale`: when a recorded request was
+    /// really sent (µs since the Unix epoch, minus the run's start from the
+    /// header's `load_generator.start_unix_us`), in the server's time (a
+    /// `blis serve --time-scale S` server runs S× faster than the wall
+    /// clock; its trace header says so in `server.time-scale`). Rows never
+    /// sent are skipped.
     Sent {
         /// The recorded run's start, µs since the Unix epoch.
         start_unix_us: u64,
+        /// Server seconds per wall-clock second (1 for a real server).
+        time_scale: f64,
     },
+}
+
+/// The server's seconds per wall-clock second recorded in a trace header
+/// (`server.time-scale`, written by `blis observe` against `blis serve`); 1
+/// when absent or invalid.
+pub fn header_time_scale(header: Option<&TraceHeader>) -> f64 {
+    header
+        .and_then(|h| h.server.as_ref())
+        .and_then(|s| s.get("time-scale").or_else(|| s.get("time_scale")))
+        .and_then(serde_yaml_ng::Value::as_f64)
+        .filter(|x| x.is_finite() && *x > 0.0)
+        .unwrap_or(1.0)
 }
 
 impl ArrivalColumn {
@@ -549,7 +566,7 @@ impl ArrivalColumn {
             .and_then(|lg| lg.get("start_unix_us"))
             .and_then(serde_yaml_ng::Value::as_u64);
         match start {
-            Some(start_unix_us) => ArrivalColumn::Sent { start_unix_us },
+            Some(start_unix_us) => ArrivalColumn::Sent { start_unix_us, time_scale: header_time_scale(header) },
             None => ArrivalColumn::Intended,
         }
     }
@@ -558,7 +575,9 @@ impl ArrivalColumn {
     fn of(self, row: &Row<'_>) -> Option<u64> {
         match self {
             ArrivalColumn::Intended => Some(row.arrival_time_us),
-            ArrivalColumn::Sent { start_unix_us } => row.send_time_us.map(|t| t.saturating_sub(start_unix_us)),
+            ArrivalColumn::Sent { start_unix_us, time_scale } => {
+                row.send_time_us.map(|t| (t.saturating_sub(start_unix_us) as f64 * time_scale).round() as u64)
+            }
         }
     }
 }

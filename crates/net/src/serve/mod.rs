@@ -80,6 +80,7 @@ pub enum ServeConfigError {
 
 struct AppState {
     model_name: String,
+    time_scale: f64,
     max_model_len: u32,
     kv_capacity_tokens: u64,
     commands: std_mpsc::Sender<Command>,
@@ -126,6 +127,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         .map_err(StartError::Io)?;
     let state = Arc::new(AppState {
         model_name: config.model_name,
+        time_scale: config.time_scale,
         max_model_len: config.instance.scheduler.max_model_len,
         kv_capacity_tokens,
         commands: tx,
@@ -147,6 +149,11 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
     let local_addr = listener.local_addr().map_err(StartError::Io)?;
     let (stop_tx, stop_rx) = oneshot::channel();
+    // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and
+    // delayed ACKs hold a chunk back ~40 ms.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
     let task = tokio::spawn(async move {
         axum::serve(listener, app)
             .with_graceful_shutdown(async {
@@ -191,7 +198,8 @@ fn unix_now() -> u64 {
 async fn models(State(s): State<Arc<AppState>>) -> Response {
     axum::Json(json!({
         "object": "list",
-        "data": [{ "id": s.model_name, "object": "model", "created": unix_now(), "owned_by": "blis", "max_model_len": s.max_model_len }]
+        "data": [{ "id": s.model_name, "object": "model", "created": unix_now(), "owned_by": "blis", "max_model_len": s.max_model_len,
+                   "blis_time_scale": s.time_scale }]
     }))
     .into_response()
 }

@@ -1,0 +1,218 @@
+//! `blis replay`: simulate the requests of a recorded trace v2 at their
+//! recorded send times, with the server configuration its header records,
+//! and keep a per-request result for `blis calibrate`.
+
+use std::path::{Path, PathBuf};
+
+use blis_engine::instance::{Observer, TokenEvent};
+use blis_engine::metrics::IntCounts;
+use blis_engine::request::{Outcome, RequestRecord};
+use blis_workload::trace_v2::{TraceHeader, header_path};
+use serde::{Deserialize, Serialize};
+use serde_yaml_ng::{Mapping, Value};
+
+use crate::error::{BadInput, bad_input};
+use crate::knobs::{KnobArgs, KnobFile};
+use crate::output::AtomicFile;
+use crate::report::RunReport;
+use crate::run::{RunArgs, print_table, simulate, write_json};
+use crate::workload_source::warn;
+
+/// Simulate a recorded trace v2 (from `blis observe`) and keep per-request results for `blis calibrate`.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  blis replay --trace traces/run1 --model meta-llama/llama-3.1-8b-instruct --output sim.json\n\n\
+    --trace takes the trace prefix (traces/run1 → traces/run1.csv + traces/run1.header.yaml) or the CSV.\n\
+    Server knobs come from flags, then --config, then the header's `server:` and `hardware:` sections, then defaults.")]
+pub struct ReplayArgs {
+    #[command(flatten)]
+    pub knobs: KnobArgs,
+
+    /// Read knob values from a YAML file whose keys are the flag names; flags win.
+    #[arg(long, value_name = "PATH", help_heading = "Run")]
+    pub config: Option<PathBuf>,
+
+    /// Write the JSON (the run report plus per-request results) to this file instead of stdout.
+    #[arg(long, short, value_name = "PATH", help_heading = "Output")]
+    pub output: Option<PathBuf>,
+
+    /// Do not print the summary table on stderr.
+    #[arg(long, short, help_heading = "Output")]
+    pub quiet: bool,
+}
+
+/// One replayed request, as `blis calibrate` compares it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplayedRequest {
+    /// The trace row's `request_id`.
+    pub request_id: u64,
+    /// `completed`, `timed_out` or a drop reason.
+    pub outcome: String,
+    /// Simulated arrival, µs from the start.
+    pub arrival_us: u64,
+    /// Simulated TTFT, µs.
+    pub ttft_us: Option<u64>,
+    /// Simulated end-to-end latency, µs.
+    pub e2e_us: Option<u64>,
+    /// Prompt tokens.
+    pub input_tokens: u32,
+    /// Generated tokens.
+    pub output_tokens: u32,
+}
+
+/// What `blis replay` adds to the run report.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ReplayDetail {
+    /// The trace CSV replayed.
+    pub trace: String,
+    /// Header knobs that were used, `name=value`.
+    pub matched: Vec<String>,
+    /// Header entries BLIS does not simulate.
+    pub ignored: Vec<String>,
+    /// Per request, by request id.
+    pub requests: Vec<ReplayedRequest>,
+    /// Every simulated inter-token gap: (µs, count), ascending.
+    pub itl_us: Vec<(u64, u64)>,
+}
+
+/// The JSON `blis replay` writes.
+#[derive(Serialize)]
+struct ReplayReport<'a> {
+    #[serde(flatten)]
+    report: &'a RunReport,
+    replay: &'a ReplayDetail,
+}
+
+/// Collects per-request results and inter-token gaps.
+#[derive(Default)]
+struct Detail {
+    requests: Vec<ReplayedRequest>,
+    itl: IntCounts,
+}
+
+impl Observer for Detail {
+    fn on_finish(&mut self, r: &RequestRecord) {
+        let outcome = match r.outcome {
+            Outcome::Completed => "completed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Dropped(reason) => reason.as_str(),
+        };
+        self.requests.push(ReplayedRequest {
+            request_id: r.id.0,
+            outcome: outcome.to_string(),
+            arrival_us: r.arrival.as_us(),
+            ttft_us: r.ttft().map(|t| t.as_us()),
+            e2e_us: r.e2e().map(|t| t.as_us()),
+            input_tokens: r.input_tokens,
+            output_tokens: r.output_tokens,
+        });
+    }
+
+    fn on_token(&mut self, t: &TokenEvent) {
+        if let Some(gap) = t.gap {
+            self.itl.push(gap.as_us());
+        }
+    }
+}
+
+/// The trace CSV of a prefix or path: `traces/run1` → `traces/run1.csv`.
+pub fn trace_csv(path: &Path) -> PathBuf {
+    if path.extension().is_some_and(|e| e == "csv") {
+        path.to_path_buf()
+    } else {
+        let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".csv");
+        path.with_file_name(name)
+    }
+}
+
+/// Knob names that a trace header's `server:` section may spell differently
+/// (the spec's example header), mapped onto BLIS's flags.
+const HEADER_ALIASES: [(&str, &str); 3] = [("tensor_parallel", "tp"), ("tensor_parallel_size", "tp"), ("num_gpu_blocks_override", "num-gpu-blocks")];
+
+/// Server knobs from a trace header: its `server:` section (BLIS flag names
+/// or the spec's names) plus `hardware.gpu`. Entries that name no knob are
+/// returned as ignored rather than refused: headers come from other tools.
+fn header_knobs(header: &TraceHeader) -> Result<(KnobFile, Vec<String>, Vec<String>), BadInput> {
+    let mut map = Mapping::new();
+    let (mut matched, mut ignored) = (Vec::new(), Vec::new());
+    let known = |k: &str| KnobFile::from_yaml(Value::Mapping(Mapping::from_iter([(Value::from(k), Value::Null)])), "").is_ok();
+    if let Some(Value::Mapping(server)) = &header.server {
+        for (k, v) in server {
+            let Some(key) = k.as_str() else { continue };
+            let key = HEADER_ALIASES.iter().find(|(a, _)| *a == key).map_or(key, |(_, b)| b).replace('_', "-");
+            if v.is_null() || key == "time-scale" {
+                continue; // time-scale is applied to the trace's times, not a knob
+            }
+            if known(&key) {
+                matched.push(format!("{key}={}", serde_yaml_ng::to_string(v).unwrap_or_default().trim()));
+                map.insert(Value::from(key), v.clone());
+            } else {
+                ignored.push(format!("server.{key}"));
+            }
+        }
+    }
+    if let Some(gpu) = header.hardware.as_ref().and_then(|h| h.get("gpu")).filter(|g| !g.is_null())
+        && !map.contains_key("hardware")
+    {
+        matched.push(format!("hardware={}", serde_yaml_ng::to_string(gpu).unwrap_or_default().trim()));
+        map.insert(Value::from("hardware"), gpu.clone());
+    }
+    let file = KnobFile::from_yaml(Value::Mapping(map), "trace header `server:`")?;
+    Ok((file, matched, ignored))
+}
+
+/// Runs `blis replay`.
+pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
+    let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
+    let csv = trace_csv(&trace);
+    let hp = header_path(&csv);
+    let header = TraceHeader::load(&hp).map_err(|e| bad_input!("{e}"))?;
+    let (from_header, matched, ignored) = header_knobs(&header)?;
+    if !ignored.is_empty() {
+        warn(&[format!("{}: not simulated, ignored: {}", hp.display(), ignored.join(", "))]);
+    }
+    let file = match &args.config {
+        Some(path) => KnobFile::load(path)?.or(from_header),
+        None => from_header,
+    };
+    args.knobs.trace = Some(csv.clone());
+    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let run_args = RunArgs { knobs: args.knobs, config: None, output: None, requests_csv: None, trace_output: None, quiet: args.quiet };
+    let mut detail = Detail::default();
+    let (report, wall_s) = simulate(&run_args, &file, Some(&mut detail))?;
+    let mut requests = detail.requests;
+    requests.sort_by_key(|r| r.request_id);
+    let replay = ReplayDetail { trace: csv.display().to_string(), matched, ignored, requests, itl_us: detail.itl.value_counts() };
+    write_json(&ReplayReport { report: &report, replay: &replay }, output.as_mut())?;
+    if let Some(f) = output {
+        f.commit()?;
+    }
+    print_table(&report, args.quiet, wall_s);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trace_prefixes_and_paths() {
+        assert_eq!(trace_csv(Path::new("traces/run1")), Path::new("traces/run1.csv"));
+        assert_eq!(trace_csv(Path::new("traces/run1.csv")), Path::new("traces/run1.csv"));
+    }
+
+    #[test]
+    fn header_server_sections_map_onto_knobs() {
+        let header: TraceHeader = serde_yaml_ng::from_str(
+            "trace_version: 2\nserver:\n  type: vllm\n  model: meta-llama/Llama-3.1-8B-Instruct\n  tensor_parallel: 2\n  max_num_seqs: 64\n  quantization: null\n  enforce_eager: false\nhardware:\n  gpu: H100\n  gpu_count: 2\n",
+        )
+        .unwrap();
+        let (file, matched, ignored) = header_knobs(&header).unwrap();
+        assert_eq!(file.tp, Some(2));
+        assert_eq!(file.max_num_seqs, Some(64));
+        assert_eq!(file.hardware.as_deref(), Some("H100"));
+        assert_eq!(file.model.as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
+        assert!(matched.contains(&"tp=2".to_string()), "{matched:?}");
+        assert_eq!(ignored, ["server.type", "server.enforce-eager"]);
+    }
+}
