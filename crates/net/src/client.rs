@@ -105,7 +105,7 @@ pub struct Exchange {
     pub first_chunk_time_us: Option<u64>,
     /// End of the response, µs since the Unix epoch.
     pub last_chunk_time_us: Option<u64>,
-    /// Arrival time of every chunk carrying output.
+    /// Arrival time of every chunk carrying generated text.
     pub chunk_times_us: Vec<u64>,
     /// Usage from the server (the final chunk when streaming).
     pub usage: Option<Usage>,
@@ -145,6 +145,19 @@ pub fn request_body(target: &Target, prompt: &PromptContent, max_tokens: u32) ->
         body["stream_options"] = json!({ "include_usage": true });
     }
     body
+}
+
+/// Whether a streamed chunk carries generated text: a completions `text`
+/// or a chat `delta.content` that is not empty. A chat stream's first chunk
+/// (`delta: {role: assistant, content: ""}`) and the usage-only final chunk
+/// carry none.
+fn carries_output(v: &Value) -> bool {
+    v.get("choices").and_then(Value::as_array).is_some_and(|choices| {
+        choices.iter().any(|c| {
+            let text = c.get("text").or_else(|| c.get("delta").and_then(|d| d.get("content")));
+            text.and_then(Value::as_str).is_some_and(|t| !t.is_empty())
+        })
+    })
 }
 
 fn parse_usage(v: &Value) -> Option<Usage> {
@@ -236,7 +249,7 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
                         x.error_message = format!("server error mid-stream: {e}");
                         return x;
                     }
-                    if v.get("choices").and_then(Value::as_array).is_some_and(|c| !c.is_empty()) {
+                    if carries_output(&v) {
                         x.first_chunk_time_us.get_or_insert(now);
                         x.chunk_times_us.push(now);
                     }
