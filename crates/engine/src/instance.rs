@@ -152,7 +152,7 @@ pub struct Instance {
     stats: InstanceStats,
 }
 
-/// γ of the preemption EMA (physics-normalized model, iteration 4).
+/// γ of the preemption EMA over `preempted / max(1, running)` (physics-normalized model, iteration 3).
 const PREEMPTION_EMA_GAMMA: f64 = 0.3;
 
 impl Instance {
@@ -431,6 +431,7 @@ impl Instance {
             batch: StepBatch { entries: &self.entries, load: self.step_load, preempted },
         });
         let per_token = self.latency.output_token_overhead();
+        let emitted = now + self.latency.token_emission_delay();
         let mut any_finished = false;
         for i in 0..self.scheduled.len() {
             let (slot, _) = self.scheduled[i];
@@ -444,7 +445,7 @@ impl Instance {
                 continue; // a prefill chunk: no token sampled yet
             }
             live.num_output += 1;
-            let time = now + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
+            let time = emitted + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
             let gap = live.last_token.map(|prev| time - prev);
             live.first_token.get_or_insert(time);
             live.last_token = Some(time);
@@ -519,7 +520,8 @@ impl Instance {
     fn start_step(&mut self) {
         loop {
             let preempted = self.schedule();
-            self.preemption_ema = PREEMPTION_EMA_GAMMA * f64::from(preempted) + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
+            let preempted_share = f64::from(preempted) / self.running.len().max(1) as f64;
+            self.preemption_ema = PREEMPTION_EMA_GAMMA * preempted_share + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
             if !self.scheduled.is_empty() {
                 self.step_preempted = preempted;
                 break;

@@ -147,3 +147,40 @@ fn client_timeout_aborts_and_frees_the_request() {
     assert_eq!(r1.first_scheduled, None);
     assert_eq!(run.instance.kv().num_used_blocks(), 0);
 }
+
+/// A model with a fixed step time and every overhead set, to check where each applies.
+struct Overheads;
+
+impl blis_engine::latency::LatencyModel for Overheads {
+    fn name(&self) -> &'static str {
+        "overheads"
+    }
+    fn step_time(&self, _batch: &blis_engine::latency::StepBatch<'_>) -> Micros {
+        Micros(1000)
+    }
+    fn queueing_delay(&self, _input: &blis_engine::latency::QueueingInput) -> Micros {
+        Micros(100)
+    }
+    fn output_token_overhead(&self) -> Micros {
+        Micros(3)
+    }
+    fn token_emission_delay(&self) -> Micros {
+        Micros(40)
+    }
+    fn completion_overhead(&self) -> Micros {
+        Micros(500)
+    }
+}
+
+/// One request (prompt 32, 3 tokens) arriving at 0: enqueued at 100, steps
+/// end at 1100, 2100, 3100. Token k reaches the API at step end + 40 + 3·k:
+/// 1143, 2146, 3149 (the emission delay shifts every token once, the per-token
+/// overhead accumulates); finished = 3149 + 500.
+#[test]
+fn emission_delay_shifts_tokens_once_and_per_token_overhead_accumulates() {
+    let reqs = vec![req(0, 0, TokenSeq::synthetic(3, 32), 3)];
+    let run = run_checked(cfg(100, 4, 2048, false), Arc::new(Overheads), reqs, None);
+    assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1143), Micros(2146), Micros(3149)]);
+    let r = &run.rec.records[&RequestId(0)];
+    assert_eq!((r.ttft(), r.e2e()), (Some(Micros(1143)), Some(Micros(3649))));
+}
