@@ -7,9 +7,11 @@
 mod error;
 mod knobs;
 mod output;
+mod plots;
 mod report;
 mod run;
 mod setup;
+mod validate;
 
 use clap::{Parser, Subcommand};
 
@@ -25,6 +27,8 @@ struct Cli {
 enum Command {
     /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
     Run(Box<run::RunArgs>),
+    /// Simulate real serving experiments (inference-perf result directories) and compare with their measurements.
+    Validate(Box<validate::ValidateArgs>),
     /// List the bundled models and GPUs.
     Models,
 }
@@ -45,6 +49,7 @@ fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
+        Command::Validate(args) => validate::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

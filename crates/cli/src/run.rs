@@ -109,6 +109,7 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
             hardware: deployment.gpu_name.clone(),
             tp: deployment.tp,
             latency_model: deployment.latency.name().to_string(),
+            coefficients: deployment.coefficients.clone(),
             num_gpu_blocks: deployment.instance.num_gpu_blocks,
         },
         config,

@@ -10,7 +10,10 @@
 //! (the tail of the running list under FCFS) is preempted, freed and returned
 //! to the wait queue to recompute; a step that preempted admits nobody. A
 //! request whose every token is computed at the end of a step samples one
-//! output token.
+//! output token. With `async_scheduling` (vLLM's `AsyncScheduler` with
+//! `step_with_batch_queue`), the step starting at a boundary was formed when
+//! the previous step started, so requests enqueued during a step can join
+//! only the step after next.
 //!
 //! An instance owns its events: the arrival-to-queue hand-off, the step
 //! boundary, and client timeouts. A driver (a single-instance run or the
@@ -67,6 +70,9 @@ pub trait Observer {
 enum Status {
     /// Between reaching the instance and entering the wait queue.
     Arriving,
+    /// Enqueued while a step ran under async scheduling: not yet visible to
+    /// the scheduler, which already formed the next step.
+    Incoming,
     Waiting,
     Running,
 }
@@ -137,6 +143,8 @@ pub struct Instance {
     free_slots: Vec<u32>,
     waiting: WaitQueue,
     running: Vec<u32>,
+    /// Async scheduling: requests enqueued during the step in flight, in order.
+    incoming: Vec<u32>,
     live_count: u32,
     arriving: u32,
     // The step in flight: (slot, new tokens) and the entries handed to the latency model.
@@ -171,6 +179,7 @@ impl Instance {
             free_slots: Vec::new(),
             waiting,
             running: Vec::new(),
+            incoming: Vec::new(),
             live_count: 0,
             arriving: 0,
             scheduled: Vec::new(),
@@ -208,7 +217,7 @@ impl Instance {
 
     /// Requests in the wait queue (including those still being handed over).
     pub fn queue_depth(&self) -> u32 {
-        self.waiting.len() as u32 + self.arriving
+        self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving
     }
 
     /// Requests in the running batch.
@@ -289,7 +298,7 @@ impl Instance {
             prefix_hit_tokens,
             load: InstanceLoad {
                 running: self.running.len() as u32,
-                waiting: self.waiting.len() as u32 + self.arriving,
+                waiting: self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving,
                 kv_usage: self.kv.usage(),
                 kv_free_blocks: self.kv.num_free_blocks(),
                 preemption_ema: self.preemption_ema,
@@ -374,11 +383,36 @@ impl Instance {
             self.finish(slot, Outcome::TimedOut, obs);
             return;
         }
-        live.status = Status::Waiting;
         live.enqueued = Some(now);
+        if self.cfg.scheduler.async_scheduling && !self.scheduled.is_empty() {
+            // vLLM's async engine loop formed the next step when this one
+            // started; the request waits in the engine's input queue.
+            live.status = Status::Incoming;
+            self.incoming.push(slot);
+            return;
+        }
+        live.status = Status::Waiting;
         let key = live.key;
         self.waiting.push_new(key, slot);
         self.wake();
+    }
+
+    /// Moves incoming requests enqueued no later than `cutoff` into the wait queue.
+    fn admit_incoming(&mut self, cutoff: Micros) {
+        let mut kept = 0;
+        for i in 0..self.incoming.len() {
+            let slot = self.incoming[i];
+            let live = &mut self.slots[slot as usize];
+            if live.enqueued.is_some_and(|e| e <= cutoff) {
+                live.status = Status::Waiting;
+                let key = live.key;
+                self.waiting.push_new(key, slot);
+            } else {
+                self.incoming[kept] = slot;
+                kept += 1;
+            }
+        }
+        self.incoming.truncate(kept);
     }
 
     /// Ensures a step boundary is pending at `now` if the instance is idle.
@@ -397,6 +431,10 @@ impl Instance {
         }
         match live.status {
             Status::Arriving => live.aborted = true,
+            Status::Incoming => {
+                self.incoming.retain(|&s| s != slot);
+                self.finish(slot, Outcome::TimedOut, obs);
+            }
             Status::Waiting => {
                 let key = live.key;
                 let removed = self.waiting.remove(key, slot);
@@ -413,9 +451,13 @@ impl Instance {
 
     fn on_step_boundary(&mut self, obs: &mut dyn Observer) {
         self.step_pending = false;
+        // Under async scheduling the step starting now was formed when the
+        // completed one started: it sees requests enqueued before that.
+        let cutoff = if self.scheduled.is_empty() { self.now } else { self.step_start };
         if !self.scheduled.is_empty() {
             self.complete_step(obs);
         }
+        self.admit_incoming(cutoff);
         self.start_step();
     }
 
@@ -526,8 +568,14 @@ impl Instance {
                 self.step_preempted = preempted;
                 break;
             }
-            // Nothing ran. If everything was preempted, the next pass admits
-            // from the wait queue (vLLM's next busy-loop iteration); otherwise idle.
+            // Nothing ran. Requests held back by async scheduling are
+            // scheduled at once when there is nothing else to run.
+            if !self.incoming.is_empty() {
+                self.admit_incoming(self.now);
+                continue;
+            }
+            // If everything was preempted, the next pass admits from the wait
+            // queue (vLLM's next busy-loop iteration); otherwise idle.
             if preempted == 0 || self.waiting.len() == 0 {
                 return;
             }
@@ -719,10 +767,10 @@ impl Instance {
     }
 
     /// Debug aid for tests: full KV consistency check plus the
-    /// request-accounting identity `live = arriving + waiting + running`.
+    /// request-accounting identity `live = arriving + incoming + waiting + running`.
     pub fn assert_consistent(&self) {
         self.kv.assert_consistent();
-        assert_eq!(self.live_count, self.arriving + self.waiting.len() as u32 + self.running.len() as u32);
+        assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32);
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
     }
 }

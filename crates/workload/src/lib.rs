@@ -8,5 +8,8 @@
 //!
 //! * [`synthetic`]: the flag-driven workload of `blis run` (rate, Poisson or
 //!   constant arrivals, fixed or Gaussian lengths, shared prefixes).
+//! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
+//!   set and staged load, as `blis validate` reproduces real runs.
 
+pub mod inference_perf;
 pub mod synthetic;

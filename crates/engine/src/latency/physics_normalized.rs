@@ -461,7 +461,7 @@ mod tests {
                 max_num_batched_tokens: 2048,
                 max_model_len: 4096,
                 enable_chunked_prefill: true,
-                long_prefill_token_threshold: 0,
+                long_prefill_token_threshold: 0, async_scheduling: false,
                 queue_policy: QueuePolicy::Fcfs,
                 preemption: PreemptionVictim::Tail,
             },

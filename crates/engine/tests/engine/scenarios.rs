@@ -16,7 +16,7 @@ fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
             max_num_batched_tokens: budget,
             max_model_len: 100_000,
             enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
+            long_prefill_token_threshold: 0, async_scheduling: false,
             queue_policy: QueuePolicy::Fcfs,
             preemption: PreemptionVictim::Tail,
         },
@@ -183,4 +183,23 @@ fn emission_delay_shifts_tokens_once_and_per_token_overhead_accumulates() {
     assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1143), Micros(2146), Micros(3149)]);
     let r = &run.rec.records[&RequestId(0)];
     assert_eq!((r.ttft(), r.e2e()), (Some(Micros(1143)), Some(Micros(3649))));
+}
+
+/// Fixed 1000 µs steps, no overheads. R0 (3 tokens) arrives at 0 and runs
+/// steps [0, 1000), [1000, 2000), [2000, 3000). R1 (1 token) arrives at 500,
+/// during the first step. Synchronously it joins the step at 1000 (token at
+/// 2000); with async scheduling the step at 1000 was formed at 0, so R1
+/// joins the step at 2000 (token at 3000). R0 is unaffected.
+#[test]
+fn async_scheduling_delays_admission_by_one_step() {
+    for (async_scheduling, r1_token) in [(false, 2000), (true, 3000)] {
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 0.0, 0.0] });
+        let mut c = cfg(100, 8, 2048, false);
+        c.scheduler.async_scheduling = async_scheduling;
+        let reqs = vec![req(0, 0, TokenSeq::synthetic(1, 16), 3), req(1, 500, TokenSeq::synthetic(2, 16), 1)];
+        let run = run_checked(c, model, reqs, None);
+        run.assert_conservation();
+        assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1000), Micros(2000), Micros(3000)]);
+        assert_eq!(run.rec.tokens[&RequestId(1)], [Micros(r1_token)], "async_scheduling = {async_scheduling}");
+    }
 }
