@@ -196,12 +196,20 @@ pub struct ClientObserver {
     /// (TTFT ms, E2E ms) of each completed request, by request id.
     pub per_request: Vec<Option<(f64, f64)>>,
     pending_gaps: BTreeMap<RequestId, Vec<u64>>,
+    token_gaps: bool,
 }
 
 impl ClientObserver {
-    /// An observer for `num_stages` stages and `num_requests` request ids.
-    pub fn new(num_stages: usize, num_requests: usize) -> ClientObserver {
-        ClientObserver { stages: vec![ClientStage::default(); num_stages], per_request: vec![None; num_requests], ..ClientObserver::default() }
+    /// An observer for `num_stages` stages and `num_requests` request ids;
+    /// `token_gaps` keeps every inter-token gap (for the ITL distributions),
+    /// which costs time on every token.
+    pub fn new(num_stages: usize, num_requests: usize, token_gaps: bool) -> ClientObserver {
+        ClientObserver {
+            stages: vec![ClientStage::default(); num_stages],
+            per_request: vec![None; num_requests],
+            token_gaps,
+            ..ClientObserver::default()
+        }
     }
 }
 
@@ -222,6 +230,9 @@ impl Observer for ClientObserver {
     }
 
     fn on_token(&mut self, t: &TokenEvent) {
+        if !self.token_gaps {
+            return;
+        }
         if let Some(gap) = t.gap {
             self.pending_gaps.entry(t.id).or_default().push(gap.as_us());
         }
@@ -259,7 +270,7 @@ mod tests {
     /// ITL is 20 / 7 ms, its TPOT 20/7 ms, and its median is 5 µs.
     #[test]
     fn inference_perf_metrics_follow_its_line_timestamps() {
-        let mut obs = ClientObserver::new(1, 2);
+        let mut obs = ClientObserver::new(1, 2, true);
         for (id, arr, first) in [(0, 0, 20_000), (1, 100_000, 130_000)] {
             for (k, gap) in [(2, 10_000), (3, 10_000)] {
                 obs.on_token(&TokenEvent { id: RequestId(id), index: k, time: Micros(0), gap: Some(Micros(gap)) });
@@ -280,7 +291,7 @@ mod tests {
 
     #[test]
     fn failures_count_in_sent_but_not_in_latencies() {
-        let mut obs = ClientObserver::new(1, 2);
+        let mut obs = ClientObserver::new(1, 2, true);
         obs.on_token(&TokenEvent { id: RequestId(1), index: 2, time: Micros(0), gap: Some(Micros(999)) });
         obs.on_finish(&record(0, 0, 10, 20, 2, Outcome::Completed));
         obs.on_finish(&record(1, 0, 10, 300_000_000, 2, Outcome::TimedOut));

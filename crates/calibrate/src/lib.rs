@@ -39,6 +39,8 @@ pub mod coefficients;
 pub mod compare;
 pub mod error;
 pub mod experiment;
+pub mod fit;
+pub mod optimize;
 pub mod report;
 pub mod reproduce;
 pub mod stats;

@@ -214,8 +214,16 @@ impl Observer for Both<'_> {
 }
 
 /// Simulates `exp` on `setup` with `latency`, deterministic in `seed`;
-/// `extra` sees every event too (fitting uses it to collect step features).
-pub fn simulate(exp: &Experiment, setup: &Setup, latency: Arc<dyn LatencyModel>, seed: u64, extra: &mut dyn Observer) -> Result<Simulated, ExperimentError> {
+/// `extra` sees every event too (fitting uses it to collect step features);
+/// `token_gaps` keeps the inter-token gap distributions.
+pub fn simulate(
+    exp: &Experiment,
+    setup: &Setup,
+    latency: Arc<dyn LatencyModel>,
+    seed: u64,
+    token_gaps: bool,
+    extra: &mut dyn Observer,
+) -> Result<Simulated, ExperimentError> {
     let mut instance = Instance::new(0, setup.instance.clone(), latency)
         .map_err(|e| ExperimentError::Unreproducible { path: exp.dir.clone(), message: e.to_string() })?;
     let prompts = SharedPrefixPrompts::new(&exp.workload.shared_prefix, setup.prompt_tokens, seed);
@@ -229,7 +237,7 @@ pub fn simulate(exp: &Experiment, setup: &Setup, latency: Arc<dyn LatencyModel>,
             (Box::new(StagedWorkload::new(&exp.workload, setup.prompt_tokens, seed)), Vec::new(), n as usize)
         }
     };
-    let mut client = ClientObserver::new(exp.stages.len(), num_requests);
+    let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);
     run_single(&mut instance, workload.as_mut(), None, &mut Both(&mut client, extra));
     let stats = instance.stats();
     let prefix_hit_rate = if stats.prefix_query_tokens > 0 { stats.prefix_hit_tokens as f64 / stats.prefix_query_tokens as f64 } else { 0.0 };

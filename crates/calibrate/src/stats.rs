@@ -52,8 +52,8 @@ mod tests {
         assert_eq!(ape(1.0, 0.0), None);
         assert_eq!(median(&[3.0, 1.0, 2.0]), 2.0);
         assert_eq!(median(&[4.0, 1.0, 2.0, 3.0]), 2.5);
-        // numpy.corrcoef([1, 2, 3, 4], [2, 4, 5, 9])[0, 1] = 0.9525793444156805
-        assert!((pearson(&[1.0, 2.0, 3.0, 4.0], &[2.0, 4.0, 5.0, 9.0]).unwrap() - 0.9525793444156805).abs() < 1e-12);
+        // Deviations (−1.5, −0.5, 0.5, 1.5) and (−3, −1, 0, 4): Sxy = 11, Sxx = 5, Syy = 26, r = 11/√130.
+        assert!((pearson(&[1.0, 2.0, 3.0, 4.0], &[2.0, 4.0, 5.0, 9.0]).unwrap() - 11.0 / 130f64.sqrt()).abs() < 1e-12);
         assert_eq!(pearson(&[1.0, 1.0], &[2.0, 3.0]), None);
     }
 

@@ -57,7 +57,7 @@ impl Suite {
                 let latency = set
                     .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
                     .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
-                let sim = simulate(&c.experiment, s, latency, seed, &mut NoObserver)?;
+                let sim = simulate(&c.experiment, s, latency, seed, true, &mut NoObserver)?;
                 Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
             })
             .collect()

@@ -5,6 +5,7 @@
 //! success, 1 failure while running, 2 bad input.
 
 mod error;
+mod fit;
 mod knobs;
 mod output;
 mod plots;
@@ -29,6 +30,8 @@ enum Command {
     Run(Box<run::RunArgs>),
     /// Simulate real serving experiments (inference-perf result directories) and compare with their measurements.
     Validate(Box<validate::ValidateArgs>),
+    /// Learn latency-model coefficients from real experiments (stage one: linear; stage two: simulator in the loop).
+    Fit(Box<fit::FitArgs>),
     /// List the bundled models and GPUs.
     Models,
 }
@@ -50,6 +53,7 @@ fn main() {
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Validate(args) => validate::execute(*args),
+        Command::Fit(args) => fit::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

@@ -15,8 +15,6 @@ pub(crate) struct Dims {
     pub d: f64,
     /// H: attention heads.
     pub h: f64,
-    /// KVH: key/value heads.
-    pub kvh: f64,
     /// dH: head dimension.
     pub dh: f64,
     /// dKV = KVH·dH.
@@ -39,6 +37,9 @@ pub(crate) struct Dims {
     pub bpp: f64,
     /// wBPP: bytes per weight.
     pub wbpp: f64,
+    /// KV bytes per token per GPU: L·2·(KVH/tp)·dH·BPP, or the replicated
+    /// latent of multi-head latent attention.
+    pub kv_bytes_per_token: f64,
     /// Tensor-parallel degree.
     pub tp: f64,
     /// F: peak dense FLOP/s (the FP8 peak for 8-bit weights).
@@ -63,7 +64,6 @@ impl Dims {
             l: f64::from(model.num_layers),
             d: f64::from(model.hidden_size),
             h: f64::from(model.num_attention_heads),
-            kvh: f64::from(model.num_kv_heads),
             dh: f64::from(model.head_dim),
             dkv: model.kv_dim(),
             dff: f64::from(model.intermediate_size),
@@ -75,6 +75,7 @@ impl Dims {
             interleaved_moe: model.moe.as_ref().is_some_and(|m| m.interleaved),
             bpp: model.dtype_bytes,
             wbpp: model.weight_bytes_per_param,
+            kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp),
             tp: f64::from(tp.max(1)),
             flops_per_s: gpu.peak_flops(model.weight_bytes_per_param),
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
@@ -102,9 +103,10 @@ impl Dims {
         4.0 * (self.h / self.tp) * work * self.dh
     }
 
-    /// KV bytes per GPU for `tokens` tokens over all layers: L·2·(KVH/tp)·dH·tokens·BPP.
+    /// KV bytes per GPU for `tokens` tokens over all layers: L·2·(KVH/tp)·dH·tokens·BPP
+    /// (for latent attention, the latent's bytes, which every rank stores).
     pub fn kv_bytes(&self, tokens: f64) -> f64 {
-        self.l * 2.0 * (self.kvh / self.tp) * self.dh * tokens * self.bpp
+        self.kv_bytes_per_token * tokens
     }
 
     /// Seconds → microseconds of `flops` at peak.
