@@ -197,6 +197,8 @@ pub struct ExperimentComparison {
     pub predicted_stages: Vec<ClientMetrics>,
     /// Simulated client metrics of the whole run.
     pub predicted_summary: ClientMetrics,
+    /// Offered request rate of each stage (requests per second).
+    pub offered_rps: Vec<f64>,
     /// Simulated prefix-cache hit rate.
     pub prefix_hit_rate: f64,
     /// Simulated preemptions.
@@ -206,6 +208,8 @@ pub struct ExperimentComparison {
 /// Failure fraction above which a run counts as overloaded (the rule that
 /// classifies the real runs).
 pub const OVERLOAD_FAILURE_FRACTION: f64 = 0.1;
+/// Served / offered rate below which a simulated stage is saturated.
+pub const SATURATION_SERVED_FRACTION: f64 = 0.9;
 
 impl ExperimentComparison {
     /// Compares a simulation with its experiment.
@@ -232,6 +236,7 @@ impl ExperimentComparison {
             request_e2e_ms,
             predicted_stages,
             predicted_summary,
+            offered_rps: exp.workload.load.stages.iter().map(|s| s.rate).collect(),
             prefix_hit_rate: sim.prefix_hit_rate,
             preemptions: sim.preemptions,
         }
@@ -242,9 +247,18 @@ impl ExperimentComparison {
         self.rows.iter().filter(move |r| r.metric == metric && r.stage != StageLabel::Summary).filter_map(|r| r.ape)
     }
 
-    /// Whether the simulation lost more than 10 % of the requests of any stage.
+    /// Whether the simulation lost more than 10 % of the requests of any
+    /// stage (the rule that classifies the real runs).
     pub fn predicted_overloaded(&self) -> bool {
         self.predicted_stages.iter().any(|m| m.failure_fraction > OVERLOAD_FAILURE_FRACTION)
+    }
+
+    /// The lowest ratio over stages of simulated served rate (successes per
+    /// second of the stage's span) to offered rate; below
+    /// [`SATURATION_SERVED_FRACTION`] the simulated server cannot keep up,
+    /// its queue grows for as long as the stage lasts.
+    pub fn predicted_served_fraction(&self) -> f64 {
+        self.predicted_stages.iter().zip(&self.offered_rps).map(|(m, &o)| m.throughput_rps / o).fold(f64::INFINITY, f64::min)
     }
 }
 

@@ -24,6 +24,12 @@
 //! E2E MAPE + 0.3·TTFT MAPE over the active training stages, every
 //! evaluation simulating all training experiments in parallel. Fixed seed,
 //! fixed evaluation budget: the same command gives the same coefficients.
+//!
+//! The *fitting objective* both stages score candidates with is that loss
+//! plus two terms: a weak physical prior on the coefficients
+//! ([`PRIOR_WEIGHT`]; trained-physics and unified-5) and the saturation term
+//! ([`SATURATION_WEIGHT`]): how far the simulated failure fraction of the
+//! overloaded training runs is from the measured one.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -45,6 +51,11 @@ use crate::suite::{Case, Suite};
 
 /// Weight of TTFT relative to E2E in both stages' objectives.
 pub const TTFT_WEIGHT: f64 = 0.3;
+/// Weight of the saturation term of the fitting objective: the mean absolute
+/// error, in percentage points, of the failure fraction of the
+/// overload-excluded training runs (the saturation-cliff penalty of
+/// `unified-step-time-formula.md`, Part 4). Their latencies are never fitted.
+pub const SATURATION_WEIGHT: f64 = 0.1;
 /// Requests averaged into one stage-one equation (one prompt cycle of inference-perf's shared-prefix workload).
 pub const REQUEST_BLOCK: usize = 100;
 /// Factor beyond which a simulated E2E is too far from the measured one for
@@ -219,8 +230,7 @@ struct Row {
     experiment: usize,
 }
 
-/// Stage-one equations of one simulated experiment, and the objective terms
-/// (E2E and TTFT APE per stage) of the coefficients it was simulated with.
+/// Stage-one equations of one simulated experiment.
 ///
 /// With `requests.csv`, two equations per block of [`REQUEST_BLOCK`]
 /// consecutive requests that succeeded both in reality and in simulation
@@ -237,10 +247,9 @@ fn stage_rows(
     basis: &dyn FeatureBasis,
     latency: &Arc<dyn LatencyModel>,
     seed: u64,
-) -> Result<(Vec<Row>, StageApes), ExperimentError> {
+) -> Result<Vec<Row>, ExperimentError> {
     let mut rec = StepRecorder::new(basis);
     let sim = simulate(&case.experiment, &case.setup, latency.clone(), seed, false, &mut rec)?;
-    let apes = stage_apes(case, &sim);
     let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
     let emission = latency.token_emission_delay();
     let per_token = latency.output_token_overhead();
@@ -335,7 +344,7 @@ fn stage_rows(
             }
         }
     }
-    Ok((rows, apes))
+    Ok(rows)
 }
 
 /// APEs of the E2E means and of the TTFT means of an experiment's stages.
@@ -414,9 +423,11 @@ fn solve_linear(kind: ModelKind, rows: &[Row], n: usize, priors: Option<&[(f64, 
     least_squares(rows, n, None, None).ridge(lambda)
 }
 
-/// E2E MAPE + 0.3·TTFT MAPE over the active stages of `cases`.
+/// The fitting objective over `cases`: E2E MAPE + 0.3·TTFT MAPE over the
+/// stages of the active ones, plus [`SATURATION_WEIGHT`] × the mean failure
+/// fraction error (percentage points) over the stages of the overloaded ones.
 fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, ExperimentError> {
-    let parts: Vec<StageApes> = cases
+    let parts: Vec<(StageApes, Vec<f64>)> = cases
         .par_iter()
         .map(|c| {
             let s = &c.setup;
@@ -424,10 +435,23 @@ fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, Ex
                 .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
                 .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
             let sim = simulate(&c.experiment, s, latency, seed, false, &mut crate::reproduce::NoObserver)?;
-            Ok(stage_apes(c, &sim))
+            if c.experiment.status() == Status::Active {
+                return Ok((stage_apes(c, &sim), Vec::new()));
+            }
+            let failure_errors = c
+                .experiment
+                .stages
+                .iter()
+                .zip(&sim.client.stages)
+                .map(|(measured, client)| (client.metrics(s.output_len).failure_fraction - measured.failure_fraction()).abs() * 100.0)
+                .collect();
+            Ok(((Vec::new(), Vec::new()), failure_errors))
         })
         .collect::<Result<_, ExperimentError>>()?;
-    Ok(loss(&parts))
+    let active: Vec<StageApes> = parts.iter().map(|p| p.0.clone()).collect();
+    let failure_errors: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
+    let saturation = if failure_errors.is_empty() { 0.0 } else { SATURATION_WEIGHT * crate::stats::mean(&failure_errors) };
+    Ok(loss(&active) + saturation)
 }
 
 fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64]) -> CoefficientSet {
@@ -457,6 +481,8 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
         return Err(FitError::Invalid(format!("--holdout-model {m}: no experiment uses this model")));
     }
     let train: Vec<&Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && !holdout(c)).collect();
+    // The objective also scores the overloaded runs of the training models (saturation term).
+    let scored: Vec<&Case> = suite.cases.iter().filter(|c| !holdout(c)).collect();
     if train.is_empty() {
         return Err(FitError::Invalid("no active experiment left to train on".into()));
     }
@@ -490,16 +516,16 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
             })
             .collect::<Result<Vec<_>, ExperimentError>>()?;
         if !current.is_empty() && current_loss.is_infinite() {
-            current_loss = loss(&results.iter().map(|r| r.1.clone()).collect::<Vec<_>>()) + prior_penalty(&current, priors);
+            current_loss = objective(&scored, &set_of(opts.kind, &current[..na], &current[na..]), opts.seed)? + prior_penalty(&current, priors);
         }
-        let rows: Vec<Row> = results.into_iter().flat_map(|r| r.0).collect();
+        let rows: Vec<Row> = results.into_iter().flatten().collect();
         let solution = solve_linear(opts.kind, &rows, na + nb, priors);
         let steps: &[f64] = if current.is_empty() { &[1.0] } else { &[1.0, 0.5, 0.25] };
         let mut improved = false;
         for &t in steps {
             let candidate: Vec<f64> = if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
-            let score = objective(&train, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)? + prior_penalty(&candidate, priors);
-            progress(format!("stage 1, round {}, step {t}: objective {score:.3} (E2E MAPE + 0.3·TTFT MAPE)", round + 1));
+            let score = objective(&scored, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)? + prior_penalty(&candidate, priors);
+            progress(format!("stage 1, round {}, step {t}: fitting objective {score:.3}", round + 1));
             if score < current_loss {
                 (current, current_loss, improved) = (candidate, score, true);
                 break;
@@ -539,7 +565,7 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
                 c[i] = if nonneg { v.max(0.0) } else { v };
             }
             evals += 1;
-            match objective(&train, &set_of(opts.kind, &c[..na], &c[na..]), opts.seed).map(|v| v + prior_penalty(&c, priors)) {
+            match objective(&scored, &set_of(opts.kind, &c[..na], &c[na..]), opts.seed).map(|v| v + prior_penalty(&c, priors)) {
                 Ok(v) => {
                     if v < best.1 {
                         best = (c, v);
@@ -556,7 +582,7 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
         if let Some(e) = failure {
             return Err(e.into());
         }
-        progress(format!("stage 2: {evals} evaluations, objective {:.3}", best.1));
+        progress(format!("stage 2: {evals} evaluations, fitting objective {:.3}", best.1));
     }
     let (coefficients, final_loss) = best;
     let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..]);
