@@ -27,6 +27,9 @@ const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
 const DEFAULT_BLOCK_SIZE: u32 = 16;
 const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
 const DEFAULT_GPU: &str = "H100";
+/// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
+/// beyond any GPU); bounds memory on absurd input.
+const MAX_GPU_BLOCKS: u64 = 100_000_000;
 /// Async scheduling when `server-facts.yaml` does not say: vLLM's default
 /// since it was turned on by default (vLLM #27614, late 2025).
 pub const DEFAULT_ASYNC_SCHEDULING: bool = true;
@@ -80,6 +83,9 @@ impl Setup {
         let block_size = f.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
         let gpu_spec = gpu.spec();
         let (num_gpu_blocks, blocks_from_server) = match f.num_gpu_blocks {
+            Some(b) if b > MAX_GPU_BLOCKS => {
+                return Err(unreproducible(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported")));
+            }
             Some(b) => (b, true),
             None => {
                 let util = f.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);

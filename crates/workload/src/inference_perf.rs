@@ -43,6 +43,11 @@ use thiserror::Error;
 /// `load.request_timeout` is null.
 pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
 
+/// Largest stage BLIS reproduces (requests), to bound memory on absurd input.
+const MAX_STAGE_REQUESTS: f64 = 1e7;
+/// Largest shared-prefix prompt set BLIS builds.
+const MAX_PROMPTS: u64 = 1_000_000;
+
 /// Delay between a stage starting and its first scheduled send ("allow
 /// generation a second to begin populating the queue").
 pub const STAGE_START_OFFSET_S: f64 = 1.0;
@@ -235,6 +240,13 @@ impl InferencePerfConfig {
                 return Err(InferencePerfError::Invalid { field, value: "0".into(), reason: "must be at least 1" });
             }
         }
+        if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
+            return Err(InferencePerfError::Invalid {
+                field: "data.shared_prefix.num_prompts_per_group",
+                value: sp.num_prompts_per_group.to_string(),
+                reason: "num_groups × num_prompts_per_group must be at most 10^6",
+            });
+        }
         if self.load.stages.is_empty() {
             return Err(InferencePerfError::Invalid { field: "load.stages", value: "[]".into(), reason: "needs at least one stage" });
         }
@@ -242,11 +254,11 @@ impl InferencePerfConfig {
             if !(s.rate.is_finite() && s.rate > 0.0) {
                 return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: s.rate.to_string(), reason: "must be a positive number" });
             }
-            if !(s.duration.is_finite() && s.duration > 0.0 && s.rate * s.duration < 1e9) {
+            if !(s.duration.is_finite() && s.duration > 0.0 && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
                 return Err(InferencePerfError::Invalid {
                     field: "load.stages[].duration",
                     value: s.duration.to_string(),
-                    reason: "must be positive, with rate·duration below 10^9 requests",
+                    reason: "must be positive, with rate·duration at most 10^7 requests",
                 });
             }
         }
@@ -525,6 +537,10 @@ storage:
         assert!(e.to_string().contains("data.type"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0", "rate: -5.0")).unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate: 10.0", "duration: 1e12\n  - rate: 10.0")).unwrap_err();
+        assert!(e.to_string().contains("10^7"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("num_groups: 10", "num_groups: 4000000000")).unwrap_err();
+        assert!(e.to_string().contains("num_prompts_per_group"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate", "duration: nope\n  - rate")).unwrap_err();
         assert!(e.to_string().contains("duration"), "{e}");
         assert!(InferencePerfConfig::from_yaml_str("{").is_err());
