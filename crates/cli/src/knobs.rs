@@ -144,19 +144,28 @@ knob_table! {
     /// Reuse KV blocks of shared prompt prefixes. [default: true]
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
     enable_prefix_caching: bool = Some(true),
+    /// Schedule the next step while the current one runs (vLLM --async-scheduling):
+    /// requests arriving during a step join the step after next. [default: false]
+    #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
+    async_scheduling: bool = Some(false),
     /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
     #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     long_prefill_token_threshold: u32 = Some(0),
 
-    // ── Latency model ────────────────────────────────────────────────────
-    /// Step-time model: roofline (analytical) or blackbox (needs --alpha-coeffs and --beta-coeffs). [default: roofline]
+    // ── Latency model ──────────────────────────────────────────────────
+    /// Step-time model: roofline, blackbox, trained-physics, unified-5 or physics-normalized.
+    /// [default: the model of the bundled default coefficient set (trained-physics)]
     #[arg(long, value_name = "NAME", help_heading = "Latency model")]
-    latency_model: String = Some("roofline".into()),
-    /// Blackbox α: "α0,α1,α2" = queueing µs, µs per prompt token, µs per output token.
-    #[arg(long, value_name = "A0,A1,A2", help_heading = "Latency model")]
+    latency_model: String = None,
+    /// Coefficient file (YAML or JSON: latency_model, alpha, beta, provenance).
+    /// [default: the bundled set for --latency-model, or the bundled default set]
+    #[arg(long, value_name = "FILE", help_heading = "Latency model")]
+    coefficients: PathBuf = None,
+    /// Replace the set's α: comma-separated, in the model's order (blackbox: queueing µs, µs per prompt token, µs per output token).
+    #[arg(long, value_name = "A0,A1,...", help_heading = "Latency model")]
     alpha_coeffs: String = None,
-    /// Blackbox β: "β0,β1,β2" = step µs, µs per prefill token, µs per decode token.
-    #[arg(long, value_name = "B0,B1,B2", help_heading = "Latency model")]
+    /// Replace the set's β: comma-separated, in the model's order (blackbox: step µs, µs per prefill token, µs per decode token).
+    #[arg(long, value_name = "B0,B1,...", help_heading = "Latency model")]
     beta_coeffs: String = None,
 
     // ── Workload ─────────────────────────────────────────────────────────

@@ -9,15 +9,18 @@ mod cluster;
 mod compose;
 mod convert;
 mod error;
+mod fit;
 mod knobs;
 mod observe;
 mod output;
 mod plot;
+mod plots;
 mod replay;
 mod report;
 mod run;
 mod serve;
 mod setup;
+mod validate;
 mod workload_cmd;
 mod workload_source;
 
@@ -41,6 +44,10 @@ enum Command {
     Observe(Box<observe::ObserveArgs>),
     /// Simulate a recorded trace v2 at its recorded send times, with the server config from its header.
     Replay(Box<replay::ReplayArgs>),
+    /// Simulate real serving experiments (inference-perf result directories) and compare with their measurements.
+    Validate(Box<validate::ValidateArgs>),
+    /// Learn latency-model coefficients from real experiments (stage one: linear; stage two: simulator in the loop).
+    Fit(Box<fit::FitArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -93,6 +100,8 @@ fn main() {
         Command::Serve(args) => serve::execute(*args),
         Command::Observe(args) => observe::execute(*args),
         Command::Replay(args) => replay::execute(*args),
+        Command::Validate(args) => validate::execute(*args),
+        Command::Fit(args) => fit::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

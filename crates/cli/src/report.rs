@@ -42,6 +42,8 @@ pub struct DeploymentInfo {
     pub tp: u32,
     /// Latency model name.
     pub latency_model: String,
+    /// Where the latency model's coefficients came from.
+    pub coefficients: String,
     /// KV blocks per instance.
     pub num_gpu_blocks: u64,
 }
@@ -88,7 +90,7 @@ pub fn table(report: &RunReport) -> String {
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
     line(&mut out, "Hardware:", format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks));
-    line(&mut out, "Latency model / seed:", format!("{} / {}", d.latency_model, report.seed));
+    line(&mut out, "Latency model / seed:", format!("{} ({}) / {}", d.latency_model, d.coefficients, report.seed));
     line(&mut out, "Requests completed / injected:", format!("{} / {}", s.requests.completed, s.requests.injected));
     line(
         &mut out,

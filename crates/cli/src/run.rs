@@ -166,6 +166,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
             hardware: deployment.gpu_name.clone(),
             tp: deployment.tp,
             latency_model: deployment.latency.name().to_string(),
+            coefficients: deployment.coefficients.clone(),
             num_gpu_blocks: deployment.instance.num_gpu_blocks,
         },
         config,

@@ -5,9 +5,10 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use blis_calibrate::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::catalog;
 use blis_engine::hardware::{GpuSpec, kv_blocks};
-use blis_engine::latency::{Blackbox, LatencyModel, Roofline};
+use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
@@ -27,6 +28,8 @@ pub struct Deployment {
     pub instance: InstanceConfig,
     /// The step-time model.
     pub latency: Arc<dyn LatencyModel>,
+    /// Where its coefficients came from.
+    pub coefficients: String,
 }
 
 fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
@@ -37,17 +40,61 @@ fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, BadInput> {
     k.value.clone().ok_or_else(|| bad_input!("{what}"))
 }
 
-/// Parses "a,b,c" into exactly `n` finite numbers.
-pub fn parse_coeffs(flag: &str, text: &str, n: usize) -> Result<Vec<f64>, BadInput> {
-    let values: Vec<f64> = text
-        .split(',')
+/// Parses "a,b,c" into finite numbers.
+pub fn parse_coeffs(flag: &str, text: &str) -> Result<Vec<f64>, BadInput> {
+    text.split(',')
         .map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
         .collect::<Option<_>>()
-        .ok_or_else(|| bad_input!("--{flag} {text:?}: expected {n} comma-separated finite numbers"))?;
-    if values.len() != n {
-        return Err(bad_input!("--{flag} {text:?}: expected {n} comma-separated numbers, got {}", values.len()));
+        .ok_or_else(|| bad_input!("--{flag} {text:?}: expected comma-separated finite numbers"))
+}
+
+/// A coefficient set and a description of where it came from.
+pub struct ChosenCoefficients {
+    /// The set.
+    pub set: CoefficientSet,
+    /// "FILE", "bundled NAME", plus any flag overrides.
+    pub origin: String,
+}
+
+/// Chooses the coefficient set: `--coefficients FILE`; else the bundled set
+/// for `--latency-model`; else the bundled default. `--alpha-coeffs` and
+/// `--beta-coeffs` replace the chosen set's vectors.
+pub fn choose_coefficients(
+    latency_model: Option<&str>,
+    file: Option<&Path>,
+    alpha: Option<&str>,
+    beta: Option<&str>,
+) -> Result<ChosenCoefficients, BadInput> {
+    let kind = latency_model.map(|m| m.parse::<ModelKind>().map_err(|e| bad_input!("--latency-model: {e}"))).transpose()?;
+    let (mut set, mut origin) = match (file, kind) {
+        (Some(path), _) => {
+            let set = CoefficientSet::load(path).map_err(|e| bad_input!("--coefficients {e}"))?;
+            if let Some(k) = kind
+                && set.latency_model != k.name()
+            {
+                return Err(bad_input!("--coefficients {}: is for {}, but --latency-model is {k}", path.display(), set.latency_model));
+            }
+            (set, path.display().to_string())
+        }
+        (None, Some(k)) => match CoefficientSet::bundled_for(k) {
+            Some(set) => (set, format!("bundled {k}")),
+            None if alpha.is_some() && beta.is_some() => {
+                let empty = CoefficientSet { latency_model: k.name().into(), alpha: vec![], beta: vec![], provenance: Default::default() };
+                (empty, String::from("flags"))
+            }
+            None => return Err(bad_input!("--latency-model {k}: BLIS ships no coefficients for it; pass --coefficients FILE or --alpha-coeffs and --beta-coeffs")),
+        },
+        (None, None) => (CoefficientSet::default_set(), format!("bundled {DEFAULT_SET}")),
+    };
+    if let Some(a) = alpha {
+        set.alpha = parse_coeffs("alpha-coeffs", a)?;
+        origin += " with --alpha-coeffs";
     }
-    Ok(values)
+    if let Some(b) = beta {
+        set.beta = parse_coeffs("beta-coeffs", b)?;
+        origin += " with --beta-coeffs";
+    }
+    Ok(ChosenCoefficients { set, origin })
 }
 
 /// Converts a seconds knob to microseconds, rejecting NaN, negatives and zero.
@@ -141,6 +188,7 @@ impl Deployment {
                 max_model_len,
                 enable_chunked_prefill: required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?,
                 long_prefill_token_threshold: required(&k.long_prefill_token_threshold, "--long-prefill-token-threshold is required")?,
+                async_scheduling: required(&k.async_scheduling, "--async-scheduling is required")?,
                 queue_policy: QueuePolicy::Fcfs,
                 preemption: PreemptionVictim::Tail,
             },
@@ -151,20 +199,17 @@ impl Deployment {
         };
         instance.validate().map_err(|e| bad_input!("{e}"))?;
 
-        let latency_name = required(&k.latency_model, "--latency-model is required")?;
-        let latency: Arc<dyn LatencyModel> = match latency_name.as_str() {
-            "roofline" => Arc::new(Roofline::new(&model, &gpu, tp)),
-            "blackbox" => {
-                let (Some(a), Some(b)) = (&k.alpha_coeffs.value, &k.beta_coeffs.value) else {
-                    return Err(bad_input!("--latency-model blackbox needs --alpha-coeffs A0,A1,A2 and --beta-coeffs B0,B1,B2"));
-                };
-                let alpha = parse_coeffs("alpha-coeffs", a, 3)?;
-                let beta = parse_coeffs("beta-coeffs", b, 3)?;
-                Arc::new(Blackbox { alpha: [alpha[0], alpha[1], alpha[2]], beta: [beta[0], beta[1], beta[2]] })
-            }
-            other => return Err(bad_input!("--latency-model {other}: unknown; allowed: roofline, blackbox")),
-        };
-
-        Ok(Deployment { model_name, gpu_name, tp, instance, latency })
+        let chosen = choose_coefficients(
+            k.latency_model.value.as_deref(),
+            k.coefficients.value.as_deref(),
+            k.alpha_coeffs.value.as_deref(),
+            k.beta_coeffs.value.as_deref(),
+        )?;
+        let latency = chosen.set.latency_model(&model, &gpu, tp, &instance).map_err(|e| bad_input!("coefficients ({}): {e}", chosen.origin))?;
+        if k.latency_model.value.is_none() {
+            report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
+        }
+        report_entry(report, "coefficients", &chosen.origin, Source::Derived);
+        Ok(Deployment { model_name, gpu_name, tp, instance, latency, coefficients: chosen.origin })
     }
 }

@@ -41,6 +41,7 @@ fn llama_h100() -> (Arc<dyn LatencyModel>, InstanceConfig) {
             long_prefill_token_threshold: 0,
             queue_policy: QueuePolicy::Fcfs,
             preemption: PreemptionVictim::Tail,
+            async_scheduling: false,
         },
         num_gpu_blocks: kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap(),
         block_size: 16,

@@ -10,7 +10,10 @@
 //! (the tail of the running list under FCFS) is preempted, freed and returned
 //! to the wait queue to recompute; a step that preempted admits nobody. A
 //! request whose every token is computed at the end of a step samples one
-//! output token.
+//! output token. With `async_scheduling` (vLLM's `AsyncScheduler` with
+//! `step_with_batch_queue`), the step starting at a boundary was formed when
+//! the previous step started, so requests enqueued during a step can join
+//! only the step after next.
 //!
 //! An instance owns its events: the arrival-to-queue hand-off, the step
 //! boundary, and client timeouts. A driver (a single-instance run or the
@@ -102,6 +105,9 @@ pub trait Observer {
 enum Status {
     /// Between reaching the instance and entering the wait queue.
     Arriving,
+    /// Enqueued while a step ran under async scheduling: not yet visible to
+    /// the scheduler, which already formed the next step.
+    Incoming,
     Waiting,
     Running,
 }
@@ -182,6 +188,8 @@ pub struct Instance {
     free_slots: Vec<u32>,
     waiting: WaitQueue,
     running: Vec<u32>,
+    /// Async scheduling: requests enqueued during the step in flight, in order.
+    incoming: Vec<u32>,
     live_count: u32,
     arriving: u32,
     // The step in flight: (slot, new tokens) and the entries handed to the latency model.
@@ -199,7 +207,7 @@ pub struct Instance {
     stats: InstanceStats,
 }
 
-/// γ of the preemption EMA (physics-normalized model, iteration 4).
+/// γ of the preemption EMA over `preempted / max(1, running)` (physics-normalized model, iteration 3).
 const PREEMPTION_EMA_GAMMA: f64 = 0.3;
 
 impl Instance {
@@ -218,6 +226,7 @@ impl Instance {
             free_slots: Vec::new(),
             waiting,
             running: Vec::new(),
+            incoming: Vec::new(),
             live_count: 0,
             arriving: 0,
             scheduled: Vec::new(),
@@ -256,7 +265,7 @@ impl Instance {
 
     /// Requests in the wait queue (including those still being handed over).
     pub fn queue_depth(&self) -> u32 {
-        self.waiting.len() as u32 + self.arriving
+        self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving
     }
 
     /// Requests in the running batch.
@@ -336,7 +345,7 @@ impl Instance {
             prefix_hit_tokens,
             load: InstanceLoad {
                 running: self.running.len() as u32,
-                waiting: self.waiting.len() as u32 + self.arriving,
+                waiting: self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving,
                 kv_usage: self.kv.usage(),
                 kv_free_blocks: self.kv.num_free_blocks(),
                 preemption_ema: self.preemption_ema,
@@ -421,12 +430,38 @@ impl Instance {
             self.finish(slot, Outcome::TimedOut, obs);
             return;
         }
-        live.status = Status::Waiting;
         live.enqueued = Some(now);
+        if self.cfg.scheduler.async_scheduling && !self.scheduled.is_empty() {
+            // vLLM's async engine loop formed the next step when this one
+            // started; the request waits in the engine's input queue.
+            live.status = Status::Incoming;
+            self.incoming.push(slot);
+            return;
+        }
+        live.status = Status::Waiting;
         let key = live.key;
         obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: now, change: QueueChange::Enqueued });
         self.waiting.push_new(key, slot);
         self.wake();
+    }
+
+    /// Moves incoming requests enqueued no later than `cutoff` into the wait queue.
+    fn admit_incoming(&mut self, cutoff: Micros) {
+        let mut kept = 0;
+        for i in 0..self.incoming.len() {
+            let slot = self.incoming[i];
+            let live = &mut self.slots[slot as usize];
+            if live.enqueued.is_some_and(|e| e <= cutoff) {
+                live.status = Status::Waiting;
+                let key = live.key;
+                self.waiting.push_new(key, slot);
+                self.queue_log.push((slot, QueueChange::Enqueued));
+            } else {
+                self.incoming[kept] = slot;
+                kept += 1;
+            }
+        }
+        self.incoming.truncate(kept);
     }
 
     /// Ensures a step boundary is pending at `now` if the instance is idle.
@@ -456,6 +491,10 @@ impl Instance {
         }
         match live.status {
             Status::Arriving => live.aborted = true,
+            Status::Incoming => {
+                self.incoming.retain(|&s| s != slot);
+                self.finish(slot, Outcome::TimedOut, obs);
+            }
             Status::Waiting => {
                 let key = live.key;
                 let removed = self.waiting.remove(key, slot);
@@ -472,9 +511,13 @@ impl Instance {
 
     fn on_step_boundary(&mut self, obs: &mut dyn Observer) {
         self.step_pending = false;
+        // Under async scheduling the step starting now was formed when the
+        // completed one started: it sees requests enqueued before that.
+        let cutoff = if self.scheduled.is_empty() { self.now } else { self.step_start };
         if !self.scheduled.is_empty() {
             self.complete_step(obs);
         }
+        self.admit_incoming(cutoff);
         self.start_step();
         for &(slot, change) in &self.queue_log {
             let live = &self.slots[slot as usize];
@@ -495,6 +538,7 @@ impl Instance {
             batch: StepBatch { entries: &self.entries, load: self.step_load, preempted },
         });
         let per_token = self.latency.output_token_overhead();
+        let emitted = now + self.latency.token_emission_delay();
         let mut any_finished = false;
         for i in 0..self.scheduled.len() {
             let (slot, _) = self.scheduled[i];
@@ -508,7 +552,7 @@ impl Instance {
                 continue; // a prefill chunk: no token sampled yet
             }
             live.num_output += 1;
-            let time = now + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
+            let time = emitted + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
             let gap = live.last_token.map(|prev| time - prev);
             live.first_token.get_or_insert(time);
             live.last_token = Some(time);
@@ -583,13 +627,20 @@ impl Instance {
     fn start_step(&mut self) {
         loop {
             let preempted = self.schedule();
-            self.preemption_ema = PREEMPTION_EMA_GAMMA * f64::from(preempted) + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
+            let preempted_share = f64::from(preempted) / self.running.len().max(1) as f64;
+            self.preemption_ema = PREEMPTION_EMA_GAMMA * preempted_share + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
             if !self.scheduled.is_empty() {
                 self.step_preempted = preempted;
                 break;
             }
-            // Nothing ran. If everything was preempted, the next pass admits
-            // from the wait queue (vLLM's next busy-loop iteration); otherwise idle.
+            // Nothing ran. Requests held back by async scheduling are
+            // scheduled at once when there is nothing else to run.
+            if !self.incoming.is_empty() {
+                self.admit_incoming(self.now);
+                continue;
+            }
+            // If everything was preempted, the next pass admits from the wait
+            // queue (vLLM's next busy-loop iteration); otherwise idle.
             if preempted == 0 || self.waiting.len() == 0 {
                 return;
             }
@@ -790,10 +841,10 @@ impl Instance {
     }
 
     /// Debug aid for tests: full KV consistency check plus the
-    /// request-accounting identity `live = arriving + waiting + running`.
+    /// request-accounting identity `live = arriving + incoming + waiting + running`.
     pub fn assert_consistent(&self) {
         self.kv.assert_consistent();
-        assert_eq!(self.live_count, self.arriving + self.waiting.len() as u32 + self.running.len() as u32);
+        assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32);
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
     }
 }

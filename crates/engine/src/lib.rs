@@ -31,7 +31,7 @@
 //!
 //! let cfg = InstanceConfig {
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
-//!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
+//!         enable_chunked_prefill: true, long_prefill_token_threshold: 0, async_scheduling: false,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail },
 //!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None,
 //! };

@@ -53,6 +53,8 @@ pub struct MoeConfig {
     pub shared_intermediate_size: u32,
     /// Number of layers whose FFN is a MoE block; the rest are dense.
     pub num_moe_layers: u32,
+    /// Whether MoE layers alternate with dense ones (`interleave_moe_layer_step`, Llama-4).
+    pub interleaved: bool,
 }
 
 /// Multi-head latent attention (DeepSeek-V2 style): the KV cache stores one
@@ -275,7 +277,8 @@ impl ModelConfig {
         // makes every s-th layer MoE (HF: range(s-1, L, s)); Qwen-MoE uses a
         // sparse step and an explicit dense list.
         let first_dense = positive_u32(obj, &["first_k_dense_replace"], "first_k_dense_replace")?.unwrap_or(0).min(num_layers);
-        let num_moe_layers = if let Some(step) = positive_u32(obj, &["interleave_moe_layer_step"], "interleave_moe_layer_step")? {
+        let interleave_step = positive_u32(obj, &["interleave_moe_layer_step"], "interleave_moe_layer_step")?;
+        let num_moe_layers = if let Some(step) = interleave_step {
             num_layers / step
         } else if let Some(step) = positive_u32(obj, &["decoder_sparse_step", "moe_layer_freq"], "decoder_sparse_step")? {
             let dense_listed = field(obj, &["mlp_only_layers"]).and_then(Value::as_array).map_or(0, Vec::len) as u32;
@@ -283,7 +286,14 @@ impl ModelConfig {
         } else {
             num_layers - first_dense
         };
-        Ok(Some(MoeConfig { num_experts, experts_per_token, expert_intermediate_size, shared_intermediate_size, num_moe_layers }))
+        Ok(Some(MoeConfig {
+            num_experts,
+            experts_per_token,
+            expert_intermediate_size,
+            shared_intermediate_size,
+            num_moe_layers,
+            interleaved: interleave_step.is_some(),
+        }))
     }
 
     /// Number of layers with a dense FFN.

@@ -23,6 +23,7 @@ async fn server(failure_rate: f64) -> blis_net::serve::RunningServer {
                 long_prefill_token_threshold: 0,
                 queue_policy: QueuePolicy::Fcfs,
                 preemption: PreemptionVictim::Tail,
+                async_scheduling: false,
             },
             num_gpu_blocks: 4000,
             block_size: 16,

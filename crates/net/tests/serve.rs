@@ -24,6 +24,7 @@ fn config(failure_rate: f64) -> ServeConfig {
                 long_prefill_token_threshold: 0,
                 queue_policy: QueuePolicy::Fcfs,
                 preemption: PreemptionVictim::Tail,
+                async_scheduling: false,
             },
             num_gpu_blocks: 2000,
             block_size: 16,

@@ -24,6 +24,8 @@
 //! * [`synthetic`]: the flag-driven workload of `blis run`; [`labels`]:
 //!   tenant and SLO-class assignment over any request stream
 //!   (`--tenant-mix`, `--slo-class-mix`).
+//! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
+//!   set and staged load, as `blis validate` reproduces real runs.
 //!
 //! ## Example
 //!
@@ -46,6 +48,7 @@ pub mod dist;
 pub mod empirical;
 pub mod error;
 pub mod generator;
+pub mod inference_perf;
 pub mod labels;
 pub mod mooncake;
 pub mod network;

@@ -3,7 +3,10 @@
 
 mod bad_input;
 mod cluster;
+mod experiment_dir;
+mod fit;
 mod run;
+mod validate;
 mod workload;
 
 use std::path::{Path, PathBuf};

@@ -63,7 +63,9 @@ fn presets_take_a_rate() {
     assert_eq!(j["config"]["rate"], serde_json::json!({"value": 20.0, "source": "flag"}));
     assert_eq!(j["requests"]["completed"], 200);
     assert!(j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.2, "the shared system prompt is cached");
-    assert!(j["simulated_duration_s"].as_f64().unwrap() < 15.0, "200 requests at 20/s take about 10 s");
+    // 200 arrivals at 20/s span about 10 s; the run lasts that plus the last answers.
+    let duration = j["simulated_duration_s"].as_f64().unwrap();
+    assert!((8.0..60.0).contains(&duration), "duration {duration} s");
 }
 
 #[test]

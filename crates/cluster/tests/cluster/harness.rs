@@ -32,6 +32,7 @@ pub fn instance(blocks: u64, max_num_seqs: u32, budget: u32) -> InstanceConfig {
             long_prefill_token_threshold: 0,
             queue_policy: QueuePolicy::Fcfs,
             preemption: PreemptionVictim::Tail,
+            async_scheduling: false,
         },
         num_gpu_blocks: blocks,
         block_size: 16,

@@ -7,20 +7,40 @@
 //! timeline:
 //!
 //! ```text
-//! arrival ──queueing_delay──► enqueued ─ … ─ step end ─► token k at step_end_k + k·output_token_overhead
+//! arrival ──queueing_delay──► enqueued ─ … ─ step end ─► token k at step_end_k + token_emission_delay + k·output_token_overhead
 //!                                                         finished = last token + completion_overhead
 //! ```
 //!
 //! The per-token overhead accumulates (each inter-token gap is the step gap
-//! plus the overhead), as in BLIS's alpha model. Models are immutable after
-//! construction and shared freely; anything they need about the model,
-//! hardware or server knobs is captured when they are built.
+//! plus the overhead), as in BLIS's alpha model; the emission delay does not
+//! (it is the fixed time from a step's end to its tokens reaching the API).
+//! Models are immutable after construction and shared freely; anything they
+//! need about the model, hardware or server knobs is captured when they are
+//! built.
+//!
+//! Every trained model is a [`FeatureBasis`] (features computed from the step
+//! and the arrival, physics-normalised by the deployment) plus coefficients;
+//! [`ModelKind`] names them for `--latency-model` and builds them. Adding a
+//! model means adding a basis here; the scheduler never changes.
 
+mod basis;
 mod blackbox;
+mod kind;
+pub mod physics_normalized;
 mod roofline;
+pub mod trained_physics;
+pub mod unified5;
 
-pub use blackbox::Blackbox;
+pub use blackbox::{Blackbox, BlackboxBasis};
+pub use kind::{ModelKind, UnknownModelKind};
+pub use physics_normalized::{PhysicsNormalized, PhysicsNormalizedBasis};
 pub use roofline::Roofline;
+pub use trained_physics::{TrainedPhysics, TrainedPhysicsBasis};
+pub use unified5::{Unified5, Unified5Basis};
+
+use std::sync::Arc;
+
+use thiserror::Error;
 
 use crate::time::Micros;
 
@@ -61,7 +81,8 @@ pub struct InstanceLoad {
     pub kv_usage: f64,
     /// Free KV blocks (including evictable cached ones).
     pub kv_free_blocks: u32,
-    /// Exponential moving average (γ = 0.3) of preemptions per step.
+    /// Exponential moving average (γ = 0.3) over steps of requests preempted
+    /// per running request (`preempted / max(1, running)`, iteration 3).
     pub preemption_ema: f64,
 }
 
@@ -145,6 +166,10 @@ pub trait LatencyModel: Send + Sync {
     /// streaming); accumulates over a request's tokens.
     fn output_token_overhead(&self) -> Micros;
 
+    /// Fixed time from the end of a step to its tokens reaching the API;
+    /// does not accumulate.
+    fn token_emission_delay(&self) -> Micros;
+
     /// Fixed time between a request's last token and its completion.
     fn completion_overhead(&self) -> Micros;
 }
@@ -157,4 +182,93 @@ pub fn step_micros(us: f64) -> Micros {
 /// Rounds a non-negative overhead in µs (NaN and negatives become 0).
 pub fn overhead_micros(us: f64) -> Micros {
     Micros::from_us_f64(us.max(0.0)).unwrap_or(Micros::ZERO)
+}
+
+/// Coefficients that do not fit a model.
+#[derive(Debug, Error, PartialEq)]
+pub enum CoefficientError {
+    /// The vector has the wrong number of entries.
+    #[error("{model} needs {expected} {which} coefficients ({names}), got {got}")]
+    WrongLength {
+        /// Model name.
+        model: &'static str,
+        /// "alpha" or "beta".
+        which: &'static str,
+        /// Required count.
+        expected: usize,
+        /// Given count.
+        got: usize,
+        /// The coefficient names, comma-separated.
+        names: String,
+    },
+    /// An entry is NaN or infinite.
+    #[error("{model} {which} coefficient {index} ({name}) = {value} is not a finite number")]
+    NotFinite {
+        /// Model name.
+        model: &'static str,
+        /// "alpha" or "beta".
+        which: &'static str,
+        /// Position in the vector.
+        index: usize,
+        /// Its name.
+        name: &'static str,
+        /// The value.
+        value: f64,
+    },
+}
+
+/// A latency model family that is linear in its coefficients: the step time
+/// is β·f(step) and the client-visible offsets of a request's TTFT and E2E
+/// are α·u(request). Fitting (`blis fit`) works on any basis through this
+/// trait.
+///
+/// Guarantees expected of implementations: features are finite, computed in
+/// O(entries) without allocation, and `with_coefficients` builds a model whose
+/// `step_time` of a non-empty batch is `step_micros(β·step_features)`.
+pub trait FeatureBasis: Send + Sync {
+    /// Model name, as accepted by `--latency-model`.
+    fn name(&self) -> &'static str;
+
+    /// Names of the α coefficients, in order.
+    fn alpha_names(&self) -> &'static [&'static str];
+
+    /// Names of the β coefficients, in order.
+    fn beta_names(&self) -> &'static [&'static str];
+
+    /// Writes the β features of a step into `out` (length = β count).
+    fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]);
+
+    /// Writes how each α coefficient enters one request's client-side TTFT
+    /// and E2E (µs per unit coefficient) given its arrival view and output
+    /// length (lengths = α count).
+    fn alpha_features(&self, arrival: &QueueingInput, output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]);
+
+    /// The model with these coefficients; lengths were checked by the caller.
+    fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel>;
+
+    /// The model with these coefficients, after checking their count and finiteness.
+    fn with_coefficients(&self, alpha: &[f64], beta: &[f64]) -> Result<Arc<dyn LatencyModel>, CoefficientError> {
+        for (which, names, values) in [("alpha", self.alpha_names(), alpha), ("beta", self.beta_names(), beta)] {
+            if values.len() != names.len() {
+                return Err(CoefficientError::WrongLength {
+                    model: self.name(),
+                    which,
+                    expected: names.len(),
+                    got: values.len(),
+                    names: names.join(", "),
+                });
+            }
+            if let Some((index, &value)) = values.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+                return Err(CoefficientError::NotFinite { model: self.name(), which, index, name: names[index], value });
+            }
+        }
+        Ok(self.with_coefficients_unchecked(alpha, beta))
+    }
+}
+
+/// Copies a checked coefficient slice into a fixed-size array.
+pub(crate) fn coefficient_array<const N: usize>(v: &[f64]) -> [f64; N] {
+    let mut a = [0.0; N];
+    a.copy_from_slice(v);
+    a
 }

@@ -134,6 +134,10 @@ impl LatencyModel for Roofline {
         Micros::ZERO
     }
 
+    fn token_emission_delay(&self) -> Micros {
+        Micros::ZERO
+    }
+
     fn completion_overhead(&self) -> Micros {
         Micros::ZERO
     }

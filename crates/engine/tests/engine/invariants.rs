@@ -18,11 +18,11 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         (2u64..400, prop::sample::select(vec![1u32, 4, 16])),
         (1u32..32, 1u32..2048, 64u32..5000),
         (any::<bool>(), any::<bool>(), prop::sample::select(vec![0u32, 0, 64, 300])),
-        (prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
+        (any::<bool>(), prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
          prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority])),
         prop::option::of(100_000u64..3_000_000),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (queue_policy, preemption), timeout)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), timeout)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs.min((blocks - 1) as u32).max(1),
@@ -30,6 +30,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                     max_model_len: max_len,
                     enable_chunked_prefill: chunked,
                     long_prefill_token_threshold: threshold,
+                    async_scheduling,
                     queue_policy,
                     preemption,
                 },

@@ -3,4 +3,5 @@
 
 mod harness;
 mod invariants;
+mod physics_normalized_golden;
 mod scenarios;

@@ -16,7 +16,7 @@ fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
             max_num_batched_tokens: budget,
             max_model_len: 100_000,
             enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
+            long_prefill_token_threshold: 0, async_scheduling: false,
             queue_policy: QueuePolicy::Fcfs,
             preemption: PreemptionVictim::Tail,
         },
@@ -178,4 +178,60 @@ fn an_abandoned_request_is_aborted_and_its_blocks_freed() {
     assert_eq!((c.completed, c.timed_out), (1, 1));
     assert_eq!(inst.kv().num_used_blocks(), 0);
     assert!(inst.is_idle());
+}
+
+/// A model with a fixed step time and every overhead set, to check where each applies.
+struct Overheads;
+
+impl blis_engine::latency::LatencyModel for Overheads {
+    fn name(&self) -> &'static str {
+        "overheads"
+    }
+    fn step_time(&self, _batch: &blis_engine::latency::StepBatch<'_>) -> Micros {
+        Micros(1000)
+    }
+    fn queueing_delay(&self, _input: &blis_engine::latency::QueueingInput) -> Micros {
+        Micros(100)
+    }
+    fn output_token_overhead(&self) -> Micros {
+        Micros(3)
+    }
+    fn token_emission_delay(&self) -> Micros {
+        Micros(40)
+    }
+    fn completion_overhead(&self) -> Micros {
+        Micros(500)
+    }
+}
+
+/// One request (prompt 32, 3 tokens) arriving at 0: enqueued at 100, steps
+/// end at 1100, 2100, 3100. Token k reaches the API at step end + 40 + 3·k:
+/// 1143, 2146, 3149 (the emission delay shifts every token once, the per-token
+/// overhead accumulates); finished = 3149 + 500.
+#[test]
+fn emission_delay_shifts_tokens_once_and_per_token_overhead_accumulates() {
+    let reqs = vec![req(0, 0, TokenSeq::synthetic(3, 32), 3)];
+    let run = run_checked(cfg(100, 4, 2048, false), Arc::new(Overheads), reqs, None);
+    assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1143), Micros(2146), Micros(3149)]);
+    let r = &run.rec.records[&RequestId(0)];
+    assert_eq!((r.ttft(), r.e2e()), (Some(Micros(1143)), Some(Micros(3649))));
+}
+
+/// Fixed 1000 µs steps, no overheads. R0 (3 tokens) arrives at 0 and runs
+/// steps [0, 1000), [1000, 2000), [2000, 3000). R1 (1 token) arrives at 500,
+/// during the first step. Synchronously it joins the step at 1000 (token at
+/// 2000); with async scheduling the step at 1000 was formed at 0, so R1
+/// joins the step at 2000 (token at 3000). R0 is unaffected.
+#[test]
+fn async_scheduling_delays_admission_by_one_step() {
+    for (async_scheduling, r1_token) in [(false, 2000), (true, 3000)] {
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 0.0, 0.0] });
+        let mut c = cfg(100, 8, 2048, false);
+        c.scheduler.async_scheduling = async_scheduling;
+        let reqs = vec![req(0, 0, TokenSeq::synthetic(1, 16), 3), req(1, 500, TokenSeq::synthetic(2, 16), 1)];
+        let run = run_checked(c, model, reqs, None);
+        run.assert_conservation();
+        assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1000), Micros(2000), Micros(3000)]);
+        assert_eq!(run.rec.tokens[&RequestId(1)], [Micros(r1_token)], "async_scheduling = {async_scheduling}");
+    }
 }

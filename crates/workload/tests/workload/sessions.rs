@@ -32,6 +32,7 @@ fn run(spec: &str) -> Vec<RequestRecord> {
             long_prefill_token_threshold: 0,
             queue_policy: QueuePolicy::Fcfs,
             preemption: PreemptionVictim::Tail,
+            async_scheduling: false,
         },
         num_gpu_blocks: 40_000,
         block_size: 16,

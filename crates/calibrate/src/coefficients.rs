@@ -1,0 +1,236 @@
+//! Coefficient sets as data: which latency model, its α and β, and where
+//! they came from. Files are YAML (or JSON, which is valid YAML):
+//!
+//! ```yaml
+//! latency_model: trained-physics      # roofline | blackbox | trained-physics | unified-5 | physics-normalized
+//! alpha: [15563.2, 777.3, 45.9]       # in the model's documented order
+//! beta: [0.152, 0.0, 1.36, ...]
+//! provenance:                          # optional, free of effect on the simulation
+//!   source: blis fit                   # or e.g. "published: latency-formulas.md §3"
+//!   hardware: H100
+//!   fitted_on: [experiment, ...]
+//!   holdout: [experiment, ...]
+//!   fitted_at: 2026-03-01
+//!   command: blis fit validation/vllm-h100 ...
+//!   loss: 4.2                          # E2E MAPE + 0.3 · TTFT MAPE over active training stages, %
+//!   train_errors: {e2e_mean_ms: 3.1, ...}     # mean APE per metric over training stages, %
+//!   holdout_errors: {e2e_mean_ms: 7.9, ...}
+//!   notes: free text
+//! ```
+//!
+//! The sets BLIS ships are compiled in from `data/coefficients/`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use blis_engine::hardware::GpuSpec;
+use blis_engine::latency::{LatencyModel, ModelKind, Roofline};
+use blis_engine::model::ModelConfig;
+use blis_engine::scheduler::InstanceConfig;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ExperimentError;
+
+/// Where a coefficient set came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    /// "blis fit", or the publication the numbers come from.
+    #[serde(default)]
+    pub source: String,
+    /// GPU the data was measured on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hardware: Option<String>,
+    /// Experiments the set was fitted on.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fitted_on: Vec<String>,
+    /// Experiments held out of the fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub holdout: Vec<String>,
+    /// Date of the fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fitted_at: Option<String>,
+    /// The command that produced the set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub command: Option<String>,
+    /// Final loss, E2E MAPE + 0.3 · TTFT MAPE over active training stages (%).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub loss: Option<f64>,
+    /// Mean APE per metric over training stages (%).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub train_errors: BTreeMap<String, f64>,
+    /// Mean APE per metric over held-out stages (%).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub holdout_errors: BTreeMap<String, f64>,
+    /// Anything else worth knowing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notes: Option<String>,
+}
+
+/// A latency model and its coefficients.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CoefficientSet {
+    /// `--latency-model` name.
+    pub latency_model: String,
+    /// α, in the model's order.
+    #[serde(default)]
+    pub alpha: Vec<f64>,
+    /// β, in the model's order.
+    #[serde(default)]
+    pub beta: Vec<f64>,
+    /// Where they came from.
+    #[serde(default)]
+    pub provenance: Provenance,
+}
+
+/// A coefficient set BLIS ships.
+#[derive(Copy, Clone, Debug)]
+pub struct BundledSet {
+    /// Name (the file stem under `data/coefficients/`).
+    pub name: &'static str,
+    /// File text.
+    pub text: &'static str,
+}
+
+macro_rules! bundled {
+    ($($name:literal),* $(,)?) => {
+        &[$(BundledSet { name: $name, text: include_str!(concat!("../../../data/coefficients/", $name, ".yaml")) }),*]
+    };
+}
+
+/// Every bundled set.
+pub const BUNDLED: &[BundledSet] = bundled![
+    "trained-physics-h100",
+    "unified-5-h100",
+    "physics-normalized-h100",
+    "trained-physics-published",
+    "unified-5-published",
+];
+
+/// The set `blis run` and `blis validate` use when told nothing: the one that
+/// validates best on `validation/vllm-h100` (see `validation/REPORT.md`).
+pub const DEFAULT_SET: &str = "trained-physics-h100";
+
+impl CoefficientSet {
+    /// Parses YAML or JSON text; `origin` names the source in errors.
+    pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, ExperimentError> {
+        let set: CoefficientSet = serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
+            .map_err(|e| ExperimentError::Format { path: origin.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })?;
+        set.kind().map_err(|message| ExperimentError::Format { path: origin.to_path_buf(), message })?;
+        Ok(set)
+    }
+
+    /// Reads a coefficient file.
+    pub fn load(path: &Path) -> Result<CoefficientSet, ExperimentError> {
+        let text = std::fs::read_to_string(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        CoefficientSet::parse(&text, path)
+    }
+
+    /// A bundled set by name.
+    pub fn bundled(name: &str) -> Option<CoefficientSet> {
+        let b = BUNDLED.iter().find(|b| b.name == name)?;
+        // Bundled files are parsed by a unit test, so this cannot fail at run time.
+        Some(CoefficientSet::parse(b.text, Path::new(b.name)).unwrap_or_else(|e| panic!("bundled coefficients {}: {e}", b.name)))
+    }
+
+    /// The default set ([`DEFAULT_SET`]).
+    pub fn default_set() -> CoefficientSet {
+        CoefficientSet::bundled(DEFAULT_SET).unwrap_or_else(|| panic!("bundled default {DEFAULT_SET} missing"))
+    }
+
+    /// The bundled set for `kind`: the fitted one, else the published one;
+    /// `None` for models BLIS ships no coefficients for (blackbox). Roofline
+    /// gets an empty set.
+    pub fn bundled_for(kind: ModelKind) -> Option<CoefficientSet> {
+        if kind == ModelKind::Roofline {
+            return Some(CoefficientSet { latency_model: kind.name().into(), alpha: vec![], beta: vec![], provenance: Provenance::default() });
+        }
+        ["h100", "published"].iter().find_map(|suffix| CoefficientSet::bundled(&format!("{}-{suffix}", kind.name())))
+    }
+
+    /// The model family.
+    pub fn kind(&self) -> Result<ModelKind, String> {
+        self.latency_model.parse::<ModelKind>().map_err(|e| format!("field `latency_model`: {e}"))
+    }
+
+    /// The latency model of these coefficients for one deployment; the error
+    /// says which coefficient is wrong.
+    pub fn latency_model(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Arc<dyn LatencyModel>, String> {
+        let kind = self.kind()?;
+        match kind.basis(model, gpu, tp, instance) {
+            None => Ok(Arc::new(Roofline::new(model, gpu, tp))),
+            Some(basis) => basis.with_coefficients(&self.alpha, &self.beta).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The set as YAML.
+    pub fn to_yaml(&self) -> String {
+        serde_yaml_ng::to_string(self).unwrap_or_else(|e| panic!("a coefficient set always serialises: {e}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blis_engine::catalog::{find_gpu, find_model};
+    use blis_engine::scheduler::{PreemptionVictim, QueuePolicy, SchedulerConfig};
+
+    fn instance() -> InstanceConfig {
+        InstanceConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs: 128,
+                max_num_batched_tokens: 2048,
+                max_model_len: 4096,
+                enable_chunked_prefill: true,
+                long_prefill_token_threshold: 0, async_scheduling: false,
+                queue_policy: QueuePolicy::Fcfs,
+                preemption: PreemptionVictim::Tail,
+            },
+            num_gpu_blocks: 1000,
+            block_size: 16,
+            enable_prefix_caching: true,
+            client_timeout: None,
+        }
+    }
+
+    #[test]
+    fn every_bundled_set_parses_and_builds_for_every_bundled_model() {
+        let gpu = find_gpu("H100").unwrap().spec();
+        for b in BUNDLED {
+            let set = CoefficientSet::bundled(b.name).unwrap();
+            for m in blis_engine::catalog::MODELS {
+                let model = ModelConfig::from_hf_json(m.config_json).unwrap();
+                set.latency_model(&model, &gpu, 2, &instance()).unwrap_or_else(|e| panic!("{} on {}: {e}", b.name, m.id));
+            }
+        }
+        assert!(CoefficientSet::bundled(DEFAULT_SET).is_some());
+        for kind in [ModelKind::Roofline, ModelKind::TrainedPhysics, ModelKind::Unified5, ModelKind::PhysicsNormalized] {
+            assert!(CoefficientSet::bundled_for(kind).is_some(), "{kind}");
+        }
+    }
+
+    #[test]
+    fn bad_files_name_the_field() {
+        let p = Path::new("c.yaml");
+        let e = CoefficientSet::parse("latency_model: nope\nalpha: []\nbeta: []\n", p).unwrap_err();
+        assert!(e.to_string().contains("latency_model"), "{e}");
+        let e = CoefficientSet::parse("latency_model: unified-5\nalpha: [1, x]\n", p).unwrap_err();
+        assert!(e.to_string().contains("alpha"), "{e}");
+        let e = CoefficientSet::parse("latency_model: unified-5\nbogus: 1\n", p).unwrap_err();
+        assert!(e.to_string().contains("bogus"), "{e}");
+        let set = CoefficientSet::parse("latency_model: unified-5\nalpha: [1, 2]\nbeta: [1, 2, 3, 4, 5]\n", p).unwrap();
+        let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let e = set.latency_model(&model, &find_gpu("H100").unwrap().spec(), 1, &instance()).err().unwrap();
+        assert!(e.contains("3 alpha"), "{e}");
+        let json = CoefficientSet::parse(r#"{"latency_model": "roofline"}"#, p).unwrap();
+        assert_eq!(json.kind(), Ok(ModelKind::Roofline));
+    }
+
+    #[test]
+    fn yaml_round_trips() {
+        let set = CoefficientSet::bundled("trained-physics-published").unwrap();
+        assert_eq!(CoefficientSet::parse(&set.to_yaml(), Path::new("x")).unwrap(), set);
+    }
+}

@@ -1,0 +1,313 @@
+//! Predicted against measured: the metrics compared, per stage and for the
+//! whole run, per request, and aggregated over experiments.
+
+use crate::client::ClientMetrics;
+use crate::experiment::{Experiment, Lifecycle, Status};
+use crate::reproduce::Simulated;
+use crate::stats::{ape, mean, median, pearson};
+
+/// A metric compared between simulation and measurement. Latencies in ms.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Metric {
+    /// Mean E2E of successes.
+    E2eMean,
+    /// Median E2E.
+    E2eP50,
+    /// 90th percentile E2E.
+    E2eP90,
+    /// 99th percentile E2E.
+    E2eP99,
+    /// Mean TTFT.
+    TtftMean,
+    /// Median TTFT.
+    TtftP50,
+    /// 90th percentile TTFT.
+    TtftP90,
+    /// 99th percentile TTFT.
+    TtftP99,
+    /// True mean time per generated token, (E2E mean − TTFT mean) / (n − 1);
+    /// measured side: `derived.itl_decode_est_ms`.
+    ItlMean,
+    /// inference-perf's `inter_token_latency` mean (SSE line gaps).
+    InferencePerfItlMean,
+    /// inference-perf's `inter_token_latency` p90.
+    InferencePerfItlP90,
+    /// inference-perf's `time_per_output_token` mean.
+    InferencePerfTpotMean,
+    /// Successful requests per second.
+    ThroughputRps,
+    /// Failed / sent.
+    FailureFraction,
+}
+
+impl Metric {
+    /// Every metric, in report order.
+    pub const ALL: [Metric; 14] = [
+        Metric::E2eMean,
+        Metric::E2eP50,
+        Metric::E2eP90,
+        Metric::E2eP99,
+        Metric::TtftMean,
+        Metric::TtftP50,
+        Metric::TtftP90,
+        Metric::TtftP99,
+        Metric::ItlMean,
+        Metric::InferencePerfItlMean,
+        Metric::InferencePerfItlP90,
+        Metric::InferencePerfTpotMean,
+        Metric::ThroughputRps,
+        Metric::FailureFraction,
+    ];
+
+    /// Column name in the CSV and reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            Metric::E2eMean => "e2e_mean_ms",
+            Metric::E2eP50 => "e2e_p50_ms",
+            Metric::E2eP90 => "e2e_p90_ms",
+            Metric::E2eP99 => "e2e_p99_ms",
+            Metric::TtftMean => "ttft_mean_ms",
+            Metric::TtftP50 => "ttft_p50_ms",
+            Metric::TtftP90 => "ttft_p90_ms",
+            Metric::TtftP99 => "ttft_p99_ms",
+            Metric::ItlMean => "itl_mean_ms",
+            Metric::InferencePerfItlMean => "inference_perf_itl_mean_ms",
+            Metric::InferencePerfItlP90 => "inference_perf_itl_p90_ms",
+            Metric::InferencePerfTpotMean => "inference_perf_tpot_mean_ms",
+            Metric::ThroughputRps => "throughput_rps",
+            Metric::FailureFraction => "failure_fraction",
+        }
+    }
+
+    /// The simulated value.
+    pub fn predicted(self, m: &ClientMetrics) -> Option<f64> {
+        match self {
+            Metric::E2eMean => m.e2e.map(|s| s.mean),
+            Metric::E2eP50 => m.e2e.map(|s| s.p50),
+            Metric::E2eP90 => m.e2e.map(|s| s.p90),
+            Metric::E2eP99 => m.e2e.map(|s| s.p99),
+            Metric::TtftMean => m.ttft.map(|s| s.mean),
+            Metric::TtftP50 => m.ttft.map(|s| s.p50),
+            Metric::TtftP90 => m.ttft.map(|s| s.p90),
+            Metric::TtftP99 => m.ttft.map(|s| s.p99),
+            Metric::ItlMean => m.itl_mean_ms,
+            Metric::InferencePerfItlMean => m.inference_perf_itl.map(|s| s.mean),
+            Metric::InferencePerfItlP90 => m.inference_perf_itl.map(|s| s.p90),
+            Metric::InferencePerfTpotMean => m.inference_perf_tpot_mean_ms,
+            Metric::ThroughputRps => Some(m.throughput_rps),
+            Metric::FailureFraction => Some(m.failure_fraction),
+        }
+    }
+
+    /// The measured value; `output_len` is the configured `max_tokens`.
+    pub fn actual(self, l: &Lifecycle, output_len: u32) -> Option<f64> {
+        let lat = l.successes.latency.as_ref();
+        let e2e = lat.and_then(|l| l.request_latency.as_ref());
+        let ttft = lat.and_then(|l| l.time_to_first_token.as_ref());
+        let itl = lat.and_then(|l| l.inter_token_latency.as_ref());
+        let ms = |v: f64| v * 1e3;
+        match self {
+            Metric::E2eMean => e2e.map(|p| ms(p.mean)),
+            Metric::E2eP50 => e2e.and_then(|p| p.median).map(ms),
+            Metric::E2eP90 => e2e.and_then(|p| p.p90).map(ms),
+            Metric::E2eP99 => e2e.and_then(|p| p.p99).map(ms),
+            Metric::TtftMean => ttft.map(|p| ms(p.mean)),
+            Metric::TtftP50 => ttft.and_then(|p| p.median).map(ms),
+            Metric::TtftP90 => ttft.and_then(|p| p.p90).map(ms),
+            Metric::TtftP99 => ttft.and_then(|p| p.p99).map(ms),
+            Metric::ItlMean => match (e2e, ttft) {
+                (Some(e), Some(t)) if output_len > 1 => Some(ms(e.mean - t.mean) / f64::from(output_len - 1)),
+                _ => None,
+            },
+            Metric::InferencePerfItlMean => itl.map(|p| ms(p.mean)),
+            Metric::InferencePerfItlP90 => itl.and_then(|p| p.p90).map(ms),
+            Metric::InferencePerfTpotMean => lat.and_then(|l| l.time_per_output_token.as_ref()).map(|p| ms(p.mean)),
+            Metric::ThroughputRps => l.successes.throughput.as_ref().and_then(|t| t.requests_per_sec),
+            Metric::FailureFraction => Some(l.failure_fraction()),
+        }
+    }
+}
+
+/// Which part of a run a comparison covers.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum StageLabel {
+    /// One load stage.
+    Stage(u32),
+    /// The whole run.
+    Summary,
+}
+
+impl std::fmt::Display for StageLabel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StageLabel::Stage(i) => write!(f, "{i}"),
+            StageLabel::Summary => f.write_str("summary"),
+        }
+    }
+}
+
+/// One metric of one stage: predicted, actual, absolute percentage error.
+#[derive(Clone, Debug, PartialEq)]
+pub struct MetricRow {
+    /// Experiment name.
+    pub experiment: String,
+    /// Stage or summary.
+    pub stage: StageLabel,
+    /// The metric.
+    pub metric: Metric,
+    /// Simulated value.
+    pub predicted: f64,
+    /// Measured value.
+    pub actual: f64,
+    /// |predicted − actual| / actual × 100; `None` when actual is 0.
+    pub ape: Option<f64>,
+}
+
+/// Per-request agreement, for experiments with `requests.csv`.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct RequestAgreement {
+    /// Requests that succeeded both in reality and in simulation.
+    pub matched: u64,
+    /// Mean APE of E2E.
+    pub e2e_mape: f64,
+    /// Mean APE of TTFT.
+    pub ttft_mape: f64,
+    /// Pearson r of E2E.
+    pub e2e_pearson: Option<f64>,
+    /// Pearson r of TTFT.
+    pub ttft_pearson: Option<f64>,
+}
+
+/// One experiment compared.
+#[derive(Clone, Debug)]
+pub struct ExperimentComparison {
+    /// Experiment name.
+    pub name: String,
+    /// Model id.
+    pub model: String,
+    /// Active or overload-excluded.
+    pub status: Status,
+    /// Every metric of every stage, then the summary.
+    pub rows: Vec<MetricRow>,
+    /// Per-request agreement.
+    pub requests: Option<RequestAgreement>,
+    /// (real, simulated) E2E in ms of every request that succeeded in both, in send order.
+    pub request_e2e_ms: Vec<(f64, f64)>,
+    /// Simulated client metrics per stage.
+    pub predicted_stages: Vec<ClientMetrics>,
+    /// Simulated client metrics of the whole run.
+    pub predicted_summary: ClientMetrics,
+    /// Offered request rate of each stage (requests per second).
+    pub offered_rps: Vec<f64>,
+    /// Simulated prefix-cache hit rate.
+    pub prefix_hit_rate: f64,
+    /// Simulated preemptions.
+    pub preemptions: u64,
+}
+
+/// Failure fraction above which a run counts as overloaded (the rule that
+/// classifies the real runs).
+pub const OVERLOAD_FAILURE_FRACTION: f64 = 0.1;
+/// Served / offered rate below which a simulated stage is saturated.
+pub const SATURATION_SERVED_FRACTION: f64 = 0.9;
+
+impl ExperimentComparison {
+    /// Compares a simulation with its experiment.
+    pub fn new(exp: &Experiment, model: &str, output_len: u32, sim: &Simulated) -> ExperimentComparison {
+        let predicted_stages: Vec<ClientMetrics> = sim.client.stages.iter().map(|s| s.metrics(output_len)).collect();
+        let predicted_summary = sim.client.summary.metrics(output_len);
+        let stages = exp.stages.iter().zip(&predicted_stages).enumerate().map(|(i, (l, p))| (StageLabel::Stage(i as u32), l, p));
+        let summary = exp.summary.as_ref().map(|l| (StageLabel::Summary, l, &predicted_summary));
+        let (requests, request_e2e_ms) = request_agreement(exp, sim);
+        let mut rows = Vec::new();
+        for (label, measured, p) in stages.chain(summary) {
+            for metric in Metric::ALL {
+                if let (Some(predicted), Some(actual)) = (metric.predicted(p), metric.actual(measured, output_len)) {
+                    rows.push(MetricRow { experiment: exp.name.clone(), stage: label, metric, predicted, actual, ape: ape(predicted, actual) });
+                }
+            }
+        }
+        ExperimentComparison {
+            name: exp.name.clone(),
+            model: model.to_string(),
+            status: exp.status(),
+            rows,
+            requests,
+            request_e2e_ms,
+            predicted_stages,
+            predicted_summary,
+            offered_rps: exp.workload.load.stages.iter().map(|s| s.rate).collect(),
+            prefix_hit_rate: sim.prefix_hit_rate,
+            preemptions: sim.preemptions,
+        }
+    }
+
+    /// The APE of `metric` per stage (not the summary).
+    pub fn stage_apes(&self, metric: Metric) -> impl Iterator<Item = f64> + '_ {
+        self.rows.iter().filter(move |r| r.metric == metric && r.stage != StageLabel::Summary).filter_map(|r| r.ape)
+    }
+
+    /// Whether the simulation lost more than 10 % of the requests of any
+    /// stage (the rule that classifies the real runs).
+    pub fn predicted_overloaded(&self) -> bool {
+        self.predicted_stages.iter().any(|m| m.failure_fraction > OVERLOAD_FAILURE_FRACTION)
+    }
+
+    /// The lowest ratio over stages of simulated served rate (successes per
+    /// second of the stage's span) to offered rate; below
+    /// [`SATURATION_SERVED_FRACTION`] the simulated server cannot keep up,
+    /// its queue grows for as long as the stage lasts.
+    pub fn predicted_served_fraction(&self) -> f64 {
+        self.predicted_stages.iter().zip(&self.offered_rps).map(|(m, &o)| m.throughput_rps / o).fold(f64::INFINITY, f64::min)
+    }
+}
+
+fn request_agreement(exp: &Experiment, sim: &Simulated) -> (Option<RequestAgreement>, Vec<(f64, f64)>) {
+    let Some(rows) = exp.requests.as_ref() else { return (None, Vec::new()) };
+    let (mut pe, mut ae, mut pt, mut at) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (id, &row) in sim.csv_row_of.iter().enumerate() {
+        let real = &rows[row];
+        if let (Some((ttft, e2e)), 0, Some(re), Some(rt)) = (sim.client.per_request.get(id).copied().flatten(), real.has_error, real.e2e_ms, real.ttft_ms) {
+            pe.push(e2e);
+            ae.push(re);
+            pt.push(ttft);
+            at.push(rt);
+        }
+    }
+    if pe.is_empty() {
+        return (None, Vec::new());
+    }
+    let mape = |p: &[f64], a: &[f64]| mean(&p.iter().zip(a).filter_map(|(&p, &a)| ape(p, a)).collect::<Vec<_>>());
+    let agreement = RequestAgreement {
+        matched: pe.len() as u64,
+        e2e_mape: mape(&pe, &ae),
+        ttft_mape: mape(&pt, &at),
+        e2e_pearson: pearson(&pe, &ae),
+        ttft_pearson: pearson(&pt, &at),
+    };
+    (Some(agreement), ae.into_iter().zip(pe).collect())
+}
+
+/// Mean and median APE of one metric over the stages of active experiments.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Aggregate {
+    /// The metric.
+    pub metric: Metric,
+    /// Stages with a defined APE.
+    pub stages: usize,
+    /// Mean APE, %.
+    pub mean_ape: f64,
+    /// Median APE, %.
+    pub median_ape: f64,
+}
+
+/// Aggregates every metric over the stages of the active experiments.
+pub fn aggregate(comparisons: &[ExperimentComparison]) -> Vec<Aggregate> {
+    Metric::ALL
+        .iter()
+        .filter_map(|&metric| {
+            let apes: Vec<f64> = comparisons.iter().filter(|c| c.status == Status::Active).flat_map(|c| c.stage_apes(metric)).collect();
+            (!apes.is_empty()).then(|| Aggregate { metric, stages: apes.len(), mean_ape: mean(&apes), median_ape: median(&apes) })
+        })
+        .collect()
+}

@@ -1,0 +1,51 @@
+//! Errors of this crate. Every variant names the file (and where it can, the
+//! field or line) so the CLI can print one clear line.
+
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+/// An experiment directory or coefficient file that cannot be used.
+#[derive(Debug, Error, PartialEq)]
+pub enum ExperimentError {
+    /// The file cannot be read.
+    #[error("cannot read {}: {message}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The operating system's message.
+        message: String,
+    },
+    /// The file is not in the expected format.
+    #[error("{}: {message}", path.display())]
+    Format {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// A CSV row is malformed.
+    #[error("{}:{line}: {message}", path.display())]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: usize,
+        /// What is wrong, naming the field.
+        message: String,
+    },
+    /// Nothing under a path looks like an experiment.
+    #[error("{}: no experiment directory (one holding results/config.yaml) at or below this path", path.display())]
+    NoExperiments {
+        /// The path searched.
+        path: PathBuf,
+    },
+    /// The experiment cannot be simulated as described.
+    #[error("{}: {message}", path.display())]
+    Unreproducible {
+        /// The experiment directory.
+        path: PathBuf,
+        /// Why.
+        message: String,
+    },
+}

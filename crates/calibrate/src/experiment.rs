@@ -1,0 +1,366 @@
+//! An experiment directory: one real inference-perf run against a vLLM
+//! server, in the layout of `validation/vllm-h100/` (a public interface:
+//! any directory with this layout works).
+//!
+//! ```text
+//! <experiment>/
+//!   exp-config.yaml                     server knobs: model, tensor_parallelism, max_model_len, max_num_batched_tokens, max_num_seqs
+//!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
+//!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
+//!   results/config.yaml                 the inference-perf configuration actually used
+//!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
+//!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use blis_workload::inference_perf::InferencePerfConfig;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+
+use crate::error::ExperimentError;
+
+/// `exp-config.yaml`: the server knobs of the run.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct ExpConfig {
+    /// HuggingFace model id.
+    pub model: String,
+    /// Tensor-parallel degree.
+    #[serde(default = "one")]
+    pub tensor_parallelism: u32,
+    /// `--max-model-len`.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
+    /// `--max-num-batched-tokens`.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// `--max-num-seqs`.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+/// Whether a run is judged on latency or on predicting its overload.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Status {
+    /// Sub-saturation: latencies are compared.
+    Active,
+    /// More than 10 % of requests timed out: judged on whether BLIS predicts the overload.
+    OverloadExcluded,
+}
+
+impl Status {
+    /// The name used in files and reports.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Active => "active",
+            Status::OverloadExcluded => "overload-excluded",
+        }
+    }
+}
+
+/// `server-facts.yaml`: facts the server log records and inference-perf does not.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct ServerFacts {
+    /// GPU name (a bundled GPU or alias, e.g. `H100-SXM-80GB`).
+    #[serde(default)]
+    pub hardware: Option<String>,
+    /// Tensor-parallel degree.
+    #[serde(default)]
+    pub tensor_parallel_size: Option<u32>,
+    /// GPU KV blocks the server allocated.
+    #[serde(default)]
+    pub num_gpu_blocks: Option<u64>,
+    /// Tokens per KV block.
+    #[serde(default)]
+    pub block_size: Option<u32>,
+    /// `--gpu-memory-utilization`.
+    #[serde(default)]
+    pub gpu_memory_utilization: Option<f64>,
+    /// Prefix caching on.
+    #[serde(default)]
+    pub enable_prefix_caching: Option<bool>,
+    /// Chunked prefill on.
+    #[serde(default)]
+    pub enable_chunked_prefill: Option<bool>,
+    /// `--async-scheduling` on.
+    #[serde(default)]
+    pub async_scheduling: Option<bool>,
+    /// `--max-num-seqs`.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
+    /// `--max-num-batched-tokens`.
+    #[serde(default)]
+    pub max_num_batched_tokens: Option<u32>,
+    /// `--max-model-len`.
+    #[serde(default)]
+    pub max_model_len: Option<u32>,
+    /// `active` or `overload-excluded`.
+    #[serde(default)]
+    pub status: Option<Status>,
+}
+
+/// One latency distribution as inference-perf reports it, in seconds.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Percentiles {
+    /// Mean.
+    pub mean: f64,
+    /// Median (`median`, or `p50` in older reports).
+    #[serde(default, alias = "p50")]
+    pub median: Option<f64>,
+    /// 90th percentile.
+    #[serde(default)]
+    pub p90: Option<f64>,
+    /// 99th percentile (absent in older reports).
+    #[serde(default)]
+    pub p99: Option<f64>,
+}
+
+/// `successes.latency` of a lifecycle report.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Latency {
+    /// End-to-end: request sent → last byte.
+    pub request_latency: Option<Percentiles>,
+    /// Request sent → first streamed line.
+    #[serde(default)]
+    pub time_to_first_token: Option<Percentiles>,
+    /// Pairwise gaps of every streamed line's timestamp.
+    #[serde(default)]
+    pub inter_token_latency: Option<Percentiles>,
+    /// Per request (last line − first line) / (lines − 1).
+    #[serde(default)]
+    pub time_per_output_token: Option<Percentiles>,
+}
+
+/// `successes.throughput`.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Throughput {
+    /// Successful requests per second of the stage's span.
+    #[serde(default)]
+    pub requests_per_sec: Option<f64>,
+}
+
+/// `successes` of a lifecycle report.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Successes {
+    /// Successful requests.
+    pub count: u64,
+    /// Latencies (absent without successes).
+    #[serde(default)]
+    pub latency: Option<Latency>,
+    /// Rates.
+    #[serde(default)]
+    pub throughput: Option<Throughput>,
+    /// Prompt lengths (tokens, as the server reported them).
+    #[serde(default)]
+    pub prompt_len: Option<Percentiles>,
+}
+
+/// `failures` of a lifecycle report.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Failures {
+    /// Failed requests.
+    pub count: u64,
+}
+
+/// One `stage_N_lifecycle_metrics.json` (or the summary).
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct Lifecycle {
+    /// Successful requests.
+    pub successes: Successes,
+    /// Failed requests.
+    #[serde(default)]
+    pub failures: Failures,
+}
+
+impl Lifecycle {
+    /// Requests sent.
+    pub fn sent(&self) -> u64 {
+        self.successes.count + self.failures.count
+    }
+
+    /// Failed / sent (0 when nothing was sent).
+    pub fn failure_fraction(&self) -> f64 {
+        let sent = self.sent();
+        if sent == 0 { 0.0 } else { self.failures.count as f64 / sent as f64 }
+    }
+}
+
+/// One row of `requests.csv`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct RequestRow {
+    /// Position in send order.
+    pub index: u64,
+    /// Load stage.
+    pub stage: u32,
+    /// Client send time from the first request, µs.
+    pub arrival_time_us: u64,
+    /// Prompt tokens the server saw (0 for requests that never got a response).
+    pub input_tokens: u32,
+    /// Whether the client saw an error (a timeout).
+    pub has_error: u8,
+    /// Client-side end-to-end latency, ms.
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
+    /// Client-side time to first token, ms (empty for failures).
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+}
+
+/// One loaded experiment.
+#[derive(Clone, Debug)]
+pub struct Experiment {
+    /// Directory name.
+    pub name: String,
+    /// Directory.
+    pub dir: PathBuf,
+    /// Server knobs.
+    pub exp_config: ExpConfig,
+    /// Server facts (defaults when the file is absent).
+    pub facts: ServerFacts,
+    /// The inference-perf configuration used.
+    pub workload: InferencePerfConfig,
+    /// Per-stage measurements, by stage index.
+    pub stages: Vec<Lifecycle>,
+    /// Whole-run measurements.
+    pub summary: Option<Lifecycle>,
+    /// Per-request measurements, in send order.
+    pub requests: Option<Vec<RequestRow>>,
+}
+
+fn read(path: &Path) -> Result<String, ExperimentError> {
+    std::fs::read_to_string(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
+}
+
+fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
+    let text = read(path)?;
+    serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text))
+        .map_err(|e| ExperimentError::Format { path: path.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })
+}
+
+fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
+    let text = read(path)?;
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+        .map_err(|e| ExperimentError::Format { path: path.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })
+}
+
+/// Whether `dir` looks like an experiment directory.
+pub fn is_experiment_dir(dir: &Path) -> bool {
+    dir.join("results").join("config.yaml").is_file()
+}
+
+/// The experiment directories `path` names: itself if it is one, else every
+/// experiment directory below it, sorted by path.
+pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
+    if is_experiment_dir(path) {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut found = Vec::new();
+    let mut stack = vec![path.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| ExperimentError::Io { path: dir.clone(), message: e.to_string() })?;
+        for entry in entries {
+            let p = entry.map_err(|e| ExperimentError::Io { path: dir.clone(), message: e.to_string() })?.path();
+            if !p.is_dir() {
+                continue;
+            }
+            if is_experiment_dir(&p) { found.push(p) } else { stack.push(p) }
+        }
+    }
+    found.sort();
+    if found.is_empty() {
+        return Err(ExperimentError::NoExperiments { path: path.to_path_buf() });
+    }
+    Ok(found)
+}
+
+impl Experiment {
+    /// Loads and checks an experiment directory.
+    pub fn load(dir: &Path) -> Result<Experiment, ExperimentError> {
+        let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
+        let exp_config: ExpConfig = yaml(&dir.join("exp-config.yaml"))?;
+        let facts_path = dir.join("server-facts.yaml");
+        let facts: ServerFacts = if facts_path.is_file() { yaml(&facts_path)? } else { ServerFacts::default() };
+        let config_path = dir.join("results").join("config.yaml");
+        let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
+            .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
+        let mut stages = Vec::new();
+        for i in 0..workload.load.stages.len() {
+            let p = dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
+            stages.push(json::<Lifecycle>(&p)?);
+        }
+        let summary_path = dir.join("results").join("summary_lifecycle_metrics.json");
+        let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
+        let csv_path = dir.join("requests.csv");
+        let requests = if csv_path.is_file() { Some(read_requests(&csv_path, stages.len())?) } else { None };
+        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests };
+        exp.check()?;
+        Ok(exp)
+    }
+
+    fn check(&self) -> Result<(), ExperimentError> {
+        let bad = |path: PathBuf, message: String| Err(ExperimentError::Format { path, message });
+        if self.exp_config.tensor_parallelism == 0 {
+            return bad(self.dir.join("exp-config.yaml"), "field `tensor_parallelism` = 0: must be at least 1".into());
+        }
+        if let Some(u) = self.facts.gpu_memory_utilization
+            && !(u > 0.0 && u <= 1.0)
+        {
+            return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u}: must be in (0, 1]"));
+        }
+        for (i, s) in self.stages.iter().enumerate() {
+            let path = self.dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
+            if let Some(l) = &s.successes.latency
+                && let Some(p) = [&l.request_latency, &l.time_to_first_token].into_iter().flatten().find(|p| !(p.mean.is_finite() && p.mean >= 0.0))
+            {
+                return bad(path, format!("latency mean {} is not a non-negative number", p.mean));
+            }
+        }
+        Ok(())
+    }
+
+    /// The run's status: `server-facts.yaml`'s, else overload-excluded when
+    /// any stage lost more than 10 % of its requests.
+    pub fn status(&self) -> Status {
+        self.facts.status.unwrap_or_else(|| {
+            if self.stages.iter().any(|s| s.failure_fraction() > 0.1) { Status::OverloadExcluded } else { Status::Active }
+        })
+    }
+
+    /// Tensor-parallel degree (server facts win over the experiment config).
+    pub fn tp(&self) -> u32 {
+        self.facts.tensor_parallel_size.unwrap_or(self.exp_config.tensor_parallelism)
+    }
+}
+
+fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
+    let mut reader = csv::Reader::from_path(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+    let mut rows = Vec::new();
+    for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
+        let line = i + 2;
+        let row = row.map_err(|e| ExperimentError::Csv { path: path.to_path_buf(), line, message: e.to_string() })?;
+        if row.stage as usize >= num_stages {
+            return Err(ExperimentError::Csv {
+                path: path.to_path_buf(),
+                line,
+                message: format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages),
+            });
+        }
+        for (field, v) in [("e2e_ms", row.e2e_ms), ("ttft_ms", row.ttft_ms)] {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(ExperimentError::Csv { path: path.to_path_buf(), line, message: format!("field `{field}` = {v}: must be a non-negative number") });
+            }
+        }
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(ExperimentError::Csv { path: path.to_path_buf(), line: 1, message: "no requests".into() });
+    }
+    Ok(rows)
+}

@@ -1,0 +1,603 @@
+//! `blis fit`: learning a model's α and β from real experiments.
+//!
+//! **Stage one — linear, teacher-forced.** Each training experiment is
+//! simulated (first with the starting coefficients, then with the previous
+//! round's). Every step's feature vector f(step) is recorded, so a request's
+//! client-side times decompose linearly in the coefficients:
+//!
+//! ```text
+//! TTFT_r = α·u_ttft(r) + β·G_r      G_r = Σ f over [enqueued, first-token step end]   (the step in flight at
+//! E2E_r  = α·u_e2e(r)  + β·(G_r + D_r)  D_r = Σ f over (first-token step end, last-token step end]   enqueue counts pro rata)
+//! ```
+//!
+//! Averaging per stage gives two equations per active stage (mean TTFT and
+//! mean E2E against the measured means), each divided by its measured value
+//! so the fit minimises relative error; TTFT rows carry weight 0.3, as in
+//! stage two. β and α come from non-negative least squares (trained-physics,
+//! unified-5, blackbox) or from ridge regression with λ chosen by
+//! leave-one-experiment-out cross-validation (physics-normalized, whose
+//! coefficients may be negative). Batch compositions depend on the
+//! coefficients, so the simulate → fit round repeats a fixed number of times.
+//!
+//! **Stage two — simulator in the loop.** Nelder–Mead over the coefficients
+//! stage one left non-zero (and the queueing and completion α), minimising
+//! E2E MAPE + 0.3·TTFT MAPE over the active training stages, every
+//! evaluation simulating all training experiments in parallel. Fixed seed,
+//! fixed evaluation budget: the same command gives the same coefficients.
+//!
+//! The *fitting objective* both stages score candidates with is that loss
+//! plus two terms: a weak physical prior on the coefficients
+//! ([`PRIOR_WEIGHT`]; trained-physics and unified-5) and the saturation term
+//! ([`SATURATION_WEIGHT`]): how far the simulated failure fraction of the
+//! overloaded training runs is from the measured one.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blis_engine::instance::{Observer, StepEvent};
+use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, ModelKind, QueueingInput};
+use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::time::Micros;
+use rayon::prelude::*;
+
+use crate::coefficients::{CoefficientSet, Provenance};
+use crate::compare::{Metric, aggregate};
+use crate::error::ExperimentError;
+use crate::experiment::Status;
+use crate::optimize::{LeastSquares, nelder_mead};
+use crate::reproduce::simulate;
+use crate::stats::ape;
+use crate::suite::{Case, Suite};
+
+/// Weight of TTFT relative to E2E in both stages' objectives.
+pub const TTFT_WEIGHT: f64 = 0.3;
+/// Weight of the saturation term of the fitting objective: the mean absolute
+/// error, in percentage points, of the failure fraction of the
+/// overload-excluded training runs (the saturation-cliff penalty of
+/// `unified-step-time-formula.md`, Part 4). Their latencies are never fitted.
+pub const SATURATION_WEIGHT: f64 = 0.1;
+/// Requests averaged into one stage-one equation (one prompt cycle of inference-perf's shared-prefix workload).
+pub const REQUEST_BLOCK: usize = 100;
+/// Factor beyond which a simulated E2E is too far from the measured one for
+/// its batch compositions to stand in for the real ones.
+pub const COMPOSITION_MISMATCH: f64 = 2.0;
+
+fn compositions_match(simulated: f64, real: f64) -> bool {
+    simulated <= real * COMPOSITION_MISMATCH && real <= simulated * COMPOSITION_MISMATCH
+}
+/// Weight of the physical prior, per coefficient, against the stage-weighted
+/// relative-error equations (each active stage's E2E rows weigh 1 in total).
+/// Weak on purpose: it decides only directions the data leaves open.
+pub const PRIOR_WEIGHT: f64 = 1e-3;
+
+/// The physical prior of one coefficient: its expected value and the scale
+/// of a plausible deviation. Coefficients multiplying a time at peak
+/// (compute, weight or KV traffic) expect 1 (= peak efficiency); all-reduce
+/// volume (priced at HBM bandwidth) expects 1 with a wide scale; per-layer,
+/// per-request and per-step overheads expect 0 ± 100 µs; client-side α
+/// expects 0 ± 10 ms.
+fn prior(name: &str, is_alpha: bool) -> (f64, f64) {
+    if is_alpha {
+        return (0.0, 10_000.0);
+    }
+    match name {
+        "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" => (1.0, 1.0),
+        "allreduce" => (1.0, 10.0),
+        n if n.ends_with("_us") => (0.0, 100.0),
+        _ => (0.0, 1.0),
+    }
+}
+
+/// The prior of every coefficient of `basis` ([α…, β…]); `None` for models
+/// fitted without one (physics-normalized uses ridge regression instead,
+/// blackbox has no physical scale).
+fn priors(kind: ModelKind, basis: &dyn FeatureBasis) -> Option<Vec<(f64, f64)>> {
+    matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
+        basis.alpha_names().iter().map(|n| prior(n, true)).chain(basis.beta_names().iter().map(|n| prior(n, false))).collect()
+    })
+}
+
+/// The prior penalty of `x`, in objective units (percentage points).
+fn prior_penalty(x: &[f64], priors: Option<&[(f64, f64)]>) -> f64 {
+    priors.map_or(0.0, |p| 100.0 * PRIOR_WEIGHT * x.iter().zip(p).map(|(v, (m, s))| ((v - m) / s).powi(2)).sum::<f64>())
+}
+
+/// Ridge penalties tried by cross-validation (on unit-norm columns).
+const RIDGE_GRID: [f64; 7] = [1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0];
+
+/// What to fit and how long to refine.
+#[derive(Clone, Debug)]
+pub struct FitOptions {
+    /// The model to fit.
+    pub kind: ModelKind,
+    /// Coefficients of the first simulation (they only shape the batch
+    /// compositions of round one; any model works).
+    pub start: CoefficientSet,
+    /// Leave the experiments of this model out of training and report them.
+    pub holdout_model: Option<String>,
+    /// Simulation seed.
+    pub seed: u64,
+    /// Stage-one rounds (simulate, then fit).
+    pub linear_rounds: usize,
+    /// Stage-two objective evaluations (0 skips stage two).
+    pub refine_evals: usize,
+}
+
+/// The result of a fit.
+#[derive(Clone, Debug)]
+pub struct FitOutcome {
+    /// The fitted set, provenance filled in (except `fitted_at` and `command`).
+    pub set: CoefficientSet,
+    /// Fitting objective (E2E MAPE + 0.3·TTFT MAPE + prior penalty) after stage one.
+    pub linear_loss: f64,
+    /// The same after stage two.
+    pub final_loss: f64,
+    /// E2E MAPE + 0.3·TTFT MAPE of the result over the training stages (no penalty).
+    pub train_loss: f64,
+}
+
+/// Why a fit cannot run.
+#[derive(Debug, thiserror::Error)]
+pub enum FitError {
+    /// An experiment failed to load or simulate.
+    #[error(transparent)]
+    Experiment(#[from] ExperimentError),
+    /// The options do not describe a fit.
+    #[error("{0}")]
+    Invalid(String),
+}
+
+/// Whether `case` is of the model `name` (full HuggingFace id or the part
+/// after the `/`, ignoring ASCII case).
+pub fn is_model(case: &Case, name: &str) -> bool {
+    let id = &case.setup.model_id;
+    id.eq_ignore_ascii_case(name) || id.rsplit('/').next().is_some_and(|s| s.eq_ignore_ascii_case(name))
+}
+
+/// Per-step feature sums and request records of one simulation.
+struct StepRecorder<'a> {
+    basis: &'a dyn FeatureBasis,
+    scratch: Vec<f64>,
+    /// Start and end of every step.
+    spans: Vec<(Micros, Micros)>,
+    /// Cumulative features at the end of every step, `k` per step.
+    cumulative: Vec<f64>,
+    loads: Vec<InstanceLoad>,
+    records: Vec<RequestRecord>,
+}
+
+impl<'a> StepRecorder<'a> {
+    fn new(basis: &'a dyn FeatureBasis) -> StepRecorder<'a> {
+        let k = basis.beta_names().len();
+        StepRecorder { basis, scratch: vec![0.0; k], spans: Vec::new(), cumulative: Vec::new(), loads: Vec::new(), records: Vec::new() }
+    }
+
+    fn k(&self) -> usize {
+        self.scratch.len()
+    }
+
+    /// Σ f over steps up to time `t`, the step containing `t` pro rata.
+    fn integral(&self, t: Micros, out: &mut [f64]) {
+        let k = self.k();
+        // Index of the first step starting after t.
+        let after = self.spans.partition_point(|&(start, _)| start <= t);
+        out.iter_mut().for_each(|x| *x = 0.0);
+        if after == 0 {
+            return;
+        }
+        let i = after - 1;
+        let (start, end) = self.spans[i];
+        let before = if i == 0 { None } else { Some(&self.cumulative[(i - 1) * k..i * k]) };
+        let this = &self.cumulative[i * k..(i + 1) * k];
+        let frac = if t >= end { 1.0 } else { (t - start).as_us() as f64 / (end - start).as_us().max(1) as f64 };
+        for j in 0..k {
+            let b = before.map_or(0.0, |c| c[j]);
+            out[j] = b + frac * (this[j] - b);
+        }
+    }
+
+    fn load_at(&self, t: Micros) -> InstanceLoad {
+        let after = self.spans.partition_point(|&(start, _)| start <= t);
+        if after == 0 { InstanceLoad::default() } else { self.loads[after - 1] }
+    }
+}
+
+impl Observer for StepRecorder<'_> {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        if record.outcome == Outcome::Completed {
+            self.records.push(record.clone());
+        }
+    }
+
+    fn on_step(&mut self, step: &StepEvent<'_>) {
+        let k = self.k();
+        self.basis.step_features(&step.batch, &mut self.scratch);
+        let len = self.cumulative.len();
+        for j in 0..k {
+            let before = if len >= k { self.cumulative[len - k + j] } else { 0.0 };
+            self.cumulative.push(before + self.scratch[j]);
+        }
+        self.spans.push((step.start, step.start + step.duration));
+        self.loads.push(step.batch.load);
+    }
+}
+
+/// One linear equation: coefficients of [α, β], the measured target, a weight.
+struct Row {
+    a: Vec<f64>,
+    target: f64,
+    weight: f64,
+    experiment: usize,
+}
+
+/// Stage-one equations of one simulated experiment.
+///
+/// With `requests.csv`, two equations per block of [`REQUEST_BLOCK`]
+/// consecutive requests that succeeded both in reality and in simulation
+/// (their mean TTFT and mean E2E), weighted so that every stage counts
+/// equally; otherwise two per stage (the stage means). Blocks keep the load
+/// variation within a stage while averaging out per-request noise, which
+/// would otherwise bias β towards zero (regression dilution).
+/// Teacher forcing assumes the simulated batch compositions resemble the
+/// real ones, so requests (or stages) whose simulated E2E is off by more
+/// than [`COMPOSITION_MISMATCH`]× are left out of the round.
+fn stage_rows(
+    case: &Case,
+    experiment: usize,
+    basis: &dyn FeatureBasis,
+    latency: &Arc<dyn LatencyModel>,
+    seed: u64,
+) -> Result<Vec<Row>, ExperimentError> {
+    let mut rec = StepRecorder::new(basis);
+    let sim = simulate(&case.experiment, &case.setup, latency.clone(), seed, false, &mut rec)?;
+    let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
+    let emission = latency.token_emission_delay();
+    let per_token = latency.output_token_overhead();
+    let stages = case.experiment.stages.len();
+    let output_len = case.setup.output_len;
+    // Real (TTFT, E2E) in µs of each simulated request id, when known per request.
+    let real: Option<Vec<Option<(f64, f64)>>> = case.experiment.requests.as_ref().map(|rows| {
+        sim.csv_row_of
+            .iter()
+            .map(|&i| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
+                (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => Some((t * 1e3, e * 1e3)),
+                _ => None,
+            })
+            .collect()
+    });
+    let (mut c_enq, mut c_first, mut c_last) = (vec![0.0; nb], vec![0.0; nb], vec![0.0; nb]);
+    let (mut u_ttft, mut u_e2e) = (vec![0.0; na], vec![0.0; na]);
+    // Per stage: the per-request rows, or Σ of the feature rows for the stage means.
+    let mut per_request: Vec<Vec<Row>> = (0..stages).map(|_| Vec::new()).collect();
+    let mut sums = vec![(vec![0.0; na + nb], vec![0.0; na + nb], 0u64); stages];
+    rec.records.sort_by_key(|r| r.id);
+    for r in &rec.records {
+        let (Some(enqueued), Some(first), Some(last)) = (r.enqueued, r.first_token, r.last_token) else { continue };
+        let stage = r.meta.stage as usize;
+        if stage >= stages {
+            continue;
+        }
+        let first_step_end = first - emission - per_token;
+        let last_step_end = last - emission - Micros(per_token.0.saturating_mul(u64::from(r.output_tokens)));
+        rec.integral(enqueued, &mut c_enq);
+        rec.integral(first_step_end, &mut c_first);
+        rec.integral(last_step_end, &mut c_last);
+        let arrival = QueueingInput { prompt_tokens: r.input_tokens, prefix_hit_tokens: r.cached_prompt_tokens, load: rec.load_at(r.arrival) };
+        basis.alpha_features(&arrival, r.output_tokens, &mut u_ttft, &mut u_e2e);
+        let ttft_row: Vec<f64> = u_ttft.iter().copied().chain((0..nb).map(|j| c_first[j] - c_enq[j])).collect();
+        let e2e_row: Vec<f64> = u_e2e.iter().copied().chain((0..nb).map(|j| c_last[j] - c_enq[j])).collect();
+        match &real {
+            Some(real) => {
+                if let Some(&Some((t, e))) = real.get(r.id.0 as usize)
+                    && compositions_match((r.finished - r.arrival).as_us() as f64, e)
+                {
+                    per_request[stage].push(Row { a: ttft_row, target: t, weight: TTFT_WEIGHT, experiment });
+                    per_request[stage].push(Row { a: e2e_row, target: e, weight: 1.0, experiment });
+                }
+            }
+            None => {
+                let (ttft_sum, e2e_sum, n) = &mut sums[stage];
+                ttft_sum.iter_mut().zip(&ttft_row).for_each(|(s, v)| *s += v);
+                e2e_sum.iter_mut().zip(&e2e_row).for_each(|(s, v)| *s += v);
+                *n += 1;
+            }
+        }
+    }
+    let simulated_e2e: Vec<Option<f64>> = sim.client.stages.iter().map(|c| c.metrics(output_len).e2e.map(|e| e.mean)).collect();
+    let mut rows = Vec::new();
+    for (i, stage_rows) in per_request.into_iter().enumerate() {
+        // Rows come in (TTFT, E2E) pairs in completion order; block them in send order.
+        let mut pairs: Vec<(Row, Row)> = Vec::new();
+        let mut it = stage_rows.into_iter();
+        while let (Some(t), Some(e)) = (it.next(), it.next()) {
+            pairs.push((t, e));
+        }
+        let blocks = pairs.len().div_ceil(REQUEST_BLOCK).max(1) as f64;
+        for block in pairs.chunks(REQUEST_BLOCK) {
+            let n = block.len() as f64;
+            for second in [false, true] {
+                let pick = |p: &(Row, Row)| -> (Vec<f64>, f64, f64) {
+                    let r = if second { &p.1 } else { &p.0 };
+                    (r.a.clone(), r.target, r.weight)
+                };
+                let (first_a, _, first_weight) = pick(&block[0]);
+                let mut a = vec![0.0; first_a.len()];
+                let mut target = 0.0;
+                for p in block {
+                    let r = if second { &p.1 } else { &p.0 };
+                    a.iter_mut().zip(&r.a).for_each(|(s, v)| *s += v / n);
+                    target += r.target / n;
+                }
+                rows.push(Row { a, target, weight: first_weight / blocks, experiment });
+            }
+        }
+        let (ttft_sum, e2e_sum, count) = &sums[i];
+        let real_e2e = Metric::E2eMean.actual(&case.experiment.stages[i], output_len);
+        if *count == 0 || !matches!((simulated_e2e.get(i).copied().flatten(), real_e2e), (Some(s), Some(r)) if compositions_match(s, r)) {
+            continue;
+        }
+        let count = *count as f64;
+        for (metric, sum, weight) in [(Metric::TtftMean, ttft_sum, TTFT_WEIGHT), (Metric::E2eMean, e2e_sum, 1.0)] {
+            if let Some(actual_ms) = metric.actual(&case.experiment.stages[i], output_len).filter(|v| *v > 0.0) {
+                // Equations in µs: the features are µs per unit coefficient.
+                rows.push(Row { a: sum.iter().map(|v| v / count).collect(), target: actual_ms * 1e3, weight, experiment });
+            }
+        }
+    }
+    Ok(rows)
+}
+
+/// APEs of the E2E means and of the TTFT means of an experiment's stages.
+type StageApes = (Vec<f64>, Vec<f64>);
+
+/// APE of the E2E and TTFT means of every stage of a simulated experiment
+/// (1000 % for a stage with measurements but no simulated success).
+fn stage_apes(case: &Case, sim: &crate::reproduce::Simulated) -> StageApes {
+    let (mut e2e, mut ttft) = (Vec::new(), Vec::new());
+    let output_len = case.setup.output_len;
+    for (measured, client) in case.experiment.stages.iter().zip(&sim.client.stages) {
+        let m = client.metrics(output_len);
+        for (metric, out) in [(Metric::E2eMean, &mut e2e), (Metric::TtftMean, &mut ttft)] {
+            match (metric.predicted(&m), metric.actual(measured, output_len)) {
+                (Some(p), Some(a)) => out.extend(ape(p, a)),
+                (None, Some(_)) => out.push(1000.0),
+                _ => {}
+            }
+        }
+    }
+    (e2e, ttft)
+}
+
+/// E2E MAPE + 0.3·TTFT MAPE from per-experiment APEs.
+fn loss(parts: &[StageApes]) -> f64 {
+    let e2e: Vec<f64> = parts.iter().flat_map(|p| p.0.iter().copied()).collect();
+    let ttft: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
+    crate::stats::mean(&e2e) + TTFT_WEIGHT * crate::stats::mean(&ttft)
+}
+
+/// Relative least squares of the rows (each divided by its target,
+/// weighted), plus one row per coefficient for the prior; rows of `skip` left
+/// out (for cross-validation).
+fn least_squares(rows: &[Row], n: usize, skip: Option<usize>, priors: Option<&[(f64, f64)]>) -> LeastSquares {
+    let mut scaled: Vec<(Vec<f64>, f64)> = rows
+        .iter()
+        .filter(|r| Some(r.experiment) != skip)
+        .map(|r| {
+            let w = r.weight.sqrt() / r.target;
+            (r.a.iter().map(|v| v * w).collect(), r.target * w)
+        })
+        .collect();
+    for (i, (mean, scale)) in priors.unwrap_or_default().iter().enumerate() {
+        let w = PRIOR_WEIGHT.sqrt() / scale;
+        let mut a = vec![0.0; n];
+        a[i] = w;
+        scaled.push((a, mean * w));
+    }
+    LeastSquares::new(&scaled, n)
+}
+
+/// Stage one's solution for the rows: NNLS with the prior, or ridge with
+/// cross-validated λ.
+fn solve_linear(kind: ModelKind, rows: &[Row], n: usize, priors: Option<&[(f64, f64)]>) -> Vec<f64> {
+    if kind != ModelKind::PhysicsNormalized {
+        return least_squares(rows, n, None, priors).nnls();
+    }
+    let experiments: Vec<usize> = {
+        let mut e: Vec<usize> = rows.iter().map(|r| r.experiment).collect();
+        e.sort_unstable();
+        e.dedup();
+        e
+    };
+    let cv_error = |lambda: f64| -> f64 {
+        let mut err = 0.0;
+        for &held in &experiments {
+            let x = least_squares(rows, n, Some(held), None).ridge(lambda);
+            for r in rows.iter().filter(|r| r.experiment == held) {
+                let pred: f64 = r.a.iter().zip(&x).map(|(a, x)| a * x).sum();
+                err += r.weight * ((pred - r.target) / r.target).powi(2);
+            }
+        }
+        err
+    };
+    let lambda = RIDGE_GRID.iter().copied().min_by(|a, b| cv_error(*a).total_cmp(&cv_error(*b))).unwrap_or(1e-3);
+    least_squares(rows, n, None, None).ridge(lambda)
+}
+
+/// The fitting objective over `cases`: E2E MAPE + 0.3·TTFT MAPE over the
+/// stages of the active ones, plus [`SATURATION_WEIGHT`] × the mean failure
+/// fraction error (percentage points) over the stages of the overloaded ones.
+fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, ExperimentError> {
+    let parts: Vec<(StageApes, Vec<f64>)> = cases
+        .par_iter()
+        .map(|c| {
+            let s = &c.setup;
+            let latency = set
+                .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
+                .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
+            let sim = simulate(&c.experiment, s, latency, seed, false, &mut crate::reproduce::NoObserver)?;
+            if c.experiment.status() == Status::Active {
+                return Ok((stage_apes(c, &sim), Vec::new()));
+            }
+            let failure_errors = c
+                .experiment
+                .stages
+                .iter()
+                .zip(&sim.client.stages)
+                .map(|(measured, client)| (client.metrics(s.output_len).failure_fraction - measured.failure_fraction()).abs() * 100.0)
+                .collect();
+            Ok(((Vec::new(), Vec::new()), failure_errors))
+        })
+        .collect::<Result<_, ExperimentError>>()?;
+    let active: Vec<StageApes> = parts.iter().map(|p| p.0.clone()).collect();
+    let failure_errors: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
+    let saturation = if failure_errors.is_empty() { 0.0 } else { SATURATION_WEIGHT * crate::stats::mean(&failure_errors) };
+    Ok(loss(&active) + saturation)
+}
+
+fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64]) -> CoefficientSet {
+    CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance: Provenance::default() }
+}
+
+/// Mean APE per headline metric over the active stages of `cases`.
+fn errors(cases: &[Case], set: &CoefficientSet, seed: u64) -> Result<BTreeMap<String, f64>, ExperimentError> {
+    if cases.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let comparisons = Suite { cases: cases.to_vec() }.validate(set, seed)?;
+    let wanted = [Metric::E2eMean, Metric::E2eP90, Metric::E2eP99, Metric::TtftMean, Metric::ItlMean];
+    Ok(aggregate(&comparisons).into_iter().filter(|a| wanted.contains(&a.metric)).map(|a| (a.metric.name().to_string(), a.mean_ape)).collect())
+}
+
+/// Fits `opts.kind` on the active experiments of `suite` (minus the held-out
+/// model's), reporting progress lines through `progress`.
+pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -> Result<FitOutcome, FitError> {
+    if opts.kind == ModelKind::Roofline {
+        return Err(FitError::Invalid("roofline has no coefficients to fit".into()));
+    }
+    let holdout = |c: &Case| opts.holdout_model.as_deref().is_some_and(|m| is_model(c, m));
+    if let Some(m) = &opts.holdout_model
+        && !suite.cases.iter().any(|c| is_model(c, m))
+    {
+        return Err(FitError::Invalid(format!("--holdout-model {m}: no experiment uses this model")));
+    }
+    let train: Vec<&Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && !holdout(c)).collect();
+    // The objective also scores the overloaded runs of the training models (saturation term).
+    let scored: Vec<&Case> = suite.cases.iter().filter(|c| !holdout(c)).collect();
+    if train.is_empty() {
+        return Err(FitError::Invalid("no active experiment left to train on".into()));
+    }
+    let bases: Vec<Box<dyn FeatureBasis>> = train
+        .iter()
+        .map(|c| opts.kind.basis(&c.setup.model, &c.setup.gpu, c.setup.tp, &c.setup.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind))))
+        .collect::<Result<_, _>>()?;
+    let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
+    let priors = priors(opts.kind, bases[0].as_ref());
+    let priors = priors.as_deref();
+
+    // Stage one: simulate with the current coefficients, fit the linear
+    // equations, then line-search between the current coefficients and the
+    // solution (step 1, ½, ¼) on the simulated objective: near saturation a
+    // full step can overshoot into overload, where teacher forcing breaks.
+    let same_kind = |set: &CoefficientSet| set.latency_model == opts.kind.name() && set.alpha.len() == na && set.beta.len() == nb;
+    let mut current: Vec<f64> = if same_kind(&opts.start) { opts.start.alpha.iter().chain(&opts.start.beta).copied().collect() } else { Vec::new() };
+    let mut current_loss = f64::INFINITY;
+    let mut composition = opts.start.clone();
+    for round in 0..opts.linear_rounds.max(1) {
+        let results = train
+            .par_iter()
+            .zip(&bases)
+            .enumerate()
+            .map(|(i, (c, basis))| {
+                let s = &c.setup;
+                let latency = composition
+                    .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
+                    .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
+                stage_rows(c, i, basis.as_ref(), &latency, opts.seed)
+            })
+            .collect::<Result<Vec<_>, ExperimentError>>()?;
+        if !current.is_empty() && current_loss.is_infinite() {
+            current_loss = objective(&scored, &set_of(opts.kind, &current[..na], &current[na..]), opts.seed)? + prior_penalty(&current, priors);
+        }
+        let rows: Vec<Row> = results.into_iter().flatten().collect();
+        let solution = solve_linear(opts.kind, &rows, na + nb, priors);
+        let steps: &[f64] = if current.is_empty() { &[1.0] } else { &[1.0, 0.5, 0.25] };
+        let mut improved = false;
+        for &t in steps {
+            let candidate: Vec<f64> = if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
+            let score = objective(&scored, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)? + prior_penalty(&candidate, priors);
+            progress(format!("stage 1, round {}, step {t}: fitting objective {score:.3}", round + 1));
+            if score < current_loss {
+                (current, current_loss, improved) = (candidate, score, true);
+                break;
+            }
+        }
+        if !improved {
+            break;
+        }
+        composition = set_of(opts.kind, &current[..na], &current[na..]);
+        progress(format!("stage 1: α = {:?}, β = {:?}", &current[..na], &current[na..]));
+    }
+    if current.is_empty() {
+        return Err(FitError::Invalid("stage one produced no coefficients".into()));
+    }
+    let (coefficients, linear_loss) = (current, current_loss);
+
+    // Stage two.
+    let nonneg = opts.kind != ModelKind::PhysicsNormalized;
+    let mut free: Vec<usize> = (0..na + nb).filter(|&i| coefficients[i] != 0.0).collect();
+    if nonneg {
+        for i in [0, 1] {
+            if !free.contains(&i) {
+                free.push(i);
+            }
+        }
+        free.sort_unstable();
+    }
+    let mut best = (coefficients.clone(), linear_loss);
+    if opts.refine_evals > 0 && !free.is_empty() {
+        let start: Vec<f64> = free.iter().map(|&i| coefficients[i]).collect();
+        let steps: Vec<f64> = free.iter().map(|&i| if coefficients[i] != 0.0 { 0.15 * coefficients[i].abs() } else { 1000.0 }).collect();
+        let mut failure = None;
+        let mut evals = 0usize;
+        let mut f = |x: &[f64]| -> f64 {
+            let mut c = coefficients.clone();
+            for (&i, &v) in free.iter().zip(x) {
+                c[i] = if nonneg { v.max(0.0) } else { v };
+            }
+            evals += 1;
+            match objective(&scored, &set_of(opts.kind, &c[..na], &c[na..]), opts.seed).map(|v| v + prior_penalty(&c, priors)) {
+                Ok(v) => {
+                    if v < best.1 {
+                        best = (c, v);
+                    }
+                    v
+                }
+                Err(e) => {
+                    failure.get_or_insert(e);
+                    f64::INFINITY
+                }
+            }
+        };
+        nelder_mead(&mut f, &start, &steps, opts.refine_evals);
+        if let Some(e) = failure {
+            return Err(e.into());
+        }
+        progress(format!("stage 2: {evals} evaluations, fitting objective {:.3}", best.1));
+    }
+    let (coefficients, final_loss) = best;
+    let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..]);
+    let train_loss = objective(&train, &set, opts.seed)?;
+    let train_cases: Vec<Case> = train.iter().map(|c| (*c).clone()).collect();
+    let holdout_cases: Vec<Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && holdout(c)).cloned().collect();
+    set.provenance = Provenance {
+        source: "blis fit".into(),
+        hardware: Some(train.iter().map(|c| c.setup.gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
+        fitted_on: train.iter().map(|c| c.experiment.name.clone()).collect(),
+        holdout: holdout_cases.iter().map(|c| c.experiment.name.clone()).collect(),
+        loss: Some(train_loss),
+        train_errors: errors(&train_cases, &set, opts.seed)?,
+        holdout_errors: errors(&holdout_cases, &set, opts.seed)?,
+        ..Provenance::default()
+    };
+    Ok(FitOutcome { set, linear_loss, final_loss, train_loss })
+}

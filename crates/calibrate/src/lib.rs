@@ -1,0 +1,47 @@
+//! # blis-calibrate: BLIS against reality
+//!
+//! Real serving experiments (inference-perf result directories, see
+//! [`experiment`]) are reproduced in simulation ([`reproduce`]), observed the
+//! way the real client observed them ([`client`]), compared metric by metric
+//! ([`compare`], [`stats`]) and reported ([`report`]). [`fit`] learns latency
+//! coefficients from the same experiments; [`coefficients`] is the file
+//! format of coefficient sets and the sets BLIS ships.
+//!
+//! ```text
+//!  experiment dir ──► Experiment ──► Setup (model, GPU, knobs, KV blocks, prompt lengths)
+//!                                      │  + CoefficientSet ──► LatencyModel
+//!                                      ▼
+//!                      simulate (replay requests.csv, or inference-perf's stages)
+//!                                      │ ClientObserver (inference-perf's view)
+//!                                      ▼
+//!                      ExperimentComparison ──► tables, CSV, aggregate APE
+//! ```
+//!
+//! Reading order: [`experiment`], [`reproduce`], [`client`], [`compare`],
+//! [`suite`], [`report`], [`coefficients`], [`fit`].
+//!
+//! ## Example
+//!
+//! ```no_run
+//! use blis_calibrate::{coefficients::CoefficientSet, compare::aggregate, suite::Suite};
+//!
+//! let suite = Suite::load(&["validation/vllm-h100".into()]).unwrap();
+//! let comparisons = suite.validate(&CoefficientSet::default_set(), 0).unwrap();
+//! for a in aggregate(&comparisons) {
+//!     println!("{}: mean APE {:.1}%", a.metric.name(), a.mean_ape);
+//! }
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod client;
+pub mod coefficients;
+pub mod compare;
+pub mod error;
+pub mod experiment;
+pub mod fit;
+pub mod optimize;
+pub mod report;
+pub mod reproduce;
+pub mod stats;
+pub mod suite;

@@ -1,0 +1,65 @@
+//! A validation suite: experiments loaded once, then simulated in parallel
+//! (one experiment per task; each simulation stays single-threaded and
+//! deterministic, so results do not depend on the number of threads).
+
+use std::path::PathBuf;
+
+use rayon::prelude::*;
+
+use crate::coefficients::CoefficientSet;
+use crate::compare::ExperimentComparison;
+use crate::error::ExperimentError;
+use crate::experiment::{Experiment, discover};
+use crate::reproduce::{NoObserver, Setup, simulate};
+
+/// An experiment with its resolved deployment.
+#[derive(Clone, Debug)]
+pub struct Case {
+    /// The measurements.
+    pub experiment: Experiment,
+    /// The deployment and workload constants.
+    pub setup: Setup,
+}
+
+/// Experiments of a suite, in path order.
+#[derive(Clone, Debug, Default)]
+pub struct Suite {
+    /// The cases.
+    pub cases: Vec<Case>,
+}
+
+impl Suite {
+    /// Loads every experiment at or below each path (in parallel).
+    pub fn load(paths: &[PathBuf]) -> Result<Suite, ExperimentError> {
+        let mut dirs = Vec::new();
+        for p in paths {
+            dirs.extend(discover(p)?);
+        }
+        dirs.sort();
+        dirs.dedup();
+        let cases = dirs
+            .par_iter()
+            .map(|d| {
+                let experiment = Experiment::load(d)?;
+                let setup = Setup::of(&experiment)?;
+                Ok(Case { experiment, setup })
+            })
+            .collect::<Result<Vec<_>, ExperimentError>>()?;
+        Ok(Suite { cases })
+    }
+
+    /// Simulates every case with `set` (seeded with `seed`) and compares.
+    pub fn validate(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<ExperimentComparison>, ExperimentError> {
+        self.cases
+            .par_iter()
+            .map(|c| {
+                let s = &c.setup;
+                let latency = set
+                    .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
+                    .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
+                let sim = simulate(&c.experiment, s, latency, seed, true, &mut NoObserver)?;
+                Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,139 @@
+//! `blis fit`: learn latency coefficients from real experiments.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use anyhow::Context;
+use blis_calibrate::coefficients::CoefficientSet;
+use blis_calibrate::fit::{FitError, FitOptions, fit};
+use blis_calibrate::suite::Suite;
+use blis_engine::latency::ModelKind;
+
+use crate::error::bad_input;
+use crate::output::AtomicFile;
+
+/// Learn latency-model coefficients from real experiments.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  blis fit validation/vllm-h100 --latency-model trained-physics -o trained-physics-h100.yaml\n  \
+    blis fit validation/vllm-h100 --latency-model trained-physics --holdout-model Llama-2-70b-hf -o holdout.yaml")]
+pub struct FitArgs {
+    /// Experiment directories, or directories holding them.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+
+    /// Model to fit: blackbox, trained-physics, unified-5, physics-normalized.
+    #[arg(long, default_value = "trained-physics")]
+    pub latency_model: String,
+
+    /// Coefficients of the first simulation round (any model). [default: the published set for --latency-model, else the bundled default]
+    #[arg(long, value_name = "FILE")]
+    pub start: Option<PathBuf>,
+
+    /// Leave this model's experiments out of training (HuggingFace id or the part after '/') and report their errors.
+    #[arg(long, value_name = "NAME")]
+    pub holdout_model: Option<String>,
+
+    /// Simulation seed.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Stage-one rounds (simulate, then linear fit).
+    #[arg(long, default_value_t = 6)]
+    pub rounds: usize,
+
+    /// Stage-two (Nelder–Mead) objective evaluations; 0 skips stage two.
+    #[arg(long, default_value_t = 150)]
+    pub refine_evals: usize,
+
+    /// Date recorded as `provenance.fitted_at` (YYYY-MM-DD). [default: today, UTC]
+    #[arg(long, value_name = "DATE")]
+    pub fitted_at: Option<String>,
+
+    /// Write the coefficient file here instead of stdout.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+/// Today's date (UTC) as YYYY-MM-DD.
+fn today_utc() -> String {
+    civil_date(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64)
+}
+
+/// The proleptic Gregorian date `days` after 1970-01-01, as YYYY-MM-DD
+/// (Howard Hinnant's civil-from-days).
+fn civil_date(days: i64) -> String {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!("{year:04}-{month:02}-{day:02}")
+}
+
+/// Runs `blis fit`.
+pub fn execute(args: FitArgs) -> anyhow::Result<()> {
+    let kind: ModelKind = args.latency_model.parse().map_err(|e| bad_input!("--latency-model: {e}"))?;
+    let start = match &args.start {
+        Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
+        None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
+    };
+    let suite = Suite::load(&args.dirs).map_err(|e| bad_input!("{e}"))?;
+    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let opts = FitOptions {
+        kind,
+        start,
+        holdout_model: args.holdout_model.clone(),
+        seed: args.seed,
+        linear_rounds: args.rounds,
+        refine_evals: args.refine_evals,
+    };
+    let started = Instant::now();
+    let outcome = fit(&suite, &opts, &mut |line| eprintln!("[{:7.1} s] {line}", started.elapsed().as_secs_f64())).map_err(|e| match e {
+        FitError::Invalid(msg) => anyhow::Error::from(bad_input!("{msg}")),
+        FitError::Experiment(e) => anyhow::Error::from(bad_input!("{e}")),
+    })?;
+    let mut set = outcome.set;
+    let mut command = format!("blis fit {} --latency-model {kind} --seed {} --rounds {} --refine-evals {}", args.dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" "), args.seed, args.rounds, args.refine_evals);
+    if let Some(p) = &args.start {
+        command += &format!(" --start {}", p.display());
+    }
+    if let Some(m) = &args.holdout_model {
+        command += &format!(" --holdout-model {m}");
+    }
+    set.provenance.command = Some(command);
+    set.provenance.fitted_at = Some(args.fitted_at.clone().unwrap_or_else(today_utc));
+    eprintln!(
+        "[{:7.1} s] done: fitting objective {:.3} after stage one, {:.3} after stage two; E2E MAPE + 0.3·TTFT MAPE on the training stages {:.3}",
+        started.elapsed().as_secs_f64(),
+        outcome.linear_loss,
+        outcome.final_loss,
+        outcome.train_loss
+    );
+    let yaml = format!("# Fitted by `blis fit`; regenerate with provenance.command.\n{}", set.to_yaml());
+    match output.as_mut() {
+        Some(f) => f.writer().write_all(yaml.as_bytes()).context("writing --output")?,
+        None => std::io::stdout().lock().write_all(yaml.as_bytes()).context("writing to stdout")?,
+    }
+    if let Some(f) = output {
+        f.commit()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn civil_dates_match_the_calendar() {
+        assert_eq!(civil_date(0), "1970-01-01");
+        assert_eq!(civil_date(59), "1970-03-01");
+        assert_eq!(civil_date(11_016), "2000-02-29");
+        assert_eq!(civil_date(20_502), "2026-02-18");
+    }
+}

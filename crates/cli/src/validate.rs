@@ -1,0 +1,131 @@
+//! `blis validate`: simulate real experiments and compare with what they measured.
+
+use std::io::Write;
+use std::path::PathBuf;
+use std::time::Instant;
+
+use anyhow::Context;
+use blis_calibrate::compare::{Metric, aggregate};
+use blis_calibrate::report::{CSV_HEADER, ReportContext, csv_rows, markdown, text};
+use blis_calibrate::suite::Suite;
+
+use crate::error::bad_input;
+use crate::output::AtomicFile;
+use crate::plots;
+use crate::setup::choose_coefficients;
+
+/// Simulate real serving experiments and compare with their measurements.
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Examples:\n  blis validate validation/vllm-h100\n  \
+    blis validate path/to/one-experiment --latency-model unified-5 --coefficients my.yaml\n  \
+    blis validate validation/vllm-h100 --report report.md --csv errors.csv --plots plots/")]
+pub struct ValidateArgs {
+    /// Experiment directories (inference-perf result directories), or directories holding them.
+    #[arg(required = true, value_name = "DIR")]
+    pub dirs: Vec<PathBuf>,
+
+    /// Latency model: roofline, blackbox, trained-physics, unified-5, physics-normalized. [default: the bundled default set's]
+    #[arg(long)]
+    pub latency_model: Option<String>,
+
+    /// Coefficient file (YAML or JSON). [default: the bundled set for --latency-model, or the bundled default]
+    #[arg(long, value_name = "FILE")]
+    pub coefficients: Option<PathBuf>,
+
+    /// Write the full report as Markdown.
+    #[arg(long, value_name = "FILE")]
+    pub report: Option<PathBuf>,
+
+    /// Write one row per (experiment, stage, metric): experiment,model,status,stage,metric,predicted,actual,ape.
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+
+    /// Write SVG plots into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+
+    /// Seed of the simulated prompt contents and arrival draws.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+
+    /// Fail (exit 1) when the mean E2E APE over active stages exceeds this percentage.
+    #[arg(long, value_name = "PCT")]
+    pub max_e2e_mape: Option<f64>,
+
+    /// Print only the aggregate table.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// Runs `blis validate`.
+pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
+    let chosen = choose_coefficients(args.latency_model.as_deref(), args.coefficients.as_deref(), None, None)?;
+    if let Some(t) = args.max_e2e_mape
+        && !(t.is_finite() && t >= 0.0)
+    {
+        return Err(bad_input!("--max-e2e-mape {t}: must be a non-negative percentage").into());
+    }
+    let suite = Suite::load(&args.dirs).map_err(|e| bad_input!("{e}"))?;
+    let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
+    let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
+    let plot_dir = args.plots.as_deref().map(plots::PlotDir::create).transpose()?;
+
+    let started = Instant::now();
+    let comparisons = suite.validate(&chosen.set, args.seed).map_err(|e| bad_input!("{e}"))?;
+    let wall_s = started.elapsed().as_secs_f64();
+
+    let out = text(&comparisons);
+    let mut stdout = std::io::stdout().lock();
+    if args.quiet {
+        let aggregate_only = out.rsplit_once("== Aggregate").map_or(out.as_str(), |(_, tail)| tail);
+        writeln!(stdout, "== Aggregate{aggregate_only}").context("writing to stdout")?;
+    } else {
+        write!(stdout, "{out}").context("writing to stdout")?;
+    }
+    writeln!(stdout, "\n{} experiments simulated in {wall_s:.2} s with {} ({})", comparisons.len(), chosen.set.latency_model, chosen.origin)
+        .context("writing to stdout")?;
+
+    if let Some(f) = csv_file.as_mut() {
+        let w = f.writer();
+        writeln!(w, "{CSV_HEADER}").context("writing --csv")?;
+        for row in csv_rows(&comparisons) {
+            writeln!(w, "{row}").context("writing --csv")?;
+        }
+    }
+    if let Some(f) = report_file.as_mut() {
+        let mut command = String::from("blis validate");
+        for d in &args.dirs {
+            command += &format!(" {}", d.display());
+        }
+        if let Some(m) = &args.latency_model {
+            command += &format!(" --latency-model {m}");
+        }
+        if let Some(c) = &args.coefficients {
+            command += &format!(" --coefficients {}", c.display());
+        }
+        command += &format!(" --report {}", args.report.as_deref().map_or(String::new(), |p| p.display().to_string()));
+        let ctx = ReportContext {
+            coefficients: format!("{} ({})", chosen.set.latency_model, chosen.origin),
+            command,
+            seed: args.seed,
+            wall_s: None,
+        };
+        write!(f.writer(), "{}", markdown(&comparisons, &ctx)).context("writing --report")?;
+    }
+    if let Some(dir) = &plot_dir {
+        plots::write_all(dir, &comparisons)?;
+    }
+    if let Some(f) = csv_file {
+        f.commit()?;
+    }
+    if let Some(f) = report_file {
+        f.commit()?;
+    }
+    if let Some(limit) = args.max_e2e_mape
+        && let Some(e2e) = aggregate(&comparisons).into_iter().find(|a| a.metric == Metric::E2eMean)
+        && e2e.mean_ape > limit
+    {
+        anyhow::bail!("mean E2E APE over active stages is {:.2}%, above --max-e2e-mape {limit}%", e2e.mean_ape);
+    }
+    Ok(())
+}

@@ -1,0 +1,54 @@
+//! `blis fit` end to end.
+
+use blis_calibrate::coefficients::CoefficientSet;
+
+use crate::experiment_dir::{TempDir, blis, stderr, write_experiment};
+
+#[test]
+fn fits_a_loadable_deterministic_coefficient_file_with_provenance() {
+    let tmp = TempDir::new("fit");
+    write_experiment(&tmp.0, "exp-a", true);
+    write_experiment(&tmp.0, "exp-b", false);
+    let run = |name: &str| {
+        let out_path = tmp.0.join(name);
+        let out = blis(&[
+            "fit",
+            tmp.0.to_str().unwrap(),
+            "--latency-model",
+            "unified-5",
+            "--rounds",
+            "2",
+            "--refine-evals",
+            "8",
+            "--fitted-at",
+            "2026-01-01",
+            "-o",
+            out_path.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read_to_string(out_path).unwrap()
+    };
+    let (a, b) = (run("a.yaml"), run("b.yaml"));
+    assert_eq!(a, b, "same command, same coefficients");
+    let set = CoefficientSet::parse(&a, std::path::Path::new("a.yaml")).unwrap();
+    assert_eq!((set.latency_model.as_str(), set.alpha.len(), set.beta.len()), ("unified-5", 3, 5));
+    assert_eq!(set.provenance.fitted_on, ["exp-a", "exp-b"]);
+    assert_eq!(set.provenance.fitted_at.as_deref(), Some("2026-01-01"));
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.starts_with("blis fit")));
+    assert!(set.provenance.train_errors.contains_key("e2e_mean_ms"));
+    // The file drives validate.
+    let out = blis(&["validate", tmp.0.to_str().unwrap(), "-q", "--coefficients", tmp.0.join("a.yaml").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
+#[test]
+fn holding_out_the_only_model_is_refused() {
+    let tmp = TempDir::new("fit-holdout");
+    write_experiment(&tmp.0, "exp", false);
+    let out = blis(&["fit", tmp.0.to_str().unwrap(), "--holdout-model", "Llama-2-7b-hf", "--refine-evals", "0"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no active experiment left"), "{}", stderr(&out));
+    let out = blis(&["fit", tmp.0.to_str().unwrap(), "--holdout-model", "gpt-9", "--refine-evals", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("gpt-9"));
+}

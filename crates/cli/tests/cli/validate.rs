@@ -1,0 +1,108 @@
+//! `blis validate` end to end.
+
+use crate::experiment_dir::{TempDir, blis, stderr, stdout, write_experiment};
+
+#[test]
+fn validates_a_directory_of_experiments_and_writes_every_output() {
+    let tmp = TempDir::new("validate-ok");
+    write_experiment(&tmp.0, "exp-a", true);
+    write_experiment(&tmp.0, "exp-b", false);
+    let (report, csv, plots) = (tmp.0.join("r.md"), tmp.0.join("e.csv"), tmp.0.join("plots"));
+    let out = blis(&[
+        "validate",
+        tmp.0.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--csv",
+        csv.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    for needle in ["== exp-a", "== exp-b", "e2e_mean_ms", "Aggregate over active stages", "2 experiments simulated"] {
+        assert!(text.contains(needle), "missing {needle:?} in\n{text}");
+    }
+    let csv_text = std::fs::read_to_string(&csv).unwrap();
+    let mut lines = csv_text.lines();
+    assert_eq!(lines.next(), Some("experiment,model,status,stage,metric,predicted,actual,ape"));
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert!(rows.iter().all(|r| r.len() == 8));
+    for metric in ["e2e_mean_ms", "e2e_p90_ms", "e2e_p99_ms", "ttft_mean_ms", "itl_mean_ms", "inference_perf_itl_mean_ms", "failure_fraction"] {
+        assert!(rows.iter().any(|r| r[0] == "exp-a" && r[3] == "0" && r[4] == metric), "no {metric} row");
+    }
+    // APE is |predicted − actual| / actual · 100 on every row that has one.
+    for r in rows.iter().filter(|r| !r[7].is_empty()) {
+        let (p, a, ape): (f64, f64, f64) = (r[5].parse().unwrap(), r[6].parse().unwrap(), r[7].parse().unwrap());
+        assert!((ape - (p - a).abs() / a.abs() * 100.0).abs() < 1e-6 * ape.max(1.0), "{r:?}");
+    }
+    assert!(std::fs::read_to_string(&report).unwrap().starts_with("# BLIS validation report"));
+    assert!(plots.join("parity_e2e_mean_ms.svg").is_file());
+    assert!(plots.join("e2e_cdf_exp-a.svg").is_file());
+}
+
+#[test]
+fn same_seed_same_csv() {
+    let tmp = TempDir::new("validate-determinism");
+    write_experiment(&tmp.0, "exp", true);
+    let run = |name: &str| {
+        let p = tmp.0.join(name);
+        let out = blis(&["validate", tmp.0.join("exp").to_str().unwrap(), "--csv", p.to_str().unwrap(), "-q"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        std::fs::read_to_string(p).unwrap()
+    };
+    assert_eq!(run("a.csv"), run("b.csv"));
+}
+
+#[test]
+fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
+    let tmp = TempDir::new("validate-bad");
+    let csv = tmp.0.join("out.csv");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let check = |what: &str, needle: &str| {
+        let out = blis(&["validate", dir.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(2), "{what}: {}", stderr(&out));
+        let err = stderr(&out);
+        assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+        assert!(err.contains(needle), "{what}: {err} lacks {needle}");
+        assert!(!csv.exists(), "{what}: a partial --csv was left behind");
+    };
+    let stage0 = dir.join("results/stage_0_lifecycle_metrics.json");
+    let good = std::fs::read_to_string(&stage0).unwrap();
+    std::fs::write(&stage0, "{ not json").unwrap();
+    check("malformed JSON", "stage_0_lifecycle_metrics.json");
+    std::fs::write(&stage0, good.replace("\"mean\": 0.08", "\"mean\": \"slow\"")).unwrap();
+    check("wrong type", "mean");
+    std::fs::write(&stage0, good).unwrap();
+
+    let requests = dir.join("requests.csv");
+    let good = std::fs::read_to_string(&requests).unwrap();
+    std::fs::write(&requests, good.replacen(",0,80", ",0,NaN", 1)).unwrap();
+    check("NaN latency", "requests.csv:2");
+    std::fs::write(&requests, good.replacen("\n0,0,", "\n0,7,", 1)).unwrap();
+    check("stage out of range", "stage");
+    std::fs::write(&requests, good).unwrap();
+
+    let exp = dir.join("exp-config.yaml");
+    let good = std::fs::read_to_string(&exp).unwrap();
+    std::fs::write(&exp, good.replace("meta-llama/Llama-2-7b-hf", "acme/unknown-model")).unwrap();
+    check("unknown model", "acme/unknown-model");
+    std::fs::write(&exp, good).unwrap();
+
+    let out = blis(&["validate", tmp.0.join("nowhere").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let out = blis(&["validate", dir.to_str().unwrap(), "--coefficients", tmp.0.join("missing.yaml").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("missing.yaml"));
+}
+
+#[test]
+fn threshold_flag_turns_the_table_into_a_gate() {
+    let tmp = TempDir::new("validate-gate");
+    let dir = write_experiment(&tmp.0, "exp", false);
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q", "--max-e2e-mape", "0"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--max-e2e-mape"));
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q", "--max-e2e-mape", "100000"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}

@@ -1,0 +1,159 @@
+//! The architecture and hardware numbers the trained roofline basis
+//! functions (`latency-formulas.md` §2 and §3) are written in, and the sums
+//! over a step's entries they share.
+
+use super::StepBatch;
+use crate::hardware::GpuSpec;
+use crate::model::ModelConfig;
+
+/// Notation of `latency-formulas.md`, as `f64`, for one deployment.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Dims {
+    /// L: layers.
+    pub l: f64,
+    /// d: hidden size.
+    pub d: f64,
+    /// H: attention heads.
+    pub h: f64,
+    /// dH: head dimension.
+    pub dh: f64,
+    /// dKV = KVH·dH.
+    pub dkv: f64,
+    /// dFF of dense layers.
+    pub dff: f64,
+    /// dFF of one routed expert (equal to `dff` for dense models).
+    pub dff_moe: f64,
+    /// N: routed experts (0 for dense models).
+    pub n_experts: f64,
+    /// k: experts per token (0 for dense models).
+    pub k: f64,
+    /// Layers with a MoE FFN.
+    pub n_moe: f64,
+    /// Layers with a dense FFN.
+    pub n_dense: f64,
+    /// Whether MoE layers are interleaved with dense ones (Llama-4).
+    pub interleaved_moe: bool,
+    /// BPP: bytes per activation / KV element.
+    pub bpp: f64,
+    /// wBPP: bytes per weight.
+    pub wbpp: f64,
+    /// KV bytes per token per GPU: L·2·(KVH/tp)·dH·BPP, or the replicated
+    /// latent of multi-head latent attention.
+    pub kv_bytes_per_token: f64,
+    /// Tensor-parallel degree.
+    pub tp: f64,
+    /// F: peak dense FLOP/s (the FP8 peak for 8-bit weights).
+    pub flops_per_s: f64,
+    /// W: HBM bytes per second.
+    pub hbm_bytes_per_s: f64,
+}
+
+impl Dims {
+    /// The numbers of `model` on `tp` GPUs of type `gpu`.
+    pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> Dims {
+        let (dff_moe, n_experts, k, n_moe) = match &model.moe {
+            Some(m) => (
+                f64::from(m.expert_intermediate_size),
+                f64::from(m.num_experts),
+                f64::from(m.experts_per_token),
+                f64::from(m.num_moe_layers),
+            ),
+            None => (f64::from(model.intermediate_size), 0.0, 0.0, 0.0),
+        };
+        Dims {
+            l: f64::from(model.num_layers),
+            d: f64::from(model.hidden_size),
+            h: f64::from(model.num_attention_heads),
+            dh: f64::from(model.head_dim),
+            dkv: model.kv_dim(),
+            dff: f64::from(model.intermediate_size),
+            dff_moe,
+            n_experts,
+            k,
+            n_moe,
+            n_dense: f64::from(model.num_dense_layers()),
+            interleaved_moe: model.moe.as_ref().is_some_and(|m| m.interleaved),
+            bpp: model.dtype_bytes,
+            wbpp: model.weight_bytes_per_param,
+            kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp),
+            tp: f64::from(tp.max(1)),
+            flops_per_s: gpu.peak_flops(model.weight_bytes_per_param),
+            hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
+        }
+    }
+
+    /// kEff = max(1, k).
+    pub fn k_eff(&self) -> f64 {
+        self.k.max(1.0)
+    }
+
+    /// Whether the model has routed experts.
+    pub fn is_moe(&self) -> bool {
+        self.n_experts >= 2.0
+    }
+
+    /// Q/K/V/O projection FLOPs of `tokens` tokens over all layers, per GPU:
+    /// L·2·T·d·(2d + 2dKV)/tp.
+    pub fn projection_flops(&self, tokens: f64) -> f64 {
+        self.l * 2.0 * tokens * self.d * (2.0 * self.d + 2.0 * self.dkv) / self.tp
+    }
+
+    /// Attention-score FLOPs per layer per GPU for `work` query·key pairs: 4·(H/tp)·work·dH.
+    pub fn attention_flops_per_layer(&self, work: f64) -> f64 {
+        4.0 * (self.h / self.tp) * work * self.dh
+    }
+
+    /// KV bytes per GPU for `tokens` tokens over all layers: L·2·(KVH/tp)·dH·tokens·BPP
+    /// (for latent attention, the latent's bytes, which every rank stores).
+    pub fn kv_bytes(&self, tokens: f64) -> f64 {
+        self.kv_bytes_per_token * tokens
+    }
+
+    /// Seconds → microseconds of `flops` at peak.
+    pub fn compute_us(&self, flops: f64) -> f64 {
+        flops / self.flops_per_s * 1e6
+    }
+
+    /// Seconds → microseconds of moving `bytes` through HBM.
+    pub fn memory_us(&self, bytes: f64) -> f64 {
+        bytes / self.hbm_bytes_per_s * 1e6
+    }
+}
+
+/// The per-step sums the basis functions use (`latency-formulas.md` notation).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub(crate) struct StepSums {
+    /// T_pf: prefill tokens.
+    pub t_pf: f64,
+    /// T_dc: decode requests (one token each).
+    pub t_dc: f64,
+    /// Σ_i t_i·(s_i + t_i/2) over prefill entries (s_i = prompt length).
+    pub prefill_attention_work: f64,
+    /// Σ_j c_j over decode entries (c_j = tokens already in the KV cache).
+    pub decode_context: f64,
+    /// B: requests in the batch.
+    pub batch: f64,
+}
+
+impl StepSums {
+    /// One pass over the entries.
+    pub fn of(batch: &StepBatch<'_>) -> StepSums {
+        let mut s = StepSums { batch: batch.entries.len() as f64, ..StepSums::default() };
+        for e in batch.entries {
+            if e.is_decode() {
+                s.t_dc += 1.0;
+                s.decode_context += f64::from(e.computed_tokens);
+            } else {
+                let t = f64::from(e.new_tokens);
+                s.t_pf += t;
+                s.prefill_attention_work += t * (f64::from(e.prompt_tokens) + t / 2.0);
+            }
+        }
+        s
+    }
+
+    /// T_pf + T_dc.
+    pub fn tokens(&self) -> f64 {
+        self.t_pf + self.t_dc
+    }
+}

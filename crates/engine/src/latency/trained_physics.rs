@@ -1,0 +1,229 @@
+//! The trained-physics model (`latency-formulas.md` §3, BLIS's "iter29"):
+//! roofline basis functions split into prefill and decode compute and KV
+//! traffic, static weight traffic, tensor-parallel all-reduce volume, and
+//! per-layer, per-request and per-step overheads.
+
+use std::sync::Arc;
+
+use super::basis::{Dims, StepSums};
+use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, overhead_micros, step_micros};
+use crate::hardware::GpuSpec;
+use crate::model::ModelConfig;
+use crate::time::Micros;
+
+/// Number of β coefficients.
+pub const BETA_LEN: usize = 11;
+
+/// Basis functions of trained-physics, in µs (F = peak FLOP/s, the FP8 peak
+/// for 8-bit weights; W = HBM bytes/s; g = tp for MoE layers at dp = 1):
+///
+/// ```text
+/// FFN(X)  = nMoE·(X·kEff/g)·6·d·dFF_moe + nDense·X·6·d·dFF/tp
+/// T_pf_c  = [L·2·T_pf·d·(2d + 2dKV)/tp + L·Σ_i 4·(H/tp)·t_i·(s_i + t_i/2)·dH + FFN(T_pf)] / F
+/// T_dc_c  = [L·2·T_dc·d·(2d + 2dKV)/tp + L·4·(H/tp)·Σ_j c_j·dH + FFN(T_dc)] / F
+/// T_pf_kv = L·2·(KVH/tp)·dH·T_pf·BPP / W
+/// T_dc_kv = L·2·(KVH/tp)·dH·(Σ_j c_j + T_dc)·BPP / W
+/// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(N/g)·3·d·dFF_moe + nDense·3·d·dFF/tp]·wBPP / W   (all experts, per GPU)
+/// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
+/// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
+///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
+/// ```
+///
+/// The feature vector is in the published coefficient order
+/// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. Expert parallelism
+/// is not modelled, so T_dispatch is 0. α0 is the arrival-to-queue delay,
+/// α1 the delay from the last token to the response end, α2 the delay from a
+/// token's step end to the API (it does not accumulate: TTFT = prefill step
+/// end + α2 − arrival, later gaps are step gaps).
+#[derive(Clone, Debug)]
+pub struct TrainedPhysicsBasis {
+    dims: Dims,
+}
+
+impl TrainedPhysicsBasis {
+    /// Builds the basis for `model` on `tp` GPUs of type `gpu`.
+    pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> TrainedPhysicsBasis {
+        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp) }
+    }
+
+    fn ffn_flops(&self, tokens: f64) -> f64 {
+        let m = &self.dims;
+        m.n_moe * (tokens * m.k_eff() / m.tp) * 6.0 * m.d * m.dff_moe + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
+    }
+
+    /// The eleven basis values of a step, in coefficient order.
+    pub fn features(&self, batch: &StepBatch<'_>) -> [f64; BETA_LEN] {
+        let m = &self.dims;
+        let s = StepSums::of(batch);
+        let t_pf_c = m.compute_us(
+            m.projection_flops(s.t_pf) + m.l * m.attention_flops_per_layer(s.prefill_attention_work) + self.ffn_flops(s.t_pf),
+        );
+        let t_dc_c =
+            m.compute_us(m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + self.ffn_flops(s.t_dc));
+        let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
+        let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
+        let weight_params = m.l * m.d * (2.0 * m.d + 2.0 * m.dkv) / m.tp
+            + m.n_moe * (m.n_experts / m.tp) * 3.0 * m.d * m.dff_moe
+            + m.n_dense * 3.0 * m.d * m.dff / m.tp;
+        let t_w = m.memory_us(weight_params * m.wbpp);
+        let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
+        let volume = |layers: f64| m.memory_us(layers * s.tokens() * m.d * m.bpp * ring);
+        let t_ar = volume(m.l) + volume(m.n_dense) + if m.is_moe() { volume(m.n_moe) } else { 0.0 };
+        let interleaved = if m.interleaved_moe { m.n_moe } else { 0.0 };
+        [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, 0.0]
+    }
+}
+
+impl FeatureBasis for TrainedPhysicsBasis {
+    fn name(&self) -> &'static str {
+        "trained-physics"
+    }
+
+    fn alpha_names(&self) -> &'static [&'static str] {
+        &["queueing_us", "completion_us", "token_emission_us"]
+    }
+
+    fn beta_names(&self) -> &'static [&'static str] {
+        &[
+            "prefill_compute",
+            "decode_compute",
+            "weights",
+            "allreduce",
+            "per_layer_us",
+            "per_request_us",
+            "per_step_us",
+            "interleaved_moe_layer_us",
+            "prefill_kv",
+            "decode_kv",
+            "expert_dispatch",
+        ]
+    }
+
+    fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {
+        out.copy_from_slice(&self.features(batch));
+    }
+
+    fn alpha_features(&self, _arrival: &QueueingInput, _output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]) {
+        ttft.copy_from_slice(&[1.0, 0.0, 1.0]);
+        e2e.copy_from_slice(&[1.0, 1.0, 1.0]);
+    }
+
+    fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel> {
+        Arc::new(TrainedPhysics { basis: self.clone(), alpha: coefficient_array(alpha), beta: coefficient_array(beta) })
+    }
+}
+
+/// Trained-physics with its coefficients.
+#[derive(Clone, Debug)]
+pub struct TrainedPhysics {
+    /// The basis functions.
+    pub basis: TrainedPhysicsBasis,
+    /// α0 (queueing µs), α1 (completion µs), α2 (token emission µs).
+    pub alpha: [f64; 3],
+    /// β in the order `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`.
+    pub beta: [f64; BETA_LEN],
+}
+
+impl TrainedPhysics {
+    /// The published H100 coefficients (`latency-formulas.md` §3, loss 34.6 %).
+    pub const PUBLISHED_ALPHA: [f64; 3] = [15563.199579, 777.3455, 45.907545];
+    /// The published H100 coefficients (`latency-formulas.md` §3).
+    pub const PUBLISHED_BETA: [f64; BETA_LEN] =
+        [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037];
+}
+
+impl LatencyModel for TrainedPhysics {
+    fn name(&self) -> &'static str {
+        "trained-physics"
+    }
+
+    fn step_time(&self, batch: &StepBatch<'_>) -> Micros {
+        if batch.entries.is_empty() {
+            return Micros(1);
+        }
+        let f = self.basis.features(batch);
+        step_micros(f.iter().zip(&self.beta).map(|(x, b)| x * b).sum())
+    }
+
+    fn queueing_delay(&self, _input: &QueueingInput) -> Micros {
+        overhead_micros(self.alpha[0])
+    }
+
+    fn output_token_overhead(&self) -> Micros {
+        Micros::ZERO
+    }
+
+    fn token_emission_delay(&self) -> Micros {
+        overhead_micros(self.alpha[2])
+    }
+
+    fn completion_overhead(&self) -> Micros {
+        overhead_micros(self.alpha[1])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::{find_gpu, find_model};
+    use crate::latency::{BatchEntry, InstanceLoad};
+
+    /// Mixtral-8x7B (L 32, d 4096, H 32, KVH 8, dH 128, dKV 1024, dFF 14336,
+    /// N 8, k 2) on two H100s (F 989.5e12, W 3.35e12); a 300-token prefill
+    /// chunk of a 700-token prompt and decodes at contexts 900 and 50, worked
+    /// out by hand:
+    ///
+    /// ```text
+    /// FFN(X)  = 32·(X·2/2)·6·4096·14336
+    /// T_pf_c  = [32·2·300·4096·10240/2 + 32·4·16·300·(700 + 150)·128 + FFN(300)] / F = 3892.6596 µs
+    /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)]   / F =   25.7524 µs
+    /// T_w     = [32·4096·10240/2 + 32·(8/2)·3·4096·14336]·2 / W                    = 13862.4877 µs
+    /// T_ar    = 2 · 32·302·4096·2·(2·1/2) / W                                       =   47.2642 µs
+    /// T_pf_kv = 32·2·4·128·300·2 / W = 5.8689 µs;  T_dc_kv = 32·2·4·128·(950 + 2)·2 / W = 18.6240 µs
+    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0] = 20718.36 µs
+    /// ```
+    #[test]
+    fn published_coefficients_on_a_hand_computed_moe_step() {
+        let model = ModelConfig::from_hf_json(find_model("mistralai/Mixtral-8x7B-v0.1").unwrap().config_json).unwrap();
+        let basis = TrainedPhysicsBasis::new(&model, &find_gpu("H100").unwrap().spec(), 2);
+        let entries = [
+            BatchEntry { computed_tokens: 400, new_tokens: 300, prompt_tokens: 700 },
+            BatchEntry { computed_tokens: 900, new_tokens: 1, prompt_tokens: 600 },
+            BatchEntry { computed_tokens: 50, new_tokens: 1, prompt_tokens: 40 },
+        ];
+        let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let want = [
+            3892.659575138959,
+            25.75236954421425,
+            13862.487727761194,
+            47.2641719402985,
+            32.0,
+            3.0,
+            1.0,
+            0.0,
+            5.86889552238806,
+            18.623961791044778,
+            0.0,
+        ];
+        for (got, want) in basis.features(&batch).iter().zip(want) {
+            assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+        }
+        let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
+        assert_eq!(m.step_time(&batch), Micros(20718));
+        assert_eq!((m.token_emission_delay(), m.output_token_overhead(), m.completion_overhead()), (Micros(46), Micros::ZERO, Micros(777)));
+    }
+
+    #[test]
+    fn dense_tp1_has_no_allreduce_and_interleaved_moe_counts_its_layers() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let entries = [BatchEntry { computed_tokens: 10, new_tokens: 1, prompt_tokens: 5 }];
+        let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let f = TrainedPhysicsBasis::new(&dense, &h100, 1).features(&batch);
+        assert_eq!((f[3], f[7]), (0.0, 0.0));
+        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let moe = scout.moe.as_ref().unwrap();
+        assert!(moe.interleaved);
+        assert_eq!(TrainedPhysicsBasis::new(&scout, &h100, 2).features(&batch)[7], f64::from(moe.num_moe_layers));
+    }
+}

@@ -1,0 +1,626 @@
+//! inference-perf (kubernetes-sigs/inference-perf) as BLIS reproduces it:
+//! its run configuration (`results/config.yaml`), the shared-prefix prompt
+//! set its `shared_prefix` data generator builds, and its load stages.
+//!
+//! What inference-perf does, and what this module mirrors (inference-perf
+//! between b81afa4 and ad40050, late 2025):
+//!
+//! * **Prompts** (`SharedPrefixDataGenerator`): `num_groups` random-token
+//!   system prompts of `system_prompt_len` tokens, each followed by
+//!   `num_prompts_per_group` random questions of `question_len` tokens; the
+//!   `num_groups · num_prompts_per_group` prompts are shuffled once, and the
+//!   n-th request of every stage uses prompt `n mod count` (the generator
+//!   restarts at each stage). A full prompt therefore recurs every `count`
+//!   requests, which is what lets vLLM's prefix cache hit. Each prompt is
+//!   here a shared synthetic run (the group's system prompt) plus a private
+//!   one, so the simulated cache hits exactly where vLLM's would.
+//! * **Arrivals** (`ConstantLoadTimer`): a stage of `rate` req/s for
+//!   `duration` s sends N = ⌊rate·duration⌋ requests whose gaps are
+//!   exponential, rescaled to sum exactly to `duration`, starting 1 s after
+//!   the stage starts. `PoissonLoadTimer` draws a Poisson count per second
+//!   and spreads it the same way over that second. Stages run one after
+//!   another: the next starts `interval` s after every request of the
+//!   previous one finished.
+//! * **Outputs**: `max_tokens = output_len` with `ignore_eos`, so every
+//!   successful request generates exactly `output_len` tokens.
+//! * **Client timeout**: `load.request_timeout`, else aiohttp's default total
+//!   timeout of 300 s.
+//!
+//! [`StagedWorkload`] generates the whole run lazily, stage after stage.
+
+use std::collections::BTreeMap;
+
+use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
+use blis_engine::rng::{SimRng, mix64, subsystem_rng, subsystem_seed};
+use blis_engine::sim::Workload;
+use blis_engine::time::Micros;
+use rand::RngExt;
+use rand_distr::{Distribution, Exp, Poisson};
+use serde::Deserialize;
+use thiserror::Error;
+
+/// aiohttp's default total timeout, which inference-perf uses when
+/// `load.request_timeout` is null.
+pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
+
+/// Largest stage BLIS reproduces (requests), to bound memory on absurd input.
+const MAX_STAGE_REQUESTS: f64 = 1e7;
+/// Largest shared-prefix prompt set BLIS builds.
+const MAX_PROMPTS: u64 = 1_000_000;
+
+/// Delay between a stage starting and its first scheduled send ("allow
+/// generation a second to begin populating the queue").
+pub const STAGE_START_OFFSET_S: f64 = 1.0;
+
+/// Why an inference-perf configuration cannot be reproduced.
+#[derive(Debug, Error, PartialEq)]
+pub enum InferencePerfError {
+    /// Not valid YAML, or a field has the wrong type.
+    #[error("{0}")]
+    Parse(String),
+    /// A feature BLIS does not reproduce.
+    #[error("field `{field}` = {value}: not supported; allowed: {allowed}")]
+    Unsupported {
+        /// Field path.
+        field: &'static str,
+        /// Value as written.
+        value: String,
+        /// What BLIS accepts.
+        allowed: &'static str,
+    },
+    /// A value outside its range.
+    #[error("field `{field}` = {value}: {reason}")]
+    Invalid {
+        /// Field path.
+        field: &'static str,
+        /// Value as written.
+        value: String,
+        /// What is allowed.
+        reason: &'static str,
+    },
+}
+
+/// `data.shared_prefix` of the effective configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct SharedPrefix {
+    /// Distinct system prompts.
+    pub num_groups: u32,
+    /// Questions per system prompt.
+    pub num_prompts_per_group: u32,
+    /// System prompt length, tokens (before the server re-tokenises the text).
+    pub system_prompt_len: u32,
+    /// Question length, tokens.
+    pub question_len: u32,
+    /// `max_tokens` of every request.
+    pub output_len: u32,
+}
+
+/// How arrivals within a stage are drawn.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadKind {
+    /// `ConstantLoadTimer`: N exponential gaps rescaled to the stage duration.
+    Constant,
+    /// `PoissonLoadTimer`: a Poisson count per second, spread over that second.
+    Poisson,
+}
+
+/// One load stage.
+#[derive(Copy, Clone, Debug, PartialEq, Deserialize)]
+pub struct Stage {
+    /// Requests per second.
+    pub rate: f64,
+    /// Seconds.
+    pub duration: f64,
+}
+
+impl Stage {
+    /// Requests the stage sends: ⌊rate·duration⌋.
+    pub fn num_requests(&self) -> u64 {
+        (self.rate * self.duration).floor() as u64
+    }
+}
+
+/// `load` of the configuration.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct Load {
+    /// Arrival process.
+    #[serde(rename = "type")]
+    pub kind: LoadKind,
+    /// Seconds between a stage draining and the next starting.
+    #[serde(default = "default_interval")]
+    pub interval: f64,
+    /// Stages, in order.
+    pub stages: Vec<Stage>,
+    /// Client timeout, seconds (null: aiohttp's 300 s).
+    #[serde(default)]
+    pub request_timeout: Option<f64>,
+}
+
+fn default_interval() -> f64 {
+    1.0
+}
+
+#[derive(Deserialize)]
+struct RawData {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    shared_prefix: Option<SharedPrefix>,
+}
+
+#[derive(Deserialize)]
+struct RawApi {
+    #[serde(rename = "type", default = "default_api")]
+    kind: String,
+    #[serde(default)]
+    streaming: bool,
+}
+
+fn default_api() -> String {
+    "completion".into()
+}
+
+#[derive(Deserialize, Default)]
+struct RawServer {
+    #[serde(default)]
+    ignore_eos: bool,
+    #[serde(default)]
+    model_name: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    api: RawApi,
+    data: RawData,
+    load: Load,
+    #[serde(default)]
+    server: Option<RawServer>,
+}
+
+/// The parts of an inference-perf configuration BLIS reproduces. Fields
+/// inference-perf has and BLIS does not need (storage, reporting, metrics
+/// endpoints, worker counts) are ignored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferencePerfConfig {
+    /// `api.type`: `completion` or `chat`.
+    pub api: String,
+    /// `api.streaming`.
+    pub streaming: bool,
+    /// `data.shared_prefix`.
+    pub shared_prefix: SharedPrefix,
+    /// `load`.
+    pub load: Load,
+    /// `server.ignore_eos`.
+    pub ignore_eos: bool,
+    /// `server.model_name`.
+    pub model_name: Option<String>,
+}
+
+impl InferencePerfConfig {
+    /// Parses the YAML text of an inference-perf configuration (as written to
+    /// `results/config.yaml`) and checks it can be reproduced.
+    pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(de)
+            .map_err(|e| InferencePerfError::Parse(format!("field `{}`: {}", e.path(), e.inner())))?;
+        if raw.data.kind != "shared_prefix" {
+            return Err(InferencePerfError::Unsupported { field: "data.type", value: raw.data.kind, allowed: "shared_prefix" });
+        }
+        let shared_prefix = raw.data.shared_prefix.ok_or(InferencePerfError::Invalid {
+            field: "data.shared_prefix",
+            value: "null".into(),
+            reason: "required when data.type is shared_prefix",
+        })?;
+        if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
+            return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
+        }
+        let server = raw.server.unwrap_or_default();
+        let cfg = InferencePerfConfig {
+            api: raw.api.kind,
+            streaming: raw.api.streaming,
+            shared_prefix,
+            load: raw.load,
+            ignore_eos: server.ignore_eos,
+            model_name: server.model_name,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), InferencePerfError> {
+        let sp = &self.shared_prefix;
+        for (field, v) in [
+            ("data.shared_prefix.num_groups", sp.num_groups),
+            ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group),
+            ("data.shared_prefix.question_len", sp.question_len),
+            ("data.shared_prefix.output_len", sp.output_len),
+        ] {
+            if v == 0 {
+                return Err(InferencePerfError::Invalid { field, value: "0".into(), reason: "must be at least 1" });
+            }
+        }
+        if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
+            return Err(InferencePerfError::Invalid {
+                field: "data.shared_prefix.num_prompts_per_group",
+                value: sp.num_prompts_per_group.to_string(),
+                reason: "num_groups × num_prompts_per_group must be at most 10^6",
+            });
+        }
+        if self.load.stages.is_empty() {
+            return Err(InferencePerfError::Invalid { field: "load.stages", value: "[]".into(), reason: "needs at least one stage" });
+        }
+        for s in &self.load.stages {
+            if !(s.rate.is_finite() && s.rate > 0.0) {
+                return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: s.rate.to_string(), reason: "must be a positive number" });
+            }
+            if !(s.duration.is_finite() && s.duration > 0.0 && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
+                return Err(InferencePerfError::Invalid {
+                    field: "load.stages[].duration",
+                    value: s.duration.to_string(),
+                    reason: "must be positive, with rate·duration at most 10^7 requests",
+                });
+            }
+        }
+        if !(self.load.interval.is_finite() && self.load.interval >= 0.0) {
+            return Err(InferencePerfError::Invalid { field: "load.interval", value: self.load.interval.to_string(), reason: "must be ≥ 0" });
+        }
+        if let Some(t) = self.load.request_timeout
+            && !(t.is_finite() && t > 0.0)
+        {
+            return Err(InferencePerfError::Invalid { field: "load.request_timeout", value: t.to_string(), reason: "must be a positive number of seconds" });
+        }
+        Ok(())
+    }
+
+    /// The client timeout in effect: `load.request_timeout` or 300 s.
+    pub fn client_timeout(&self) -> Micros {
+        Micros::from_secs_f64(self.load.request_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT_S)).unwrap_or(Micros::MAX)
+    }
+}
+
+/// Token counts of the prompts as the server tokenised them. inference-perf
+/// decodes random token ids to text and the server re-tokenises it, so real
+/// prompts come out a few percent longer than configured.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct PromptTokens {
+    /// Tokens of each system prompt.
+    pub system: u32,
+    /// Tokens of each question.
+    pub question: u32,
+}
+
+impl PromptTokens {
+    /// The configured lengths scaled by `scale` (1 = as configured), each at least 1 token.
+    pub fn scaled(sp: &SharedPrefix, scale: f64) -> PromptTokens {
+        let s = |n: u32| ((f64::from(n) * scale).round() as u32).max(1);
+        PromptTokens { system: s(sp.system_prompt_len), question: s(sp.question_len) }
+    }
+}
+
+/// The shuffled shared-prefix prompt set.
+#[derive(Clone, Debug)]
+pub struct SharedPrefixPrompts {
+    /// System prompt run of each group.
+    systems: Vec<TokenRun>,
+    /// In shuffled order: (group, seed of the question's token stream).
+    prompts: Vec<(usize, u64)>,
+    tokens: PromptTokens,
+}
+
+impl SharedPrefixPrompts {
+    /// The prompt set of `sp` with token counts `tokens`; the contents and
+    /// the shuffle are deterministic in `seed`.
+    pub fn new(sp: &SharedPrefix, tokens: PromptTokens, seed: u64) -> SharedPrefixPrompts {
+        let content = subsystem_seed(seed, "inference-perf/prompts");
+        let systems =
+            (0..sp.num_groups).map(|g| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ u64::from(g).rotate_left(40)), tokens.system)).collect();
+        let mut prompts: Vec<(usize, u64)> = (0..sp.num_groups as usize)
+            .flat_map(|g| (0..sp.num_prompts_per_group).map(move |q| (g, mix64(content ^ ((g as u64) << 32 | u64::from(q)) ^ 0x7175_6573))))
+            .collect();
+        // Fisher–Yates, as Python's random.shuffle.
+        let mut rng = subsystem_rng(seed, "inference-perf/shuffle");
+        for i in (1..prompts.len()).rev() {
+            let j = rng.random_range(0..=i);
+            prompts.swap(i, j);
+        }
+        SharedPrefixPrompts { systems, prompts, tokens }
+    }
+
+    /// Number of distinct prompts.
+    pub fn len(&self) -> usize {
+        self.prompts.len()
+    }
+
+    /// Whether the set is empty (never, for a validated configuration).
+    pub fn is_empty(&self) -> bool {
+        self.prompts.is_empty()
+    }
+
+    /// Group (shared system prompt) of request `n` of a stage.
+    pub fn group_of(&self, n: u64) -> usize {
+        self.prompts[(n % self.prompts.len() as u64) as usize].0
+    }
+
+    /// The prompt of request `n` of a stage: its group's system prompt then
+    /// its question. `total_tokens` overrides the length (as measured by the
+    /// server): the question absorbs the difference, and a total shorter than
+    /// the system prompt cuts the system prompt.
+    pub fn prompt(&self, n: u64, total_tokens: Option<u32>) -> TokenSeq {
+        let (group, question_seed) = self.prompts[(n % self.prompts.len() as u64) as usize];
+        let total = total_tokens.unwrap_or(self.tokens.system + self.tokens.question).max(1);
+        let system_len = self.tokens.system.min(total);
+        let mut seq = TokenSeq::new();
+        if let TokenRun::Synthetic { seed, .. } = self.systems[group] {
+            seq.push(TokenRun::synthetic(seed, system_len));
+        }
+        seq.push(TokenRun::synthetic(question_seed, total - system_len));
+        seq
+    }
+}
+
+/// Send offsets (seconds from the stage's first possible send) of one stage,
+/// as inference-perf's load timers draw them.
+pub fn stage_send_offsets(kind: LoadKind, stage: &Stage, rng: &mut SimRng) -> Vec<f64> {
+    let n = stage.num_requests() as usize;
+    match kind {
+        LoadKind::Constant => spread(n, stage.rate, stage.duration, 0.0, rng),
+        LoadKind::Poisson => {
+            let mut out = Vec::with_capacity(n);
+            let poisson = Poisson::new(stage.rate).ok();
+            let mut second = 0.0;
+            while out.len() < n {
+                let count = poisson.as_ref().map_or(0.0, |p| p.sample(rng)) as usize;
+                if count > 0 {
+                    out.extend(spread(count, count as f64, 1.0, second, rng));
+                }
+                second += 1.0;
+            }
+            out.truncate(n);
+            out
+        }
+    }
+}
+
+/// `ConstantLoadTimer`: `n` exponential gaps of mean 1/rate rescaled to sum
+/// to `duration`, as cumulative offsets after `start`.
+fn spread(n: usize, rate: f64, duration: f64, start: f64, rng: &mut SimRng) -> Vec<f64> {
+    let Ok(exp) = Exp::new(rate) else { return vec![start; n] };
+    let gaps: Vec<f64> = (0..n).map(|_| exp.sample(rng)).collect();
+    let total: f64 = gaps.iter().sum();
+    let scale = if total > 0.0 { duration / total } else { 0.0 };
+    let mut t = start;
+    gaps.iter()
+        .map(|g| {
+            t += g * scale;
+            t
+        })
+        .collect()
+}
+
+/// The whole inference-perf run as a lazy workload: stage after stage, each
+/// starting `interval` after the previous one drained, prompts cycled per
+/// stage, `output_len` tokens per request, `meta.stage` set.
+pub struct StagedWorkload {
+    kind: LoadKind,
+    stages: Vec<Stage>,
+    interval: Micros,
+    prompts: SharedPrefixPrompts,
+    output_len: u32,
+    rng: SimRng,
+    content_seed: u64,
+    stage: usize,
+    stage_start: Micros,
+    offsets: Vec<f64>,
+    next_in_stage: usize,
+    outstanding: BTreeMap<u32, u64>,
+    next_id: u64,
+}
+
+impl StagedWorkload {
+    /// The run of `cfg` with prompt token counts `tokens`, deterministic in `seed`.
+    pub fn new(cfg: &InferencePerfConfig, tokens: PromptTokens, seed: u64) -> StagedWorkload {
+        let mut w = StagedWorkload {
+            kind: cfg.load.kind,
+            stages: cfg.load.stages.clone(),
+            interval: Micros::from_secs_f64(cfg.load.interval).unwrap_or(Micros::ZERO),
+            prompts: SharedPrefixPrompts::new(&cfg.shared_prefix, tokens, seed),
+            output_len: cfg.shared_prefix.output_len,
+            rng: subsystem_rng(seed, "inference-perf/arrivals"),
+            content_seed: subsystem_seed(seed, "inference-perf/outputs"),
+            stage: 0,
+            stage_start: Micros::ZERO,
+            offsets: Vec::new(),
+            next_in_stage: 0,
+            outstanding: BTreeMap::new(),
+            next_id: 0,
+        };
+        w.begin_stage(0, Micros::ZERO);
+        w
+    }
+
+    fn begin_stage(&mut self, stage: usize, start: Micros) {
+        self.stage = stage;
+        self.stage_start = start + Micros::from_secs_f64(STAGE_START_OFFSET_S).unwrap_or(Micros::ZERO);
+        self.offsets = stage_send_offsets(self.kind, &self.stages[stage], &mut self.rng);
+        self.next_in_stage = 0;
+    }
+
+    fn stage_sent_everything(&self) -> bool {
+        self.next_in_stage >= self.offsets.len()
+    }
+}
+
+impl Workload for StagedWorkload {
+    fn peek_arrival(&mut self) -> Option<Micros> {
+        let offset = self.offsets.get(self.next_in_stage)?;
+        Some(self.stage_start + Micros::from_secs_f64(*offset).unwrap_or(Micros::MAX))
+    }
+
+    fn next_request(&mut self) -> Option<Request> {
+        let arrival = self.peek_arrival()?;
+        let n = self.next_in_stage as u64;
+        self.next_in_stage += 1;
+        let id = RequestId(self.next_id);
+        self.next_id += 1;
+        let stage = self.stage as u32;
+        *self.outstanding.entry(stage).or_default() += 1;
+        Some(Request {
+            id,
+            arrival,
+            prompt: self.prompts.prompt(n, None),
+            max_output_tokens: self.output_len,
+            output_seed: output_stream_seed(id, self.content_seed),
+            meta: RequestMeta { stage, ..RequestMeta::default() },
+        })
+    }
+
+    fn on_finish(&mut self, record: &RequestRecord) {
+        if let Some(left) = self.outstanding.get_mut(&record.meta.stage) {
+            *left = left.saturating_sub(1);
+        }
+        let drained = self.outstanding.get(&(self.stage as u32)).is_none_or(|&n| n == 0);
+        if drained && self.stage_sent_everything() && self.stage + 1 < self.stages.len() {
+            self.begin_stage(self.stage + 1, record.finished + self.interval);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use blis_engine::request::Outcome;
+
+    const CONFIG: &str = r#"
+api:
+  type: completion
+  streaming: true
+data:
+  type: shared_prefix
+  shared_prefix:
+    num_groups: 10
+    num_prompts_per_group: 10
+    system_prompt_len: 100
+    question_len: 466
+    output_len: 247
+load:
+  type: constant
+  interval: 1.0
+  stages:
+  - rate: 5.0
+    duration: 600
+  - rate: 10.0
+    duration: 600
+  num_workers: 224
+  request_timeout: null
+server:
+  type: vllm
+  ignore_eos: true
+  model_name: meta-llama/Llama-2-7b-hf
+storage:
+  local_storage:
+    path: /tmp
+"#;
+
+    #[test]
+    fn parses_the_effective_config_and_its_defaults() {
+        let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
+        assert_eq!(c.shared_prefix, SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247 });
+        assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
+        assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
+        assert_eq!(c.client_timeout(), Micros::from_secs(300));
+    }
+
+    #[test]
+    fn rejects_what_it_cannot_reproduce_with_the_field_named() {
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: random")).unwrap_err();
+        assert!(e.to_string().contains("data.type"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0", "rate: -5.0")).unwrap_err();
+        assert!(e.to_string().contains("rate"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate: 10.0", "duration: 1e12\n  - rate: 10.0")).unwrap_err();
+        assert!(e.to_string().contains("10^7"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("num_groups: 10", "num_groups: 4000000000")).unwrap_err();
+        assert!(e.to_string().contains("num_prompts_per_group"), "{e}");
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate", "duration: nope\n  - rate")).unwrap_err();
+        assert!(e.to_string().contains("duration"), "{e}");
+        assert!(InferencePerfConfig::from_yaml_str("{").is_err());
+    }
+
+    #[test]
+    fn prompts_cycle_and_share_their_group_prefix() {
+        let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
+        let p = SharedPrefixPrompts::new(&c.shared_prefix, PromptTokens::scaled(&c.shared_prefix, 1.0), 7);
+        assert_eq!(p.len(), 100);
+        assert_eq!(p.prompt(3, None), p.prompt(103, None));
+        assert_eq!(p.prompt(3, None).len(), 566);
+        assert_eq!(p.prompt(3, Some(600)).len(), 600);
+        assert_eq!(p.prompt(3, Some(50)).len(), 50);
+        // Two prompts of one group share the system run and nothing else.
+        let a = (0..100).find(|&i| p.group_of(i) == p.group_of(0) && i != 0).unwrap();
+        let (x, y) = (p.prompt(0, None), p.prompt(a, None));
+        assert_eq!(x.runs()[0], y.runs()[0]);
+        assert_ne!(x.runs()[1], y.runs()[1]);
+        // Every group holds ten prompts.
+        let mut sizes = [0; 10];
+        (0..100).for_each(|i| sizes[p.group_of(i)] += 1);
+        assert_eq!(sizes, [10; 10]);
+    }
+
+    #[test]
+    fn constant_stage_sends_exactly_n_requests_ending_at_the_duration() {
+        let mut rng = subsystem_rng(1, "t");
+        let offs = stage_send_offsets(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0 }, &mut rng);
+        assert_eq!(offs.len(), 3000);
+        assert!(offs.windows(2).all(|w| w[0] <= w[1]));
+        assert!((offs[2999] - 600.0).abs() < 1e-6);
+        let p = stage_send_offsets(LoadKind::Poisson, &Stage { rate: 5.0, duration: 600.0 }, &mut rng);
+        assert_eq!(p.len(), 3000);
+        assert!(p.windows(2).all(|w| w[0] <= w[1]));
+        assert!((p[2999] / 600.0 - 1.0).abs() < 0.1, "{}", p[2999]);
+    }
+
+    fn finish(r: &Request, at: Micros) -> RequestRecord {
+        RequestRecord {
+            id: r.id,
+            meta: r.meta,
+            instance: 0,
+            outcome: Outcome::Completed,
+            arrival: r.arrival,
+            enqueued: None,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            finished: at,
+            input_tokens: r.prompt_tokens(),
+            output_tokens: r.max_output_tokens,
+            cached_prompt_tokens: 0,
+            preemptions: 0,
+        }
+    }
+
+    #[test]
+    fn next_stage_starts_after_the_previous_drains() {
+        let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
+        let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.05), 3);
+        let mut stage0 = Vec::new();
+        while let Some(r) = w.next_request() {
+            stage0.push(r);
+        }
+        assert_eq!(stage0.len(), 3000);
+        assert!(stage0[0].arrival >= Micros::from_secs(1));
+        assert!(stage0.iter().all(|r| r.meta.stage == 0 && r.max_output_tokens == 247));
+        // Nothing more until every stage-0 request has finished.
+        let last = stage0.last().unwrap().arrival;
+        for r in &stage0[..2999] {
+            w.on_finish(&finish(r, last));
+        }
+        assert_eq!(w.peek_arrival(), None);
+        let drained = last + Micros::from_secs(2);
+        w.on_finish(&finish(&stage0[2999], drained));
+        let first1 = w.next_request().unwrap();
+        assert_eq!(first1.meta.stage, 1);
+        // interval (1 s) + start offset (1 s) + the first gap.
+        assert!(first1.arrival > drained + Micros::from_secs(2));
+        assert_eq!(first1.prompt, stage0[0].prompt, "each stage restarts the prompt cycle");
+    }
+}

@@ -1,0 +1,19 @@
+#!/bin/sh
+# Regenerates the bundled fitted coefficient sets and the validation report
+# from the experiments shipped in validation/vllm-h100. Deterministic: the
+# same binary gives byte-identical files (fitted_at is pinned).
+#
+#   cargo build --release && sh validation/regenerate.sh
+#
+# Takes about 20 minutes on a 2-core machine (three fits of 4-8 minutes each).
+set -eu
+BLIS=${BLIS:-target/release/blis}
+DATE=${FITTED_AT:-2026-11-21}
+"$BLIS" fit validation/vllm-h100 --latency-model trained-physics --fitted-at "$DATE" -o data/coefficients/trained-physics-h100.yaml
+"$BLIS" fit validation/vllm-h100 --latency-model unified-5 --fitted-at "$DATE" -o data/coefficients/unified-5-h100.yaml
+# physics-normalized has no published set; its first round simulates with the fitted trained-physics set.
+"$BLIS" fit validation/vllm-h100 --latency-model physics-normalized --start data/coefficients/trained-physics-h100.yaml \
+  --fitted-at "$DATE" -o data/coefficients/physics-normalized-h100.yaml
+# The bundled sets are compiled in: rebuild before validating with them.
+cargo build --release
+"$BLIS" validate validation/vllm-h100 --report validation/REPORT.md --csv validation/errors.csv -q
