@@ -18,7 +18,10 @@
 //! ```
 //!
 //! Reading order: [`experiment`], [`reproduce`], [`client`], [`compare`],
-//! [`suite`], [`report`], [`coefficients`], [`fit`].
+//! [`suite`], [`report`], [`coefficients`], [`fit`]. Calibration against a
+//! live server (a trace recorded by `blis observe`, replayed by `blis
+//! replay`) is [`live`], with the distribution statistics of
+//! [`distribution`].
 //!
 //! ## Example
 //!
@@ -37,9 +40,11 @@
 pub mod client;
 pub mod coefficients;
 pub mod compare;
+pub mod distribution;
 pub mod error;
 pub mod experiment;
 pub mod fit;
+pub mod live;
 pub mod optimize;
 pub mod report;
 pub mod reproduce;

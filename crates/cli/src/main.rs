@@ -5,6 +5,7 @@
 //! success, 1 failure while running, 2 bad input.
 
 mod breakdown;
+mod calibrate;
 mod cluster;
 mod compose;
 mod convert;
@@ -14,7 +15,6 @@ mod knobs;
 mod observe;
 mod output;
 mod plot;
-mod plots;
 mod replay;
 mod report;
 mod run;
@@ -44,6 +44,8 @@ enum Command {
     Observe(Box<observe::ObserveArgs>),
     /// Simulate a recorded trace v2 at its recorded send times, with the server config from its header.
     Replay(Box<replay::ReplayArgs>),
+    /// Compare a recorded trace with its simulated replay: per-request and distribution statistics, plots.
+    Calibrate(Box<calibrate::CalibrateArgs>),
     /// Simulate real serving experiments (inference-perf result directories) and compare with their measurements.
     Validate(Box<validate::ValidateArgs>),
     /// Learn latency-model coefficients from real experiments (stage one: linear; stage two: simulator in the loop).
@@ -100,6 +102,7 @@ fn main() {
         Command::Serve(args) => serve::execute(*args),
         Command::Observe(args) => observe::execute(*args),
         Command::Replay(args) => replay::execute(*args),
+        Command::Calibrate(args) => calibrate::execute(*args),
         Command::Validate(args) => validate::execute(*args),
         Command::Fit(args) => fit::execute(*args),
         Command::Models => {

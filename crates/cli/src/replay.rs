@@ -8,7 +8,8 @@ use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::IntCounts;
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_workload::trace_v2::{TraceHeader, header_path};
-use serde::{Deserialize, Serialize};
+use blis_calibrate::live::{ReplayDetail, ReplayedRequest};
+use serde::Serialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::error::{BadInput, bad_input};
@@ -38,40 +39,6 @@ pub struct ReplayArgs {
     /// Do not print the summary table on stderr.
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
-}
-
-/// One replayed request, as `blis calibrate` compares it.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct ReplayedRequest {
-    /// The trace row's `request_id`.
-    pub request_id: u64,
-    /// `completed`, `timed_out` or a drop reason.
-    pub outcome: String,
-    /// Simulated arrival, µs from the start.
-    pub arrival_us: u64,
-    /// Simulated TTFT, µs.
-    pub ttft_us: Option<u64>,
-    /// Simulated end-to-end latency, µs.
-    pub e2e_us: Option<u64>,
-    /// Prompt tokens.
-    pub input_tokens: u32,
-    /// Generated tokens.
-    pub output_tokens: u32,
-}
-
-/// What `blis replay` adds to the run report.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct ReplayDetail {
-    /// The trace CSV replayed.
-    pub trace: String,
-    /// Header knobs that were used, `name=value`.
-    pub matched: Vec<String>,
-    /// Header entries BLIS does not simulate.
-    pub ignored: Vec<String>,
-    /// Per request, by request id.
-    pub requests: Vec<ReplayedRequest>,
-    /// Every simulated inter-token gap: (µs, count), ascending.
-    pub itl_us: Vec<(u64, u64)>,
 }
 
 /// The JSON `blis replay` writes.

@@ -11,7 +11,7 @@ use blis_calibrate::suite::Suite;
 
 use crate::error::bad_input;
 use crate::output::AtomicFile;
-use crate::plots;
+
 use crate::setup::choose_coefficients;
 
 /// Simulate real serving experiments and compare with their measurements.
@@ -68,7 +68,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let suite = Suite::load(&args.dirs).map_err(|e| bad_input!("{e}"))?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
-    let plot_dir = args.plots.as_deref().map(plots::PlotDir::create).transpose()?;
+    let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;
 
     let started = Instant::now();
     let comparisons = suite.validate(&chosen.set, args.seed).map_err(|e| bad_input!("{e}"))?;
@@ -113,7 +113,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         write!(f.writer(), "{}", markdown(&comparisons, &ctx)).context("writing --report")?;
     }
     if let Some(dir) = &plot_dir {
-        plots::write_all(dir, &comparisons)?;
+        crate::plot::validate::write_all(dir, &comparisons)?;
     }
     if let Some(f) = csv_file {
         f.commit()?;

@@ -148,7 +148,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let mut plot_file = AtomicFile::create("plot", &plot_path)?;
     let s = WorkloadStats::collect(&plan, 120);
     let text = stats_table(&loaded, &plan, &s);
-    let svg = crate::plot::workload_svg(&plan, &s).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?;
+    let svg = crate::plot::workload::workload_svg(&plan, &s).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?;
     plot_file.writer().write_all(svg.as_bytes()).context("writing --plot")?;
     plot_file.commit()?;
     let mut out = std::io::stdout().lock();

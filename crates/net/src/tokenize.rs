@@ -63,9 +63,11 @@ pub fn prompt_token_ids(seq: &TokenSeq) -> Vec<u32> {
     ids
 }
 
-/// Text to send for a simulated prompt (chat API): one pseudo-word of two
-/// or three syllables per token. A real tokenizer will count these words
-/// differently; `blis observe` records the server's own counts.
+/// Text to send for a simulated prompt (chat API): one four-letter
+/// pseudo-word (two syllables) per token, which the approximation of
+/// [`approximate_token_ids`] counts as exactly one token. A real tokenizer
+/// counts these words differently (often two tokens each); `blis observe`
+/// records the server's own counts.
 pub fn prompt_text(seq: &TokenSeq) -> String {
     const ONSETS: &[u8] = b"bdfgklmnprstvz";
     const VOWELS: &[u8] = b"aeiou";
@@ -76,7 +78,7 @@ pub fn prompt_text(seq: &TokenSeq) -> String {
             text.push(' ');
         }
         let mut x = *id;
-        for _ in 0..if x % 2 == 0 { 2 } else { 3 } {
+        for _ in 0..2 {
             text.push(ONSETS[(x % ONSETS.len() as u32) as usize] as char);
             x /= ONSETS.len() as u32;
             text.push(VOWELS[(x % VOWELS.len() as u32) as usize] as char);

@@ -2,6 +2,7 @@
 //! into one test binary.
 
 mod bad_input;
+mod calibrate;
 mod cluster;
 mod experiment_dir;
 mod fit;

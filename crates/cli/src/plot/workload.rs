@@ -1,4 +1,4 @@
-//! SVG plots (plotters): the workload stats figure.
+//! The `blis workload stats` figure.
 
 use blis_workload::plan::Plan;
 use blis_workload::stats::WorkloadStats;

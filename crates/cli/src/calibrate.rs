@@ -1,0 +1,133 @@
+//! `blis calibrate`: how well a simulated replay matches the live server it
+//! replays (per request and per distribution), as a table, JSON and plots.
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use blis_calibrate::live::{CalibrationReport, MetricComparison, RealTrace, SimDocument, compare, match_requests};
+
+use crate::error::bad_input;
+use crate::output::AtomicFile;
+use crate::plot::PlotDir;
+use crate::replay::trace_csv;
+use crate::run::write_json;
+
+/// Compare a recorded trace (blis observe) with its simulated replay (blis replay).
+#[derive(clap::Args, Debug)]
+#[command(after_help = "Example:\n  blis calibrate --trace traces/run1 --sim sim.json --report calib.json --plots calib/\n\n\
+    Per request (TTFT, E2E, TPOT): MAPE with a bootstrap 95% interval, Pearson r, bias, P50/P90/P95/P99 errors,\n\
+    two-sample KS test, QQ data and a quality rating; ITL as distributions. Warm-up requests, errors and timeouts\n\
+    are excluded and counted.")]
+pub struct CalibrateArgs {
+    /// The recorded trace: PREFIX (PREFIX.csv, PREFIX.header.yaml, PREFIX.chunks.csv) or its CSV.
+    #[arg(long, value_name = "PREFIX")]
+    pub trace: PathBuf,
+
+    /// The replay's JSON (`blis replay --output`).
+    #[arg(long, value_name = "PATH")]
+    pub sim: PathBuf,
+
+    /// Write the calibration report (JSON) here.
+    #[arg(long, value_name = "PATH")]
+    pub report: Option<PathBuf>,
+
+    /// Write QQ and CDF plots (SVG) for TTFT, ITL and E2E into this directory.
+    #[arg(long, value_name = "DIR")]
+    pub plots: Option<PathBuf>,
+
+    /// Leading request ids to exclude [default: the header's warm_up_requests].
+    #[arg(long, value_name = "N")]
+    pub warm_up: Option<u64>,
+
+    /// Bootstrap resamples for the confidence intervals.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub resamples: usize,
+
+    /// Seed of the bootstrap resampling.
+    #[arg(long, default_value_t = 42, value_name = "N")]
+    pub seed: u64,
+}
+
+fn metric_rows(out: &mut String, name: &str, m: &MetricComparison) {
+    let ci = m.mape_ci95.map_or(String::new(), |c| format!(" [{:.1}, {:.1}]", c.low, c.high));
+    let r = m.pearson_r.map_or("n/a".into(), |r| format!("{r:.3}"));
+    let ks = m.ks.map_or("n/a".into(), |k| format!("D={:.3} p={:.3}", k.statistic, k.p_value));
+    let _ = writeln!(out, "{name:<6}{:>6}{:>9.2}{:<16}{:>8}  {:<14}{:<24}{:?}", m.n, m.mape, ci, r, m.bias_direction, ks, m.quality);
+    let e = &m.error_pct;
+    let _ = writeln!(
+        out,
+        "{:<6}real p50/p90/p99 {:.2}/{:.2}/{:.2} ms, sim {:.2}/{:.2}/{:.2} ms, error {:+.1}/{:+.1}/{:+.1} %",
+        "",
+        m.real_ms.p50,
+        m.real_ms.p90,
+        m.real_ms.p99,
+        m.sim_ms.p50,
+        m.sim_ms.p90,
+        m.sim_ms.p99,
+        e.p50,
+        e.p90,
+        e.p99
+    );
+}
+
+/// The human summary of a calibration report.
+pub fn table(c: &CalibrationReport) -> String {
+    let mut out = String::new();
+    let s = &c.request_summary;
+    let _ = writeln!(out, "{:=^96}", " BLIS calibration ");
+    let _ = writeln!(out, "trace {} (time scale {})", c.trace, c.time_scale);
+    let _ = writeln!(
+        out,
+        "requests: {} in trace, {} ok, {} errors, {} timeouts, {} warm-up excluded, {} unmatched, {} compared",
+        s.total, s.ok, s.error, s.timeout, s.excluded_warm_up, s.unmatched, s.calibrated
+    );
+    let _ = writeln!(out, "{:<6}{:>6}{:>9}{:<16}{:>8}  {:<14}{:<24}quality", "", "n", "MAPE %", " [95% CI]", "r", "bias", "KS");
+    for (name, m) in &c.metrics {
+        metric_rows(&mut out, name, m);
+    }
+    if let Some(itl) = &c.itl {
+        let ks = itl.ks.map_or("n/a".into(), |k| format!("D={:.3} p={:.3}", k.statistic, k.p_value));
+        let _ = writeln!(
+            out,
+            "itl   real mean/p50/p99 {:.2}/{:.2}/{:.2} ms, sim {:.2}/{:.2}/{:.2} ms ({} vs {} gaps), {ks}",
+            itl.real_ms.mean, itl.real_ms.p50, itl.real_ms.p99, itl.sim_ms.mean, itl.sim_ms.p50, itl.sim_ms.p99, itl.n_real, itl.n_sim
+        );
+    }
+    let t = &c.throughput;
+    let _ = writeln!(out, "output throughput: real {:.1} tok/s, sim {:.1} tok/s ({:+.1} %)", t.real_output_tokens_per_s, t.sim_output_tokens_per_s, t.error_pct);
+    let _ = writeln!(out, "server config matched: {}", if c.config_match.matched.is_empty() { "none".into() } else { c.config_match.matched.join(", ") });
+    let _ = writeln!(out, "defaulted: {}", if c.config_match.defaulted.is_empty() { "none".into() } else { c.config_match.defaulted.join(", ") });
+    let _ = writeln!(out, "overall quality: {:?}", c.quality);
+    for w in &c.warnings {
+        let _ = writeln!(out, "warning: {w}");
+    }
+    let _ = writeln!(out, "{:=^96}", "");
+    out
+}
+
+/// Runs `blis calibrate`.
+pub fn execute(args: CalibrateArgs) -> anyhow::Result<()> {
+    if args.resamples == 0 || args.resamples > 100_000 {
+        return Err(bad_input!("--resamples {}: must be between 1 and 100000", args.resamples).into());
+    }
+    let csv = trace_csv(&args.trace);
+    let real = RealTrace::load(&csv, args.warm_up).map_err(|e| bad_input!("{e}"))?;
+    let sim = SimDocument::load(&args.sim).map_err(|e| bad_input!("{e}"))?;
+    let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
+    let plot_dir = args.plots.as_deref().map(PlotDir::create).transpose()?;
+    let matched = match_requests(&real, &sim);
+    let report = compare(&csv.display().to_string(), &real, &sim, &matched, args.seed, args.resamples);
+    print!("{}", table(&report));
+    if let Some(f) = report_file.as_mut() {
+        write_json(&report, Some(f))?;
+    }
+    if let Some(f) = report_file {
+        f.commit()?;
+    }
+    if let Some(dir) = &plot_dir {
+        let samples: Vec<(&str, Vec<f64>, Vec<f64>)> =
+            matched.samples.iter().filter(|m| m.metric != "tpot").map(|m| (m.metric, m.real_ms.clone(), m.sim_ms.clone())).collect();
+        crate::plot::calibrate::write_all(dir, &report, &samples)?;
+    }
+    Ok(())
+}

@@ -1,0 +1,119 @@
+//! SVG plots (plotters): the shared chart shapes and one module per command
+//! that draws them.
+//!
+//! * [`validate`]: simulated against measured per stage, per-request CDFs.
+//! * [`calibrate`]: QQ and CDF overlays of a live trace and its replay.
+//! * [`workload`]: arrival rates and length histograms of a workload.
+
+pub mod calibrate;
+pub mod validate;
+pub mod workload;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use plotters::prelude::*;
+
+use crate::error::{BadInput, bad_input};
+use crate::output::AtomicFile;
+
+/// An output directory for plots.
+pub struct PlotDir(PathBuf);
+
+impl PlotDir {
+    /// Creates the directory (and parents) if needed.
+    pub fn create(path: &Path) -> Result<PlotDir, BadInput> {
+        std::fs::create_dir_all(path).map_err(|e| bad_input!("--plots {}: cannot create directory: {e}", path.display()))?;
+        Ok(PlotDir(path.to_path_buf()))
+    }
+
+    /// Writes `svg` as `name` in the directory (atomically).
+    pub fn save(&self, name: &str, svg: &str) -> anyhow::Result<()> {
+        let path = self.0.join(name);
+        let mut f = AtomicFile::create("plots", &path)?;
+        f.writer().write_all(svg.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
+        f.commit()
+    }
+}
+
+const SIZE: (u32, u32) = (720, 560);
+
+fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
+    anyhow::anyhow!("drawing a plot: {e}")
+}
+
+/// Points `(x, y)` against the `y = x` diagonal (plus `y = (1 ± band)·x`
+/// lines when `band` is given): parity and QQ plots.
+pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points: &[(f64, f64)], band: Option<f64>) -> anyhow::Result<String> {
+    let lo = points.iter().map(|&(a, p)| a.min(p)).fold(f64::INFINITY, f64::min).min(0.0);
+    let hi = points.iter().map(|&(a, p)| a.max(p)).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 20))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(64)
+            .build_cartesian_2d(lo..hi, lo..hi)
+            .map_err(plot_err)?;
+        chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(plot_err)?;
+        chart
+            .draw_series(LineSeries::new([(lo, lo), (hi, hi)], BLACK.stroke_width(1)))
+            .map_err(plot_err)?
+            .label("y = x")
+            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.stroke_width(1)));
+        if let Some(b) = band {
+            for k in [1.0 - b, 1.0 + b] {
+                chart.draw_series(LineSeries::new([(0.0, 0.0), (hi, hi * k)], BLACK.mix(0.3).stroke_width(1))).map_err(plot_err)?;
+            }
+        }
+        chart.draw_series(points.iter().map(|&(a, p)| Circle::new((a, p), 4, BLUE.filled()))).map_err(plot_err)?;
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
+
+/// 201 points `(value, fraction ≤ value)` of an empirical CDF.
+fn cdf_points(v: &[f64]) -> Vec<(f64, f64)> {
+    let mut v: Vec<f64> = v.iter().copied().filter(|x| x.is_finite()).collect();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n == 0 {
+        return Vec::new();
+    }
+    (0..=200).map(|i| (v[(i * (n - 1)) / 200], i as f64 / 200.0)).collect()
+}
+
+/// The empirical CDFs of real and simulated samples, overlaid.
+pub fn cdf_overlay(title: &str, x_desc: &str, real: &[f64], sim: &[f64]) -> anyhow::Result<String> {
+    let (real, sim) = (cdf_points(real), cdf_points(sim));
+    let lo = real.first().map_or(0.0, |p| p.0).min(sim.first().map_or(0.0, |p| p.0)) * 0.95;
+    let hi = (real.last().map_or(1.0, |p| p.0).max(sim.last().map_or(1.0, |p| p.0)) * 1.05).max(lo + 1e-9);
+    let mut svg = String::new();
+    {
+        let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
+        root.fill(&WHITE).map_err(plot_err)?;
+        let mut chart = ChartBuilder::on(&root)
+            .caption(title, ("sans-serif", 16))
+            .margin(16)
+            .x_label_area_size(44)
+            .y_label_area_size(56)
+            .build_cartesian_2d(lo..hi, 0.0..1.0)
+            .map_err(plot_err)?;
+        chart.configure_mesh().x_desc(x_desc).y_desc("fraction ≤ x").draw().map_err(plot_err)?;
+        for (points, color, label) in [(real, BLACK, "real"), (sim, RED, "simulated")] {
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))
+                .map_err(plot_err)?
+                .label(label)
+                .legend(move |(x, y)| PathElement::new([(x, y), (x + 16, y)], color.stroke_width(2)));
+        }
+        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;
+        root.present().map_err(plot_err)?;
+    }
+    Ok(svg)
+}
