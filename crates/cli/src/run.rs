@@ -114,8 +114,13 @@ pub fn print_table(report: &RunReport, quiet: bool, wall_s: f64) {
 pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_engine::instance::Observer>) -> anyhow::Result<(RunReport, f64)> {
     let knobs = Knobs::resolve(&args.knobs, file);
     let mut config = knobs.report();
-    let deployment = Deployment::resolve(&knobs, &mut config)?;
-    let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency } = workload_source::resolve(&knobs, &mut config)?;
+    let mut deployment = Deployment::resolve(&knobs, &mut config)?;
+    let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency, client_timeout } =
+        workload_source::resolve(&knobs, &mut config)?;
+    if let (None, Some(t)) = (deployment.instance.client_timeout, client_timeout) {
+        deployment.instance.client_timeout = Some(t);
+        crate::knobs::report_entry(&mut config, "client-timeout", &t.as_secs_f64(), crate::knobs::Source::Derived);
+    }
     let horizon = knobs.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
     let cluster = ClusterSetup::resolve(&knobs, &deployment, &mut config, args.trace_output.is_some(), &labels)?;
 

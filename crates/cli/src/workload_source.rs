@@ -11,6 +11,7 @@ use blis_workload::RequestSource;
 use blis_workload::mooncake::MooncakeReplay;
 use blis_workload::network::ClientLatency;
 use blis_workload::spec::{self, Overrides};
+use blis_workload::inference_perf::{InferencePerfConfig, PromptTokens, Stage, StagedWorkload, looks_like_inference_perf};
 use blis_workload::trace_v2::TraceReplay;
 
 use crate::error::{BadInput, bad_input};
@@ -31,6 +32,9 @@ pub struct WorkloadSource {
     pub stages: u32,
     /// Client-perspective latency collector, when a client has a network model.
     pub client_latency: Option<ClientLatency>,
+    /// The client timeout the workload's own client used (inference-perf's
+    /// `request_timeout`, 300 s by default), applied unless `--client-timeout` is given.
+    pub client_timeout: Option<blis_engine::time::Micros>,
 }
 
 /// Knobs of the synthetic workload only; giving one with another workload is an error.
@@ -106,9 +110,16 @@ pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, B
                 labels,
                 stages: 1,
                 client_latency: None,
+                client_timeout: None,
             });
         }
     };
+    if let Some(path) = &k.workload_spec.value
+        && let Ok(text) = std::fs::read_to_string(path)
+        && looks_like_inference_perf(&text)
+    {
+        return inference_perf(k, config, path, &text);
+    }
     let with = if k.workload_spec.value.is_some() { "--workload-spec" } else { "--workload" };
     reject_synthetic_knobs(config, with, &[])?;
     let mut loaded = spec::load(&reference).map_err(|e| bad_input!("{e}"))?;
@@ -143,6 +154,30 @@ pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, B
         labels: plan.labels.clone(),
         client_latency,
         source: Box::new(plan.generator()),
+        client_timeout: None,
+    })
+}
+
+/// An inference-perf configuration (its `config.yaml` or profile) run as
+/// inference-perf issues it: shared-prefix prompts cycled per stage, stages
+/// one after another, `output_len` tokens per request, its client timeout.
+fn inference_perf(k: &Knobs, config: &mut ConfigReport, path: &Path, text: &str) -> Result<WorkloadSource, BadInput> {
+    reject_synthetic_knobs(config, "an inference-perf --workload-spec", &["rate", "num-requests"])?;
+    let cfg = InferencePerfConfig::from_yaml_str(text).map_err(|e| bad_input!("--workload-spec {}: {e}", path.display()))?;
+    let seed = k.seed.value.unwrap_or(0);
+    let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
+    report_entry(config, "num-requests", &stages.iter().sum::<u64>(), Source::Derived);
+    report_entry(config, "inference-perf-stages", &cfg.load.stages.iter().map(|s| format!("{}/s × {} s", s.rate, s.duration)).collect::<Vec<_>>(), Source::Derived);
+    let prompts = cfg.shared_prefix.num_groups * cfg.shared_prefix.num_prompts_per_group;
+    let labels = Labels { clients: vec!["inference-perf".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
+    Ok(WorkloadSource {
+        expected_requests: stages.iter().sum(),
+        seed,
+        source: Box::new(StagedWorkload::new(&cfg, PromptTokens::scaled(&cfg.shared_prefix, 1.0), seed)),
+        labels,
+        stages: cfg.load.stages.len() as u32,
+        client_latency: None,
+        client_timeout: (prompts > 0).then(|| cfg.client_timeout()),
     })
 }
 
@@ -166,5 +201,13 @@ fn trace(k: &Knobs, config: &mut ConfigReport, path: &Path) -> Result<WorkloadSo
         return Err(bad_input!("--trace {}: no requests to replay", path.display()));
     }
     report_entry(config, "num-requests", &info.requests, if limit.is_some() { k.num_requests.source } else { Source::Derived });
-    Ok(WorkloadSource { source, labels: info.labels, expected_requests: info.requests, seed: k.seed.value.unwrap_or(0), stages: 1, client_latency: None })
+    Ok(WorkloadSource {
+        source,
+        labels: info.labels,
+        expected_requests: info.requests,
+        seed: k.seed.value.unwrap_or(0),
+        stages: 1,
+        client_latency: None,
+        client_timeout: None,
+    })
 }

@@ -80,12 +80,17 @@ pub enum InferencePerfError {
     },
 }
 
-/// `data.shared_prefix` of the effective configuration.
+/// `data.shared_prefix` of a configuration. Both spellings inference-perf
+/// has used are accepted: `num_groups`/`num_prompts_per_group` (the effective
+/// configuration it writes) and `num_unique_system_prompts`/
+/// `num_users_per_system_prompt` (newer profiles).
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct SharedPrefix {
     /// Distinct system prompts.
+    #[serde(alias = "num_unique_system_prompts")]
     pub num_groups: u32,
-    /// Questions per system prompt.
+    /// Questions (users) per system prompt.
+    #[serde(alias = "num_users_per_system_prompt")]
     pub num_prompts_per_group: u32,
     /// System prompt length, tokens (before the server re-tokenises the text).
     pub system_prompt_len: u32,
@@ -93,6 +98,11 @@ pub struct SharedPrefix {
     pub question_len: u32,
     /// `max_tokens` of every request.
     pub output_len: u32,
+    /// Each prompt is a user whose requests form one conversation: a round's
+    /// prompt is the previous round's prompt and answer plus a new question,
+    /// and a user's rounds never overlap (inference-perf's `LocalUserSession`).
+    #[serde(default)]
+    pub enable_multi_turn_chat: bool,
 }
 
 /// How arrivals within a stage are drawn.
@@ -176,6 +186,15 @@ struct RawConfig {
     load: Load,
     #[serde(default)]
     server: Option<RawServer>,
+}
+
+/// Whether a YAML document is an inference-perf configuration rather than a
+/// BLIS workload spec: a mapping with `load` or `data` and no `clients`.
+pub fn looks_like_inference_perf(text: &str) -> bool {
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        Ok(serde_yaml_ng::Value::Mapping(m)) => !m.contains_key("clients") && (m.contains_key("load") || m.contains_key("data")),
+        _ => false,
+    }
 }
 
 /// The parts of an inference-perf configuration BLIS reproduces. Fields
@@ -342,6 +361,12 @@ impl SharedPrefixPrompts {
         self.prompts[(n % self.prompts.len() as u64) as usize].0
     }
 
+    /// Stream seed of user `user`'s question in round `round` (multi-turn).
+    pub fn question_seed(&self, user: usize, round: u32) -> u64 {
+        let (_, seed) = self.prompts[user % self.prompts.len()];
+        if round == 0 { seed } else { mix64(seed ^ u64::from(round).rotate_left(48) ^ 0x726f_756e_64) }
+    }
+
     /// The prompt of request `n` of a stage: its group's system prompt then
     /// its question. `total_tokens` overrides the length (as measured by the
     /// server): the question absorbs the difference, and a total shorter than
@@ -398,14 +423,31 @@ fn spread(n: usize, rate: f64, duration: f64, start: f64, rng: &mut SimRng) -> V
         .collect()
 }
 
+/// One user's conversation (multi-turn chat).
+#[derive(Clone, Debug, Default)]
+struct Conversation {
+    /// The last round's prompt, its output stream seed and output length.
+    last: Option<(TokenSeq, u64, u32)>,
+    /// Rounds sent so far.
+    rounds: u32,
+    /// A round is in flight: later rounds wait (the session lock).
+    busy: bool,
+    /// Rounds the timer fired while one was in flight: (scheduled send, stage).
+    blocked: std::collections::VecDeque<(Micros, u32)>,
+}
+
 /// The whole inference-perf run as a lazy workload: stage after stage, each
 /// starting `interval` after the previous one drained, prompts cycled per
-/// stage, `output_len` tokens per request, `meta.stage` set.
+/// stage, `output_len` tokens per request, `meta.stage` set. With
+/// multi-turn chat, request `n` is a round of user `n mod prompts`, sent
+/// when its timer fires or, if the user's previous round is still running,
+/// when that round finishes; `meta.session` is `(user, round)`.
 pub struct StagedWorkload {
     kind: LoadKind,
     stages: Vec<Stage>,
     interval: Micros,
     prompts: SharedPrefixPrompts,
+    question_tokens: u32,
     output_len: u32,
     rng: SimRng,
     content_seed: u64,
@@ -415,16 +457,23 @@ pub struct StagedWorkload {
     next_in_stage: usize,
     outstanding: BTreeMap<u32, u64>,
     next_id: u64,
+    conversations: Option<Vec<Conversation>>,
+    /// Released rounds: (send time, sequence, user, stage), earliest first.
+    ready: std::collections::BinaryHeap<std::cmp::Reverse<(Micros, u64, usize, u32)>>,
+    released: u64,
 }
 
 impl StagedWorkload {
     /// The run of `cfg` with prompt token counts `tokens`, deterministic in `seed`.
     pub fn new(cfg: &InferencePerfConfig, tokens: PromptTokens, seed: u64) -> StagedWorkload {
+        let prompts = SharedPrefixPrompts::new(&cfg.shared_prefix, tokens, seed);
+        let conversations = cfg.shared_prefix.enable_multi_turn_chat.then(|| vec![Conversation::default(); prompts.len()]);
         let mut w = StagedWorkload {
             kind: cfg.load.kind,
             stages: cfg.load.stages.clone(),
             interval: Micros::from_secs_f64(cfg.load.interval).unwrap_or(Micros::ZERO),
-            prompts: SharedPrefixPrompts::new(&cfg.shared_prefix, tokens, seed),
+            prompts,
+            question_tokens: tokens.question,
             output_len: cfg.shared_prefix.output_len,
             rng: subsystem_rng(seed, "inference-perf/arrivals"),
             content_seed: subsystem_seed(seed, "inference-perf/outputs"),
@@ -434,6 +483,9 @@ impl StagedWorkload {
             next_in_stage: 0,
             outstanding: BTreeMap::new(),
             next_id: 0,
+            conversations,
+            ready: std::collections::BinaryHeap::new(),
+            released: 0,
         };
         w.begin_stage(0, Micros::ZERO);
         w
@@ -449,38 +501,98 @@ impl StagedWorkload {
     fn stage_sent_everything(&self) -> bool {
         self.next_in_stage >= self.offsets.len()
     }
-}
 
-impl Workload for StagedWorkload {
-    fn peek_arrival(&mut self) -> Option<Micros> {
+    /// Send time of the stage's next timer event.
+    fn next_timer(&self) -> Option<Micros> {
         let offset = self.offsets.get(self.next_in_stage)?;
         Some(self.stage_start + Micros::from_secs_f64(*offset).unwrap_or(Micros::MAX))
     }
 
-    fn next_request(&mut self) -> Option<Request> {
-        let arrival = self.peek_arrival()?;
-        let n = self.next_in_stage as u64;
-        self.next_in_stage += 1;
+    /// Multi-turn: timer events of busy users are parked until their round
+    /// finishes, so the next send is the next free user's or a released one.
+    fn park_busy_users(&mut self) {
+        let Some(convs) = self.conversations.as_mut() else { return };
+        while let Some(t) = self.offsets.get(self.next_in_stage).map(|o| self.stage_start + Micros::from_secs_f64(*o).unwrap_or(Micros::MAX)) {
+            let user = self.next_in_stage % convs.len();
+            if !convs[user].busy {
+                return;
+            }
+            convs[user].blocked.push_back((t, self.stage as u32));
+            *self.outstanding.entry(self.stage as u32).or_default() += 1;
+            self.next_in_stage += 1;
+        }
+    }
+
+    fn request(&mut self, arrival: Micros, n: u64, stage: u32) -> Request {
         let id = RequestId(self.next_id);
         self.next_id += 1;
+        let output_seed = output_stream_seed(id, self.content_seed);
+        let (prompt, session) = match self.conversations.as_mut() {
+            None => (self.prompts.prompt(n, None), None),
+            Some(convs) => {
+                let user = (n % convs.len() as u64) as usize;
+                let conv = &mut convs[user];
+                let round = conv.rounds;
+                let prompt = match &conv.last {
+                    None => self.prompts.prompt(n, None),
+                    Some((prev, prev_seed, prev_len)) => {
+                        let mut p = prev.clone();
+                        p.push(TokenRun::synthetic(*prev_seed, *prev_len));
+                        p.push(TokenRun::synthetic(self.prompts.question_seed(user, round), self.question_tokens));
+                        p
+                    }
+                };
+                conv.rounds += 1;
+                conv.busy = true;
+                conv.last = Some((prompt.clone(), output_seed, self.output_len));
+                (prompt, Some((user as u64, round)))
+            }
+        };
+        Request { id, arrival, prompt, max_output_tokens: self.output_len, output_seed, meta: RequestMeta { stage, session, ..RequestMeta::default() } }
+    }
+}
+
+impl Workload for StagedWorkload {
+    fn peek_arrival(&mut self) -> Option<Micros> {
+        self.park_busy_users();
+        let ready = self.ready.peek().map(|r| r.0.0);
+        [self.next_timer(), ready].into_iter().flatten().min()
+    }
+
+    fn next_request(&mut self) -> Option<Request> {
+        let arrival = self.peek_arrival()?;
+        if let Some(std::cmp::Reverse((t, _, user, stage))) = self.ready.peek().copied()
+            && t == arrival
+            && self.next_timer().is_none_or(|timer| t <= timer)
+        {
+            self.ready.pop();
+            return Some(self.request(t, user as u64, stage));
+        }
+        let n = self.next_in_stage as u64;
+        self.next_in_stage += 1;
         let stage = self.stage as u32;
         *self.outstanding.entry(stage).or_default() += 1;
-        Some(Request {
-            id,
-            arrival,
-            prompt: self.prompts.prompt(n, None),
-            max_output_tokens: self.output_len,
-            output_seed: output_stream_seed(id, self.content_seed),
-            meta: RequestMeta { stage, ..RequestMeta::default() },
-        })
+        Some(self.request(arrival, n, stage))
     }
 
     fn on_finish(&mut self, record: &RequestRecord) {
+        if let (Some(convs), Some((user, _))) = (self.conversations.as_mut(), record.meta.session) {
+            let conv = &mut convs[user as usize];
+            conv.busy = false;
+            if record.outcome != blis_engine::request::Outcome::Completed {
+                conv.last = None; // a failed round ends the conversation's context
+            }
+            // The next parked round goes when its timer fired or now, whichever is later.
+            if let Some((scheduled, stage)) = conv.blocked.pop_front() {
+                self.released += 1;
+                self.ready.push(std::cmp::Reverse((scheduled.max(record.finished), self.released, user as usize, stage)));
+            }
+        }
         if let Some(left) = self.outstanding.get_mut(&record.meta.stage) {
             *left = left.saturating_sub(1);
         }
         let drained = self.outstanding.get(&(self.stage as u32)).is_none_or(|&n| n == 0);
-        if drained && self.stage_sent_everything() && self.stage + 1 < self.stages.len() {
+        if drained && self.stage_sent_everything() && self.ready.is_empty() && self.stage + 1 < self.stages.len() {
             self.begin_stage(self.stage + 1, record.finished + self.interval);
         }
     }
@@ -525,7 +637,7 @@ storage:
     #[test]
     fn parses_the_effective_config_and_its_defaults() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        assert_eq!(c.shared_prefix, SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247 });
+        assert_eq!(c.shared_prefix, SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247, enable_multi_turn_chat: false });
         assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
         assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
         assert_eq!(c.client_timeout(), Micros::from_secs(300));
@@ -622,5 +734,79 @@ storage:
         // interval (1 s) + start offset (1 s) + the first gap.
         assert!(first1.arrival > drained + Micros::from_secs(2));
         assert_eq!(first1.prompt, stage0[0].prompt, "each stage restarts the prompt cycle");
+    }
+
+    /// Drives a workload as a server with a fixed service time would:
+    /// requests finish `service` after they are sent, in time order.
+    fn drive(w: &mut StagedWorkload, service: Micros) -> Vec<Request> {
+        let mut sent: Vec<Request> = Vec::new();
+        let mut running: std::collections::BTreeMap<(Micros, u64), Request> = Default::default();
+        loop {
+            let next_send = w.peek_arrival();
+            let next_done = running.keys().next().copied();
+            match (next_send, next_done) {
+                (None, None) => return sent,
+                (Some(t), Some((d, _))) if t < d => {
+                    let r = w.next_request().unwrap();
+                    running.insert((r.arrival + service, r.id.0), r.clone());
+                    sent.push(r);
+                }
+                (Some(_), None) => {
+                    let r = w.next_request().unwrap();
+                    running.insert((r.arrival + service, r.id.0), r.clone());
+                    sent.push(r);
+                }
+                (_, Some(key)) => {
+                    let r = running.remove(&key).unwrap();
+                    w.on_finish(&finish(&r, key.0));
+                }
+            }
+        }
+    }
+
+    /// inference-perf sends ⌊rate × duration⌋ requests per stage, for both
+    /// load types, with and without multi-turn chat; stages follow each other.
+    #[test]
+    fn stage_request_counts_equal_rate_times_duration() {
+        for (load, multi_turn) in [("constant", false), ("poisson", false), ("constant", true)] {
+            let text = CONFIG
+                .replace("type: constant", &format!("type: {load}"))
+                .replace("rate: 5.0\n    duration: 600", "rate: 8.0\n    duration: 30")
+                .replace("rate: 10.0\n    duration: 600", "rate: 20.0\n    duration: 15")
+                .replace("output_len: 247", &format!("output_len: 247\n    enable_multi_turn_chat: {multi_turn}"));
+            let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+            let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.0), 9);
+            let sent = drive(&mut w, Micros::from_ms(300));
+            let per_stage = |s: u32| sent.iter().filter(|r| r.meta.stage == s).count();
+            assert_eq!((per_stage(0), per_stage(1)), (240, 300), "{load}, multi-turn {multi_turn}");
+            assert!(sent.windows(2).all(|p| p[0].arrival <= p[1].arrival));
+        }
+    }
+
+    /// With multi-turn chat, request n is a round of user n mod 100: a round
+    /// never starts before the user's previous round finished, and its prompt
+    /// extends the previous prompt and answer (so the prefix cache can hit).
+    #[test]
+    fn multi_turn_rounds_wait_for_the_previous_round_and_accumulate_context() {
+        let text = CONFIG.replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true").replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
+        let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+        let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.0), 4);
+        // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
+        let service = Micros::from_secs(3);
+        let sent = drive(&mut w, service);
+        let mut by_user: std::collections::BTreeMap<u64, Vec<&Request>> = Default::default();
+        for r in sent.iter().filter(|r| r.meta.stage == 0) {
+            by_user.entry(r.meta.session.unwrap().0).or_default().push(r);
+        }
+        assert_eq!(by_user.len(), 100);
+        for rounds in by_user.values() {
+            for (k, pair) in rounds.windows(2).enumerate() {
+                assert_eq!(pair[1].meta.session.unwrap().1, k as u32 + 1);
+                assert!(pair[1].arrival >= pair[0].arrival + service, "round {} overlapped the previous one", k + 1);
+                let prev = &pair[0].prompt;
+                assert_eq!(pair[1].prompt.runs()[..prev.runs().len()], prev.runs()[..], "context accumulates");
+                assert_eq!(pair[1].prompt.len(), prev.len() + 247 + 466);
+            }
+        }
     }
 }

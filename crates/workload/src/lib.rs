@@ -67,6 +67,12 @@ pub trait RequestSource: blis_engine::sim::Workload {
     fn take_error(&mut self) -> Option<error::WorkloadError>;
 }
 
+impl RequestSource for inference_perf::StagedWorkload {
+    fn take_error(&mut self) -> Option<error::WorkloadError> {
+        None
+    }
+}
+
 impl RequestSource for generator::Generator {
     fn take_error(&mut self) -> Option<error::WorkloadError> {
         None

@@ -409,16 +409,15 @@ impl LoadedSpec {
 pub fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<LoadedSpec, WorkloadError> {
     let mut doc: serde_yaml_ng::Value =
         serde_yaml_ng::from_str(text).map_err(|e| WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")))?;
-    let serde_yaml_ng::Value::Mapping(map) = &doc else {
+    let serde_yaml_ng::Value::Mapping(_) = &doc else {
         return Err(WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"));
     };
-    let has = |k: &str| map.contains_key(k);
-    if !has("clients") && (has("load") || has("data")) {
+    if crate::inference_perf::looks_like_inference_perf(text) {
         return Err(WorkloadError::spec(
             source_name,
             ".",
-            "this looks like an inference-perf config (top-level `load`/`data`), which this build cannot read; \
-             a BLIS workload spec has `aggregate_rate` and `clients`",
+            "this is an inference-perf config (top-level `load`/`data`), not a BLIS workload spec; \
+             `blis run --workload-spec` reads it directly",
         ));
     }
     // YAML merge keys (`<<: *anchor`) need the document tree; without them,

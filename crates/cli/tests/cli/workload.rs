@@ -210,3 +210,26 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
     let e = rejected("stats-bad", &["workload", "stats", "--spec", &nan_rate], "--plot", "p.svg");
     assert!(e.contains("aggregate_rate"), "{e}");
 }
+
+/// An inference-perf profile works as-is as a workload spec: each stage
+/// sends rate × duration requests (here the profile of a real H100 run:
+/// 8/s × 600 s then 20/s × 600 s), and the client's 300 s timeout applies.
+#[test]
+fn an_inference_perf_profile_runs_as_a_workload_spec_with_its_stage_counts() {
+    let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general/profile.yaml");
+    let out = blis(&[
+        "run", "-q", "--model", "meta-llama/Llama-2-7b-hf", "--workload-spec", profile, "--max-num-seqs", "128",
+        "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--num-gpu-blocks", "7462",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(j["requests"]["injected"], 16_800);
+    let stages = j["breakdowns"]["stage"].as_object().unwrap();
+    let sent = |s: &str| ["completed", "dropped", "timed_out"].iter().map(|k| stages[s][k].as_u64().unwrap()).sum::<u64>();
+    assert_eq!((sent("0"), sent("1")), (4800, 12_000));
+    assert_eq!(j["config"]["client-timeout"], serde_json::json!({"value": 300.0, "source": "derived"}));
+    // --rate and --num-requests do not apply: the stages set them.
+    let e = blis(&["run", "--model", "meta-llama/Llama-2-7b-hf", "--workload-spec", profile, "--rate", "3"]);
+    assert_eq!(e.status.code(), Some(2));
+    assert!(stderr(&e).contains("--rate does not apply"), "{}", stderr(&e));
+}
