@@ -364,7 +364,7 @@ impl SharedPrefixPrompts {
     /// Stream seed of user `user`'s question in round `round` (multi-turn).
     pub fn question_seed(&self, user: usize, round: u32) -> u64 {
         let (_, seed) = self.prompts[user % self.prompts.len()];
-        if round == 0 { seed } else { mix64(seed ^ u64::from(round).rotate_left(48) ^ 0x726f_756e_64) }
+        if round == 0 { seed } else { mix64(seed ^ u64::from(round).rotate_left(48) ^ 0x0072_6f75_6e64) }
     }
 
     /// The prompt of request `n` of a stage: its group's system prompt then
