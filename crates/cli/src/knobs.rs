@@ -288,6 +288,67 @@ knob_table! {
     client_timeout: f64 = None,
 }
 
+/// Knobs of the deployment (model, GPU, vLLM server flags, latency model).
+pub const SERVER_KNOBS: [&str; 18] = [
+    "model-config", "hardware", "hardware-config", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
+    "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
+    "long-prefill-token-threshold", "latency-model", "coefficients", "alpha-coeffs", "beta-coeffs",
+];
+
+/// Knobs of the workload (which requests arrive when).
+pub const WORKLOAD_KNOBS: [&str; 19] = [
+    "rate", "arrival", "num-requests", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max",
+    "output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
+    "workload-spec", "workload", "trace", "slo-class-mix", "tenant-mix", "horizon",
+];
+
+/// Knobs of the cluster's control plane.
+pub const CLUSTER_KNOBS: [&str; 15] = [
+    "num-instances", "policy-config", "admission-policy", "priority-policy", "routing-policy", "routing-scorers", "scheduler",
+    "preemption", "admission-latency", "routing-latency", "snapshot-refresh", "slo-targets", "fitness-weights", "trace-level",
+    "counterfactual-k",
+];
+
+/// The knobs a command shares with `blis run` but does not use: they are
+/// hidden from its help and refused when given ([`reject_unused`]).
+pub fn unused_by(command: &str) -> Vec<&'static str> {
+    let except = |list: &[&'static str], keep: &[&str]| list.iter().copied().filter(|k| !keep.contains(k)).collect::<Vec<_>>();
+    match command {
+        // A server takes requests from clients; only the answer length of clients without ignore_eos is a workload knob.
+        "serve" => [except(&WORKLOAD_KNOBS, &["output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max"]), CLUSTER_KNOBS.to_vec()].concat(),
+        // A load generator drives someone else's server: no server, latency or cluster knobs.
+        "observe" => [SERVER_KNOBS.to_vec(), CLUSTER_KNOBS.to_vec(), vec!["horizon", "client-timeout", "trace"]].concat(),
+        // Replay takes its requests from the trace.
+        "replay" => except(&WORKLOAD_KNOBS, &["trace", "num-requests", "horizon"]),
+        _ => Vec::new(),
+    }
+}
+
+/// Refuses knobs `command` does not use that were given by flag or file.
+pub fn reject_unused(knobs: &Knobs, command: &str) -> Result<(), BadInput> {
+    let report = knobs.report();
+    for name in unused_by(command) {
+        if report.get(name).is_some_and(|v| v["source"] != "default") {
+            return Err(bad_input!("--{name} does not apply to `blis {command}`"));
+        }
+    }
+    Ok(())
+}
+
+/// Hides the knobs each subcommand does not use from its `--help`.
+pub fn hide_unused(mut cmd: clap::Command) -> clap::Command {
+    for sub in ["serve", "observe", "replay"] {
+        cmd = cmd.mut_subcommand(sub, |mut s| {
+            for name in unused_by(sub) {
+                // clap names arguments by field: `num-requests` is `num_requests`.
+                s = s.mut_arg(name.replace('-', "_"), |a| a.hide(true));
+            }
+            s
+        });
+    }
+    cmd
+}
+
 impl KnobFile {
     /// Reads a YAML (or JSON) knob file. Keys are flag names; `snake_case`
     /// spellings are accepted too. Unknown keys are errors naming the key.

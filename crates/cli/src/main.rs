@@ -77,7 +77,9 @@ fn list_models() {
 /// Parses the command line; usage errors become one line on stderr and exit
 /// code 2 (help and version go to stdout with exit code 0, as usual).
 fn parse_cli() -> Cli {
-    match Cli::try_parse() {
+    use clap::{CommandFactory, FromArgMatches};
+    let parsed = knobs::hide_unused(Cli::command()).try_get_matches().and_then(|m| Cli::from_arg_matches(&m));
+    match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),
         Err(e) => {
@@ -116,5 +118,18 @@ fn main() {
     if let Err(err) = result {
         eprintln!("error: {err:#}");
         std::process::exit(error::exit_code(&err));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::*;
+
+    /// Every knob a subcommand hides exists in it (clap's own consistency checks pass).
+    #[test]
+    fn the_command_line_definition_is_consistent() {
+        knobs::hide_unused(Cli::command()).debug_assert();
     }
 }

@@ -117,6 +117,7 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
         None => KnobFile::default(),
     };
     let knobs = Knobs::resolve(&args.knobs, &file);
+    crate::knobs::reject_unused(&knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
     if !(args.timeout.is_finite() && args.timeout > 0.0) {
         return Err(bad_input!("--timeout {}: must be a positive number of seconds", args.timeout).into());

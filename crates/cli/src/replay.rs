@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::error::{BadInput, bad_input};
-use crate::knobs::{KnobArgs, KnobFile};
+use crate::knobs::{KnobArgs, KnobFile, Knobs};
 use crate::output::AtomicFile;
 use crate::report::RunReport;
 use crate::run::{RunArgs, print_table, simulate, write_json};
@@ -130,6 +130,7 @@ fn header_knobs(header: &TraceHeader) -> Result<(KnobFile, Vec<String>, Vec<Stri
 
 /// Runs `blis replay`.
 pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
+    crate::knobs::reject_unused(&Knobs::resolve(&args.knobs, &KnobFile::default()), "replay")?;
     let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
     let csv = trace_csv(&trace);
     let hp = header_path(&csv);

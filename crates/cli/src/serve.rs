@@ -54,6 +54,7 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
         None => KnobFile::default(),
     };
     let knobs = Knobs::resolve(&args.knobs, &file);
+    crate::knobs::reject_unused(&knobs, "serve")?;
     let mut report = knobs.report();
     let deployment = Deployment::resolve(&knobs, &mut report)?;
     let natural_output = LengthSpec {
