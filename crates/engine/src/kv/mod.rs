@@ -11,22 +11,34 @@
 //! * Like vLLM, block 0 is reserved as the null block, so a cache of
 //!   `num_gpu_blocks` has `num_gpu_blocks − 1` usable blocks.
 //!
+//! Layout: a block is 24 bytes (its hash, reference count and free-list
+//! links together, so an operation on a block touches one cache line); the
+//! index is a compact open-addressing table of block ids ([`index`]). A
+//! block's life costs one index insertion when it is registered and one
+//! index probe when it is evicted; a decode step whose blocks already hold
+//! its token costs no index or block access at all.
+//!
 //! Invariant (checked in debug builds after every operation and in full by
 //! [`KvCache::assert_consistent`]): `used + free = usable`, the free list holds
 //! exactly the blocks with reference count 0, and every hash in the index
 //! points to a block carrying that hash.
 
-use rustc_hash::FxHashMap;
+mod index;
+
 use thiserror::Error;
+
+use self::index::BlockIndex;
 
 const NIL: u32 = u32::MAX;
 
 #[derive(Clone, Debug)]
 struct Block {
+    /// Content hash; meaningful only when `hashed`.
+    hash: u64,
     ref_cnt: u32,
-    hash: Option<u64>,
     prev: u32,
     next: u32,
+    hashed: bool,
 }
 
 /// Invalid cache geometry.
@@ -70,7 +82,7 @@ pub struct KvCache {
     free_tail: u32,
     num_free: u32,
     num_used: u32,
-    index: FxHashMap<u64, u32>,
+    index: BlockIndex,
     block_size: u32,
     prefix_caching: bool,
 }
@@ -89,7 +101,7 @@ impl KvCache {
         }
         let usable = (num_gpu_blocks - 1) as u32;
         let blocks = (0..usable)
-            .map(|i| Block { ref_cnt: 0, hash: None, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 } })
+            .map(|i| Block { hash: 0, ref_cnt: 0, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 }, hashed: false })
             .collect();
         Ok(KvCache {
             blocks,
@@ -97,7 +109,7 @@ impl KvCache {
             free_tail: usable - 1,
             num_free: usable,
             num_used: 0,
-            index: FxHashMap::default(),
+            index: BlockIndex::new(),
             block_size,
             prefix_caching,
         })
@@ -149,12 +161,17 @@ impl KvCache {
         }
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
         for &h in block_hashes.iter().take(max_blocks) {
-            match self.index.get(&h) {
-                Some(&b) => out.push(b),
+            match self.lookup(h) {
+                Some(b) => out.push(b),
                 None => break,
             }
         }
         out.len() as u32 * self.block_size
+    }
+
+    /// The block the index holds for content hash `h`.
+    fn lookup(&self, h: u64) -> Option<u32> {
+        self.index.get(h, |b| self.blocks[b as usize].hash)
     }
 
     /// The number of tokens [`KvCache::find_cached_prefix`] would hit, without
@@ -165,7 +182,7 @@ impl KvCache {
             return 0;
         }
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
-        let hits = block_hashes.iter().take(max_blocks).take_while(|h| self.index.contains_key(h)).count();
+        let hits = block_hashes.iter().take(max_blocks).take_while(|&&h| self.lookup(h).is_some()).count();
         hits as u32 * self.block_size
     }
 
@@ -178,6 +195,7 @@ impl KvCache {
     /// `block_hashes`, which must cover them).
     ///
     /// Returns `false`, changing nothing, when too few blocks are free.
+    #[inline]
     pub fn allocate_slots(
         &mut self,
         table: &mut BlockTable,
@@ -187,6 +205,19 @@ impl KvCache {
         num_tokens_to_cache: u32,
     ) -> bool {
         let required = self.blocks_for(num_tokens_need_slot) as usize;
+        // Most decode steps: the request's blocks have room for its new
+        // token and no block became full, so nothing changes.
+        if new_computed.is_empty()
+            && required <= table.blocks.len()
+            && self.num_full_blocks(table, block_hashes, num_tokens_to_cache) <= table.num_cached as usize
+        {
+            return true;
+        }
+        self.take_blocks(table, required, new_computed, block_hashes, num_tokens_to_cache)
+    }
+
+    /// [`KvCache::allocate_slots`] when blocks are taken or registered.
+    fn take_blocks(&mut self, table: &mut BlockTable, required: usize, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
         let have = table.blocks.len() + new_computed.len();
         let num_new = required.saturating_sub(have);
         let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt == 0).count();
@@ -228,19 +259,28 @@ impl KvCache {
     /// `block_hashes`, which must cover them). Blocks already registered are
     /// skipped. No-op without prefix caching.
     pub fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
-        if !self.prefix_caching {
-            return;
-        }
-        let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
+        let num_full = self.num_full_blocks(table, block_hashes, num_tokens);
         let start = (table.num_cached as usize).min(num_full);
         for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
             let blk = &mut self.blocks[b as usize];
-            if blk.hash.is_none() {
-                blk.hash = Some(h);
-                self.index.entry(h).or_insert(b);
+            if !blk.hashed {
+                blk.hash = h;
+                blk.hashed = true;
+                let blocks = &self.blocks;
+                self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash);
             }
         }
         table.num_cached = table.num_cached.max(num_full as u32);
+    }
+
+    /// How many leading blocks of `table` [`KvCache::cache_full_blocks`]
+    /// would have registered for its first `num_tokens` tokens (0 without
+    /// prefix caching).
+    fn num_full_blocks(&self, table: &BlockTable, block_hashes: &[u64], num_tokens: u32) -> usize {
+        if !self.prefix_caching {
+            return 0;
+        }
+        ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len())
     }
 
     fn touch(&mut self, b: u32) {
@@ -257,11 +297,9 @@ impl KvCache {
         self.unlink_free(b);
         let blk = &mut self.blocks[b as usize];
         // Evict: the block's old content is no longer findable (one probe).
-        if let Some(h) = blk.hash.take()
-            && let std::collections::hash_map::Entry::Occupied(e) = self.index.entry(h)
-            && *e.get() == b
-        {
-            e.remove();
+        if blk.hashed {
+            blk.hashed = false;
+            self.index.remove_if_points_to(blk.hash, b);
         }
         blk.ref_cnt = 1;
         self.num_used += 1;
@@ -330,9 +368,14 @@ impl KvCache {
         assert_eq!(n, self.num_free, "free list length != free count");
         let unreferenced = self.blocks.iter().filter(|b| b.ref_cnt == 0).count() as u32;
         assert_eq!(unreferenced, self.num_free, "unreferenced blocks missing from the free list");
-        for (&h, &b) in &self.index {
-            assert_eq!(self.blocks[b as usize].hash, Some(h), "index entry for block {b} is stale");
+        let mut indexed = 0;
+        for b in self.index.blocks() {
+            let blk = &self.blocks[b as usize];
+            assert!(blk.hashed, "index entry for block {b}, which holds no hash");
+            assert_eq!(self.lookup(blk.hash), Some(b), "index entry for block {b} is stale or duplicated");
+            indexed += 1;
         }
+        assert_eq!(indexed, self.index.len(), "index length mismatch");
     }
 }
 
@@ -368,7 +411,7 @@ mod tests {
     }
 
     fn a_blocks_after_reuse(kv: &KvCache, h: &[u64]) -> Vec<u32> {
-        h.iter().filter_map(|x| kv.index.get(x).copied()).collect()
+        h.iter().filter_map(|&x| kv.lookup(x)).collect()
     }
 
     #[test]
