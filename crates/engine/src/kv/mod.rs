@@ -16,7 +16,7 @@
 //! index is a compact open-addressing table of block ids ([`index`]). A
 //! block's life costs one index insertion when it is registered and one
 //! index probe when it is evicted; a decode step whose blocks already hold
-//! its token costs no index or block access at all.
+//! its token costs no index or block access at all ([`KvCache::holds`]).
 //!
 //! Invariant (checked in debug builds after every operation and in full by
 //! [`KvCache::assert_consistent`]): `used + free = usable`, the free list holds
@@ -204,20 +204,26 @@ impl KvCache {
         block_hashes: &[u64],
         num_tokens_to_cache: u32,
     ) -> bool {
-        let required = self.blocks_for(num_tokens_need_slot) as usize;
-        // Most decode steps: the request's blocks have room for its new
-        // token and no block became full, so nothing changes.
-        if new_computed.is_empty()
-            && required <= table.blocks.len()
-            && self.num_full_blocks(table, block_hashes, num_tokens_to_cache) <= table.num_cached as usize
-        {
+        if new_computed.is_empty() && self.holds(table, num_tokens_need_slot, num_tokens_to_cache) {
             return true;
         }
-        self.take_blocks(table, required, new_computed, block_hashes, num_tokens_to_cache)
+        self.take_blocks(table, num_tokens_need_slot, new_computed, block_hashes, num_tokens_to_cache)
     }
 
-    /// [`KvCache::allocate_slots`] when blocks are taken or registered.
-    fn take_blocks(&mut self, table: &mut BlockTable, required: usize, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
+    /// Whether `table` already has slots for `num_tokens_need_slot` tokens and
+    /// every full block of its first `num_tokens_to_cache` tokens is
+    /// registered: then [`KvCache::allocate_slots`] without prefix hits changes
+    /// nothing. This is most decode steps (a block fills every `block_size`
+    /// tokens). O(1); reads neither blocks nor hashes.
+    #[inline]
+    pub fn holds(&self, table: &BlockTable, num_tokens_need_slot: u32, num_tokens_to_cache: u32) -> bool {
+        self.blocks_for(num_tokens_need_slot) as usize <= table.blocks.len()
+            && (!self.prefix_caching || num_tokens_to_cache / self.block_size <= table.num_cached)
+    }
+
+    /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
+    fn take_blocks(&mut self, table: &mut BlockTable, num_tokens_need_slot: u32, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
+        let required = self.blocks_for(num_tokens_need_slot) as usize;
         let have = table.blocks.len() + new_computed.len();
         let num_new = required.saturating_sub(have);
         let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt == 0).count();
@@ -259,7 +265,10 @@ impl KvCache {
     /// `block_hashes`, which must cover them). Blocks already registered are
     /// skipped. No-op without prefix caching.
     pub fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
-        let num_full = self.num_full_blocks(table, block_hashes, num_tokens);
+        if !self.prefix_caching {
+            return;
+        }
+        let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
         let start = (table.num_cached as usize).min(num_full);
         for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
             let blk = &mut self.blocks[b as usize];
@@ -271,16 +280,6 @@ impl KvCache {
             }
         }
         table.num_cached = table.num_cached.max(num_full as u32);
-    }
-
-    /// How many leading blocks of `table` [`KvCache::cache_full_blocks`]
-    /// would have registered for its first `num_tokens` tokens (0 without
-    /// prefix caching).
-    fn num_full_blocks(&self, table: &BlockTable, block_hashes: &[u64], num_tokens: u32) -> usize {
-        if !self.prefix_caching {
-            return 0;
-        }
-        ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len())
     }
 
     fn touch(&mut self, b: u32) {
