@@ -29,7 +29,7 @@
 //! through (plus one for the first block not remembered) and compares the
 //! other blocks sequentially against the buffer; a record appends the prompt's
 //! hashes and evicts whole runs or run tails, O(1) each. The map holds one
-//! entry per run, not per block. Memory: at most `2 · capacity + 1024` plus
+//! entry per run, not per block. Memory: at most `2 · capacity + 64` plus
 //! one prompt's hashes per instance; nothing allocates once the buffers have
 //! grown.
 
@@ -38,7 +38,7 @@ use rustc_hash::FxHashMap;
 const NIL: u32 = u32::MAX;
 
 /// Garbage the hash buffer may hold beyond its live hashes before compaction.
-const COMPACT_SLACK: usize = 1024;
+const COMPACT_SLACK: usize = 64;
 
 /// Consecutive blocks of one recorded prompt, `store[at .. at + len]`, the
 /// first being the most recently used.
