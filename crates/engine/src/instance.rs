@@ -336,6 +336,19 @@ impl Instance {
     /// if it can never run; otherwise it enters the wait queue after the
     /// latency model's queueing delay.
     pub fn inject(&mut self, req: Request, now: Micros, obs: &mut dyn Observer) {
+        self.inject_with_hashes(req, now, None, obs);
+    }
+
+    /// [`Instance::inject`] for a request whose prompt the caller hashed
+    /// already (a prefix-aware router): `prompt_hashes` must be what
+    /// [`extend_block_hashes`] gives for the prompt (no output tokens) at
+    /// this instance's block size. The instance takes them instead of hashing
+    /// again, leaving an empty buffer of its own in exchange.
+    pub fn inject_hashed(&mut self, req: Request, now: Micros, prompt_hashes: &mut Vec<u64>, obs: &mut dyn Observer) {
+        self.inject_with_hashes(req, now, Some(prompt_hashes), obs);
+    }
+
+    fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) {
         self.advance_clock(now);
         self.stats.injected += 1;
         if let Some(reason) = self.rejection(&req) {
@@ -346,7 +359,14 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         let mut prefix_hit_tokens = 0;
         if self.kv.prefix_caching() {
-            extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes);
+            match prompt_hashes {
+                Some(given) => {
+                    std::mem::swap(&mut live.hashes, given);
+                    given.clear();
+                    debug_assert_eq!(live.hashes.len() as u32, live.req.prompt_tokens() / self.kv.block_size(), "hashes of another prompt");
+                }
+                None => extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes),
+            }
             prefix_hit_tokens = self.kv.find_cached_prefix(&live.hashes, live.req.prompt_tokens(), &mut self.hit_scratch);
         }
         let delay = self.latency.queueing_delay(&QueueingInput {
