@@ -237,11 +237,13 @@ impl KvCache {
     /// every full block of its first `num_tokens_to_cache` tokens is
     /// registered: then [`KvCache::allocate_slots`] without prefix hits changes
     /// nothing. This is most decode steps (a block fills every `block_size`
-    /// tokens). O(1); reads neither blocks nor hashes.
+    /// tokens). O(1) without a division; reads neither blocks nor hashes.
     #[inline]
     pub fn holds(&self, table: &BlockTable, num_tokens_need_slot: u32, num_tokens_to_cache: u32) -> bool {
-        self.blocks_for(num_tokens_need_slot) as usize <= table.blocks.len()
-            && (!self.prefix_caching || num_tokens_to_cache / self.block_size <= table.num_cached)
+        let block = u64::from(self.block_size);
+        // ⌈need / block⌉ ≤ blocks, and ⌊to_cache / block⌋ ≤ registered blocks.
+        u64::from(num_tokens_need_slot) <= table.blocks.len() as u64 * block
+            && (!self.prefix_caching || u64::from(num_tokens_to_cache) < (u64::from(table.num_cached) + 1) * block)
     }
 
     /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
