@@ -75,14 +75,18 @@ pub struct IntCounts {
 
 impl IntCounts {
     /// Adds one sample.
+    #[inline]
     pub fn push(&mut self, v: u64) {
         match &mut self.run {
             Some((last, n)) if *last == v => *n += 1,
-            run => {
-                if let Some((last, n)) = run.replace((v, 1)) {
-                    *self.counts.entry(last).or_insert(0) += n;
-                }
-            }
+            _ => self.start_run(v),
+        }
+    }
+
+    /// Counts the finished run in the map and starts one of `v`.
+    fn start_run(&mut self, v: u64) {
+        if let Some((last, n)) = self.run.replace((v, 1)) {
+            *self.counts.entry(last).or_insert(0) += n;
         }
     }
 
@@ -254,6 +258,7 @@ impl Collector {
     }
 
     /// Adds one token gap.
+    #[inline]
     pub fn token(&mut self, t: &TokenEvent) {
         if let Some(gap) = t.gap {
             self.itl_us.push(gap.as_us());
