@@ -139,8 +139,15 @@ impl Book {
 struct Hook<'a> {
     book: &'a mut Book,
     user: &'a mut dyn Observer,
+    user_tokens: bool,
     workload: &'a mut dyn Workload,
     reported: bool,
+}
+
+impl<'a> Hook<'a> {
+    fn new(book: &'a mut Book, user: &'a mut dyn Observer, workload: &'a mut dyn Workload) -> Hook<'a> {
+        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false }
+    }
 }
 
 impl Observer for Hook<'_> {
@@ -152,7 +159,9 @@ impl Observer for Hook<'_> {
     }
     fn on_token(&mut self, t: &TokenEvent) {
         self.book.metrics.on_token(t);
-        self.user.on_token(t);
+        if self.user_tokens {
+            self.user.on_token(t);
+        }
     }
     fn on_step(&mut self, s: &StepEvent<'_>) {
         self.user.on_step(s);
@@ -291,7 +300,7 @@ impl Cluster {
                 let i = (next.2 - 1) as usize;
                 self.heap.pop();
                 self.heap_key[i] = None;
-                let mut hook = Hook { book: &mut self.book, user: obs, workload, reported: false };
+                let mut hook = Hook::new(&mut self.book, obs, workload);
                 self.instances[i].process_next(&mut hook);
                 let reported = hook.reported;
                 self.after_instance_event(i, reported);
@@ -416,7 +425,7 @@ impl Cluster {
         self.book.dispatched.pending[i] -= 1;
         self.in_control_plane -= 1;
         self.book.anomalies.on_deliver(i, &self.instances);
-        let mut hook = Hook { book: &mut self.book, user: obs, workload, reported: false };
+        let mut hook = Hook::new(&mut self.book, obs, workload);
         match hashes {
             Some(mut hashes) => {
                 self.instances[i].inject_hashed(req, self.now, &mut hashes, &mut hook);

@@ -92,6 +92,13 @@ pub trait Observer {
     fn on_finish(&mut self, record: &RequestRecord);
     /// An output token reached the API.
     fn on_token(&mut self, _token: &TokenEvent) {}
+    /// Whether [`Observer::on_token`] does anything (default `true`). An
+    /// observer that forwards events to others may skip the token calls of
+    /// those answering `false` — one call per token is most of what an
+    /// observer costs. The answer must not change while the observer is in use.
+    fn observes_tokens(&self) -> bool {
+        true
+    }
     /// A step completed.
     fn on_step(&mut self, _step: &StepEvent<'_>) {}
     /// A request entered or left the wait queue. The requests a step takes
