@@ -126,6 +126,9 @@ impl Observer for RequestCsv {
             self.error = self.row(record).err();
         }
     }
+    fn observes_tokens(&self) -> bool {
+        false
+    }
 }
 
 /// A progress bar on stderr that appears only when the run has taken more
@@ -172,29 +175,47 @@ impl Observer for Progress {
             bar.set_position(self.done);
         }
     }
+    fn observes_tokens(&self) -> bool {
+        false
+    }
 }
 
-/// Fans callbacks out to several observers.
-pub struct Fanout<'a>(pub Vec<&'a mut dyn Observer>);
+/// Fans callbacks out to several observers; tokens only to those that
+/// observe them.
+pub struct Fanout<'a> {
+    observers: Vec<&'a mut dyn Observer>,
+    observes_tokens: Vec<bool>,
+}
+
+impl<'a> Fanout<'a> {
+    /// Fans out to `observers`, in order.
+    pub fn new(observers: Vec<&'a mut dyn Observer>) -> Fanout<'a> {
+        let observes_tokens = observers.iter().map(|o| o.observes_tokens()).collect();
+        Fanout { observers, observes_tokens }
+    }
+}
 
 impl Observer for Fanout<'_> {
     fn on_finish(&mut self, record: &RequestRecord) {
-        for o in &mut self.0 {
+        for o in &mut self.observers {
             o.on_finish(record);
         }
     }
     fn on_token(&mut self, token: &TokenEvent) {
-        for o in &mut self.0 {
+        for (o, _) in self.observers.iter_mut().zip(&self.observes_tokens).filter(|(_, t)| **t) {
             o.on_token(token);
         }
     }
+    fn observes_tokens(&self) -> bool {
+        self.observes_tokens.contains(&true)
+    }
     fn on_step(&mut self, step: &StepEvent<'_>) {
-        for o in &mut self.0 {
+        for o in &mut self.observers {
             o.on_step(step);
         }
     }
     fn on_queue(&mut self, event: &QueueEvent) {
-        for o in &mut self.0 {
+        for o in &mut self.observers {
             o.on_queue(event);
         }
     }

@@ -149,7 +149,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
             observers.push(e);
         }
         observers.extend(groups.observers());
-        let mut fanout = Fanout(observers);
+        let mut fanout = Fanout::new(observers);
         let mut requests = cluster.mix.apply_workload(source, seed);
         let end = sim.run(&mut requests, horizon, &mut fanout, trace.as_mut().map(|t| t as &mut dyn DecisionSink));
         source = requests.into_inner();

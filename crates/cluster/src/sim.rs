@@ -97,7 +97,9 @@ pub struct ClusterConfig {
 enum ControlEvent {
     Admit(Request),
     Route(Request),
-    Deliver(Request, u32),
+    /// A routed request, its instance and, when the router hashed its
+    /// prompt, the block hashes (handed to the instance).
+    Deliver(Request, u32, Option<Vec<u64>>),
 }
 
 /// How a cluster run ended.
@@ -137,8 +139,15 @@ impl Book {
 struct Hook<'a> {
     book: &'a mut Book,
     user: &'a mut dyn Observer,
+    user_tokens: bool,
     workload: &'a mut dyn Workload,
     reported: bool,
+}
+
+impl<'a> Hook<'a> {
+    fn new(book: &'a mut Book, user: &'a mut dyn Observer, workload: &'a mut dyn Workload) -> Hook<'a> {
+        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false }
+    }
 }
 
 impl Observer for Hook<'_> {
@@ -150,7 +159,9 @@ impl Observer for Hook<'_> {
     }
     fn on_token(&mut self, t: &TokenEvent) {
         self.book.metrics.on_token(t);
-        self.user.on_token(t);
+        if self.user_tokens {
+            self.user.on_token(t);
+        }
     }
     fn on_step(&mut self, s: &StepEvent<'_>) {
         self.user.on_step(s);
@@ -179,6 +190,8 @@ pub struct Cluster {
     hash_at_admission: bool,
     hash_at_routing: bool,
     hashes: Vec<u64>,
+    // Emptied hash buffers, reused for the hashes that travel with deliveries.
+    spare_hashes: Vec<Vec<u64>>,
     book: Book,
     counterfactuals: Option<Counterfactuals>,
     policies: PolicyBundle,
@@ -237,6 +250,7 @@ impl Cluster {
             hash_at_admission: p.admission.uses_prefix_index(),
             hash_at_routing: keep_prefix_index || p.routing.uses_true_cache(),
             hashes: Vec::new(),
+            spare_hashes: Vec::new(),
             book,
             counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, n)),
             policies: cfg.policies,
@@ -280,13 +294,13 @@ impl Cluster {
                 match ev {
                     ControlEvent::Admit(req) => self.on_admit(req, sink.as_deref_mut()),
                     ControlEvent::Route(req) => self.on_route(req, sink.as_deref_mut()),
-                    ControlEvent::Deliver(req, i) => self.on_deliver(req, i as usize, obs, workload),
+                    ControlEvent::Deliver(req, i, hashes) => self.on_deliver(req, i as usize, hashes, obs, workload),
                 }
             } else {
                 let i = (next.2 - 1) as usize;
                 self.heap.pop();
                 self.heap_key[i] = None;
-                let mut hook = Hook { book: &mut self.book, user: obs, workload, reported: false };
+                let mut hook = Hook::new(&mut self.book, obs, workload);
                 self.instances[i].process_next(&mut hook);
                 let reported = hook.reported;
                 self.after_instance_event(i, reported);
@@ -402,15 +416,23 @@ impl Cluster {
         }
         self.book.dispatched.in_flight[i] += 1;
         self.book.dispatched.pending[i] += 1;
-        self.control.push(self.now + self.routing_latency, EventClass::InstanceArrival, ControlEvent::Deliver(req, chosen));
+        // The instance needs the prompt's hashes too: hand them over rather than hash twice.
+        let hashes = self.hash_at_routing.then(|| std::mem::replace(&mut self.hashes, self.spare_hashes.pop().unwrap_or_default()));
+        self.control.push(self.now + self.routing_latency, EventClass::InstanceArrival, ControlEvent::Deliver(req, chosen, hashes));
     }
 
-    fn on_deliver(&mut self, req: Request, i: usize, obs: &mut dyn Observer, workload: &mut dyn Workload) {
+    fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, obs: &mut dyn Observer, workload: &mut dyn Workload) {
         self.book.dispatched.pending[i] -= 1;
         self.in_control_plane -= 1;
         self.book.anomalies.on_deliver(i, &self.instances);
-        let mut hook = Hook { book: &mut self.book, user: obs, workload, reported: false };
-        self.instances[i].inject(req, self.now, &mut hook);
+        let mut hook = Hook::new(&mut self.book, obs, workload);
+        match hashes {
+            Some(mut hashes) => {
+                self.instances[i].inject_hashed(req, self.now, &mut hashes, &mut hook);
+                self.spare_hashes.push(hashes);
+            }
+            None => self.instances[i].inject(req, self.now, &mut hook),
+        }
         let reported = hook.reported;
         self.after_instance_event(i, reported);
     }

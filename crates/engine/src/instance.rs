@@ -92,6 +92,13 @@ pub trait Observer {
     fn on_finish(&mut self, record: &RequestRecord);
     /// An output token reached the API.
     fn on_token(&mut self, _token: &TokenEvent) {}
+    /// Whether [`Observer::on_token`] does anything (default `true`). An
+    /// observer that forwards events to others may skip the token calls of
+    /// those answering `false` — one call per token is most of what an
+    /// observer costs. The answer must not change while the observer is in use.
+    fn observes_tokens(&self) -> bool {
+        true
+    }
     /// A step completed.
     fn on_step(&mut self, _step: &StepEvent<'_>) {}
     /// A request entered or left the wait queue. The requests a step takes
@@ -112,22 +119,31 @@ enum Status {
     Running,
 }
 
+/// A request on the instance, laid out for the step loop, which visits every
+/// running request at every step: what a decode step reads or writes lies in
+/// the first three cache lines — the request (its labels, length, id and
+/// output count; 128 bytes) and the progress fields up to the block table —
+/// and the rest is read about once per request. With many instances the
+/// running requests do not stay in the L1 cache between two steps of one
+/// instance, so the lines a step touches per request are what it pays.
+#[repr(C, align(64))]
 struct Live {
     req: Request,
-    status: Status,
-    key: WaitKey,
     num_computed: u32,
     num_output: u32,
-    table: BlockTable,
-    hashes: Vec<u64>,
-    enqueued: Option<Micros>,
-    first_scheduled: Option<Micros>,
-    first_token: Option<Micros>,
-    last_token: Option<Micros>,
-    cached_prompt_tokens: u32,
-    preemptions: u32,
+    status: Status,
     aborted: bool,
     in_step: bool,
+    last_token: Option<Micros>,
+    table: BlockTable,
+    // Read when blocks fill up, at scheduling and at the end.
+    hashes: Vec<u64>,
+    key: WaitKey,
+    first_token: Option<Micros>,
+    enqueued: Option<Micros>,
+    first_scheduled: Option<Micros>,
+    cached_prompt_tokens: u32,
+    preemptions: u32,
 }
 
 impl Live {
@@ -327,6 +343,19 @@ impl Instance {
     /// if it can never run; otherwise it enters the wait queue after the
     /// latency model's queueing delay.
     pub fn inject(&mut self, req: Request, now: Micros, obs: &mut dyn Observer) {
+        self.inject_with_hashes(req, now, None, obs);
+    }
+
+    /// [`Instance::inject`] for a request whose prompt the caller hashed
+    /// already (a prefix-aware router): `prompt_hashes` must be what
+    /// [`extend_block_hashes`] gives for the prompt (no output tokens) at
+    /// this instance's block size. The instance takes them instead of hashing
+    /// again, leaving an empty buffer of its own in exchange.
+    pub fn inject_hashed(&mut self, req: Request, now: Micros, prompt_hashes: &mut Vec<u64>, obs: &mut dyn Observer) {
+        self.inject_with_hashes(req, now, Some(prompt_hashes), obs);
+    }
+
+    fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) {
         self.advance_clock(now);
         self.stats.injected += 1;
         if let Some(reason) = self.rejection(&req) {
@@ -337,7 +366,14 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         let mut prefix_hit_tokens = 0;
         if self.kv.prefix_caching() {
-            extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes);
+            match prompt_hashes {
+                Some(given) => {
+                    std::mem::swap(&mut live.hashes, given);
+                    given.clear();
+                    debug_assert_eq!(live.hashes.len() as u32, live.req.prompt_tokens() / self.kv.block_size(), "hashes of another prompt");
+                }
+                None => extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes),
+            }
             prefix_hit_tokens = self.kv.find_cached_prefix(&live.hashes, live.req.prompt_tokens(), &mut self.hit_scratch);
         }
         let delay = self.latency.queueing_delay(&QueueingInput {
@@ -554,7 +590,9 @@ impl Instance {
             live.num_output += 1;
             let time = emitted + Micros(per_token.0.saturating_mul(u64::from(live.num_output)));
             let gap = live.last_token.map(|prev| time - prev);
-            live.first_token.get_or_insert(time);
+            if live.num_output == 1 {
+                live.first_token = Some(time);
+            }
             live.last_token = Some(time);
             obs.on_token(&TokenEvent { id: live.req.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
             if live.num_output >= live.req.max_output_tokens {
@@ -777,6 +815,9 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         let need = live.num_computed + n;
         let cache_upto = live.cacheable_tokens(need);
+        if !with_hits && self.kv.holds(&live.table, need, cache_upto) {
+            return true; // most decode steps
+        }
         // Hashes must cover every full block entered in the prefix index.
         if self.kv.prefix_caching() && (cache_upto / self.kv.block_size()) as usize > live.hashes.len() {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);

@@ -98,6 +98,9 @@ impl Observer for ClientLatency {
             group.e2e_us.push(t.as_us() as f64);
         }
     }
+    fn observes_tokens(&self) -> bool {
+        false
+    }
 }
 
 #[cfg(test)]

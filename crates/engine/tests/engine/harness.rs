@@ -73,6 +73,17 @@ pub struct Checked {
 /// cache and request accounting after every event and clock monotonicity
 /// throughout. Stops at `horizon` if given.
 pub fn run_checked(cfg: InstanceConfig, model: Arc<dyn LatencyModel>, requests: Vec<Request>, horizon: Option<Micros>) -> Checked {
+    run_checked_with(cfg, model, requests, horizon, |inst, req, t, rec| inst.inject(req, t, rec))
+}
+
+/// [`run_checked`] handing each request to the instance with `inject`.
+pub fn run_checked_with(
+    cfg: InstanceConfig,
+    model: Arc<dyn LatencyModel>,
+    requests: Vec<Request>,
+    horizon: Option<Micros>,
+    mut inject: impl FnMut(&mut Instance, Request, Micros, &mut Recorder),
+) -> Checked {
     let mut inst = Instance::new(0, cfg.clone(), model).expect("valid config");
     let mut rec = Recorder { max_num_seqs: cfg.scheduler.max_num_seqs as usize, max_tokens: u64::from(cfg.scheduler.max_num_batched_tokens), ..Default::default() };
     let limit = horizon.unwrap_or(Micros::MAX);
@@ -94,7 +105,7 @@ pub fn run_checked(cfg: InstanceConfig, model: Arc<dyn LatencyModel>, requests: 
         rec.last_time = t;
         if next_arr == Some(t) {
             injected += 1;
-            inst.inject(pending.next().unwrap(), t, &mut rec);
+            inject(&mut inst, pending.next().unwrap(), t, &mut rec);
         } else {
             inst.process_next(&mut rec);
         }

@@ -3,11 +3,11 @@
 use std::sync::Arc;
 
 use blis_engine::latency::Blackbox;
-use blis_engine::request::{DropReason, Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
+use blis_engine::request::{DropReason, Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq, extend_block_hashes};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
 
-use crate::harness::run_checked;
+use crate::harness::{run_checked, run_checked_with};
 
 fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
     InstanceConfig {
@@ -102,6 +102,29 @@ fn prefix_workload(shared: bool) -> Vec<Request> {
             req(i, i * 50_000, p, 8)
         })
         .collect()
+}
+
+#[test]
+fn a_prompt_hashed_by_the_caller_runs_exactly_as_one_the_instance_hashes() {
+    let model = Arc::new(Blackbox { alpha: [10.0, 1.0, 0.0], beta: [1000.0, 5.0, 5.0] });
+    // Shared and private prefixes, 1 ms apart, on a cache small enough to evict and preempt.
+    let mut workload = prefix_workload(true);
+    workload.extend(prefix_workload(false).into_iter().map(|r| Request { id: RequestId(r.id.0 + 40), ..r }));
+    workload.sort_by_key(|r| (r.arrival, r.id));
+    for r in &mut workload {
+        r.arrival = Micros(r.arrival.0 / 50);
+    }
+    let own = run_checked(cfg(60, 16, 512, true), model.clone(), workload.clone(), None);
+    let given = run_checked_with(cfg(60, 16, 512, true), model, workload, None, |inst, req, t, rec| {
+        let mut hashes = Vec::new();
+        extend_block_hashes(&req.prompt, req.output_seed, 0, 16, &mut hashes);
+        inst.inject_hashed(req, t, &mut hashes, rec);
+        assert!(hashes.is_empty(), "the instance hands back an emptied buffer");
+    });
+    assert!(own.instance.stats().preemptions > 0 && own.instance.stats().prefix_hit_tokens > 0);
+    assert_eq!(own.rec.records, given.rec.records);
+    assert_eq!(own.rec.tokens, given.rec.tokens);
+    assert_eq!(own.instance.stats(), given.instance.stats());
 }
 
 #[test]

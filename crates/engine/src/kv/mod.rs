@@ -11,22 +11,54 @@
 //! * Like vLLM, block 0 is reserved as the null block, so a cache of
 //!   `num_gpu_blocks` has `num_gpu_blocks − 1` usable blocks.
 //!
+//! Layout: a block is 16 bytes, four to a cache line: its hash, and either
+//! its free-queue links or its reference count (a block is in the queue
+//! exactly when no request holds it), so an operation on a block touches one
+//! cache line; which blocks carry a hash is a bitset of 1 bit per block. The
+//! index is a compact open-addressing table of block ids ([`index`]). A
+//! block's life costs one index insertion when it is registered and one
+//! index probe when it is evicted; a decode step whose blocks already hold
+//! its token costs no index or block access at all ([`KvCache::holds`]).
+//!
 //! Invariant (checked in debug builds after every operation and in full by
 //! [`KvCache::assert_consistent`]): `used + free = usable`, the free list holds
 //! exactly the blocks with reference count 0, and every hash in the index
 //! points to a block carrying that hash.
 
-use rustc_hash::FxHashMap;
+mod index;
+
 use thiserror::Error;
 
+use self::index::BlockIndex;
+
 const NIL: u32 = u32::MAX;
+/// `Block::next` of a block some request holds (never a block id: ids are below `u32::MAX − 2`).
+const HELD: u32 = u32::MAX - 1;
 
 #[derive(Clone, Debug)]
 struct Block {
-    ref_cnt: u32,
-    hash: Option<u64>,
+    /// Content hash; meaningful only while the block's bit in `KvCache::hashed` is set.
+    hash: u64,
+    /// Free: the previous block in the free queue (`NIL` at its head).
+    /// Held: the reference count.
     prev: u32,
+    /// Free: the next block in the free queue (`NIL` at its tail). Held: `HELD`.
     next: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<Block>() == 16);
+
+impl Block {
+    fn ref_cnt(&self) -> u32 {
+        if self.next == HELD { self.prev } else { 0 }
+    }
+
+    /// Marks the block held by `refs` ≥ 1 requests (it must be out of the free queue).
+    fn hold(&mut self, refs: u32) {
+        debug_assert!(refs > 0);
+        self.prev = refs;
+        self.next = HELD;
+    }
 }
 
 /// Invalid cache geometry.
@@ -70,7 +102,9 @@ pub struct KvCache {
     free_tail: u32,
     num_free: u32,
     num_used: u32,
-    index: FxHashMap<u64, u32>,
+    /// Bit `b` is set when block `b` carries a content hash.
+    hashed: Vec<u64>,
+    index: BlockIndex,
     block_size: u32,
     prefix_caching: bool,
 }
@@ -89,7 +123,7 @@ impl KvCache {
         }
         let usable = (num_gpu_blocks - 1) as u32;
         let blocks = (0..usable)
-            .map(|i| Block { ref_cnt: 0, hash: None, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 } })
+            .map(|i| Block { hash: 0, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 } })
             .collect();
         Ok(KvCache {
             blocks,
@@ -97,7 +131,8 @@ impl KvCache {
             free_tail: usable - 1,
             num_free: usable,
             num_used: 0,
-            index: FxHashMap::default(),
+            hashed: vec![0; usable.div_ceil(64) as usize],
+            index: BlockIndex::new(),
             block_size,
             prefix_caching,
         })
@@ -149,12 +184,17 @@ impl KvCache {
         }
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
         for &h in block_hashes.iter().take(max_blocks) {
-            match self.index.get(&h) {
-                Some(&b) => out.push(b),
+            match self.lookup(h) {
+                Some(b) => out.push(b),
                 None => break,
             }
         }
         out.len() as u32 * self.block_size
+    }
+
+    /// The block the index holds for content hash `h`.
+    fn lookup(&self, h: u64) -> Option<u32> {
+        self.index.get(h, |b| self.blocks[b as usize].hash)
     }
 
     /// The number of tokens [`KvCache::find_cached_prefix`] would hit, without
@@ -165,7 +205,7 @@ impl KvCache {
             return 0;
         }
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
-        let hits = block_hashes.iter().take(max_blocks).take_while(|h| self.index.contains_key(h)).count();
+        let hits = block_hashes.iter().take(max_blocks).take_while(|&&h| self.lookup(h).is_some()).count();
         hits as u32 * self.block_size
     }
 
@@ -178,6 +218,7 @@ impl KvCache {
     /// `block_hashes`, which must cover them).
     ///
     /// Returns `false`, changing nothing, when too few blocks are free.
+    #[inline]
     pub fn allocate_slots(
         &mut self,
         table: &mut BlockTable,
@@ -186,10 +227,31 @@ impl KvCache {
         block_hashes: &[u64],
         num_tokens_to_cache: u32,
     ) -> bool {
+        if new_computed.is_empty() && self.holds(table, num_tokens_need_slot, num_tokens_to_cache) {
+            return true;
+        }
+        self.take_blocks(table, num_tokens_need_slot, new_computed, block_hashes, num_tokens_to_cache)
+    }
+
+    /// Whether `table` already has slots for `num_tokens_need_slot` tokens and
+    /// every full block of its first `num_tokens_to_cache` tokens is
+    /// registered: then [`KvCache::allocate_slots`] without prefix hits changes
+    /// nothing. This is most decode steps (a block fills every `block_size`
+    /// tokens). O(1) without a division; reads neither blocks nor hashes.
+    #[inline]
+    pub fn holds(&self, table: &BlockTable, num_tokens_need_slot: u32, num_tokens_to_cache: u32) -> bool {
+        let block = u64::from(self.block_size);
+        // ⌈need / block⌉ ≤ blocks, and ⌊to_cache / block⌋ ≤ registered blocks.
+        u64::from(num_tokens_need_slot) <= table.blocks.len() as u64 * block
+            && (!self.prefix_caching || u64::from(num_tokens_to_cache) < (u64::from(table.num_cached) + 1) * block)
+    }
+
+    /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
+    fn take_blocks(&mut self, table: &mut BlockTable, num_tokens_need_slot: u32, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
         let required = self.blocks_for(num_tokens_need_slot) as usize;
         let have = table.blocks.len() + new_computed.len();
         let num_new = required.saturating_sub(have);
-        let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt == 0).count();
+        let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt() == 0).count();
         if num_new + evictable_hits > self.num_free as usize {
             return false;
         }
@@ -212,9 +274,11 @@ impl KvCache {
         for i in (0..table.blocks.len()).rev() {
             let b = table.blocks[i];
             let blk = &mut self.blocks[b as usize];
-            debug_assert!(blk.ref_cnt > 0, "double free of block {b}");
-            blk.ref_cnt -= 1;
-            if blk.ref_cnt == 0 {
+            let refs = blk.ref_cnt();
+            debug_assert!(refs > 0, "double free of block {b}");
+            if refs > 1 {
+                blk.hold(refs - 1);
+            } else {
                 self.num_used -= 1;
                 self.push_free_tail(b);
             }
@@ -234,40 +298,49 @@ impl KvCache {
         let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
         let start = (table.num_cached as usize).min(num_full);
         for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
-            let blk = &mut self.blocks[b as usize];
-            if blk.hash.is_none() {
-                blk.hash = Some(h);
-                self.index.entry(h).or_insert(b);
+            if !self.is_hashed(b) {
+                self.set_hashed(b, true);
+                self.blocks[b as usize].hash = h;
+                let blocks = &self.blocks;
+                self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash);
             }
         }
         table.num_cached = table.num_cached.max(num_full as u32);
     }
 
+    fn is_hashed(&self, b: u32) -> bool {
+        self.hashed[b as usize / 64] >> (b % 64) & 1 == 1
+    }
+
+    fn set_hashed(&mut self, b: u32, on: bool) {
+        let (word, bit) = (&mut self.hashed[b as usize / 64], 1 << (b % 64));
+        if on { *word |= bit } else { *word &= !bit }
+    }
+
     fn touch(&mut self, b: u32) {
-        if self.blocks[b as usize].ref_cnt == 0 {
+        let refs = self.blocks[b as usize].ref_cnt();
+        if refs == 0 {
             self.unlink_free(b);
             self.num_used += 1;
         }
-        self.blocks[b as usize].ref_cnt += 1;
+        self.blocks[b as usize].hold(refs + 1);
     }
 
     fn pop_free(&mut self) -> u32 {
         let b = self.free_head;
         debug_assert_ne!(b, NIL, "pop from an empty free queue");
         self.unlink_free(b);
-        let blk = &mut self.blocks[b as usize];
         // Evict: the block's old content is no longer findable (one probe).
-        if let Some(h) = blk.hash.take()
-            && let std::collections::hash_map::Entry::Occupied(e) = self.index.entry(h)
-            && *e.get() == b
-        {
-            e.remove();
+        if self.is_hashed(b) {
+            self.set_hashed(b, false);
+            self.index.remove_if_points_to(self.blocks[b as usize].hash, b);
         }
-        blk.ref_cnt = 1;
+        self.blocks[b as usize].hold(1);
         self.num_used += 1;
         b
     }
 
+    /// Takes free block `b` out of the free queue; the caller then holds it.
     fn unlink_free(&mut self, b: u32) {
         let (prev, next) = {
             let blk = &self.blocks[b as usize];
@@ -283,9 +356,6 @@ impl KvCache {
         } else {
             self.blocks[next as usize].prev = prev;
         }
-        let blk = &mut self.blocks[b as usize];
-        blk.prev = NIL;
-        blk.next = NIL;
         self.num_free -= 1;
     }
 
@@ -318,8 +388,8 @@ impl KvCache {
         let (mut cur, mut prev, mut n) = (self.free_head, NIL, 0u32);
         while cur != NIL {
             let blk = &self.blocks[cur as usize];
+            assert_ne!(blk.next, HELD, "held block {cur} on the free list");
             assert_eq!(blk.prev, prev, "broken back link at block {cur}");
-            assert_eq!(blk.ref_cnt, 0, "referenced block {cur} on the free list");
             assert!(!on_list[cur as usize], "cycle in the free list");
             on_list[cur as usize] = true;
             prev = cur;
@@ -328,11 +398,15 @@ impl KvCache {
         }
         assert_eq!(prev, self.free_tail, "free tail mismatch");
         assert_eq!(n, self.num_free, "free list length != free count");
-        let unreferenced = self.blocks.iter().filter(|b| b.ref_cnt == 0).count() as u32;
+        let unreferenced = self.blocks.iter().filter(|b| b.ref_cnt() == 0).count() as u32;
         assert_eq!(unreferenced, self.num_free, "unreferenced blocks missing from the free list");
-        for (&h, &b) in &self.index {
-            assert_eq!(self.blocks[b as usize].hash, Some(h), "index entry for block {b} is stale");
+        let mut indexed = 0;
+        for b in self.index.blocks() {
+            assert!(self.is_hashed(b), "index entry for block {b}, which holds no hash");
+            assert_eq!(self.lookup(self.blocks[b as usize].hash), Some(b), "index entry for block {b} is stale or duplicated");
+            indexed += 1;
         }
+        assert_eq!(indexed, self.index.len(), "index length mismatch");
     }
 }
 
@@ -368,7 +442,7 @@ mod tests {
     }
 
     fn a_blocks_after_reuse(kv: &KvCache, h: &[u64]) -> Vec<u32> {
-        h.iter().filter_map(|x| kv.index.get(x).copied()).collect()
+        h.iter().filter_map(|&x| kv.lookup(x)).collect()
     }
 
     #[test]
