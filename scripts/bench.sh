@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Whole-process benchmarks of `blis run` (release build): wall time and peak
 # memory for the sizes the issues name. Prompt 512, output 256 tokens,
-# Llama-3.1-8B on one H100 at 30 req/s (Poisson), which keeps ~95 requests in
+# Llama-3.1-8B on one H100 at 30 req/s (Poisson), which keeps ~200 requests in
 # the batch. Usage: scripts/bench.sh [sizes...]   (default: 1000 100000 1000000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
