@@ -1,14 +1,14 @@
 #!/usr/bin/env bash
 # Whole-process benchmarks of `blis run` (release build): wall time and peak
 # memory for the sizes the issues name. Prompt 512, output 256 tokens,
-# Llama-3.1-8B on one H100 at 30 req/s (Poisson), which keeps ~200 requests in
+# Llama-3.1-8B on one H100 at 25 req/s (Poisson), which keeps ~110 requests in
 # the batch. Usage: scripts/bench.sh [sizes...]   (default: 1000 100000 1000000)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --release --quiet
 sizes=("${@:-1000 100000 1000000}")
 for n in ${sizes[@]}; do
-  ./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 30 --num-requests "$n" \
+  ./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 25 --num-requests "$n" \
     --prompt-tokens 512 --output-tokens 256 --output /dev/null 2>&1 \
     | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=$n: /"
   echo
