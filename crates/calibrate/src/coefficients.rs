@@ -175,24 +175,9 @@ impl CoefficientSet {
 mod tests {
     use super::*;
     use blis_engine::catalog::{find_gpu, find_model};
-    use blis_engine::scheduler::{PreemptionVictim, QueuePolicy, SchedulerConfig};
 
     fn instance() -> InstanceConfig {
-        InstanceConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: 128,
-                max_num_batched_tokens: 2048,
-                max_model_len: 4096,
-                enable_chunked_prefill: true,
-                long_prefill_token_threshold: 0, async_scheduling: false,
-                queue_policy: QueuePolicy::Fcfs,
-                preemption: PreemptionVictim::Tail,
-            },
-            num_gpu_blocks: 1000,
-            block_size: 16,
-            enable_prefix_caching: true,
-            client_timeout: None,
-        }
+        InstanceConfig::basic(128, 2048, 4096, 1000)
     }
 
     #[test]

@@ -430,11 +430,7 @@ fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, Ex
     let parts: Vec<(StageApes, Vec<f64>)> = cases
         .par_iter()
         .map(|c| {
-            let s = &c.setup;
-            let latency = set
-                .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
-                .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
-            let sim = simulate(&c.experiment, s, latency, seed, false, &mut crate::reproduce::NoObserver)?;
+            let sim = simulate(&c.experiment, &c.setup, c.latency(set)?, seed, false, &mut crate::reproduce::NoObserver)?;
             if c.experiment.status() == Status::Active {
                 return Ok((stage_apes(c, &sim), Vec::new()));
             }
@@ -443,7 +439,7 @@ fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, Ex
                 .stages
                 .iter()
                 .zip(&sim.client.stages)
-                .map(|(measured, client)| (client.metrics(s.output_len).failure_fraction - measured.failure_fraction()).abs() * 100.0)
+                .map(|(measured, client)| (client.metrics(c.setup.output_len).failure_fraction - measured.failure_fraction()).abs() * 100.0)
                 .collect();
             Ok(((Vec::new(), Vec::new()), failure_errors))
         })
@@ -508,11 +504,7 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
             .zip(&bases)
             .enumerate()
             .map(|(i, (c, basis))| {
-                let s = &c.setup;
-                let latency = composition
-                    .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
-                    .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
-                stage_rows(c, i, basis.as_ref(), &latency, opts.seed)
+                stage_rows(c, i, basis.as_ref(), &c.latency(&composition)?, opts.seed)
             })
             .collect::<Result<Vec<_>, ExperimentError>>()?;
         if !current.is_empty() && current_loss.is_infinite() {

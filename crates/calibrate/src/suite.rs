@@ -3,7 +3,9 @@
 //! deterministic, so results do not depend on the number of threads).
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
+use blis_engine::latency::LatencyModel;
 use rayon::prelude::*;
 
 use crate::coefficients::CoefficientSet;
@@ -19,6 +21,15 @@ pub struct Case {
     pub experiment: Experiment,
     /// The deployment and workload constants.
     pub setup: Setup,
+}
+
+impl Case {
+    /// `set`'s latency model for this case's model, GPU, tp and server knobs.
+    pub fn latency(&self, set: &CoefficientSet) -> Result<Arc<dyn LatencyModel>, ExperimentError> {
+        let s = &self.setup;
+        set.latency_model(&s.model, &s.gpu, s.tp, &s.instance)
+            .map_err(|message| ExperimentError::Unreproducible { path: self.experiment.dir.clone(), message })
+    }
 }
 
 /// Experiments of a suite, in path order.
@@ -54,10 +65,7 @@ impl Suite {
             .par_iter()
             .map(|c| {
                 let s = &c.setup;
-                let latency = set
-                    .latency_model(&s.model, &s.gpu, s.tp, &s.instance)
-                    .map_err(|message| ExperimentError::Unreproducible { path: c.experiment.dir.clone(), message })?;
-                let sim = simulate(&c.experiment, s, latency, seed, true, &mut NoObserver)?;
+                let sim = simulate(&c.experiment, s, c.latency(set)?, seed, true, &mut NoObserver)?;
                 Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
             })
             .collect()

@@ -2,12 +2,13 @@
 
 use std::io::Write;
 use std::path::PathBuf;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use anyhow::Context;
 use blis_calibrate::coefficients::CoefficientSet;
 use blis_calibrate::fit::{FitError, FitOptions, fit};
 use blis_calibrate::suite::Suite;
+use blis_net::client::{RunClock, rfc3339_utc};
 use blis_engine::latency::ModelKind;
 
 use crate::error::bad_input;
@@ -57,22 +58,9 @@ pub struct FitArgs {
 
 /// Today's date (UTC) as YYYY-MM-DD.
 fn today_utc() -> String {
-    civil_date(SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs() / 86_400) as i64)
-}
-
-/// The proleptic Gregorian date `days` after 1970-01-01, as YYYY-MM-DD
-/// (Howard Hinnant's civil-from-days).
-fn civil_date(days: i64) -> String {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!("{year:04}-{month:02}-{day:02}")
+    let mut date = rfc3339_utc(RunClock::start().start_unix_us());
+    date.truncate(10);
+    date
 }
 
 /// Runs `blis fit`.
@@ -123,17 +111,4 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         f.commit()?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn civil_dates_match_the_calendar() {
-        assert_eq!(civil_date(0), "1970-01-01");
-        assert_eq!(civil_date(59), "1970-03-01");
-        assert_eq!(civil_date(11_016), "2000-02-29");
-        assert_eq!(civil_date(20_502), "2026-02-18");
-    }
 }

@@ -23,7 +23,7 @@ use blis_engine::latency::{LatencyModel, Roofline};
 use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::Labels;
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::IterWorkload;
 use blis_engine::time::Micros;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
@@ -32,22 +32,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 fn llama_h100() -> (Arc<dyn LatencyModel>, InstanceConfig) {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    let instance = InstanceConfig {
-        scheduler: SchedulerConfig {
-            max_num_seqs: 256,
-            max_num_batched_tokens: 8192,
-            max_model_len: 131_072,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            queue_policy: QueuePolicy::Fcfs,
-            preemption: PreemptionVictim::Tail,
-            async_scheduling: false,
-        },
-        num_gpu_blocks: kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap(),
-        block_size: 16,
-        enable_prefix_caching: true,
-        client_timeout: None,
-    };
+    let instance = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap());
     (Arc::new(Roofline::new(&model, &gpu, 1)), instance)
 }
 

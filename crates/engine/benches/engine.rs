@@ -12,7 +12,7 @@ use blis_engine::latency::Roofline;
 use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::{IterWorkload, run_single};
 use blis_engine::time::Micros;
 use criterion::{Criterion, criterion_group, criterion_main};
@@ -20,22 +20,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 fn simulate(n: u64) -> u64 {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    let cfg = InstanceConfig {
-        scheduler: SchedulerConfig {
-            max_num_seqs: 256,
-            max_num_batched_tokens: 8192,
-            max_model_len: 131_072,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            queue_policy: QueuePolicy::Fcfs,
-            preemption: PreemptionVictim::Tail,
-            async_scheduling: false,
-        },
-        num_gpu_blocks: kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap(),
-        block_size: 16,
-        enable_prefix_caching: true,
-        client_timeout: None,
-    };
+    let cfg = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap());
     let mut inst = Instance::new(0, cfg, Arc::new(Roofline::new(&model, &gpu, 1))).unwrap();
     // Evenly spaced arrivals at 30 req/s (the CLI's Poisson stream is benchmarked by scripts/bench.sh).
     let reqs = (0..n).map(|i| Request {

@@ -112,6 +112,30 @@ pub enum InstanceConfigError {
 }
 
 impl InstanceConfig {
+    /// An instance with the given seats, token budget, model length and KV
+    /// blocks, and everything else as a plain vLLM v1 server: 16-token
+    /// blocks, prefix caching and chunked prefill on, no long-prefill
+    /// threshold, synchronous scheduling, FCFS with tail preemption, no
+    /// client timeout. Not validated; [`InstanceConfig::validate`] does that.
+    pub fn basic(max_num_seqs: u32, max_num_batched_tokens: u32, max_model_len: u32, num_gpu_blocks: u64) -> Self {
+        InstanceConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                max_model_len,
+                enable_chunked_prefill: true,
+                long_prefill_token_threshold: 0,
+                async_scheduling: false,
+                queue_policy: QueuePolicy::Fcfs,
+                preemption: PreemptionVictim::Tail,
+            },
+            num_gpu_blocks,
+            block_size: 16,
+            enable_prefix_caching: true,
+            client_timeout: None,
+        }
+    }
+
     /// Checks the knobs against each other.
     pub fn validate(&self) -> Result<(), InstanceConfigError> {
         let s = &self.scheduler;

@@ -44,6 +44,24 @@ impl RunClock {
     }
 }
 
+/// `unix_us` (µs since the Unix epoch) as an RFC 3339 UTC timestamp with
+/// whole seconds, e.g. `2024-02-16T14:30:00Z` (proleptic Gregorian calendar,
+/// Howard Hinnant's civil-from-days).
+pub fn rfc3339_utc(unix_us: u64) -> String {
+    let secs = unix_us / 1_000_000;
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
+}
+
 /// Where and how to send requests.
 #[derive(Clone, Debug)]
 pub struct Target {
@@ -267,4 +285,25 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
     }
     x.status = ExchangeStatus::Ok;
     x
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_matches_known_instants() {
+        assert_eq!(rfc3339_utc(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339_utc(951_782_400_000_000), "2000-02-29T00:00:00Z");
+        assert_eq!(rfc3339_utc(1_708_093_800_123_456), "2024-02-16T14:30:00Z");
+    }
+
+    #[test]
+    fn civil_dates_match_the_calendar() {
+        let date = |days: u64| rfc3339_utc(days * 86_400 * 1_000_000)[..10].to_string();
+        assert_eq!(date(0), "1970-01-01");
+        assert_eq!(date(59), "1970-03-01");
+        assert_eq!(date(11_016), "2000-02-29");
+        assert_eq!(date(20_502), "2026-02-18");
+    }
 }

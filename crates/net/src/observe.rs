@@ -20,7 +20,7 @@ use blis_workload::plan::Plan as WorkloadPlan;
 use blis_workload::trace_v2::{Observed, Status, TraceHeader, TraceWriter, header_path};
 use serde_yaml_ng::{Mapping, Value};
 
-use crate::client::{ExchangeStatus, PromptContent, RunClock, Target};
+use crate::client::{ExchangeStatus, PromptContent, RunClock, Target, rfc3339_utc};
 use crate::load::{LoadSummary, Outcome, Plan, Planned, Sink, run};
 use crate::serve::openai::Api;
 use crate::tokenize::{prompt_text, prompt_token_ids};
@@ -236,22 +236,6 @@ async fn scrape(url: String, interval: Duration, path: PathBuf, clock: RunClock,
     Ok(scrapes)
 }
 
-fn rfc3339(unix_us: u64) -> String {
-    // Civil-from-days (Howard Hinnant), UTC.
-    let secs = unix_us / 1_000_000;
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
 fn percentile(sorted: &[i64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -334,7 +318,7 @@ pub fn observe(
     let clock = RunClock::start();
     let mut header = TraceHeader::generated(plan, &config.workload_name);
     header.mode = Some("real".into());
-    header.created_at = Some(rfc3339(clock.start_unix_us()));
+    header.created_at = Some(rfc3339_utc(clock.start_unix_us()));
     header.warm_up_requests = Some(config.warm_up_requests);
     header.server = (!server.is_empty()).then_some(Value::Mapping(server));
     write_header(&files.header, &header)?;
@@ -403,13 +387,6 @@ mod tests {
             parse_prometheus(text, SCRAPED_METRICS),
             [("vllm:num_requests_running".to_string(), 5.0), ("vllm:kv_cache_usage_perc".to_string(), 0.25)]
         );
-    }
-
-    #[test]
-    fn rfc3339_matches_known_instants() {
-        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
-        assert_eq!(rfc3339(951_782_400_000_000), "2000-02-29T00:00:00Z");
-        assert_eq!(rfc3339(1_708_093_800_123_456), "2024-02-16T14:30:00Z");
     }
 
     #[test]

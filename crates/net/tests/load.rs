@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blis_engine::latency::Blackbox;
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_net::client::{ExchangeStatus, PromptContent, RunClock, Target};
 use blis_net::load::{Outcome, Plan, Planned, Sink, run};
 use blis_net::serve::openai::Api;
@@ -14,22 +14,7 @@ use tokio::sync::oneshot;
 async fn server(failure_rate: f64) -> blis_net::serve::RunningServer {
     let config = ServeConfig {
         model_name: "m".into(),
-        instance: InstanceConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: 32,
-                max_num_batched_tokens: 2048,
-                max_model_len: 4096,
-                enable_chunked_prefill: true,
-                long_prefill_token_threshold: 0,
-                queue_policy: QueuePolicy::Fcfs,
-                preemption: PreemptionVictim::Tail,
-                async_scheduling: false,
-            },
-            num_gpu_blocks: 4000,
-            block_size: 16,
-            enable_prefix_caching: true,
-            client_timeout: None,
-        },
+        instance: InstanceConfig::basic(32, 2048, 4096, 4000),
         latency: Arc::new(Blackbox { alpha: [10_000.0, 0.0, 0.0], beta: [4_000.0, 5.0, 50.0] }),
         time_scale: 200.0,
         failure_rate,

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use blis_engine::latency::Blackbox;
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_net::serve::{RunningServer, ServeConfig, start};
 use serde_json::{Value, json};
 
@@ -15,22 +15,7 @@ const MODEL: &str = "test/model";
 fn config(failure_rate: f64) -> ServeConfig {
     ServeConfig {
         model_name: MODEL.into(),
-        instance: InstanceConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: 64,
-                max_num_batched_tokens: 2048,
-                max_model_len: 4096,
-                enable_chunked_prefill: true,
-                long_prefill_token_threshold: 0,
-                queue_policy: QueuePolicy::Fcfs,
-                preemption: PreemptionVictim::Tail,
-                async_scheduling: false,
-            },
-            num_gpu_blocks: 2000,
-            block_size: 16,
-            enable_prefix_caching: true,
-            client_timeout: None,
-        },
+        instance: InstanceConfig::basic(64, 2048, 4096, 2000),
         latency: Arc::new(Blackbox { alpha: [20_000.0, 0.0, 0.0], beta: [5_000.0, 10.0, 100.0] }),
         time_scale: 1000.0,
         failure_rate,

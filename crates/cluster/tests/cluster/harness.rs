@@ -15,7 +15,7 @@ use blis_engine::latency::{Blackbox, LatencyModel, Roofline};
 use blis_engine::metrics::RunSummary;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Labels, Request, RequestRecord};
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::IterWorkload;
 use blis_engine::time::Micros;
 use blis_workload::labels::{LabelMix, Mix};
@@ -23,22 +23,7 @@ use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
 /// vLLM-like knobs with `blocks` KV blocks of 16 tokens.
 pub fn instance(blocks: u64, max_num_seqs: u32, budget: u32) -> InstanceConfig {
-    InstanceConfig {
-        scheduler: SchedulerConfig {
-            max_num_seqs,
-            max_num_batched_tokens: budget,
-            max_model_len: 32_768,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            queue_policy: QueuePolicy::Fcfs,
-            preemption: PreemptionVictim::Tail,
-            async_scheduling: false,
-        },
-        num_gpu_blocks: blocks,
-        block_size: 16,
-        enable_prefix_caching: true,
-        client_timeout: None,
-    }
+    InstanceConfig::basic(max_num_seqs, budget, 32_768, blocks)
 }
 
 /// The blackbox model of the predictive-admission study: β0 = 6910.42 µs,

@@ -36,14 +36,6 @@ impl LatencyModel for Blackbox {
     fn output_token_overhead(&self) -> Micros {
         overhead_micros(self.alpha[2])
     }
-
-    fn token_emission_delay(&self) -> Micros {
-        Micros::ZERO
-    }
-
-    fn completion_overhead(&self) -> Micros {
-        Micros::ZERO
-    }
 }
 
 /// The blackbox features: β over `[1, uncached prefill tokens, decode

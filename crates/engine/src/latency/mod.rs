@@ -160,18 +160,27 @@ pub trait LatencyModel: Send + Sync {
 
     /// Delay between a request reaching the instance and entering its wait
     /// queue (API parsing, tokenisation, hand-off to the engine core).
-    fn queueing_delay(&self, input: &QueueingInput) -> Micros;
+    /// Every client-side overhead is zero unless the model prices it.
+    fn queueing_delay(&self, _input: &QueueingInput) -> Micros {
+        Micros::ZERO
+    }
 
     /// Extra time each output token takes to reach the API (detokenisation,
     /// streaming); accumulates over a request's tokens.
-    fn output_token_overhead(&self) -> Micros;
+    fn output_token_overhead(&self) -> Micros {
+        Micros::ZERO
+    }
 
     /// Fixed time from the end of a step to its tokens reaching the API;
     /// does not accumulate.
-    fn token_emission_delay(&self) -> Micros;
+    fn token_emission_delay(&self) -> Micros {
+        Micros::ZERO
+    }
 
     /// Fixed time between a request's last token and its completion.
-    fn completion_overhead(&self) -> Micros;
+    fn completion_overhead(&self) -> Micros {
+        Micros::ZERO
+    }
 }
 
 /// Rounds a step time in µs to whole microseconds with the 1 µs floor.

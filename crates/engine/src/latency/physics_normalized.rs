@@ -433,18 +433,6 @@ impl LatencyModel for PhysicsNormalized {
         let f = alpha_features(&self.basis.constants, &self.basis.alpha_input(input));
         overhead_micros(f.iter().zip(&self.alpha).map(|(x, a)| x * a).sum())
     }
-
-    fn output_token_overhead(&self) -> Micros {
-        Micros::ZERO
-    }
-
-    fn token_emission_delay(&self) -> Micros {
-        Micros::ZERO
-    }
-
-    fn completion_overhead(&self) -> Micros {
-        Micros::ZERO
-    }
 }
 
 #[cfg(test)]
@@ -452,24 +440,9 @@ mod tests {
     use super::*;
     use crate::catalog::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
-    use crate::scheduler::{PreemptionVictim, QueuePolicy, SchedulerConfig};
 
     fn instance() -> InstanceConfig {
-        InstanceConfig {
-            scheduler: SchedulerConfig {
-                max_num_seqs: 128,
-                max_num_batched_tokens: 2048,
-                max_model_len: 4096,
-                enable_chunked_prefill: true,
-                long_prefill_token_threshold: 0, async_scheduling: false,
-                queue_policy: QueuePolicy::Fcfs,
-                preemption: PreemptionVictim::Tail,
-            },
-            num_gpu_blocks: 1000,
-            block_size: 16,
-            enable_prefix_caching: true,
-            client_timeout: None,
-        }
+        InstanceConfig::basic(128, 2048, 4096, 1000)
     }
 
     #[test]

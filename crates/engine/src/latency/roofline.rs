@@ -1,7 +1,7 @@
 //! The roofline model: analytical step time from FLOPs and bytes moved, with
 //! no trained coefficients (`latency-formulas.md` §1).
 
-use super::{LatencyModel, QueueingInput, StepBatch, step_micros};
+use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
 use crate::time::Micros;
@@ -124,21 +124,5 @@ impl LatencyModel for Roofline {
         let memory_s = bytes / self.hbm_bytes_per_s;
         let allreduce_s = self.allreduce_bytes_per_token * tokens / self.interconnect_bytes_per_s;
         step_micros((compute_s.max(memory_s) + allreduce_s) * 1e6)
-    }
-
-    fn queueing_delay(&self, _input: &QueueingInput) -> Micros {
-        Micros::ZERO
-    }
-
-    fn output_token_overhead(&self) -> Micros {
-        Micros::ZERO
-    }
-
-    fn token_emission_delay(&self) -> Micros {
-        Micros::ZERO
-    }
-
-    fn completion_overhead(&self) -> Micros {
-        Micros::ZERO
     }
 }

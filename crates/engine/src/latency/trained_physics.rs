@@ -149,10 +149,6 @@ impl LatencyModel for TrainedPhysics {
         overhead_micros(self.alpha[0])
     }
 
-    fn output_token_overhead(&self) -> Micros {
-        Micros::ZERO
-    }
-
     fn token_emission_delay(&self) -> Micros {
         overhead_micros(self.alpha[2])
     }

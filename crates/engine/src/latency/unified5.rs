@@ -117,10 +117,6 @@ impl LatencyModel for Unified5 {
         overhead_micros(self.alpha[2])
     }
 
-    fn token_emission_delay(&self) -> Micros {
-        Micros::ZERO
-    }
-
     fn completion_overhead(&self) -> Micros {
         overhead_micros(self.alpha[1])
     }

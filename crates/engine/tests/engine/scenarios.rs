@@ -4,27 +4,13 @@ use std::sync::Arc;
 
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{DropReason, Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq, extend_block_hashes};
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
 
 use crate::harness::{run_checked, run_checked_with};
 
 fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
-    InstanceConfig {
-        scheduler: SchedulerConfig {
-            max_num_seqs: seqs,
-            max_num_batched_tokens: budget,
-            max_model_len: 100_000,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0, async_scheduling: false,
-            queue_policy: QueuePolicy::Fcfs,
-            preemption: PreemptionVictim::Tail,
-        },
-        num_gpu_blocks: blocks,
-        block_size: 16,
-        enable_prefix_caching: caching,
-        client_timeout: None,
-    }
+    InstanceConfig { enable_prefix_caching: caching, ..InstanceConfig::basic(seqs, budget, 100_000, blocks) }
 }
 
 fn req(id: u64, arrival_us: u64, prompt: TokenSeq, out: u32) -> Request {

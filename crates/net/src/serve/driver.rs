@@ -80,6 +80,14 @@ impl Observer for Buffer {
 /// Salt of the output-token streams of served requests.
 pub const OUTPUT_SALT: u64 = 0x5e7e;
 
+/// Processes every engine event at or before `now`; returns `now`.
+fn catch_up(instance: &mut Instance, buffer: &mut Buffer, now: Micros) -> Micros {
+    while instance.next_event().is_some_and(|key| key.time <= now) {
+        instance.process_next(buffer);
+    }
+    now
+}
+
 /// Runs the simulation until every command sender is dropped.
 pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
     let start = Instant::now();
@@ -91,19 +99,12 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
     let mut clock = Micros::ZERO;
     loop {
         // 1. Catch the simulation up with the wall clock.
-        let now = sim_now().max(clock);
-        while let Some(key) = instance.next_event() {
-            if key.time > now {
-                break;
-            }
-            instance.process_next(&mut buffer);
-        }
-        clock = now;
+        clock = catch_up(&mut instance, &mut buffer, sim_now().max(clock));
         for (t, e) in buffer.out.drain(..) {
             outbox.push(t, EventClass::RequestCompletion, e);
         }
         // 2. Deliver what has reached the API.
-        while outbox.peek_key().is_some_and(|k| k.time <= now) {
+        while outbox.peek_key().is_some_and(|k| k.time <= clock) {
             let Some((_, e)) = outbox.pop() else { break };
             match e {
                 Emitted::Token(id, index) => {
@@ -132,32 +133,25 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
             },
         };
         // Bring the engine up to the command's arrival instant before applying it.
-        let now = sim_now().max(clock);
-        while let Some(key) = instance.next_event() {
-            if key.time > now {
-                break;
-            }
-            instance.process_next(&mut buffer);
-        }
-        clock = now;
+        clock = catch_up(&mut instance, &mut buffer, sim_now().max(clock));
         match command {
             Command::Submit { id, prompt, output_tokens, events } => {
                 let mut seq = TokenSeq::new();
                 seq.push(TokenRun::Explicit(prompt.into()));
                 let req = Request {
                     id,
-                    arrival: now,
+                    arrival: clock,
                     prompt: seq,
                     max_output_tokens: output_tokens,
                     output_seed: output_stream_seed(id, OUTPUT_SALT),
                     meta: RequestMeta::default(),
                 };
                 streams.insert(id, events);
-                instance.inject(req, now, &mut buffer);
+                instance.inject(req, clock, &mut buffer);
             }
             Command::Abandon(id) => {
                 if streams.remove(&id).is_some() {
-                    instance.abandon(id, now, &mut buffer);
+                    instance.abandon(id, clock, &mut buffer);
                 }
             }
             Command::Metrics(reply) => {

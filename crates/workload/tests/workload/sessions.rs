@@ -8,7 +8,7 @@ use std::sync::Arc;
 use blis_engine::instance::{Instance, Observer};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, RequestRecord};
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::run_single;
 use blis_workload::spec::parse;
 
@@ -23,22 +23,7 @@ impl Observer for Records {
 
 fn run(spec: &str) -> Vec<RequestRecord> {
     let plan = parse(spec, "t", Path::new(".")).unwrap().plan().unwrap();
-    let cfg = InstanceConfig {
-        scheduler: SchedulerConfig {
-            max_num_seqs: 64,
-            max_num_batched_tokens: 4096,
-            max_model_len: 65_536,
-            enable_chunked_prefill: true,
-            long_prefill_token_threshold: 0,
-            queue_policy: QueuePolicy::Fcfs,
-            preemption: PreemptionVictim::Tail,
-            async_scheduling: false,
-        },
-        num_gpu_blocks: 40_000,
-        block_size: 16,
-        enable_prefix_caching: true,
-        client_timeout: None,
-    };
+    let cfg = InstanceConfig::basic(64, 4096, 65_536, 40_000);
     let model = Arc::new(Blackbox { alpha: [500.0, 0.1, 1.0], beta: [3000.0, 2.0, 50.0] });
     let mut inst = Instance::new(0, cfg, model).unwrap();
     let mut records = Records::default();
