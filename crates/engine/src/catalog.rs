@@ -67,6 +67,7 @@ pub const GPUS: &[BundledGpu] = &[
     BundledGpu { name: "H100", aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB"], json: include_str!("../../../data/hardware/H100.json") },
     BundledGpu { name: "A100-80GB", aliases: &["A100", "A100-SXM", "A100-SXM-80GB"], json: include_str!("../../../data/hardware/A100-80GB.json") },
     BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
+    BundledGpu { name: "H100-NVL", aliases: &["H100 NVL", "H100-NVL-94GB", "H100NVL"], json: include_str!("../../../data/hardware/H100-NVL.json") },
     BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB"], json: include_str!("../../../data/hardware/H200.json") },
 ];
 
@@ -99,6 +100,7 @@ mod tests {
         assert_eq!(find_model("Llama-2-7b-hf").unwrap().id, "meta-llama/Llama-2-7b-hf");
         assert!(find_model("gpt-5").is_none());
         assert_eq!(find_gpu("h100-sxm-80gb").unwrap().name, "H100");
+        assert_eq!(find_gpu("H100 NVL").unwrap().name, "H100-NVL");
     }
 
     #[test]

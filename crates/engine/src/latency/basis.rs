@@ -23,6 +23,8 @@ pub(crate) struct Dims {
     pub dff: f64,
     /// dFF of one routed expert (equal to `dff` for dense models).
     pub dff_moe: f64,
+    /// Total dFF of a MoE layer's always-active shared experts (0 when none).
+    pub dff_shared: f64,
     /// N: routed experts (0 for dense models).
     pub n_experts: f64,
     /// k: experts per token (0 for dense models).
@@ -51,14 +53,15 @@ pub(crate) struct Dims {
 impl Dims {
     /// The numbers of `model` on `tp` GPUs of type `gpu`.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> Dims {
-        let (dff_moe, n_experts, k, n_moe) = match &model.moe {
+        let (dff_moe, dff_shared, n_experts, k, n_moe) = match &model.moe {
             Some(m) => (
                 f64::from(m.expert_intermediate_size),
+                f64::from(m.shared_intermediate_size),
                 f64::from(m.num_experts),
                 f64::from(m.experts_per_token),
                 f64::from(m.num_moe_layers),
             ),
-            None => (f64::from(model.intermediate_size), 0.0, 0.0, 0.0),
+            None => (f64::from(model.intermediate_size), 0.0, 0.0, 0.0, 0.0),
         };
         Dims {
             l: f64::from(model.num_layers),
@@ -68,6 +71,7 @@ impl Dims {
             dkv: model.kv_dim(),
             dff: f64::from(model.intermediate_size),
             dff_moe,
+            dff_shared,
             n_experts,
             k,
             n_moe,
@@ -90,6 +94,12 @@ impl Dims {
     /// Whether the model has routed experts.
     pub fn is_moe(&self) -> bool {
         self.n_experts >= 2.0
+    }
+
+    /// Routed experts per MoE layer that `tokens` tokens touch
+    /// ([`experts_touched`]); 0 for dense models.
+    pub fn experts_touched(&self, tokens: f64) -> f64 {
+        if self.is_moe() { experts_touched(self.n_experts, self.k, tokens) } else { 0.0 }
     }
 
     /// Q/K/V/O projection FLOPs of `tokens` tokens over all layers, per GPU:
@@ -118,6 +128,15 @@ impl Dims {
     pub fn memory_us(&self, bytes: f64) -> f64 {
         bytes / self.hbm_bytes_per_s * 1e6
     }
+}
+
+/// Routed experts (of `n`, `k` per token) that `tokens` tokens touch, in
+/// expectation when each token picks its experts uniformly:
+/// nEff = N·(1 − ((N − k)/N)^T), between min(k, N) for one token and N. The
+/// fused MoE kernel loads only the experts that received tokens, so this, not
+/// N, is how many experts' weights a step reads.
+pub(crate) fn experts_touched(n: f64, k: f64, tokens: f64) -> f64 {
+    n * (1.0 - ((n - k) / n).powf(tokens))
 }
 
 /// The per-step sums the basis functions use (`latency-formulas.md` notation).

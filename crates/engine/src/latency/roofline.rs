@@ -1,6 +1,7 @@
 //! The roofline model: analytical step time from FLOPs and bytes moved, with
 //! no trained coefficients (`latency-formulas.md` §1).
 
+use super::basis::experts_touched;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -117,7 +118,7 @@ impl LatencyModel for Roofline {
         }
         let compute_s = (flops_pf / self.mfu_prefill + flops_dc / self.mfu_decode) / (self.tp * self.peak_flops);
         let experts_read = match self.moe {
-            Some((n, k)) => n * (1.0 - ((n - k) / n).powf(tokens)),
+            Some((n, k)) => experts_touched(n, k, tokens),
             None => 0.0,
         };
         let bytes = (self.weight_bytes_dense + experts_read * self.expert_bytes + dyn_bytes) / self.tp;

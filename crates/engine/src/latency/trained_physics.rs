@@ -18,16 +18,25 @@ pub const BETA_LEN: usize = 11;
 /// for 8-bit weights; W = HBM bytes/s; g = tp for MoE layers at dp = 1):
 ///
 /// ```text
-/// FFN(X)  = nMoE·(X·kEff/g)·6·d·dFF_moe + nDense·X·6·d·dFF/tp
+/// FFN(X)  = nMoE·X·(kEff·dFF_moe + dFF_sh)·6·d/g + nDense·X·6·d·dFF/tp
 /// T_pf_c  = [L·2·T_pf·d·(2d + 2dKV)/tp + L·Σ_i 4·(H/tp)·t_i·(s_i + t_i/2)·dH + FFN(T_pf)] / F
 /// T_dc_c  = [L·2·T_dc·d·(2d + 2dKV)/tp + L·4·(H/tp)·Σ_j c_j·dH + FFN(T_dc)] / F
 /// T_pf_kv = L·2·(KVH/tp)·dH·T_pf·BPP / W
 /// T_dc_kv = L·2·(KVH/tp)·dH·(Σ_j c_j + T_dc)·BPP / W
-/// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(N/g)·3·d·dFF_moe + nDense·3·d·dFF/tp]·wBPP / W   (all experts, per GPU)
+/// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(nEff·dFF_moe + dFF_sh)·3·d/g + nDense·3·d·dFF/tp]·wBPP / W   (per GPU)
+/// nEff    = N·(1 − ((N − k)/N)^(T_pf + T_dc))   (routed experts the step's tokens touch)
 /// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
 /// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
 ///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
 /// ```
+///
+/// Two departures from the published formula, both 0 for dense models and
+/// for Mixtral-sized MoE batches: T_w reads the nEff routed experts a step
+/// touches rather than all N (the fused MoE kernel skips experts without
+/// tokens; at 16+ tokens Mixtral's nEff is within 1 % of 8, while
+/// Qwen3-30B-A3B's 128 experts are only 7 % touched by one token), and MoE
+/// layers count their shared experts (dFF_sh, DeepSeek and Llama-4), which
+/// every token passes through.
 ///
 /// The feature vector is in the published coefficient order
 /// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. Expert parallelism
@@ -48,7 +57,7 @@ impl TrainedPhysicsBasis {
 
     fn ffn_flops(&self, tokens: f64) -> f64 {
         let m = &self.dims;
-        m.n_moe * (tokens * m.k_eff() / m.tp) * 6.0 * m.d * m.dff_moe + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
+        m.n_moe * tokens * (m.k_eff() * m.dff_moe + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
     }
 
     /// The eleven basis values of a step, in coefficient order.
@@ -63,7 +72,7 @@ impl TrainedPhysicsBasis {
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
         let weight_params = m.l * m.d * (2.0 * m.d + 2.0 * m.dkv) / m.tp
-            + m.n_moe * (m.n_experts / m.tp) * 3.0 * m.d * m.dff_moe
+            + m.n_moe * (m.experts_touched(s.tokens()) * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
             + m.n_dense * 3.0 * m.d * m.dff / m.tp;
         let t_w = m.memory_us(weight_params * m.wbpp);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
@@ -207,6 +216,60 @@ mod tests {
         let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
         assert_eq!(m.step_time(&batch), Micros(20718));
         assert_eq!((m.token_emission_delay(), m.output_token_overhead(), m.completion_overhead()), (Micros(46), Micros::ZERO, Micros(777)));
+    }
+
+    /// Qwen3-30B-A3B (L 48, d 2048, KVH 4, dH 128, dKV 512, 128 experts of
+    /// dFF 768, k 8, every layer MoE) on one H100, decode only, by hand:
+    ///
+    /// ```text
+    /// nEff(1) = 128·(1 − 120/128)     = 8;    nEff(2) = 128·(1 − (120/128)²) = 15.5
+    /// T_w(1)  = [48·2048·5120 + 48·8·3·2048·768]·2 / W    = 1382.2422734 µs
+    /// T_w(2)  = [48·2048·5120 + 48·15.5·3·2048·768]·2 / W = 2396.3874197 µs
+    /// ```
+    ///
+    /// Reading all 128 experts would be 14 ms per step at any batch size.
+    #[test]
+    fn weights_of_a_fine_grained_moe_are_the_experts_its_tokens_touch() {
+        let qwen = ModelConfig::from_hf_json(find_model("Qwen/Qwen3-30B-A3B").unwrap().config_json).unwrap();
+        let basis = TrainedPhysicsBasis::new(&qwen, &find_gpu("H100").unwrap().spec(), 1);
+        let decode = BatchEntry { computed_tokens: 100, new_tokens: 1, prompt_tokens: 50 };
+        let t_w = |n: usize| {
+            let entries = vec![decode; n];
+            basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[2]
+        };
+        for (got, want) in [(t_w(1), 1382.2422734328356), (t_w(2), 2396.3874197014925)] {
+            assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+        }
+        let all_experts = (48.0 * 2048.0 * 5120.0 + 48.0 * 128.0 * 3.0 * 2048.0 * 768.0) * 2.0 / 3.35e12 * 1e6;
+        let mut previous = 0.0;
+        for n in [1, 4, 16, 64, 256, 1024] {
+            let w = t_w(n);
+            assert!(previous < w && w <= all_experts * (1.0 + 1e-12), "T_w({n}) = {w} after {previous}, cap {all_experts}");
+            previous = w;
+        }
+        assert!((all_experts - t_w(1024)) / all_experts < 1e-12);
+    }
+
+    /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
+    /// shared experts (dFF 2816 in all) and one dense layer (dFF 10944). One
+    /// more decode token (at context 1) adds its projections, its attention
+    /// and, per the FFN formula, [26·(6·1408 + 2816) + 10944]·6·2048 =
+    /// 3 733 192 704 FLOPs.
+    #[test]
+    fn shared_experts_are_computed_for_every_token() {
+        let lite = ModelConfig::from_hf_json(find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
+        let h100 = find_gpu("H100").unwrap().spec();
+        let basis = TrainedPhysicsBasis::new(&lite, &h100, 1);
+        let decode = BatchEntry { computed_tokens: 1, new_tokens: 1, prompt_tokens: 1 };
+        let t_dc_c = |n: usize| {
+            let entries = vec![decode; n];
+            basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[1]
+        };
+        let projections = 27.0 * 2.0 * 2048.0 * (2.0 * 2048.0 + 2.0 * lite.kv_dim());
+        let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
+        let want = (projections + attention + 3_733_192_704.0) / 989.5e12 * 1e6;
+        let got = t_dc_c(2) - t_dc_c(1);
+        assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
     }
 
     #[test]
