@@ -19,6 +19,9 @@ pub(crate) struct Dims {
     pub dh: f64,
     /// dKV = KVH·dH.
     pub dkv: f64,
+    /// Q/K/V/O projection parameters of one layer, 2·d·(H·dH) + 2·d·dKV:
+    /// what the formulas write d·(2d + 2dKV), assuming H·dH = d.
+    pub attention_params: f64,
     /// dFF of dense layers.
     pub dff: f64,
     /// dFF of one routed expert (equal to `dff` for dense models).
@@ -69,6 +72,7 @@ impl Dims {
             h: f64::from(model.num_attention_heads),
             dh: f64::from(model.head_dim),
             dkv: model.kv_dim(),
+            attention_params: model.attention_params_per_layer(),
             dff: f64::from(model.intermediate_size),
             dff_moe,
             dff_shared,
@@ -103,9 +107,14 @@ impl Dims {
     }
 
     /// Q/K/V/O projection FLOPs of `tokens` tokens over all layers, per GPU:
-    /// L·2·T·d·(2d + 2dKV)/tp.
+    /// L·2·T·d·(2d + 2dKV)/tp (with the real query width when H·dH ≠ d).
     pub fn projection_flops(&self, tokens: f64) -> f64 {
-        self.l * 2.0 * tokens * self.d * (2.0 * self.d + 2.0 * self.dkv) / self.tp
+        2.0 * tokens * self.projection_params()
+    }
+
+    /// Q/K/V/O projection parameters of all layers, per GPU: L·d·(2d + 2dKV)/tp.
+    pub fn projection_params(&self) -> f64 {
+        self.l * self.attention_params / self.tp
     }
 
     /// Attention-score FLOPs per layer per GPU for `work` query·key pairs: 4·(H/tp)·work·dH.

@@ -30,13 +30,16 @@ pub const BETA_LEN: usize = 11;
 ///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
 /// ```
 ///
-/// Two departures from the published formula, both 0 for dense models and
-/// for Mixtral-sized MoE batches: T_w reads the nEff routed experts a step
-/// touches rather than all N (the fused MoE kernel skips experts without
-/// tokens; at 16+ tokens Mixtral's nEff is within 1 % of 8, while
-/// Qwen3-30B-A3B's 128 experts are only 7 % touched by one token), and MoE
-/// layers count their shared experts (dFF_sh, DeepSeek and Llama-4), which
-/// every token passes through.
+/// Three departures from the published formula, none of which changes a
+/// dense Llama-2 step or a Mixtral step of 16+ tokens:
+/// * T_w reads the nEff routed experts a step touches rather than all N (the
+///   fused MoE kernel skips experts without tokens; at 16+ tokens Mixtral's
+///   nEff is within 1 % of 8, while Qwen3-30B-A3B's 128 experts are only 7 %
+///   touched by one token);
+/// * MoE layers count their shared experts (dFF_sh, DeepSeek and Llama-4),
+///   which every token passes through;
+/// * d·(2d + 2dKV) stands for the real projection size 2·d·(H·dH) + 2·d·dKV,
+///   which differs when H·dH ≠ d (Qwen3-30B-A3B, Mistral-Nemo).
 ///
 /// The feature vector is in the published coefficient order
 /// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. Expert parallelism
@@ -71,7 +74,7 @@ impl TrainedPhysicsBasis {
             m.compute_us(m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + self.ffn_flops(s.t_dc));
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
-        let weight_params = m.l * m.d * (2.0 * m.d + 2.0 * m.dkv) / m.tp
+        let weight_params = m.projection_params()
             + m.n_moe * (m.experts_touched(s.tokens()) * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
             + m.n_dense * 3.0 * m.d * m.dff / m.tp;
         let t_w = m.memory_us(weight_params * m.wbpp);
@@ -218,16 +221,18 @@ mod tests {
         assert_eq!((m.token_emission_delay(), m.output_token_overhead(), m.completion_overhead()), (Micros(46), Micros::ZERO, Micros(777)));
     }
 
-    /// Qwen3-30B-A3B (L 48, d 2048, KVH 4, dH 128, dKV 512, 128 experts of
-    /// dFF 768, k 8, every layer MoE) on one H100, decode only, by hand:
+    /// Qwen3-30B-A3B (L 48, d 2048, H 32, KVH 4, dH 128, so H·dH = 4096 ≠ d;
+    /// 128 experts of dFF 768, k 8, every layer MoE) on one H100, decode
+    /// only, by hand:
     ///
     /// ```text
     /// nEff(1) = 128·(1 − 120/128)     = 8;    nEff(2) = 128·(1 − (120/128)²) = 15.5
-    /// T_w(1)  = [48·2048·5120 + 48·8·3·2048·768]·2 / W    = 1382.2422734 µs
-    /// T_w(2)  = [48·2048·5120 + 48·15.5·3·2048·768]·2 / W = 2396.3874197 µs
+    /// attn    = 48·(2·2048·4096 + 2·2048·512)
+    /// T_w(1)  = [attn + 48·8·3·2048·768]·2 / W    = 1622.6322340 µs
+    /// T_w(2)  = [attn + 48·15.5·3·2048·768]·2 / W = 2636.7773803 µs
     /// ```
     ///
-    /// Reading all 128 experts would be 14 ms per step at any batch size.
+    /// Reading all 128 experts would be 17.8 ms per step at any batch size.
     #[test]
     fn weights_of_a_fine_grained_moe_are_the_experts_its_tokens_touch() {
         let qwen = ModelConfig::from_hf_json(find_model("Qwen/Qwen3-30B-A3B").unwrap().config_json).unwrap();
@@ -237,10 +242,10 @@ mod tests {
             let entries = vec![decode; n];
             basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[2]
         };
-        for (got, want) in [(t_w(1), 1382.2422734328356), (t_w(2), 2396.3874197014925)] {
+        for (got, want) in [(t_w(1), 1622.6322340298507), (t_w(2), 2636.7773802985075)] {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
         }
-        let all_experts = (48.0 * 2048.0 * 5120.0 + 48.0 * 128.0 * 3.0 * 2048.0 * 768.0) * 2.0 / 3.35e12 * 1e6;
+        let all_experts = 17848.95457432836;
         let mut previous = 0.0;
         for n in [1, 4, 16, 64, 256, 1024] {
             let w = t_w(n);
@@ -265,7 +270,7 @@ mod tests {
             let entries = vec![decode; n];
             basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[1]
         };
-        let projections = 27.0 * 2.0 * 2048.0 * (2.0 * 2048.0 + 2.0 * lite.kv_dim());
+        let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
         let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
         let want = (projections + attention + 3_733_192_704.0) / 989.5e12 * 1e6;
         let got = t_dc_c(2) - t_dc_c(1);

@@ -45,7 +45,7 @@ impl Unified5Basis {
         let t_dc_compute =
             m.compute_us(m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + s.t_dc * ffn_per_token);
         let n_eff = if m.is_moe() { m.n_experts.min(m.k.max(s.tokens() * m.k)) } else { 1.0 };
-        let weight_bytes = (m.l * m.d * (2.0 * m.d + 2.0 * m.dkv) + m.l * n_eff * 3.0 * m.d * m.dff_moe) * m.wbpp / m.tp;
+        let weight_bytes = (m.projection_params() + m.l * n_eff * 3.0 * m.d * m.dff_moe / m.tp) * m.wbpp;
         let t_memory = m.memory_us(weight_bytes + m.kv_bytes(s.t_pf) + m.kv_bytes(s.decode_context + s.t_dc));
         [t_pf_compute, t_dc_compute, t_memory, m.l, s.batch]
     }
