@@ -5,7 +5,7 @@
 #
 #   cargo build --release && sh validation/regenerate.sh
 #
-# Takes about 20 minutes on a 2-core machine (three fits of 4-8 minutes each).
+# Takes about 6 minutes on an otherwise idle 2-core machine (three fits of 1-3 minutes each).
 set -eu
 BLIS=${BLIS:-target/release/blis}
 DATE=${FITTED_AT:-2026-11-21}
