@@ -97,6 +97,19 @@ pub fn choose_coefficients(
     Ok(ChosenCoefficients { set, origin })
 }
 
+/// A warning when coefficients measured on one GPU time another: the β of
+/// the trained models are efficiencies relative to the GPU's peaks and carry
+/// over to first order, but the α and per-step overheads are absolute, so the
+/// prediction extrapolates. `None` when the set names no GPU or the same one
+/// (by name or alias).
+fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> Option<String> {
+    let fitted_on = fitted_on?;
+    let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
+    (canonical(fitted_on) != canonical(simulated)).then(|| {
+        format!("coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates (peaks scale, fixed overheads do not)")
+    })
+}
+
 /// Converts a seconds knob to microseconds, rejecting NaN, negatives and zero.
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
     match Micros::from_secs_f64(value) {
@@ -210,6 +223,9 @@ impl Deployment {
             report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
         }
         report_entry(report, "coefficients", &chosen.origin, Source::Derived);
+        if let Some(w) = hardware_mismatch(chosen.set.provenance.hardware.as_deref(), &gpu_name, &chosen.origin) {
+            eprintln!("warning: {w}");
+        }
         Ok(Deployment { model_name, gpu_name, tp, instance, latency, coefficients: chosen.origin })
     }
 }

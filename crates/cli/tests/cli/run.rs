@@ -126,3 +126,23 @@ fn caching_and_chunking_can_be_switched_off() {
     assert_eq!(off["kv_cache"]["prefix_hit_rate"].as_f64().unwrap(), 0.0);
     assert_eq!(off["config"]["enable-chunked-prefill"]["value"], false);
 }
+
+#[test]
+fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
+    let on = |gpu: &str| {
+        let mut args = SMALL.to_vec();
+        args.extend_from_slice(&["--hardware", gpu]);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out).lines().filter(|l| l.starts_with("warning: coefficients")).map(str::to_owned).collect::<Vec<_>>()
+    };
+    assert!(on("H100").is_empty());
+    assert!(on("h100-sxm-80gb").is_empty(), "an alias of the GPU the set was fitted on");
+    let h200 = on("H200");
+    assert_eq!(h200.len(), 1, "{h200:?}");
+    assert!(h200[0].contains("fitted on H100") && h200[0].contains("H200"), "{}", h200[0]);
+    // Roofline has no fitted coefficients, so nothing to extrapolate.
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--hardware", "A100-80GB", "--latency-model", "roofline"]);
+    assert!(!stderr(&blis(&args)).contains("warning: coefficients"));
+}
