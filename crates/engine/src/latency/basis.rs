@@ -17,10 +17,8 @@ pub(crate) struct Dims {
     pub h: f64,
     /// dH: head dimension.
     pub dh: f64,
-    /// dKV = KVH·dH.
-    pub dkv: f64,
-    /// Q/K/V/O projection parameters of one layer, 2·d·(H·dH) + 2·d·dKV:
-    /// what the formulas write d·(2d + 2dKV), assuming H·dH = d.
+    /// Q/K/V/O projection parameters of one layer, 2·d·(H·dH) + 2·d·dKV
+    /// (dKV = KVH·dH): what the formulas write d·(2d + 2dKV), assuming H·dH = d.
     pub attention_params: f64,
     /// dFF of dense layers.
     pub dff: f64,
@@ -71,7 +69,6 @@ impl Dims {
             d: f64::from(model.hidden_size),
             h: f64::from(model.num_attention_heads),
             dh: f64::from(model.head_dim),
-            dkv: model.kv_dim(),
             attention_params: model.attention_params_per_layer(),
             dff: f64::from(model.intermediate_size),
             dff_moe,

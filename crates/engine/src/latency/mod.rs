@@ -188,6 +188,15 @@ pub fn step_micros(us: f64) -> Micros {
     if us.is_finite() && us >= 1.0 { Micros(us.round() as u64) } else { Micros(1) }
 }
 
+/// β·f rounded by [`step_micros`]: the step time of a model linear in its
+/// features. An empty step takes 1 µs without computing them.
+pub(crate) fn linear_step_time<const N: usize>(batch: &StepBatch<'_>, beta: &[f64; N], features: impl FnOnce() -> [f64; N]) -> Micros {
+    if batch.entries.is_empty() {
+        return Micros(1);
+    }
+    step_micros(features().iter().zip(beta).map(|(x, b)| x * b).sum())
+}
+
 /// Rounds a non-negative overhead in µs (NaN and negatives become 0).
 pub fn overhead_micros(us: f64) -> Micros {
     Micros::from_us_f64(us.max(0.0)).unwrap_or(Micros::ZERO)

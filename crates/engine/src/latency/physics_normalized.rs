@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, overhead_micros, step_micros};
+use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
 use crate::scheduler::InstanceConfig;
@@ -422,11 +422,7 @@ impl LatencyModel for PhysicsNormalized {
     }
 
     fn step_time(&self, batch: &StepBatch<'_>) -> Micros {
-        if batch.entries.is_empty() {
-            return Micros(1);
-        }
-        let f = beta_features(&self.basis.constants, &self.basis.beta_input(batch));
-        step_micros(f.iter().zip(&self.beta).map(|(x, b)| x * b).sum())
+        linear_step_time(batch, &self.beta, || beta_features(&self.basis.constants, &self.basis.beta_input(batch)))
     }
 
     fn queueing_delay(&self, input: &QueueingInput) -> Micros {

@@ -2,7 +2,7 @@
 //! `unified-step-time-formula.md`): one shared HBM term for weights and KV.
 
 use super::basis::{Dims, StepSums};
-use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, overhead_micros, step_micros};
+use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
 use crate::time::Micros;
@@ -102,11 +102,7 @@ impl LatencyModel for Unified5 {
     }
 
     fn step_time(&self, batch: &StepBatch<'_>) -> Micros {
-        if batch.entries.is_empty() {
-            return Micros(1);
-        }
-        let f = self.basis.features(batch);
-        step_micros(f.iter().zip(&self.beta).map(|(x, b)| x * b).sum())
+        linear_step_time(batch, &self.beta, || self.basis.features(batch))
     }
 
     fn queueing_delay(&self, _input: &QueueingInput) -> Micros {
