@@ -78,6 +78,7 @@ impl Setup {
             ))
         })?;
         let tp = exp.tp();
+        model.check_tensor_parallel(tp).map_err(|e| unreproducible(format!("tensor-parallel size {tp} for {}: {e}", bundled.id)))?;
         let f = &exp.facts;
         let c = &exp.exp_config;
         let block_size = f.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);

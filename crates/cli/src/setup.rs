@@ -169,6 +169,7 @@ impl Deployment {
         if !(1..=64).contains(&tp) {
             return Err(bad_input!("--tp {tp}: must be between 1 and 64"));
         }
+        model.check_tensor_parallel(tp).map_err(|e| bad_input!("--tp {tp}: {model_name}: {e}"))?;
         let util = required(&k.gpu_memory_utilization, "--gpu-memory-utilization is required")?;
         if !(util > 0.0 && util <= 1.0) {
             return Err(bad_input!("--gpu-memory-utilization {util}: must be in (0, 1]"));

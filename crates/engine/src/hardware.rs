@@ -128,8 +128,9 @@ const NON_TORCH_GIB: [f64; 2] = [0.15, 0.6];
 /// blocks     = floor((available − overhead) · 2^30 / (KV bytes per token over all GPUs · block_size))
 /// ```
 ///
-/// (KV bytes per token over all GPUs is 2·L·KVH·dH·BPP; for latent attention,
-/// whose latent every rank stores, it is tp times the per-GPU latent.)
+/// (KV bytes per token over all GPUs is 2·L·KVH·dH·BPP while tp ≤ KVH; past
+/// that every rank holds one replicated head, and for latent attention every
+/// rank stores the whole latent: tp times the per-GPU bytes.)
 /// On the three H100 runs in `validation/` this gives 6 886 / 31 048 / 24 474
 /// blocks against the 7 462 / 31 356 / 27 510 the servers reported, so it is
 /// conservative by 1–11 %; pass `--num-gpu-blocks` when the real count is known.

@@ -40,6 +40,29 @@ pub enum ModelConfigError {
     },
 }
 
+/// Why a model cannot be split over a tensor-parallel degree, with vLLM's
+/// own rules (`ModelConfig.verify_with_parallel_config`, `QKVParallelLinear`).
+#[derive(Debug, Error, PartialEq)]
+pub enum TensorParallelError {
+    /// Attention heads are sharded across ranks, so tp must divide them.
+    #[error("{heads} attention heads are not divisible by tensor-parallel size {tp}; use a tp that divides {heads}")]
+    HeadsNotDivisible {
+        /// `num_attention_heads`.
+        heads: u32,
+        /// The requested degree.
+        tp: u32,
+    },
+    /// KV heads are sharded when tp < KVH (tp must divide them) and
+    /// replicated when tp ≥ KVH (KVH must divide tp).
+    #[error("{kv_heads} KV heads cannot be split over tensor-parallel size {tp}: tp must divide {kv_heads}, or be a multiple of it")]
+    KvHeadsIncompatible {
+        /// `num_key_value_heads`.
+        kv_heads: u32,
+        /// The requested degree.
+        tp: u32,
+    },
+}
+
 /// Mixture-of-experts layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeConfig {
@@ -350,9 +373,27 @@ impl ModelConfig {
         self.total_params() * self.weight_bytes_per_param
     }
 
-    /// Bytes of KV cache one token occupies, summed over all layers and all
-    /// tensor-parallel ranks: 2·L·KVH·dH·BPP, or L·(kv_lora_rank + rope dim)·BPP
-    /// for latent attention (whose latent is replicated on every rank; see
+    /// Checks that vLLM could shard this model over `tp` GPUs: tp divides the
+    /// attention heads, and (for ordinary attention) either divides the KV
+    /// heads or is a multiple of them, in which case each KV head is
+    /// replicated on tp / KVH ranks. Latent attention stores one latent per
+    /// rank, so only the heads rule applies to it.
+    pub fn check_tensor_parallel(&self, tp: u32) -> Result<(), TensorParallelError> {
+        let (heads, kv_heads) = (self.num_attention_heads, self.num_kv_heads);
+        if tp == 0 || !heads.is_multiple_of(tp) {
+            return Err(TensorParallelError::HeadsNotDivisible { heads, tp });
+        }
+        let kv_ok = if tp >= kv_heads { tp.is_multiple_of(kv_heads) } else { kv_heads.is_multiple_of(tp) };
+        if self.mla.is_none() && !kv_ok {
+            return Err(TensorParallelError::KvHeadsIncompatible { kv_heads, tp });
+        }
+        Ok(())
+    }
+
+    /// Bytes of KV cache one token occupies, summed over all layers, with
+    /// each KV head counted once: 2·L·KVH·dH·BPP, or L·(kv_lora_rank + rope
+    /// dim)·BPP for latent attention. What the GPUs of a tensor-parallel
+    /// instance store together can be more (replicated heads and latents; see
     /// [`ModelConfig::kv_bytes_per_token_per_gpu`]).
     pub fn kv_bytes_per_token(&self) -> f64 {
         let l = f64::from(self.num_layers);
@@ -363,11 +404,15 @@ impl ModelConfig {
     }
 
     /// KV bytes per token stored on each GPU under tensor parallelism `tp`:
-    /// heads are sharded across ranks (÷ tp), MLA latents are replicated.
+    /// KV heads are sharded across ranks but never below one head per rank
+    /// (vLLM replicates them when tp > KVH), MLA latents are replicated.
     pub fn kv_bytes_per_token_per_gpu(&self, tp: u32) -> f64 {
         match &self.mla {
             Some(_) => self.kv_bytes_per_token(),
-            None => self.kv_bytes_per_token() / f64::from(tp.max(1)),
+            None => {
+                let heads_per_gpu = (f64::from(self.num_kv_heads) / f64::from(tp.max(1))).max(1.0);
+                self.kv_bytes_per_token() * heads_per_gpu / f64::from(self.num_kv_heads)
+            }
         }
     }
 
@@ -447,5 +492,40 @@ mod tests {
         assert!(e.to_string().contains("hidden_size"), "{e}");
         assert!(matches!(ModelConfig::from_hf_json("[1]"), Err(ModelConfigError::NotJson(_))));
         assert!(matches!(ModelConfig::from_hf_json("{"), Err(ModelConfigError::NotJson(_))));
+    }
+
+    const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,
+        "num_hidden_layers":80,"num_key_value_heads":8,"vocab_size":32000,"torch_dtype":"float16"}"#;
+
+    #[test]
+    fn tensor_parallel_follows_vllms_sharding_rules() {
+        let m = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        // 64 heads, 8 KV heads: tp must divide 64 and divide or be a multiple of 8.
+        for tp in [1, 2, 4, 8, 16, 32, 64] {
+            assert_eq!(m.check_tensor_parallel(tp), Ok(()), "tp {tp}");
+        }
+        assert_eq!(m.check_tensor_parallel(3), Err(TensorParallelError::HeadsNotDivisible { heads: 64, tp: 3 }));
+        assert_eq!(m.check_tensor_parallel(0), Err(TensorParallelError::HeadsNotDivisible { heads: 64, tp: 0 }));
+        // 24 heads, 16 KV heads: tp 12 and 24 divide the heads, but 12 does not
+        // divide 16 and 24 is not a multiple of it.
+        let odd = ModelConfig::from_hf_json(
+            r#"{"hidden_size":1536,"num_hidden_layers":2,"num_attention_heads":24,"num_key_value_heads":16,"intermediate_size":64,"vocab_size":10}"#,
+        )
+        .unwrap();
+        assert_eq!(odd.check_tensor_parallel(8), Ok(()));
+        assert_eq!(odd.check_tensor_parallel(12), Err(TensorParallelError::KvHeadsIncompatible { kv_heads: 16, tp: 12 }));
+        assert_eq!(odd.check_tensor_parallel(24), Err(TensorParallelError::KvHeadsIncompatible { kv_heads: 16, tp: 24 }));
+    }
+
+    #[test]
+    fn kv_heads_are_replicated_once_tp_exceeds_them() {
+        let m = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        // 2 · 80 layers · 128 · 2 bytes = 40 KiB per KV head per token.
+        let per_head = 2.0 * 80.0 * 128.0 * 2.0;
+        assert_eq!(m.kv_bytes_per_token(), 8.0 * per_head);
+        assert_eq!(m.kv_bytes_per_token_per_gpu(4), 2.0 * per_head);
+        assert_eq!(m.kv_bytes_per_token_per_gpu(8), per_head);
+        // tp 16: each of the 8 heads lives on two ranks, one head per GPU.
+        assert_eq!(m.kv_bytes_per_token_per_gpu(16), per_head);
     }
 }

@@ -92,6 +92,9 @@ fn bad_server_knobs() {
     assert!(e.contains("--max-num-seqs"), "{e}");
     let e = rejected("tp-zero", &with_model(&["--tp", "0"]));
     assert!(e.contains("--tp"), "{e}");
+    // vLLM refuses to shard 32 attention heads over 3 GPUs; so does BLIS.
+    let e = rejected("tp-three", &with_model(&["--tp", "3"]));
+    assert!(e.contains("--tp 3") && e.contains("32 attention heads"), "{e}");
     let e = rejected("util", &with_model(&["--gpu-memory-utilization", "1.5"]));
     assert!(e.contains("--gpu-memory-utilization"), "{e}");
     let e = rejected("hardware", &with_model(&["--hardware", "TPU-v9"]));

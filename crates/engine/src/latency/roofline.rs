@@ -80,7 +80,8 @@ impl Roofline {
             weight_bytes_dense: dense_params * wbpp,
             expert_bytes,
             moe,
-            kv_bytes_per_token: model.kv_bytes_per_token(),
+            // Over all ranks, replicated heads and latents included (÷ tp below).
+            kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp) * tp_n,
             activation_bytes_per_token: l * d * bpp,
             allreduce_bytes_per_token: if tp > 1 { 2.0 * l * d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
             tp: tp_n,
