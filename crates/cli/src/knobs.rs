@@ -138,10 +138,10 @@ knob_table! {
     /// Fraction of GPU memory vLLM may use, for the derived block count. [default: 0.9]
     #[arg(long, value_name = "FRACTION", allow_negative_numbers = true, help_heading = "Server (vLLM flags)")]
     gpu_memory_utilization: f64 = Some(0.9),
-    /// Split long prompts across steps. [default: true]
+    /// Split long prompts across steps (--no-enable-chunked-prefill turns it off, as in vLLM). [default: true]
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
     enable_chunked_prefill: bool = Some(true),
-    /// Reuse KV blocks of shared prompt prefixes. [default: true]
+    /// Reuse KV blocks of shared prompt prefixes (--no-enable-prefix-caching turns it off). [default: true]
     #[arg(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)")]
     enable_prefix_caching: bool = Some(true),
     /// Schedule the next step while the current one runs (vLLM --async-scheduling):
@@ -335,6 +335,30 @@ pub fn reject_unused(knobs: &Knobs, command: &str) -> Result<(), BadInput> {
     Ok(())
 }
 
+/// Boolean server knobs that vLLM also spells negatively (`--no-enable-prefix-caching`).
+pub const NEGATABLE_KNOBS: [&str; 3] = ["enable-chunked-prefill", "enable-prefix-caching", "async-scheduling"];
+
+/// Rewrites vLLM's negative boolean flags (`--no-enable-chunked-prefill`)
+/// into the form clap parses (`--enable-chunked-prefill=false`), so a vLLM
+/// command line can be pasted as is. Everything else passes through
+/// unchanged, including anything after a `--` separator.
+pub fn accept_vllm_negations(args: impl IntoIterator<Item = std::ffi::OsString>) -> Vec<std::ffi::OsString> {
+    let mut after_separator = false;
+    args.into_iter()
+        .map(|arg| {
+            if after_separator {
+                return arg;
+            }
+            after_separator = arg == "--";
+            let negated = arg.to_str().and_then(|a| a.strip_prefix("--no-")).filter(|k| NEGATABLE_KNOBS.contains(k));
+            match negated {
+                Some(knob) => format!("--{knob}=false").into(),
+                None => arg,
+            }
+        })
+        .collect()
+}
+
 /// Hides the knobs each subcommand does not use from its `--help`.
 pub fn hide_unused(mut cmd: clap::Command) -> clap::Command {
     for sub in ["serve", "observe", "replay"] {
@@ -375,5 +399,24 @@ impl KnobFile {
         }
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
             .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rewrite(args: &[&str]) -> Vec<String> {
+        accept_vllm_negations(args.iter().map(std::ffi::OsString::from)).into_iter().map(|a| a.into_string().unwrap()).collect()
+    }
+
+    #[test]
+    fn vllm_negations_become_explicit_false_values_and_nothing_else_changes() {
+        assert_eq!(
+            rewrite(&["blis", "run", "--no-enable-prefix-caching", "--no-async-scheduling", "--rate", "3"]),
+            ["blis", "run", "--enable-prefix-caching=false", "--async-scheduling=false", "--rate", "3"]
+        );
+        // Unknown negations stay as they are (clap rejects them), and so does anything after `--`.
+        assert_eq!(rewrite(&["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]), ["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]);
     }
 }

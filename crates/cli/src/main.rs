@@ -78,7 +78,8 @@ fn list_models() {
 /// code 2 (help and version go to stdout with exit code 0, as usual).
 fn parse_cli() -> Cli {
     use clap::{CommandFactory, FromArgMatches};
-    let parsed = knobs::hide_unused(Cli::command()).try_get_matches().and_then(|m| Cli::from_arg_matches(&m));
+    let args = knobs::accept_vllm_negations(std::env::args_os());
+    let parsed = knobs::hide_unused(Cli::command()).try_get_matches_from(args).and_then(|m| Cli::from_arg_matches(&m));
     match parsed {
         Ok(cli) => cli,
         Err(e) if !e.use_stderr() => e.exit(),

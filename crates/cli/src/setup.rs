@@ -195,12 +195,20 @@ impl Deployment {
             }
         };
 
+        let enable_chunked_prefill = required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?;
+        let mut max_num_batched_tokens = required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?;
+        // As vLLM does: without chunked prefill the default budget grows to hold a whole prompt.
+        if !enable_chunked_prefill && k.max_num_batched_tokens.source == Source::Default && max_num_batched_tokens < max_model_len {
+            max_num_batched_tokens = max_model_len;
+            report_entry(report, "max-num-batched-tokens", &max_num_batched_tokens, Source::Derived);
+        }
+
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
                 max_num_seqs: required(&k.max_num_seqs, "--max-num-seqs is required")?,
-                max_num_batched_tokens: required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?,
+                max_num_batched_tokens,
                 max_model_len,
-                enable_chunked_prefill: required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?,
+                enable_chunked_prefill,
                 long_prefill_token_threshold: required(&k.long_prefill_token_threshold, "--long-prefill-token-threshold is required")?,
                 async_scheduling: required(&k.async_scheduling, "--async-scheduling is required")?,
                 queue_policy: QueuePolicy::Fcfs,

@@ -94,6 +94,18 @@ pub enum InstanceConfigError {
         /// Usable blocks.
         blocks: u64,
     },
+    /// Every running sequence needs at least one token of the step budget, so
+    /// vLLM refuses a budget below the seat count.
+    #[error(
+        "--max-num-batched-tokens {budget} is smaller than --max-num-seqs {seqs}; every running request needs at least \
+         one token per step, so raise --max-num-batched-tokens or lower --max-num-seqs"
+    )]
+    BudgetBelowSeats {
+        /// max_num_batched_tokens.
+        budget: u32,
+        /// max_num_seqs.
+        seqs: u32,
+    },
     /// Without chunked prefill every prompt (and every recomputation after a
     /// preemption) must fit one step, so vLLM refuses this configuration.
     #[error(
@@ -151,6 +163,9 @@ impl InstanceConfig {
         }
         if self.num_gpu_blocks < 2 {
             return Err(crate::kv::KvConfigError::TooFewBlocks(self.num_gpu_blocks).into());
+        }
+        if s.max_num_batched_tokens < s.max_num_seqs {
+            return Err(InstanceConfigError::BudgetBelowSeats { budget: s.max_num_batched_tokens, seqs: s.max_num_seqs });
         }
         if !s.enable_chunked_prefill && s.max_num_batched_tokens < s.max_model_len {
             return Err(InstanceConfigError::BudgetBelowModelLen { budget: s.max_num_batched_tokens, max_model_len: s.max_model_len });

@@ -88,6 +88,8 @@ fn bad_server_knobs() {
     assert!(e.contains("--block-size"), "{e}");
     let e = rejected("seats-over-blocks", &with_model(&["--num-gpu-blocks", "10", "--max-num-seqs", "256"]));
     assert!(e.contains("--max-num-seqs") && e.contains("blocks"), "{e}");
+    let e = rejected("budget-below-seats", &with_model(&["--max-num-batched-tokens", "64", "--max-num-seqs", "128"]));
+    assert!(e.contains("--max-num-batched-tokens 64") && e.contains("--max-num-seqs 128"), "{e}");
     let e = rejected("seqs-zero", &with_model(&["--max-num-seqs", "0"]));
     assert!(e.contains("--max-num-seqs"), "{e}");
     let e = rejected("tp-zero", &with_model(&["--tp", "0"]));

@@ -79,6 +79,19 @@ fn config_file_values_have_source_file_and_flags_override_them() {
 }
 
 #[test]
+fn vllm_negative_flags_turn_features_off_and_the_budget_follows_the_model_length() {
+    let (_, j) = run_json(&["--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--max-model-len", "4096"]);
+    assert_eq!(j["config"]["enable-prefix-caching"]["value"], false);
+    assert_eq!(j["config"]["enable-chunked-prefill"]["value"], false);
+    assert_eq!(j["config"]["enable-chunked-prefill"]["source"], "flag");
+    // vLLM grows the default budget to max-model-len when prompts cannot be chunked.
+    assert_eq!(j["config"]["max-num-batched-tokens"]["value"], 8192);
+    let (_, j) = run_json(&["--no-enable-chunked-prefill", "--max-model-len", "16384"]);
+    assert_eq!(j["config"]["max-num-batched-tokens"]["value"], 16384);
+    assert_eq!(j["config"]["max-num-batched-tokens"]["source"], "derived");
+}
+
+#[test]
 fn output_file_and_per_request_csv_agree_with_the_report() {
     let dir = scratch("outputs");
     let json_path = dir.join("results.json");

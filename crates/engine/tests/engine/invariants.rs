@@ -26,7 +26,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs.min((blocks - 1) as u32).max(1),
-                    max_num_batched_tokens: if chunked { budget } else { budget.max(max_len) },
+                    max_num_batched_tokens: if chunked { budget.max(seqs) } else { budget.max(max_len) },
                     max_model_len: max_len,
                     enable_chunked_prefill: chunked,
                     long_prefill_token_threshold: threshold,
