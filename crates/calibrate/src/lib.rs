@@ -28,7 +28,7 @@
 //! ```no_run
 //! use blis_calibrate::{coefficients::CoefficientSet, compare::aggregate, suite::Suite};
 //!
-//! let suite = Suite::load(&["validation/vllm-h100".into()]).unwrap();
+//! let suite = Suite::load(&["validation/vllm-h100".into()], &Default::default()).unwrap();
 //! let comparisons = suite.validate(&CoefficientSet::default_set(), 0).unwrap();
 //! for a in aggregate(&comparisons) {
 //!     println!("{}: mean APE {:.1}%", a.metric.name(), a.mean_ape);

@@ -37,11 +37,11 @@ pub const DEFAULT_ASYNC_SCHEDULING: bool = true;
 /// The deployment and workload constants of one experiment, resolved.
 #[derive(Clone, Debug)]
 pub struct Setup {
-    /// Bundled model id.
+    /// Model id (the bundled id when the model is bundled, else as `exp-config.yaml` names it).
     pub model_id: String,
     /// Architecture.
     pub model: ModelConfig,
-    /// Bundled GPU name.
+    /// GPU name (bundled name, or the name in the given spec).
     pub gpu_name: String,
     /// GPU spec.
     pub gpu: GpuSpec,
@@ -57,32 +57,90 @@ pub struct Setup {
     pub prompt_tokens: PromptTokens,
 }
 
+/// Model and GPU definitions for experiments BLIS does not bundle: given
+/// once for every experiment (`--model-config`, `--hardware-config`).
+#[derive(Clone, Debug, Default)]
+pub struct Definitions {
+    /// Used for every experiment instead of the config of the model its `exp-config.yaml` names.
+    pub model: Option<ModelConfig>,
+    /// Used for every experiment instead of the GPU its `server-facts.yaml` names.
+    pub gpu: Option<GpuSpec>,
+}
+
+/// Directory name holding per-model `config.json` files next to experiment
+/// directories, as in the ground-truth bundle (`model_configs/<name>/config.json`).
+const MODEL_CONFIGS_DIR: &str = "model_configs";
+/// How many parent directories of an experiment are searched for [`MODEL_CONFIGS_DIR`].
+const MODEL_CONFIGS_SEARCH_DEPTH: usize = 4;
+
+/// The `config.json` of `model_id` (or of its part after the last '/') in a
+/// `model_configs/` directory within [`MODEL_CONFIGS_SEARCH_DEPTH`] parents
+/// of `dir`, matched case-insensitively: the layout the ground truth ships.
+fn find_sibling_model_config(dir: &std::path::Path, model_id: &str) -> Option<std::path::PathBuf> {
+    let short = model_id.rsplit('/').next().unwrap_or(model_id);
+    dir.ancestors().skip(1).take(MODEL_CONFIGS_SEARCH_DEPTH).find_map(|parent| {
+        let mut entries: Vec<_> = std::fs::read_dir(parent.join(MODEL_CONFIGS_DIR)).ok()?.flatten().map(|e| e.path()).collect();
+        entries.sort();
+        entries.into_iter().find_map(|e| {
+            let name = e.file_name()?.to_str()?;
+            let matches = name.eq_ignore_ascii_case(short) || name.eq_ignore_ascii_case(&model_id.replace('/', "--"));
+            let config = e.join("config.json");
+            (matches && config.is_file()).then_some(config)
+        })
+    })
+}
+
+/// The model of `exp`: `defs.model`, else the bundled config of its model,
+/// else a `model_configs/<name>/config.json` near the experiment.
+fn resolve_model(exp: &Experiment, defs: &Definitions) -> Result<(String, ModelConfig), String> {
+    let id = exp.exp_config.model.as_str();
+    if let Some(model) = &defs.model {
+        return Ok((id.to_string(), model.clone()));
+    }
+    if let Some(bundled) = catalog::find_model(id) {
+        let model = ModelConfig::from_hf_json(bundled.config_json).map_err(|e| format!("bundled config of {}: {e}", bundled.id))?;
+        return Ok((bundled.id.to_string(), model));
+    }
+    let Some(path) = find_sibling_model_config(&exp.dir, id) else {
+        return Err(format!(
+            "exp-config.yaml model `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
+             the experiment; bundled: {}; or pass --model-config PATH",
+            catalog::MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
+        ));
+    };
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let model = ModelConfig::from_hf_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((id.to_string(), model))
+}
+
+/// The GPU of `exp`: `defs.gpu`, else the bundled GPU `server-facts.yaml` names (H100 when silent).
+fn resolve_gpu(exp: &Experiment, defs: &Definitions) -> Result<(String, GpuSpec), String> {
+    if let Some(gpu) = &defs.gpu {
+        return Ok((gpu.name.clone(), gpu.clone()));
+    }
+    let wanted = exp.facts.hardware.as_deref().unwrap_or(DEFAULT_GPU);
+    let gpu = catalog::find_gpu(wanted).ok_or_else(|| {
+        format!(
+            "server-facts.yaml hardware `{wanted}` is not a bundled GPU; allowed: {}; or pass --hardware-config PATH",
+            catalog::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+        )
+    })?;
+    Ok((gpu.name.to_string(), gpu.spec()))
+}
+
 impl Setup {
     /// Resolves `exp`'s deployment: server facts over `exp-config.yaml` over
-    /// vLLM's defaults; the KV block count from the server when recorded.
-    pub fn of(exp: &Experiment) -> Result<Setup, ExperimentError> {
+    /// vLLM's defaults; the KV block count from the server when recorded;
+    /// the model and GPU as [`Definitions`] and the bundled catalogue say.
+    pub fn of(exp: &Experiment, defs: &Definitions) -> Result<Setup, ExperimentError> {
         let unreproducible = |message: String| ExperimentError::Unreproducible { path: exp.dir.clone(), message };
-        let bundled = catalog::find_model(&exp.exp_config.model).ok_or_else(|| {
-            unreproducible(format!(
-                "exp-config.yaml model `{}` has no bundled config.json; bundled: {}",
-                exp.exp_config.model,
-                catalog::MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
-        let model = ModelConfig::from_hf_json(bundled.config_json).map_err(|e| unreproducible(format!("bundled config of {}: {e}", bundled.id)))?;
-        let gpu_wanted = exp.facts.hardware.as_deref().unwrap_or(DEFAULT_GPU);
-        let gpu = catalog::find_gpu(gpu_wanted).ok_or_else(|| {
-            unreproducible(format!(
-                "server-facts.yaml hardware `{gpu_wanted}` is not a bundled GPU; allowed: {}",
-                catalog::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
-            ))
-        })?;
+        let (model_id, model) = resolve_model(exp, defs).map_err(unreproducible)?;
+        let (gpu_name, gpu_spec) = resolve_gpu(exp, defs).map_err(unreproducible)?;
         let tp = exp.tp();
-        model.check_tensor_parallel(tp).map_err(|e| unreproducible(format!("tensor-parallel size {tp} for {}: {e}", bundled.id)))?;
+        model.check_tensor_parallel(tp).map_err(|e| unreproducible(format!("tensor-parallel size {tp} for {model_id}: {e}")))?;
         let f = &exp.facts;
         let c = &exp.exp_config;
         let block_size = f.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
-        let gpu_spec = gpu.spec();
         let (num_gpu_blocks, blocks_from_server) = match f.num_gpu_blocks {
             Some(b) if b > MAX_GPU_BLOCKS => {
                 return Err(unreproducible(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported")));
@@ -112,9 +170,9 @@ impl Setup {
         instance.validate().map_err(|e| unreproducible(e.to_string()))?;
         let sp = &exp.workload.shared_prefix;
         Ok(Setup {
-            model_id: bundled.id.to_string(),
+            model_id,
             model,
-            gpu_name: gpu.name.to_string(),
+            gpu_name,
             gpu: gpu_spec,
             tp,
             instance,

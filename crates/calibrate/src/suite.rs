@@ -12,7 +12,7 @@ use crate::coefficients::CoefficientSet;
 use crate::compare::ExperimentComparison;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, discover};
-use crate::reproduce::{NoObserver, Setup, simulate};
+use crate::reproduce::{Definitions, NoObserver, Setup, simulate};
 
 /// An experiment with its resolved deployment.
 #[derive(Clone, Debug)]
@@ -40,8 +40,9 @@ pub struct Suite {
 }
 
 impl Suite {
-    /// Loads every experiment at or below each path (in parallel).
-    pub fn load(paths: &[PathBuf]) -> Result<Suite, ExperimentError> {
+    /// Loads every experiment at or below each path (in parallel), taking
+    /// models and GPUs BLIS does not bundle from `defs`.
+    pub fn load(paths: &[PathBuf], defs: &Definitions) -> Result<Suite, ExperimentError> {
         let mut dirs = Vec::new();
         for p in paths {
             dirs.extend(discover(p)?);
@@ -52,7 +53,7 @@ impl Suite {
             .par_iter()
             .map(|d| {
                 let experiment = Experiment::load(d)?;
-                let setup = Setup::of(&experiment)?;
+                let setup = Setup::of(&experiment, defs)?;
                 Ok(Case { experiment, setup })
             })
             .collect::<Result<Vec<_>, ExperimentError>>()?;

@@ -23,6 +23,9 @@ pub struct FitArgs {
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
+    #[command(flatten)]
+    pub definitions: crate::setup::DefinitionArgs,
+
     /// Model to fit: blackbox, trained-physics, unified-5, physics-normalized.
     #[arg(long, default_value = "trained-physics")]
     pub latency_model: String,
@@ -70,7 +73,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
     };
-    let suite = Suite::load(&args.dirs).map_err(|e| bad_input!("{e}"))?;
+    let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let opts = FitOptions {
         kind,

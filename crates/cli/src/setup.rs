@@ -36,6 +36,42 @@ fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
     std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
 }
 
+/// Reads `--model-config PATH`: a HuggingFace `config.json`.
+fn load_model_config(path: &Path) -> Result<ModelConfig, BadInput> {
+    let text = read_file("model-config", path)?;
+    ModelConfig::from_hf_json(&text).map_err(|e| bad_input!("--model-config {}: {e}", path.display()))
+}
+
+/// Reads `--hardware-config PATH`: a GPU spec in BLIS's or a datasheet's shape.
+fn load_gpu_spec(path: &Path) -> Result<GpuSpec, BadInput> {
+    let text = read_file("hardware-config", path)?;
+    GpuSpec::from_json(&text).map_err(|e| bad_input!("--hardware-config {}: {e}", path.display()))
+}
+
+/// Model and GPU files for experiments whose model or GPU BLIS does not bundle
+/// (`blis validate`, `blis fit`).
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DefinitionArgs {
+    /// HuggingFace config.json used for every experiment instead of its model's. [default: the bundled
+    /// config of the model exp-config.yaml names, else model_configs/<name>/config.json in a parent directory]
+    #[arg(long, value_name = "PATH")]
+    pub model_config: Option<std::path::PathBuf>,
+    /// GPU spec JSON (BLIS's fields, or a vendor datasheet with compute/memory/interconnect) used for every
+    /// experiment instead of the GPU its server-facts.yaml names.
+    #[arg(long, value_name = "PATH")]
+    pub hardware_config: Option<std::path::PathBuf>,
+}
+
+impl DefinitionArgs {
+    /// Reads the given files.
+    pub fn load(&self) -> Result<blis_calibrate::reproduce::Definitions, BadInput> {
+        Ok(blis_calibrate::reproduce::Definitions {
+            model: self.model_config.as_deref().map(load_model_config).transpose()?,
+            gpu: self.hardware_config.as_deref().map(load_gpu_spec).transpose()?,
+        })
+    }
+}
+
 fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, BadInput> {
     k.value.clone().ok_or_else(|| bad_input!("{what}"))
 }
@@ -124,8 +160,7 @@ impl Deployment {
     pub fn resolve(k: &Knobs, report: &mut ConfigReport) -> Result<Deployment, BadInput> {
         let (model_name, model) = match &k.model_config.value {
             Some(path) => {
-                let text = read_file("model-config", path)?;
-                let model = ModelConfig::from_hf_json(&text).map_err(|e| bad_input!("--model-config {}: {e}", path.display()))?;
+                let model = load_model_config(path)?;
                 let name = k.model.value.clone().unwrap_or_else(|| path.display().to_string());
                 (name, model)
             }
@@ -148,9 +183,7 @@ impl Deployment {
 
         let (gpu_name, gpu) = match &k.hardware_config.value {
             Some(path) => {
-                let text = read_file("hardware-config", path)?;
-                let gpu: GpuSpec = serde_json::from_str(&text).map_err(|e| bad_input!("--hardware-config {}: {e}", path.display()))?;
-                gpu.validate().map_err(|e| bad_input!("--hardware-config {}: {e}", path.display()))?;
+                let gpu = load_gpu_spec(path)?;
                 (gpu.name.clone(), gpu)
             }
             None => {

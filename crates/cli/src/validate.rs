@@ -24,6 +24,9 @@ pub struct ValidateArgs {
     #[arg(required = true, value_name = "DIR")]
     pub dirs: Vec<PathBuf>,
 
+    #[command(flatten)]
+    pub definitions: crate::setup::DefinitionArgs,
+
     /// Latency model: roofline, blackbox, trained-physics, unified-5, physics-normalized. [default: the bundled default set's]
     #[arg(long)]
     pub latency_model: Option<String>,
@@ -65,7 +68,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     {
         return Err(bad_input!("--max-e2e-mape {t}: must be a non-negative percentage").into());
     }
-    let suite = Suite::load(&args.dirs).map_err(|e| bad_input!("{e}"))?;
+    let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;

@@ -58,7 +58,7 @@ pub struct BundledGpu {
 impl BundledGpu {
     /// The parsed spec. Bundled files are checked by a unit test, so this cannot fail at run time.
     pub fn spec(&self) -> GpuSpec {
-        serde_json::from_str(self.json).unwrap_or_else(|e| panic!("bundled GPU spec {} is invalid: {e}", self.name))
+        GpuSpec::from_json(self.json).unwrap_or_else(|e| panic!("bundled GPU spec {} is invalid: {e}", self.name))
     }
 }
 

@@ -47,7 +47,95 @@ pub struct GpuSpecError {
     pub reason: &'static str,
 }
 
+/// Why a GPU spec file could not be used.
+#[derive(Debug, Error, PartialEq)]
+pub enum GpuSpecParseError {
+    /// Not JSON, or neither of the two accepted shapes (a field missing or mistyped).
+    #[error("{0}")]
+    Format(String),
+    /// Parsed, but a figure is out of range.
+    #[error(transparent)]
+    Invalid(#[from] GpuSpecError),
+}
+
+/// MFU assumed for a GPU given only by its datasheet: H100 SXM's published factors.
+const DATASHEET_MFU: (f64, f64) = (0.45, 0.30);
+
+/// The datasheet shape (`../shared/groundtruth/hardware/*.json`): compute in
+/// TFLOP/s, possibly with sparsity, memory in GB and TB/s.
+#[derive(Deserialize)]
+struct Datasheet {
+    name: String,
+    compute: DatasheetCompute,
+    memory: DatasheetMemory,
+    #[serde(default)]
+    interconnect: DatasheetInterconnect,
+    #[serde(default)]
+    datasheet_id: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct DatasheetCompute {
+    bf16_tensor_core: f64,
+    #[serde(default)]
+    fp8_tensor_core: Option<f64>,
+    #[serde(default)]
+    with_sparsity: bool,
+}
+
+#[derive(Deserialize)]
+struct DatasheetMemory {
+    capacity_gb: f64,
+    bandwidth_tb_s: f64,
+}
+
+#[derive(Deserialize, Default)]
+struct DatasheetInterconnect {
+    #[serde(default)]
+    nvlink_bandwidth_gb_s: Option<f64>,
+    #[serde(default)]
+    pcie_bandwidth_gb_s: Option<f64>,
+}
+
 impl GpuSpec {
+    /// Parses and validates a GPU spec: either BLIS's own shape (the fields of
+    /// this struct, as in `data/hardware/*.json`) or a vendor datasheet shape
+    /// with `compute.bf16_tensor_core` / `fp8_tensor_core` (halved when
+    /// `with_sparsity` is true), `memory.capacity_gb` (taken as GiB, as
+    /// vendors round binary capacities) / `bandwidth_tb_s` and
+    /// `interconnect.nvlink_bandwidth_gb_s` / `pcie_bandwidth_gb_s`; a
+    /// datasheet carries no efficiency factors, so it gets H100 SXM's MFU.
+    pub fn from_json(text: &str) -> Result<GpuSpec, GpuSpecParseError> {
+        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| GpuSpecParseError::Format(format!("not JSON: {e}")))?;
+        let spec = if value.get("compute").is_some() {
+            let d: Datasheet = serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
+            let dense = if d.compute.with_sparsity { 0.5 } else { 1.0 };
+            let pcie_gb_s = d.interconnect.pcie_bandwidth_gb_s.ok_or_else(|| {
+                GpuSpecParseError::Format("datasheet shape: missing field `interconnect.pcie_bandwidth_gb_s`".into())
+            })?;
+            GpuSpec {
+                source: format!(
+                    "datasheet {}{}; MFU assumed equal to H100 SXM's",
+                    d.datasheet_id.as_deref().unwrap_or("(no id)"),
+                    if d.compute.with_sparsity { " (dense = half the sparse figures)" } else { "" }
+                ),
+                name: d.name,
+                bf16_tflops: d.compute.bf16_tensor_core * dense,
+                fp8_tflops: d.compute.fp8_tensor_core.map(|f| f * dense),
+                hbm_tb_s: d.memory.bandwidth_tb_s,
+                memory_gib: d.memory.capacity_gb,
+                nvlink_gb_s: d.interconnect.nvlink_bandwidth_gb_s,
+                pcie_gb_s,
+                mfu_prefill: DATASHEET_MFU.0,
+                mfu_decode: DATASHEET_MFU.1,
+            }
+        } else {
+            serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(e.to_string()))?
+        };
+        spec.validate()?;
+        Ok(spec)
+    }
+
     /// Checks every figure is finite and positive and every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), GpuSpecError> {
         let positive = [
@@ -155,4 +243,45 @@ pub fn kv_blocks(
         return Err(CapacityError::DoesNotFit { needed_gib: needed_gib / gpus, available_gib: available_gib / gpus });
     }
     Ok(blocks as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::find_gpu;
+
+    /// NVIDIA's datasheet figures for two H100 variants, in the vendor shape (with sparsity).
+    const H100_SXM_DATASHEET: &str = r#"{"name": "H100 SXM", "vendor": "NVIDIA", "compute": {"fp32": 67, "bf16_tensor_core": 1979,
+        "fp8_tensor_core": 3958, "with_sparsity": true}, "memory": {"capacity_gb": 80, "bandwidth_tb_s": 3.35},
+        "interconnect": {"nvlink_bandwidth_gb_s": 900, "pcie_bandwidth_gb_s": 128}, "power": {"tdp_watts": 700}, "datasheet_id": "2430615"}"#;
+    const H100_NVL_DATASHEET: &str = r#"{"name": "H100 NVL", "compute": {"bf16_tensor_core": 1671, "fp8_tensor_core": 3341, "with_sparsity": true},
+        "memory": {"capacity_gb": 94, "bandwidth_tb_s": 3.9}, "interconnect": {"nvlink_bandwidth_gb_s": 600, "pcie_bandwidth_gb_s": 128}}"#;
+
+    #[test]
+    fn a_vendor_datasheet_gives_the_figures_of_the_hand_written_bundled_spec() {
+        for (sheet, bundled) in [(H100_SXM_DATASHEET, "H100"), (H100_NVL_DATASHEET, "H100-NVL")] {
+            let parsed = GpuSpec::from_json(sheet).unwrap();
+            let want = find_gpu(bundled).unwrap().spec();
+            let figures = |g: &GpuSpec| (g.bf16_tflops, g.fp8_tflops, g.hbm_tb_s, g.memory_gib, g.nvlink_gb_s, g.pcie_gb_s, g.mfu_prefill, g.mfu_decode);
+            assert_eq!(figures(&parsed), figures(&want), "{bundled}");
+        }
+        // Dense figures are taken as they are.
+        let dense = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("\"with_sparsity\": true", "\"with_sparsity\": false")).unwrap();
+        assert_eq!(dense.bf16_tflops, 1671.0);
+    }
+
+    #[test]
+    fn both_shapes_are_checked_and_errors_say_what_is_wrong() {
+        let own = include_str!("../../../data/hardware/L40S.json");
+        assert_eq!(GpuSpec::from_json(own).unwrap(), find_gpu("L40S").unwrap().spec());
+        let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace(r#", "pcie_bandwidth_gb_s": 128"#, "")).unwrap_err();
+        assert!(e.to_string().contains("interconnect.pcie_bandwidth_gb_s"), "{e}");
+        let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("3.9", "-3.9")).unwrap_err();
+        assert!(matches!(e, GpuSpecParseError::Invalid(GpuSpecError { field: "hbm_tb_s", .. })), "{e}");
+        let e = GpuSpec::from_json(r#"{"name": "x", "compute": {}}"#).unwrap_err();
+        assert!(e.to_string().contains("bf16_tensor_core"), "{e}");
+        assert!(matches!(GpuSpec::from_json("{"), Err(GpuSpecParseError::Format(_))));
+        let e = GpuSpec::from_json(&own.replace("\"source\"", "\"colour\": 1, \"source\"")).unwrap_err();
+        assert!(e.to_string().contains("colour"), "{e}");
+    }
 }

@@ -15,7 +15,7 @@ fn vendored(name: &str) -> PathBuf {
 
 #[test]
 fn all_twelve_experiments_load_with_the_documented_deployments() {
-    let suite = Suite::load(&[vendored("")]).unwrap();
+    let suite = Suite::load(&[vendored("")], &Default::default()).unwrap();
     assert_eq!(suite.cases.len(), 12);
     let overloaded: Vec<&str> = suite.cases.iter().filter(|c| c.experiment.status() == Status::OverloadExcluded).map(|c| c.experiment.name.as_str()).collect();
     assert_eq!(overloaded.len(), 3);
@@ -50,7 +50,7 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
 /// cache hitting the recycled prompts, nothing lost.
 #[test]
 fn the_default_set_reproduces_a_real_run() {
-    let suite = Suite::load(&[vendored("20260217-162547-llama-2-7b-tp1-roleplay")]).unwrap();
+    let suite = Suite::load(&[vendored("20260217-162547-llama-2-7b-tp1-roleplay")], &Default::default()).unwrap();
     let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
     let ape = |m: Metric| c.stage_apes(m).next().unwrap();
     assert!(ape(Metric::E2eMean) < 8.0, "E2E {}", ape(Metric::E2eMean));

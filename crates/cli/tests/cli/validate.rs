@@ -106,3 +106,54 @@ fn threshold_flag_turns_the_table_into_a_gate() {
     let out = blis(&["validate", dir.to_str().unwrap(), "-q", "--max-e2e-mape", "100000"]);
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// Writes the experiment of [`write_experiment`] under `root/name`, naming `model` in its exp-config.yaml.
+fn experiment_of(root: &std::path::Path, name: &str, model: &str) -> std::path::PathBuf {
+    let dir = write_experiment(root, name, true);
+    let cfg = dir.join("exp-config.yaml");
+    let text = std::fs::read_to_string(&cfg).unwrap().replace("meta-llama/Llama-2-7b-hf", model);
+    std::fs::write(cfg, text).unwrap();
+    dir
+}
+
+/// The CSV `blis validate` writes for `dir` with `extra` flags, without the experiment and model columns.
+fn predictions(dir: &std::path::Path, extra: &[&str]) -> Vec<String> {
+    let csv = dir.with_extension("csv");
+    let mut args = vec!["validate", dir.to_str().unwrap(), "--quiet", "--csv", csv.to_str().unwrap()];
+    args.extend_from_slice(extra);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    std::fs::read_to_string(csv).unwrap().lines().map(|l| l.splitn(3, ',').nth(2).unwrap().to_string()).collect()
+}
+
+#[test]
+fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
+    let tmp = TempDir::new("validate-definitions");
+    let llama2_7b = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-2-7b-hf.json");
+    let bundled = predictions(&write_experiment(&tmp.0.join("bundled"), "exp", true), &[]);
+
+    // An unknown model with nothing to describe it is refused, naming both ways out.
+    let clone = experiment_of(&tmp.0.join("runs/h100"), "exp", "acme/Llama-2-7b-Clone");
+    let out = blis(&["validate", clone.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("acme/Llama-2-7b-Clone") && err.contains("model_configs/<name>/config.json") && err.contains("--model-config"), "{err}");
+
+    // The ground truth's layout: model_configs/<name>/config.json beside the experiments' directory.
+    let configs = tmp.0.join("runs/model_configs/llama-2-7b-clone");
+    std::fs::create_dir_all(&configs).unwrap();
+    std::fs::copy(llama2_7b, configs.join("config.json")).unwrap();
+    assert_eq!(predictions(&clone, &[]), bundled, "same architecture, same predictions");
+    std::fs::remove_dir_all(&configs).unwrap();
+
+    // The flags: a config.json, and the GPU as NVIDIA's datasheet gives it (with sparsity).
+    let sheet = tmp.0.join("h100-sxm.json");
+    std::fs::write(
+        &sheet,
+        r#"{"name": "H100 SXM", "compute": {"bf16_tensor_core": 1979, "fp8_tensor_core": 3958, "with_sparsity": true},
+            "memory": {"capacity_gb": 80, "bandwidth_tb_s": 3.35}, "interconnect": {"nvlink_bandwidth_gb_s": 900, "pcie_bandwidth_gb_s": 128}}"#,
+    )
+    .unwrap();
+    let flagged = predictions(&clone, &["--model-config", llama2_7b, "--hardware-config", sheet.to_str().unwrap()]);
+    assert_eq!(flagged, bundled);
+}
