@@ -109,7 +109,7 @@ knob_table! {
     /// Path to a HuggingFace config.json for a model that is not bundled.
     #[arg(long, value_name = "PATH", help_heading = "Model and hardware")]
     model_config: PathBuf = None,
-    /// GPU type: H100, H100-NVL, A100-80GB, L40S, H200. [default: H100]
+    /// GPU type: H100, H100-NVL, A100-80GB, L40S, H200 (or as nvidia-smi names them). [default: H100]
     #[arg(long, value_name = "GPU", help_heading = "Model and hardware")]
     hardware: String = Some("H100".into()),
     /// Path to a GPU spec JSON (same fields as data/hardware/*.json) instead of a bundled GPU.

@@ -62,19 +62,36 @@ impl BundledGpu {
     }
 }
 
-/// Every bundled GPU.
+/// Every bundled GPU. Aliases include the names `nvidia-smi` and vendor
+/// datasheets print (the lookup ignores case, spaces, `-`/`_` and a leading
+/// "NVIDIA"); the PCIe H100, a different part, is deliberately not an alias.
 pub const GPUS: &[BundledGpu] = &[
-    BundledGpu { name: "H100", aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB"], json: include_str!("../../../data/hardware/H100.json") },
-    BundledGpu { name: "A100-80GB", aliases: &["A100", "A100-SXM", "A100-SXM-80GB"], json: include_str!("../../../data/hardware/A100-80GB.json") },
+    BundledGpu {
+        name: "H100",
+        aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB", "H100-SXM5", "H100-SXM5-80GB", "H100 80GB HBM3", "H100 SXM 80GB"],
+        json: include_str!("../../../data/hardware/H100.json"),
+    },
+    BundledGpu {
+        name: "A100-80GB",
+        aliases: &["A100", "A100-SXM", "A100-SXM-80GB", "A100-SXM4-80GB", "A100 SXM 80GB"],
+        json: include_str!("../../../data/hardware/A100-80GB.json"),
+    },
     BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
-    BundledGpu { name: "H100-NVL", aliases: &["H100 NVL", "H100-NVL-94GB", "H100NVL"], json: include_str!("../../../data/hardware/H100-NVL.json") },
-    BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB"], json: include_str!("../../../data/hardware/H200.json") },
+    BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB", "H100 NVL 94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
+    BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
 ];
 
-/// Finds a bundled GPU by name or alias, ignoring ASCII case.
+/// `name` upper-cased without spaces, `-`, `_` and a leading "NVIDIA":
+/// "NVIDIA H100 80GB HBM3" and "h100-80gb-hbm3" compare equal.
+fn gpu_key(name: &str) -> String {
+    let key: String = name.chars().filter(|c| !matches!(c, ' ' | '-' | '_')).collect::<String>().to_ascii_uppercase();
+    key.strip_prefix("NVIDIA").map(str::to_string).unwrap_or(key)
+}
+
+/// Finds a bundled GPU by name or alias, ignoring case, spaces, `-`/`_` and a leading "NVIDIA".
 pub fn find_gpu(name: &str) -> Option<BundledGpu> {
-    let name = name.trim();
-    GPUS.iter().copied().find(|g| g.name.eq_ignore_ascii_case(name) || g.aliases.iter().any(|a| a.eq_ignore_ascii_case(name)))
+    let key = gpu_key(name);
+    GPUS.iter().copied().find(|g| gpu_key(g.name) == key || g.aliases.iter().any(|a| gpu_key(a) == key))
 }
 
 #[cfg(test)]
@@ -101,6 +118,15 @@ mod tests {
         assert!(find_model("gpt-5").is_none());
         assert_eq!(find_gpu("h100-sxm-80gb").unwrap().name, "H100");
         assert_eq!(find_gpu("H100 NVL").unwrap().name, "H100-NVL");
+        // What nvidia-smi prints, and the spellings of server-facts.yaml.
+        assert_eq!(find_gpu("NVIDIA H100 80GB HBM3").unwrap().name, "H100");
+        assert_eq!(find_gpu("H100-SXM-80GB").unwrap().name, "H100");
+        assert_eq!(find_gpu("NVIDIA H100 NVL").unwrap().name, "H100-NVL");
+        assert_eq!(find_gpu("NVIDIA A100-SXM4-80GB").unwrap().name, "A100-80GB");
+        assert_eq!(find_gpu("nvidia_l40s").unwrap().name, "L40S");
+        // A different part with a similar name is not silently taken for another.
+        assert!(find_gpu("NVIDIA H100 PCIe").is_none());
+        assert!(find_gpu("").is_none());
     }
 
     #[test]
