@@ -25,8 +25,8 @@ use crate::error::ExperimentError;
 pub struct ExpConfig {
     /// HuggingFace model id.
     pub model: String,
-    /// Tensor-parallel degree.
-    #[serde(default = "one")]
+    /// Tensor-parallel degree (also read as vLLM's `tensor_parallel_size`).
+    #[serde(default = "one", alias = "tensor_parallel_size")]
     pub tensor_parallelism: u32,
     /// `--max-model-len`.
     #[serde(default)]
