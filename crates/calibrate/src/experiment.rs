@@ -14,7 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
-use blis_workload::inference_perf::InferencePerfConfig;
+use blis_workload::inference_perf::{InferencePerfConfig, SharedPrefix};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -224,6 +224,8 @@ pub struct Experiment {
     pub facts: ServerFacts,
     /// The inference-perf configuration used.
     pub workload: InferencePerfConfig,
+    /// Its shared-prefix data (`blis validate` reproduces shared-prefix runs).
+    pub shared_prefix: SharedPrefix,
     /// Per-stage measurements, by stage index.
     pub stages: Vec<Lifecycle>,
     /// Whole-run measurements.
@@ -288,6 +290,12 @@ impl Experiment {
         let config_path = dir.join("results").join("config.yaml");
         let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
+        let shared_prefix = workload.shared_prefix().cloned().ok_or_else(|| ExperimentError::Format {
+            path: config_path.clone(),
+            message: "data.type: only shared_prefix runs can be validated (requests.csv records no per-request output length); \
+                      `blis run --workload-spec` runs random and synthetic configurations"
+                .into(),
+        })?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
             let p = dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
@@ -297,7 +305,7 @@ impl Experiment {
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
         let requests = if csv_path.is_file() { Some(read_requests(&csv_path, stages.len())?) } else { None };
-        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests };
+        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, shared_prefix, stages, summary, requests };
         exp.check()?;
         Ok(exp)
     }

@@ -168,7 +168,7 @@ impl Setup {
             client_timeout: Some(exp.workload.client_timeout()),
         };
         instance.validate().map_err(|e| unreproducible(e.to_string()))?;
-        let sp = &exp.workload.shared_prefix;
+        let sp = &exp.shared_prefix;
         Ok(Setup {
             model_id,
             model,
@@ -186,7 +186,7 @@ impl Setup {
 /// Measured mean prompt length over the configured one: the server's
 /// re-tokenisation of inference-perf's decoded random tokens.
 fn prompt_scale(exp: &Experiment) -> f64 {
-    let sp = &exp.workload.shared_prefix;
+    let sp = &exp.shared_prefix;
     let nominal = f64::from(sp.system_prompt_len + sp.question_len);
     let measured: Vec<f64> = match &exp.requests {
         Some(rows) => rows.iter().filter(|r| r.has_error == 0 && r.input_tokens > 0).map(|r| f64::from(r.input_tokens)).collect(),
@@ -291,7 +291,7 @@ pub fn simulate(
 ) -> Result<Simulated, ExperimentError> {
     let mut instance = Instance::new(0, setup.instance.clone(), latency)
         .map_err(|e| ExperimentError::Unreproducible { path: exp.dir.clone(), message: e.to_string() })?;
-    let prompts = SharedPrefixPrompts::new(&exp.workload.shared_prefix, setup.prompt_tokens, seed);
+    let prompts = SharedPrefixPrompts::new(&exp.shared_prefix, setup.prompt_tokens, seed);
     let (mut workload, csv_row_of, num_requests): (Box<dyn Workload>, Vec<usize>, usize) = match &exp.requests {
         Some(rows) => {
             let (reqs, order) = replay(exp, setup, &prompts, seed);
@@ -299,7 +299,7 @@ pub fn simulate(
         }
         None => {
             let n: u64 = exp.workload.load.stages.iter().map(|s| s.num_requests()).sum();
-            (Box::new(StagedWorkload::new(&exp.workload, setup.prompt_tokens, seed)), Vec::new(), n as usize)
+            (Box::new(StagedWorkload::new(&exp.workload, Some(setup.prompt_tokens), seed)), Vec::new(), n as usize)
         }
     };
     let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);

@@ -11,7 +11,7 @@ use blis_workload::RequestSource;
 use blis_workload::mooncake::MooncakeReplay;
 use blis_workload::network::ClientLatency;
 use blis_workload::spec::{self, Overrides};
-use blis_workload::inference_perf::{InferencePerfConfig, PromptTokens, Stage, StagedWorkload, looks_like_inference_perf};
+use blis_workload::inference_perf::{InferencePerfConfig, Stage, StagedWorkload, looks_like_inference_perf};
 use blis_workload::trace_v2::TraceReplay;
 
 use crate::error::{BadInput, bad_input};
@@ -159,8 +159,8 @@ pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, B
 }
 
 /// An inference-perf configuration (its `config.yaml` or profile) run as
-/// inference-perf issues it: shared-prefix prompts cycled per stage, stages
-/// one after another, `output_len` tokens per request, its client timeout.
+/// inference-perf issues it: shared-prefix, random or synthetic prompts
+/// cycled per stage, stages one after another, its client timeout.
 fn inference_perf(k: &Knobs, config: &mut ConfigReport, path: &Path, text: &str) -> Result<WorkloadSource, BadInput> {
     reject_synthetic_knobs(config, "an inference-perf --workload-spec", &["rate", "num-requests"])?;
     let cfg = InferencePerfConfig::from_yaml_str(text).map_err(|e| bad_input!("--workload-spec {}: {e}", path.display()))?;
@@ -168,16 +168,15 @@ fn inference_perf(k: &Knobs, config: &mut ConfigReport, path: &Path, text: &str)
     let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
     report_entry(config, "num-requests", &stages.iter().sum::<u64>(), Source::Derived);
     report_entry(config, "inference-perf-stages", &cfg.load.stages.iter().map(|s| format!("{}/s × {} s", s.rate, s.duration)).collect::<Vec<_>>(), Source::Derived);
-    let prompts = cfg.shared_prefix.num_groups * cfg.shared_prefix.num_prompts_per_group;
     let labels = Labels { clients: vec!["inference-perf".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
     Ok(WorkloadSource {
         expected_requests: stages.iter().sum(),
         seed,
-        source: Box::new(StagedWorkload::new(&cfg, PromptTokens::scaled(&cfg.shared_prefix, 1.0), seed)),
+        source: Box::new(StagedWorkload::new(&cfg, None, seed)),
         labels,
         stages: cfg.load.stages.len() as u32,
         client_latency: None,
-        client_timeout: (prompts > 0).then(|| cfg.client_timeout()),
+        client_timeout: Some(cfg.client_timeout()),
     })
 }
 

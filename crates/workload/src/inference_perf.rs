@@ -1,6 +1,7 @@
 //! inference-perf (kubernetes-sigs/inference-perf) as BLIS reproduces it:
-//! its run configuration (`results/config.yaml`), the shared-prefix prompt
-//! set its `shared_prefix` data generator builds, and its load stages.
+//! its run configuration (`results/config.yaml`), the prompts of its
+//! `shared_prefix`, `random` and `synthetic` data generators, and its load
+//! stages.
 //!
 //! What inference-perf does, and what this module mirrors (inference-perf
 //! between b81afa4 and ad40050, late 2025):
@@ -14,6 +15,11 @@
 //!   requests, which is what lets vLLM's prefix cache hit. Each prompt is
 //!   here a shared synthetic run (the group's system prompt) plus a private
 //!   one, so the simulated cache hits exactly where vLLM's would.
+//! * **Drawn lengths** (`random`, `synthetic`): `input_distribution` and
+//!   `output_distribution` (see [`crate::io_distribution`]), entry
+//!   `n mod total_count` for the n-th request of a stage; random prompts are
+//!   fresh random tokens (never shared), synthetic ones the first tokens of
+//!   one fixed text (so any two share their common length as a prefix).
 //! * **Arrivals** (`ConstantLoadTimer`): a stage of `rate` req/s for
 //!   `duration` s sends N = ⌊rate·duration⌋ requests whose gaps are
 //!   exponential, rescaled to sum exactly to `duration`, starting 1 s after
@@ -21,8 +27,8 @@
 //!   and spreads it the same way over that second. Stages run one after
 //!   another: the next starts `interval` s after every request of the
 //!   previous one finished.
-//! * **Outputs**: `max_tokens = output_len` with `ignore_eos`, so every
-//!   successful request generates exactly `output_len` tokens.
+//! * **Outputs**: `max_tokens = output_len` (or the drawn output length)
+//!   with `ignore_eos`, so every successful request generates exactly that.
 //! * **Client timeout**: `load.request_timeout`, else aiohttp's default total
 //!   timeout of 300 s.
 //!
@@ -38,6 +44,8 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp, Poisson};
 use serde::Deserialize;
 use thiserror::Error;
+
+use crate::io_distribution::LengthDistribution;
 
 /// aiohttp's default total timeout, which inference-perf uses when
 /// `load.request_timeout` is null.
@@ -105,11 +113,12 @@ pub struct SharedPrefix {
     pub enable_multi_turn_chat: bool,
 }
 
-/// How arrivals within a stage are drawn.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+/// How arrivals within a stage are drawn (inference-perf's default: constant).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LoadKind {
     /// `ConstantLoadTimer`: N exponential gaps rescaled to the stage duration.
+    #[default]
     Constant,
     /// `PoissonLoadTimer`: a Poisson count per second, spread over that second.
     Poisson,
@@ -135,7 +144,7 @@ impl Stage {
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 pub struct Load {
     /// Arrival process.
-    #[serde(rename = "type")]
+    #[serde(rename = "type", default)]
     pub kind: LoadKind,
     /// Seconds between a stage draining and the next starting.
     #[serde(default = "default_interval")]
@@ -157,6 +166,32 @@ struct RawData {
     kind: String,
     #[serde(default)]
     shared_prefix: Option<SharedPrefix>,
+    #[serde(default)]
+    input_distribution: Option<LengthDistribution>,
+    #[serde(default)]
+    output_distribution: Option<LengthDistribution>,
+}
+
+/// `data` of a configuration: the prompts and output lengths of its data generator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    /// `shared_prefix`: groups of prompts sharing a system prompt, cycled.
+    SharedPrefix(SharedPrefix),
+    /// `random`: prompts of random tokens (never shared, even when a length
+    /// recurs), lengths from the two distributions.
+    Random(IoLengths),
+    /// `synthetic`: prompt n is the first `input[n]` tokens of one fixed
+    /// text, so every two prompts share their common length as a prefix.
+    Synthetic(IoLengths),
+}
+
+/// `data.input_distribution` and `data.output_distribution`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoLengths {
+    /// Prompt lengths, tokens.
+    pub input: LengthDistribution,
+    /// Output lengths (`max_tokens`), tokens.
+    pub output: LengthDistribution,
 }
 
 #[derive(Deserialize)]
@@ -206,8 +241,8 @@ pub struct InferencePerfConfig {
     pub api: String,
     /// `api.streaming`.
     pub streaming: bool,
-    /// `data.shared_prefix`.
-    pub shared_prefix: SharedPrefix,
+    /// `data`.
+    pub data: Data,
     /// `load`.
     pub load: Load,
     /// `server.ignore_eos`.
@@ -223,14 +258,7 @@ impl InferencePerfConfig {
         let de = serde_yaml_ng::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de)
             .map_err(|e| InferencePerfError::Parse(format!("field `{}`: {}", e.path(), e.inner())))?;
-        if raw.data.kind != "shared_prefix" {
-            return Err(InferencePerfError::Unsupported { field: "data.type", value: raw.data.kind, allowed: "shared_prefix" });
-        }
-        let shared_prefix = raw.data.shared_prefix.ok_or(InferencePerfError::Invalid {
-            field: "data.shared_prefix",
-            value: "null".into(),
-            reason: "required when data.type is shared_prefix",
-        })?;
+        let data = Data::from_raw(raw.data)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
             return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
         }
@@ -238,7 +266,7 @@ impl InferencePerfConfig {
         let cfg = InferencePerfConfig {
             api: raw.api.kind,
             streaming: raw.api.streaming,
-            shared_prefix,
+            data,
             load: raw.load,
             ignore_eos: server.ignore_eos,
             model_name: server.model_name,
@@ -247,24 +275,17 @@ impl InferencePerfConfig {
         Ok(cfg)
     }
 
-    fn validate(&self) -> Result<(), InferencePerfError> {
-        let sp = &self.shared_prefix;
-        for (field, v) in [
-            ("data.shared_prefix.num_groups", sp.num_groups),
-            ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group),
-            ("data.shared_prefix.question_len", sp.question_len),
-            ("data.shared_prefix.output_len", sp.output_len),
-        ] {
-            if v == 0 {
-                return Err(InferencePerfError::Invalid { field, value: "0".into(), reason: "must be at least 1" });
-            }
+    /// The shared-prefix data of a `shared_prefix` configuration.
+    pub fn shared_prefix(&self) -> Option<&SharedPrefix> {
+        match &self.data {
+            Data::SharedPrefix(sp) => Some(sp),
+            Data::Random(_) | Data::Synthetic(_) => None,
         }
-        if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
-            return Err(InferencePerfError::Invalid {
-                field: "data.shared_prefix.num_prompts_per_group",
-                value: sp.num_prompts_per_group.to_string(),
-                reason: "num_groups × num_prompts_per_group must be at most 10^6",
-            });
+    }
+
+    fn validate(&self) -> Result<(), InferencePerfError> {
+        if let Some(sp) = self.shared_prefix() {
+            validate_shared_prefix(sp)?;
         }
         if self.load.stages.is_empty() {
             return Err(InferencePerfError::Invalid { field: "load.stages", value: "[]".into(), reason: "needs at least one stage" });
@@ -295,6 +316,55 @@ impl InferencePerfConfig {
     /// The client timeout in effect: `load.request_timeout` or 300 s.
     pub fn client_timeout(&self) -> Micros {
         Micros::from_secs_f64(self.load.request_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT_S)).unwrap_or(Micros::MAX)
+    }
+}
+
+fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
+    for (field, v) in [
+        ("data.shared_prefix.num_groups", sp.num_groups),
+        ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group),
+        ("data.shared_prefix.question_len", sp.question_len),
+        ("data.shared_prefix.output_len", sp.output_len),
+    ] {
+        if v == 0 {
+            return Err(InferencePerfError::Invalid { field, value: "0".into(), reason: "must be at least 1" });
+        }
+    }
+    if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
+        return Err(InferencePerfError::Invalid {
+            field: "data.shared_prefix.num_prompts_per_group",
+            value: sp.num_prompts_per_group.to_string(),
+            reason: "num_groups × num_prompts_per_group must be at most 10^6",
+        });
+    }
+    Ok(())
+}
+
+impl Data {
+    fn from_raw(raw: RawData) -> Result<Data, InferencePerfError> {
+        let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
+            let mut pair = Vec::with_capacity(2);
+            for (field, d) in [("data.input_distribution", raw.input_distribution), ("data.output_distribution", raw.output_distribution)] {
+                let d = d.ok_or(InferencePerfError::Invalid { field, value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+                if let Some((sub, value, reason)) = d.problem() {
+                    return Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason });
+                }
+                pair.push(d);
+            }
+            let output = pair.pop().unwrap_or_default();
+            let input = pair.pop().unwrap_or_default();
+            Ok(IoLengths { input, output })
+        };
+        match raw.kind.as_str() {
+            "shared_prefix" => raw.shared_prefix.map(Data::SharedPrefix).ok_or(InferencePerfError::Invalid {
+                field: "data.shared_prefix",
+                value: "null".into(),
+                reason: "required when data.type is shared_prefix",
+            }),
+            "random" => Ok(Data::Random(lengths(raw)?)),
+            "synthetic" => Ok(Data::Synthetic(lengths(raw)?)),
+            _ => Err(InferencePerfError::Unsupported { field: "data.type", value: raw.kind, allowed: "shared_prefix, random, synthetic" }),
+        }
     }
 }
 
@@ -436,9 +506,50 @@ struct Conversation {
     blocked: std::collections::VecDeque<(Micros, u32)>,
 }
 
+/// What the n-th request of a stage sends, by data generator.
+enum PromptSet {
+    /// `shared_prefix`: prompt n mod count, `output_len` tokens.
+    Shared { prompts: SharedPrefixPrompts, question_tokens: u32, output_len: u32 },
+    /// `random` / `synthetic`: lengths `n mod total_count`; synthetic prompts
+    /// are prefixes of the one stream `text_seed`, random ones fresh tokens.
+    Drawn { input: Vec<u32>, output: Vec<u32>, text_seed: Option<u64>, tokens_seed: u64 },
+}
+
+impl PromptSet {
+    fn new(data: &Data, tokens: Option<PromptTokens>, seed: u64) -> PromptSet {
+        let drawn = |io: &IoLengths, shared_text: bool| PromptSet::Drawn {
+            input: io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")),
+            output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")),
+            text_seed: shared_text.then(|| subsystem_seed(seed, "inference-perf/synthetic-text")),
+            tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
+        };
+        match data {
+            Data::SharedPrefix(sp) => {
+                let tokens = tokens.unwrap_or_else(|| PromptTokens::scaled(sp, 1.0));
+                PromptSet::Shared { prompts: SharedPrefixPrompts::new(sp, tokens, seed), question_tokens: tokens.question, output_len: sp.output_len }
+            }
+            Data::Random(io) => drawn(io, false),
+            Data::Synthetic(io) => drawn(io, true),
+        }
+    }
+
+    /// Prompt and `max_tokens` of request `n` of a stage, whose id is `id`
+    /// (single-turn). Drawn lengths of 0 become 1: the engine needs a token.
+    fn single(&self, n: u64, id: RequestId) -> (TokenSeq, u32) {
+        match self {
+            PromptSet::Shared { prompts, output_len, .. } => (prompts.prompt(n, None), *output_len),
+            PromptSet::Drawn { input, output, text_seed, tokens_seed } => {
+                let len = input[(n % input.len() as u64) as usize].max(1);
+                let stream = text_seed.unwrap_or_else(|| mix64(tokens_seed ^ id.0));
+                (TokenSeq::synthetic(stream, len), output[(n % output.len() as u64) as usize].max(1))
+            }
+        }
+    }
+}
+
 /// The whole inference-perf run as a lazy workload: stage after stage, each
 /// starting `interval` after the previous one drained, prompts cycled per
-/// stage, `output_len` tokens per request, `meta.stage` set. With
+/// stage, `max_tokens` per request as the data generator sets it, `meta.stage` set. With
 /// multi-turn chat, request `n` is a round of user `n mod prompts`, sent
 /// when its timer fires or, if the user's previous round is still running,
 /// when that round finishes; `meta.session` is `(user, round)`.
@@ -446,9 +557,7 @@ pub struct StagedWorkload {
     kind: LoadKind,
     stages: Vec<Stage>,
     interval: Micros,
-    prompts: SharedPrefixPrompts,
-    question_tokens: u32,
-    output_len: u32,
+    prompts: PromptSet,
     rng: SimRng,
     content_seed: u64,
     stage: usize,
@@ -464,17 +573,19 @@ pub struct StagedWorkload {
 }
 
 impl StagedWorkload {
-    /// The run of `cfg` with prompt token counts `tokens`, deterministic in `seed`.
-    pub fn new(cfg: &InferencePerfConfig, tokens: PromptTokens, seed: u64) -> StagedWorkload {
-        let prompts = SharedPrefixPrompts::new(&cfg.shared_prefix, tokens, seed);
-        let conversations = cfg.shared_prefix.enable_multi_turn_chat.then(|| vec![Conversation::default(); prompts.len()]);
+    /// The run of `cfg`, deterministic in `seed`; `tokens` overrides the
+    /// shared-prefix prompt token counts (the server's re-tokenisation).
+    pub fn new(cfg: &InferencePerfConfig, tokens: Option<PromptTokens>, seed: u64) -> StagedWorkload {
+        let prompts = PromptSet::new(&cfg.data, tokens, seed);
+        let conversations = match (&prompts, cfg.shared_prefix()) {
+            (PromptSet::Shared { prompts, .. }, Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
+            _ => None,
+        };
         let mut w = StagedWorkload {
             kind: cfg.load.kind,
             stages: cfg.load.stages.clone(),
             interval: Micros::from_secs_f64(cfg.load.interval).unwrap_or(Micros::ZERO),
             prompts,
-            question_tokens: tokens.question,
-            output_len: cfg.shared_prefix.output_len,
             rng: subsystem_rng(seed, "inference-perf/arrivals"),
             content_seed: subsystem_seed(seed, "inference-perf/outputs"),
             stage: 0,
@@ -527,28 +638,31 @@ impl StagedWorkload {
         let id = RequestId(self.next_id);
         self.next_id += 1;
         let output_seed = output_stream_seed(id, self.content_seed);
-        let (prompt, session) = match self.conversations.as_mut() {
-            None => (self.prompts.prompt(n, None), None),
-            Some(convs) => {
+        let (prompt, max_output_tokens, session) = match (self.conversations.as_mut(), &self.prompts) {
+            (Some(convs), PromptSet::Shared { prompts, question_tokens, output_len }) => {
                 let user = (n % convs.len() as u64) as usize;
                 let conv = &mut convs[user];
                 let round = conv.rounds;
                 let prompt = match &conv.last {
-                    None => self.prompts.prompt(n, None),
+                    None => prompts.prompt(n, None),
                     Some((prev, prev_seed, prev_len)) => {
                         let mut p = prev.clone();
                         p.push(TokenRun::synthetic(*prev_seed, *prev_len));
-                        p.push(TokenRun::synthetic(self.prompts.question_seed(user, round), self.question_tokens));
+                        p.push(TokenRun::synthetic(prompts.question_seed(user, round), *question_tokens));
                         p
                     }
                 };
                 conv.rounds += 1;
                 conv.busy = true;
-                conv.last = Some((prompt.clone(), output_seed, self.output_len));
-                (prompt, Some((user as u64, round)))
+                conv.last = Some((prompt.clone(), output_seed, *output_len));
+                (prompt, *output_len, Some((user as u64, round)))
+            }
+            _ => {
+                let (prompt, max_output_tokens) = self.prompts.single(n, id);
+                (prompt, max_output_tokens, None)
             }
         };
-        Request { id, arrival, prompt, max_output_tokens: self.output_len, output_seed, meta: RequestMeta { stage, session, ..RequestMeta::default() } }
+        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, ..RequestMeta::default() } }
     }
 }
 
@@ -637,7 +751,7 @@ storage:
     #[test]
     fn parses_the_effective_config_and_its_defaults() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        assert_eq!(c.shared_prefix, SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247, enable_multi_turn_chat: false });
+        assert_eq!(c.shared_prefix().unwrap(), &SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247, enable_multi_turn_chat: false });
         assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
         assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
         assert_eq!(c.client_timeout(), Micros::from_secs(300));
@@ -645,8 +759,10 @@ storage:
 
     #[test]
     fn rejects_what_it_cannot_reproduce_with_the_field_named() {
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: shareGPT")).unwrap_err();
+        assert!(e.to_string().contains("data.type") && e.to_string().contains("random, synthetic"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: random")).unwrap_err();
-        assert!(e.to_string().contains("data.type"), "{e}");
+        assert!(e.to_string().contains("data.input_distribution"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0", "rate: -5.0")).unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate: 10.0", "duration: 1e12\n  - rate: 10.0")).unwrap_err();
@@ -661,7 +777,8 @@ storage:
     #[test]
     fn prompts_cycle_and_share_their_group_prefix() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        let p = SharedPrefixPrompts::new(&c.shared_prefix, PromptTokens::scaled(&c.shared_prefix, 1.0), 7);
+        let sp = c.shared_prefix().unwrap();
+        let p = SharedPrefixPrompts::new(sp, PromptTokens::scaled(sp, 1.0), 7);
         assert_eq!(p.len(), 100);
         assert_eq!(p.prompt(3, None), p.prompt(103, None));
         assert_eq!(p.prompt(3, None).len(), 566);
@@ -713,7 +830,7 @@ storage:
     #[test]
     fn next_stage_starts_after_the_previous_drains() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.05), 3);
+        let mut w = StagedWorkload::new(&c, Some(PromptTokens::scaled(c.shared_prefix().unwrap(), 1.05)), 3);
         let mut stage0 = Vec::new();
         while let Some(r) = w.next_request() {
             stage0.push(r);
@@ -775,7 +892,7 @@ storage:
                 .replace("rate: 10.0\n    duration: 600", "rate: 20.0\n    duration: 15")
                 .replace("output_len: 247", &format!("output_len: 247\n    enable_multi_turn_chat: {multi_turn}"));
             let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-            let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.0), 9);
+            let mut w = StagedWorkload::new(&c, None, 9);
             let sent = drive(&mut w, Micros::from_ms(300));
             let per_stage = |s: u32| sent.iter().filter(|r| r.meta.stage == s).count();
             assert_eq!((per_stage(0), per_stage(1)), (240, 300), "{load}, multi-turn {multi_turn}");
@@ -790,7 +907,7 @@ storage:
     fn multi_turn_rounds_wait_for_the_previous_round_and_accumulate_context() {
         let text = CONFIG.replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true").replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
         let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-        let mut w = StagedWorkload::new(&c, PromptTokens::scaled(&c.shared_prefix, 1.0), 4);
+        let mut w = StagedWorkload::new(&c, None, 4);
         // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
         let service = Micros::from_secs(3);
         let sent = drive(&mut w, service);
@@ -808,5 +925,48 @@ storage:
                 assert_eq!(pair[1].prompt.len(), prev.len() + 247 + 466);
             }
         }
+    }
+
+    /// A one-stage configuration of `data_type` with inference-perf's distribution fields.
+    fn drawn_config(data_type: &str) -> InferencePerfConfig {
+        let text = format!(
+            "api:\n  type: completion\n  streaming: true\ndata:\n  type: {data_type}\n  input_distribution:\n    min: 50\n    max: 400\n    \
+             mean: 200\n    std_dev: 80\n    total_count: 30\n  output_distribution:\n    min: 5\n    max: 60\n    mean: 20\n    std_dev: 10\n    \
+             total_count: 30\nload:\n  type: poisson\n  stages:\n  - rate: 20\n    duration: 6\n"
+        );
+        InferencePerfConfig::from_yaml_str(&text).unwrap()
+    }
+
+    #[test]
+    fn random_prompts_cycle_their_lengths_but_never_their_tokens() {
+        let c = drawn_config("random");
+        assert!(c.shared_prefix().is_none());
+        let sent = drive(&mut StagedWorkload::new(&c, None, 5), Micros::from_ms(100));
+        assert_eq!(sent.len(), 120);
+        assert!(sent.iter().all(|r| (50..=400).contains(&r.prompt.len()) && (5..=60).contains(&r.max_output_tokens)));
+        // Entry n mod total_count: request 3 and 33 have the same lengths, yet different tokens.
+        assert_eq!((sent[3].prompt.len(), sent[3].max_output_tokens), (sent[33].prompt.len(), sent[33].max_output_tokens));
+        assert_ne!(sent[3].prompt.runs()[0], sent[33].prompt.runs()[0]);
+        let distinct_lengths: std::collections::BTreeSet<u32> = sent.iter().map(|r| r.prompt.len()).collect();
+        assert!(distinct_lengths.len() > 10, "lengths are drawn, not fixed: {distinct_lengths:?}");
+    }
+
+    #[test]
+    fn synthetic_prompts_are_prefixes_of_one_text() {
+        let sent = drive(&mut StagedWorkload::new(&drawn_config("synthetic"), None, 5), Micros::from_ms(100));
+        let first = sent[0].prompt.runs()[0].clone();
+        for r in &sent {
+            match (&r.prompt.runs()[0], &first) {
+                (TokenRun::Synthetic { seed, offset: 0, .. }, TokenRun::Synthetic { seed: s0, .. }) => assert_eq!(seed, s0),
+                other => panic!("not a prefix of the shared text: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn distribution_errors_name_the_field() {
+        let text = "data:\n  type: synthetic\n  input_distribution:\n    mean: 5000\n  output_distribution: {}\nload:\n  stages:\n  - {rate: 1, duration: 1}\napi: {}\n";
+        let e = InferencePerfConfig::from_yaml_str(&text.replace("api: {}\n", "api:\n  type: completion\n")).unwrap_err();
+        assert!(e.to_string().contains("data.input_distribution") && e.to_string().contains("mean: 5000"), "{e}");
     }
 }

@@ -49,6 +49,7 @@ pub mod empirical;
 pub mod error;
 pub mod generator;
 pub mod inference_perf;
+pub mod io_distribution;
 pub mod labels;
 pub mod mooncake;
 pub mod network;

@@ -34,7 +34,7 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
         assert_eq!((k.max_num_seqs, k.max_num_batched_tokens, k.max_model_len), (128, 2048, 4096));
         assert_eq!(s.instance.client_timeout, Some(blis_engine::time::Micros::from_secs(300)));
         // What actually ran: 10 groups × 10 prompts, outputs of the configured length.
-        let sp = &e.workload.shared_prefix;
+        let sp = &e.shared_prefix;
         assert_eq!((sp.num_groups, sp.num_prompts_per_group), (10, 10));
         assert!([247, 248, 251, 1448].contains(&s.output_len), "{}", e.name);
         // Prompts ~5 % longer than configured after re-tokenisation.

@@ -233,3 +233,25 @@ fn an_inference_perf_profile_runs_as_a_workload_spec_with_its_stage_counts() {
     assert_eq!(e.status.code(), Some(2));
     assert!(stderr(&e).contains("--rate does not apply"), "{}", stderr(&e));
 }
+
+/// inference-perf's `synthetic` and `random` data generators: lengths drawn
+/// from their distributions (means within 3 % over 1 200 requests), prompts
+/// that share prefixes (synthetic) or nothing (random).
+#[test]
+fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributions() {
+    let dir = scratch("inference-perf-drawn");
+    let synthetic = example("inference-perf-synthetic.yaml");
+    let random = dir.join("random.yaml");
+    std::fs::write(&random, std::fs::read_to_string(&synthetic).unwrap().replace("type: synthetic", "type: random")).unwrap();
+    for (spec, shares) in [(synthetic.clone(), true), (random.to_str().unwrap().to_string(), false)] {
+        let out = blis(&["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+        assert_eq!(j["requests"]["injected"], 1200, "5/s × 60 s + 15/s × 60 s");
+        let per_request = |k: &str| j["tokens"][k].as_f64().unwrap() / 1200.0;
+        assert!((per_request("input_total") / 1024.0 - 1.0).abs() < 0.03, "{}", per_request("input_total"));
+        assert!((per_request("output_total") / 192.0 - 1.0).abs() < 0.03, "{}", per_request("output_total"));
+        let hit = j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap();
+        assert_eq!(hit > 0.5, shares, "prefix hit rate {hit}");
+    }
+}
