@@ -96,6 +96,11 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     if let Some(m) = &args.holdout_model {
         command += &format!(" --holdout-model {m}");
     }
+    for (flag, path) in [("--model-config", &args.definitions.model_config), ("--hardware-config", &args.definitions.hardware_config)] {
+        if let Some(p) = path {
+            command += &format!(" {flag} {}", p.display());
+        }
+    }
     set.provenance.command = Some(command);
     set.provenance.fitted_at = Some(args.fitted_at.clone().unwrap_or_else(today_utc));
     eprintln!(

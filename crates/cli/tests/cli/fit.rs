@@ -52,3 +52,22 @@ fn holding_out_the_only_model_is_refused() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("gpt-9"));
 }
+
+/// A model BLIS does not bundle can be fitted from its config.json; the
+/// provenance command says so, so it regenerates the file.
+#[test]
+fn fits_an_unbundled_model_and_records_its_config_in_the_command() {
+    let tmp = TempDir::new("fit-definitions");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let cfg = dir.join("exp-config.yaml");
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("meta-llama/Llama-2-7b-hf", "acme/private-7b")).unwrap();
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-2-7b-hf.json");
+    let out_path = tmp.0.join("c.yaml");
+    let args = ["fit", dir.to_str().unwrap(), "--latency-model", "blackbox", "--rounds", "1", "--refine-evals", "0", "-o", out_path.to_str().unwrap()];
+    let refused = blis(&args);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    let out = blis(&[&args[..], &["--model-config", config]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let set = CoefficientSet::parse(&std::fs::read_to_string(&out_path).unwrap(), &out_path).unwrap();
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--model-config {config}"))), "{:?}", set.provenance.command);
+}
