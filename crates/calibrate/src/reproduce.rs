@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use blis_engine::catalog;
 use blis_engine::hardware::{GpuSpec, kv_blocks};
-use blis_engine::instance::{Instance, Observer, StepEvent, TokenEvent};
+use blis_engine::instance::{Fanout, Instance, Observer};
 use blis_engine::latency::LatencyModel;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, output_stream_seed};
@@ -83,9 +83,8 @@ fn find_sibling_model_config(dir: &std::path::Path, model_id: &str) -> Option<st
         entries.sort();
         entries.into_iter().find_map(|e| {
             let name = e.file_name()?.to_str()?;
-            let matches = name.eq_ignore_ascii_case(short) || name.eq_ignore_ascii_case(&model_id.replace('/', "--"));
             let config = e.join("config.json");
-            (matches && config.is_file()).then_some(config)
+            (name.eq_ignore_ascii_case(short) && config.is_file()).then_some(config)
         })
     })
 }
@@ -105,7 +104,7 @@ fn resolve_model(exp: &Experiment, defs: &Definitions) -> Result<(String, ModelC
         return Err(format!(
             "exp-config.yaml model `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
              the experiment; bundled: {}; or pass --model-config PATH",
-            catalog::MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
+            catalog::model_ids()
         ));
     };
     let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -122,7 +121,7 @@ fn resolve_gpu(exp: &Experiment, defs: &Definitions) -> Result<(String, GpuSpec)
     let gpu = catalog::find_gpu(wanted).ok_or_else(|| {
         format!(
             "server-facts.yaml hardware `{wanted}` is not a bundled GPU; allowed: {}; or pass --hardware-config PATH",
-            catalog::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+            catalog::gpu_names()
         )
     })?;
     Ok((gpu.name.to_string(), gpu.spec()))
@@ -260,24 +259,6 @@ pub struct Simulated {
     pub prefix_hit_rate: f64,
 }
 
-/// Forwards callbacks to two observers.
-struct Both<'a>(&'a mut dyn Observer, &'a mut dyn Observer);
-
-impl Observer for Both<'_> {
-    fn on_finish(&mut self, r: &RequestRecord) {
-        self.0.on_finish(r);
-        self.1.on_finish(r);
-    }
-    fn on_token(&mut self, t: &TokenEvent) {
-        self.0.on_token(t);
-        self.1.on_token(t);
-    }
-    fn on_step(&mut self, s: &StepEvent<'_>) {
-        self.0.on_step(s);
-        self.1.on_step(s);
-    }
-}
-
 /// Simulates `exp` on `setup` with `latency`, deterministic in `seed`;
 /// `extra` sees every event too (fitting uses it to collect step features);
 /// `token_gaps` keeps the inter-token gap distributions.
@@ -303,7 +284,7 @@ pub fn simulate(
         }
     };
     let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);
-    run_single(&mut instance, workload.as_mut(), None, &mut Both(&mut client, extra));
+    run_single(&mut instance, workload.as_mut(), None, &mut Fanout::new(vec![&mut client, extra]));
     let stats = instance.stats();
     let prefix_hit_rate = if stats.prefix_query_tokens > 0 { stats.prefix_hit_tokens as f64 / stats.prefix_query_tokens as f64 } else { 0.0 };
     Ok(Simulated { client, csv_row_of, steps: stats.steps, preemptions: stats.preemptions, prefix_hit_rate })

@@ -5,13 +5,14 @@ use std::path::PathBuf;
 
 use anyhow::Context;
 use blis_cluster::trace::DecisionSink;
+use blis_engine::instance::Fanout;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 
 use crate::breakdown::{ClientLatencyReport, GroupObservers};
 use crate::cluster::{ClusterSetup, TraceWriter};
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
-use crate::output::{AtomicFile, Fanout, Progress, RequestCsv, peak_rss_mib};
+use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib};
 use crate::report::{DeploymentInfo, RunReport, SCHEMA_VERSION, SimulatorInfo, table};
 use crate::setup::{Deployment, seconds};
 use crate::workload_source::{self, WorkloadSource};

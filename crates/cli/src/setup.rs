@@ -172,7 +172,7 @@ impl Deployment {
                 let bundled = catalog::find_model(&name).ok_or_else(|| {
                     bad_input!(
                         "--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
-                        catalog::MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
+                        catalog::model_ids()
                     )
                 })?;
                 let model = ModelConfig::from_hf_json(bundled.config_json)
@@ -191,7 +191,7 @@ impl Deployment {
                 let g = catalog::find_gpu(&name).ok_or_else(|| {
                     bad_input!(
                         "--hardware {name}: unknown GPU; allowed: {}; or pass --hardware-config PATH",
-                        catalog::GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+                        catalog::gpu_names()
                     )
                 })?;
                 (g.name.to_string(), g.spec())

@@ -68,18 +68,28 @@ impl BundledGpu {
 pub const GPUS: &[BundledGpu] = &[
     BundledGpu {
         name: "H100",
-        aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB", "H100-SXM5", "H100-SXM5-80GB", "H100 80GB HBM3", "H100 SXM 80GB"],
+        aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB", "H100-SXM5", "H100-SXM5-80GB", "H100 80GB HBM3"],
         json: include_str!("../../../data/hardware/H100.json"),
     },
     BundledGpu {
         name: "A100-80GB",
-        aliases: &["A100", "A100-SXM", "A100-SXM-80GB", "A100-SXM4-80GB", "A100 SXM 80GB"],
+        aliases: &["A100", "A100-SXM", "A100-SXM-80GB", "A100-SXM4-80GB"],
         json: include_str!("../../../data/hardware/A100-80GB.json"),
     },
     BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
-    BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB", "H100 NVL 94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
+    BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
     BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
 ];
+
+/// The bundled model ids, comma-separated, for error messages.
+pub fn model_ids() -> String {
+    MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
+}
+
+/// The bundled GPU names, comma-separated, for error messages.
+pub fn gpu_names() -> String {
+    GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
+}
 
 /// `name` upper-cased without spaces, `-`, `_` and a leading "NVIDIA":
 /// "NVIDIA H100 80GB HBM3" and "h100-80gb-hbm3" compare equal.

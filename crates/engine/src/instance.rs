@@ -108,6 +108,47 @@ pub trait Observer {
     fn on_queue(&mut self, _event: &QueueEvent) {}
 }
 
+/// Fans callbacks out to several observers; tokens only to those that
+/// observe them.
+pub struct Fanout<'a> {
+    observers: Vec<&'a mut dyn Observer>,
+    observes_tokens: Vec<bool>,
+}
+
+impl<'a> Fanout<'a> {
+    /// Fans out to `observers`, in order.
+    pub fn new(observers: Vec<&'a mut dyn Observer>) -> Fanout<'a> {
+        let observes_tokens = observers.iter().map(|o| o.observes_tokens()).collect();
+        Fanout { observers, observes_tokens }
+    }
+}
+
+impl Observer for Fanout<'_> {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        for o in &mut self.observers {
+            o.on_finish(record);
+        }
+    }
+    fn on_token(&mut self, token: &TokenEvent) {
+        for (o, _) in self.observers.iter_mut().zip(&self.observes_tokens).filter(|(_, t)| **t) {
+            o.on_token(token);
+        }
+    }
+    fn observes_tokens(&self) -> bool {
+        self.observes_tokens.contains(&true)
+    }
+    fn on_step(&mut self, step: &StepEvent<'_>) {
+        for o in &mut self.observers {
+            o.on_step(step);
+        }
+    }
+    fn on_queue(&mut self, event: &QueueEvent) {
+        for o in &mut self.observers {
+            o.on_queue(event);
+        }
+    }
+}
+
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 enum Status {
     /// Between reaching the instance and entering the wait queue.

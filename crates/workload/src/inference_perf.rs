@@ -340,20 +340,22 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
     Ok(())
 }
 
+/// A distribution random and synthetic data need, present and drawable.
+fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> Result<LengthDistribution, InferencePerfError> {
+    let d = d.ok_or(InferencePerfError::Invalid { field, value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+    match d.problem() {
+        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason }),
+        None => Ok(d),
+    }
+}
+
 impl Data {
     fn from_raw(raw: RawData) -> Result<Data, InferencePerfError> {
         let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
-            let mut pair = Vec::with_capacity(2);
-            for (field, d) in [("data.input_distribution", raw.input_distribution), ("data.output_distribution", raw.output_distribution)] {
-                let d = d.ok_or(InferencePerfError::Invalid { field, value: "null".into(), reason: "required when data.type is random or synthetic" })?;
-                if let Some((sub, value, reason)) = d.problem() {
-                    return Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason });
-                }
-                pair.push(d);
-            }
-            let output = pair.pop().unwrap_or_default();
-            let input = pair.pop().unwrap_or_default();
-            Ok(IoLengths { input, output })
+            Ok(IoLengths {
+                input: checked_distribution("data.input_distribution", raw.input_distribution)?,
+                output: checked_distribution("data.output_distribution", raw.output_distribution)?,
+            })
         };
         match raw.kind.as_str() {
             "shared_prefix" => raw.shared_prefix.map(Data::SharedPrefix).ok_or(InferencePerfError::Invalid {

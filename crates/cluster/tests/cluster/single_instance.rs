@@ -17,7 +17,7 @@ fn compare(load: Load, client_timeout: Option<Micros>, horizon: Option<Micros>) 
     let mut rec = Recorder::default();
     let mut collector = blis_engine::metrics::Collector::default();
     let end = {
-        let mut both = blis_cli_free_fanout::Both(&mut rec, &mut collector);
+        let mut both = blis_engine::instance::Fanout::new(vec![&mut rec, &mut collector]);
         run_single(&mut single, &mut IterWorkload::new(requests.clone().into_iter()), horizon, &mut both)
     };
     let single_summary = RunSummary::build(&collector, &[single.stats()], end.end, u64::from(end.queued), u64::from(end.running));
@@ -31,24 +31,6 @@ fn compare(load: Load, client_timeout: Option<Micros>, horizon: Option<Micros>) 
     single_summary
 }
 
-/// Forwards to two observers (the CLI's Fanout lives in the binary).
-mod blis_cli_free_fanout {
-    use blis_engine::instance::{Observer, TokenEvent};
-    use blis_engine::request::RequestRecord;
-
-    pub struct Both<'a>(pub &'a mut dyn Observer, pub &'a mut dyn Observer);
-
-    impl Observer for Both<'_> {
-        fn on_finish(&mut self, r: &RequestRecord) {
-            self.0.on_finish(r);
-            self.1.on_finish(r);
-        }
-        fn on_token(&mut self, t: &TokenEvent) {
-            self.0.on_token(t);
-            self.1.on_token(t);
-        }
-    }
-}
 
 #[test]
 fn one_instance_round_robin_equals_the_single_instance_run() {
