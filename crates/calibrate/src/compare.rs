@@ -178,6 +178,40 @@ pub struct RequestAgreement {
     pub ttft_pearson: Option<f64>,
 }
 
+/// What the client saw of a successful request, ms.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Latency {
+    /// Time to first token.
+    pub ttft_ms: f64,
+    /// End to end.
+    pub e2e_ms: f64,
+}
+
+/// One request of `requests.csv` and its simulated twin.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct RequestPair {
+    /// Its `index` in `requests.csv`.
+    pub index: u64,
+    /// Load stage.
+    pub stage: u32,
+    /// Send time from the first request, s.
+    pub send_s: f64,
+    /// Prompt tokens the real server saw (0 when it never answered).
+    pub input_tokens: u32,
+    /// The real request's latencies; `None` when the client saw an error.
+    pub real: Option<Latency>,
+    /// The simulated request's latencies; `None` when it did not complete
+    /// before the client's timeout.
+    pub predicted: Option<Latency>,
+}
+
+impl RequestPair {
+    /// (real, predicted) when the request succeeded in both.
+    pub fn both(&self) -> Option<(Latency, Latency)> {
+        self.real.zip(self.predicted)
+    }
+}
+
 /// One experiment compared.
 #[derive(Clone, Debug)]
 pub struct ExperimentComparison {
@@ -191,8 +225,9 @@ pub struct ExperimentComparison {
     pub rows: Vec<MetricRow>,
     /// Per-request agreement.
     pub requests: Option<RequestAgreement>,
-    /// (real, simulated) E2E in ms of every request that succeeded in both, in send order.
-    pub request_e2e_ms: Vec<(f64, f64)>,
+    /// Every request of `requests.csv` next to its simulation, in send order
+    /// (empty without `requests.csv`).
+    pub request_pairs: Vec<RequestPair>,
     /// Simulated client metrics per stage.
     pub predicted_stages: Vec<ClientMetrics>,
     /// Simulated client metrics of the whole run.
@@ -218,7 +253,8 @@ impl ExperimentComparison {
         let predicted_summary = sim.client.summary.metrics(output_len);
         let stages = exp.stages.iter().zip(&predicted_stages).enumerate().map(|(i, (l, p))| (StageLabel::Stage(i as u32), l, p));
         let summary = exp.summary.as_ref().map(|l| (StageLabel::Summary, l, &predicted_summary));
-        let (requests, request_e2e_ms) = request_agreement(exp, sim);
+        let request_pairs = request_pairs(exp, sim);
+        let requests = request_agreement(&request_pairs);
         let mut rows = Vec::new();
         for (label, measured, p) in stages.chain(summary) {
             for metric in Metric::ALL {
@@ -233,7 +269,7 @@ impl ExperimentComparison {
             status: exp.status(),
             rows,
             requests,
-            request_e2e_ms,
+            request_pairs,
             predicted_stages,
             predicted_summary,
             offered_rps: exp.workload.load.stages.iter().map(|s| s.rate).collect(),
@@ -262,30 +298,45 @@ impl ExperimentComparison {
     }
 }
 
-fn request_agreement(exp: &Experiment, sim: &Simulated) -> (Option<RequestAgreement>, Vec<(f64, f64)>) {
-    let Some(rows) = exp.requests.as_ref() else { return (None, Vec::new()) };
-    let (mut pe, mut ae, mut pt, mut at) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for (id, &row) in sim.csv_row_of.iter().enumerate() {
-        let real = &rows[row];
-        if let (Some((ttft, e2e)), 0, Some(re), Some(rt)) = (sim.client.per_request.get(id).copied().flatten(), real.has_error, real.e2e_ms, real.ttft_ms) {
-            pe.push(e2e);
-            ae.push(re);
-            pt.push(ttft);
-            at.push(rt);
-        }
+fn request_pairs(exp: &Experiment, sim: &Simulated) -> Vec<RequestPair> {
+    let Some(rows) = exp.requests.as_ref() else { return Vec::new() };
+    sim.csv_row_of
+        .iter()
+        .enumerate()
+        .map(|(id, &row)| {
+            let real = &rows[row];
+            let latency = |ttft_ms, e2e_ms| Latency { ttft_ms, e2e_ms };
+            RequestPair {
+                index: real.index,
+                stage: real.stage,
+                send_s: real.arrival_time_us as f64 / 1e6,
+                input_tokens: real.input_tokens,
+                real: match (real.has_error, real.ttft_ms, real.e2e_ms) {
+                    (0, Some(t), Some(e)) => Some(latency(t, e)),
+                    _ => None,
+                },
+                predicted: sim.client.per_request.get(id).copied().flatten().map(|(t, e)| latency(t, e)),
+            }
+        })
+        .collect()
+}
+
+fn request_agreement(pairs: &[RequestPair]) -> Option<RequestAgreement> {
+    let both: Vec<(Latency, Latency)> = pairs.iter().filter_map(RequestPair::both).collect();
+    if both.is_empty() {
+        return None;
     }
-    if pe.is_empty() {
-        return (None, Vec::new());
-    }
+    let column = |f: fn(&Latency) -> f64| -> (Vec<f64>, Vec<f64>) { both.iter().map(|(r, p)| (f(p), f(r))).unzip() };
+    let (pe, ae) = column(|l| l.e2e_ms);
+    let (pt, at) = column(|l| l.ttft_ms);
     let mape = |p: &[f64], a: &[f64]| mean(&p.iter().zip(a).filter_map(|(&p, &a)| ape(p, a)).collect::<Vec<_>>());
-    let agreement = RequestAgreement {
-        matched: pe.len() as u64,
+    Some(RequestAgreement {
+        matched: both.len() as u64,
         e2e_mape: mape(&pe, &ae),
         ttft_mape: mape(&pt, &at),
         e2e_pearson: pearson(&pe, &ae),
         ttft_pearson: pearson(&pt, &at),
-    };
-    (Some(agreement), ae.into_iter().zip(pe).collect())
+    })
 }
 
 /// Mean and median APE of one metric over the stages of active experiments.

@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::compare::{Aggregate, ExperimentComparison, Metric, SATURATION_SERVED_FRACTION, StageLabel, aggregate};
+use crate::compare::{Aggregate, ExperimentComparison, Latency, Metric, SATURATION_SERVED_FRACTION, StageLabel, aggregate};
 use crate::experiment::Status;
 
 /// A table rendered as aligned text or as Markdown.
@@ -210,6 +210,25 @@ pub fn csv_rows(comparisons: &[ExperimentComparison]) -> Vec<String> {
                     r.actual,
                     r.ape.map_or_else(String::new, |a| a.to_string())
                 )
+            })
+        })
+        .collect()
+}
+
+/// Header of the per-request CSV (`blis validate --requests-csv`).
+pub const REQUESTS_CSV_HEADER: &str =
+    "experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms";
+
+/// The per-request CSV rows (no header): every request of every experiment
+/// with `requests.csv`, in send order; `*_ok` is 1 for a success, 0 for a
+/// failure (whose latencies are empty).
+pub fn request_csv_rows(comparisons: &[ExperimentComparison]) -> Vec<String> {
+    let side = |l: Option<Latency>| l.map_or_else(|| "0,,".to_string(), |l| format!("1,{},{}", l.ttft_ms, l.e2e_ms));
+    comparisons
+        .iter()
+        .flat_map(|c| {
+            c.request_pairs.iter().map(move |p| {
+                format!("{},{},{},{},{},{},{}", c.name, p.index, p.stage, p.send_s, p.input_tokens, side(p.real), side(p.predicted))
             })
         })
         .collect()

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use blis_calibrate::compare::{Metric, aggregate};
-use blis_calibrate::report::{CSV_HEADER, ReportContext, csv_rows, markdown, text};
+use blis_calibrate::report::{CSV_HEADER, REQUESTS_CSV_HEADER, ReportContext, csv_rows, markdown, request_csv_rows, text};
 use blis_calibrate::suite::Suite;
 
 use crate::error::bad_input;
@@ -43,6 +43,11 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
 
+    /// Write every request of the experiments with requests.csv, measured next to simulated:
+    /// experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms.
+    #[arg(long, value_name = "FILE")]
+    pub requests_csv: Option<PathBuf>,
+
     /// Write SVG plots into this directory.
     #[arg(long, value_name = "DIR")]
     pub plots: Option<PathBuf>,
@@ -71,6 +76,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
+    let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;
 
     let started = Instant::now();
@@ -93,6 +99,13 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         writeln!(w, "{CSV_HEADER}").context("writing --csv")?;
         for row in csv_rows(&comparisons) {
             writeln!(w, "{row}").context("writing --csv")?;
+        }
+    }
+    if let Some(f) = requests_file.as_mut() {
+        let w = f.writer();
+        writeln!(w, "{REQUESTS_CSV_HEADER}").context("writing --requests-csv")?;
+        for row in request_csv_rows(&comparisons) {
+            writeln!(w, "{row}").context("writing --requests-csv")?;
         }
     }
     if let Some(f) = report_file.as_mut() {
@@ -118,7 +131,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     if let Some(dir) = &plot_dir {
         crate::plot::validate::write_all(dir, &comparisons)?;
     }
-    if let Some(f) = csv_file {
+    for f in [csv_file, requests_file].into_iter().flatten() {
         f.commit()?;
     }
     if let Some(f) = report_file {

@@ -3,12 +3,19 @@
 //! * `parity_<metric>.svg`: every active stage, simulated against real, with
 //!   the y = x line and ±10 % lines;
 //! * `e2e_cdf_<experiment>.svg`: per-request E2E distributions, simulated and
-//!   real (experiments with `requests.csv`).
+//!   real (experiments with `requests.csv`);
+//! * `timeline_<experiment>.svg`: mean TTFT of the successful requests and
+//!   the failed fraction, by send time, simulated and real (experiments with
+//!   `requests.csv`): how fast a queue builds up and when requests start
+//!   timing out.
 
-use blis_calibrate::compare::{ExperimentComparison, Metric, StageLabel};
+use blis_calibrate::compare::{ExperimentComparison, Latency, Metric, RequestPair, StageLabel};
 use blis_calibrate::experiment::Status;
 
-use super::{PlotDir, against_diagonal, cdf_overlay};
+use super::{Panel, PlotDir, against_diagonal, cdf_overlay, real_vs_simulated_panels};
+
+/// Send-time bins of a timeline.
+const TIMELINE_BINS: usize = 60;
 
 const PARITY: [Metric; 5] = [Metric::E2eMean, Metric::E2eP90, Metric::E2eP99, Metric::TtftMean, Metric::ItlMean];
 
@@ -25,9 +32,46 @@ pub fn write_all(dir: &PlotDir, comparisons: &[ExperimentComparison]) -> anyhow:
             dir.save(&format!("parity_{}.svg", metric.name()), &against_diagonal(&title, "real", "simulated", &points, Some(0.1))?)?;
         }
     }
-    for c in comparisons.iter().filter(|c| c.request_e2e_ms.len() >= 2) {
-        let (real, sim): (Vec<f64>, Vec<f64>) = c.request_e2e_ms.iter().copied().unzip();
+    for c in comparisons {
+        let (real, sim): (Vec<f64>, Vec<f64>) = c.request_pairs.iter().filter_map(|p| p.both()).map(|(r, s)| (r.e2e_ms, s.e2e_ms)).unzip();
+        if real.len() < 2 {
+            continue;
+        }
         dir.save(&format!("e2e_cdf_{}.svg", c.name), &cdf_overlay(&format!("E2E per request: {}", c.name), "E2E (ms)", &real, &sim)?)?;
+        dir.save(&format!("timeline_{}.svg", c.name), &timeline(c)?)?;
     }
     Ok(())
+}
+
+/// Per send-time bin: (bin centre s, mean TTFT s of the successes, failed fraction).
+fn binned(pairs: &[RequestPair], side: fn(&RequestPair) -> Option<Latency>) -> Vec<(f64, Option<f64>, Option<f64>)> {
+    let span_s = pairs.iter().map(|p| p.send_s).fold(0.0, f64::max).max(1e-9);
+    let width_s = span_s / TIMELINE_BINS as f64;
+    let mut bins = vec![(0.0, 0u32, 0u32); TIMELINE_BINS];
+    for p in pairs {
+        let b = &mut bins[((p.send_s / width_s) as usize).min(TIMELINE_BINS - 1)];
+        b.2 += 1;
+        if let Some(l) = side(p) {
+            b.0 += l.ttft_ms / 1e3;
+            b.1 += 1;
+        }
+    }
+    bins.iter()
+        .enumerate()
+        .map(|(i, &(ttft_s, ok, sent))| {
+            let x = (i as f64 + 0.5) * width_s;
+            (x, (ok > 0).then(|| ttft_s / ok as f64), (sent > 0).then(|| 1.0 - ok as f64 / sent as f64))
+        })
+        .collect()
+}
+
+fn timeline(c: &ExperimentComparison) -> anyhow::Result<String> {
+    let real = binned(&c.request_pairs, |p| p.real);
+    let sim = binned(&c.request_pairs, |p| p.predicted);
+    let column = |bins: &[(f64, Option<f64>, Option<f64>)], failed: bool| bins.iter().map(|&(x, t, f)| (x, if failed { f } else { t })).collect();
+    let panels = [
+        Panel { y_desc: "mean TTFT of successes (s)", y_max: None, real: column(&real, false), simulated: column(&sim, false) },
+        Panel { y_desc: "failed fraction", y_max: Some(1.05), real: column(&real, true), simulated: column(&sim, true) },
+    ];
+    real_vs_simulated_panels(&format!("By send time: {}", c.name), "send time (s)", &panels)
 }

@@ -8,6 +8,7 @@ fn validates_a_directory_of_experiments_and_writes_every_output() {
     write_experiment(&tmp.0, "exp-a", true);
     write_experiment(&tmp.0, "exp-b", false);
     let (report, csv, plots) = (tmp.0.join("r.md"), tmp.0.join("e.csv"), tmp.0.join("plots"));
+    let requests = tmp.0.join("requests.csv");
     let out = blis(&[
         "validate",
         tmp.0.to_str().unwrap(),
@@ -15,6 +16,8 @@ fn validates_a_directory_of_experiments_and_writes_every_output() {
         report.to_str().unwrap(),
         "--csv",
         csv.to_str().unwrap(),
+        "--requests-csv",
+        requests.to_str().unwrap(),
         "--plots",
         plots.to_str().unwrap(),
     ]);
@@ -39,6 +42,35 @@ fn validates_a_directory_of_experiments_and_writes_every_output() {
     assert!(std::fs::read_to_string(&report).unwrap().starts_with("# BLIS validation report"));
     assert!(plots.join("parity_e2e_mean_ms.svg").is_file());
     assert!(plots.join("e2e_cdf_exp-a.svg").is_file());
+    assert!(plots.join("timeline_exp-a.svg").is_file());
+    check_request_rows(&std::fs::read_to_string(&requests).unwrap(), &text);
+}
+
+/// The per-request CSV holds exactly exp-a's 20 requests (exp-b has no
+/// requests.csv), the measured side as `write_experiment` wrote it, and a
+/// simulated side whose E2E MAPE is the one the per-request table prints.
+fn check_request_rows(csv: &str, stdout: &str) {
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms")
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 20);
+    let mut apes = Vec::new();
+    for (i, r) in rows.iter().enumerate() {
+        let stage = i as u64 / 10;
+        let f = |k: usize| r[k].parse::<f64>().unwrap();
+        assert_eq!(r[..3], ["exp-a", &i.to_string(), &stage.to_string()]);
+        assert_eq!(f(3), (i as u64 * 450_000 + stage * 2_000_000) as f64 / 1e6);
+        assert_eq!((f(4), f(5), f(6), f(7)), ((60 + i % 4) as f64, 1.0, 25.0 + (i % 3) as f64, 80.0 + i as f64));
+        assert_eq!(r[8], "1", "{r:?}");
+        assert!(0.0 < f(9) && f(9) < f(10), "{r:?}");
+        apes.push((f(10) - f(7)).abs() / f(7) * 100.0);
+    }
+    let mape = apes.iter().sum::<f64>() / apes.len() as f64;
+    let row = stdout.lines().find(|l| l.contains("exp-a") && l.contains(" 20 ")).expect("per-request table row");
+    assert!(row.contains(&format!("{mape:.1}%")), "E2E MAPE {mape:.1}% not in {row:?}");
 }
 
 #[test]
