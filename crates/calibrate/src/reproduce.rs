@@ -154,7 +154,7 @@ impl Setup {
             scheduler: SchedulerConfig {
                 max_num_seqs: f.max_num_seqs.or(c.max_num_seqs).unwrap_or(DEFAULT_MAX_NUM_SEQS),
                 max_num_batched_tokens: f.max_num_batched_tokens.or(c.max_num_batched_tokens).unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS),
-                max_model_len: f.max_model_len.or(c.max_model_len).unwrap_or(model.max_position_embeddings),
+                max_model_len: f.max_model_len.or(c.max_model_len).unwrap_or(model.derived_max_model_len),
                 enable_chunked_prefill: f.enable_chunked_prefill.unwrap_or(true),
                 long_prefill_token_threshold: 0,
                 async_scheduling: f.async_scheduling.unwrap_or(DEFAULT_ASYNC_SCHEDULING),

@@ -126,10 +126,11 @@ knob_table! {
     /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: 8192]
     #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     max_num_batched_tokens: u32 = Some(8192),
-    /// Maximum prompt + output tokens per request. [default: the model's max_position_embeddings]
+    /// Maximum prompt + output tokens per request; at most what the model's config.json allows
+    /// (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lifts that, as in vLLM). [default: what its config.json allows]
     #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     max_model_len: u32 = None,
-    /// Tokens per KV block. [default: 16]
+    /// Tokens per KV block: 1, 8, 16, 32, 64, 128 or 256, as in vLLM. [default: 16]
     #[arg(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)")]
     block_size: u32 = Some(16),
     /// GPU KV blocks (vLLM --num-gpu-blocks-override). [default: derived from GPU memory, see docs]

@@ -133,6 +133,13 @@ pub fn choose_coefficients(
     Ok(ChosenCoefficients { set, origin })
 }
 
+/// The KV block sizes vLLM's `--block-size` accepts.
+const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
+
+/// The environment variable with which vLLM (and BLIS) accept a
+/// `--max-model-len` longer than the model's config allows.
+const ALLOW_LONG_MAX_MODEL_LEN: &str = "VLLM_ALLOW_LONG_MAX_MODEL_LEN";
+
 /// A warning when coefficients measured on one GPU time another: the β of
 /// the trained models are efficiencies relative to the GPU's peaks and carry
 /// over to first order, but the α and per-step overheads are absolute, so the
@@ -208,15 +215,27 @@ impl Deployment {
             return Err(bad_input!("--gpu-memory-utilization {util}: must be in (0, 1]"));
         }
         let block_size = required(&k.block_size, "--block-size is required")?;
-        if block_size == 0 {
-            return Err(bad_input!("--block-size 0: must be at least 1 token"));
+        if !VLLM_BLOCK_SIZES.contains(&block_size) {
+            return Err(bad_input!("--block-size {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"));
         }
 
         let max_model_len = match k.max_model_len.value {
+            Some(v) if v > model.derived_max_model_len => {
+                let why = format!(
+                    "--max-model-len {v} is longer than the {} tokens {model_name}'s config.json allows (its length fields and rope_scaling)",
+                    model.derived_max_model_len
+                );
+                if std::env::var(ALLOW_LONG_MAX_MODEL_LEN).is_ok_and(|v| v.trim() == "1") {
+                    eprintln!("warning: {why}; allowed by {ALLOW_LONG_MAX_MODEL_LEN}=1");
+                } else {
+                    return Err(bad_input!("{why}; vLLM refuses it unless {ALLOW_LONG_MAX_MODEL_LEN}=1 is set, and so does BLIS"));
+                }
+                v
+            }
             Some(v) => v,
             None => {
-                report_entry(report, "max-model-len", &model.max_position_embeddings, Source::Derived);
-                model.max_position_embeddings
+                report_entry(report, "max-model-len", &model.derived_max_model_len, Source::Derived);
+                model.derived_max_model_len
             }
         };
         let num_gpu_blocks = match k.num_gpu_blocks.value {

@@ -116,8 +116,15 @@ pub struct ModelConfig {
     pub dtype_bytes: f64,
     /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
     pub weight_bytes_per_param: f64,
-    /// `max_position_embeddings`: vLLM's default `--max-model-len`.
-    pub max_position_embeddings: u32,
+    /// The longest context the config allows, derived as vLLM derives it:
+    /// the smallest of its length fields (`max_position_embeddings`,
+    /// `n_positions`, `max_seq_len`, `seq_length`, `model_max_length`,
+    /// `max_sequence_length`, `max_seq_length`, `seq_len`; 2048 when none is
+    /// present), times `rope_scaling.factor` unless the RoPE type already
+    /// counts it (`llama3`, `longrope`, `su`; `yarn` scales
+    /// `original_max_position_embeddings`). vLLM's default `--max-model-len`
+    /// and the most it accepts without `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`.
+    pub derived_max_model_len: u32,
     /// Present for mixture-of-experts models.
     pub moe: Option<MoeConfig>,
     /// Present for multi-head latent attention models.
@@ -137,6 +144,40 @@ fn positive_u32(obj: &Map<String, Value>, names: &[&str], canonical: &'static st
             _ => Err(ModelConfigError::Invalid { field: canonical, value: v.to_string(), reason: "must be a positive integer" }),
         },
     }
+}
+
+/// vLLM's model length when a config names none.
+const DEFAULT_DERIVED_MAX_MODEL_LEN: u32 = 2048;
+
+/// The longest context a config allows, as vLLM's `_get_and_verify_max_len`
+/// derives it (see [`ModelConfig::derived_max_model_len`]).
+fn derived_max_model_len(obj: &Map<String, Value>) -> Result<u32, ModelConfigError> {
+    const LENGTH_FIELDS: [&str; 8] =
+        ["max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len"];
+    let mut derived = None::<u32>;
+    for name in LENGTH_FIELDS {
+        if let Some(n) = positive_u32(obj, &[name], name)? {
+            derived = Some(derived.map_or(n, |d| d.min(n)));
+        }
+    }
+    let mut derived = f64::from(derived.unwrap_or(DEFAULT_DERIVED_MAX_MODEL_LEN));
+    if let Some(rope) = field(obj, &["rope_scaling"]).and_then(Value::as_object) {
+        let kind = field(rope, &["rope_type", "type"]).and_then(Value::as_str).unwrap_or("default");
+        if !matches!(kind, "llama3" | "longrope" | "su") {
+            let invalid = |field, v: &Value| ModelConfigError::Invalid { field, value: v.to_string(), reason: "must be a positive number" };
+            let factor = match field(rope, &["factor"]) {
+                None => 1.0,
+                Some(v) => v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| invalid("rope_scaling.factor", v))?,
+            };
+            if kind == "yarn"
+                && let Some(original) = positive_u32(rope, &["original_max_position_embeddings"], "rope_scaling.original_max_position_embeddings")?
+            {
+                derived = f64::from(original);
+            }
+            derived *= factor;
+        }
+    }
+    Ok(derived.clamp(1.0, f64::from(u32::MAX)) as u32)
 }
 
 fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'static str) -> Result<u32, ModelConfigError> {
@@ -219,9 +260,7 @@ impl ModelConfig {
         // Llama-4 names the dense-layer FFN `intermediate_size_mlp` and the expert FFN `intermediate_size`.
         let dense_ffn = positive_u32(obj, &["intermediate_size_mlp"], "intermediate_size_mlp")?;
         let vocab_size = required_u32(obj, &["vocab_size", "padded_vocab_size"], "padded_vocab_size")?;
-        let max_position_embeddings =
-            positive_u32(obj, &["max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"], "max_position_embeddings")?
-                .unwrap_or(4096);
+        let derived_max_model_len = derived_max_model_len(obj)?;
         let tie_word_embeddings = field(obj, &["tie_word_embeddings"]).or_else(|| field(root, &["tie_word_embeddings"]))
             .and_then(Value::as_bool)
             .unwrap_or(false);
@@ -263,7 +302,7 @@ impl ModelConfig {
             tie_word_embeddings,
             dtype_bytes,
             weight_bytes_per_param,
-            max_position_embeddings,
+            derived_max_model_len,
             moe,
             mla,
         })
@@ -482,6 +521,32 @@ mod tests {
         )
         .unwrap();
         assert_eq!(fp8.weight_bytes_per_param, 1.0);
+    }
+
+    /// vLLM's `_get_and_verify_max_len` on hand-written length fields.
+    #[test]
+    fn derived_max_model_len_follows_vllm() {
+        let with = |extra: &str| {
+            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10{extra}}}"#);
+            ModelConfig::from_hf_json(&json).map(|m| m.derived_max_model_len)
+        };
+        assert_eq!(with("").unwrap(), 2048);
+        assert_eq!(with(r#","max_position_embeddings":4096"#).unwrap(), 4096);
+        // The smallest length field wins.
+        assert_eq!(with(r#","max_position_embeddings":4096,"n_positions":1024,"seq_length":8192"#).unwrap(), 1024);
+        // Linear / dynamic scaling (legacy `type` key) multiplies by the factor.
+        assert_eq!(with(r#","max_position_embeddings":4096,"rope_scaling":{"type":"linear","factor":2.0}"#).unwrap(), 8192);
+        // yarn scales the original length (DeepSeek-V2-Lite: 4096 · 40).
+        let yarn = r#","max_position_embeddings":163840,"rope_scaling":{"type":"yarn","factor":40,"original_max_position_embeddings":4096}"#;
+        assert_eq!(with(yarn).unwrap(), 163_840);
+        let qwen = r#","max_position_embeddings":32768,"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}"#;
+        assert_eq!(with(qwen).unwrap(), 131_072);
+        // llama3 RoPE already counts its factor in max_position_embeddings.
+        assert_eq!(with(r#","max_position_embeddings":131072,"rope_scaling":{"rope_type":"llama3","factor":8.0}"#).unwrap(), 131_072);
+        // A rope type without a factor leaves the length alone.
+        assert_eq!(with(r#","max_position_embeddings":4096,"rope_scaling":{"rope_type":"default"}"#).unwrap(), 4096);
+        let e = with(r#","max_position_embeddings":4096,"rope_scaling":{"type":"linear","factor":-2}"#).unwrap_err();
+        assert!(e.to_string().contains("rope_scaling.factor"), "{e}");
     }
 
     #[test]

@@ -84,8 +84,10 @@ fn bad_rates_and_lengths() {
 
 #[test]
 fn bad_server_knobs() {
-    let e = rejected("block-size-zero", &with_model(&["--block-size", "0"]));
-    assert!(e.contains("--block-size"), "{e}");
+    for (name, size) in [("block-size-zero", "0"), ("block-size-odd", "24"), ("block-size-huge", "512")] {
+        let e = rejected(name, &with_model(&["--block-size", size]));
+        assert!(e.contains(&format!("--block-size {size}")) && e.contains("[1, 8, 16, 32, 64, 128, 256]"), "{e}");
+    }
     let e = rejected("seats-over-blocks", &with_model(&["--num-gpu-blocks", "10", "--max-num-seqs", "256"]));
     assert!(e.contains("--max-num-seqs") && e.contains("blocks"), "{e}");
     let e = rejected("budget-below-seats", &with_model(&["--max-num-batched-tokens", "64", "--max-num-seqs", "128"]));
@@ -105,6 +107,34 @@ fn bad_server_knobs() {
     assert!(e.contains("does not fit"), "{e}");
     let e = rejected("no-chunk", &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]));
     assert!(e.contains("chunked prefill"), "{e}");
+}
+
+/// vLLM refuses a `--max-model-len` beyond what the model's config allows
+/// unless VLLM_ALLOW_LONG_MAX_MODEL_LEN=1; BLIS does the same, and warns
+/// when the variable lifts the limit.
+#[test]
+fn max_model_len_beyond_the_config_needs_vllms_override() {
+    let args = ["--model", "meta-llama/Llama-2-7b-hf", "--num-requests", "5", "--max-model-len", "8192"];
+    let run = |allow: Option<&str>| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_blis"));
+        cmd.arg("run").args(args).env_remove("VLLM_ALLOW_LONG_MAX_MODEL_LEN");
+        if let Some(v) = allow {
+            cmd.env("VLLM_ALLOW_LONG_MAX_MODEL_LEN", v);
+        }
+        cmd.output().unwrap()
+    };
+    for allow in [None, Some("0")] {
+        let out = run(allow);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{err}");
+        assert!(err.contains("--max-model-len 8192") && err.contains("4096") && err.contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"), "{err}");
+    }
+    let out = run(Some("1"));
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning: --max-model-len 8192"), "{}", stderr(&out));
+    let ok = blis(&["run", "--model", "meta-llama/Llama-2-7b-hf", "--num-requests", "5", "--max-model-len", "4096"]);
+    assert!(ok.status.success(), "{}", stderr(&ok));
 }
 
 #[test]
