@@ -106,6 +106,11 @@ impl<P> EventQueue<P> {
         self.heap.peek().map(|e| e.key)
     }
 
+    /// The next event, without removing it.
+    pub fn peek(&self) -> Option<(EventKey, &P)> {
+        self.heap.peek().map(|e| (e.key, &e.payload))
+    }
+
     /// Removes and returns the next event.
     pub fn pop(&mut self) -> Option<(EventKey, P)> {
         self.heap.pop().map(|e| (e.key, e.payload))

@@ -446,7 +446,24 @@ impl Instance {
             InstEvent::Step => self.on_step_boundary(obs),
             InstEvent::Timeout(slot, id) => self.on_timeout(slot, id, obs),
         }
+        self.discard_stale_timeouts();
         Some(key.time)
+    }
+
+    /// Drops the client-timeout events at the head of the queue whose
+    /// request already ended (or was already aborted), which
+    /// [`Instance::on_timeout`] would ignore: the next event is always one
+    /// that does something, so an idle instance has no event, and a finished
+    /// request's deadline cannot move the clock (or the end of a run) past
+    /// the last thing that happened. Amortised O(log n) per request.
+    fn discard_stale_timeouts(&mut self) {
+        while let Some((_, &InstEvent::Timeout(slot, id))) = self.events.peek() {
+            let live = self.slots.get(slot as usize).is_some_and(|l| l.req.id == id && !l.aborted);
+            if live {
+                break;
+            }
+            self.events.pop();
+        }
     }
 
     fn advance_clock(&mut self, t: Micros) {
@@ -558,6 +575,7 @@ impl Instance {
         if let Some(slot) = self.slots.iter().position(|l| l.req.id == id && !l.aborted) {
             self.on_timeout(slot as u32, id, obs);
         }
+        self.discard_stale_timeouts();
     }
 
     fn on_timeout(&mut self, slot: u32, id: RequestId, obs: &mut dyn Observer) {

@@ -253,5 +253,10 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
         assert!((per_request("output_total") / 192.0 - 1.0).abs() < 0.03, "{}", per_request("output_total"));
         let hit = j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap();
         assert_eq!(hit > 0.5, shares, "prefix hit rate {hit}");
+        // Two 60 s stages, 1 s apart, each drained before the next: the run
+        // ends seconds after the last send, not at the 300 s client deadline
+        // of a request that finished long before.
+        let duration_s = j["simulated_duration_s"].as_f64().unwrap();
+        assert!((121.0..140.0).contains(&duration_s), "simulated duration {duration_s} s");
     }
 }

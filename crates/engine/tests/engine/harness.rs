@@ -110,6 +110,10 @@ pub fn run_checked_with(
             inst.process_next(&mut rec);
         }
         inst.assert_consistent();
+        // An instance holding no request has nothing left to do: no step, and
+        // no deadline of a request that already ended (it would move the
+        // clock, and the end of the run, past the last thing that happened).
+        assert!(!inst.is_idle() || inst.next_event().is_none(), "idle instance with a pending event at {:?}", inst.next_event());
         // The queue events account for exactly the requests in the wait queue
         // (queue_depth also counts requests still in their arrival delay).
         assert!(rec.waiting.len() as u32 <= inst.queue_depth());
