@@ -248,7 +248,7 @@ mod tests {
         RequestRecord {
             id: RequestId(id),
             meta: RequestMeta::default(),
-            instance: 0,
+            instance: Some(0),
             outcome,
             arrival: Micros(arrival),
             enqueued: None,

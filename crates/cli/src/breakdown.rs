@@ -88,16 +88,21 @@ pub fn client_latency_rows(out: &mut String, c: &ClientLatencyReport, row: fn(&m
     row(out, "E2E (client, network)", &c.overall.e2e);
 }
 
-/// The per-group tables.
+/// The per-group tables (failed = dropped, timed out or rejected).
 pub fn table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSummary>>) -> String {
     let mut out = String::new();
     for (dimension, groups) in breakdowns {
         let _ = writeln!(out, "{:-^84}", format!(" By {} ", dimension.replace('_', " ")));
-        let _ = writeln!(out, "{:<24}{:>10}{:>12}{:>12}{:>12}{:>12}", "", "completed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99");
+        let _ = writeln!(out, "{:<20}{:>10}{:>10}{:>11}{:>11}{:>11}{:>11}", "", "completed", "failed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99");
         for (name, g) in groups {
-            let short: String = name.chars().take(23).collect();
+            let short: String = name.chars().take(19).collect();
             let l = &g.latency_ms;
-            let _ = writeln!(out, "{short:<24}{:>10}{:>12.2}{:>12.2}{:>12.2}{:>12.2}", g.completed, l.ttft.p50, l.ttft.p99, l.e2e.p50, l.e2e.p99);
+            let failed = g.dropped + g.timed_out + g.rejected;
+            let _ = writeln!(
+                out,
+                "{short:<20}{:>10}{failed:>10}{:>11.2}{:>11.2}{:>11.2}{:>11.2}",
+                g.completed, l.ttft.p50, l.ttft.p99, l.e2e.p50, l.e2e.p99
+            );
         }
     }
     out

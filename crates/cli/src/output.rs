@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blis_engine::instance::Observer;
-use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::request::RequestRecord;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{BadInput, bad_input};
@@ -94,17 +94,12 @@ impl RequestCsv {
     }
 
     fn row(&mut self, r: &RequestRecord) -> std::io::Result<()> {
-        let outcome = match r.outcome {
-            Outcome::Completed => "completed",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Dropped(reason) => reason.as_str(),
-        };
         writeln!(
             self.file.writer(),
             "{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{:.3}",
             r.id.0,
-            r.instance,
-            outcome,
+            r.instance.map_or_else(String::new, |i| i.to_string()),
+            r.outcome.as_str(),
             r.arrival.as_ms_f64(),
             r.input_tokens,
             r.output_tokens,

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::IntCounts;
-use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::request::RequestRecord;
 use blis_workload::trace_v2::{TraceHeader, header_path};
 use blis_calibrate::live::{ReplayDetail, ReplayedRequest};
 use serde::Serialize;
@@ -58,14 +58,9 @@ struct Detail {
 
 impl Observer for Detail {
     fn on_finish(&mut self, r: &RequestRecord) {
-        let outcome = match r.outcome {
-            Outcome::Completed => "completed",
-            Outcome::TimedOut => "timed_out",
-            Outcome::Dropped(reason) => reason.as_str(),
-        };
         self.requests.push(ReplayedRequest {
             request_id: r.id.0,
-            outcome: outcome.to_string(),
+            outcome: r.outcome.as_str().to_string(),
             arrival_us: r.arrival.as_us(),
             ttft_us: r.ttft().map(|t| t.as_us()),
             e2e_us: r.e2e().map(|t| t.as_us()),

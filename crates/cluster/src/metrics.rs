@@ -98,7 +98,7 @@ impl Observer for ClusterMetrics {
         for b in [&mut self.by_class, &mut self.by_tenant].into_iter().flatten() {
             b.on_finish(r);
         }
-        if let Some(c) = self.by_instance.get_mut(r.instance as usize) {
+        if let Some(c) = r.instance.and_then(|i| self.by_instance.get_mut(i as usize)) {
             c.record(r);
         }
         if self.slo.targets(r.meta.slo_class).is_met_by(r) {

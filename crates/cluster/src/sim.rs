@@ -34,7 +34,7 @@ use blis_engine::event::{EventClass, EventKey, EventQueue};
 use blis_engine::instance::{Instance, InstanceStats, Observer, QueueEvent, StepEvent, TokenEvent};
 use blis_engine::latency::LatencyModel;
 use blis_engine::metrics::RunSummary;
-use blis_engine::request::{Labels, Request, RequestRecord, extend_block_hashes};
+use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::Workload;
 use blis_engine::time::Micros;
@@ -127,7 +127,9 @@ impl Book {
     fn on_finish(&mut self, r: &RequestRecord) {
         self.metrics.on_finish(r);
         self.anomalies.on_finish(r);
-        self.dispatched.in_flight[r.instance as usize] -= 1;
+        if let Some(i) = r.instance {
+            self.dispatched.in_flight[i as usize] -= 1;
+        }
         if let Some(n) = self.tenant_in_flight.get_mut(r.meta.tenant.0 as usize) {
             *n -= 1;
         }
@@ -292,7 +294,7 @@ impl Cluster {
             } else if Some(next) == control {
                 let Some((_, ev)) = self.control.pop() else { break };
                 match ev {
-                    ControlEvent::Admit(req) => self.on_admit(req, sink.as_deref_mut()),
+                    ControlEvent::Admit(req) => self.on_admit(req, sink.as_deref_mut(), obs, workload),
                     ControlEvent::Route(req) => self.on_route(req, sink.as_deref_mut()),
                     ControlEvent::Deliver(req, i, hashes) => self.on_deliver(req, i as usize, hashes, obs, workload),
                 }
@@ -353,7 +355,7 @@ impl Cluster {
         self.store.assemble(self.now, &self.instances, &self.book.dispatched);
     }
 
-    fn on_admit(&mut self, mut req: Request, sink: Option<&mut (dyn DecisionSink + '_)>) {
+    fn on_admit(&mut self, mut req: Request, sink: Option<&mut (dyn DecisionSink + '_)>, obs: &mut dyn Observer, workload: &mut dyn Workload) {
         self.observe(&req, self.hash_at_admission);
         let view = view!(self, req);
         req.meta.priority = self.priority.priority(&req, &view);
@@ -378,6 +380,12 @@ impl Cluster {
             Some(reason) => {
                 self.book.metrics.reject(&req.meta, reason);
                 self.in_control_plane -= 1;
+                // The request ends here: the caller and the workload hear of
+                // it as of any other end (a staged workload's stage drains, a
+                // session's failed round ends the session).
+                let record = RequestRecord::unserved(&req, None, Outcome::Rejected(reason.as_str()), self.now);
+                obs.on_finish(&record);
+                workload.on_finish(&record);
             }
         }
     }
@@ -528,3 +536,4 @@ impl Cluster {
         }
     }
 }
+

@@ -400,7 +400,7 @@ impl Instance {
         self.advance_clock(now);
         self.stats.injected += 1;
         if let Some(reason) = self.rejection(&req) {
-            obs.on_finish(&dropped_record(&req, self.id, reason, now));
+            obs.on_finish(&RequestRecord::unserved(&req, Some(self.id), Outcome::Dropped(reason), now));
             return;
         }
         let slot = self.alloc_slot(req);
@@ -696,12 +696,12 @@ impl Instance {
                 Some(t) => live.req.arrival + t,
                 None => now,
             },
-            Outcome::Dropped(_) => now,
+            Outcome::Dropped(_) | Outcome::Rejected(_) => now,
         };
         let record = RequestRecord {
             id: live.req.id,
             meta: live.req.meta,
-            instance: self.id,
+            instance: Some(self.id),
             outcome,
             arrival: live.req.arrival,
             enqueued: live.enqueued,
@@ -946,24 +946,5 @@ impl Instance {
         self.kv.assert_consistent();
         assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32);
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
-    }
-}
-
-fn dropped_record(req: &Request, instance: u32, reason: DropReason, now: Micros) -> RequestRecord {
-    RequestRecord {
-        id: req.id,
-        meta: req.meta,
-        instance,
-        outcome: Outcome::Dropped(reason),
-        arrival: req.arrival,
-        enqueued: None,
-        first_scheduled: None,
-        first_token: None,
-        last_token: None,
-        finished: now,
-        input_tokens: req.prompt_tokens(),
-        output_tokens: 0,
-        cached_prompt_tokens: 0,
-        preemptions: 0,
     }
 }

@@ -241,6 +241,8 @@ pub struct Collector {
     pub dropped: [u64; 2],
     /// Requests given up at the client timeout.
     pub timed_out: u64,
+    /// Requests refused by a cluster's admission policy.
+    pub rejected: u64,
     /// Prompt tokens of completed requests.
     pub input_tokens: u64,
     /// Output tokens of completed requests.
@@ -269,6 +271,11 @@ impl Collector {
 
     /// Adds one finished request.
     pub fn record(&mut self, r: &RequestRecord) {
+        if let Outcome::Rejected(_) = r.outcome {
+            // Never reached a server: counted, but no part of its span.
+            self.rejected += 1;
+            return;
+        }
         self.first_arrival = Some(self.first_arrival.map_or(r.arrival, |a| a.min(r.arrival)));
         self.last_finish = self.last_finish.max(r.finished);
         match r.outcome {
@@ -294,6 +301,7 @@ impl Collector {
                 self.dropped[i] += 1;
             }
             Outcome::TimedOut => self.timed_out += 1,
+            Outcome::Rejected(_) => {}
         }
     }
 
@@ -493,14 +501,16 @@ pub enum GroupBy {
 }
 
 impl GroupBy {
-    fn key(self, meta: &RequestMeta, instance: u32) -> u32 {
-        match self {
+    /// The group of a request on `instance` (`None`: it reached none, and
+    /// has no group by instance).
+    fn key(self, meta: &RequestMeta, instance: Option<u32>) -> Option<u32> {
+        Some(match self {
             GroupBy::Client => meta.client,
             GroupBy::Tenant => meta.tenant.0,
             GroupBy::SloClass => u32::from(meta.slo_class.0),
             GroupBy::Stage => meta.stage,
-            GroupBy::Instance => instance,
-        }
+            GroupBy::Instance => instance?,
+        })
     }
 
     fn name(self, labels: &Labels, key: u32) -> String {
@@ -531,6 +541,8 @@ pub struct GroupSummary {
     pub dropped: u64,
     /// Requests abandoned at the client timeout.
     pub timed_out: u64,
+    /// Requests refused by a cluster's admission policy.
+    pub rejected: u64,
     /// Prompt tokens of completed requests.
     pub input_tokens: u64,
     /// Output tokens of completed requests.
@@ -561,6 +573,7 @@ impl Breakdown {
                         completed: c.completed,
                         dropped: c.dropped_total(),
                         timed_out: c.timed_out,
+                        rejected: c.rejected,
                         input_tokens: c.input_tokens,
                         output_tokens: c.output_tokens,
                         latency_ms: c.latency_ms(),
@@ -573,11 +586,15 @@ impl Breakdown {
 
 impl Observer for Breakdown {
     fn on_finish(&mut self, record: &RequestRecord) {
-        self.groups.entry(self.by.key(&record.meta, record.instance)).or_default().record(record);
+        if let Some(key) = self.by.key(&record.meta, record.instance) {
+            self.groups.entry(key).or_default().record(record);
+        }
     }
 
     fn on_token(&mut self, token: &TokenEvent) {
-        self.groups.entry(self.by.key(&token.meta, token.instance)).or_default().token(token);
+        if let Some(key) = self.by.key(&token.meta, Some(token.instance)) {
+            self.groups.entry(key).or_default().token(token);
+        }
     }
 }
 
@@ -610,7 +627,7 @@ mod tests {
         for (id, tenant) in [(0, 1), (1, 0), (2, 1)] {
             let meta = RequestMeta { tenant: TenantId(tenant), ..RequestMeta::default() };
             b.on_finish(&RequestRecord {
-                id: RequestId(id), meta, instance: 0, outcome: Outcome::Completed, arrival: Micros(0), enqueued: None,
+                id: RequestId(id), meta, instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0), enqueued: None,
                 first_scheduled: None, first_token: Some(Micros(10 * id + 5)), last_token: Some(Micros(100)),
                 finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0,
             });

@@ -313,6 +313,22 @@ pub enum Outcome {
     /// The client gave up (its timeout expired or it disconnected); the
     /// server aborted the request.
     TimedOut,
+    /// Refused by a cluster's admission policy before reaching any instance,
+    /// for the reason the policy names (`token_bucket_empty`, ...).
+    Rejected(&'static str),
+}
+
+impl Outcome {
+    /// Its name in reports: `completed`, `timed_out`, or the drop or
+    /// rejection reason.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Completed => "completed",
+            Outcome::TimedOut => "timed_out",
+            Outcome::Dropped(reason) => reason.as_str(),
+            Outcome::Rejected(reason) => reason,
+        }
+    }
 }
 
 /// Everything measured about one request, emitted exactly once when it ends.
@@ -325,8 +341,8 @@ pub struct RequestRecord {
     pub id: RequestId,
     /// Its labels.
     pub meta: RequestMeta,
-    /// Instance that served it.
-    pub instance: u32,
+    /// Instance that served it; `None` for a request rejected before routing.
+    pub instance: Option<u32>,
     /// How it ended.
     pub outcome: Outcome,
     /// When the client sent it.
@@ -352,6 +368,28 @@ pub struct RequestRecord {
 }
 
 impl RequestRecord {
+    /// The record of `req` ending at `now` without being served (dropped on
+    /// arrival, rejected by admission): no tokens, no cached prompt, no
+    /// step times.
+    pub fn unserved(req: &Request, instance: Option<u32>, outcome: Outcome, now: Micros) -> RequestRecord {
+        RequestRecord {
+            id: req.id,
+            meta: req.meta,
+            instance,
+            outcome,
+            arrival: req.arrival,
+            enqueued: None,
+            first_scheduled: None,
+            first_token: None,
+            last_token: None,
+            finished: now,
+            input_tokens: req.prompt_tokens(),
+            output_tokens: 0,
+            cached_prompt_tokens: 0,
+            preemptions: 0,
+        }
+    }
+
     /// Time to first token, for requests that produced one.
     pub fn ttft(&self) -> Option<Micros> {
         self.first_token.map(|t| t - self.arrival)

@@ -131,7 +131,7 @@ impl Plan<GeneratedRequest> for SessionPlan<'_> {
         let record = RequestRecord {
             id: r.id,
             meta: r.meta,
-            instance: 0,
+            instance: Some(0),
             outcome: if ok { EngineOutcome::Completed } else { EngineOutcome::TimedOut },
             arrival: r.arrival,
             enqueued: None,

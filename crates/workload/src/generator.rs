@@ -206,7 +206,7 @@ impl Workload for Generator {
     }
 
     /// Releases a session's next round `think_time` after this one
-    /// completed; a session whose round was dropped or timed out ends.
+    /// completed; a session whose round was dropped, timed out or rejected ends.
     fn on_finish(&mut self, record: &RequestRecord) {
         let Some(f) = self.in_flight.remove(&record.id) else { return };
         if record.outcome != Outcome::Completed {

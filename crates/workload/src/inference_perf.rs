@@ -814,7 +814,7 @@ storage:
         RequestRecord {
             id: r.id,
             meta: r.meta,
-            instance: 0,
+            instance: Some(0),
             outcome: Outcome::Completed,
             arrival: r.arrival,
             enqueued: None,

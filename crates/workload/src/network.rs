@@ -113,7 +113,7 @@ mod tests {
         // 8 Mb/s = 1 byte/µs: 100 input tokens = 400 µs up, 50 output tokens = 200 µs down.
         let net = NetworkModel::new(2.0, Some(8.0));
         let r = RequestRecord {
-            id: RequestId(0), meta: RequestMeta::default(), instance: 0, outcome: Outcome::Completed, arrival: Micros(1000),
+            id: RequestId(0), meta: RequestMeta::default(), instance: Some(0), outcome: Outcome::Completed, arrival: Micros(1000),
             enqueued: None, first_scheduled: None, first_token: Some(Micros(6000)), last_token: Some(Micros(9000)),
             finished: Micros(10_000), input_tokens: 100, output_tokens: 50, cached_prompt_tokens: 0, preemptions: 0,
         };

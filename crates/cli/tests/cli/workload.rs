@@ -260,3 +260,43 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
         assert!((121.0..140.0).contains(&duration_s), "simulated duration {duration_s} s");
     }
 }
+
+/// A request the admission policy refuses ends there, as a 429 does for
+/// inference-perf: its stage still drains, so the next stage starts; it gets
+/// a row in --requests-csv (no instance, the policy's reason) and counts in
+/// the per-stage breakdown.
+#[test]
+fn rejected_requests_end_and_let_the_next_stage_start() {
+    let dir = scratch("inference-perf-rejected");
+    let policy = dir.join("bucket.yaml");
+    std::fs::write(&policy, "admission:\n  type: token-bucket\n  params:\n    capacity: 5\n    refill_per_s: 2\n").unwrap();
+    let csv = dir.join("requests.csv");
+    let out = blis(&[
+        "run",
+        "-q",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--workload-spec",
+        &example("inference-perf-synthetic.yaml"),
+        "--policy-config",
+        policy.to_str().unwrap(),
+        "--requests-csv",
+        csv.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let cluster = &j["cluster"]["requests"];
+    assert_eq!(cluster["arrived"], 1200, "both stages sent everything");
+    let rejected = cluster["rejected"].as_u64().unwrap();
+    assert!(rejected > 0 && cluster["rejected_by_reason"]["token_bucket_empty"] == rejected, "{cluster}");
+    let by_stage = j["breakdowns"]["stage"].as_object().unwrap();
+    assert_eq!(by_stage.values().map(|g| g["rejected"].as_u64().unwrap()).sum::<u64>(), rejected);
+    assert!(by_stage.values().all(|g| g["rejected"].as_u64().unwrap() > 0), "{by_stage:?}");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let rows: Vec<Vec<&str>> = text.lines().skip(1).map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 1200, "one row per request");
+    let refused: Vec<&Vec<&str>> = rows.iter().filter(|r| r[2] == "token_bucket_empty").collect();
+    assert_eq!(refused.len() as u64, rejected);
+    assert!(refused.iter().all(|r| r[1].is_empty() && r[5] == "0"), "no instance, no output");
+    assert!(rows.iter().filter(|r| r[2] != "token_bucket_empty").all(|r| r[1] == "0" && r[2] == "completed"));
+}

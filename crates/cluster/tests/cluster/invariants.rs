@@ -82,11 +82,17 @@ proptest! {
         ids.sort_unstable();
         ids.dedup();
         prop_assert_eq!(ids.len(), a.rec.records.len());
-        prop_assert_eq!(a.rec.records.len() as u64, r.completed + r.dropped + r.timed_out);
+        prop_assert_eq!(a.rec.records.len() as u64, r.completed + r.dropped + r.timed_out + r.rejected);
+        // A rejected request's record names no instance, and only it.
+        for x in &a.rec.records {
+            prop_assert_eq!(matches!(x.outcome, RequestOutcome::Rejected(_)), x.instance.is_none(), "{:?}", x);
+        }
         prop_assert!(a.rec.records.iter().all(|x| x.outcome != RequestOutcome::Completed || x.output_tokens >= 1));
         if horizon.is_none() {
             prop_assert_eq!(r.arrived, 120);
             prop_assert_eq!(r.in_control_plane + r.queued + r.running, 0);
+            // Every request that arrived ended exactly once.
+            prop_assert_eq!(a.rec.records.len(), 120);
         }
         // Per-class counts add up.
         prop_assert_eq!(a.cluster.slo_classes.values().map(|c| c.arrived).sum::<u64>(), r.arrived);

@@ -196,10 +196,18 @@ fn predictive_slo_counts_only_queued_requests_of_the_same_or_higher_priority() {
         "scheduler": "priority-fcfs",
     });
     let o = run(config(1, instance(500, 1, 512), spec_blackbox(), bundle(doc), labels), requests, None);
-    let mut admitted: Vec<u64> = o.rec.records.iter().map(|r| r.id.0).collect();
+    let (mut admitted, mut rejected) = (Vec::new(), Vec::new());
+    for r in &o.rec.records {
+        match r.outcome {
+            blis_engine::request::Outcome::Rejected(reason) => rejected.push((r.id.0, reason)),
+            _ => admitted.push(r.id.0),
+        }
+    }
     admitted.sort_unstable();
+    rejected.sort_unstable();
     // Shed: R0 (nothing ahead), R1 (0 ahead), R2 (1 ahead) in; R3–R5 (2 ahead) out.
     // Std: R6 sees two shed queued but none of its priority: in; R7 (1 ahead) in; R8 (2 ahead) out.
     assert_eq!(admitted, [0, 1, 2, 6, 7]);
+    assert_eq!(rejected, [3, 4, 5, 8].map(|id| (id, "predicted_ttft_over_budget")));
     assert_eq!(o.cluster.requests.rejected_by_reason["predicted_ttft_over_budget"], 4);
 }

@@ -92,6 +92,7 @@ proptest! {
                 }
                 Outcome::TimedOut => prop_assert!(r.output_tokens < wanted[r.id.0 as usize]),
                 Outcome::Dropped(_) => prop_assert_eq!(r.output_tokens, 0),
+                Outcome::Rejected(_) => prop_assert!(false, "an instance never rejects: {:?}", r),
             }
         }
     }

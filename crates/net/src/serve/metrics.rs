@@ -106,7 +106,7 @@ impl PromMetrics {
                     self.prompt_tokens += u64::from(r.input_tokens);
                 }
             }
-            Outcome::Dropped(_) => {}
+            Outcome::Dropped(_) | Outcome::Rejected(_) => {}
         }
     }
 
