@@ -95,18 +95,10 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         .context("writing to stdout")?;
 
     if let Some(f) = csv_file.as_mut() {
-        let w = f.writer();
-        writeln!(w, "{CSV_HEADER}").context("writing --csv")?;
-        for row in csv_rows(&comparisons) {
-            writeln!(w, "{row}").context("writing --csv")?;
-        }
+        write_csv(f, "--csv", CSV_HEADER, csv_rows(&comparisons))?;
     }
     if let Some(f) = requests_file.as_mut() {
-        let w = f.writer();
-        writeln!(w, "{REQUESTS_CSV_HEADER}").context("writing --requests-csv")?;
-        for row in request_csv_rows(&comparisons) {
-            writeln!(w, "{row}").context("writing --requests-csv")?;
-        }
+        write_csv(f, "--requests-csv", REQUESTS_CSV_HEADER, request_csv_rows(&comparisons))?;
     }
     if let Some(f) = report_file.as_mut() {
         let mut command = String::from("blis validate");
@@ -142,6 +134,15 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         && e2e.mean_ape > limit
     {
         anyhow::bail!("mean E2E APE over active stages is {:.2}%, above --max-e2e-mape {limit}%", e2e.mean_ape);
+    }
+    Ok(())
+}
+
+/// Writes `header` and `rows`, one per line, into the file of `flag`.
+fn write_csv(f: &mut AtomicFile, flag: &str, header: &str, rows: Vec<String>) -> anyhow::Result<()> {
+    let w = f.writer();
+    for line in std::iter::once(header).chain(rows.iter().map(String::as_str)) {
+        writeln!(w, "{line}").with_context(|| format!("writing {flag}"))?;
     }
     Ok(())
 }

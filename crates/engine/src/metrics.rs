@@ -271,13 +271,6 @@ impl Collector {
 
     /// Adds one finished request.
     pub fn record(&mut self, r: &RequestRecord) {
-        if let Outcome::Rejected(_) = r.outcome {
-            // Never reached a server: counted, but no part of its span.
-            self.rejected += 1;
-            return;
-        }
-        self.first_arrival = Some(self.first_arrival.map_or(r.arrival, |a| a.min(r.arrival)));
-        self.last_finish = self.last_finish.max(r.finished);
         match r.outcome {
             Outcome::Completed => {
                 self.completed += 1;
@@ -301,8 +294,14 @@ impl Collector {
                 self.dropped[i] += 1;
             }
             Outcome::TimedOut => self.timed_out += 1,
-            Outcome::Rejected(_) => {}
+            Outcome::Rejected(_) => {
+                // Never reached a server: counted, but no part of the span.
+                self.rejected += 1;
+                return;
+            }
         }
+        self.first_arrival = Some(self.first_arrival.map_or(r.arrival, |a| a.min(r.arrival)));
+        self.last_finish = self.last_finish.max(r.finished);
     }
 
     /// Adds one token gap.

@@ -154,27 +154,29 @@ const DEFAULT_DERIVED_MAX_MODEL_LEN: u32 = 2048;
 fn derived_max_model_len(obj: &Map<String, Value>) -> Result<u32, ModelConfigError> {
     const LENGTH_FIELDS: [&str; 8] =
         ["max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len"];
-    let mut derived = None::<u32>;
+    // Any positive number: vLLM takes a float or a huge length as it is.
+    // `label` names the field in errors.
+    let positive = |obj: &Map<String, Value>, key: &str, label: &'static str| -> Result<Option<f64>, ModelConfigError> {
+        field(obj, &[key])
+            .map(|v| v.as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or(ModelConfigError::Invalid { field: label, value: v.to_string(), reason: "must be a positive number" }))
+            .transpose()
+    };
+    let mut derived = f64::INFINITY;
     for name in LENGTH_FIELDS {
-        if let Some(n) = positive_u32(obj, &[name], name)? {
-            derived = Some(derived.map_or(n, |d| d.min(n)));
-        }
+        derived = derived.min(positive(obj, name, name)?.unwrap_or(f64::INFINITY));
     }
-    let mut derived = f64::from(derived.unwrap_or(DEFAULT_DERIVED_MAX_MODEL_LEN));
+    if derived.is_infinite() {
+        derived = f64::from(DEFAULT_DERIVED_MAX_MODEL_LEN);
+    }
     if let Some(rope) = field(obj, &["rope_scaling"]).and_then(Value::as_object) {
         let kind = field(rope, &["rope_type", "type"]).and_then(Value::as_str).unwrap_or("default");
         if !matches!(kind, "llama3" | "longrope" | "su") {
-            let invalid = |field, v: &Value| ModelConfigError::Invalid { field, value: v.to_string(), reason: "must be a positive number" };
-            let factor = match field(rope, &["factor"]) {
-                None => 1.0,
-                Some(v) => v.as_f64().filter(|f| f.is_finite() && *f > 0.0).ok_or_else(|| invalid("rope_scaling.factor", v))?,
-            };
             if kind == "yarn"
-                && let Some(original) = positive_u32(rope, &["original_max_position_embeddings"], "rope_scaling.original_max_position_embeddings")?
+                && let Some(original) = positive(rope, "original_max_position_embeddings", "rope_scaling.original_max_position_embeddings")?
             {
-                derived = f64::from(original);
+                derived = original;
             }
-            derived *= factor;
+            derived *= positive(rope, "factor", "rope_scaling.factor")?.unwrap_or(1.0);
         }
     }
     Ok(derived.clamp(1.0, f64::from(u32::MAX)) as u32)
@@ -534,6 +536,9 @@ mod tests {
         assert_eq!(with(r#","max_position_embeddings":4096"#).unwrap(), 4096);
         // The smallest length field wins.
         assert_eq!(with(r#","max_position_embeddings":4096,"n_positions":1024,"seq_length":8192"#).unwrap(), 1024);
+        // A float or astronomically large length field is taken as vLLM takes it.
+        assert_eq!(with(r#","max_position_embeddings":4096,"model_max_length":1e30"#).unwrap(), 4096);
+        assert_eq!(with(r#","seq_length":1e30"#).unwrap(), u32::MAX);
         // Linear / dynamic scaling (legacy `type` key) multiplies by the factor.
         assert_eq!(with(r#","max_position_embeddings":4096,"rope_scaling":{"type":"linear","factor":2.0}"#).unwrap(), 8192);
         // yarn scales the original length (DeepSeek-V2-Lite: 4096 · 40).

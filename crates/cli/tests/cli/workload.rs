@@ -271,20 +271,8 @@ fn rejected_requests_end_and_let_the_next_stage_start() {
     let policy = dir.join("bucket.yaml");
     std::fs::write(&policy, "admission:\n  type: token-bucket\n  params:\n    capacity: 5\n    refill_per_s: 2\n").unwrap();
     let csv = dir.join("requests.csv");
-    let out = blis(&[
-        "run",
-        "-q",
-        "--model",
-        "meta-llama/llama-3.1-8b-instruct",
-        "--workload-spec",
-        &example("inference-perf-synthetic.yaml"),
-        "--policy-config",
-        policy.to_str().unwrap(),
-        "--requests-csv",
-        csv.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    let spec = example("inference-perf-synthetic.yaml");
+    let (_, j) = run_json(&["--workload-spec", &spec, "--policy-config", policy.to_str().unwrap(), "--requests-csv", csv.to_str().unwrap()]);
     let cluster = &j["cluster"]["requests"];
     assert_eq!(cluster["arrived"], 1200, "both stages sent everything");
     let rejected = cluster["rejected"].as_u64().unwrap();
