@@ -84,16 +84,6 @@ pub enum InstanceConfigError {
         /// Flag name.
         flag: &'static str,
     },
-    /// More sequences than usable KV blocks: some admitted request could never get a block.
-    #[error(
-        "--max-num-seqs {seqs} exceeds the {blocks} usable KV blocks; lower --max-num-seqs or raise --num-gpu-blocks"
-    )]
-    MoreSeatsThanBlocks {
-        /// max_num_seqs.
-        seqs: u32,
-        /// Usable blocks.
-        blocks: u64,
-    },
     /// Every running sequence needs at least one token of the step budget, so
     /// vLLM refuses a budget below the seat count.
     #[error(
@@ -169,10 +159,6 @@ impl InstanceConfig {
         }
         if !s.enable_chunked_prefill && s.max_num_batched_tokens < s.max_model_len {
             return Err(InstanceConfigError::BudgetBelowModelLen { budget: s.max_num_batched_tokens, max_model_len: s.max_model_len });
-        }
-        let usable = self.num_gpu_blocks - 1;
-        if u64::from(s.max_num_seqs) > usable {
-            return Err(InstanceConfigError::MoreSeatsThanBlocks { seqs: s.max_num_seqs, blocks: usable });
         }
         Ok(())
     }

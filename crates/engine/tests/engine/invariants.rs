@@ -25,7 +25,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), timeout)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
-                    max_num_seqs: seqs.min((blocks - 1) as u32).max(1),
+                    max_num_seqs: seqs,
                     max_num_batched_tokens: if chunked { budget.max(seqs) } else { budget.max(max_len) },
                     max_model_len: max_len,
                     enable_chunked_prefill: chunked,

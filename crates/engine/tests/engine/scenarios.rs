@@ -79,6 +79,20 @@ fn preemption_happens_and_recovers_when_the_cache_is_tiny() {
     assert_eq!(run.instance.stats().preemptions, u64::from(preemptions));
 }
 
+/// vLLM accepts more seats than KV blocks (`--max-num-seqs 256
+/// --num-gpu-blocks-override 8`): the cache, not the seat count, bounds the
+/// batch, and every request still completes.
+#[test]
+fn more_seats_than_blocks_runs_with_the_cache_as_the_limit() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 5.0] });
+    // 7 usable 16-token blocks; each request needs 2 blocks at its end (20 + 12 tokens).
+    let reqs = (0..12).map(|i| req(i, 0, TokenSeq::synthetic(i, 20), 12)).collect();
+    let run = run_checked(cfg(8, 256, 4096, false), model, reqs, None);
+    run.assert_conservation();
+    assert_eq!(run.completed().count(), 12);
+    assert!(run.rec.steps.iter().all(|s| s.2 <= 7), "a running request holds at least one of the 7 usable blocks");
+}
+
 fn prefix_workload(shared: bool) -> Vec<Request> {
     (0..40)
         .map(|i| {
