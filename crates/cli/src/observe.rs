@@ -209,8 +209,8 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
         lg["schedule_delay_p99_ms"].as_f64().unwrap_or(0.0),
         if lg["saturated"].as_bool() == Some(true) { " — WARNING: the load generator saturated (median delay > 10 ms)" } else { "" },
     );
-    if !summary.served_models.is_empty() && !summary.served_models.contains(&plan_model) {
-        eprintln!("warning: the server lists models {:?}, not {plan_model:?}", summary.served_models);
+    if summary.model != plan_model {
+        eprintln!("note: sent model {:?}, the server's spelling of {plan_model:?}", summary.model);
     }
     if summary.scrapes > 0 {
         eprintln!("scraped {} Prometheus samples into {}", summary.scrapes, files.metrics.display());

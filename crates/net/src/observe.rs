@@ -57,6 +57,17 @@ pub enum ObserveError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// The server lists its models and the requested one is not among them,
+    /// so every request would fail.
+    #[error("{url} serves {served:?}, not {asked:?}; pass one of them as --model")]
+    UnknownModel {
+        /// The server's base URL.
+        url: String,
+        /// The model asked for.
+        asked: String,
+        /// The models the server lists at `/v1/models`.
+        served: Vec<String>,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ObserveError + '_ {
@@ -291,15 +302,16 @@ pub struct ObserveSummary {
     pub load_generator: Value,
     /// Prometheus scrapes taken.
     pub scrapes: u64,
-    /// Model names the server listed at `/v1/models` (empty if it has none).
-    pub served_models: Vec<String>,
+    /// The model name sent in every request: the one asked for, or the
+    /// server's spelling of it when they differ only in case.
+    pub model: String,
 }
 
 /// Runs `plan` against the server until it ends or `interrupt` resolves,
 /// writing the trace files. Blocking: it runs its own async runtime.
 pub fn observe(
     plan: &WorkloadPlan,
-    config: ObserveConfig,
+    mut config: ObserveConfig,
     interrupt: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> Result<ObserveSummary, ObserveError> {
     let files = TraceFiles::new(&config.trace_prefix);
@@ -312,6 +324,12 @@ pub fn observe(
         Some(Value::Mapping(m)) => m,
         _ => Mapping::new(),
     };
+    if let Some(served) = discovered.spelling_of(&config.target.model, &config.target.base_url)? {
+        let asked = Value::from(std::mem::replace(&mut config.target.model, served.clone()));
+        if server.get("model") == Some(&asked) {
+            server.insert(Value::from("model"), Value::from(served));
+        }
+    }
     if let Some(scale) = discovered.time_scale {
         server.insert(Value::from("time-scale"), Value::from(scale));
     }
@@ -348,7 +366,7 @@ pub fn observe(
     let load_generator = load_generator_section(&load, plan.aggregate_rate, clock.start_unix_us(), config.max_concurrency);
     header.load_generator = Some(load_generator.clone());
     write_header(&files.header, &header)?;
-    Ok(ObserveSummary { load, load_generator, scrapes, served_models: discovered.models })
+    Ok(ObserveSummary { load, load_generator, scrapes, model: config.target.model })
 }
 
 /// What `GET /v1/models` told us.
@@ -356,6 +374,23 @@ pub fn observe(
 struct Discovered {
     models: Vec<String>,
     time_scale: Option<f64>,
+}
+
+impl Discovered {
+    /// How the server spells `asked`: `None` when it lists no models or
+    /// lists `asked` itself, the listed name when exactly one differs from
+    /// it only in case (BLIS's model ids are case-insensitive, vLLM's are
+    /// not), an error when none matches.
+    fn spelling_of(&self, asked: &str, url: &str) -> Result<Option<String>, ObserveError> {
+        if self.models.is_empty() || self.models.iter().any(|m| m == asked) {
+            return Ok(None);
+        }
+        let mut same = self.models.iter().filter(|m| m.eq_ignore_ascii_case(asked));
+        match (same.next(), same.next()) {
+            (Some(m), None) => Ok(Some(m.clone())),
+            _ => Err(ObserveError::UnknownModel { url: url.to_string(), asked: asked.to_string(), served: self.models.clone() }),
+        }
+    }
 }
 
 /// Server discovery (spec §8): the served model names and, for `blis
@@ -387,6 +422,20 @@ mod tests {
             parse_prometheus(text, SCRAPED_METRICS),
             [("vllm:num_requests_running".to_string(), 5.0), ("vllm:kv_cache_usage_perc".to_string(), 0.25)]
         );
+    }
+
+    #[test]
+    fn the_model_is_sent_as_the_server_spells_it() {
+        let d = Discovered { models: vec!["meta-llama/Llama-3.1-8B-Instruct".into(), "other".into()], time_scale: None };
+        let url = "http://h";
+        assert_eq!(d.spelling_of("meta-llama/Llama-3.1-8B-Instruct", url).unwrap(), None);
+        assert_eq!(d.spelling_of("meta-llama/llama-3.1-8b-instruct", url).unwrap().as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
+        let err = d.spelling_of("qwen", url).unwrap_err().to_string();
+        assert!(err.contains("\"qwen\"") && err.contains("other") && err.contains("--model"), "{err}");
+        assert_eq!(Discovered::default().spelling_of("anything", url).unwrap(), None, "a server without /v1/models takes any name");
+        let twins = Discovered { models: vec!["MODEL".into(), "model".into()], time_scale: None };
+        assert!(twins.spelling_of("Model", url).is_err(), "two spellings: ambiguous");
+        assert_eq!(twins.spelling_of("model", url).unwrap(), None);
     }
 
     #[test]

@@ -91,16 +91,19 @@ fn observe_replay_calibrate_against_blis_serve_over_loopback() {
 
 /// With injected failures every request still has exactly one row: the
 /// failures with status `error` and the server's message, the successes
-/// with the server's token counts.
+/// with the server's token counts. The model is asked for in lower case and
+/// sent as the server spells it (otherwise every request would be a 404).
 #[test]
 fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete() {
     let dir = scratch("faults");
     let prefix = dir.join("run");
     let server = Server::start(&["--time-scale", "20", "--failure-rate", "0.3"]);
     run_ok(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "200", "--num-requests", "120",
+        "observe", "--server-url", &server.url, "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "200", "--num-requests", "120",
         "--prompt-tokens", "64", "--output-tokens", "16", "--trace-output", prefix.to_str().unwrap(),
     ]);
+    let header = std::fs::read_to_string(dir.join("run.header.yaml")).unwrap();
+    assert!(header.contains("model: meta-llama/Llama-3.1-8B-Instruct"), "{header}");
     let mut reader = csv::Reader::from_path(dir.join("run.csv")).unwrap();
     let h = reader.headers().unwrap().clone();
     let col = |name: &str| h.iter().position(|c| c == name).unwrap();
