@@ -159,7 +159,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
 
 fn length_cells(c: &IntCounts) -> String {
     let d = c.summary(1.0);
-    format!("{:>8.0}{:>7.0}{:>7.0}", d.mean, d.p50, d.p99)
+    format!("{:>12.0}{:>7.0}{:>7.0}", d.mean, d.p50, d.p99)
 }
 
 fn row(out: &mut String, name: &str, tenant: &str, slo: &str, g: &GroupStats, total: u64, span_s: f64) {
@@ -213,8 +213,8 @@ fn stats_table(loaded: &LoadedSpec, plan: &Plan, s: &WorkloadStats) -> String {
     let _ = writeln!(out);
     let _ = writeln!(
         out,
-        "{:<16}{:<10}{:<12}{:>8}{:>8}{:>9}{:>7}{:>22}{:>22}{:>8}",
-        "client", "tenant", "slo class", "requests", "share", "req/s", "gap CV", "input mean   p50   p99", "output mean   p50   p99", "prefix"
+        "{:<16}{:<10}{:<12}{:>8}{:>8}{:>9}{:>7}{:>26}{:>26}{:>8}",
+        "client", "tenant", "slo class", "requests", "share", "req/s", "gap CV", "input mean    p50    p99", "output mean    p50    p99", "prefix"
     );
     for (c, g) in plan.clients.iter().zip(&s.clients) {
         let tenant = &plan.labels.tenants[c.tenant.0 as usize];
