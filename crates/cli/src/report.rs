@@ -97,6 +97,10 @@ pub fn table(report: &RunReport) -> String {
         "Still queued / running; dropped; timed out:",
         format!("{} / {}; {}; {}", s.requests.queued, s.requests.running, s.requests.dropped, s.requests.timed_out),
     );
+    if s.requests.dropped > 0 {
+        let reasons: Vec<String> = s.requests.dropped_by_reason.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{n} {r}")).collect();
+        line(&mut out, "Dropped (never runnable):", reasons.join(", "));
+    }
     line(&mut out, "Simulated duration (s):", format!("{:.2}", s.simulated_duration_s));
     line(&mut out, "Total input / output tokens:", format!("{} / {}", s.tokens.input_total, s.tokens.output_total));
     line(&mut out, "Request throughput (req/s):", format!("{:.2}", s.throughput.requests_per_s));

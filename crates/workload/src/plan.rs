@@ -126,13 +126,15 @@ impl Role {
         }
     }
 
-    fn describe(self) -> &'static str {
-        match self {
-            Role::Length => "a token length ≥ 1",
-            Role::Tokens => "a token count ≥ 0",
-            Role::Items => "an item count in [0, 10000]",
-            Role::Ratio => "a ratio in [0, 1]",
-        }
+    fn describe(self) -> String {
+        let (lo, hi) = self.range();
+        let what = match self {
+            Role::Length => "a token length",
+            Role::Tokens => "a token count",
+            Role::Items => "an item count",
+            Role::Ratio => "a ratio",
+        };
+        format!("{what} in [{lo}, {hi}]")
     }
 }
 
@@ -570,7 +572,7 @@ mod tests {
             ("{mean: 50}", "{mean: .inf}", "clients[0].output_distribution.params.mean: inf is not a finite number"),
             ("{mean: 50}", "{mean: 50, stdev: 3}", "clients[0].output_distribution.params.stdev: unknown parameter"),
             ("{mean: 50}", "{}", "clients[0].output_distribution.params.mean: missing"),
-            ("{value: 10}", "{value: 0}", "clients[0].input_distribution.params.value: 0 must be a token length ≥ 1"),
+            ("{value: 10}", "{value: 0}", "clients[0].input_distribution.params.value: 0 must be a token length in [1, 1073741824]"),
             ("- id: a\n", "- id: a\n    rate_fraction: -1\n", "clients[0].rate_fraction: -1 must be"),
             ("- id: a\n", "- id: a\n    arrival: {process: gamma}\n", "clients[0].arrival.cv: missing"),
             ("- id: a\n", "- id: a\n    arrival: {process: poisson, cv: 2}\n", "clients[0].arrival.cv: applies to gamma and weibull only"),
