@@ -163,10 +163,10 @@ knob_table! {
     #[arg(long, value_name = "FILE", help_heading = "Latency model")]
     coefficients: PathBuf = None,
     /// Replace the set's α: comma-separated, in the model's order (blackbox: queueing µs, µs per prompt token, µs per output token).
-    #[arg(long, value_name = "A0,A1,...", help_heading = "Latency model")]
+    #[arg(long, value_name = "A0,A1,...", allow_hyphen_values = true, help_heading = "Latency model")]
     alpha_coeffs: String = None,
     /// Replace the set's β: comma-separated, in the model's order (blackbox: step µs, µs per prefill token, µs per decode token).
-    #[arg(long, value_name = "B0,B1,...", help_heading = "Latency model")]
+    #[arg(long, value_name = "B0,B1,...", allow_hyphen_values = true, help_heading = "Latency model")]
     beta_coeffs: String = None,
 
     // ── Workload ─────────────────────────────────────────────────────────

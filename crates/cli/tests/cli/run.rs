@@ -61,8 +61,24 @@ fn report_has_metadata_counts_latencies_and_sources() {
         assert!(j["kv_cache"][key].as_f64().is_some());
     }
     assert!(j["batch"]["mean_batch_size"].as_f64().unwrap() > 0.0);
+    assert_eq!(j["batch"]["steps_at_floor"], 0, "the bundled coefficients time every step");
     assert!(j["throughput"]["output_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(j["tokens"]["output_total"], 200 * 256);
+}
+
+/// Coefficients that predict a negative step time are clamped to the 1 µs
+/// floor, and the report says so for every such step.
+#[test]
+fn steps_timed_at_the_floor_are_counted_and_flagged() {
+    let args = ["--latency-model", "blackbox", "--alpha-coeffs", "0,0,0", "--beta-coeffs", "-5000,0,1"];
+    let (_, j) = run_json(&args);
+    let steps = j["batch"]["steps"].as_u64().unwrap();
+    assert!(steps > 0);
+    // β0 = −5000 µs, 1 µs per decode: only batches of 5001+ decodes would be positive.
+    assert_eq!(j["batch"]["steps_at_floor"].as_u64(), Some(steps));
+    let mut all = SMALL.to_vec();
+    all.extend_from_slice(&args);
+    assert!(stderr(&blis(&all)).contains("WARNING: steps timed at the 1 µs floor:"));
 }
 
 #[test]

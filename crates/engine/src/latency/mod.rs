@@ -185,14 +185,19 @@ pub trait LatencyModel: Send + Sync {
 
 /// Rounds a step time in µs to whole microseconds with the 1 µs floor.
 pub fn step_micros(us: f64) -> Micros {
-    if us.is_finite() && us >= 1.0 { Micros(us.round() as u64) } else { Micros(1) }
+    if us.is_finite() && us >= 1.0 { Micros(us.round() as u64) } else { MIN_STEP }
 }
+
+/// The shortest step: what [`step_micros`] makes of a prediction below 1 µs
+/// (negative, NaN). No real GPU step is this short, so a step at the floor
+/// means the model's coefficients do not describe the batch.
+pub const MIN_STEP: Micros = Micros(1);
 
 /// β·f rounded by [`step_micros`]: the step time of a model linear in its
 /// features. An empty step takes 1 µs without computing them.
 pub(crate) fn linear_step_time<const N: usize>(batch: &StepBatch<'_>, beta: &[f64; N], features: impl FnOnce() -> [f64; N]) -> Micros {
     if batch.entries.is_empty() {
-        return Micros(1);
+        return MIN_STEP;
     }
     step_micros(features().iter().zip(beta).map(|(x, b)| x * b).sum())
 }

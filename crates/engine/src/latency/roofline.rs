@@ -101,7 +101,7 @@ impl LatencyModel for Roofline {
 
     fn step_time(&self, batch: &StepBatch<'_>) -> Micros {
         if batch.entries.is_empty() {
-            return Micros(1);
+            return super::MIN_STEP;
         }
         let (mut flops_pf, mut flops_dc, mut dyn_bytes, mut tokens) = (0.0, 0.0, 0.0, 0.0);
         for e in batch.entries {
