@@ -328,6 +328,22 @@ impl Experiment {
                 return bad(path, format!("latency mean {} is not a non-negative number", p.mean));
             }
         }
+        if let Some(rows) = &self.requests {
+            let mut per_stage = vec![0u64; self.stages.len()];
+            for r in rows {
+                per_stage[r.stage as usize] += 1;
+            }
+            if let Some((i, (&n, s))) = per_stage.iter().zip(&self.stages).enumerate().find(|(_, (n, s))| **n != s.sent()) {
+                return bad(
+                    self.dir.join("requests.csv"),
+                    format!(
+                        "{n} rows for stage {i}, but results/stage_{i}_lifecycle_metrics.json counts {} requests (successes + failures); \
+                         requests.csv must have one row per request",
+                        s.sent()
+                    ),
+                );
+            }
+        }
         Ok(())
     }
 

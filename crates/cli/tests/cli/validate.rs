@@ -113,6 +113,9 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     check("NaN latency", "requests.csv:2");
     std::fs::write(&requests, good.replacen("\n0,0,", "\n0,7,", 1)).unwrap();
     check("stage out of range", "stage");
+    let truncated: String = good.lines().take(15).map(|l| format!("{l}\n")).collect();
+    std::fs::write(&requests, truncated).unwrap();
+    check("truncated", "4 rows for stage 1, but results/stage_1_lifecycle_metrics.json counts 10 requests");
     std::fs::write(&requests, good).unwrap();
 
     let exp = dir.join("exp-config.yaml");
