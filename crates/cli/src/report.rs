@@ -89,7 +89,11 @@ pub fn table(report: &RunReport) -> String {
     };
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
-    line(&mut out, "Hardware:", format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks));
+    let hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
+    match report.cluster.num_instances {
+        1 => line(&mut out, "Hardware:", hardware),
+        n => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
+    }
     line(&mut out, "Latency model / seed:", format!("{} ({}) / {}", d.latency_model, d.coefficients, report.seed));
     line(&mut out, "Requests completed / injected:", format!("{} / {}", s.requests.completed, s.requests.injected));
     line(
