@@ -75,7 +75,11 @@ macro_rules! knob_table {
             $( pub $name: Knob<Option<$ty>>, )*
         }
 
-        impl KnobFile {
+        /// vLLM's flag names where BLIS's flag is shorter: accepted on the command
+/// line (clap aliases) and, through this table, in `--config` files.
+const VLLM_ALIASES: [(&str, &str); 2] = [("tensor-parallel-size", "tp"), ("num-gpu-blocks-override", "num-gpu-blocks")];
+
+impl KnobFile {
             /// Each knob from `self`, else from `fallback`.
             pub fn or(self, fallback: KnobFile) -> KnobFile {
                 KnobFile { $( $name: self.$name.or(fallback.$name), )* }
@@ -385,7 +389,8 @@ impl KnobFile {
     }
 
     /// Reads knobs from a YAML mapping of flag names (or their `snake_case`
-    /// spellings) to values; `origin` names it in errors.
+    /// spellings, or vLLM's names of the flags that have an alias) to
+    /// values; `origin` names it in errors.
     pub fn from_yaml(raw: serde_yaml_ng::Value, origin: &str) -> Result<KnobFile, BadInput> {
         let serde_yaml_ng::Value::Mapping(map) = raw else {
             return Err(bad_input!("{origin}: expected a mapping of flag names to values"));
@@ -396,7 +401,10 @@ impl KnobFile {
                 serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
                 other => return Err(bad_input!("{origin}: key {other:?} is not a string")),
             };
-            normalized.insert(serde_yaml_ng::Value::String(key), v);
+            let key = VLLM_ALIASES.iter().find(|(vllm, _)| *vllm == key).map_or(key, |(_, blis)| (*blis).to_string());
+            if normalized.insert(serde_yaml_ng::Value::String(key.clone()), v).is_some() {
+                return Err(bad_input!("{origin}: `{key}` is given twice (under its own name and vLLM's, or in two spellings)"));
+            }
         }
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
             .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
@@ -419,5 +427,21 @@ mod tests {
         );
         // Unknown negations stay as they are (clap rejects them), and so does anything after `--`.
         assert_eq!(rewrite(&["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]), ["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]);
+    }
+
+    fn file(yaml: &str) -> Result<KnobFile, BadInput> {
+        KnobFile::from_yaml(serde_yaml_ng::from_str(yaml).unwrap(), "--config f.yaml")
+    }
+
+    #[test]
+    fn config_files_take_vllm_names_and_snake_case_but_not_one_knob_twice() {
+        let f = file("tensor-parallel-size: 2\nnum_gpu_blocks_override: 5000\nmax_num_seqs: 64\n").unwrap();
+        assert_eq!((f.tp, f.num_gpu_blocks, f.max_num_seqs), (Some(2), Some(5000), Some(64)));
+        for twice in ["tp: 2\ntensor_parallel_size: 2\n", "max-num-seqs: 1\nmax_num_seqs: 2\n"] {
+            let e = file(twice).unwrap_err().to_string();
+            assert!(e.contains("f.yaml") && e.contains("given twice"), "{e}");
+        }
+        let e = file("dtype: bfloat16\n").unwrap_err().to_string();
+        assert!(e.contains("unknown field `dtype`") && e.contains("max-num-seqs"), "{e}");
     }
 }
