@@ -13,6 +13,27 @@ use serde_json::{Value, json};
 use crate::serve::openai::Api;
 use crate::sse::{SseEvent, SseParser};
 
+/// A builder for the HTTP client of requests to `url`. `https://` servers
+/// are reached over rustls (ring crypto) and verified against the
+/// platform's trusted roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` override
+/// them, as for OpenSSL); a plain `http://` client needs no root store, so
+/// it builds even where the system has none.
+pub fn http_builder(url: &str) -> reqwest::ClientBuilder {
+    static TLS: std::sync::Once = std::sync::Once::new();
+    TLS.call_once(|| {
+        // Fails only if another provider is already the process default, which then serves.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    let builder = reqwest::Client::builder();
+    if url.starts_with("https://") { builder } else { builder.tls_certs_only([]) }
+}
+
+/// Checks that a client for `url` can be built (for `https://`, that the
+/// platform has trusted roots), with the reason when not.
+pub fn check_client(url: &str) -> Result<(), String> {
+    http_builder(url).build().map(drop).map_err(|e| with_causes(&e))
+}
+
 /// Wall-clock time of a run: µs since the Unix epoch, read from a monotonic
 /// clock anchored once at the start so intervals never go backwards.
 #[derive(Copy, Clone, Debug)]
@@ -212,10 +233,26 @@ pub async fn send(http: &reqwest::Client, target: &Target, body: &Value, clock: 
     }
 }
 
+/// An error and its chain of causes, `: `-separated (reqwest's own message
+/// says only which URL failed; the causes say why: refused, TLS, DNS, ...).
+pub(crate) fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if !out.contains(&text) {
+            out += ": ";
+            out += &text;
+        }
+        cause = c.source();
+    }
+    out
+}
+
 async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u64, clock: &RunClock) -> Exchange {
     let resp = match req.send().await {
         Ok(r) => r,
-        Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, None, format!("request failed: {e}")),
+        Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, None, format!("request failed: {}", with_causes(&e))),
     };
     let status = resp.status().as_u16();
     if !resp.status().is_success() {
@@ -225,7 +262,7 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
     if !streaming {
         let text = match resp.text().await {
             Ok(t) => t,
-            Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), format!("response cut short: {e}")),
+            Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), format!("response cut short: {}", with_causes(&e))),
         };
         let now = clock.now_unix_us();
         let usage = serde_json::from_str::<Value>(&text).ok().as_ref().and_then(parse_usage);
@@ -249,7 +286,7 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
         let bytes = match piece {
             Ok(b) => b,
             Err(e) => {
-                x.error_message = format!("connection closed mid-stream: {e}");
+                x.error_message = format!("connection closed mid-stream: {}", with_causes(&e));
                 return x;
             }
         };

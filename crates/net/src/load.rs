@@ -87,7 +87,7 @@ pub async fn run<M: Clone + Send + 'static>(
     sink: &mut dyn Sink<M>,
     interrupt: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> std::io::Result<LoadSummary> {
-    let http = reqwest::Client::builder().pool_max_idle_per_host(max_concurrency).build().map_err(std::io::Error::other)?;
+    let http = crate::client::http_builder(&target.base_url).pool_max_idle_per_host(max_concurrency).build().map_err(std::io::Error::other)?;
     let permits = Arc::new(Semaphore::new(max_concurrency.max(1)));
     let (tx, mut rx) = mpsc::unbounded_channel::<Outcome<M>>();
     let mut summary = LoadSummary { sent: 0, ok: 0, errors: 0, timeouts: 0, interrupted: false, send_duration_s: 0.0, schedule_delays_us: Vec::new() };

@@ -68,6 +68,15 @@ pub enum ObserveError {
         /// The models the server lists at `/v1/models`.
         served: Vec<String>,
     },
+    /// No HTTP client can be built for a URL (for `https://`: no trusted
+    /// root certificates on this system).
+    #[error("{url}: cannot set up an HTTP client: {message}")]
+    Client {
+        /// The server or Prometheus URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> ObserveError + '_ {
@@ -227,7 +236,7 @@ pub const SCRAPED_METRICS: &[&str] = &[
 async fn scrape(url: String, interval: Duration, path: PathBuf, clock: RunClock, mut stop: tokio::sync::oneshot::Receiver<()>) -> std::io::Result<u64> {
     let mut out = BufWriter::new(File::create(&path)?);
     writeln!(out, "time_us,metric,value")?;
-    let http = reqwest::Client::new();
+    let http = crate::client::http_builder(&url).build().map_err(std::io::Error::other)?;
     let mut ticker = tokio::time::interval(interval);
     let mut scrapes = 0;
     loop {
@@ -318,6 +327,9 @@ pub fn observe(
     if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
+    for url in std::iter::once(&config.target.base_url).chain(&config.prometheus_url) {
+        crate::client::check_client(url).map_err(|message| ObserveError::Client { url: url.clone(), message })?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
     let discovered = runtime.block_on(discover(&config.target));
     let mut server = match config.server.clone() {
@@ -397,7 +409,8 @@ impl Discovered {
 /// serve`, its time scale. A server without `/v1/models` yields nothing.
 async fn discover(target: &Target) -> Discovered {
     let url = format!("{}/v1/models", target.base_url.trim_end_matches('/'));
-    let mut req = reqwest::Client::new().get(url).timeout(Duration::from_secs(10));
+    let Ok(http) = crate::client::http_builder(&url).build() else { return Discovered::default() };
+    let mut req = http.get(url).timeout(Duration::from_secs(10));
     if let Some(key) = &target.api_key {
         req = req.bearer_auth(key);
     }

@@ -38,7 +38,7 @@ fn data_lines(body: &str) -> Vec<&str> {
 #[tokio::test]
 async fn streaming_completion_sends_every_token_usage_and_done() {
     let (srv, base) = server(0.0).await;
-    let body = reqwest::Client::new()
+    let body = blis_net::client::http_builder("http://").build().unwrap()
         .post(format!("{base}/v1/completions"))
         .json(&json!({"model": MODEL, "prompt": "one two three", "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}))
         .send()
@@ -62,7 +62,7 @@ async fn streaming_completion_sends_every_token_usage_and_done() {
 #[tokio::test]
 async fn chat_streams_a_role_chunk_then_deltas_and_non_streaming_returns_one_document() {
     let (srv, base) = server(0.0).await;
-    let client = reqwest::Client::new();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
     let body = client
         .post(format!("{base}/v1/chat/completions"))
         .json(&json!({"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3, "stream": true}))
@@ -94,7 +94,7 @@ async fn chat_streams_a_role_chunk_then_deltas_and_non_streaming_returns_one_doc
 #[tokio::test]
 async fn bad_requests_get_openai_error_json() {
     let (srv, base) = server(0.0).await;
-    let client = reqwest::Client::new();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
     for (body, status, param) in [
         ("{not json".to_string(), 400, "body"),
         (json!({"model": "other", "prompt": "x"}).to_string(), 404, "model"),
@@ -122,7 +122,7 @@ async fn bad_requests_get_openai_error_json() {
 #[tokio::test]
 async fn models_health_and_prometheus_metrics_use_vllm_names() {
     let (srv, base) = server(0.0).await;
-    let client = reqwest::Client::new();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
     let models: Value = client.get(format!("{base}/v1/models")).send().await.unwrap().json().await.unwrap();
     assert_eq!(models["data"][0]["id"], MODEL);
     assert_eq!(client.get(format!("{base}/health")).send().await.unwrap().status().as_u16(), 200);
@@ -148,7 +148,7 @@ async fn models_health_and_prometheus_metrics_use_vllm_names() {
 #[tokio::test]
 async fn injected_failures_are_429_503_or_dropped_connections_and_successes_still_complete() {
     let (srv, base) = server(0.5).await;
-    let client = reqwest::Client::new();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
     let (mut ok, mut throttled, mut unavailable, mut dropped) = (0, 0, 0, 0);
     for _ in 0..60 {
         let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "hello", "max_tokens": 8, "stream": true})).send().await;
@@ -177,7 +177,7 @@ async fn a_client_that_disconnects_mid_stream_gets_its_request_aborted() {
     // Real time here: at 1000× the whole answer would sit in socket buffers before the client hangs up.
     let srv = start(ServeConfig { time_scale: 1.0, ..config(0.0) }, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let base = format!("http://{}", srv.local_addr);
-    let client = reqwest::Client::new();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
     let mut r = client
         .post(format!("{base}/v1/completions"))
         .json(&json!({"model": MODEL, "prompt": "go", "max_tokens": 3000, "stream": true}))
@@ -215,7 +215,7 @@ mod client {
     #[tokio::test]
     async fn the_client_times_every_chunk_and_reads_usage_from_the_final_chunk() {
         let (srv, base) = server(0.0).await;
-        let http = reqwest::Client::new();
+        let http = blis_net::client::http_builder("http://").build().unwrap();
         let clock = RunClock::start();
         for api in [Api::Completions, Api::Chat] {
             let t = target(&base, api, true);
@@ -237,7 +237,7 @@ mod client {
     #[tokio::test]
     async fn errors_and_timeouts_are_recorded_with_their_status() {
         let (srv, base) = server(0.0).await;
-        let http = reqwest::Client::new();
+        let http = blis_net::client::http_builder("http://").build().unwrap();
         let clock = RunClock::start();
         let mut t = target(&base, Api::Completions, true);
         t.model = "nope".into();

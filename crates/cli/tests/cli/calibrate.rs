@@ -169,3 +169,77 @@ fn killing_the_server_mid_run_leaves_a_valid_partial_trace() {
     let header = std::fs::read_to_string(dir.join("run.header.yaml")).unwrap();
     assert!(header.contains("sent: 300"), "{header}");
 }
+
+/// A TLS terminator on 127.0.0.1 in front of `upstream` (plain HTTP), with a
+/// fresh self-signed certificate for 127.0.0.1 written to `cert_path`.
+/// Returns its port; it serves while `rt` lives.
+fn tls_proxy(rt: &tokio::runtime::Runtime, upstream: &str, cert_path: &std::path::Path) -> u16 {
+    use std::sync::Arc;
+    use tokio_rustls::rustls;
+    let ck = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap();
+    std::fs::write(cert_path, ck.cert.pem()).unwrap();
+    let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.signing_key.serialize_der().into());
+    let config = rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![ck.cert.der().clone()], key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let upstream = upstream.trim_start_matches("http://").to_string();
+    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    rt.spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let (acceptor, upstream) = (acceptor.clone(), upstream.clone());
+            tokio::spawn(async move {
+                if let (Ok(mut tls), Ok(mut up)) = (acceptor.accept(tcp).await, tokio::net::TcpStream::connect(&upstream).await) {
+                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut up).await;
+                }
+            });
+        }
+    });
+    port
+}
+
+/// `blis observe` speaks TLS: through an HTTPS terminator whose certificate
+/// the client trusts (SSL_CERT_FILE, as for an internal CA) every request
+/// succeeds; trusting another CA instead, every one fails naming the
+/// certificate; with no trusted roots at all, observe refuses to start.
+#[test]
+fn observe_reaches_an_https_server_and_checks_its_certificate() {
+    let dir = scratch("tls");
+    let server = Server::start(&["--time-scale", "20"]);
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let cert = dir.join("ca.pem");
+    let url = format!("https://127.0.0.1:{}", tls_proxy(&rt, &server.url, &cert));
+    let other_ca = dir.join("other-ca.pem");
+    std::fs::write(&other_ca, rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_string()]).unwrap().cert.pem()).unwrap();
+    let command = |prefix: &std::path::Path, bundle: &std::path::Path| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blis"));
+        cmd.args(["observe", "--server-url", &url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "100", "--num-requests", "20"])
+            .args(["--prompt-tokens", "32", "--output-tokens", "8", "--trace-output", prefix.to_str().unwrap()])
+            .env_remove("SSL_CERT_DIR")
+            .env("SSL_CERT_FILE", bundle);
+        cmd.output().unwrap()
+    };
+    let observe = |prefix: &str, bundle: &std::path::Path| {
+        let prefix = dir.join(prefix);
+        let out = command(&prefix, bundle);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let mut reader = csv::Reader::from_path(prefix.with_extension("csv")).unwrap();
+        let h = reader.headers().unwrap().clone();
+        let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+        reader.records().map(Result::unwrap).map(|r| (r[col("status")].to_string(), r[col("error_message")].to_string())).collect::<Vec<_>>()
+    };
+    let trusted = observe("trusted", &cert);
+    assert_eq!(trusted.len(), 20);
+    assert!(trusted.iter().all(|(status, _)| status == "ok"), "{trusted:?}");
+    let untrusted = observe("untrusted", &other_ca);
+    assert_eq!(untrusted.len(), 20);
+    assert!(untrusted.iter().all(|(status, m)| status == "error" && m.to_lowercase().contains("certificate")), "{untrusted:?}");
+    let out = command(&dir.join("no-roots"), &dir.join("no-such-bundle.pem"));
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains(&url) && stderr(&out).contains("No CA certificates"), "{}", stderr(&out));
+    assert!(!dir.join("no-roots.csv").exists(), "nothing is written when observe cannot start");
+}
