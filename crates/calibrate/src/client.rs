@@ -185,6 +185,15 @@ impl ClientStage {
     }
 }
 
+/// What the client saw of a successful request, ms.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Latency {
+    /// Time to first token.
+    pub ttft_ms: f64,
+    /// End to end.
+    pub e2e_ms: f64,
+}
+
 /// Observes a simulated run as inference-perf's client would: per stage
 /// (`RequestMeta::stage`), for the whole run, and per request.
 #[derive(Clone, Debug, Default)]
@@ -193,8 +202,8 @@ pub struct ClientObserver {
     pub stages: Vec<ClientStage>,
     /// The whole run.
     pub summary: ClientStage,
-    /// (TTFT ms, E2E ms) of each completed request, by request id.
-    pub per_request: Vec<Option<(f64, f64)>>,
+    /// What the client saw of each completed request, by request id.
+    pub per_request: Vec<Option<Latency>>,
     pending_gaps: BTreeMap<RequestId, Vec<u64>>,
     token_gaps: bool,
 }
@@ -225,7 +234,7 @@ impl Observer for ClientObserver {
         if let (Outcome::Completed, Some(t), Some(e)) = (r.outcome, r.ttft(), r.e2e())
             && let Some(slot) = self.per_request.get_mut(r.id.0 as usize)
         {
-            *slot = Some((t.as_ms_f64(), e.as_ms_f64()));
+            *slot = Some(Latency { ttft_ms: t.as_ms_f64(), e2e_ms: e.as_ms_f64() });
         }
     }
 
@@ -286,7 +295,8 @@ mod tests {
         assert!((m.inference_perf_tpot_mean_ms.unwrap() - 20.0 / 7.0).abs() < 1e-12);
         // Span: first send 0 → last end 150 ms: 2 requests / 0.15 s.
         assert!((m.throughput_rps - 2.0 / 0.15).abs() < 1e-9);
-        assert_eq!(obs.per_request, vec![Some((20.0, 40.0)), Some((30.0, 50.0))]);
+        let seen = |ttft_ms, e2e_ms| Some(Latency { ttft_ms, e2e_ms });
+        assert_eq!(obs.per_request, vec![seen(20.0, 40.0), seen(30.0, 50.0)]);
     }
 
     #[test]

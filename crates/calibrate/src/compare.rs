@@ -1,6 +1,7 @@
 //! Predicted against measured: the metrics compared, per stage and for the
 //! whole run, per request, and aggregated over experiments.
 
+pub use crate::client::Latency;
 use crate::client::ClientMetrics;
 use crate::experiment::{Experiment, Lifecycle, Status};
 use crate::reproduce::Simulated;
@@ -178,15 +179,6 @@ pub struct RequestAgreement {
     pub ttft_pearson: Option<f64>,
 }
 
-/// What the client saw of a successful request, ms.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct Latency {
-    /// Time to first token.
-    pub ttft_ms: f64,
-    /// End to end.
-    pub e2e_ms: f64,
-}
-
 /// One request of `requests.csv` and its simulated twin.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct RequestPair {
@@ -305,17 +297,16 @@ fn request_pairs(exp: &Experiment, sim: &Simulated) -> Vec<RequestPair> {
         .enumerate()
         .map(|(id, &row)| {
             let real = &rows[row];
-            let latency = |ttft_ms, e2e_ms| Latency { ttft_ms, e2e_ms };
             RequestPair {
                 index: real.index,
                 stage: real.stage,
                 send_s: real.arrival_time_us as f64 / 1e6,
                 input_tokens: real.input_tokens,
                 real: match (real.has_error, real.ttft_ms, real.e2e_ms) {
-                    (0, Some(t), Some(e)) => Some(latency(t, e)),
+                    (0, Some(ttft_ms), Some(e2e_ms)) => Some(Latency { ttft_ms, e2e_ms }),
                     _ => None,
                 },
-                predicted: sim.client.per_request.get(id).copied().flatten().map(|(t, e)| latency(t, e)),
+                predicted: sim.client.per_request.get(id).copied().flatten(),
             }
         })
         .collect()
