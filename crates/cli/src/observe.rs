@@ -188,7 +188,7 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
     eprintln!(
         "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
         plan.expected_requests(),
-        plan.aggregate_rate,
+        crate::workload_source::rate_text(plan.aggregate_rate),
         args.server_url,
         args.api,
         files.csv.display()

@@ -205,7 +205,14 @@ fn stats_table(loaded: &LoadedSpec, plan: &Plan, s: &WorkloadStats) -> String {
     use std::fmt::Write as _;
     let mut out = String::new();
     let span_s = s.span.as_secs_f64();
-    let _ = writeln!(out, "Workload {} ({}), seed {}, aggregate rate {} req/s", loaded.source_name, plan.category.as_str(), plan.seed, plan.aggregate_rate);
+    let _ = writeln!(
+        out,
+        "Workload {} ({}), seed {}, aggregate rate {} req/s",
+        loaded.source_name,
+        plan.category.as_str(),
+        plan.seed,
+        crate::workload_source::rate_text(plan.aggregate_rate)
+    );
     let _ = writeln!(out, "{} requests over {:.1} s: {:.2} req/s", s.total.requests, span_s, s.total.requests as f64 / span_s);
     if let Some(n) = sessions_note(plan) {
         let _ = writeln!(out, "note: {n}");

@@ -47,6 +47,11 @@ fn explicit<T: Clone>(k: &Knob<Option<T>>) -> Option<T> {
     if k.source == Source::Default { None } else { k.value.clone() }
 }
 
+/// A rate for people: at most four decimals, no trailing zeros (3.3833, 20).
+pub fn rate_text(req_per_s: f64) -> String {
+    format!("{}", (req_per_s * 1e4).round() / 1e4)
+}
+
 /// Prints warnings on stderr, one line each.
 pub fn warn(warnings: &[String]) {
     for w in warnings {
