@@ -2,4 +2,5 @@
 //! completions, and the prefix cache hits that context growth produces.
 //! One test binary, one module per behaviour.
 
+mod mutated_specs;
 mod sessions;
