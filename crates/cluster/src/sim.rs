@@ -205,7 +205,7 @@ pub struct Cluster {
     now: Micros,
 }
 
-/// Largest supported instance count (each instance holds its whole KV block table).
+/// Largest supported instance count (every routing decision scores every instance).
 pub const MAX_INSTANCES: u32 = 1024;
 
 impl Cluster {

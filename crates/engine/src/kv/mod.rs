@@ -5,6 +5,12 @@
 //!   list in eviction order (`FreeKVCacheBlockQueue`): allocation pops from the
 //!   head, freeing appends to the tail, touching a cached free block unlinks it
 //!   in O(1).
+//! * Blocks are materialised on first use. vLLM's queue starts as every
+//!   block in id order and only ever appends at its tail, so the blocks never
+//!   used are always its head, in id order: the queue is that fresh range
+//!   followed by the linked list of used-and-freed blocks. Memory follows the
+//!   blocks a run touches, not the cache size (a small model on a large GPU
+//!   has hundreds of millions of blocks).
 //! * A full block gets the chained hash of its tokens when its slots are
 //!   allocated (`cache_full_blocks`); cached blocks whose reference count drops
 //!   to zero stay findable until they are popped for reuse (LRU eviction).
@@ -97,7 +103,12 @@ impl BlockTable {
 
 /// The GPU KV cache of one instance.
 pub struct KvCache {
+    /// The materialised blocks: ids `0..blocks.len()`; ids up to `usable`
+    /// are fresh, at the head of the free queue.
     blocks: Vec<Block>,
+    /// Usable blocks (all but the null block).
+    usable: u32,
+    /// Head and tail of the linked part of the free queue (materialised blocks).
     free_head: u32,
     free_tail: u32,
     num_free: u32,
@@ -122,16 +133,14 @@ impl KvCache {
             return Err(KvConfigError::TooManyBlocks { got: num_gpu_blocks });
         }
         let usable = (num_gpu_blocks - 1) as u32;
-        let blocks = (0..usable)
-            .map(|i| Block { hash: 0, prev: if i == 0 { NIL } else { i - 1 }, next: if i + 1 == usable { NIL } else { i + 1 } })
-            .collect();
         Ok(KvCache {
-            blocks,
-            free_head: 0,
-            free_tail: usable - 1,
+            blocks: Vec::with_capacity(usable.min(1 << 16) as usize),
+            usable,
+            free_head: NIL,
+            free_tail: NIL,
             num_free: usable,
             num_used: 0,
-            hashed: vec![0; usable.div_ceil(64) as usize],
+            hashed: Vec::with_capacity(usable.min(1 << 16).div_ceil(64) as usize),
             index: BlockIndex::new(),
             block_size,
             prefix_caching,
@@ -150,7 +159,7 @@ impl KvCache {
 
     /// Usable blocks (all but the null block).
     pub fn usable_blocks(&self) -> u32 {
-        self.blocks.len() as u32
+        self.usable
     }
 
     /// Free blocks, including cached blocks that are evictable.
@@ -327,6 +336,19 @@ impl KvCache {
     }
 
     fn pop_free(&mut self) -> u32 {
+        let fresh = self.blocks.len() as u32;
+        if fresh < self.usable {
+            // The head of the queue is the next never-used block.
+            if fresh % 64 == 0 {
+                self.hashed.push(0);
+            }
+            let mut block = Block { hash: 0, prev: NIL, next: NIL };
+            block.hold(1);
+            self.blocks.push(block);
+            self.num_free -= 1;
+            self.num_used += 1;
+            return fresh;
+        }
         let b = self.free_head;
         debug_assert_ne!(b, NIL, "pop from an empty free queue");
         self.unlink_free(b);
@@ -384,6 +406,7 @@ impl KvCache {
     /// the prefix index only points at blocks carrying the indexed hash.
     pub fn assert_consistent(&self) {
         assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "used + free != usable");
+        let fresh = self.usable - self.blocks.len() as u32;
         let mut on_list = vec![false; self.blocks.len()];
         let (mut cur, mut prev, mut n) = (self.free_head, NIL, 0u32);
         while cur != NIL {
@@ -397,9 +420,10 @@ impl KvCache {
             n += 1;
         }
         assert_eq!(prev, self.free_tail, "free tail mismatch");
-        assert_eq!(n, self.num_free, "free list length != free count");
+        assert_eq!(n + fresh, self.num_free, "free list length + fresh blocks != free count");
         let unreferenced = self.blocks.iter().filter(|b| b.ref_cnt() == 0).count() as u32;
-        assert_eq!(unreferenced, self.num_free, "unreferenced blocks missing from the free list");
+        assert_eq!(unreferenced, n, "unreferenced blocks missing from the free list");
+        assert!(self.hashed.len() * 64 >= self.blocks.len(), "hash bitset shorter than the materialised blocks");
         let mut indexed = 0;
         for b in self.index.blocks() {
             assert!(self.is_hashed(b), "index entry for block {b}, which holds no hash");
@@ -469,6 +493,36 @@ mod tests {
         assert!(kv.allocate_slots(&mut u, 1, &[], &[], 0));
         assert_eq!(kv.find_cached_prefix(&[7, 8, 9], 4, &mut hits), 2);
         assert_eq!(kv.find_cached_prefix(&[9], 2, &mut hits), 0);
+        kv.assert_consistent();
+    }
+
+    /// The queue order of vLLM's eager list: never-used blocks first, in id
+    /// order, then freed blocks in the order they were freed.
+    #[test]
+    fn fresh_blocks_come_before_freed_ones_in_id_order() {
+        let mut kv = KvCache::new(7, 1, false).unwrap(); // 6 usable one-token blocks
+        let (mut a, mut b, mut c) = (BlockTable::default(), BlockTable::default(), BlockTable::default());
+        assert!(kv.allocate_slots(&mut a, 2, &[], &[], 0));
+        assert!(kv.allocate_slots(&mut b, 1, &[], &[], 0));
+        assert_eq!((a.blocks.as_slice(), b.blocks.as_slice()), ([0, 1].as_slice(), [2].as_slice()));
+        kv.free(&mut a); // queue: fresh 3, 4, 5, then 1, 0 (reverse order)
+        kv.assert_consistent();
+        assert!(kv.allocate_slots(&mut c, 5, &[], &[], 0));
+        assert_eq!(c.blocks, [3, 4, 5, 1, 0]);
+        assert_eq!(kv.num_free_blocks(), 0);
+        kv.assert_consistent();
+    }
+
+    /// Memory follows use: a four-billion-block cache costs what its used
+    /// blocks cost.
+    #[test]
+    fn a_huge_cache_materialises_only_the_blocks_it_uses() {
+        let mut kv = KvCache::new(4_000_000_000, 1, true).unwrap();
+        let mut t = BlockTable::default();
+        assert!(kv.allocate_slots(&mut t, 100, &[], &(1..=100).collect::<Vec<u64>>(), 100));
+        assert_eq!(kv.blocks.len(), 100);
+        assert_eq!(kv.num_free_blocks(), 3_999_999_899);
+        kv.free(&mut t);
         kv.assert_consistent();
     }
 
