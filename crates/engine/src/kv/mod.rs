@@ -339,7 +339,7 @@ impl KvCache {
         let fresh = self.blocks.len() as u32;
         if fresh < self.usable {
             // The head of the queue is the next never-used block.
-            if fresh % 64 == 0 {
+            if fresh.is_multiple_of(64) {
                 self.hashed.push(0);
             }
             let mut block = Block { hash: 0, prev: NIL, next: NIL };
