@@ -54,7 +54,7 @@ pub struct ObserveArgs {
     pub max_concurrency: usize,
 
     /// Per-request timeout, seconds (inference-perf's is 300).
-    #[arg(long, default_value_t = 300.0, value_name = "SECONDS", help_heading = "Observe")]
+    #[arg(long, default_value_t = 300.0, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Observe")]
     pub timeout: f64,
 
     /// Bearer token for the server [default: $OPENAI_API_KEY when set].
@@ -119,9 +119,7 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
     let knobs = Knobs::resolve(&args.knobs, &file);
     crate::knobs::reject_unused(&knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
-    if !(args.timeout.is_finite() && args.timeout > 0.0) {
-        return Err(bad_input!("--timeout {}: must be a positive number of seconds", args.timeout).into());
-    }
+    let timeout = Duration::from_micros(crate::setup::seconds("timeout", args.timeout)?.as_us());
     if args.max_concurrency == 0 {
         return Err(bad_input!("--max-concurrency 0: must be at least 1").into());
     }
@@ -174,7 +172,7 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
             },
             api_key: args.api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty())),
             streaming: !args.no_stream,
-            timeout: Duration::from_secs_f64(args.timeout),
+            timeout,
         },
         max_concurrency: args.max_concurrency,
         trace_prefix: args.trace_output.clone(),

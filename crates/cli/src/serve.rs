@@ -31,11 +31,11 @@ pub struct ServeArgs {
     pub port: u16,
 
     /// Simulated seconds per wall-clock second: 10 replays the simulated server ten times faster than real time.
-    #[arg(long, default_value_t = 1.0, value_name = "FACTOR", help_heading = "Server")]
+    #[arg(long, default_value_t = 1.0, value_name = "FACTOR", allow_negative_numbers = true, help_heading = "Server")]
     pub time_scale: f64,
 
     /// Fraction of requests that fail: HTTP 429, HTTP 503 or a connection dropped mid-response, equally likely.
-    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", help_heading = "Server")]
+    #[arg(long, default_value_t = 0.0, value_name = "FRACTION", allow_negative_numbers = true, help_heading = "Server")]
     pub failure_rate: f64,
 
     /// Model name clients must send. [default: the resolved model id]

@@ -153,11 +153,15 @@ fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> 
     })
 }
 
-/// Converts a seconds knob to microseconds, rejecting NaN, negatives and zero.
+/// Largest seconds knob (`--horizon`, `--client-timeout`): about 31 700 years.
+const MAX_SECONDS: f64 = 1e12;
+
+/// Converts a seconds knob to microseconds, rejecting NaN, negatives, zero
+/// and values above [`MAX_SECONDS`].
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
     match Micros::from_secs_f64(value) {
-        Some(t) if t > Micros::ZERO => Ok(t),
-        _ => Err(bad_input!("--{flag} {value}: must be a positive number of seconds")),
+        Some(t) if t > Micros::ZERO && value <= MAX_SECONDS => Ok(t),
+        _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in (0, {MAX_SECONDS:e}]")),
     }
 }
 

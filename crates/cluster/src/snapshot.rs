@@ -82,9 +82,9 @@ impl Refresh {
                     .trim()
                     .parse::<f64>()
                     .ok()
+                    .filter(|v| (0.001..=3_600_000.0).contains(v))
                     .and_then(Micros::from_ms_f64)
-                    .filter(|&t| t > Micros::ZERO)
-                    .ok_or_else(|| format!("`{other}`: the interval must be a positive number of milliseconds (at least 0.001)"))?;
+                    .ok_or_else(|| format!("`{other}`: the interval must be a number of milliseconds in [0.001, 3600000] (up to an hour)"))?;
                 Ok(Refresh::Periodic(interval))
             }
         }

@@ -53,6 +53,10 @@ pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
 
 /// Largest stage BLIS reproduces (requests), to bound memory on absurd input.
 const MAX_STAGE_REQUESTS: f64 = 1e7;
+
+/// Largest stage duration, interval or timeout, seconds (about three years).
+const MAX_SECONDS: f64 = 1e8;
+
 /// Largest shared-prefix prompt set BLIS builds.
 const MAX_PROMPTS: u64 = 1_000_000;
 
@@ -292,23 +296,23 @@ impl InferencePerfConfig {
         }
         for s in &self.load.stages {
             if !(s.rate.is_finite() && s.rate > 0.0) {
-                return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: s.rate.to_string(), reason: "must be a positive number" });
+                return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: format!("{:?}", s.rate), reason: "must be a positive number" });
             }
-            if !(s.duration.is_finite() && s.duration > 0.0 && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
+            if !(s.duration > 0.0 && s.duration <= MAX_SECONDS && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
                 return Err(InferencePerfError::Invalid {
                     field: "load.stages[].duration",
-                    value: s.duration.to_string(),
-                    reason: "must be positive, with rate·duration at most 10^7 requests",
+                    value: format!("{:?}", s.duration),
+                    reason: "must be in (0, 1e8] seconds, with rate·duration at most 10^7 requests",
                 });
             }
         }
-        if !(self.load.interval.is_finite() && self.load.interval >= 0.0) {
-            return Err(InferencePerfError::Invalid { field: "load.interval", value: self.load.interval.to_string(), reason: "must be ≥ 0" });
+        if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SECONDS) {
+            return Err(InferencePerfError::Invalid { field: "load.interval", value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
         }
         if let Some(t) = self.load.request_timeout
-            && !(t.is_finite() && t > 0.0)
+            && !(t > 0.0 && t <= MAX_SECONDS)
         {
-            return Err(InferencePerfError::Invalid { field: "load.request_timeout", value: t.to_string(), reason: "must be a positive number of seconds" });
+            return Err(InferencePerfError::Invalid { field: "load.request_timeout", value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
         }
         Ok(())
     }
@@ -773,6 +777,15 @@ storage:
         assert!(e.to_string().contains("num_prompts_per_group"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate", "duration: nope\n  - rate")).unwrap_err();
         assert!(e.to_string().contains("duration"), "{e}");
+        // A huge interval used to become 0 s silently; huge spans are refused.
+        for (from, to, field) in [
+            ("interval: 1.0", "interval: 1e300", "load.interval"),
+            ("request_timeout: null", "request_timeout: 1e300", "load.request_timeout"),
+            ("rate: 5.0\n    duration: 600", "rate: 1e-300\n    duration: 1e300", "load.stages[].duration"),
+        ] {
+            let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace(from, to)).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("1e8] seconds"), "{e}");
+        }
         assert!(InferencePerfConfig::from_yaml_str("{").is_err());
     }
 
