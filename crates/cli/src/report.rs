@@ -135,11 +135,11 @@ pub fn table(report: &RunReport) -> String {
         format!("{}; {:.1} / {:.1}", s.batch.steps, s.batch.mean_batch_size, s.batch.mean_batch_tokens),
     );
     line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
-    if s.batch.steps_at_floor > 0 {
+    if s.batch.steps_clamped > 0 {
         line(
             &mut out,
-            "WARNING: steps timed at the 1 µs floor:",
-            format!("{} (the latency model predicted ≤ 1 µs: check its coefficients)", s.batch.steps_at_floor),
+            "WARNING: step times clamped:",
+            format!("{} (predicted ≤ 1 µs or ≥ 1 h: check the coefficients)", s.batch.steps_clamped),
         );
     }
     out.push_str(&breakdown::table(&report.breakdowns));

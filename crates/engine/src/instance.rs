@@ -232,9 +232,10 @@ pub struct InstanceStats {
     pub kv_usage_integral: f64,
     /// Σ step durations: time the GPU was busy.
     pub busy: Micros,
-    /// Steps the latency model timed at [`crate::latency::MIN_STEP`] (a
-    /// prediction ≤ 1 µs, e.g. from negative coefficients).
-    pub steps_at_floor: u64,
+    /// Steps the latency model timed at [`crate::latency::MIN_STEP`] or
+    /// [`crate::latency::MAX_STEP`] (a prediction ≤ 1 µs, e.g. from negative
+    /// coefficients, or ≥ 1 h).
+    pub steps_clamped: u64,
 }
 
 /// A single vLLM-like serving instance.
@@ -757,7 +758,7 @@ impl Instance {
         s.kv_usage_peak = s.kv_usage_peak.max(usage);
         s.kv_usage_integral += usage * duration.as_us() as f64;
         s.busy += duration;
-        s.steps_at_floor += u64::from(duration <= crate::latency::MIN_STEP);
+        s.steps_clamped += u64::from(duration <= crate::latency::MIN_STEP || duration >= crate::latency::MAX_STEP);
         self.step_start = self.now;
         self.step_pending = true;
         self.events.push(self.now + duration, EventClass::StepCompletion, InstEvent::Step);

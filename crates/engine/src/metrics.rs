@@ -414,9 +414,9 @@ pub struct BatchReport {
     pub mean_batch_tokens: f64,
     /// Fraction of the simulated duration the GPUs were busy.
     pub busy_fraction: f64,
-    /// Steps timed at the latency model's 1 µs floor: non-zero means its
-    /// coefficients predict a non-positive time for some batches.
-    pub steps_at_floor: u64,
+    /// Steps whose predicted time was clamped to [1 µs, 1 h]: non-zero means
+    /// the latency model's coefficients do not describe some batches.
+    pub steps_clamped: u64,
 }
 
 /// Everything a run measured, ready to serialise.
@@ -482,7 +482,7 @@ impl RunSummary {
                 mean_batch_size: ratio(sum(|s| s.batch_requests) as f64, steps as f64),
                 mean_batch_tokens: ratio(sum(|s| s.batch_tokens) as f64, steps as f64),
                 busy_fraction: ratio(sum(|s| s.busy.as_us()) as f64 / n, duration.as_us() as f64),
-                steps_at_floor: sum(|s| s.steps_at_floor),
+                steps_clamped: sum(|s| s.steps_clamped),
             },
         }
     }

@@ -61,24 +61,29 @@ fn report_has_metadata_counts_latencies_and_sources() {
         assert!(j["kv_cache"][key].as_f64().is_some());
     }
     assert!(j["batch"]["mean_batch_size"].as_f64().unwrap() > 0.0);
-    assert_eq!(j["batch"]["steps_at_floor"], 0, "the bundled coefficients time every step");
+    assert_eq!(j["batch"]["steps_clamped"], 0, "the bundled coefficients time every step");
     assert!(j["throughput"]["output_tokens_per_s"].as_f64().unwrap() > 0.0);
     assert_eq!(j["tokens"]["output_total"], 200 * 256);
 }
 
-/// Coefficients that predict a negative step time are clamped to the 1 µs
-/// floor, and the report says so for every such step.
+/// Coefficients that predict a negative or absurdly long step time are
+/// clamped to [1 µs, 1 h], and the report counts and flags every such step.
 #[test]
-fn steps_timed_at_the_floor_are_counted_and_flagged() {
+fn step_times_outside_one_microsecond_to_one_hour_are_clamped_counted_and_flagged() {
     let args = ["--latency-model", "blackbox", "--alpha-coeffs", "0,0,0", "--beta-coeffs", "-5000,0,1"];
     let (_, j) = run_json(&args);
     let steps = j["batch"]["steps"].as_u64().unwrap();
     assert!(steps > 0);
     // β0 = −5000 µs, 1 µs per decode: only batches of 5001+ decodes would be positive.
-    assert_eq!(j["batch"]["steps_at_floor"].as_u64(), Some(steps));
+    assert_eq!(j["batch"]["steps_clamped"].as_u64(), Some(steps));
     let mut all = SMALL.to_vec();
     all.extend_from_slice(&args);
-    assert!(stderr(&blis(&all)).contains("WARNING: steps timed at the 1 µs floor:"));
+    assert!(stderr(&blis(&all)).contains("WARNING: step times clamped:"));
+    // β0 = 1e300 µs: every step at the one-hour ceiling, the clock far from its end.
+    let (_, j) = run_json(&["--latency-model", "blackbox", "--alpha-coeffs", "0,0,0", "--beta-coeffs", "1e300,0,0"]);
+    let steps = j["batch"]["steps"].as_u64().unwrap();
+    assert_eq!(j["batch"]["steps_clamped"].as_u64(), Some(steps));
+    assert_eq!(j["simulated_duration_s"].as_f64().map(|d| (d / 3600.0).round() as u64), Some(steps), "{j}");
 }
 
 #[test]

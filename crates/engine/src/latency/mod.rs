@@ -183,15 +183,26 @@ pub trait LatencyModel: Send + Sync {
     }
 }
 
-/// Rounds a step time in µs to whole microseconds with the 1 µs floor.
+/// Rounds a step time in µs to whole microseconds, clamped to
+/// [[`MIN_STEP`], [`MAX_STEP`]] (NaN becomes `MIN_STEP`).
 pub fn step_micros(us: f64) -> Micros {
-    if us.is_finite() && us >= 1.0 { Micros(us.round() as u64) } else { MIN_STEP }
+    if us >= MAX_STEP.as_us() as f64 {
+        MAX_STEP
+    } else if us >= 1.0 {
+        Micros(us.round() as u64)
+    } else {
+        MIN_STEP
+    }
 }
 
 /// The shortest step: what [`step_micros`] makes of a prediction below 1 µs
 /// (negative, NaN). No real GPU step is this short, so a step at the floor
 /// means the model's coefficients do not describe the batch.
 pub const MIN_STEP: Micros = Micros(1);
+
+/// The longest step, one hour: what [`step_micros`] makes of a larger
+/// prediction, so absurd coefficients cannot run the clock to its end.
+pub const MAX_STEP: Micros = Micros(3_600_000_000);
 
 /// β·f rounded by [`step_micros`]: the step time of a model linear in its
 /// features. An empty step takes 1 µs without computing them.
@@ -202,9 +213,10 @@ pub(crate) fn linear_step_time<const N: usize>(batch: &StepBatch<'_>, beta: &[f6
     step_micros(features().iter().zip(beta).map(|(x, b)| x * b).sum())
 }
 
-/// Rounds a non-negative overhead in µs (NaN and negatives become 0).
+/// Rounds a non-negative overhead in µs (NaN and negatives become 0, more
+/// than [`MAX_STEP`] becomes `MAX_STEP`).
 pub fn overhead_micros(us: f64) -> Micros {
-    Micros::from_us_f64(us.max(0.0)).unwrap_or(Micros::ZERO)
+    if us >= MAX_STEP.as_us() as f64 { MAX_STEP } else { Micros::from_us_f64(us.max(0.0)).unwrap_or(Micros::ZERO) }
 }
 
 /// Coefficients that do not fit a model.
