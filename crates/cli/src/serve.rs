@@ -30,7 +30,7 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 8000, help_heading = "Server")]
     pub port: u16,
 
-    /// Simulated seconds per wall-clock second: 10 replays the simulated server ten times faster than real time.
+    /// Simulated seconds per wall-clock second, in (0, 1e6]: 10 replays the simulated server ten times faster than real time.
     #[arg(long, default_value_t = 1.0, value_name = "FACTOR", allow_negative_numbers = true, help_heading = "Server")]
     pub time_scale: f64,
 

@@ -67,8 +67,8 @@ pub struct ServeConfig {
 /// Invalid server settings.
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum ServeConfigError {
-    /// Time scale not positive and finite.
-    #[error("--time-scale {0}: must be a positive number (simulated seconds per wall-clock second)")]
+    /// Time scale outside (0, 1e6].
+    #[error("--time-scale {0:?}: must be in (0, 1e6] (simulated seconds per wall-clock second)")]
     TimeScale(f64),
     /// Failure rate outside [0, 1].
     #[error("--failure-rate {0}: must be between 0 and 1")]
@@ -111,7 +111,7 @@ impl RunningServer {
 
 /// Binds `addr` and starts serving. The simulation runs on its own thread.
 pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServer, StartError> {
-    if !(config.time_scale.is_finite() && config.time_scale > 0.0) {
+    if !(config.time_scale > 0.0 && config.time_scale <= 1e6) {
         return Err(ServeConfigError::TimeScale(config.time_scale).into());
     }
     if !(0.0..=1.0).contains(&config.failure_rate) {
