@@ -213,10 +213,10 @@ pub(crate) fn linear_step_time<const N: usize>(batch: &StepBatch<'_>, beta: &[f6
     step_micros(features().iter().zip(beta).map(|(x, b)| x * b).sum())
 }
 
-/// Rounds a non-negative overhead in µs (NaN and negatives become 0, more
-/// than [`MAX_STEP`] becomes `MAX_STEP`).
+/// Rounds an overhead in µs: below half a microsecond (negatives, NaN) it
+/// is 0, otherwise rounded and clamped as a step time ([`step_micros`]).
 pub fn overhead_micros(us: f64) -> Micros {
-    if us >= MAX_STEP.as_us() as f64 { MAX_STEP } else { Micros::from_us_f64(us.max(0.0)).unwrap_or(Micros::ZERO) }
+    if us >= 0.5 { step_micros(us) } else { Micros::ZERO }
 }
 
 /// Coefficients that do not fit a model.
