@@ -28,12 +28,6 @@ pub fn http_builder(url: &str) -> reqwest::ClientBuilder {
     if url.starts_with("https://") { builder } else { builder.tls_certs_only([]) }
 }
 
-/// Checks that a client for `url` can be built (for `https://`, that the
-/// platform has trusted roots), with the reason when not.
-pub fn check_client(url: &str) -> Result<(), String> {
-    http_builder(url).build().map(drop).map_err(|e| with_causes(&e))
-}
-
 /// Wall-clock time of a run: µs since the Unix epoch, read from a monotonic
 /// clock anchored once at the start so intervals never go backwards.
 #[derive(Copy, Clone, Debug)]

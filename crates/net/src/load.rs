@@ -77,17 +77,18 @@ pub struct LoadSummary {
     pub schedule_delays_us: Vec<i64>,
 }
 
-/// Runs the plan against `target`. `interrupt` resolving stops dispatching;
+/// Runs the plan against `target` through `http` (a client from
+/// [`crate::client::http_builder`]). `interrupt` resolving stops dispatching;
 /// requests in flight are still awaited (up to their timeout) and recorded.
 pub async fn run<M: Clone + Send + 'static>(
     plan: &mut dyn Plan<M>,
+    http: reqwest::Client,
     target: Arc<Target>,
     max_concurrency: usize,
     clock: RunClock,
     sink: &mut dyn Sink<M>,
     interrupt: Pin<Box<dyn Future<Output = ()> + Send>>,
 ) -> std::io::Result<LoadSummary> {
-    let http = crate::client::http_builder(&target.base_url).pool_max_idle_per_host(max_concurrency).build().map_err(std::io::Error::other)?;
     let permits = Arc::new(Semaphore::new(max_concurrency.max(1)));
     let (tx, mut rx) = mpsc::unbounded_channel::<Outcome<M>>();
     let mut summary = LoadSummary { sent: 0, ok: 0, errors: 0, timeouts: 0, interrupted: false, send_duration_s: 0.0, schedule_delays_us: Vec::new() };

@@ -233,10 +233,16 @@ pub const SCRAPED_METRICS: &[&str] = &[
     "vllm:generation_tokens_total",
 ];
 
-async fn scrape(url: String, interval: Duration, path: PathBuf, clock: RunClock, mut stop: tokio::sync::oneshot::Receiver<()>) -> std::io::Result<u64> {
+async fn scrape(
+    url: String,
+    http: reqwest::Client,
+    interval: Duration,
+    path: PathBuf,
+    clock: RunClock,
+    mut stop: tokio::sync::oneshot::Receiver<()>,
+) -> std::io::Result<u64> {
     let mut out = BufWriter::new(File::create(&path)?);
     writeln!(out, "time_us,metric,value")?;
-    let http = crate::client::http_builder(&url).build().map_err(std::io::Error::other)?;
     let mut ticker = tokio::time::interval(interval);
     let mut scrapes = 0;
     loop {
@@ -327,11 +333,14 @@ pub fn observe(
     if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
-    for url in std::iter::once(&config.target.base_url).chain(&config.prometheus_url) {
-        crate::client::check_client(url).map_err(|message| ObserveError::Client { url: url.clone(), message })?;
-    }
+    let client = |url: &str, builder: reqwest::ClientBuilder| {
+        builder.build().map_err(|e| ObserveError::Client { url: url.to_string(), message: crate::client::with_causes(&e) })
+    };
+    let base = &config.target.base_url;
+    let http = client(base, crate::client::http_builder(base).pool_max_idle_per_host(config.max_concurrency))?;
+    let scraper_http = config.prometheus_url.as_deref().map(|url| client(url, crate::client::http_builder(url))).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
-    let discovered = runtime.block_on(discover(&config.target));
+    let discovered = runtime.block_on(discover(&http, &config.target));
     let mut server = match config.server.clone() {
         Some(Value::Mapping(m)) => m,
         _ => Mapping::new(),
@@ -364,9 +373,10 @@ pub fn observe(
         let scraper = config
             .prometheus_url
             .clone()
-            .map(|url| tokio::spawn(scrape(url, config.scrape_interval, files.metrics.clone(), clock, stop_rx)));
+            .zip(scraper_http)
+            .map(|(url, http)| tokio::spawn(scrape(url, http, config.scrape_interval, files.metrics.clone(), clock, stop_rx)));
         let target = Arc::new(config.target.clone());
-        let load = run(&mut session_plan, target, config.max_concurrency, clock, &mut sink, Box::pin(interrupt)).await;
+        let load = run(&mut session_plan, http, target, config.max_concurrency, clock, &mut sink, Box::pin(interrupt)).await;
         let _ = stop_tx.send(());
         let scrapes = match scraper {
             Some(task) => task.await.ok().and_then(Result::ok).unwrap_or(0),
@@ -407,9 +417,8 @@ impl Discovered {
 
 /// Server discovery (spec §8): the served model names and, for `blis
 /// serve`, its time scale. A server without `/v1/models` yields nothing.
-async fn discover(target: &Target) -> Discovered {
+async fn discover(http: &reqwest::Client, target: &Target) -> Discovered {
     let url = format!("{}/v1/models", target.base_url.trim_end_matches('/'));
-    let Ok(http) = crate::client::http_builder(&url).build() else { return Discovered::default() };
     let mut req = http.get(url).timeout(Duration::from_secs(10));
     if let Some(key) = &target.api_key {
         req = req.bearer_auth(key);

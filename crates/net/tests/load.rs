@@ -25,6 +25,10 @@ async fn server(failure_rate: f64) -> blis_net::serve::RunningServer {
     start(config, "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }
 
+fn http() -> reqwest::Client {
+    blis_net::client::http_builder("http://").build().unwrap()
+}
+
 fn target(base: String) -> Arc<Target> {
     Arc::new(Target { base_url: base, model: "m".into(), api: Api::Completions, api_key: None, streaming: true, timeout: Duration::from_secs(30) })
 }
@@ -102,7 +106,7 @@ async fn every_planned_request_is_sent_once_and_recorded() {
     let srv = server(0.0).await;
     let mut plan = ListPlan::new(40, 25_000, false);
     let mut sink = Collect::default();
-    let summary = run(&mut plan, target(format!("http://{}", srv.local_addr)), 8, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
+    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 8, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
     assert_eq!((summary.sent, summary.ok, summary.errors, summary.timeouts), (40, 40, 0, 0));
     let mut ids: Vec<u32> = sink.outcomes.iter().map(|o| o.planned.meta.0).collect();
     ids.sort_unstable();
@@ -117,7 +121,7 @@ async fn follow_up_rounds_are_sent_only_after_the_previous_answer() {
     let srv = server(0.0).await;
     let mut plan = ListPlan::new(10, 10_000, true);
     let mut sink = Collect::default();
-    let summary = run(&mut plan, target(format!("http://{}", srv.local_addr)), 4, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
+    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 4, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
     assert_eq!(summary.sent, 20);
     for i in 0..10 {
         let round = |r| sink.outcomes.iter().find(|o| o.planned.meta == (i, r)).unwrap();
@@ -135,7 +139,7 @@ async fn an_interrupted_run_still_records_everything_it_sent() {
     let interrupt = Box::pin(async {
         let _ = rx.await;
     });
-    let summary = run(&mut plan, target(format!("http://{}", srv.local_addr)), 16, RunClock::start(), &mut sink, interrupt).await.unwrap();
+    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 16, RunClock::start(), &mut sink, interrupt).await.unwrap();
     assert!(summary.interrupted);
     assert!(summary.sent < 200);
     assert_eq!(sink.outcomes.len() as u64, summary.sent, "nothing sent is lost");
