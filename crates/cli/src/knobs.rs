@@ -75,11 +75,7 @@ macro_rules! knob_table {
             $( pub $name: Knob<Option<$ty>>, )*
         }
 
-        /// vLLM's flag names where BLIS's flag is shorter: accepted on the command
-/// line (clap aliases) and, through this table, in `--config` files.
-const VLLM_ALIASES: [(&str, &str); 2] = [("tensor-parallel-size", "tp"), ("num-gpu-blocks-override", "num-gpu-blocks")];
-
-impl KnobFile {
+        impl KnobFile {
             /// Each knob from `self`, else from `fallback`.
             pub fn or(self, fallback: KnobFile) -> KnobFile {
                 KnobFile { $( $name: self.$name.or(fallback.$name), )* }
@@ -401,7 +397,7 @@ impl KnobFile {
                 serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
                 other => return Err(bad_input!("{origin}: key {other:?} is not a string")),
             };
-            let key = VLLM_ALIASES.iter().find(|(vllm, _)| *vllm == key).map_or(key, |(_, blis)| (*blis).to_string());
+            let key = flag_of_alias(&key).unwrap_or(key);
             if normalized.insert(serde_yaml_ng::Value::String(key.clone()), v).is_some() {
                 return Err(bad_input!("{origin}: `{key}` is given twice (under its own name and vLLM's, or in two spellings)"));
             }
@@ -409,6 +405,16 @@ impl KnobFile {
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
             .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
     }
+}
+
+/// The flag whose visible alias `name` is (`tensor-parallel-size` → `tp`):
+/// the aliases are declared once, on the clap arguments.
+fn flag_of_alias(name: &str) -> Option<String> {
+    let cmd = <KnobArgs as clap::Args>::augment_args(clap::Command::new("blis"));
+    cmd.get_arguments()
+        .find(|a| a.get_visible_aliases().is_some_and(|aliases| aliases.contains(&name)))
+        .and_then(|a| a.get_long())
+        .map(str::to_string)
 }
 
 #[cfg(test)]
