@@ -11,7 +11,7 @@ use blis_engine::hardware::{GpuSpec, kv_blocks};
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
-use blis_engine::time::Micros;
+use blis_engine::time::{MAX_SPAN_S, Micros};
 
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
@@ -153,15 +153,12 @@ fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> 
     })
 }
 
-/// Largest seconds knob (`--horizon`, `--client-timeout`): about 31 700 years.
-const MAX_SECONDS: f64 = 1e12;
-
 /// Converts a seconds knob to microseconds, rejecting NaN, negatives, zero
-/// and values above [`MAX_SECONDS`].
+/// and values above [`MAX_SPAN_S`].
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
     match Micros::from_secs_f64(value) {
-        Some(t) if t > Micros::ZERO && value <= MAX_SECONDS => Ok(t),
-        _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in (0, {MAX_SECONDS:e}]")),
+        Some(t) if t > Micros::ZERO && value <= MAX_SPAN_S => Ok(t),
+        _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in (0, {MAX_SPAN_S:e}]")),
     }
 }
 

@@ -8,6 +8,11 @@
 use std::fmt;
 use std::ops::{Add, AddAssign, Sub};
 
+/// The longest span, in seconds, that a user-given duration may have (a
+/// horizon, a timeout, a stage, an interval): about three years, far past
+/// any serving experiment and far from where microsecond arithmetic saturates.
+pub const MAX_SPAN_S: f64 = 1e8;
+
 /// A point in simulated time or a duration, in whole microseconds.
 ///
 /// Arithmetic saturates instead of wrapping: a simulation that runs past

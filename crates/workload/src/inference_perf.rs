@@ -39,7 +39,7 @@ use std::collections::BTreeMap;
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
 use blis_engine::rng::{SimRng, mix64, subsystem_rng, subsystem_seed};
 use blis_engine::sim::Workload;
-use blis_engine::time::Micros;
+use blis_engine::time::{MAX_SPAN_S, Micros};
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, Poisson};
 use serde::Deserialize;
@@ -53,9 +53,6 @@ pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
 
 /// Largest stage BLIS reproduces (requests), to bound memory on absurd input.
 const MAX_STAGE_REQUESTS: f64 = 1e7;
-
-/// Largest stage duration, interval or timeout, seconds (about three years).
-const MAX_SECONDS: f64 = 1e8;
 
 /// Largest shared-prefix prompt set BLIS builds.
 const MAX_PROMPTS: u64 = 1_000_000;
@@ -298,7 +295,7 @@ impl InferencePerfConfig {
             if !(s.rate.is_finite() && s.rate > 0.0) {
                 return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: format!("{:?}", s.rate), reason: "must be a positive number" });
             }
-            if !(s.duration > 0.0 && s.duration <= MAX_SECONDS && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
+            if !(s.duration > 0.0 && s.duration <= MAX_SPAN_S && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
                 return Err(InferencePerfError::Invalid {
                     field: "load.stages[].duration",
                     value: format!("{:?}", s.duration),
@@ -306,11 +303,11 @@ impl InferencePerfConfig {
                 });
             }
         }
-        if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SECONDS) {
+        if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SPAN_S) {
             return Err(InferencePerfError::Invalid { field: "load.interval", value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
         }
         if let Some(t) = self.load.request_timeout
-            && !(t > 0.0 && t <= MAX_SECONDS)
+            && !(t > 0.0 && t <= MAX_SPAN_S)
         {
             return Err(InferencePerfError::Invalid { field: "load.request_timeout", value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
         }

@@ -76,8 +76,8 @@ fn bad_rates_and_lengths() {
         ("requests-zero", "--num-requests", "0", "--num-requests"),
         ("horizon-negative", "--horizon", "-1", "--horizon"),
         ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
-        ("horizon-huge", "--horizon", "1e15", "in (0, 1e12]"),
-        ("timeout-huge", "--client-timeout", "1e300", "--client-timeout 1e300: must be a number of seconds in (0, 1e12]"),
+        ("horizon-huge", "--horizon", "1e15", "in (0, 1e8]"),
+        ("timeout-huge", "--client-timeout", "1e300", "--client-timeout 1e300: must be a number of seconds in (0, 1e8]"),
         ("refresh-huge", "--snapshot-refresh", "queue-depth=periodic:1e300ms", "[0.001, 3600000]"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
@@ -95,7 +95,7 @@ fn observe_timeout_out_of_range() {
         let out = blis(&["observe", "--model", "m", "--server-url", "http://127.0.0.1:9", "--trace-output", prefix.to_str().unwrap(), "--timeout", value]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
-        assert!(err.contains("--timeout") && err.contains("(0, 1e12]") && !err.contains("panicked"), "{value}: {err}");
+        assert!(err.contains("--timeout") && err.contains("(0, 1e8]") && !err.contains("panicked"), "{value}: {err}");
         assert!(is_empty_dir(&dir), "{value}: left a file behind");
     }
 }
