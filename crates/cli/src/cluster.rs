@@ -334,6 +334,8 @@ struct AdmissionLine<'a> {
     policy: &'a str,
     admitted: bool,
     reason: Option<&'static str>,
+    /// Hold before routing (shaping admission); 0 when routed at once.
+    delay_us: u64,
 }
 
 #[derive(Serialize)]
@@ -384,6 +386,7 @@ impl DecisionSink for TraceWriter {
             policy: d.policy,
             admitted: d.rejected.is_none(),
             reason: d.rejected.map(|r| r.as_str()),
+            delay_us: d.delay.as_us(),
         };
         self.line(&line);
     }
@@ -443,6 +446,9 @@ pub fn table(s: &ClusterSummary) -> String {
     line(&mut out, "Routing / scheduler:", format!("{} / {}", p.routing.name, p.scheduler.name));
     let r = &s.requests;
     line(&mut out, "Arrived / admitted / rejected:", format!("{} / {} / {}", r.arrived, r.admitted, r.rejected));
+    if let Some(d) = &r.admission_delay_ms {
+        line(&mut out, "Delayed by admission; wait (ms) mean / p99:", format!("{}; {:.2} / {:.2}", r.delayed, d.mean, d.p99));
+    }
     line(&mut out, "Goodput (req/s) / SLO attainment:", format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0));
     line(&mut out, "Load imbalance (max/mean requests):", format!("{:.2}", s.load_balance.imbalance_max_over_mean));
     line(&mut out, "Priority inversions / HOL blocking:", format!("{} / {}", s.anomalies.priority_inversions, s.anomalies.hol_blocking_events));

@@ -15,8 +15,9 @@
 use std::collections::BTreeMap;
 
 use blis_engine::instance::{Observer, TokenEvent};
-use blis_engine::metrics::{Breakdown, Collector, GroupBy, LatencyReport, RunSummary};
+use blis_engine::metrics::{Breakdown, Collector, Distribution, GroupBy, IntCounts, LatencyReport, RunSummary};
 use blis_engine::request::{Labels, RequestMeta, RequestRecord, SloClassId, TenantId};
+use blis_engine::time::Micros;
 use serde::Serialize;
 
 use crate::fitness::FitnessReport;
@@ -51,6 +52,8 @@ pub(crate) struct ClusterMetrics {
     slo: SloClasses,
     pub arrived: u64,
     pub admitted: u64,
+    /// How long each delayed admission was held, µs (only the delayed ones).
+    pub admission_delays_us: IntCounts,
     pub rejected: [u64; RejectReason::ALL.len()],
     pub met_slo: u64,
 }
@@ -70,6 +73,7 @@ impl ClusterMetrics {
             slo,
             arrived: 0,
             admitted: 0,
+            admission_delays_us: IntCounts::default(),
             rejected: [0; RejectReason::ALL.len()],
             met_slo: 0,
         }
@@ -79,6 +83,14 @@ impl ClusterMetrics {
         self.arrived += 1;
         bump(&mut self.classes, usize::from(meta.slo_class.0)).arrived += 1;
         bump(&mut self.tenants, meta.tenant.0 as usize).arrived += 1;
+    }
+
+    /// An admission, held `delay` before routing.
+    pub fn admit(&mut self, delay: Micros) {
+        self.admitted += 1;
+        if delay > Micros::ZERO {
+            self.admission_delays_us.push(delay.as_us());
+        }
     }
 
     pub fn reject(&mut self, meta: &RequestMeta, reason: RejectReason) {
@@ -169,6 +181,11 @@ pub struct ClusterRequests {
     pub rejected: u64,
     /// Rejections by reason.
     pub rejected_by_reason: BTreeMap<&'static str, u64>,
+    /// Admitted requests a shaping limit held before routing (`on_limit: delay`).
+    pub delayed: u64,
+    /// How long the delayed requests were held, ms; absent when none was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub admission_delay_ms: Option<Distribution>,
     /// Still in the control plane when the run ended: awaiting admission, or
     /// admitted and awaiting delivery (only with a horizon).
     pub in_control_plane: u64,

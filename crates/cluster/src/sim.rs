@@ -360,22 +360,23 @@ impl Cluster {
         let view = view!(self, req);
         req.meta.priority = self.priority.priority(&req, &view);
         let decision = self.admission.admit(&req, &view);
-        let rejected = match decision {
-            Admission::Admit => None,
-            Admission::Reject(r) => Some(r),
+        let (rejected, delay) = match decision {
+            Admission::Admit => (None, Micros::ZERO),
+            Admission::Delay(wait) => (None, wait),
+            Admission::Reject(r) => (Some(r), Micros::ZERO),
         };
         if let Some(s) = sink {
-            s.admission(&AdmissionTrace { time: self.now, request: &req, policy: self.policies.admission.name(), rejected });
+            s.admission(&AdmissionTrace { time: self.now, request: &req, policy: self.policies.admission.name(), rejected, delay });
         }
         match rejected {
             None => {
-                self.book.metrics.admitted += 1;
+                self.book.metrics.admit(delay);
                 let t = req.meta.tenant.0 as usize;
                 if t >= self.book.tenant_in_flight.len() {
                     self.book.tenant_in_flight.resize(t + 1, 0);
                 }
                 self.book.tenant_in_flight[t] += 1;
-                self.control.push(self.now, EventClass::Routing, ControlEvent::Route(req));
+                self.control.push(self.now + delay, EventClass::Routing, ControlEvent::Route(req));
             }
             Some(reason) => {
                 self.book.metrics.reject(&req.meta, reason);
@@ -508,6 +509,8 @@ impl Cluster {
                 admitted: m.admitted,
                 rejected: m.rejected_total(),
                 rejected_by_reason: RejectReason::ALL.iter().map(|r| (r.as_str(), m.rejected[r.index()])).collect(),
+                delayed: m.admission_delays_us.len(),
+                admission_delay_ms: (!m.admission_delays_us.is_empty()).then(|| m.admission_delays_us.summary(1e-3)),
                 in_control_plane: end.in_control_plane,
                 injected: run.requests.injected,
                 completed: run.requests.completed,

@@ -29,6 +29,9 @@ pub struct AdmissionTrace<'a> {
     pub policy: &'static str,
     /// `None` when admitted.
     pub rejected: Option<RejectReason>,
+    /// How long an admitted request is held before routing (zero unless a
+    /// shaping limit delayed it).
+    pub delay: Micros,
 }
 
 /// Counterfactual view of one routing decision.

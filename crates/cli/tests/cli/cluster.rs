@@ -120,6 +120,34 @@ fn decision_traces_have_a_line_per_decision_with_every_candidate() {
     assert_eq!(j["cluster"]["counterfactual"]["decisions"], 400);
 }
 
+#[test]
+fn a_shaping_admission_holds_requests_and_says_so_in_the_trace_and_the_table() {
+    // 60 req/s into 20 tokens/s, held at most 1.5 s: some held, some rejected.
+    let dir = scratch("shaping");
+    let (policy, trace) = (dir.join("p.yaml"), dir.join("t.jsonl"));
+    std::fs::write(&policy, "admission: {type: token-bucket, params: {capacity: 10, refill_per_s: 20, on_limit: delay, max_delay_ms: 1500}}\n").unwrap();
+    let mut args = MODEL.to_vec();
+    args.retain(|&a| a != "--quiet");
+    args.extend_from_slice(&["--policy-config", policy.to_str().unwrap(), "--trace-output", trace.to_str().unwrap()]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let r = &j["cluster"]["requests"];
+    let (delayed, rejected) = (r["delayed"].as_u64().unwrap(), r["rejected"].as_u64().unwrap());
+    assert!(delayed > 0 && rejected > 0, "{r}");
+    assert!(r["admission_delay_ms"]["max"].as_f64().unwrap() <= 1500.0, "{r}");
+    let lines: Vec<Value> = std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let held: Vec<&Value> = lines.iter().filter(|l| l["kind"] == "admission" && l["delay_us"].as_u64().unwrap() > 0).collect();
+    assert_eq!(held.len() as u64, delayed);
+    assert!(held.iter().all(|l| l["admitted"] == true));
+    // A held request is routed exactly its delay after its admission decision.
+    for h in &held {
+        let routed = lines.iter().find(|l| l["kind"] == "routing" && l["request"] == h["request"]).unwrap();
+        assert_eq!(routed["t_us"].as_u64().unwrap(), h["t_us"].as_u64().unwrap() + h["delay_us"].as_u64().unwrap());
+    }
+    assert!(stderr(&out).contains(&format!("Delayed by admission; wait (ms) mean / p99: {delayed};")), "{}", stderr(&out));
+}
+
 /// The bad-input contract for cluster flags and files: exit code 2, one line, no output files.
 fn rejected(name: &str, args: &[&str]) -> String {
     let dir = scratch(name);

@@ -3,10 +3,11 @@
 //! Templates (parameters in brackets; defaults in docs/cluster.md):
 //!
 //! * `always-admit`; `reject-all` (pathological: every request rejected);
-//! * `token-bucket` [capacity, refill_per_s, per_tenant]: each request takes
-//!   one token; tokens refill continuously in simulated time;
-//! * `rate-limit` [max_requests, window_ms]: at most `max_requests` admitted
-//!   in any sliding window of `window_ms`;
+//! * `token-bucket` [capacity, refill_per_s, per_tenant, on_limit,
+//!   max_delay_ms]: each request takes one token; tokens refill continuously
+//!   in simulated time;
+//! * `rate-limit` [max_requests, window_ms, on_limit, max_delay_ms]: at most
+//!   `max_requests` admitted in any sliding window of `window_ms`;
 //! * `tenant-quota` [max_in_flight, default_max_in_flight]: a tenant's
 //!   admitted, unfinished requests are capped;
 //! * `slo-gated` [max_queue_depth, by_class, exempt]: a class is rejected
@@ -17,11 +18,17 @@
 //!   estimated TTFT over all instances fits its class budget
 //!   (predictive-slo-admission.md, with the reviewers' fix: only queued
 //!   requests of the same or higher priority count towards the wait).
+//!
+//! The two rate templates either police (`on_limit: reject`, the default:
+//! a request over the limit is turned away) or shape (`on_limit: delay`: it
+//! is admitted and held in the control plane until the limit lets it
+//! through, the spec's DELAY decision; requests are released in arrival
+//! order, and one that would wait longer than `max_delay_ms` is rejected).
 
 use std::collections::{BTreeMap, VecDeque};
 
 use blis_engine::request::Request;
-use blis_engine::time::Micros;
+use blis_engine::time::{MAX_SPAN_S, Micros};
 use serde::{Deserialize, Serialize};
 
 use super::{BuildContext, NoParams, check, policy_kind, resolve_list};
@@ -81,6 +88,8 @@ impl RejectReason {
 pub enum Admission {
     /// Let the request in.
     Admit,
+    /// Let it in, but route it only after this wait (> 0): a shaping limit.
+    Delay(Micros),
     /// Turn it away.
     Reject(RejectReason),
 }
@@ -102,11 +111,17 @@ pub struct TokenBucketParams {
     pub refill_per_s: f64,
     /// One bucket per tenant instead of one for the cluster.
     pub per_tenant: bool,
+    /// What happens to a request that finds the bucket empty.
+    pub on_limit: OnLimit,
+    /// With `on_limit: delay`, the longest a request may be held, ms; one
+    /// that would wait longer is rejected. Absent = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<f64>,
 }
 
 impl Default for TokenBucketParams {
     fn default() -> Self {
-        TokenBucketParams { capacity: 100.0, refill_per_s: 100.0, per_tenant: false }
+        TokenBucketParams { capacity: 100.0, refill_per_s: 100.0, per_tenant: false, on_limit: OnLimit::Reject, max_delay_ms: None }
     }
 }
 
@@ -118,11 +133,64 @@ pub struct RateLimitParams {
     pub max_requests: u32,
     /// Window length, ms (> 0).
     pub window_ms: f64,
+    /// What happens to a request that finds the window full.
+    pub on_limit: OnLimit,
+    /// With `on_limit: delay`, the longest a request may be held, ms; one
+    /// that would wait longer is rejected. Absent = no limit.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_delay_ms: Option<f64>,
 }
 
 impl Default for RateLimitParams {
     fn default() -> Self {
-        RateLimitParams { max_requests: 100, window_ms: 1000.0 }
+        RateLimitParams { max_requests: 100, window_ms: 1000.0, on_limit: OnLimit::Reject, max_delay_ms: None }
+    }
+}
+
+/// What a rate template does with a request over its limit.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnLimit {
+    /// Turn it away (policing).
+    #[default]
+    Reject,
+    /// Hold it until the limit lets it through (shaping).
+    Delay,
+}
+
+/// How a rate template treats a request over its limit, validated.
+#[derive(Copy, Clone, Debug)]
+enum Shaping {
+    Police,
+    /// Hold for at most this long.
+    Shape { max_delay: Micros },
+}
+
+impl Shaping {
+    fn build(path: &str, on_limit: OnLimit, max_delay_ms: Option<f64>) -> Result<Shaping, ConfigError> {
+        let max_span_ms = MAX_SPAN_S * 1e3;
+        match (on_limit, max_delay_ms) {
+            (OnLimit::Reject, None) => Ok(Shaping::Police),
+            (OnLimit::Reject, Some(_)) => Err(ConfigError::new(format!("{path}.max_delay_ms"), "applies only with on_limit: delay")),
+            (OnLimit::Delay, ms) => {
+                let ms = ms.unwrap_or(max_span_ms);
+                check(ms.is_finite() && ms > 0.0 && ms <= max_span_ms, path, "max_delay_ms", ms, &format!("in (0, {max_span_ms:e}]"))?;
+                Ok(Shaping::Shape { max_delay: Micros::from_ms_f64(ms).unwrap_or(Micros::MAX) })
+            }
+        }
+    }
+
+    /// The decision for a request that must wait `wait_us` (≥ 0, possibly
+    /// fractional or absurd) for the limit, or `None` to reject it. Waits
+    /// are rounded up, so a shaped request never passes early.
+    fn decide(self, wait_us: f64) -> Option<Admission> {
+        match self {
+            Shaping::Police => None,
+            Shaping::Shape { max_delay } => {
+                let wait = Micros::from_us_f64(wait_us.ceil()).filter(|&w| w <= max_delay)?;
+                Some(if wait == Micros::ZERO { Admission::Admit } else { Admission::Delay(wait) })
+            }
+        }
     }
 }
 
@@ -237,13 +305,15 @@ impl AdmissionSpec {
             AdmissionSpec::TokenBucket(q) => {
                 check(q.capacity.is_finite() && q.capacity >= 1.0, &p, "capacity", q.capacity, "a finite number ≥ 1")?;
                 positive(&p, "refill_per_s", q.refill_per_s)?;
+                let shaping = Shaping::build(&p, q.on_limit, q.max_delay_ms)?;
                 let buckets = if q.per_tenant { ctx.labels.tenants.len().max(1) } else { 1 };
+                let interval_us = 1e6 / q.refill_per_s;
                 Box::new(TokenBucket {
-                    capacity: q.capacity,
-                    refill_per_us: q.refill_per_s / 1e6,
+                    interval_us,
+                    tolerance_us: (q.capacity - 1.0) * interval_us,
                     per_tenant: q.per_tenant,
-                    tokens: vec![q.capacity; buckets],
-                    last: vec![Micros::ZERO; buckets],
+                    shaping,
+                    tat_us: vec![0.0; buckets],
                 })
             }
             AdmissionSpec::RateLimit(q) => {
@@ -251,7 +321,8 @@ impl AdmissionSpec {
                 positive(&p, "window_ms", q.window_ms)?;
                 let window = Micros::from_ms_f64(q.window_ms).filter(|&w| w > Micros::ZERO);
                 let window = window.ok_or_else(|| ConfigError::new(format!("{p}.window_ms"), format!("{}: must be at least 0.001 ms", q.window_ms)))?;
-                Box::new(RateLimit { max: q.max_requests as usize, window, admitted: VecDeque::new() })
+                let shaping = Shaping::build(&p, q.on_limit, q.max_delay_ms)?;
+                Box::new(RateLimit { max: q.max_requests as usize, window, shaping, admitted: VecDeque::new() })
             }
             AdmissionSpec::TenantQuota(q) => {
                 if q.max_in_flight.is_empty() && q.default_max_in_flight.is_none() {
@@ -319,31 +390,39 @@ impl AdmissionPolicy for RejectAll {
     }
 }
 
+/// A token bucket kept as the generic cell-rate algorithm (virtual
+/// scheduling): per bucket, the theoretical time `tat_us` at which it would
+/// be full again. A request conforms — the bucket holds a token — when
+/// `now ≥ tat − tolerance`, `tolerance` = (capacity − 1) · interval; taking
+/// the token moves `tat` to max(tat, now) + interval. Same decisions as
+/// counting tokens, but in microseconds, so a whole-microsecond interval
+/// (20 tokens/s: 50 000 µs) accumulates no rounding and a shaped request
+/// leaves exactly when its token arrives.
 struct TokenBucket {
-    capacity: f64,
-    refill_per_us: f64,
+    interval_us: f64,
+    tolerance_us: f64,
     per_tenant: bool,
-    tokens: Vec<f64>,
-    last: Vec<Micros>,
+    shaping: Shaping,
+    // Past `now` while shaped requests hold tokens still to come; 0 = full.
+    tat_us: Vec<f64>,
 }
 
 impl AdmissionPolicy for TokenBucket {
     fn admit(&mut self, req: &Request, view: &ClusterView<'_>) -> Admission {
         let b = if self.per_tenant { req.meta.tenant.0 as usize } else { 0 };
-        if b >= self.tokens.len() {
+        if b >= self.tat_us.len() {
             // A tenant id the label table did not name: give it a full bucket.
-            self.tokens.resize(b + 1, self.capacity);
-            self.last.resize(b + 1, Micros::ZERO);
+            self.tat_us.resize(b + 1, 0.0);
         }
-        let now = view.now();
-        let elapsed = (now - self.last[b]).as_us() as f64;
-        self.tokens[b] = (self.tokens[b] + elapsed * self.refill_per_us).min(self.capacity);
-        self.last[b] = now;
-        if self.tokens[b] >= 1.0 {
-            self.tokens[b] -= 1.0;
-            Admission::Admit
-        } else {
-            Admission::Reject(RejectReason::TokenBucketEmpty)
+        let now = view.now().as_us() as f64;
+        let wait_us = self.tat_us[b] - self.tolerance_us - now;
+        let decision = if wait_us <= 0.0 { Some(Admission::Admit) } else { self.shaping.decide(wait_us) };
+        match decision {
+            Some(admitted) => {
+                self.tat_us[b] = self.tat_us[b].max(now) + self.interval_us;
+                admitted
+            }
+            None => Admission::Reject(RejectReason::TokenBucketEmpty),
         }
     }
 }
@@ -351,6 +430,8 @@ impl AdmissionPolicy for TokenBucket {
 struct RateLimit {
     max: usize,
     window: Micros,
+    shaping: Shaping,
+    // Times requests were (or, when shaped, will be) let through, ascending.
     admitted: VecDeque<Micros>,
 }
 
@@ -361,11 +442,22 @@ impl AdmissionPolicy for RateLimit {
         while self.admitted.front().is_some_and(|&t| t + self.window <= now) {
             self.admitted.pop_front();
         }
-        if self.admitted.len() < self.max {
-            self.admitted.push_back(now);
-            Admission::Admit
+        // Fewer than `max` left means none lies in the future: a shaped
+        // time is only ever set `max` places after a time still in the window.
+        let (decision, release) = if self.admitted.len() < self.max {
+            (Some(Admission::Admit), now)
         } else {
-            Admission::Reject(RejectReason::RateLimited)
+            // The earliest time the window holds fewer than `max`: when the
+            // `max`-th latest release leaves it.
+            let release = self.admitted[self.admitted.len() - self.max] + self.window;
+            (self.shaping.decide((release - now).as_us() as f64), release)
+        };
+        match decision {
+            Some(admitted) => {
+                self.admitted.push_back(release);
+                admitted
+            }
+            None => Admission::Reject(RejectReason::RateLimited),
         }
     }
 }

@@ -143,7 +143,7 @@ mod tests {
         });
         let (b, set) = PolicyBundle::from_value(&doc).unwrap();
         assert_eq!(b.admission.name(), "token-bucket");
-        assert_eq!(b.admission.params_json(), json!({"capacity": 10.0, "refill_per_s": 5.0, "per_tenant": false}));
+        assert_eq!(b.admission.params_json(), json!({"capacity": 10.0, "refill_per_s": 5.0, "per_tenant": false, "on_limit": "reject"}));
         assert_eq!(b.priority.name(), "slo-class");
         assert_eq!(b.routing, RoutingSpec::default());
         assert_eq!(b.slo_targets["realtime"].ttft_ms, Some(200.0));
@@ -162,6 +162,7 @@ mod tests {
             (json!({"snapshots": {"kv": "immediate"}}), "snapshots.kv", "unknown snapshot field"),
             (json!({"snapshots": {"kv_utilization": "sometimes"}}), "snapshots.kv_utilization", "periodic:<N>ms"),
             (json!({"scheduler": 3}), "scheduler", "template name"),
+            (json!({"admission": {"type": "rate-limit", "params": {"on_limit": "queue"}}}), "admission.params.on_limit", "expected `reject` or `delay`"),
         ] {
             let e = PolicyBundle::from_value(&doc).unwrap_err();
             assert_eq!(e.path, path, "{doc}: {e}");

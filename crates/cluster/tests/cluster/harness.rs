@@ -107,10 +107,12 @@ impl Observer for Recorder {
     }
 }
 
-/// The chosen instance of every routing decision and the number of admission decisions.
+/// The chosen instance and (request id, time) of every routing decision,
+/// and the number of admission decisions.
 #[derive(Default)]
 pub struct Decisions {
     pub routed_to: Vec<u32>,
+    pub routed_at: Vec<(u64, Micros)>,
     pub admissions: u64,
 }
 
@@ -120,6 +122,7 @@ impl DecisionSink for Decisions {
     }
     fn routing(&mut self, d: &RoutingTrace<'_>) {
         self.routed_to.push(d.chosen);
+        self.routed_at.push((d.request.id.0, d.time));
     }
 }
 

@@ -15,6 +15,8 @@ fn policies() -> impl Strategy<Value = serde_json::Value> {
         Just(json!("reject-all")),
         Just(json!({"type": "token-bucket", "params": {"capacity": 5, "refill_per_s": 20, "per_tenant": true}})),
         Just(json!({"type": "rate-limit", "params": {"max_requests": 10, "window_ms": 500}})),
+        Just(json!({"type": "token-bucket", "params": {"capacity": 3, "refill_per_s": 30, "per_tenant": true, "on_limit": "delay", "max_delay_ms": 300}})),
+        Just(json!({"type": "rate-limit", "params": {"max_requests": 10, "window_ms": 200, "on_limit": "delay"}})),
         Just(json!({"type": "tenant-quota", "params": {"default_max_in_flight": 4}})),
         Just(json!({"type": "slo-gated", "params": {"max_queue_depth": 2, "exempt": ["realtime"]}})),
         Just(json!({"type": "predictive-slo", "params": {"exempt": ["realtime"]}})),
