@@ -240,14 +240,21 @@ fn read(path: &Path) -> Result<String, ExperimentError> {
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text))
-        .map_err(|e| ExperimentError::Format { path: path.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })
+    serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text)).map_err(|e| format_error(path, &e))
 }
 
 fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
-        .map_err(|e| ExperimentError::Format { path: path.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| format_error(path, &e))
+}
+
+/// A parse error naming the field, unless it concerns the whole document.
+fn format_error<E: std::fmt::Display>(path: &Path, e: &serde_path_to_error::Error<E>) -> ExperimentError {
+    let message = match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        field => format!("field `{field}`: {}", e.inner()),
+    };
+    ExperimentError::Format { path: path.to_path_buf(), message }
 }
 
 /// Whether `dir` looks like an experiment directory.

@@ -41,27 +41,54 @@ pub struct Suite {
 
 impl Suite {
     /// Loads every experiment at or below each path (in parallel), taking
-    /// models and GPUs BLIS does not bundle from `defs`.
+    /// models and GPUs BLIS does not bundle from `defs`. The first
+    /// experiment (in path order) that fails to load fails the suite.
     pub fn load(paths: &[PathBuf], defs: &Definitions) -> Result<Suite, ExperimentError> {
+        let (suite, failed) = Suite::load_each(paths, defs)?;
+        match failed.into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(suite),
+        }
+    }
+
+    /// Like [`Suite::load`], but an experiment that fails to load is set
+    /// aside with its error (in path order) instead of failing the suite, so
+    /// one broken directory does not hide the others. Finding no experiment
+    /// at all, or a path that cannot be read, is still an error.
+    pub fn load_each(paths: &[PathBuf], defs: &Definitions) -> Result<(Suite, Vec<ExperimentError>), ExperimentError> {
         let mut dirs = Vec::new();
         for p in paths {
             dirs.extend(discover(p)?);
         }
         dirs.sort();
         dirs.dedup();
-        let cases = dirs
+        let loaded: Vec<Result<Case, ExperimentError>> = dirs
             .par_iter()
             .map(|d| {
                 let experiment = Experiment::load(d)?;
                 let setup = Setup::of(&experiment, defs)?;
                 Ok(Case { experiment, setup })
             })
-            .collect::<Result<Vec<_>, ExperimentError>>()?;
-        Ok(Suite { cases })
+            .collect();
+        let (mut cases, mut failed) = (Vec::new(), Vec::new());
+        for c in loaded {
+            match c {
+                Ok(c) => cases.push(c),
+                Err(e) => failed.push(e),
+            }
+        }
+        Ok((Suite { cases }, failed))
     }
 
-    /// Simulates every case with `set` (seeded with `seed`) and compares.
+    /// Simulates every case with `set` (seeded with `seed`) and compares;
+    /// the first case that cannot be simulated fails the whole suite.
     pub fn validate(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<ExperimentComparison>, ExperimentError> {
+        self.validate_each(set, seed).into_iter().collect()
+    }
+
+    /// Simulates every case with `set` (seeded with `seed`) and compares:
+    /// one result per case, in case order.
+    pub fn validate_each(&self, set: &CoefficientSet, seed: u64) -> Vec<Result<ExperimentComparison, ExperimentError>> {
         self.cases
             .par_iter()
             .map(|c| {

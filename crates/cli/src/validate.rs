@@ -73,15 +73,31 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     {
         return Err(bad_input!("--max-e2e-mape {t}: must be a non-negative percentage").into());
     }
-    let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
+    let (suite, mut failed) = Suite::load_each(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;
 
     let started = Instant::now();
-    let comparisons = suite.validate(&chosen.set, args.seed).map_err(|e| bad_input!("{e}"))?;
+    let mut comparisons = Vec::new();
+    for result in suite.validate_each(&chosen.set, args.seed) {
+        match result {
+            Ok(c) => comparisons.push(c),
+            Err(e) => failed.push(e),
+        }
+    }
     let wall_s = started.elapsed().as_secs_f64();
+    // One broken experiment must not hide the others: each failure is
+    // reported, the rest are compared, and the exit code says it happened.
+    if comparisons.is_empty()
+        && let Some(last) = failed.pop()
+    {
+        for e in &failed {
+            eprintln!("error: {e}");
+        }
+        return Err(bad_input!("{last}").into());
+    }
 
     let out = text(&comparisons);
     let mut stdout = std::io::stdout().lock();
@@ -93,6 +109,9 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     }
     writeln!(stdout, "\n{} experiments simulated in {wall_s:.2} s with {} ({})", comparisons.len(), chosen.set.latency_model, chosen.origin)
         .context("writing to stdout")?;
+    if !failed.is_empty() {
+        writeln!(stdout, "{} experiments could not be validated (errors on stderr)", failed.len()).context("writing to stdout")?;
+    }
 
     if let Some(f) = csv_file.as_mut() {
         write_csv(f, "--csv", CSV_HEADER, csv_rows(&comparisons))?;
@@ -128,6 +147,12 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     }
     if let Some(f) = report_file {
         f.commit()?;
+    }
+    if !failed.is_empty() {
+        for e in &failed {
+            eprintln!("error: {e}");
+        }
+        return Err(bad_input!("{} of {} experiments could not be validated (errors above); the others were compared", failed.len(), failed.len() + comparisons.len()).into());
     }
     if let Some(limit) = args.max_e2e_mape
         && let Some(e2e) = aggregate(&comparisons).into_iter().find(|a| a.metric == Metric::E2eMean)

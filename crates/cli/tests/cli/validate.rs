@@ -132,6 +132,26 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
 }
 
 #[test]
+fn a_broken_experiment_is_reported_without_hiding_the_others() {
+    let tmp = TempDir::new("validate-partial");
+    let csv = tmp.0.join("out.csv");
+    write_experiment(&tmp.0, "a-good", true);
+    let broken = write_experiment(&tmp.0, "b-broken", true);
+    std::fs::write(broken.join("results/stage_1_lifecycle_metrics.json"), "{ not json").unwrap();
+    let out = blis(&["validate", tmp.0.to_str().unwrap(), "--csv", csv.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let (text, err) = (stdout(&out), stderr(&out));
+    assert!(text.contains("== a-good") && !text.contains("== b-broken"), "{text}");
+    assert!(text.contains("1 experiments could not be validated"), "{text}");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].contains("b-broken/results/stage_1_lifecycle_metrics.json"), "{err}");
+    assert!(lines[1].contains("1 of 2 experiments could not be validated"), "{err}");
+    let rows = std::fs::read_to_string(&csv).unwrap();
+    assert!(rows.lines().skip(1).all(|r| r.starts_with("a-good,")) && rows.lines().count() > 1, "{rows}");
+}
+
+#[test]
 fn threshold_flag_turns_the_table_into_a_gate() {
     let tmp = TempDir::new("validate-gate");
     let dir = write_experiment(&tmp.0, "exp", false);
