@@ -183,7 +183,8 @@ pub struct ClusterRequests {
     pub rejected_by_reason: BTreeMap<&'static str, u64>,
     /// Admitted requests a shaping limit held before routing (`on_limit: delay`).
     pub delayed: u64,
-    /// How long the delayed requests were held, ms; absent when none was.
+    /// The holds admission decided for the delayed requests, ms (a hold may
+    /// run past a horizon); absent when none was delayed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub admission_delay_ms: Option<Distribution>,
     /// Still in the control plane when the run ended: awaiting admission, or
