@@ -582,6 +582,23 @@ impl ArrivalColumn {
     }
 }
 
+/// Fails on the first `request_id` two replayed rows share (naming both
+/// lines): a replayed request keeps its id, and per-request outputs,
+/// anomaly tracking and `blis calibrate`'s pairing of real and simulated
+/// requests all need ids to be unique.
+fn check_unique_ids(path: &Path, kept: &[(u64, u64, csv::Position)]) -> Result<(), WorkloadError> {
+    let mut ids: Vec<(u64, u64)> = kept.iter().map(|(_, id, pos)| (*id, pos.line())).collect();
+    ids.sort_unstable();
+    match ids.windows(2).find(|w| w[0].0 == w[1].0) {
+        Some(w) => Err(WorkloadError::line(
+            path,
+            w[1].1,
+            format!("request_id {} is also on line {}: request ids must be unique (renumber the rows)", w[0].0, w[0].1),
+        )),
+        None => Ok(()),
+    }
+}
+
 /// Rows in replay order: streamed as they are when the file is already in
 /// arrival order (generated traces), else an index of row positions sorted
 /// by (arrival, request id) and read by seeking (recorded traces are written
@@ -675,6 +692,7 @@ impl TraceReplay {
                 }
             }
         }
+        check_unique_ids(path, &kept)?;
         if !sorted {
             kept.sort_by_key(|&(t, id, _)| (t, id));
         }
@@ -943,6 +961,13 @@ mod tests {
         bad[0] = bad[0].replace("num_chunks", "chunks");
         let e = case("column.csv", &bad);
         assert!(e.contains("column.csv:1:") && e.contains("unknown column \"chunks\""), "{e}");
+        // Line 6 reuses line 3's request id (ids are the first column).
+        let mut bad = lines.clone();
+        let id_of_3 = bad[2].split(',').next().unwrap().to_string();
+        let rest_of_6 = bad[5].split_once(',').unwrap().1.to_string();
+        bad[5] = format!("{id_of_3},{rest_of_6}");
+        let e = case("dup.csv", &bad);
+        assert!(e.contains("dup.csv:6:") && e.contains(&format!("request_id {id_of_3} is also on line 3")), "{e}");
         lines[2] = lines[2].replacen(",ok,", ",error,", 1);
         let p = dir.join("skips.csv");
         std::fs::write(&p, lines.join("\n")).unwrap();
