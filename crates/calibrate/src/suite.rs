@@ -45,10 +45,7 @@ impl Suite {
     /// experiment (in path order) that fails to load fails the suite.
     pub fn load(paths: &[PathBuf], defs: &Definitions) -> Result<Suite, ExperimentError> {
         let (suite, failed) = Suite::load_each(paths, defs)?;
-        match failed.into_iter().next() {
-            Some(e) => Err(e),
-            None => Ok(suite),
-        }
+        all_or_first_error(suite, failed)
     }
 
     /// Like [`Suite::load`], but an experiment that fails to load is set
@@ -62,40 +59,50 @@ impl Suite {
         }
         dirs.sort();
         dirs.dedup();
-        let loaded: Vec<Result<Case, ExperimentError>> = dirs
-            .par_iter()
-            .map(|d| {
-                let experiment = Experiment::load(d)?;
-                let setup = Setup::of(&experiment, defs)?;
-                Ok(Case { experiment, setup })
-            })
-            .collect();
-        let (mut cases, mut failed) = (Vec::new(), Vec::new());
-        for c in loaded {
-            match c {
-                Ok(c) => cases.push(c),
-                Err(e) => failed.push(e),
-            }
-        }
+        let (cases, failed) = split(dirs.par_iter().map(|d| {
+            let experiment = Experiment::load(d)?;
+            let setup = Setup::of(&experiment, defs)?;
+            Ok(Case { experiment, setup })
+        }));
         Ok((Suite { cases }, failed))
     }
 
     /// Simulates every case with `set` (seeded with `seed`) and compares;
     /// the first case that cannot be simulated fails the whole suite.
     pub fn validate(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<ExperimentComparison>, ExperimentError> {
-        self.validate_each(set, seed).into_iter().collect()
+        let (comparisons, failed) = self.validate_each(set, seed);
+        all_or_first_error(comparisons, failed)
     }
 
     /// Simulates every case with `set` (seeded with `seed`) and compares:
-    /// one result per case, in case order.
-    pub fn validate_each(&self, set: &CoefficientSet, seed: u64) -> Vec<Result<ExperimentComparison, ExperimentError>> {
-        self.cases
-            .par_iter()
-            .map(|c| {
-                let s = &c.setup;
-                let sim = simulate(&c.experiment, s, c.latency(set)?, seed, true, &mut NoObserver)?;
-                Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
-            })
-            .collect()
+    /// the comparisons, and the errors of the cases that could not be
+    /// simulated, each in case order.
+    pub fn validate_each(&self, set: &CoefficientSet, seed: u64) -> (Vec<ExperimentComparison>, Vec<ExperimentError>) {
+        split(self.cases.par_iter().map(|c| {
+            let s = &c.setup;
+            let sim = simulate(&c.experiment, s, c.latency(set)?, seed, true, &mut NoObserver)?;
+            Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
+        }))
+    }
+}
+
+/// Per-experiment results, in order, split into successes and errors.
+fn split<T: Send>(results: impl IndexedParallelIterator<Item = Result<T, ExperimentError>>) -> (Vec<T>, Vec<ExperimentError>) {
+    let results: Vec<Result<T, ExperimentError>> = results.collect();
+    let (mut ok, mut failed) = (Vec::new(), Vec::new());
+    for r in results {
+        match r {
+            Ok(v) => ok.push(v),
+            Err(e) => failed.push(e),
+        }
+    }
+    (ok, failed)
+}
+
+/// `value` when nothing failed, else the first error.
+fn all_or_first_error<T>(value: T, failed: Vec<ExperimentError>) -> Result<T, ExperimentError> {
+    match failed.into_iter().next() {
+        Some(e) => Err(e),
+        None => Ok(value),
     }
 }

@@ -80,22 +80,16 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;
 
     let started = Instant::now();
-    let mut comparisons = Vec::new();
-    for result in suite.validate_each(&chosen.set, args.seed) {
-        match result {
-            Ok(c) => comparisons.push(c),
-            Err(e) => failed.push(e),
-        }
-    }
+    let (comparisons, unsimulated) = suite.validate_each(&chosen.set, args.seed);
+    failed.extend(unsimulated);
     let wall_s = started.elapsed().as_secs_f64();
     // One broken experiment must not hide the others: each failure is
     // reported, the rest are compared, and the exit code says it happened.
+    let report_failures = |failed: &[_]| failed.iter().for_each(|e| eprintln!("error: {e}"));
     if comparisons.is_empty()
         && let Some(last) = failed.pop()
     {
-        for e in &failed {
-            eprintln!("error: {e}");
-        }
+        report_failures(&failed);
         return Err(bad_input!("{last}").into());
     }
 
@@ -142,16 +136,11 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     if let Some(dir) = &plot_dir {
         crate::plot::validate::write_all(dir, &comparisons)?;
     }
-    for f in [csv_file, requests_file].into_iter().flatten() {
-        f.commit()?;
-    }
-    if let Some(f) = report_file {
+    for f in [csv_file, requests_file, report_file].into_iter().flatten() {
         f.commit()?;
     }
     if !failed.is_empty() {
-        for e in &failed {
-            eprintln!("error: {e}");
-        }
+        report_failures(&failed);
         return Err(bad_input!("{} of {} experiments could not be validated (errors above); the others were compared", failed.len(), failed.len() + comparisons.len()).into());
     }
     if let Some(limit) = args.max_e2e_mape
