@@ -539,4 +539,3 @@ impl Cluster {
         }
     }
 }
-
