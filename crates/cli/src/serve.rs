@@ -63,9 +63,6 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
         min: knobs.output_tokens_min.value.unwrap_or(1),
         max: knobs.output_tokens_max.value.unwrap_or(u32::MAX),
     };
-    if !(natural_output.mean.is_finite() && natural_output.mean >= 1.0 && natural_output.stdev.is_finite() && natural_output.stdev >= 0.0) {
-        return Err(bad_input!("--output-tokens {} / --output-tokens-stdev {}: must be ≥ 1 and ≥ 0", natural_output.mean, natural_output.stdev).into());
-    }
     let model_name = args.served_model_name.clone().unwrap_or_else(|| deployment.model_name.clone());
     let config = ServeConfig {
         model_name: model_name.clone(),

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use blis_engine::latency::Blackbox;
 use blis_engine::scheduler::InstanceConfig;
 use blis_net::serve::{RunningServer, ServeConfig, start};
+use blis_workload::synthetic::LengthSpec;
 use serde_json::{Value, json};
 
 const MODEL: &str = "test/model";
@@ -170,6 +171,23 @@ async fn injected_failures_are_429_503_or_dropped_connections_and_successes_stil
     assert_eq!(ok + throttled + unavailable + dropped, 60);
     assert!(ok > 10 && throttled > 0 && unavailable > 0 && dropped > 0, "ok {ok} 429 {throttled} 503 {unavailable} dropped {dropped}");
     srv.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn settings_that_would_fail_at_the_first_request_are_refused_at_start() {
+    let addr: std::net::SocketAddr = "127.0.0.1:0".parse().unwrap();
+    let inverted = LengthSpec { mean: 100.0, stdev: 0.0, min: 10, max: 1 };
+    let cases = [
+        (ServeConfig { natural_output: Some(inverted), ..config(0.0) }, "--output-tokens-max 1: must be ≥ the minimum"),
+        (ServeConfig { natural_output: Some(LengthSpec { stdev: f64::NAN, ..inverted }), ..config(0.0) }, "--output-tokens-stdev NaN"),
+        (ServeConfig { model_name: String::new(), ..config(0.0) }, "--served-model-name"),
+        (ServeConfig { max_body_bytes: 0, ..config(0.0) }, "--max-body-bytes 0"),
+        (config(1.5), "--failure-rate 1.5"),
+    ];
+    for (cfg, want) in cases {
+        let err = start(cfg, addr).await.err().expect("refused").to_string();
+        assert!(err.starts_with(want), "{err}");
+    }
 }
 
 #[tokio::test]

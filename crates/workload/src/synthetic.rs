@@ -46,10 +46,39 @@ impl LengthSpec {
         self.sampler().tokens(rng)
     }
 
+    /// Checks that the mean is a number of tokens ≥ 1, the deviation ≥ 0 and
+    /// 1 ≤ min ≤ max — what [`LengthSpec::sample`] needs; errors name `role`'s flags.
+    pub fn validate(&self, role: LengthRole) -> Result<(), SpecError> {
+        let [mean, stdev, min, max] = role.flags();
+        check(self.mean.is_finite() && self.mean >= 1.0, mean, self.mean, "must be a number of tokens ≥ 1")?;
+        check(self.stdev.is_finite() && self.stdev >= 0.0, stdev, self.stdev, "must be ≥ 0")?;
+        check(self.min >= 1, min, self.min, "must be ≥ 1")?;
+        check(self.min <= self.max, max, self.max, "must be ≥ the minimum")
+    }
+
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
     fn sampler(&self) -> Sampler {
         let shape = if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };
         Sampler { shape, min: f64::from(self.min), max: f64::from(self.max) }
+    }
+}
+
+/// Which length a [`LengthSpec`] sets; it names the flags in errors.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LengthRole {
+    /// `--prompt-tokens[-stdev|-min|-max]`.
+    Prompt,
+    /// `--output-tokens[-stdev|-min|-max]`.
+    Output,
+}
+
+impl LengthRole {
+    /// The mean, deviation, minimum and maximum flags.
+    fn flags(self) -> [&'static str; 4] {
+        match self {
+            LengthRole::Prompt => ["prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max"],
+            LengthRole::Output => ["output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max"],
+        }
     }
 }
 
@@ -95,12 +124,8 @@ impl SyntheticSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         check(self.rate_per_s.is_finite() && self.rate_per_s > 0.0, "rate", self.rate_per_s, "must be a positive number of requests per second")?;
         check(self.num_requests >= 1, "num-requests", self.num_requests, "must be at least 1")?;
-        for (name, l) in [("prompt-tokens", &self.prompt), ("output-tokens", &self.output)] {
-            check(l.mean.is_finite() && l.mean >= 1.0, name, l.mean, "must be a number of tokens ≥ 1")?;
-            check(l.stdev.is_finite() && l.stdev >= 0.0, if name == "prompt-tokens" { "prompt-tokens-stdev" } else { "output-tokens-stdev" }, l.stdev, "must be ≥ 0")?;
-            check(l.min >= 1, if name == "prompt-tokens" { "prompt-tokens-min" } else { "output-tokens-min" }, l.min, "must be ≥ 1")?;
-            check(l.min <= l.max, if name == "prompt-tokens" { "prompt-tokens-max" } else { "output-tokens-max" }, l.max, "must be ≥ the minimum")?;
-        }
+        self.prompt.validate(LengthRole::Prompt)?;
+        self.output.validate(LengthRole::Output)?;
         check(self.prefix_groups >= 1, "prefix-groups", self.prefix_groups, "must be at least 1")?;
         Ok(())
     }

@@ -30,7 +30,7 @@ use blis_engine::latency::LatencyModel;
 use blis_engine::request::{Outcome, RequestId, output_stream_seed};
 use blis_engine::rng::{SimRng, subsystem_rng};
 use blis_engine::scheduler::InstanceConfig;
-use blis_workload::synthetic::LengthSpec;
+use blis_workload::synthetic::{LengthRole, LengthSpec, SpecError};
 use futures_util::stream;
 use rand::RngExt;
 use serde_json::{Value, json};
@@ -73,6 +73,15 @@ pub enum ServeConfigError {
     /// Failure rate outside [0, 1].
     #[error("--failure-rate {0}: must be between 0 and 1")]
     FailureRate(f64),
+    /// The natural output length cannot be sampled.
+    #[error(transparent)]
+    NaturalOutput(#[from] SpecError),
+    /// An empty served model name (no client could name it).
+    #[error("--served-model-name: must not be empty")]
+    EmptyModelName,
+    /// A body limit of 0 bytes (every request would be refused).
+    #[error("--max-body-bytes 0: must be at least 1")]
+    ZeroBodyLimit,
     /// The instance cannot run.
     #[error(transparent)]
     Instance(#[from] blis_engine::scheduler::InstanceConfigError),
@@ -116,6 +125,15 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     }
     if !(0.0..=1.0).contains(&config.failure_rate) {
         return Err(ServeConfigError::FailureRate(config.failure_rate).into());
+    }
+    if let Some(output) = &config.natural_output {
+        output.validate(LengthRole::Output).map_err(ServeConfigError::from)?;
+    }
+    if config.model_name.is_empty() {
+        return Err(ServeConfigError::EmptyModelName.into());
+    }
+    if config.max_body_bytes == 0 {
+        return Err(ServeConfigError::ZeroBodyLimit.into());
     }
     let instance = Instance::new(0, config.instance.clone(), config.latency.clone()).map_err(ServeConfigError::from)?;
     let kv_capacity_tokens = u64::from(instance.kv().usable_blocks()) * u64::from(config.instance.block_size);
