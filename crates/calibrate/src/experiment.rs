@@ -14,6 +14,7 @@
 
 use std::path::{Path, PathBuf};
 
+use blis_engine::time::{MAX_SPAN_S, Micros};
 use blis_workload::inference_perf::{InferencePerfConfig, SharedPrefix};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -177,10 +178,66 @@ pub struct Lifecycle {
     pub failures: Failures,
 }
 
+impl Percentiles {
+    /// The first value outside `[0, max]` (or not a number), as an error
+    /// message naming `field`.
+    fn check(&self, field: &str, max: f64) -> Result<(), String> {
+        for (name, v) in [("mean", Some(self.mean)), ("median", self.median), ("p90", self.p90), ("p99", self.p99)] {
+            if let Some(v) = v
+                && !(v.is_finite() && (0.0..=max).contains(&v))
+            {
+                return Err(format!("field `{field}.{name}` = {v:?}: must be a number in [0, {max:e}]"));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Lifecycle {
     /// Requests sent.
     pub fn sent(&self) -> u64 {
         self.successes.count + self.failures.count
+    }
+
+    /// Checks what a client can have measured: counts that add up, latencies
+    /// in [0, 1e8] s, time to first token no longer than the whole request,
+    /// prompt lengths and rates that are non-negative numbers.
+    fn check(&self) -> Result<(), String> {
+        if self.successes.count.checked_add(self.failures.count).is_none_or(|sent| sent > MAX_SPAN_S as u64) {
+            return Err(format!(
+                "successes.count {} + failures.count {}: must add up to at most {MAX_SPAN_S:e} requests",
+                self.successes.count, self.failures.count
+            ));
+        }
+        if let Some(l) = &self.successes.latency {
+            for (name, p) in [
+                ("request_latency", &l.request_latency),
+                ("time_to_first_token", &l.time_to_first_token),
+                ("inter_token_latency", &l.inter_token_latency),
+                ("time_per_output_token", &l.time_per_output_token),
+            ] {
+                if let Some(p) = p {
+                    p.check(&format!("successes.latency.{name}"), MAX_SPAN_S)?;
+                }
+            }
+            if let (Some(e2e), Some(ttft)) = (&l.request_latency, &l.time_to_first_token)
+                && ttft.mean > e2e.mean
+            {
+                return Err(format!(
+                    "field `successes.latency.time_to_first_token.mean` = {:?}: longer than the request latency mean {:?}",
+                    ttft.mean, e2e.mean
+                ));
+            }
+        }
+        if let Some(p) = &self.successes.prompt_len {
+            p.check("successes.prompt_len", f64::from(u32::MAX))?;
+        }
+        if let Some(r) = self.successes.throughput.as_ref().and_then(|t| t.requests_per_sec)
+            && !(r.is_finite() && r >= 0.0)
+        {
+            return Err(format!("field `successes.throughput.requests_per_sec` = {r:?}: must be a non-negative number"));
+        }
+        Ok(())
     }
 
     /// Failed / sent (0 when nothing was sent).
@@ -327,12 +384,12 @@ impl Experiment {
         {
             return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u}: must be in (0, 1]"));
         }
-        for (i, s) in self.stages.iter().enumerate() {
-            let path = self.dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
-            if let Some(l) = &s.successes.latency
-                && let Some(p) = [&l.request_latency, &l.time_to_first_token].into_iter().flatten().find(|p| !(p.mean.is_finite() && p.mean >= 0.0))
-            {
-                return bad(path, format!("latency mean {} is not a non-negative number", p.mean));
+        let results = self.dir.join("results");
+        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (results.join(format!("stage_{i}_lifecycle_metrics.json")), s));
+        let summary_file = self.summary.iter().map(|s| (results.join("summary_lifecycle_metrics.json"), s));
+        for (path, lifecycle) in stage_files.chain(summary_file) {
+            if let Err(message) = lifecycle.check() {
+                return bad(path, message);
             }
         }
         if let Some(rows) = &self.requests {
@@ -381,17 +438,34 @@ fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, Expe
                 message: format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages),
             });
         }
-        for (field, v) in [("e2e_ms", row.e2e_ms), ("ttft_ms", row.ttft_ms)] {
-            if let Some(v) = v
-                && !(v.is_finite() && v >= 0.0)
-            {
-                return Err(ExperimentError::Csv { path: path.to_path_buf(), line, message: format!("field `{field}` = {v}: must be a non-negative number") });
-            }
-        }
+        check_row(&row).map_err(|message| ExperimentError::Csv { path: path.to_path_buf(), line, message })?;
         rows.push(row);
     }
     if rows.is_empty() {
         return Err(ExperimentError::Csv { path: path.to_path_buf(), line: 1, message: "no requests".into() });
     }
     Ok(rows)
+}
+
+/// What a client can have recorded for one request: a send time within
+/// [`Micros::MAX_SPAN`], `has_error` 0 or 1, latencies in [0, 1e8] s, and for
+/// a success both latencies with the first token no later than the last.
+fn check_row(row: &RequestRow) -> Result<(), String> {
+    if row.arrival_time_us > Micros::MAX_SPAN.as_us() {
+        return Err(format!("field `arrival_time_us` = {}: must be at most {} (about three years)", row.arrival_time_us, Micros::MAX_SPAN.as_us()));
+    }
+    let max_ms = MAX_SPAN_S * 1e3;
+    for (field, v) in [("e2e_ms", row.e2e_ms), ("ttft_ms", row.ttft_ms)] {
+        if let Some(v) = v
+            && !(v.is_finite() && (0.0..=max_ms).contains(&v))
+        {
+            return Err(format!("field `{field}` = {v:?}: must be a number of ms in [0, {max_ms:e}]"));
+        }
+    }
+    match (row.has_error, row.ttft_ms, row.e2e_ms) {
+        (0, Some(ttft), Some(e2e)) if ttft > e2e => Err(format!("field `ttft_ms` = {ttft:?}: later than `e2e_ms` = {e2e:?}")),
+        (0, Some(_), Some(_)) | (1, _, _) => Ok(()),
+        (0, _, _) => Err("fields `e2e_ms` and `ttft_ms`: a request without error (has_error = 0) needs both".into()),
+        (other, _, _) => Err(format!("field `has_error` = {other}: must be 0 or 1")),
+    }
 }

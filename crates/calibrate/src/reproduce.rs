@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use blis_engine::catalog;
 use blis_engine::hardware::{GpuSpec, kv_blocks};
+use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::instance::{Fanout, Instance, Observer};
 use blis_engine::latency::LatencyModel;
 use blis_engine::model::ModelConfig;
@@ -140,6 +141,9 @@ impl Setup {
         let f = &exp.facts;
         let c = &exp.exp_config;
         let block_size = f.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+        if !VLLM_BLOCK_SIZES.contains(&block_size) {
+            return Err(unreproducible(format!("server-facts.yaml block_size = {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens")));
+        }
         let (num_gpu_blocks, blocks_from_server) = match f.num_gpu_blocks {
             Some(b) if b > MAX_GPU_BLOCKS => {
                 return Err(unreproducible(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported")));
@@ -166,7 +170,7 @@ impl Setup {
             enable_prefix_caching: f.enable_prefix_caching.unwrap_or(true),
             client_timeout: Some(exp.workload.client_timeout()),
         };
-        instance.validate().map_err(|e| unreproducible(e.to_string()))?;
+        instance.validate().map_err(|e| unreproducible(format!("server settings (server-facts.yaml over exp-config.yaml): {e}")))?;
         let sp = &exp.shared_prefix;
         Ok(Setup {
             model_id,

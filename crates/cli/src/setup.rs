@@ -8,6 +8,7 @@ use std::sync::Arc;
 use blis_calibrate::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::catalog;
 use blis_engine::hardware::{GpuSpec, kv_blocks};
+use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
@@ -132,9 +133,6 @@ pub fn choose_coefficients(
     }
     Ok(ChosenCoefficients { set, origin })
 }
-
-/// The KV block sizes vLLM's `--block-size` accepts.
-const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
 
 /// The environment variable with which vLLM (and BLIS) accept a
 /// `--max-model-len` longer than the model's config allows.

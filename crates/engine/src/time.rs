@@ -26,6 +26,9 @@ impl Micros {
     pub const ZERO: Micros = Micros(0);
     /// The largest representable instant; used as "never".
     pub const MAX: Micros = Micros(u64::MAX);
+    /// [`MAX_SPAN_S`] in microseconds: the latest instant an input may name
+    /// (an arrival in a trace), so later arithmetic never saturates.
+    pub const MAX_SPAN: Micros = Micros(100_000_000_000_000);
 
     /// Converts seconds to microseconds, rounding to the nearest microsecond.
     /// Returns `None` for NaN, negative or out-of-range input.
@@ -110,6 +113,11 @@ impl fmt::Display for Micros {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn max_span_is_max_span_s_in_microseconds() {
+        assert_eq!(Micros::from_secs_f64(MAX_SPAN_S), Some(Micros::MAX_SPAN));
+    }
 
     #[test]
     fn conversions_round_and_reject_bad_values() {

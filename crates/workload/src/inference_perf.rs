@@ -51,8 +51,12 @@ use crate::io_distribution::LengthDistribution;
 /// `load.request_timeout` is null.
 pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
 
-/// Largest stage BLIS reproduces (requests), to bound memory on absurd input.
-const MAX_STAGE_REQUESTS: f64 = 1e7;
+/// Most requests BLIS reproduces from one configuration (all stages), to
+/// bound time and memory on absurd input.
+const MAX_RUN_REQUESTS: f64 = 1e7;
+
+/// Longest shared-prefix prompt (system prompt + question), tokens.
+const MAX_PROMPT_TOKENS: u32 = 10_000_000;
 
 /// Largest shared-prefix prompt set BLIS builds.
 const MAX_PROMPTS: u64 = 1_000_000;
@@ -80,8 +84,8 @@ pub enum InferencePerfError {
     /// A value outside its range.
     #[error("field `{field}` = {value}: {reason}")]
     Invalid {
-        /// Field path.
-        field: &'static str,
+        /// Field path (with the index of a list entry).
+        field: String,
         /// Value as written.
         value: String,
         /// What is allowed.
@@ -289,27 +293,29 @@ impl InferencePerfConfig {
             validate_shared_prefix(sp)?;
         }
         if self.load.stages.is_empty() {
-            return Err(InferencePerfError::Invalid { field: "load.stages", value: "[]".into(), reason: "needs at least one stage" });
+            return Err(InferencePerfError::Invalid { field: "load.stages".into(), value: "[]".into(), reason: "needs at least one stage" });
         }
-        for s in &self.load.stages {
+        let mut total_requests = 0.0;
+        for (i, s) in self.load.stages.iter().enumerate() {
+            let invalid = |name: &str, value: f64, reason| InferencePerfError::Invalid { field: format!("load.stages[{i}].{name}"), value: format!("{value:?}"), reason };
             if !(s.rate.is_finite() && s.rate > 0.0) {
-                return Err(InferencePerfError::Invalid { field: "load.stages[].rate", value: format!("{:?}", s.rate), reason: "must be a positive number" });
+                return Err(invalid("rate", s.rate, "must be a positive number"));
             }
-            if !(s.duration > 0.0 && s.duration <= MAX_SPAN_S && s.rate * s.duration <= MAX_STAGE_REQUESTS) {
-                return Err(InferencePerfError::Invalid {
-                    field: "load.stages[].duration",
-                    value: format!("{:?}", s.duration),
-                    reason: "must be in (0, 1e8] seconds, with rate·duration at most 10^7 requests",
-                });
+            if !(s.duration > 0.0 && s.duration <= MAX_SPAN_S) {
+                return Err(invalid("duration", s.duration, "must be in (0, 1e8] seconds"));
+            }
+            total_requests += s.rate * s.duration;
+            if total_requests > MAX_RUN_REQUESTS {
+                return Err(invalid("rate", s.rate, "the stages' rate·duration must add up to at most 10^7 requests"));
             }
         }
         if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SPAN_S) {
-            return Err(InferencePerfError::Invalid { field: "load.interval", value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
+            return Err(InferencePerfError::Invalid { field: "load.interval".into(), value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
         }
         if let Some(t) = self.load.request_timeout
             && !(t > 0.0 && t <= MAX_SPAN_S)
         {
-            return Err(InferencePerfError::Invalid { field: "load.request_timeout", value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
+            return Err(InferencePerfError::Invalid { field: "load.request_timeout".into(), value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
         }
         Ok(())
     }
@@ -328,12 +334,19 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
         ("data.shared_prefix.output_len", sp.output_len),
     ] {
         if v == 0 {
-            return Err(InferencePerfError::Invalid { field, value: "0".into(), reason: "must be at least 1" });
+            return Err(InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" });
         }
+    }
+    if u64::from(sp.system_prompt_len) + u64::from(sp.question_len) > u64::from(MAX_PROMPT_TOKENS) {
+        return Err(InferencePerfError::Invalid {
+            field: "data.shared_prefix.question_len".into(),
+            value: sp.question_len.to_string(),
+            reason: "system_prompt_len + question_len must be at most 10^7 tokens",
+        });
     }
     if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
         return Err(InferencePerfError::Invalid {
-            field: "data.shared_prefix.num_prompts_per_group",
+            field: "data.shared_prefix.num_prompts_per_group".into(),
             value: sp.num_prompts_per_group.to_string(),
             reason: "num_groups × num_prompts_per_group must be at most 10^6",
         });
@@ -343,9 +356,9 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
 
 /// A distribution random and synthetic data need, present and drawable.
 fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> Result<LengthDistribution, InferencePerfError> {
-    let d = d.ok_or(InferencePerfError::Invalid { field, value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+    let d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
     match d.problem() {
-        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason }),
+        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason }),
         None => Ok(d),
     }
 }
@@ -360,7 +373,7 @@ impl Data {
         };
         match raw.kind.as_str() {
             "shared_prefix" => raw.shared_prefix.map(Data::SharedPrefix).ok_or(InferencePerfError::Invalid {
-                field: "data.shared_prefix",
+                field: "data.shared_prefix".into(),
                 value: "null".into(),
                 reason: "required when data.type is shared_prefix",
             }),
@@ -768,8 +781,12 @@ storage:
         assert!(e.to_string().contains("data.input_distribution"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0", "rate: -5.0")).unwrap_err();
         assert!(e.to_string().contains("rate"), "{e}");
-        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate: 10.0", "duration: 1e12\n  - rate: 10.0")).unwrap_err();
-        assert!(e.to_string().contains("10^7"), "{e}");
+        // The request cap is on the whole run: 3 000 requests in stage 0 plus 600 s × 16 666/s in stage 1.
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 10.0", "rate: 16666")).unwrap_err().to_string();
+        assert!(e.starts_with("field `load.stages[1].rate` = 16666.0") && e.contains("10^7"), "{e}");
+        // u32 lengths whose sum would wrap.
+        let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("system_prompt_len: 100", "system_prompt_len: 4294967000")).unwrap_err();
+        assert!(e.to_string().contains("system_prompt_len + question_len"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("num_groups: 10", "num_groups: 4000000000")).unwrap_err();
         assert!(e.to_string().contains("num_prompts_per_group"), "{e}");
         let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("duration: 600\n  - rate", "duration: nope\n  - rate")).unwrap_err();
@@ -778,7 +795,7 @@ storage:
         for (from, to, field) in [
             ("interval: 1.0", "interval: 1e300", "load.interval"),
             ("request_timeout: null", "request_timeout: 1e300", "load.request_timeout"),
-            ("rate: 5.0\n    duration: 600", "rate: 1e-300\n    duration: 1e300", "load.stages[].duration"),
+            ("rate: 5.0\n    duration: 600", "rate: 1e-300\n    duration: 1e300", "load.stages[0].duration"),
         ] {
             let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace(from, to)).unwrap_err().to_string();
             assert!(e.contains(field) && e.contains("1e8] seconds"), "{e}");

@@ -55,7 +55,9 @@ fn parse_line(text: &str, line_no: u64, last: &mut Micros) -> Result<Parsed, Str
         let m = e.to_string();
         format!("{}; expected {{\"timestamp\": ms, \"input_length\": n, \"output_length\": n, \"hash_ids\": [..]}}", m.split(" at line ").next().unwrap_or(&m))
     })?;
-    let arrival = Micros::from_ms_f64(l.timestamp).ok_or_else(|| format!("timestamp {} must be a finite number of ms ≥ 0", l.timestamp))?;
+    let arrival = Micros::from_ms_f64(l.timestamp)
+        .filter(|&t| t <= Micros::MAX_SPAN)
+        .ok_or_else(|| format!("timestamp {} must be a number of ms in [0, 1e11]", l.timestamp))?;
     if arrival < *last {
         return Err(format!("timestamp {} ms is before the previous line's; lines must be in arrival order", l.timestamp));
     }

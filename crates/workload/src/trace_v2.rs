@@ -409,6 +409,9 @@ impl Rebuilder {
 
     /// The request of a row arriving at `arrival_us`, or an error message about the row.
     fn request(&mut self, row: &Row<'_>, arrival_us: u64) -> Result<Request, String> {
+        if arrival_us > Micros::MAX_SPAN.as_us() {
+            return Err(format!("arrival {arrival_us} µs is after the latest allowed, {} µs (about three years)", Micros::MAX_SPAN.as_us()));
+        }
         let (client, content) = self.client(row.client_id);
         let tenant = intern(&mut self.tenants, &mut self.labels.tenants, row.tenant_id, |i| i as u32);
         if self.labels.slo_classes.len() > usize::from(u16::MAX) {

@@ -44,8 +44,10 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// Points `(x, y)` against the `y = x` diagonal (plus `y = (1 ± band)·x`
-/// lines when `band` is given): parity and QQ plots.
+/// lines when `band` is given): parity and QQ plots. Points with a
+/// non-finite coordinate are left out (an infinite axis cannot be drawn).
 pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points: &[(f64, f64)], band: Option<f64>) -> anyhow::Result<String> {
+    let points: Vec<(f64, f64)> = points.iter().copied().filter(|(a, p)| a.is_finite() && p.is_finite()).collect();
     let lo = points.iter().map(|&(a, p)| a.min(p)).fold(f64::INFINITY, f64::min).min(0.0);
     let hi = points.iter().map(|&(a, p)| a.max(p)).fold(0.0, f64::max).max(1e-9) * 1.1;
     let mut svg = String::new();
@@ -171,4 +173,15 @@ pub fn real_vs_simulated_panels(title: &str, x_desc: &str, panels: &[Panel]) -> 
         root.present().map_err(plot_err)?;
     }
     Ok(svg)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_parity_plot_leaves_out_points_it_cannot_place() {
+        let svg = against_diagonal("t", "real", "simulated", &[(1.0, 2.0), (f64::INFINITY, 3.0), (4.0, f64::NAN)], None).unwrap();
+        assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
+    }
 }

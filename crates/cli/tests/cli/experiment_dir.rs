@@ -33,7 +33,8 @@ pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
-fn stage_json(e2e_s: f64, ttft_s: f64, count: u64) -> String {
+/// A lifecycle report of `count` successes with the given E2E and TTFT means (seconds).
+pub fn stage_json(e2e_s: f64, ttft_s: f64, count: u64) -> String {
     format!(
         r#"{{"load_summary": {{"count": {count}}},
  "successes": {{"count": {count},

@@ -1,6 +1,6 @@
 //! `blis validate` end to end.
 
-use crate::experiment_dir::{TempDir, blis, stderr, stdout, write_experiment};
+use crate::experiment_dir::{TempDir, blis, stage_json, stderr, stdout, write_experiment};
 
 #[test]
 fn validates_a_directory_of_experiments_and_writes_every_output() {
@@ -105,7 +105,22 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     check("malformed JSON", "stage_0_lifecycle_metrics.json");
     std::fs::write(&stage0, good.replace("\"mean\": 0.08", "\"mean\": \"slow\"")).unwrap();
     check("wrong type", "mean");
+    // Values a client cannot have measured, in any latency field; 1e308 s would overflow to inf in ms.
+    std::fs::write(&stage0, good.replacen(&format!("\"p99\": {}", 0.08 * 1.2), "\"p99\": 1e308", 1)).unwrap();
+    check("huge percentile", "field `successes.latency.request_latency.p99` = 1e308: must be a number in [0, 1e8]");
+    std::fs::write(&stage0, good.replacen("\"mean\": 0.004", "\"mean\": -0.004", 1)).unwrap();
+    check("negative ITL", "successes.latency.inter_token_latency.mean");
+    std::fs::write(&stage0, good.replace("\"mean\": 0.025", "\"mean\": 0.5")).unwrap();
+    check("TTFT after E2E", "longer than the request latency mean");
+    std::fs::write(&stage0, good.replace("\"requests_per_sec\": 1.9", "\"requests_per_sec\": -3")).unwrap();
+    check("negative rate", "requests_per_sec");
+    std::fs::write(&stage0, good.replace("\"failures\": {\"count\": 0", "\"failures\": {\"count\": 18446744073709551615")).unwrap();
+    check("count overflow", "failures.count");
     std::fs::write(&stage0, good).unwrap();
+    let summary = dir.join("results/summary_lifecycle_metrics.json");
+    std::fs::write(&summary, stage_json(-0.08, 0.025, 20)).unwrap();
+    check("negative summary", "summary_lifecycle_metrics.json");
+    std::fs::remove_file(&summary).unwrap();
 
     let requests = dir.join("requests.csv");
     let good = std::fs::read_to_string(&requests).unwrap();
@@ -113,6 +128,17 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     check("NaN latency", "requests.csv:2");
     std::fs::write(&requests, good.replacen("\n0,0,", "\n0,7,", 1)).unwrap();
     check("stage out of range", "stage");
+    std::fs::write(&requests, good.replacen("\n0,0,0,", "\n0,0,18446744073709551615,", 1)).unwrap();
+    check("send time past the horizon", "arrival_time_us");
+    std::fs::write(&requests, good.replacen(",0,80,25", ",5,80,25", 1)).unwrap();
+    check("has_error 5", "has_error");
+    std::fs::write(&requests, good.replacen(",0,80,25", ",0,80,", 1)).unwrap();
+    check("success without TTFT", "needs both");
+    std::fs::write(&requests, good.replacen(",0,80,25", ",0,80,95", 1)).unwrap();
+    check("TTFT after E2E", "later than `e2e_ms`");
+    let without_ttft: String = good.lines().map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0)).collect();
+    std::fs::write(&requests, without_ttft).unwrap();
+    check("missing ttft_ms column", "needs both");
     let truncated: String = good.lines().take(15).map(|l| format!("{l}\n")).collect();
     std::fs::write(&requests, truncated).unwrap();
     check("truncated", "4 rows for stage 1, but results/stage_1_lifecycle_metrics.json counts 10 requests");
@@ -123,6 +149,13 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     std::fs::write(&exp, good.replace("meta-llama/Llama-2-7b-hf", "acme/unknown-model")).unwrap();
     check("unknown model", "acme/unknown-model");
     std::fs::write(&exp, good).unwrap();
+    let facts = dir.join("server-facts.yaml");
+    let good = std::fs::read_to_string(&facts).unwrap();
+    std::fs::write(&facts, good.replace("block_size: 16", "block_size: 7")).unwrap();
+    check("block size vLLM refuses", "server-facts.yaml block_size = 7: vLLM accepts");
+    std::fs::write(&facts, format!("{good}max_num_seqs: 0\n")).unwrap();
+    check("zero seats", "server settings (server-facts.yaml over exp-config.yaml): --max-num-seqs must be at least 1");
+    std::fs::write(&facts, good).unwrap();
 
     let out = blis(&["validate", tmp.0.join("nowhere").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -101,6 +101,11 @@ impl BlockTable {
     }
 }
 
+/// The KV block sizes (tokens) vLLM's `--block-size` accepts. The cache
+/// itself works with any positive size; front ends that model a vLLM server
+/// refuse the others.
+pub const VLLM_BLOCK_SIZES: [u32; 7] = [1, 8, 16, 32, 64, 128, 256];
+
 /// The GPU KV cache of one instance.
 pub struct KvCache {
     /// The materialised blocks: ids `0..blocks.len()`; ids up to `usable`
