@@ -34,6 +34,9 @@ pub enum ExperimentError {
         /// What is wrong, naming the field.
         message: String,
     },
+    /// A trace or workload file is malformed; the message names the file.
+    #[error("{0}")]
+    Workload(String),
     /// Nothing under a path looks like an experiment.
     #[error("{}: no experiment directory (one holding results/config.yaml) at or below this path", path.display())]
     NoExperiments {

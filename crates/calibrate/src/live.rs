@@ -13,7 +13,7 @@ use std::fs::File;
 use std::path::Path;
 
 use blis_engine::metrics::percentile_sorted;
-use blis_workload::trace_v2::{Row, Status, TraceHeader, header_path, header_time_scale};
+use blis_workload::trace_v2::{Row, Status, TraceHeader, TraceReplay, header_path, header_time_scale};
 use serde::{Deserialize, Serialize};
 
 use crate::distribution::{Interval, KsTest, bootstrap_mape_pearson, ks_two_sample, qq, sorted};
@@ -146,7 +146,10 @@ impl RealTrace {
     /// Reads `PREFIX.csv`, its header and (when present) `PREFIX.chunks.csv`.
     /// `warm_up` overrides the header's `warm_up_requests`.
     pub fn load(csv_path: &Path, warm_up: Option<u64>) -> Result<RealTrace, ExperimentError> {
-        let header = TraceHeader::load(&header_path(csv_path)).map_err(|e| ExperimentError::Format { path: header_path(csv_path), message: e.to_string() })?;
+        // The replay's checks first (columns, values, unique ids), so a trace
+        // calibrates only if `blis replay` accepts it.
+        TraceReplay::open(csv_path, None).map_err(|e| ExperimentError::Workload(e.to_string()))?;
+        let header = TraceHeader::load(&header_path(csv_path)).map_err(|e| ExperimentError::Workload(e.to_string()))?;
         let time_scale = header_time_scale(Some(&header));
         let warm_up = warm_up.or(header.warm_up_requests).unwrap_or(0);
         let file = File::open(csv_path).map_err(|e| ExperimentError::Io { path: csv_path.to_path_buf(), message: e.to_string() })?;
@@ -189,6 +192,13 @@ impl RealTrace {
                     });
                 }
             }
+        }
+        if requests.is_empty() {
+            return Err(csv_err(
+                csv_path,
+                1,
+                format!("no ok request after the {warm_up} warm-up requests to compare ({} rows: {} ok, {} error, {} timeout)", counts.total, counts.ok, counts.error, counts.timeout),
+            ));
         }
         requests.sort_by_key(|r| r.request_id);
         let itl_us = Self::chunk_gaps(csv_path, &requests, time_scale)?;

@@ -158,7 +158,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
     };
     progress.finish();
     if let Some(e) = source.take_error() {
-        return Err(anyhow::Error::new(e).context("reading the workload"));
+        return Err(bad_input!("reading the workload: {e}").into());
     }
 
     let summary = sim.summary(&end);

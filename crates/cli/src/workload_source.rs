@@ -7,7 +7,7 @@ use std::path::Path;
 
 use blis_engine::request::Labels;
 use blis_engine::sim::IterWorkload;
-use blis_workload::RequestSource;
+use blis_workload::{RequestSource, WithinSpan};
 use blis_workload::mooncake::MooncakeReplay;
 use blis_workload::network::ClientLatency;
 use blis_workload::spec::{self, Overrides};
@@ -81,8 +81,16 @@ fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[&str])
     Ok(())
 }
 
-/// Resolves the workload of `blis run`, recording effective values in `config`.
+/// Resolves the workload of `blis run`, recording effective values in
+/// `config`. Its stream ends with an error at a request arriving after
+/// [`WithinSpan`]'s limit.
 pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInput> {
+    let mut chosen = choose(k, config)?;
+    chosen.source = Box::new(WithinSpan::new(chosen.source));
+    Ok(chosen)
+}
+
+fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInput> {
     let chosen: Vec<&str> = [
         k.workload_spec.value.as_ref().map(|_| "--workload-spec"),
         k.workload.value.as_ref().map(|_| "--workload"),

@@ -27,6 +27,18 @@ pub enum WorkloadError {
         /// The I/O error.
         source: std::io::Error,
     },
+    /// A request arrives after [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN),
+    /// where simulated time would stop meaning anything.
+    #[error(
+        "request {request} arrives at {arrival_s:e} s, after the latest simulated time (1e8 s, about three years); \
+         the arrival rate is too low or a trace time or think time too large"
+    )]
+    ArrivalPastSpan {
+        /// The request's id.
+        request: u64,
+        /// Its arrival, seconds.
+        arrival_s: f64,
+    },
     /// A line of a trace or data file is malformed.
     #[error("{file}:{line}: {message}")]
     Line {

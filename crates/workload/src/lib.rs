@@ -68,6 +68,52 @@ pub trait RequestSource: blis_engine::sim::Workload {
     fn take_error(&mut self) -> Option<error::WorkloadError>;
 }
 
+/// A request source that ends with [`error::WorkloadError::ArrivalPastSpan`]
+/// at the first request arriving after
+/// [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN), instead of
+/// letting saturated arrivals run as zero-latency requests at the end of time.
+pub struct WithinSpan {
+    inner: Box<dyn RequestSource>,
+    error: Option<error::WorkloadError>,
+}
+
+impl WithinSpan {
+    /// Wraps `inner`.
+    pub fn new(inner: Box<dyn RequestSource>) -> WithinSpan {
+        WithinSpan { inner, error: None }
+    }
+}
+
+impl blis_engine::sim::Workload for WithinSpan {
+    fn peek_arrival(&mut self) -> Option<blis_engine::time::Micros> {
+        if self.error.is_some() {
+            return None;
+        }
+        let t = self.inner.peek_arrival()?;
+        if t <= blis_engine::time::Micros::MAX_SPAN {
+            return Some(t);
+        }
+        let request = self.inner.next_request().map_or(u64::MAX, |r| r.id.0);
+        self.error = Some(error::WorkloadError::ArrivalPastSpan { request, arrival_s: t.as_secs_f64() });
+        None
+    }
+
+    fn next_request(&mut self) -> Option<blis_engine::request::Request> {
+        self.peek_arrival()?;
+        self.inner.next_request()
+    }
+
+    fn on_finish(&mut self, record: &blis_engine::request::RequestRecord) {
+        self.inner.on_finish(record);
+    }
+}
+
+impl RequestSource for WithinSpan {
+    fn take_error(&mut self) -> Option<error::WorkloadError> {
+        self.error.take().or_else(|| self.inner.take_error())
+    }
+}
+
 impl RequestSource for inference_perf::StagedWorkload {
     fn take_error(&mut self) -> Option<error::WorkloadError> {
         None

@@ -247,6 +247,12 @@ impl TraceHeader {
         {
             return Err(WorkloadError::spec(name, "time_unit", format!("{u:?} is not supported; allowed: microseconds")));
         }
+        if let Some((key, v)) = recorded_time_scale(&h)
+            && !v.as_f64().is_some_and(|x| x > 0.0 && x <= 1e6)
+        {
+            let written = serde_yaml_ng::to_string(v).unwrap_or_default();
+            return Err(WorkloadError::spec(name, format!("server.{key}"), format!("{}: must be a number in (0, 1e6] (server seconds per wall-clock second)", written.trim_end())));
+        }
         Ok(h)
     }
 }
@@ -547,16 +553,17 @@ pub enum ArrivalColumn {
     },
 }
 
+/// The `server.time-scale` (or `time_scale`) entry of a header, with its key.
+fn recorded_time_scale(header: &TraceHeader) -> Option<(&'static str, &serde_yaml_ng::Value)> {
+    let server = header.server.as_ref()?;
+    ["time-scale", "time_scale"].into_iter().find_map(|key| server.get(key).map(|v| (key, v)))
+}
+
 /// The server's seconds per wall-clock second recorded in a trace header
-/// (`server.time-scale`, written by `blis observe` against `blis serve`); 1
-/// when absent or invalid.
+/// (`server.time-scale`, written by `blis observe` against `blis serve`,
+/// checked by [`TraceHeader::load`]); 1 when absent.
 pub fn header_time_scale(header: Option<&TraceHeader>) -> f64 {
-    header
-        .and_then(|h| h.server.as_ref())
-        .and_then(|s| s.get("time-scale").or_else(|| s.get("time_scale")))
-        .and_then(serde_yaml_ng::Value::as_f64)
-        .filter(|x| x.is_finite() && *x > 0.0)
-        .unwrap_or(1.0)
+    header.and_then(recorded_time_scale).and_then(|(_, v)| v.as_f64()).unwrap_or(1.0)
 }
 
 impl ArrivalColumn {
@@ -938,6 +945,13 @@ mod tests {
             assert_eq!(r.arrival, g.request.arrival + Micros(500));
             assert_eq!(r.prompt, g.request.prompt);
         }
+        // The recorded server time scale must be one a server can run at.
+        let mut server = serde_yaml_ng::Mapping::new();
+        server.insert("time-scale".into(), (-5.0).into());
+        header.server = Some(serde_yaml_ng::Value::Mapping(server));
+        std::fs::write(header_path(&path), header.to_yaml()).unwrap();
+        let e = TraceReplay::open(&path, None).err().expect("refused").to_string();
+        assert!(e.contains("server.time-scale: -5.0: must be a number in (0, 1e6]"), "{e}");
     }
 
     #[test]
@@ -971,6 +985,17 @@ mod tests {
         bad[5] = format!("{id_of_3},{rest_of_6}");
         let e = case("dup.csv", &bad);
         assert!(e.contains("dup.csv:6:") && e.contains(&format!("request_id {id_of_3} is also on line 3")), "{e}");
+        // An arrival where the µs clock would saturate.
+        let column = lines[0].split(',').position(|c| c == "arrival_time_us").unwrap();
+        let mut bad = lines.clone();
+        let row = csv::ReaderBuilder::new().has_headers(false).from_reader(bad[1].as_bytes()).records().next().unwrap().unwrap();
+        let mut cells: Vec<&str> = row.iter().collect();
+        cells[column] = "18446744073709551615";
+        let mut out = csv::WriterBuilder::new().terminator(csv::Terminator::Any(b' ')).from_writer(Vec::new());
+        out.write_record(&cells).unwrap();
+        bad[1] = String::from_utf8(out.into_inner().unwrap()).unwrap().trim_end().to_string();
+        let e = case("late.csv", &bad);
+        assert!(e.contains("late.csv:2:") && e.contains("after the latest allowed, 100000000000000 µs"), "{e}");
         lines[2] = lines[2].replacen(",ok,", ",error,", 1);
         let p = dir.join("skips.csv");
         std::fs::write(&p, lines.join("\n")).unwrap();

@@ -188,3 +188,10 @@ fn unwritable_output_path() {
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("/nonexistent-dir/x.json"));
 }
+
+#[test]
+fn arrivals_past_the_end_of_simulated_time_are_refused_not_run_at_zero_latency() {
+    // 10 requests at 1e-300/s: the second one would arrive ~1e300 s in, where the µs clock saturates.
+    let e = rejected("arrival-past-span", &with_model(&["--rate", "1e-300"]));
+    assert!(e.contains("request 1 arrives") && e.contains("after the latest simulated time (1e8 s"), "{e}");
+}

@@ -87,6 +87,10 @@ fn observe_replay_calibrate_against_blis_serve_over_loopback() {
         let svg = std::fs::read_to_string(plots.join(name)).unwrap();
         assert!(svg.starts_with("<svg") && svg.contains("simulated"), "{name}");
     }
+    // A warm-up that excludes every request leaves nothing to compare: an error, not a table of zeros.
+    let out = blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--warm-up", "1000"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("no ok request after the 1000 warm-up requests to compare (200 rows: 200 ok"), "{}", stderr(&out));
 }
 
 /// With injected failures every request still has exactly one row: the
