@@ -1,12 +1,13 @@
 //! `blis compose`: merge workload specs.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use blis_workload::compose::compose;
 use blis_workload::spec::{self, to_yaml};
 
 use crate::convert::{output_dir, write_checked_spec};
 use crate::error::bad_input;
+use crate::output::refuse_overwriting_inputs;
 use crate::workload_source::warn;
 
 /// `blis compose`.
@@ -23,6 +24,8 @@ pub struct ComposeArgs {
 
 /// Runs `blis compose`.
 pub fn execute(a: ComposeArgs) -> anyhow::Result<()> {
+    let inputs: Vec<(&str, Option<&Path>)> = a.from.iter().map(|f| ("--from", Some(Path::new(f)))).collect();
+    refuse_overwriting_inputs(&[("output", Some(&a.output))], &inputs)?;
     let parts = a.from.iter().map(|r| spec::load(r)).collect::<Result<Vec<_>, _>>().map_err(|e| bad_input!("{e}"))?;
     let (merged, warnings) = compose(&parts, &output_dir(&a.output)).map_err(|e| bad_input!("{e}"))?;
     warn(&warnings);

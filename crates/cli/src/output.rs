@@ -4,6 +4,7 @@
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -21,21 +22,67 @@ pub struct AtomicFile {
     tmp: Option<PathBuf>,
     dest: PathBuf,
     writer: Option<BufWriter<File>>,
+    /// The entry in [`OPEN_OUTPUTS`] (regular files only).
+    claim: Option<PathBuf>,
+}
+
+/// The regular-file outputs open in this process, by [`file_identity`],
+/// with the flag that named each: two outputs of one command must differ.
+static OPEN_OUTPUTS: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+
+/// What `path` names, independent of spelling: the canonical path of the
+/// file, or of its directory joined with its name when it does not exist yet.
+fn file_identity(path: &Path) -> PathBuf {
+    if let Ok(p) = path.canonicalize() {
+        return p;
+    }
+    let dir = path.parent().filter(|d| !d.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    match (dir.canonicalize(), path.file_name()) {
+        (Ok(d), Some(name)) => d.join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Refuses outputs that would replace one of the command's inputs (a
+/// workload written over the spec it came from). Absent options are `None`.
+pub fn refuse_overwriting_inputs(outputs: &[(&str, Option<&Path>)], inputs: &[(&str, Option<&Path>)]) -> Result<(), BadInput> {
+    for (out_flag, out) in outputs.iter().filter_map(|(f, p)| p.map(|p| (f, p))) {
+        if std::fs::metadata(out).is_ok_and(|m| !m.is_file()) {
+            continue;
+        }
+        let id = file_identity(out);
+        if let Some((in_flag, _)) = inputs.iter().filter_map(|(f, p)| p.map(|p| (f, p))).find(|(_, p)| file_identity(p) == id) {
+            return Err(bad_input!("--{out_flag} {}: is also the {in_flag} input; writing it would destroy the input", out.display()));
+        }
+    }
+    Ok(())
 }
 
 impl AtomicFile {
-    /// Opens the output for `dest`. `flag` names the option in errors.
+    /// Opens the output for `dest`. `flag` names the option in errors. A
+    /// regular file another open output of this process is writing is refused.
     pub fn create(flag: &str, dest: &Path) -> Result<AtomicFile, BadInput> {
         let special = std::fs::metadata(dest).is_ok_and(|m| !m.is_file());
-        let tmp = if special {
-            None
+        let (tmp, claim) = if special {
+            (None, None)
         } else {
             let name = dest.file_name().ok_or_else(|| bad_input!("--{flag} {}: not a file path", dest.display()))?;
-            Some(dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy())))
+            let id = file_identity(dest);
+            let mut open = OPEN_OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Some((_, other)) = open.iter().find(|(p, _)| *p == id) {
+                return Err(bad_input!("--{flag} {}: is also the path of --{other}; give each output its own file", dest.display()));
+            }
+            open.push((id.clone(), flag.to_string()));
+            (Some(dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy()))), Some(id))
         };
         let open_path = tmp.as_deref().unwrap_or(dest);
-        let file = File::create(open_path).map_err(|e| bad_input!("--{flag} {}: cannot create: {e}", dest.display()))?;
-        Ok(AtomicFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)) })
+        match File::create(open_path) {
+            Ok(file) => Ok(AtomicFile { tmp, dest: dest.to_path_buf(), writer: Some(BufWriter::new(file)), claim }),
+            Err(e) => {
+                release(claim.as_deref());
+                Err(bad_input!("--{flag} {}: cannot create: {e}", dest.display()))
+            }
+        }
     }
 
     /// The buffered writer.
@@ -55,11 +102,22 @@ impl AtomicFile {
     }
 }
 
+/// Removes `claim` from [`OPEN_OUTPUTS`].
+fn release(claim: Option<&Path>) {
+    if let Some(id) = claim {
+        let mut open = OPEN_OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(i) = open.iter().position(|(p, _)| p == id) {
+            open.swap_remove(i);
+        }
+    }
+}
+
 impl Drop for AtomicFile {
     fn drop(&mut self) {
         if let (Some(_), Some(tmp)) = (self.writer.take(), &self.tmp) {
             let _ = std::fs::remove_file(tmp);
         }
+        release(self.claim.as_deref());
     }
 }
 

@@ -12,7 +12,7 @@ use crate::breakdown::{ClientLatencyReport, GroupObservers};
 use crate::cluster::{ClusterSetup, TraceWriter};
 use crate::error::{BadInput, bad_input};
 use crate::knobs::{KnobArgs, KnobFile, Knobs};
-use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib};
+use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib, refuse_overwriting_inputs};
 use crate::report::{DeploymentInfo, RunReport, SCHEMA_VERSION, SimulatorInfo, table};
 use crate::setup::{Deployment, seconds};
 use crate::workload_source::{self, WorkloadSource};
@@ -114,6 +114,18 @@ pub fn print_table(report: &RunReport, quiet: bool, wall_s: f64) {
 /// engine callback too. Returns the report and the wall time, seconds.
 pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_engine::instance::Observer>) -> anyhow::Result<(RunReport, f64)> {
     let knobs = Knobs::resolve(&args.knobs, file);
+    refuse_overwriting_inputs(
+        &[("output", args.output.as_deref()), ("requests-csv", args.requests_csv.as_deref()), ("trace-output", args.trace_output.as_deref())],
+        &[
+            ("--config", args.config.as_deref()),
+            ("--workload-spec", knobs.workload_spec.value.as_deref()),
+            ("--trace", knobs.trace.value.as_deref()),
+            ("--policy-config", knobs.policy_config.value.as_deref()),
+            ("--coefficients", knobs.coefficients.value.as_deref()),
+            ("--model-config", knobs.model_config.value.as_deref()),
+            ("--hardware-config", knobs.hardware_config.value.as_deref()),
+        ],
+    )?;
     let mut config = knobs.report();
     let mut deployment = Deployment::resolve(&knobs, &mut config)?;
     let WorkloadSource { mut source, labels, expected_requests, seed, stages, mut client_latency, client_timeout } =

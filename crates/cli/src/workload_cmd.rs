@@ -13,7 +13,7 @@ use blis_workload::stats::{GroupStats, WorkloadStats};
 use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
 
 use crate::error::{BadInput, bad_input};
-use crate::output::AtomicFile;
+use crate::output::{AtomicFile, refuse_overwriting_inputs};
 use crate::workload_source::warn;
 
 /// `blis workload` subcommands.
@@ -114,9 +114,11 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     if let Some(n) = sessions_note(&plan) {
         warn(&[n]);
     }
+    let header_out = header_path(&a.output);
+    refuse_overwriting_inputs(&[("output", Some(&a.output)), ("output", Some(&header_out))], &[("--spec", Some(Path::new(&a.spec)))])?;
     let special = std::fs::metadata(&a.output).is_ok_and(|m| !m.is_file());
     let mut csv = AtomicFile::create("output", &a.output)?;
-    let mut header = if special { None } else { Some((AtomicFile::create("output", &header_path(&a.output))?, header_path(&a.output))) };
+    let mut header = if special { None } else { Some((AtomicFile::create("output", &header_out)?, header_out)) };
     let mut rows = 0u64;
     let mut w = TraceWriter::new(csv.writer()).context("writing --output")?;
     for g in plan.generator() {
@@ -145,6 +147,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
         let stem = a.spec.rsplit(':').next().map(|s| Path::new(s).file_stem().map_or("workload".into(), |x| x.to_string_lossy().into_owned()));
         PathBuf::from(format!("{}-stats.svg", stem.unwrap_or_else(|| "workload".into())))
     });
+    refuse_overwriting_inputs(&[("plot", Some(&plot_path))], &[("--spec", Some(Path::new(&a.spec)))])?;
     let mut plot_file = AtomicFile::create("plot", &plot_path)?;
     let s = WorkloadStats::collect(&plan, 120);
     let text = stats_table(&loaded, &plan, &s);

@@ -195,3 +195,29 @@ fn arrivals_past_the_end_of_simulated_time_are_refused_not_run_at_zero_latency()
     let e = rejected("arrival-past-span", &with_model(&["--rate", "1e-300"]));
     assert!(e.contains("request 1 arrives") && e.contains("after the latest simulated time (1e8 s"), "{e}");
 }
+
+#[test]
+fn outputs_never_share_a_path_or_replace_an_input() {
+    let dir = scratch("output-clash");
+    let same = dir.join("same.out");
+    // Two outputs of one run, spelled differently.
+    let spelled = dir.join(".").join("same.out");
+    let out = blis(&[&["run"][..], M, &["--num-instances", "2", "--output", same.to_str().unwrap(), "--requests-csv", spelled.to_str().unwrap()]].concat());
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("is also the path of --output"), "{}", stderr(&out));
+    assert!(is_empty_dir(&dir), "left a file behind");
+    // An output over the run's own workload spec, and a generated trace over its spec.
+    let spec = dir.join("w.yaml");
+    std::fs::write(&spec, blis(&["workload", "show", "preset:chatbot"]).stdout).unwrap();
+    let before = std::fs::read(&spec).unwrap();
+    for args in [
+        vec!["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", spec.to_str().unwrap(), "--output", spec.to_str().unwrap()],
+        vec!["workload", "generate", "--spec", spec.to_str().unwrap(), "--output", spec.to_str().unwrap()],
+        vec!["compose", "--from", spec.to_str().unwrap(), "--from", "preset:chatbot", "--output", spec.to_str().unwrap()],
+    ] {
+        let out = blis(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains("writing it would destroy the input"), "{args:?}: {}", stderr(&out));
+        assert_eq!(std::fs::read(&spec).unwrap(), before, "{args:?} changed its input");
+    }
+}
