@@ -14,7 +14,7 @@ use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
 
 use crate::error::{BadInput, bad_input};
 use crate::output::{AtomicFile, refuse_overwriting_inputs};
-use crate::workload_source::warn;
+use crate::workload_source::{blame_override, warn};
 
 /// `blis workload` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -77,8 +77,9 @@ pub struct StatsArgs {
 /// Loads a spec reference, applies overrides and plans it; prints its warnings.
 fn plan(reference: &str, o: &SpecOverrides) -> Result<(LoadedSpec, Plan), BadInput> {
     let mut loaded = spec::load(reference).map_err(|e| bad_input!("{e}"))?;
-    loaded.apply(&Overrides { aggregate_rate: o.rate, seed: o.seed, num_requests: o.num_requests, default_num_requests: Some(1000) });
-    let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
+    let overrides = Overrides { aggregate_rate: o.rate, seed: o.seed, num_requests: o.num_requests, default_num_requests: Some(1000) };
+    loaded.apply(&overrides);
+    let plan = loaded.plan().map_err(|e| blame_override(e, &overrides))?;
     warn(&plan.warnings);
     Ok((loaded, plan))
 }

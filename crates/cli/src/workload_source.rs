@@ -7,6 +7,7 @@ use std::path::Path;
 
 use blis_engine::request::Labels;
 use blis_engine::sim::IterWorkload;
+use blis_workload::error::WorkloadError;
 use blis_workload::{RequestSource, WithinSpan};
 use blis_workload::mooncake::MooncakeReplay;
 use blis_workload::network::ClientLatency;
@@ -67,6 +68,23 @@ fn overrides(k: &Knobs) -> Overrides {
         num_requests: explicit(&k.num_requests),
         default_num_requests: k.num_requests.value,
     }
+}
+
+/// A spec's validation error, blamed on the flag (or `--config` entry)
+/// that overrode the value when one did: `--num-requests 0` is not the
+/// spec file's mistake.
+pub fn blame_override(e: WorkloadError, o: &Overrides) -> BadInput {
+    if let WorkloadError::Spec { key_path, message, .. } = &e {
+        let flag = match key_path.as_str() {
+            "aggregate_rate" if o.aggregate_rate.is_some() => Some("rate"),
+            "num_requests" if o.num_requests.is_some() => Some("num-requests"),
+            _ => None,
+        };
+        if let Some(flag) = flag {
+            return bad_input!("--{flag}: {message}");
+        }
+    }
+    bad_input!("{e}")
 }
 
 /// Refuses synthetic-only knobs (and `extra`) that were given explicitly,
@@ -137,8 +155,9 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
     reject_synthetic_knobs(config, with, &[])?;
     let mut loaded = spec::load(&reference).map_err(|e| bad_input!("{e}"))?;
     let spec_bounds_requests = loaded.spec.num_requests.is_some();
-    loaded.apply(&overrides(k));
-    let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
+    let overrides = overrides(k);
+    loaded.apply(&overrides);
+    let plan = loaded.plan().map_err(|e| blame_override(e, &overrides))?;
     warn(&plan.warnings);
     report_entry(config, "rate", &plan.aggregate_rate, if explicit(&k.rate).is_some() { k.rate.source } else { Source::Derived });
     report_entry(config, "seed", &plan.seed, if explicit(&k.seed).is_some() { k.seed.source } else { Source::Derived });

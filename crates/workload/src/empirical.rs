@@ -93,7 +93,8 @@ impl Serialize for Pdf {
 }
 
 impl Pdf {
-    /// Checks the weights: finite, non-negative, not all zero; values finite.
+    /// Checks the weights: finite, non-negative, not all zero, with a finite
+    /// sum; values finite.
     pub fn check(&self) -> Result<(), String> {
         if self.0.is_empty() {
             return Err("the distribution is empty".into());
@@ -106,8 +107,12 @@ impl Pdf {
                 return Err(format!("probability {v} of value {k} must be a finite number ≥ 0"));
             }
         }
-        if self.0.iter().map(|p| p.1).sum::<f64>() <= 0.0 {
+        let total = self.0.iter().map(|p| p.1).sum::<f64>();
+        if total <= 0.0 {
             return Err("all probabilities are zero".into());
+        }
+        if !total.is_finite() {
+            return Err("the probabilities add up to more than the largest number; scale them down (only their ratios matter)".into());
         }
         Ok(())
     }
@@ -238,6 +243,8 @@ mod tests {
         assert!(Pdf(vec![(1.0, -0.5)]).check().is_err());
         assert!(Pdf(vec![(1.0, 0.0)]).check().is_err());
         assert!(Pdf(vec![]).check().is_err());
+        let overflowing = Pdf(vec![(100.0, 1e308), (200.0, 1e308)]).check().unwrap_err();
+        assert!(overflowing.contains("scale them down"), "{overflowing}");
         assert_eq!(serde_yaml_ng::to_string(&Pdf(vec![(3.0, 0.5), (0.25, 0.5)])).unwrap(), "3: 0.5\n0.25: 0.5\n");
     }
 }
