@@ -66,9 +66,34 @@ fn today_utc() -> String {
     date
 }
 
+/// Whether `date` is a calendar date written YYYY-MM-DD.
+fn is_calendar_date(date: &str) -> bool {
+    let b = date.as_bytes();
+    let digits = |r: std::ops::Range<usize>| b[r.clone()].iter().all(u8::is_ascii_digit).then(|| date[r].parse::<u32>().ok()).flatten();
+    if b.len() != 10 || b[4] != b'-' || b[7] != b'-' {
+        return false;
+    }
+    let (Some(year), Some(month), Some(day)) = (digits(0..4), digits(5..7), digits(8..10)) else { return false };
+    let leap = year % 4 == 0 && (year % 100 != 0 || year % 400 == 0);
+    let days = match month {
+        1 | 3 | 5 | 7 | 8 | 10 | 12 => 31,
+        4 | 6 | 9 | 11 => 30,
+        2 if leap => 29,
+        2 => 28,
+        _ => return false,
+    };
+    (1..=days).contains(&day)
+}
+
 /// Runs `blis fit`.
 pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     let kind: ModelKind = args.latency_model.parse().map_err(|e| bad_input!("--latency-model: {e}"))?;
+    if args.rounds == 0 {
+        return Err(bad_input!("--rounds 0: must be at least 1 (each round simulates, then fits)").into());
+    }
+    if let Some(d) = args.fitted_at.as_deref().filter(|d| !is_calendar_date(d)) {
+        return Err(bad_input!("--fitted-at {d:?}: must be a date written YYYY-MM-DD").into());
+    }
     let start = match &args.start {
         Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
@@ -119,4 +144,19 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         f.commit()?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_calendar_date;
+
+    #[test]
+    fn fitted_at_takes_calendar_dates_only() {
+        for ok in ["2026-11-21", "2024-02-29", "2000-02-29", "1999-12-31"] {
+            assert!(is_calendar_date(ok), "{ok}");
+        }
+        for bad in ["yesterday", "2026-13-45", "2026-02-29", "1900-02-29", "2026-04-31", "2026-1-01", "2026-11-21\n", "+026-11-21", "2026-00-10"] {
+            assert!(!is_calendar_date(bad), "{bad:?}");
+        }
+    }
 }
