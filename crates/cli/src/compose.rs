@@ -24,7 +24,7 @@ pub struct ComposeArgs {
 
 /// Runs `blis compose`.
 pub fn execute(a: ComposeArgs) -> anyhow::Result<()> {
-    let inputs: Vec<(&str, Option<&Path>)> = a.from.iter().map(|f| ("--from", Some(Path::new(f)))).collect();
+    let inputs: Vec<(&str, Option<&Path>)> = a.from.iter().map(|f| ("from", Some(Path::new(f)))).collect();
     refuse_overwriting_inputs(&[("output", Some(&a.output))], &inputs)?;
     let parts = a.from.iter().map(|r| spec::load(r)).collect::<Result<Vec<_>, _>>().map_err(|e| bad_input!("{e}"))?;
     let (merged, warnings) = compose(&parts, &output_dir(&a.output)).map_err(|e| bad_input!("{e}"))?;

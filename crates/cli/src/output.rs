@@ -44,7 +44,8 @@ fn file_identity(path: &Path) -> PathBuf {
 }
 
 /// Refuses outputs that would replace one of the command's inputs (a
-/// workload written over the spec it came from). Absent options are `None`.
+/// workload written over the spec it came from). Flags are named without
+/// their dashes; absent options are `None`.
 pub fn refuse_overwriting_inputs(outputs: &[(&str, Option<&Path>)], inputs: &[(&str, Option<&Path>)]) -> Result<(), BadInput> {
     for (out_flag, out) in outputs.iter().filter_map(|(f, p)| p.map(|p| (f, p))) {
         if std::fs::metadata(out).is_ok_and(|m| !m.is_file()) {
@@ -52,7 +53,7 @@ pub fn refuse_overwriting_inputs(outputs: &[(&str, Option<&Path>)], inputs: &[(&
         }
         let id = file_identity(out);
         if let Some((in_flag, _)) = inputs.iter().filter_map(|(f, p)| p.map(|p| (f, p))).find(|(_, p)| file_identity(p) == id) {
-            return Err(bad_input!("--{out_flag} {}: is also the {in_flag} input; writing it would destroy the input", out.display()));
+            return Err(bad_input!("--{out_flag} {}: is also the --{in_flag} input; writing it would destroy the input", out.display()));
         }
     }
     Ok(())

@@ -117,13 +117,13 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
     refuse_overwriting_inputs(
         &[("output", args.output.as_deref()), ("requests-csv", args.requests_csv.as_deref()), ("trace-output", args.trace_output.as_deref())],
         &[
-            ("--config", args.config.as_deref()),
-            ("--workload-spec", knobs.workload_spec.value.as_deref()),
-            ("--trace", knobs.trace.value.as_deref()),
-            ("--policy-config", knobs.policy_config.value.as_deref()),
-            ("--coefficients", knobs.coefficients.value.as_deref()),
-            ("--model-config", knobs.model_config.value.as_deref()),
-            ("--hardware-config", knobs.hardware_config.value.as_deref()),
+            ("config", args.config.as_deref()),
+            ("workload-spec", knobs.workload_spec.value.as_deref()),
+            ("trace", knobs.trace.value.as_deref()),
+            ("policy-config", knobs.policy_config.value.as_deref()),
+            ("coefficients", knobs.coefficients.value.as_deref()),
+            ("model-config", knobs.model_config.value.as_deref()),
+            ("hardware-config", knobs.hardware_config.value.as_deref()),
         ],
     )?;
     let mut config = knobs.report();

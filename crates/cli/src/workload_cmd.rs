@@ -116,7 +116,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         warn(&[n]);
     }
     let header_out = header_path(&a.output);
-    refuse_overwriting_inputs(&[("output", Some(&a.output)), ("output", Some(&header_out))], &[("--spec", Some(Path::new(&a.spec)))])?;
+    refuse_overwriting_inputs(&[("output", Some(&a.output)), ("output", Some(&header_out))], &[("spec", Some(Path::new(&a.spec)))])?;
     let special = std::fs::metadata(&a.output).is_ok_and(|m| !m.is_file());
     let mut csv = AtomicFile::create("output", &a.output)?;
     let mut header = if special { None } else { Some((AtomicFile::create("output", &header_out)?, header_out)) };
@@ -148,7 +148,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
         let stem = a.spec.rsplit(':').next().map(|s| Path::new(s).file_stem().map_or("workload".into(), |x| x.to_string_lossy().into_owned()));
         PathBuf::from(format!("{}-stats.svg", stem.unwrap_or_else(|| "workload".into())))
     });
-    refuse_overwriting_inputs(&[("plot", Some(&plot_path))], &[("--spec", Some(Path::new(&a.spec)))])?;
+    refuse_overwriting_inputs(&[("plot", Some(&plot_path))], &[("spec", Some(Path::new(&a.spec)))])?;
     let mut plot_file = AtomicFile::create("plot", &plot_path)?;
     let s = WorkloadStats::collect(&plan, 120);
     let text = stats_table(&loaded, &plan, &s);
