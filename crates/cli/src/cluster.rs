@@ -137,13 +137,6 @@ fn apply_slo_targets(text: &str, base: &mut std::collections::BTreeMap<String, S
     Ok(())
 }
 
-fn flag_origin<T>(k: &Knob<Option<T>>, flag: &str) -> String {
-    match k.source {
-        Source::File => format!("--config ({flag})"),
-        _ => format!("--{flag}"),
-    }
-}
-
 /// Replaces a section's template when a flag names one; keeps the file's
 /// parameters when the flag names the same template.
 fn override_section<S: Clone>(
@@ -158,7 +151,7 @@ fn override_section<S: Clone>(
         if name_of(current) != name {
             *current = parse(name).map_err(|e| bad_input!("--{flag} {name}: {}", e.message))?;
         }
-        *origin = flag_origin(knob, flag);
+        *origin = format!("--{flag}");
     }
     Ok(())
 }
@@ -207,20 +200,20 @@ impl ClusterSetup {
             }
             let scorers = parse_scorer_list(text).map_err(|m| bad_input!("--routing-scorers {text:?}: {m}"))?;
             bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| bad_input!("--routing-scorers {text:?}: {e}"))?;
-            origins.routing = flag_origin(&k.routing_scorers, "routing-scorers");
+            origins.routing = "--routing-scorers".to_string();
         }
         if let Some(victim) = &k.preemption.value {
             let v: Preemption = serde_json::from_value(json!(victim)).map_err(|_| bad_input!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
             bundle.scheduler = bundle.scheduler.clone().with_preemption(v);
-            origins.scheduler = flag_origin(&k.preemption, "preemption");
+            origins.scheduler = "--preemption".to_string();
         }
         if let Some(text) = &k.slo_targets.value {
             apply_slo_targets(text, &mut bundle.slo_targets)?;
-            origins.slo_targets = flag_origin(&k.slo_targets, "slo-targets");
+            origins.slo_targets = "--slo-targets".to_string();
         }
         if let Some(text) = &k.snapshot_refresh.value {
             bundle.snapshots.apply_overrides(text, "--snapshot-refresh").map_err(|e| bad_input!("--snapshot-refresh {text:?}: {}", e.message))?;
-            origins.snapshots = flag_origin(&k.snapshot_refresh, "snapshot-refresh");
+            origins.snapshots = "--snapshot-refresh".to_string();
         }
         // Policies not chosen by a knob are reported with where they came from.
         for (key, name, knob, origin) in [

@@ -80,6 +80,18 @@ macro_rules! knob_table {
             pub fn or(self, fallback: KnobFile) -> KnobFile {
                 KnobFile { $( $name: self.$name.or(fallback.$name), )* }
             }
+
+            /// Relative paths made relative to `dir` (the file's folder).
+            fn rebased(self, dir: &Path) -> KnobFile {
+                KnobFile { $( $name: self.$name.map(|v| v.rebased(dir)), )* }
+            }
+
+            /// The flag names of the knobs this file sets.
+            pub fn keys(&self) -> Vec<String> {
+                let mut keys = Vec::new();
+                $( if self.$name.is_some() { keys.push(stringify!($name).replace('_', "-")); } )*
+                keys
+            }
         }
 
         impl Knobs {
@@ -374,14 +386,34 @@ pub fn hide_unused(mut cmd: clap::Command) -> clap::Command {
     cmd
 }
 
+/// A knob value that may name a file: paths in a `--config` file are
+/// relative to that file, as a user who moves the folder expects.
+trait Rebase {
+    /// `self` with a relative path joined onto `dir`; other values unchanged.
+    fn rebased(self, dir: &Path) -> Self;
+}
+
+impl Rebase for PathBuf {
+    fn rebased(self, dir: &Path) -> PathBuf {
+        if self.is_relative() { dir.join(self) } else { self }
+    }
+}
+
+macro_rules! not_a_path {
+    ($($ty:ty),*) => { $( impl Rebase for $ty { fn rebased(self, _: &Path) -> $ty { self } } )* };
+}
+not_a_path!(String, u32, u64, f64, bool);
+
 impl KnobFile {
     /// Reads a YAML (or JSON) knob file. Keys are flag names; `snake_case`
     /// spellings are accepted too. Unknown keys are errors naming the key.
+    /// Relative paths in it are relative to the file's folder.
     pub fn load(path: &Path) -> Result<KnobFile, BadInput> {
         let text = std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
         let raw: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--config {}: not valid YAML: {e}", path.display()))?;
-        KnobFile::from_yaml(raw, &format!("--config {}", path.display()))
+        let file = KnobFile::from_yaml(raw, &format!("--config {}", path.display()))?;
+        Ok(file.rebased(path.parent().unwrap_or(Path::new(""))))
     }
 
     /// Reads knobs from a YAML mapping of flag names (or their `snake_case`
@@ -405,6 +437,36 @@ impl KnobFile {
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
             .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
     }
+}
+
+/// The files knob values were read from: for each, the flag names it set
+/// and how messages name it (`--config run.yaml`).
+pub type FileOrigins = Vec<(Vec<String>, String)>;
+
+/// A bad-input error that names a knob by its flag (`--rate -1: ...`) when
+/// the value came from a file, not the command line, is reworded to name
+/// the file and its key (`--config run.yaml: rate -1: ...`); any other
+/// error passes through unchanged.
+pub fn blame_files(err: anyhow::Error, knobs: &Knobs, files: &FileOrigins) -> anyhow::Error {
+    let Some(BadInput(message)) = err.downcast_ref::<BadInput>() else { return err };
+    let Some(rest) = message.strip_prefix("--") else { return err };
+    let name = rest.split([' ', ':', ',', '=']).next().unwrap_or_default();
+    if knobs.report().get(name).is_none_or(|v| v["source"] != "file") {
+        return err;
+    }
+    match files.iter().find(|(keys, _)| keys.iter().any(|k| k == name)) {
+        Some((_, origin)) => BadInput(format!("{origin}: {rest}")).into(),
+        None => err,
+    }
+}
+
+/// Reads the `--config` file when one is given (else no knobs), with its
+/// origin for [`blame_files`].
+pub fn load_config(path: Option<&Path>) -> Result<(KnobFile, FileOrigins), BadInput> {
+    let Some(path) = path else { return Ok((KnobFile::default(), Vec::new())) };
+    let file = KnobFile::load(path)?;
+    let origin = (file.keys(), format!("--config {}", path.display()));
+    Ok((file, vec![origin]))
 }
 
 /// The flag whose visible alias `name` is (`tensor-parallel-size` → `tp`):

@@ -112,11 +112,12 @@ fn synthetic_spec_yaml(k: &Knobs) -> Result<String, BadInput> {
 
 /// Runs `blis observe`.
 pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => KnobFile::load(path)?,
-        None => KnobFile::default(),
-    };
+    let (file, origins) = crate::knobs::load_config(args.config.as_deref())?;
     let knobs = Knobs::resolve(&args.knobs, &file);
+    observe_with(&args, &knobs).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+}
+
+fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(&knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
     let timeout = Duration::from_micros(crate::setup::seconds("timeout", args.timeout)?.as_us());

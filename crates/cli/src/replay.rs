@@ -134,15 +134,19 @@ pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
     if !ignored.is_empty() {
         warn(&[format!("{}: not simulated, ignored: {}", hp.display(), ignored.join(", "))]);
     }
-    let file = match &args.config {
-        Some(path) => KnobFile::load(path)?.or(from_header),
-        None => from_header,
-    };
+    let (config, mut origins) = crate::knobs::load_config(args.config.as_deref())?;
+    origins.push((from_header.keys(), format!("trace header {}", hp.display())));
+    let file = config.or(from_header);
     args.knobs.trace = Some(csv.clone());
+    let knobs = Knobs::resolve(&args.knobs, &file);
+    replay_with(args, &file, &csv, matched, ignored).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+}
+
+fn replay_with(args: ReplayArgs, file: &KnobFile, csv: &Path, matched: Vec<String>, ignored: Vec<String>) -> anyhow::Result<()> {
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let run_args = RunArgs { knobs: args.knobs, config: None, output: None, requests_csv: None, trace_output: None, quiet: args.quiet };
     let mut detail = Detail::default();
-    let (report, wall_s) = simulate(&run_args, &file, Some(&mut detail))?;
+    let (report, wall_s) = simulate(&run_args, file, Some(&mut detail))?;
     let mut requests = detail.requests;
     requests.sort_by_key(|r| r.request_id);
     let replay = ReplayDetail { trace: csv.display().to_string(), matched, ignored, requests, itl_us: detail.itl.value_counts() };

@@ -76,12 +76,14 @@ pub fn synthetic_workload(k: &Knobs) -> Result<SyntheticSpec, BadInput> {
 
 /// Runs `blis run`.
 pub fn execute(args: RunArgs) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => KnobFile::load(path)?,
-        None => KnobFile::default(),
-    };
+    let (file, origins) = crate::knobs::load_config(args.config.as_deref())?;
+    let knobs = Knobs::resolve(&args.knobs, &file);
+    run_with(&args, &file).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+}
+
+fn run_with(args: &RunArgs, file: &KnobFile) -> anyhow::Result<()> {
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
-    let (report, wall_s) = simulate(&args, &file, None)?;
+    let (report, wall_s) = simulate(args, file, None)?;
     write_json(&report, output.as_mut())?;
     if let Some(f) = output {
         f.commit()?;

@@ -7,7 +7,7 @@ use blis_net::serve::{ServeConfig, StartError, run_until_interrupted};
 use blis_workload::synthetic::LengthSpec;
 
 use crate::error::bad_input;
-use crate::knobs::{KnobArgs, KnobFile, Knobs};
+use crate::knobs::{KnobArgs, Knobs};
 use crate::setup::Deployment;
 
 /// Serve the OpenAI API with timing from the simulator (no GPU needed).
@@ -49,11 +49,12 @@ pub struct ServeArgs {
 
 /// Runs `blis serve` until Ctrl-C.
 pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
-    let file = match &args.config {
-        Some(path) => KnobFile::load(path)?,
-        None => KnobFile::default(),
-    };
+    let (file, origins) = crate::knobs::load_config(args.config.as_deref())?;
     let knobs = Knobs::resolve(&args.knobs, &file);
+    serve_with(&args, &knobs).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+}
+
+fn serve_with(args: &ServeArgs, knobs: &Knobs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(&knobs, "serve")?;
     let mut report = knobs.report();
     let deployment = Deployment::resolve(&knobs, &mut report)?;

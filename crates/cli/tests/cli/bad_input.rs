@@ -182,6 +182,22 @@ fn bad_config_files() {
     assert!(e.contains("max-num-seqs"), "{e}");
 }
 
+/// A bad value from a `--config` file is blamed on the file and its key,
+/// not on a flag the user never typed; a flag that overrides it is blamed
+/// on the flag.
+#[test]
+fn a_bad_config_value_is_blamed_on_the_file() {
+    let dir = scratch("config-blame");
+    let cfg = dir.join("run.yaml");
+    std::fs::write(&cfg, "rate: -1\nmax_num_seqs: 0\n").unwrap();
+    let e = rejected("config-blame-file", &with_model(&["--config", cfg.to_str().unwrap(), "--max-num-seqs", "8"]));
+    assert!(e.starts_with(&format!("error: --config {}: rate -1:", cfg.display())), "{e}");
+    let e = rejected("config-blame-flag", &with_model(&["--config", cfg.to_str().unwrap(), "--rate", "5"]));
+    assert!(e.starts_with(&format!("error: --config {}: max-num-seqs must be at least 1", cfg.display())), "{e}");
+    let e = rejected("config-blame-override", &with_model(&["--config", cfg.to_str().unwrap(), "--rate", "-2", "--max-num-seqs", "8"]));
+    assert!(e.starts_with("error: --rate -2:"), "{e}");
+}
+
 #[test]
 fn unwritable_output_path() {
     let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "5", "--output", "/nonexistent-dir/x.json"]);

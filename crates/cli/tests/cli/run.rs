@@ -99,6 +99,18 @@ fn config_file_values_have_source_file_and_flags_override_them() {
     assert_eq!(j["seed"], 9);
 }
 
+/// Paths inside a `--config` file are relative to the file, wherever blis
+/// is run from (the test runs from the crate folder, not the file's).
+#[test]
+fn paths_in_a_config_file_are_relative_to_the_file() {
+    let dir = scratch("config-paths");
+    let bundled = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/unified-5-h100.yaml");
+    std::fs::copy(bundled, dir.join("coefficients.yaml")).unwrap();
+    std::fs::write(dir.join("run.yaml"), "latency-model: unified-5\ncoefficients: coefficients.yaml\n").unwrap();
+    let (_, j) = run_json(&["--config", dir.join("run.yaml").to_str().unwrap()]);
+    assert_eq!(j["config"]["coefficients"]["value"], dir.join("coefficients.yaml").to_str().unwrap(), "{}", j["config"]);
+}
+
 #[test]
 fn vllm_negative_flags_turn_features_off_and_the_budget_follows_the_model_length() {
     let (_, j) = run_json(&["--no-enable-prefix-caching", "--no-enable-chunked-prefill", "--max-model-len", "4096"]);
