@@ -416,6 +416,30 @@ impl Experiment {
         })
     }
 
+    /// Settings that `server-facts.yaml` and `exp-config.yaml` both record
+    /// with different values, one line each. The server's facts are what
+    /// ran, so they are simulated; the other value is named so the user can
+    /// tell which file is stale.
+    pub fn disagreements(&self) -> Vec<String> {
+        let (f, c) = (&self.facts, &self.exp_config);
+        let pairs = [
+            ("tensor_parallel_size", f.tensor_parallel_size, "tensor_parallelism", Some(c.tensor_parallelism)),
+            ("max_num_seqs", f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
+            ("max_num_batched_tokens", f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),
+            ("max_model_len", f.max_model_len, "max_model_len", c.max_model_len),
+        ];
+        pairs
+            .into_iter()
+            .filter_map(|(fact, ran, config, asked)| match (ran, asked) {
+                (Some(ran), Some(asked)) if ran != asked => Some(format!(
+                    "{}: server-facts.yaml {fact} = {ran} but exp-config.yaml {config} = {asked}; simulating the server's {ran}",
+                    self.dir.display()
+                )),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Tensor-parallel degree (server facts win over the experiment config).
     pub fn tp(&self) -> u32 {
         self.facts.tensor_parallel_size.unwrap_or(self.exp_config.tensor_parallelism)

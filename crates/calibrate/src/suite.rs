@@ -67,6 +67,12 @@ impl Suite {
         Ok((Suite { cases }, failed))
     }
 
+    /// What the user should know about the cases before trusting the
+    /// comparison: each experiment's [`Experiment::disagreements`], in case order.
+    pub fn warnings(&self) -> Vec<String> {
+        self.cases.iter().flat_map(|c| c.experiment.disagreements()).collect()
+    }
+
     /// Simulates every case with `set` (seeded with `seed`) and compares;
     /// the first case that cannot be simulated fails the whole suite.
     pub fn validate(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<ExperimentComparison>, ExperimentError> {

@@ -99,6 +99,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
     };
     let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
+    crate::workload_source::warn(&suite.warnings());
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let opts = FitOptions {
         kind,

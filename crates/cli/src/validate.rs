@@ -74,6 +74,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         return Err(bad_input!("--max-e2e-mape {t}: must be a non-negative percentage").into());
     }
     let (suite, mut failed) = Suite::load_each(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
+    crate::workload_source::warn(&suite.warnings());
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;
