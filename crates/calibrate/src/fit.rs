@@ -507,6 +507,12 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
                 stage_rows(c, i, basis.as_ref(), &c.latency(&composition)?, opts.seed)
             })
             .collect::<Result<Vec<_>, ExperimentError>>()?;
+        if let Some((case, _)) = train.iter().zip(&results).find(|(_, rows)| rows.is_empty()) {
+            return Err(FitError::Invalid(format!(
+                "{}: the simulated server ran no step for it (every request refused: are its prompts longer than max_model_len?), so it gives the fit nothing to learn from",
+                case.experiment.dir.display()
+            )));
+        }
         if !current.is_empty() && current_loss.is_infinite() {
             current_loss = objective(&scored, &set_of(opts.kind, &current[..na], &current[na..]), opts.seed)? + prior_penalty(&current, priors);
         }

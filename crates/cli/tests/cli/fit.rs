@@ -53,6 +53,23 @@ fn holding_out_the_only_model_is_refused() {
     assert!(stderr(&out).contains("gpt-9"));
 }
 
+/// An experiment whose every request the simulated server refuses (prompts
+/// of 60 tokens, a 32-token context) gives the fit nothing to learn from:
+/// refused, and no coefficient file is written.
+#[test]
+fn an_experiment_the_server_refuses_entirely_is_not_fitted() {
+    let tmp = TempDir::new("fit-refused");
+    let dir = write_experiment(&tmp.0, "exp", false);
+    let facts = dir.join("server-facts.yaml");
+    let text = std::fs::read_to_string(&facts).unwrap();
+    std::fs::write(&facts, format!("{text}max_model_len: 32\nmax_num_batched_tokens: 128\n")).unwrap();
+    let out_file = tmp.0.join("out.yaml");
+    let out = blis(&["fit", tmp.0.to_str().unwrap(), "--refine-evals", "0", "--output", out_file.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("ran no step for it"), "{}", stderr(&out));
+    assert!(!out_file.exists());
+}
+
 /// A model BLIS does not bundle can be fitted from its config.json; the
 /// provenance command says so, so it regenerates the file.
 #[test]
