@@ -84,6 +84,8 @@ struct Ctx {
     base: std::path::PathBuf,
     files: FileCache,
     samplers: BTreeMap<(std::path::PathBuf, String, Option<u64>, Role), Arc<Empirical>>,
+    /// What the plan adjusted without refusing it.
+    warnings: Vec<String>,
 }
 
 impl Ctx {
@@ -257,6 +259,22 @@ fn empirical_pdf(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
         }
     };
     pdf.check().or_else(|e| ctx.err(path, e))?;
+    let (lo, hi) = role.range();
+    let is_outside = |&&(x, p): &&(f64, f64)| p > 0.0 && !(lo..=hi).contains(&x);
+    let outside: f64 = pdf.0.iter().filter(is_outside).map(|p| p.1).sum();
+    if outside > 0.0 {
+        let total: f64 = pdf.0.iter().map(|p| p.1).sum();
+        let message = format!("{:.3} % of the probability lies outside {}, and is clamped into it", 100.0 * outside / total, role.describe());
+        match &d.file {
+            // A dataset is data: its edge values are kept, clamped, and the user told.
+            Some(f) => ctx.warnings.push(format!("{}: {path} ({}): {message}", ctx.source, f.display())),
+            // A hand-written distribution with such a value is a mistake.
+            None => {
+                let (x, _) = pdf.0.iter().find(is_outside).copied().unwrap_or_default();
+                return ctx.err(&format!("{path}.pdf"), format!("value {} must be {}", fmt_num(x), role.describe()));
+            }
+        }
+    }
     Ok(pdf)
 }
 
@@ -329,7 +347,7 @@ impl LoadedSpec {
     /// Validates the spec and builds its plan. The first problem found is
     /// returned, naming its key path.
     pub fn plan(&self) -> Result<Plan, WorkloadError> {
-        let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default(), samplers: BTreeMap::new() };
+        let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default(), samplers: BTreeMap::new(), warnings: Vec::new() };
         build(&mut ctx, &self.spec)
     }
 }
@@ -352,7 +370,6 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
     }
     ctx.check(!s.clients.is_empty(), "clients", "at least one client is needed")?;
 
-    let mut warnings = Vec::new();
     let mut total_fraction = 0.0;
     for (i, c) in s.clients.iter().enumerate() {
         let p = format!("clients[{i}]");
@@ -374,7 +391,8 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
         let p = format!("clients[{i}]");
         let fraction = c.rate_fraction.unwrap_or(1.0);
         if fraction == 0.0 {
-            warnings.push(format!("{}: {p} ({}) has rate_fraction 0 and is skipped", ctx.source, c.id));
+            let warning = format!("{}: {p} ({}) has rate_fraction 0 and is skipped", ctx.source, c.id);
+            ctx.warnings.push(warning);
             continue;
         }
         let index = clients.len() as u32;
@@ -536,7 +554,7 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
         seed,
         aggregate_rate: rate,
         category,
-        warnings,
+        warnings: std::mem::take(&mut ctx.warnings),
     })
 }
 
@@ -591,6 +609,26 @@ mod tests {
             assert!(e.starts_with("w.yaml: ") && e.contains(needle), "{needle}: {e}");
             assert_eq!(e.lines().count(), 1, "{e}");
         }
+    }
+
+    /// An empirical value a length cannot take is a mistake in a
+    /// hand-written `pdf`, but data in a file: refused there, clamped with
+    /// a warning saying how much probability moved here.
+    #[test]
+    fn empirical_values_outside_the_range_are_refused_inline_and_clamped_with_a_warning_from_files() {
+        let inline = OK.replace("{type: constant, params: {value: 10}}", "{type: empirical, pdf: {0: 0.25, 10: 0.75, -3: 0}}");
+        let e = plan_err(&inline);
+        assert!(e.contains("clients[0].input_distribution.pdf: value 0 must be a token length in [1, 1073741824]"), "{e}");
+        let dir = std::env::temp_dir().join(format!("blis-plan-empirical-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("lengths.yaml"), "{0: 0.25, 10: 0.75}\n").unwrap();
+        let from_file = OK.replace("{type: constant, params: {value: 10}}", "{type: empirical, file: lengths.yaml}");
+        let plan = parse(&from_file, "w", &dir).unwrap().plan().unwrap();
+        assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
+        assert!(plan.warnings[0].contains("lengths.yaml") && plan.warnings[0].contains("25.000 % of the probability lies outside"), "{:?}", plan.warnings);
+        let in_range = OK.replace("{type: constant, params: {value: 10}}", "{type: empirical, pdf: {1: 0.25, 10: 0.75, -3: 0}}");
+        assert!(parse(&in_range, "w", Path::new(".")).unwrap().plan().unwrap().warnings.is_empty());
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]
