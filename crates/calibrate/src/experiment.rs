@@ -379,7 +379,7 @@ impl Experiment {
         if let Some(u) = self.facts.gpu_memory_utilization
             && !(u > 0.0 && u <= 1.0)
         {
-            return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u}: must be in (0, 1]"));
+            return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
         let results = self.dir.join("results");
         let stage_files = self.stages.iter().enumerate().map(|(i, s)| (results.join(format!("stage_{i}_lifecycle_metrics.json")), s));

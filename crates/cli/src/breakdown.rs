@@ -98,10 +98,15 @@ pub fn table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSummary>>
             let short: String = name.chars().take(19).collect();
             let l = &g.latency_ms;
             let failed = g.dropped + g.timed_out + g.rejected;
+            let cell = crate::report::stat_cell;
             let _ = writeln!(
                 out,
-                "{short:<20}{:>10}{failed:>10}{:>11.2}{:>11.2}{:>11.2}{:>11.2}",
-                g.completed, l.ttft.p50, l.ttft.p99, l.e2e.p50, l.e2e.p99
+                "{short:<20}{:>10}{failed:>10}{:>11}{:>11}{:>11}{:>11}",
+                g.completed,
+                cell(&l.ttft, l.ttft.p50),
+                cell(&l.ttft, l.ttft.p99),
+                cell(&l.e2e, l.e2e.p50),
+                cell(&l.e2e, l.e2e.p99)
             );
         }
     }

@@ -75,8 +75,31 @@ pub struct RunReport {
     pub cluster: ClusterSummary,
 }
 
+/// One latency, at most 9 characters so the 10-wide columns never run
+/// together: ms with two decimals, whole ms from 10⁶, then scientific.
+fn latency_cell(ms: f64) -> String {
+    if ms.abs() < 1e6 {
+        format!("{ms:.2}")
+    } else if ms.abs() < 1e9 {
+        format!("{ms:.0}")
+    } else {
+        format!("{ms:.2e}")
+    }
+}
+
+/// A statistic `v` of `d` as a table cell: a dash when `d` has no samples
+/// (nothing completed), where a zero would read as "instant".
+pub(crate) fn stat_cell(d: &Distribution, v: f64) -> String {
+    if d.count == 0 { "—".to_string() } else { latency_cell(v) }
+}
+
+/// A distribution's row.
 fn dist_row(out: &mut String, name: &str, d: &Distribution) {
-    let _ = writeln!(out, "{name:<24}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}{:>10.2}", d.mean, d.p50, d.p90, d.p95, d.p99, d.max);
+    let _ = write!(out, "{name:<24}");
+    for v in [d.mean, d.p50, d.p90, d.p95, d.p99, d.max] {
+        let _ = write!(out, "{:>10}", stat_cell(d, v));
+    }
+    out.push('\n');
 }
 
 /// Renders the human summary.
@@ -148,4 +171,27 @@ pub fn table(report: &RunReport) -> String {
     }
     let _ = writeln!(out, "{:=^84}", "");
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn latency_cells_fit_their_columns_and_empty_rows_show_dashes() {
+        for ms in [0.0, 8.54, 999_999.99, 3_600_027.62, 999_999_999.0, 3.6e12, 1e300] {
+            let cell = latency_cell(ms);
+            assert!(cell.chars().count() <= 9, "{ms} → {cell}");
+            let back: f64 = cell.parse().unwrap();
+            assert!((back - ms).abs() <= 0.01 * ms.abs() + 0.005, "{ms} → {cell}");
+        }
+        let d = Distribution { count: 2, mean: 3_600_027.62, min: 1.0, p50: 3_600_025.32, p90: 2.0, p95: 3.0, p99: 4.0, max: 5.0 };
+        let mut row = String::new();
+        dist_row(&mut row, "TTFT", &d);
+        let cells: Vec<&str> = row.split_whitespace().skip(1).collect();
+        assert_eq!(cells, ["3600028", "3600025", "2.00", "3.00", "4.00", "5.00"], "{row}");
+        let mut empty = String::new();
+        dist_row(&mut empty, "E2E", &Distribution { count: 0, ..d });
+        assert_eq!(empty.split_whitespace().skip(1).collect::<Vec<_>>(), ["—"; 6], "{empty}");
+    }
 }

@@ -98,8 +98,10 @@ impl Ctx {
     }
 }
 
-fn fmt_num(v: f64) -> String {
-    format!("{v}")
+/// A number as messages show it: as written for everyday magnitudes,
+/// scientific beyond them (1e300, not three hundred digits).
+pub fn fmt_num(v: f64) -> String {
+    if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { format!("{v}") }
 }
 
 /// What a sampled quantity is, which sets its default range.

@@ -9,7 +9,8 @@ use rand::RngExt;
 use rand_distr::{Distribution, Exp};
 use thiserror::Error;
 
-use crate::dist::{Sampler, Shape};
+use crate::dist::{MAX_TOKENS, Sampler, Shape};
+use crate::plan::{MAX_RATE_PER_S, fmt_num};
 
 /// How inter-arrival gaps are drawn.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -50,8 +51,8 @@ impl LengthSpec {
     /// 1 ≤ min ≤ max — what [`LengthSpec::sample`] needs; errors name `role`'s flags.
     pub fn validate(&self, role: LengthRole) -> Result<(), SpecError> {
         let [mean, stdev, min, max] = role.flags();
-        check(self.mean.is_finite() && self.mean >= 1.0, mean, self.mean, "must be a number of tokens ≥ 1")?;
-        check(self.stdev.is_finite() && self.stdev >= 0.0, stdev, self.stdev, "must be ≥ 0")?;
+        check(self.mean.is_finite() && (1.0..=MAX_TOKENS).contains(&self.mean), mean, fmt_num(self.mean), "must be a number of tokens in [1, 2^30]")?;
+        check(self.stdev.is_finite() && (0.0..=MAX_TOKENS).contains(&self.stdev), stdev, fmt_num(self.stdev), "must be in [0, 2^30]")?;
         check(self.min >= 1, min, self.min, "must be ≥ 1")?;
         check(self.min <= self.max, max, self.max, "must be ≥ the minimum")
     }
@@ -122,7 +123,8 @@ fn check(ok: bool, flag: &'static str, value: impl ToString, allowed: &'static s
 impl SyntheticSpec {
     /// Checks every parameter.
     pub fn validate(&self) -> Result<(), SpecError> {
-        check(self.rate_per_s.is_finite() && self.rate_per_s > 0.0, "rate", self.rate_per_s, "must be a positive number of requests per second")?;
+        let rate_ok = self.rate_per_s.is_finite() && self.rate_per_s > 0.0 && self.rate_per_s <= MAX_RATE_PER_S;
+        check(rate_ok, "rate", fmt_num(self.rate_per_s), "must be a positive number of requests per second, at most 1e6")?;
         check(self.num_requests >= 1, "num-requests", self.num_requests, "must be at least 1")?;
         self.prompt.validate(LengthRole::Prompt)?;
         self.output.validate(LengthRole::Output)?;

@@ -79,6 +79,10 @@ fn bad_rates_and_lengths() {
         ("horizon-huge", "--horizon", "1e15", "in (0, 1e8]"),
         ("timeout-huge", "--client-timeout", "1e300", "--client-timeout 1e300: must be a number of seconds in (0, 1e8]"),
         ("refresh-huge", "--snapshot-refresh", "queue-depth=periodic:1e300ms", "[0.001, 3600000]"),
+        // Caps shared with workload specs, the values written compactly.
+        ("rate-huge", "--rate", "1e300", "--rate 1e300: must be a positive number of requests per second, at most 1e6"),
+        ("prompt-huge", "--prompt-tokens", "1e300", "--prompt-tokens 1e300: must be a number of tokens in [1, 2^30]"),
+        ("stdev-huge", "--output-tokens-stdev", "1e300", "--output-tokens-stdev 1e300: must be in [0, 2^30]"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
         assert!(e.contains(needle), "{name}: {e}");
