@@ -373,10 +373,11 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
     ctx.check(!s.clients.is_empty(), "clients", "at least one client is needed")?;
 
     let mut total_fraction = 0.0;
+    let mut first_with_id: BTreeMap<&str, usize> = BTreeMap::new();
     for (i, c) in s.clients.iter().enumerate() {
         let p = format!("clients[{i}]");
         ctx.check(!c.id.trim().is_empty(), &format!("{p}.id"), "must not be empty")?;
-        if let Some(j) = s.clients[..i].iter().position(|o| o.id == c.id) {
+        if let Some(j) = first_with_id.insert(&c.id, i) {
             return ctx.err(&format!("{p}.id"), format!("{:?} is also the id of clients[{j}]; ids must be unique", c.id));
         }
         let f = c.rate_fraction.unwrap_or(1.0);
