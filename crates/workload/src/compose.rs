@@ -90,8 +90,12 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
             let mut c = c.clone();
             c.rate_fraction = Some(rate * c.rate_fraction.unwrap_or(1.0) / fractions);
             c.seed = Some(c.seed.unwrap_or(s.seed.unwrap_or(DEFAULT_SEED)));
-            if out.clients.iter().any(|o| o.id == c.id) {
-                let new_id = format!("{stem}.{}", c.id);
+            let taken = |id: &str| out.clients.iter().any(|o| o.id == id);
+            if taken(&c.id) {
+                // `stem.id`, else `stem.id.2`, `stem.id.3`, …: the same file
+                // composed three times still gets distinct ids.
+                let base = format!("{stem}.{}", c.id);
+                let new_id = std::iter::once(base.clone()).chain((2u64..).map(|n| format!("{base}.{n}"))).find(|id| !taken(id)).unwrap_or(base);
                 warnings.push(format!("{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's", part.source_name, c.id));
                 c.id = new_id;
             }
@@ -159,6 +163,17 @@ mod tests {
             assert_eq!(want, client_requests(&together, id), "client {id}");
         }
         assert!(client_requests(&together, "b.x").iter().all(|r| [100, 200].contains(&r.1)));
+    }
+
+    /// The same spec composed three times: every copy of client x keeps a
+    /// distinct id, and the composition plans.
+    #[test]
+    fn ids_taken_twice_get_numbered() {
+        let a = spec("a.yaml", "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n", Path::new("."));
+        let (c, warnings) = compose(&[a.clone(), a.clone(), a], Path::new(".")).unwrap();
+        assert_eq!(c.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["x", "a.x", "a.x.2"]);
+        assert_eq!(warnings.len(), 2);
+        LoadedSpec { spec: c, source_name: "c".into(), base_dir: ".".into() }.plan().unwrap();
     }
 
     #[test]
