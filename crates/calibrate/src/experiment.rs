@@ -103,7 +103,20 @@ pub struct ServerFacts {
     /// `active` or `overload-excluded`.
     #[serde(default)]
     pub status: Option<Status>,
+    /// Keys BLIS does not read (a typo, or a fact it does not simulate).
+    #[serde(flatten)]
+    pub other: std::collections::BTreeMap<String, serde_yaml_ng::Value>,
 }
+
+/// Facts the ground truth records that BLIS knows of but does not simulate:
+/// not worth a warning per experiment.
+const KNOWN_UNSIMULATED_FACTS: [&str; 1] = ["cpu_offload"];
+
+/// The keys of `server-facts.yaml` that BLIS reads.
+const SERVER_FACT_KEYS: [&str; 12] = [
+    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
+    "enable_chunked_prefill", "async_scheduling", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "status",
+];
 
 /// One latency distribution as inference-perf reports it, in seconds.
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
@@ -416,28 +429,31 @@ impl Experiment {
         })
     }
 
-    /// Settings that `server-facts.yaml` and `exp-config.yaml` both record
-    /// with different values, one line each. The server's facts are what
-    /// ran, so they are simulated; the other value is named so the user can
-    /// tell which file is stale.
-    pub fn disagreements(&self) -> Vec<String> {
+    /// What the user should know before trusting a comparison, one line
+    /// each: keys of `server-facts.yaml` BLIS does not read (a typo there
+    /// would silently change the simulated server), and settings that it
+    /// and `exp-config.yaml` both record with different values. The
+    /// server's facts are what ran, so they are simulated; the other value
+    /// is named so the user can tell which file is stale.
+    pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
+        let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
+            format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
+        });
         let pairs = [
             ("tensor_parallel_size", f.tensor_parallel_size, "tensor_parallelism", Some(c.tensor_parallelism)),
             ("max_num_seqs", f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
             ("max_num_batched_tokens", f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),
             ("max_model_len", f.max_model_len, "max_model_len", c.max_model_len),
         ];
-        pairs
-            .into_iter()
-            .filter_map(|(fact, ran, config, asked)| match (ran, asked) {
-                (Some(ran), Some(asked)) if ran != asked => Some(format!(
-                    "{}: server-facts.yaml {fact} = {ran} but exp-config.yaml {config} = {asked}; simulating the server's {ran}",
-                    self.dir.display()
-                )),
-                _ => None,
-            })
-            .collect()
+        let disagreements = pairs.into_iter().filter_map(|(fact, ran, config, asked)| match (ran, asked) {
+            (Some(ran), Some(asked)) if ran != asked => Some(format!(
+                "{}: server-facts.yaml {fact} = {ran} but exp-config.yaml {config} = {asked}; simulating the server's {ran}",
+                self.dir.display()
+            )),
+            _ => None,
+        });
+        unknown.chain(disagreements).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

@@ -68,9 +68,9 @@ impl Suite {
     }
 
     /// What the user should know about the cases before trusting the
-    /// comparison: each experiment's [`Experiment::disagreements`], in case order.
+    /// comparison: each experiment's [`Experiment::warnings`], in case order.
     pub fn warnings(&self) -> Vec<String> {
-        self.cases.iter().flat_map(|c| c.experiment.disagreements()).collect()
+        self.cases.iter().flat_map(|c| c.experiment.warnings()).collect()
     }
 
     /// Simulates every case with `set` (seeded with `seed`) and compares;

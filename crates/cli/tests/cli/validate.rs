@@ -247,19 +247,22 @@ fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
 }
 
 /// When the server's recorded facts and the experiment config disagree, the
-/// facts are simulated and the disagreement is printed, naming both values.
+/// facts are simulated and the disagreement is printed, naming both values;
+/// a fact BLIS cannot read (a typo) is named too.
 #[test]
-fn server_facts_that_contradict_the_experiment_config_are_warned_about() {
+fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warned_about() {
     let tmp = TempDir::new("validate-disagree");
     let dir = write_experiment(&tmp.0, "exp", false);
     let quiet = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(quiet.status.success() && !stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
     let facts = dir.join("server-facts.yaml");
     let text = std::fs::read_to_string(&facts).unwrap();
-    std::fs::write(&facts, format!("{text}max_num_seqs: 64\nmax_model_len: 4096\n")).unwrap();
+    // A contradiction, an agreement, a typo and a known fact BLIS does not simulate.
+    std::fs::write(&facts, format!("{text}max_num_seqs: 64\nmax_model_len: 4096\nnum_gpu_block: 99\ncpu_offload: unknown\n")).unwrap();
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
-    assert_eq!(err.lines().filter(|l| l.starts_with("warning: ")).count(), 1, "{err}");
+    assert_eq!(err.lines().filter(|l| l.starts_with("warning: ")).count(), 2, "{err}");
     assert!(err.contains("server-facts.yaml max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128; simulating the server's 64"), "{err}");
+    assert!(err.contains("server-facts.yaml: unknown key `num_gpu_block` ignored; server-facts.yaml keys: hardware,"), "{err}");
 }
