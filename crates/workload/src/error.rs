@@ -30,14 +30,15 @@ pub enum WorkloadError {
     /// A request arrives after [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN),
     /// where simulated time would stop meaning anything.
     #[error(
-        "request {request} arrives at {arrival_s:e} s, after the latest simulated time (1e8 s, about three years); \
-         the arrival rate is too low or a trace time or think time too large"
+        "request {request} arrives {}, after the latest simulated time (1e8 s, about three years); \
+         the arrival rate is too low or a trace time or think time too large",
+        match arrival_s { Some(s) => format!("at {s:e} s"), None => "beyond what a µs clock counts".to_string() }
     )]
     ArrivalPastSpan {
         /// The request's id.
         request: u64,
-        /// Its arrival, seconds.
-        arrival_s: f64,
+        /// Its arrival, seconds; `None` when it saturated the µs clock.
+        arrival_s: Option<f64>,
     },
     /// A line of a trace or data file is malformed.
     #[error("{file}:{line}: {message}")]

@@ -94,7 +94,8 @@ impl blis_engine::sim::Workload for WithinSpan {
             return Some(t);
         }
         let request = self.inner.next_request().map_or(u64::MAX, |r| r.id.0);
-        self.error = Some(error::WorkloadError::ArrivalPastSpan { request, arrival_s: t.as_secs_f64() });
+        let arrival_s = (t < blis_engine::time::Micros(u64::MAX)).then(|| t.as_secs_f64());
+        self.error = Some(error::WorkloadError::ArrivalPastSpan { request, arrival_s });
         None
     }
 
