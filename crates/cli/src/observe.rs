@@ -118,7 +118,7 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
 }
 
 fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
-    crate::knobs::reject_unused(&knobs, "observe")?;
+    crate::knobs::reject_unused(knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
     let timeout = Duration::from_micros(crate::setup::seconds("timeout", args.timeout)?.as_us());
     if args.max_concurrency == 0 {
@@ -132,7 +132,7 @@ fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
         (Some(p), None) => (spec::load(&p.display().to_string()).map_err(|e| bad_input!("{e}"))?, p.display().to_string()),
         (None, Some(w)) => (spec::load(w).map_err(|e| bad_input!("{e}"))?, w.clone()),
         (None, None) => {
-            let yaml = synthetic_spec_yaml(&knobs)?;
+            let yaml = synthetic_spec_yaml(knobs)?;
             (spec::parse(&yaml, "synthetic flags", std::path::Path::new(".")).map_err(|e| bad_input!("{e}"))?, "synthetic".into())
         }
         (Some(_), Some(_)) => return Err(bad_input!("--workload-spec and --workload are alternatives; give one").into()),

@@ -55,9 +55,9 @@ pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
 }
 
 fn serve_with(args: &ServeArgs, knobs: &Knobs) -> anyhow::Result<()> {
-    crate::knobs::reject_unused(&knobs, "serve")?;
+    crate::knobs::reject_unused(knobs, "serve")?;
     let mut report = knobs.report();
-    let deployment = Deployment::resolve(&knobs, &mut report)?;
+    let deployment = Deployment::resolve(knobs, &mut report)?;
     let natural_output = LengthSpec {
         mean: knobs.output_tokens.value.unwrap_or(256.0),
         stdev: knobs.output_tokens_stdev.value.unwrap_or(0.0),
