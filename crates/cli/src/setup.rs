@@ -175,11 +175,15 @@ impl Deployment {
                     &k.model,
                     "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)",
                 )?;
-                let bundled = catalog::find_model(&name).ok_or_else(|| {
-                    bad_input!(
+                let bundled = catalog::find_model(&name).ok_or_else(|| match catalog::similar_models(&name).as_slice() {
+                    [] => bad_input!(
                         "--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
                         catalog::model_ids()
-                    )
+                    ),
+                    similar => bad_input!(
+                        "--model {name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)",
+                        similar.join(" or ")
+                    ),
                 })?;
                 let model = ModelConfig::from_hf_json(bundled.config_json)
                     .map_err(|e| bad_input!("bundled config for {}: {e}", bundled.id))?;

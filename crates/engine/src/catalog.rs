@@ -45,6 +45,17 @@ pub fn find_model(name: &str) -> Option<BundledModel> {
     })
 }
 
+/// Bundled model ids that contain `name` (or the part of it after the last
+/// `/`), ignoring ASCII case: the suggestions for a name [`find_model`]
+/// does not know (`llama-3.1-8b` → `meta-llama/Llama-3.1-8B-Instruct`).
+pub fn similar_models(name: &str) -> Vec<&'static str> {
+    let short = name.trim().rsplit('/').next().unwrap_or_default().to_ascii_lowercase();
+    if short.len() < 3 {
+        return Vec::new();
+    }
+    MODELS.iter().map(|m| m.id).filter(|id| id.to_ascii_lowercase().contains(&short)).collect()
+}
+
 /// A bundled GPU spec.
 #[derive(Copy, Clone, Debug)]
 pub struct BundledGpu {
@@ -109,6 +120,14 @@ mod tests {
     use super::*;
     use crate::hardware::kv_blocks;
     use crate::model::ModelConfig;
+
+    #[test]
+    fn similar_models_are_the_bundled_ids_containing_the_name() {
+        assert_eq!(similar_models("llama-3.1-8b"), ["meta-llama/Llama-3.1-8B-Instruct"]);
+        assert_eq!(similar_models("Meta-Llama/LLAMA-2"), ["meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf"]);
+        assert!(similar_models("gpt-9").is_empty());
+        assert!(similar_models("b").is_empty(), "too short to suggest anything");
+    }
 
     #[test]
     fn every_bundled_file_parses() {

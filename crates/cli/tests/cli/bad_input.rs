@@ -36,9 +36,11 @@ fn unknown_flag() {
 }
 
 #[test]
-fn unknown_model_lists_the_bundled_ones() {
+fn unknown_model_lists_the_bundled_ones_or_suggests_the_close_ones() {
     let e = rejected("unknown-model", &["--model", "acme/gpt-9"]);
     assert!(e.contains("acme/gpt-9") && e.contains("meta-llama/Llama-3.1-8B-Instruct") && e.contains("--model-config"), "{e}");
+    let e = rejected("close-model", &["--model", "llama-3.1-8b"]);
+    assert!(e.contains("did you mean meta-llama/Llama-3.1-8B-Instruct?") && !e.contains("Qwen"), "{e}");
 }
 
 #[test]
