@@ -165,6 +165,13 @@ pub fn table(report: &RunReport) -> String {
             format!("{} (predicted ≤ 1 µs or ≥ 1 h: check the coefficients)", s.batch.steps_clamped),
         );
     }
+    if s.batch.overheads_clamped > 0 {
+        line(
+            &mut out,
+            "WARNING: overheads clamped:",
+            format!("{} (queueing, token or completion delays ≥ 1 h: check α)", s.batch.overheads_clamped),
+        );
+    }
     out.push_str(&breakdown::table(&report.breakdowns));
     if crate::cluster::worth_showing(&report.cluster) {
         out.push_str(&crate::cluster::table(&report.cluster));

@@ -236,6 +236,10 @@ pub struct InstanceStats {
     /// [`crate::latency::MAX_STEP`] (a prediction ≤ 1 µs, e.g. from negative
     /// coefficients, or ≥ 1 h).
     pub steps_clamped: u64,
+    /// Latency-model overheads that hit the one-hour ceiling
+    /// ([`crate::latency::MAX_STEP`]): a request's queueing delay or
+    /// completion overhead, or a step's token emission or per-token delay.
+    pub overheads_clamped: u64,
 }
 
 /// A single vLLM-like serving instance.
@@ -432,6 +436,7 @@ impl Instance {
                 preemption_ema: self.preemption_ema,
             },
         });
+        self.stats.overheads_clamped += u64::from(delay >= crate::latency::MAX_STEP);
         let (id, arrival) = (live.req.id, live.req.arrival);
         self.arriving += 1;
         self.live_count += 1;
@@ -637,7 +642,9 @@ impl Instance {
             batch: StepBatch { entries: &self.entries, load: self.step_load, preempted },
         });
         let per_token = self.latency.output_token_overhead();
-        let emitted = now + self.latency.token_emission_delay();
+        let emission = self.latency.token_emission_delay();
+        self.stats.overheads_clamped += u64::from(per_token.max(emission) >= crate::latency::MAX_STEP);
+        let emitted = now + emission;
         let mut any_finished = false;
         for i in 0..self.scheduled.len() {
             let (slot, _) = self.scheduled[i];
@@ -692,6 +699,7 @@ impl Instance {
     fn finish(&mut self, slot: u32, outcome: Outcome, obs: &mut dyn Observer) {
         let now = self.now;
         let completion = self.latency.completion_overhead();
+        self.stats.overheads_clamped += u64::from(outcome == Outcome::Completed && completion >= crate::latency::MAX_STEP);
         let live = &mut self.slots[slot as usize];
         self.kv.free(&mut live.table);
         let finished = match outcome {

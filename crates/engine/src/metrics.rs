@@ -417,6 +417,9 @@ pub struct BatchReport {
     /// Steps whose predicted time was clamped to [1 µs, 1 h]: non-zero means
     /// the latency model's coefficients do not describe some batches.
     pub steps_clamped: u64,
+    /// Latency-model overheads (queueing, token emission, per-token,
+    /// completion) clamped to 1 h: non-zero means the α coefficients are absurd.
+    pub overheads_clamped: u64,
 }
 
 /// Everything a run measured, ready to serialise.
@@ -483,6 +486,7 @@ impl RunSummary {
                 mean_batch_tokens: ratio(sum(|s| s.batch_tokens) as f64, steps as f64),
                 busy_fraction: ratio(sum(|s| s.busy.as_us()) as f64 / n, duration.as_us() as f64),
                 steps_clamped: sum(|s| s.steps_clamped),
+                overheads_clamped: sum(|s| s.overheads_clamped),
             },
         }
     }

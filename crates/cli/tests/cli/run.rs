@@ -84,6 +84,20 @@ fn step_times_outside_one_microsecond_to_one_hour_are_clamped_counted_and_flagge
     let steps = j["batch"]["steps"].as_u64().unwrap();
     assert_eq!(j["batch"]["steps_clamped"].as_u64(), Some(steps));
     assert_eq!(j["simulated_duration_s"].as_f64().map(|d| (d / 3600.0).round() as u64), Some(steps), "{j}");
+    assert_eq!(j["batch"]["overheads_clamped"], 0);
+}
+
+/// An α of 1e300 µs of queueing delay is clamped to one hour per request,
+/// counted and flagged; the bundled coefficients clamp nothing.
+#[test]
+fn overheads_at_the_one_hour_ceiling_are_counted_and_flagged() {
+    let args = ["--latency-model", "blackbox", "--alpha-coeffs", "1e300,0,0", "--beta-coeffs", "5000,0,1"];
+    let (_, j) = run_json(&args);
+    assert_eq!(j["batch"]["overheads_clamped"], 200, "one per request");
+    let mut all = SMALL.to_vec();
+    all.extend_from_slice(&args);
+    assert!(stderr(&blis(&all)).contains("WARNING: overheads clamped:"));
+    assert_eq!(run_json(&[]).1["batch"]["overheads_clamped"], 0);
 }
 
 #[test]
