@@ -506,3 +506,26 @@ fn check_row(row: &RequestRow) -> Result<(), String> {
         (other, _, _) => Err(format!("field `has_error` = {other}: must be 0 or 1")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every key the unknown-key warning lists as known is one serde reads
+    /// into a field; `other` catches only the rest.
+    #[test]
+    fn the_listed_server_fact_keys_are_read_into_fields() {
+        let yaml: String = SERVER_FACT_KEYS
+            .iter()
+            .map(|k| match *k {
+                "hardware" => "hardware: H100\n".to_string(),
+                "status" => "status: active\n".to_string(),
+                "gpu_memory_utilization" => "gpu_memory_utilization: 0.9\n".to_string(),
+                k if k.starts_with("enable_") || k == "async_scheduling" => format!("{k}: true\n"),
+                k => format!("{k}: 16\n"),
+            })
+            .collect();
+        let facts: ServerFacts = serde_yaml_ng::from_str(&format!("{yaml}cpu_offload: unknown\n")).unwrap();
+        assert_eq!(facts.other.keys().collect::<Vec<_>>(), ["cpu_offload"]);
+    }
+}

@@ -215,7 +215,7 @@ impl Deployment {
         model.check_tensor_parallel(tp).map_err(|e| bad_input!("--tp {tp}: {model_name}: {e}"))?;
         let util = required(&k.gpu_memory_utilization, "--gpu-memory-utilization is required")?;
         if !(util > 0.0 && util <= 1.0) {
-            return Err(bad_input!("--gpu-memory-utilization {}: must be in (0, 1]", blis_workload::plan::fmt_num(util)));
+            return Err(bad_input!("--gpu-memory-utilization {util:?}: must be in (0, 1]"));
         }
         let block_size = required(&k.block_size, "--block-size is required")?;
         if !VLLM_BLOCK_SIZES.contains(&block_size) {

@@ -100,7 +100,7 @@ impl Ctx {
 
 /// A number as messages show it: as written for everyday magnitudes,
 /// scientific beyond them (1e300, not three hundred digits).
-pub fn fmt_num(v: f64) -> String {
+pub(crate) fn fmt_num(v: f64) -> String {
     if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { format!("{v}") }
 }
 
