@@ -124,18 +124,19 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
 
     let requests = dir.join("requests.csv");
     let good = std::fs::read_to_string(&requests).unwrap();
-    std::fs::write(&requests, good.replacen(",0,80", ",0,NaN", 1)).unwrap();
-    check("NaN latency", "requests.csv:2");
-    std::fs::write(&requests, good.replacen("\n0,0,", "\n0,7,", 1)).unwrap();
-    check("stage out of range", "stage");
-    std::fs::write(&requests, good.replacen("\n0,0,0,", "\n0,0,18446744073709551615,", 1)).unwrap();
-    check("send time past the horizon", "arrival_time_us");
-    std::fs::write(&requests, good.replacen(",0,80,25", ",5,80,25", 1)).unwrap();
-    check("has_error 5", "has_error");
-    std::fs::write(&requests, good.replacen(",0,80,25", ",0,80,", 1)).unwrap();
-    check("success without TTFT", "needs both");
-    std::fs::write(&requests, good.replacen(",0,80,25", ",0,80,95", 1)).unwrap();
-    check("TTFT after E2E", "later than `e2e_ms`");
+    for (from, to, what, needle) in [
+        (",0,80", ",0,NaN", "NaN latency", "requests.csv:2"),
+        ("\n0,0,", "\n0,7,", "stage out of range", "stage"),
+        ("\n0,0,0,", "\n0,0,18446744073709551615,", "send time past the horizon", "arrival_time_us"),
+        (",0,80,25", ",5,80,25", "has_error 5", "has_error"),
+        (",0,80,25", ",0,80,", "success without TTFT", "needs both"),
+        (",0,80,25", ",0,80,95", "TTFT after E2E", "later than `e2e_ms`"),
+    ] {
+        let broken = good.replacen(from, to, 1);
+        assert_ne!(broken, good, "{what}: the edit did not apply");
+        std::fs::write(&requests, broken).unwrap();
+        check(what, needle);
+    }
     let without_ttft: String = good.lines().map(|l| format!("{}\n", l.rsplit_once(',').unwrap().0)).collect();
     std::fs::write(&requests, without_ttft).unwrap();
     check("missing ttft_ms column", "needs both");
