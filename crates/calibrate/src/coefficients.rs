@@ -124,7 +124,7 @@ impl CoefficientSet {
 
     /// Reads a coefficient file.
     pub fn load(path: &Path) -> Result<CoefficientSet, ExperimentError> {
-        let text = std::fs::read_to_string(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = blis_workload::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         CoefficientSet::parse(&text, path)
     }
 

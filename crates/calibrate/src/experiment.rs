@@ -302,7 +302,7 @@ pub struct Experiment {
 }
 
 fn read(path: &Path) -> Result<String, ExperimentError> {
-    std::fs::read_to_string(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
+    blis_workload::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
 }
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
@@ -463,7 +463,7 @@ impl Experiment {
 }
 
 fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
-    let mut reader = csv::Reader::from_path(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+    let mut reader = csv::Reader::from_reader(blis_workload::textfile::open(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?);
     let mut rows = Vec::new();
     for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
         let line = i + 2;

@@ -108,7 +108,7 @@ fn resolve_model(exp: &Experiment, defs: &Definitions) -> Result<(String, ModelC
             catalog::model_ids()
         ));
     };
-    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = blis_workload::textfile::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let model = ModelConfig::from_hf_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((id.to_string(), model))
 }

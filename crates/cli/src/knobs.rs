@@ -409,7 +409,7 @@ impl KnobFile {
     /// spellings are accepted too. Unknown keys are errors naming the key.
     /// Relative paths in it are relative to the file's folder.
     pub fn load(path: &Path) -> Result<KnobFile, BadInput> {
-        let text = std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
+        let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
         let raw: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--config {}: not valid YAML: {e}", path.display()))?;
         let file = KnobFile::from_yaml(raw, &format!("--config {}", path.display()))?;

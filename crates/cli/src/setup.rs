@@ -34,7 +34,7 @@ pub struct Deployment {
 }
 
 fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
-    std::fs::read_to_string(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
+    blis_workload::textfile::read(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
 }
 
 /// Reads `--model-config PATH`: a HuggingFace `config.json`.

@@ -146,7 +146,7 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
         }
     };
     if let Some(path) = &k.workload_spec.value
-        && let Ok(text) = std::fs::read_to_string(path)
+        && let Ok(text) = blis_workload::textfile::read(path)
         && looks_like_inference_perf(&text)
     {
         return inference_perf(k, config, path, &text);

@@ -26,6 +26,7 @@
 //!   (`--tenant-mix`, `--slo-class-mix`).
 //! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
 //!   set and staged load, as `blis validate` reproduces real runs.
+//! * [`textfile`]: bounded reading of every file a user names.
 //!
 //! ## Example
 //!
@@ -58,6 +59,7 @@ pub mod servegen;
 pub mod spec;
 pub mod stats;
 pub mod synthetic;
+pub mod textfile;
 pub mod trace_v2;
 
 /// A request stream that may end early on an error it meets while

@@ -22,6 +22,7 @@ use serde::Deserialize;
 
 use crate::content::hash_block_run;
 use crate::error::WorkloadError;
+use crate::textfile::LineCapped;
 use crate::trace_v2::ReplayInfo;
 
 /// Tokens per hash id (Mooncake's block size).
@@ -87,7 +88,7 @@ fn parse_line(text: &str, line_no: u64, last: &mut Micros) -> Result<Parsed, Str
 /// Replays a Mooncake JSONL trace as an engine workload.
 pub struct MooncakeReplay {
     path: PathBuf,
-    lines: Lines<BufReader<File>>,
+    lines: Lines<BufReader<LineCapped<File>>>,
     line_no: u64,
     last: Micros,
     next: Option<Request>,
@@ -96,8 +97,8 @@ pub struct MooncakeReplay {
     error: Option<WorkloadError>,
 }
 
-fn open_lines(path: &Path) -> Result<Lines<BufReader<File>>, WorkloadError> {
-    Ok(BufReader::new(File::open(path).map_err(|e| WorkloadError::read(path, e))?).lines())
+fn open_lines(path: &Path) -> Result<Lines<BufReader<LineCapped<File>>>, WorkloadError> {
+    Ok(BufReader::new(crate::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?).lines())
 }
 
 impl MooncakeReplay {

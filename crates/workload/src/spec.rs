@@ -438,7 +438,7 @@ pub fn load(reference: &str) -> Result<LoadedSpec, WorkloadError> {
         return parse(b.yaml, reference, Path::new("."));
     }
     let path = Path::new(reference);
-    let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::read(path, e))?;
+    let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
     let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
     parse(&text, reference, if base.as_os_str().is_empty() { Path::new(".") } else { &base })
 }

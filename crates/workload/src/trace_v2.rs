@@ -30,6 +30,7 @@ use crate::error::WorkloadError;
 use crate::generator::GeneratedRequest;
 use crate::plan::Plan;
 use crate::spec::ContextGrowth;
+use crate::textfile::LineCapped;
 
 /// The CSV columns, in the order written.
 pub const COLUMNS: [&str; 22] = [
@@ -235,7 +236,7 @@ impl TraceHeader {
 
     /// Reads and checks a header file.
     pub fn load(path: &Path) -> Result<TraceHeader, WorkloadError> {
-        let text = std::fs::read_to_string(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let name = path.display().to_string();
         let de = serde_yaml_ng::Deserializer::from_str(&text);
         let h: TraceHeader = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?;
@@ -507,8 +508,8 @@ fn check_row(row: &Row<'_>) -> Result<bool, String> {
     Ok(Status::parse(row.status)? != Status::Error && row.output_tokens > 0)
 }
 
-fn open_csv(path: &Path) -> Result<(csv::Reader<File>, csv::StringRecord), WorkloadError> {
-    let file = File::open(path).map_err(|e| WorkloadError::read(path, e))?;
+fn open_csv(path: &Path) -> Result<(csv::Reader<LineCapped<File>>, csv::StringRecord), WorkloadError> {
+    let file = crate::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?;
     let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
     let headers = reader.headers().map_err(|e| WorkloadError::line(path, 1, e.to_string()))?.clone();
     for (i, h) in headers.iter().enumerate() {
@@ -622,7 +623,7 @@ enum Order {
 /// `None` at the end.
 fn read_in_order(
     path: &Path,
-    reader: &mut csv::Reader<File>,
+    reader: &mut csv::Reader<LineCapped<File>>,
     headers: &csv::StringRecord,
     order: &mut Order,
     record: &mut csv::StringRecord,
@@ -650,7 +651,7 @@ fn read_in_order(
 /// `request_id`s, so results can be matched back to the trace.
 pub struct TraceReplay {
     path: PathBuf,
-    reader: csv::Reader<File>,
+    reader: csv::Reader<LineCapped<File>>,
     headers: csv::StringRecord,
     record: csv::StringRecord,
     rebuilder: Rebuilder,

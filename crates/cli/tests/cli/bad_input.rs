@@ -188,6 +188,35 @@ fn bad_config_files() {
     assert!(e.contains("max-num-seqs"), "{e}");
 }
 
+/// A file that is not what its flag expects (an endless device, binary
+/// data, a hostile nesting of flow brackets, one endless line) is refused
+/// quickly, naming the file and the reason, whichever flag names it.
+#[test]
+fn files_that_are_not_configs_or_traces_are_refused_with_the_reason() {
+    let dir = scratch("not-configs");
+    let nested = dir.join("nested.yaml");
+    std::fs::write(&nested, format!("clients: {}{}\n", "[".repeat(100_000), "]".repeat(100_000))).unwrap();
+    let binary = dir.join("binary.yaml");
+    std::fs::write(&binary, b"seed: 1\n\xff\xfe\x00\x01").unwrap();
+    let long_line = dir.join("long.csv");
+    std::fs::write(&long_line, "x".repeat(17 << 20)).unwrap();
+    let (nested, binary, long_line) = (nested.to_str().unwrap(), binary.to_str().unwrap(), long_line.to_str().unwrap());
+    let mut cases: Vec<(&str, &str, &str, &str)> = vec![
+        ("spec-nested", "--workload-spec", nested, "nested more than 1000 deep at line 1"),
+        ("config-nested", "--config", nested, "nested more than 1000 deep at line 1"),
+        ("policy-binary", "--policy-config", binary, "not UTF-8 text (invalid byte at offset 8)"),
+        ("trace-long-line", "--trace", long_line, "long.csv:1: a line is longer than 16 MiB"),
+    ];
+    if cfg!(unix) {
+        cases.push(("config-endless", "--config", "/dev/zero", "larger than 256 MiB"));
+        cases.push(("coefficients-endless", "--coefficients", "/dev/zero", "larger than 256 MiB"));
+    }
+    for (name, flag, path, reason) in cases {
+        let e = rejected(name, &with_model(&[flag, path]));
+        assert!(e.contains(path) && e.contains(reason), "{name} ({flag}): {e}");
+    }
+}
+
 /// A bad value from a `--config` file is blamed on the file and its key,
 /// not on a flag the user never typed; a flag that overrides it is blamed
 /// on the flag.
