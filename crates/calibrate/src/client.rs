@@ -148,13 +148,14 @@ impl ClientStage {
         }
     }
 
-    /// The stage's metrics; `output_len` is the configured `max_tokens`.
-    pub fn metrics(&self, output_len: u32) -> ClientMetrics {
+    /// The stage's metrics; `mean_output_tokens` is the mean configured
+    /// `max_tokens` (see [`crate::reproduce::Simulated::mean_output_tokens`]).
+    pub fn metrics(&self, mean_output_tokens: f64) -> ClientMetrics {
         let e2e = summarize(&self.e2e_ms);
         let ttft = summarize(&self.ttft_ms);
         let span_s = self.first_send.map_or(0.0, |f| (self.last_end - f).as_secs_f64());
         let itl_mean_ms = match (e2e, ttft) {
-            (Some(e), Some(t)) if output_len > 1 => Some((e.mean - t.mean) / f64::from(output_len - 1)),
+            (Some(e), Some(t)) if mean_output_tokens > 1.0 => Some((e.mean - t.mean) / (mean_output_tokens - 1.0)),
             _ => None,
         };
         // inference-perf: per request 2n + 2 line timestamps spanning TTFT → E2E.
@@ -286,7 +287,7 @@ mod tests {
             }
             obs.on_finish(&record(id, arr, first, first + 20_000, 3, Outcome::Completed));
         }
-        let m = obs.stages[0].metrics(3);
+        let m = obs.stages[0].metrics(3.0);
         assert_eq!(m.e2e.unwrap().mean, 45.0);
         assert_eq!(m.itl_mean_ms, Some(10.0));
         let ip = m.inference_perf_itl.unwrap();
@@ -305,7 +306,7 @@ mod tests {
         obs.on_token(&TokenEvent { id: RequestId(1), meta: Default::default(), instance: 0, index: 2, time: Micros(0), gap: Some(Micros(999)) });
         obs.on_finish(&record(0, 0, 10, 20, 2, Outcome::Completed));
         obs.on_finish(&record(1, 0, 10, 300_000_000, 2, Outcome::TimedOut));
-        let m = obs.stages[0].metrics(2);
+        let m = obs.stages[0].metrics(2.0);
         assert_eq!((m.sent, m.failure_fraction), (2, 0.5));
         assert_eq!(m.e2e.unwrap().mean, 0.02);
         assert!(m.token_gap.is_none(), "gaps of the failed request are not counted");

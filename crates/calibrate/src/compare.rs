@@ -100,8 +100,9 @@ impl Metric {
         }
     }
 
-    /// The measured value; `output_len` is the configured `max_tokens`.
-    pub fn actual(self, l: &Lifecycle, output_len: u32) -> Option<f64> {
+    /// The measured value; `mean_output_tokens` is the mean configured
+    /// `max_tokens` (see [`crate::reproduce::Simulated::mean_output_tokens`]).
+    pub fn actual(self, l: &Lifecycle, mean_output_tokens: f64) -> Option<f64> {
         let lat = l.successes.latency.as_ref();
         let e2e = lat.and_then(|l| l.request_latency.as_ref());
         let ttft = lat.and_then(|l| l.time_to_first_token.as_ref());
@@ -117,7 +118,7 @@ impl Metric {
             Metric::TtftP90 => ttft.and_then(|p| p.p90).map(ms),
             Metric::TtftP99 => ttft.and_then(|p| p.p99).map(ms),
             Metric::ItlMean => match (e2e, ttft) {
-                (Some(e), Some(t)) if output_len > 1 => Some(ms(e.mean - t.mean) / f64::from(output_len - 1)),
+                (Some(e), Some(t)) if mean_output_tokens > 1.0 => Some(ms(e.mean - t.mean) / (mean_output_tokens - 1.0)),
                 _ => None,
             },
             Metric::InferencePerfItlMean => itl.map(|p| ms(p.mean)),
@@ -215,7 +216,8 @@ pub struct ExperimentComparison {
     pub status: Status,
     /// Every metric of every stage, then the summary.
     pub rows: Vec<MetricRow>,
-    /// Per-request agreement.
+    /// Per-request agreement (with `requests.csv` and known output
+    /// lengths, i.e. shared-prefix data).
     pub requests: Option<RequestAgreement>,
     /// Every request of `requests.csv` next to its simulation, in send order
     /// (empty without `requests.csv`).
@@ -240,13 +242,15 @@ pub const SATURATION_SERVED_FRACTION: f64 = 0.9;
 
 impl ExperimentComparison {
     /// Compares a simulation with its experiment.
-    pub fn new(exp: &Experiment, model: &str, output_len: u32, sim: &Simulated) -> ExperimentComparison {
+    pub fn new(exp: &Experiment, model: &str, sim: &Simulated) -> ExperimentComparison {
+        let output_len = sim.mean_output_tokens;
         let predicted_stages: Vec<ClientMetrics> = sim.client.stages.iter().map(|s| s.metrics(output_len)).collect();
         let predicted_summary = sim.client.summary.metrics(output_len);
         let stages = exp.stages.iter().zip(&predicted_stages).enumerate().map(|(i, (l, p))| (StageLabel::Stage(i as u32), l, p));
         let summary = exp.summary.as_ref().map(|l| (StageLabel::Summary, l, &predicted_summary));
         let request_pairs = request_pairs(exp, sim);
-        let requests = request_agreement(&request_pairs);
+        // With drawn output lengths a request's real length is unknown: no like-for-like per-request errors.
+        let requests = if sim.fixed_output { request_agreement(&request_pairs) } else { None };
         let mut rows = Vec::new();
         for (label, measured, p) in stages.chain(summary) {
             for metric in Metric::ALL {

@@ -15,7 +15,7 @@
 use std::path::{Path, PathBuf};
 
 use blis_engine::time::{MAX_SPAN_S, Micros};
-use blis_workload::inference_perf::{InferencePerfConfig, SharedPrefix};
+use blis_workload::inference_perf::InferencePerfConfig;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
@@ -291,8 +291,6 @@ pub struct Experiment {
     pub facts: ServerFacts,
     /// The inference-perf configuration used.
     pub workload: InferencePerfConfig,
-    /// Its shared-prefix data (`blis validate` reproduces shared-prefix runs).
-    pub shared_prefix: SharedPrefix,
     /// Per-stage measurements, by stage index.
     pub stages: Vec<Lifecycle>,
     /// Whole-run measurements.
@@ -364,12 +362,6 @@ impl Experiment {
         let config_path = dir.join("results").join("config.yaml");
         let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
-        let shared_prefix = workload.shared_prefix().cloned().ok_or_else(|| ExperimentError::Format {
-            path: config_path.clone(),
-            message: "data.type: only shared_prefix runs can be validated (requests.csv records no per-request output length); \
-                      `blis run --workload-spec` runs random and synthetic configurations"
-                .into(),
-        })?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
             let p = dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
@@ -379,7 +371,7 @@ impl Experiment {
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
         let requests = if csv_path.is_file() { Some(read_requests(&csv_path, stages.len())?) } else { None };
-        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, shared_prefix, stages, summary, requests };
+        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests };
         exp.check()?;
         Ok(exp)
     }
@@ -434,7 +426,9 @@ impl Experiment {
     /// would silently change the simulated server), and settings that it
     /// and `exp-config.yaml` both record with different values. The
     /// server's facts are what ran, so they are simulated; the other value
-    /// is named so the user can tell which file is stale.
+    /// is named so the user can tell which file is stale. Also a run
+    /// without `ignore_eos`, whose real outputs may be shorter than the
+    /// `max_tokens` BLIS generates.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
         let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
@@ -453,7 +447,14 @@ impl Experiment {
             )),
             _ => None,
         });
-        unknown.chain(disagreements).collect()
+        let eos = (!self.workload.ignore_eos).then(|| {
+            format!(
+                "{}: server.ignore_eos is false: the real server may have stopped requests before max_tokens; \
+                 BLIS generates max_tokens for every request",
+                self.dir.join("results").join("config.yaml").display()
+            )
+        });
+        unknown.chain(disagreements).chain(eos).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

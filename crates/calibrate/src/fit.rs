@@ -232,7 +232,8 @@ struct Row {
 
 /// Stage-one equations of one simulated experiment.
 ///
-/// With `requests.csv`, two equations per block of [`REQUEST_BLOCK`]
+/// With `requests.csv` and known output lengths (shared-prefix data), two
+/// equations per block of [`REQUEST_BLOCK`]
 /// consecutive requests that succeeded both in reality and in simulation
 /// (their mean TTFT and mean E2E), weighted so that every stage counts
 /// equally; otherwise two per stage (the stage means). Blocks keep the load
@@ -254,9 +255,9 @@ fn stage_rows(
     let emission = latency.token_emission_delay();
     let per_token = latency.output_token_overhead();
     let stages = case.experiment.stages.len();
-    let output_len = case.setup.output_len;
+    let output_len = sim.mean_output_tokens;
     // Real (TTFT, E2E) in µs of each simulated request id, when known per request.
-    let real: Option<Vec<Option<(f64, f64)>>> = case.experiment.requests.as_ref().map(|rows| {
+    let real: Option<Vec<Option<(f64, f64)>>> = case.experiment.requests.as_ref().filter(|_| sim.fixed_output).map(|rows| {
         sim.csv_row_of
             .iter()
             .map(|&i| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
@@ -354,7 +355,7 @@ type StageApes = (Vec<f64>, Vec<f64>);
 /// (1000 % for a stage with measurements but no simulated success).
 fn stage_apes(case: &Case, sim: &crate::reproduce::Simulated) -> StageApes {
     let (mut e2e, mut ttft) = (Vec::new(), Vec::new());
-    let output_len = case.setup.output_len;
+    let output_len = sim.mean_output_tokens;
     for (measured, client) in case.experiment.stages.iter().zip(&sim.client.stages) {
         let m = client.metrics(output_len);
         for (metric, out) in [(Metric::E2eMean, &mut e2e), (Metric::TtftMean, &mut ttft)] {
@@ -439,7 +440,7 @@ fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, Ex
                 .stages
                 .iter()
                 .zip(&sim.client.stages)
-                .map(|(measured, client)| (client.metrics(c.setup.output_len).failure_fraction - measured.failure_fraction()).abs() * 100.0)
+                .map(|(measured, client)| (client.metrics(sim.mean_output_tokens).failure_fraction - measured.failure_fraction()).abs() * 100.0)
                 .collect();
             Ok(((Vec::new(), Vec::new()), failure_errors))
         })

@@ -87,7 +87,7 @@ impl Suite {
         split(self.cases.par_iter().map(|c| {
             let s = &c.setup;
             let sim = simulate(&c.experiment, s, c.latency(set)?, seed, true, &mut NoObserver)?;
-            Ok(ExperimentComparison::new(&c.experiment, &s.model_id, s.output_len, &sim))
+            Ok(ExperimentComparison::new(&c.experiment, &s.model_id, &sim))
         }))
     }
 }

@@ -522,27 +522,47 @@ struct Conversation {
     blocked: std::collections::VecDeque<(Micros, u32)>,
 }
 
-/// What the n-th request of a stage sends, by data generator.
-enum PromptSet {
+/// What the n-th request of a stage sends, by data generator: the prompts
+/// and `max_tokens` of a run, shared by the staged workload and by replays
+/// of `requests.csv`.
+pub enum StagePrompts {
     /// `shared_prefix`: prompt n mod count, `output_len` tokens.
-    Shared { prompts: SharedPrefixPrompts, question_tokens: u32, output_len: u32 },
+    Shared {
+        /// The prompt set.
+        prompts: SharedPrefixPrompts,
+        /// Question tokens of a multi-turn round.
+        question_tokens: u32,
+        /// `max_tokens` of every request.
+        output_len: u32,
+    },
     /// `random` / `synthetic`: lengths `n mod total_count`; synthetic prompts
     /// are prefixes of the one stream `text_seed`, random ones fresh tokens.
-    Drawn { input: Vec<u32>, output: Vec<u32>, text_seed: Option<u64>, tokens_seed: u64 },
+    Drawn {
+        /// Prompt lengths, cycled.
+        input: Vec<u32>,
+        /// `max_tokens`, cycled.
+        output: Vec<u32>,
+        /// The one text of `synthetic` prompts; `None` for `random`.
+        text_seed: Option<u64>,
+        /// Seed of `random` prompts' tokens, mixed with the request id.
+        tokens_seed: u64,
+    },
 }
 
-impl PromptSet {
-    fn new(data: &Data, tokens: Option<PromptTokens>, seed: u64) -> PromptSet {
-        let drawn = |io: &IoLengths, shared_text: bool| PromptSet::Drawn {
-            input: io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")),
-            output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")),
+impl StagePrompts {
+    /// The prompts of `data`, deterministic in `seed`; `tokens` overrides
+    /// the shared-prefix prompt token counts (the server's re-tokenisation).
+    pub fn new(data: &Data, tokens: Option<PromptTokens>, seed: u64) -> StagePrompts {
+        let drawn = |io: &IoLengths, shared_text: bool| StagePrompts::Drawn {
+            input: io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")).into_iter().map(|n| n.max(1)).collect(),
+            output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")).into_iter().map(|n| n.max(1)).collect(),
             text_seed: shared_text.then(|| subsystem_seed(seed, "inference-perf/synthetic-text")),
             tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
         };
         match data {
             Data::SharedPrefix(sp) => {
                 let tokens = tokens.unwrap_or_else(|| PromptTokens::scaled(sp, 1.0));
-                PromptSet::Shared { prompts: SharedPrefixPrompts::new(sp, tokens, seed), question_tokens: tokens.question, output_len: sp.output_len }
+                StagePrompts::Shared { prompts: SharedPrefixPrompts::new(sp, tokens, seed), question_tokens: tokens.question, output_len: sp.output_len }
             }
             Data::Random(io) => drawn(io, false),
             Data::Synthetic(io) => drawn(io, true),
@@ -550,15 +570,30 @@ impl PromptSet {
     }
 
     /// Prompt and `max_tokens` of request `n` of a stage, whose id is `id`
-    /// (single-turn). Drawn lengths of 0 become 1: the engine needs a token.
-    fn single(&self, n: u64, id: RequestId) -> (TokenSeq, u32) {
+    /// (single-turn); `input_tokens` replaces the prompt's length when known
+    /// (a recorded request). Lengths are at least 1: the engine needs a token.
+    pub fn nth(&self, n: u64, id: RequestId, input_tokens: Option<u32>) -> (TokenSeq, u32) {
         match self {
-            PromptSet::Shared { prompts, output_len, .. } => (prompts.prompt(n, None), *output_len),
-            PromptSet::Drawn { input, output, text_seed, tokens_seed } => {
-                let len = input[(n % input.len() as u64) as usize].max(1);
+            StagePrompts::Shared { prompts, output_len, .. } => (prompts.prompt(n, input_tokens), *output_len),
+            StagePrompts::Drawn { input, output, text_seed, tokens_seed } => {
+                let len = input_tokens.unwrap_or(input[(n % input.len() as u64) as usize]).max(1);
                 let stream = text_seed.unwrap_or_else(|| mix64(tokens_seed ^ id.0));
-                (TokenSeq::synthetic(stream, len), output[(n % output.len() as u64) as usize].max(1))
+                (TokenSeq::synthetic(stream, len), output[(n % output.len() as u64) as usize])
             }
+        }
+    }
+
+    /// Whether every request has the same `max_tokens` (shared prefix), so
+    /// that a recorded request's output length is known.
+    pub fn fixed_output(&self) -> bool {
+        matches!(self, StagePrompts::Shared { .. })
+    }
+
+    /// Mean `max_tokens` over the cycle of requests.
+    pub fn mean_output_tokens(&self) -> f64 {
+        match self {
+            StagePrompts::Shared { output_len, .. } => f64::from(*output_len),
+            StagePrompts::Drawn { output, .. } => output.iter().map(|&n| f64::from(n)).sum::<f64>() / output.len().max(1) as f64,
         }
     }
 }
@@ -573,7 +608,7 @@ pub struct StagedWorkload {
     kind: LoadKind,
     stages: Vec<Stage>,
     interval: Micros,
-    prompts: PromptSet,
+    prompts: StagePrompts,
     rng: SimRng,
     content_seed: u64,
     stage: usize,
@@ -592,9 +627,9 @@ impl StagedWorkload {
     /// The run of `cfg`, deterministic in `seed`; `tokens` overrides the
     /// shared-prefix prompt token counts (the server's re-tokenisation).
     pub fn new(cfg: &InferencePerfConfig, tokens: Option<PromptTokens>, seed: u64) -> StagedWorkload {
-        let prompts = PromptSet::new(&cfg.data, tokens, seed);
+        let prompts = StagePrompts::new(&cfg.data, tokens, seed);
         let conversations = match (&prompts, cfg.shared_prefix()) {
-            (PromptSet::Shared { prompts, .. }, Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
+            (StagePrompts::Shared { prompts, .. }, Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
             _ => None,
         };
         let mut w = StagedWorkload {
@@ -655,7 +690,7 @@ impl StagedWorkload {
         self.next_id += 1;
         let output_seed = output_stream_seed(id, self.content_seed);
         let (prompt, max_output_tokens, session) = match (self.conversations.as_mut(), &self.prompts) {
-            (Some(convs), PromptSet::Shared { prompts, question_tokens, output_len }) => {
+            (Some(convs), StagePrompts::Shared { prompts, question_tokens, output_len }) => {
                 let user = (n % convs.len() as u64) as usize;
                 let conv = &mut convs[user];
                 let round = conv.rounds;
@@ -674,7 +709,7 @@ impl StagedWorkload {
                 (prompt, *output_len, Some((user as u64, round)))
             }
             _ => {
-                let (prompt, max_output_tokens) = self.prompts.single(n, id);
+                let (prompt, max_output_tokens) = self.prompts.nth(n, id, None);
                 (prompt, max_output_tokens, None)
             }
         };

@@ -168,6 +168,7 @@ mod tests {
         // Closed brackets do not accumulate.
         let wide = "[a]".repeat(10 * MAX_BRACKET_DEPTH);
         assert_eq!(read(&write("wide.yaml", wide.as_bytes())).unwrap(), wide);
+        let _ = std::fs::remove_dir_all(write("done", b"").parent().unwrap());
     }
 
     proptest! {

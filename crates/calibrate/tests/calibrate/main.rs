@@ -1,4 +1,5 @@
 //! Integration tests of blis-calibrate on the experiments shipped in
 //! `validation/vllm-h100`, built into one binary.
 
+mod drawn;
 mod vendored;

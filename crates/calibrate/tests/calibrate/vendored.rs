@@ -34,12 +34,13 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
         assert_eq!((k.max_num_seqs, k.max_num_batched_tokens, k.max_model_len), (128, 2048, 4096));
         assert_eq!(s.instance.client_timeout, Some(blis_engine::time::Micros::from_secs(300)));
         // What actually ran: 10 groups × 10 prompts, outputs of the configured length.
-        let sp = &e.shared_prefix;
+        let sp = e.workload.shared_prefix().unwrap();
         assert_eq!((sp.num_groups, sp.num_prompts_per_group), (10, 10));
-        assert!([247, 248, 251, 1448].contains(&s.output_len), "{}", e.name);
+        assert!([247, 248, 251, 1448].contains(&sp.output_len), "{}", e.name);
         // Prompts ~5 % longer than configured after re-tokenisation.
         let nominal = sp.system_prompt_len + sp.question_len;
-        let real = s.prompt_tokens.system + s.prompt_tokens.question;
+        let tokens = s.prompt_tokens.unwrap();
+        let real = tokens.system + tokens.question;
         assert!(real > nominal && f64::from(real) < 1.1 * f64::from(nominal), "{}: {real} vs {nominal}", e.name);
         assert!(e.requests.as_ref().is_some_and(|r| r.len() as u64 == e.stages.iter().map(|s| s.sent()).sum::<u64>()));
     }

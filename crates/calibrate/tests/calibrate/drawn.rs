@@ -1,0 +1,132 @@
+//! Experiments whose inference-perf data generator draws lengths (`random`,
+//! `synthetic`) reproduce too: a shipped run's directory with its data
+//! section rewritten is replayed at the recorded send times and prompt
+//! lengths, with `max_tokens` drawn from the configured distribution, and
+//! is never compared request by request.
+
+use std::path::{Path, PathBuf};
+
+use blis_calibrate::coefficients::CoefficientSet;
+use blis_calibrate::experiment::Experiment;
+use blis_calibrate::reproduce::{Definitions, Setup, simulate};
+use blis_calibrate::suite::Suite;
+use blis_engine::instance::Observer;
+use blis_engine::request::{Outcome, RequestRecord};
+
+const SOURCE: &str = "20260217-231439-llama-2-7b-tp1-general";
+
+const SHARED_PREFIX_DATA: &str = "  type: shared_prefix
+  path: null
+  input_distribution: null
+  output_distribution: null
+  shared_prefix:
+    num_groups: 10
+    num_prompts_per_group: 10
+    system_prompt_len: 100
+    question_len: 447
+    output_len: 248
+";
+
+/// An experiment copied under a scratch directory, removed on drop.
+struct Copied {
+    root: PathBuf,
+    dir: PathBuf,
+}
+
+impl Drop for Copied {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A copy of the shipped run under a fresh directory, its data section
+/// replaced by a `kind` generator (outputs normal around 248 in 200..=300);
+/// without `csv`, its requests.csv removed.
+fn drawn_copy(kind: &str, csv: bool) -> Copied {
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../validation/vllm-h100").join(SOURCE);
+    let root = std::env::temp_dir().join(format!("blis-drawn-{}-{kind}-{csv}", std::process::id()));
+    let dst = root.join(SOURCE);
+    std::fs::create_dir_all(dst.join("results")).unwrap();
+    for file in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().filter(|f| csv || *f != "requests.csv") {
+        std::fs::copy(src.join(file), dst.join(file)).unwrap();
+    }
+    for i in 0..2 {
+        let name = format!("results/stage_{i}_lifecycle_metrics.json");
+        std::fs::copy(src.join(&name), dst.join(&name)).unwrap();
+    }
+    let config = std::fs::read_to_string(src.join("results/config.yaml")).unwrap();
+    assert!(config.contains(SHARED_PREFIX_DATA), "the shipped config changed");
+    let drawn = format!(
+        "  type: {kind}\n  input_distribution:\n    min: 400\n    max: 700\n    mean: 547\n    std_dev: 50\n  \
+         output_distribution:\n    min: 200\n    max: 300\n    mean: 248\n    std_dev: 20\n"
+    );
+    std::fs::write(dst.join("results/config.yaml"), config.replace(SHARED_PREFIX_DATA, &drawn)).unwrap();
+    Copied { root, dir: dst }
+}
+
+#[derive(Default)]
+struct Records(Vec<RequestRecord>);
+
+impl Observer for Records {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.0.push(record.clone());
+    }
+}
+
+fn simulate_dir(dir: &Path) -> (Experiment, blis_calibrate::reproduce::Simulated, Vec<RequestRecord>) {
+    let exp = Experiment::load(dir).unwrap();
+    let setup = Setup::of(&exp, &Definitions::default()).unwrap();
+    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
+    let mut records = Records::default();
+    let sim = simulate(&exp, &setup, latency, 0, false, &mut records).unwrap();
+    records.0.sort_by_key(|r| r.id);
+    (exp, sim, records.0)
+}
+
+#[test]
+fn a_random_run_replays_recorded_sends_and_prompt_lengths_with_drawn_outputs() {
+    let (exp, sim, records) = simulate_dir(&drawn_copy("random", true).dir);
+    let rows = exp.requests.as_ref().unwrap();
+    assert_eq!(records.len(), rows.len());
+    assert!(!sim.fixed_output);
+    let mut outputs = Vec::new();
+    for (r, &row) in records.iter().zip(&sim.csv_row_of) {
+        let real = &rows[row];
+        assert_eq!(r.arrival.as_us(), real.arrival_time_us, "request {}", r.id.0);
+        if real.input_tokens > 0 {
+            assert_eq!(r.input_tokens, real.input_tokens, "request {}", r.id.0);
+        }
+        if r.outcome == Outcome::Completed {
+            assert!((200..=300).contains(&r.output_tokens), "output {} outside the distribution", r.output_tokens);
+            outputs.push(f64::from(r.output_tokens));
+        }
+    }
+    let mean = outputs.iter().sum::<f64>() / outputs.len() as f64;
+    assert!((mean - sim.mean_output_tokens).abs() < 2.0, "mean output {mean} vs drawn mean {}", sim.mean_output_tokens);
+    assert!((sim.mean_output_tokens - 248.0).abs() < 3.0, "drawn mean {}", sim.mean_output_tokens);
+    assert!(outputs.iter().any(|&n| n != outputs[0]), "outputs do not vary");
+    // Random prompts share nothing but what a request reuses of itself.
+    assert!(sim.prefix_hit_rate < 0.01, "random prompts hit the prefix cache: {}", sim.prefix_hit_rate);
+}
+
+#[test]
+fn synthetic_prompts_share_prefixes_and_stage_runs_draw_their_own_lengths() {
+    let (_, synthetic, _) = simulate_dir(&drawn_copy("synthetic", true).dir);
+    assert!(synthetic.prefix_hit_rate > 0.5, "synthetic prompts are prefixes of one text: {}", synthetic.prefix_hit_rate);
+    let (_, staged, records) = simulate_dir(&drawn_copy("random", false).dir);
+    assert!(staged.csv_row_of.is_empty());
+    let inputs: Vec<u32> = records.iter().map(|r| r.input_tokens).collect();
+    assert!(inputs.iter().all(|n| (400..=700).contains(n)), "inputs outside the distribution");
+    assert!(inputs.iter().any(|&n| n != inputs[0]), "inputs do not vary");
+}
+
+#[test]
+fn drawn_outputs_are_compared_per_stage_not_per_request() {
+    let copied = drawn_copy("random", true);
+    let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
+    let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
+    assert!(c.requests.is_none(), "per-request errors against unknown output lengths");
+    assert_eq!(c.request_pairs.len(), 16_800, "every row of requests.csv is still listed");
+    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::compare::Metric::E2eMean));
+    assert!(suite.warnings().is_empty(), "{:?}", suite.warnings());
+}
