@@ -78,12 +78,18 @@ fn prompt_ids(prompt: &Value) -> Result<Vec<u32>, ApiError> {
     let bad = || ApiError::invalid("prompt", "`prompt` must be a string, a list of token ids, or a one-element list of either");
     match prompt {
         Value::String(s) => Ok(approximate_token_ids(s)),
-        Value::Array(items) if items.iter().all(Value::is_u64) => items
+        Value::Array(items) if items.iter().all(Value::is_number) => items
             .iter()
-            .map(|t| t.as_u64().filter(|&n| n <= u64::from(u32::MAX)).map(|n| n as u32).ok_or_else(bad))
+            .map(|t| {
+                t.as_u64().filter(|&n| n <= u64::from(u32::MAX)).map(|n| n as u32).ok_or_else(|| {
+                    ApiError::invalid("prompt", format!("token ids must be integers from 0 to {}, got {t}", u32::MAX))
+                })
+            })
             .collect(),
         Value::Array(items) if items.len() == 1 => prompt_ids(&items[0]),
-        Value::Array(_) => Err(ApiError::invalid("prompt", "batched prompts are not supported; send one prompt per request")),
+        Value::Array(items) if items.iter().all(|p| p.is_string() || p.is_array()) => {
+            Err(ApiError::invalid("prompt", "batched prompts are not supported; send one prompt per request"))
+        }
         _ => Err(bad()),
     }
 }
@@ -281,5 +287,17 @@ mod tests {
         }
         let e = parse(Api::Completions, json!({"model": "other", "prompt": "x"})).unwrap_err();
         assert_eq!(e.status, StatusCode::NOT_FOUND);
+    }
+
+    /// A list of numbers is one prompt of token ids, whatever is wrong with
+    /// them; only a list of prompts is a batch.
+    #[test]
+    fn prompt_lists_are_told_apart() {
+        let message = |prompt: Value| parse(Api::Completions, json!({"model": "m", "prompt": prompt})).unwrap_err().body()["error"]["message"].clone();
+        for bad_ids in [json!([1, 2, -3]), json!([1.5]), json!([4294967296u64])] {
+            assert!(message(bad_ids.clone()).as_str().unwrap().starts_with("token ids must be integers from 0 to 4294967295"), "{bad_ids}");
+        }
+        assert!(message(json!([[1, 2], [3]])).as_str().unwrap().starts_with("batched prompts"));
+        assert!(message(json!([1, "a"])).as_str().unwrap().starts_with("`prompt` must be a string"));
     }
 }
