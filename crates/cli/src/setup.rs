@@ -151,12 +151,12 @@ fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> 
     })
 }
 
-/// Converts a seconds knob to microseconds, rejecting NaN, negatives, zero
-/// and values above [`MAX_SPAN_S`].
+/// Converts a seconds knob to microseconds, rejecting NaN, values below
+/// one microsecond (the clock's tick) and values above [`MAX_SPAN_S`].
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
     match Micros::from_secs_f64(value) {
-        Some(t) if t > Micros::ZERO && value <= MAX_SPAN_S => Ok(t),
-        _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in (0, {MAX_SPAN_S:e}]")),
+        Some(t) if value >= 1e-6 && value <= MAX_SPAN_S => Ok(t),
+        _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)")),
     }
 }
 

@@ -78,8 +78,9 @@ fn bad_rates_and_lengths() {
         ("requests-zero", "--num-requests", "0", "--num-requests"),
         ("horizon-negative", "--horizon", "-1", "--horizon"),
         ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
-        ("horizon-huge", "--horizon", "1e15", "in (0, 1e8]"),
-        ("timeout-huge", "--client-timeout", "1e300", "--client-timeout 1e300: must be a number of seconds in (0, 1e8]"),
+        ("horizon-huge", "--horizon", "1e15", "in [1e-6, 1e8]"),
+        ("horizon-below-a-tick", "--horizon", "1e-300", "--horizon 1e-300: must be a number of seconds in [1e-6, 1e8]"),
+        ("timeout-huge", "--client-timeout", "1e300", "--client-timeout 1e300: must be a number of seconds in [1e-6, 1e8]"),
         ("refresh-huge", "--snapshot-refresh", "queue-depth=periodic:1e300ms", "[0.001, 3600000]"),
         // Caps shared with workload specs, the values written compactly.
         ("rate-huge", "--rate", "1e300", "--rate 1e300: must be a positive number of requests per second, at most 1e6"),
@@ -101,7 +102,7 @@ fn observe_timeout_out_of_range() {
         let out = blis(&["observe", "--model", "m", "--server-url", "http://127.0.0.1:9", "--trace-output", prefix.to_str().unwrap(), "--timeout", value]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
-        assert!(err.contains("--timeout") && err.contains("(0, 1e8]") && !err.contains("panicked"), "{value}: {err}");
+        assert!(err.contains("--timeout") && err.contains("[1e-6, 1e8]") && !err.contains("panicked"), "{value}: {err}");
         assert!(is_empty_dir(&dir), "{value}: left a file behind");
     }
 }
