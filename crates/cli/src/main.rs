@@ -117,7 +117,7 @@ fn main() {
         Command::Compose(args) => compose::execute(args),
     };
     if let Err(err) = result {
-        eprintln!("error: {err:#}");
+        eprintln!("error: {}", error::tidy_numbers(&format!("{err:#}")));
         std::process::exit(error::exit_code(&err));
     }
 }

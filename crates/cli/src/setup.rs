@@ -155,7 +155,7 @@ fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> 
 /// one microsecond (the clock's tick) and values above [`MAX_SPAN_S`].
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, BadInput> {
     match Micros::from_secs_f64(value) {
-        Some(t) if value >= 1e-6 && value <= MAX_SPAN_S => Ok(t),
+        Some(t) if (1e-6..=MAX_SPAN_S).contains(&value) => Ok(t),
         _ => Err(bad_input!("--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)")),
     }
 }

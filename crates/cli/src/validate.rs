@@ -86,7 +86,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let wall_s = started.elapsed().as_secs_f64();
     // One broken experiment must not hide the others: each failure is
     // reported, the rest are compared, and the exit code says it happened.
-    let report_failures = |failed: &[_]| failed.iter().for_each(|e| eprintln!("error: {e}"));
+    let report_failures = |failed: &[blis_calibrate::error::ExperimentError]| failed.iter().for_each(|e| eprintln!("error: {}", crate::error::tidy_numbers(&e.to_string())));
     if comparisons.is_empty()
         && let Some(last) = failed.pop()
     {

@@ -218,6 +218,17 @@ fn files_that_are_not_configs_or_traces_are_refused_with_the_reason() {
     }
 }
 
+/// serde writes a float of the wrong type in full (`1e-300` as 300 digits);
+/// the error line shows it as written.
+#[test]
+fn numbers_in_error_lines_stay_short() {
+    let dir = scratch("short-numbers");
+    let spec = dir.join("tiny.yaml");
+    std::fs::write(&spec, "aggregate_rate: 5\nhorizon: 1e-300\nclients: []\n").unwrap();
+    let e = rejected("spec-tiny-horizon", &with_model(&["--workload-spec", spec.to_str().unwrap()]));
+    assert!(e.contains("floating point `1e-300`") && e.len() < 200, "{e}");
+}
+
 /// A bad value from a `--config` file is blamed on the file and its key,
 /// not on a flag the user never typed; a flag that overrides it is blamed
 /// on the flag.
