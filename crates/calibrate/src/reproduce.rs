@@ -197,17 +197,14 @@ fn prompt_scale(exp: &Experiment) -> f64 {
 /// lengths; request n of a stage is the data generator's request n (shared
 /// prefix: prompt n mod count; random and synthetic: lengths n mod
 /// total_count, so `max_tokens` is drawn, not known). Failed rows record no
-/// length; a shared prefix prompt gets the length it had elsewhere in the
-/// run, a drawn one its drawn length. Returns the requests (ids in send
-/// order) and each one's CSV row.
+/// length; they get the length the same prompt had elsewhere in the run,
+/// else the generator's own. Returns the requests (ids in send order) and
+/// each one's CSV row.
 fn replay(exp: &Experiment, prompts: &StagePrompts, seed: u64) -> (Vec<Request>, Vec<usize>) {
     let rows = exp.requests.as_deref().unwrap_or_default();
     let mut order: Vec<usize> = (0..rows.len()).collect();
     order.sort_by_key(|&i| (rows[i].arrival_time_us, rows[i].index));
-    let count = match prompts {
-        StagePrompts::Shared { prompts, .. } => prompts.len() as u64,
-        StagePrompts::Drawn { .. } => 0,
-    };
+    let count = prompts.prompt_cycle();
     let mut in_stage = vec![0u64; exp.stages.len()];
     let positions: Vec<u64> = order
         .iter()
@@ -218,7 +215,7 @@ fn replay(exp: &Experiment, prompts: &StagePrompts, seed: u64) -> (Vec<Request>,
         })
         .collect();
     let mut known_len = vec![None; count as usize];
-    for (&i, &n) in order.iter().zip(&positions).filter(|_| count > 0) {
+    for (&i, &n) in order.iter().zip(&positions) {
         if rows[i].input_tokens > 0 {
             known_len[(n % count) as usize].get_or_insert(rows[i].input_tokens);
         }
@@ -230,7 +227,7 @@ fn replay(exp: &Experiment, prompts: &StagePrompts, seed: u64) -> (Vec<Request>,
         .enumerate()
         .map(|(id, (&i, &n))| {
             let row = &rows[i];
-            let len = if row.input_tokens > 0 { Some(row.input_tokens) } else { known_len.get((n % count.max(1)) as usize).copied().flatten() };
+            let len = if row.input_tokens > 0 { Some(row.input_tokens) } else { known_len[(n % count) as usize] };
             let id = RequestId(id as u64);
             let (prompt, max_output_tokens) = prompts.nth(n, id, len);
             Request {

@@ -583,6 +583,15 @@ impl StagePrompts {
         }
     }
 
+    /// Requests after which prompts recur with the same length: the prompt
+    /// count of a shared prefix, `total_count` of drawn input lengths.
+    pub fn prompt_cycle(&self) -> u64 {
+        match self {
+            StagePrompts::Shared { prompts, .. } => prompts.len() as u64,
+            StagePrompts::Drawn { input, .. } => input.len() as u64,
+        }
+    }
+
     /// Whether every request has the same `max_tokens` (shared prefix), so
     /// that a recorded request's output length is known.
     pub fn fixed_output(&self) -> bool {
