@@ -25,7 +25,7 @@ use std::sync::Arc;
 use crate::event::{EventClass, EventKey, EventQueue};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
-use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, extend_block_hashes};
+use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
 use crate::time::Micros;
 
@@ -727,6 +727,16 @@ impl Instance {
             preemptions: live.preemptions,
         };
         live.aborted = true; // the slot is dead until reused
+        // The prompt is not needed any more (it may hold a long list of real
+        // token ids). The block table and hashes are kept for the slot's next
+        // request unless so many slots are free already that this one will
+        // not be reused soon, as when a burst drains: a run's memory is then
+        // bounded by the requests it holds, not by the most it ever held.
+        live.req.prompt = TokenSeq::new();
+        if self.free_slots.len() >= self.cfg.scheduler.max_num_seqs as usize {
+            live.table.blocks = Vec::new();
+            live.hashes = Vec::new();
+        }
         self.live_count -= 1;
         self.free_slots.push(slot);
         obs.on_finish(&record);
@@ -959,5 +969,31 @@ impl Instance {
         self.kv.assert_consistent();
         assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32);
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::Blackbox;
+    use crate::metrics::Collector;
+
+    /// After a burst drains, finished requests hold no prompt, and at most
+    /// `max_num_seqs` free slots keep a block table and hashes for reuse.
+    #[test]
+    fn a_drained_burst_leaves_no_more_buffers_than_one_full_batch() {
+        let cfg = InstanceConfig::basic(4, 4096, 100_000, 1000);
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 1.0] });
+        let mut inst = Instance::new(0, cfg, model).unwrap();
+        let mut c = Collector::default();
+        for id in 0..100 {
+            let req = Request { id: RequestId(id), arrival: Micros::ZERO, prompt: TokenSeq::synthetic(id, 64), max_output_tokens: 20, output_seed: id, meta: RequestMeta::default() };
+            inst.inject(req, Micros::ZERO, &mut c);
+        }
+        while inst.process_next(&mut c).is_some() {}
+        assert_eq!(inst.slots.len(), 100, "every request of the burst had its own slot");
+        assert!(inst.slots.iter().all(|l| l.req.prompt.runs().is_empty()));
+        let holding = inst.slots.iter().filter(|l| l.table.blocks.capacity() > 0 || l.hashes.capacity() > 0).count();
+        assert!(holding <= 4, "{holding} free slots hold buffers");
     }
 }

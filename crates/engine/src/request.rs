@@ -89,6 +89,11 @@ impl TokenSeq {
             *l0 += *len;
             return;
         }
+        if self.runs.len() == self.runs.capacity() {
+            // Most prompts are one or two runs: grow 1, 2, 4, … rather than
+            // from Vec's minimum of four.
+            self.runs.reserve_exact(self.runs.len().max(1));
+        }
         self.runs.push(run);
     }
 
@@ -138,6 +143,7 @@ pub fn extend_block_hashes(
     if hashes.len() >= full_blocks {
         return;
     }
+    hashes.reserve(full_blocks - hashes.len());
     let output_run = TokenRun::Synthetic { seed: output_seed, offset: 0, len: output_len };
     let runs = prompt.runs().iter().chain(std::iter::once(&output_run));
     // Walk runs, skipping tokens of blocks already hashed.

@@ -269,6 +269,7 @@ impl KvCache {
         if num_new + evictable_hits > self.num_free as usize {
             return false;
         }
+        table.blocks.reserve(new_computed.len() + num_new);
         for &b in new_computed {
             self.touch(b);
             table.blocks.push(b);
