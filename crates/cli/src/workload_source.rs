@@ -145,15 +145,21 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
             });
         }
     };
-    if let Some(path) = &k.workload_spec.value
-        && let Ok(text) = blis_workload::textfile::read(path)
-        && looks_like_inference_perf(&text)
-    {
-        return inference_perf(k, config, path, &text);
+    let mut loaded = match &k.workload_spec.value {
+        Some(path) => {
+            let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("{}", WorkloadError::read(path, e)))?;
+            if looks_like_inference_perf(&text) {
+                return inference_perf(k, config, path, &text);
+            }
+            reject_synthetic_knobs(config, "--workload-spec", &[])?;
+            spec::parse_file(path, &text)
+        }
+        None => {
+            reject_synthetic_knobs(config, "--workload", &[])?;
+            spec::load(&reference)
+        }
     }
-    let with = if k.workload_spec.value.is_some() { "--workload-spec" } else { "--workload" };
-    reject_synthetic_knobs(config, with, &[])?;
-    let mut loaded = spec::load(&reference).map_err(|e| bad_input!("{e}"))?;
+    .map_err(|e| bad_input!("{e}"))?;
     let spec_bounds_requests = loaded.spec.num_requests.is_some();
     let overrides = overrides(k);
     loaded.apply(&overrides);

@@ -439,8 +439,14 @@ pub fn load(reference: &str) -> Result<LoadedSpec, WorkloadError> {
     }
     let path = Path::new(reference);
     let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
-    let base = path.parent().map(Path::to_path_buf).unwrap_or_default();
-    parse(&text, reference, if base.as_os_str().is_empty() { Path::new(".") } else { &base })
+    parse_file(path, &text)
+}
+
+/// [`parse`] for the text of the spec file at `path`, which names it in
+/// errors and anchors the relative paths inside it.
+pub fn parse_file(path: &Path, text: &str) -> Result<LoadedSpec, WorkloadError> {
+    let base = path.parent().filter(|b| !b.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    parse(text, &path.display().to_string(), base)
 }
 
 /// Serialises a spec as YAML.
