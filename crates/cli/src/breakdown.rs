@@ -57,7 +57,7 @@ pub struct ClientLatencyMs {
 
 impl ClientLatencyMs {
     fn of(s: &ClientSamples) -> ClientLatencyMs {
-        ClientLatencyMs { ttft: s.ttft_us.summary(1e-3), e2e: s.e2e_us.summary(1e-3) }
+        ClientLatencyMs { ttft: s.ttft_us.summary(1000.0), e2e: s.e2e_us.summary(1000.0) }
     }
 }
 

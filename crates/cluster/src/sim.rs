@@ -510,7 +510,7 @@ impl Cluster {
                 rejected: m.rejected_total(),
                 rejected_by_reason: RejectReason::ALL.iter().map(|r| (r.as_str(), m.rejected[r.index()])).collect(),
                 delayed: m.admission_delays_us.len(),
-                admission_delay_ms: (!m.admission_delays_us.is_empty()).then(|| m.admission_delays_us.summary(1e-3)),
+                admission_delay_ms: (!m.admission_delays_us.is_empty()).then(|| m.admission_delays_us.summary(1000.0)),
                 in_control_plane: end.in_control_plane,
                 injected: run.requests.injected,
                 completed: run.requests.completed,

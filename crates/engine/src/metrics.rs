@@ -21,10 +21,21 @@ pub fn percentile_sorted(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return f64::NAN;
     }
-    let rank = p / 100.0 * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64)
+    interpolate(sorted.len() as u64, p, |i| sorted[i as usize], 1.0)
+}
+
+/// The `p`-th percentile of `n ≥ 1` sorted values, value `i` being `at(i)`,
+/// divided by `per_unit`. The rank p·(n − 1)/100 is kept as the whole rank
+/// and the remainder r of p·(n − 1) over 100, and the result computed as
+/// (100·a + r·(b − a)) / (100·per_unit): for whole-number samples and a
+/// whole-percent p every step but the last division is exact, so the result
+/// is the nearest float to the true percentile (48.772, not 48.772000000000006).
+fn interpolate(n: u64, p: f64, at: impl Fn(u64) -> f64, per_unit: f64) -> f64 {
+    let scaled = p * (n - 1) as f64;
+    let lo = (scaled / 100.0).floor();
+    let r = (scaled - lo * 100.0).max(0.0);
+    let a = at(lo as u64);
+    if r == 0.0 { a / per_unit } else { (100.0 * a + r * (at(lo as u64 + 1) - a)) / (100.0 * per_unit) }
 }
 
 /// An exact set of samples (any unit).
@@ -54,11 +65,19 @@ impl Samples {
         &self.values
     }
 
-    /// Summary statistics, converting each value with `scale` (e.g. µs → ms).
-    pub fn summary(&self, scale: f64) -> Distribution {
-        let mut sorted: Vec<f64> = self.values.iter().map(|v| v * scale).collect();
+    /// Summary statistics in units of `per_unit` samples (1000 for µs → ms):
+    /// each value is divided by it, which, unlike multiplying by 0.001,
+    /// gives the nearest float to the exact quotient (48.772, not
+    /// 48.772000000000006).
+    pub fn summary(&self, per_unit: f64) -> Distribution {
+        let mut sorted = self.values.clone();
         sorted.sort_by(f64::total_cmp);
-        Distribution::from_sorted(&sorted)
+        let n = sorted.len() as u64;
+        if n == 0 {
+            return Distribution::empty();
+        }
+        let at = |i: u64| sorted[i as usize];
+        Distribution::new(n, sorted.iter().sum(), sorted[0], sorted[sorted.len() - 1], at, per_unit)
     }
 }
 
@@ -149,8 +168,9 @@ impl IntCounts {
         self.len() == 0
     }
 
-    /// Summary statistics, exactly as if every sample were stored individually.
-    pub fn summary(&self, scale: f64) -> Distribution {
+    /// Summary statistics, exactly as if every sample were stored
+    /// individually, in units of `per_unit` samples (see [`Samples::summary`]).
+    pub fn summary(&self, per_unit: f64) -> Distribution {
         let runs = self.value_counts();
         let count: u64 = runs.iter().map(|r| r.1).sum();
         if count == 0 {
@@ -163,27 +183,12 @@ impl IntCounts {
             for &(v, n) in &runs {
                 seen += n;
                 if r < seen {
-                    return v as f64 * scale;
+                    return v as f64;
                 }
             }
-            runs[runs.len() - 1].0 as f64 * scale
+            runs[runs.len() - 1].0 as f64
         };
-        let pct = |p: f64| {
-            let rank = p / 100.0 * (count - 1) as f64;
-            let (lo, hi) = (rank.floor() as u64, rank.ceil() as u64);
-            let (a, b) = (at(lo), at(hi));
-            a + (b - a) * (rank - lo as f64)
-        };
-        Distribution {
-            count,
-            mean: sum / count as f64 * scale,
-            min: runs[0].0 as f64 * scale,
-            p50: pct(50.0),
-            p90: pct(90.0),
-            p95: pct(95.0),
-            p99: pct(99.0),
-            max: runs[runs.len() - 1].0 as f64 * scale,
-        }
+        Distribution::new(count, sum, runs[0].0 as f64, runs[runs.len() - 1].0 as f64, at, per_unit)
     }
 }
 
@@ -214,20 +219,19 @@ impl Distribution {
         Distribution { count: 0, mean: 0.0, min: 0.0, p50: 0.0, p90: 0.0, p95: 0.0, p99: 0.0, max: 0.0 }
     }
 
-    /// Statistics of already sorted values.
-    pub fn from_sorted(sorted: &[f64]) -> Distribution {
-        if sorted.is_empty() {
-            return Distribution::empty();
-        }
+    /// The statistics of `count ≥ 1` sorted samples summing to `sum`, sample
+    /// `i` being `at(i)`, each figure divided by `per_unit` once.
+    fn new(count: u64, sum: f64, min: f64, max: f64, at: impl Fn(u64) -> f64 + Copy, per_unit: f64) -> Distribution {
+        let pct = |p: f64| interpolate(count, p, at, per_unit);
         Distribution {
-            count: sorted.len() as u64,
-            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
-            min: sorted[0],
-            p50: percentile_sorted(sorted, 50.0),
-            p90: percentile_sorted(sorted, 90.0),
-            p95: percentile_sorted(sorted, 95.0),
-            p99: percentile_sorted(sorted, 99.0),
-            max: sorted[sorted.len() - 1],
+            count,
+            mean: sum / (count as f64 * per_unit),
+            min: min / per_unit,
+            p50: pct(50.0),
+            p90: pct(90.0),
+            p95: pct(95.0),
+            p99: pct(99.0),
+            max: max / per_unit,
         }
     }
 }
@@ -315,11 +319,11 @@ impl Collector {
     /// The latency block of a report, in milliseconds.
     pub fn latency_ms(&self) -> LatencyReport {
         LatencyReport {
-            ttft: self.ttft_us.summary(1e-3),
-            tpot: self.tpot_us.summary(1e-3),
-            itl: self.itl_us.summary(1e-3),
-            e2e: self.e2e_us.summary(1e-3),
-            scheduling_delay: self.scheduling_delay_us.summary(1e-3),
+            ttft: self.ttft_us.summary(1000.0),
+            tpot: self.tpot_us.summary(1000.0),
+            itl: self.itl_us.summary(1000.0),
+            e2e: self.e2e_us.summary(1000.0),
+            scheduling_delay: self.scheduling_delay_us.summary(1000.0),
         }
     }
 }
@@ -681,6 +685,37 @@ mod tests {
             prop_assert!((ds.mean - mean).abs() <= 1e-9 * mean.max(1.0));
             prop_assert!((dw.mean - mean).abs() <= 1e-9 * mean.max(1.0));
             prop_assert_eq!(dw.count, values.len() as u64);
+        }
+
+        /// Whole-microsecond samples summarised in milliseconds give the
+        /// float nearest to each exact percentile, which is a decimal with at
+        /// most five places: (100·a + r·(b − a)) / 100 000 for the samples
+        /// a ≤ b around the rank and r = p·(n − 1) mod 100, computed here in
+        /// integers and parsed (Rust's parse rounds correctly).
+        #[test]
+        fn millisecond_percentiles_are_the_nearest_float(raw in prop::collection::vec(0u64..10_000_000_000, 1..300)) {
+            let mut sorted = raw.clone();
+            sorted.sort_unstable();
+            let mut s = Samples::default();
+            let mut w = IntCounts::default();
+            for &v in &raw {
+                s.push(v as f64);
+                w.push(v);
+            }
+            let (ds, dw) = (s.summary(1000.0), w.summary(1000.0));
+            let n = sorted.len() as u64;
+            for (p, got_s, got_w) in [(50, ds.p50, dw.p50), (90, ds.p90, dw.p90), (95, ds.p95, dw.p95), (99, ds.p99, dw.p99)] {
+                let (lo, r) = ((p * (n - 1) / 100) as usize, p * (n - 1) % 100);
+                let a = sorted[lo];
+                let b = if r == 0 { a } else { sorted[lo + 1] };
+                let num = 100 * a + r * (b - a);
+                let want: f64 = format!("{}.{:05}", num / 100_000, num % 100_000).parse().unwrap();
+                prop_assert_eq!(got_s, want, "p{}", p);
+                prop_assert_eq!(got_w, want, "weighted p{}", p);
+            }
+            let exact_ms = |us: u64| -> f64 { format!("{}.{:03}", us / 1000, us % 1000).parse().unwrap() };
+            prop_assert_eq!((ds.min, ds.max), (exact_ms(sorted[0]), exact_ms(sorted[sorted.len() - 1])));
+            prop_assert_eq!((dw.min, dw.max), (ds.min, ds.max));
         }
     }
 }
