@@ -428,7 +428,8 @@ impl Experiment {
     /// server's facts are what ran, so they are simulated; the other value
     /// is named so the user can tell which file is stale. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
-    /// `max_tokens` BLIS generates.
+    /// `max_tokens` BLIS generates, and a multi-turn run replayed from
+    /// `requests.csv`, whose rounds lack their conversations' context.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
         let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
@@ -454,7 +455,14 @@ impl Experiment {
                 self.dir.join("results").join("config.yaml").display()
             )
         });
-        unknown.chain(disagreements).chain(eos).collect()
+        let multi_turn = (self.requests.is_some() && self.workload.shared_prefix().is_some_and(|sp| sp.enable_multi_turn_chat)).then(|| {
+            format!(
+                "{}: a multi-turn run replayed from requests.csv: each round is sent with its recorded length but not its \
+                 conversation's accumulated context, so the simulated prefix cache hits less than the real one",
+                self.dir.display()
+            )
+        });
+        unknown.chain(disagreements).chain(eos).chain(multi_turn).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

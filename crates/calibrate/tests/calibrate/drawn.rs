@@ -43,8 +43,21 @@ impl Drop for Copied {
 /// replaced by a `kind` generator (outputs normal around 248 in 200..=300);
 /// without `csv`, its requests.csv removed.
 fn drawn_copy(kind: &str, csv: bool) -> Copied {
+    let drawn = format!(
+        "  type: {kind}\n  input_distribution:\n    min: 400\n    max: 700\n    mean: 547\n    std_dev: 50\n  \
+         output_distribution:\n    min: 200\n    max: 300\n    mean: 248\n    std_dev: 20\n"
+    );
+    copy_with_data(kind, &drawn, csv)
+}
+
+/// A copy of the shipped run under a fresh directory, its data section
+/// replaced by `data`; without `csv`, its requests.csv removed.
+fn copy_with_data(tag: &str, data: &str, csv: bool) -> Copied {
     let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../validation/vllm-h100").join(SOURCE);
-    let root = std::env::temp_dir().join(format!("blis-drawn-{}-{kind}-{csv}", std::process::id()));
+    // Tests run in parallel and may copy the same variant: one directory each.
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let copy = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let root = std::env::temp_dir().join(format!("blis-drawn-{}-{copy}-{tag}-{csv}", std::process::id()));
     let dst = root.join(SOURCE);
     std::fs::create_dir_all(dst.join("results")).unwrap();
     for file in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().filter(|f| csv || *f != "requests.csv") {
@@ -56,11 +69,7 @@ fn drawn_copy(kind: &str, csv: bool) -> Copied {
     }
     let config = std::fs::read_to_string(src.join("results/config.yaml")).unwrap();
     assert!(config.contains(SHARED_PREFIX_DATA), "the shipped config changed");
-    let drawn = format!(
-        "  type: {kind}\n  input_distribution:\n    min: 400\n    max: 700\n    mean: 547\n    std_dev: 50\n  \
-         output_distribution:\n    min: 200\n    max: 300\n    mean: 248\n    std_dev: 20\n"
-    );
-    std::fs::write(dst.join("results/config.yaml"), config.replace(SHARED_PREFIX_DATA, &drawn)).unwrap();
+    std::fs::write(dst.join("results/config.yaml"), config.replace(SHARED_PREFIX_DATA, data)).unwrap();
     Copied { root, dir: dst }
 }
 
@@ -129,4 +138,18 @@ fn drawn_outputs_are_compared_per_stage_not_per_request() {
     assert_eq!(c.request_pairs.len(), 16_800, "every row of requests.csv is still listed");
     assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::compare::Metric::E2eMean));
     assert!(suite.warnings().is_empty(), "{:?}", suite.warnings());
+}
+
+/// A multi-turn run replayed from requests.csv cannot rebuild its
+/// conversations' context, and says so; replayed from its stage arrival
+/// process it can, and does not.
+#[test]
+fn a_multi_turn_replay_warns_that_its_context_is_missing() {
+    let multi_turn = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: 248\n    enable_multi_turn_chat: true");
+    for csv in [true, false] {
+        let copied = copy_with_data("multi-turn", &multi_turn, csv);
+        let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
+        let warned = suite.warnings().iter().any(|w| w.contains("multi-turn run replayed from requests.csv"));
+        assert_eq!(warned, csv, "{:?}", suite.warnings());
+    }
 }
