@@ -99,6 +99,7 @@ async fn bad_requests_get_openai_error_json() {
     for (body, status, param) in [
         ("{not json".to_string(), 400, "body"),
         (json!({"model": "other", "prompt": "x"}).to_string(), 404, "model"),
+        (json!({"model": 7, "prompt": "x"}).to_string(), 400, "model"),
         (json!({"model": MODEL, "prompt": "x", "max_tokens": 0}).to_string(), 400, "max_tokens"),
         (json!({"model": MODEL, "prompt": "x", "max_tokens": 5000}).to_string(), 400, "max_tokens"),
     ] {
@@ -114,9 +115,13 @@ async fn bad_requests_get_openai_error_json() {
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
     let r = client.get(format!("{base}/v2/nothing")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
-    // The server still serves after all that.
+    // The server still serves after all that, and, as vLLM does, serves its
+    // model to a request that names none.
     let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "ok", "max_tokens": 2})).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
+    let r = client.post(format!("{base}/v1/completions")).json(&json!({"prompt": "ok", "max_tokens": 2})).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.json::<Value>().await.unwrap()["model"], MODEL);
     srv.stop().await.unwrap();
 }
 

@@ -122,9 +122,11 @@ impl GenerationRequest {
         if !body.is_object() {
             return Err(ApiError::invalid("body", "the request body must be a JSON object"));
         }
-        match body.get("model").and_then(Value::as_str) {
-            Some(m) if m == model_name => {}
-            Some(m) => {
+        match body.get("model") {
+            // As in vLLM, a request that names no model gets the served one.
+            None | Some(Value::Null) => {}
+            Some(Value::String(m)) if m == model_name => {}
+            Some(Value::String(m)) => {
                 return Err(ApiError {
                     status: StatusCode::NOT_FOUND,
                     message: format!("The model `{m}` does not exist; this server serves `{model_name}`."),
@@ -132,7 +134,7 @@ impl GenerationRequest {
                     param: Some("model"),
                 });
             }
-            None => return Err(ApiError::invalid("model", "`model` is required")),
+            Some(_) => return Err(ApiError::invalid("model", "`model` must be a string")),
         }
         if let Some(n) = body.get("n").filter(|v| !v.is_null())
             && n.as_u64() != Some(1)
