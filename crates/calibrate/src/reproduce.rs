@@ -16,7 +16,7 @@ use blis_engine::rng::subsystem_seed;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::sim::{IterWorkload, Workload, run_single};
 use blis_engine::time::Micros;
-use blis_workload::inference_perf::{PromptTokens, StagePrompts, StagedWorkload};
+use blis_workload::inference_perf::{StagePrompts, StagedWorkload};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
@@ -52,10 +52,10 @@ pub struct Setup {
     pub instance: InstanceConfig,
     /// Whether the KV block count came from the server (else the memory formula).
     pub blocks_from_server: bool,
-    /// Shared-prefix prompt token counts as the server tokenised them
-    /// (`None` for random and synthetic data, whose lengths are drawn or
-    /// read from `requests.csv`).
-    pub prompt_tokens: Option<PromptTokens>,
+    /// Mean prompt length the server saw (successful rows of
+    /// `requests.csv`, else the stages' `prompt_len` means), to which the
+    /// data generator's prompts are scaled; `None` when nothing recorded it.
+    pub measured_prompt_tokens: Option<f64>,
 }
 
 /// Model and GPU definitions for experiments BLIS does not bundle: given
@@ -171,26 +171,19 @@ impl Setup {
             client_timeout: Some(exp.workload.client_timeout()),
         };
         instance.validate().map_err(|e| unreproducible(format!("server settings (server-facts.yaml over exp-config.yaml): {e}")))?;
-        let prompt_tokens = exp.workload.shared_prefix().map(|sp| PromptTokens::scaled(sp, prompt_scale(exp)));
-        Ok(Setup { model_id, model, gpu_name, gpu: gpu_spec, tp, instance, blocks_from_server, prompt_tokens })
+        let measured_prompt_tokens = measured_prompt_tokens(exp);
+        Ok(Setup { model_id, model, gpu_name, gpu: gpu_spec, tp, instance, blocks_from_server, measured_prompt_tokens })
     }
 }
 
-/// Measured mean prompt length over the configured one: the server's
-/// re-tokenisation of inference-perf's decoded random tokens (shared-prefix
-/// runs).
-fn prompt_scale(exp: &Experiment) -> f64 {
-    let Some(sp) = exp.workload.shared_prefix() else { return 1.0 };
-    let nominal = f64::from(sp.system_prompt_len + sp.question_len);
+/// Mean prompt length the server saw: over the successful rows of
+/// `requests.csv`, else over the stages' `prompt_len` means.
+fn measured_prompt_tokens(exp: &Experiment) -> Option<f64> {
     let measured: Vec<f64> = match &exp.requests {
         Some(rows) => rows.iter().filter(|r| r.has_error == 0 && r.input_tokens > 0).map(|r| f64::from(r.input_tokens)).collect(),
         None => exp.stages.iter().filter_map(|s| s.successes.prompt_len.as_ref().map(|p| p.mean)).collect(),
     };
-    if measured.is_empty() || nominal <= 0.0 {
-        return 1.0;
-    }
-    let scale = measured.iter().sum::<f64>() / measured.len() as f64 / nominal;
-    if scale.is_finite() && scale > 0.0 { scale } else { 1.0 }
+    (!measured.is_empty()).then(|| measured.iter().sum::<f64>() / measured.len() as f64)
 }
 
 /// The requests of `requests.csv` as sent: exact send times and prompt
@@ -278,7 +271,7 @@ pub fn simulate(
 ) -> Result<Simulated, ExperimentError> {
     let mut instance = Instance::new(0, setup.instance.clone(), latency)
         .map_err(|e| ExperimentError::Unreproducible { path: exp.dir.clone(), message: e.to_string() })?;
-    let prompts = StagePrompts::new(&exp.workload.data, setup.prompt_tokens, seed);
+    let prompts = StagePrompts::new(&exp.workload.data, setup.measured_prompt_tokens, seed);
     let (mean_output_tokens, fixed_output) = (prompts.mean_output_tokens(), prompts.fixed_output());
     let (mut workload, csv_row_of, num_requests): (Box<dyn Workload>, Vec<usize>, usize) = match &exp.requests {
         Some(rows) => {
@@ -287,7 +280,7 @@ pub fn simulate(
         }
         None => {
             let n: u64 = exp.workload.load.stages.iter().map(|s| s.num_requests()).sum();
-            (Box::new(StagedWorkload::new(&exp.workload, setup.prompt_tokens, seed)), Vec::new(), n as usize)
+            (Box::new(StagedWorkload::new(&exp.workload, setup.measured_prompt_tokens, seed)), Vec::new(), n as usize)
         }
     };
     let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);

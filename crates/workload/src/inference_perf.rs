@@ -549,19 +549,36 @@ pub enum StagePrompts {
     },
 }
 
+/// `measured` over `nominal` when both make a positive finite ratio, else 1:
+/// how much longer the server's tokenisation made the prompts.
+fn length_scale(measured: Option<f64>, nominal: f64) -> f64 {
+    let scale = measured.map_or(1.0, |m| m / nominal);
+    if scale.is_finite() && scale > 0.0 { scale } else { 1.0 }
+}
+
 impl StagePrompts {
-    /// The prompts of `data`, deterministic in `seed`; `tokens` overrides
-    /// the shared-prefix prompt token counts (the server's re-tokenisation).
-    pub fn new(data: &Data, tokens: Option<PromptTokens>, seed: u64) -> StagePrompts {
-        let drawn = |io: &IoLengths, shared_text: bool| StagePrompts::Drawn {
-            input: io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")).into_iter().map(|n| n.max(1)).collect(),
-            output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")).into_iter().map(|n| n.max(1)).collect(),
-            text_seed: shared_text.then(|| subsystem_seed(seed, "inference-perf/synthetic-text")),
-            tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
+    /// The prompts of `data`, deterministic in `seed`. `measured_prompt_tokens`
+    /// is the mean prompt length the server saw, when known: inference-perf
+    /// decodes random tokens to text and the server re-tokenises it, so real
+    /// prompts come out a few percent longer than configured, and the
+    /// prompts (shared-prefix token counts, drawn input lengths) are scaled
+    /// to that mean.
+    pub fn new(data: &Data, measured_prompt_tokens: Option<f64>, seed: u64) -> StagePrompts {
+        let drawn = |io: &IoLengths, shared_text: bool| {
+            let input: Vec<u32> = io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")).into_iter().map(|n| n.max(1)).collect();
+            let drawn_mean = input.iter().map(|&n| f64::from(n)).sum::<f64>() / input.len().max(1) as f64;
+            let scale = length_scale(measured_prompt_tokens, drawn_mean);
+            StagePrompts::Drawn {
+                input: input.into_iter().map(|n| ((f64::from(n) * scale).round() as u32).max(1)).collect(),
+                output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")).into_iter().map(|n| n.max(1)).collect(),
+                text_seed: shared_text.then(|| subsystem_seed(seed, "inference-perf/synthetic-text")),
+                tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
+            }
         };
         match data {
             Data::SharedPrefix(sp) => {
-                let tokens = tokens.unwrap_or_else(|| PromptTokens::scaled(sp, 1.0));
+                let nominal = f64::from(sp.system_prompt_len) + f64::from(sp.question_len);
+                let tokens = PromptTokens::scaled(sp, length_scale(measured_prompt_tokens, nominal));
                 StagePrompts::Shared { prompts: SharedPrefixPrompts::new(sp, tokens, seed), question_tokens: tokens.question, output_len: sp.output_len }
             }
             Data::Random(io) => drawn(io, false),
@@ -633,10 +650,10 @@ pub struct StagedWorkload {
 }
 
 impl StagedWorkload {
-    /// The run of `cfg`, deterministic in `seed`; `tokens` overrides the
-    /// shared-prefix prompt token counts (the server's re-tokenisation).
-    pub fn new(cfg: &InferencePerfConfig, tokens: Option<PromptTokens>, seed: u64) -> StagedWorkload {
-        let prompts = StagePrompts::new(&cfg.data, tokens, seed);
+    /// The run of `cfg`, deterministic in `seed`, its prompts scaled to
+    /// `measured_prompt_tokens` when given (see [`StagePrompts::new`]).
+    pub fn new(cfg: &InferencePerfConfig, measured_prompt_tokens: Option<f64>, seed: u64) -> StagedWorkload {
+        let prompts = StagePrompts::new(&cfg.data, measured_prompt_tokens, seed);
         let conversations = match (&prompts, cfg.shared_prefix()) {
             (StagePrompts::Shared { prompts, .. }, Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
             _ => None,
@@ -903,7 +920,8 @@ storage:
     #[test]
     fn next_stage_starts_after_the_previous_drains() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        let mut w = StagedWorkload::new(&c, Some(PromptTokens::scaled(c.shared_prefix().unwrap(), 1.05)), 3);
+        let sp = c.shared_prefix().unwrap();
+        let mut w = StagedWorkload::new(&c, Some(1.05 * f64::from(sp.system_prompt_len + sp.question_len)), 3);
         let mut stage0 = Vec::new();
         while let Some(r) = w.next_request() {
             stage0.push(r);
