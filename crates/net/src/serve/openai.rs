@@ -270,7 +270,7 @@ mod tests {
     #[test]
     fn bad_requests_name_the_parameter() {
         for (api, body, param) in [
-            (Api::Completions, json!({"prompt": "x"}), "model"),
+            (Api::Completions, json!({"model": 7, "prompt": "x"}), "model"),
             (Api::Completions, json!({"model": "m"}), "prompt"),
             (Api::Completions, json!({"model": "m", "prompt": "x", "max_tokens": 0}), "max_tokens"),
             (Api::Completions, json!({"model": "m", "prompt": "x", "max_tokens": -3}), "max_tokens"),
@@ -289,6 +289,10 @@ mod tests {
         }
         let e = parse(Api::Completions, json!({"model": "other", "prompt": "x"})).unwrap_err();
         assert_eq!(e.status, StatusCode::NOT_FOUND);
+        // As in vLLM, naming no model (or null) asks for the served one.
+        for body in [json!({"prompt": "x"}), json!({"model": null, "prompt": "x"})] {
+            assert!(parse(Api::Completions, body.clone()).is_ok(), "{body}");
+        }
     }
 
     /// A list of numbers is one prompt of token ids, whatever is wrong with
