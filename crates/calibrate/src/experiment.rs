@@ -428,8 +428,9 @@ impl Experiment {
     /// server's facts are what ran, so they are simulated; the other value
     /// is named so the user can tell which file is stale. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
-    /// `max_tokens` BLIS generates, and a multi-turn run replayed from
-    /// `requests.csv`, whose rounds lack their conversations' context.
+    /// `max_tokens` BLIS generates, a multi-turn run replayed from
+    /// `requests.csv`, whose rounds lack their conversations' context, and
+    /// shared-prefix length spreads, which are not reproduced.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
         let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
@@ -462,7 +463,8 @@ impl Experiment {
                 self.dir.display()
             )
         });
-        unknown.chain(disagreements).chain(eos).chain(multi_turn).collect()
+        let spread = self.workload.shared_prefix().and_then(|sp| sp.spread_warning()).map(|w| format!("{}: {w}", self.dir.join("results").join("config.yaml").display()));
+        unknown.chain(disagreements).chain(eos).chain(multi_turn).chain(spread).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

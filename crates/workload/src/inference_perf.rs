@@ -116,6 +116,67 @@ pub struct SharedPrefix {
     /// and a user's rounds never overlap (inference-perf's `LocalUserSession`).
     #[serde(default)]
     pub enable_multi_turn_chat: bool,
+    /// Length spreads of newer inference-perf versions: `question_len_std`
+    /// and `output_len_std` (with `_min` / `_max` bounds), or
+    /// `question_distribution` / `output_distribution`. BLIS gives every
+    /// question `question_len` and every request `output_len` tokens;
+    /// [`SharedPrefix::varying_lengths`] names what it thereby ignores.
+    #[serde(default)]
+    pub question_len_std: f64,
+    /// See `question_len_std`.
+    #[serde(default)]
+    pub output_len_std: f64,
+    /// See `question_len_std`; only its `std_dev` is read (inference-perf's default 200).
+    #[serde(default)]
+    pub question_distribution: Option<LengthSpread>,
+    /// See `question_len_std`.
+    #[serde(default)]
+    pub output_distribution: Option<LengthSpread>,
+}
+
+/// The spread of an inference-perf `Distribution` (its other fields are
+/// accepted and not read).
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct LengthSpread {
+    /// Standard deviation; inference-perf's default is 200.
+    #[serde(default = "LengthSpread::default_std_dev")]
+    pub std_dev: f64,
+}
+
+impl LengthSpread {
+    fn default_std_dev() -> f64 {
+        200.0
+    }
+}
+
+impl SharedPrefix {
+    /// The configuration keys that make question or output lengths vary
+    /// between prompts, which BLIS does not reproduce (empty when every
+    /// question and output has its configured length).
+    pub fn varying_lengths(&self) -> Vec<&'static str> {
+        let spread = |d: &Option<LengthSpread>| d.as_ref().is_some_and(|d| d.std_dev != 0.0);
+        [
+            (self.question_len_std != 0.0, "question_len_std"),
+            (self.output_len_std != 0.0, "output_len_std"),
+            (spread(&self.question_distribution), "question_distribution"),
+            (spread(&self.output_distribution), "output_distribution"),
+        ]
+        .into_iter()
+        .filter_map(|(varies, key)| varies.then_some(key))
+        .collect()
+    }
+
+    /// A warning naming [`SharedPrefix::varying_lengths`], if any.
+    pub fn spread_warning(&self) -> Option<String> {
+        let keys = self.varying_lengths();
+        (!keys.is_empty()).then(|| {
+            format!(
+                "data.shared_prefix sets {}, so question or output lengths vary, and BLIS does not reproduce that: every \
+                 request generates output_len tokens, and every question has question_len tokens unless requests.csv records them",
+                keys.join(", ")
+            )
+        })
+    }
 }
 
 /// How arrivals within a stage are drawn (inference-perf's default: constant).
@@ -825,10 +886,38 @@ storage:
     path: /tmp
 "#;
 
+    /// Newer inference-perf versions spread question and output lengths;
+    /// both spellings are read and named, and a zero spread is no spread.
+    #[test]
+    fn length_spreads_of_newer_versions_are_named() {
+        let with = |extra: &str| {
+            let text = CONFIG.replace("output_len: 247", &format!("output_len: 247\n    {extra}"));
+            InferencePerfConfig::from_yaml_str(&text).unwrap().shared_prefix().unwrap().varying_lengths()
+        };
+        assert_eq!(with("output_len_std: 20\n    output_len_min: 100"), ["output_len_std"]);
+        assert_eq!(with("question_len_std: 0\n    output_len_std: 0"), Vec::<&str>::new());
+        assert_eq!(with("question_distribution: {min: 10, max: 900, mean: 466}"), ["question_distribution"]);
+        assert_eq!(with("output_distribution: {mean: 247, std_dev: 0}"), Vec::<&str>::new());
+        assert_eq!(with("question_len_std: 5\n    output_distribution: {std_dev: 9}"), ["question_len_std", "output_distribution"]);
+    }
+
     #[test]
     fn parses_the_effective_config_and_its_defaults() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        assert_eq!(c.shared_prefix().unwrap(), &SharedPrefix { num_groups: 10, num_prompts_per_group: 10, system_prompt_len: 100, question_len: 466, output_len: 247, enable_multi_turn_chat: false });
+        let want = SharedPrefix {
+            num_groups: 10,
+            num_prompts_per_group: 10,
+            system_prompt_len: 100,
+            question_len: 466,
+            output_len: 247,
+            enable_multi_turn_chat: false,
+            question_len_std: 0.0,
+            output_len_std: 0.0,
+            question_distribution: None,
+            output_distribution: None,
+        };
+        assert_eq!(c.shared_prefix().unwrap(), &want);
+        assert!(c.shared_prefix().unwrap().varying_lengths().is_empty());
         assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
         assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
         assert_eq!(c.client_timeout(), Micros::from_secs(300));

@@ -157,3 +157,13 @@ fn a_multi_turn_replay_warns_that_its_context_is_missing() {
         assert_eq!(warned, csv, "{:?}", suite.warnings());
     }
 }
+
+/// A newer inference-perf's shared-prefix length spread is not reproduced,
+/// and the warning names the key.
+#[test]
+fn a_shared_prefix_length_spread_is_named_in_a_warning() {
+    let spread = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: 248\n    output_len_std: 25");
+    let copied = copy_with_data("spread", &spread, true);
+    let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
+    assert!(suite.warnings().iter().any(|w| w.contains("sets output_len_std")), "{:?}", suite.warnings());
+}
