@@ -11,6 +11,7 @@ use std::fmt::Write as _;
 use blis_engine::instance::Observer;
 use blis_engine::metrics::{Breakdown, Distribution, GroupBy, GroupSummary};
 use blis_engine::request::Labels;
+use blis_engine::time::US_PER_MS;
 use blis_workload::network::{ClientLatency, ClientSamples};
 use serde::Serialize;
 
@@ -57,7 +58,7 @@ pub struct ClientLatencyMs {
 
 impl ClientLatencyMs {
     fn of(s: &ClientSamples) -> ClientLatencyMs {
-        ClientLatencyMs { ttft: s.ttft_us.summary(1000.0), e2e: s.e2e_us.summary(1000.0) }
+        ClientLatencyMs { ttft: s.ttft_us.summary(US_PER_MS), e2e: s.e2e_us.summary(US_PER_MS) }
     }
 }
 

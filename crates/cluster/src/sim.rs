@@ -37,7 +37,7 @@ use blis_engine::metrics::RunSummary;
 use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::sim::Workload;
-use blis_engine::time::Micros;
+use blis_engine::time::{Micros, US_PER_MS};
 
 use crate::anomaly::AnomalyDetector;
 use crate::error::ClusterError;
@@ -510,7 +510,7 @@ impl Cluster {
                 rejected: m.rejected_total(),
                 rejected_by_reason: RejectReason::ALL.iter().map(|r| (r.as_str(), m.rejected[r.index()])).collect(),
                 delayed: m.admission_delays_us.len(),
-                admission_delay_ms: (!m.admission_delays_us.is_empty()).then(|| m.admission_delays_us.summary(1000.0)),
+                admission_delay_ms: (!m.admission_delays_us.is_empty()).then(|| m.admission_delays_us.summary(US_PER_MS)),
                 in_control_plane: end.in_control_plane,
                 injected: run.requests.injected,
                 completed: run.requests.completed,

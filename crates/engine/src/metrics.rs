@@ -13,7 +13,7 @@ use serde::Serialize;
 
 use crate::instance::{InstanceStats, Observer, TokenEvent};
 use crate::request::{DropReason, Labels, Outcome, RequestMeta, RequestRecord, SloClassId, TenantId};
-use crate::time::Micros;
+use crate::time::{Micros, US_PER_MS};
 
 /// Linear-interpolation percentile (numpy's default) of sorted values.
 /// `p` in [0, 100]. Returns NaN for an empty slice.
@@ -65,7 +65,7 @@ impl Samples {
         &self.values
     }
 
-    /// Summary statistics in units of `per_unit` samples (1000 for µs → ms):
+    /// Summary statistics in units of `per_unit` samples ([`US_PER_MS`] for µs → ms):
     /// each value is divided by it, which, unlike multiplying by 0.001,
     /// gives the nearest float to the exact quotient (48.772, not
     /// 48.772000000000006).
@@ -319,11 +319,11 @@ impl Collector {
     /// The latency block of a report, in milliseconds.
     pub fn latency_ms(&self) -> LatencyReport {
         LatencyReport {
-            ttft: self.ttft_us.summary(1000.0),
-            tpot: self.tpot_us.summary(1000.0),
-            itl: self.itl_us.summary(1000.0),
-            e2e: self.e2e_us.summary(1000.0),
-            scheduling_delay: self.scheduling_delay_us.summary(1000.0),
+            ttft: self.ttft_us.summary(US_PER_MS),
+            tpot: self.tpot_us.summary(US_PER_MS),
+            itl: self.itl_us.summary(US_PER_MS),
+            e2e: self.e2e_us.summary(US_PER_MS),
+            scheduling_delay: self.scheduling_delay_us.summary(US_PER_MS),
         }
     }
 }
@@ -702,7 +702,7 @@ mod tests {
                 s.push(v as f64);
                 w.push(v);
             }
-            let (ds, dw) = (s.summary(1000.0), w.summary(1000.0));
+            let (ds, dw) = (s.summary(US_PER_MS), w.summary(US_PER_MS));
             let n = sorted.len() as u64;
             for (p, got_s, got_w) in [(50, ds.p50, dw.p50), (90, ds.p90, dw.p90), (95, ds.p95, dw.p95), (99, ds.p99, dw.p99)] {
                 let (lo, r) = ((p * (n - 1) / 100) as usize, p * (n - 1) % 100);

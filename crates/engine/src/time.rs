@@ -13,6 +13,9 @@ use std::ops::{Add, AddAssign, Sub};
 /// any serving experiment and far from where microsecond arithmetic saturates.
 pub const MAX_SPAN_S: f64 = 1e8;
 
+/// Microseconds per millisecond: what µs samples are divided by to report ms.
+pub const US_PER_MS: f64 = 1e3;
+
 /// A point in simulated time or a duration, in whole microseconds.
 ///
 /// Arithmetic saturates instead of wrapping: a simulation that runs past
@@ -69,7 +72,7 @@ impl Micros {
 
     /// Milliseconds, for reports.
     pub fn as_ms_f64(self) -> f64 {
-        self.0 as f64 / 1e3
+        self.0 as f64 / US_PER_MS
     }
 
     /// Seconds, for reports.
