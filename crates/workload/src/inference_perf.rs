@@ -449,16 +449,16 @@ impl Data {
 /// decodes random token ids to text and the server re-tokenises it, so real
 /// prompts come out a few percent longer than configured.
 #[derive(Copy, Clone, Debug, PartialEq)]
-pub struct PromptTokens {
+struct PromptTokens {
     /// Tokens of each system prompt.
-    pub system: u32,
+    system: u32,
     /// Tokens of each question.
-    pub question: u32,
+    question: u32,
 }
 
 impl PromptTokens {
     /// The configured lengths scaled by `scale` (1 = as configured), each at least 1 token.
-    pub fn scaled(sp: &SharedPrefix, scale: f64) -> PromptTokens {
+    fn scaled(sp: &SharedPrefix, scale: f64) -> PromptTokens {
         let s = |n: u32| ((f64::from(n) * scale).round() as u32).max(1);
         PromptTokens { system: s(sp.system_prompt_len), question: s(sp.question_len) }
     }
@@ -477,7 +477,7 @@ pub struct SharedPrefixPrompts {
 impl SharedPrefixPrompts {
     /// The prompt set of `sp` with token counts `tokens`; the contents and
     /// the shuffle are deterministic in `seed`.
-    pub fn new(sp: &SharedPrefix, tokens: PromptTokens, seed: u64) -> SharedPrefixPrompts {
+    fn new(sp: &SharedPrefix, tokens: PromptTokens, seed: u64) -> SharedPrefixPrompts {
         let content = subsystem_seed(seed, "inference-perf/prompts");
         let systems =
             (0..sp.num_groups).map(|g| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ u64::from(g).rotate_left(40)), tokens.system)).collect();
