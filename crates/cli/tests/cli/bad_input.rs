@@ -21,6 +21,13 @@ fn rejected(name: &str, args: &[&str]) -> String {
     err
 }
 
+/// Writes `contents` to `dir/name` and returns the path, for a flag's value.
+fn write(dir: &std::path::Path, name: &str, contents: impl AsRef<[u8]>) -> String {
+    let path = dir.join(name);
+    std::fs::write(&path, contents).unwrap();
+    path.to_str().unwrap().to_string()
+}
+
 const M: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "10"];
 
 fn with_model(extra: &[&str]) -> Vec<&'static str> {
@@ -52,13 +59,11 @@ fn missing_model() {
 #[test]
 fn malformed_and_incomplete_model_configs() {
     let dir = scratch("model-configs");
-    let bad = dir.join("bad.json");
-    std::fs::write(&bad, "{ \"hidden_size\": 4096,").unwrap();
-    let e = rejected("malformed-config", &["--model-config", bad.to_str().unwrap()]);
+    let bad = write(&dir, "bad.json", "{ \"hidden_size\": 4096,");
+    let e = rejected("malformed-config", &["--model-config", &bad]);
     assert!(e.contains("bad.json") && e.contains("JSON"), "{e}");
-    let incomplete = dir.join("incomplete.json");
-    std::fs::write(&incomplete, r#"{"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 100}"#).unwrap();
-    let e = rejected("incomplete-config", &["--model-config", incomplete.to_str().unwrap()]);
+    let incomplete = write(&dir, "incomplete.json", r#"{"hidden_size": 4096, "num_attention_heads": 32, "vocab_size": 100}"#);
+    let e = rejected("incomplete-config", &["--model-config", &incomplete]);
     assert!(e.contains("num_hidden_layers"), "{e}");
     let e = rejected("missing-config", &["--model-config", dir.join("nope.json").to_str().unwrap()]);
     assert!(e.contains("nope.json"), "{e}");
@@ -175,17 +180,14 @@ fn bad_latency_model_settings() {
 #[test]
 fn bad_config_files() {
     let dir = scratch("config-files");
-    let unknown = dir.join("unknown.yaml");
-    std::fs::write(&unknown, "max-num-seqs: 8\nturbo: true\n").unwrap();
-    let e = rejected("config-unknown-key", &with_model(&["--config", unknown.to_str().unwrap()]));
+    let unknown = write(&dir, "unknown.yaml", "max-num-seqs: 8\nturbo: true\n");
+    let e = rejected("config-unknown-key", &with_model(&["--config", &unknown]));
     assert!(e.contains("turbo") && e.contains("unknown.yaml"), "{e}");
-    let malformed = dir.join("malformed.yaml");
-    std::fs::write(&malformed, "max-num-seqs: [8\n").unwrap();
-    let e = rejected("config-malformed", &with_model(&["--config", malformed.to_str().unwrap()]));
+    let malformed = write(&dir, "malformed.yaml", "max-num-seqs: [8\n");
+    let e = rejected("config-malformed", &with_model(&["--config", &malformed]));
     assert!(e.contains("malformed.yaml"), "{e}");
-    let wrong_type = dir.join("wrong.yaml");
-    std::fs::write(&wrong_type, "max-num-seqs: lots\n").unwrap();
-    let e = rejected("config-wrong-type", &with_model(&["--config", wrong_type.to_str().unwrap()]));
+    let wrong_type = write(&dir, "wrong.yaml", "max-num-seqs: lots\n");
+    let e = rejected("config-wrong-type", &with_model(&["--config", &wrong_type]));
     assert!(e.contains("max-num-seqs"), "{e}");
 }
 
@@ -195,13 +197,10 @@ fn bad_config_files() {
 #[test]
 fn files_that_are_not_configs_or_traces_are_refused_with_the_reason() {
     let dir = scratch("not-configs");
-    let nested = dir.join("nested.yaml");
-    std::fs::write(&nested, format!("clients: {}{}\n", "[".repeat(100_000), "]".repeat(100_000))).unwrap();
-    let binary = dir.join("binary.yaml");
-    std::fs::write(&binary, b"seed: 1\n\xff\xfe\x00\x01").unwrap();
-    let long_line = dir.join("long.csv");
-    std::fs::write(&long_line, "x".repeat(17 << 20)).unwrap();
-    let (nested, binary, long_line) = (nested.to_str().unwrap(), binary.to_str().unwrap(), long_line.to_str().unwrap());
+    let nested = write(&dir, "nested.yaml", format!("clients: {}{}\n", "[".repeat(100_000), "]".repeat(100_000)));
+    let binary = write(&dir, "binary.yaml", b"seed: 1\n\xff\xfe\x00\x01");
+    let long_line = write(&dir, "long.csv", "x".repeat(17 << 20));
+    let (nested, binary, long_line) = (nested.as_str(), binary.as_str(), long_line.as_str());
     let mut cases: Vec<(&str, &str, &str, &str)> = vec![
         ("spec-nested", "--workload-spec", nested, "nested more than 1000 deep at line 1"),
         ("config-nested", "--config", nested, "nested more than 1000 deep at line 1"),
@@ -223,9 +222,8 @@ fn files_that_are_not_configs_or_traces_are_refused_with_the_reason() {
 #[test]
 fn numbers_in_error_lines_stay_short() {
     let dir = scratch("short-numbers");
-    let spec = dir.join("tiny.yaml");
-    std::fs::write(&spec, "aggregate_rate: 5\nhorizon: 1e-300\nclients: []\n").unwrap();
-    let e = rejected("spec-tiny-horizon", &with_model(&["--workload-spec", spec.to_str().unwrap()]));
+    let spec = write(&dir, "tiny.yaml", "aggregate_rate: 5\nhorizon: 1e-300\nclients: []\n");
+    let e = rejected("spec-tiny-horizon", &with_model(&["--workload-spec", &spec]));
     assert!(e.contains("floating point `1e-300`") && e.len() < 200, "{e}");
 }
 
@@ -235,13 +233,12 @@ fn numbers_in_error_lines_stay_short() {
 #[test]
 fn a_bad_config_value_is_blamed_on_the_file() {
     let dir = scratch("config-blame");
-    let cfg = dir.join("run.yaml");
-    std::fs::write(&cfg, "rate: -1\nmax_num_seqs: 0\n").unwrap();
-    let e = rejected("config-blame-file", &with_model(&["--config", cfg.to_str().unwrap(), "--max-num-seqs", "8"]));
-    assert!(e.starts_with(&format!("error: --config {}: rate -1:", cfg.display())), "{e}");
-    let e = rejected("config-blame-flag", &with_model(&["--config", cfg.to_str().unwrap(), "--rate", "5"]));
-    assert!(e.starts_with(&format!("error: --config {}: max-num-seqs must be at least 1", cfg.display())), "{e}");
-    let e = rejected("config-blame-override", &with_model(&["--config", cfg.to_str().unwrap(), "--rate", "-2", "--max-num-seqs", "8"]));
+    let cfg = write(&dir, "run.yaml", "rate: -1\nmax_num_seqs: 0\n");
+    let e = rejected("config-blame-file", &with_model(&["--config", &cfg, "--max-num-seqs", "8"]));
+    assert!(e.starts_with(&format!("error: --config {cfg}: rate -1:")), "{e}");
+    let e = rejected("config-blame-flag", &with_model(&["--config", &cfg, "--rate", "5"]));
+    assert!(e.starts_with(&format!("error: --config {cfg}: max-num-seqs must be at least 1")), "{e}");
+    let e = rejected("config-blame-override", &with_model(&["--config", &cfg, "--rate", "-2", "--max-num-seqs", "8"]));
     assert!(e.starts_with("error: --rate -2:"), "{e}");
 }
 
