@@ -123,13 +123,21 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
     if let Some(path) = &k.trace.value {
         return trace(k, config, path);
     }
-    let reference = match (&k.workload_spec.value, &k.workload.value) {
-        (Some(p), _) => p.display().to_string(),
+    let mut loaded = match (&k.workload_spec.value, &k.workload.value) {
+        (Some(path), _) => {
+            let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("{}", WorkloadError::read(path, e)))?;
+            if looks_like_inference_perf(&text) {
+                return inference_perf(k, config, path, &text);
+            }
+            reject_synthetic_knobs(config, "--workload-spec", &[])?;
+            spec::parse_file(path, &text)
+        }
         (None, Some(name)) => {
             if !name.starts_with("preset:") && !name.starts_with("scenario:") {
                 return Err(bad_input!("--workload {name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"));
             }
-            name.clone()
+            reject_synthetic_knobs(config, "--workload", &[])?;
+            spec::load(name)
         }
         (None, None) => {
             let spec = synthetic_workload(k)?;
@@ -143,20 +151,6 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
                 client_latency: None,
                 client_timeout: None,
             });
-        }
-    };
-    let mut loaded = match &k.workload_spec.value {
-        Some(path) => {
-            let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("{}", WorkloadError::read(path, e)))?;
-            if looks_like_inference_perf(&text) {
-                return inference_perf(k, config, path, &text);
-            }
-            reject_synthetic_knobs(config, "--workload-spec", &[])?;
-            spec::parse_file(path, &text)
-        }
-        None => {
-            reject_synthetic_knobs(config, "--workload", &[])?;
-            spec::load(&reference)
         }
     }
     .map_err(|e| bad_input!("{e}"))?;
