@@ -117,7 +117,7 @@ impl CoefficientSet {
     /// Parses YAML or JSON text; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, ExperimentError> {
         let set: CoefficientSet = serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
-            .map_err(|e| ExperimentError::Format { path: origin.to_path_buf(), message: format!("field `{}`: {}", e.path(), e.inner()) })?;
+            .map_err(|e| ExperimentError::Format { path: origin.to_path_buf(), message: blis_workload::error::located_message(&e) })?;
         set.kind().map_err(|message| ExperimentError::Format { path: origin.to_path_buf(), message })?;
         Ok(set)
     }

@@ -315,11 +315,7 @@ fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
 
 /// A parse error naming the field, unless it concerns the whole document.
 fn format_error<E: std::fmt::Display>(path: &Path, e: &serde_path_to_error::Error<E>) -> ExperimentError {
-    let message = match e.path().to_string().as_str() {
-        "." => e.inner().to_string(),
-        field => format!("field `{field}`: {}", e.inner()),
-    };
-    ExperimentError::Format { path: path.to_path_buf(), message }
+    ExperimentError::Format { path: path.to_path_buf(), message: blis_workload::error::located_message(e) }
 }
 
 /// Whether `dir` looks like an experiment directory.
@@ -463,8 +459,7 @@ impl Experiment {
                 self.dir.display()
             )
         });
-        let spread = self.workload.shared_prefix().and_then(|sp| sp.spread_warning()).map(|w| format!("{}: {w}", self.dir.join("results").join("config.yaml").display()));
-        unknown.chain(disagreements).chain(eos).chain(multi_turn).chain(spread).collect()
+        unknown.chain(disagreements).chain(eos).chain(multi_turn).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

@@ -80,7 +80,7 @@ impl SimDocument {
         let de = &mut serde_json::Deserializer::from_str(&text);
         serde_path_to_error::deserialize(de).map_err(|e| ExperimentError::Format {
             path: path.to_path_buf(),
-            message: format!("field `{}`: {} (expected the JSON `blis replay --output` writes)", e.path(), e.inner()),
+            message: format!("{} (expected the JSON `blis replay --output` writes)", blis_workload::error::located_message(&e)),
         })
     }
 }

@@ -435,7 +435,7 @@ impl KnobFile {
             }
         }
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
-            .map_err(|e| bad_input!("{origin}: field `{}`: {}", e.path(), e.inner()))
+            .map_err(|e| bad_input!("{origin}: {}", blis_workload::error::located_message(&e)))
     }
 }
 

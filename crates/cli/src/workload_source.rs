@@ -196,9 +196,6 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
 fn inference_perf(k: &Knobs, config: &mut ConfigReport, path: &Path, text: &str) -> Result<WorkloadSource, BadInput> {
     reject_synthetic_knobs(config, "an inference-perf --workload-spec", &["rate", "num-requests"])?;
     let cfg = InferencePerfConfig::from_yaml_str(text).map_err(|e| bad_input!("--workload-spec {}: {e}", path.display()))?;
-    if let Some(w) = cfg.shared_prefix().and_then(|sp| sp.spread_warning()) {
-        warn(&[format!("--workload-spec {}: {w}", path.display())]);
-    }
     let seed = k.seed.value.unwrap_or(0);
     let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
     report_entry(config, "num-requests", &stages.iter().sum::<u64>(), Source::Derived);

@@ -14,7 +14,11 @@
 //!   restarts at each stage). A full prompt therefore recurs every `count`
 //!   requests, which is what lets vLLM's prefix cache hit. Each prompt is
 //!   here a shared synthetic run (the group's system prompt) plus a private
-//!   one, so the simulated cache hits exactly where vLLM's would.
+//!   one, so the simulated cache hits exactly where vLLM's would. Newer
+//!   versions (2026) accept each length as a distribution ([`Length`]) and
+//!   draw a system prompt length per group, then per group a question and
+//!   an output length per prompt; a prompt keeps its lengths every time it
+//!   recurs.
 //! * **Drawn lengths** (`random`, `synthetic`): `input_distribution` and
 //!   `output_distribution` (see [`crate::io_distribution`]), entry
 //!   `n mod total_count` for the n-th request of a stage; random prompts are
@@ -27,8 +31,8 @@
 //!   and spreads it the same way over that second. Stages run one after
 //!   another: the next starts `interval` s after every request of the
 //!   previous one finished.
-//! * **Outputs**: `max_tokens = output_len` (or the drawn output length)
-//!   with `ignore_eos`, so every successful request generates exactly that.
+//! * **Outputs**: `max_tokens` = the prompt's output length (or the drawn
+//!   one) with `ignore_eos`, so every successful request generates exactly that.
 //! * **Client timeout**: `load.request_timeout`, else aiohttp's default total
 //!   timeout of 300 s.
 //!
@@ -45,7 +49,7 @@ use rand_distr::{Distribution, Exp, Poisson};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::io_distribution::LengthDistribution;
+use crate::io_distribution::{LengthDistribution, LengthShape, Sampler};
 
 /// aiohttp's default total timeout, which inference-perf uses when
 /// `load.request_timeout` is null.
@@ -93,88 +97,199 @@ pub enum InferencePerfError {
     },
 }
 
-/// `data.shared_prefix` of a configuration. Both spellings inference-perf
-/// has used are accepted: `num_groups`/`num_prompts_per_group` (the effective
-/// configuration it writes) and `num_unique_system_prompts`/
-/// `num_users_per_system_prompt` (newer profiles).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+/// `data.shared_prefix` of a configuration, its lengths resolved as
+/// inference-perf resolves them. Both spellings inference-perf has used for
+/// the counts are accepted: `num_groups`/`num_prompts_per_group` and
+/// `num_unique_system_prompts`/`num_users_per_system_prompt`.
+#[derive(Clone, Debug, PartialEq)]
 pub struct SharedPrefix {
     /// Distinct system prompts.
-    #[serde(alias = "num_unique_system_prompts")]
     pub num_groups: u32,
     /// Questions (users) per system prompt.
-    #[serde(alias = "num_users_per_system_prompt")]
     pub num_prompts_per_group: u32,
-    /// System prompt length, tokens (before the server re-tokenises the text).
-    pub system_prompt_len: u32,
-    /// Question length, tokens.
-    pub question_len: u32,
-    /// `max_tokens` of every request.
-    pub output_len: u32,
+    /// Tokens of each group's system prompt (before the server re-tokenises the text).
+    pub system_prompt_len: Length,
+    /// Tokens of each question.
+    pub question_len: Length,
+    /// `max_tokens` of each prompt's requests.
+    pub output_len: Length,
     /// Each prompt is a user whose requests form one conversation: a round's
     /// prompt is the previous round's prompt and answer plus a new question,
     /// and a user's rounds never overlap (inference-perf's `LocalUserSession`).
-    #[serde(default)]
     pub enable_multi_turn_chat: bool,
-    /// Length spreads of newer inference-perf versions: `question_len_std`
-    /// and `output_len_std` (with `_min` / `_max` bounds), or
-    /// `question_distribution` / `output_distribution`. BLIS gives every
-    /// question `question_len` and every request `output_len` tokens;
-    /// [`SharedPrefix::varying_lengths`] names what it thereby ignores.
-    #[serde(default)]
-    pub question_len_std: f64,
-    /// See `question_len_std`.
-    #[serde(default)]
-    pub output_len_std: f64,
-    /// See `question_len_std`; only its `std_dev` is read (inference-perf's default 200).
-    #[serde(default)]
-    pub question_distribution: Option<LengthSpread>,
-    /// See `question_len_std`.
-    #[serde(default)]
-    pub output_distribution: Option<LengthSpread>,
 }
 
-/// The spread of an inference-perf `Distribution` (its other fields are
-/// accepted and not read).
-#[derive(Clone, Debug, PartialEq, Deserialize)]
-pub struct LengthSpread {
-    /// Standard deviation; inference-perf's default is 200.
-    #[serde(default = "LengthSpread::default_std_dev")]
-    pub std_dev: f64,
+/// A shared-prefix length: one number, or (newer inference-perf) a
+/// distribution drawn once per group (system prompts) or per prompt
+/// (questions, outputs) by [`Sampler::SharedPrefix`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Length {
+    /// Every group or prompt has this length.
+    Fixed(u32),
+    /// Lengths drawn from a distribution.
+    Drawn(LengthDistribution),
 }
 
-impl LengthSpread {
-    fn default_std_dev() -> f64 {
-        200.0
+impl Length {
+    /// `count` lengths; a fixed length draws nothing from `rng`.
+    fn draw(&self, count: usize, rng: &mut SimRng) -> Vec<u32> {
+        match self {
+            Length::Fixed(n) => vec![*n; count],
+            Length::Drawn(d) => d.draw(Sampler::SharedPrefix, count, rng),
+        }
+    }
+
+    /// The largest length this can give.
+    fn upper_bound(&self) -> u64 {
+        match self {
+            Length::Fixed(n) => u64::from(*n),
+            Length::Drawn(d) => d.upper_bound(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Length {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Length, D::Error> {
+        use serde::de::{self, Unexpected};
+        struct LengthVisitor;
+        impl<'de> de::Visitor<'de> for LengthVisitor {
+            type Value = Length;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a token count (0 to 4294967295) or a distribution such as {type: normal, mean: 200, std_dev: 50, min: 10, max: 1000}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Length, E> {
+                u32::try_from(v).map(Length::Fixed).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Length, E> {
+                u64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self)).and_then(|v| self.visit_u64(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Length, E> {
+                // pydantic accepts a whole float for an int.
+                if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
+                    Ok(Length::Fixed(v as u32))
+                } else {
+                    Err(E::invalid_value(Unexpected::Float(v), &self))
+                }
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Length, A::Error> {
+                LengthDistribution::deserialize(de::value::MapAccessDeserializer::new(map)).map(Length::Drawn)
+            }
+        }
+        deserializer.deserialize_any(LengthVisitor)
+    }
+}
+
+/// `data.shared_prefix` as written, with inference-perf's defaults.
+#[derive(Deserialize)]
+struct RawSharedPrefix {
+    #[serde(alias = "num_unique_system_prompts", default = "ten")]
+    num_groups: u32,
+    #[serde(alias = "num_users_per_system_prompt", default = "ten")]
+    num_prompts_per_group: u32,
+    #[serde(default = "hundred")]
+    system_prompt_len: Length,
+    #[serde(default = "fifty")]
+    question_len: Length,
+    #[serde(default = "fifty")]
+    output_len: Length,
+    #[serde(default)]
+    enable_multi_turn_chat: bool,
+    /// The older spelling of a question length distribution.
+    #[serde(default)]
+    question_distribution: Option<LengthDistribution>,
+    /// The older spelling of an output length distribution.
+    #[serde(default)]
+    output_distribution: Option<LengthDistribution>,
+    /// A short-lived spelling: a normal spread around `question_len`,
+    /// clamped to `question_len_min` / `_max`.
+    #[serde(default)]
+    question_len_std: f64,
+    #[serde(default)]
+    question_len_min: Option<u32>,
+    #[serde(default)]
+    question_len_max: Option<u32>,
+    /// The same around `output_len`.
+    #[serde(default)]
+    output_len_std: f64,
+    #[serde(default)]
+    output_len_min: Option<u32>,
+    #[serde(default)]
+    output_len_max: Option<u32>,
+    /// Images, video or audio attached to the prompts.
+    #[serde(default)]
+    multimodal: Option<serde::de::IgnoredAny>,
+}
+
+fn ten() -> u32 {
+    10
+}
+fn hundred() -> Length {
+    Length::Fixed(100)
+}
+fn fifty() -> Length {
+    Length::Fixed(50)
+}
+
+/// Resolves a length as inference-perf's `_resolve_distribution` does: an
+/// inline distribution, else the older `<name>_distribution`, else the
+/// number, spread by `<name>_len_std` and clamped to `<name>_len_min` /
+/// `_max` when those are set (a spread is drawn per prompt and rounded).
+fn resolve_length(
+    name: &'static str,
+    length: Length,
+    older: Option<LengthDistribution>,
+    (std_dev, min, max): (f64, Option<u32>, Option<u32>),
+) -> Result<Length, InferencePerfError> {
+    let spread = std_dev != 0.0 || min.is_some() || max.is_some();
+    let (field, resolved) = match (length, older) {
+        (Length::Drawn(_), Some(_)) => {
+            return Err(InferencePerfError::Invalid {
+                field: format!("data.shared_prefix.{name}_distribution"),
+                value: "set".into(),
+                reason: "the length is already a distribution: give one or the other",
+            });
+        }
+        (Length::Drawn(_) , None) | (Length::Fixed(_), Some(_)) if spread => {
+            return Err(InferencePerfError::Invalid {
+                field: format!("data.shared_prefix.{name}_len_std"),
+                value: std_dev.to_string(),
+                reason: "a spread (with _min / _max) applies to a fixed length only",
+            });
+        }
+        (Length::Drawn(d), None) => (format!("data.shared_prefix.{name}_len"), d),
+        (Length::Fixed(_), Some(d)) => (format!("data.shared_prefix.{name}_distribution"), d),
+        (Length::Fixed(n), None) if spread => (
+            format!("data.shared_prefix.{name}_len_std"),
+            LengthDistribution {
+                min: min.unwrap_or(1).max(1),
+                // Unbounded above in inference-perf; ten standard deviations are never reached in practice.
+                max: max.unwrap_or_else(|| (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32),
+                mean: f64::from(n),
+                std_dev,
+                shape: LengthShape::Normal,
+                ..LengthDistribution::default()
+            },
+        ),
+        (fixed @ Length::Fixed(_), None) => return Ok(fixed),
+    };
+    match resolved.problem(Sampler::SharedPrefix) {
+        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason }),
+        None => Ok(Length::Drawn(resolved)),
     }
 }
 
 impl SharedPrefix {
-    /// The configuration keys that make question or output lengths vary
-    /// between prompts, which BLIS does not reproduce (empty when every
-    /// question and output has its configured length).
-    pub fn varying_lengths(&self) -> Vec<&'static str> {
-        let spread = |d: &Option<LengthSpread>| d.as_ref().is_some_and(|d| d.std_dev != 0.0);
-        [
-            (self.question_len_std != 0.0, "question_len_std"),
-            (self.output_len_std != 0.0, "output_len_std"),
-            (spread(&self.question_distribution), "question_distribution"),
-            (spread(&self.output_distribution), "output_distribution"),
-        ]
-        .into_iter()
-        .filter_map(|(varies, key)| varies.then_some(key))
-        .collect()
-    }
-
-    /// A warning naming [`SharedPrefix::varying_lengths`], if any.
-    pub fn spread_warning(&self) -> Option<String> {
-        let keys = self.varying_lengths();
-        (!keys.is_empty()).then(|| {
-            format!(
-                "data.shared_prefix sets {}, so question or output lengths vary, and BLIS does not reproduce that: every \
-                 request generates output_len tokens, and every question has question_len tokens unless requests.csv records them",
-                keys.join(", ")
-            )
+    fn from_raw(raw: RawSharedPrefix) -> Result<SharedPrefix, InferencePerfError> {
+        if raw.multimodal.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "data.shared_prefix.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+        }
+        Ok(SharedPrefix {
+            num_groups: raw.num_groups,
+            num_prompts_per_group: raw.num_prompts_per_group,
+            system_prompt_len: resolve_length("system_prompt", raw.system_prompt_len, None, (0.0, None, None))?,
+            question_len: resolve_length("question", raw.question_len, raw.question_distribution, (raw.question_len_std, raw.question_len_min, raw.question_len_max))?,
+            output_len: resolve_length("output", raw.output_len, raw.output_distribution, (raw.output_len_std, raw.output_len_min, raw.output_len_max))?,
+            enable_multi_turn_chat: raw.enable_multi_turn_chat,
         })
     }
 }
@@ -231,11 +346,13 @@ struct RawData {
     #[serde(rename = "type")]
     kind: String,
     #[serde(default)]
-    shared_prefix: Option<SharedPrefix>,
+    shared_prefix: Option<RawSharedPrefix>,
     #[serde(default)]
     input_distribution: Option<LengthDistribution>,
     #[serde(default)]
     output_distribution: Option<LengthDistribution>,
+    #[serde(default)]
+    multimodal: Option<serde::de::IgnoredAny>,
 }
 
 /// `data` of a configuration: the prompts and output lengths of its data generator.
@@ -323,7 +440,7 @@ impl InferencePerfConfig {
     pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
         let de = serde_yaml_ng::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de)
-            .map_err(|e| InferencePerfError::Parse(format!("field `{}`: {}", e.path(), e.inner())))?;
+            .map_err(|e| InferencePerfError::Parse(crate::error::located_message(&e)))?;
         let data = Data::from_raw(raw.data)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
             return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
@@ -388,21 +505,24 @@ impl InferencePerfConfig {
 }
 
 fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
-    for (field, v) in [
-        ("data.shared_prefix.num_groups", sp.num_groups),
-        ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group),
-        ("data.shared_prefix.question_len", sp.question_len),
-        ("data.shared_prefix.output_len", sp.output_len),
-    ] {
-        if v == 0 {
-            return Err(InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" });
+    let at_least_one = |field: &str| InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" };
+    if sp.num_groups == 0 {
+        return Err(at_least_one("data.shared_prefix.num_groups"));
+    }
+    if sp.num_prompts_per_group == 0 {
+        return Err(at_least_one("data.shared_prefix.num_prompts_per_group"));
+    }
+    for (field, length) in [("data.shared_prefix.question_len", &sp.question_len), ("data.shared_prefix.output_len", &sp.output_len)] {
+        if *length == Length::Fixed(0) {
+            return Err(at_least_one(field));
         }
     }
-    if u64::from(sp.system_prompt_len) + u64::from(sp.question_len) > u64::from(MAX_PROMPT_TOKENS) {
+    let longest = sp.system_prompt_len.upper_bound() + sp.question_len.upper_bound();
+    if longest > u64::from(MAX_PROMPT_TOKENS) {
         return Err(InferencePerfError::Invalid {
             field: "data.shared_prefix.question_len".into(),
-            value: sp.question_len.to_string(),
-            reason: "system_prompt_len + question_len must be at most 10^7 tokens",
+            value: longest.to_string(),
+            reason: "the longest system_prompt_len + question_len must be at most 10^7 tokens",
         });
     }
     if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
@@ -418,7 +538,7 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
 /// A distribution random and synthetic data need, present and drawable.
 fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> Result<LengthDistribution, InferencePerfError> {
     let d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
-    match d.problem() {
+    match d.problem(Sampler::IoDistribution) {
         Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason }),
         None => Ok(d),
     }
@@ -426,6 +546,9 @@ fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> R
 
 impl Data {
     fn from_raw(raw: RawData) -> Result<Data, InferencePerfError> {
+        if raw.multimodal.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "data.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+        }
         let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
             Ok(IoLengths {
                 input: checked_distribution("data.input_distribution", raw.input_distribution)?,
@@ -433,11 +556,14 @@ impl Data {
             })
         };
         match raw.kind.as_str() {
-            "shared_prefix" => raw.shared_prefix.map(Data::SharedPrefix).ok_or(InferencePerfError::Invalid {
-                field: "data.shared_prefix".into(),
-                value: "null".into(),
-                reason: "required when data.type is shared_prefix",
-            }),
+            "shared_prefix" => match raw.shared_prefix {
+                Some(sp) => Ok(Data::SharedPrefix(SharedPrefix::from_raw(sp)?)),
+                None => Err(InferencePerfError::Invalid {
+                    field: "data.shared_prefix".into(),
+                    value: "null".into(),
+                    reason: "required when data.type is shared_prefix",
+                }),
+            },
             "random" => Ok(Data::Random(lengths(raw)?)),
             "synthetic" => Ok(Data::Synthetic(lengths(raw)?)),
             _ => Err(InferencePerfError::Unsupported { field: "data.type", value: raw.kind, allowed: "shared_prefix, random, synthetic" }),
@@ -445,23 +571,17 @@ impl Data {
     }
 }
 
-/// Token counts of the prompts as the server tokenised them. inference-perf
-/// decodes random token ids to text and the server re-tokenises it, so real
-/// prompts come out a few percent longer than configured.
-#[derive(Copy, Clone, Debug, PartialEq)]
-struct PromptTokens {
-    /// Tokens of each system prompt.
-    system: u32,
-    /// Tokens of each question.
-    question: u32,
-}
-
-impl PromptTokens {
-    /// The configured lengths scaled by `scale` (1 = as configured), each at least 1 token.
-    fn scaled(sp: &SharedPrefix, scale: f64) -> PromptTokens {
-        let s = |n: u32| ((f64::from(n) * scale).round() as u32).max(1);
-        PromptTokens { system: s(sp.system_prompt_len), question: s(sp.question_len) }
-    }
+/// One prompt of a shared-prefix set.
+#[derive(Copy, Clone, Debug)]
+struct PromptEntry {
+    /// Its group (shared system prompt).
+    group: u32,
+    /// Seed of its question's token stream.
+    question_seed: u64,
+    /// Tokens of its question.
+    question_tokens: u32,
+    /// `max_tokens` of its requests (at least 1).
+    output_tokens: u32,
 }
 
 /// The shuffled shared-prefix prompt set.
@@ -469,20 +589,41 @@ impl PromptTokens {
 pub struct SharedPrefixPrompts {
     /// System prompt run of each group.
     systems: Vec<TokenRun>,
-    /// In shuffled order: (group, seed of the question's token stream).
-    prompts: Vec<(usize, u64)>,
-    tokens: PromptTokens,
+    /// The prompts, in shuffled order.
+    prompts: Vec<PromptEntry>,
 }
 
 impl SharedPrefixPrompts {
-    /// The prompt set of `sp` with token counts `tokens`; the contents and
-    /// the shuffle are deterministic in `seed`.
-    fn new(sp: &SharedPrefix, tokens: PromptTokens, seed: u64) -> SharedPrefixPrompts {
+    /// The prompt set of `sp`: lengths drawn as inference-perf draws them
+    /// (per group for system prompts, then per group its questions and
+    /// outputs), prompt lengths scaled to `measured_prompt_tokens` when
+    /// given (see [`StagePrompts::new`]); contents, lengths and the shuffle
+    /// are deterministic in `seed`.
+    fn new(sp: &SharedPrefix, measured_prompt_tokens: Option<f64>, seed: u64) -> SharedPrefixPrompts {
+        let (groups, per_group) = (sp.num_groups as usize, sp.num_prompts_per_group as usize);
+        let mut lengths = subsystem_rng(seed, "inference-perf/shared-prefix-lengths");
+        let system_lens = sp.system_prompt_len.draw(groups, &mut lengths);
+        let (mut question_lens, mut output_lens) = (Vec::with_capacity(groups * per_group), Vec::with_capacity(groups * per_group));
+        for _ in 0..groups {
+            question_lens.extend(sp.question_len.draw(per_group, &mut lengths));
+            output_lens.extend(sp.output_len.draw(per_group, &mut lengths));
+        }
+        let tokens = |v: &[u32]| v.iter().map(|&n| f64::from(n)).sum::<f64>();
+        let nominal = (tokens(&system_lens) * per_group as f64 + tokens(&question_lens)) / (groups * per_group) as f64;
+        let scale = length_scale(measured_prompt_tokens, nominal);
+        let scaled = |n: u32| (f64::from(n) * scale).round() as u32;
+
         let content = subsystem_seed(seed, "inference-perf/prompts");
         let systems =
-            (0..sp.num_groups).map(|g| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ u64::from(g).rotate_left(40)), tokens.system)).collect();
-        let mut prompts: Vec<(usize, u64)> = (0..sp.num_groups as usize)
-            .flat_map(|g| (0..sp.num_prompts_per_group).map(move |q| (g, mix64(content ^ ((g as u64) << 32 | u64::from(q)) ^ 0x7175_6573))))
+            system_lens.iter().enumerate().map(|(g, &len)| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ (g as u64).rotate_left(40)), scaled(len))).collect();
+        let mut prompts: Vec<PromptEntry> = (0..groups)
+            .flat_map(|g| (0..per_group).map(move |q| (g, q)))
+            .map(|(g, q)| PromptEntry {
+                group: g as u32,
+                question_seed: mix64(content ^ ((g as u64) << 32 | q as u64) ^ 0x7175_6573),
+                question_tokens: scaled(question_lens[g * per_group + q]),
+                output_tokens: output_lens[g * per_group + q].max(1),
+            })
             .collect();
         // Fisher–Yates, as Python's random.shuffle.
         let mut rng = subsystem_rng(seed, "inference-perf/shuffle");
@@ -490,7 +631,7 @@ impl SharedPrefixPrompts {
             let j = rng.random_range(0..=i);
             prompts.swap(i, j);
         }
-        SharedPrefixPrompts { systems, prompts, tokens }
+        SharedPrefixPrompts { systems, prompts }
     }
 
     /// Number of distinct prompts.
@@ -503,30 +644,47 @@ impl SharedPrefixPrompts {
         self.prompts.is_empty()
     }
 
+    fn entry(&self, n: u64) -> &PromptEntry {
+        &self.prompts[(n % self.prompts.len() as u64) as usize]
+    }
+
     /// Group (shared system prompt) of request `n` of a stage.
     pub fn group_of(&self, n: u64) -> usize {
-        self.prompts[(n % self.prompts.len() as u64) as usize].0
+        self.entry(n).group as usize
+    }
+
+    /// Tokens of the question of request `n` of a stage (of every round of
+    /// user `n`, with multi-turn chat).
+    pub fn question_tokens(&self, n: u64) -> u32 {
+        self.entry(n).question_tokens
+    }
+
+    /// `max_tokens` of request `n` of a stage (of every round of user `n`,
+    /// with multi-turn chat); at least 1.
+    pub fn output_tokens(&self, n: u64) -> u32 {
+        self.entry(n).output_tokens
     }
 
     /// Stream seed of user `user`'s question in round `round` (multi-turn).
     pub fn question_seed(&self, user: usize, round: u32) -> u64 {
-        let (_, seed) = self.prompts[user % self.prompts.len()];
+        let seed = self.entry(user as u64).question_seed;
         if round == 0 { seed } else { mix64(seed ^ u64::from(round).rotate_left(48) ^ 0x0072_6f75_6e64) }
     }
 
     /// The prompt of request `n` of a stage: its group's system prompt then
-    /// its question. `total_tokens` overrides the length (as measured by the
-    /// server): the question absorbs the difference, and a total shorter than
-    /// the system prompt cuts the system prompt.
+    /// its question, at least one token. `total_tokens` overrides the length
+    /// (as measured by the server): the question absorbs the difference, and
+    /// a total shorter than the system prompt cuts the system prompt.
     pub fn prompt(&self, n: u64, total_tokens: Option<u32>) -> TokenSeq {
-        let (group, question_seed) = self.prompts[(n % self.prompts.len() as u64) as usize];
-        let total = total_tokens.unwrap_or(self.tokens.system + self.tokens.question).max(1);
-        let system_len = self.tokens.system.min(total);
+        let e = self.entry(n);
+        let system = &self.systems[e.group as usize];
+        let total = total_tokens.unwrap_or(system.len().saturating_add(e.question_tokens)).max(1);
+        let system_len = system.len().min(total);
         let mut seq = TokenSeq::new();
-        if let TokenRun::Synthetic { seed, .. } = self.systems[group] {
+        if let TokenRun::Synthetic { seed, .. } = *system {
             seq.push(TokenRun::synthetic(seed, system_len));
         }
-        seq.push(TokenRun::synthetic(question_seed, total - system_len));
+        seq.push(TokenRun::synthetic(e.question_seed, total - system_len));
         seq
     }
 }
@@ -587,15 +745,8 @@ struct Conversation {
 /// and `max_tokens` of a run, shared by the staged workload and by replays
 /// of `requests.csv`.
 pub enum StagePrompts {
-    /// `shared_prefix`: prompt n mod count, `output_len` tokens.
-    Shared {
-        /// The prompt set.
-        prompts: SharedPrefixPrompts,
-        /// Question tokens of a multi-turn round.
-        question_tokens: u32,
-        /// `max_tokens` of every request.
-        output_len: u32,
-    },
+    /// `shared_prefix`: prompt n mod count and its output length.
+    Shared(SharedPrefixPrompts),
     /// `random` / `synthetic`: lengths `n mod total_count`; synthetic prompts
     /// are prefixes of the one stream `text_seed`, random ones fresh tokens.
     Drawn {
@@ -625,23 +776,23 @@ impl StagePrompts {
     /// prompts (shared-prefix token counts, drawn input lengths) are scaled
     /// to that mean.
     pub fn new(data: &Data, measured_prompt_tokens: Option<f64>, seed: u64) -> StagePrompts {
+        let cycle = |d: &LengthDistribution, stream: &str| {
+            let count = d.total_count.unwrap_or(1) as usize;
+            d.draw(Sampler::IoDistribution, count, &mut subsystem_rng(seed, stream)).into_iter().map(|n| n.max(1)).collect::<Vec<u32>>()
+        };
         let drawn = |io: &IoLengths, shared_text: bool| {
-            let input: Vec<u32> = io.input.draw(&mut subsystem_rng(seed, "inference-perf/input-lengths")).into_iter().map(|n| n.max(1)).collect();
+            let input = cycle(&io.input, "inference-perf/input-lengths");
             let drawn_mean = input.iter().map(|&n| f64::from(n)).sum::<f64>() / input.len().max(1) as f64;
             let scale = length_scale(measured_prompt_tokens, drawn_mean);
             StagePrompts::Drawn {
                 input: input.into_iter().map(|n| ((f64::from(n) * scale).round() as u32).max(1)).collect(),
-                output: io.output.draw(&mut subsystem_rng(seed, "inference-perf/output-lengths")).into_iter().map(|n| n.max(1)).collect(),
+                output: cycle(&io.output, "inference-perf/output-lengths"),
                 text_seed: shared_text.then(|| subsystem_seed(seed, "inference-perf/synthetic-text")),
                 tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
             }
         };
         match data {
-            Data::SharedPrefix(sp) => {
-                let nominal = f64::from(sp.system_prompt_len) + f64::from(sp.question_len);
-                let tokens = PromptTokens::scaled(sp, length_scale(measured_prompt_tokens, nominal));
-                StagePrompts::Shared { prompts: SharedPrefixPrompts::new(sp, tokens, seed), question_tokens: tokens.question, output_len: sp.output_len }
-            }
+            Data::SharedPrefix(sp) => StagePrompts::Shared(SharedPrefixPrompts::new(sp, measured_prompt_tokens, seed)),
             Data::Random(io) => drawn(io, false),
             Data::Synthetic(io) => drawn(io, true),
         }
@@ -652,7 +803,7 @@ impl StagePrompts {
     /// (a recorded request). Lengths are at least 1: the engine needs a token.
     pub fn nth(&self, n: u64, id: RequestId, input_tokens: Option<u32>) -> (TokenSeq, u32) {
         match self {
-            StagePrompts::Shared { prompts, output_len, .. } => (prompts.prompt(n, input_tokens), *output_len),
+            StagePrompts::Shared(prompts) => (prompts.prompt(n, input_tokens), prompts.output_tokens(n)),
             StagePrompts::Drawn { input, output, text_seed, tokens_seed } => {
                 let len = input_tokens.unwrap_or(input[(n % input.len() as u64) as usize]).max(1);
                 let stream = text_seed.unwrap_or_else(|| mix64(tokens_seed ^ id.0));
@@ -665,23 +816,31 @@ impl StagePrompts {
     /// count of a shared prefix, `total_count` of drawn input lengths.
     pub fn prompt_cycle(&self) -> u64 {
         match self {
-            StagePrompts::Shared { prompts, .. } => prompts.len() as u64,
+            StagePrompts::Shared(prompts) => prompts.len() as u64,
             StagePrompts::Drawn { input, .. } => input.len() as u64,
         }
     }
 
-    /// Whether every request has the same `max_tokens` (shared prefix), so
-    /// that a recorded request's output length is known.
+    /// `max_tokens` of each request of the cycle.
+    fn output_lengths(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+        match self {
+            StagePrompts::Shared(prompts) => Box::new(prompts.prompts.iter().map(|e| e.output_tokens)),
+            StagePrompts::Drawn { output, .. } => Box::new(output.iter().copied()),
+        }
+    }
+
+    /// Whether every request has the same `max_tokens`, so that a recorded
+    /// request's output length is known.
     pub fn fixed_output(&self) -> bool {
-        matches!(self, StagePrompts::Shared { .. })
+        let mut lengths = self.output_lengths();
+        let first = lengths.next();
+        lengths.all(|n| Some(n) == first)
     }
 
     /// Mean `max_tokens` over the cycle of requests.
     pub fn mean_output_tokens(&self) -> f64 {
-        match self {
-            StagePrompts::Shared { output_len, .. } => f64::from(*output_len),
-            StagePrompts::Drawn { output, .. } => output.iter().map(|&n| f64::from(n)).sum::<f64>() / output.len().max(1) as f64,
-        }
+        let (count, sum) = self.output_lengths().fold((0u64, 0.0), |(c, s), n| (c + 1, s + f64::from(n)));
+        sum / count.max(1) as f64
     }
 }
 
@@ -716,7 +875,7 @@ impl StagedWorkload {
     pub fn new(cfg: &InferencePerfConfig, measured_prompt_tokens: Option<f64>, seed: u64) -> StagedWorkload {
         let prompts = StagePrompts::new(&cfg.data, measured_prompt_tokens, seed);
         let conversations = match (&prompts, cfg.shared_prefix()) {
-            (StagePrompts::Shared { prompts, .. }, Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
+            (StagePrompts::Shared(prompts), Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
             _ => None,
         };
         let mut w = StagedWorkload {
@@ -777,8 +936,9 @@ impl StagedWorkload {
         self.next_id += 1;
         let output_seed = output_stream_seed(id, self.content_seed);
         let (prompt, max_output_tokens, session) = match (self.conversations.as_mut(), &self.prompts) {
-            (Some(convs), StagePrompts::Shared { prompts, question_tokens, output_len }) => {
+            (Some(convs), StagePrompts::Shared(prompts)) => {
                 let user = (n % convs.len() as u64) as usize;
+                let output_len = prompts.output_tokens(n);
                 let conv = &mut convs[user];
                 let round = conv.rounds;
                 let prompt = match &conv.last {
@@ -786,14 +946,14 @@ impl StagedWorkload {
                     Some((prev, prev_seed, prev_len)) => {
                         let mut p = prev.clone();
                         p.push(TokenRun::synthetic(*prev_seed, *prev_len));
-                        p.push(TokenRun::synthetic(prompts.question_seed(user, round), *question_tokens));
+                        p.push(TokenRun::synthetic(prompts.question_seed(user, round), prompts.question_tokens(n)));
                         p
                     }
                 };
                 conv.rounds += 1;
                 conv.busy = true;
-                conv.last = Some((prompt.clone(), output_seed, *output_len));
-                (prompt, *output_len, Some((user as u64, round)))
+                conv.last = Some((prompt.clone(), output_seed, output_len));
+                (prompt, output_len, Some((user as u64, round)))
             }
             _ => {
                 let (prompt, max_output_tokens) = self.prompts.nth(n, id, None);
@@ -886,19 +1046,110 @@ storage:
     path: /tmp
 "#;
 
-    /// Newer inference-perf versions spread question and output lengths;
-    /// both spellings are read and named, and a zero spread is no spread.
+    fn with_shared_prefix(extra: &str) -> Result<InferencePerfConfig, InferencePerfError> {
+        InferencePerfConfig::from_yaml_str(&CONFIG.replace("output_len: 247", &format!("output_len: 247\n    {extra}")))
+    }
+
+    fn normal(mean: f64, std_dev: f64, min: u32, max: u32) -> Length {
+        Length::Drawn(LengthDistribution { min, max, mean, std_dev, ..LengthDistribution::default() })
+    }
+
+    /// Every spelling inference-perf has had for a length resolves as its
+    /// `_resolve_distribution` resolves it.
     #[test]
-    fn length_spreads_of_newer_versions_are_named() {
-        let with = |extra: &str| {
-            let text = CONFIG.replace("output_len: 247", &format!("output_len: 247\n    {extra}"));
-            InferencePerfConfig::from_yaml_str(&text).unwrap().shared_prefix().unwrap().varying_lengths()
-        };
-        assert_eq!(with("output_len_std: 20\n    output_len_min: 100"), ["output_len_std"]);
-        assert_eq!(with("question_len_std: 0\n    output_len_std: 0"), Vec::<&str>::new());
-        assert_eq!(with("question_distribution: {min: 10, max: 900, mean: 466}"), ["question_distribution"]);
-        assert_eq!(with("output_distribution: {mean: 247, std_dev: 0}"), Vec::<&str>::new());
-        assert_eq!(with("question_len_std: 5\n    output_distribution: {std_dev: 9}"), ["question_len_std", "output_distribution"]);
+    fn lengths_resolve_as_inference_perf_resolves_them() {
+        let sp = |extra: &str| with_shared_prefix(extra).unwrap().shared_prefix().unwrap().clone();
+        // Inline distributions (newest), on all three lengths.
+        let s = CONFIG
+            .replace("system_prompt_len: 100", "system_prompt_len: {type: uniform, min: 50, max: 150}")
+            .replace("question_len: 466", "question_len: {type: skew_normal, mean: 200, std_dev: 80, skew: 2.5, min: 10, max: 2000}");
+        let c = InferencePerfConfig::from_yaml_str(&s).unwrap();
+        let sp0 = c.shared_prefix().unwrap();
+        assert!(matches!(&sp0.system_prompt_len, Length::Drawn(d) if d.shape == LengthShape::Uniform && (d.min, d.max) == (50, 150)));
+        assert!(matches!(&sp0.question_len, Length::Drawn(d) if d.shape == LengthShape::SkewNormal && d.skew == 2.5));
+        assert_eq!(sp0.output_len, Length::Fixed(247));
+        // The older `<name>_distribution`, over a number.
+        assert_eq!(sp("output_distribution: {mean: 247, std_dev: 20, min: 100, max: 400}").output_len, normal(247.0, 20.0, 100, 400));
+        // The short-lived `_std` / `_min` / `_max`: a normal around the number, at least 1 token.
+        assert_eq!(sp("question_len_std: 30").question_len, normal(466.0, 30.0, 1, 766));
+        assert_eq!(sp("output_len_std: 20\n    output_len_min: 100").output_len, normal(247.0, 20.0, 100, 447));
+        assert_eq!(sp("question_len_std: 0\n    output_len_std: 0").question_len, Length::Fixed(466), "a zero spread is no spread");
+        // Newer versions write null for what is unset; pydantic takes a whole float as an int.
+        let nulls = sp("seed: null\n    question_distribution: null\n    output_distribution: null\n    multimodal: null");
+        assert_eq!(nulls, sp(""));
+        let whole = InferencePerfConfig::from_yaml_str(&CONFIG.replace("question_len: 466", "question_len: 466.0")).unwrap();
+        assert_eq!(whole.shared_prefix().unwrap().question_len, Length::Fixed(466));
+    }
+
+    #[test]
+    fn ambiguous_or_unreproducible_lengths_are_refused_with_the_field_named() {
+        let err = |text: &str| InferencePerfConfig::from_yaml_str(text).unwrap_err().to_string();
+        let both = CONFIG.replace("output_len: 247", "output_len: {mean: 247, std_dev: 5}\n    output_distribution: {mean: 247}");
+        assert!(err(&both).contains("data.shared_prefix.output_distribution") && err(&both).contains("one or the other"), "{}", err(&both));
+        let e = with_shared_prefix("question_distribution: {mean: 300}\n    question_len_std: 4").unwrap_err().to_string();
+        assert!(e.contains("question_len_std"), "{e}");
+        let e = with_shared_prefix("output_distribution: {type: lognormal, mean: 0}").unwrap_err().to_string();
+        assert!(e.contains("data.shared_prefix.output_distribution") && e.contains("{mean: 0}") && e.contains("positive"), "{e}");
+        let e = err(&CONFIG.replace("question_len: 466", "question_len: {type: triangle}"));
+        assert!(e.contains("question_len") && e.contains("triangle"), "{e}");
+        for bad in ["-5", "4.5", "\"long\"", "[1, 2]"] {
+            let e = err(&CONFIG.replace("question_len: 466", &format!("question_len: {bad}")));
+            assert!(e.contains("data.shared_prefix.question_len") && e.contains("a token count"), "{bad}: {e}");
+        }
+        let e = with_shared_prefix("multimodal: {image: {count: 1}}").unwrap_err().to_string();
+        assert!(e.contains("data.shared_prefix.multimodal") && e.contains("not supported"), "{e}");
+        let e = err(&CONFIG.replace("question_len: 466", "question_len: {type: fixed, mean: 2e7}"));
+        assert!(e.contains("10^7 tokens"), "{e}");
+    }
+
+    /// inference-perf's defaults for an unset shared-prefix field.
+    #[test]
+    fn shared_prefix_defaults_are_inference_perfs() {
+        let text = "api:\n  type: completion\ndata:\n  type: shared_prefix\n  shared_prefix: {}\nload:\n  stages:\n  - {rate: 1, duration: 1}\n";
+        let c = InferencePerfConfig::from_yaml_str(text).unwrap();
+        let sp = c.shared_prefix().unwrap();
+        assert_eq!((sp.num_groups, sp.num_prompts_per_group), (10, 10));
+        assert_eq!((&sp.system_prompt_len, &sp.question_len, &sp.output_len), (&Length::Fixed(100), &Length::Fixed(50), &Length::Fixed(50)));
+    }
+
+    /// Drawn lengths: a system prompt length per group, question and output
+    /// lengths per prompt, within bounds, with the requested means; each
+    /// prompt keeps its lengths every time it recurs.
+    #[test]
+    fn drawn_shared_prefix_lengths_follow_their_distributions() {
+        let text = CONFIG
+            .replace("num_groups: 10", "num_groups: 40")
+            .replace("num_prompts_per_group: 10", "num_prompts_per_group: 50")
+            .replace("system_prompt_len: 100", "system_prompt_len: {type: uniform, min: 50, max: 150}")
+            .replace("question_len: 466", "question_len: {mean: 400, std_dev: 100, min: 100, max: 700}")
+            .replace("output_len: 247", "output_len: {type: lognormal, mean: 250, std_dev: 60, min: 20, max: 2000}");
+        let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+        let StagePrompts::Shared(p) = StagePrompts::new(&c.data, None, 11) else { panic!("shared prefix") };
+        let mut system_of_group = BTreeMap::new();
+        let (mut questions, mut outputs) = (Vec::new(), Vec::new());
+        for n in 0..p.len() as u64 {
+            let prompt = p.prompt(n, None);
+            let system = prompt.runs()[0].len();
+            assert_eq!(*system_of_group.entry(p.group_of(n)).or_insert(system), system, "one system prompt per group");
+            questions.push(f64::from(p.question_tokens(n)));
+            outputs.push(f64::from(p.output_tokens(n)));
+            assert_eq!(prompt.len(), system + p.question_tokens(n));
+            assert_eq!(p.prompt(n + p.len() as u64, None), prompt, "a prompt recurs with its lengths");
+        }
+        let mean = |v: &[f64]| v.iter().sum::<f64>() / v.len() as f64;
+        let systems: Vec<f64> = system_of_group.values().map(|&s| f64::from(s)).collect();
+        assert!(systems.iter().all(|s| (50.0..=150.0).contains(s)) && (mean(&systems) - 100.5).abs() < 10.0, "{systems:?}");
+        assert!(questions.iter().all(|q| (100.0..=700.0).contains(q)) && (mean(&questions) - 400.0).abs() < 8.0, "{}", mean(&questions));
+        assert!(outputs.iter().all(|o| (20.0..=2000.0).contains(o)) && (mean(&outputs) - 250.0).abs() < 5.0, "{}", mean(&outputs));
+        let sp = StagePrompts::Shared(p);
+        assert!(!sp.fixed_output());
+        assert!((sp.mean_output_tokens() - mean(&outputs)).abs() < 1e-9);
+        // Scaled to a measured mean 10 % above the drawn one.
+        let StagePrompts::Shared(p) = &sp else { unreachable!() };
+        let drawn_mean = (0..p.len() as u64).map(|n| f64::from(p.prompt(n, None).len())).sum::<f64>() / p.len() as f64;
+        let StagePrompts::Shared(scaled) = StagePrompts::new(&c.data, Some(1.1 * drawn_mean), 11) else { unreachable!() };
+        let scaled_mean = (0..scaled.len() as u64).map(|n| f64::from(scaled.prompt(n, None).len())).sum::<f64>() / scaled.len() as f64;
+        assert!((scaled_mean / drawn_mean - 1.1).abs() < 1e-3, "{scaled_mean} vs {drawn_mean}");
     }
 
     #[test]
@@ -907,17 +1158,12 @@ storage:
         let want = SharedPrefix {
             num_groups: 10,
             num_prompts_per_group: 10,
-            system_prompt_len: 100,
-            question_len: 466,
-            output_len: 247,
+            system_prompt_len: Length::Fixed(100),
+            question_len: Length::Fixed(466),
+            output_len: Length::Fixed(247),
             enable_multi_turn_chat: false,
-            question_len_std: 0.0,
-            output_len_std: 0.0,
-            question_distribution: None,
-            output_distribution: None,
         };
         assert_eq!(c.shared_prefix().unwrap(), &want);
-        assert!(c.shared_prefix().unwrap().varying_lengths().is_empty());
         assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
         assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
         assert_eq!(c.client_timeout(), Micros::from_secs(300));
@@ -957,7 +1203,7 @@ storage:
     fn prompts_cycle_and_share_their_group_prefix() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
         let sp = c.shared_prefix().unwrap();
-        let p = SharedPrefixPrompts::new(sp, PromptTokens::scaled(sp, 1.0), 7);
+        let p = SharedPrefixPrompts::new(sp, None, 7);
         assert_eq!(p.len(), 100);
         assert_eq!(p.prompt(3, None), p.prompt(103, None));
         assert_eq!(p.prompt(3, None).len(), 566);
@@ -1009,8 +1255,7 @@ storage:
     #[test]
     fn next_stage_starts_after_the_previous_drains() {
         let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-        let sp = c.shared_prefix().unwrap();
-        let mut w = StagedWorkload::new(&c, Some(1.05 * f64::from(sp.system_prompt_len + sp.question_len)), 3);
+        let mut w = StagedWorkload::new(&c, Some(1.05 * 566.0), 3);
         let mut stage0 = Vec::new();
         while let Some(r) = w.next_request() {
             stage0.push(r);
@@ -1082,27 +1327,33 @@ storage:
 
     /// With multi-turn chat, request n is a round of user n mod 100: a round
     /// never starts before the user's previous round finished, and its prompt
-    /// extends the previous prompt and answer (so the prefix cache can hit).
+    /// extends the previous prompt and answer (so the prefix cache can hit)
+    /// with the user's question; every round generates the user's output length.
     #[test]
     fn multi_turn_rounds_wait_for_the_previous_round_and_accumulate_context() {
-        let text = CONFIG.replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true").replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
-        let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-        let mut w = StagedWorkload::new(&c, None, 4);
-        // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
-        let service = Micros::from_secs(3);
-        let sent = drive(&mut w, service);
-        let mut by_user: std::collections::BTreeMap<u64, Vec<&Request>> = Default::default();
-        for r in sent.iter().filter(|r| r.meta.stage == 0) {
-            by_user.entry(r.meta.session.unwrap().0).or_default().push(r);
-        }
-        assert_eq!(by_user.len(), 100);
-        for rounds in by_user.values() {
-            for (k, pair) in rounds.windows(2).enumerate() {
-                assert_eq!(pair[1].meta.session.unwrap().1, k as u32 + 1);
-                assert!(pair[1].arrival >= pair[0].arrival + service, "round {} overlapped the previous one", k + 1);
-                let prev = &pair[0].prompt;
-                assert_eq!(pair[1].prompt.runs()[..prev.runs().len()], prev.runs()[..], "context accumulates");
-                assert_eq!(pair[1].prompt.len(), prev.len() + 247 + 466);
+        let fixed = CONFIG.replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true").replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
+        let drawn = fixed.replace("question_len: 466", "question_len: {mean: 466, std_dev: 100, min: 1, max: 1000}").replace("output_len: 247", "output_len: {mean: 247, std_dev: 50, min: 1, max: 500}");
+        for text in [fixed, drawn] {
+            let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+            let StagePrompts::Shared(prompts) = StagePrompts::new(&c.data, None, 4) else { panic!("shared prefix") };
+            let mut w = StagedWorkload::new(&c, None, 4);
+            // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
+            let service = Micros::from_secs(3);
+            let sent = drive(&mut w, service);
+            let mut by_user: std::collections::BTreeMap<u64, Vec<&Request>> = Default::default();
+            for r in sent.iter().filter(|r| r.meta.stage == 0) {
+                by_user.entry(r.meta.session.unwrap().0).or_default().push(r);
+            }
+            assert_eq!(by_user.len(), 100);
+            for (&user, rounds) in &by_user {
+                assert!(rounds.iter().all(|r| r.max_output_tokens == prompts.output_tokens(user)));
+                for (k, pair) in rounds.windows(2).enumerate() {
+                    assert_eq!(pair[1].meta.session.unwrap().1, k as u32 + 1);
+                    assert!(pair[1].arrival >= pair[0].arrival + service, "round {} overlapped the previous one", k + 1);
+                    let prev = &pair[0].prompt;
+                    assert_eq!(pair[1].prompt.runs()[..prev.runs().len()], prev.runs()[..], "context accumulates");
+                    assert_eq!(pair[1].prompt.len(), prev.len() + pair[0].max_output_tokens + prompts.question_tokens(user));
+                }
             }
         }
     }

@@ -158,12 +158,24 @@ fn a_multi_turn_replay_warns_that_its_context_is_missing() {
     }
 }
 
-/// A newer inference-perf's shared-prefix length spread is not reproduced,
-/// and the warning names the key.
+/// Newer inference-perf draws shared-prefix lengths from distributions:
+/// the run reproduces them (one output length per prompt, so repeated
+/// prompts generate alike), warns about nothing, and is compared per stage.
 #[test]
-fn a_shared_prefix_length_spread_is_named_in_a_warning() {
-    let spread = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: 248\n    output_len_std: 25");
-    let copied = copy_with_data("spread", &spread, true);
+fn shared_prefix_length_distributions_are_reproduced() {
+    let spread = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: {type: normal, mean: 248, std_dev: 25, min: 150, max: 350}");
+    let copied = copy_with_data("spread", &spread, false);
+    let (_, sim, records) = simulate_dir(&copied.dir);
+    assert!(!sim.fixed_output);
+    let outputs: Vec<f64> = records.iter().filter(|r| r.outcome == Outcome::Completed).map(|r| f64::from(r.output_tokens)).collect();
+    assert!(outputs.iter().all(|n| (150.0..=350.0).contains(n)), "outputs outside the distribution");
+    let mean = outputs.iter().sum::<f64>() / outputs.len() as f64;
+    let sd = (outputs.iter().map(|n| (n - mean).powi(2)).sum::<f64>() / outputs.len() as f64).sqrt();
+    // 100 prompts, each with its own drawn length: the sample mean of 100 draws is within ~3σ/√100 of 248.
+    assert!((mean - 248.0).abs() < 8.0 && (sd - 25.0).abs() < 8.0, "outputs {mean} ± {sd}");
+    assert!((mean - sim.mean_output_tokens).abs() < 1.0, "{mean} vs {}", sim.mean_output_tokens);
     let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
-    assert!(suite.warnings().iter().any(|w| w.contains("sets output_len_std")), "{:?}", suite.warnings());
+    assert!(suite.warnings().is_empty(), "{:?}", suite.warnings());
+    let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
+    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::compare::Metric::E2eMean));
 }

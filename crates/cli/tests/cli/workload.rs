@@ -261,6 +261,26 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
     }
 }
 
+/// inference-perf's `shared_prefix` generator with its lengths drawn from
+/// distributions (the newer spelling): outputs follow theirs (the mean of
+/// 320 prompts' draws within 3 %, about three standard errors), every
+/// prompt lies within the bounds, and the shared system prompts hit the
+/// prefix cache.
+#[test]
+fn an_inference_perf_shared_prefix_config_draws_its_lengths() {
+    let spec = example("inference-perf-shared-prefix.yaml");
+    let out = blis(&["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
+    assert_eq!(j["requests"]["injected"], 1200);
+    let per_request = |k: &str| j["tokens"][k].as_f64().unwrap() / 1200.0;
+    assert!((per_request("output_total") / 256.0 - 1.0).abs() < 0.03, "{}", per_request("output_total"));
+    // System prompts 500..=1500 tokens, questions 10..=1000 (mean ≈ 194).
+    assert!((600.0..1400.0).contains(&per_request("input_total")), "{}", per_request("input_total"));
+    let hit = j["kv_cache"]["prefix_hit_rate"].as_f64().unwrap();
+    assert!(hit > 0.5, "prefix hit rate {hit}");
+}
+
 /// A request the admission policy refuses ends there, as a 429 does for
 /// inference-perf: its stage still drains, so the next stage starts; it gets
 /// a row in --requests-csv (no instance, the policy's reason) and counts in
