@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::count::parse_count;
 use crate::error::{BadInput, bad_input};
 
 /// Where a resolved value came from.
@@ -54,12 +55,39 @@ pub fn report_entry<T: Serialize>(report: &mut ConfigReport, name: &str, value: 
     );
 }
 
+/// How the values of one knob type are read from the command line.
+trait KnobValue {
+    /// Whole numbers, read by [`parse_count`] on the command line and in files.
+    const IS_COUNT: bool = false;
+    /// clap's parser for the type.
+    fn value_parser() -> clap::builder::ValueParser;
+}
+
+macro_rules! plain_knob_value {
+    ($($ty:ty),*) => { $( impl KnobValue for $ty { fn value_parser() -> clap::builder::ValueParser { clap::value_parser!($ty).into() } } )* };
+}
+plain_knob_value!(String, PathBuf, f64, bool);
+
+macro_rules! count_knob_value {
+    ($($ty:ty),*) => { $( impl KnobValue for $ty {
+        const IS_COUNT: bool = true;
+        fn value_parser() -> clap::builder::ValueParser { clap::builder::ValueParser::new(parse_count::<$ty>) }
+    } )* };
+}
+count_knob_value!(u32, u64);
+
 macro_rules! knob_table {
     ($( $(#[$meta:meta])* $name:ident : $ty:ty = $default:expr ),* $(,)?) => {
         /// Every knob of `blis run` as flags (all optional; defaults are applied on resolution).
         #[derive(clap::Args, Debug, Default, Clone)]
         pub struct KnobArgs {
-            $( $(#[$meta])* pub $name: Option<$ty>, )*
+            $( $(#[$meta])* #[arg(value_parser = <$ty as KnobValue>::value_parser())] pub $name: Option<$ty>, )*
+        }
+
+        /// Whether the knob whose flag is `flag` takes a whole number.
+        fn takes_count(flag: &str) -> bool {
+            $( if flag == stringify!($name).replace('_', "-") { return <$ty as KnobValue>::IS_COUNT; } )*
+            false
         }
 
         /// The `--config` file: the same knobs, keyed by flag name.
@@ -430,6 +458,15 @@ impl KnobFile {
                 other => return Err(bad_input!("{origin}: key {other:?} is not a string")),
             };
             let key = flag_of_alias(&key).unwrap_or(key);
+            let count = |text: &str| {
+                parse_count::<u64>(text).map(|n| serde_yaml_ng::Value::Number(n.into())).map_err(|e| bad_input!("{origin}: field `{key}`: {e}"))
+            };
+            let v = match v {
+                // `max-model-len: 32k` and `num-requests: 1e6` (a YAML float), as on the command line.
+                serde_yaml_ng::Value::String(s) if takes_count(&key) => count(&s)?,
+                serde_yaml_ng::Value::Number(n) if takes_count(&key) && n.is_f64() => count(&format!("{:e}", n.as_f64().unwrap_or(f64::NAN)))?,
+                other => other,
+            };
             if normalized.insert(serde_yaml_ng::Value::String(key.clone()), v).is_some() {
                 return Err(bad_input!("{origin}: `{key}` is given twice (under its own name and vLLM's, or in two spellings)"));
             }
@@ -509,6 +546,10 @@ mod tests {
             let e = file(twice).unwrap_err().to_string();
             assert!(e.contains("f.yaml") && e.contains("given twice"), "{e}");
         }
+        let f = file("max-model-len: 32k\nnum-requests: 1e6\nseed: 7\nhardware: '1k'\n").unwrap();
+        assert_eq!((f.max_model_len, f.num_requests, f.seed, f.hardware.as_deref()), (Some(32_000), Some(1_000_000), Some(7), Some("1k")));
+        let e = file("max-num-seqs: 64M\n").unwrap_err().to_string();
+        assert!(e.contains("f.yaml: field `max-num-seqs`") && e.contains("ambiguous"), "{e}");
         let e = file("dtype: bfloat16\n").unwrap_err().to_string();
         assert!(e.contains("unknown field `dtype`") && e.contains("max-num-seqs"), "{e}");
     }

@@ -9,6 +9,7 @@ mod calibrate;
 mod cluster;
 mod compose;
 mod convert;
+mod count;
 mod error;
 mod fit;
 mod knobs;
@@ -37,12 +38,16 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
+    #[command(after_help = count::HELP)]
     Run(Box<run::RunArgs>),
     /// Serve the OpenAI API (completions, chat, SSE streaming, /metrics) with timing from the simulator.
+    #[command(after_help = count::HELP)]
     Serve(Box<serve::ServeArgs>),
     /// Drive a live OpenAI-compatible server with a workload and record a trace v2 of what it did.
+    #[command(after_help = count::HELP)]
     Observe(Box<observe::ObserveArgs>),
     /// Simulate a recorded trace v2 at its recorded send times, with the server config from its header.
+    #[command(after_help = count::HELP)]
     Replay(Box<replay::ReplayArgs>),
     /// Compare a recorded trace with its simulated replay: per-request and distribution statistics, plots.
     Calibrate(Box<calibrate::CalibrateArgs>),

@@ -113,6 +113,22 @@ fn config_file_values_have_source_file_and_flags_override_them() {
     assert_eq!(j["seed"], 9);
 }
 
+/// Counts may be written as vLLM reads them (32k, 16Ki) or as 1e3, in a
+/// flag and in a config file; the ambiguous M is refused with the fix.
+#[test]
+fn counts_take_vllm_human_readable_forms_and_scientific_notation() {
+    let dir = scratch("config-counts");
+    let cfg = dir.join("run.yaml");
+    std::fs::write(&cfg, "max-num-batched-tokens: 16Ki\n").unwrap();
+    let (_, j) = run_json(&["--config", cfg.to_str().unwrap(), "--max-model-len", "32k", "--seed", "1e3"]);
+    assert_eq!(j["config"]["max-model-len"]["value"], 32_000);
+    assert_eq!(j["config"]["max-num-batched-tokens"], serde_json::json!({"value": 16_384, "source": "file"}));
+    assert_eq!(j["seed"], 1000);
+    let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--max-model-len", "32M"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("ambiguous") && stderr(&out).contains("32m or 32Mi"), "{}", stderr(&out));
+}
+
 /// Paths inside a `--config` file are relative to the file, wherever blis
 /// is run from (the test runs from the crate folder, not the file's).
 #[test]
