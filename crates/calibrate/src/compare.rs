@@ -226,8 +226,9 @@ pub struct ExperimentComparison {
     pub predicted_stages: Vec<ClientMetrics>,
     /// Simulated client metrics of the whole run.
     pub predicted_summary: ClientMetrics,
-    /// Offered request rate of each stage (requests per second).
-    pub offered_rps: Vec<f64>,
+    /// Offered request rate of each stage (requests per second); `None`
+    /// for a concurrent stage, which offers no rate.
+    pub offered_rps: Vec<Option<f64>>,
     /// Simulated prefix-cache hit rate.
     pub prefix_hit_rate: f64,
     /// Simulated preemptions.
@@ -268,7 +269,7 @@ impl ExperimentComparison {
             request_pairs,
             predicted_stages,
             predicted_summary,
-            offered_rps: exp.workload.load.stages.iter().map(|s| s.rate).collect(),
+            offered_rps: exp.workload.load.stages.iter().map(blis_workload::inference_perf::Stage::offered_rate).collect(),
             prefix_hit_rate: sim.prefix_hit_rate,
             preemptions: sim.preemptions,
         }
@@ -290,7 +291,7 @@ impl ExperimentComparison {
     /// [`SATURATION_SERVED_FRACTION`] the simulated server cannot keep up,
     /// its queue grows for as long as the stage lasts.
     pub fn predicted_served_fraction(&self) -> f64 {
-        self.predicted_stages.iter().zip(&self.offered_rps).map(|(m, &o)| m.throughput_rps / o).fold(f64::INFINITY, f64::min)
+        self.predicted_stages.iter().zip(&self.offered_rps).filter_map(|(m, o)| o.map(|o| m.throughput_rps / o)).fold(f64::INFINITY, f64::min)
     }
 }
 

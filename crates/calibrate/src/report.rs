@@ -160,7 +160,7 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
         let get = |m: Metric| c.rows.iter().find(|r| r.metric == m && r.stage == StageLabel::Stage(0));
         let ff = get(Metric::FailureFraction);
         let ttft = get(Metric::TtftMean);
-        let served = get(Metric::ThroughputRps).zip(c.offered_rps.first()).map_or("—".into(), |(r, o)| {
+        let served = get(Metric::ThroughputRps).zip(c.offered_rps.first().copied().flatten()).map_or("—".into(), |(r, o)| {
             format!("{:.0}% / {:.0}%", r.actual / o * 100.0, r.predicted / o * 100.0)
         });
         let yes = |b: bool| if b { "yes".to_string() } else { "NO".to_string() };

@@ -219,6 +219,11 @@ knob_table! {
     /// Number of requests. [default: 1000]
     #[arg(long, value_name = "N", help_heading = "Workload")]
     num_requests: u64 = Some(1000),
+    /// Most requests in flight at once, as a client with N connections (vllm bench serve
+    /// --max-concurrency): a request due while all are busy is sent when one ends, and its
+    /// latency counts from then. [default: unlimited; `blis observe`: 256]
+    #[arg(long, value_name = "N", help_heading = "Workload")]
+    max_concurrency: u32 = None,
     /// Mean prompt length in tokens (excluding any shared prefix). [default: 512]
     #[arg(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload")]
     prompt_tokens: f64 = Some(512.0),
@@ -337,8 +342,8 @@ pub const SERVER_KNOBS: [&str; 18] = [
 ];
 
 /// Knobs of the workload (which requests arrive when).
-pub const WORKLOAD_KNOBS: [&str; 19] = [
-    "rate", "arrival", "num-requests", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max",
+pub const WORKLOAD_KNOBS: [&str; 20] = [
+    "rate", "arrival", "num-requests", "max-concurrency", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max",
     "output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
     "workload-spec", "workload", "trace", "slo-class-mix", "tenant-mix", "horizon",
 ];

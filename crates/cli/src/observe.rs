@@ -49,10 +49,6 @@ pub struct ObserveArgs {
     #[arg(long, value_name = "PREFIX", help_heading = "Observe")]
     pub trace_output: PathBuf,
 
-    /// Most requests in flight at once.
-    #[arg(long, default_value_t = 256, value_name = "N", help_heading = "Observe")]
-    pub max_concurrency: usize,
-
     /// Per-request timeout, seconds (inference-perf's is 300).
     #[arg(long, default_value_t = 300.0, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Observe")]
     pub timeout: f64,
@@ -82,6 +78,9 @@ pub struct ObserveArgs {
     #[arg(long, default_value_t = 0, value_name = "N", help_heading = "Observe")]
     pub warm_up: u64,
 }
+
+/// Requests `blis observe` keeps in flight unless `--max-concurrency` says otherwise.
+const DEFAULT_MAX_CONCURRENCY: u32 = 256;
 
 /// The flag-driven synthetic workload as a one-client spec (the same
 /// distributions; with several prefix groups, one client per group).
@@ -121,9 +120,7 @@ fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
     let timeout = Duration::from_micros(crate::setup::seconds("timeout", args.timeout)?.as_us());
-    if args.max_concurrency == 0 {
-        return Err(bad_input!("--max-concurrency 0: must be at least 1").into());
-    }
+    let max_concurrency = crate::workload_source::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
     if !(args.server_url.starts_with("http://") || args.server_url.starts_with("https://")) {
         return Err(bad_input!("--server-url {}: expected an http:// URL", args.server_url).into());
     }
@@ -175,7 +172,7 @@ fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
             streaming: !args.no_stream,
             timeout,
         },
-        max_concurrency: args.max_concurrency,
+        max_concurrency: max_concurrency as usize,
         trace_prefix: args.trace_output.clone(),
         prometheus_url: args.prometheus_url.clone(),
         scrape_interval: Duration::from_millis(args.scrape_interval_ms.max(10)),

@@ -8,6 +8,7 @@ use std::path::Path;
 use blis_engine::request::Labels;
 use blis_engine::sim::IterWorkload;
 use blis_workload::error::WorkloadError;
+use blis_workload::concurrency::ConcurrencyLimited;
 use blis_workload::{RequestSource, WithinSpan};
 use blis_workload::mooncake::MooncakeReplay;
 use blis_workload::network::ClientLatency;
@@ -103,9 +104,21 @@ fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[&str])
 /// `config`. Its stream ends with an error at a request arriving after
 /// [`WithinSpan`]'s limit.
 pub fn resolve(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInput> {
+    let limit = max_concurrency(k)?;
     let mut chosen = choose(k, config)?;
+    if let Some(limit) = limit {
+        chosen.source = Box::new(ConcurrencyLimited::new(chosen.source, limit));
+    }
     chosen.source = Box::new(WithinSpan::new(chosen.source));
     Ok(chosen)
+}
+
+/// `--max-concurrency`, when given: at least 1.
+pub fn max_concurrency(k: &Knobs) -> Result<Option<u32>, BadInput> {
+    match k.max_concurrency.value {
+        Some(0) => Err(bad_input!("--max-concurrency 0: must be at least 1")),
+        limit => Ok(limit),
+    }
 }
 
 fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInput> {
@@ -199,7 +212,7 @@ fn inference_perf(k: &Knobs, config: &mut ConfigReport, path: &Path, text: &str)
     let seed = k.seed.value.unwrap_or(0);
     let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
     report_entry(config, "num-requests", &stages.iter().sum::<u64>(), Source::Derived);
-    report_entry(config, "inference-perf-stages", &cfg.load.stages.iter().map(|s| format!("{}/s × {} s", s.rate, s.duration)).collect::<Vec<_>>(), Source::Derived);
+    report_entry(config, "inference-perf-stages", &cfg.load.stages.iter().map(Stage::describe).collect::<Vec<_>>(), Source::Derived);
     let labels = Labels { clients: vec!["inference-perf".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
     Ok(WorkloadSource {
         expected_requests: stages.iter().sum(),

@@ -49,6 +49,7 @@ use rand_distr::{Distribution, Exp, Poisson};
 use serde::Deserialize;
 use thiserror::Error;
 
+use crate::concurrency::ConcurrencyGate;
 use crate::io_distribution::{LengthDistribution, LengthShape, Sampler};
 
 /// aiohttp's default total timeout, which inference-perf uses when
@@ -303,15 +304,21 @@ pub enum LoadKind {
     Constant,
     /// `PoissonLoadTimer`: a Poisson count per second, spread over that second.
     Poisson,
+    /// `concurrent`: a stage of `num_requests` scheduled within one second
+    /// (inference-perf runs it as rate N for 1 s) and sent through
+    /// `concurrency_level` slots, each request when a slot frees.
+    Concurrent,
 }
 
 /// One load stage.
-#[derive(Copy, Clone, Debug, PartialEq, Deserialize)]
+#[derive(Copy, Clone, Debug, PartialEq)]
 pub struct Stage {
-    /// Requests per second.
+    /// Requests per second (a concurrent stage: its request count).
     pub rate: f64,
-    /// Seconds.
+    /// Seconds (a concurrent stage: 1).
     pub duration: f64,
+    /// Most requests in flight (a concurrent stage's `concurrency_level`).
+    pub concurrency: Option<u32>,
 }
 
 impl Stage {
@@ -319,22 +326,104 @@ impl Stage {
     pub fn num_requests(&self) -> u64 {
         (self.rate * self.duration).floor() as u64
     }
+
+    /// The rate the stage offers, requests per second; `None` for a
+    /// concurrent stage, whose rate is whatever the server sustains.
+    pub fn offered_rate(&self) -> Option<f64> {
+        self.concurrency.is_none().then_some(self.rate)
+    }
+
+    /// The stage for people: `5/s × 600 s`, or `2000 requests, 64 at a time`.
+    pub fn describe(&self) -> String {
+        match self.concurrency {
+            Some(c) => format!("{} requests, {c} at a time", self.num_requests()),
+            None => format!("{}/s × {} s", self.rate, self.duration),
+        }
+    }
+}
+
+/// A stage as written: `rate` and `duration`, or for a concurrent load
+/// `num_requests` and `concurrency_level`.
+#[derive(Deserialize)]
+struct RawStage {
+    #[serde(default)]
+    rate: Option<f64>,
+    #[serde(default)]
+    duration: Option<f64>,
+    #[serde(default)]
+    num_requests: Option<u64>,
+    #[serde(default)]
+    concurrency_level: Option<u32>,
 }
 
 /// `load` of the configuration.
-#[derive(Clone, Debug, PartialEq, Deserialize)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct Load {
     /// Arrival process.
-    #[serde(rename = "type", default)]
     pub kind: LoadKind,
     /// Seconds between a stage draining and the next starting.
-    #[serde(default = "default_interval")]
     pub interval: f64,
     /// Stages, in order.
     pub stages: Vec<Stage>,
     /// Client timeout, seconds (null: aiohttp's 300 s).
-    #[serde(default)]
     pub request_timeout: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct RawLoad {
+    #[serde(rename = "type", default)]
+    kind: LoadKind,
+    #[serde(default = "default_interval")]
+    interval: f64,
+    stages: Vec<RawStage>,
+    #[serde(default)]
+    request_timeout: Option<f64>,
+    #[serde(default)]
+    sweep: Option<serde::de::IgnoredAny>,
+}
+
+impl Load {
+    /// The stages as inference-perf runs them: a concurrent stage becomes
+    /// `num_requests` requests within one second, capped at its concurrency.
+    fn from_raw(raw: RawLoad) -> Result<Load, InferencePerfError> {
+        if raw.sweep.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "load.sweep", value: "set".into(), allowed: "null (list the stages the sweep would run)" });
+        }
+        let stages = raw
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let field = |name: &str| format!("load.stages[{i}].{name}");
+                let missing = |name: &str, reason| InferencePerfError::Invalid { field: field(name), value: "null".into(), reason };
+                let extra = |name: &str, reason| InferencePerfError::Invalid { field: field(name), value: "set".into(), reason };
+                match raw.kind {
+                    LoadKind::Constant | LoadKind::Poisson => {
+                        let not_concurrent = "only a concurrent load takes num_requests and concurrency_level";
+                        if s.num_requests.is_some() {
+                            return Err(extra("num_requests", not_concurrent));
+                        }
+                        if s.concurrency_level.is_some() {
+                            return Err(extra("concurrency_level", not_concurrent));
+                        }
+                        let rate = s.rate.ok_or_else(|| missing("rate", "required for a constant or poisson load"))?;
+                        let duration = s.duration.ok_or_else(|| missing("duration", "required for a constant or poisson load"))?;
+                        Ok(Stage { rate, duration, concurrency: None })
+                    }
+                    LoadKind::Concurrent => {
+                        let n = s.num_requests.ok_or_else(|| missing("num_requests", "required for a concurrent load"))?;
+                        let c = s.concurrency_level.ok_or_else(|| missing("concurrency_level", "required for a concurrent load"))?;
+                        if c == 0 {
+                            return Err(InferencePerfError::Invalid { field: field("concurrency_level"), value: "0".into(), reason: "must be at least 1" });
+                        }
+                        // The rate and duration inference-perf fills in at run time (and writes back) are ignored.
+                        Ok(Stage { rate: n as f64, duration: 1.0, concurrency: Some(c) })
+                    }
+                }
+            })
+            .collect::<Result<Vec<Stage>, InferencePerfError>>()?;
+        Ok(Load { kind: raw.kind, interval: raw.interval, stages, request_timeout: raw.request_timeout })
+    }
 }
 
 fn default_interval() -> f64 {
@@ -401,7 +490,7 @@ struct RawServer {
 struct RawConfig {
     api: RawApi,
     data: RawData,
-    load: Load,
+    load: RawLoad,
     #[serde(default)]
     server: Option<RawServer>,
 }
@@ -450,7 +539,7 @@ impl InferencePerfConfig {
             api: raw.api.kind,
             streaming: raw.api.streaming,
             data,
-            load: raw.load,
+            load: Load::from_raw(raw.load)?,
             ignore_eos: server.ignore_eos,
             model_name: server.model_name,
         };
@@ -484,7 +573,11 @@ impl InferencePerfConfig {
             }
             total_requests += s.rate * s.duration;
             if total_requests > MAX_RUN_REQUESTS {
-                return Err(invalid("rate", s.rate, "the stages' rate·duration must add up to at most 10^7 requests"));
+                let (name, reason) = match s.concurrency {
+                    Some(_) => ("num_requests", "the stages must add up to at most 10^7 requests"),
+                    None => ("rate", "the stages' rate·duration must add up to at most 10^7 requests"),
+                };
+                return Err(invalid(name, s.rate, reason));
             }
         }
         if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SPAN_S) {
@@ -694,7 +787,7 @@ impl SharedPrefixPrompts {
 pub fn stage_send_offsets(kind: LoadKind, stage: &Stage, rng: &mut SimRng) -> Vec<f64> {
     let n = stage.num_requests() as usize;
     match kind {
-        LoadKind::Constant => spread(n, stage.rate, stage.duration, 0.0, rng),
+        LoadKind::Constant | LoadKind::Concurrent => spread(n, stage.rate, stage.duration, 0.0, rng),
         LoadKind::Poisson => {
             let mut out = Vec::with_capacity(n);
             let poisson = Poisson::new(stage.rate).ok();
@@ -867,6 +960,8 @@ pub struct StagedWorkload {
     /// Released rounds: (send time, sequence, user, stage), earliest first.
     ready: std::collections::BinaryHeap<std::cmp::Reverse<(Micros, u64, usize, u32)>>,
     released: u64,
+    /// The current stage's concurrency cap (concurrent loads).
+    gate: ConcurrencyGate,
 }
 
 impl StagedWorkload {
@@ -894,6 +989,7 @@ impl StagedWorkload {
             conversations,
             ready: std::collections::BinaryHeap::new(),
             released: 0,
+            gate: ConcurrencyGate::new(None),
         };
         w.begin_stage(0, Micros::ZERO);
         w
@@ -904,6 +1000,7 @@ impl StagedWorkload {
         self.stage_start = start + Micros::from_secs_f64(STAGE_START_OFFSET_S).unwrap_or(Micros::ZERO);
         self.offsets = stage_send_offsets(self.kind, &self.stages[stage], &mut self.rng);
         self.next_in_stage = 0;
+        self.gate.set_limit(self.stages[stage].concurrency);
     }
 
     fn stage_sent_everything(&self) -> bool {
@@ -962,32 +1059,42 @@ impl StagedWorkload {
         };
         Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, ..RequestMeta::default() } }
     }
-}
 
-impl Workload for StagedWorkload {
-    fn peek_arrival(&mut self) -> Option<Micros> {
+    /// When the next request is due: its timer fired, or (multi-turn) its
+    /// user's previous round ended.
+    fn next_due(&mut self) -> Option<Micros> {
         self.park_busy_users();
         let ready = self.ready.peek().map(|r| r.0.0);
         [self.next_timer(), ready].into_iter().flatten().min()
     }
+}
+
+impl Workload for StagedWorkload {
+    fn peek_arrival(&mut self) -> Option<Micros> {
+        let due = self.next_due()?;
+        self.gate.send_time(due)
+    }
 
     fn next_request(&mut self) -> Option<Request> {
-        let arrival = self.peek_arrival()?;
+        let due = self.next_due()?;
+        let sent = self.gate.send_time(due)?;
+        self.gate.on_send();
         if let Some(std::cmp::Reverse((t, _, user, stage))) = self.ready.peek().copied()
-            && t == arrival
+            && t == due
             && self.next_timer().is_none_or(|timer| t <= timer)
         {
             self.ready.pop();
-            return Some(self.request(t, user as u64, stage));
+            return Some(self.request(sent, user as u64, stage));
         }
         let n = self.next_in_stage as u64;
         self.next_in_stage += 1;
         let stage = self.stage as u32;
         *self.outstanding.entry(stage).or_default() += 1;
-        Some(self.request(arrival, n, stage))
+        Some(self.request(sent, n, stage))
     }
 
     fn on_finish(&mut self, record: &RequestRecord) {
+        self.gate.on_finish(record.finished);
         if let (Some(convs), Some((user, _))) = (self.conversations.as_mut(), record.meta.session) {
             let conv = &mut convs[user as usize];
             conv.busy = false;
@@ -1223,11 +1330,11 @@ storage:
     #[test]
     fn constant_stage_sends_exactly_n_requests_ending_at_the_duration() {
         let mut rng = subsystem_rng(1, "t");
-        let offs = stage_send_offsets(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0 }, &mut rng);
+        let offs = stage_send_offsets(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng);
         assert_eq!(offs.len(), 3000);
         assert!(offs.windows(2).all(|w| w[0] <= w[1]));
         assert!((offs[2999] - 600.0).abs() < 1e-6);
-        let p = stage_send_offsets(LoadKind::Poisson, &Stage { rate: 5.0, duration: 600.0 }, &mut rng);
+        let p = stage_send_offsets(LoadKind::Poisson, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng);
         assert_eq!(p.len(), 3000);
         assert!(p.windows(2).all(|w| w[0] <= w[1]));
         assert!((p[2999] / 600.0 - 1.0).abs() < 0.1, "{}", p[2999]);
@@ -1356,6 +1463,54 @@ storage:
                 }
             }
         }
+    }
+
+    fn concurrent_config(stages: &str) -> Result<InferencePerfConfig, InferencePerfError> {
+        let load = format!("load:\n  type: concurrent\n  interval: 1.0\n  stages:\n{stages}  request_timeout: null\nserver:");
+        InferencePerfConfig::from_yaml_str(&CONFIG.replace(&CONFIG[CONFIG.find("load:").unwrap()..CONFIG.find("server:").unwrap() + 7], &load))
+    }
+
+    /// A concurrent load: each stage is its requests scheduled within one
+    /// second and sent through `concurrency_level` slots, so at most that
+    /// many are ever in flight; stages still follow each other.
+    #[test]
+    fn a_concurrent_load_keeps_each_stage_within_its_concurrency() {
+        // As written by hand, and as inference-perf writes it back with rate and duration filled in.
+        let c = concurrent_config("  - {num_requests: 120, concurrency_level: 4}\n  - {num_requests: 90, concurrency_level: 16, rate: 90, duration: 1}\n").unwrap();
+        assert_eq!(c.load.kind, LoadKind::Concurrent);
+        assert_eq!(c.load.stages.iter().map(|s| (s.num_requests(), s.concurrency)).collect::<Vec<_>>(), [(120, Some(4)), (90, Some(16))]);
+        assert_eq!(c.load.stages[0].offered_rate(), None);
+        assert_eq!(c.load.stages[0].describe(), "120 requests, 4 at a time");
+        let mut w = StagedWorkload::new(&c, None, 2);
+        let service = Micros::from_ms(700);
+        let sent = drive(&mut w, service);
+        assert_eq!(sent.len(), 210);
+        for (stage, limit) in [(0, 4), (1, 16)] {
+            let sends: Vec<Micros> = sent.iter().filter(|r| r.meta.stage == stage).map(|r| r.arrival).collect();
+            // With a fixed service time, requests in flight at t are those sent in (t − service, t].
+            let most = sends.iter().map(|&t| sends.iter().filter(|&&s| s <= t && s + service > t).count()).max().unwrap();
+            assert_eq!(most, limit, "stage {stage}");
+        }
+        // The first stage's 120 requests at 4 at a time take 30 rounds of 0.7 s.
+        let last0 = sent.iter().filter(|r| r.meta.stage == 0).map(|r| r.arrival).max().unwrap();
+        assert!((Micros::from_secs(21)..Micros::from_secs(22)).contains(&last0), "{last0:?}");
+    }
+
+    #[test]
+    fn concurrent_and_rate_stages_refuse_each_others_fields() {
+        let err = |r: Result<InferencePerfConfig, InferencePerfError>| r.unwrap_err().to_string();
+        let e = err(concurrent_config("  - {num_requests: 120}\n"));
+        assert!(e.contains("load.stages[0].concurrency_level") && e.contains("required"), "{e}");
+        let e = err(concurrent_config("  - {num_requests: 120, concurrency_level: 0}\n"));
+        assert!(e.contains("concurrency_level") && e.contains("at least 1"), "{e}");
+        let e = err(concurrent_config("  - {num_requests: 20000000, concurrency_level: 4}\n"));
+        assert!(e.contains("load.stages[0].num_requests") && e.contains("10^7"), "{e}");
+        let e = err(InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0", "rate: 5.0\n    concurrency_level: 3")));
+        assert!(e.contains("load.stages[0].concurrency_level") && e.contains("only a concurrent load"), "{e}");
+        let e = err(InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0\n", "")));
+        assert!(e.contains("load.stages[0].rate") && e.contains("required"), "{e}");
+        let e = err(InferencePerfConfig::from_yaml_str(&CONFIG.replace("interval: 1.0", "interval: 1.0\n  sweep: {type: linear}")));
+        assert!(e.contains("load.sweep") && e.contains("not supported"), "{e}");
     }
 
     /// A one-stage configuration of `data_type` with inference-perf's distribution fields.

@@ -44,6 +44,7 @@ pub mod arrival;
 pub mod builtin;
 pub mod client;
 pub mod compose;
+pub mod concurrency;
 pub mod content;
 pub mod dist;
 pub mod empirical;

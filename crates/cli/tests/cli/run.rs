@@ -178,6 +178,31 @@ fn output_file_and_per_request_csv_agree_with_the_report() {
     assert_eq!(names.len(), 2, "{names:?}");
 }
 
+/// `--max-concurrency N` makes the client hold N connections: never more
+/// than N requests between arrival and finish, each waiting request sent
+/// the moment another finishes, so 20 req/s of ~1.7 s requests run closed-loop.
+#[test]
+fn max_concurrency_caps_the_requests_in_flight() {
+    let dir = scratch("max-concurrency");
+    let csv_path = dir.join("per_request.csv");
+    let (_, j) = run_json(&["--max-concurrency", "4", "--requests-csv", csv_path.to_str().unwrap()]);
+    assert_eq!(j["config"]["max-concurrency"], serde_json::json!({"value": 4, "source": "flag"}));
+    let mut reader = csv::Reader::from_path(&csv_path).unwrap();
+    let headers = reader.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (arrival, finished) = (col("arrival_ms"), col("finished_ms"));
+    let spans: Vec<(f64, f64)> = reader.records().map(Result::unwrap).map(|r| (r[arrival].parse().unwrap(), r[finished].parse().unwrap())).collect();
+    assert_eq!(spans.len(), 200);
+    let in_flight_at = |t: f64| spans.iter().filter(|&&(a, f)| a <= t && t < f).count();
+    assert_eq!(spans.iter().map(|&(a, _)| in_flight_at(a)).max(), Some(4));
+    let finishes: Vec<f64> = spans.iter().map(|&(_, f)| f).collect();
+    let at_a_finish = spans.iter().filter(|(a, _)| finishes.contains(a)).count();
+    assert!(at_a_finish >= 190, "only {at_a_finish} of 200 sent as another finished");
+    let e = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--max-concurrency", "0"]);
+    assert_eq!(e.status.code(), Some(2));
+    assert!(stderr(&e).contains("--max-concurrency 0: must be at least 1"), "{}", stderr(&e));
+}
+
 #[test]
 fn help_documents_every_flag_in_groups() {
     let out = blis(&["run", "--help"]);
