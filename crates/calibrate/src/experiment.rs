@@ -11,6 +11,9 @@
 //!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
 //!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
 //! ```
+//!
+//! The report names carry the run's `storage.*.report_file_prefix` when it
+//! set one, as inference-perf writes them.
 
 use std::path::{Path, PathBuf};
 
@@ -169,9 +172,21 @@ pub struct Successes {
     /// Rates.
     #[serde(default)]
     pub throughput: Option<Throughput>,
-    /// Prompt lengths (tokens, as the server reported them).
+    /// Prompt lengths (tokens, as the server reported them), as inference-perf
+    /// named them until 2026.
     #[serde(default)]
-    pub prompt_len: Option<Percentiles>,
+    prompt_len: Option<Percentiles>,
+    /// The same under its newer name (some versions write both).
+    #[serde(default)]
+    prompt_tokens: Option<Percentiles>,
+}
+
+impl Successes {
+    /// Prompt lengths (tokens, as the server reported them): `prompt_tokens`,
+    /// or `prompt_len` in reports before 2026.
+    pub fn prompt_tokens(&self) -> Option<&Percentiles> {
+        self.prompt_tokens.as_ref().or(self.prompt_len.as_ref())
+    }
 }
 
 /// `failures` of a lifecycle report.
@@ -239,8 +254,10 @@ impl Lifecycle {
                 ));
             }
         }
-        if let Some(p) = &self.successes.prompt_len {
-            p.check("successes.prompt_len", f64::from(u32::MAX))?;
+        for (name, p) in [("prompt_tokens", &self.successes.prompt_tokens), ("prompt_len", &self.successes.prompt_len)] {
+            if let Some(p) = p {
+                p.check(&format!("successes.{name}"), f64::from(u32::MAX))?;
+            }
         }
         if let Some(r) = self.successes.throughput.as_ref().and_then(|t| t.requests_per_sec)
             && !(r.is_finite() && r >= 0.0)
@@ -348,6 +365,19 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     Ok(found)
 }
 
+/// The lifecycle report of stage `stage` (`None`: the summary), relative to
+/// the experiment: `results/` and its name, prefixed as the run's storage
+/// configured.
+fn report_name(workload: &InferencePerfConfig, stage: Option<usize>) -> String {
+    let name = stage.map_or_else(|| "summary_lifecycle_metrics.json".to_string(), |i| format!("stage_{i}_lifecycle_metrics.json"));
+    format!("results/{}{name}", workload.report_file_prefix)
+}
+
+/// [`report_name`] in `dir`.
+fn report_path(dir: &Path, workload: &InferencePerfConfig, stage: Option<usize>) -> PathBuf {
+    dir.join(report_name(workload, stage))
+}
+
 impl Experiment {
     /// Loads and checks an experiment directory.
     pub fn load(dir: &Path) -> Result<Experiment, ExperimentError> {
@@ -360,10 +390,9 @@ impl Experiment {
             .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
-            let p = dir.join("results").join(format!("stage_{i}_lifecycle_metrics.json"));
-            stages.push(json::<Lifecycle>(&p)?);
+            stages.push(json::<Lifecycle>(&report_path(dir, &workload, Some(i)))?);
         }
-        let summary_path = dir.join("results").join("summary_lifecycle_metrics.json");
+        let summary_path = report_path(dir, &workload, None);
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
         let requests = if csv_path.is_file() { Some(read_requests(&csv_path, stages.len())?) } else { None };
@@ -382,9 +411,8 @@ impl Experiment {
         {
             return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
-        let results = self.dir.join("results");
-        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (results.join(format!("stage_{i}_lifecycle_metrics.json")), s));
-        let summary_file = self.summary.iter().map(|s| (results.join("summary_lifecycle_metrics.json"), s));
+        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.dir, &self.workload, Some(i)), s));
+        let summary_file = self.summary.iter().map(|s| (report_path(&self.dir, &self.workload, None), s));
         for (path, lifecycle) in stage_files.chain(summary_file) {
             if let Err(message) = lifecycle.check() {
                 return bad(path, message);
@@ -399,8 +427,9 @@ impl Experiment {
                 return bad(
                     self.dir.join("requests.csv"),
                     format!(
-                        "{n} rows for stage {i}, but results/stage_{i}_lifecycle_metrics.json counts {} requests (successes + failures); \
+                        "{n} rows for stage {i}, but {} counts {} requests (successes + failures); \
                          requests.csv must have one row per request",
+                        report_name(&self.workload, Some(i)),
                         s.sent()
                     ),
                 );

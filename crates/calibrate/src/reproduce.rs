@@ -53,7 +53,7 @@ pub struct Setup {
     /// Whether the KV block count came from the server (else the memory formula).
     pub blocks_from_server: bool,
     /// Mean prompt length the server saw (successful rows of
-    /// `requests.csv`, else the stages' `prompt_len` means), to which the
+    /// `requests.csv`, else the stages' mean prompt lengths), to which the
     /// data generator's prompts are scaled; `None` when nothing recorded it.
     pub measured_prompt_tokens: Option<f64>,
 }
@@ -177,11 +177,11 @@ impl Setup {
 }
 
 /// Mean prompt length the server saw: over the successful rows of
-/// `requests.csv`, else over the stages' `prompt_len` means.
+/// `requests.csv`, else over the stages' mean prompt lengths.
 fn measured_prompt_tokens(exp: &Experiment) -> Option<f64> {
     let measured: Vec<f64> = match &exp.requests {
         Some(rows) => rows.iter().filter(|r| r.has_error == 0 && r.input_tokens > 0).map(|r| f64::from(r.input_tokens)).collect(),
-        None => exp.stages.iter().filter_map(|s| s.successes.prompt_len.as_ref().map(|p| p.mean)).collect(),
+        None => exp.stages.iter().filter_map(|s| s.successes.prompt_tokens().map(|p| p.mean)).collect(),
     };
     (!measured.is_empty()).then(|| measured.iter().sum::<f64>() / measured.len() as f64)
 }

@@ -486,6 +486,13 @@ struct RawServer {
     model_name: Option<String>,
 }
 
+/// One `storage` backend: only the prefix of its report file names is read.
+#[derive(Deserialize)]
+struct RawStorageBackend {
+    #[serde(default)]
+    report_file_prefix: Option<String>,
+}
+
 #[derive(Deserialize)]
 struct RawConfig {
     api: RawApi,
@@ -493,6 +500,18 @@ struct RawConfig {
     load: RawLoad,
     #[serde(default)]
     server: Option<RawServer>,
+    /// Backend name → its settings (null when unused).
+    #[serde(default)]
+    storage: Option<BTreeMap<String, Option<RawStorageBackend>>>,
+}
+
+impl RawConfig {
+    /// The prefix of the report files: local storage's, else any backend's.
+    fn report_file_prefix(&self) -> Option<String> {
+        let backends = self.storage.as_ref()?;
+        let prefix = |name: &str| backends.get(name).and_then(|b| b.as_ref()?.report_file_prefix.clone());
+        prefix("local_storage").or_else(|| backends.keys().find_map(|k| prefix(k)))
+    }
 }
 
 /// Whether a YAML document is an inference-perf configuration rather than a
@@ -521,6 +540,9 @@ pub struct InferencePerfConfig {
     pub ignore_eos: bool,
     /// `server.model_name`.
     pub model_name: Option<String>,
+    /// `storage.*.report_file_prefix`: what inference-perf put before each
+    /// report file name (`{prefix}stage_0_lifecycle_metrics.json`); empty when unset.
+    pub report_file_prefix: String,
 }
 
 impl InferencePerfConfig {
@@ -530,6 +552,7 @@ impl InferencePerfConfig {
         let de = serde_yaml_ng::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de)
             .map_err(|e| InferencePerfError::Parse(crate::error::located_message(&e)))?;
+        let report_file_prefix = raw.report_file_prefix().unwrap_or_default();
         let data = Data::from_raw(raw.data)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
             return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
@@ -542,6 +565,7 @@ impl InferencePerfConfig {
             load: Load::from_raw(raw.load)?,
             ignore_eos: server.ignore_eos,
             model_name: server.model_name,
+            report_file_prefix,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -1274,6 +1298,9 @@ storage:
         assert_eq!(c.load.stages.iter().map(Stage::num_requests).collect::<Vec<_>>(), [3000, 6000]);
         assert_eq!((c.load.kind, c.ignore_eos, c.streaming), (LoadKind::Constant, true, true));
         assert_eq!(c.client_timeout(), Micros::from_secs(300));
+        assert_eq!(c.report_file_prefix, "");
+        let prefixed = CONFIG.replace("    path: /tmp", "    path: /tmp\n    report_file_prefix: run7_\n  google_cloud_storage: null");
+        assert_eq!(InferencePerfConfig::from_yaml_str(&prefixed).unwrap().report_file_prefix, "run7_");
     }
 
     #[test]

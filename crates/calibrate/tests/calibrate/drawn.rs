@@ -4,7 +4,7 @@
 //! lengths, with `max_tokens` drawn from the configured distribution, and
 //! is never compared request by request.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use blis_calibrate::coefficients::CoefficientSet;
 use blis_calibrate::experiment::Experiment;
@@ -12,6 +12,8 @@ use blis_calibrate::reproduce::{Definitions, Setup, simulate};
 use blis_calibrate::suite::Suite;
 use blis_engine::instance::Observer;
 use blis_engine::request::{Outcome, RequestRecord};
+
+use crate::{Copied, copy_experiment};
 
 const SOURCE: &str = "20260217-231439-llama-2-7b-tp1-general";
 
@@ -27,18 +29,6 @@ const SHARED_PREFIX_DATA: &str = "  type: shared_prefix
     output_len: 248
 ";
 
-/// An experiment copied under a scratch directory, removed on drop.
-struct Copied {
-    root: PathBuf,
-    dir: PathBuf,
-}
-
-impl Drop for Copied {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.root);
-    }
-}
-
 /// A copy of the shipped run under a fresh directory, its data section
 /// replaced by a `kind` generator (outputs normal around 248 in 200..=300);
 /// without `csv`, its requests.csv removed.
@@ -53,24 +43,14 @@ fn drawn_copy(kind: &str, csv: bool) -> Copied {
 /// A copy of the shipped run under a fresh directory, its data section
 /// replaced by `data`; without `csv`, its requests.csv removed.
 fn copy_with_data(tag: &str, data: &str, csv: bool) -> Copied {
-    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../validation/vllm-h100").join(SOURCE);
-    // Tests run in parallel and may copy the same variant: one directory each.
-    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-    let copy = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let root = std::env::temp_dir().join(format!("blis-drawn-{}-{copy}-{tag}-{csv}", std::process::id()));
-    let dst = root.join(SOURCE);
-    std::fs::create_dir_all(dst.join("results")).unwrap();
-    for file in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().filter(|f| csv || *f != "requests.csv") {
-        std::fs::copy(src.join(file), dst.join(file)).unwrap();
-    }
-    for i in 0..2 {
-        let name = format!("results/stage_{i}_lifecycle_metrics.json");
-        std::fs::copy(src.join(&name), dst.join(&name)).unwrap();
-    }
-    let config = std::fs::read_to_string(src.join("results/config.yaml")).unwrap();
-    assert!(config.contains(SHARED_PREFIX_DATA), "the shipped config changed");
-    std::fs::write(dst.join("results/config.yaml"), config.replace(SHARED_PREFIX_DATA, data)).unwrap();
-    Copied { root, dir: dst }
+    copy_experiment(SOURCE, tag, |rel, text| match rel {
+        "requests.csv" if !csv => None,
+        "results/config.yaml" => {
+            assert!(text.contains(SHARED_PREFIX_DATA), "the shipped config changed");
+            Some((rel.into(), text.replace(SHARED_PREFIX_DATA, data)))
+        }
+        _ => Some((rel.into(), text)),
+    })
 }
 
 #[derive(Default)]

@@ -2,4 +2,43 @@
 //! `validation/vllm-h100`, built into one binary.
 
 mod drawn;
+mod reports;
 mod vendored;
+
+use std::path::{Path, PathBuf};
+
+/// An experiment copied under a scratch directory, removed on drop.
+pub struct Copied {
+    root: PathBuf,
+    /// The copy.
+    pub dir: PathBuf,
+}
+
+impl Drop for Copied {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.root);
+    }
+}
+
+/// A copy of the shipped experiment `source` under a fresh scratch
+/// directory (one per call: tests run in parallel and may copy the same
+/// variant), keeping its directory name. `place` sees each file's path
+/// relative to the experiment (`results/config.yaml`) and its text, and
+/// says where to write what (`None`: leave the file out).
+pub fn copy_experiment(source: &str, tag: &str, place: impl Fn(&str, String) -> Option<(String, String)>) -> Copied {
+    static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let copy = COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let src = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../validation/vllm-h100").join(source);
+    let root = std::env::temp_dir().join(format!("blis-calibrate-{}-{copy}-{tag}", std::process::id()));
+    let dst = root.join(source);
+    let results = std::fs::read_dir(src.join("results")).unwrap().map(|e| format!("results/{}", e.unwrap().file_name().to_string_lossy()));
+    for rel in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().map(String::from).chain(results)
+    {
+        if let Some((to, text)) = place(&rel, std::fs::read_to_string(src.join(&rel)).unwrap()) {
+            let path: &Path = &dst.join(to);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(path, text).unwrap();
+        }
+    }
+    Copied { root, dir: dst }
+}
