@@ -10,6 +10,8 @@
 //!   results/config.yaml                 the inference-perf configuration actually used
 //!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
 //!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
+//!   results/per_request_lifecycle_metrics.json   (optional) inference-perf's per-request report,
+//!                                        read as requests.csv when there is none (see crate::per_request)
 //! ```
 //!
 //! The report names carry the run's `storage.*.report_file_prefix` when it
@@ -312,7 +314,8 @@ pub struct Experiment {
     pub stages: Vec<Lifecycle>,
     /// Whole-run measurements.
     pub summary: Option<Lifecycle>,
-    /// Per-request measurements, in send order.
+    /// Per-request measurements, in send order: `requests.csv`, else
+    /// inference-perf's `per_request_lifecycle_metrics.json`.
     pub requests: Option<Vec<RequestRow>>,
 }
 
@@ -365,17 +368,31 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     Ok(found)
 }
 
-/// The lifecycle report of stage `stage` (`None`: the summary), relative to
-/// the experiment: `results/` and its name, prefixed as the run's storage
-/// configured.
-fn report_name(workload: &InferencePerfConfig, stage: Option<usize>) -> String {
-    let name = stage.map_or_else(|| "summary_lifecycle_metrics.json".to_string(), |i| format!("stage_{i}_lifecycle_metrics.json"));
+/// An inference-perf report file of the run.
+#[derive(Copy, Clone, Debug)]
+enum Report {
+    /// `stage_N_lifecycle_metrics.json`.
+    Stage(usize),
+    /// `summary_lifecycle_metrics.json`.
+    Summary,
+    /// `per_request_lifecycle_metrics.json`.
+    PerRequest,
+}
+
+/// `report` relative to the experiment: `results/` and its name, prefixed
+/// as the run's storage configured.
+fn report_name(workload: &InferencePerfConfig, report: Report) -> String {
+    let name = match report {
+        Report::Stage(i) => format!("stage_{i}_lifecycle_metrics.json"),
+        Report::Summary => "summary_lifecycle_metrics.json".into(),
+        Report::PerRequest => "per_request_lifecycle_metrics.json".into(),
+    };
     format!("results/{}{name}", workload.report_file_prefix)
 }
 
 /// [`report_name`] in `dir`.
-fn report_path(dir: &Path, workload: &InferencePerfConfig, stage: Option<usize>) -> PathBuf {
-    dir.join(report_name(workload, stage))
+fn report_path(dir: &Path, workload: &InferencePerfConfig, report: Report) -> PathBuf {
+    dir.join(report_name(workload, report))
 }
 
 impl Experiment {
@@ -390,12 +407,19 @@ impl Experiment {
             .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
-            stages.push(json::<Lifecycle>(&report_path(dir, &workload, Some(i)))?);
+            stages.push(json::<Lifecycle>(&report_path(dir, &workload, Report::Stage(i)))?);
         }
-        let summary_path = report_path(dir, &workload, None);
+        let summary_path = report_path(dir, &workload, Report::Summary);
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
-        let requests = if csv_path.is_file() { Some(read_requests(&csv_path, stages.len())?) } else { None };
+        let per_request_path = report_path(dir, &workload, Report::PerRequest);
+        let requests = if csv_path.is_file() {
+            Some(read_requests(&csv_path, stages.len())?)
+        } else if per_request_path.is_file() {
+            Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>())?)
+        } else {
+            None
+        };
         let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests };
         exp.check()?;
         Ok(exp)
@@ -411,8 +435,8 @@ impl Experiment {
         {
             return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
-        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.dir, &self.workload, Some(i)), s));
-        let summary_file = self.summary.iter().map(|s| (report_path(&self.dir, &self.workload, None), s));
+        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.dir, &self.workload, Report::Stage(i)), s));
+        let summary_file = self.summary.iter().map(|s| (report_path(&self.dir, &self.workload, Report::Summary), s));
         for (path, lifecycle) in stage_files.chain(summary_file) {
             if let Err(message) = lifecycle.check() {
                 return bad(path, message);
@@ -429,7 +453,7 @@ impl Experiment {
                     format!(
                         "{n} rows for stage {i}, but {} counts {} requests (successes + failures); \
                          requests.csv must have one row per request",
-                        report_name(&self.workload, Some(i)),
+                        report_name(&self.workload, Report::Stage(i)),
                         s.sent()
                     ),
                 );
@@ -453,9 +477,8 @@ impl Experiment {
     /// server's facts are what ran, so they are simulated; the other value
     /// is named so the user can tell which file is stale. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
-    /// `max_tokens` BLIS generates, a multi-turn run replayed from
-    /// `requests.csv`, whose rounds lack their conversations' context, and
-    /// shared-prefix length spreads, which are not reproduced.
+    /// `max_tokens` BLIS generates, and a multi-turn run replayed from its
+    /// recorded requests, whose rounds lack their conversations' context.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
         let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
@@ -483,7 +506,7 @@ impl Experiment {
         });
         let multi_turn = (self.requests.is_some() && self.workload.shared_prefix().is_some_and(|sp| sp.enable_multi_turn_chat)).then(|| {
             format!(
-                "{}: a multi-turn run replayed from requests.csv: each round is sent with its recorded length but not its \
+                "{}: a multi-turn run replayed from its recorded requests: each round is sent with its recorded length but not its \
                  conversation's accumulated context, so the simulated prefix cache hits less than the real one",
                 self.dir.display()
             )
@@ -522,7 +545,7 @@ fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, Expe
 /// What a client can have recorded for one request: a send time within
 /// [`Micros::MAX_SPAN`], `has_error` 0 or 1, latencies in [0, 1e8] s, and for
 /// a success both latencies with the first token no later than the last.
-fn check_row(row: &RequestRow) -> Result<(), String> {
+pub(crate) fn check_row(row: &RequestRow) -> Result<(), String> {
     if row.arrival_time_us > Micros::MAX_SPAN.as_us() {
         return Err(format!("field `arrival_time_us` = {}: must be at most {} (about three years)", row.arrival_time_us, Micros::MAX_SPAN.as_us()));
     }

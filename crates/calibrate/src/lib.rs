@@ -46,6 +46,7 @@ pub mod experiment;
 pub mod fit;
 pub mod live;
 pub mod optimize;
+pub mod per_request;
 pub mod report;
 pub mod reproduce;
 pub mod stats;

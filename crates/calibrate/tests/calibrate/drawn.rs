@@ -133,7 +133,7 @@ fn a_multi_turn_replay_warns_that_its_context_is_missing() {
     for csv in [true, false] {
         let copied = copy_with_data("multi-turn", &multi_turn, csv);
         let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
-        let warned = suite.warnings().iter().any(|w| w.contains("multi-turn run replayed from requests.csv"));
+        let warned = suite.warnings().iter().any(|w| w.contains("multi-turn run replayed from its recorded requests"));
         assert_eq!(warned, csv, "{:?}", suite.warnings());
     }
 }

@@ -1,7 +1,8 @@
 //! Result directories of newer inference-perf versions load like the
 //! vendored ones: report files named with the configured
 //! `report_file_prefix`, prompt lengths under `prompt_tokens` (formerly
-//! `prompt_len`), and keys BLIS does not read.
+//! `prompt_len`), keys BLIS does not read, and inference-perf's own
+//! per-request report in place of `requests.csv`.
 
 use blis_calibrate::coefficients::CoefficientSet;
 use blis_calibrate::reproduce::Definitions;
@@ -45,4 +46,53 @@ fn a_newer_result_directory_validates_like_the_original() {
     });
     let e = Suite::load(std::slice::from_ref(&unprefixed.dir), &Definitions::default()).err().unwrap().to_string();
     assert!(e.contains("stage_0_lifecycle_metrics.json"), "{e}");
+}
+
+/// inference-perf's `per_request_lifecycle_metrics.json`, written here from
+/// the run's `requests.csv` (send times on a monotonic clock that starts at
+/// 5000 s, entries newest first), replays exactly as `requests.csv` does:
+/// the same rows, and the same per-request agreement up to rounding.
+#[test]
+fn a_per_request_report_replays_like_requests_csv() {
+    let with_csv = copy_experiment(SOURCE, "with-csv", |rel, text| Some((rel.into(), text)));
+    let with_json = copy_experiment(SOURCE, "with-json", |rel, text| match rel {
+        "requests.csv" => Some(("results/per_request_lifecycle_metrics.json".into(), per_request_report(&text))),
+        _ => Some((rel.into(), text)),
+    });
+    let validate = |dir: &std::path::Path| {
+        let suite = Suite::load(&[dir.to_path_buf()], &Definitions::default()).unwrap();
+        assert!(suite.cases[0].experiment.requests.is_some());
+        suite.validate(&CoefficientSet::default_set(), 0).unwrap().remove(0)
+    };
+    let (a, b) = (validate(&with_csv.dir), validate(&with_json.dir));
+    assert_eq!(a.rows, b.rows);
+    let (ra, rb) = (a.requests.unwrap(), b.requests.unwrap());
+    assert_eq!(ra.matched, rb.matched);
+    assert!(ra.matched > 7000, "{}", ra.matched);
+    assert!((ra.e2e_mape - rb.e2e_mape).abs() < 1e-6 && (ra.ttft_mape - rb.ttft_mape).abs() < 1e-6, "{ra:?} vs {rb:?}");
+}
+
+/// The per-request report inference-perf would have written for the rows of `csv`.
+fn per_request_report(csv: &str) -> String {
+    let mut reader = csv::Reader::from_reader(csv.as_bytes());
+    let headers = reader.headers().unwrap().clone();
+    let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
+    let (arrival, input, error, e2e, ttft) = (col("arrival_time_us"), col("input_tokens"), col("has_error"), col("e2e_ms"), col("ttft_ms"));
+    let mut entries: Vec<serde_json::Value> = reader
+        .records()
+        .map(|r| {
+            let r = r.unwrap();
+            let start = 5000.0 + r[arrival].parse::<f64>().unwrap() / 1e6;
+            let info = |first_chunk: Option<f64>| serde_json::json!({"input_tokens": r[input].parse::<u32>().unwrap(), "output_token_times": first_chunk.map(|t| vec![t])});
+            if &r[error] == "0" {
+                let (e2e, ttft) = (r[e2e].parse::<f64>().unwrap() / 1e3, r[ttft].parse::<f64>().unwrap() / 1e3);
+                serde_json::json!({"start_time": start, "end_time": start + e2e, "info": info(Some(start + ttft)), "error": null})
+            } else {
+                serde_json::json!({"start_time": start, "end_time": start + 300.0, "info": info(None),
+                                   "error": {"error_type": "TimeoutError", "error_msg": "Request timed out"}})
+            }
+        })
+        .collect();
+    entries.reverse();
+    serde_json::to_string_pretty(&entries).unwrap()
 }
