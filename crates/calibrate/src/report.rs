@@ -178,7 +178,7 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
     t
 }
 
-/// Per-request agreement where `requests.csv` exists.
+/// Per-request agreement where requests were recorded.
 pub fn request_table(comparisons: &[ExperimentComparison]) -> Table {
     let mut t = Table::new(&["experiment", "requests", "E2E MAPE", "E2E r", "TTFT MAPE", "TTFT r"]);
     let r2 = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
@@ -220,7 +220,7 @@ pub const REQUESTS_CSV_HEADER: &str =
     "experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms";
 
 /// The per-request CSV rows (no header): every request of every experiment
-/// with `requests.csv`, in send order; `*_ok` is 1 for a success, 0 for a
+/// with recorded requests, in send order; `*_ok` is 1 for a success, 0 for a
 /// failure (whose latencies are empty).
 pub fn request_csv_rows(comparisons: &[ExperimentComparison]) -> Vec<String> {
     let side = |l: Option<Latency>| l.map_or_else(|| "0,,".to_string(), |l| format!("1,{},{}", l.ttft_ms, l.e2e_ms));
@@ -264,7 +264,7 @@ APE = |sim − real| / real × 100.\n\n";
 (more than 10 % of a stage's requests time out at the 300 s client timeout); *saturated* means the simulated server serves less than \
 90 % of the offered rate, so its queue grows for as long as the stage lasts.\n\n";
     out += &overload_table(comparisons).to_markdown();
-    out += "\n## Per request (requests.csv)\n\n";
+    out += "\n## Per request (recorded requests)\n\n";
     out += &request_table(comparisons).to_markdown();
     for c in comparisons {
         let _ = write!(
@@ -289,7 +289,7 @@ pub fn text(comparisons: &[ExperimentComparison]) -> String {
         out += &experiment_table(c).to_text();
         out += "\n";
     }
-    out += "== Per request (requests.csv) ==\n";
+    out += "== Per request (recorded requests) ==\n";
     out += &request_table(comparisons).to_text();
     out += "\n== Overload-excluded runs: is the overload predicted? ==\n";
     out += &overload_table(comparisons).to_text();

@@ -43,7 +43,7 @@ pub struct ValidateArgs {
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
 
-    /// Write every request of the experiments with requests.csv, measured next to simulated:
+    /// Write every recorded request (requests.csv, or inference-perf's per-request report), measured next to simulated:
     /// experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms.
     #[arg(long, value_name = "FILE")]
     pub requests_csv: Option<PathBuf>,
