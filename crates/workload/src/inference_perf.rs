@@ -250,7 +250,7 @@ fn resolve_length(
                 reason: "the length is already a distribution: give one or the other",
             });
         }
-        (Length::Drawn(_) , None) | (Length::Fixed(_), Some(_)) if spread => {
+        (Length::Drawn(_), None) | (Length::Fixed(_), Some(_)) if spread => {
             return Err(InferencePerfError::Invalid {
                 field: format!("data.shared_prefix.{name}_len_std"),
                 value: std_dev.to_string(),
@@ -264,7 +264,7 @@ fn resolve_length(
             LengthDistribution {
                 min: min.unwrap_or(1).max(1),
                 // Unbounded above in inference-perf; ten standard deviations are never reached in practice.
-                max: max.unwrap_or_else(|| (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32),
+                max: max.unwrap_or_else(|| if std_dev.is_finite() { (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32 } else { u32::MAX }),
                 mean: f64::from(n),
                 std_dev,
                 shape: LengthShape::Normal,
@@ -1205,6 +1205,10 @@ storage:
         assert_eq!(sp("question_len_std: 30").question_len, normal(466.0, 30.0, 1, 766));
         assert_eq!(sp("output_len_std: 20\n    output_len_min: 100").output_len, normal(247.0, 20.0, 100, 447));
         assert_eq!(sp("question_len_std: 0\n    output_len_std: 0").question_len, Length::Fixed(466), "a zero spread is no spread");
+        let e = with_shared_prefix("question_len_std: .nan").unwrap_err().to_string();
+        assert!(e.contains("data.shared_prefix.question_len_std") && e.contains("std_dev: NaN") && e.contains("finite"), "{e}");
+        let e = with_shared_prefix("output_len_std: -300").unwrap_err().to_string();
+        assert!(e.contains("data.shared_prefix.output_len_std") && e.contains("std_dev: -300"), "{e}");
         // Newer versions write null for what is unset; pydantic takes a whole float as an int.
         let nulls = sp("seed: null\n    question_distribution: null\n    output_distribution: null\n    multimodal: null");
         assert_eq!(nulls, sp(""));

@@ -113,11 +113,11 @@ impl LengthDistribution {
     /// when `sampler` draws it (plus a bound on `total_count`), as
     /// (sub-field, value, reason); `None` when it can be drawn from.
     pub fn problem(&self, sampler: Sampler) -> Option<(&'static str, String, &'static str)> {
-        if self.min > self.max {
-            return Some(("min", self.min.to_string(), "must not exceed max"));
-        }
         if !(self.std_dev.is_finite() && self.std_dev >= 0.0) {
             return Some(("std_dev", self.std_dev.to_string(), "must be a finite number ≥ 0"));
+        }
+        if self.min > self.max {
+            return Some(("min", self.min.to_string(), "must not exceed max"));
         }
         if let Some(v) = self.variance {
             if self.std_dev > 0.0 {
