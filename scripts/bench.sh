@@ -13,6 +13,12 @@ for n in ${sizes[@]}; do
     | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=$n: /"
   echo
 done
+# Closed loop: 100 000 requests through 100 connections (a rate far above
+# what the server sustains, so every request waits for a slot).
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 1000 --max-concurrency 100 --num-requests 100000 \
+  --prompt-tokens 512 --output-tokens 256 --output /dev/null 2>&1 \
+  | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/closed loop, 100000 requests at concurrency 100: /"
+echo
 # Cluster: 100 000 requests over 16 instances (30 req/s each) with weighted
 # routing (prefix-affinity:4, queue-depth:3); prompts are a 256-token system
 # prompt from 64 groups + 256 private tokens.
