@@ -119,6 +119,13 @@ fn header_knobs(header: &TraceHeader) -> Result<(KnobFile, Vec<String>, Vec<Stri
         matched.push(format!("hardware={}", serde_yaml_ng::to_string(gpu).unwrap_or_default().trim()));
         map.insert(Value::from("hardware"), gpu.clone());
     }
+    // The recording client's cap on requests in flight holds in the replay too: a
+    // request is sent at its recorded time, or later if the simulated server
+    // still holds every connection.
+    if let Some(cap) = header.load_generator.as_ref().and_then(|lg| lg.get("max_concurrency")).filter(|c| c.as_u64().is_some_and(|c| c >= 1)) {
+        matched.push(format!("max-concurrency={}", serde_yaml_ng::to_string(cap).unwrap_or_default().trim()));
+        map.insert(Value::from("max-concurrency"), cap.clone());
+    }
     let file = KnobFile::from_yaml(Value::Mapping(map), "trace header `server:`")?;
     Ok((file, matched, ignored))
 }
@@ -181,5 +188,10 @@ mod tests {
         assert_eq!(file.model.as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
         assert!(matched.contains(&"tp=2".to_string()), "{matched:?}");
         assert_eq!(ignored, ["server.type", "server.enforce-eager"]);
+        assert_eq!(file.max_concurrency, None, "no load generator, no cap");
+        let recorded: TraceHeader = serde_yaml_ng::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
+        let (file, matched, _) = header_knobs(&recorded).unwrap();
+        assert_eq!(file.max_concurrency, Some(8));
+        assert!(matched.contains(&"max-concurrency=8".to_string()), "{matched:?}");
     }
 }

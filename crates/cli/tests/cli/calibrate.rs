@@ -64,11 +64,14 @@ fn observe_replay_calibrate_against_blis_serve_over_loopback() {
     run_ok(&[
         "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "40", "--num-requests", "200",
         "--prompt-tokens", "256", "--output-tokens", "64", "--prefix-tokens", "128", "--prefix-groups", "4", "--seed", "3",
-        "--api", "chat", "--trace-output", prefix.to_str().unwrap(),
+        "--api", "chat", "--trace-output", prefix.to_str().unwrap(), "--max-concurrency", "12",
     ]);
     drop(server);
     let sim = dir.join("sim.json");
     run_ok(&["replay", "--trace", prefix.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"]);
+    // The client's connection cap is replayed with the server.
+    let replayed: Value = serde_json::from_str(&std::fs::read_to_string(&sim).unwrap()).unwrap();
+    assert_eq!(replayed["config"]["max-concurrency"]["value"], 12, "{}", replayed["config"]);
     let report = dir.join("calib.json");
     let plots = dir.join("plots");
     let table = run_ok(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--report", report.to_str().unwrap(), "--plots", plots.to_str().unwrap()]);
