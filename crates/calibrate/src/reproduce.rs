@@ -14,8 +14,9 @@ use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, output_stream_seed};
 use blis_engine::rng::subsystem_seed;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
-use blis_engine::sim::{IterWorkload, Workload, run_single};
+use blis_engine::sim::{Workload, run_single};
 use blis_engine::time::Micros;
+use blis_workload::concurrency::ConcurrencyGate;
 use blis_workload::inference_perf::{StagePrompts, StagedWorkload};
 
 use crate::client::ClientObserver;
@@ -236,6 +237,35 @@ fn replay(exp: &Experiment, prompts: &StagePrompts, seed: u64) -> (Vec<Request>,
     (requests, order)
 }
 
+/// Recorded requests, each sent at its recorded time through its stage's
+/// concurrency cap (inference-perf's `concurrent` load): when the simulated
+/// server still holds every slot, a request goes the moment one frees, as
+/// the real client's would have. Without caps, exactly the recorded times.
+struct Recorded {
+    requests: std::collections::VecDeque<Request>,
+    /// Each stage's `concurrency_level` (`None`: a rate stage).
+    caps: Vec<Option<u32>>,
+    gate: ConcurrencyGate,
+}
+
+impl Workload for Recorded {
+    fn peek_arrival(&mut self) -> Option<Micros> {
+        let next = self.requests.front()?;
+        self.gate.set_limit(self.caps.get(next.meta.stage as usize).copied().flatten());
+        self.gate.send_time(next.arrival)
+    }
+
+    fn next_request(&mut self) -> Option<Request> {
+        self.peek_arrival()?;
+        let requests = &mut self.requests;
+        self.gate.send(requests.front().map(|r| r.arrival), || requests.pop_front())
+    }
+
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.gate.on_finish(record.finished);
+    }
+}
+
 /// The simulated counterpart of an experiment.
 #[derive(Clone, Debug)]
 pub struct Simulated {
@@ -276,7 +306,8 @@ pub fn simulate(
     let (mut workload, csv_row_of, num_requests): (Box<dyn Workload>, Vec<usize>, usize) = match &exp.requests {
         Some(rows) => {
             let (reqs, order) = replay(exp, &prompts, seed);
-            (Box::new(IterWorkload::new(reqs.into_iter())), order, rows.len())
+            let caps = exp.workload.load.stages.iter().map(|s| s.concurrency).collect();
+            (Box::new(Recorded { requests: reqs.into(), caps, gate: ConcurrencyGate::new(None) }), order, rows.len())
         }
         None => {
             let n: u64 = exp.workload.load.stages.iter().map(|s| s.num_requests()).sum();

@@ -50,9 +50,19 @@ impl ConcurrencyGate {
         }
     }
 
-    /// A request was sent.
+    /// A request was sent (at [`ConcurrencyGate::send_time`]).
     pub fn on_send(&mut self) {
         self.in_flight += 1;
+    }
+
+    /// Sends the request due at `due`, which `take` hands over, if a slot is
+    /// free: its arrival becomes the send time ([`ConcurrencyGate::send_time`]).
+    pub fn send(&mut self, due: Option<Micros>, take: impl FnOnce() -> Option<Request>) -> Option<Request> {
+        let sent = self.send_time(due?)?;
+        let mut request = take()?;
+        request.arrival = sent;
+        self.on_send();
+        Some(request)
     }
 
     /// A request sent through the gate ended at `at`.
@@ -83,11 +93,9 @@ impl Workload for ConcurrencyLimited {
     }
 
     fn next_request(&mut self) -> Option<Request> {
-        let sent = self.peek_arrival()?;
-        let mut request = self.inner.next_request()?;
-        request.arrival = sent;
-        self.gate.on_send();
-        Some(request)
+        let due = self.inner.peek_arrival();
+        let inner = &mut self.inner;
+        self.gate.send(due, || inner.next_request())
     }
 
     fn on_finish(&mut self, record: &RequestRecord) {
@@ -190,14 +198,15 @@ mod tests {
         let g = ConcurrencyGate::new(None);
         assert_eq!(g.send_time(Micros(5)), Some(Micros(5)));
         let mut g = ConcurrencyGate::new(Some(1));
-        g.on_send();
+        let one = || Due([Micros(0)].into_iter().collect(), 0).next_request();
+        assert!(g.send(Some(Micros(0)), one).is_some());
         assert_eq!(g.send_time(Micros(5)), None);
         g.on_finish(Micros(9));
         assert_eq!(g.send_time(Micros(5)), Some(Micros(9)));
         assert_eq!(g.send_time(Micros(12)), Some(Micros(12)));
-        g.on_send();
+        assert!(g.send(Some(Micros(12)), one).is_some());
+        assert_eq!(g.send(Some(Micros(13)), one), None, "the one slot is taken");
         g.set_limit(None);
-        g.on_send();
-        assert_eq!(g.send_time(Micros(20)), Some(Micros(20)), "no cap: every request goes when due");
+        assert_eq!(g.send(Some(Micros(20)), one).map(|r| r.arrival), Some(Micros(20)), "no cap: every request goes when due");
     }
 }

@@ -5,8 +5,11 @@
 //! per-request report in place of `requests.csv`.
 
 use blis_calibrate::coefficients::CoefficientSet;
-use blis_calibrate::reproduce::Definitions;
+use blis_calibrate::experiment::Experiment;
+use blis_calibrate::reproduce::{Definitions, Setup, simulate};
 use blis_calibrate::suite::Suite;
+use blis_engine::instance::Observer;
+use blis_engine::request::RequestRecord;
 
 use crate::copy_experiment;
 
@@ -95,4 +98,43 @@ fn per_request_report(csv: &str) -> String {
         .collect();
     entries.reverse();
     serde_json::to_string_pretty(&entries).unwrap()
+}
+
+/// A concurrent-load run replays its recorded sends through its
+/// concurrency cap: here the roleplay run's 7 200 sends, recast as one
+/// stage of 7 200 requests 4 at a time, never have more than 4 in flight,
+/// and a request the cap held back goes exactly when another ends.
+#[test]
+fn a_concurrent_run_replays_through_its_cap() {
+    let copied = copy_experiment(SOURCE, "concurrent", |rel, text| match rel {
+        "results/config.yaml" => {
+            let rate_stage = "  type: constant\n  interval: 1.0\n  stages:\n  - rate: 6.0\n    duration: 1200\n";
+            assert!(text.contains(rate_stage), "the shipped config changed");
+            let concurrent = "  type: concurrent\n  interval: 1.0\n  stages:\n  - num_requests: 7200\n    concurrency_level: 4\n";
+            Some((rel.into(), text.replace(rate_stage, concurrent)))
+        }
+        _ => Some((rel.into(), text)),
+    });
+    #[derive(Default)]
+    struct Spans(Vec<(u64, u64)>);
+    impl Observer for Spans {
+        fn on_finish(&mut self, r: &RequestRecord) {
+            self.0.push((r.arrival.as_us(), r.finished.as_us()));
+        }
+    }
+    let exp = Experiment::load(&copied.dir).unwrap();
+    let setup = Setup::of(&exp, &Definitions::default()).unwrap();
+    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
+    let mut spans = Spans::default();
+    simulate(&exp, &setup, latency, 0, false, &mut spans).unwrap();
+    let mut events: Vec<(u64, i32)> = spans.0.iter().flat_map(|&(a, f)| [(a, 1), (f, -1)]).collect();
+    events.sort_by_key(|&(t, d)| (t, d)); // an end before a send at the same instant
+    let most = events.iter().scan(0, |n, &(_, d)| { *n += d; Some(*n) }).max();
+    assert_eq!(most, Some(4));
+    let rows = exp.requests.as_ref().unwrap();
+    let ends: std::collections::BTreeSet<u64> = spans.0.iter().map(|&(_, f)| f).collect();
+    let recorded: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.arrival_time_us).collect();
+    let held = spans.0.iter().filter(|(a, _)| !recorded.contains(a)).count();
+    assert!(held > 1000, "only {held} sends held back: 6 req/s of ~1.8 s requests need ~11 slots");
+    assert!(spans.0.iter().all(|(a, _)| recorded.contains(a) || ends.contains(a)), "a held request goes when another ends");
 }
