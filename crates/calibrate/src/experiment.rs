@@ -7,6 +7,7 @@
 //!   exp-config.yaml                     server knobs: model, tensor_parallelism, max_model_len, max_num_batched_tokens, max_num_seqs
 //!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
 //!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
+//!                                        (and, when recorded, output_tokens: what the server generated)
 //!   results/config.yaml                 the inference-perf configuration actually used
 //!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
 //!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
@@ -295,6 +296,18 @@ pub struct RequestRow {
     /// Client-side time to first token, ms (empty for failures).
     #[serde(default)]
     pub ttft_ms: Option<f64>,
+    /// Tokens the server generated, when recorded (an `output_tokens`
+    /// column; `output_tokens_retokenized` is re-tokenised text and not read).
+    #[serde(default)]
+    pub output_tokens: Option<u32>,
+}
+
+/// The generated length of every successful request, when all of them
+/// were recorded: the replay generates exactly those.
+pub fn recorded_outputs(rows: &[RequestRow]) -> Option<Vec<u32>> {
+    let successes = || rows.iter().filter(|r| r.has_error == 0);
+    successes().next()?;
+    successes().map(|r| r.output_tokens).collect()
 }
 
 /// One loaded experiment.
@@ -497,7 +510,8 @@ impl Experiment {
             )),
             _ => None,
         });
-        let eos = (!self.workload.ignore_eos).then(|| {
+        let outputs_recorded = self.requests.as_deref().and_then(recorded_outputs).is_some();
+        let eos = (!self.workload.ignore_eos && !outputs_recorded).then(|| {
             format!(
                 "{}: server.ignore_eos is false: the real server may have stopped requests before max_tokens; \
                  BLIS generates max_tokens for every request",
@@ -556,6 +570,9 @@ pub(crate) fn check_row(row: &RequestRow) -> Result<(), String> {
         {
             return Err(format!("field `{field}` = {v:?}: must be a number of ms in [0, {max_ms:e}]"));
         }
+    }
+    if row.has_error == 0 && row.output_tokens == Some(0) {
+        return Err("field `output_tokens` = 0: a successful request generated at least one token".into());
     }
     match (row.has_error, row.ttft_ms, row.e2e_ms) {
         (0, Some(ttft), Some(e2e)) if ttft > e2e => Err(format!("field `ttft_ms` = {ttft:?}: later than `e2e_ms` = {e2e:?}")),

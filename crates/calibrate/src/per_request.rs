@@ -10,7 +10,9 @@
 //! `info.request_metrics.text.input_tokens` in 2026 versions), and the
 //! first streamed chunk's time in `computed_metrics.time_to_first_token`,
 //! `info.response_metrics.chunk_times` or `info.output_token_times`
-//! (whichever the version wrote). Entries carry no stage: stages run one
+//! (whichever the version wrote), and in 2026 versions the server's own
+//! count of generated tokens in `info.response_metrics.server_usage`.
+//! Entries carry no stage: stages run one
 //! after another, so in send order the first `sent(0)` entries are stage
 //! 0's, the next `sent(1)` stage 1's, and so on.
 
@@ -65,6 +67,16 @@ struct TextMetrics {
 struct ResponseMetrics {
     #[serde(default, deserialize_with = "first_of")]
     chunk_times: Option<f64>,
+    /// What the server reported generating (2026 versions; the other
+    /// output counts are re-tokenised text).
+    #[serde(default)]
+    server_usage: Option<ServerUsage>,
+}
+
+#[derive(Deserialize)]
+struct ServerUsage {
+    #[serde(default)]
+    completion_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -146,6 +158,7 @@ pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, Experime
                 has_error: u8::from(!ok),
                 e2e_ms: ok.then(|| ms(e.end_time - e.start_time)),
                 ttft_ms: if ok { e.time_to_first_token().map(ms) } else { None },
+                output_tokens: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref()?.server_usage.as_ref()?.completion_tokens) } else { None },
             };
             check_row(&row).map(|()| row).map_err(|m| format(format!("entry {index} in send order: {m}")))
         })
@@ -173,7 +186,8 @@ mod tests {
         let json = r#"[
           {"start_time": 100.5, "end_time": 101.0, "request": "{}", "response": "data: x",
            "info": {"request_metrics": {"text": {"input_tokens": 600}}, "input_tokens": 1,
-                    "response_metrics": {"chunk_times": [100.6, 100.7], "output_token_times": []}}, "error": null},
+                    "response_metrics": {"chunk_times": [100.6, 100.7], "output_token_times": [],
+                                         "server_usage": {"prompt_tokens": 600, "completion_tokens": 97}}}, "error": null},
           {"start_time": 100.0, "end_time": 100.9,
            "info": {"input_tokens": 512, "output_tokens": 4, "output_token_times": [100.25, 100.5, 100.9]}, "error": null},
           {"start_time": 103.0, "end_time": 103.1, "info": {"input_tokens": 0},
@@ -184,6 +198,7 @@ mod tests {
         let r = rows(json, &[2, 2]).unwrap();
         let got: Vec<(u64, u32, u64, u32, u8)> = r.iter().map(|r| (r.index, r.stage, r.arrival_time_us, r.input_tokens, r.has_error)).collect();
         assert_eq!(got, [(0, 0, 0, 512, 0), (1, 0, 500_000, 600, 0), (2, 1, 2_000_000, 300, 0), (3, 1, 3_000_000, 0, 1)]);
+        assert_eq!(r.iter().map(|r| r.output_tokens).collect::<Vec<_>>(), [None, Some(97), None, None], "only the server's count is read");
         let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() / 1e6);
         assert_eq!(r.iter().map(|r| (ms(r.e2e_ms), ms(r.ttft_ms))).collect::<Vec<_>>(), [
             (Some(900.0), Some(250.0)),

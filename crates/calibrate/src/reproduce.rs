@@ -21,7 +21,7 @@ use blis_workload::inference_perf::{StagePrompts, StagedWorkload};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
-use crate::experiment::Experiment;
+use crate::experiment::{Experiment, recorded_outputs};
 
 /// vLLM v1's defaults for knobs an experiment does not record.
 const DEFAULT_MAX_NUM_SEQS: u32 = 256;
@@ -190,7 +190,8 @@ fn measured_prompt_tokens(exp: &Experiment) -> Option<f64> {
 /// The requests of `requests.csv` as sent: exact send times and prompt
 /// lengths; request n of a stage is the data generator's request n (shared
 /// prefix: prompt n mod count; random and synthetic: lengths n mod
-/// total_count, so `max_tokens` is drawn, not known). Failed rows record no
+/// total_count, so `max_tokens` is drawn, not known), and a success whose
+/// generated length was recorded generates exactly that. Failed rows record no
 /// length; they get the length the same prompt had elsewhere in the run,
 /// else the generator's own. Returns the requests (ids in send order) and
 /// each one's CSV row.
@@ -223,7 +224,8 @@ fn replay(exp: &Experiment, prompts: &StagePrompts, seed: u64) -> (Vec<Request>,
             let row = &rows[i];
             let len = if row.input_tokens > 0 { Some(row.input_tokens) } else { known_len[(n % count) as usize] };
             let id = RequestId(id as u64);
-            let (prompt, max_output_tokens) = prompts.nth(n, id, len);
+            let (prompt, drawn_output) = prompts.nth(n, id, len);
+            let max_output_tokens = row.output_tokens.filter(|_| row.has_error == 0).unwrap_or(drawn_output);
             Request {
                 id,
                 arrival: Micros(row.arrival_time_us),
@@ -279,12 +281,15 @@ pub struct Simulated {
     pub preemptions: u64,
     /// Prompt tokens served from the prefix cache / looked up.
     pub prefix_hit_rate: f64,
-    /// Mean `max_tokens` of the simulated requests' data generator: what
-    /// every successful request generates with a shared prefix, the mean of
-    /// the drawn lengths otherwise. Converts E2E − TTFT into a per-token time.
+    /// Mean generated length of a successful request: the recorded lengths'
+    /// mean when every success has one, else the mean `max_tokens` of the
+    /// data generator (what every request generates with a shared prefix,
+    /// the mean of the drawn lengths otherwise). Converts E2E − TTFT into a
+    /// per-token time.
     pub mean_output_tokens: f64,
-    /// Whether each request's output length is known (shared prefix), so
-    /// that per-request comparisons with `requests.csv` are like for like.
+    /// Whether each request's output length is known (recorded, or the same
+    /// for every request), so that per-request comparisons with the
+    /// recorded requests are like for like.
     pub fixed_output: bool,
 }
 
@@ -302,7 +307,11 @@ pub fn simulate(
     let mut instance = Instance::new(0, setup.instance.clone(), latency)
         .map_err(|e| ExperimentError::Unreproducible { path: exp.dir.clone(), message: e.to_string() })?;
     let prompts = StagePrompts::new(&exp.workload.data, setup.measured_prompt_tokens, seed);
-    let (mean_output_tokens, fixed_output) = (prompts.mean_output_tokens(), prompts.fixed_output());
+    let recorded = exp.requests.as_deref().and_then(recorded_outputs);
+    let (mean_output_tokens, fixed_output) = match &recorded {
+        Some(outputs) => (outputs.iter().map(|&n| f64::from(n)).sum::<f64>() / outputs.len() as f64, true),
+        None => (prompts.mean_output_tokens(), prompts.fixed_output()),
+    };
     let (mut workload, csv_row_of, num_requests): (Box<dyn Workload>, Vec<usize>, usize) = match &exp.requests {
         Some(rows) => {
             let (reqs, order) = replay(exp, &prompts, seed);

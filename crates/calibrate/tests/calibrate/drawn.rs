@@ -4,16 +4,12 @@
 //! lengths, with `max_tokens` drawn from the configured distribution, and
 //! is never compared request by request.
 
-use std::path::Path;
-
 use blis_calibrate::coefficients::CoefficientSet;
-use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup, simulate};
+use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
-use blis_engine::instance::Observer;
-use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::request::Outcome;
 
-use crate::{Copied, copy_experiment};
+use crate::{Copied, copy_experiment, simulate_dir};
 
 const SOURCE: &str = "20260217-231439-llama-2-7b-tp1-general";
 
@@ -51,25 +47,6 @@ fn copy_with_data(tag: &str, data: &str, csv: bool) -> Copied {
         }
         _ => Some((rel.into(), text)),
     })
-}
-
-#[derive(Default)]
-struct Records(Vec<RequestRecord>);
-
-impl Observer for Records {
-    fn on_finish(&mut self, record: &RequestRecord) {
-        self.0.push(record.clone());
-    }
-}
-
-fn simulate_dir(dir: &Path) -> (Experiment, blis_calibrate::reproduce::Simulated, Vec<RequestRecord>) {
-    let exp = Experiment::load(dir).unwrap();
-    let setup = Setup::of(&exp, &Definitions::default()).unwrap();
-    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
-    let mut records = Records::default();
-    let sim = simulate(&exp, &setup, latency, 0, false, &mut records).unwrap();
-    records.0.sort_by_key(|r| r.id);
-    (exp, sim, records.0)
 }
 
 #[test]

@@ -7,6 +7,12 @@ mod vendored;
 
 use std::path::{Path, PathBuf};
 
+use blis_calibrate::coefficients::CoefficientSet;
+use blis_calibrate::experiment::Experiment;
+use blis_calibrate::reproduce::{Definitions, Setup, Simulated, simulate};
+use blis_engine::instance::Observer;
+use blis_engine::request::RequestRecord;
+
 /// An experiment copied under a scratch directory, removed on drop.
 pub struct Copied {
     root: PathBuf,
@@ -42,3 +48,27 @@ pub fn copy_experiment(source: &str, tag: &str, place: impl Fn(&str, String) -> 
     }
     Copied { root, dir: dst }
 }
+
+/// Every finished request's record.
+#[derive(Default)]
+pub struct Records(Vec<RequestRecord>);
+
+impl Observer for Records {
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.0.push(record.clone());
+    }
+}
+
+/// Loads and simulates the experiment in `dir` with the bundled default
+/// coefficients and seed 0: the experiment, the simulation, and every
+/// request's record in id order.
+pub fn simulate_dir(dir: &Path) -> (Experiment, Simulated, Vec<RequestRecord>) {
+    let exp = Experiment::load(dir).unwrap();
+    let setup = Setup::of(&exp, &Definitions::default()).unwrap();
+    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
+    let mut records = Records::default();
+    let sim = simulate(&exp, &setup, latency, 0, false, &mut records).unwrap();
+    records.0.sort_by_key(|r| r.id);
+    (exp, sim, records.0)
+}
+

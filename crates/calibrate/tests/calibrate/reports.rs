@@ -5,13 +5,11 @@
 //! per-request report in place of `requests.csv`.
 
 use blis_calibrate::coefficients::CoefficientSet;
-use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup, simulate};
+use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
-use blis_engine::instance::Observer;
-use blis_engine::request::RequestRecord;
+use blis_engine::request::Outcome;
 
-use crate::copy_experiment;
+use crate::{copy_experiment, simulate_dir};
 
 const SOURCE: &str = "20260217-162547-llama-2-7b-tp1-roleplay";
 
@@ -115,26 +113,52 @@ fn a_concurrent_run_replays_through_its_cap() {
         }
         _ => Some((rel.into(), text)),
     });
-    #[derive(Default)]
-    struct Spans(Vec<(u64, u64)>);
-    impl Observer for Spans {
-        fn on_finish(&mut self, r: &RequestRecord) {
-            self.0.push((r.arrival.as_us(), r.finished.as_us()));
-        }
-    }
-    let exp = Experiment::load(&copied.dir).unwrap();
-    let setup = Setup::of(&exp, &Definitions::default()).unwrap();
-    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
-    let mut spans = Spans::default();
-    simulate(&exp, &setup, latency, 0, false, &mut spans).unwrap();
-    let mut events: Vec<(u64, i32)> = spans.0.iter().flat_map(|&(a, f)| [(a, 1), (f, -1)]).collect();
+    let (exp, _, records) = simulate_dir(&copied.dir);
+    let spans: Vec<(u64, u64)> = records.iter().map(|r| (r.arrival.as_us(), r.finished.as_us())).collect();
+    let mut events: Vec<(u64, i32)> = spans.iter().flat_map(|&(a, f)| [(a, 1), (f, -1)]).collect();
     events.sort_by_key(|&(t, d)| (t, d)); // an end before a send at the same instant
     let most = events.iter().scan(0, |n, &(_, d)| { *n += d; Some(*n) }).max();
     assert_eq!(most, Some(4));
     let rows = exp.requests.as_ref().unwrap();
-    let ends: std::collections::BTreeSet<u64> = spans.0.iter().map(|&(_, f)| f).collect();
+    let ends: std::collections::BTreeSet<u64> = spans.iter().map(|&(_, f)| f).collect();
     let recorded: std::collections::BTreeSet<u64> = rows.iter().map(|r| r.arrival_time_us).collect();
-    let held = spans.0.iter().filter(|(a, _)| !recorded.contains(a)).count();
+    let held = spans.iter().filter(|(a, _)| !recorded.contains(a)).count();
     assert!(held > 1000, "only {held} sends held back: 6 req/s of ~1.8 s requests need ~11 slots");
-    assert!(spans.0.iter().all(|(a, _)| recorded.contains(a) || ends.contains(a)), "a held request goes when another ends");
+    assert!(spans.iter().all(|(a, _)| recorded.contains(a) || ends.contains(a)), "a held request goes when another ends");
+}
+
+/// A run that records each request's generated length (an `output_tokens`
+/// column; inference-perf's per-request report has it in `server_usage`)
+/// replays exactly those lengths, needs no `ignore_eos`, and is compared
+/// request by request.
+#[test]
+fn recorded_output_lengths_are_generated_exactly() {
+    let length_of = |index: u64| 100 + (index * 37 % 151) as u32;
+    let copied = copy_experiment(SOURCE, "outputs", |rel, text| match rel {
+        "requests.csv" => {
+            let mut lines = text.lines();
+            let mut out = format!("{},output_tokens\n", lines.next().unwrap());
+            for line in lines {
+                let index: u64 = line.split(',').next().unwrap().parse().unwrap();
+                let failed = line.split(',').nth(5) == Some("1");
+                out += &format!("{line},{}\n", if failed { String::new() } else { length_of(index).to_string() });
+            }
+            Some((rel.into(), out))
+        }
+        "results/config.yaml" => Some((rel.into(), text.replace("ignore_eos: true", "ignore_eos: false"))),
+        _ => Some((rel.into(), text)),
+    });
+    let (exp, sim, records) = simulate_dir(&copied.dir);
+    assert!(exp.warnings().iter().all(|w| !w.contains("ignore_eos")), "{:?}", exp.warnings());
+    assert!(sim.fixed_output, "outputs are known per request");
+    let rows = exp.requests.as_ref().unwrap();
+    let mut checked = 0;
+    for r in records.iter().filter(|r| r.outcome == Outcome::Completed) {
+        let row = &rows[sim.csv_row_of[r.id.0 as usize]];
+        assert_eq!(r.output_tokens, length_of(row.index), "request {}", r.id.0);
+        checked += 1;
+    }
+    assert!(checked > 7000, "{checked}");
+    let mean = rows.iter().filter(|r| r.has_error == 0).map(|r| f64::from(length_of(r.index))).sum::<f64>() / rows.iter().filter(|r| r.has_error == 0).count() as f64;
+    assert!((sim.mean_output_tokens - mean).abs() < 1e-9, "{} vs {mean}", sim.mean_output_tokens);
 }
