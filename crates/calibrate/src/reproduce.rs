@@ -320,7 +320,7 @@ pub fn simulate(
         }
         None => {
             let n: u64 = exp.workload.load.stages.iter().map(|s| s.num_requests()).sum();
-            (Box::new(StagedWorkload::new(&exp.workload, setup.measured_prompt_tokens, seed)), Vec::new(), n as usize)
+            (Box::new(StagedWorkload::with_prompts(&exp.workload, prompts, seed)), Vec::new(), n as usize)
         }
     };
     let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);

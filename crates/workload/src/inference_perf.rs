@@ -622,16 +622,14 @@ impl InferencePerfConfig {
 }
 
 fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
-    let at_least_one = |field: &str| InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" };
-    if sp.num_groups == 0 {
-        return Err(at_least_one("data.shared_prefix.num_groups"));
-    }
-    if sp.num_prompts_per_group == 0 {
-        return Err(at_least_one("data.shared_prefix.num_prompts_per_group"));
-    }
-    for (field, length) in [("data.shared_prefix.question_len", &sp.question_len), ("data.shared_prefix.output_len", &sp.output_len)] {
-        if *length == Length::Fixed(0) {
-            return Err(at_least_one(field));
+    for (field, zero) in [
+        ("data.shared_prefix.num_groups", sp.num_groups == 0),
+        ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group == 0),
+        ("data.shared_prefix.question_len", sp.question_len == Length::Fixed(0)),
+        ("data.shared_prefix.output_len", sp.output_len == Length::Fixed(0)),
+    ] {
+        if zero {
+            return Err(InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" });
         }
     }
     let longest = sp.system_prompt_len.upper_bound() + sp.question_len.upper_bound();
@@ -992,7 +990,12 @@ impl StagedWorkload {
     /// The run of `cfg`, deterministic in `seed`, its prompts scaled to
     /// `measured_prompt_tokens` when given (see [`StagePrompts::new`]).
     pub fn new(cfg: &InferencePerfConfig, measured_prompt_tokens: Option<f64>, seed: u64) -> StagedWorkload {
-        let prompts = StagePrompts::new(&cfg.data, measured_prompt_tokens, seed);
+        StagedWorkload::with_prompts(cfg, StagePrompts::new(&cfg.data, measured_prompt_tokens, seed), seed)
+    }
+
+    /// The run of `cfg` sending `prompts` (built by [`StagePrompts::new`]
+    /// from `cfg.data` and the same `seed`), deterministic in `seed`.
+    pub fn with_prompts(cfg: &InferencePerfConfig, prompts: StagePrompts, seed: u64) -> StagedWorkload {
         let conversations = match (&prompts, cfg.shared_prefix()) {
             (StagePrompts::Shared(prompts), Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
             _ => None,
