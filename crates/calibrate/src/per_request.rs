@@ -170,7 +170,10 @@ mod tests {
     use super::*;
 
     fn rows(json: &str, stages: &[u64]) -> Result<Vec<RequestRow>, ExperimentError> {
-        let dir = std::env::temp_dir().join(format!("blis-per-request-{}-{}", std::process::id(), json.len()));
+        // Tests run in parallel: one directory per call.
+        static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let dir = std::env::temp_dir().join(format!("blis-per-request-{}-{call}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("per_request_lifecycle_metrics.json");
         std::fs::write(&path, json).unwrap();
