@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use blis_engine::catalog;
-use blis_engine::hardware::{GpuSpec, kv_blocks};
+use blis_engine::hardware::{GpuSpec, KvSizing, kv_blocks};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::instance::{Fanout, Instance, Observer};
 use blis_engine::latency::LatencyModel;
@@ -145,20 +145,23 @@ impl Setup {
         if !VLLM_BLOCK_SIZES.contains(&block_size) {
             return Err(unreproducible(format!("server-facts.yaml block_size = {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens")));
         }
+        let max_num_seqs = f.max_num_seqs.or(c.max_num_seqs).unwrap_or(DEFAULT_MAX_NUM_SEQS);
+        let max_num_batched_tokens = f.max_num_batched_tokens.or(c.max_num_batched_tokens).unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS);
         let (num_gpu_blocks, blocks_from_server) = match f.num_gpu_blocks {
             Some(b) if b > MAX_GPU_BLOCKS => {
                 return Err(unreproducible(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported")));
             }
             Some(b) => (b, true),
             None => {
-                let util = f.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
-                (kv_blocks(&model, &gpu_spec, tp, util, block_size).map_err(|e| unreproducible(e.to_string()))?, false)
+                let gpu_memory_utilization = f.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+                let sizing = KvSizing { tp, gpu_memory_utilization, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
+                (kv_blocks(&model, &gpu_spec, &sizing).map_err(|e| unreproducible(e.to_string()))?, false)
             }
         };
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
-                max_num_seqs: f.max_num_seqs.or(c.max_num_seqs).unwrap_or(DEFAULT_MAX_NUM_SEQS),
-                max_num_batched_tokens: f.max_num_batched_tokens.or(c.max_num_batched_tokens).unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS),
+                max_num_seqs,
+                max_num_batched_tokens,
                 max_model_len: f.max_model_len.or(c.max_model_len).unwrap_or(model.derived_max_model_len),
                 enable_chunked_prefill: f.enable_chunked_prefill.unwrap_or(true),
                 long_prefill_token_threshold: 0,

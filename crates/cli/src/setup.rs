@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use blis_calibrate::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::catalog;
-use blis_engine::hardware::{GpuSpec, kv_blocks};
+use blis_engine::hardware::{GpuSpec, KvSizing, kv_blocks};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
@@ -241,15 +241,6 @@ impl Deployment {
                 model.derived_max_model_len
             }
         };
-        let num_gpu_blocks = match k.num_gpu_blocks.value {
-            Some(b) => b,
-            None => {
-                let b = kv_blocks(&model, &gpu, tp, util, block_size).map_err(|e| bad_input!("{model_name} on {tp} × {gpu_name}: {e}"))?;
-                report_entry(report, "num-gpu-blocks", &b, Source::Derived);
-                b
-            }
-        };
-
         let enable_chunked_prefill = required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?;
         let mut max_num_batched_tokens = required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?;
         // As vLLM does: without chunked prefill the default budget grows to hold a whole prompt.
@@ -257,10 +248,21 @@ impl Deployment {
             max_num_batched_tokens = max_model_len;
             report_entry(report, "max-num-batched-tokens", &max_num_batched_tokens, Source::Derived);
         }
+        let max_num_seqs = required(&k.max_num_seqs, "--max-num-seqs is required")?;
+        let num_gpu_blocks = match k.num_gpu_blocks.value {
+            Some(b) => b,
+            None => {
+                let sizing =
+                    KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
+                let b = kv_blocks(&model, &gpu, &sizing).map_err(|e| bad_input!("{model_name} on {tp} × {gpu_name}: {e}"))?;
+                report_entry(report, "num-gpu-blocks", &b, Source::Derived);
+                b
+            }
+        };
 
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
-                max_num_seqs: required(&k.max_num_seqs, "--max-num-seqs is required")?,
+                max_num_seqs,
                 max_num_batched_tokens,
                 max_model_len,
                 enable_chunked_prefill,

@@ -185,10 +185,11 @@ impl GpuSpec {
 /// Why no KV block count can be derived.
 #[derive(Debug, Error, PartialEq)]
 pub enum CapacityError {
-    /// Weights and reserves exceed the memory budget.
+    /// Weights and the profiling run's reserves exceed the memory budget.
     #[error(
         "the model does not fit: weights and reserves need {needed_gib:.1} GiB per GPU but \
-         gpu_memory_utilization × memory gives {available_gib:.1} GiB; raise --tp or --gpu-memory-utilization"
+         gpu_memory_utilization × memory gives {available_gib:.1} GiB; raise --tp or --gpu-memory-utilization, \
+         or lower --max-num-batched-tokens"
     )]
     DoesNotFit {
         /// GiB needed per GPU before any KV cache.
@@ -198,49 +199,64 @@ pub enum CapacityError {
     },
 }
 
-/// Activation workspace vLLM's memory profiler reserves per GPU, GiB.
-const ACTIVATION_RESERVE_DENSE_GIB: f64 = 5.5;
-/// Same for MoE models, whose expert routing buffers are larger.
-const ACTIVATION_RESERVE_MOE_GIB: f64 = 8.0;
-/// Non-torch memory (CUDA context, NCCL buffers) per GPU at tp = 1 and tp > 1.
+/// Share of a GPU's nominal memory that CUDA reports as its total and vLLM
+/// multiplies by `--gpu-memory-utilization`: an 80 GiB H100 reports 79.22 GiB
+/// (vLLM's memory-profiling log, vllm-project/vllm#12126).
+const CUDA_REPORTED_MEMORY_FRACTION: f64 = 79.22 / 80.0;
+/// Memory outside PyTorch's allocator that vLLM's profiler charges per GPU
+/// (cuBLAS workspaces; NCCL and custom all-reduce buffers when tp > 1), GiB,
+/// at tp = 1 and tp > 1 (the llm-d capacity planner's figures).
 const NON_TORCH_GIB: [f64; 2] = [0.15, 0.6];
 
-/// Number of KV blocks a vLLM instance would allocate, following the llm-d
-/// capacity planner's approximation of vLLM's memory profiling
-/// (`latency-formulas.md` §5), summed over the `tp` GPUs of the instance:
+/// The vLLM settings, besides the model and the GPU, that decide how many KV
+/// blocks an instance allocates.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct KvSizing {
+    /// Tensor-parallel degree: the GPUs of the instance.
+    pub tp: u32,
+    /// `--gpu-memory-utilization`, in (0, 1].
+    pub gpu_memory_utilization: f64,
+    /// `--block-size`, tokens per block.
+    pub block_size_tokens: u32,
+    /// `--max-num-batched-tokens`: the tokens of the profiling forward pass.
+    pub max_num_batched_tokens: u32,
+    /// `--max-num-seqs`: the rows of the profiling sampler pass.
+    pub max_num_seqs: u32,
+}
+
+impl KvSizing {
+    /// `tp` GPUs with BLIS's default knobs: utilisation 0.9, 16-token blocks,
+    /// 8192 batched tokens, 256 sequences.
+    pub fn defaults(tp: u32) -> KvSizing {
+        KvSizing { tp, gpu_memory_utilization: 0.9, block_size_tokens: 16, max_num_batched_tokens: 8192, max_num_seqs: 256 }
+    }
+}
+
+/// Number of KV blocks a vLLM instance allocates, following vLLM's memory
+/// profiler (`Worker.determine_available_memory`), per GPU:
 ///
 /// ```text
-/// available  = memory_gib · gpu_memory_utilization · tp
-/// overhead   = weight bytes + activation reserve (5.5 GiB dense, 8 GiB MoE, once)
-///              + non-torch memory (0.15 GiB per GPU at tp = 1, 0.6 GiB per GPU at tp > 1) · tp
-/// blocks     = floor((available − overhead) · 2^30 / (KV bytes per token over all GPUs · block_size))
+/// requested = memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization
+/// KV bytes  = requested − weight bytes / tp − profiling activation peak − non-torch memory
+/// blocks    = floor(KV bytes / (KV bytes per token per GPU · block_size))
 /// ```
 ///
-/// (KV bytes per token over all GPUs is 2·L·KVH·dH·BPP while tp ≤ KVH; past
-/// that every rank holds one replicated head, and for latent attention every
-/// rank stores the whole latent: tp times the per-GPU bytes.)
-/// On the three H100 runs in `validation/` this gives 6 886 / 31 048 / 24 474
-/// blocks against the 7 462 / 31 356 / 27 510 the servers reported, so it is
-/// conservative by 1–11 %; pass `--num-gpu-blocks` when the real count is known.
-pub fn kv_blocks(
-    model: &ModelConfig,
-    gpu: &GpuSpec,
-    tp: u32,
-    gpu_memory_utilization: f64,
-    block_size_tokens: u32,
-) -> Result<u64, CapacityError> {
+/// The activation peak is [`ModelConfig::profile_activation_bytes_per_gpu`]
+/// at `--max-num-batched-tokens` and `--max-num-seqs`; non-torch memory is
+/// 0.15 GiB at tp = 1 and 0.6 GiB at tp > 1. No constant here is fitted:
+/// on the three H100 servers in `validation/` this gives 7 472 / 31 451 /
+/// 27 595 blocks against the 7 462 / 31 356 / 27 510 they reported (0.1–0.3 %
+/// high); pass `--num-gpu-blocks` when the real count is known.
+pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<u64, CapacityError> {
     const GIB: f64 = (1u64 << 30) as f64;
-    let tp = tp.max(1);
-    let gpus = f64::from(tp);
-    let available_gib = gpu.memory_gib * gpu_memory_utilization * gpus;
-    let reserve = if model.moe.is_some() { ACTIVATION_RESERVE_MOE_GIB } else { ACTIVATION_RESERVE_DENSE_GIB };
-    let non_torch = NON_TORCH_GIB[usize::from(tp > 1)] * gpus;
-    let needed_gib = model.weight_bytes() / GIB + reserve + non_torch;
-    let free_bytes = (available_gib - needed_gib) * GIB;
-    let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * gpus * f64::from(block_size_tokens);
-    let blocks = (free_bytes / block_bytes).floor();
+    let tp = sizing.tp.max(1);
+    let available_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION * sizing.gpu_memory_utilization;
+    let activation_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
+    let needed_gib = model.weight_bytes() / f64::from(tp) / GIB + activation_gib + NON_TORCH_GIB[usize::from(tp > 1)];
+    let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * f64::from(sizing.block_size_tokens);
+    let blocks = ((available_gib - needed_gib) * GIB / block_bytes).floor();
     if blocks < 2.0 {
-        return Err(CapacityError::DoesNotFit { needed_gib: needed_gib / gpus, available_gib: available_gib / gpus });
+        return Err(CapacityError::DoesNotFit { needed_gib, available_gib });
     }
     Ok(blocks as u64)
 }
@@ -248,7 +264,7 @@ pub fn kv_blocks(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::find_gpu;
+    use crate::catalog::{find_gpu, find_model};
 
     /// NVIDIA's datasheet figures for two H100 variants, in the vendor shape (with sparsity).
     const H100_SXM_DATASHEET: &str = r#"{"name": "H100 SXM", "vendor": "NVIDIA", "compute": {"fp32": 67, "bf16_tensor_core": 1979,
@@ -283,5 +299,29 @@ mod tests {
         assert!(matches!(GpuSpec::from_json("{"), Err(GpuSpecParseError::Format(_))));
         let e = GpuSpec::from_json(&own.replace("\"source\"", "\"colour\": 1, \"source\"")).unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
+    }
+
+    #[test]
+    fn a_larger_profiling_budget_leaves_fewer_blocks_and_too_large_a_model_is_refused() {
+        let model = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let h100 = find_gpu("H100").unwrap().spec();
+        let blocks = |tokens: u32, seqs: u32| {
+            kv_blocks(&model, &h100, &KvSizing { max_num_batched_tokens: tokens, max_num_seqs: seqs, ..KvSizing::defaults(1) }).unwrap()
+        };
+        let mut last = u64::MAX;
+        for tokens in [256, 2048, 8192, 32_768, 131_072] {
+            let b = blocks(tokens, 256);
+            assert!(b < last, "{tokens} tokens: {b} blocks, not fewer than {last}");
+            last = b;
+        }
+        assert!(blocks(8192, 4096) < blocks(8192, 256), "more sampler rows leave fewer blocks");
+        let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1) };
+        match kv_blocks(&model, &h100, &small) {
+            Err(CapacityError::DoesNotFit { needed_gib, available_gib }) => {
+                assert!((available_gib - 80.0 * 0.99025 * 0.15).abs() < 1e-6, "{available_gib}");
+                assert!(needed_gib > available_gib && needed_gib > 12.5, "{needed_gib}");
+            }
+            other => panic!("expected DoesNotFit, got {other:?}"),
+        }
     }
 }

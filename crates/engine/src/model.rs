@@ -478,6 +478,38 @@ impl ModelConfig {
     pub fn lm_head_flops(&self) -> f64 {
         2.0 * f64::from(self.hidden_size) * f64::from(self.vocab_size)
     }
+
+    /// Peak activation bytes per GPU of vLLM's memory-profiling run, which
+    /// sizes the KV cache: a forward pass over `tokens` tokens
+    /// (`--max-num-batched-tokens`), then a sampler pass over
+    /// min(`seqs`, `tokens`) rows (`--max-num-seqs`) with top-k and top-p on.
+    /// The larger of the two:
+    ///
+    /// ```text
+    /// forward = tokens · BPP · (3·d + (H + 2·KVH)·dH/tp + FFN)
+    ///           FFN = 3·dFF/tp (dense: gate/up output and its activated half)
+    ///               = k·(3·dFF_e/tp + d) + 3·dFF_sh/tp (MoE: per routed copy, plus shared experts)
+    /// sampler = rows · V · 20 bytes   (fp32 logits gathered on every rank, their sorted
+    ///                                  values, int64 sort indices, fp32 probabilities)
+    /// ```
+    ///
+    /// 3·d counts the residual stream, the normalised input and the layer
+    /// output that are alive together; a model with both dense and MoE
+    /// layers takes the wider FFN.
+    pub fn profile_activation_bytes_per_gpu(&self, tp: u32, tokens: u32, seqs: u32) -> f64 {
+        const SAMPLER_BYTES_PER_LOGIT: f64 = 20.0;
+        let tp = f64::from(tp.max(1));
+        let d = f64::from(self.hidden_size);
+        let dense_ffn = if self.num_dense_layers() > 0 { 3.0 * f64::from(self.intermediate_size) / tp } else { 0.0 };
+        let moe_ffn = self.moe.as_ref().map_or(0.0, |m| {
+            f64::from(m.experts_per_token) * (3.0 * f64::from(m.expert_intermediate_size) / tp + d)
+                + 3.0 * f64::from(m.shared_intermediate_size) / tp
+        });
+        let width = 3.0 * d + (self.q_dim() + 2.0 * self.kv_dim()) / tp + dense_ffn.max(moe_ffn);
+        let forward = f64::from(tokens) * self.dtype_bytes * width;
+        let sampler = f64::from(seqs.min(tokens)) * f64::from(self.vocab_size) * SAMPLER_BYTES_PER_LOGIT;
+        forward.max(sampler)
+    }
 }
 
 #[cfg(test)]
@@ -597,5 +629,25 @@ mod tests {
         assert_eq!(m.kv_bytes_per_token_per_gpu(8), per_head);
         // tp 16: each of the 8 heads lives on two ranks, one head per GPU.
         assert_eq!(m.kv_bytes_per_token_per_gpu(16), per_head);
+    }
+
+    #[test]
+    fn profiling_activation_peak_is_the_larger_of_forward_and_sampler() {
+        // Llama-2-7B, tp 1, 2048 tokens: 2048 · 2 · (3·4096 + 3·4096 + 3·11008) bytes.
+        let llama = ModelConfig::from_hf_json(LLAMA2_7B).unwrap();
+        assert_eq!(llama.profile_activation_bytes_per_gpu(1, 2048, 128), 235_929_600.0);
+        // Mixtral-8x7B, tp 2: 2048 · 2 · (3·4096 + (4096 + 2·1024)/2 + 2·(3·14336/2 + 4096)).
+        let mixtral = ModelConfig::from_hf_json(
+            r#"{"hidden_size":4096,"num_hidden_layers":32,"num_attention_heads":32,"num_key_value_heads":8,
+                "intermediate_size":14336,"num_local_experts":8,"num_experts_per_tok":2,"vocab_size":32000}"#,
+        )
+        .unwrap();
+        assert_eq!(mixtral.profile_activation_bytes_per_gpu(2, 2048, 128), 272_629_760.0);
+        // A 128k vocabulary at 1024 sequences: the sampler's 1024 · 128256 · 20 bytes dominate.
+        let big_vocab = LLAMA2_7B.replace("32000", "128256");
+        let m = ModelConfig::from_hf_json(&big_vocab).unwrap();
+        assert_eq!(m.profile_activation_bytes_per_gpu(1, 2048, 1024), 2_626_682_880.0);
+        // Rows are capped by the tokens: 512 tokens sample at most 512 rows.
+        assert_eq!(m.profile_activation_bytes_per_gpu(1, 512, 1024), 512.0 * 128_256.0 * 20.0);
     }
 }

@@ -9,7 +9,7 @@ use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig, ClusterEnd};
 use blis_engine::catalog;
-use blis_engine::hardware::kv_blocks;
+use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::latency::{Blackbox, LatencyModel, Roofline};
 use blis_engine::metrics::RunSummary;
@@ -36,7 +36,7 @@ pub fn spec_blackbox() -> Arc<dyn LatencyModel> {
 pub fn llama_h100() -> (Arc<dyn LatencyModel>, u64) {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    (Arc::new(Roofline::new(&model, &gpu, 1)), kv_blocks(&model, &gpu, 1, 0.9, 16).unwrap())
+    (Arc::new(Roofline::new(&model, &gpu, 1)), kv_blocks(&model, &gpu, &KvSizing::defaults(1)).unwrap())
 }
 
 /// A synthetic Poisson workload.
