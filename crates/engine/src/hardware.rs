@@ -187,13 +187,16 @@ impl GpuSpec {
 pub enum CapacityError {
     /// Weights and the profiling run's reserves exceed the memory budget.
     #[error(
-        "the model does not fit: weights and reserves need {needed_gib:.1} GiB per GPU but \
-         gpu_memory_utilization × memory gives {available_gib:.1} GiB; raise --tp or --gpu-memory-utilization, \
-         or lower --max-num-batched-tokens"
+        "the model does not fit: its weights need {weights_gib:.1} GiB per GPU and vLLM's profiling run {reserves_gib:.1} GiB \
+         more, but gpu_memory_utilization × memory gives {available_gib:.1} GiB; {}",
+        if weights_gib < available_gib { "raise --tp or --gpu-memory-utilization, or lower --max-num-batched-tokens" }
+        else { "raise --tp or use a GPU with more memory" }
     )]
     DoesNotFit {
-        /// GiB needed per GPU before any KV cache.
-        needed_gib: f64,
+        /// Weight GiB per GPU.
+        weights_gib: f64,
+        /// GiB per GPU of the profiling run's activation peak and non-torch memory.
+        reserves_gib: f64,
         /// GiB available per GPU.
         available_gib: f64,
     },
@@ -252,11 +255,12 @@ pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Resul
     let tp = sizing.tp.max(1);
     let available_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION * sizing.gpu_memory_utilization;
     let activation_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
-    let needed_gib = model.weight_bytes() / f64::from(tp) / GIB + activation_gib + NON_TORCH_GIB[usize::from(tp > 1)];
+    let weights_gib = model.weight_bytes() / f64::from(tp) / GIB;
+    let reserves_gib = activation_gib + NON_TORCH_GIB[usize::from(tp > 1)];
     let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * f64::from(sizing.block_size_tokens);
-    let blocks = ((available_gib - needed_gib) * GIB / block_bytes).floor();
+    let blocks = ((available_gib - weights_gib - reserves_gib) * GIB / block_bytes).floor();
     if blocks < 2.0 {
-        return Err(CapacityError::DoesNotFit { needed_gib, available_gib });
+        return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib });
     }
     Ok(blocks as u64)
 }
@@ -317,11 +321,18 @@ mod tests {
         assert!(blocks(8192, 4096) < blocks(8192, 256), "more sampler rows leave fewer blocks");
         let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1) };
         match kv_blocks(&model, &h100, &small) {
-            Err(CapacityError::DoesNotFit { needed_gib, available_gib }) => {
+            Err(e @ CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib }) => {
                 assert!((available_gib - 80.0 * 0.99025 * 0.15).abs() < 1e-6, "{available_gib}");
-                assert!(needed_gib > available_gib && needed_gib > 12.5, "{needed_gib}");
+                // 6.74 B parameters in fp16.
+                assert!((weights_gib - 12.55).abs() < 0.01 && reserves_gib > 0.15, "{weights_gib} {reserves_gib}");
+                assert!(e.to_string().contains("use a GPU with more memory"), "{e}");
             }
             other => panic!("expected DoesNotFit, got {other:?}"),
         }
+        // Weights that fit but leave no room for the profiling run's peak:
+        // a smaller token budget is worth suggesting.
+        let tight = KvSizing { gpu_memory_utilization: 0.165, max_num_batched_tokens: 131_072, ..KvSizing::defaults(1) };
+        let e = kv_blocks(&model, &h100, &tight).unwrap_err();
+        assert!(e.to_string().contains("lower --max-num-batched-tokens"), "{e}");
     }
 }
