@@ -39,10 +39,14 @@ pub enum Metric {
     ThroughputRps,
     /// Failed / sent.
     FailureFraction,
+    /// Requests per second a saturated server completes ([`SaturatedRate`]);
+    /// from recorded requests, not from the lifecycle reports, so not in
+    /// [`Metric::ALL`].
+    SaturatedServiceRps,
 }
 
 impl Metric {
-    /// Every metric, in report order.
+    /// Every metric of the lifecycle reports, in report order.
     pub const ALL: [Metric; 14] = [
         Metric::E2eMean,
         Metric::E2eP50,
@@ -77,6 +81,7 @@ impl Metric {
             Metric::InferencePerfTpotMean => "inference_perf_tpot_mean_ms",
             Metric::ThroughputRps => "throughput_rps",
             Metric::FailureFraction => "failure_fraction",
+            Metric::SaturatedServiceRps => "saturated_service_rps",
         }
     }
 
@@ -97,6 +102,7 @@ impl Metric {
             Metric::InferencePerfTpotMean => m.inference_perf_tpot_mean_ms,
             Metric::ThroughputRps => Some(m.throughput_rps),
             Metric::FailureFraction => Some(m.failure_fraction),
+            Metric::SaturatedServiceRps => None,
         }
     }
 
@@ -126,6 +132,7 @@ impl Metric {
             Metric::InferencePerfTpotMean => lat.and_then(|l| l.time_per_output_token.as_ref()).map(|p| ms(p.mean)),
             Metric::ThroughputRps => l.successes.throughput.as_ref().and_then(|t| t.requests_per_sec),
             Metric::FailureFraction => Some(l.failure_fraction()),
+            Metric::SaturatedServiceRps => None,
         }
     }
 }
@@ -205,6 +212,60 @@ impl RequestPair {
     }
 }
 
+/// Where the saturation cliff lies: how many requests per second the server
+/// completes once it cannot keep up, measured and simulated over the same
+/// window of an overloaded stage. A server saturates when the offered rate
+/// exceeds this rate, so its error is the error in the predicted cliff
+/// (the saturation validation of `unified-step-time-formula.md`).
+///
+/// The window is the second half of the time from the stage's first send to
+/// the first timeout, real or simulated (send + client timeout), or to the
+/// last completion when nothing timed out: late enough that the first
+/// wave of requests has drained and the batch is full, early enough that no
+/// request has been given up yet, so every completion in it is a success.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct SaturatedRate {
+    /// The stage of the first real timeout.
+    pub stage: u32,
+    /// Window start and end, s from the first send.
+    pub window_s: [f64; 2],
+    /// Real completions per second in the window.
+    pub real_rps: f64,
+    /// Simulated completions per second in the window.
+    pub predicted_rps: f64,
+}
+
+/// Completions a window must hold, on both sides, for its rates to count.
+const MIN_SATURATED_COMPLETIONS: usize = 10;
+
+impl SaturatedRate {
+    /// The saturated rates of the stage where `pairs` (in send order) first
+    /// failed in reality; `None` when no real request failed or the window
+    /// holds fewer than ten completions on either side.
+    pub fn of(pairs: &[RequestPair], client_timeout_s: f64) -> Option<SaturatedRate> {
+        let stage = pairs.iter().find(|p| p.real.is_none())?.stage;
+        let stage_pairs: Vec<&RequestPair> = pairs.iter().filter(|p| p.stage == stage).collect();
+        let start_s = stage_pairs.iter().map(|p| p.send_s).fold(f64::INFINITY, f64::min);
+        let completions = |side: fn(&RequestPair) -> Option<Latency>| -> Vec<f64> {
+            stage_pairs.iter().filter_map(|p| side(p).map(|l| p.send_s + l.e2e_ms / 1e3)).collect()
+        };
+        let real = completions(|p| p.real);
+        let predicted = completions(|p| p.predicted);
+        let first_timeout = |side: fn(&RequestPair) -> Option<Latency>| {
+            stage_pairs.iter().filter(|p| side(p).is_none()).map(|p| p.send_s + client_timeout_s).fold(f64::INFINITY, f64::min)
+        };
+        let last = |v: &[f64]| v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        let end_s = first_timeout(|p| p.real).min(first_timeout(|p| p.predicted)).min(last(&real)).min(last(&predicted));
+        let window_s = [(start_s + end_s) / 2.0, end_s];
+        let span_s = window_s[1] - window_s[0];
+        let rate = |v: &[f64]| {
+            let n = v.iter().filter(|&&t| t >= window_s[0] && t < window_s[1]).count();
+            (n >= MIN_SATURATED_COMPLETIONS && span_s > 0.0).then(|| n as f64 / span_s)
+        };
+        Some(SaturatedRate { stage, window_s, real_rps: rate(&real)?, predicted_rps: rate(&predicted)? })
+    }
+}
+
 /// One experiment compared.
 #[derive(Clone, Debug)]
 pub struct ExperimentComparison {
@@ -233,6 +294,8 @@ pub struct ExperimentComparison {
     pub prefix_hit_rate: f64,
     /// Simulated preemptions.
     pub preemptions: u64,
+    /// The saturated service rate, for overload-excluded runs with recorded requests.
+    pub saturated: Option<SaturatedRate>,
 }
 
 /// Failure fraction above which a run counts as overloaded (the rule that
@@ -260,6 +323,19 @@ impl ExperimentComparison {
                 }
             }
         }
+        let saturated = (exp.status() == Status::OverloadExcluded)
+            .then(|| SaturatedRate::of(&request_pairs, exp.workload.client_timeout().as_secs_f64()))
+            .flatten();
+        if let Some(r) = saturated {
+            rows.push(MetricRow {
+                experiment: exp.name.clone(),
+                stage: StageLabel::Stage(r.stage),
+                metric: Metric::SaturatedServiceRps,
+                predicted: r.predicted_rps,
+                actual: r.real_rps,
+                ape: ape(r.predicted_rps, r.real_rps),
+            });
+        }
         ExperimentComparison {
             name: exp.name.clone(),
             model: model.to_string(),
@@ -272,6 +348,7 @@ impl ExperimentComparison {
             offered_rps: exp.workload.load.stages.iter().map(blis_workload::inference_perf::Stage::offered_rate).collect(),
             prefix_hit_rate: sim.prefix_hit_rate,
             preemptions: sim.preemptions,
+            saturated,
         }
     }
 
@@ -357,4 +434,54 @@ pub fn aggregate(comparisons: &[ExperimentComparison]) -> Vec<Aggregate> {
             (!apes.is_empty()).then(|| Aggregate { metric, stages: apes.len(), mean_ape: mean(&apes), median_ape: median(&apes) })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Request `i` of stage 0 sent at `i` s, completing at `real(i)` /
+    /// `predicted(i)` s after the first send (`None`: it failed).
+    fn pairs(n: u32, real: impl Fn(f64) -> Option<f64>, predicted: impl Fn(f64) -> Option<f64>) -> Vec<RequestPair> {
+        let latency = |send_s: f64, done_s: Option<f64>| done_s.map(|d| Latency { ttft_ms: 1.0, e2e_ms: (d - send_s) * 1e3 });
+        (0..n)
+            .map(|i| {
+                let send_s = f64::from(i);
+                RequestPair {
+                    index: u64::from(i),
+                    stage: 0,
+                    send_s,
+                    input_tokens: 100,
+                    real: latency(send_s, real(send_s)),
+                    predicted: latency(send_s, predicted(send_s)),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn saturated_rate_counts_completions_in_the_second_half_before_the_first_timeout() {
+        // Real: one completion every 2 s from 20 s, requests from 120 s on time out
+        // (the first at 120 + 100 s). Simulated: one every 1.25 s, none time out.
+        let p = pairs(200, |s| (s < 120.0).then_some(20.0 + 2.0 * s), |s| Some(20.0 + 1.25 * s));
+        let r = SaturatedRate::of(&p, 100.0).unwrap();
+        assert_eq!(r.window_s, [110.0, 220.0]);
+        // Real completions in [110, 220): sends 45..100, 55 of them; simulated: sends 72..160, 88.
+        assert_eq!((r.stage, r.real_rps, r.predicted_rps), (0, 55.0 / 110.0, 88.0 / 110.0));
+        // A simulated timeout earlier than the real one ends the window there.
+        let p = pairs(200, |s| (s < 120.0).then_some(20.0 + 2.0 * s), |s| (s < 60.0).then_some(20.0 + 2.5 * s));
+        let r = SaturatedRate::of(&p, 100.0).unwrap();
+        // [80, 160): real sends 30..70 (40), simulated sends 24..56 (32).
+        assert_eq!((r.window_s, r.real_rps, r.predicted_rps), ([80.0, 160.0], 0.5, 0.4));
+    }
+
+    #[test]
+    fn saturated_rate_needs_a_real_failure_and_enough_completions() {
+        assert_eq!(SaturatedRate::of(&pairs(200, |s| Some(s + 5.0), |s| Some(s + 5.0)), 100.0), None);
+        // Nine simulated completions in the window [110, 220) are too few to measure a rate; ten are enough.
+        for (early, want) in [(9.0, None), (10.0, Some(10.0 / 110.0))] {
+            let p = pairs(200, |s| (s < 120.0).then_some(20.0 + 2.0 * s), |s| Some(if s < early { 150.0 + s } else { 1000.0 + s }));
+            assert_eq!(SaturatedRate::of(&p, 100.0).map(|r| r.predicted_rps), want, "{early}");
+        }
+    }
 }

@@ -144,7 +144,9 @@ pub fn aggregate_table(aggregates: &[Aggregate]) -> Table {
 /// Overload-excluded runs: does BLIS predict the overload? "overloaded"
 /// is the rule that classified the real runs (more than 10 % of a stage's
 /// requests time out); "saturated" means the simulated server serves less
-/// than 90 % of the offered rate, so its queue grows without bound.
+/// than 90 % of the offered rate, so its queue grows without bound; the
+/// saturated service rate ([`crate::compare::SaturatedRate`]) is where the
+/// cliff lies.
 pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
     let mut t = Table::new(&[
         "experiment",
@@ -153,6 +155,7 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
         "real TTFT mean ms",
         "sim TTFT mean ms",
         "real / sim served of offered",
+        "real / sim saturated req/s (APE)",
         "sim saturated",
         "sim overloaded (>10% fail)",
     ]);
@@ -171,6 +174,9 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
             ttft.map_or("—".into(), |r| num(r.actual)),
             ttft.map_or("—".into(), |r| num(r.predicted)),
             served,
+            c.saturated.map_or("—".into(), |r| {
+                format!("{} / {} ({})", num(r.real_rps), num(r.predicted_rps), pct(crate::stats::ape(r.predicted_rps, r.real_rps)))
+            }),
             yes(c.predicted_served_fraction() < SATURATION_SERVED_FRACTION),
             yes(c.predicted_overloaded()),
         ]);
@@ -262,7 +268,9 @@ APE = |sim − real| / real × 100.\n\n";
     out += &aggregate_table(&aggregate(comparisons)).to_markdown();
     out += "\n## Overload-excluded runs\n\nJudged on whether BLIS predicts the overload, not on latency: *overloaded* is the rule that classified the real runs \
 (more than 10 % of a stage's requests time out at the 300 s client timeout); *saturated* means the simulated server serves less than \
-90 % of the offered rate, so its queue grows for as long as the stage lasts.\n\n";
+90 % of the offered rate, so its queue grows for as long as the stage lasts; *saturated req/s* is where the cliff lies: the requests per \
+second the server completes once it cannot keep up, counted over the second half of the time before the first timeout (recorded requests \
+only).\n\n";
     out += &overload_table(comparisons).to_markdown();
     out += "\n## Per request (recorded requests)\n\n";
     out += &request_table(comparisons).to_markdown();

@@ -67,3 +67,18 @@ fn the_default_set_reproduces_a_real_run() {
     let r = c.requests.unwrap();
     assert_eq!(r.matched, 7200);
 }
+
+/// Llama-2-7B reasoning (4 req/s of 1 448-token outputs, KV-bound): BLIS
+/// predicts the overload, and the cliff within the 20 % the saturation check
+/// of `unified-step-time-formula.md` allows.
+#[test]
+fn the_kv_bound_overload_and_its_cliff_are_predicted() {
+    let suite = Suite::load(&[vendored("20260217-170634-llama-2-7b-tp1-reasoning")], &Default::default()).unwrap();
+    let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
+    assert!(c.predicted_overloaded(), "simulated failures {}", c.predicted_stages[0].failure_fraction);
+    let r = c.saturated.expect("a saturated service rate from the recorded requests");
+    assert!(r.window_s[0] > 100.0 && r.window_s[1] <= 1500.0, "{r:?}");
+    assert!((r.predicted_rps - r.real_rps).abs() / r.real_rps < 0.2, "{r:?}");
+    let row = c.rows.iter().find(|row| row.metric == Metric::SaturatedServiceRps).unwrap();
+    assert_eq!((row.predicted, row.actual), (r.predicted_rps, r.real_rps));
+}
