@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use blis_cluster::metrics::ClusterSummary;
+use blis_engine::hardware::KvBudget;
 use blis_engine::metrics::{Distribution, GroupSummary, RunSummary};
 use serde::Serialize;
 
@@ -46,6 +47,9 @@ pub struct DeploymentInfo {
     pub coefficients: String,
     /// KV blocks per instance.
     pub num_gpu_blocks: u64,
+    /// How one GPU's memory was split, GiB, when the block count was derived.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kv_memory_per_gpu: Option<KvBudget>,
 }
 
 /// The JSON document `blis run` writes.
@@ -116,6 +120,16 @@ pub fn table(report: &RunReport) -> String {
     match report.cluster.num_instances {
         1 => line(&mut out, "Hardware:", hardware),
         n => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
+    }
+    if let Some(b) = &d.kv_memory_per_gpu {
+        line(
+            &mut out,
+            "KV cache per GPU (GiB, derived):",
+            format!(
+                "{:.2} requested − {:.2} weights − {:.2} activations − {:.2} non-torch = {:.2}",
+                b.requested_gib, b.weights_gib, b.activation_peak_gib, b.non_torch_gib, b.kv_cache_gib
+            ),
+        );
     }
     line(&mut out, "Latency model / seed:", format!("{} ({}) / {}", d.latency_model, d.coefficients, report.seed));
     line(&mut out, "Requests completed / injected:", format!("{} / {}", s.requests.completed, s.requests.injected));

@@ -188,6 +188,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
             latency_model: deployment.latency.name().to_string(),
             coefficients: deployment.coefficients.clone(),
             num_gpu_blocks: deployment.instance.num_gpu_blocks,
+            kv_memory_per_gpu: deployment.kv_budget,
         },
         config,
         summary,

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use blis_calibrate::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::catalog;
-use blis_engine::hardware::{GpuSpec, KvSizing, kv_blocks};
+use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
@@ -31,6 +31,9 @@ pub struct Deployment {
     pub latency: Arc<dyn LatencyModel>,
     /// Where its coefficients came from.
     pub coefficients: String,
+    /// How one GPU's memory was split when the KV block count was derived
+    /// (`None` when `--num-gpu-blocks` gave it).
+    pub kv_budget: Option<KvBudget>,
 }
 
 fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
@@ -249,14 +252,14 @@ impl Deployment {
             report_entry(report, "max-num-batched-tokens", &max_num_batched_tokens, Source::Derived);
         }
         let max_num_seqs = required(&k.max_num_seqs, "--max-num-seqs is required")?;
-        let num_gpu_blocks = match k.num_gpu_blocks.value {
-            Some(b) => b,
+        let (num_gpu_blocks, kv_budget) = match k.num_gpu_blocks.value {
+            Some(b) => (b, None),
             None => {
                 let sizing =
                     KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
-                let b = kv_blocks(&model, &gpu, &sizing).map_err(|e| bad_input!("{model_name} on {tp} × {gpu_name}: {e}"))?;
-                report_entry(report, "num-gpu-blocks", &b, Source::Derived);
-                b
+                let b = hardware::kv_budget(&model, &gpu, &sizing).map_err(|e| bad_input!("{model_name} on {tp} × {gpu_name}: {e}"))?;
+                report_entry(report, "num-gpu-blocks", &b.blocks, Source::Derived);
+                (b.blocks, Some(b))
             }
         };
 
@@ -292,6 +295,6 @@ impl Deployment {
         if let Some(w) = hardware_mismatch(chosen.set.provenance.hardware.as_deref(), &gpu_name, &chosen.origin) {
             eprintln!("warning: {w}");
         }
-        Ok(Deployment { model_name, gpu_name, tp, instance, latency, coefficients: chosen.origin })
+        Ok(Deployment { model_name, gpu_name, tp, instance, latency, coefficients: chosen.origin, kv_budget })
     }
 }

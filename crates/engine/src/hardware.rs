@@ -235,8 +235,28 @@ impl KvSizing {
     }
 }
 
-/// Number of KV blocks a vLLM instance allocates, following vLLM's memory
-/// profiler (`Worker.determine_available_memory`), per GPU:
+/// How vLLM's memory profiler (`Worker.determine_available_memory`) splits
+/// one GPU's memory, and the KV blocks that fit in what is left.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct KvBudget {
+    /// memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization.
+    pub requested_gib: f64,
+    /// Weight bytes / tp.
+    pub weights_gib: f64,
+    /// Peak activations of the profiling run
+    /// ([`ModelConfig::profile_activation_bytes_per_gpu`]).
+    pub activation_peak_gib: f64,
+    /// Memory outside PyTorch's allocator: 0.15 GiB at tp = 1, 0.6 GiB at tp > 1.
+    pub non_torch_gib: f64,
+    /// What is left for the KV cache: requested − weights − activation peak − non-torch.
+    pub kv_cache_gib: f64,
+    /// floor(KV cache bytes / (KV bytes per token per GPU · block_size)).
+    #[serde(skip)]
+    pub blocks: u64,
+}
+
+/// The memory budget of a vLLM instance and the number of KV blocks it
+/// allocates, following vLLM's memory profiler, per GPU:
 ///
 /// ```text
 /// requested = memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization
@@ -249,20 +269,28 @@ impl KvSizing {
 /// 0.15 GiB at tp = 1 and 0.6 GiB at tp > 1. No constant here is fitted:
 /// on the three H100 servers in `validation/` this gives 7 472 / 31 451 /
 /// 27 595 blocks against the 7 462 / 31 356 / 27 510 they reported (0.1–0.3 %
-/// high); pass `--num-gpu-blocks` when the real count is known.
-pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<u64, CapacityError> {
+/// high); pass `--num-gpu-blocks` when the real count is known. Fewer than
+/// two blocks is [`CapacityError::DoesNotFit`].
+pub fn kv_budget(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<KvBudget, CapacityError> {
     const GIB: f64 = (1u64 << 30) as f64;
     let tp = sizing.tp.max(1);
-    let available_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION * sizing.gpu_memory_utilization;
-    let activation_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
+    let requested_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION * sizing.gpu_memory_utilization;
     let weights_gib = model.weight_bytes() / f64::from(tp) / GIB;
-    let reserves_gib = activation_gib + NON_TORCH_GIB[usize::from(tp > 1)];
+    let activation_peak_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
+    let non_torch_gib = NON_TORCH_GIB[usize::from(tp > 1)];
+    let kv_cache_gib = requested_gib - weights_gib - activation_peak_gib - non_torch_gib;
     let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * f64::from(sizing.block_size_tokens);
-    let blocks = ((available_gib - weights_gib - reserves_gib) * GIB / block_bytes).floor();
+    let blocks = (kv_cache_gib * GIB / block_bytes).floor();
     if blocks < 2.0 {
-        return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib });
+        let reserves_gib = activation_peak_gib + non_torch_gib;
+        return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib: requested_gib });
     }
-    Ok(blocks as u64)
+    Ok(KvBudget { requested_gib, weights_gib, activation_peak_gib, non_torch_gib, kv_cache_gib, blocks: blocks as u64 })
+}
+
+/// Number of KV blocks a vLLM instance allocates: [`kv_budget`]'s blocks.
+pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<u64, CapacityError> {
+    kv_budget(model, gpu, sizing).map(|b| b.blocks)
 }
 
 #[cfg(test)]
@@ -319,6 +347,14 @@ mod tests {
             last = b;
         }
         assert!(blocks(8192, 4096) < blocks(8192, 256), "more sampler rows leave fewer blocks");
+        // The budget of the real Llama-2-7B server (2048 tokens, 128 sequences), by hand:
+        // 80 · 0.99025 · 0.9 GiB requested, 6.738 B fp16 weights, 2048 · 2 · 57 600 bytes of activations.
+        let b = kv_budget(&model, &h100, &KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(1) }).unwrap();
+        assert!((b.requested_gib - 71.298).abs() < 1e-9, "{b:?}");
+        assert!((b.weights_gib - model.total_params() * 2.0 / f64::from(1 << 30)).abs() < 1e-9, "{b:?}");
+        assert_eq!((b.activation_peak_gib, b.non_torch_gib), (235_929_600.0 / f64::from(1 << 30), 0.15));
+        assert_eq!(b.kv_cache_gib, b.requested_gib - b.weights_gib - b.activation_peak_gib - b.non_torch_gib);
+        assert_eq!(b.blocks, (b.kv_cache_gib * 1024.0 / 8.0).floor() as u64, "8 MiB blocks");
         let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1) };
         match kv_blocks(&model, &h100, &small) {
             Err(e @ CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib }) => {

@@ -48,6 +48,16 @@ fn report_has_metadata_counts_latencies_and_sources() {
     assert_eq!(j["config"]["max-num-seqs"]["value"], 64);
     assert_eq!(j["config"]["max-num-batched-tokens"]["source"], "default");
     assert_eq!(j["config"]["num-gpu-blocks"]["source"], "derived");
+    // The derived count is what fits in the memory left for the KV cache:
+    // Llama-3.1-8B stores 2 MiB per 16-token block.
+    let kv = &j["deployment"]["kv_memory_per_gpu"];
+    let gib = |k: &str| kv[k].as_f64().unwrap();
+    let left = gib("requested_gib") - gib("weights_gib") - gib("activation_peak_gib") - gib("non_torch_gib");
+    assert!((left - gib("kv_cache_gib")).abs() < 1e-9, "{kv}");
+    let blocks = j["deployment"]["num_gpu_blocks"].as_f64().unwrap();
+    assert_eq!(blocks, (gib("kv_cache_gib") * 512.0).floor(), "{kv}");
+    let (_, given) = run_json(&["--num-gpu-blocks", "5000"]);
+    assert!(given["deployment"].get("kv_memory_per_gpu").is_none(), "{}", given["deployment"]);
     let r = &j["requests"];
     let sum = ["completed", "queued", "running", "dropped", "timed_out"].iter().map(|k| r[k].as_u64().unwrap()).sum::<u64>();
     assert_eq!(r["injected"].as_u64().unwrap(), sum);
