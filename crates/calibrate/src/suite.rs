@@ -68,9 +68,23 @@ impl Suite {
     }
 
     /// What the user should know about the cases before trusting the
-    /// comparison: each experiment's [`Experiment::warnings`], in case order.
+    /// comparison: each experiment's [`Experiment::warnings`], and whether
+    /// its KV block count had to be derived, in case order.
     pub fn warnings(&self) -> Vec<String> {
-        self.cases.iter().flat_map(|c| c.experiment.warnings()).collect()
+        self.cases
+            .iter()
+            .flat_map(|c| {
+                let derived = (!c.setup.blocks_from_server).then(|| {
+                    format!(
+                        "{}: no num_gpu_blocks; simulating {} KV blocks derived as vLLM's memory profiler would (the server \
+                         log's \"GPU KV cache size\" in tokens over the block size is the real count)",
+                        c.experiment.dir.join("server-facts.yaml").display(),
+                        c.setup.instance.num_gpu_blocks
+                    )
+                });
+                c.experiment.warnings().into_iter().chain(derived)
+            })
+            .collect()
     }
 
     /// Simulates every case with `set` (seeded with `seed`) and compares;

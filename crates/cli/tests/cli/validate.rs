@@ -266,4 +266,12 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert_eq!(err.lines().filter(|l| l.starts_with("warning: ")).count(), 2, "{err}");
     assert!(err.contains("server-facts.yaml max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128; simulating the server's 64"), "{err}");
     assert!(err.contains("server-facts.yaml: unknown key `num_gpu_block` ignored; server-facts.yaml keys: hardware,"), "{err}");
+    // Without the server's block count, the derived one is named.
+    let kept: String = text.lines().filter(|l| !l.starts_with("num_gpu_blocks:")).map(|l| format!("{l}\n")).collect();
+    assert_ne!(kept, text, "the experiment records num_gpu_blocks");
+    std::fs::write(&facts, kept).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
 }
