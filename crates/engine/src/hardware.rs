@@ -189,17 +189,30 @@ pub enum CapacityError {
     #[error(
         "the model does not fit: its weights need {weights_gib:.1} GiB per GPU and vLLM's profiling run {reserves_gib:.1} GiB \
          more, but gpu_memory_utilization × memory gives {available_gib:.1} GiB; {}",
-        if weights_gib < available_gib { "raise --tp or --gpu-memory-utilization, or lower --max-num-batched-tokens" }
-        else { "raise --tp or use a GPU with more memory" }
+        does_not_fit_advice(*weights_gib, *available_gib, *reported_gib)
     )]
     DoesNotFit {
         /// Weight GiB per GPU.
         weights_gib: f64,
         /// GiB per GPU of the profiling run's activation peak and non-torch memory.
         reserves_gib: f64,
-        /// GiB available per GPU.
+        /// GiB available per GPU: what CUDA reports × gpu_memory_utilization.
         available_gib: f64,
+        /// GiB CUDA reports per GPU.
+        reported_gib: f64,
     },
+}
+
+/// What would make a model fit: a smaller profiling run only while the
+/// weights fit the budget, a higher utilisation only while they fit the GPU.
+fn does_not_fit_advice(weights_gib: f64, available_gib: f64, reported_gib: f64) -> &'static str {
+    if weights_gib < available_gib {
+        "raise --tp or --gpu-memory-utilization, or lower --max-num-batched-tokens"
+    } else if weights_gib < reported_gib {
+        "raise --gpu-memory-utilization or --tp"
+    } else {
+        "raise --tp or use a GPU with more memory"
+    }
 }
 
 /// Share of a GPU's nominal memory that CUDA reports as its total and vLLM
@@ -274,7 +287,8 @@ pub struct KvBudget {
 pub fn kv_budget(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<KvBudget, CapacityError> {
     const GIB: f64 = (1u64 << 30) as f64;
     let tp = sizing.tp.max(1);
-    let requested_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION * sizing.gpu_memory_utilization;
+    let reported_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION;
+    let requested_gib = reported_gib * sizing.gpu_memory_utilization;
     let weights_gib = model.weight_bytes() / f64::from(tp) / GIB;
     let activation_peak_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
     let non_torch_gib = NON_TORCH_GIB[usize::from(tp > 1)];
@@ -283,7 +297,7 @@ pub fn kv_budget(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Resul
     let blocks = (kv_cache_gib * GIB / block_bytes).floor();
     if blocks < 2.0 {
         let reserves_gib = activation_peak_gib + non_torch_gib;
-        return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib: requested_gib });
+        return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib: requested_gib, reported_gib });
     }
     Ok(KvBudget { requested_gib, weights_gib, activation_peak_gib, non_torch_gib, kv_cache_gib, blocks: blocks as u64 })
 }
@@ -357,11 +371,11 @@ mod tests {
         assert_eq!(b.blocks, (b.kv_cache_gib * 1024.0 / 8.0).floor() as u64, "8 MiB blocks");
         let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1) };
         match kv_blocks(&model, &h100, &small) {
-            Err(e @ CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib }) => {
-                assert!((available_gib - 80.0 * 0.99025 * 0.15).abs() < 1e-6, "{available_gib}");
+            Err(e @ CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib, reported_gib }) => {
+                assert!((available_gib - 80.0 * 0.99025 * 0.15).abs() < 1e-6 && reported_gib == 79.22, "{available_gib} {reported_gib}");
                 // 6.74 B parameters in fp16.
                 assert!((weights_gib - 12.55).abs() < 0.01 && reserves_gib > 0.15, "{weights_gib} {reserves_gib}");
-                assert!(e.to_string().contains("use a GPU with more memory"), "{e}");
+                assert!(e.to_string().ends_with("; raise --gpu-memory-utilization or --tp"), "{e}");
             }
             other => panic!("expected DoesNotFit, got {other:?}"),
         }
@@ -370,5 +384,10 @@ mod tests {
         let tight = KvSizing { gpu_memory_utilization: 0.165, max_num_batched_tokens: 131_072, ..KvSizing::defaults(1) };
         let e = kv_blocks(&model, &h100, &tight).unwrap_err();
         assert!(e.to_string().contains("lower --max-num-batched-tokens"), "{e}");
+        // Weights larger than the GPU: only more GPUs or a larger one help.
+        let l40s = find_gpu("L40S").unwrap().spec();
+        let big = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-70b-hf").unwrap().config_json).unwrap();
+        let e = kv_blocks(&big, &l40s, &KvSizing::defaults(2)).unwrap_err();
+        assert!(e.to_string().ends_with("; raise --tp or use a GPU with more memory"), "{e}");
     }
 }
