@@ -174,9 +174,10 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
             ttft.map_or("—".into(), |r| num(r.actual)),
             ttft.map_or("—".into(), |r| num(r.predicted)),
             served,
-            c.saturated.map_or("—".into(), |r| {
-                format!("{} / {} ({})", num(r.real_rps), num(r.predicted_rps), pct(crate::stats::ape(r.predicted_rps, r.real_rps)))
-            }),
+            c.rows
+                .iter()
+                .find(|r| r.metric == Metric::SaturatedServiceRps)
+                .map_or("—".into(), |r| format!("{} / {} ({})", num(r.actual), num(r.predicted), pct(r.ape))),
             yes(c.predicted_served_fraction() < SATURATION_SERVED_FRACTION),
             yes(c.predicted_overloaded()),
         ]);

@@ -23,11 +23,8 @@ use crate::client::ClientObserver;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, recorded_outputs};
 
-/// vLLM v1's defaults for knobs an experiment does not record.
-const DEFAULT_MAX_NUM_SEQS: u32 = 256;
-const DEFAULT_MAX_NUM_BATCHED_TOKENS: u32 = 8192;
-const DEFAULT_BLOCK_SIZE: u32 = 16;
-const DEFAULT_GPU_MEMORY_UTILIZATION: f64 = 0.9;
+/// vLLM v1's defaults for knobs an experiment does not record (tp is always recorded).
+const DEFAULTS: KvSizing = KvSizing::defaults(1);
 const DEFAULT_GPU: &str = "H100";
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
 /// beyond any GPU); bounds memory on absurd input.
@@ -141,19 +138,19 @@ impl Setup {
         model.check_tensor_parallel(tp).map_err(|e| unreproducible(format!("tensor-parallel size {tp} for {model_id}: {e}")))?;
         let f = &exp.facts;
         let c = &exp.exp_config;
-        let block_size = f.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+        let block_size = f.block_size.unwrap_or(DEFAULTS.block_size_tokens);
         if !VLLM_BLOCK_SIZES.contains(&block_size) {
             return Err(unreproducible(format!("server-facts.yaml block_size = {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens")));
         }
-        let max_num_seqs = f.max_num_seqs.or(c.max_num_seqs).unwrap_or(DEFAULT_MAX_NUM_SEQS);
-        let max_num_batched_tokens = f.max_num_batched_tokens.or(c.max_num_batched_tokens).unwrap_or(DEFAULT_MAX_NUM_BATCHED_TOKENS);
+        let max_num_seqs = f.max_num_seqs.or(c.max_num_seqs).unwrap_or(DEFAULTS.max_num_seqs);
+        let max_num_batched_tokens = f.max_num_batched_tokens.or(c.max_num_batched_tokens).unwrap_or(DEFAULTS.max_num_batched_tokens);
         let (num_gpu_blocks, blocks_from_server) = match f.num_gpu_blocks {
             Some(b) if b > MAX_GPU_BLOCKS => {
                 return Err(unreproducible(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported")));
             }
             Some(b) => (b, true),
             None => {
-                let gpu_memory_utilization = f.gpu_memory_utilization.unwrap_or(DEFAULT_GPU_MEMORY_UTILIZATION);
+                let gpu_memory_utilization = f.gpu_memory_utilization.unwrap_or(DEFAULTS.gpu_memory_utilization);
                 let sizing = KvSizing { tp, gpu_memory_utilization, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
                 (kv_blocks(&model, &gpu_spec, &sizing).map_err(|e| unreproducible(e.to_string()))?, false)
             }

@@ -241,9 +241,9 @@ pub struct KvSizing {
 }
 
 impl KvSizing {
-    /// `tp` GPUs with BLIS's default knobs: utilisation 0.9, 16-token blocks,
-    /// 8192 batched tokens, 256 sequences.
-    pub fn defaults(tp: u32) -> KvSizing {
+    /// `tp` GPUs with vLLM v1's default knobs (BLIS's too): utilisation 0.9,
+    /// 16-token blocks, 8192 batched tokens, 256 sequences.
+    pub const fn defaults(tp: u32) -> KvSizing {
         KvSizing { tp, gpu_memory_utilization: 0.9, block_size_tokens: 16, max_num_batched_tokens: 8192, max_num_seqs: 256 }
     }
 }
