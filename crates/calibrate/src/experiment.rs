@@ -333,7 +333,7 @@ pub struct Experiment {
 }
 
 fn read(path: &Path) -> Result<String, ExperimentError> {
-    blis_workload::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
+    blis_data::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
 }
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
@@ -348,7 +348,7 @@ fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
 
 /// A parse error naming the field, unless it concerns the whole document.
 fn format_error<E: std::fmt::Display>(path: &Path, e: &serde_path_to_error::Error<E>) -> ExperimentError {
-    ExperimentError::Format { path: path.to_path_buf(), message: blis_workload::error::located_message(e) }
+    ExperimentError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) }
 }
 
 /// Whether `dir` looks like an experiment directory.
@@ -535,7 +535,7 @@ impl Experiment {
 }
 
 fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
-    let mut reader = csv::Reader::from_reader(blis_workload::textfile::open(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?);
+    let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?);
     let mut rows = Vec::new();
     for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
         let line = i + 2;

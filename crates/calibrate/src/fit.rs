@@ -40,7 +40,7 @@ use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 use rayon::prelude::*;
 
-use crate::coefficients::{CoefficientSet, Provenance};
+use blis_data::coefficients::{CoefficientSet, Provenance};
 use crate::compare::{Metric, aggregate};
 use crate::error::ExperimentError;
 use crate::experiment::Status;

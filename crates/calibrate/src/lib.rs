@@ -4,8 +4,8 @@
 //! [`experiment`]) are reproduced in simulation ([`reproduce`]), observed the
 //! way the real client observed them ([`client`]), compared metric by metric
 //! ([`compare`], [`stats`]) and reported ([`report`]). [`fit`] learns latency
-//! coefficients from the same experiments; [`coefficients`] is the file
-//! format of coefficient sets and the sets BLIS ships.
+//! coefficients from the same experiments, in the file format of
+//! `blis_data::coefficients`.
 //!
 //! ```text
 //!  experiment dir ──► Experiment ──► Setup (model, GPU, knobs, KV blocks, prompt lengths)
@@ -18,7 +18,7 @@
 //! ```
 //!
 //! Reading order: [`experiment`], [`reproduce`], [`client`], [`compare`],
-//! [`suite`], [`report`], [`coefficients`], [`fit`]. Calibration against a
+//! [`suite`], [`report`], [`fit`]. Calibration against a
 //! live server (a trace recorded by `blis observe`, replayed by `blis
 //! replay`) is [`live`], with the distribution statistics of
 //! [`distribution`].
@@ -26,7 +26,8 @@
 //! ## Example
 //!
 //! ```no_run
-//! use blis_calibrate::{coefficients::CoefficientSet, compare::aggregate, suite::Suite};
+//! use blis_calibrate::{compare::aggregate, suite::Suite};
+//! use blis_data::coefficients::CoefficientSet;
 //!
 //! let suite = Suite::load(&["validation/vllm-h100".into()], &Default::default()).unwrap();
 //! let comparisons = suite.validate(&CoefficientSet::default_set(), 0).unwrap();
@@ -38,7 +39,6 @@
 #![warn(missing_docs)]
 
 pub mod client;
-pub mod coefficients;
 pub mod compare;
 pub mod distribution;
 pub mod error;

@@ -76,11 +76,11 @@ pub struct SimThroughput {
 impl SimDocument {
     /// Reads a `blis replay --output` file.
     pub fn load(path: &Path) -> Result<SimDocument, ExperimentError> {
-        let text = blis_workload::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         let de = &mut serde_json::Deserializer::from_str(&text);
         serde_path_to_error::deserialize(de).map_err(|e| ExperimentError::Format {
             path: path.to_path_buf(),
-            message: format!("{} (expected the JSON `blis replay --output` writes)", blis_workload::error::located_message(&e)),
+            message: format!("{} (expected the JSON `blis replay --output` writes)", blis_data::locate::located_message(&e)),
         })
     }
 }
@@ -151,7 +151,7 @@ impl RealTrace {
         let header = TraceHeader::load(&header_path(csv_path)).map_err(|e| ExperimentError::Workload(e.to_string()))?;
         let time_scale = header_time_scale(Some(&header));
         let warm_up = warm_up.or(header.warm_up_requests).unwrap_or(0);
-        let file = blis_workload::textfile::open(csv_path).map_err(|e| ExperimentError::Io { path: csv_path.to_path_buf(), message: e.to_string() })?;
+        let file = blis_data::textfile::open(csv_path).map_err(|e| ExperimentError::Io { path: csv_path.to_path_buf(), message: e.to_string() })?;
         let mut reader = csv::Reader::from_reader(file);
         let headers = reader.headers().map_err(|e| csv_err(csv_path, 1, e.to_string()))?.clone();
         let mut record = csv::StringRecord::new();
@@ -211,7 +211,7 @@ impl RealTrace {
         let mut name = csv_path.file_stem().map(|n| n.to_os_string()).unwrap_or_default();
         name.push(".chunks.csv");
         let path = csv_path.with_file_name(name);
-        let Ok(file) = blis_workload::textfile::open(&path) else { return Ok(Vec::new()) };
+        let Ok(file) = blis_data::textfile::open(&path) else { return Ok(Vec::new()) };
         let ids: std::collections::BTreeSet<u64> = kept.iter().map(|r| r.request_id).collect();
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
         let mut gaps = Vec::new();

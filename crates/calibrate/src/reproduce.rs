@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use blis_engine::catalog;
+use blis_data::catalog;
 use blis_engine::hardware::{GpuSpec, KvSizing, kv_blocks};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::instance::{Fanout, Instance, Observer};
@@ -106,7 +106,7 @@ fn resolve_model(exp: &Experiment, defs: &Definitions) -> Result<(String, ModelC
             catalog::model_ids()
         ));
     };
-    let text = blis_workload::textfile::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let text = blis_data::textfile::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let model = ModelConfig::from_hf_json(&text).map_err(|e| format!("{}: {e}", path.display()))?;
     Ok((id.to_string(), model))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use blis_engine::latency::LatencyModel;
 use rayon::prelude::*;
 
-use crate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use crate::compare::ExperimentComparison;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, discover};

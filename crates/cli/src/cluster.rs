@@ -113,7 +113,7 @@ fn yaml_to_json(v: serde_yaml_ng::Value, path: &str) -> Result<Value, String> {
 /// Reads a `--policy-config` file.
 fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundle::SectionsSet), BadInput> {
     let name = path.display();
-    let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("cannot read --policy-config {name}: {e}"))?;
+    let text = blis_data::textfile::read(path).map_err(|e| bad_input!("cannot read --policy-config {name}: {e}"))?;
     let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--policy-config {name}: not valid YAML: {e}"))?;
     let doc = yaml_to_json(yaml, "").map_err(|e| bad_input!("--policy-config {name}: {e}"))?;
     PolicyBundle::from_value(&doc).map_err(|e| bad_input!("--policy-config {name}: {e}"))

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::fit::{FitError, FitOptions, fit};
 use blis_calibrate::suite::Suite;
 use blis_net::client::{RunClock, rfc3339_utc};

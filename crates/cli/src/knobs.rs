@@ -442,7 +442,7 @@ impl KnobFile {
     /// spellings are accepted too. Unknown keys are errors naming the key.
     /// Relative paths in it are relative to the file's folder.
     pub fn load(path: &Path) -> Result<KnobFile, BadInput> {
-        let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
+        let text = blis_data::textfile::read(path).map_err(|e| bad_input!("cannot read --config {}: {e}", path.display()))?;
         let raw: serde_yaml_ng::Value =
             serde_yaml_ng::from_str(&text).map_err(|e| bad_input!("--config {}: not valid YAML: {e}", path.display()))?;
         let file = KnobFile::from_yaml(raw, &format!("--config {}", path.display()))?;
@@ -477,7 +477,7 @@ impl KnobFile {
             }
         }
         serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
-            .map_err(|e| bad_input!("{origin}: {}", blis_workload::error::located_message(&e)))
+            .map_err(|e| bad_input!("{origin}: {}", blis_data::locate::located_message(&e)))
     }
 }
 

@@ -69,11 +69,11 @@ enum Command {
 
 fn list_models() {
     println!("Bundled models (--model, case-insensitive; the part after '/' also works):");
-    for m in blis_engine::catalog::MODELS {
+    for m in blis_data::catalog::MODELS {
         println!("  {}", m.id);
     }
     println!("Bundled GPUs (--hardware):");
-    for g in blis_engine::catalog::GPUS {
+    for g in blis_data::catalog::GPUS {
         let spec = g.spec();
         println!("  {:<10} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib);
     }

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use blis_calibrate::coefficients::{CoefficientSet, DEFAULT_SET};
-use blis_engine::catalog;
+use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
+use blis_data::catalog;
 use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::latency::{LatencyModel, ModelKind};
@@ -37,7 +37,7 @@ pub struct Deployment {
 }
 
 fn read_file(flag: &str, path: &Path) -> Result<String, BadInput> {
-    blis_workload::textfile::read(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
+    blis_data::textfile::read(path).map_err(|e| bad_input!("cannot read --{flag} {}: {e}", path.display()))
 }
 
 /// Reads `--model-config PATH`: a HuggingFace `config.json`.

@@ -138,7 +138,7 @@ fn choose(k: &Knobs, config: &mut ConfigReport) -> Result<WorkloadSource, BadInp
     }
     let mut loaded = match (&k.workload_spec.value, &k.workload.value) {
         (Some(path), _) => {
-            let text = blis_workload::textfile::read(path).map_err(|e| bad_input!("{}", WorkloadError::read(path, e)))?;
+            let text = blis_data::textfile::read(path).map_err(|e| bad_input!("{}", WorkloadError::read(path, e)))?;
             if looks_like_inference_perf(&text) {
                 return inference_perf(k, config, path, &text);
             }

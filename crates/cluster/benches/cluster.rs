@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::{Cluster, ClusterConfig};
-use blis_engine::catalog;
+use blis_data::catalog;
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::latency::{LatencyModel, Roofline};
 use blis_engine::metrics::Collector;

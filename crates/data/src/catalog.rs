@@ -1,7 +1,7 @@
 //! The models and GPUs bundled with BLIS (compiled in from `data/`), so that
 //! `blis run` works with no network and no files.
 
-use crate::hardware::GpuSpec;
+use blis_engine::hardware::GpuSpec;
 
 /// A bundled HuggingFace `config.json`.
 #[derive(Copy, Clone, Debug)]
@@ -118,8 +118,8 @@ pub fn find_gpu(name: &str) -> Option<BundledGpu> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::hardware::{KvSizing, kv_blocks};
-    use crate::model::ModelConfig;
+    use blis_engine::hardware::{KvSizing, kv_blocks};
+    use blis_engine::model::ModelConfig;
 
     #[test]
     fn similar_models_are_the_bundled_ids_containing_the_name() {

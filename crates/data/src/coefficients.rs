@@ -30,7 +30,7 @@ use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
 
-use crate::error::ExperimentError;
+use crate::error::DataError;
 
 /// Where a coefficient set came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -115,16 +115,16 @@ pub const DEFAULT_SET: &str = "trained-physics-h100";
 
 impl CoefficientSet {
     /// Parses YAML or JSON text; `origin` names the source in errors.
-    pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, ExperimentError> {
+    pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
         let set: CoefficientSet = serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
-            .map_err(|e| ExperimentError::Format { path: origin.to_path_buf(), message: blis_workload::error::located_message(&e) })?;
-        set.kind().map_err(|message| ExperimentError::Format { path: origin.to_path_buf(), message })?;
+            .map_err(|e| DataError::Format { path: origin.to_path_buf(), message: crate::locate::located_message(&e) })?;
+        set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
         Ok(set)
     }
 
     /// Reads a coefficient file.
-    pub fn load(path: &Path) -> Result<CoefficientSet, ExperimentError> {
-        let text = blis_workload::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+    pub fn load(path: &Path) -> Result<CoefficientSet, DataError> {
+        let text = crate::textfile::read(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         CoefficientSet::parse(&text, path)
     }
 
@@ -174,7 +174,7 @@ impl CoefficientSet {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blis_engine::catalog::{find_gpu, find_model};
+    use crate::catalog::{find_gpu, find_model};
 
     fn instance() -> InstanceConfig {
         InstanceConfig::basic(128, 2048, 4096, 1000)
@@ -185,7 +185,7 @@ mod tests {
         let gpu = find_gpu("H100").unwrap().spec();
         for b in BUNDLED {
             let set = CoefficientSet::bundled(b.name).unwrap();
-            for m in blis_engine::catalog::MODELS {
+            for m in crate::catalog::MODELS {
                 let model = ModelConfig::from_hf_json(m.config_json).unwrap();
                 set.latency_model(&model, &gpu, 2, &instance()).unwrap_or_else(|e| panic!("{} on {}: {e}", b.name, m.id));
             }

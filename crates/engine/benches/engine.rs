@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use blis_engine::catalog;
+use blis_data::catalog;
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::Instance;
 use blis_engine::latency::Roofline;

@@ -310,7 +310,7 @@ pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{find_gpu, find_model};
+    use crate::testdata::{find_gpu, find_model};
 
     /// NVIDIA's datasheet figures for two H100 variants, in the vendor shape (with sparsity).
     const H100_SXM_DATASHEET: &str = r#"{"name": "H100 SXM", "vendor": "NVIDIA", "compute": {"fp32": 67, "bf16_tensor_core": 1979,

@@ -20,7 +20,8 @@
 //! block hashes, records), [`kv`] (block pool), [`scheduler`] (knobs and
 //! queue orders), [`latency`] (the step-time trait and its models),
 //! [`instance`] (the step itself), [`sim`] (the event loop), [`metrics`].
-//! [`model`], [`hardware`] and [`catalog`] describe what is being simulated.
+//! [`model`] and [`hardware`] describe what is being simulated (the
+//! bundled ones are in `blis-data`).
 //!
 //! ## Example
 //!
@@ -49,7 +50,6 @@
 
 #![warn(missing_docs)]
 
-pub mod catalog;
 pub mod event;
 pub mod hardware;
 pub mod instance;
@@ -61,4 +61,6 @@ pub mod request;
 pub mod rng;
 pub mod scheduler;
 pub mod sim;
+#[cfg(test)]
+mod testdata;
 pub mod time;

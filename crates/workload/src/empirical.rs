@@ -156,7 +156,7 @@ pub struct ServeGenDataset {
 impl ServeGenDataset {
     /// Reads and parses a dataset file.
     pub fn load(path: &Path) -> Result<ServeGenDataset, WorkloadError> {
-        let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let raw: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(&text).map_err(|e| {
             WorkloadError::spec(path.display().to_string(), ".", format!("not a ServeGen dataset (window → field → \"{{value: prob}}\"): {e}"))
         })?;
@@ -212,7 +212,7 @@ impl FileCache {
         if let Some(p) = self.pdfs.get(path) {
             return Ok(p.clone());
         }
-        let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let de = serde_yaml_ng::Deserializer::from_str(&text);
         let pdf: Pdf = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&path.display().to_string(), e))?;
         let p = Arc::new(pdf);

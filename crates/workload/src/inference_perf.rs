@@ -551,7 +551,7 @@ impl InferencePerfConfig {
     pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
         let de = serde_yaml_ng::Deserializer::from_str(text);
         let raw: RawConfig = serde_path_to_error::deserialize(de)
-            .map_err(|e| InferencePerfError::Parse(crate::error::located_message(&e)))?;
+            .map_err(|e| InferencePerfError::Parse(blis_data::locate::located_message(&e)))?;
         let report_file_prefix = raw.report_file_prefix().unwrap_or_default();
         let data = Data::from_raw(raw.data)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {

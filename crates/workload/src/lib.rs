@@ -26,7 +26,8 @@
 //!   (`--tenant-mix`, `--slo-class-mix`).
 //! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
 //!   set and staged load, as `blis validate` reproduces real runs.
-//! * [`textfile`]: bounded reading of every file a user names.
+//!
+//! Files are read with `blis_data::textfile`'s bounds.
 //!
 //! ## Example
 //!
@@ -60,7 +61,6 @@ pub mod servegen;
 pub mod spec;
 pub mod stats;
 pub mod synthetic;
-pub mod textfile;
 pub mod trace_v2;
 
 /// A request stream that may end early on an error it meets while

@@ -22,7 +22,7 @@ use serde::Deserialize;
 
 use crate::content::hash_block_run;
 use crate::error::WorkloadError;
-use crate::textfile::LineCapped;
+use blis_data::textfile::LineCapped;
 use crate::trace_v2::ReplayInfo;
 
 /// Tokens per hash id (Mooncake's block size).
@@ -98,7 +98,7 @@ pub struct MooncakeReplay {
 }
 
 fn open_lines(path: &Path) -> Result<Lines<BufReader<LineCapped<File>>>, WorkloadError> {
-    Ok(BufReader::new(crate::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?).lines())
+    Ok(BufReader::new(blis_data::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?).lines())
 }
 
 impl MooncakeReplay {

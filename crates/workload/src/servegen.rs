@@ -64,7 +64,7 @@ struct TraceRow {
 }
 
 fn parse_trace(path: &Path) -> Result<Vec<TraceRow>, WorkloadError> {
-    let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+    let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
     let mut rows: Vec<TraceRow> = Vec::new();
     for (i, line) in text.lines().enumerate() {
         let n = i as u64 + 1;

@@ -30,7 +30,7 @@ use crate::error::WorkloadError;
 use crate::generator::GeneratedRequest;
 use crate::plan::Plan;
 use crate::spec::ContextGrowth;
-use crate::textfile::LineCapped;
+use blis_data::textfile::LineCapped;
 
 /// The CSV columns, in the order written.
 pub const COLUMNS: [&str; 22] = [
@@ -236,7 +236,7 @@ impl TraceHeader {
 
     /// Reads and checks a header file.
     pub fn load(path: &Path) -> Result<TraceHeader, WorkloadError> {
-        let text = crate::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let name = path.display().to_string();
         let de = serde_yaml_ng::Deserializer::from_str(&text);
         let h: TraceHeader = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?;
@@ -509,7 +509,7 @@ fn check_row(row: &Row<'_>) -> Result<bool, String> {
 }
 
 fn open_csv(path: &Path) -> Result<(csv::Reader<LineCapped<File>>, csv::StringRecord), WorkloadError> {
-    let file = crate::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?;
+    let file = blis_data::textfile::open(path).map_err(|e| WorkloadError::read(path, e))?;
     let mut reader = csv::ReaderBuilder::new().has_headers(true).from_reader(file);
     let headers = reader.headers().map_err(|e| WorkloadError::line(path, 1, e.to_string()))?.clone();
     for (i, h) in headers.iter().enumerate() {

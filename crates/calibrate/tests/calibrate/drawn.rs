@@ -4,7 +4,7 @@
 //! lengths, with `max_tokens` drawn from the configured distribution, and
 //! is never compared request by request.
 
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
 use blis_engine::request::Outcome;

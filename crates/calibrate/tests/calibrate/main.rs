@@ -7,7 +7,7 @@ mod vendored;
 
 use std::path::{Path, PathBuf};
 
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::experiment::Experiment;
 use blis_calibrate::reproduce::{Definitions, Setup, Simulated, simulate};
 use blis_engine::instance::Observer;

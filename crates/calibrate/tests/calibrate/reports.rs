@@ -4,7 +4,7 @@
 //! `prompt_len`), keys BLIS does not read, and inference-perf's own
 //! per-request report in place of `requests.csv`.
 
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
 use blis_engine::request::Outcome;

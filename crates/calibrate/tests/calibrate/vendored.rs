@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::compare::Metric;
 use blis_calibrate::experiment::Status;
 use blis_calibrate::suite::Suite;

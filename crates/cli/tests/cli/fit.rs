@@ -1,6 +1,6 @@
 //! `blis fit` end to end.
 
-use blis_calibrate::coefficients::CoefficientSet;
+use blis_data::coefficients::CoefficientSet;
 
 use crate::experiment_dir::{TempDir, blis, stderr, write_experiment};
 

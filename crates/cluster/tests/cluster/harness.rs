@@ -8,7 +8,7 @@ use blis_cluster::metrics::ClusterSummary;
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig, ClusterEnd};
-use blis_engine::catalog;
+use blis_data::catalog;
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::latency::{Blackbox, LatencyModel, Roofline};

@@ -434,7 +434,7 @@ impl LatencyModel for PhysicsNormalized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{find_gpu, find_model};
+    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
 
     fn instance() -> InstanceConfig {

@@ -169,7 +169,7 @@ impl LatencyModel for TrainedPhysics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{find_gpu, find_model};
+    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
 
     /// Mixtral-8x7B (L 32, d 4096, H 32, KVH 8, dH 128, dKV 1024, dFF 14336,

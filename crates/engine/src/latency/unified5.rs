@@ -121,7 +121,7 @@ impl LatencyModel for Unified5 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::{find_gpu, find_model};
+    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
 
     /// Llama-2-7B (L 32, d 4096, H = KVH = 32, dH 128, dFF 11008) on one H100
