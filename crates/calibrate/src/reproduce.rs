@@ -14,7 +14,7 @@ use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, output_stream_seed};
 use blis_engine::rng::subsystem_seed;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
-use blis_engine::sim::{Workload, run_single};
+use blis_engine::driver::{Workload, run_single};
 use blis_engine::time::Micros;
 use blis_workload::concurrency::ConcurrencyGate;
 use blis_workload::inference_perf::{StagePrompts, StagedWorkload};
@@ -304,7 +304,7 @@ pub fn simulate(
     token_gaps: bool,
     extra: &mut dyn Observer,
 ) -> Result<Simulated, ExperimentError> {
-    let mut instance = Instance::new(0, setup.instance.clone(), latency)
+    let instance = Instance::new(0, setup.instance.clone(), latency)
         .map_err(|e| ExperimentError::Unreproducible { path: exp.dir.clone(), message: e.to_string() })?;
     let prompts = StagePrompts::new(&exp.workload.data, setup.measured_prompt_tokens, seed);
     let recorded = exp.requests.as_deref().and_then(recorded_outputs);
@@ -324,7 +324,7 @@ pub fn simulate(
         }
     };
     let mut client = ClientObserver::new(exp.stages.len(), num_requests, token_gaps);
-    run_single(&mut instance, workload.as_mut(), None, &mut Fanout::new(vec![&mut client, extra]));
+    let (_, instance) = run_single(instance, workload.as_mut(), None, &mut Fanout::new(vec![&mut client, extra]));
     let stats = instance.stats();
     let prefix_hit_rate = if stats.prefix_query_tokens > 0 { stats.prefix_hit_tokens as f64 / stats.prefix_query_tokens as f64 } else { 0.0 };
     Ok(Simulated { client, csv_row_of, steps: stats.steps, preemptions: stats.preemptions, prefix_hit_rate, mean_output_tokens, fixed_output })

@@ -267,9 +267,14 @@ impl ClusterSetup {
         Ok(ClusterSetup { config, mix, fitness, trace, origins })
     }
 
-    /// Builds the cluster; invalid parameters name the flag or file they came from.
-    pub fn build(&self) -> Result<Cluster, BadInput> {
-        Cluster::new(self.config.clone()).map_err(|e| match e {
+    /// Builds the cluster, tracing decisions into `sink` if given; invalid
+    /// parameters name the flag or file they came from.
+    pub fn build<'s>(&self, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, BadInput> {
+        let built = match sink {
+            Some(sink) => Cluster::traced(self.config.clone(), sink),
+            None => Cluster::new(self.config.clone()),
+        };
+        built.map_err(|e| match e {
             ClusterError::Config(c) => self.origins.describe(&c),
             other => bad_input!("{other}"),
         })

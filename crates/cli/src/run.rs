@@ -149,7 +149,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
 
     // Every run is a cluster run (one instance by default): one code path.
     let wall = std::time::Instant::now();
-    let mut sim = cluster.build()?;
+    let mut sim = cluster.build(trace.as_mut().map(|t| t as &mut dyn DecisionSink))?;
     let mut progress = Progress::new(expected_requests, args.quiet);
     let mut groups = GroupObservers::new(&labels, stages);
     let end = {
@@ -166,7 +166,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
         observers.extend(groups.observers());
         let mut fanout = Fanout::new(observers);
         let mut requests = cluster.mix.apply_workload(source, seed);
-        let end = sim.run(&mut requests, horizon, &mut fanout, trace.as_mut().map(|t| t as &mut dyn DecisionSink));
+        let end = sim.run(&mut requests, horizon, &mut fanout);
         source = requests.into_inner();
         end
     };
@@ -177,6 +177,7 @@ pub fn simulate(args: &RunArgs, file: &KnobFile, extra: Option<&mut dyn blis_eng
 
     let summary = sim.summary(&end);
     let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());
+    drop(sim);
     let report = RunReport {
         schema_version: SCHEMA_VERSION,
         simulator: SimulatorInfo::current(),

@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use blis_engine::request::Labels;
-use blis_engine::sim::IterWorkload;
+use blis_engine::driver::IterWorkload;
 use blis_workload::error::WorkloadError;
 use blis_workload::concurrency::ConcurrencyLimited;
 use blis_workload::{RequestSource, WithinSpan};

@@ -24,7 +24,7 @@ use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::Labels;
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::sim::IterWorkload;
+use blis_engine::driver::IterWorkload;
 use blis_engine::time::Micros;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -59,7 +59,7 @@ fn simulate(n: u32, routing: serde_json::Value, spec: &SyntheticSpec) -> u64 {
     })
     .unwrap();
     let mut metrics = Collector::default();
-    cluster.run(&mut IterWorkload::new(spec.generate()), None, &mut metrics, None);
+    cluster.run(&mut IterWorkload::new(spec.generate()), None, &mut metrics);
     metrics.completed
 }
 
@@ -102,7 +102,7 @@ fn routing_cost(c: &mut Criterion) {
             .unwrap();
             // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.
             let warm = spec(20.0 * f64::from(n), u64::from(40 * n), prefix, 4, 64, 2000);
-            cluster.run(&mut IterWorkload::new(warm.generate()), Some(Micros::from_secs(2)), &mut Collector::default(), None);
+            cluster.run(&mut IterWorkload::new(warm.generate()), Some(Micros::from_secs(2)), &mut Collector::default());
             let mut probe = warm.generate().next().unwrap();
             probe.id = blis_engine::request::RequestId(u64::MAX);
             g.bench_function(BenchmarkId::from_parameter(format!("n{n}_prefix{prefix}")), |b| b.iter(|| cluster.route_probe(black_box(&probe))));

@@ -11,7 +11,8 @@
 //!              (policies see ClusterView: snapshots, prefix index, tenant counts)
 //! ```
 //!
-//! Reading order: [`sim`] (the event loop and its total order), [`snapshot`]
+//! Reading order: [`sim`] (a cluster on the engine's event driver),
+//! [`gateway`] (a request's way through the control plane), [`snapshot`]
 //! (what is observed, how stale), [`view`] (what a policy gets),
 //! [`policy`] (the traits and templates, one module per kind, and the
 //! bundle document), [`prefix`] (the router's prefix index), [`estimate`]
@@ -24,7 +25,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use blis_cluster::{policy::{PolicyBundle, RoutingSpec}, sim::{Cluster, ClusterConfig}};
-//! use blis_engine::{latency::Blackbox, metrics::Collector, request::*, scheduler::*, sim::IterWorkload, time::Micros};
+//! use blis_engine::{latency::Blackbox, metrics::Collector, request::*, scheduler::*, driver::IterWorkload, time::Micros};
 //!
 //! let instance = InstanceConfig {
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
@@ -42,7 +43,7 @@
 //!     id: RequestId(i), arrival: Micros::from_ms(i), prompt: TokenSeq::synthetic(i, 100),
 //!     max_output_tokens: 20, output_seed: i, meta: RequestMeta::default(),
 //! });
-//! let end = cluster.run(&mut IterWorkload::new(reqs), None, &mut Collector::default(), None);
+//! let end = cluster.run(&mut IterWorkload::new(reqs), None, &mut Collector::default());
 //! let run = cluster.summary(&end);
 //! let summary = cluster.cluster_summary(&end, &run, None);
 //! assert_eq!(run.requests.completed, 40);
@@ -55,6 +56,7 @@ pub mod anomaly;
 pub mod error;
 pub mod estimate;
 pub mod fitness;
+pub mod gateway;
 pub mod metrics;
 pub mod policy;
 pub mod prefix;
@@ -65,4 +67,4 @@ pub mod trace;
 pub mod view;
 
 pub use error::{ClusterError, ConfigError};
-pub use sim::{Cluster, ClusterConfig, ClusterEnd, MAX_INSTANCES};
+pub use sim::{Cluster, ClusterConfig, MAX_INSTANCES};

@@ -7,11 +7,11 @@
 //! * `immediate`: read from the instance at every decision (a load balancer
 //!   tracking connections);
 //! * `periodic:<ms>`: re-read every interval, at simulated times `k·interval`
-//!   (a Prometheus scrape). A refresh at `t` sees the state after every event
-//!   at `t` (the snapshot-refresh event class is last), which is the state
-//!   until the next event, so refreshes are applied lazily just before the
-//!   first later event: same result, no events, and a run still ends when
-//!   its work does;
+//!   (a Prometheus scrape): a background event of the gateway (see
+//!   [`crate::gateway`]), whose class is last at its instant, so a refresh
+//!   at `t` sees the state after every event at `t`. Background events never
+//!   keep a run alive, and a refresh skips ahead to the last instant before
+//!   the next event, since nothing changes in between;
 //! * `on-demand`: re-read only when the control plane hears back from the
 //!   instance, i.e. when one of its requests finishes (a load report
 //!   piggy-backed on the response); frozen in between.
@@ -109,9 +109,12 @@ impl Serialize for Refresh {
 
 /// The instance-reported fields whose staleness is configurable.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum Field {
+pub enum Field {
+    /// Requests in the wait queue.
     QueueDepth = 0,
+    /// Requests in the running batch.
     BatchSize = 1,
+    /// Fraction of KV blocks in use.
     KvUtilization = 2,
 }
 
@@ -187,7 +190,6 @@ struct Readings {
 /// to policies.
 pub(crate) struct SnapshotStore {
     modes: [Refresh; 3],
-    next_refresh: [Micros; 3],
     cached: Vec<Readings>,
     // Priorities waiting at each instance, captured with queue_depth when it is not immediate.
     profiles: Vec<Vec<f64>>,
@@ -198,10 +200,8 @@ impl SnapshotStore {
     /// Readings of idle instances at time 0.
     pub fn new(obs: Observability, instances: &[Instance]) -> SnapshotStore {
         let modes = FIELDS.map(|f| obs.get(f));
-        let next_refresh = modes.map(|m| if let Refresh::Periodic(iv) = m { iv } else { Micros::MAX });
         let mut store = SnapshotStore {
             modes,
-            next_refresh,
             cached: vec![Readings::default(); instances.len()],
             profiles: vec![Vec::new(); instances.len()],
             view: vec![InstanceSnapshot::default(); instances.len()],
@@ -229,19 +229,23 @@ impl SnapshotStore {
         }
     }
 
-    /// Applies every periodic refresh due strictly before `next_event`: the
-    /// last one, at `k·interval < next_event`, sees the current state.
-    pub fn refresh_due(&mut self, next_event: Micros, instances: &[Instance]) {
-        for f in FIELDS {
-            if self.next_refresh[f as usize] >= next_event {
-                continue;
-            }
-            let Refresh::Periodic(iv) = self.modes[f as usize] else { continue };
-            let last = Micros((next_event.0 - 1) / iv.0 * iv.0);
-            for (i, inst) in instances.iter().enumerate() {
-                self.capture(f, i, inst, last);
-            }
-            self.next_refresh[f as usize] = last + iv;
+    /// The fields refreshed periodically.
+    pub fn periodic_fields(&self) -> impl Iterator<Item = Field> + '_ {
+        FIELDS.into_iter().filter(|&f| matches!(self.modes[f as usize], Refresh::Periodic(_)))
+    }
+
+    /// The refresh interval of a periodic field.
+    pub fn interval(&self, f: Field) -> Micros {
+        match self.modes[f as usize] {
+            Refresh::Periodic(iv) => iv,
+            _ => Micros::MAX,
+        }
+    }
+
+    /// Re-reads field `f` of every instance, as of `at`.
+    pub fn refresh(&mut self, f: Field, instances: &[Instance], at: Micros) {
+        for (i, inst) in instances.iter().enumerate() {
+            self.capture(f, i, inst, at);
         }
     }
 

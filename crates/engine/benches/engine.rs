@@ -13,7 +13,7 @@ use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::sim::{IterWorkload, run_single};
+use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::time::Micros;
 use criterion::{Criterion, criterion_group, criterion_main};
 
@@ -21,7 +21,7 @@ fn simulate(n: u64) -> u64 {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
     let cfg = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, &KvSizing::defaults(1)).unwrap());
-    let mut inst = Instance::new(0, cfg, Arc::new(Roofline::new(&model, &gpu, 1))).unwrap();
+    let inst = Instance::new(0, cfg, Arc::new(Roofline::new(&model, &gpu, 1))).unwrap();
     // Evenly spaced arrivals at 30 req/s (the CLI's Poisson stream is benchmarked by scripts/bench.sh).
     let reqs = (0..n).map(|i| Request {
         id: RequestId(i),
@@ -32,7 +32,7 @@ fn simulate(n: u64) -> u64 {
         meta: RequestMeta::default(),
     });
     let mut metrics = Collector::default();
-    run_single(&mut inst, &mut IterWorkload::new(reqs), None, &mut metrics);
+    run_single(inst, &mut IterWorkload::new(reqs), None, &mut metrics);
     metrics.completed
 }
 

@@ -32,10 +32,9 @@ pub enum EventClass {
     /// A request leaves: completion side effects such as a client timeout or
     /// the release of a follow-up round.
     RequestCompletion = 5,
-    /// An autoscaler tick.
-    ScalingTick = 6,
-    /// A periodic refresh of an instance snapshot.
-    SnapshotRefresh = 7,
+    /// A periodic refresh of the control plane's instance snapshots (a
+    /// background event: it sees the state after everything else at its instant).
+    SnapshotRefresh = 6,
 }
 
 /// The ordering key of one event.

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //!  Workload (lazy, arrival-ordered Requests)
-//!        │ inject at arrival
+//!        │ Driver: one clock, one total event order; a ControlPlane decides where each request goes
 //!        ▼
 //!  Instance ── queueing delay ──► wait queue ──► scheduler step (vLLM v1) ──► latency model
 //!        │                              ▲  preempt (recompute)  │ KV cache (paged, prefix-cached)
@@ -19,7 +19,8 @@
 //! order), [`rng`] (seeded streams per subsystem), [`request`] (token runs,
 //! block hashes, records), [`kv`] (block pool), [`scheduler`] (knobs and
 //! queue orders), [`latency`] (the step-time trait and its models),
-//! [`instance`] (the step itself), [`sim`] (the event loop), [`metrics`].
+//! [`instance`] (the step itself), [`driver`] (the event loop of every run,
+//! one instance or many behind a control plane), [`metrics`].
 //! [`model`] and [`hardware`] describe what is being simulated (the
 //! bundled ones are in `blis-data`).
 //!
@@ -28,7 +29,7 @@
 //! ```
 //! use std::sync::Arc;
 //! use blis_engine::{instance::Instance, latency::Blackbox, metrics::Collector, request::*,
-//!                   scheduler::*, sim::{run_single, IterWorkload}, time::Micros};
+//!                   scheduler::*, driver::{run_single, IterWorkload}, time::Micros};
 //!
 //! let cfg = InstanceConfig {
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
@@ -37,19 +38,21 @@
 //!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None,
 //! };
 //! let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] });
-//! let mut inst = Instance::new(0, cfg, model).unwrap();
+//! let inst = Instance::new(0, cfg, model).unwrap();
 //! let reqs = (0..10).map(|i| Request {
 //!     id: RequestId(i), arrival: Micros::from_ms(i * 10), prompt: TokenSeq::synthetic(i, 100),
 //!     max_output_tokens: 20, output_seed: i, meta: RequestMeta::default(),
 //! });
 //! let mut metrics = Collector::default();
-//! let end = run_single(&mut inst, &mut IterWorkload::new(reqs), None, &mut metrics);
+//! let (end, inst) = run_single(inst, &mut IterWorkload::new(reqs), None, &mut metrics);
 //! assert_eq!(metrics.completed, 10);
 //! assert_eq!(end.queued + end.running, 0);
+//! assert_eq!(inst.stats().injected, 10);
 //! ```
 
 #![warn(missing_docs)]
 
+pub mod driver;
 pub mod event;
 pub mod hardware;
 pub mod instance;
@@ -60,7 +63,6 @@ pub mod model;
 pub mod request;
 pub mod rng;
 pub mod scheduler;
-pub mod sim;
 #[cfg(test)]
 mod testdata;
 pub mod time;

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use blis_engine::request::{Outcome as EngineOutcome, RequestRecord};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use blis_workload::generator::{GeneratedRequest, Generator};
 use blis_workload::plan::Plan as WorkloadPlan;

@@ -6,7 +6,7 @@
 //! measure it; the wait is the client's, not the server's.
 
 use blis_engine::request::{Request, RequestRecord};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 
 use crate::RequestSource;

@@ -10,7 +10,7 @@ use std::collections::BinaryHeap;
 use std::sync::Arc;
 
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use rustc_hash::FxHashMap;
 

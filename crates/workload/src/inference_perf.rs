@@ -42,7 +42,7 @@ use std::collections::BTreeMap;
 
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
 use blis_engine::rng::{SimRng, mix64, subsystem_rng, subsystem_seed};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::{MAX_SPAN_S, Micros};
 use rand::RngExt;
 use rand_distr::{Distribution, Exp, Poisson};

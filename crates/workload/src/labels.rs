@@ -11,7 +11,7 @@
 
 use blis_engine::request::{Labels, Request, RequestRecord, SloClassId, TenantId};
 use blis_engine::rng::{SimRng, subsystem_rng};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use rand::RngExt;
 use thiserror::Error;

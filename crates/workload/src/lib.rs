@@ -16,7 +16,7 @@
 //!   read, [`client`] one client's stream, [`content`] the synthetic token
 //!   content that makes prefix groups and multi-turn context share KV blocks.
 //! * [`generator`]: the k-way merge of clients plus multi-turn rounds
-//!   released on completion (an engine [`blis_engine::sim::Workload`]).
+//!   released on completion (an engine [`blis_engine::driver::Workload`]).
 //! * [`network`]: client-perspective latencies.
 //! * [`trace_v2`] and [`mooncake`]: trace writing and streaming replay.
 //! * [`servegen`]: importing ServeGen data directories; [`compose`]:
@@ -66,7 +66,7 @@ pub mod trace_v2;
 /// A request stream that may end early on an error it meets while
 /// streaming (a trace file that changed after it was checked). Callers
 /// check [`RequestSource::take_error`] after the run.
-pub trait RequestSource: blis_engine::sim::Workload {
+pub trait RequestSource: blis_engine::driver::Workload {
     /// The error that ended the stream, if one did.
     fn take_error(&mut self) -> Option<error::WorkloadError>;
 }
@@ -87,7 +87,7 @@ impl WithinSpan {
     }
 }
 
-impl blis_engine::sim::Workload for WithinSpan {
+impl blis_engine::driver::Workload for WithinSpan {
     fn peek_arrival(&mut self) -> Option<blis_engine::time::Micros> {
         if self.error.is_some() {
             return None;
@@ -130,7 +130,7 @@ impl RequestSource for generator::Generator {
     }
 }
 
-impl<I: Iterator<Item = blis_engine::request::Request>> RequestSource for blis_engine::sim::IterWorkload<I> {
+impl<I: Iterator<Item = blis_engine::request::Request>> RequestSource for blis_engine::driver::IterWorkload<I> {
     fn take_error(&mut self) -> Option<error::WorkloadError> {
         None
     }

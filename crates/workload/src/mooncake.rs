@@ -16,7 +16,7 @@ use std::path::{Path, PathBuf};
 
 use blis_engine::request::{Labels, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
 use blis_engine::rng::mix64;
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use serde::Deserialize;
 

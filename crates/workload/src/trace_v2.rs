@@ -20,7 +20,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use blis_engine::request::{Labels, Request, RequestId, RequestMeta, SloClassId, TenantId, TokenRun, TokenSeq};
-use blis_engine::sim::Workload;
+use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use rustc_hash::FxHashMap;
 use serde::{Deserialize, Serialize};

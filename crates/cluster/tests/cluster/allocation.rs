@@ -10,7 +10,7 @@ use std::cell::Cell;
 
 use blis_cluster::Cluster;
 use blis_engine::metrics::Collector;
-use blis_engine::sim::IterWorkload;
+use blis_engine::driver::IterWorkload;
 use blis_engine::time::Micros;
 use serde_json::json;
 
@@ -60,9 +60,9 @@ fn after_warm_up_a_run_allocates_far_less_than_once_per_request() {
     let mut cluster = Cluster::new(cfg).unwrap();
     let mut collector = Collector::default();
     let mut workload = IterWorkload::new(requests.into_iter());
-    cluster.run(&mut workload, Some(Micros::from_secs(25)), &mut collector, None);
+    cluster.run(&mut workload, Some(Micros::from_secs(25)), &mut collector);
     let (arrived_warm, before) = (collector.completed, ALLOCATIONS.with(Cell::get));
-    cluster.run(&mut workload, None, &mut collector, None);
+    cluster.run(&mut workload, None, &mut collector);
     let during = ALLOCATIONS.with(Cell::get) - before;
     let requests = collector.completed - arrived_warm;
     eprintln!("{during} allocations while {requests} requests completed ({} tokens in the run)", collector.output_tokens);

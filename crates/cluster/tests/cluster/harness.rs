@@ -7,7 +7,8 @@ use blis_cluster::fitness::FitnessWeights;
 use blis_cluster::metrics::ClusterSummary;
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
-use blis_cluster::{Cluster, ClusterConfig, ClusterEnd};
+use blis_cluster::{Cluster, ClusterConfig};
+use blis_engine::driver::RunEnd;
 use blis_data::catalog;
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::{Observer, TokenEvent};
@@ -16,7 +17,7 @@ use blis_engine::metrics::RunSummary;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Labels, Request, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::sim::IterWorkload;
+use blis_engine::driver::IterWorkload;
 use blis_engine::time::Micros;
 use blis_workload::labels::{LabelMix, Mix};
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
@@ -127,7 +128,7 @@ impl DecisionSink for Decisions {
 }
 
 pub struct Outcome {
-    pub end: ClusterEnd,
+    pub end: RunEnd,
     pub run: RunSummary,
     pub cluster: ClusterSummary,
     pub rec: Recorder,
@@ -140,11 +141,12 @@ pub fn run(cfg: ClusterConfig, requests: Vec<Request>, horizon: Option<Micros>) 
 }
 
 pub fn run_weighted(cfg: ClusterConfig, requests: Vec<Request>, horizon: Option<Micros>, fitness: Option<&FitnessWeights>) -> Outcome {
-    let mut cluster = Cluster::new(cfg).unwrap_or_else(|e| panic!("{e}"));
     let mut rec = Recorder::default();
     let mut decisions = Decisions::default();
-    let end = cluster.run(&mut IterWorkload::new(requests.into_iter()), horizon, &mut rec, Some(&mut decisions));
+    let mut cluster = Cluster::traced(cfg, &mut decisions).unwrap_or_else(|e| panic!("{e}"));
+    let end = cluster.run(&mut IterWorkload::new(requests.into_iter()), horizon, &mut rec);
     let run = cluster.summary(&end);
     let summary = cluster.cluster_summary(&end, &run, fitness);
+    drop(cluster);
     Outcome { end, run, cluster: summary, rec, decisions }
 }

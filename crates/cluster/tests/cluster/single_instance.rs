@@ -2,7 +2,7 @@
 
 use blis_engine::instance::Instance;
 use blis_engine::metrics::RunSummary;
-use blis_engine::sim::{IterWorkload, run_single};
+use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::time::Micros;
 
 use crate::harness::{Load, Recorder, bundle, config, llama_h100, run};
@@ -13,14 +13,14 @@ fn compare(load: Load, client_timeout: Option<Micros>, horizon: Option<Micros>) 
     inst_cfg.client_timeout = client_timeout;
     let (requests, labels) = load.requests(None);
 
-    let mut single = Instance::new(0, inst_cfg.clone(), latency.clone()).unwrap();
+    let single = Instance::new(0, inst_cfg.clone(), latency.clone()).unwrap();
     let mut rec = Recorder::default();
     let mut collector = blis_engine::metrics::Collector::default();
-    let end = {
+    let (end, single) = {
         let mut both = blis_engine::instance::Fanout::new(vec![&mut rec, &mut collector]);
-        run_single(&mut single, &mut IterWorkload::new(requests.clone().into_iter()), horizon, &mut both)
+        run_single(single, &mut IterWorkload::new(requests.clone().into_iter()), horizon, &mut both)
     };
-    let single_summary = RunSummary::build(&collector, &[single.stats()], end.end, u64::from(end.queued), u64::from(end.running));
+    let single_summary = RunSummary::build(&collector, &[single.stats()], end.end, end.queued, end.running);
 
     let cluster = run(config(1, inst_cfg, latency, bundle(serde_json::json!({"routing": "round-robin"})), labels), requests, horizon);
     assert_eq!(cluster.end.end, end.end);

@@ -5,11 +5,11 @@
 //! or a single JSON response, `stream_options.include_usage`), `GET
 //! /v1/models`, `GET /health`, `GET /metrics` (Prometheus text with vLLM's
 //! metric names). Each request enters the simulated engine at its wall-clock
-//! arrival ([`driver`]); its tokens are sent when the simulated engine emits
+//! arrival ([`realtime`]); its tokens are sent when the simulated engine emits
 //! them. Failures can be injected at a configured rate: HTTP 429, HTTP 503,
 //! or a connection dropped mid-response.
 
-mod driver;
+mod realtime;
 mod metrics;
 pub mod openai;
 
@@ -36,8 +36,8 @@ use rand::RngExt;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 
-pub use driver::StreamEvent;
-use driver::{Command, OUTPUT_SALT};
+pub use realtime::StreamEvent;
+use realtime::{Command, OUTPUT_SALT};
 use openai::{Api, ApiError, GenerationRequest, ResponseId};
 
 use crate::tokenize::output_token_text;
@@ -141,7 +141,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     let (scale, name) = (config.time_scale, config.model_name.clone());
     std::thread::Builder::new()
         .name("blis-serve-sim".into())
-        .spawn(move || driver::run(instance, scale, name, rx))
+        .spawn(move || realtime::run(instance, scale, name, rx))
         .map_err(StartError::Io)?;
     let state = Arc::new(AppState {
         model_name: config.model_name,

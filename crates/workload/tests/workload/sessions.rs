@@ -9,7 +9,7 @@ use blis_engine::instance::{Instance, Observer};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::sim::run_single;
+use blis_engine::driver::run_single;
 use blis_workload::spec::parse;
 
 #[derive(Default)]
@@ -25,9 +25,9 @@ fn run(spec: &str) -> Vec<RequestRecord> {
     let plan = parse(spec, "t", Path::new(".")).unwrap().plan().unwrap();
     let cfg = InstanceConfig::basic(64, 4096, 65_536, 40_000);
     let model = Arc::new(Blackbox { alpha: [500.0, 0.1, 1.0], beta: [3000.0, 2.0, 50.0] });
-    let mut inst = Instance::new(0, cfg, model).unwrap();
+    let inst = Instance::new(0, cfg, model).unwrap();
     let mut records = Records::default();
-    run_single(&mut inst, &mut plan.generator(), None, &mut records);
+    run_single(inst, &mut plan.generator(), None, &mut records);
     records.0
 }
 

@@ -1,18 +1,20 @@
-//! The simulation thread behind `blis serve`: one engine instance whose
-//! simulated clock follows the wall clock (optionally sped up), fed by HTTP
-//! handlers through a channel, emitting each token when the simulated engine
-//! emits it.
+//! The simulation thread behind `blis serve`: the engine's event driver
+//! ([`blis_engine::driver::Driver`], one instance behind the pass-through
+//! control plane) stepped so that its simulated clock follows the wall
+//! clock (optionally sped up), fed by HTTP handlers through a channel,
+//! emitting each token when the simulated engine emits it.
 //!
 //! The engine itself stays pure; this thread is the only place that maps
 //! simulated microseconds to wall-clock instants: sim time `t` happens at
 //! `start + t / time_scale`. Requests enter the simulation at the simulated
 //! instant corresponding to their wall-clock arrival, after every engine event
-//! up to that instant has been processed, so the simulated clock never goes
-//! backwards.
+//! up to that instant has been processed ([`Driver::run_until`]), so the
+//! simulated clock never goes backwards.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use blis_engine::driver::{Driver, PassThrough};
 use blis_engine::event::{EventClass, EventQueue};
 use blis_engine::instance::{Instance, Observer, TokenEvent};
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
@@ -81,15 +83,14 @@ impl Observer for Buffer {
 pub const OUTPUT_SALT: u64 = 0x5e7e;
 
 /// Processes every engine event at or before `now`; returns `now`.
-fn catch_up(instance: &mut Instance, buffer: &mut Buffer, now: Micros) -> Micros {
-    while instance.next_event().is_some_and(|key| key.time <= now) {
-        instance.process_next(buffer);
-    }
+fn catch_up(driver: &mut Driver<PassThrough>, buffer: &mut Buffer, now: Micros) -> Micros {
+    driver.run_until(now, buffer);
     now
 }
 
-/// Runs the simulation until every command sender is dropped.
-pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
+/// Runs the simulation of `instance` until every command sender is dropped.
+pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
+    let mut driver = Driver::new(vec![instance], PassThrough);
     let start = Instant::now();
     let sim_now = || Micros((start.elapsed().as_secs_f64() * time_scale * 1e6) as u64);
     let wall_at = |t: Micros| start + Duration::from_secs_f64(t.as_secs_f64() / time_scale);
@@ -99,7 +100,7 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
     let mut clock = Micros::ZERO;
     loop {
         // 1. Catch the simulation up with the wall clock.
-        clock = catch_up(&mut instance, &mut buffer, sim_now().max(clock));
+        clock = catch_up(&mut driver, &mut buffer, sim_now().max(clock));
         for (t, e) in buffer.out.drain(..) {
             outbox.push(t, EventClass::RequestCompletion, e);
         }
@@ -120,7 +121,7 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
             }
         }
         // 3. Sleep until the next engine event or delivery, or a command.
-        let next = [instance.next_event().map(|k| k.time), outbox.peek_key().map(|k| k.time)].into_iter().flatten().min();
+        let next = [driver.next_event(), outbox.peek_key().map(|k| k.time)].into_iter().flatten().min();
         let command = match next {
             Some(t) => match commands.recv_timeout(wall_at(t).saturating_duration_since(Instant::now())) {
                 Ok(c) => c,
@@ -133,7 +134,7 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
             },
         };
         // Bring the engine up to the command's arrival instant before applying it.
-        clock = catch_up(&mut instance, &mut buffer, sim_now().max(clock));
+        clock = catch_up(&mut driver, &mut buffer, sim_now().max(clock));
         match command {
             Command::Submit { id, prompt, output_tokens, events } => {
                 let mut seq = TokenSeq::new();
@@ -147,15 +148,15 @@ pub fn run(mut instance: Instance, time_scale: f64, model_name: String, commands
                     meta: RequestMeta::default(),
                 };
                 streams.insert(id, events);
-                instance.inject(req, clock, &mut buffer);
+                driver.arrive(req, &mut buffer);
             }
             Command::Abandon(id) => {
                 if streams.remove(&id).is_some() {
-                    instance.abandon(id, clock, &mut buffer);
+                    driver.fleet_mut().abandon(0, id, &mut buffer);
                 }
             }
             Command::Metrics(reply) => {
-                let _ = reply.send(buffer.metrics.render(&model_name, &instance));
+                let _ = reply.send(buffer.metrics.render(&model_name, &driver.fleet().instances()[0]));
             }
         }
         for (t, e) in buffer.out.drain(..) {
