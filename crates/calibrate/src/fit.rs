@@ -150,7 +150,7 @@ pub enum FitError {
 /// Whether `case` is of the model `name` (full HuggingFace id or the part
 /// after the `/`, ignoring ASCII case).
 pub fn is_model(case: &Case, name: &str) -> bool {
-    let id = &case.setup.model_id;
+    let id = &case.setup.server.model_name;
     id.eq_ignore_ascii_case(name) || id.rsplit('/').next().is_some_and(|s| s.eq_ignore_ascii_case(name))
 }
 
@@ -485,7 +485,7 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
     }
     let bases: Vec<Box<dyn FeatureBasis>> = train
         .iter()
-        .map(|c| opts.kind.basis(&c.setup.model, &c.setup.gpu, c.setup.tp, &c.setup.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind))))
+        .map(|c| opts.kind.basis(&c.setup.server.model, &c.setup.server.gpu, c.setup.server.tp, &c.setup.server.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind))))
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
     let priors = priors(opts.kind, bases[0].as_ref());
@@ -590,7 +590,7 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
     let holdout_cases: Vec<Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && holdout(c)).cloned().collect();
     set.provenance = Provenance {
         source: "blis fit".into(),
-        hardware: Some(train.iter().map(|c| c.setup.gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
+        hardware: Some(train.iter().map(|c| c.setup.server.gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
         fitted_on: train.iter().map(|c| c.experiment.name.clone()).collect(),
         holdout: holdout_cases.iter().map(|c| c.experiment.name.clone()).collect(),
         loss: Some(train_loss),

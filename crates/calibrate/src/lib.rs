@@ -49,5 +49,6 @@ pub mod optimize;
 pub mod per_request;
 pub mod report;
 pub mod reproduce;
+pub mod requests;
 pub mod stats;
 pub mod suite;

@@ -22,7 +22,7 @@ use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 
 use crate::error::ExperimentError;
-use crate::experiment::{RequestRow, check_row};
+use crate::requests::{RequestRow, check_row};
 
 /// One entry of the report (the keys BLIS reads).
 #[derive(Deserialize)]

@@ -26,7 +26,7 @@ pub struct Case {
 impl Case {
     /// `set`'s latency model for this case's model, GPU, tp and server knobs.
     pub fn latency(&self, set: &CoefficientSet) -> Result<Arc<dyn LatencyModel>, ExperimentError> {
-        let s = &self.setup;
+        let s = &self.setup.server;
         set.latency_model(&s.model, &s.gpu, s.tp, &s.instance)
             .map_err(|message| ExperimentError::Unreproducible { path: self.experiment.dir.clone(), message })
     }
@@ -79,7 +79,7 @@ impl Suite {
                         "{}: no num_gpu_blocks; simulating {} KV blocks derived as vLLM's memory profiler would (the server \
                          log's \"GPU KV cache size\" in tokens over the block size is the real count)",
                         c.experiment.dir.join("server-facts.yaml").display(),
-                        c.setup.instance.num_gpu_blocks
+                        c.setup.server.instance.num_gpu_blocks
                     )
                 });
                 c.experiment.warnings().into_iter().chain(derived)
@@ -101,7 +101,7 @@ impl Suite {
         split(self.cases.par_iter().map(|c| {
             let s = &c.setup;
             let sim = simulate(&c.experiment, s, c.latency(set)?, seed, true, &mut NoObserver)?;
-            Ok(ExperimentComparison::new(&c.experiment, &s.model_id, &sim))
+            Ok(ExperimentComparison::new(&c.experiment, &s.server.model_name, &sim))
         }))
     }
 }

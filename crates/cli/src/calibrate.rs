@@ -5,12 +5,11 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 
 use blis_calibrate::live::{CalibrationReport, MetricComparison, RealTrace, SimDocument, compare, match_requests};
+use blis_workload::trace_v2::trace_csv;
 
 use crate::error::bad_input;
-use crate::output::AtomicFile;
+use crate::output::{AtomicFile, write_json};
 use crate::plot::PlotDir;
-use crate::replay::trace_csv;
-use crate::run::write_json;
 
 /// Compare a recorded trace (blis observe) with its simulated replay (blis replay).
 #[derive(clap::Args, Debug)]

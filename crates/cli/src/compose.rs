@@ -5,10 +5,8 @@ use std::path::{Path, PathBuf};
 use blis_workload::compose::compose;
 use blis_workload::spec::{self, to_yaml};
 
-use crate::convert::{output_dir, write_checked_spec};
 use crate::error::bad_input;
-use crate::output::refuse_overwriting_inputs;
-use crate::workload_source::warn;
+use crate::output::{output_dir, refuse_overwriting_inputs, warn, write_checked_spec};
 
 /// `blis compose`.
 #[derive(clap::Args, Debug)]

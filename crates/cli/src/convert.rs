@@ -1,15 +1,12 @@
 //! `blis convert servegen`: import a ServeGen data directory as a spec.
 
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::Context;
 use blis_workload::servegen::{ServeGenOptions, convert};
-use blis_workload::spec::{parse, to_yaml};
+use blis_workload::spec::to_yaml;
 
 use crate::error::bad_input;
-use crate::output::AtomicFile;
-use crate::workload_source::warn;
+use crate::output::{output_dir, warn, write_checked_spec};
 
 /// `blis convert` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -40,22 +37,6 @@ pub struct ServeGenArgs {
     /// The spec's seed. [default: 42]
     #[arg(long, value_name = "N")]
     seed: Option<u64>,
-}
-
-/// The absolute directory a new file at `output` will live in.
-pub fn output_dir(output: &Path) -> PathBuf {
-    let abs = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
-    abs.parent().map(Path::to_path_buf).unwrap_or_default()
-}
-
-/// Writes `yaml` to `output` after checking that it plans from there.
-pub fn write_checked_spec(output: &Path, comment: &str, yaml: &str) -> anyhow::Result<()> {
-    let text = format!("{comment}{yaml}");
-    let dir = output_dir(output);
-    parse(&text, &output.display().to_string(), &dir).and_then(|l| l.plan()).map_err(|e| bad_input!("the written spec would not load: {e}"))?;
-    let mut file = AtomicFile::create("output", output)?;
-    file.writer().write_all(text.as_bytes()).context("writing --output")?;
-    file.commit()
 }
 
 /// Runs a `blis convert` subcommand.

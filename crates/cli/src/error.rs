@@ -22,9 +22,10 @@ macro_rules! bad_input {
 }
 pub(crate) use bad_input;
 
-/// Exit code for an error: 2 when any cause is [`BadInput`], else 1.
+/// Exit code for an error: 2 when any cause is bad input ([`BadInput`], or
+/// a scenario that cannot be simulated as given), else 1.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|c| c.is::<BadInput>()) { 2 } else { 1 }
+    if err.chain().any(|c| c.is::<BadInput>() || c.is::<blis_scenario::ScenarioError>()) { 2 } else { 1 }
 }
 
 /// Longest run of digits (with an optional point) an error line prints as

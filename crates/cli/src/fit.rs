@@ -24,7 +24,7 @@ pub struct FitArgs {
     pub dirs: Vec<PathBuf>,
 
     #[command(flatten)]
-    pub definitions: crate::setup::DefinitionArgs,
+    pub definitions: crate::definitions::DefinitionArgs,
 
     /// Model to fit: blackbox, trained-physics, unified-5, physics-normalized.
     #[arg(long, default_value = "trained-physics")]
@@ -99,7 +99,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
     };
     let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
-    crate::workload_source::warn(&suite.warnings());
+    crate::output::warn(&suite.warnings());
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let opts = FitOptions {
         kind,

@@ -4,12 +4,11 @@
 //! engine and workload crates together, and renders reports. Exit codes: 0
 //! success, 1 failure while running, 2 bad input.
 
-mod breakdown;
 mod calibrate;
-mod cluster;
 mod compose;
 mod convert;
-mod count;
+mod decisions;
+mod definitions;
 mod error;
 mod fit;
 mod knobs;
@@ -17,13 +16,12 @@ mod observe;
 mod output;
 mod plot;
 mod replay;
-mod report;
 mod run;
 mod serve;
-mod setup;
+mod simulate;
+mod table;
 mod validate;
 mod workload_cmd;
-mod workload_source;
 
 use clap::{Parser, Subcommand};
 
@@ -38,16 +36,16 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Simulate a vLLM deployment serving a workload and report latency, throughput and cache behaviour.
-    #[command(after_help = count::HELP)]
+    #[command(after_help = blis_scenario::count::HELP)]
     Run(Box<run::RunArgs>),
     /// Serve the OpenAI API (completions, chat, SSE streaming, /metrics) with timing from the simulator.
-    #[command(after_help = count::HELP)]
+    #[command(after_help = blis_scenario::count::HELP)]
     Serve(Box<serve::ServeArgs>),
     /// Drive a live OpenAI-compatible server with a workload and record a trace v2 of what it did.
-    #[command(after_help = count::HELP)]
+    #[command(after_help = blis_scenario::count::HELP)]
     Observe(Box<observe::ObserveArgs>),
     /// Simulate a recorded trace v2 at its recorded send times, with the server config from its header.
-    #[command(after_help = count::HELP)]
+    #[command(after_help = blis_scenario::count::HELP)]
     Replay(Box<replay::ReplayArgs>),
     /// Compare a recorded trace with its simulated replay: per-request and distribution statistics, plots.
     Calibrate(Box<calibrate::CalibrateArgs>),

@@ -1,17 +1,17 @@
 //! `blis observe`: drive a live OpenAI-compatible server with a workload and
 //! record a trace v2 of what it did.
 
-use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use blis_net::client::Target;
 use blis_net::observe::{ObserveConfig, TraceFiles, observe};
 use blis_net::serve::openai::Api;
-use blis_workload::spec::{self, Overrides};
+use blis_scenario::Scenario;
+use blis_scenario::knobs::KnobValues;
 
-use crate::error::{BadInput, bad_input};
-use crate::knobs::{KnobArgs, KnobFile, Knobs, Source};
+use crate::error::bad_input;
+use crate::output::{rate_text, warn};
 
 /// Which OpenAI endpoint to drive.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -31,7 +31,7 @@ pub enum ApiKind {
     --workload-spec / --workload or the same synthetic flags as `blis run`; --model is the name the server serves.")]
 pub struct ObserveArgs {
     #[command(flatten)]
-    pub knobs: KnobArgs,
+    pub knobs: KnobValues,
 
     /// Read knob values from a YAML file whose keys are the flag names; flags win.
     #[arg(long, value_name = "PATH", help_heading = "Run")]
@@ -82,74 +82,37 @@ pub struct ObserveArgs {
 /// Requests `blis observe` keeps in flight unless `--max-concurrency` says otherwise.
 const DEFAULT_MAX_CONCURRENCY: u32 = 256;
 
-/// The flag-driven synthetic workload as a one-client spec (the same
-/// distributions; with several prefix groups, one client per group).
-fn synthetic_spec_yaml(k: &Knobs) -> Result<String, BadInput> {
-    let spec = crate::run::synthetic_workload(k)?;
-    let dist = |l: &blis_workload::synthetic::LengthSpec| {
-        if l.stdev > 0.0 {
-            format!("{{type: gaussian, params: {{mean: {}, std_dev: {}, min: {}, max: {}}}}}", l.mean, l.stdev, l.min, l.max.min(1 << 30))
-        } else {
-            format!("{{type: constant, params: {{value: {}}}}}", l.mean.round())
-        }
-    };
-    let process = match spec.arrival {
-        blis_workload::synthetic::ArrivalProcess::Poisson => "poisson",
-        blis_workload::synthetic::ArrivalProcess::Constant => "constant",
-    };
-    let mut y = format!("version: \"1\"\nseed: {}\naggregate_rate: {}\nnum_requests: {}\nclients:\n", spec.seed, spec.rate_per_s, spec.num_requests);
-    let groups = if spec.prefix_tokens > 0 { spec.prefix_groups } else { 1 };
-    for g in 0..groups {
-        let _ = writeln!(y, "  - id: synthetic-{g}\n    rate_fraction: 1\n    arrival: {{process: {process}}}");
-        let _ = writeln!(y, "    input_distribution: {}\n    output_distribution: {}", dist(&spec.prompt), dist(&spec.output));
-        if spec.prefix_tokens > 0 {
-            let _ = writeln!(y, "    prefix_group: prefix-{g}\n    prefix_length: {}", spec.prefix_tokens);
-        }
-    }
-    Ok(y)
-}
-
 /// Runs `blis observe`.
 pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
-    let (file, origins) = crate::knobs::load_config(args.config.as_deref())?;
-    let knobs = Knobs::resolve(&args.knobs, &file);
-    observe_with(&args, &knobs).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+    let scenario = crate::knobs::scenario(&args.knobs, args.config.as_deref())?;
+    observe_with(&args, &scenario).map_err(|e| crate::knobs::blame(e, &scenario))
 }
 
-fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
+fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
+    let knobs = &scenario.knobs;
     crate::knobs::reject_unused(knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
-    let timeout = Duration::from_micros(crate::setup::seconds("timeout", args.timeout)?.as_us());
-    let max_concurrency = crate::workload_source::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
+    let timeout = Duration::from_micros(blis_scenario::deployment::seconds("timeout", args.timeout)?.as_us());
+    let max_concurrency = blis_scenario::workload::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
     if !(args.server_url.starts_with("http://") || args.server_url.starts_with("https://")) {
         return Err(bad_input!("--server-url {}: expected an http:// URL", args.server_url).into());
     }
-    let explicit = |s: Source| s != Source::Default;
-    let (mut loaded, name) = match (&knobs.workload_spec.value, &knobs.workload.value) {
-        (Some(p), None) => (spec::load(&p.display().to_string()).map_err(|e| bad_input!("{e}"))?, p.display().to_string()),
-        (None, Some(w)) => (spec::load(w).map_err(|e| bad_input!("{e}"))?, w.clone()),
-        (None, None) => {
-            let yaml = synthetic_spec_yaml(knobs)?;
-            (spec::parse(&yaml, "synthetic flags", std::path::Path::new(".")).map_err(|e| bad_input!("{e}"))?, "synthetic".into())
-        }
-        (Some(_), Some(_)) => return Err(bad_input!("--workload-spec and --workload are alternatives; give one").into()),
+    // The same workload `blis run` would simulate with these knobs.
+    let opened = blis_scenario::workload::open(knobs, &mut knobs.report())?;
+    let name = match (&knobs.workload_spec.value, &knobs.workload.value) {
+        (Some(p), _) => p.display().to_string(),
+        (None, Some(w)) => w.clone(),
+        (None, None) => "synthetic".into(),
     };
-    if knobs.trace.value.is_some() {
-        return Err(bad_input!("--trace does not apply to observe: give --workload-spec, --workload or the synthetic flags").into());
-    }
-    loaded.apply(&Overrides {
-        aggregate_rate: knobs.rate.value.filter(|_| explicit(knobs.rate.source)),
-        seed: knobs.seed.value.filter(|_| explicit(knobs.seed.source)),
-        num_requests: knobs.num_requests.value.filter(|_| explicit(knobs.num_requests.source)),
-        default_num_requests: knobs.num_requests.value,
-    });
-    let plan = loaded.plan().map_err(|e| bad_input!("{e}"))?;
-    crate::workload_source::warn(&plan.warnings);
+    let plan = opened.plan.ok_or_else(|| {
+        bad_input!("--workload-spec {name}: an inference-perf configuration is run by inference-perf itself; `blis observe` sends BLIS workload specs, built-ins and the synthetic flags")
+    })?;
+    warn(&opened.warnings);
     // The header's `server:` section: the --server-config file (same schema
     // as --config, unknown keys refused) plus the served model name.
     let mut server = match &args.server_config {
         Some(p) => {
-            KnobFile::load(p)?;
+            KnobValues::load(p)?;
             let text = blis_data::textfile::read(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
             serde_yaml_ng::from_str::<serde_yaml_ng::Mapping>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
         }
@@ -184,7 +147,7 @@ fn observe_with(args: &ObserveArgs, knobs: &Knobs) -> anyhow::Result<()> {
     eprintln!(
         "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
         plan.expected_requests(),
-        crate::workload_source::rate_text(plan.aggregate_rate),
+        rate_text(plan.aggregate_rate),
         args.server_url,
         args.api,
         files.csv.display()

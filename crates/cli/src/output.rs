@@ -1,4 +1,5 @@
-//! Output files that appear only when complete, per-request CSV rows, and the
+//! What the CLI writes: output files that appear only when complete, JSON
+//! reports, per-request CSV rows, checked spec files, warnings and the
 //! progress bar.
 
 use std::fs::File;
@@ -10,6 +11,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
+use blis_workload::spec::parse;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{BadInput, bad_input};
@@ -239,4 +241,41 @@ pub fn peak_rss_mib() -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let kib: f64 = status.lines().find_map(|l| l.strip_prefix("VmHWM:"))?.trim().trim_end_matches("kB").trim().parse().ok()?;
     Some(kib / 1024.0)
+}
+
+/// The absolute directory a new file at `output` will live in.
+pub fn output_dir(output: &Path) -> PathBuf {
+    let abs = std::path::absolute(output).unwrap_or_else(|_| output.to_path_buf());
+    abs.parent().map(Path::to_path_buf).unwrap_or_default()
+}
+
+/// Writes `yaml` to `output` after checking that it plans from there.
+pub fn write_checked_spec(output: &Path, comment: &str, yaml: &str) -> anyhow::Result<()> {
+    let text = format!("{comment}{yaml}");
+    let dir = output_dir(output);
+    parse(&text, &output.display().to_string(), &dir).and_then(|l| l.plan()).map_err(|e| bad_input!("the written spec would not load: {e}"))?;
+    let mut file = AtomicFile::create("output", output)?;
+    file.writer().write_all(text.as_bytes()).context("writing --output")?;
+    file.commit()
+}
+
+/// Writes a report as pretty JSON to `output`, or stdout.
+pub fn write_json<T: serde::Serialize>(report: &T, output: Option<&mut AtomicFile>) -> anyhow::Result<()> {
+    let json = serde_json::to_string_pretty(report).context("serialising the report")?;
+    match output {
+        Some(f) => writeln!(f.writer(), "{json}").context("writing --output"),
+        None => writeln!(std::io::stdout().lock(), "{json}").context("writing the report to stdout"),
+    }
+}
+
+/// Prints warnings on stderr, one line each.
+pub fn warn(warnings: &[String]) {
+    for w in warnings {
+        eprintln!("warning: {w}");
+    }
+}
+
+/// A rate for people: at most four decimals, no trailing zeros (3.3833, 20).
+pub fn rate_text(req_per_s: f64) -> String {
+    format!("{}", (req_per_s * 1e4).round() / 1e4)
 }

@@ -7,17 +7,17 @@ use std::path::{Path, PathBuf};
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::IntCounts;
 use blis_engine::request::RequestRecord;
-use blis_workload::trace_v2::{TraceHeader, header_path};
 use blis_calibrate::live::{ReplayDetail, ReplayedRequest};
+use blis_scenario::Scenario;
+use blis_scenario::knobs::{KnobValues, Knobs, Source};
+use blis_scenario::report::RunReport;
+use blis_workload::trace_v2::{TraceHeader, header_path, trace_csv};
 use serde::Serialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::error::{BadInput, bad_input};
-use crate::knobs::{KnobArgs, KnobFile, Knobs};
-use crate::output::AtomicFile;
-use crate::report::RunReport;
-use crate::run::{RunArgs, print_table, simulate, write_json};
-use crate::workload_source::warn;
+use crate::output::{AtomicFile, refuse_overwriting_inputs, warn, write_json};
+use crate::simulate::{Files, print_table, simulate};
 
 /// Simulate a recorded trace v2 (from `blis observe`) and keep per-request results for `blis calibrate`.
 #[derive(clap::Args, Debug)]
@@ -26,7 +26,7 @@ use crate::workload_source::warn;
     Server knobs come from flags, then --config, then the header's `server:` and `hardware:` sections, then defaults.")]
 pub struct ReplayArgs {
     #[command(flatten)]
-    pub knobs: KnobArgs,
+    pub knobs: KnobValues,
 
     /// Read knob values from a YAML file whose keys are the flag names; flags win.
     #[arg(long, value_name = "PATH", help_heading = "Run")]
@@ -76,17 +76,6 @@ impl Observer for Detail {
     }
 }
 
-/// The trace CSV of a prefix or path: `traces/run1` → `traces/run1.csv`.
-pub fn trace_csv(path: &Path) -> PathBuf {
-    if path.extension().is_some_and(|e| e == "csv") {
-        path.to_path_buf()
-    } else {
-        let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
-        name.push(".csv");
-        path.with_file_name(name)
-    }
-}
-
 /// Knob names that a trace header's `server:` section may spell differently
 /// (the spec's example header), mapped onto BLIS's flags.
 const HEADER_ALIASES: [(&str, &str); 3] = [("tensor_parallel", "tp"), ("tensor_parallel_size", "tp"), ("num_gpu_blocks_override", "num-gpu-blocks")];
@@ -94,10 +83,10 @@ const HEADER_ALIASES: [(&str, &str); 3] = [("tensor_parallel", "tp"), ("tensor_p
 /// Server knobs from a trace header: its `server:` section (BLIS flag names
 /// or the spec's names) plus `hardware.gpu`. Entries that name no knob are
 /// returned as ignored rather than refused: headers come from other tools.
-fn header_knobs(header: &TraceHeader) -> Result<(KnobFile, Vec<String>, Vec<String>), BadInput> {
+fn header_knobs(header: &TraceHeader) -> Result<(KnobValues, Vec<String>, Vec<String>), BadInput> {
     let mut map = Mapping::new();
     let (mut matched, mut ignored) = (Vec::new(), Vec::new());
-    let known = |k: &str| KnobFile::from_yaml(Value::Mapping(Mapping::from_iter([(Value::from(k), Value::Null)])), "").is_ok();
+    let known = |k: &str| KnobValues::from_yaml(Value::Mapping(Mapping::from_iter([(Value::from(k), Value::Null)])), "").is_ok();
     if let Some(Value::Mapping(server)) = &header.server {
         for (k, v) in server {
             let Some(key) = k.as_str() else { continue };
@@ -126,34 +115,36 @@ fn header_knobs(header: &TraceHeader) -> Result<(KnobFile, Vec<String>, Vec<Stri
         matched.push(format!("max-concurrency={}", serde_yaml_ng::to_string(cap).unwrap_or_default().trim()));
         map.insert(Value::from("max-concurrency"), cap.clone());
     }
-    let file = KnobFile::from_yaml(Value::Mapping(map), "trace header `server:`")?;
+    let file = KnobValues::from_yaml(Value::Mapping(map), "trace header `server:`")?;
     Ok((file, matched, ignored))
 }
 
 /// Runs `blis replay`.
 pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
-    crate::knobs::reject_unused(&Knobs::resolve(&args.knobs, &KnobFile::default()), "replay")?;
+    crate::knobs::reject_unused(&Knobs::layered(&[(&args.knobs, Source::Flag)]), "replay")?;
     let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
     let csv = trace_csv(&trace);
+    refuse_overwriting_inputs(&[("output", args.output.as_deref())], &[("trace", Some(&csv)), ("config", args.config.as_deref())])?;
     let hp = header_path(&csv);
     let header = TraceHeader::load(&hp).map_err(|e| bad_input!("{e}"))?;
     let (from_header, matched, ignored) = header_knobs(&header)?;
     if !ignored.is_empty() {
         warn(&[format!("{}: not simulated, ignored: {}", hp.display(), ignored.join(", "))]);
     }
-    let (config, mut origins) = crate::knobs::load_config(args.config.as_deref())?;
-    origins.push((from_header.keys(), format!("trace header {}", hp.display())));
-    let file = config.or(from_header);
+    let mut files = Vec::new();
+    if let Some(path) = &args.config {
+        files.push((KnobValues::load(path)?, format!("--config {}", path.display())));
+    }
+    files.push((from_header, format!("trace header {}", hp.display())));
     args.knobs.trace = Some(csv.clone());
-    let knobs = Knobs::resolve(&args.knobs, &file);
-    replay_with(args, &file, &csv, matched, ignored).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+    let scenario = Scenario::from_values(&args.knobs, files);
+    replay_with(&args, &scenario, &csv, matched, ignored).map_err(|e| crate::knobs::blame(e, &scenario))
 }
 
-fn replay_with(args: ReplayArgs, file: &KnobFile, csv: &Path, matched: Vec<String>, ignored: Vec<String>) -> anyhow::Result<()> {
+fn replay_with(args: &ReplayArgs, scenario: &Scenario, csv: &Path, matched: Vec<String>, ignored: Vec<String>) -> anyhow::Result<()> {
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
-    let run_args = RunArgs { knobs: args.knobs, config: None, output: None, requests_csv: None, trace_output: None, quiet: args.quiet };
     let mut detail = Detail::default();
-    let (report, wall_s) = simulate(&run_args, file, Some(&mut detail))?;
+    let (report, wall_s) = simulate(scenario, Files { quiet: args.quiet, ..Files::default() }, Some(&mut detail))?;
     let mut requests = detail.requests;
     requests.sort_by_key(|r| r.request_id);
     let replay = ReplayDetail { trace: csv.display().to_string(), matched, ignored, requests, itl_us: detail.itl.value_counts() };
@@ -168,12 +159,6 @@ fn replay_with(args: ReplayArgs, file: &KnobFile, csv: &Path, matched: Vec<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn trace_prefixes_and_paths() {
-        assert_eq!(trace_csv(Path::new("traces/run1")), Path::new("traces/run1.csv"));
-        assert_eq!(trace_csv(Path::new("traces/run1.csv")), Path::new("traces/run1.csv"));
-    }
 
     #[test]
     fn header_server_sections_map_onto_knobs() {

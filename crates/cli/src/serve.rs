@@ -4,11 +4,12 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 use blis_net::serve::{ServeConfig, StartError, run_until_interrupted};
-use blis_workload::synthetic::LengthSpec;
+use blis_scenario::Scenario;
+use blis_scenario::deployment::Deployment;
+use blis_scenario::knobs::KnobValues;
 
 use crate::error::bad_input;
-use crate::knobs::{KnobArgs, Knobs};
-use crate::setup::Deployment;
+use crate::output::warn;
 
 /// Serve the OpenAI API with timing from the simulator (no GPU needed).
 #[derive(clap::Args, Debug)]
@@ -16,7 +17,7 @@ use crate::setup::Deployment;
     The --output-tokens* flags set the length of answers whose client does not send ignore_eos (capped by max_tokens).")]
 pub struct ServeArgs {
     #[command(flatten)]
-    pub knobs: KnobArgs,
+    pub knobs: KnobValues,
 
     /// Read knob values from a YAML file whose keys are the flag names; flags win.
     #[arg(long, value_name = "PATH", help_heading = "Run")]
@@ -49,25 +50,26 @@ pub struct ServeArgs {
 
 /// Runs `blis serve` until Ctrl-C.
 pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
-    let (file, origins) = crate::knobs::load_config(args.config.as_deref())?;
-    let knobs = Knobs::resolve(&args.knobs, &file);
-    serve_with(&args, &knobs).map_err(|e| crate::knobs::blame_files(e, &knobs, &origins))
+    let scenario = crate::knobs::scenario(&args.knobs, args.config.as_deref())?;
+    serve_with(&args, &scenario).map_err(|e| crate::knobs::blame(e, &scenario))
 }
 
-fn serve_with(args: &ServeArgs, knobs: &Knobs) -> anyhow::Result<()> {
+fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
+    let knobs = &scenario.knobs;
     crate::knobs::reject_unused(knobs, "serve")?;
-    let mut report = knobs.report();
-    let deployment = Deployment::resolve(knobs, &mut report)?;
-    let natural_output = LengthSpec {
-        mean: knobs.output_tokens.value.unwrap_or(256.0),
-        stdev: knobs.output_tokens_stdev.value.unwrap_or(0.0),
-        min: knobs.output_tokens_min.value.unwrap_or(1),
-        max: knobs.output_tokens_max.value.unwrap_or(u32::MAX),
-    };
-    let model_name = args.served_model_name.clone().unwrap_or_else(|| deployment.model_name.clone());
+    let (mut report, mut warnings) = (knobs.report(), Vec::new());
+    let deployment = Deployment::resolve(knobs, scenario.long_context, &mut report, &mut warnings)?;
+    warn(&warnings);
+    let natural_output = blis_scenario::workload::length(
+        knobs.output_tokens.value,
+        knobs.output_tokens_stdev.value,
+        knobs.output_tokens_min.value,
+        knobs.output_tokens_max.value,
+    );
+    let model_name = args.served_model_name.clone().unwrap_or_else(|| deployment.server.model_name.clone());
     let config = ServeConfig {
         model_name: model_name.clone(),
-        instance: deployment.instance.clone(),
+        instance: deployment.server.instance.clone(),
         latency: deployment.latency.clone(),
         time_scale: args.time_scale,
         failure_rate: args.failure_rate,
@@ -80,9 +82,9 @@ fn serve_with(args: &ServeArgs, knobs: &Knobs) -> anyhow::Result<()> {
         eprintln!(
             "blis serve: {model_name} ({} on {} × {}, {} KV blocks), time scale {}, listening on http://{bound}",
             deployment.latency.name(),
-            deployment.tp,
-            deployment.gpu_name,
-            deployment.instance.num_gpu_blocks,
+            deployment.server.tp,
+            deployment.server.gpu_name,
+            deployment.server.instance.num_gpu_blocks,
             args.time_scale
         );
     })

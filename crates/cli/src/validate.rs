@@ -9,10 +9,10 @@ use blis_calibrate::compare::{Metric, aggregate};
 use blis_calibrate::report::{CSV_HEADER, REQUESTS_CSV_HEADER, ReportContext, csv_rows, markdown, request_csv_rows, text};
 use blis_calibrate::suite::Suite;
 
-use crate::error::bad_input;
-use crate::output::AtomicFile;
+use blis_scenario::deployment::choose_coefficients;
 
-use crate::setup::choose_coefficients;
+use crate::error::bad_input;
+use crate::output::{AtomicFile, warn};
 
 /// Simulate real serving experiments and compare with their measurements.
 #[derive(clap::Args, Debug)]
@@ -25,7 +25,7 @@ pub struct ValidateArgs {
     pub dirs: Vec<PathBuf>,
 
     #[command(flatten)]
-    pub definitions: crate::setup::DefinitionArgs,
+    pub definitions: crate::definitions::DefinitionArgs,
 
     /// Latency model: roofline, blackbox, trained-physics, unified-5, physics-normalized. [default: the bundled default set's]
     #[arg(long)]
@@ -74,7 +74,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         return Err(bad_input!("--max-e2e-mape {t}: must be a non-negative percentage").into());
     }
     let (suite, mut failed) = Suite::load_each(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
-    crate::workload_source::warn(&suite.warnings());
+    warn(&suite.warnings());
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;

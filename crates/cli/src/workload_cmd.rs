@@ -14,7 +14,9 @@ use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
 
 use crate::error::{BadInput, bad_input};
 use crate::output::{AtomicFile, refuse_overwriting_inputs};
-use crate::workload_source::{blame_override, warn};
+use blis_scenario::workload::blame_override;
+
+use crate::output::{rate_text, warn};
 
 /// `blis workload` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -215,7 +217,7 @@ fn stats_table(loaded: &LoadedSpec, plan: &Plan, s: &WorkloadStats) -> String {
         loaded.source_name,
         plan.category.as_str(),
         plan.seed,
-        crate::workload_source::rate_text(plan.aggregate_rate)
+        rate_text(plan.aggregate_rate)
     );
     let _ = writeln!(out, "{} requests over {:.1} s: {:.2} req/s", s.total.requests, span_s, s.total.requests as f64 / span_s);
     if let Some(n) = sessions_note(plan) {

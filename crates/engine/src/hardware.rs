@@ -244,7 +244,14 @@ impl KvSizing {
     /// `tp` GPUs with vLLM v1's default knobs (BLIS's too): utilisation 0.9,
     /// 16-token blocks, 8192 batched tokens, 256 sequences.
     pub const fn defaults(tp: u32) -> KvSizing {
-        KvSizing { tp, gpu_memory_utilization: 0.9, block_size_tokens: 16, max_num_batched_tokens: 8192, max_num_seqs: 256 }
+        let d = crate::vllm::DEFAULTS;
+        KvSizing {
+            tp,
+            gpu_memory_utilization: d.gpu_memory_utilization,
+            block_size_tokens: d.block_size,
+            max_num_batched_tokens: d.max_num_batched_tokens,
+            max_num_seqs: d.max_num_seqs,
+        }
     }
 }
 

@@ -66,3 +66,4 @@ pub mod scheduler;
 #[cfg(test)]
 mod testdata;
 pub mod time;
+pub mod vllm;

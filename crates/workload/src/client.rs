@@ -2,7 +2,8 @@
 //!
 //! A client draws from three seeded streams of its own (arrivals, lengths,
 //! sessions) named after its id, so adding, removing or changing another
-//! client never changes its requests.
+//! client never changes its requests. The flag-described synthetic workload
+//! is a client too, one that draws as [`crate::synthetic`] says.
 
 use blis_engine::request::{SloClassId, TenantId, TokenRun, TokenSeq};
 use blis_engine::rng::{SimRng, mix64};
@@ -14,6 +15,7 @@ use crate::content::{ClientContent, first_prompt};
 use crate::dist::Sampler;
 use crate::network::NetworkModel;
 use crate::spec::ContextGrowth;
+use crate::synthetic::{SyntheticSpec, SyntheticStream};
 
 /// An active window of a client.
 #[derive(Clone, Debug, PartialEq)]
@@ -88,8 +90,9 @@ pub struct ClientPlan {
     pub input: Sampler,
     /// Output length.
     pub output: Sampler,
-    /// Shared prefix group and its token run.
-    pub prefix: Option<(String, TokenRun)>,
+    /// Shared prefix groups and their token runs: a spec client has at most
+    /// one; the synthetic client draws one of several per request.
+    pub prefixes: Vec<(String, TokenRun)>,
     /// Whether responses are streamed.
     pub streaming: bool,
     /// Client-side network.
@@ -108,6 +111,19 @@ pub struct ClientPlan {
     pub length_seed: u64,
     /// Seed of later rounds' draws (one stream per session and round).
     pub session_seed: u64,
+    /// How its requests are drawn.
+    pub draws: Draws,
+}
+
+/// How a client's first-round requests are drawn.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Draws {
+    /// From its windows, samplers and content keys: a client of a spec.
+    Spec,
+    /// As the synthetic workload of `blis run`'s flags draws them (its own
+    /// streams, arrival clock and content), so the flags give the same
+    /// requests whichever command reads them.
+    Synthetic(SyntheticSpec),
 }
 
 /// Everything drawn for one request besides its arrival.
@@ -129,6 +145,8 @@ pub struct Draft {
     pub modality_tokens: [u32; 3],
     /// Fraction of the output that is reasoning.
     pub reason_ratio: f64,
+    /// Index in the client's `prefixes` of the prefix the prompt starts with.
+    pub prefix_group: Option<u32>,
 }
 
 impl ClientPlan {
@@ -155,9 +173,34 @@ impl ClientPlan {
         let output_tokens = w.output.as_ref().unwrap_or(&self.output).tokens(rng);
         let reason_ratio = self.draw_ratio(rng);
         let private = modality_tokens.iter().fold(text, |a, &b| a.saturating_add(b));
-        let prompt = first_prompt(self.prefix.as_ref().map(|p| &p.1), self.content, k, private);
-        let prefix = self.prefix.as_ref().map_or(0, |p| p.1.len());
-        Draft { k, round: 0, prompt, output_tokens, output_seed: self.content.output_seed(k, 0), text_tokens: text + prefix, modality_tokens, reason_ratio }
+        let prompt = first_prompt(self.prefix_run(), self.content, k, private);
+        let prefix = self.prefix_run().map_or(0, TokenRun::len);
+        Draft {
+            k,
+            round: 0,
+            prompt,
+            output_tokens,
+            output_seed: self.content.output_seed(k, 0),
+            text_tokens: text + prefix,
+            modality_tokens,
+            reason_ratio,
+            prefix_group: self.prefix_group(),
+        }
+    }
+
+    /// The prefix of a spec client, if it has one.
+    fn prefix_run(&self) -> Option<&TokenRun> {
+        self.prefixes.first().map(|p| &p.1)
+    }
+
+    /// The group of a spec client's prefix, if it has one.
+    fn prefix_group(&self) -> Option<u32> {
+        (!self.prefixes.is_empty()).then_some(0)
+    }
+
+    /// The name of prefix group `group` (an index into `prefixes`).
+    pub fn prefix_name(&self, group: Option<u32>) -> &str {
+        group.and_then(|g| self.prefixes.get(g as usize)).map_or("", |p| p.0.as_str())
     }
 
     /// Draws round `round` ≥ 1 of session `k`, whose previous round had
@@ -171,7 +214,7 @@ impl ClientPlan {
             ContextGrowth::Accumulate => crate::content::next_prompt(previous, self.content, k, round, question),
             ContextGrowth::Fixed => {
                 let mut p = TokenSeq::new();
-                if let Some((_, run)) = &self.prefix {
+                if let Some(run) = self.prefix_run() {
                     p.push(run.clone());
                 }
                 p.push(TokenRun::synthetic(self.content.prompt_seed(k, round), question));
@@ -179,12 +222,69 @@ impl ClientPlan {
             }
         };
         let text_tokens = prompt.len();
-        Draft { k, round, prompt, output_tokens, output_seed: self.content.output_seed(k, round), text_tokens, modality_tokens: [0; 3], reason_ratio }
+        Draft {
+            k,
+            round,
+            prompt,
+            output_tokens,
+            output_seed: self.content.output_seed(k, round),
+            text_tokens,
+            modality_tokens: [0; 3],
+            reason_ratio,
+            prefix_group: self.prefix_group(),
+        }
     }
 }
 
-/// The lazy stream of one client's first-round arrivals.
+/// The lazy stream of one client's first-round requests.
 pub struct ClientStream {
+    kind: StreamKind,
+}
+
+enum StreamKind {
+    Spec(SpecStream),
+    Synthetic(SyntheticStream),
+}
+
+impl ClientStream {
+    /// A stream positioned before the client's first request.
+    pub fn new(plan: &ClientPlan) -> ClientStream {
+        let kind = match &plan.draws {
+            Draws::Spec => StreamKind::Spec(SpecStream::new(plan)),
+            Draws::Synthetic(spec) => StreamKind::Synthetic(spec.generate()),
+        };
+        ClientStream { kind }
+    }
+
+    /// The client's next first-round request: its arrival and its draws, or
+    /// `None` when the client has no more. Arrivals never decrease.
+    pub fn next(&mut self, plan: &ClientPlan) -> Option<(Micros, Draft)> {
+        match &mut self.kind {
+            StreamKind::Spec(s) => {
+                let (arrival, window) = s.next_arrival(plan)?;
+                Some((arrival, s.draft(plan, window)))
+            }
+            StreamKind::Synthetic(s) => {
+                let (req, prefix_group) = s.next_with_group()?;
+                let draft = Draft {
+                    k: req.id.0,
+                    round: 0,
+                    text_tokens: req.prompt_tokens(),
+                    prompt: req.prompt,
+                    output_tokens: req.max_output_tokens,
+                    output_seed: req.output_seed,
+                    modality_tokens: [0; 3],
+                    reason_ratio: 0.0,
+                    prefix_group,
+                };
+                Some((req.arrival, draft))
+            }
+        }
+    }
+}
+
+/// The arrivals and draws of a spec client.
+struct SpecStream {
     arrivals: SimRng,
     lengths: SimRng,
     window: usize,
@@ -192,11 +292,11 @@ pub struct ClientStream {
     next_k: u64,
 }
 
-impl ClientStream {
+impl SpecStream {
     /// A stream positioned before the client's first arrival.
-    pub fn new(plan: &ClientPlan) -> ClientStream {
+    fn new(plan: &ClientPlan) -> SpecStream {
         let op_clock = plan.windows.first().map_or(0.0, |w| plan.modulation.cumulative(w.start_us));
-        ClientStream {
+        SpecStream {
             arrivals: SimRng::seed_from_u64(plan.arrival_seed),
             lengths: SimRng::seed_from_u64(plan.length_seed),
             window: 0,
@@ -209,7 +309,7 @@ impl ClientStream {
     /// client has no more. Arrivals never decrease and always lie inside a
     /// window: a gap that crosses the window's end is discarded and the
     /// process restarts at the next window's start.
-    pub fn next_arrival(&mut self, plan: &ClientPlan) -> Option<(Micros, usize)> {
+    fn next_arrival(&mut self, plan: &ClientPlan) -> Option<(Micros, usize)> {
         loop {
             let w = plan.windows.get(self.window)?;
             let process = w.process.as_ref().unwrap_or(&plan.process);
@@ -227,7 +327,7 @@ impl ClientStream {
     }
 
     /// Draws the lengths and content of the next first-round request, in window `w`.
-    pub fn draft(&mut self, plan: &ClientPlan, window: usize) -> Draft {
+    fn draft(&mut self, plan: &ClientPlan, window: usize) -> Draft {
         let k = self.next_k;
         self.next_k += 1;
         plan.first_round(k, &plan.windows[window], &mut self.lengths)

@@ -40,6 +40,28 @@ pub enum WorkloadError {
         /// Its arrival, seconds; `None` when it saturated the µs clock.
         arrival_s: Option<f64>,
     },
+    /// An inference-perf configuration that cannot be run.
+    #[error("{}: {source}", path.display())]
+    InferencePerf {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong.
+        source: crate::inference_perf::InferencePerfError,
+    },
+    /// A trace file whose extension names no format BLIS reads.
+    #[error("{}: unknown trace format {extension:?}; allowed: .csv (trace v2), .jsonl (Mooncake)", path.display())]
+    UnknownTraceFormat {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Its extension.
+        extension: String,
+    },
+    /// A trace with no request to replay.
+    #[error("{}: no requests to replay", path.display())]
+    EmptyTrace {
+        /// The file.
+        path: std::path::PathBuf,
+    },
     /// A line of a trace or data file is malformed.
     #[error("{file}:{line}: {message}")]
     Line {

@@ -16,7 +16,6 @@ use rustc_hash::FxHashMap;
 
 use crate::client::{ClientPlan, ClientStream, Draft};
 use crate::content::{Turn, reasoning_tokens};
-use crate::plan::Plan;
 
 /// A generated request and what the engine's [`Request`] does not carry.
 #[derive(Clone, Debug, PartialEq)]
@@ -31,6 +30,8 @@ pub struct GeneratedRequest {
     pub modality_tokens: [u32; 3],
     /// Fraction of the output that is reasoning.
     pub reason_ratio: f64,
+    /// Index in its client's `prefixes` of the shared prefix its prompt starts with.
+    pub prefix_group: Option<u32>,
 }
 
 /// A later round waiting for its arrival time.
@@ -70,14 +71,14 @@ struct InFlight {
     reason_ratio: f64,
 }
 
-/// The request stream of a [`Plan`]: deterministic in the plan, arrival
+/// The request stream of a [`crate::plan::Plan`]: deterministic in the plan, arrival
 /// ordered, lazy. As an engine [`Workload`] it also releases multi-turn
 /// rounds on completion; as an [`Iterator`] (no simulation) only first
 /// rounds exist.
 pub struct Generator {
     clients: Vec<Arc<ClientPlan>>,
     streams: Vec<ClientStream>,
-    pending: Vec<Option<(Micros, usize)>>,
+    pending: Vec<Option<(Micros, Draft)>>,
     heads: BinaryHeap<Reverse<(Micros, u32)>>,
     follow_ups: BinaryHeap<FollowUp>,
     in_flight: FxHashMap<RequestId, InFlight>,
@@ -87,16 +88,17 @@ pub struct Generator {
 }
 
 impl Generator {
-    /// A generator positioned before the plan's first request.
-    pub fn new(plan: &Plan) -> Generator {
-        let clients = plan.clients.clone();
+    /// A generator positioned before the first request of `clients` (a
+    /// plan's), stopping after `num_requests` first rounds if given.
+    pub fn new(clients: &[Arc<ClientPlan>], num_requests: Option<u64>) -> Generator {
+        let clients = clients.to_vec();
         let mut streams: Vec<ClientStream> = clients.iter().map(|c| ClientStream::new(c)).collect();
         let mut heads = BinaryHeap::new();
         let pending = clients
             .iter()
             .zip(&mut streams)
             .map(|(c, s)| {
-                let next = s.next_arrival(c);
+                let next = s.next(c);
                 if let Some((t, _)) = next {
                     heads.push(Reverse((t, c.index)));
                 }
@@ -112,7 +114,7 @@ impl Generator {
             in_flight: FxHashMap::default(),
             next_id: 0,
             next_seq: 0,
-            first_rounds_left: plan.num_requests.unwrap_or(u64::MAX),
+            first_rounds_left: num_requests.unwrap_or(u64::MAX),
         }
     }
 
@@ -142,6 +144,7 @@ impl Generator {
             text_tokens: d.text_tokens,
             modality_tokens: d.modality_tokens,
             reason_ratio: d.reason_ratio,
+            prefix_group: d.prefix_group,
         }
     }
 
@@ -172,14 +175,13 @@ impl Generator {
         }
         let Reverse((arrival, client)) = self.heads.pop()?;
         let i = client as usize;
-        let (_, window) = self.pending[i].take()?;
-        let plan = self.clients[i].clone();
-        let draft = self.streams[i].draft(&plan, window);
+        let (_, draft) = self.pending[i].take()?;
         self.first_rounds_left -= 1;
         if self.first_rounds_left == 0 {
             self.heads.clear();
         } else {
-            self.pending[i] = self.streams[i].next_arrival(&plan);
+            let plan = self.clients[i].clone();
+            self.pending[i] = self.streams[i].next(&plan);
             if let Some((t, _)) = self.pending[i] {
                 self.heads.push(Reverse((t, client)));
             }
@@ -226,6 +228,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+    use crate::plan::Plan;
     use crate::spec::parse;
 
     fn plan(text: &str) -> Plan {

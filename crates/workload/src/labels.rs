@@ -102,6 +102,11 @@ pub struct LabelMix {
 }
 
 impl LabelMix {
+    /// Whether it assigns nothing.
+    pub fn is_empty(&self) -> bool {
+        self.tenants.is_none() && self.slo_classes.is_none()
+    }
+
     /// Writes the mixes' names into `labels` (only for the labels it assigns).
     pub fn name_into(&self, labels: &mut Labels) {
         if let Some(m) = &self.tenants {
@@ -154,10 +159,9 @@ pub struct LabeledWorkload {
     class_rng: SimRng,
 }
 
-impl LabeledWorkload {
-    /// The wrapped workload.
-    pub fn into_inner(self) -> Box<dyn RequestSource> {
-        self.inner
+impl RequestSource for LabeledWorkload {
+    fn take_error(&mut self) -> Option<crate::error::WorkloadError> {
+        self.inner.take_error()
     }
 }
 

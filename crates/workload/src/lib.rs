@@ -26,6 +26,8 @@
 //!   (`--tenant-mix`, `--slo-class-mix`).
 //! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
 //!   set and staged load, as `blis validate` reproduces real runs.
+//! * [`source`]: the one entry point, [`open`]: synthetic flags, specs,
+//!   built-ins, inference-perf configurations and runs, traces.
 //!
 //! Files are read with `blis_data::textfile`'s bounds.
 //!
@@ -54,14 +56,18 @@ pub mod generator;
 pub mod inference_perf;
 pub mod io_distribution;
 pub mod labels;
+pub mod limits;
 pub mod mooncake;
 pub mod network;
 pub mod plan;
 pub mod servegen;
+pub mod source;
 pub mod spec;
 pub mod stats;
 pub mod synthetic;
 pub mod trace_v2;
+
+pub use source::{OpenOptions, Opened, OpenedWorkload, WorkloadInput, open};
 
 /// A request stream that may end early on an error it meets while
 /// streaming (a trace file that changed after it was checked). Callers

@@ -10,21 +10,19 @@ use blis_engine::rng::subsystem_seed;
 use blis_engine::time::Micros;
 
 use crate::arrival::{Bursty, Diurnal, Modulation, Process};
-use crate::client::{ClientPlan, Modality, ModalityPlan, MultiTurn, WindowPlan};
+use crate::client::{ClientPlan, Draws, Modality, ModalityPlan, MultiTurn, WindowPlan};
 use crate::content::{ClientContent, prefix_run};
 use crate::dist::{Empirical, MAX_TOKENS, Sampler, Shape};
 use crate::empirical::{FileCache, Pdf};
 use crate::error::WorkloadError;
 use crate::generator::Generator;
+use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_ROUNDS, fmt_num};
 use crate::network::NetworkModel;
+use crate::synthetic::{ArrivalProcess, SyntheticSpec};
 use crate::spec::{ArrivalSpec, Category, ContextGrowth, DistKind, DistSpec, LoadedSpec, ProcessKind, WorkloadSpec};
 
-/// Largest accepted `aggregate_rate`, requests per second (one per µs).
-pub const MAX_RATE_PER_S: f64 = 1e6;
-/// Largest accepted `prefix_length`, tokens.
-pub const MAX_PREFIX_TOKENS: u32 = 10_000_000;
-/// Largest accepted `multi_turn.max_rounds`.
-pub const MAX_ROUNDS: u32 = 10_000;
+/// The client name of the synthetic workload.
+pub const SYNTHETIC_CLIENT: &str = "synthetic";
 /// Default seed of a spec without `seed`.
 pub const DEFAULT_SEED: u64 = 42;
 
@@ -52,7 +50,50 @@ pub struct Plan {
 impl Plan {
     /// A fresh lazy generator of this plan's requests.
     pub fn generator(&self) -> Generator {
-        Generator::new(self)
+        Generator::new(&self.clients, self.num_requests)
+    }
+
+    /// The plan of the flag-described synthetic workload: one client,
+    /// `synthetic`, whose requests are exactly [`SyntheticSpec::generate`]'s.
+    /// Call [`SyntheticSpec::validate`] first.
+    pub fn synthetic(spec: &SyntheticSpec) -> Plan {
+        let process = match spec.arrival {
+            ArrivalProcess::Poisson => Process::Poisson,
+            ArrivalProcess::Constant => Process::Constant,
+        };
+        let client = ClientPlan {
+            id: SYNTHETIC_CLIENT.into(),
+            index: 0,
+            tenant: TenantId(0),
+            slo_class: SloClassId(0),
+            rate_per_us: spec.rate_per_s / 1e6,
+            process,
+            modulation: Modulation::None,
+            windows: vec![WindowPlan { start_us: 0.0, end_us: f64::INFINITY, rate_scale: 1.0, process: None, input: None, output: None }],
+            input: spec.prompt.sampler(),
+            output: spec.output.sampler(),
+            prefixes: spec.prefixes(),
+            streaming: true,
+            network: None,
+            modalities: Vec::new(),
+            reason_ratio: None,
+            multi_turn: None,
+            content: ClientContent::new(SYNTHETIC_CLIENT),
+            arrival_seed: subsystem_seed(spec.seed, "workload/arrivals"),
+            length_seed: subsystem_seed(spec.seed, "workload/lengths"),
+            session_seed: subsystem_seed(spec.seed, "workload/sessions"),
+            draws: Draws::Synthetic(spec.clone()),
+        };
+        Plan {
+            clients: vec![Arc::new(client)],
+            labels: Labels { clients: vec![SYNTHETIC_CLIENT.into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] },
+            num_requests: Some(spec.num_requests),
+            horizon: None,
+            seed: spec.seed,
+            aggregate_rate: spec.rate_per_s,
+            category: Category::default(),
+            warnings: Vec::new(),
+        }
     }
 
     /// Network model of each client (by index), where one is given.
@@ -98,12 +139,6 @@ impl Ctx {
     }
 }
 
-/// A number as messages show it: as written for everyday magnitudes,
-/// scientific beyond them (1e300, not three hundred digits).
-pub(crate) fn fmt_num(v: f64) -> String {
-    if v != 0.0 && !(1e-6..1e15).contains(&v.abs()) { format!("{v:e}") } else { format!("{v}") }
-}
-
 /// What a sampled quantity is, which sets its default range.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 enum Role {
@@ -116,9 +151,6 @@ enum Role {
     /// Ratios in [0, 1].
     Ratio,
 }
-
-/// Largest number of items (images, audio or video segments) per request.
-pub const MAX_ITEMS: f64 = 10_000.0;
 
 impl Role {
     fn range(self) -> (f64, f64) {
@@ -535,7 +567,7 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
             windows,
             input,
             output,
-            prefix,
+            prefixes: prefix.into_iter().collect(),
             streaming: c.streaming.unwrap_or(true),
             network,
             modalities,
@@ -545,6 +577,7 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
             arrival_seed: subsystem_seed(client_seed, &format!("workload/client/{}/arrivals", c.id)),
             length_seed: subsystem_seed(client_seed, &format!("workload/client/{}/lengths", c.id)),
             session_seed: subsystem_seed(client_seed, &format!("workload/client/{}/sessions", c.id)),
+            draws: Draws::Spec,
         }));
     }
     let bounded = s.num_requests.is_some() || s.horizon.is_some() || clients.iter().all(|c| c.windows.iter().all(|w| w.end_us.is_finite()));

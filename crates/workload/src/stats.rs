@@ -101,8 +101,9 @@ impl WorkloadStats {
         let mut s = WorkloadStats { clients: vec![GroupStats::default(); plan.clients.len()], ..WorkloadStats::default() };
         for r in plan.generator() {
             let c = &plan.clients[r.request.meta.client as usize];
-            let prefix_len = c.prefix.as_ref().map_or(0, |p| p.1.len());
-            if let Some((g, run)) = &c.prefix {
+            let prefix = r.prefix_group.and_then(|g| c.prefixes.get(g as usize));
+            let prefix_len = prefix.map_or(0, |p| p.1.len());
+            if let Some((g, run)) = prefix {
                 s.prefix_groups.entry(g.clone()).or_insert((0, run.len())).0 += 1;
             }
             s.total.add(&r, prefix_len);

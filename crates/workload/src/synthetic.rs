@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp};
 use thiserror::Error;
 
 use crate::dist::{MAX_TOKENS, Sampler, Shape};
-use crate::plan::{MAX_RATE_PER_S, fmt_num};
+use crate::limits::{MAX_RATE_PER_S, fmt_num};
 
 /// How inter-arrival gaps are drawn.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -58,7 +58,7 @@ impl LengthSpec {
     }
 
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
-    fn sampler(&self) -> Sampler {
+    pub(crate) fn sampler(&self) -> Sampler {
         let shape = if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };
         Sampler { shape, min: f64::from(self.min), max: f64::from(self.max) }
     }
@@ -132,6 +132,13 @@ impl SyntheticSpec {
         Ok(())
     }
 
+    /// Its shared prefixes, by group: `prefix-0`, `prefix-1`, ... (none without a prefix length).
+    pub fn prefixes(&self) -> Vec<(String, TokenRun)> {
+        let content_seed = subsystem_seed(self.seed, "workload/content");
+        let groups = if self.prefix_tokens > 0 { self.prefix_groups } else { 0 };
+        (0..groups).map(|g| (format!("prefix-{g}"), prefix_run(content_seed, g, self.prefix_tokens))).collect()
+    }
+
     /// The lazy request stream. Call [`SyntheticSpec::validate`] first.
     pub fn generate(&self) -> SyntheticStream {
         SyntheticStream {
@@ -161,10 +168,9 @@ pub struct SyntheticStream {
     content_seed: u64,
 }
 
-impl Iterator for SyntheticStream {
-    type Item = Request;
-
-    fn next(&mut self) -> Option<Request> {
+impl SyntheticStream {
+    /// The next request and the index of the shared prefix its prompt starts with.
+    pub(crate) fn next_with_group(&mut self) -> Option<(Request, Option<u32>)> {
         if self.next_id >= self.spec.num_requests {
             return None;
         }
@@ -177,21 +183,37 @@ impl Iterator for SyntheticStream {
         }
         self.next_id += 1;
         let mut prompt = TokenSeq::new();
+        let mut prefix_group = None;
         if self.spec.prefix_tokens > 0 {
             let group = if self.spec.prefix_groups > 1 { self.prefixes.random_range(0..self.spec.prefix_groups) } else { 0 };
-            prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ 0x7072_6566 ^ u64::from(group).rotate_left(32)), self.spec.prefix_tokens));
+            prompt.push(prefix_run(self.content_seed, group, self.spec.prefix_tokens));
+            prefix_group = Some(group);
         }
         let prompt_len = self.prompt.tokens(&mut self.lengths);
         let output_len = self.output.tokens(&mut self.lengths);
         prompt.push(TokenRun::synthetic(mix64(self.content_seed ^ id.0), prompt_len));
-        Some(Request {
+        let req = Request {
             id,
             arrival: Micros::from_secs_f64(self.clock_s).unwrap_or(Micros::MAX),
             prompt,
             max_output_tokens: output_len,
             output_seed: output_stream_seed(id, self.content_seed),
             meta: RequestMeta::default(),
-        })
+        };
+        Some((req, prefix_group))
+    }
+}
+
+/// Shared prefix `group` of a synthetic workload whose content seed is `content_seed`.
+fn prefix_run(content_seed: u64, group: u32, len: u32) -> TokenRun {
+    TokenRun::synthetic(mix64(content_seed ^ 0x7072_6566 ^ u64::from(group).rotate_left(32)), len)
+}
+
+impl Iterator for SyntheticStream {
+    type Item = Request;
+
+    fn next(&mut self) -> Option<Request> {
+        self.next_with_group().map(|(req, _)| req)
     }
 
     fn size_hint(&self) -> (usize, Option<usize>) {

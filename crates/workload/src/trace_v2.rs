@@ -200,12 +200,23 @@ pub fn header_path(csv: &Path) -> PathBuf {
     csv.with_extension("header.yaml")
 }
 
+/// The trace CSV of a trace prefix or path: `traces/run1` → `traces/run1.csv`.
+pub fn trace_csv(path: &Path) -> PathBuf {
+    if path.extension().is_some_and(|e| e == "csv") {
+        path.to_path_buf()
+    } else {
+        let mut name = path.file_name().map(|n| n.to_os_string()).unwrap_or_default();
+        name.push(".csv");
+        path.with_file_name(name)
+    }
+}
+
 impl TraceHeader {
     /// The header of a trace generated from `plan` (spec `spec_name`).
     pub fn generated(plan: &Plan, spec_name: &str) -> TraceHeader {
         let blis = BlisHeader {
             seed: Some(plan.seed),
-            prefix_lengths: plan.clients.iter().filter_map(|c| c.prefix.as_ref().map(|(g, run)| (g.clone(), run.len()))).collect(),
+            prefix_lengths: plan.clients.iter().flat_map(|c| c.prefixes.iter().map(|(g, run)| (g.clone(), run.len()))).collect(),
             context_growth: plan.clients.iter().filter_map(|c| c.multi_turn.map(|m| (c.id.clone(), m.growth))).collect(),
             labels: Some(LabelLists {
                 clients: plan.labels.clients.clone(),
@@ -284,7 +295,7 @@ impl<W: Write> TraceWriter<W> {
             slo_class: &plan.labels.slo_classes[usize::from(r.meta.slo_class.0)],
             session_id: &session,
             round_index: r.meta.session.map_or(0, |s| s.1),
-            prefix_group: c.prefix.as_ref().map_or("", |p| p.0.as_str()),
+            prefix_group: c.prefix_name(g.prefix_group),
             streaming: c.streaming,
             input_tokens: observed.map_or(r.prompt_tokens(), |o| o.input_tokens),
             output_tokens: observed.map_or(r.max_output_tokens, |o| o.output_tokens),
@@ -826,6 +837,13 @@ mod tests {
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    #[test]
+    fn trace_prefixes_and_paths() {
+        assert_eq!(trace_csv(Path::new("traces/run1")), Path::new("traces/run1.csv"));
+        assert_eq!(trace_csv(Path::new("traces/run1.csv")), Path::new("traces/run1.csv"));
+        assert_eq!(header_path(&trace_csv(Path::new("traces/run1"))), Path::new("traces/run1.header.yaml"));
     }
 
     fn write_trace(plan: &Plan, path: &Path) {

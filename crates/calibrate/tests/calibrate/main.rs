@@ -65,7 +65,7 @@ impl Observer for Records {
 pub fn simulate_dir(dir: &Path) -> (Experiment, Simulated, Vec<RequestRecord>) {
     let exp = Experiment::load(dir).unwrap();
     let setup = Setup::of(&exp, &Definitions::default()).unwrap();
-    let latency = CoefficientSet::default_set().latency_model(&setup.model, &setup.gpu, setup.tp, &setup.instance).unwrap();
+    let latency = CoefficientSet::default_set().latency_model(&setup.server.model, &setup.server.gpu, setup.server.tp, &setup.server.instance).unwrap();
     let mut records = Records::default();
     let sim = simulate(&exp, &setup, latency, 0, false, &mut records).unwrap();
     records.0.sort_by_key(|r| r.id);

@@ -22,15 +22,15 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
     assert_eq!(overloaded.len(), 3);
     assert!(overloaded.iter().all(|n| n.ends_with("reasoning")));
     for c in &suite.cases {
-        let (s, e) = (&c.setup, &c.experiment);
-        let expected_blocks = match (s.model_id.as_str(), s.tp) {
+        let (s, e) = (&c.setup.server, &c.experiment);
+        let expected_blocks = match (s.model_name.as_str(), s.tp) {
             ("meta-llama/Llama-2-7b-hf", 1) => 7462,
             ("meta-llama/Llama-2-70b-hf", 4) => 31356,
             ("mistralai/Mixtral-8x7B-v0.1", 2) => 27510,
             other => panic!("{}: unexpected deployment {other:?}", e.name),
         };
         assert_eq!(s.instance.num_gpu_blocks, expected_blocks, "{}", e.name);
-        assert!(s.blocks_from_server);
+        assert!(c.setup.blocks_from_server);
         let k = &s.instance.scheduler;
         assert_eq!((k.max_num_seqs, k.max_num_batched_tokens, k.max_model_len), (128, 2048, 4096));
         assert_eq!(s.instance.client_timeout, Some(blis_engine::time::Micros::from_secs(300)));
@@ -44,7 +44,7 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
         assert!([247, 248, 251, 1448].contains(&fixed(&sp.output_len)), "{}", e.name);
         // Prompts ~5 % longer than configured after re-tokenisation.
         let nominal = f64::from(fixed(&sp.system_prompt_len) + fixed(&sp.question_len));
-        let real = s.measured_prompt_tokens.unwrap();
+        let real = c.setup.measured_prompt_tokens.unwrap();
         assert!(real > nominal && real < 1.1 * nominal, "{}: {real} vs {nominal}", e.name);
         assert!(e.requests.as_ref().is_some_and(|r| r.len() as u64 == e.stages.iter().map(|s| s.sent()).sum::<u64>()));
     }

@@ -153,9 +153,9 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     let facts = dir.join("server-facts.yaml");
     let good = std::fs::read_to_string(&facts).unwrap();
     std::fs::write(&facts, good.replace("block_size: 16", "block_size: 7")).unwrap();
-    check("block size vLLM refuses", "server-facts.yaml block_size = 7: vLLM accepts");
+    check("block size vLLM refuses", "server-facts.yaml: block-size 7: vLLM accepts");
     std::fs::write(&facts, format!("{good}max_num_seqs: 0\n")).unwrap();
-    check("zero seats", "server settings (server-facts.yaml over exp-config.yaml): --max-num-seqs must be at least 1");
+    check("zero seats", "server-facts.yaml: max-num-seqs must be at least 1");
     std::fs::write(&facts, good).unwrap();
 
     let out = blis(&["validate", tmp.0.join("nowhere").to_str().unwrap()]);

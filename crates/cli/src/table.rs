@@ -1,83 +1,13 @@
-//! The `blis run` report: a versioned JSON document for machines and a
-//! table for people (in the spirit of `vllm bench serve`'s result block).
+//! The human summary of a simulation report, in the spirit of `vllm bench
+//! serve`'s result block: headline numbers, a latency table, the engine,
+//! per-group tables and the cluster, on stderr.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use blis_cluster::metrics::ClusterSummary;
-use blis_engine::hardware::KvBudget;
-use blis_engine::metrics::{Distribution, GroupSummary, RunSummary};
-use serde::Serialize;
-
-use crate::breakdown::{self, ClientLatencyReport};
-use crate::knobs::ConfigReport;
-
-/// Version of the JSON report schema. Bumped on any incompatible change;
-/// fields are only ever added within a version.
-pub const SCHEMA_VERSION: u32 = 1;
-
-/// Name and version of the program that wrote a report.
-#[derive(Clone, Debug, Serialize)]
-pub struct SimulatorInfo {
-    /// Always "blis".
-    pub name: &'static str,
-    /// Crate version.
-    pub version: &'static str,
-}
-
-impl SimulatorInfo {
-    /// This build.
-    pub fn current() -> SimulatorInfo {
-        SimulatorInfo { name: "blis", version: env!("CARGO_PKG_VERSION") }
-    }
-}
-
-/// What was simulated, resolved.
-#[derive(Clone, Debug, Serialize)]
-pub struct DeploymentInfo {
-    /// Model id.
-    pub model: String,
-    /// GPU name.
-    pub hardware: String,
-    /// Tensor-parallel degree.
-    pub tp: u32,
-    /// Latency model name.
-    pub latency_model: String,
-    /// Where the latency model's coefficients came from.
-    pub coefficients: String,
-    /// KV blocks per instance.
-    pub num_gpu_blocks: u64,
-    /// How one GPU's memory was split, GiB, when the block count was derived.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub kv_memory_per_gpu: Option<KvBudget>,
-}
-
-/// The JSON document `blis run` writes.
-#[derive(Clone, Debug, Serialize)]
-pub struct RunReport {
-    /// [`SCHEMA_VERSION`].
-    pub schema_version: u32,
-    /// Program and version.
-    pub simulator: SimulatorInfo,
-    /// Master seed.
-    pub seed: u64,
-    /// Model, hardware, parallelism.
-    pub deployment: DeploymentInfo,
-    /// Every knob with its value and source.
-    pub config: ConfigReport,
-    /// The measurements.
-    #[serde(flatten)]
-    pub summary: RunSummary,
-    /// Per-client, per-tenant, per-SLO-class and per-stage metrics, for the
-    /// dimensions in which the workload has more than one value.
-    pub breakdowns: BTreeMap<&'static str, BTreeMap<String, GroupSummary>>,
-    /// Client-perspective TTFT and E2E, ms (server-side plus the network
-    /// model), when a workload client has a network model.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub client_latency_ms: Option<ClientLatencyReport>,
-    /// Control plane, policies, per-class/tenant/instance results, anomalies.
-    pub cluster: ClusterSummary,
-}
+use blis_engine::metrics::{Distribution, GroupSummary};
+use blis_scenario::report::{ClientLatencyReport, RunReport};
 
 /// One latency, at most 9 characters so the 10-wide columns never run
 /// together: ms with two decimals, whole ms from 10⁶, then scientific.
@@ -93,7 +23,7 @@ fn latency_cell(ms: f64) -> String {
 
 /// A statistic `v` of `d` as a table cell: a dash when `d` has no samples
 /// (nothing completed), where a zero would read as "instant".
-pub(crate) fn stat_cell(d: &Distribution, v: f64) -> String {
+fn stat_cell(d: &Distribution, v: f64) -> String {
     if d.count == 0 { "—".to_string() } else { latency_cell(v) }
 }
 
@@ -156,7 +86,7 @@ pub fn table(report: &RunReport) -> String {
     dist_row(&mut out, "E2E", &l.e2e);
     dist_row(&mut out, "Scheduling delay", &l.scheduling_delay);
     if let Some(c) = &report.client_latency_ms {
-        breakdown::client_latency_rows(&mut out, c, dist_row);
+        client_latency_rows(&mut out, c, dist_row);
     }
     let _ = writeln!(out, "{:-^84}", " Engine ");
     line(&mut out, "Prefix-cache hit rate:", format!("{:.1}%", s.kv_cache.prefix_hit_rate * 100.0));
@@ -186,11 +116,96 @@ pub fn table(report: &RunReport) -> String {
             format!("{} (queueing, token or completion delays ≥ 1 h: check α)", s.batch.overheads_clamped),
         );
     }
-    out.push_str(&breakdown::table(&report.breakdowns));
-    if crate::cluster::worth_showing(&report.cluster) {
-        out.push_str(&crate::cluster::table(&report.cluster));
+    out.push_str(&breakdown_table(&report.breakdowns));
+    if worth_showing(&report.cluster) {
+        out.push_str(&cluster_table(&report.cluster));
     }
     let _ = writeln!(out, "{:=^84}", "");
+    out
+}
+
+/// Table rows for the client-perspective latencies, in the latency block's format.
+fn client_latency_rows(out: &mut String, c: &ClientLatencyReport, row: fn(&mut String, &str, &Distribution)) {
+    row(out, "TTFT (client, network)", &c.overall.ttft);
+    row(out, "E2E (client, network)", &c.overall.e2e);
+}
+
+/// The per-group tables (failed = dropped, timed out or rejected).
+fn breakdown_table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSummary>>) -> String {
+    let mut out = String::new();
+    for (dimension, groups) in breakdowns {
+        let _ = writeln!(out, "{:-^84}", format!(" By {} ", dimension.replace('_', " ")));
+        let _ = writeln!(out, "{:<20}{:>10}{:>10}{:>11}{:>11}{:>11}{:>11}", "", "completed", "failed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99");
+        for (name, g) in groups {
+            let short: String = name.chars().take(19).collect();
+            let l = &g.latency_ms;
+            let failed = g.dropped + g.timed_out + g.rejected;
+            let cell = stat_cell;
+            let _ = writeln!(
+                out,
+                "{short:<20}{:>10}{failed:>10}{:>11}{:>11}{:>11}{:>11}",
+                g.completed,
+                cell(&l.ttft, l.ttft.p50),
+                cell(&l.ttft, l.ttft.p99),
+                cell(&l.e2e, l.e2e.p50),
+                cell(&l.e2e, l.e2e.p99)
+            );
+        }
+    }
+    out
+}
+
+/// Whether the cluster section of the human summary has anything to say.
+fn worth_showing(s: &ClusterSummary) -> bool {
+    let p = &s.policies;
+    s.num_instances > 1
+        || (p.admission.name, p.priority.name, p.routing.name, p.scheduler.name) != ("always-admit", "constant", "round-robin", "fcfs")
+        || s.slo_classes.len() > 1
+        || s.tenants.len() > 1
+}
+
+/// The cluster part of the human summary.
+fn cluster_table(s: &ClusterSummary) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "{k:<44}{v}");
+    };
+    let _ = writeln!(out, "{:-^84}", " Cluster ");
+    let p = &s.policies;
+    line(&mut out, "Instances:", s.num_instances.to_string());
+    line(&mut out, "Admission / priority:", format!("{} / {}", p.admission.name, p.priority.name));
+    line(&mut out, "Routing / scheduler:", format!("{} / {}", p.routing.name, p.scheduler.name));
+    let r = &s.requests;
+    line(&mut out, "Arrived / admitted / rejected:", format!("{} / {} / {}", r.arrived, r.admitted, r.rejected));
+    if let Some(d) = &r.admission_delay_ms {
+        line(&mut out, "Delayed by admission; wait (ms) mean / p99:", format!("{}; {:.2} / {:.2}", r.delayed, d.mean, d.p99));
+    }
+    line(&mut out, "Goodput (req/s) / SLO attainment:", format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0));
+    line(&mut out, "Load imbalance (max/mean requests):", format!("{:.2}", s.load_balance.imbalance_max_over_mean));
+    line(&mut out, "Priority inversions / HOL blocking:", format!("{} / {}", s.anomalies.priority_inversions, s.anomalies.hol_blocking_events));
+    line(&mut out, "Jain fairness over tenants:", format!("{:.3}", s.fairness.jain_index_over_tenants));
+    if let Some(c) = &s.counterfactual {
+        line(&mut out, "Routing regret (ms) mean / p99; suboptimal:", format!("{:.2} / {:.2}; {} of {}", c.regret_ms.mean, c.regret_ms.p99, c.suboptimal_decisions, c.decisions));
+    }
+    if let Some(f) = &s.fitness {
+        line(&mut out, "Fitness:", format!("{:.4}", f.score));
+    }
+    if s.slo_classes.len() > 1 {
+        let _ = writeln!(out, "{:<16}{:>9}{:>9}{:>10}{:>11}{:>12}{:>12}{:>12}", "SLO class", "arrived", "rejected", "completed", "attained", "TTFT p50", "TTFT p99", "E2E p99");
+        for (name, g) in &s.slo_classes {
+            let _ = writeln!(
+                out,
+                "{name:<16}{:>9}{:>9}{:>10}{:>10.1}%{:>12.2}{:>12.2}{:>12.2}",
+                g.arrived,
+                g.rejected,
+                g.completed,
+                g.slo_attainment * 100.0,
+                g.latency_ms.ttft.p50,
+                g.latency_ms.ttft.p99,
+                g.latency_ms.e2e.p99
+            );
+        }
+    }
     out
 }
 

@@ -1,0 +1,92 @@
+//! What a client recorded of each request it sent: the rows of
+//! `requests.csv` (or of inference-perf's per-request report, see
+//! [`crate::per_request`]) and the checks every row passes.
+
+use std::path::Path;
+
+use blis_engine::time::{MAX_SPAN_S, Micros};
+use serde::Deserialize;
+
+use crate::error::ExperimentError;
+
+/// One row of `requests.csv`.
+#[derive(Clone, Debug, PartialEq, Deserialize)]
+pub struct RequestRow {
+    /// Position in send order.
+    pub index: u64,
+    /// Load stage.
+    pub stage: u32,
+    /// Client send time from the first request, µs.
+    pub arrival_time_us: u64,
+    /// Prompt tokens the server saw (0 for requests that never got a response).
+    pub input_tokens: u32,
+    /// Whether the client saw an error (a timeout).
+    pub has_error: u8,
+    /// Client-side end-to-end latency, ms.
+    #[serde(default)]
+    pub e2e_ms: Option<f64>,
+    /// Client-side time to first token, ms (empty for failures).
+    #[serde(default)]
+    pub ttft_ms: Option<f64>,
+    /// Tokens the server generated, when recorded (an `output_tokens`
+    /// column; `output_tokens_retokenized` is re-tokenised text and not read).
+    #[serde(default)]
+    pub output_tokens: Option<u32>,
+}
+
+/// The generated length of every successful request, when all of them
+/// were recorded: the replay generates exactly those.
+pub fn recorded_outputs(rows: &[RequestRow]) -> Option<Vec<u32>> {
+    let successes = || rows.iter().filter(|r| r.has_error == 0);
+    successes().next()?;
+    successes().map(|r| r.output_tokens).collect()
+}
+
+pub(crate) fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
+    let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?);
+    let mut rows = Vec::new();
+    for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
+        let line = i + 2;
+        let row = row.map_err(|e| ExperimentError::Csv { path: path.to_path_buf(), line, message: e.to_string() })?;
+        if row.stage as usize >= num_stages {
+            return Err(ExperimentError::Csv {
+                path: path.to_path_buf(),
+                line,
+                message: format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages),
+            });
+        }
+        check_row(&row).map_err(|message| ExperimentError::Csv { path: path.to_path_buf(), line, message })?;
+        rows.push(row);
+    }
+    if rows.is_empty() {
+        return Err(ExperimentError::Csv { path: path.to_path_buf(), line: 1, message: "no requests".into() });
+    }
+    Ok(rows)
+}
+
+/// What a client can have recorded for one request: a send time within
+/// [`Micros::MAX_SPAN`], `has_error` 0 or 1, latencies in [0, 1e8] s, and for
+/// a success both latencies with the first token no later than the last.
+pub(crate) fn check_row(row: &RequestRow) -> Result<(), String> {
+    if row.arrival_time_us > Micros::MAX_SPAN.as_us() {
+        return Err(format!("field `arrival_time_us` = {}: must be at most {} (about three years)", row.arrival_time_us, Micros::MAX_SPAN.as_us()));
+    }
+    let max_ms = MAX_SPAN_S * 1e3;
+    for (field, v) in [("e2e_ms", row.e2e_ms), ("ttft_ms", row.ttft_ms)] {
+        if let Some(v) = v
+            && !(v.is_finite() && (0.0..=max_ms).contains(&v))
+        {
+            return Err(format!("field `{field}` = {v:?}: must be a number of ms in [0, {max_ms:e}]"));
+        }
+    }
+    if row.has_error == 0 && row.output_tokens == Some(0) {
+        return Err("field `output_tokens` = 0: a successful request generated at least one token".into());
+    }
+    match (row.has_error, row.ttft_ms, row.e2e_ms) {
+        (0, Some(ttft), Some(e2e)) if ttft > e2e => Err(format!("field `ttft_ms` = {ttft:?}: later than `e2e_ms` = {e2e:?}")),
+        (0, Some(_), Some(_)) | (1, _, _) => Ok(()),
+        (0, _, _) => Err("fields `e2e_ms` and `ttft_ms`: a request without error (has_error = 0) needs both".into()),
+        (other, _, _) => Err(format!("field `has_error` = {other}: must be 0 or 1")),
+    }
+}
+

@@ -1,0 +1,36 @@
+//! `--model-config` and `--hardware-config` of `blis validate` and `blis
+//! fit`: a model or GPU BLIS does not bundle, used for every experiment.
+
+use std::path::PathBuf;
+
+use blis_calibrate::reproduce::Definitions;
+use blis_scenario::deployment::{load_gpu_spec, load_model_config};
+
+use crate::error::BadInput;
+
+/// Model and GPU files for experiments whose model or GPU BLIS does not bundle.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct DefinitionArgs {
+    /// HuggingFace config.json used for every experiment instead of its model's. [default: the bundled
+    /// config of the model exp-config.yaml names, else model_configs/<name>/config.json in a parent directory]
+    #[arg(long, value_name = "PATH")]
+    pub model_config: Option<PathBuf>,
+    /// GPU spec JSON (BLIS's fields, or a vendor datasheet with compute/memory/interconnect) used for every
+    /// experiment instead of the GPU its server-facts.yaml names.
+    #[arg(long, value_name = "PATH")]
+    pub hardware_config: Option<PathBuf>,
+}
+
+impl DefinitionArgs {
+    /// The definitions, once their files are known to load (so a bad file
+    /// is one error up front, not one per experiment).
+    pub fn load(&self) -> Result<Definitions, BadInput> {
+        if let Some(path) = &self.model_config {
+            load_model_config(path)?;
+        }
+        if let Some(path) = &self.hardware_config {
+            load_gpu_spec(path)?;
+        }
+        Ok(Definitions { model: self.model_config.clone(), gpu: self.hardware_config.clone() })
+    }
+}

@@ -1,0 +1,262 @@
+//! The cluster of a scenario: the policy bundle (the `--policy-config`
+//! YAML, then the knobs over it), the control-plane knobs, fitness weights
+//! and whether decisions are traced.
+
+use std::path::Path;
+
+use blis_cluster::fitness::FitnessWeights;
+use blis_cluster::policy::routing::parse_scorer_list;
+use blis_cluster::policy::scheduler::Preemption;
+use blis_cluster::policy::{AdmissionSpec, PolicyBundle, PrioritySpec, RoutingSpec, SchedulerSpec};
+use blis_cluster::slo::SloTargets;
+use blis_cluster::trace::DecisionSink;
+use blis_cluster::{Cluster, ClusterConfig, ClusterError, ConfigError};
+use blis_engine::request::Labels;
+use blis_engine::time::Micros;
+use serde_json::{Value, json};
+
+use crate::deployment::Deployment;
+use crate::error::{ScenarioError, invalid};
+use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+
+/// Control-plane latencies above this are surely a unit mistake.
+const MAX_LATENCY_US: u64 = 3_600_000_000;
+
+/// Where each bundle section came from, to name it in errors.
+#[derive(Default)]
+struct Origins {
+    admission: String,
+    priority: String,
+    routing: String,
+    scheduler: String,
+    slo_targets: String,
+    snapshots: String,
+}
+
+impl Origins {
+    fn of(&self, path: &str) -> &str {
+        match path.split('.').next().unwrap_or("") {
+            "admission" => &self.admission,
+            "priority" => &self.priority,
+            "routing" => &self.routing,
+            "scheduler" => &self.scheduler,
+            "slo_targets" => &self.slo_targets,
+            "snapshots" => &self.snapshots,
+            _ => "",
+        }
+    }
+
+    fn describe(&self, e: &ConfigError) -> ScenarioError {
+        match self.of(&e.path) {
+            "" => invalid!("{e}"),
+            origin => invalid!("{origin}: {e}"),
+        }
+    }
+}
+
+/// A cluster run, resolved from knobs and files.
+pub struct ClusterSetup {
+    /// Everything the cluster is built from.
+    pub config: ClusterConfig,
+    /// Fitness weights, if given.
+    pub fitness: Option<FitnessWeights>,
+    /// Whether decisions are traced.
+    pub trace: bool,
+    origins: Origins,
+}
+
+/// Converts a YAML document to the neutral tree the policy bundle reads,
+/// rejecting what JSON cannot hold (non-finite numbers, non-string keys).
+fn yaml_to_json(v: serde_yaml_ng::Value, path: &str) -> Result<Value, String> {
+    use serde_yaml_ng::Value as Y;
+    let at = |p: &str| if p.is_empty() { "(top level)".to_string() } else { p.to_string() };
+    Ok(match v {
+        Y::Null => Value::Null,
+        Y::Bool(b) => Value::Bool(b),
+        Y::Number(n) => {
+            if let Some(i) = n.as_i64() {
+                json!(i)
+            } else if let Some(u) = n.as_u64() {
+                json!(u)
+            } else {
+                let f = n.as_f64().unwrap_or(f64::NAN);
+                serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{}: {f} is not a finite number", at(path)))?
+            }
+        }
+        Y::String(s) => Value::String(s),
+        Y::Sequence(items) => {
+            Value::Array(items.into_iter().enumerate().map(|(i, x)| yaml_to_json(x, &format!("{path}[{i}]"))).collect::<Result<_, _>>()?)
+        }
+        Y::Mapping(map) => {
+            let mut out = serde_json::Map::new();
+            for (k, x) in map {
+                let Y::String(key) = k else { return Err(format!("{}: key {k:?} is not a string", at(path))) };
+                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
+                out.insert(key, yaml_to_json(x, &child)?);
+            }
+            Value::Object(out)
+        }
+        Y::Tagged(t) => return Err(format!("{}: YAML tags ({}) are not supported", at(path), t.tag)),
+    })
+}
+
+/// Reads a `--policy-config` file.
+fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundle::SectionsSet), ScenarioError> {
+    let name = path.display();
+    let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
+    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
+    let doc = yaml_to_json(yaml, "").map_err(|e| invalid!("--policy-config {name}: {e}"))?;
+    PolicyBundle::from_value(&doc).map_err(|e| invalid!("--policy-config {name}: {e}"))
+}
+
+/// Parses `class.metric=ms,...` into per-class targets over `base`.
+fn apply_slo_targets(text: &str, base: &mut std::collections::BTreeMap<String, SloTargets>) -> Result<(), ScenarioError> {
+    let flag = |m: String| invalid!("--slo-targets {text:?}: {m}");
+    for part in text.split(',') {
+        let (key, value) = part.split_once('=').ok_or_else(|| flag(format!("`{part}` is not CLASS.METRIC=MS (e.g. realtime.ttft_ms=200)")))?;
+        let (class, metric) = key.trim().rsplit_once('.').ok_or_else(|| flag(format!("`{key}` is not CLASS.METRIC")))?;
+        let ms: f64 = value.trim().parse().map_err(|_| flag(format!("`{}` is not a number of milliseconds", value.trim())))?;
+        let t = base.entry(class.to_string()).or_default();
+        match metric {
+            "ttft_ms" => t.ttft_ms = Some(ms),
+            "itl_ms" => t.itl_ms = Some(ms),
+            "e2e_ms" => t.e2e_ms = Some(ms),
+            other => return Err(flag(format!("unknown metric `{other}`; allowed: ttft_ms, itl_ms, e2e_ms"))),
+        }
+    }
+    Ok(())
+}
+
+/// Replaces a section's template when a flag names one; keeps the file's
+/// parameters when the flag names the same template.
+fn override_section<S: Clone>(
+    current: &mut S,
+    name_of: impl Fn(&S) -> &'static str,
+    parse: impl Fn(&str) -> Result<S, ConfigError>,
+    knob: &Knob<Option<String>>,
+    flag: &str,
+    origin: &mut String,
+) -> Result<(), ScenarioError> {
+    if let Some(name) = &knob.value {
+        if name_of(current) != name {
+            *current = parse(name).map_err(|e| invalid!("--{flag} {name}: {}", e.message))?;
+        }
+        *origin = format!("--{flag}");
+    }
+    Ok(())
+}
+
+impl ClusterSetup {
+    /// Resolves policies and control-plane knobs for a workload whose
+    /// requests carry `labels`; adds the chosen policies to `report` with
+    /// their sources.
+    pub fn resolve(k: &Knobs, d: &Deployment, report: &mut ConfigReport, trace_output: bool, labels: &Labels) -> Result<ClusterSetup, ScenarioError> {
+        let mut origins = Origins::default();
+        let (mut bundle, set) = match &k.policy_config.value {
+            Some(path) => load_bundle(path)?,
+            None => (PolicyBundle::default(), Default::default()),
+        };
+        let file_origin = k.policy_config.value.as_ref().map(|p| format!("--policy-config {}", p.display())).unwrap_or_default();
+        for (is_set, origin) in [
+            (set.admission, &mut origins.admission),
+            (set.priority, &mut origins.priority),
+            (set.routing, &mut origins.routing),
+            (set.scheduler, &mut origins.scheduler),
+            (set.slo_targets, &mut origins.slo_targets),
+            (set.snapshots, &mut origins.snapshots),
+        ] {
+            *origin = if is_set { file_origin.clone() } else { String::new() };
+        }
+
+        override_section(&mut bundle.admission, AdmissionSpec::name, |n| AdmissionSpec::parse(n, None, "admission"), &k.admission_policy, "admission-policy", &mut origins.admission)?;
+        override_section(&mut bundle.priority, PrioritySpec::name, |n| PrioritySpec::parse(n, None, "priority"), &k.priority_policy, "priority-policy", &mut origins.priority)?;
+        override_section(&mut bundle.routing, RoutingSpec::name, |n| RoutingSpec::parse(n, None, "routing"), &k.routing_policy, "routing-policy", &mut origins.routing)?;
+        override_section(&mut bundle.scheduler, SchedulerSpec::name, |n| SchedulerSpec::parse(n, None, "scheduler"), &k.scheduler, "scheduler", &mut origins.scheduler)?;
+        if let Some(text) = &k.routing_scorers.value {
+            let explicit_other = k.routing_policy.value.as_deref().is_some_and(|p| p != "weighted");
+            if explicit_other {
+                return Err(invalid!("--routing-scorers needs --routing-policy weighted, got --routing-policy {}", k.routing_policy.value.as_deref().unwrap_or("")));
+            }
+            let scorers = parse_scorer_list(text).map_err(|m| invalid!("--routing-scorers {text:?}: {m}"))?;
+            bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
+            origins.routing = "--routing-scorers".to_string();
+        }
+        if let Some(victim) = &k.preemption.value {
+            let v: Preemption = serde_json::from_value(json!(victim)).map_err(|_| invalid!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
+            bundle.scheduler = bundle.scheduler.clone().with_preemption(v);
+            origins.scheduler = "--preemption".to_string();
+        }
+        if let Some(text) = &k.slo_targets.value {
+            apply_slo_targets(text, &mut bundle.slo_targets)?;
+            origins.slo_targets = "--slo-targets".to_string();
+        }
+        if let Some(text) = &k.snapshot_refresh.value {
+            bundle.snapshots.apply_overrides(text, "--snapshot-refresh").map_err(|e| invalid!("--snapshot-refresh {text:?}: {}", e.message))?;
+            origins.snapshots = "--snapshot-refresh".to_string();
+        }
+        // Policies not chosen by a knob are reported with where they came from.
+        for (key, name, knob, origin) in [
+            ("admission-policy", bundle.admission.name(), &k.admission_policy, &origins.admission),
+            ("priority-policy", bundle.priority.name(), &k.priority_policy, &origins.priority),
+            ("routing-policy", bundle.routing.name(), &k.routing_policy, &origins.routing),
+            ("scheduler", bundle.scheduler.name(), &k.scheduler, &origins.scheduler),
+        ] {
+            if knob.value.is_none() {
+                let source = match origin.as_str() {
+                    "" => Source::Default,
+                    o if o.starts_with("--policy-config") => Source::File,
+                    _ => Source::Derived,
+                };
+                report_entry(report, key, &name, source);
+            }
+        }
+
+        let latency = |knob: &Knob<Option<u64>>, flag: &str| -> Result<Micros, ScenarioError> {
+            let us = knob.value.unwrap_or(0);
+            if us > MAX_LATENCY_US {
+                return Err(invalid!("--{flag} {us}: at most {MAX_LATENCY_US} µs (one hour)"));
+            }
+            Ok(Micros(us))
+        };
+        let trace = match (k.trace_level.value.as_deref(), trace_output) {
+            (None, out) => out,
+            (Some("none"), false) => false,
+            (Some("none"), true) => return Err(invalid!("--trace-output needs --trace-level decisions (got --trace-level none)")),
+            (Some("decisions"), true) => true,
+            (Some("decisions"), false) => return Err(invalid!("--trace-level decisions needs --trace-output PATH")),
+            (Some(other), _) => return Err(invalid!("--trace-level {other}: unknown; allowed: none, decisions")),
+        };
+        let fitness = k
+            .fitness_weights
+            .value
+            .as_deref()
+            .map(|t| FitnessWeights::parse(t).map_err(|m| invalid!("--fitness-weights {t:?}: {m}")))
+            .transpose()?;
+
+        let config = ClusterConfig {
+            num_instances: k.num_instances.value.unwrap_or(1),
+            instance: d.server.instance.clone(),
+            latency: d.latency.clone(),
+            policies: bundle,
+            admission_latency: latency(&k.admission_latency, "admission-latency")?,
+            routing_latency: latency(&k.routing_latency, "routing-latency")?,
+            labels: labels.clone(),
+            counterfactual_k: k.counterfactual_k.value.unwrap_or(0),
+        };
+        Ok(ClusterSetup { config, fitness, trace, origins })
+    }
+
+    /// Builds the cluster, tracing decisions into `sink` if given; invalid
+    /// parameters name the flag or file they came from.
+    pub fn build<'s>(&self, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ScenarioError> {
+        let built = match sink {
+            Some(sink) => Cluster::traced(self.config.clone(), sink),
+            None => Cluster::new(self.config.clone()),
+        };
+        built.map_err(|e| match e {
+            ClusterError::Config(c) => self.origins.describe(&c),
+            other => invalid!("{other}"),
+        })
+    }
+}
+

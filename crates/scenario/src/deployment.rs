@@ -1,0 +1,303 @@
+//! vLLM's rules, applied once: the knobs of a deployment (given by flags, a
+//! file, an experiment's records, or defaulted) become the model, the GPU,
+//! one instance's configuration and its KV capacity ([`Server`]), and with
+//! a coefficient set its latency model ([`Deployment`]). `blis run`,
+//! `serve`, `replay`, `validate` and `fit` all resolve servers here.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use blis_data::catalog;
+use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
+use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
+use blis_engine::kv::VLLM_BLOCK_SIZES;
+use blis_engine::latency::{LatencyModel, ModelKind};
+use blis_engine::model::ModelConfig;
+use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::time::{MAX_SPAN_S, Micros};
+use blis_engine::vllm::ALLOW_LONG_MAX_MODEL_LEN;
+
+use crate::error::{ScenarioError, invalid};
+use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+
+/// What to do with a `--max-model-len` longer than the model's config allows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum LongContext {
+    /// Refuse it, as vLLM does.
+    Refused,
+    /// Accept it with a warning, as vLLM does with `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1`.
+    Allowed,
+    /// Accept it: a real server ran with it (an experiment's records).
+    Recorded,
+}
+
+impl LongContext {
+    /// [`LongContext::Allowed`] when `VLLM_ALLOW_LONG_MAX_MODEL_LEN=1` is set, as vLLM reads it; else refused.
+    pub fn from_env() -> LongContext {
+        if std::env::var(ALLOW_LONG_MAX_MODEL_LEN).is_ok_and(|v| v.trim() == "1") { LongContext::Allowed } else { LongContext::Refused }
+    }
+}
+
+/// One vLLM server (an instance), resolved.
+#[derive(Clone, Debug)]
+pub struct Server {
+    /// Model id as reported: the bundled id, or the name given with a config file.
+    pub model_name: String,
+    /// Its architecture.
+    pub model: ModelConfig,
+    /// GPU name as reported.
+    pub gpu_name: String,
+    /// The GPU.
+    pub gpu: GpuSpec,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Instance knobs, KV blocks included.
+    pub instance: InstanceConfig,
+    /// How one GPU's memory was split when the KV block count was derived
+    /// (`None` when it was given).
+    pub kv_budget: Option<KvBudget>,
+}
+
+/// A server and the model that times its steps.
+#[derive(Clone)]
+pub struct Deployment {
+    /// The server.
+    pub server: Server,
+    /// The step-time model.
+    pub latency: Arc<dyn LatencyModel>,
+    /// Where its coefficients came from ("bundled NAME", a file, plus flag overrides).
+    pub coefficients: String,
+}
+
+fn read_file(flag: &str, path: &Path) -> Result<String, ScenarioError> {
+    blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --{flag} {}: {e}", path.display()))
+}
+
+/// Reads `--model-config PATH`: a HuggingFace `config.json`.
+pub fn load_model_config(path: &Path) -> Result<ModelConfig, ScenarioError> {
+    let text = read_file("model-config", path)?;
+    ModelConfig::from_hf_json(&text).map_err(|e| invalid!("--model-config {}: {e}", path.display()))
+}
+
+/// Reads `--hardware-config PATH`: a GPU spec in BLIS's or a datasheet's shape.
+pub fn load_gpu_spec(path: &Path) -> Result<GpuSpec, ScenarioError> {
+    let text = read_file("hardware-config", path)?;
+    GpuSpec::from_json(&text).map_err(|e| invalid!("--hardware-config {}: {e}", path.display()))
+}
+
+fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, ScenarioError> {
+    k.value.clone().ok_or_else(|| invalid!("{what}"))
+}
+
+/// Converts a seconds knob to microseconds, rejecting NaN, values below
+/// one microsecond (the clock's tick) and values above [`MAX_SPAN_S`].
+pub fn seconds(flag: &str, value: f64) -> Result<Micros, ScenarioError> {
+    match Micros::from_secs_f64(value) {
+        Some(t) if (1e-6..=MAX_SPAN_S).contains(&value) => Ok(t),
+        _ => Err(invalid!("--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)")),
+    }
+}
+
+fn resolve_model(k: &Knobs) -> Result<(String, ModelConfig), ScenarioError> {
+    if let Some(path) = &k.model_config.value {
+        let model = load_model_config(path)?;
+        let name = k.model.value.clone().unwrap_or_else(|| path.display().to_string());
+        return Ok((name, model));
+    }
+    let name = required(&k.model, "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)")?;
+    let bundled = catalog::find_model(&name).ok_or_else(|| match catalog::similar_models(&name).as_slice() {
+        [] => invalid!("--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH", catalog::model_ids()),
+        similar => invalid!("--model {name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)", similar.join(" or ")),
+    })?;
+    let model = ModelConfig::from_hf_json(bundled.config_json).map_err(|e| invalid!("bundled config for {}: {e}", bundled.id))?;
+    Ok((bundled.id.to_string(), model))
+}
+
+fn resolve_gpu(k: &Knobs) -> Result<(String, GpuSpec), ScenarioError> {
+    if let Some(path) = &k.hardware_config.value {
+        let gpu = load_gpu_spec(path)?;
+        return Ok((gpu.name.clone(), gpu));
+    }
+    let name = required(&k.hardware, "--hardware is required")?;
+    let g = catalog::find_gpu(&name)
+        .ok_or_else(|| invalid!("--hardware {name}: unknown GPU; allowed: {}; or pass --hardware-config PATH", catalog::gpu_names()))?;
+    Ok((g.name.to_string(), g.spec()))
+}
+
+impl Server {
+    /// Resolves model, GPU, instance knobs and KV capacity as vLLM would:
+    /// a tensor-parallel degree that splits the heads, a block size vLLM
+    /// accepts, `--max-model-len` from the model's config (and not above
+    /// it, unless `long_context` allows), without chunked prefill a default
+    /// token budget grown to `--max-model-len`, and the KV block count of
+    /// vLLM's memory profiler unless given. Derived values are added to
+    /// `report`; warnings to `warnings`. Errors name the knob as its flag.
+    pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Server, ScenarioError> {
+        let (model_name, model) = resolve_model(k)?;
+        let (gpu_name, gpu) = resolve_gpu(k)?;
+        let tp = required(&k.tp, "--tp is required")?;
+        if !(1..=64).contains(&tp) {
+            return Err(invalid!("--tp {tp}: must be between 1 and 64"));
+        }
+        model.check_tensor_parallel(tp).map_err(|e| invalid!("--tp {tp}: {model_name}: {e}"))?;
+        let util = required(&k.gpu_memory_utilization, "--gpu-memory-utilization is required")?;
+        if !(util > 0.0 && util <= 1.0) {
+            return Err(invalid!("--gpu-memory-utilization {util:?}: must be in (0, 1]"));
+        }
+        let block_size = required(&k.block_size, "--block-size is required")?;
+        if !VLLM_BLOCK_SIZES.contains(&block_size) {
+            return Err(invalid!("--block-size {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"));
+        }
+
+        let max_model_len = match k.max_model_len.value {
+            Some(v) if v > model.derived_max_model_len => {
+                let why = format!(
+                    "--max-model-len {v} is longer than the {} tokens {model_name}'s config.json allows (its length fields and rope_scaling)",
+                    model.derived_max_model_len
+                );
+                match long_context {
+                    LongContext::Refused => {
+                        return Err(invalid!("{why}; vLLM refuses it unless {ALLOW_LONG_MAX_MODEL_LEN}=1 is set, and so does BLIS"));
+                    }
+                    LongContext::Allowed => warnings.push(format!("{why}; allowed by {ALLOW_LONG_MAX_MODEL_LEN}=1")),
+                    LongContext::Recorded => {}
+                }
+                v
+            }
+            Some(v) => v,
+            None => {
+                report_entry(report, "max-model-len", &model.derived_max_model_len, Source::Derived);
+                model.derived_max_model_len
+            }
+        };
+        let enable_chunked_prefill = required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?;
+        let mut max_num_batched_tokens = required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?;
+        // As vLLM does: without chunked prefill the default budget grows to hold a whole prompt.
+        if !enable_chunked_prefill && k.max_num_batched_tokens.source == Source::Default && max_num_batched_tokens < max_model_len {
+            max_num_batched_tokens = max_model_len;
+            report_entry(report, "max-num-batched-tokens", &max_num_batched_tokens, Source::Derived);
+        }
+        let max_num_seqs = required(&k.max_num_seqs, "--max-num-seqs is required")?;
+        let (num_gpu_blocks, kv_budget) = match k.num_gpu_blocks.value {
+            Some(b) => (b, None),
+            None => {
+                let sizing = KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
+                let b = hardware::kv_budget(&model, &gpu, &sizing).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"))?;
+                report_entry(report, "num-gpu-blocks", &b.blocks, Source::Derived);
+                (b.blocks, Some(b))
+            }
+        };
+
+        let instance = InstanceConfig {
+            scheduler: SchedulerConfig {
+                max_num_seqs,
+                max_num_batched_tokens,
+                max_model_len,
+                enable_chunked_prefill,
+                long_prefill_token_threshold: required(&k.long_prefill_token_threshold, "--long-prefill-token-threshold is required")?,
+                async_scheduling: required(&k.async_scheduling, "--async-scheduling is required")?,
+                queue_policy: QueuePolicy::Fcfs,
+                preemption: PreemptionVictim::Tail,
+            },
+            num_gpu_blocks,
+            block_size,
+            enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
+            client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
+        };
+        instance.validate().map_err(|e| invalid!("{e}"))?;
+        Ok(Server { model_name, model, gpu_name, gpu, tp, instance, kv_budget })
+    }
+
+    /// The latency model of `set` for this server; the error names the coefficient.
+    pub fn latency_model(&self, set: &CoefficientSet, origin: &str) -> Result<Arc<dyn LatencyModel>, ScenarioError> {
+        set.latency_model(&self.model, &self.gpu, self.tp, &self.instance).map_err(|e| invalid!("coefficients ({origin}): {e}"))
+    }
+}
+
+impl Deployment {
+    /// [`Server::resolve`] and the latency model the knobs choose
+    /// ([`choose_coefficients`]); adds the derived choices to `report`.
+    pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+        let server = Server::resolve(k, long_context, report, warnings)?;
+        let chosen = choose_coefficients(
+            k.latency_model.value.as_deref(),
+            k.coefficients.value.as_deref(),
+            k.alpha_coeffs.value.as_deref(),
+            k.beta_coeffs.value.as_deref(),
+        )?;
+        let latency = server.latency_model(&chosen.set, &chosen.origin)?;
+        if k.latency_model.value.is_none() {
+            report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
+        }
+        report_entry(report, "coefficients", &chosen.origin, Source::Derived);
+        if let Some(w) = hardware_mismatch(chosen.set.provenance.hardware.as_deref(), &server.gpu_name, &chosen.origin) {
+            warnings.push(w);
+        }
+        Ok(Deployment { server, latency, coefficients: chosen.origin })
+    }
+}
+
+/// Parses "a,b,c" into finite numbers.
+pub fn parse_coeffs(flag: &str, text: &str) -> Result<Vec<f64>, ScenarioError> {
+    text.split(',')
+        .map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
+        .collect::<Option<_>>()
+        .ok_or_else(|| invalid!("--{flag} {text:?}: expected comma-separated finite numbers"))
+}
+
+/// A coefficient set and a description of where it came from.
+pub struct ChosenCoefficients {
+    /// The set.
+    pub set: CoefficientSet,
+    /// "FILE", "bundled NAME", plus any flag overrides.
+    pub origin: String,
+}
+
+/// Chooses the coefficient set: `--coefficients FILE`; else the bundled set
+/// for `--latency-model` (roofline needs none); else the bundled default.
+/// `--alpha-coeffs` and `--beta-coeffs` replace the chosen set's vectors.
+pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alpha: Option<&str>, beta: Option<&str>) -> Result<ChosenCoefficients, ScenarioError> {
+    let kind = latency_model.map(|m| m.parse::<ModelKind>().map_err(|e| invalid!("--latency-model: {e}"))).transpose()?;
+    let (mut set, mut origin) = match (file, kind) {
+        (Some(path), _) => {
+            let set = CoefficientSet::load(path).map_err(|e| invalid!("--coefficients {e}"))?;
+            if let Some(k) = kind
+                && set.latency_model != k.name()
+            {
+                return Err(invalid!("--coefficients {}: is for {}, but --latency-model is {k}", path.display(), set.latency_model));
+            }
+            (set, path.display().to_string())
+        }
+        (None, Some(k)) => match CoefficientSet::bundled_for(k) {
+            Some(set) => (set, format!("bundled {k}")),
+            None if alpha.is_some() && beta.is_some() => {
+                let empty = CoefficientSet { latency_model: k.name().into(), alpha: vec![], beta: vec![], provenance: Default::default() };
+                (empty, String::from("flags"))
+            }
+            None => return Err(invalid!("--latency-model {k}: BLIS ships no coefficients for it; pass --coefficients FILE or --alpha-coeffs and --beta-coeffs")),
+        },
+        (None, None) => (CoefficientSet::default_set(), format!("bundled {DEFAULT_SET}")),
+    };
+    if let Some(a) = alpha {
+        set.alpha = parse_coeffs("alpha-coeffs", a)?;
+        origin += " with --alpha-coeffs";
+    }
+    if let Some(b) = beta {
+        set.beta = parse_coeffs("beta-coeffs", b)?;
+        origin += " with --beta-coeffs";
+    }
+    Ok(ChosenCoefficients { set, origin })
+}
+
+/// A warning when coefficients measured on one GPU time another: the β of
+/// the trained models are efficiencies relative to the GPU's peaks and carry
+/// over to first order, but the α and per-step overheads are absolute, so the
+/// prediction extrapolates. `None` when the set names no GPU or the same one
+/// (by name or alias).
+fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> Option<String> {
+    let fitted_on = fitted_on?;
+    let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
+    (canonical(fitted_on) != canonical(simulated)).then(|| {
+        format!("coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates (peaks scale, fixed overheads do not)")
+    })
+}

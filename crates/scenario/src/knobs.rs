@@ -1,0 +1,438 @@
+//! One table defines every knob of a scenario: its name, type, default,
+//! documentation and (with the `clap` feature) its command-line flag. From it
+//! come the file schema of `--config` (and of a Python scenario dict: the
+//! same names, unknown keys rejected), the clap arguments of the `blis`
+//! commands, and the resolved [`Knobs`] with the source of every value
+//! (precedence: flag > file > default), which reports print so no default
+//! is ever silent.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use blis_engine::vllm::DEFAULTS;
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::count::parse_count;
+use crate::error::{ScenarioError, invalid};
+
+/// Where a resolved value came from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Source {
+    /// A command-line flag (or the caller's own value).
+    Flag,
+    /// A file: `--config`, a trace header, an experiment's records.
+    File,
+    /// BLIS's default.
+    Default,
+    /// Computed from other values (model config, memory formula).
+    Derived,
+}
+
+/// A resolved value and its source.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Knob<T> {
+    /// The value.
+    pub value: T,
+    /// Where it came from.
+    pub source: Source,
+}
+
+impl<T: Clone> Knob<Option<T>> {
+    /// The value when it was given (by flag or file), not defaulted.
+    pub fn explicit(&self) -> Option<T> {
+        if self.source == Source::Default { None } else { self.value.clone() }
+    }
+}
+
+/// The JSON rendering of a resolved configuration: knob → {value, source}.
+pub type ConfigReport = BTreeMap<String, Value>;
+
+/// Adds one entry to a [`ConfigReport`].
+pub fn report_entry<T: Serialize>(report: &mut ConfigReport, name: &str, value: &T, source: Source) {
+    report.insert(name.to_string(), serde_json::json!({ "value": serde_json::to_value(value).unwrap_or(Value::Null), "source": source }));
+}
+
+/// How values of one knob type are read.
+pub trait KnobValue: Sized {
+    /// Whole numbers, read by [`parse_count`] on the command line and in files.
+    const IS_COUNT: bool = false;
+    /// clap's parser for the type.
+    #[cfg(feature = "clap")]
+    fn value_parser() -> clap::builder::ValueParser;
+    /// `self` with a relative path joined onto `dir`: paths in a file are
+    /// relative to that file, as a user who moves the folder expects.
+    fn rebased(self, _dir: &Path) -> Self {
+        self
+    }
+}
+
+macro_rules! plain_knob_value {
+    ($($ty:ty),*) => { $( impl KnobValue for $ty {
+        #[cfg(feature = "clap")]
+        fn value_parser() -> clap::builder::ValueParser { clap::value_parser!($ty).into() }
+    } )* };
+}
+plain_knob_value!(String, f64, bool);
+
+impl KnobValue for PathBuf {
+    #[cfg(feature = "clap")]
+    fn value_parser() -> clap::builder::ValueParser {
+        clap::value_parser!(PathBuf).into()
+    }
+    fn rebased(self, dir: &Path) -> PathBuf {
+        if self.is_relative() { dir.join(self) } else { self }
+    }
+}
+
+macro_rules! count_knob_value {
+    ($($ty:ty),*) => { $( impl KnobValue for $ty {
+        const IS_COUNT: bool = true;
+        #[cfg(feature = "clap")]
+        fn value_parser() -> clap::builder::ValueParser { clap::builder::ValueParser::new(parse_count::<$ty>) }
+    } )* };
+}
+count_knob_value!(u32, u64);
+
+macro_rules! knob_table {
+    ($( $(#[doc = $doc:literal])* $name:ident : $ty:ty = $default:expr $(, alias $alias:literal)? , flag($($arg:tt)*) ;)*) => {
+        /// Every knob as optional values: what flags give, what a file gives.
+        /// Files use the same names (`max-num-seqs`, or `max_num_seqs`, or
+        /// vLLM's spelling where a flag has an alias); unknown keys are errors.
+        #[derive(serde::Deserialize, Debug, Default, Clone, PartialEq)]
+        #[cfg_attr(feature = "clap", derive(clap::Args))]
+        #[serde(deny_unknown_fields, rename_all = "kebab-case")]
+        pub struct KnobValues {
+            $(
+                $(#[doc = $doc])*
+                #[cfg_attr(feature = "clap", arg(value_parser = <$ty as KnobValue>::value_parser(), $($arg)* $(, visible_alias = $alias)?))]
+                #[serde(default)]
+                pub $name: Option<$ty>,
+            )*
+        }
+
+        /// Whether the knob whose flag is `flag` takes a whole number.
+        fn takes_count(flag: &str) -> bool {
+            $( if flag == stringify!($name).replace('_', "-") { return <$ty as KnobValue>::IS_COUNT; } )*
+            false
+        }
+
+        /// The flag whose alias `name` is (`tensor-parallel-size` → `tp`).
+        fn flag_of_alias(name: &str) -> Option<String> {
+            $( $( if name == $alias { return Some(stringify!($name).replace('_', "-")); } )? )*
+            None
+        }
+
+        /// Every knob after applying flag > file > default, with the source of each value.
+        #[derive(Clone, Debug, PartialEq)]
+        pub struct Knobs {
+            $( $(#[doc = $doc])* pub $name: Knob<Option<$ty>>, )*
+        }
+
+        impl KnobValues {
+            /// Each knob from `self`, else from `fallback`.
+            pub fn or(self, fallback: KnobValues) -> KnobValues {
+                KnobValues { $( $name: self.$name.or(fallback.$name), )* }
+            }
+
+            /// Relative paths made relative to `dir` (the file's folder).
+            fn rebased(self, dir: &Path) -> KnobValues {
+                KnobValues { $( $name: self.$name.map(|v| v.rebased(dir)), )* }
+            }
+
+            /// The names of the knobs this layer sets.
+            pub fn keys(&self) -> Vec<String> {
+                let mut keys = Vec::new();
+                $( if self.$name.is_some() { keys.push(stringify!($name).replace('_', "-")); } )*
+                keys
+            }
+        }
+
+        impl Knobs {
+            /// Resolves `layers`, first winning (flags, then files, ...), over the defaults.
+            pub fn layered(layers: &[(&KnobValues, Source)]) -> Knobs {
+                Knobs { $( $name: {
+                    let given = layers.iter().find_map(|(l, source)| l.$name.clone().map(|v| Knob { value: Some(v), source: *source }));
+                    given.unwrap_or(Knob { value: $default, source: Source::Default })
+                }, )* }
+            }
+
+            /// Every knob with a value, for the report.
+            pub fn report(&self) -> ConfigReport {
+                let mut r = ConfigReport::new();
+                $( if let Some(v) = &self.$name.value {
+                    report_entry(&mut r, &stringify!($name).replace('_', "-"), v, self.$name.source);
+                } )*
+                r
+            }
+        }
+    };
+}
+
+knob_table! {
+    // ── Model and hardware ───────────────────────────────────────────────
+    /// Model to simulate: a bundled HuggingFace id (case-insensitive; `blis models` lists them),
+    /// or any name when --model-config is given.
+    model: String = None, flag(long, value_name = "ID", help_heading = "Model and hardware");
+    /// Path to a HuggingFace config.json for a model that is not bundled.
+    model_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Model and hardware");
+    /// GPU type, bundled or as nvidia-smi names it. [default: H100]
+    hardware: String = Some("H100".into()), flag(long, value_name = "GPU", help_heading = "Model and hardware", help = crate::help::hardware());
+    /// Path to a GPU spec JSON (same fields as data/hardware/*.json) instead of a bundled GPU.
+    hardware_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Model and hardware");
+    /// Tensor-parallel degree: GPUs per instance. [default: 1]
+    tp: u32 = Some(1), alias "tensor-parallel-size", flag(long, value_name = "N", help_heading = "Model and hardware");
+
+    // ── Server (vLLM flags) ──────────────────────────────────────────────
+    /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: 256]
+    max_num_seqs: u32 = Some(DEFAULTS.max_num_seqs), flag(long, value_name = "N", help_heading = "Server (vLLM flags)");
+    /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: 8192]
+    max_num_batched_tokens: u32 = Some(DEFAULTS.max_num_batched_tokens), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// Maximum prompt + output tokens per request; at most what the model's config.json allows
+    /// (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lifts that, as in vLLM). [default: what its config.json allows]
+    max_model_len: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// Tokens per KV block: 1, 8, 16, 32, 64, 128 or 256, as in vLLM. [default: 16]
+    block_size: u32 = Some(DEFAULTS.block_size), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// GPU KV blocks (vLLM --num-gpu-blocks-override). [default: derived from GPU memory, see docs]
+    num_gpu_blocks: u64 = None, alias "num-gpu-blocks-override", flag(long, value_name = "N", help_heading = "Server (vLLM flags)");
+    /// Fraction of GPU memory vLLM may use, for the derived block count. [default: 0.9]
+    gpu_memory_utilization: f64 = Some(DEFAULTS.gpu_memory_utilization), flag(long, value_name = "FRACTION", allow_negative_numbers = true, help_heading = "Server (vLLM flags)");
+    /// Split long prompts across steps (--no-enable-chunked-prefill turns it off, as in vLLM). [default: true]
+    enable_chunked_prefill: bool = Some(DEFAULTS.enable_chunked_prefill), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// Reuse KV blocks of shared prompt prefixes (--no-enable-prefix-caching turns it off). [default: true]
+    enable_prefix_caching: bool = Some(DEFAULTS.enable_prefix_caching), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// Schedule the next step while the current one runs (vLLM --async-scheduling):
+    /// requests arriving during a step join the step after next. [default: false]
+    async_scheduling: bool = Some(DEFAULTS.async_scheduling), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
+    long_prefill_token_threshold: u32 = Some(DEFAULTS.long_prefill_token_threshold), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+
+    // ── Latency model ──────────────────────────────────────────────────
+    /// Step-time model. [default: the model of the bundled default coefficient set]
+    latency_model: String = None, flag(long, value_name = "NAME", help_heading = "Latency model", help = crate::help::latency_model());
+    /// Coefficient file (YAML or JSON: latency_model, alpha, beta, provenance).
+    /// [default: the bundled set for --latency-model, or the bundled default set]
+    coefficients: PathBuf = None, flag(long, value_name = "FILE", help_heading = "Latency model");
+    /// Replace the set's α: comma-separated, in the model's order (blackbox: queueing µs, µs per prompt token, µs per output token).
+    alpha_coeffs: String = None, flag(long, value_name = "A0,A1,...", allow_hyphen_values = true, help_heading = "Latency model");
+    /// Replace the set's β: comma-separated, in the model's order (blackbox: step µs, µs per prefill token, µs per decode token).
+    beta_coeffs: String = None, flag(long, value_name = "B0,B1,...", allow_hyphen_values = true, help_heading = "Latency model");
+
+    // ── Workload ─────────────────────────────────────────────────────────
+    /// Mean arrival rate, requests per second. [default: 10]
+    rate: f64 = Some(10.0), flag(long, value_name = "REQ_PER_S", allow_negative_numbers = true, help_heading = "Workload");
+    /// Arrival process: poisson or constant. [default: poisson]
+    arrival: String = Some("poisson".into()), flag(long, value_name = "KIND", help_heading = "Workload");
+    /// Number of requests. [default: 1000]
+    num_requests: u64 = Some(1000), flag(long, value_name = "N", help_heading = "Workload");
+    /// Most requests in flight at once, as a client with N connections (vllm bench serve
+    /// --max-concurrency): a request due while all are busy is sent when one ends, and its
+    /// latency counts from then. [default: unlimited; `blis observe`: 256]
+    max_concurrency: u32 = None, flag(long, value_name = "N", help_heading = "Workload");
+    /// Mean prompt length in tokens (excluding any shared prefix). [default: 512]
+    prompt_tokens: f64 = Some(512.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
+    /// Standard deviation of the prompt length; 0 = fixed. [default: 0]
+    prompt_tokens_stdev: f64 = Some(0.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
+    /// Smallest prompt length drawn. [default: 1]
+    prompt_tokens_min: u32 = Some(1), flag(long, value_name = "TOKENS", help_heading = "Workload");
+    /// Largest prompt length drawn. [default: unbounded]
+    prompt_tokens_max: u32 = Some(u32::MAX), flag(long, value_name = "TOKENS", help_heading = "Workload");
+    /// Mean output length in tokens (generated in full, as with ignore_eos). [default: 256]
+    output_tokens: f64 = Some(256.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
+    /// Standard deviation of the output length; 0 = fixed. [default: 0]
+    output_tokens_stdev: f64 = Some(0.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
+    /// Smallest output length drawn. [default: 1]
+    output_tokens_min: u32 = Some(1), flag(long, value_name = "TOKENS", help_heading = "Workload");
+    /// Largest output length drawn. [default: unbounded]
+    output_tokens_max: u32 = Some(u32::MAX), flag(long, value_name = "TOKENS", help_heading = "Workload");
+    /// Length of a shared prompt prefix prepended to every prompt; 0 = none. [default: 0]
+    prefix_tokens: u32 = Some(0), flag(long, value_name = "TOKENS", help_heading = "Workload");
+    /// Number of distinct shared prefixes; each request draws one uniformly. [default: 1]
+    prefix_groups: u32 = Some(1), flag(long, value_name = "N", help_heading = "Workload");
+    /// Run a workload spec file (YAML; see docs/workloads.md) or an inference-perf configuration
+    /// instead of the flags above; --rate, --num-requests and --seed still override a spec's values.
+    workload_spec: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Workload");
+    /// Run a built-in workload (`blis workload list`).
+    workload: String = None, flag(long, value_name = "NAME", help_heading = "Workload", help = crate::help::builtin_workloads());
+    /// Replay a trace: a trace v2 CSV (header in NAME.header.yaml beside it) or a Mooncake JSONL file;
+    /// --num-requests caps the requests replayed.
+    trace: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Workload");
+    /// Assign SLO classes by weight, e.g. `realtime:0.2,interactive:0.5,batch:0.3` (seeded).
+    slo_class_mix: String = None, flag(long, value_name = "NAME:WEIGHT,...", help_heading = "Workload");
+    /// Assign tenants by weight, e.g. `alice:1,bob:3` (seeded).
+    tenant_mix: String = None, flag(long, value_name = "NAME:WEIGHT,...", help_heading = "Workload");
+
+    // ── Cluster ──────────────────────────────────────────────────────────
+    /// Identical instances behind the control plane. [default: 1]
+    num_instances: u32 = Some(1), flag(long, value_name = "N", help_heading = "Cluster");
+    /// Every policy and its parameters in one YAML file (see examples/policies.yaml); the flags below override it.
+    policy_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Cluster");
+    /// Admission policy. [default: always-admit]
+    admission_policy: String = None, flag(long, value_name = "NAME", help_heading = "Cluster", help = crate::help::admission());
+    /// Priority policy. [default: constant]
+    priority_policy: String = None, flag(long, value_name = "NAME", help_heading = "Cluster", help = crate::help::priority());
+    /// Routing policy. [default: round-robin]
+    routing_policy: String = None, flag(long, value_name = "NAME", help_heading = "Cluster", help = crate::help::routing());
+    /// Scorers of weighted routing, e.g. `prefix-affinity:4,queue-depth:3` (implies --routing-policy weighted).
+    routing_scorers: String = None, flag(long, value_name = "SCORER:WEIGHT,...", help_heading = "Cluster", help = crate::help::scorers());
+    /// Instance scheduler. [default: fcfs]
+    scheduler: String = None, flag(long, value_name = "NAME", help_heading = "Cluster", help = crate::help::scheduler());
+    /// Preemption victim: tail or lowest-priority. [default: lowest-priority with priority-fcfs, else tail]
+    preemption: String = None, flag(long, value_name = "NAME", help_heading = "Cluster");
+    /// Arrival → admission decision latency, microseconds. [default: 0]
+    admission_latency: u64 = Some(0), flag(long, value_name = "MICROS", help_heading = "Cluster");
+    /// Routing decision → delivery latency, microseconds. [default: 0]
+    routing_latency: u64 = Some(0), flag(long, value_name = "MICROS", help_heading = "Cluster");
+    /// Snapshot staleness per field, e.g. `kv-utilization=periodic:100ms,queue-depth=on-demand`
+    /// (fields queue-depth, batch-size, kv-utilization; modes immediate, on-demand, periodic:`N`ms).
+    snapshot_refresh: String = None, flag(long, value_name = "FIELD=MODE,...", help_heading = "Cluster");
+    /// SLO targets in ms per class, e.g. `realtime.ttft_ms=200,realtime.itl_ms=50,batch.e2e_ms=60000`.
+    slo_targets: String = None, flag(long, value_name = "CLASS.METRIC=MS,...", help_heading = "Cluster");
+    /// Fitness weights, e.g. `throughput:0.5,ttft_p99:0.3,goodput:0.2`.
+    fitness_weights: String = None, flag(long, value_name = "METRIC:WEIGHT,...", help_heading = "Cluster", help = crate::help::fitness());
+    /// Decision tracing: none or decisions (one JSON line per admission and routing decision). [default: none]
+    trace_level: String = None, flag(long, value_name = "LEVEL", help_heading = "Cluster");
+    /// Keep the K best alternatives of every routing decision and estimate its regret; 0 = off. [default: 0]
+    counterfactual_k: u32 = Some(0), flag(long, value_name = "K", help_heading = "Cluster");
+
+    // ── Run ──────────────────────────────────────────────────────────────
+    /// Master random seed: same seed, same result, byte for byte. [default: 42]
+    seed: u64 = Some(42), flag(long, value_name = "N", help_heading = "Run");
+    /// Stop the simulation at this simulated time, seconds; unfinished requests are reported as queued/running.
+    horizon: f64 = None, flag(long, allow_negative_numbers = true, value_name = "SECONDS", help_heading = "Run");
+    /// Client timeout, seconds: requests unfinished this long after arrival are abandoned and aborted.
+    client_timeout: f64 = None, flag(long, allow_negative_numbers = true, value_name = "SECONDS", help_heading = "Run");
+}
+
+/// Knobs of the deployment (model, GPU, vLLM server flags, latency model).
+pub const SERVER_KNOBS: [&str; 18] = [
+    "model-config", "hardware", "hardware-config", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
+    "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
+    "long-prefill-token-threshold", "latency-model", "coefficients", "alpha-coeffs", "beta-coeffs",
+];
+
+/// Knobs of the workload (which requests arrive when).
+pub const WORKLOAD_KNOBS: [&str; 20] = [
+    "rate", "arrival", "num-requests", "max-concurrency", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max",
+    "output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
+    "workload-spec", "workload", "trace", "slo-class-mix", "tenant-mix", "horizon",
+];
+
+/// Knobs of the cluster's control plane.
+pub const CLUSTER_KNOBS: [&str; 15] = [
+    "num-instances", "policy-config", "admission-policy", "priority-policy", "routing-policy", "routing-scorers", "scheduler",
+    "preemption", "admission-latency", "routing-latency", "snapshot-refresh", "slo-targets", "fitness-weights", "trace-level",
+    "counterfactual-k",
+];
+
+/// Boolean server knobs that vLLM also spells negatively (`--no-enable-prefix-caching`).
+pub const NEGATABLE_KNOBS: [&str; 3] = ["enable-chunked-prefill", "enable-prefix-caching", "async-scheduling"];
+
+impl KnobValues {
+    /// Reads a YAML (or JSON) knob file. Keys are flag names; `snake_case`
+    /// spellings and vLLM's names are accepted too. Unknown keys are errors
+    /// naming the key. Relative paths in it are relative to the file's folder.
+    pub fn load(path: &Path) -> Result<KnobValues, ScenarioError> {
+        let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --config {}: {e}", path.display()))?;
+        let raw: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--config {}: not valid YAML: {e}", path.display()))?;
+        let file = KnobValues::from_yaml(raw, &format!("--config {}", path.display()))?;
+        Ok(file.rebased(path.parent().unwrap_or(Path::new(""))))
+    }
+
+    /// Reads knobs from a YAML mapping of flag names (or their `snake_case`
+    /// spellings, or vLLM's names of the flags that have an alias) to
+    /// values; `origin` names it in errors.
+    pub fn from_yaml(raw: serde_yaml_ng::Value, origin: &str) -> Result<KnobValues, ScenarioError> {
+        let serde_yaml_ng::Value::Mapping(map) = raw else {
+            return Err(invalid!("{origin}: expected a mapping of flag names to values"));
+        };
+        let mut normalized = serde_yaml_ng::Mapping::new();
+        for (k, v) in map {
+            let key = match k {
+                serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
+                other => return Err(invalid!("{origin}: key {other:?} is not a string")),
+            };
+            let key = flag_of_alias(&key).unwrap_or(key);
+            let count = |text: &str| {
+                parse_count::<u64>(text).map(|n| serde_yaml_ng::Value::Number(n.into())).map_err(|e| invalid!("{origin}: field `{key}`: {e}"))
+            };
+            let v = match v {
+                // `max-model-len: 32k` and `num-requests: 1e6` (a YAML float), as on the command line.
+                serde_yaml_ng::Value::String(s) if takes_count(&key) => count(&s)?,
+                serde_yaml_ng::Value::Number(n) if takes_count(&key) && n.is_f64() => count(&format!("{:e}", n.as_f64().unwrap_or(f64::NAN)))?,
+                other => other,
+            };
+            if normalized.insert(serde_yaml_ng::Value::String(key.clone()), v).is_some() {
+                return Err(invalid!("{origin}: `{key}` is given twice (under its own name and vLLM's, or in two spellings)"));
+            }
+        }
+        serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
+            .map_err(|e| invalid!("{origin}: {}", blis_data::locate::located_message(&e)))
+    }
+}
+
+/// The files knob values were read from: for each, the knob names it set
+/// and how messages name it (`--config run.yaml`).
+pub type FileOrigins = Vec<(Vec<String>, String)>;
+
+/// An error that names a knob by its flag (`--rate -1: ...`) when the value
+/// came from a file, not the command line, is reworded to name the file and
+/// its key (`--config run.yaml: rate -1: ...`); any other passes unchanged.
+pub fn blame_files(err: ScenarioError, knobs: &Knobs, files: &FileOrigins) -> ScenarioError {
+    let Some(rest) = err.0.strip_prefix("--") else { return err };
+    let name = rest.split([' ', ':', ',', '=']).next().unwrap_or_default();
+    if knobs.report().get(name).is_none_or(|v| v["source"] != "file") {
+        return err;
+    }
+    match files.iter().find(|(keys, _)| keys.iter().any(|k| k == name)) {
+        Some((_, origin)) => invalid!("{origin}: {rest}"),
+        None => err,
+    }
+}
+
+/// Reads the `--config` file when one is given (else no knobs), with its
+/// origin for [`blame_files`].
+pub fn load_config(path: Option<&Path>) -> Result<(KnobValues, FileOrigins), ScenarioError> {
+    let Some(path) = path else { return Ok((KnobValues::default(), Vec::new())) };
+    let file = KnobValues::load(path)?;
+    let origin = (file.keys(), format!("--config {}", path.display()));
+    Ok((file, vec![origin]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(yaml: &str) -> Result<KnobValues, ScenarioError> {
+        KnobValues::from_yaml(serde_yaml_ng::from_str(yaml).unwrap(), "--config f.yaml")
+    }
+
+    #[test]
+    fn config_files_take_vllm_names_and_snake_case_but_not_one_knob_twice() {
+        let f = file("tensor-parallel-size: 2\nnum_gpu_blocks_override: 5000\nmax_num_seqs: 64\n").unwrap();
+        assert_eq!((f.tp, f.num_gpu_blocks, f.max_num_seqs), (Some(2), Some(5000), Some(64)));
+        for twice in ["tp: 2\ntensor_parallel_size: 2\n", "max-num-seqs: 1\nmax_num_seqs: 2\n"] {
+            let e = file(twice).unwrap_err().to_string();
+            assert!(e.contains("f.yaml") && e.contains("given twice"), "{e}");
+        }
+        let f = file("max-model-len: 32k\nnum-requests: 1e6\nseed: 7\nhardware: '1k'\n").unwrap();
+        assert_eq!((f.max_model_len, f.num_requests, f.seed, f.hardware.as_deref()), (Some(32_000), Some(1_000_000), Some(7), Some("1k")));
+        let e = file("max-num-seqs: 64M\n").unwrap_err().to_string();
+        assert!(e.contains("f.yaml: field `max-num-seqs`") && e.contains("ambiguous"), "{e}");
+        let e = file("dtype: bfloat16\n").unwrap_err().to_string();
+        assert!(e.contains("unknown field `dtype`") && e.contains("max-num-seqs"), "{e}");
+    }
+
+    #[test]
+    fn the_first_layer_with_a_value_wins_and_says_where_it_came_from() {
+        let flags = KnobValues { rate: Some(3.0), ..KnobValues::default() };
+        let file = KnobValues { rate: Some(5.0), tp: Some(2), ..KnobValues::default() };
+        let k = Knobs::layered(&[(&flags, Source::Flag), (&file, Source::File)]);
+        assert_eq!(k.rate, Knob { value: Some(3.0), source: Source::Flag });
+        assert_eq!(k.tp, Knob { value: Some(2), source: Source::File });
+        assert_eq!(k.max_num_seqs, Knob { value: Some(DEFAULTS.max_num_seqs), source: Source::Default });
+        assert_eq!(k.rate.explicit(), Some(3.0));
+        assert_eq!(k.max_num_seqs.explicit(), None);
+    }
+}

@@ -1,0 +1,183 @@
+//! # blis-scenario: one scenario, resolved once, simulated by every front end
+//!
+//! A [`Scenario`] is everything that defines a run, as given: every knob
+//! (model, GPU, TP, vLLM server flags, latency model and coefficients;
+//! instances and policies; the workload; horizon; seed) with where its
+//! value came from (flag, file, default). [`Scenario::resolve`] applies
+//! vLLM's rules once ([`deployment`]), opens the workload through
+//! `blis_workload::open` ([`workload`]) and builds the cluster's policies
+//! ([`cluster`]), recording every value it derives; [`simulate`] runs the
+//! result on the engine's event driver and returns the one report schema
+//! ([`report`]). `blis run`, `replay`, `serve` and `observe` map their
+//! flags and files to a scenario; `validate` and `fit` map experiment
+//! directories to its knobs; a Python binding will map a dict.
+//!
+//! ```text
+//!  flags, --config, trace header, experiment records ─► KnobValues layers ─► Knobs (value + source)
+//!                                                                               │ Scenario::resolve
+//!            Deployment (Server + latency model) ◄──────────────────────────────┤
+//!            OpenedWorkload (blis_workload::open) ◄─────────────────────────────┤
+//!            ClusterSetup (policies, control plane) ◄───────────────────────────┘
+//!                                     │ simulate(resolved, outputs)
+//!                                     ▼
+//!            Cluster on the engine driver ──► RunReport (schema v1) + observers + decision sink
+//! ```
+//!
+//! Reading order: [`knobs`] (the one table of knobs), [`deployment`],
+//! [`workload`], [`cluster`], [`report`], then this page's [`simulate`].
+//!
+//! ## Example
+//!
+//! ```
+//! use blis_scenario::{Outputs, Scenario, knobs::KnobValues};
+//!
+//! let given = KnobValues { model: Some("meta-llama/llama-3.1-8b-instruct".into()), num_requests: Some(50), ..KnobValues::default() };
+//! let resolved = Scenario::from_values(&given, Vec::new()).resolve().unwrap();
+//! let report = blis_scenario::simulate(resolved, Outputs::default()).unwrap();
+//! assert_eq!(report.summary.requests.completed, 50);
+//! assert_eq!(report.config["max-num-seqs"]["source"], "default");
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod cluster;
+pub mod count;
+pub mod deployment;
+pub mod error;
+#[cfg(feature = "clap")]
+mod help;
+pub mod knobs;
+pub mod report;
+pub mod workload;
+
+use blis_cluster::trace::DecisionSink;
+use blis_engine::instance::{Fanout, Observer};
+use blis_engine::time::Micros;
+use blis_workload::OpenedWorkload;
+
+pub use error::ScenarioError;
+
+use crate::cluster::ClusterSetup;
+use crate::deployment::{Deployment, LongContext, seconds};
+use crate::error::invalid;
+use crate::knobs::{ConfigReport, FileOrigins, KnobValues, Knobs, Source, blame_files, report_entry};
+use crate::report::{ClientLatencyReport, DeploymentInfo, GroupObservers, RunReport, SCHEMA_VERSION, SimulatorInfo};
+
+/// Everything that defines a run, as given.
+#[derive(Clone, Debug)]
+pub struct Scenario {
+    /// Every knob, with its value and where it came from.
+    pub knobs: Knobs,
+    /// The files some values came from (knob names, how to name the file),
+    /// so that an error about such a value names the file.
+    pub files: FileOrigins,
+    /// What to do with a `--max-model-len` above the model's.
+    pub long_context: LongContext,
+    /// Whether the caller will trace decisions (gives [`Outputs::decisions`]).
+    pub trace_decisions: bool,
+}
+
+/// A scenario with every rule applied: ready to simulate.
+pub struct ResolvedScenario {
+    /// The server and its latency model.
+    pub deployment: Deployment,
+    /// The instances and the control plane.
+    pub cluster: ClusterSetup,
+    /// The workload, ready to stream.
+    pub workload: OpenedWorkload,
+    /// Where the simulation stops, if it is cut.
+    pub horizon: Option<Micros>,
+    /// The workload's seed (the report's `seed`).
+    pub seed: u64,
+    /// Every knob with its value and source, derived values included.
+    pub config: ConfigReport,
+    /// Things worth telling the user, one line each, in the order found.
+    pub warnings: Vec<String>,
+}
+
+impl Scenario {
+    /// The scenario of `given` values (flags: [`Source::Flag`]) over
+    /// `files` (each a layer of values and how to name its file), over the defaults.
+    pub fn from_values(given: &KnobValues, files: Vec<(KnobValues, String)>) -> Scenario {
+        let mut layers = vec![(given, Source::Flag)];
+        layers.extend(files.iter().map(|(values, _)| (values, Source::File)));
+        let origins = files.iter().map(|(values, origin)| (values.keys(), origin.clone())).collect();
+        Scenario { knobs: Knobs::layered(&layers), files: origins, long_context: LongContext::from_env(), trace_decisions: false }
+    }
+
+    /// Applies every rule: the deployment (vLLM's), the workload, the
+    /// cluster. Errors are one line naming the knob, or the file a value came from.
+    pub fn resolve(&self) -> Result<ResolvedScenario, ScenarioError> {
+        self.resolve_knobs().map_err(|e| blame_files(e, &self.knobs, &self.files))
+    }
+
+    fn resolve_knobs(&self) -> Result<ResolvedScenario, ScenarioError> {
+        let k = &self.knobs;
+        let mut config = k.report();
+        let mut warnings = Vec::new();
+        let mut deployment = Deployment::resolve(k, self.long_context, &mut config, &mut warnings)?;
+        let workload = workload::open(k, &mut config)?;
+        warnings.extend(workload.warnings.iter().cloned());
+        let instance = &mut deployment.server.instance;
+        if let (None, Some(t)) = (instance.client_timeout, workload.client_timeout) {
+            instance.client_timeout = Some(t);
+            report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
+        }
+        let horizon = k.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
+        let cluster = ClusterSetup::resolve(k, &deployment, &mut config, self.trace_decisions, &workload.labels)?;
+        Ok(ResolvedScenario { deployment, cluster, seed: workload.seed, workload, horizon, config, warnings })
+    }
+}
+
+/// Where a simulation's outputs go besides its report.
+#[derive(Default)]
+pub struct Outputs<'a> {
+    /// Every engine callback: per-request writers, progress, anything else.
+    pub observers: Vec<&'a mut dyn Observer>,
+    /// Every admission and routing decision, as it is made.
+    pub decisions: Option<&'a mut dyn DecisionSink>,
+}
+
+/// Simulates a resolved scenario (always as a cluster: one instance behind
+/// the pass-through policies by default) and reports. Deterministic: the
+/// same scenario gives the same report, byte for byte.
+pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunReport, ScenarioError> {
+    let ResolvedScenario { deployment, cluster, mut workload, horizon, seed, config, .. } = resolved;
+    let labels = workload.labels.clone();
+    let mut groups = GroupObservers::new(&labels, workload.stages);
+    let mut client_latency = workload.client_latency.take();
+    let mut sim = cluster.build(outputs.decisions)?;
+    let end = {
+        let mut observers: Vec<&mut dyn Observer> = outputs.observers.into_iter().map(|o| -> &mut dyn Observer { o }).collect();
+        if let Some(c) = client_latency.as_mut() {
+            observers.push(c);
+        }
+        observers.extend(groups.observers());
+        sim.run(workload.stream.as_mut(), horizon, &mut Fanout::new(observers))
+    };
+    if let Some(e) = workload.stream.take_error() {
+        return Err(invalid!("reading the workload: {e}"));
+    }
+    let summary = sim.summary(&end);
+    let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());
+    let server = &deployment.server;
+    Ok(RunReport {
+        schema_version: SCHEMA_VERSION,
+        simulator: SimulatorInfo::current(),
+        seed,
+        deployment: DeploymentInfo {
+            model: server.model_name.clone(),
+            hardware: server.gpu_name.clone(),
+            tp: server.tp,
+            latency_model: deployment.latency.name().to_string(),
+            coefficients: deployment.coefficients.clone(),
+            num_gpu_blocks: server.instance.num_gpu_blocks,
+            kv_memory_per_gpu: server.kv_budget,
+        },
+        config,
+        summary,
+        breakdowns: groups.report(&labels),
+        client_latency_ms: client_latency.as_ref().map(|c| ClientLatencyReport::of(c, &labels)),
+        cluster: cluster_summary,
+    })
+}

@@ -1,0 +1,648 @@
+//! An inference-perf run configuration (`results/config.yaml` or a profile):
+//! parsed in every spelling inference-perf versions have used, its
+//! defaults applied, and refused with the field named when BLIS cannot
+//! reproduce it.
+
+use std::collections::BTreeMap;
+
+use blis_engine::rng::SimRng;
+use blis_engine::time::{MAX_SPAN_S, Micros};
+use serde::Deserialize;
+use thiserror::Error;
+
+use crate::io_distribution::{LengthDistribution, LengthShape, Sampler};
+
+/// aiohttp's default total timeout, which inference-perf uses when
+/// `load.request_timeout` is null.
+pub const DEFAULT_CLIENT_TIMEOUT_S: f64 = 300.0;
+
+/// Most requests BLIS reproduces from one configuration (all stages), to
+/// bound time and memory on absurd input.
+const MAX_RUN_REQUESTS: f64 = 1e7;
+
+/// Longest shared-prefix prompt (system prompt + question), tokens.
+const MAX_PROMPT_TOKENS: u32 = 10_000_000;
+
+/// Largest shared-prefix prompt set BLIS builds.
+const MAX_PROMPTS: u64 = 1_000_000;
+
+/// Delay between a stage starting and its first scheduled send ("allow
+/// generation a second to begin populating the queue").
+pub const STAGE_START_OFFSET_S: f64 = 1.0;
+
+/// Why an inference-perf configuration cannot be reproduced.
+#[derive(Debug, Error, PartialEq)]
+pub enum InferencePerfError {
+    /// Not valid YAML, or a field has the wrong type.
+    #[error("{0}")]
+    Parse(String),
+    /// A feature BLIS does not reproduce.
+    #[error("field `{field}` = {value}: not supported; allowed: {allowed}")]
+    Unsupported {
+        /// Field path.
+        field: &'static str,
+        /// Value as written.
+        value: String,
+        /// What BLIS accepts.
+        allowed: &'static str,
+    },
+    /// A value outside its range.
+    #[error("field `{field}` = {value}: {reason}")]
+    Invalid {
+        /// Field path (with the index of a list entry).
+        field: String,
+        /// Value as written.
+        value: String,
+        /// What is allowed.
+        reason: &'static str,
+    },
+}
+
+/// `data.shared_prefix` of a configuration, its lengths resolved as
+/// inference-perf resolves them. Both spellings inference-perf has used for
+/// the counts are accepted: `num_groups`/`num_prompts_per_group` and
+/// `num_unique_system_prompts`/`num_users_per_system_prompt`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SharedPrefix {
+    /// Distinct system prompts.
+    pub num_groups: u32,
+    /// Questions (users) per system prompt.
+    pub num_prompts_per_group: u32,
+    /// Tokens of each group's system prompt (before the server re-tokenises the text).
+    pub system_prompt_len: Length,
+    /// Tokens of each question.
+    pub question_len: Length,
+    /// `max_tokens` of each prompt's requests.
+    pub output_len: Length,
+    /// Each prompt is a user whose requests form one conversation: a round's
+    /// prompt is the previous round's prompt and answer plus a new question,
+    /// and a user's rounds never overlap (inference-perf's `LocalUserSession`).
+    pub enable_multi_turn_chat: bool,
+}
+
+/// A shared-prefix length: one number, or (newer inference-perf) a
+/// distribution drawn once per group (system prompts) or per prompt
+/// (questions, outputs) by [`Sampler::SharedPrefix`].
+#[derive(Clone, Debug, PartialEq)]
+pub enum Length {
+    /// Every group or prompt has this length.
+    Fixed(u32),
+    /// Lengths drawn from a distribution.
+    Drawn(LengthDistribution),
+}
+
+impl Length {
+    /// `count` lengths; a fixed length draws nothing from `rng`.
+    pub(crate) fn draw(&self, count: usize, rng: &mut SimRng) -> Vec<u32> {
+        match self {
+            Length::Fixed(n) => vec![*n; count],
+            Length::Drawn(d) => d.draw(Sampler::SharedPrefix, count, rng),
+        }
+    }
+
+    /// The largest length this can give.
+    fn upper_bound(&self) -> u64 {
+        match self {
+            Length::Fixed(n) => u64::from(*n),
+            Length::Drawn(d) => d.upper_bound(),
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Length {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Length, D::Error> {
+        use serde::de::{self, Unexpected};
+        struct LengthVisitor;
+        impl<'de> de::Visitor<'de> for LengthVisitor {
+            type Value = Length;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a token count (0 to 4294967295) or a distribution such as {type: normal, mean: 200, std_dev: 50, min: 10, max: 1000}")
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<Length, E> {
+                u32::try_from(v).map(Length::Fixed).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Length, E> {
+                u64::try_from(v).map_err(|_| E::invalid_value(Unexpected::Signed(v), &self)).and_then(|v| self.visit_u64(v))
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<Length, E> {
+                // pydantic accepts a whole float for an int.
+                if v.fract() == 0.0 && (0.0..=f64::from(u32::MAX)).contains(&v) {
+                    Ok(Length::Fixed(v as u32))
+                } else {
+                    Err(E::invalid_value(Unexpected::Float(v), &self))
+                }
+            }
+            fn visit_map<A: de::MapAccess<'de>>(self, map: A) -> Result<Length, A::Error> {
+                LengthDistribution::deserialize(de::value::MapAccessDeserializer::new(map)).map(Length::Drawn)
+            }
+        }
+        deserializer.deserialize_any(LengthVisitor)
+    }
+}
+
+/// `data.shared_prefix` as written, with inference-perf's defaults.
+#[derive(Deserialize)]
+struct RawSharedPrefix {
+    #[serde(alias = "num_unique_system_prompts", default = "ten")]
+    num_groups: u32,
+    #[serde(alias = "num_users_per_system_prompt", default = "ten")]
+    num_prompts_per_group: u32,
+    #[serde(default = "hundred")]
+    system_prompt_len: Length,
+    #[serde(default = "fifty")]
+    question_len: Length,
+    #[serde(default = "fifty")]
+    output_len: Length,
+    #[serde(default)]
+    enable_multi_turn_chat: bool,
+    /// The older spelling of a question length distribution.
+    #[serde(default)]
+    question_distribution: Option<LengthDistribution>,
+    /// The older spelling of an output length distribution.
+    #[serde(default)]
+    output_distribution: Option<LengthDistribution>,
+    /// A short-lived spelling: a normal spread around `question_len`,
+    /// clamped to `question_len_min` / `_max`.
+    #[serde(default)]
+    question_len_std: f64,
+    #[serde(default)]
+    question_len_min: Option<u32>,
+    #[serde(default)]
+    question_len_max: Option<u32>,
+    /// The same around `output_len`.
+    #[serde(default)]
+    output_len_std: f64,
+    #[serde(default)]
+    output_len_min: Option<u32>,
+    #[serde(default)]
+    output_len_max: Option<u32>,
+    /// Images, video or audio attached to the prompts.
+    #[serde(default)]
+    multimodal: Option<serde::de::IgnoredAny>,
+}
+
+fn ten() -> u32 {
+    10
+}
+fn hundred() -> Length {
+    Length::Fixed(100)
+}
+fn fifty() -> Length {
+    Length::Fixed(50)
+}
+
+/// Resolves a length as inference-perf's `_resolve_distribution` does: an
+/// inline distribution, else the older `<name>_distribution`, else the
+/// number, spread by `<name>_len_std` and clamped to `<name>_len_min` /
+/// `_max` when those are set (a spread is drawn per prompt and rounded).
+fn resolve_length(
+    name: &'static str,
+    length: Length,
+    older: Option<LengthDistribution>,
+    (std_dev, min, max): (f64, Option<u32>, Option<u32>),
+) -> Result<Length, InferencePerfError> {
+    let spread = std_dev != 0.0 || min.is_some() || max.is_some();
+    let (field, resolved) = match (length, older) {
+        (Length::Drawn(_), Some(_)) => {
+            return Err(InferencePerfError::Invalid {
+                field: format!("data.shared_prefix.{name}_distribution"),
+                value: "set".into(),
+                reason: "the length is already a distribution: give one or the other",
+            });
+        }
+        (Length::Drawn(_), None) | (Length::Fixed(_), Some(_)) if spread => {
+            return Err(InferencePerfError::Invalid {
+                field: format!("data.shared_prefix.{name}_len_std"),
+                value: std_dev.to_string(),
+                reason: "a spread (with _min / _max) applies to a fixed length only",
+            });
+        }
+        (Length::Drawn(d), None) => (format!("data.shared_prefix.{name}_len"), d),
+        (Length::Fixed(_), Some(d)) => (format!("data.shared_prefix.{name}_distribution"), d),
+        (Length::Fixed(n), None) if spread => (
+            format!("data.shared_prefix.{name}_len_std"),
+            LengthDistribution {
+                min: min.unwrap_or(1).max(1),
+                // Unbounded above in inference-perf; ten standard deviations are never reached in practice.
+                max: max.unwrap_or_else(|| if std_dev.is_finite() { (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32 } else { u32::MAX }),
+                mean: f64::from(n),
+                std_dev,
+                shape: LengthShape::Normal,
+                ..LengthDistribution::default()
+            },
+        ),
+        (fixed @ Length::Fixed(_), None) => return Ok(fixed),
+    };
+    match resolved.problem(Sampler::SharedPrefix) {
+        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field, value: format!("{{{sub}: {value}}}"), reason }),
+        None => Ok(Length::Drawn(resolved)),
+    }
+}
+
+impl SharedPrefix {
+    fn from_raw(raw: RawSharedPrefix) -> Result<SharedPrefix, InferencePerfError> {
+        if raw.multimodal.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "data.shared_prefix.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+        }
+        Ok(SharedPrefix {
+            num_groups: raw.num_groups,
+            num_prompts_per_group: raw.num_prompts_per_group,
+            system_prompt_len: resolve_length("system_prompt", raw.system_prompt_len, None, (0.0, None, None))?,
+            question_len: resolve_length("question", raw.question_len, raw.question_distribution, (raw.question_len_std, raw.question_len_min, raw.question_len_max))?,
+            output_len: resolve_length("output", raw.output_len, raw.output_distribution, (raw.output_len_std, raw.output_len_min, raw.output_len_max))?,
+            enable_multi_turn_chat: raw.enable_multi_turn_chat,
+        })
+    }
+}
+
+/// How arrivals within a stage are drawn (inference-perf's default: constant).
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LoadKind {
+    /// `ConstantLoadTimer`: N exponential gaps rescaled to the stage duration.
+    #[default]
+    Constant,
+    /// `PoissonLoadTimer`: a Poisson count per second, spread over that second.
+    Poisson,
+    /// `concurrent`: a stage of `num_requests` scheduled within one second
+    /// (inference-perf runs it as rate N for 1 s) and sent through
+    /// `concurrency_level` slots, each request when a slot frees.
+    Concurrent,
+}
+
+/// One load stage.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct Stage {
+    /// Requests per second (a concurrent stage: its request count).
+    pub rate: f64,
+    /// Seconds (a concurrent stage: 1).
+    pub duration: f64,
+    /// Most requests in flight (a concurrent stage's `concurrency_level`).
+    pub concurrency: Option<u32>,
+}
+
+impl Stage {
+    /// Requests the stage sends: ⌊rate·duration⌋.
+    pub fn num_requests(&self) -> u64 {
+        (self.rate * self.duration).floor() as u64
+    }
+
+    /// The rate the stage offers, requests per second; `None` for a
+    /// concurrent stage, whose rate is whatever the server sustains.
+    pub fn offered_rate(&self) -> Option<f64> {
+        self.concurrency.is_none().then_some(self.rate)
+    }
+
+    /// The stage for people: `5/s × 600 s`, or `2000 requests, 64 at a time`.
+    pub fn describe(&self) -> String {
+        match self.concurrency {
+            Some(c) => format!("{} requests, {c} at a time", self.num_requests()),
+            None => format!("{}/s × {} s", self.rate, self.duration),
+        }
+    }
+}
+
+/// A stage as written: `rate` and `duration`, or for a concurrent load
+/// `num_requests` and `concurrency_level`.
+#[derive(Deserialize)]
+struct RawStage {
+    #[serde(default)]
+    rate: Option<f64>,
+    #[serde(default)]
+    duration: Option<f64>,
+    #[serde(default)]
+    num_requests: Option<u64>,
+    #[serde(default)]
+    concurrency_level: Option<u32>,
+}
+
+/// `load` of the configuration.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Load {
+    /// Arrival process.
+    pub kind: LoadKind,
+    /// Seconds between a stage draining and the next starting.
+    pub interval: f64,
+    /// Stages, in order.
+    pub stages: Vec<Stage>,
+    /// Client timeout, seconds (null: aiohttp's 300 s).
+    pub request_timeout: Option<f64>,
+}
+
+#[derive(Deserialize)]
+struct RawLoad {
+    #[serde(rename = "type", default)]
+    kind: LoadKind,
+    #[serde(default = "default_interval")]
+    interval: f64,
+    stages: Vec<RawStage>,
+    #[serde(default)]
+    request_timeout: Option<f64>,
+    #[serde(default)]
+    sweep: Option<serde::de::IgnoredAny>,
+}
+
+impl Load {
+    /// The stages as inference-perf runs them: a concurrent stage becomes
+    /// `num_requests` requests within one second, capped at its concurrency.
+    fn from_raw(raw: RawLoad) -> Result<Load, InferencePerfError> {
+        if raw.sweep.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "load.sweep", value: "set".into(), allowed: "null (list the stages the sweep would run)" });
+        }
+        let stages = raw
+            .stages
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let field = |name: &str| format!("load.stages[{i}].{name}");
+                let missing = |name: &str, reason| InferencePerfError::Invalid { field: field(name), value: "null".into(), reason };
+                let extra = |name: &str, reason| InferencePerfError::Invalid { field: field(name), value: "set".into(), reason };
+                match raw.kind {
+                    LoadKind::Constant | LoadKind::Poisson => {
+                        let not_concurrent = "only a concurrent load takes num_requests and concurrency_level";
+                        if s.num_requests.is_some() {
+                            return Err(extra("num_requests", not_concurrent));
+                        }
+                        if s.concurrency_level.is_some() {
+                            return Err(extra("concurrency_level", not_concurrent));
+                        }
+                        let rate = s.rate.ok_or_else(|| missing("rate", "required for a constant or poisson load"))?;
+                        let duration = s.duration.ok_or_else(|| missing("duration", "required for a constant or poisson load"))?;
+                        Ok(Stage { rate, duration, concurrency: None })
+                    }
+                    LoadKind::Concurrent => {
+                        let n = s.num_requests.ok_or_else(|| missing("num_requests", "required for a concurrent load"))?;
+                        let c = s.concurrency_level.ok_or_else(|| missing("concurrency_level", "required for a concurrent load"))?;
+                        if c == 0 {
+                            return Err(InferencePerfError::Invalid { field: field("concurrency_level"), value: "0".into(), reason: "must be at least 1" });
+                        }
+                        // The rate and duration inference-perf fills in at run time (and writes back) are ignored.
+                        Ok(Stage { rate: n as f64, duration: 1.0, concurrency: Some(c) })
+                    }
+                }
+            })
+            .collect::<Result<Vec<Stage>, InferencePerfError>>()?;
+        Ok(Load { kind: raw.kind, interval: raw.interval, stages, request_timeout: raw.request_timeout })
+    }
+}
+
+fn default_interval() -> f64 {
+    1.0
+}
+
+#[derive(Deserialize)]
+struct RawData {
+    #[serde(rename = "type")]
+    kind: String,
+    #[serde(default)]
+    shared_prefix: Option<RawSharedPrefix>,
+    #[serde(default)]
+    input_distribution: Option<LengthDistribution>,
+    #[serde(default)]
+    output_distribution: Option<LengthDistribution>,
+    #[serde(default)]
+    multimodal: Option<serde::de::IgnoredAny>,
+}
+
+/// `data` of a configuration: the prompts and output lengths of its data generator.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Data {
+    /// `shared_prefix`: groups of prompts sharing a system prompt, cycled.
+    SharedPrefix(SharedPrefix),
+    /// `random`: prompts of random tokens (never shared, even when a length
+    /// recurs), lengths from the two distributions.
+    Random(IoLengths),
+    /// `synthetic`: prompt n is the first `input[n]` tokens of one fixed
+    /// text, so every two prompts share their common length as a prefix.
+    Synthetic(IoLengths),
+}
+
+/// `data.input_distribution` and `data.output_distribution`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct IoLengths {
+    /// Prompt lengths, tokens.
+    pub input: LengthDistribution,
+    /// Output lengths (`max_tokens`), tokens.
+    pub output: LengthDistribution,
+}
+
+#[derive(Deserialize)]
+struct RawApi {
+    #[serde(rename = "type", default = "default_api")]
+    kind: String,
+    #[serde(default)]
+    streaming: bool,
+}
+
+fn default_api() -> String {
+    "completion".into()
+}
+
+#[derive(Deserialize, Default)]
+struct RawServer {
+    #[serde(default)]
+    ignore_eos: bool,
+    #[serde(default)]
+    model_name: Option<String>,
+}
+
+/// One `storage` backend: only the prefix of its report file names is read.
+#[derive(Deserialize)]
+struct RawStorageBackend {
+    #[serde(default)]
+    report_file_prefix: Option<String>,
+}
+
+#[derive(Deserialize)]
+struct RawConfig {
+    api: RawApi,
+    data: RawData,
+    load: RawLoad,
+    #[serde(default)]
+    server: Option<RawServer>,
+    /// Backend name → its settings (null when unused).
+    #[serde(default)]
+    storage: Option<BTreeMap<String, Option<RawStorageBackend>>>,
+}
+
+impl RawConfig {
+    /// The prefix of the report files: local storage's, else any backend's.
+    fn report_file_prefix(&self) -> Option<String> {
+        let backends = self.storage.as_ref()?;
+        let prefix = |name: &str| backends.get(name).and_then(|b| b.as_ref()?.report_file_prefix.clone());
+        prefix("local_storage").or_else(|| backends.keys().find_map(|k| prefix(k)))
+    }
+}
+
+/// Whether a YAML document is an inference-perf configuration rather than a
+/// BLIS workload spec: a mapping with `load` or `data` and no `clients`.
+pub fn looks_like_inference_perf(text: &str) -> bool {
+    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
+        Ok(serde_yaml_ng::Value::Mapping(m)) => !m.contains_key("clients") && (m.contains_key("load") || m.contains_key("data")),
+        _ => false,
+    }
+}
+
+/// The parts of an inference-perf configuration BLIS reproduces. Fields
+/// inference-perf has and BLIS does not need (storage, reporting, metrics
+/// endpoints, worker counts) are ignored.
+#[derive(Clone, Debug, PartialEq)]
+pub struct InferencePerfConfig {
+    /// `api.type`: `completion` or `chat`.
+    pub api: String,
+    /// `api.streaming`.
+    pub streaming: bool,
+    /// `data`.
+    pub data: Data,
+    /// `load`.
+    pub load: Load,
+    /// `server.ignore_eos`.
+    pub ignore_eos: bool,
+    /// `server.model_name`.
+    pub model_name: Option<String>,
+    /// `storage.*.report_file_prefix`: what inference-perf put before each
+    /// report file name (`{prefix}stage_0_lifecycle_metrics.json`); empty when unset.
+    pub report_file_prefix: String,
+}
+
+impl InferencePerfConfig {
+    /// Parses the YAML text of an inference-perf configuration (as written to
+    /// `results/config.yaml`) and checks it can be reproduced.
+    pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
+        let de = serde_yaml_ng::Deserializer::from_str(text);
+        let raw: RawConfig = serde_path_to_error::deserialize(de)
+            .map_err(|e| InferencePerfError::Parse(blis_data::locate::located_message(&e)))?;
+        let report_file_prefix = raw.report_file_prefix().unwrap_or_default();
+        let data = Data::from_raw(raw.data)?;
+        if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
+            return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
+        }
+        let server = raw.server.unwrap_or_default();
+        let cfg = InferencePerfConfig {
+            api: raw.api.kind,
+            streaming: raw.api.streaming,
+            data,
+            load: Load::from_raw(raw.load)?,
+            ignore_eos: server.ignore_eos,
+            model_name: server.model_name,
+            report_file_prefix,
+        };
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    /// The shared-prefix data of a `shared_prefix` configuration.
+    pub fn shared_prefix(&self) -> Option<&SharedPrefix> {
+        match &self.data {
+            Data::SharedPrefix(sp) => Some(sp),
+            Data::Random(_) | Data::Synthetic(_) => None,
+        }
+    }
+
+    fn validate(&self) -> Result<(), InferencePerfError> {
+        if let Some(sp) = self.shared_prefix() {
+            validate_shared_prefix(sp)?;
+        }
+        if self.load.stages.is_empty() {
+            return Err(InferencePerfError::Invalid { field: "load.stages".into(), value: "[]".into(), reason: "needs at least one stage" });
+        }
+        let mut total_requests = 0.0;
+        for (i, s) in self.load.stages.iter().enumerate() {
+            let invalid = |name: &str, value: f64, reason| InferencePerfError::Invalid { field: format!("load.stages[{i}].{name}"), value: format!("{value:?}"), reason };
+            if !(s.rate.is_finite() && s.rate > 0.0) {
+                return Err(invalid("rate", s.rate, "must be a positive number"));
+            }
+            if !(s.duration > 0.0 && s.duration <= MAX_SPAN_S) {
+                return Err(invalid("duration", s.duration, "must be in (0, 1e8] seconds"));
+            }
+            total_requests += s.rate * s.duration;
+            if total_requests > MAX_RUN_REQUESTS {
+                let (name, reason) = match s.concurrency {
+                    Some(_) => ("num_requests", "the stages must add up to at most 10^7 requests"),
+                    None => ("rate", "the stages' rate·duration must add up to at most 10^7 requests"),
+                };
+                return Err(invalid(name, s.rate, reason));
+            }
+        }
+        if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SPAN_S) {
+            return Err(InferencePerfError::Invalid { field: "load.interval".into(), value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
+        }
+        if let Some(t) = self.load.request_timeout
+            && !(t > 0.0 && t <= MAX_SPAN_S)
+        {
+            return Err(InferencePerfError::Invalid { field: "load.request_timeout".into(), value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
+        }
+        Ok(())
+    }
+
+    /// The client timeout in effect: `load.request_timeout` or 300 s.
+    pub fn client_timeout(&self) -> Micros {
+        Micros::from_secs_f64(self.load.request_timeout.unwrap_or(DEFAULT_CLIENT_TIMEOUT_S)).unwrap_or(Micros::MAX)
+    }
+}
+
+fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
+    for (field, zero) in [
+        ("data.shared_prefix.num_groups", sp.num_groups == 0),
+        ("data.shared_prefix.num_prompts_per_group", sp.num_prompts_per_group == 0),
+        ("data.shared_prefix.question_len", sp.question_len == Length::Fixed(0)),
+        ("data.shared_prefix.output_len", sp.output_len == Length::Fixed(0)),
+    ] {
+        if zero {
+            return Err(InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" });
+        }
+    }
+    let longest = sp.system_prompt_len.upper_bound() + sp.question_len.upper_bound();
+    if longest > u64::from(MAX_PROMPT_TOKENS) {
+        return Err(InferencePerfError::Invalid {
+            field: "data.shared_prefix.question_len".into(),
+            value: longest.to_string(),
+            reason: "the longest system_prompt_len + question_len must be at most 10^7 tokens",
+        });
+    }
+    if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
+        return Err(InferencePerfError::Invalid {
+            field: "data.shared_prefix.num_prompts_per_group".into(),
+            value: sp.num_prompts_per_group.to_string(),
+            reason: "num_groups × num_prompts_per_group must be at most 10^6",
+        });
+    }
+    Ok(())
+}
+
+/// A distribution random and synthetic data need, present and drawable.
+fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> Result<LengthDistribution, InferencePerfError> {
+    let d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+    match d.problem(Sampler::IoDistribution) {
+        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason }),
+        None => Ok(d),
+    }
+}
+
+impl Data {
+    fn from_raw(raw: RawData) -> Result<Data, InferencePerfError> {
+        if raw.multimodal.is_some() {
+            return Err(InferencePerfError::Unsupported { field: "data.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+        }
+        let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
+            Ok(IoLengths {
+                input: checked_distribution("data.input_distribution", raw.input_distribution)?,
+                output: checked_distribution("data.output_distribution", raw.output_distribution)?,
+            })
+        };
+        match raw.kind.as_str() {
+            "shared_prefix" => match raw.shared_prefix {
+                Some(sp) => Ok(Data::SharedPrefix(SharedPrefix::from_raw(sp)?)),
+                None => Err(InferencePerfError::Invalid {
+                    field: "data.shared_prefix".into(),
+                    value: "null".into(),
+                    reason: "required when data.type is shared_prefix",
+                }),
+            },
+            "random" => Ok(Data::Random(lengths(raw)?)),
+            "synthetic" => Ok(Data::Synthetic(lengths(raw)?)),
+            _ => Err(InferencePerfError::Unsupported { field: "data.type", value: raw.kind, allowed: "shared_prefix, random, synthetic" }),
+        }
+    }
+}
+

@@ -1,0 +1,161 @@
+//! A recorded inference-perf run as `blis validate` reproduces it: with the
+//! requests it recorded (`requests.csv`, or inference-perf's per-request
+//! report), each is sent at its recorded time with its recorded prompt
+//! length; without them, the run is issued as inference-perf issues it
+//! ([`super::StagedWorkload`]).
+
+use std::collections::VecDeque;
+
+use blis_engine::driver::Workload;
+use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, output_stream_seed};
+use blis_engine::rng::subsystem_seed;
+use blis_engine::time::Micros;
+
+use super::config::InferencePerfConfig;
+use super::prompts::StagePrompts;
+use super::staged::StagedWorkload;
+use crate::RequestSource;
+use crate::concurrency::ConcurrencyGate;
+use crate::error::WorkloadError;
+
+/// One request as the real client recorded it.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RecordedSend {
+    /// Position in send order (breaks ties between equal send times).
+    pub index: u64,
+    /// Load stage.
+    pub stage: u32,
+    /// Send time from the run's first request, µs.
+    pub send_us: u64,
+    /// Prompt tokens the server saw; 0 when unknown (no response).
+    pub input_tokens: u32,
+    /// Tokens the server generated, when recorded.
+    pub output_tokens: Option<u32>,
+    /// Whether the client saw an error (a timeout).
+    pub failed: bool,
+}
+
+/// An inference-perf run to reproduce: its configuration, the mean prompt
+/// length its server measured, and the requests it recorded.
+#[derive(Clone, Debug)]
+pub struct Reproduction {
+    /// The configuration it ran.
+    pub config: InferencePerfConfig,
+    /// The mean prompt length the server saw, to which the data generator's
+    /// prompts are scaled (see [`StagePrompts::new`]).
+    pub measured_prompt_tokens: Option<f64>,
+    /// The requests it sent, as recorded (any order).
+    pub recorded: Option<Vec<RecordedSend>>,
+}
+
+impl Reproduction {
+    /// What the run's data generator sends, deterministic in `seed`.
+    pub fn prompts(&self, seed: u64) -> StagePrompts {
+        StagePrompts::new(&self.config.data, self.measured_prompt_tokens, seed)
+    }
+
+    /// The recorded sends in the order they were sent: for each simulated
+    /// request id, the index of its entry in `recorded` (empty without recorded sends).
+    pub fn send_order(&self) -> Vec<usize> {
+        let Some(sends) = &self.recorded else { return Vec::new() };
+        let mut order: Vec<usize> = (0..sends.len()).collect();
+        order.sort_by_key(|&i| (sends[i].send_us, sends[i].index));
+        order
+    }
+
+    /// The request stream, deterministic in `seed`.
+    pub(crate) fn stream(&self, seed: u64) -> Box<dyn RequestSource> {
+        let prompts = self.prompts(seed);
+        match &self.recorded {
+            Some(sends) => {
+                let requests = self.recorded_requests(sends, &prompts, seed);
+                let caps = self.config.load.stages.iter().map(|s| s.concurrency).collect();
+                Box::new(RecordedRun { requests: requests.into(), caps, gate: ConcurrencyGate::new(None) })
+            }
+            None => Box::new(StagedWorkload::with_prompts(&self.config, prompts, seed)),
+        }
+    }
+
+    /// The recorded requests as sent: exact send times and prompt lengths;
+    /// request n of a stage is the data generator's request n (shared
+    /// prefix: prompt n mod count; random and synthetic: lengths n mod
+    /// total_count, so `max_tokens` is drawn, not known), and a success whose
+    /// generated length was recorded generates exactly that. Failed sends
+    /// record no length; they get the length the same prompt had elsewhere in
+    /// the run, else the generator's own. Ids follow the send order.
+    fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64) -> Vec<Request> {
+        let order = self.send_order();
+        let count = prompts.prompt_cycle();
+        let mut in_stage = vec![0u64; self.config.load.stages.len()];
+        let positions: Vec<u64> = order
+            .iter()
+            .map(|&i| {
+                let s = sends[i].stage as usize;
+                in_stage[s] += 1;
+                in_stage[s] - 1
+            })
+            .collect();
+        let mut known_len = vec![None; count as usize];
+        for (&i, &n) in order.iter().zip(&positions) {
+            if sends[i].input_tokens > 0 {
+                known_len[(n % count) as usize].get_or_insert(sends[i].input_tokens);
+            }
+        }
+        let content_seed = subsystem_seed(seed, "replay/outputs");
+        order
+            .iter()
+            .zip(&positions)
+            .enumerate()
+            .map(|(id, (&i, &n))| {
+                let send = &sends[i];
+                let len = if send.input_tokens > 0 { Some(send.input_tokens) } else { known_len[(n % count) as usize] };
+                let id = RequestId(id as u64);
+                let (prompt, drawn_output) = prompts.nth(n, id, len);
+                let max_output_tokens = send.output_tokens.filter(|_| !send.failed).unwrap_or(drawn_output);
+                Request {
+                    id,
+                    arrival: Micros(send.send_us),
+                    prompt,
+                    max_output_tokens,
+                    output_seed: output_stream_seed(id, content_seed),
+                    meta: RequestMeta { stage: send.stage, ..RequestMeta::default() },
+                }
+            })
+            .collect()
+    }
+}
+
+/// Recorded requests, each sent at its recorded time through its stage's
+/// concurrency cap (inference-perf's `concurrent` load): when the simulated
+/// server still holds every slot, a request goes the moment one frees, as
+/// the real client's would have. Without caps, exactly the recorded times.
+struct RecordedRun {
+    requests: VecDeque<Request>,
+    /// Each stage's `concurrency_level` (`None`: a rate stage).
+    caps: Vec<Option<u32>>,
+    gate: ConcurrencyGate,
+}
+
+impl Workload for RecordedRun {
+    fn peek_arrival(&mut self) -> Option<Micros> {
+        let next = self.requests.front()?;
+        self.gate.set_limit(self.caps.get(next.meta.stage as usize).copied().flatten());
+        self.gate.send_time(next.arrival)
+    }
+
+    fn next_request(&mut self) -> Option<Request> {
+        self.peek_arrival()?;
+        let requests = &mut self.requests;
+        self.gate.send(requests.front().map(|r| r.arrival), || requests.pop_front())
+    }
+
+    fn on_finish(&mut self, record: &RequestRecord) {
+        self.gate.on_finish(record.finished);
+    }
+}
+
+impl RequestSource for RecordedRun {
+    fn take_error(&mut self) -> Option<WorkloadError> {
+        None
+    }
+}
