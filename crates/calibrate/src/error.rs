@@ -8,22 +8,9 @@ use thiserror::Error;
 /// An experiment directory or coefficient file that cannot be used.
 #[derive(Debug, Error, PartialEq)]
 pub enum ExperimentError {
-    /// The file cannot be read.
-    #[error("cannot read {}: {message}", path.display())]
-    Io {
-        /// The file.
-        path: PathBuf,
-        /// The operating system's message.
-        message: String,
-    },
-    /// The file is not in the expected format.
-    #[error("{}: {message}", path.display())]
-    Format {
-        /// The file.
-        path: PathBuf,
-        /// What is wrong, naming the field.
-        message: String,
-    },
+    /// A file cannot be read, or is not in its format.
+    #[error(transparent)]
+    File(#[from] blis_data::DataError),
     /// A CSV row is malformed.
     #[error("{}:{line}: {message}", path.display())]
     Csv {

@@ -25,6 +25,8 @@ use blis_workload::inference_perf::InferencePerfConfig;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 
+use blis_data::DataError;
+
 use crate::error::ExperimentError;
 use crate::requests::{RequestRow, read_requests, recorded_outputs};
 
@@ -301,7 +303,7 @@ pub struct Experiment {
 }
 
 fn read(path: &Path) -> Result<String, ExperimentError> {
-    blis_data::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })
+    blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))
 }
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
@@ -316,7 +318,7 @@ fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
 
 /// A parse error naming the field, unless it concerns the whole document.
 fn format_error<E: std::fmt::Display>(path: &Path, e: &serde_path_to_error::Error<E>) -> ExperimentError {
-    ExperimentError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) }
+    ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) })
 }
 
 /// Whether `dir` looks like an experiment directory.
@@ -333,9 +335,9 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     let mut found = Vec::new();
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| ExperimentError::Io { path: dir.clone(), message: e.to_string() })?;
+        let entries = std::fs::read_dir(&dir).map_err(|e| ExperimentError::File(DataError::Io { path: dir.clone(), message: e.to_string() }))?;
         for entry in entries {
-            let p = entry.map_err(|e| ExperimentError::Io { path: dir.clone(), message: e.to_string() })?.path();
+            let p = entry.map_err(|e| ExperimentError::File(DataError::Io { path: dir.clone(), message: e.to_string() }))?.path();
             if !p.is_dir() {
                 continue;
             }
@@ -385,7 +387,7 @@ impl Experiment {
         let facts: ServerFacts = if facts_path.is_file() { yaml(&facts_path)? } else { ServerFacts::default() };
         let config_path = dir.join("results").join("config.yaml");
         let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
-            .map_err(|e| ExperimentError::Format { path: config_path.clone(), message: e.to_string() })?;
+            .map_err(|e| ExperimentError::File(DataError::Format { path: config_path.clone(), message: e.to_string() }))?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
             stages.push(json::<Lifecycle>(&report_path(dir, &workload, Report::Stage(i)))?);
@@ -407,7 +409,7 @@ impl Experiment {
     }
 
     fn check(&self) -> Result<(), ExperimentError> {
-        let bad = |path: PathBuf, message: String| Err(ExperimentError::Format { path, message });
+        let bad = |path: PathBuf, message: String| Err(ExperimentError::File(DataError::Format { path, message }));
         if self.exp_config.tensor_parallelism == 0 {
             return bad(self.dir.join("exp-config.yaml"), "field `tensor_parallelism` = 0: must be at least 1".into());
         }

@@ -16,6 +16,8 @@ use blis_workload::trace_v2::{Row, Status, TraceHeader, TraceReplay, header_path
 use serde::{Deserialize, Serialize};
 
 use crate::distribution::{Interval, KsTest, bootstrap_mape_pearson, ks_two_sample, qq, sorted};
+use blis_data::DataError;
+
 use crate::error::ExperimentError;
 use crate::stats::{ape, mean, pearson};
 
@@ -76,11 +78,11 @@ pub struct SimThroughput {
 impl SimDocument {
     /// Reads a `blis replay --output` file.
     pub fn load(path: &Path) -> Result<SimDocument, ExperimentError> {
-        let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
-        serde_path_to_error::deserialize(de).map_err(|e| ExperimentError::Format {
-            path: path.to_path_buf(),
-            message: format!("{} (expected the JSON `blis replay --output` writes)", blis_data::locate::located_message(&e)),
+        serde_path_to_error::deserialize(de).map_err(|e| {
+            let message = format!("{} (expected the JSON `blis replay --output` writes)", blis_data::locate::located_message(&e));
+            ExperimentError::File(DataError::Format { path: path.to_path_buf(), message })
         })
     }
 }
@@ -151,7 +153,7 @@ impl RealTrace {
         let header = TraceHeader::load(&header_path(csv_path)).map_err(|e| ExperimentError::Workload(e.to_string()))?;
         let time_scale = header_time_scale(Some(&header));
         let warm_up = warm_up.or(header.warm_up_requests).unwrap_or(0);
-        let file = blis_data::textfile::open(csv_path).map_err(|e| ExperimentError::Io { path: csv_path.to_path_buf(), message: e.to_string() })?;
+        let file = blis_data::textfile::open(csv_path).map_err(|e| ExperimentError::File(DataError::Io { path: csv_path.to_path_buf(), message: e.to_string() }))?;
         let mut reader = csv::Reader::from_reader(file);
         let headers = reader.headers().map_err(|e| csv_err(csv_path, 1, e.to_string()))?.clone();
         let mut record = csv::StringRecord::new();

@@ -21,6 +21,8 @@ use std::path::Path;
 use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
 
+use blis_data::DataError;
+
 use crate::error::ExperimentError;
 use crate::requests::{RequestRow, check_row};
 
@@ -126,8 +128,8 @@ impl Entry {
 /// The rows of the report at `path`, in send order, assigned to stages by
 /// the requests each stage sent (`stage_sent`, from its lifecycle report).
 pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, ExperimentError> {
-    let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?;
-    let format = |message: String| ExperimentError::Format { path: path.to_path_buf(), message };
+    let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
+    let format = |message: String| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message });
     let de = &mut serde_json::Deserializer::from_str(&text);
     let mut entries: Vec<Entry> = serde_path_to_error::deserialize(de).map_err(|e| format(blis_data::locate::located_message(&e)))?;
     if let Some((i, e)) = entries.iter().enumerate().find(|(_, e)| !(e.start_time.is_finite() && e.end_time.is_finite())) {

@@ -7,6 +7,8 @@ use std::path::Path;
 use blis_engine::time::{MAX_SPAN_S, Micros};
 use serde::Deserialize;
 
+use blis_data::DataError;
+
 use crate::error::ExperimentError;
 
 /// One row of `requests.csv`.
@@ -43,7 +45,7 @@ pub fn recorded_outputs(rows: &[RequestRow]) -> Option<Vec<u32>> {
 }
 
 pub(crate) fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
-    let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::Io { path: path.to_path_buf(), message: e.to_string() })?);
+    let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?);
     let mut rows = Vec::new();
     for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
         let line = i + 2;

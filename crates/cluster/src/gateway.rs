@@ -19,10 +19,9 @@
 //! refreshes, which therefore see the state after everything else at their
 //! instant.
 
-use blis_engine::driver::{ControlPlane, Context};
+use blis_engine::driver::{Context, ControlPlane, Fleet, Workload};
 use blis_engine::event::EventClass;
 use blis_engine::instance::{Instance, Observer, QueueEvent, StepEvent, TokenEvent};
-use blis_engine::driver::Workload;
 use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::time::Micros;
 
@@ -238,19 +237,31 @@ impl Gateway<'_> {
     fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, cx: &mut Context<'_, GatewayEvent>) {
         self.book.dispatched.pending[i] -= 1;
         self.in_control_plane -= 1;
+        self.book.anomalies.on_deliver(i, cx.instances());
+        let spare = self.with_hook(i, cx, |fleet, hook| match hashes {
+            Some(mut hashes) => {
+                fleet.inject(i, req, Some(&mut hashes), hook);
+                Some(hashes)
+            }
+            None => {
+                fleet.inject(i, req, None, hook);
+                None
+            }
+        });
+        self.spare_hashes.extend(spare);
+    }
+
+    /// Runs `act` on the fleet with the gateway's books hooked in front of
+    /// the run's observer and workload, then settles what instance `i`'s
+    /// callbacks changed.
+    fn with_hook<T>(&mut self, i: usize, cx: &mut Context<'_, GatewayEvent>, act: impl FnOnce(&mut Fleet, &mut Hook<'_>) -> T) -> T {
         let now = cx.now();
         let (fleet, obs, workload) = cx.split();
-        self.book.anomalies.on_deliver(i, fleet.instances());
         let mut hook = Hook::new(&mut self.book, obs, workload);
-        match hashes {
-            Some(mut hashes) => {
-                fleet.inject(i, req, Some(&mut hashes), &mut hook);
-                self.spare_hashes.push(hashes);
-            }
-            None => fleet.inject(i, req, None, &mut hook),
-        }
+        let out = act(fleet, &mut hook);
         let reported = hook.reported;
         self.after_instance_event(i, reported, fleet.instances(), now);
+        out
     }
 
     fn after_instance_event(&mut self, i: usize, reported: bool, instances: &[Instance], now: Micros) {
@@ -303,12 +314,7 @@ impl ControlPlane for Gateway<'_> {
     }
 
     fn on_instance_event(&mut self, i: usize, cx: &mut Context<'_, GatewayEvent>) {
-        let now = cx.now();
-        let (fleet, obs, workload) = cx.split();
-        let mut hook = Hook::new(&mut self.book, obs, workload);
-        fleet.process(i, &mut hook);
-        let reported = hook.reported;
-        self.after_instance_event(i, reported, fleet.instances(), now);
+        self.with_hook(i, cx, |fleet, hook| fleet.process(i, hook));
     }
 
     fn holding(&self) -> u64 {
