@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_engine::request::{Labels, SloClassId, TenantId};
+use blis_engine::request::{Labels, SloClassId, TenantId, TokenRun};
 use blis_engine::rng::subsystem_seed;
 use blis_engine::time::Micros;
 
@@ -19,7 +19,7 @@ use crate::generator::Generator;
 use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_ROUNDS, fmt_num};
 use crate::network::NetworkModel;
 use crate::synthetic::{ArrivalProcess, SyntheticSpec};
-use crate::spec::{ArrivalSpec, Category, ContextGrowth, DistKind, DistSpec, LoadedSpec, ProcessKind, WorkloadSpec};
+use crate::spec::{ArrivalSpec, Category, ClientSpec, ContextGrowth, DistKind, DistSpec, LoadedSpec, ProcessKind, WorkloadSpec};
 
 /// The client name of the synthetic workload.
 pub const SYNTHETIC_CLIENT: &str = "synthetic";
@@ -441,121 +441,12 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
         let process = build_process(ctx, &arrival, &format!("{p}.arrival"))?;
         let modulation = build_modulation(ctx, &arrival, &format!("{p}.arrival"))?;
 
-        // Prompt text: `input_distribution`, or `multimodal.text_distribution`.
-        let text_spec = c.multimodal.as_ref().and_then(|m| m.text_distribution.as_ref());
-        let input = match (&c.input_distribution, text_spec) {
-            (Some(_), Some(_)) => {
-                return ctx.err(&format!("{p}.multimodal.text_distribution"), "give either input_distribution or multimodal.text_distribution, not both");
-            }
-            (Some(d), None) => build_sampler(ctx, d, &format!("{p}.input_distribution"), Role::Length)?,
-            (None, Some(d)) => build_sampler(ctx, d, &format!("{p}.multimodal.text_distribution"), Role::Length)?,
-            (None, None) => return ctx.err(&format!("{p}.input_distribution"), "missing; every client needs a prompt-length distribution"),
-        };
-        let Some(out_spec) = &c.output_distribution else {
-            return ctx.err(&format!("{p}.output_distribution"), "missing; every client needs an output-length distribution");
-        };
-        let output = build_sampler(ctx, out_spec, &format!("{p}.output_distribution"), Role::Length)?;
-
-        let prefix = match (&c.prefix_group, c.prefix_length) {
-            (None, None) => None,
-            (Some(_), None) => return ctx.err(&format!("{p}.prefix_length"), "missing; a prefix_group needs its prefix_length in tokens"),
-            (None, Some(_)) => return ctx.err(&format!("{p}.prefix_group"), "missing; prefix_length needs the prefix_group it belongs to"),
-            (Some(g), Some(len)) => {
-                ctx.check(!g.trim().is_empty(), &format!("{p}.prefix_group"), "must not be empty")?;
-                ctx.check((1..=MAX_PREFIX_TOKENS).contains(&len), &format!("{p}.prefix_length"), format!("{len} must be in [1, {MAX_PREFIX_TOKENS}]"))?;
-                if let Some(&(other, j)) = prefix_lengths.get(g.as_str())
-                    && other != len
-                {
-                    return ctx.err(&format!("{p}.prefix_length"), format!("{len} differs from {other}, the prefix_length of clients[{j}] in the same group {g:?}"));
-                }
-                prefix_lengths.insert(g, (len, i));
-                Some((g.clone(), prefix_run(g, len)))
-            }
-        };
-
-        let network = match &c.network {
-            None => None,
-            Some(n) => {
-                ctx.check(n.rtt_ms.is_finite() && (0.0..=60_000.0).contains(&n.rtt_ms), &format!("{p}.network.rtt_ms"), format!("{} must be in [0, 60000] ms", fmt_num(n.rtt_ms)))?;
-                if let Some(b) = n.bandwidth_mbps {
-                    ctx.check(b.is_finite() && b > 0.0, &format!("{p}.network.bandwidth_mbps"), format!("{} must be > 0", fmt_num(b)))?;
-                }
-                Some(NetworkModel::new(n.rtt_ms, n.bandwidth_mbps))
-            }
-        };
-
-        let mut windows = Vec::new();
-        match &c.lifecycle {
-            None => windows.push(WindowPlan { start_us: 0.0, end_us: horizon_us, rate_scale: 1.0, process: None, input: None, output: None }),
-            Some(l) => {
-                ctx.check(!l.windows.is_empty(), &format!("{p}.lifecycle.windows"), "at least one window is needed (omit lifecycle for an always-active client)")?;
-                let mut prev_end = 0;
-                for (j, w) in l.windows.iter().enumerate() {
-                    let wp = format!("{p}.lifecycle.windows[{j}]");
-                    ctx.check(w.start_us < w.end_us, &format!("{wp}.end_us"), format!("{} must be after start_us {}", w.end_us, w.start_us))?;
-                    ctx.check(j == 0 || w.start_us >= prev_end, &format!("{wp}.start_us"), format!("{} overlaps the previous window (ending at {prev_end}); windows must be in increasing time", w.start_us))?;
-                    prev_end = w.end_us;
-                    let scale = w.rate_scale.unwrap_or(1.0);
-                    ctx.check(scale.is_finite() && scale > 0.0 && scale <= 1e6, &format!("{wp}.rate_scale"), format!("{} must be in (0, 1e6]", fmt_num(scale)))?;
-                    let process = match &w.arrival {
-                        None => None,
-                        Some(a) => {
-                            ctx.check(a.bursty.is_none() && a.diurnal.is_none(), &format!("{wp}.arrival"), "bursty and diurnal are set on the client's arrival, not per window")?;
-                            Some(build_process(ctx, a, &format!("{wp}.arrival"))?)
-                        }
-                    };
-                    let input = w.input_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.input_distribution"), Role::Length)).transpose()?;
-                    let output = w.output_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.output_distribution"), Role::Length)).transpose()?;
-                    if (w.start_us as f64) < horizon_us {
-                        windows.push(WindowPlan { start_us: w.start_us as f64, end_us: (w.end_us as f64).min(horizon_us), rate_scale: scale, process, input, output });
-                    }
-                }
-            }
-        }
-
-        let mut modalities = Vec::new();
-        if let Some(m) = &c.multimodal {
-            ctx.check(category == Category::Multimodal, &format!("{p}.multimodal"), format!("only for category multimodal (this spec is {})", category.as_str()))?;
-            for (kind, name, tokens, count) in [
-                (Modality::Image, "image", &m.image_distribution, &m.image_count_distribution),
-                (Modality::Audio, "audio", &m.audio_distribution, &m.audio_count_distribution),
-                (Modality::Video, "video", &m.video_distribution, &m.video_count_distribution),
-            ] {
-                match (tokens, count) {
-                    (None, None) => {}
-                    (Some(t), Some(n)) => modalities.push(ModalityPlan {
-                        kind,
-                        tokens: build_sampler(ctx, t, &format!("{p}.multimodal.{name}_distribution"), Role::Tokens)?,
-                        count: build_sampler(ctx, n, &format!("{p}.multimodal.{name}_count_distribution"), Role::Items)?,
-                    }),
-                    (Some(_), None) => return ctx.err(&format!("{p}.multimodal.{name}_count_distribution"), format!("missing; {name}_distribution needs the number of items per request")),
-                    (None, Some(_)) => return ctx.err(&format!("{p}.multimodal.{name}_distribution"), format!("missing; {name}_count_distribution needs the tokens per item")),
-                }
-            }
-        }
-
-        let mut reason_ratio = None;
-        let mut multi_turn_spec = c.multi_turn.as_ref().map(|m| (m, format!("{p}.multi_turn")));
-        if let Some(r) = &c.reasoning {
-            ctx.check(category == Category::Reasoning, &format!("{p}.reasoning"), format!("only for category reasoning (this spec is {})", category.as_str()))?;
-            reason_ratio = r.reason_ratio_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{p}.reasoning.reason_ratio_distribution"), Role::Ratio)).transpose()?;
-            if let Some(m) = &r.multi_turn {
-                ctx.check(multi_turn_spec.is_none(), &format!("{p}.reasoning.multi_turn"), "multi_turn is also set on the client; give it once")?;
-                multi_turn_spec = Some((m, format!("{p}.reasoning.multi_turn")));
-            }
-        }
-        let multi_turn = match multi_turn_spec {
-            None => None,
-            Some((m, mp)) => {
-                ctx.check((1..=MAX_ROUNDS).contains(&m.max_rounds), &format!("{mp}.max_rounds"), format!("{} must be in [1, {MAX_ROUNDS}]", m.max_rounds))?;
-                Some(MultiTurn {
-                    max_rounds: m.max_rounds,
-                    think_time: Micros(m.think_time_us.unwrap_or(0)),
-                    growth: m.context_growth.unwrap_or(ContextGrowth::Accumulate),
-                })
-            }
-        };
-
+        let (input, output) = build_lengths(ctx, c, &p)?;
+        let prefix = build_prefix(ctx, c, &p, i, &mut prefix_lengths)?;
+        let network = build_network(ctx, c, &p)?;
+        let windows = build_windows(ctx, c, &p, horizon_us)?;
+        let modalities = build_modalities(ctx, c, &p, category)?;
+        let (reason_ratio, multi_turn) = build_reasoning(ctx, c, &p, category)?;
         clients.push(Arc::new(ClientPlan {
             id: c.id.clone(),
             index,
@@ -592,6 +483,148 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
         category,
         warnings: std::mem::take(&mut ctx.warnings),
     })
+}
+
+/// Prompt and output lengths of client `c` (at `p`): `input_distribution`,
+/// or `multimodal.text_distribution`, and `output_distribution`.
+fn build_lengths(ctx: &mut Ctx, c: &ClientSpec, p: &str) -> Result<(Sampler, Sampler), WorkloadError> {
+    // Prompt text: `input_distribution`, or `multimodal.text_distribution`.
+    let text_spec = c.multimodal.as_ref().and_then(|m| m.text_distribution.as_ref());
+    let input = match (&c.input_distribution, text_spec) {
+        (Some(_), Some(_)) => {
+            return ctx.err(&format!("{p}.multimodal.text_distribution"), "give either input_distribution or multimodal.text_distribution, not both");
+        }
+        (Some(d), None) => build_sampler(ctx, d, &format!("{p}.input_distribution"), Role::Length)?,
+        (None, Some(d)) => build_sampler(ctx, d, &format!("{p}.multimodal.text_distribution"), Role::Length)?,
+        (None, None) => return ctx.err(&format!("{p}.input_distribution"), "missing; every client needs a prompt-length distribution"),
+    };
+    let Some(out_spec) = &c.output_distribution else {
+        return ctx.err(&format!("{p}.output_distribution"), "missing; every client needs an output-length distribution");
+    };
+    let output = build_sampler(ctx, out_spec, &format!("{p}.output_distribution"), Role::Length)?;
+    Ok((input, output))
+}
+
+/// The shared prefix of client `c` (number `i`, at `p`); a group's
+/// clients must agree on its length (`prefix_lengths` remembers the first).
+fn build_prefix<'s>(ctx: &Ctx, c: &'s ClientSpec, p: &str, i: usize, prefix_lengths: &mut BTreeMap<&'s str, (u32, usize)>) -> Result<Option<(String, TokenRun)>, WorkloadError> {
+    Ok(match (&c.prefix_group, c.prefix_length) {
+        (None, None) => None,
+        (Some(_), None) => return ctx.err(&format!("{p}.prefix_length"), "missing; a prefix_group needs its prefix_length in tokens"),
+        (None, Some(_)) => return ctx.err(&format!("{p}.prefix_group"), "missing; prefix_length needs the prefix_group it belongs to"),
+        (Some(g), Some(len)) => {
+            ctx.check(!g.trim().is_empty(), &format!("{p}.prefix_group"), "must not be empty")?;
+            ctx.check((1..=MAX_PREFIX_TOKENS).contains(&len), &format!("{p}.prefix_length"), format!("{len} must be in [1, {MAX_PREFIX_TOKENS}]"))?;
+            if let Some(&(other, j)) = prefix_lengths.get(g.as_str())
+                && other != len
+            {
+                return ctx.err(&format!("{p}.prefix_length"), format!("{len} differs from {other}, the prefix_length of clients[{j}] in the same group {g:?}"));
+            }
+            prefix_lengths.insert(g, (len, i));
+            Some((g.clone(), prefix_run(g, len)))
+        }
+    })
+}
+
+/// The client-side network model of client `c` (at `p`).
+fn build_network(ctx: &Ctx, c: &ClientSpec, p: &str) -> Result<Option<NetworkModel>, WorkloadError> {
+    Ok(match &c.network {
+        None => None,
+        Some(n) => {
+            ctx.check(n.rtt_ms.is_finite() && (0.0..=60_000.0).contains(&n.rtt_ms), &format!("{p}.network.rtt_ms"), format!("{} must be in [0, 60000] ms", fmt_num(n.rtt_ms)))?;
+            if let Some(b) = n.bandwidth_mbps {
+                ctx.check(b.is_finite() && b > 0.0, &format!("{p}.network.bandwidth_mbps"), format!("{} must be > 0", fmt_num(b)))?;
+            }
+            Some(NetworkModel::new(n.rtt_ms, n.bandwidth_mbps))
+        }
+    })
+}
+
+/// The active windows of client `c` (at `p`), cut at `horizon_us`: its
+/// lifecycle windows, or one window over the whole run.
+fn build_windows(ctx: &mut Ctx, c: &ClientSpec, p: &str, horizon_us: f64) -> Result<Vec<WindowPlan>, WorkloadError> {
+    let mut windows = Vec::new();
+    match &c.lifecycle {
+        None => windows.push(WindowPlan { start_us: 0.0, end_us: horizon_us, rate_scale: 1.0, process: None, input: None, output: None }),
+        Some(l) => {
+            ctx.check(!l.windows.is_empty(), &format!("{p}.lifecycle.windows"), "at least one window is needed (omit lifecycle for an always-active client)")?;
+            let mut prev_end = 0;
+            for (j, w) in l.windows.iter().enumerate() {
+                let wp = format!("{p}.lifecycle.windows[{j}]");
+                ctx.check(w.start_us < w.end_us, &format!("{wp}.end_us"), format!("{} must be after start_us {}", w.end_us, w.start_us))?;
+                ctx.check(j == 0 || w.start_us >= prev_end, &format!("{wp}.start_us"), format!("{} overlaps the previous window (ending at {prev_end}); windows must be in increasing time", w.start_us))?;
+                prev_end = w.end_us;
+                let scale = w.rate_scale.unwrap_or(1.0);
+                ctx.check(scale.is_finite() && scale > 0.0 && scale <= 1e6, &format!("{wp}.rate_scale"), format!("{} must be in (0, 1e6]", fmt_num(scale)))?;
+                let process = match &w.arrival {
+                    None => None,
+                    Some(a) => {
+                        ctx.check(a.bursty.is_none() && a.diurnal.is_none(), &format!("{wp}.arrival"), "bursty and diurnal are set on the client's arrival, not per window")?;
+                        Some(build_process(ctx, a, &format!("{wp}.arrival"))?)
+                    }
+                };
+                let input = w.input_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.input_distribution"), Role::Length)).transpose()?;
+                let output = w.output_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.output_distribution"), Role::Length)).transpose()?;
+                if (w.start_us as f64) < horizon_us {
+                    windows.push(WindowPlan { start_us: w.start_us as f64, end_us: (w.end_us as f64).min(horizon_us), rate_scale: scale, process, input, output });
+                }
+            }
+        }
+    }
+    Ok(windows)
+}
+
+/// Image, audio and video inputs of client `c` (at `p`), multimodal specs only.
+fn build_modalities(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) -> Result<Vec<ModalityPlan>, WorkloadError> {
+    let mut modalities = Vec::new();
+    if let Some(m) = &c.multimodal {
+        ctx.check(category == Category::Multimodal, &format!("{p}.multimodal"), format!("only for category multimodal (this spec is {})", category.as_str()))?;
+        for (kind, name, tokens, count) in [
+            (Modality::Image, "image", &m.image_distribution, &m.image_count_distribution),
+            (Modality::Audio, "audio", &m.audio_distribution, &m.audio_count_distribution),
+            (Modality::Video, "video", &m.video_distribution, &m.video_count_distribution),
+        ] {
+            match (tokens, count) {
+                (None, None) => {}
+                (Some(t), Some(n)) => modalities.push(ModalityPlan {
+                    kind,
+                    tokens: build_sampler(ctx, t, &format!("{p}.multimodal.{name}_distribution"), Role::Tokens)?,
+                    count: build_sampler(ctx, n, &format!("{p}.multimodal.{name}_count_distribution"), Role::Items)?,
+                }),
+                (Some(_), None) => return ctx.err(&format!("{p}.multimodal.{name}_count_distribution"), format!("missing; {name}_distribution needs the number of items per request")),
+                (None, Some(_)) => return ctx.err(&format!("{p}.multimodal.{name}_distribution"), format!("missing; {name}_count_distribution needs the tokens per item")),
+            }
+        }
+    }
+    Ok(modalities)
+}
+
+/// The reasoning ratio (reasoning specs only) and multi-turn sessions of
+/// client `c` (at `p`); `multi_turn` may be given on the client or in its
+/// `reasoning` section, once.
+fn build_reasoning(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) -> Result<(Option<Sampler>, Option<MultiTurn>), WorkloadError> {
+    let mut reason_ratio = None;
+    let mut multi_turn_spec = c.multi_turn.as_ref().map(|m| (m, format!("{p}.multi_turn")));
+    if let Some(r) = &c.reasoning {
+        ctx.check(category == Category::Reasoning, &format!("{p}.reasoning"), format!("only for category reasoning (this spec is {})", category.as_str()))?;
+        reason_ratio = r.reason_ratio_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{p}.reasoning.reason_ratio_distribution"), Role::Ratio)).transpose()?;
+        if let Some(m) = &r.multi_turn {
+            ctx.check(multi_turn_spec.is_none(), &format!("{p}.reasoning.multi_turn"), "multi_turn is also set on the client; give it once")?;
+            multi_turn_spec = Some((m, format!("{p}.reasoning.multi_turn")));
+        }
+    }
+    let multi_turn = match multi_turn_spec {
+        None => None,
+        Some((m, mp)) => {
+            ctx.check((1..=MAX_ROUNDS).contains(&m.max_rounds), &format!("{mp}.max_rounds"), format!("{} must be in [1, {MAX_ROUNDS}]", m.max_rounds))?;
+            Some(MultiTurn {
+                max_rounds: m.max_rounds,
+                think_time: Micros(m.think_time_us.unwrap_or(0)),
+                growth: m.context_growth.unwrap_or(ContextGrowth::Accumulate),
+            })
+        }
+    };
+    Ok((reason_ratio, multi_turn))
 }
 
 #[cfg(test)]

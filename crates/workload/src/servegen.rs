@@ -191,7 +191,15 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
         cv: f64,
         dataset_window: u64,
     }
-    let mut clients: Vec<(u64, Vec<Window>, PathBuf, ServeGenDataset, f64)> = Vec::new();
+    /// A chunk that is active in the span: its windows there and the requests they carry.
+    struct Chunk {
+        id: u64,
+        windows: Vec<Window>,
+        dataset_path: PathBuf,
+        dataset: ServeGenDataset,
+        requests: f64,
+    }
+    let mut clients: Vec<Chunk> = Vec::new();
     let mut category: Option<(Category, u64)> = None;
     let mut clamped = 0u64;
     for (id, rows, dataset_path) in traces {
@@ -231,16 +239,16 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
         }
         let requests: f64 = windows.iter().map(|w| w.rate * (w.end_s - w.start_s) as f64).sum();
         if requests > 0.0 {
-            clients.push((id, windows, dataset_path, dataset, requests));
+            clients.push(Chunk { id, windows, dataset_path, dataset, requests });
         }
     }
     if clients.is_empty() {
         return Err(WorkloadError::spec(dir_name, "span", format!("no client is active in [{span_start}, {span_end}) s")));
     }
     let category = category.map_or(Category::Language, |c| c.0);
-    let total: f64 = clients.iter().map(|c| c.4).sum();
+    let total: f64 = clients.iter().map(|c| c.requests).sum();
     let mut specs = Vec::new();
-    for (id, windows, dataset_path, dataset, requests) in clients {
+    for Chunk { id, windows, dataset_path, dataset, requests } in clients {
         let file = relative_path(&std::path::absolute(&dataset_path).unwrap_or(dataset_path.clone()), spec_dir);
         let mean_rate = requests / span_s;
         let base_window = windows[0].dataset_window;
