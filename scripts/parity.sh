@@ -9,7 +9,7 @@
 #   scripts/parity.sh target/release/blis /tmp/parity-new
 #   diff -r /tmp/parity-old /tmp/parity-new && echo identical
 #
-# Human tables (stderr) are kept too, minus the wall-time line.
+# Human tables are kept too, minus the wall-time line.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BLIS=$(realpath "${1:-target/release/blis}")
@@ -24,9 +24,9 @@ V=validation/vllm-h100
 # name, then the arguments of `blis run`; --output/--requests-csv go to $OUT/name.*
 run() {
   local name=$1; shift
-  "$BLIS" run "$@" --output "$OUT/$name.json" --requests-csv "$OUT/$name.requests.csv" 2> "$OUT/$name.stderr" \
-    || echo "exit $?" >> "$OUT/$name.stderr"
-  sed -i '/^Simulated in /d' "$OUT/$name.stderr"
+  "$BLIS" run "$@" --output "$OUT/$name.json" --requests-csv "$OUT/$name.requests.csv" > "$OUT/$name.out" 2>&1 \
+    || echo "exit $?" >> "$OUT/$name.out"
+  sed -i '/^Simulated in /d' "$OUT/$name.out"
 }
 
 run default --model $M8

@@ -16,8 +16,8 @@ use serde::Serialize;
 use serde_yaml_ng::{Mapping, Value};
 
 use crate::error::{BadInput, bad_input};
-use crate::output::{AtomicFile, refuse_overwriting_inputs, warn, write_json};
-use crate::simulate::{Files, print_table, simulate};
+use crate::output::{AtomicFile, refuse_overwriting_inputs, warn};
+use crate::simulate::{Files, Format, print_report, simulate};
 
 /// Simulate a recorded trace v2 (from `blis observe`) and keep per-request results for `blis calibrate`.
 #[derive(clap::Args, Debug)]
@@ -32,11 +32,15 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
 
-    /// Write the JSON (the run report plus per-request results) to this file instead of stdout.
+    /// Write the JSON (the run report plus per-request results, what `blis calibrate --sim` reads) to this file.
     #[arg(long, short, value_name = "PATH", help_heading = "Output")]
     pub output: Option<PathBuf>,
 
-    /// Do not print the summary table on stderr.
+    /// What stdout gets: the human summary, or the JSON (the summary then goes to stderr).
+    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
+    pub format: Format,
+
+    /// Do not print the summary table or timing (only what --format json or --output ask for).
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
 }
@@ -142,18 +146,13 @@ pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
 }
 
 fn replay_with(args: &ReplayArgs, scenario: &Scenario, csv: &Path, matched: Vec<String>, ignored: Vec<String>) -> anyhow::Result<()> {
-    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let mut detail = Detail::default();
     let (report, wall_s) = simulate(scenario, Files { quiet: args.quiet, ..Files::default() }, Some(&mut detail))?;
     let mut requests = detail.requests;
     requests.sort_by_key(|r| r.request_id);
     let replay = ReplayDetail { trace: csv.display().to_string(), matched, ignored, requests, itl_us: detail.itl.value_counts() };
-    write_json(&ReplayReport { report: &report, replay: &replay }, output.as_mut())?;
-    if let Some(f) = output {
-        f.commit()?;
-    }
-    print_table(&report, args.quiet, wall_s);
-    Ok(())
+    print_report(&ReplayReport { report: &report, replay: &replay }, &report, args.format, output, args.quiet, wall_s)
 }
 
 #[cfg(test)]

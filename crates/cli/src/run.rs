@@ -4,14 +4,15 @@ use std::path::PathBuf;
 
 use blis_scenario::knobs::KnobValues;
 
-use crate::output::{AtomicFile, refuse_overwriting_inputs, write_json};
-use crate::simulate::{Files, print_table, simulate};
+use crate::output::{AtomicFile, refuse_overwriting_inputs};
+use crate::simulate::{Files, Format, print_report, simulate};
 
 /// Simulate a vLLM deployment serving a workload.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  blis run --model meta-llama/llama-3.1-8b-instruct\n  \
     blis run --model meta-llama/llama-3.1-8b-instruct --rate 10 --num-requests 2000 --prompt-tokens 512 \
-    --output-tokens 256 --max-num-seqs 256 --max-num-batched-tokens 2048 --seed 7 --output results.json")]
+    --output-tokens 256 --max-num-seqs 256 --max-num-batched-tokens 2048 --seed 7 --output results.json\n  \
+    blis run --model meta-llama/llama-3.1-8b-instruct --format json | jq .latency_ms.ttft")]
 pub struct RunArgs {
     #[command(flatten)]
     pub knobs: KnobValues,
@@ -21,9 +22,13 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
 
-    /// Write the JSON report to this file instead of stdout.
+    /// Write the JSON report to this file.
     #[arg(long, short, value_name = "PATH", help_heading = "Output")]
     pub output: Option<PathBuf>,
+
+    /// What stdout gets: the human summary, or the JSON report (the summary then goes to stderr).
+    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
+    pub format: Format,
 
     /// Write one CSV row per request to this file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
@@ -34,7 +39,7 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub trace_output: Option<PathBuf>,
 
-    /// Do not print the summary table (or progress) on stderr.
+    /// Do not print the summary table, progress or timing (only what --format json or --output ask for).
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
 }
@@ -60,13 +65,8 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
             ("hardware-config", k.hardware_config.value.as_deref()),
         ],
     )?;
-    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let files = Files { requests_csv: args.requests_csv.as_deref(), trace_output: args.trace_output.as_deref(), quiet: args.quiet };
     let (report, wall_s) = simulate(scenario, files, None)?;
-    write_json(&report, output.as_mut())?;
-    if let Some(f) = output {
-        f.commit()?;
-    }
-    print_table(&report, args.quiet, wall_s);
-    Ok(())
+    print_report(&report, &report, args.format, output, args.quiet, wall_s)
 }

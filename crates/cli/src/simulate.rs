@@ -4,7 +4,10 @@
 //! the files into place only once everything succeeded. `blis run` and
 //! `blis replay` both come here.
 
+use std::io::Write as _;
 use std::path::Path;
+
+use anyhow::Context;
 
 use blis_cluster::trace::DecisionSink;
 use blis_engine::instance::Observer;
@@ -12,7 +15,7 @@ use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
 
 use crate::decisions::TraceWriter;
-use crate::output::{Progress, RequestCsv, peak_rss_mib, warn};
+use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib, warn, write_json};
 use crate::table::table;
 
 /// Where a simulation writes besides its report.
@@ -58,11 +61,51 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     Ok((report, wall.elapsed().as_secs_f64()))
 }
 
-/// The human table and timing line on stderr, unless `quiet`.
-pub fn print_table(report: &RunReport, quiet: bool, wall_s: f64) {
+/// What a simulating command prints on stdout.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The human summary.
+    #[default]
+    Table,
+    /// The JSON report (the summary then goes to stderr).
+    Json,
+}
+
+/// Prints the report: the JSON document on stdout when `format` asks for
+/// it (it also goes to `output` when given), the human summary on stdout
+/// otherwise (on stderr beside JSON), and the timing line on stderr; with
+/// `quiet`, only what `format` or `output` ask for.
+pub fn print_report<T: serde::Serialize>(
+    json: &T,
+    report: &RunReport,
+    format: Format,
+    mut output: Option<AtomicFile>,
+    quiet: bool,
+    wall_s: f64,
+) -> anyhow::Result<()> {
+    if let Some(file) = output.as_mut() {
+        write_json(json, Some(file))?;
+    }
+    if let Some(file) = output {
+        file.commit()?;
+    }
+    match format {
+        Format::Json => {
+            write_json(json, None)?;
+            if !quiet {
+                eprint!("{}", table(report));
+            }
+        }
+        Format::Table if !quiet => {
+            let mut stdout = std::io::stdout().lock();
+            write!(stdout, "{}", table(report)).context("writing the summary to stdout")?;
+            stdout.flush().context("writing the summary to stdout")?;
+        }
+        Format::Table => {}
+    }
     if !quiet {
-        eprint!("{}", table(report));
         let memory = peak_rss_mib().map_or(String::new(), |m| format!(", peak memory {m:.1} MiB"));
         eprintln!("Simulated in {wall_s:.3} s wall time{memory}.");
     }
+    Ok(())
 }

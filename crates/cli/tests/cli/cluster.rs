@@ -5,7 +5,7 @@ use serde_json::Value;
 
 use crate::{blis, is_empty_dir, scratch, stderr, stdout};
 
-const MODEL: &[&str] = &["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
+const MODEL: &[&str] = &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
 
 fn run_json(extra: &[&str]) -> (String, Value) {
     let mut args = MODEL.to_vec();

@@ -8,6 +8,7 @@ const SMALL: &[&str] = &["run", "--model", "meta-llama/llama-3.1-8b-instruct", "
 
 fn run_json(extra: &[&str]) -> (String, Value) {
     let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--format", "json"]);
     args.extend_from_slice(extra);
     let out = blis(&args);
     assert!(out.status.success(), "blis failed: {}", stderr(&out));
@@ -18,11 +19,16 @@ fn run_json(extra: &[&str]) -> (String, Value) {
 
 #[test]
 fn the_default_run_works_with_no_files_or_network() {
+    // A first run shows the human summary, not a JSON document.
     let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct"]);
     assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).starts_with("=") && stdout(&out).contains("BLIS simulation result"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("Requests completed / injected:              1000 / 1000"), "{}", stdout(&out));
+    assert!(!stderr(&out).contains("BLIS simulation result"), "the summary is printed once");
+    // JSON when asked; the summary then goes to stderr.
+    let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--format", "json"]);
     let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(json["requests"]["completed"], 1000);
-    // The human table goes to stderr.
     assert!(stderr(&out).contains("BLIS simulation result"));
 }
 
@@ -88,7 +94,7 @@ fn step_times_outside_one_microsecond_to_one_hour_are_clamped_counted_and_flagge
     assert_eq!(j["batch"]["steps_clamped"].as_u64(), Some(steps));
     let mut all = SMALL.to_vec();
     all.extend_from_slice(&args);
-    assert!(stderr(&blis(&all)).contains("WARNING: step times clamped:"));
+    assert!(stdout(&blis(&all)).contains("WARNING: step times clamped:"), "the summary flags it");
     // β0 = 1e300 µs: every step at the one-hour ceiling, the clock far from its end.
     let (_, j) = run_json(&["--latency-model", "blackbox", "--alpha-coeffs", "0,0,0", "--beta-coeffs", "1e300,0,0"]);
     let steps = j["batch"]["steps"].as_u64().unwrap();
@@ -106,7 +112,7 @@ fn overheads_at_the_one_hour_ceiling_are_counted_and_flagged() {
     assert_eq!(j["batch"]["overheads_clamped"], 200, "one per request");
     let mut all = SMALL.to_vec();
     all.extend_from_slice(&args);
-    assert!(stderr(&blis(&all)).contains("WARNING: overheads clamped:"));
+    assert!(stdout(&blis(&all)).contains("WARNING: overheads clamped:"), "the summary flags it");
     assert_eq!(run_json(&[]).1["batch"]["overheads_clamped"], 0);
 }
 

@@ -20,7 +20,7 @@ fn ok(args: &[&str]) -> String {
 }
 
 fn run_json(extra: &[&str]) -> (String, Value) {
-    let mut args = vec!["run", "-q"];
+    let mut args = vec!["run", "-q", "--format", "json"];
     args.extend_from_slice(MODEL);
     args.extend_from_slice(extra);
     let text = ok(&args);
@@ -218,7 +218,7 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
 fn an_inference_perf_profile_runs_as_a_workload_spec_with_its_stage_counts() {
     let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general/profile.yaml");
     let out = blis(&[
-        "run", "-q", "--model", "meta-llama/Llama-2-7b-hf", "--workload-spec", profile, "--max-num-seqs", "128",
+        "run", "-q", "--format", "json", "--model", "meta-llama/Llama-2-7b-hf", "--workload-spec", profile, "--max-num-seqs", "128",
         "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--num-gpu-blocks", "7462",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -244,7 +244,7 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
     let random = dir.join("random.yaml");
     std::fs::write(&random, std::fs::read_to_string(&synthetic).unwrap().replace("type: synthetic", "type: random")).unwrap();
     for (spec, shares) in [(synthetic.clone(), true), (random.to_str().unwrap().to_string(), false)] {
-        let out = blis(&["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
+        let out = blis(&["run", "-q", "--format", "json", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
         assert!(out.status.success(), "{}", stderr(&out));
         let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
         assert_eq!(j["requests"]["injected"], 1200, "5/s × 60 s + 15/s × 60 s");
@@ -269,7 +269,7 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
 #[test]
 fn an_inference_perf_shared_prefix_config_draws_its_lengths() {
     let spec = example("inference-perf-shared-prefix.yaml");
-    let out = blis(&["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
+    let out = blis(&["run", "-q", "--format", "json", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
     assert!(out.status.success(), "{}", stderr(&out));
     let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
     assert_eq!(j["requests"]["injected"], 1200);
