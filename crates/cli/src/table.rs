@@ -71,6 +71,11 @@ pub fn table(report: &RunReport) -> String {
     if s.requests.dropped > 0 {
         let reasons: Vec<String> = s.requests.dropped_by_reason.iter().filter(|(_, n)| **n > 0).map(|(r, n)| format!("{n} {r}")).collect();
         line(&mut out, "Dropped (never runnable):", reasons.join(", "));
+        if s.requests.dropped_by_reason.get("exceeds_max_model_len").is_some_and(|&n| n > 0) {
+            let limit = report.config.get("max-model-len").map_or(String::new(), |v| format!(" {}", v["value"]));
+            line(&mut out, "", format!("(prompt + output above --max-model-len{limit}: vLLM refuses them with HTTP 400;"));
+            line(&mut out, "", "multi-turn prompts grow with their conversation)".to_string());
+        }
     }
     line(&mut out, "Simulated duration (s):", format!("{:.2}", s.simulated_duration_s));
     line(&mut out, "Total input / output tokens:", format!("{} / {}", s.tokens.input_total, s.tokens.output_total));
@@ -164,6 +169,11 @@ fn worth_showing(s: &ClusterSummary) -> bool {
         || s.tenants.len() > 1
 }
 
+/// Whether any SLO class has a latency target (else every request "meets" its SLO).
+fn has_targets(s: &ClusterSummary) -> bool {
+    s.slo_classes.values().any(|g| g.targets.is_some_and(|t| t.ttft_ms.or(t.itl_ms).or(t.e2e_ms).is_some()))
+}
+
 /// The cluster part of the human summary.
 fn cluster_table(s: &ClusterSummary) -> String {
     let mut out = String::new();
@@ -180,7 +190,10 @@ fn cluster_table(s: &ClusterSummary) -> String {
     if let Some(d) = &r.admission_delay_ms {
         line(&mut out, "Delayed by admission; wait (ms) mean / p99:", format!("{}; {:.2} / {:.2}", r.delayed, d.mean, d.p99));
     }
-    line(&mut out, "Goodput (req/s) / SLO attainment:", format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0));
+    match has_targets(s) {
+        true => line(&mut out, "Goodput (req/s) / SLO attainment:", format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0)),
+        false => line(&mut out, "Goodput / SLO attainment:", "— (no SLO targets: set --slo-targets or slo_targets)".to_string()),
+    }
     line(&mut out, "Load imbalance (max/mean requests):", format!("{:.2}", s.load_balance.imbalance_max_over_mean));
     line(&mut out, "Priority inversions / HOL blocking:", format!("{} / {}", s.anomalies.priority_inversions, s.anomalies.hol_blocking_events));
     line(&mut out, "Jain fairness over tenants:", format!("{:.3}", s.fairness.jain_index_over_tenants));
@@ -193,13 +206,16 @@ fn cluster_table(s: &ClusterSummary) -> String {
     if s.slo_classes.len() > 1 {
         let _ = writeln!(out, "{:<16}{:>9}{:>9}{:>10}{:>11}{:>12}{:>12}{:>12}", "SLO class", "arrived", "rejected", "completed", "attained", "TTFT p50", "TTFT p99", "E2E p99");
         for (name, g) in &s.slo_classes {
+            let attained = match g.targets.is_some_and(|t| t.ttft_ms.or(t.itl_ms).or(t.e2e_ms).is_some()) {
+                true => format!("{:.1}%", g.slo_attainment * 100.0),
+                false => "—".to_string(),
+            };
             let _ = writeln!(
                 out,
-                "{name:<16}{:>9}{:>9}{:>10}{:>10.1}%{:>12.2}{:>12.2}{:>12.2}",
+                "{name:<16}{:>9}{:>9}{:>10}{attained:>11}{:>12.2}{:>12.2}{:>12.2}",
                 g.arrived,
                 g.rejected,
                 g.completed,
-                g.slo_attainment * 100.0,
                 g.latency_ms.ttft.p50,
                 g.latency_ms.ttft.p99,
                 g.latency_ms.e2e.p99

@@ -141,7 +141,24 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         None => String::new(),
     };
     eprintln!("wrote {rows} requests to {}{header_note}", a.output.display());
+    if let Some(note) = short_of_count(&plan, rows) {
+        warn(&[note]);
+    }
     Ok(())
+}
+
+/// Why a plan bounded by a request count sent fewer: its arrivals ended first.
+fn short_of_count(plan: &blis_workload::plan::Plan, sent: u64) -> Option<String> {
+    let asked = plan.num_requests.filter(|&n| sent < n)?;
+    let end = plan.arrivals_end()?;
+    let (at, what) = match plan.horizon {
+        Some(h) if h <= end => (h, "its horizon"),
+        _ => (end, "its clients' last lifecycle window"),
+    };
+    Some(format!(
+        "{sent} of the {asked} requests asked for: the spec's arrivals end at {} s, where {what} ends; lengthen it or raise the rate for more",
+        at.as_secs_f64()
+    ))
 }
 
 fn stats(a: StatsArgs) -> anyhow::Result<()> {

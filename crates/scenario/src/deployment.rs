@@ -274,7 +274,12 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
                 let empty = CoefficientSet { latency_model: k.name().into(), alpha: vec![], beta: vec![], provenance: Default::default() };
                 (empty, String::from("flags"))
             }
-            None => return Err(invalid!("--latency-model {k}: BLIS ships no coefficients for it; pass --coefficients FILE or --alpha-coeffs and --beta-coeffs")),
+            None => {
+                return Err(invalid!(
+                    "--latency-model {k}: BLIS ships no coefficients for it (they are per model and GPU); pass --coefficients FILE \
+                     (`blis fit DIR --latency-model {k} -o FILE` learns them from your runs) or --alpha-coeffs and --beta-coeffs"
+                ));
+            }
         },
         (None, None) => (CoefficientSet::default_set(), format!("bundled {DEFAULT_SET}")),
     };

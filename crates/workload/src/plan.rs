@@ -101,6 +101,14 @@ impl Plan {
         self.clients.iter().map(|c| c.network).collect()
     }
 
+    /// When the last client stops sending first rounds: the end of the
+    /// latest lifecycle window (windows are cut at the horizon); `None`
+    /// when a client never stops.
+    pub fn arrivals_end(&self) -> Option<Micros> {
+        let ends = self.clients.iter().flat_map(|c| c.windows.last()).map(|w| w.end_us);
+        ends.map(|e| e.is_finite().then(|| Micros::from_us_f64(e).unwrap_or(Micros::MAX))).collect::<Option<Vec<_>>>()?.into_iter().max()
+    }
+
     /// Whether any client is multi-turn (its later rounds are released by completions).
     pub fn has_sessions(&self) -> bool {
         self.clients.iter().any(|c| c.multi_turn.is_some())

@@ -44,9 +44,10 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 }
 
 /// Points `(x, y)` against the `y = x` diagonal (plus `y = (1 ± band)·x`
-/// lines when `band` is given): parity and QQ plots. Points with a
-/// non-finite coordinate are left out (an infinite axis cannot be drawn).
-pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points: &[(f64, f64)], band: Option<f64>) -> anyhow::Result<String> {
+/// lines when `band` is given): parity and QQ plots; every series is in the
+/// legend, the points as `points_label`. Points with a non-finite
+/// coordinate are left out (an infinite axis cannot be drawn).
+pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points_label: &str, points: &[(f64, f64)], band: Option<f64>) -> anyhow::Result<String> {
     let points: Vec<(f64, f64)> = points.iter().copied().filter(|(a, p)| a.is_finite() && p.is_finite()).collect();
     let lo = points.iter().map(|&(a, p)| a.min(p)).fold(f64::INFINITY, f64::min).min(0.0);
     let hi = points.iter().map(|&(a, p)| a.max(p)).fold(0.0, f64::max).max(1e-9) * 1.1;
@@ -68,11 +69,20 @@ pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points: &[(f64,
             .label("y = x")
             .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.stroke_width(1)));
         if let Some(b) = band {
-            for k in [1.0 - b, 1.0 + b] {
-                chart.draw_series(LineSeries::new([(0.0, 0.0), (hi, hi * k)], BLACK.mix(0.3).stroke_width(1))).map_err(plot_err)?;
+            for (i, k) in [1.0 - b, 1.0 + b].into_iter().enumerate() {
+                // Ends inside the chart: a line leaving it is not drawn.
+                let end = if k > 1.0 { (hi / k, hi) } else { (hi, hi * k) };
+                let line = chart.draw_series(LineSeries::new([(0.0, 0.0), end], BLACK.mix(0.3).stroke_width(1))).map_err(plot_err)?;
+                if i == 0 {
+                    line.label(format!("y = (1 ± {b})·x")).legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3).stroke_width(1)));
+                }
             }
         }
-        chart.draw_series(points.iter().map(|&(a, p)| Circle::new((a, p), 4, BLUE.filled()))).map_err(plot_err)?;
+        chart
+            .draw_series(points.iter().map(|&(a, p)| Circle::new((a, p), 4, BLUE.filled())))
+            .map_err(plot_err)?
+            .label(points_label)
+            .legend(|(x, y)| Circle::new((x + 8, y), 4, BLUE.filled()));
         chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;
         root.present().map_err(plot_err)?;
     }
@@ -181,7 +191,7 @@ mod tests {
 
     #[test]
     fn a_parity_plot_leaves_out_points_it_cannot_place() {
-        let svg = against_diagonal("t", "real", "simulated", &[(1.0, 2.0), (f64::INFINITY, 3.0), (4.0, f64::NAN)], None).unwrap();
+        let svg = against_diagonal("t", "real", "simulated", "points", &[(1.0, 2.0), (f64::INFINITY, 3.0), (4.0, f64::NAN)], None).unwrap();
         assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
     }
 }

@@ -29,7 +29,8 @@ pub fn write_all(dir: &PlotDir, comparisons: &[ExperimentComparison]) -> anyhow:
             .collect();
         if !points.is_empty() {
             let title = format!("{}: simulated vs real, active stages", metric.name());
-            dir.save(&format!("parity_{}.svg", metric.name()), &against_diagonal(&title, "real", "simulated", &points, Some(0.1))?)?;
+            let svg = against_diagonal(&title, "real (ms)", "simulated (ms)", "one stage of one experiment", &points, Some(0.1))?;
+            dir.save(&format!("parity_{}.svg", metric.name()), &svg)?;
         }
     }
     for c in comparisons {
