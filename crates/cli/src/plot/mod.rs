@@ -192,6 +192,14 @@ mod tests {
     #[test]
     fn a_parity_plot_leaves_out_points_it_cannot_place() {
         let svg = against_diagonal("t", "real", "simulated", "points", &[(1.0, 2.0), (f64::INFINITY, 3.0), (4.0, f64::NAN)], None).unwrap();
-        assert_eq!(svg.matches("<circle").count(), 1, "{svg}");
+        assert_eq!(svg.matches("<circle").count(), 2, "one point and its legend marker: {svg}");
+    }
+
+    #[test]
+    fn every_series_of_a_parity_plot_is_in_the_legend() {
+        let svg = against_diagonal("t", "real (ms)", "simulated (ms)", "stages", &[(1.0, 1.1), (2.0, 1.9)], Some(0.1)).unwrap();
+        for label in ["y = x", "y = (1 ± 0.1)·x", "stages", "real (ms)", "simulated (ms)"] {
+            assert!(svg.contains(label), "{label} missing");
+        }
     }
 }
