@@ -1,6 +1,7 @@
 //! End-to-end tests of the `blis` binary, one module per behaviour, built
 //! into one test binary.
 
+mod architecture;
 mod bad_input;
 mod calibrate;
 mod cluster;

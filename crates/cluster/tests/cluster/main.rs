@@ -7,3 +7,4 @@ mod invariants;
 mod policies;
 mod routing;
 mod single_instance;
+mod snapshots;

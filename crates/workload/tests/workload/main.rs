@@ -3,4 +3,5 @@
 //! One test binary, one module per behaviour.
 
 mod mutated_specs;
+mod open;
 mod sessions;

@@ -1,0 +1,89 @@
+//! A scenario resolves every knob once, says where each value came from,
+//! applies vLLM's rules the same way whatever layer a value came from, and
+//! simulates deterministically.
+
+use blis_scenario::deployment::{LongContext, Server};
+use blis_scenario::knobs::{KnobValues, Knobs, Source};
+use blis_scenario::{Outputs, Scenario, simulate};
+
+const MODEL: &str = "meta-llama/llama-3.1-8b-instruct";
+
+fn given(values: KnobValues) -> KnobValues {
+    KnobValues { model: Some(MODEL.into()), num_requests: Some(40), ..values }
+}
+
+fn source_of(config: &blis_scenario::knobs::ConfigReport, key: &str) -> String {
+    config[key]["source"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn every_value_is_reported_with_its_source() {
+    let file = KnobValues { max_num_seqs: Some(64), ..KnobValues::default() };
+    let scenario = Scenario::from_values(&given(KnobValues { rate: Some(5.0), ..KnobValues::default() }), vec![(file, "--config run.yaml".into())]);
+    let resolved = scenario.resolve().unwrap();
+    let c = &resolved.config;
+    assert_eq!(source_of(c, "rate"), "flag");
+    assert_eq!(source_of(c, "max-num-seqs"), "file");
+    assert_eq!(source_of(c, "block-size"), "default");
+    for derived in ["max-model-len", "num-gpu-blocks", "latency-model", "coefficients"] {
+        assert_eq!(source_of(c, derived), "derived", "{derived}");
+    }
+    assert_eq!(c["max-model-len"]["value"], 131_072, "Llama-3.1's context");
+    assert_eq!(resolved.deployment.server.instance.scheduler.max_num_seqs, 64);
+    assert!(resolved.deployment.server.kv_budget.is_some());
+}
+
+#[test]
+fn a_bad_value_names_the_file_it_came_from() {
+    let file = KnobValues { block_size: Some(7), ..KnobValues::default() };
+    let e = Scenario::from_values(&given(KnobValues::default()), vec![(file, "--config run.yaml".into())]).resolve().err().unwrap();
+    assert_eq!(e.0, "--config run.yaml: block-size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens");
+    let flag = KnobValues { block_size: Some(7), ..KnobValues::default() };
+    let e = Scenario::from_values(&given(flag), Vec::new()).resolve().err().unwrap();
+    assert!(e.0.starts_with("--block-size 7: "), "{e}");
+}
+
+/// vLLM's rule: without chunked prefill a default token budget grows to hold
+/// a whole prompt. It applies to an experiment's recorded knobs (file
+/// layers) as to flags, but not to a budget someone set.
+#[test]
+fn the_budget_grows_without_chunked_prefill_from_any_layer_unless_set() {
+    let recorded = KnobValues { model: Some(MODEL.into()), enable_chunked_prefill: Some(false), max_model_len: Some(16_384), ..KnobValues::default() };
+    let resolve = |layers: &[(&KnobValues, Source)]| {
+        let knobs = Knobs::layered(layers);
+        let mut report = knobs.report();
+        let server = Server::resolve(&knobs, LongContext::Recorded, &mut report, &mut Vec::new()).unwrap();
+        (server.instance.scheduler.max_num_batched_tokens, report)
+    };
+    let (budget, report) = resolve(&[(&recorded, Source::File)]);
+    assert_eq!(budget, 16_384);
+    assert_eq!(report["max-num-batched-tokens"]["source"], "derived");
+    let set = KnobValues { max_num_batched_tokens: Some(32_768), ..KnobValues::default() };
+    assert_eq!(resolve(&[(&set, Source::Flag), (&recorded, Source::File)]).0, 32_768);
+}
+
+#[test]
+fn a_context_longer_than_the_model_allows_is_refused_warned_or_taken_as_recorded() {
+    let long = KnobValues { model: Some("meta-llama/Llama-2-7b-hf".into()), max_model_len: Some(8192), ..KnobValues::default() };
+    let knobs = Knobs::layered(&[(&long, Source::Flag)]);
+    let mut warnings = Vec::new();
+    let e = Server::resolve(&knobs, LongContext::Refused, &mut knobs.report(), &mut warnings).err().unwrap();
+    assert!(e.0.contains("longer than the 4096 tokens") && e.0.contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"), "{e}");
+    let s = Server::resolve(&knobs, LongContext::Allowed, &mut knobs.report(), &mut warnings).unwrap();
+    assert_eq!((s.instance.scheduler.max_model_len, warnings.len()), (8192, 1));
+    Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut warnings).unwrap();
+    assert_eq!(warnings.len(), 1, "a recorded server is taken as it ran");
+}
+
+#[test]
+fn the_same_scenario_simulates_to_the_same_report() {
+    let values = given(KnobValues { num_instances: Some(3), routing_policy: Some("least-loaded".into()), tenant_mix: Some("a:1,b:2".into()), ..KnobValues::default() });
+    let scenario = Scenario::from_values(&values, Vec::new());
+    let json = || serde_json::to_string(&simulate(scenario.resolve().unwrap(), Outputs::default()).unwrap()).unwrap();
+    let (a, b) = (json(), json());
+    assert_eq!(a, b);
+    let report: serde_json::Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(report["requests"]["completed"], 40);
+    assert_eq!(report["cluster"]["num_instances"], 3);
+    assert_eq!(report["cluster"]["tenants"].as_object().unwrap().len(), 2);
+}
