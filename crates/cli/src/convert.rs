@@ -12,7 +12,8 @@ use crate::output::{output_dir, warn, write_checked_spec};
 #[derive(clap::Subcommand, Debug)]
 pub enum ConvertCommand {
     /// Import a ServeGen data directory (chunk-*-trace.csv, chunk-*-dataset.json) as a workload spec.
-    #[command(after_help = "Example:\n  blis convert servegen --path data/language/m-large --span-end 3600 --output w.yaml")]
+    #[command(after_help = "Examples:\n  blis convert servegen --path examples/servegen/language-mini --output w.yaml\n  \
+    blis convert servegen --path ServeGen/data/language/m-large --span-end 3600 --output w.yaml   (a ServeGen checkout)")]
     Servegen(ServeGenArgs),
 }
 
