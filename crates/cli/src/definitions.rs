@@ -12,7 +12,7 @@ use crate::error::BadInput;
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct DefinitionArgs {
     /// HuggingFace config.json used for every experiment instead of its model's. [default: the bundled
-    /// config of the model exp-config.yaml names, else model_configs/<name>/config.json in a parent directory]
+    /// config of the model exp-config.yaml names, else model_configs/NAME/config.json in a parent directory]
     #[arg(long, value_name = "PATH")]
     pub model_config: Option<PathBuf>,
     /// GPU spec JSON (BLIS's fields, or a vendor datasheet with compute/memory/interconnect) used for every

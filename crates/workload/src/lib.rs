@@ -8,6 +8,10 @@
 //!
 //! Reading order:
 //!
+//! * [`source`]: the one entry point, [`open`]: what to run (synthetic flags,
+//!   a spec or inference-perf file, a built-in, a trace, a recorded
+//!   inference-perf run) and how (overrides, a concurrency cap, label
+//!   mixes) become one request stream; every BLIS command reads workloads here.
 //! * [`spec`]: the ServeGen-style workload spec language (YAML), strict
 //!   parsing and command-line overrides; [`builtin`]: presets and scenarios
 //!   written in it.
@@ -26,19 +30,25 @@
 //!   (`--tenant-mix`, `--slo-class-mix`).
 //! * [`inference_perf`]: inference-perf's configuration, shared-prefix prompt
 //!   set and staged load, as `blis validate` reproduces real runs.
-//! * [`source`]: the one entry point, [`open`]: synthetic flags, specs,
-//!   built-ins, inference-perf configurations and runs, traces.
+//! * [`limits`]: the bounds every value is checked against.
 //!
 //! Files are read with `blis_data::textfile`'s bounds.
 //!
 //! ## Example
 //!
 //! ```
-//! use blis_workload::spec::load;
+//! use blis_engine::driver::Workload;
+//! use blis_workload::{OpenOptions, WorkloadInput, open, spec::load};
 //!
 //! let plan = load("preset:chatbot").unwrap().plan().unwrap();
 //! let first: Vec<_> = plan.generator().take(3).collect();
 //! assert!(first.windows(2).all(|w| w[0].request.arrival <= w[1].request.arrival));
+//!
+//! // What `blis run --workload preset:chatbot --num-requests 5` streams:
+//! let options = OpenOptions { overrides: blis_workload::spec::Overrides { num_requests: Some(5), ..Default::default() }, ..Default::default() };
+//! let mut workload = open(&WorkloadInput::Builtin("preset:chatbot".into()), &options).unwrap();
+//! assert_eq!(workload.expected_requests, 5);
+//! assert!(workload.stream.next_request().is_some());
 //! ```
 
 #![warn(missing_docs)]

@@ -2,10 +2,11 @@
 //! the `priority-fcfs` instance scheduler and `lowest-priority` preemption
 //! read it, and `predictive-slo` admission counts queued requests by it.
 //!
-//! Templates: `constant` [value]; `slo-class` [scores, default]: by SLO class,
-//! by default the class's urgency (tightest TTFT target highest);
-//! `tenant-priority` [scores, default]; `deadline-aware` [slack_ms,
-//! default_slack_ms]: earliest deadline first; `inverted-slo` (pathological):
+//! Templates (parameters in parentheses): `constant` (value); `slo-class`
+//! (scores, default): by SLO class, by default the class's urgency
+//! (tightest TTFT target highest); `tenant-priority` (scores, default);
+//! `deadline-aware` (slack_ms, default_slack_ms): earliest deadline first;
+//! `inverted-slo` (pathological):
 //! the negation of `slo-class`, so the least urgent class goes first.
 
 use std::collections::BTreeMap;

@@ -2,8 +2,8 @@
 //! the routing event from the instance snapshots (never pre-dispatched).
 //!
 //! Templates: `round-robin`; `least-loaded` (smallest queued + running +
-//! pending); `weighted` [scorers]: the weighted mean of scorers in [0, 1];
-//! `prefix-affinity` [min_match_blocks]: the instance with the longest
+//! pending); `weighted` (scorers): the weighted mean of scorers in [0, 1];
+//! `prefix-affinity` (min_match_blocks): the instance with the longest
 //! router-index prefix match (least loaded among equals), least-loaded when
 //! no instance matches enough; `always-busiest` (pathological: the most
 //! loaded instance). Equal scores go to the lowest instance id.

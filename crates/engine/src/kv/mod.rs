@@ -21,7 +21,7 @@
 //! its free-queue links or its reference count (a block is in the queue
 //! exactly when no request holds it), so an operation on a block touches one
 //! cache line; which blocks carry a hash is a bitset of 1 bit per block. The
-//! index is a compact open-addressing table of block ids ([`index`]). A
+//! index is a compact open-addressing table of block ids (`index.rs`). A
 //! block's life costs one index insertion when it is registered and one
 //! index probe when it is evicted; a decode step whose blocks already hold
 //! its token costs no index or block access at all ([`KvCache::holds`]).

@@ -5,7 +5,7 @@
 //! or a single JSON response, `stream_options.include_usage`), `GET
 //! /v1/models`, `GET /health`, `GET /metrics` (Prometheus text with vLLM's
 //! metric names). Each request enters the simulated engine at its wall-clock
-//! arrival ([`realtime`]); its tokens are sent when the simulated engine emits
+//! arrival (`realtime.rs`); its tokens are sent when the simulated engine emits
 //! them. Failures can be injected at a configured rate: HTTP 429, HTTP 503,
 //! or a connection dropped mid-response.
 
