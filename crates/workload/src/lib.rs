@@ -53,6 +53,34 @@
 
 #![warn(missing_docs)]
 
+/// Implements [`RequestSource`] and the engine's `Workload` for a replay
+/// that reads ahead: its `fill()` puts the next request in `next` (leaving
+/// it empty at the end of the file), and keeps in `error` the first error
+/// met after the file was checked (it changed underneath us), where the
+/// stream ends.
+macro_rules! buffered_replay {
+    ($ty:ty) => {
+        impl $crate::RequestSource for $ty {
+            fn take_error(&mut self) -> Option<$crate::error::WorkloadError> {
+                self.error.take()
+            }
+        }
+
+        impl blis_engine::driver::Workload for $ty {
+            fn peek_arrival(&mut self) -> Option<blis_engine::time::Micros> {
+                self.fill();
+                self.next.as_ref().map(|r| r.arrival)
+            }
+
+            fn next_request(&mut self) -> Option<blis_engine::request::Request> {
+                self.fill();
+                self.next.take()
+            }
+        }
+    };
+}
+pub(crate) use buffered_replay;
+
 pub mod arrival;
 pub mod builtin;
 pub mod client;

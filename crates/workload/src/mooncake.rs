@@ -16,7 +16,6 @@ use std::path::{Path, PathBuf};
 
 use blis_engine::request::{Labels, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
 use blis_engine::rng::mix64;
-use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use serde::Deserialize;
 
@@ -151,28 +150,12 @@ impl MooncakeReplay {
     }
 }
 
-impl crate::RequestSource for MooncakeReplay {
-    /// The first error met after [`MooncakeReplay::open`] checked the file (it
-    /// changed underneath us); the stream ends at it.
-    fn take_error(&mut self) -> Option<WorkloadError> {
-        self.error.take()
-    }
-}
-
-impl Workload for MooncakeReplay {
-    fn peek_arrival(&mut self) -> Option<Micros> {
-        self.fill();
-        self.next.as_ref().map(|r| r.arrival)
-    }
-
-    fn next_request(&mut self) -> Option<Request> {
-        self.fill();
-        self.next.take()
-    }
-}
+crate::buffered_replay!(MooncakeReplay);
 
 #[cfg(test)]
 mod tests {
+    use blis_engine::driver::Workload;
+
     use super::*;
     use crate::RequestSource;
     use blis_engine::request::extend_block_hashes;

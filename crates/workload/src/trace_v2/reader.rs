@@ -6,7 +6,6 @@ use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use blis_data::textfile::LineCapped;
-use blis_engine::driver::Workload;
 use blis_engine::request::{Labels, Request, RequestId, RequestMeta, SloClassId, TenantId, TokenRun, TokenSeq};
 use blis_engine::time::Micros;
 use rustc_hash::FxHashMap;
@@ -462,22 +461,4 @@ impl TraceReplay {
     }
 }
 
-impl crate::RequestSource for TraceReplay {
-    /// The first error met after [`TraceReplay::open`] checked the file (it
-    /// changed underneath us); the stream ends at it.
-    fn take_error(&mut self) -> Option<WorkloadError> {
-        self.error.take()
-    }
-}
-
-impl Workload for TraceReplay {
-    fn peek_arrival(&mut self) -> Option<Micros> {
-        self.fill();
-        self.next.as_ref().map(|r| r.arrival)
-    }
-
-    fn next_request(&mut self) -> Option<Request> {
-        self.fill();
-        self.next.take()
-    }
-}
+crate::buffered_replay!(TraceReplay);
