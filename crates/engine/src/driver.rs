@@ -21,9 +21,12 @@
 //!
 //! **Foreground and background.** A control plane schedules its events in
 //! the foreground (admission, routing, delivery: work in progress) or in the
-//! background (periodic chores such as a snapshot refresh). Background
-//! events never keep a run alive: a run ends when only they remain, and its
-//! end time is that of the last foreground event.
+//! background (periodic chores such as a snapshot refresh or an autoscaler
+//! tick, and what they set in motion, such as a replica coming up).
+//! Background events never keep a run alive on their own: a run ends when
+//! only they remain, unless the control plane holds requests (waiting for a
+//! replica to come up, say), and its end time is that of the last event
+//! that did something for a request.
 //!
 //! **Cost.** Choosing the next event is O(log N) (a lazy heap of the
 //! instances' next-event keys, refreshed whenever an instance is touched;
@@ -34,7 +37,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 use crate::event::{EventClass, EventKey, EventQueue};
-use crate::instance::{Instance, Observer, QueueEvent, StepEvent, TokenEvent};
+use crate::instance::{Evict, Instance, Observer, QueueEvent, StepEvent, TokenEvent};
 use crate::request::{Request, RequestId, RequestRecord};
 use crate::time::Micros;
 
@@ -146,6 +149,46 @@ impl Fleet {
     /// The current time.
     pub fn now(&self) -> Micros {
         self.now
+    }
+
+    /// Adds an idle instance (a replica coming up); its id must be the
+    /// fleet's size, which this returns.
+    pub fn add(&mut self, instance: Instance) -> u32 {
+        let id = self.instances.len() as u32;
+        debug_assert_eq!(instance.id(), id, "instance ids must be their indices");
+        self.instances.push(instance);
+        self.heap_key.push(None);
+        if self.instances.len() == 2 {
+            // One instance needed no heap; two do.
+            self.reschedule(0);
+        }
+        self.reschedule(id as usize);
+        id
+    }
+
+    /// Puts `instance` (with id `i`, idle) in slot `i` in place of an idle
+    /// instance, which it returns: a new replica taking a retired one's place.
+    pub fn replace(&mut self, i: usize, instance: Instance) -> Instance {
+        debug_assert_eq!(
+            instance.id() as usize,
+            i,
+            "instance ids must be their indices"
+        );
+        debug_assert!(self.instances[i].is_idle(), "replacing a busy instance");
+        let old = std::mem::replace(&mut self.instances[i], instance);
+        self.reschedule(i);
+        old
+    }
+
+    /// Takes requests away from instance `i` now ([`Instance::evict`]).
+    pub fn evict(&mut self, i: usize, which: Evict, out: &mut Vec<Request>) {
+        self.instances[i].evict(which, self.now, out);
+        self.reschedule(i);
+    }
+
+    /// Sets instance `i`'s step-time multiplier ([`Instance::set_step_slowdown`]).
+    pub fn set_step_slowdown(&mut self, i: usize, factor: f64) {
+        self.instances[i].set_step_slowdown(factor);
     }
 
     /// Hands `req` to instance `i` now ([`Instance::inject`]); with
@@ -412,10 +455,23 @@ impl<P: ControlPlane> Driver<P> {
         loop {
             let arrival = workload.peek_arrival().map(|t| (t, EventClass::ClusterArrival, 0, 0));
             let control = self.events.peek_key().map(|k| (k.time, k.class, 0, k.seq));
-            let instance = self.fleet.peek().map(|(k, i)| (k.time, k.class, i + 1, k.seq));
-            let Some(foreground) = [arrival, control, instance].into_iter().flatten().min() else { break };
-            let background = self.background.peek_key().map(|k| (k.time, k.class, 0, k.seq)).filter(|b| *b < foreground);
-            let next = background.unwrap_or(foreground);
+            let instance = self
+                .fleet
+                .peek()
+                .map(|(k, i)| (k.time, k.class, i + 1, k.seq));
+            let foreground = [arrival, control, instance].into_iter().flatten().min();
+            let background = self
+                .background
+                .peek_key()
+                .map(|k| (k.time, k.class, 0, k.seq));
+            let next = match (foreground, background) {
+                (Some(f), Some(b)) if b < f => b,
+                (Some(f), _) => f,
+                // Only chores are left: they matter only to requests the plane holds.
+                (None, Some(b)) if self.plane.holding() > 0 => b,
+                (None, _) => break,
+            };
+            let background = (Some(next) == background).then_some(next);
             let t = next.0;
             if t > limit {
                 end = limit;

@@ -35,6 +35,10 @@ pub enum EventClass {
     /// A periodic refresh of the control plane's instance snapshots (a
     /// background event: it sees the state after everything else at its instant).
     SnapshotRefresh = 6,
+    /// An autoscaler's chore: a metrics scrape, a scaling decision, a
+    /// replica's lifecycle step (a background event, after everything else
+    /// at its instant).
+    ScalingTick = 7,
 }
 
 /// The ordering key of one event.

@@ -85,6 +85,16 @@ pub struct QueueEvent {
     pub change: QueueChange,
 }
 
+/// Which requests [`Instance::evict`] takes away from an instance.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum Evict {
+    /// Every request: running ones lose their progress and recompute wherever they go next.
+    All,
+    /// Requests that have not started running: arriving, or in the wait
+    /// queue (preempted ones included, which restart anyway).
+    Unstarted,
+}
+
 /// Receives what happens inside instances. Implementations must not assume
 /// anything about wall-clock time; they are called in simulated-time order.
 pub trait Observer {
@@ -158,6 +168,11 @@ enum Status {
     Incoming,
     Waiting,
     Running,
+    /// Taken away by [`Instance::evict`] while its step or arrival was in
+    /// flight: released silently when that completes.
+    Moved,
+    /// A slot no request holds.
+    Free,
 }
 
 /// A request on the instance, laid out for the step loop, which visits every
@@ -242,6 +257,25 @@ pub struct InstanceStats {
     pub overheads_clamped: u64,
 }
 
+impl InstanceStats {
+    /// Adds `other`'s counters to these (the peak is the larger one): the
+    /// totals of replicas that took turns in one slot.
+    pub fn absorb(&mut self, other: &InstanceStats) {
+        self.injected += other.injected;
+        self.steps += other.steps;
+        self.batch_requests += other.batch_requests;
+        self.batch_tokens += other.batch_tokens;
+        self.preemptions += other.preemptions;
+        self.prefix_query_tokens += other.prefix_query_tokens;
+        self.prefix_hit_tokens += other.prefix_hit_tokens;
+        self.kv_usage_peak = self.kv_usage_peak.max(other.kv_usage_peak);
+        self.kv_usage_integral += other.kv_usage_integral;
+        self.busy += other.busy;
+        self.steps_clamped += other.steps_clamped;
+        self.overheads_clamped += other.overheads_clamped;
+    }
+}
+
 /// A single vLLM-like serving instance.
 pub struct Instance {
     id: u32,
@@ -268,6 +302,8 @@ pub struct Instance {
     // Wait-queue changes made while forming the step in flight, reported by `on_step_boundary`.
     queue_log: Vec<(u32, QueueChange)>,
     preemption_ema: f64,
+    /// Multiplier of every step time (warm-up); 1 when warm.
+    step_slowdown: f64,
     now: Micros,
     stats: InstanceStats,
 }
@@ -303,6 +339,7 @@ impl Instance {
             hit_scratch: Vec::new(),
             queue_log: Vec::new(),
             preemption_ema: 0.0,
+            step_slowdown: 1.0,
             now: Micros::ZERO,
             stats: InstanceStats::default(),
         })
@@ -442,7 +479,9 @@ impl Instance {
         self.live_count += 1;
         self.events.push(now + delay, EventClass::InstanceArrival, InstEvent::Enqueue(slot));
         if let Some(timeout) = self.cfg.client_timeout {
-            self.events.push(arrival + timeout, EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
+            // A request held up on its way (a shaping delay, a re-route) may
+            // arrive after its client gave up: it times out at once.
+            self.events.push((arrival + timeout).max(now), EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
         }
     }
 
@@ -528,6 +567,11 @@ impl Instance {
         self.arriving -= 1;
         let now = self.now;
         let live = &mut self.slots[slot as usize];
+        if live.status == Status::Moved {
+            self.live_count -= 1;
+            self.release(slot);
+            return;
+        }
         if live.aborted {
             // Timed out before reaching the queue.
             self.finish(slot, Outcome::TimedOut, obs);
@@ -610,6 +654,8 @@ impl Instance {
                 self.running.retain(|&s| s != slot);
                 self.finish(slot, Outcome::TimedOut, obs);
             }
+            // Gone already (an aborted slot returned above).
+            Status::Moved | Status::Free => {}
         }
     }
 
@@ -675,6 +721,12 @@ impl Instance {
             while k < self.running.len() {
                 let slot = self.running[k];
                 let live = &self.slots[slot as usize];
+                if live.status == Status::Moved {
+                    self.running.remove(k);
+                    self.live_count -= 1;
+                    self.release(slot);
+                    continue;
+                }
                 let outcome = if live.aborted {
                     Some(Outcome::TimedOut)
                 } else if live.num_output >= live.req.max_output_tokens {
@@ -699,9 +751,9 @@ impl Instance {
     fn finish(&mut self, slot: u32, outcome: Outcome, obs: &mut dyn Observer) {
         let now = self.now;
         let completion = self.latency.completion_overhead();
-        self.stats.overheads_clamped += u64::from(outcome == Outcome::Completed && completion >= crate::latency::MAX_STEP);
-        let live = &mut self.slots[slot as usize];
-        self.kv.free(&mut live.table);
+        self.stats.overheads_clamped +=
+            u64::from(outcome == Outcome::Completed && completion >= crate::latency::MAX_STEP);
+        let live = &self.slots[slot as usize];
         let finished = match outcome {
             Outcome::Completed => live.last_token.unwrap_or(now) + completion,
             Outcome::TimedOut => match self.cfg.client_timeout {
@@ -726,7 +778,18 @@ impl Instance {
             cached_prompt_tokens: live.cached_prompt_tokens,
             preemptions: live.preemptions,
         };
+        self.live_count -= 1;
+        self.release(slot);
+        obs.on_finish(&record);
+    }
+
+    /// Marks `slot` free (its blocks were freed) for the next request.
+    fn release(&mut self, slot: u32) {
+        let live = &mut self.slots[slot as usize];
+        self.kv.free(&mut live.table);
         live.aborted = true; // the slot is dead until reused
+        live.status = Status::Free;
+        live.in_step = false;
         // The prompt is not needed any more (it may hold a long list of real
         // token ids). The block table and hashes are kept for the slot's next
         // request unless so many slots are free already that this one will
@@ -737,9 +800,66 @@ impl Instance {
             live.table.blocks = Vec::new();
             live.hashes = Vec::new();
         }
-        self.live_count -= 1;
         self.free_slots.push(slot);
-        obs.on_finish(&record);
+    }
+
+    /// Takes requests away from the instance (a replica that is being
+    /// removed): they are appended to `out` as they arrived, keep no
+    /// progress, leave no record here, and free their KV blocks now (a
+    /// request in the step in flight frees them when the step ends). A
+    /// request whose client already gave up stays, to time out here.
+    pub fn evict(&mut self, which: Evict, now: Micros, out: &mut Vec<Request>) {
+        self.advance_clock(now);
+        for slot in 0..self.slots.len() as u32 {
+            let live = &mut self.slots[slot as usize];
+            if live.aborted {
+                continue;
+            }
+            let take = match live.status {
+                Status::Arriving | Status::Incoming | Status::Waiting => true,
+                Status::Running => which == Evict::All,
+                Status::Moved | Status::Free => false,
+            };
+            if !take {
+                continue;
+            }
+            out.push(live.req.clone());
+            match live.status {
+                // Released when its hand-off or its step completes.
+                Status::Arriving => {
+                    live.status = Status::Moved;
+                    live.aborted = true;
+                }
+                Status::Running if live.in_step => {
+                    live.status = Status::Moved;
+                    live.aborted = true;
+                }
+                Status::Incoming => {
+                    self.incoming.retain(|&s| s != slot);
+                    self.live_count -= 1;
+                    self.release(slot);
+                }
+                Status::Waiting => {
+                    let key = live.key;
+                    let removed = self.waiting.remove(key, slot);
+                    debug_assert!(removed, "waiting request missing from the queue");
+                    self.live_count -= 1;
+                    self.release(slot);
+                }
+                _ => {
+                    self.running.retain(|&s| s != slot);
+                    self.live_count -= 1;
+                    self.release(slot);
+                }
+            }
+        }
+        self.discard_stale_timeouts();
+    }
+
+    /// Multiplies every later step time by `factor` (≥ 1: a replica warming
+    /// up, slower until its kernels are compiled and its CUDA graphs captured).
+    pub fn set_step_slowdown(&mut self, factor: f64) {
+        self.step_slowdown = factor;
     }
 
     /// Forms the next batch and starts it, or goes idle when there is no work.
@@ -765,8 +885,17 @@ impl Instance {
             }
         }
         self.step_load = self.load();
-        let batch = StepBatch { entries: &self.entries, load: self.step_load, preempted: self.step_preempted };
-        let duration = self.latency.step_time(&batch);
+        let batch = StepBatch {
+            entries: &self.entries,
+            load: self.step_load,
+            preempted: self.step_preempted,
+        };
+        let mut duration = self.latency.step_time(&batch);
+        if self.step_slowdown != 1.0 {
+            duration = Micros::from_us_f64(duration.0 as f64 * self.step_slowdown)
+                .unwrap_or(crate::latency::MAX_STEP)
+                .min(crate::latency::MAX_STEP);
+        }
         let tokens: u64 = self.entries.iter().map(|e| u64::from(e.new_tokens)).sum();
         let usage = self.kv.usage();
         let s = &mut self.stats;

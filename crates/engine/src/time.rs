@@ -86,6 +86,53 @@ impl Micros {
     }
 }
 
+/// Parses a duration as people write it: a number with a unit (`500us`,
+/// `250ms`, `30s`, `4m`, `1.5h`) or a bare number of seconds; at most
+/// [`MAX_SPAN_S`]. The error says what is accepted.
+pub fn parse_duration(text: &str) -> Result<Micros, String> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| {
+            !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')
+        })
+        .unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let per_unit_s = match unit.trim() {
+        "" | "s" => 1.0,
+        "us" | "µs" => 1e-6,
+        "ms" => 1e-3,
+        "m" | "min" => 60.0,
+        "h" => 3600.0,
+        other => {
+            return Err(format!(
+                "`{text}`: unknown unit `{other}`; a duration is a number with us, ms, s, m or h (e.g. 30s, 4m), or seconds"
+            ));
+        }
+    };
+    let value: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration such as 30s, 4m or 250ms"))?;
+    let secs = value * per_unit_s;
+    if !(secs.is_finite() && (0.0..=MAX_SPAN_S).contains(&secs)) {
+        return Err(format!("`{text}`: must be between 0 and {MAX_SPAN_S:e} s"));
+    }
+    Micros::from_secs_f64(secs).ok_or_else(|| format!("`{text}` is not a duration"))
+}
+
+/// Writes a duration in the largest unit that divides it (`30s`, `4m`,
+/// `250ms`, `7us`); [`parse_duration`] reads it back exactly.
+pub fn format_duration(d: Micros) -> String {
+    let us = d.as_us();
+    match us {
+        0 => "0s".to_string(),
+        _ if us % 3_600_000_000 == 0 => format!("{}h", us / 3_600_000_000),
+        _ if us % 60_000_000 == 0 => format!("{}m", us / 60_000_000),
+        _ if us % 1_000_000 == 0 => format!("{}s", us / 1_000_000),
+        _ if us % 1_000 == 0 => format!("{}ms", us / 1_000),
+        _ => format!("{us}us"),
+    }
+}
+
 impl Add for Micros {
     type Output = Micros;
     fn add(self, rhs: Micros) -> Micros {
@@ -131,6 +178,40 @@ mod tests {
         assert_eq!(Micros::from_secs_f64(-1.0), None);
         assert_eq!(Micros::from_secs_f64(f64::INFINITY), None);
         assert_eq!(Micros(2_500).as_ms_f64(), 2.5);
+    }
+
+    #[test]
+    fn durations_take_units_and_bare_seconds() {
+        assert_eq!(parse_duration("30s"), Ok(Micros::from_secs(30)));
+        assert_eq!(parse_duration("4m"), Ok(Micros::from_secs(240)));
+        assert_eq!(parse_duration(" 1.5h "), Ok(Micros::from_secs(5400)));
+        assert_eq!(parse_duration("250ms"), Ok(Micros(250_000)));
+        assert_eq!(parse_duration("7us"), Ok(Micros(7)));
+        assert_eq!(parse_duration("90"), Ok(Micros::from_secs(90)));
+        assert_eq!(parse_duration("0s"), Ok(Micros::ZERO));
+        for bad in ["", "s", "-1s", "1d", "NaNs", "1e9s", "four minutes"] {
+            assert!(parse_duration(bad).is_err(), "{bad}");
+        }
+        for us in [
+            0,
+            7,
+            250_000,
+            30_000_000,
+            240_000_000,
+            5_400_000_000,
+            7_200_000_000,
+            1_500,
+        ] {
+            let text = format_duration(Micros(us));
+            assert_eq!(parse_duration(&text), Ok(Micros(us)), "{text}");
+        }
+        assert_eq!(
+            (
+                format_duration(Micros::from_secs(240)),
+                format_duration(Micros(1_500))
+            ),
+            ("4m".to_string(), "1500us".to_string())
+        );
     }
 
     #[test]
