@@ -1,11 +1,13 @@
 //! The decision trace of `blis run --trace-output`: one JSON line per
-//! admission and routing decision, then a summary line.
+//! admission and routing decision (with autoscaling, per scaling decision
+//! and replica transition too), then a summary line.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
+use blis_cluster::autoscale::ScaleTrace;
 use blis_cluster::trace::{AdmissionTrace, CounterfactualReport, DecisionSink, RoutingTrace};
 use blis_engine::request::Labels;
 use serde::Serialize;
@@ -19,13 +21,14 @@ pub struct TraceWriter {
     labels: Labels,
     admissions: u64,
     routings: u64,
+    scalings: u64,
     error: Option<std::io::Error>,
 }
 
 impl TraceWriter {
     /// Opens the trace file (moved into place only by [`TraceWriter::finish`]).
     pub fn create(path: &Path, labels: Labels) -> Result<TraceWriter, BadInput> {
-        Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, error: None })
+        Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, scalings: 0, error: None })
     }
 
     fn line(&mut self, v: &impl Serialize) {
@@ -42,9 +45,11 @@ impl TraceWriter {
             kind: &'static str,
             admission_decisions: u64,
             routing_decisions: u64,
+            #[serde(skip_serializing_if = "Option::is_none")]
+            scale_decisions: Option<u64>,
             counterfactual: Option<&'a CounterfactualReport>,
         }
-        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings, counterfactual };
+        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings, scale_decisions: (self.scalings > 0).then_some(self.scalings), counterfactual };
         self.line(&summary);
         if let Some(e) = self.error {
             return Err(e).context("writing --trace-output");
@@ -151,6 +156,22 @@ impl DecisionSink for TraceWriter {
             counterfactual: d.counterfactual.map(|cf| Counterfactual { top_k: cf.top_k, regret_ms: cf.regret_ms }),
         };
         self.line(&line);
+    }
+
+    fn scale(&mut self, e: &ScaleTrace<'_>) {
+        #[derive(Serialize)]
+        struct Line<T> {
+            kind: &'static str,
+            #[serde(flatten)]
+            event: T,
+        }
+        match e {
+            ScaleTrace::Decision(d) => {
+                self.scalings += 1;
+                self.line(&Line { kind: "scale", event: d });
+            }
+            ScaleTrace::Replica(r) => self.line(&Line { kind: "replica", event: r }),
+        }
     }
 }
 

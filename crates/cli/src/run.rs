@@ -2,8 +2,12 @@
 
 use std::path::PathBuf;
 
+use std::io::Write as _;
+
+use anyhow::Context as _;
 use blis_scenario::knobs::KnobValues;
 
+use crate::error::bad_input;
 use crate::output::{AtomicFile, refuse_overwriting_inputs};
 use crate::simulate::{Files, Format, print_report, simulate};
 
@@ -39,6 +43,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub trace_output: Option<PathBuf>,
 
+    /// With autoscaling: draw load, replicas and TTFT over the run to this SVG file.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    pub plot_timeline: Option<PathBuf>,
+
     /// Do not print the summary table, progress or timing (only what --format json or --output ask for).
     #[arg(long, short, help_heading = "Output")]
     pub quiet: bool,
@@ -54,7 +62,12 @@ pub fn execute(args: RunArgs) -> anyhow::Result<()> {
 fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Result<()> {
     let k = &scenario.knobs;
     refuse_overwriting_inputs(
-        &[("output", args.output.as_deref()), ("requests-csv", args.requests_csv.as_deref()), ("trace-output", args.trace_output.as_deref())],
+        &[
+            ("output", args.output.as_deref()),
+            ("requests-csv", args.requests_csv.as_deref()),
+            ("trace-output", args.trace_output.as_deref()),
+            ("plot-timeline", args.plot_timeline.as_deref()),
+        ],
         &[
             ("config", args.config.as_deref()),
             ("workload-spec", k.workload_spec.value.as_deref()),
@@ -67,6 +80,16 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
     )?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let files = Files { requests_csv: args.requests_csv.as_deref(), trace_output: args.trace_output.as_deref(), quiet: args.quiet };
+    let plot = args.plot_timeline.as_deref().map(|p| AtomicFile::create("plot-timeline", p)).transpose()?;
     let (report, wall_s) = simulate(scenario, files, None)?;
+    if let Some(mut file) = plot {
+        let Some(a) = &report.cluster.autoscaling else {
+            return Err(bad_input!("--plot-timeline needs autoscaling (--autoscale-policy NAME, or an autoscale section in --policy-config)").into());
+        };
+        let title = format!("{} on {}: {} autoscaling", report.deployment.model, report.deployment.hardware, a.policy);
+        let svg = crate::plot::autoscale::timeline(&title, &a.timeline)?;
+        file.writer().write_all(svg.as_bytes()).context("writing --plot-timeline")?;
+        file.commit()?;
+    }
     print_report(&report, &report, args.format, output, args.quiet, wall_s)
 }

@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use blis_cluster::autoscale::AutoscalingReport;
 use blis_cluster::metrics::ClusterSummary;
 use blis_engine::metrics::{Distribution, GroupSummary};
 use blis_scenario::report::{ClientLatencyReport, RunReport};
@@ -125,6 +126,9 @@ pub fn table(report: &RunReport) -> String {
     if worth_showing(&report.cluster) {
         out.push_str(&cluster_table(&report.cluster));
     }
+    if let Some(a) = &report.cluster.autoscaling {
+        out.push_str(&autoscaling_table(a));
+    }
     let _ = writeln!(out, "{:=^84}", "");
     out
 }
@@ -155,6 +159,39 @@ fn breakdown_table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSum
                 cell(&l.e2e, l.e2e.p50),
                 cell(&l.e2e, l.e2e.p99)
             );
+        }
+    }
+    out
+}
+
+/// The autoscaling part of the human summary.
+fn autoscaling_table(a: &AutoscalingReport) -> String {
+    let mut out = String::new();
+    let line = |out: &mut String, k: &str, v: String| {
+        let _ = writeln!(out, "{k:<44}{v}");
+    };
+    let _ = writeln!(out, "{:-^84}", " Autoscaling ");
+    line(&mut out, "Policy; replicas min–max (peak):", format!("{}; {}–{} ({})", a.policy, a.min_replicas, a.max_replicas, a.peak_replicas));
+    line(&mut out, "Decisions; scale-ups / downs; oscillations:", format!("{}; {} / {}; {}", a.decisions, a.scale_ups, a.scale_downs, a.oscillations));
+    line(&mut out, "Replicas added / removed; re-routed:", format!("{} / {}; {}", a.replicas_added, a.replicas_removed, a.rerouted_requests));
+    if a.held_requests > 0 || a.cold_starts > 0 {
+        let wait = a.held_wait_ms.as_ref().map_or("—".to_string(), |d| format!("{} / {}", latency_cell(d.mean), latency_cell(d.p99)));
+        line(&mut out, "Cold starts; held, wait ms mean / p99:", format!("{}; {}, {wait}", a.cold_starts, a.held_requests));
+    }
+    line(&mut out, "Replica-hours; GPU-hours:", format!("{:.2}; {:.2}", a.replica_seconds / 3600.0, a.gpu_hours));
+    match a.cost {
+        Some(cost) => {
+            let per_m = a.cost_per_million_output_tokens.map_or("—".to_string(), |c| format!("{c:.3}"));
+            let per_dollar = a.goodput_per_dollar.map_or("—".to_string(), |g| format!("{g:.0}"));
+            line(&mut out, "Cost $; per 1M output tok; SLO-met req/$:", format!("{cost:.2}; {per_m}; {per_dollar}"));
+        }
+        None => line(&mut out, "Cost:", "— (set --gpu-hour-cost or cost_per_gpu_hour)".to_string()),
+    }
+    if a.pools.len() > 1 {
+        let _ = writeln!(out, "{:<16}{:>10}{:>10}{:>14}{:>12}{:>12}", "Pool", "GPU", "replicas", "ready-hours", "GPU-hours", "cost ($)");
+        for p in &a.pools {
+            let cost = p.cost.map_or("—".to_string(), |c| format!("{c:.2}"));
+            let _ = writeln!(out, "{:<16}{:>10}{:>10}{:>14.2}{:>12.2}{cost:>12}", p.name, p.hardware, p.replicas_started, p.ready_replica_seconds / 3600.0, p.gpu_hours);
         }
     }
     out

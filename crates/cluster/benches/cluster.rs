@@ -56,6 +56,7 @@ fn simulate(n: u32, routing: serde_json::Value, spec: &SyntheticSpec) -> u64 {
         routing_latency: Micros::ZERO,
         labels: Labels::default(),
         counterfactual_k: 0,
+        autoscale: None,
     })
     .unwrap();
     let mut metrics = Collector::default();
@@ -98,6 +99,7 @@ fn routing_cost(c: &mut Criterion) {
                 routing_latency: Micros::ZERO,
                 labels: Labels::default(),
                 counterfactual_k: 0,
+                autoscale: None,
             })
             .unwrap();
             // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.

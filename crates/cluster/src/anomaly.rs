@@ -76,10 +76,7 @@ impl AnomalyDetector {
 
     /// A request ended; if it ended while waiting (client timeout), it leaves the queue.
     pub fn on_finish(&mut self, r: &RequestRecord) {
-        if let Some((instance, rank)) = self.waiting_ids.remove(&r.id.0) {
-            let slot = self.slot(instance, rank);
-            self.waiting[slot] -= 1;
-        }
+        self.on_evict(r.id);
     }
 
     /// Judges the requests started by the event just processed against the
@@ -95,14 +92,36 @@ impl AnomalyDetector {
         self.started.clear();
     }
 
-    /// A request is about to be delivered to `target`.
-    pub fn on_deliver(&mut self, target: usize, instances: &[Instance]) {
+    /// A request is about to be delivered to `target`; `candidates` are
+    /// the instances it could have gone to.
+    pub fn on_deliver(&mut self, target: usize, instances: &[Instance], candidates: &[u32]) {
         if instances[target].queue_depth() == 0 {
             return;
         }
-        let idle = |inst: &Instance| inst.queue_depth() == 0 && inst.batch_size() < inst.config().scheduler.max_num_seqs;
-        if instances.iter().enumerate().any(|(j, inst)| j != target && idle(inst)) {
+        let idle = |inst: &Instance| {
+            inst.queue_depth() == 0 && inst.batch_size() < inst.config().scheduler.max_num_seqs
+        };
+        if candidates
+            .iter()
+            .any(|&j| j as usize != target && idle(&instances[j as usize]))
+        {
             self.hol_blocking_events += 1;
+        }
+    }
+
+    /// Makes room for instance slots up to `instances`.
+    pub fn ensure(&mut self, instances: usize) {
+        if instances * self.levels > self.waiting.len() {
+            self.waiting.resize(instances * self.levels, 0);
+        }
+    }
+
+    /// A waiting request was taken away from its instance (a drain): it
+    /// leaves that queue.
+    pub fn on_evict(&mut self, id: blis_engine::request::RequestId) {
+        if let Some((instance, rank)) = self.waiting_ids.remove(&id.0) {
+            let slot = self.slot(instance, rank);
+            self.waiting[slot] -= 1;
         }
     }
 }

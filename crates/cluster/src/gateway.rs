@@ -10,14 +10,23 @@
 //!                                │ router's in-flight/pending counts and prefix index updated now
 //!                                ▼
 //!                              Delivery(+ routing latency) ──► instance
-//!  background: one SnapshotRefresh per periodic snapshot field (cluster-policy-plan §D.5.2)
+//!  background: one SnapshotRefresh per periodic snapshot field (cluster-policy-plan §D.5.2);
+//!              with autoscaling, its scrapes, ticks and replica lifecycle steps
 //! ```
+//!
+//! With autoscaling ([`crate::autoscale`]), routing chooses among the
+//! routable replicas only. A request routed when none is routable waits at
+//! the gateway (held) until one is; a request that reaches a replica no
+//! longer accepting work (draining, gone) is routed again, as are requests
+//! a drain takes back.
 //!
 //! The order of simultaneous events is the driver's
 //! ([`blis_engine::driver`]): at one instant, arrivals, then admissions,
 //! routings and deliveries, then the instances' own events, then snapshot
 //! refreshes, which therefore see the state after everything else at their
 //! instant.
+
+use std::collections::VecDeque;
 
 use blis_engine::driver::{Context, ControlPlane, Fleet, Workload};
 use blis_engine::event::EventClass;
@@ -26,6 +35,8 @@ use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block
 use blis_engine::time::Micros;
 
 use crate::anomaly::AnomalyDetector;
+use crate::autoscale::scaler::{Actions, Autoscaler, Counters, ScaleEvent, Traced};
+use crate::autoscale::{ReplicaTrace, ScaleTrace};
 use crate::metrics::ClusterMetrics;
 use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RoutingPolicy, ScoreSheet};
 use crate::prefix::PrefixIndex;
@@ -40,6 +51,7 @@ macro_rules! view {
         ClusterView {
             now: $now,
             snapshots: $s.store.view(),
+            ids: &$s.candidates,
             instances: $instances,
             store: &$s.store,
             prefix: &$s.prefix,
@@ -62,6 +74,8 @@ pub enum GatewayEvent {
     Deliver(Request, u32, Option<Vec<u64>>),
     /// Re-read a periodic snapshot field of every instance (background).
     Refresh(Field),
+    /// An autoscaler event (background).
+    Scale(ScaleEvent),
 }
 
 /// State that instance callbacks update.
@@ -70,11 +84,16 @@ pub(crate) struct Book {
     pub anomalies: AnomalyDetector,
     pub dispatched: Dispatched,
     pub tenant_in_flight: Vec<u32>,
+    /// Running sums an autoscaler scrapes.
+    pub counters: Counters,
 }
 
 impl Book {
     fn on_finish(&mut self, r: &RequestRecord) {
+        let met_before = self.metrics.met_slo;
         self.metrics.on_finish(r);
+        self.counters
+            .on_finish(r, self.metrics.met_slo > met_before);
         self.anomalies.on_finish(r);
         if let Some(i) = r.instance {
             self.dispatched.in_flight[i as usize] -= 1;
@@ -149,6 +168,13 @@ pub struct Gateway<'s> {
     pub(crate) block_size: u32,
     pub(crate) in_control_plane: u64,
     pub(crate) sink: Option<&'s mut dyn DecisionSink>,
+    /// The instances a request may be routed to, by ascending id: every
+    /// instance, or with autoscaling the routable replicas.
+    pub(crate) candidates: Vec<u32>,
+    /// Requests waiting for a routable replica, with when they started waiting.
+    pub(crate) held: VecDeque<(Request, Micros)>,
+    pub(crate) scaler: Option<Box<Autoscaler>>,
+    pub(crate) actions: Actions,
 }
 
 impl Gateway<'_> {
@@ -158,7 +184,8 @@ impl Gateway<'_> {
         if hash {
             extend_block_hashes(&req.prompt, req.output_seed, 0, self.block_size, &mut self.hashes);
         }
-        self.store.assemble(now, instances, &self.book.dispatched);
+        self.store
+            .assemble(now, instances, &self.candidates, &self.book.dispatched);
     }
 
     fn on_admit(&mut self, mut req: Request, cx: &mut Context<'_, GatewayEvent>) {
@@ -197,21 +224,41 @@ impl Gateway<'_> {
     }
 
     /// Where the routing policy would send `req` now, from the current
-    /// snapshots, without dispatching it (see [`crate::Cluster::route_probe`]).
-    pub(crate) fn route_probe(&mut self, req: &Request, instances: &[Instance], now: Micros) -> u32 {
+    /// snapshots, without dispatching it (see [`crate::Cluster::route_probe`]):
+    /// the chosen candidate's position and instance id; `None` when no
+    /// instance is routable.
+    pub(crate) fn route_probe(
+        &mut self,
+        req: &Request,
+        instances: &[Instance],
+        now: Micros,
+    ) -> Option<(usize, u32)> {
+        if self.candidates.is_empty() {
+            return None;
+        }
         self.observe(req, self.hash_at_routing, instances, now);
         self.sheet.clear();
         let view = view!(self, instances, now, req);
-        let chosen = self.routing.route(req, &view, &mut self.sheet);
-        assert!((chosen as usize) < instances.len(), "routing policy chose instance {chosen} of {}", instances.len());
-        chosen
+        let k = self.routing.route(req, &view, &mut self.sheet) as usize;
+        assert!(
+            k < self.candidates.len(),
+            "routing policy chose candidate {k} of {}",
+            self.candidates.len()
+        );
+        Some((k, self.candidates[k]))
     }
 
     fn on_route(&mut self, req: Request, cx: &mut Context<'_, GatewayEvent>) {
         let now = cx.now();
-        let chosen = self.route_probe(&req, cx.instances(), now);
+        let Some((k, chosen)) = self.route_probe(&req, cx.instances(), now) else {
+            self.hold(req, cx);
+            return;
+        };
         let view = view!(self, cx.instances(), now, req);
-        let counterfactual = self.counterfactuals.as_mut().map(|c| c.judge(&req, &view, chosen));
+        let counterfactual = self
+            .counterfactuals
+            .as_mut()
+            .map(|c| c.judge(&req, &view, k));
         if let Some(s) = self.sink.as_deref_mut() {
             s.routing(&RoutingTrace {
                 time: now,
@@ -234,10 +281,37 @@ impl Gateway<'_> {
         cx.schedule(now + self.routing_latency, EventClass::InstanceArrival, GatewayEvent::Deliver(req, chosen, hashes));
     }
 
-    fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, cx: &mut Context<'_, GatewayEvent>) {
+    /// No replica is routable: the request waits at the gateway, and a
+    /// fleet scaled to zero starts one.
+    fn hold(&mut self, req: Request, cx: &mut Context<'_, GatewayEvent>) {
+        let now = cx.now();
+        self.held.push_back((req, now));
+        if let Some(scaler) = self.scaler.as_mut() {
+            let (fleet, _, _) = cx.split();
+            scaler.activate(now, fleet, &mut self.actions);
+            self.apply_actions(cx);
+        }
+    }
+
+    fn on_deliver(
+        &mut self,
+        req: Request,
+        i: usize,
+        hashes: Option<Vec<u64>>,
+        cx: &mut Context<'_, GatewayEvent>,
+    ) {
         self.book.dispatched.pending[i] -= 1;
+        if self.scaler.as_ref().is_some_and(|s| !s.accepts(i)) {
+            // The replica stopped taking work while the request was on its way.
+            self.book.dispatched.in_flight[i] -= 1;
+            self.spare_hashes.extend(hashes);
+            cx.schedule(cx.now(), EventClass::Routing, GatewayEvent::Route(req));
+            return;
+        }
         self.in_control_plane -= 1;
-        self.book.anomalies.on_deliver(i, cx.instances());
+        self.book
+            .anomalies
+            .on_deliver(i, cx.instances(), &self.candidates);
         let spare = self.with_hook(i, cx, |fleet, hook| match hashes {
             Some(mut hashes) => {
                 fleet.inject(i, req, Some(&mut hashes), hook);
@@ -261,6 +335,10 @@ impl Gateway<'_> {
         let out = act(fleet, &mut hook);
         let reported = hook.reported;
         self.after_instance_event(i, reported, fleet.instances(), now);
+        if let Some(scaler) = self.scaler.as_mut() {
+            scaler.settle(i, now, fleet, &mut self.actions);
+            self.apply_actions(cx);
+        }
         out
     }
 
@@ -287,6 +365,84 @@ impl Gateway<'_> {
         self.store.refresh(field, cx.instances(), now);
         cx.schedule_background(now + interval, EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
     }
+
+    fn on_scale(&mut self, event: ScaleEvent, cx: &mut Context<'_, GatewayEvent>) {
+        let Some(scaler) = self.scaler.as_mut() else {
+            return;
+        };
+        let now = cx.now();
+        let (fleet, _, _) = cx.split();
+        scaler.on_event(
+            event,
+            now,
+            fleet,
+            self.held.len() as u32,
+            &self.book.counters,
+            &mut self.actions,
+        );
+        self.apply_actions(cx);
+    }
+
+    /// Carries out what the autoscaler asked for: its events, the state of
+    /// new replicas' slots, requests to route again, the routable set and
+    /// held requests, the trace.
+    fn apply_actions(&mut self, cx: &mut Context<'_, GatewayEvent>) {
+        let now = cx.now();
+        for (at, event) in self.actions.schedule.drain(..) {
+            cx.schedule_background(at, EventClass::ScalingTick, GatewayEvent::Scale(event));
+        }
+        for slot in self.actions.started.drain(..) {
+            let i = slot as usize;
+            let inst = &cx.instances()[i];
+            self.store.reset(i, inst, now);
+            self.prefix.reset(i, inst.kv().usable_blocks());
+            let d = &mut self.book.dispatched;
+            if i >= d.in_flight.len() {
+                d.in_flight.resize(i + 1, 0);
+                d.pending.resize(i + 1, 0);
+            }
+            self.book.metrics.ensure_instances(i + 1);
+            self.book.anomalies.ensure(i + 1);
+            self.sheet.ensure(i + 1);
+        }
+        let rerouted = self.actions.evicted.len();
+        for (slot, req) in self.actions.evicted.drain(..) {
+            self.book.dispatched.in_flight[slot as usize] -= 1;
+            self.book.anomalies.on_evict(req.id);
+            self.in_control_plane += 1;
+            cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
+        }
+        if let Some(scaler) = self.scaler.as_mut() {
+            scaler.on_rerouted(rerouted);
+            if std::mem::take(&mut self.actions.routable_changed) {
+                scaler.fill_routable(&mut self.candidates);
+                if !self.candidates.is_empty() {
+                    for (req, since) in self.held.drain(..) {
+                        scaler.on_released(now - since);
+                        cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
+                    }
+                }
+            }
+            for t in self.actions.traces.drain(..) {
+                if let Some(sink) = self.sink.as_deref_mut() {
+                    match &t {
+                        Traced::Decision(d) => sink.scale(&ScaleTrace::Decision(d)),
+                        &Traced::Replica {
+                            time,
+                            slot,
+                            pool,
+                            phase,
+                        } => sink.scale(&ScaleTrace::Replica(ReplicaTrace {
+                            time,
+                            instance: slot,
+                            pool: scaler.pool_name(pool),
+                            phase,
+                        })),
+                    }
+                }
+            }
+        }
+    }
 }
 
 impl ControlPlane for Gateway<'_> {
@@ -296,10 +452,16 @@ impl ControlPlane for Gateway<'_> {
         for field in self.store.periodic_fields() {
             cx.schedule_background(self.store.interval(field), EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
         }
+        if let Some(scaler) = self.scaler.as_ref() {
+            scaler.start(&mut self.actions);
+            self.apply_actions(cx);
+        }
     }
 
     fn on_arrival(&mut self, req: Request, cx: &mut Context<'_, GatewayEvent>) {
         self.book.metrics.arrive(&req.meta);
+        self.book.counters.arrived += 1;
+        self.book.counters.prompt_tokens += u64::from(req.prompt_tokens());
         self.in_control_plane += 1;
         cx.schedule(cx.now() + self.admission_latency, EventClass::Admission, GatewayEvent::Admit(req));
     }
@@ -310,6 +472,7 @@ impl ControlPlane for Gateway<'_> {
             GatewayEvent::Route(req) => self.on_route(req, cx),
             GatewayEvent::Deliver(req, i, hashes) => self.on_deliver(req, i as usize, hashes, cx),
             GatewayEvent::Refresh(field) => self.on_refresh(field, cx),
+            GatewayEvent::Scale(event) => self.on_scale(event, cx),
         }
     }
 

@@ -37,7 +37,7 @@
 //! let mut cluster = Cluster::new(ClusterConfig {
 //!     num_instances: 4, instance, latency: Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] }),
 //!     policies, admission_latency: Micros::ZERO, routing_latency: Micros(100),
-//!     labels: Labels::default(), counterfactual_k: 0,
+//!     labels: Labels::default(), counterfactual_k: 0, autoscale: None,
 //! }).unwrap();
 //! let reqs = (0..40).map(|i| Request {
 //!     id: RequestId(i), arrival: Micros::from_ms(i), prompt: TokenSeq::synthetic(i, 100),
@@ -53,6 +53,7 @@
 #![warn(missing_docs)]
 
 pub mod anomaly;
+pub mod autoscale;
 pub mod error;
 pub mod estimate;
 pub mod fitness;

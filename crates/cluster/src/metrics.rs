@@ -79,6 +79,13 @@ impl ClusterMetrics {
         }
     }
 
+    /// Makes room for instance slots up to `instances` (replicas added by autoscaling).
+    pub fn ensure_instances(&mut self, instances: usize) {
+        if instances > self.by_instance.len() {
+            self.by_instance.resize(instances, Collector::default());
+        }
+    }
+
     pub fn arrive(&mut self, meta: &RequestMeta) {
         self.arrived += 1;
         bump(&mut self.classes, usize::from(meta.slo_class.0)).arrived += 1;
@@ -251,6 +258,9 @@ pub struct Anomalies {
     pub hol_blocking_events: u64,
     /// Requests rejected by admission.
     pub rejections: u64,
+    /// Scale changes opposite to the previous one within the oscillation window (with autoscaling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scale_oscillations: Option<u64>,
 }
 
 /// How evenly requests were spread.
@@ -303,6 +313,9 @@ pub struct ClusterSummary {
     /// Fitness (when weights are given).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fitness: Option<FitnessReport>,
+    /// Scaling, capacity and cost (with autoscaling).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub autoscaling: Option<crate::autoscale::AutoscalingReport>,
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

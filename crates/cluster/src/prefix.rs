@@ -213,6 +213,15 @@ impl PrefixIndex {
         PrefixIndex { sets: vec![Runs::new(capacity_blocks); instances] }
     }
 
+    /// Forgets everything about `instance` (a new replica in its slot,
+    /// remembering at most `capacity_blocks`), adding slots up to it.
+    pub fn reset(&mut self, instance: usize, capacity_blocks: u32) {
+        if instance >= self.sets.len() {
+            self.sets.resize(instance + 1, Runs::new(capacity_blocks));
+        }
+        self.sets[instance] = Runs::new(capacity_blocks);
+    }
+
     /// Number of leading blocks of `block_hashes` the router believes
     /// `instance` holds.
     pub fn match_blocks(&self, instance: usize, block_hashes: &[u64]) -> u32 {

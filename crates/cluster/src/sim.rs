@@ -14,7 +14,9 @@ use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::{Micros, US_PER_MS};
 
 use crate::anomaly::AnomalyDetector;
-use crate::error::ClusterError;
+use crate::autoscale::AutoscaleConfig;
+use crate::autoscale::scaler::{Actions, Autoscaler};
+use crate::error::{ClusterError, ConfigError};
 use crate::estimate::TtftEstimator;
 use crate::fitness::{FitnessInputs, FitnessWeights, evaluate};
 use crate::gateway::{Book, Gateway};
@@ -48,6 +50,10 @@ pub struct ClusterConfig {
     pub labels: Labels,
     /// Alternatives kept per routing decision for counterfactuals; 0 = off.
     pub counterfactual_k: u32,
+    /// Autoscaling: `num_instances` is then the initial replica count and
+    /// the replicas run on the config's node pools (`instance` and
+    /// `latency` still give the TTFT estimate of the policies).
+    pub autoscale: Option<AutoscaleConfig>,
 }
 
 /// N instances behind a gateway, on one clock; `'s` is the lifetime of the
@@ -72,30 +78,62 @@ impl<'s> Cluster<'s> {
     }
 
     fn build(cfg: ClusterConfig, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ClusterError> {
-        if !(1..=MAX_INSTANCES).contains(&cfg.num_instances) {
+        // An autoscaled fleet may start empty (scaled to zero).
+        let fewest = u32::from(cfg.autoscale.is_none());
+        if !(fewest..=MAX_INSTANCES).contains(&cfg.num_instances) {
             return Err(ClusterError::NumInstances(cfg.num_instances));
         }
-        let n = cfg.num_instances as usize;
         let mut inst_cfg = cfg.instance.clone();
         cfg.policies.scheduler.apply(&mut inst_cfg.scheduler);
-        let instances = (0..cfg.num_instances)
-            .map(|i| Instance::new(i, inst_cfg.clone(), cfg.latency.clone()))
-            .collect::<Result<Vec<_>, _>>()?;
+        let (instances, scaler) = match cfg.autoscale.clone() {
+            None => {
+                let instances = (0..cfg.num_instances)
+                    .map(|i| Instance::new(i, inst_cfg.clone(), cfg.latency.clone()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                (instances, None)
+            }
+            Some(mut auto) => {
+                auto.validate(cfg.num_instances)?;
+                for (i, pool) in auto.pools.iter_mut().enumerate() {
+                    cfg.policies.scheduler.apply(&mut pool.instance.scheduler);
+                    pool.instance.validate().map_err(|e| {
+                        ConfigError::new(format!("node_pools[{i}] ({})", pool.name), e.to_string())
+                    })?;
+                }
+                let policy = auto.policy.build("autoscale")?;
+                let (scaler, instances) =
+                    Autoscaler::new(auto, policy, cfg.num_instances, sink.is_some());
+                (instances, Some(Box::new(scaler)))
+            }
+        };
+        let n = instances.len();
+        // Tables per instance are sized for the most replicas there may be, and grow past it.
+        let slots = cfg
+            .autoscale
+            .as_ref()
+            .map_or(n, |a| n.max(a.max_replicas as usize).max(2));
         let classes = SloClasses::new(&cfg.labels, &cfg.policies.slo_targets, "slo_targets")?;
         let estimator = TtftEstimator::from_latency_model(cfg.latency.as_ref());
         let ctx = BuildContext { labels: &cfg.labels, classes: &classes, estimator };
         let admission = cfg.policies.admission.build(&ctx, "admission")?;
         let priority = cfg.policies.priority.build(&ctx, "priority")?;
-        let (routing, sheet) = cfg.policies.routing.build(n, "routing")?;
+        let (routing, sheet) = cfg.policies.routing.build(slots, "routing")?;
         let store = SnapshotStore::new(cfg.policies.snapshots, &instances);
-        let prefix = PrefixIndex::new(n, instances[0].kv().usable_blocks());
+        let mut prefix = PrefixIndex::new(0, 1);
+        for (i, inst) in instances.iter().enumerate() {
+            prefix.reset(i, inst.kv().usable_blocks());
+        }
         let p = &cfg.policies;
         let keep_prefix_index = p.routing.uses_prefix_index() || p.admission.uses_prefix_index() || cfg.counterfactual_k > 0;
         let book = Book {
-            metrics: ClusterMetrics::new(classes.clone(), &cfg.labels, n),
-            anomalies: AnomalyDetector::new(classes, n),
-            dispatched: Dispatched { in_flight: vec![0; n], pending: vec![0; n] },
+            metrics: ClusterMetrics::new(classes.clone(), &cfg.labels, slots),
+            anomalies: AnomalyDetector::new(classes, slots),
+            dispatched: Dispatched {
+                in_flight: vec![0; n],
+                pending: vec![0; n],
+            },
             tenant_in_flight: vec![0; cfg.labels.tenants.len()],
+            counters: Default::default(),
         };
         let gateway = Gateway {
             admission,
@@ -110,7 +148,8 @@ impl<'s> Cluster<'s> {
             hashes: Vec::new(),
             spare_hashes: Vec::new(),
             book,
-            counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, n)),
+            counterfactuals: (cfg.counterfactual_k > 0)
+                .then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, slots)),
             policies: cfg.policies,
             labels: cfg.labels,
             admission_latency: cfg.admission_latency,
@@ -118,6 +157,10 @@ impl<'s> Cluster<'s> {
             block_size: inst_cfg.block_size,
             in_control_plane: 0,
             sink,
+            candidates: (0..n as u32).collect(),
+            held: Default::default(),
+            scaler,
+            actions: Actions::default(),
         };
         Ok(Cluster { driver: Driver::new(instances, gateway) })
     }
@@ -134,15 +177,43 @@ impl<'s> Cluster<'s> {
     /// snapshots, without dispatching it: the router's counts and prefix
     /// index are not touched (a stateful policy such as round-robin still
     /// advances). For what-if tools, and to measure the cost of a decision.
-    pub fn route_probe(&mut self, req: &Request) -> u32 {
+    /// `None` when no instance is routable (autoscaled to zero).
+    pub fn route_probe(&mut self, req: &Request) -> Option<u32> {
         let (gateway, fleet) = self.driver.plane_and_fleet();
-        gateway.route_probe(req, fleet.instances(), fleet.now())
+        gateway
+            .route_probe(req, fleet.instances(), fleet.now())
+            .map(|(_, id)| id)
+    }
+
+    /// Each instance slot's counters: its instance's, plus those of the
+    /// replicas that held the slot before (autoscaling).
+    fn slot_stats(&self) -> Vec<InstanceStats> {
+        let scaler = self.gateway().scaler.as_deref();
+        self.instances()
+            .iter()
+            .enumerate()
+            .map(|(i, inst)| match scaler.and_then(|s| s.retired(i)) {
+                Some(retired) => {
+                    let mut total = retired.clone();
+                    total.absorb(inst.stats());
+                    total
+                }
+                None => inst.stats().clone(),
+            })
+            .collect()
     }
 
     /// The cluster-wide summary (same schema as a single instance's).
     pub fn summary(&self, end: &RunEnd) -> RunSummary {
-        let stats: Vec<&InstanceStats> = self.instances().iter().map(Instance::stats).collect();
-        RunSummary::build(&self.gateway().book.metrics.collector, &stats, end.end, end.queued, end.running)
+        let stats = self.slot_stats();
+        let refs: Vec<&InstanceStats> = stats.iter().collect();
+        RunSummary::build(
+            &self.gateway().book.metrics.collector,
+            &refs,
+            end.end,
+            end.queued,
+            end.running,
+        )
     }
 
     /// Everything the cluster adds: policies, control plane, per-class,
@@ -154,16 +225,27 @@ impl<'s> Cluster<'s> {
         let m = &g.book.metrics;
         let policy = |name, params| PolicyReport { name, params };
         let p = &g.policies;
+        let stats = self.slot_stats();
         let instances: Vec<InstanceReport> = self
             .instances()
             .iter()
-            .map(|inst| {
+            .zip(&stats)
+            .map(|(inst, s)| {
                 let (q, r) = inst.unfinished();
                 let collector = m.instance_collector(inst.id());
-                InstanceReport { id: inst.id(), summary: RunSummary::build(collector, &[inst.stats()], end.end, u64::from(q), u64::from(r)) }
+                InstanceReport {
+                    id: inst.id(),
+                    summary: RunSummary::build(
+                        collector,
+                        &[s],
+                        end.end,
+                        u64::from(q),
+                        u64::from(r),
+                    ),
+                }
             })
             .collect();
-        let per_instance: Vec<u64> = self.instances().iter().map(|i| i.stats().injected).collect();
+        let per_instance: Vec<u64> = stats.iter().map(|s| s.injected).collect();
         let mean = per_instance.iter().sum::<u64>() as f64 / per_instance.len() as f64;
         let max = per_instance.iter().copied().max().unwrap_or(0) as f64;
         let jain = m.jain_over_tenants(&g.labels);
@@ -225,11 +307,16 @@ impl<'s> Cluster<'s> {
                 priority_inversions: g.book.anomalies.priority_inversions,
                 hol_blocking_events: g.book.anomalies.hol_blocking_events,
                 rejections: m.rejected_total(),
+                scale_oscillations: g.scaler.as_ref().map(|s| s.oscillations()),
             },
             load_balance: LoadBalance { requests_per_instance: per_instance, imbalance_max_over_mean: ratio(max, mean) },
             instances,
             counterfactual: g.counterfactuals.as_ref().map(Counterfactuals::report),
             fitness,
+            autoscaling: g
+                .scaler
+                .as_ref()
+                .map(|s| s.report(end.end, run.tokens.output_total, m.met_slo)),
         }
     }
 

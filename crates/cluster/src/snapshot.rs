@@ -242,6 +242,18 @@ impl SnapshotStore {
         }
     }
 
+    /// A new instance in slot `i` (adding slots up to it): its readings as of `now`.
+    pub fn reset(&mut self, i: usize, inst: &Instance, now: Micros) {
+        if i >= self.cached.len() {
+            self.cached.resize(i + 1, Readings::default());
+            self.profiles.resize(i + 1, Vec::new());
+            self.view.resize(i + 1, InstanceSnapshot::default());
+        }
+        for f in FIELDS {
+            self.capture(f, i, inst, now);
+        }
+    }
+
     /// Re-reads field `f` of every instance, as of `at`.
     pub fn refresh(&mut self, f: Field, instances: &[Instance], at: Micros) {
         for (i, inst) in instances.iter().enumerate() {
@@ -258,9 +270,19 @@ impl SnapshotStore {
         }
     }
 
-    /// Assembles the snapshots for a decision at `now`. O(instances).
-    pub fn assemble(&mut self, now: Micros, instances: &[Instance], dispatched: &Dispatched) -> &[InstanceSnapshot] {
-        for (i, inst) in instances.iter().enumerate() {
+    /// Assembles the snapshots of the `candidates` (instance ids) for a
+    /// decision at `now`. O(candidates).
+    pub fn assemble(
+        &mut self,
+        now: Micros,
+        instances: &[Instance],
+        candidates: &[u32],
+        dispatched: &Dispatched,
+    ) {
+        self.view.clear();
+        for &id in candidates {
+            let i = id as usize;
+            let inst = &instances[i];
             let r = &self.cached[i];
             let mut timestamp = now;
             let mut read = |f: Field| {
@@ -270,23 +292,34 @@ impl SnapshotStore {
                 }
                 live
             };
-            let queue_depth = if read(Field::QueueDepth) { inst.queue_depth() } else { r.queue_depth };
-            let batch_size = if read(Field::BatchSize) { inst.batch_size() } else { r.batch_size };
-            let kv_utilization = if read(Field::KvUtilization) { inst.kv().usage() } else { r.kv_utilization };
-            self.view[i] = InstanceSnapshot {
-                instance: i as u32,
+            let queue_depth = if read(Field::QueueDepth) {
+                inst.queue_depth()
+            } else {
+                r.queue_depth
+            };
+            let batch_size = if read(Field::BatchSize) {
+                inst.batch_size()
+            } else {
+                r.batch_size
+            };
+            let kv_utilization = if read(Field::KvUtilization) {
+                inst.kv().usage()
+            } else {
+                r.kv_utilization
+            };
+            self.view.push(InstanceSnapshot {
+                instance: id,
                 timestamp,
                 queue_depth,
                 batch_size,
                 kv_utilization,
                 in_flight: dispatched.in_flight[i],
                 pending: dispatched.pending[i],
-            };
+            });
         }
-        &self.view
     }
 
-    /// The snapshots last assembled.
+    /// The snapshots last assembled, one per candidate.
     pub fn view(&self) -> &[InstanceSnapshot] {
         &self.view
     }

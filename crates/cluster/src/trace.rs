@@ -13,6 +13,7 @@ use blis_engine::request::Request;
 use blis_engine::time::Micros;
 use serde::Serialize;
 
+use crate::autoscale::ScaleTrace;
 use crate::estimate::{TtftEstimator, estimate_at};
 use crate::policy::{RejectReason, ScoreSheet};
 use crate::snapshot::InstanceSnapshot;
@@ -37,9 +38,9 @@ pub struct AdmissionTrace<'a> {
 /// Counterfactual view of one routing decision.
 #[derive(Copy, Clone, Debug)]
 pub struct CounterfactualTrace<'a> {
-    /// Estimated TTFT at every candidate, ms.
+    /// Estimated TTFT at every candidate (in the order of the decision's snapshots), ms.
     pub estimated_ttft_ms: &'a [f64],
-    /// The `k` candidates with the lowest estimate, best first (ties: lowest id).
+    /// The instance ids of the `k` candidates with the lowest estimate, best first (ties: lowest id).
     pub top_k: &'a [u32],
     /// Estimate of the chosen instance minus the best estimate, ms.
     pub regret_ms: f64,
@@ -54,9 +55,9 @@ pub struct RoutingTrace<'a> {
     pub request: &'a Request,
     /// Routing policy name.
     pub policy: &'static str,
-    /// The chosen instance.
+    /// The chosen instance's id.
     pub chosen: u32,
-    /// What the policy saw of each candidate.
+    /// What the policy saw of each candidate (each names its instance).
     pub snapshots: &'a [InstanceSnapshot],
     /// The policy's scores of each candidate.
     pub scores: &'a ScoreSheet,
@@ -70,6 +71,8 @@ pub trait DecisionSink {
     fn admission(&mut self, d: &AdmissionTrace<'_>);
     /// A routing decision.
     fn routing(&mut self, d: &RoutingTrace<'_>);
+    /// An autoscaling decision or a replica's transition (only with autoscaling).
+    fn scale(&mut self, _e: &ScaleTrace<'_>) {}
 }
 
 /// Counterfactual state: per-decision buffers and the regret distribution.
@@ -77,7 +80,9 @@ pub(crate) struct Counterfactuals {
     k: usize,
     estimator: TtftEstimator,
     estimated_ms: Vec<f64>,
+    // Candidate positions sorted by estimate, and the ids of the best k.
     order: Vec<u32>,
+    top_ids: Vec<u32>,
     regrets_ms: Samples,
     suboptimal: u64,
 }
@@ -98,30 +103,53 @@ pub struct CounterfactualReport {
 }
 
 impl Counterfactuals {
-    pub fn new(k: u32, estimator: TtftEstimator, instances: usize) -> Counterfactuals {
+    /// Keeps `k` alternatives, at most `max_candidates` (the most instances a decision may see).
+    pub fn new(k: u32, estimator: TtftEstimator, max_candidates: usize) -> Counterfactuals {
         Counterfactuals {
-            k: (k as usize).min(instances),
+            k: (k as usize).min(max_candidates),
             estimator,
-            estimated_ms: vec![0.0; instances],
-            order: (0..instances as u32).collect(),
+            estimated_ms: Vec::new(),
+            order: Vec::new(),
+            top_ids: Vec::new(),
             regrets_ms: Samples::default(),
             suboptimal: 0,
         }
     }
 
-    /// Judges a decision; the result borrows the buffers until the next one.
-    pub fn judge(&mut self, req: &Request, view: &ClusterView<'_>, chosen: u32) -> CounterfactualTrace<'_> {
-        for (i, e) in self.estimated_ms.iter_mut().enumerate() {
-            *e = estimate_at(&self.estimator, view, i, req.meta.priority) / 1e3;
-        }
+    /// Judges a decision for the candidate at position `chosen`; the result
+    /// borrows the buffers until the next one.
+    pub fn judge(
+        &mut self,
+        req: &Request,
+        view: &ClusterView<'_>,
+        chosen: usize,
+    ) -> CounterfactualTrace<'_> {
+        let n = view.snapshots().len();
+        self.estimated_ms.clear();
+        self.estimated_ms
+            .extend((0..n).map(|i| estimate_at(&self.estimator, view, i, req.meta.priority) / 1e3));
+        self.order.clear();
+        self.order.extend(0..n as u32);
         let est = &self.estimated_ms;
-        self.order.sort_unstable_by(|&a, &b| est[a as usize].total_cmp(&est[b as usize]).then(a.cmp(&b)));
-        let regret = est[chosen as usize] - est[self.order[0] as usize];
+        self.order
+            .sort_unstable_by(|&a, &b| est[a as usize].total_cmp(&est[b as usize]).then(a.cmp(&b)));
+        let regret = est[chosen] - est[self.order[0] as usize];
         if regret > 0.0 {
             self.suboptimal += 1;
         }
         self.regrets_ms.push(regret);
-        CounterfactualTrace { estimated_ttft_ms: &self.estimated_ms, top_k: &self.order[..self.k], regret_ms: regret }
+        self.top_ids.clear();
+        self.top_ids.extend(
+            self.order
+                .iter()
+                .take(self.k)
+                .map(|&c| view.snapshots()[c as usize].instance),
+        );
+        CounterfactualTrace {
+            estimated_ttft_ms: &self.estimated_ms,
+            top_k: &self.top_ids,
+            regret_ms: regret,
+        }
     }
 
     pub fn report(&self) -> CounterfactualReport {

@@ -15,7 +15,8 @@ use blis_engine::request::Labels;
 use blis_engine::time::Micros;
 use serde_json::{Value, json};
 
-use crate::deployment::Deployment;
+use crate::autoscale::Written;
+use crate::deployment::{Deployment, LongContext};
 use crate::error::{ScenarioError, invalid};
 use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
 
@@ -31,6 +32,7 @@ struct Origins {
     scheduler: String,
     slo_targets: String,
     snapshots: String,
+    autoscale: String,
 }
 
 impl Origins {
@@ -42,6 +44,7 @@ impl Origins {
             "scheduler" => &self.scheduler,
             "slo_targets" => &self.slo_targets,
             "snapshots" => &self.snapshots,
+            p if p == "autoscale" || p.starts_with("node_pools") => &self.autoscale,
             _ => "",
         }
     }
@@ -150,7 +153,15 @@ impl ClusterSetup {
     /// Resolves policies and control-plane knobs for a workload whose
     /// requests carry `labels`; adds the chosen policies to `report` with
     /// their sources.
-    pub fn resolve(k: &Knobs, d: &Deployment, report: &mut ConfigReport, trace_output: bool, labels: &Labels) -> Result<ClusterSetup, ScenarioError> {
+    pub fn resolve(
+        k: &Knobs,
+        d: &Deployment,
+        long_context: LongContext,
+        report: &mut ConfigReport,
+        warnings: &mut Vec<String>,
+        trace_output: bool,
+        labels: &Labels,
+    ) -> Result<ClusterSetup, ScenarioError> {
         let mut origins = Origins::default();
         let (mut bundle, set) = match &k.policy_config.value {
             Some(path) => load_bundle(path)?,
@@ -164,6 +175,7 @@ impl ClusterSetup {
             (set.scheduler, &mut origins.scheduler),
             (set.slo_targets, &mut origins.slo_targets),
             (set.snapshots, &mut origins.snapshots),
+            (set.autoscale || set.node_pools, &mut origins.autoscale),
         ] {
             *origin = if is_set { file_origin.clone() } else { String::new() };
         }
@@ -233,8 +245,11 @@ impl ClusterSetup {
             .map(|t| FitnessWeights::parse(t).map_err(|m| invalid!("--fitness-weights {t:?}: {m}")))
             .transpose()?;
 
+        let written = Written { section: bundle.autoscale.as_ref(), pools: &bundle.node_pools, origin: &origins.autoscale };
+        let autoscale = crate::autoscale::resolve(k, d, &written, long_context, report, warnings)?;
+        let num_instances = autoscale.as_ref().map_or(k.num_instances.value.unwrap_or(1), |a| a.1);
         let config = ClusterConfig {
-            num_instances: k.num_instances.value.unwrap_or(1),
+            num_instances,
             instance: d.server.instance.clone(),
             latency: d.latency.clone(),
             policies: bundle,
@@ -242,6 +257,7 @@ impl ClusterSetup {
             routing_latency: latency(&k.routing_latency, "routing-latency")?,
             labels: labels.clone(),
             counterfactual_k: k.counterfactual_k.value.unwrap_or(0),
+            autoscale: autoscale.map(|a| a.0),
         };
         Ok(ClusterSetup { config, fitness, trace, origins })
     }

@@ -61,3 +61,11 @@ pub fn scheduler() -> String {
 pub fn fitness() -> String {
     format!("Fitness weights, e.g. `throughput:0.5,ttft_p99:0.3,goodput:0.2`; metrics: {}.", one_of(FitnessMetric::ALL.map(|(name, _)| name)))
 }
+
+/// `--autoscale-policy`.
+pub fn autoscale() -> String {
+    format!(
+        "Autoscaling policy: none, {}; --num-instances is then the initial replica count. [default: none, or the --policy-config autoscale section]",
+        one_of(blis_cluster::autoscale::AutoscaleSpec::NAMES)
+    )
+}

@@ -296,6 +296,28 @@ knob_table! {
     /// Keep the K best alternatives of every routing decision and estimate its regret; 0 = off. [default: 0]
     counterfactual_k: u32 = Some(0), flag(long, value_name = "K", help_heading = "Cluster");
 
+    // ── Autoscaling ──────────────────────────────────────────────────────
+    /// Autoscaling policy (none = a fixed fleet); --num-instances is then the initial replica count. [default: none, or the policy file's autoscale section]
+    autoscale_policy: String = None, flag(long, value_name = "NAME", help_heading = "Autoscaling", help = crate::help::autoscale());
+    /// Fewest replicas; 0 allows scaling to zero (requests then wait at the gateway for a cold start). [default: 1]
+    min_instances: u32 = None, flag(long, value_name = "N", help_heading = "Autoscaling");
+    /// Most replicas. [default: 8, or more if --num-instances or --min-instances is]
+    max_instances: u32 = None, flag(long, value_name = "N", help_heading = "Autoscaling");
+    /// Time between the autoscaler's metric scrapes and decisions, e.g. 30s. [default: 30s]
+    autoscale_interval: String = None, flag(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Autoscaling");
+    /// Node request → node up: a duration, uniform:MIN,MAX or lognormal:MEDIAN,SIGMA (seeded), e.g. uniform:1m,3m. [default: 0s]
+    provisioning_delay: String = None, flag(long, value_name = "DELAY", allow_hyphen_values = true, help_heading = "Autoscaling");
+    /// Replica start → model loaded: a duration or distribution as --provisioning-delay. [default: weight bytes at 2 GB/s]
+    loading_delay: String = None, flag(long, value_name = "DELAY", allow_hyphen_values = true, help_heading = "Autoscaling");
+    /// A fresh replica's warm-up, during which its steps are --warmup-slowdown times slower, e.g. 10s. [default: 0s]
+    warmup_duration: String = None, flag(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Autoscaling");
+    /// Step-time multiplier while warming up (≥ 1). [default: 2]
+    warmup_slowdown: f64 = None, flag(long, value_name = "FACTOR", allow_negative_numbers = true, help_heading = "Autoscaling");
+    /// What a removed replica does: wait (finish in-flight work), immediate (abort and re-route), redirect (finish running, re-route waiting). [default: wait]
+    drain_policy: String = None, flag(long, value_name = "NAME", help_heading = "Autoscaling");
+    /// Price of one GPU-hour in dollars, for the cost report (every node pool without its own price).
+    gpu_hour_cost: f64 = None, flag(long, value_name = "DOLLARS", allow_negative_numbers = true, help_heading = "Autoscaling");
+
     // ── Run ──────────────────────────────────────────────────────────────
     /// Master random seed: same seed, same result, byte for byte. [default: 42]
     seed: u64 = Some(42), flag(long, value_name = "N", help_heading = "Run");
@@ -320,10 +342,17 @@ pub const WORKLOAD_KNOBS: [&str; 20] = [
 ];
 
 /// Knobs of the cluster's control plane.
-pub const CLUSTER_KNOBS: [&str; 15] = [
+pub const CLUSTER_KNOBS: [&str; 25] = [
     "num-instances", "policy-config", "admission-policy", "priority-policy", "routing-policy", "routing-scorers", "scheduler",
     "preemption", "admission-latency", "routing-latency", "snapshot-refresh", "slo-targets", "fitness-weights", "trace-level",
-    "counterfactual-k",
+    "counterfactual-k", "autoscale-policy", "min-instances", "max-instances", "autoscale-interval", "provisioning-delay",
+    "loading-delay", "warmup-duration", "warmup-slowdown", "drain-policy", "gpu-hour-cost",
+];
+
+/// Knobs that only mean something with autoscaling.
+pub const AUTOSCALE_KNOBS: [&str; 9] = [
+    "min-instances", "max-instances", "autoscale-interval", "provisioning-delay", "loading-delay", "warmup-duration",
+    "warmup-slowdown", "drain-policy", "gpu-hour-cost",
 ];
 
 /// Boolean server knobs that vLLM also spells negatively (`--no-enable-prefix-caching`).

@@ -24,7 +24,8 @@
 //! ```
 //!
 //! Reading order: [`knobs`] (the one table of knobs), [`deployment`],
-//! [`workload`], [`cluster`], [`report`], then this page's [`simulate`].
+//! [`workload`], [`cluster`] and [`autoscale`], [`report`], then this
+//! page's [`simulate`].
 //!
 //! ## Example
 //!
@@ -40,6 +41,7 @@
 
 #![warn(missing_docs)]
 
+pub mod autoscale;
 pub mod cluster;
 pub mod count;
 pub mod deployment;
@@ -124,7 +126,7 @@ impl Scenario {
             report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
         }
         let horizon = k.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
-        let cluster = ClusterSetup::resolve(k, &deployment, &mut config, self.trace_decisions, &workload.labels)?;
+        let cluster = ClusterSetup::resolve(k, &deployment, self.long_context, &mut config, &mut warnings, self.trace_decisions, &workload.labels)?;
         Ok(ResolvedScenario { deployment, cluster, seed: workload.seed, workload, horizon, config, warnings })
     }
 }

@@ -4,7 +4,9 @@
 //! * [`validate`]: simulated against measured per stage, per-request CDFs.
 //! * [`calibrate`]: QQ and CDF overlays of a live trace and its replay.
 //! * [`workload`]: arrival rates and length histograms of a workload.
+//! * [`autoscale`]: load, replicas and TTFT over an autoscaled run.
 
+pub mod autoscale;
 pub mod calibrate;
 pub mod validate;
 pub mod workload;

@@ -289,3 +289,42 @@ fn a_bad_override_of_a_spec_is_blamed_on_the_flag_not_the_spec() {
     let e = rejected("override-blame-rate", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--rate", "1e7"]);
     assert!(e.starts_with("error: --rate: 10000000 must be in (0, 1000000]"), "{e}");
 }
+
+#[test]
+fn bad_autoscaling_settings() {
+    for (name, extra, needle) in [
+        ("as-unknown-policy", vec!["--autoscale-policy", "hpa"], "allowed: threshold, target-tracking"),
+        ("as-min-above-max", vec!["--autoscale-policy", "threshold", "--min-instances", "5", "--max-instances", "2"], "--min-instances 5 is above --max-instances 2"),
+        ("as-negative-delay", vec!["--autoscale-policy", "threshold", "--provisioning-delay", "-30s"], "--provisioning-delay"),
+        ("as-bad-distribution", vec!["--autoscale-policy", "threshold", "--loading-delay", "uniform:3m,1m"], "minimum is above the maximum"),
+        ("as-bad-interval", vec!["--autoscale-policy", "threshold", "--autoscale-interval", "soon"], "--autoscale-interval"),
+        ("as-bad-drain", vec!["--autoscale-policy", "threshold", "--drain-policy", "later"], "allowed: wait, immediate, redirect"),
+        ("as-slowdown", vec!["--autoscale-policy", "threshold", "--warmup-slowdown", "0.5"], "[1, 100]"),
+        ("as-cost", vec!["--autoscale-policy", "threshold", "--gpu-hour-cost", "-2"], "--gpu-hour-cost"),
+        ("as-without-policy", vec!["--max-instances", "4"], "needs autoscaling"),
+        ("as-initial-outside", vec!["--autoscale-policy", "threshold", "--num-instances", "9", "--max-instances", "4"], "--num-instances 9"),
+        ("as-plot-without", vec!["--plot-timeline", "/nonexistent-dir/x.svg"], "--plot-timeline"),
+    ] {
+        let e = rejected(name, &with_model(&extra));
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+}
+
+#[test]
+fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
+    let dir = scratch("as-sections");
+    for (name, yaml, needle) in [
+        ("unknown-key", "autoscale: {type: threshold, intervall: 30s}\n", "autoscale.intervall"),
+        ("unknown-param", "autoscale: {type: target-tracking, params: {targett: 0.5}}\n", "autoscale.params.targett"),
+        ("unknown-metric", "autoscale: {type: threshold, params: {metric: gpu}}\n", "autoscale.params.metric"),
+        ("negative-delay", "autoscale: threshold\nnode_pools: [{name: a, provisioning_delay: -5s}]\n", "provisioning_delay"),
+        ("pool-gpu-too-small", "autoscale: threshold\nnode_pools: [{name: small, hardware: L40S, tp: 1}]\n", "node_pools[0] (small)"),
+        ("pool-unknown-gpu", "autoscale: threshold\nnode_pools: [{name: x, hardware: TPU}]\n", "unknown GPU"),
+        ("pool-too-small", "autoscale: {type: threshold, max_replicas: 8}\nnode_pools: [{name: a, max_nodes: 2}]\n", "hold at most 2 replicas"),
+    ] {
+        let path = write(&dir, &format!("{name}.yaml"), yaml);
+        let args = ["--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4", "--num-requests", "10", "--policy-config", &path];
+        let e = rejected(&format!("as-section-{name}"), &args);
+        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
+    }
+}

@@ -9,7 +9,11 @@
 //! slo_targets:
 //!   realtime: {ttft_ms: 200, itl_ms: 50}
 //! snapshots: {kv_utilization: periodic:100ms}
+//! autoscale: {type: target-tracking, params: {target: 0.6}, max_replicas: 8}
+//! node_pools: [{name: h100, gpus_per_node: 8, max_nodes: 1, cost_per_gpu_hour: 4.0}]
 //! ```
+//!
+//! (`autoscale` and `node_pools`: see [`crate::autoscale::section`].)
 //!
 //! Every section is optional; unknown keys anywhere are errors naming their
 //! path.
@@ -19,6 +23,7 @@ use std::collections::BTreeMap;
 use serde_json::Value;
 
 use super::{AdmissionSpec, PrioritySpec, RoutingSpec, SchedulerSpec};
+use crate::autoscale::section::{AutoscaleSection, NodePoolSection, node_pools_from_value};
 use crate::error::ConfigError;
 use crate::slo::SloTargets;
 use crate::snapshot::Observability;
@@ -38,6 +43,10 @@ pub struct PolicyBundle {
     pub slo_targets: BTreeMap<String, SloTargets>,
     /// Snapshot field staleness.
     pub snapshots: Observability,
+    /// Autoscaling, as written (`None`: a fixed fleet unless flags ask for it).
+    pub autoscale: Option<AutoscaleSection>,
+    /// Node pools, as written (empty: one pool of the deployment's GPU).
+    pub node_pools: Vec<NodePoolSection>,
 }
 
 /// Which sections a document set (so flags can tell what they override).
@@ -55,9 +64,22 @@ pub struct SectionsSet {
     pub slo_targets: bool,
     /// `snapshots` was given.
     pub snapshots: bool,
+    /// `autoscale` was given.
+    pub autoscale: bool,
+    /// `node_pools` was given.
+    pub node_pools: bool,
 }
 
-const SECTIONS: [&str; 6] = ["admission", "priority", "routing", "scheduler", "slo_targets", "snapshots"];
+const SECTIONS: [&str; 8] = [
+    "admission",
+    "priority",
+    "routing",
+    "scheduler",
+    "slo_targets",
+    "snapshots",
+    "autoscale",
+    "node_pools",
+];
 
 /// Splits a policy section into (template name, params): either a bare name
 /// or `{type: NAME, params: {...}}`.
@@ -123,6 +145,14 @@ impl PolicyBundle {
                 b.snapshots.set(field, mode, &path)?;
             }
             set.snapshots = true;
+        }
+        if let Some(v) = map.get("autoscale") {
+            b.autoscale = Some(AutoscaleSection::from_value(v)?);
+            set.autoscale = true;
+        }
+        if let Some(v) = map.get("node_pools") {
+            b.node_pools = node_pools_from_value(v)?;
+            set.node_pools = true;
         }
         Ok((b, set))
     }

@@ -47,6 +47,15 @@ impl ScoreSheet {
         ScoreSheet { values: vec![f64::NAN; instances * components.len()], totals: vec![f64::NAN; instances], components }
     }
 
+    /// Makes room for `candidates` candidates.
+    pub(crate) fn ensure(&mut self, candidates: usize) {
+        if candidates > self.totals.len() {
+            self.totals.resize(candidates, f64::NAN);
+            self.values
+                .resize(candidates * self.components.len(), f64::NAN);
+        }
+    }
+
     /// Forgets the previous decision's scores.
     pub(crate) fn clear(&mut self) {
         self.values.fill(f64::NAN);
@@ -77,8 +86,9 @@ impl ScoreSheet {
 
 /// Chooses the instance for an admitted request.
 pub trait RoutingPolicy {
-    /// The chosen instance id (< number of instances). Policies that score
-    /// candidates fill `sheet` (cleared by the caller).
+    /// The chosen candidate: a position in `view.snapshots()` (the
+    /// routable instances; every instance without autoscaling). Policies
+    /// that score candidates fill `sheet` (cleared by the caller).
     fn route(&mut self, req: &Request, view: &ClusterView<'_>, sheet: &mut ScoreSheet) -> u32;
 }
 

@@ -89,6 +89,7 @@ pub fn config(n: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, 
         routing_latency: Micros::ZERO,
         labels,
         counterfactual_k: 0,
+        autoscale: None,
     }
 }
 

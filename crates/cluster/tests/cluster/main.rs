@@ -1,6 +1,7 @@
 //! Cluster behaviour tests, one module per behaviour, built into one binary.
 
 mod allocation;
+mod autoscaling;
 mod anomalies;
 mod harness;
 mod invariants;

@@ -1,0 +1,290 @@
+//! Autoscaling: a fleet that grows and shrinks as in production, with what
+//! it costs (cluster-policy-plan §D.6–D.8).
+//!
+//! A replica's life, every transition an event on the run's one clock:
+//!
+//! ```text
+//!  scale-up decision ─► provisioning ─(node up)─► loading ─(weights in)─► warming ─► ready ─► draining ─► gone
+//!                       (a new node,              (model size ÷ load      (slower         (no new requests;
+//!                        seeded delay)             bandwidth, or a delay)  steps)           drain policy)
+//! ```
+//!
+//! Routing sees only ready replicas (and warming ones when the warm-up
+//! allows): a replica receives no request before. With none routable (scaled
+//! to zero), arriving requests wait at the gateway and are counted; the
+//! first one wakes the autoscaler at once (a cold start).
+//!
+//! Every `interval` the autoscaler scrapes aggregate metrics; `scrape_delay`
+//! later it decides from that scrape ([`policy`]), then applies Kubernetes
+//! HPA's behaviour: the bounds, the stabilisation windows (scale up to the
+//! *lowest* recommendation of the last `scale_up_window`, down to the
+//! *highest* of the last `scale_down_window`), and a cooldown after each
+//! change. A change opposite to the previous one within
+//! `oscillation_window` is a scale oscillation (anomaly
+//! `ScaleOscillationCount`).
+//!
+//! Replicas run on nodes of [`PoolConfig`]s (GPU type, GPUs per node,
+//! node bounds, price): a scale-up uses a free seat on a node that is up or
+//! coming up, else requests a node from the cheapest pool with room; a
+//! scale-down cancels replicas not ready yet first, then drains ready ones,
+//! the most expensive first. A node with no replica left is released (down
+//! to `min_nodes`). Cost is billed per node GPU from request to release.
+
+pub mod delay;
+pub mod policy;
+pub mod report;
+pub(crate) mod scaler;
+pub mod section;
+
+use std::sync::Arc;
+
+use blis_engine::latency::LatencyModel;
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
+use serde::{Deserialize, Serialize};
+
+pub use delay::{Delay, Span};
+pub use policy::{AutoscalePolicy, AutoscaleSpec, ScaleContext, ScaleMetrics};
+pub use report::{AutoscalingReport, Phase, ReplicaTrace, ScaleAction, ScaleDecision, ScaleTrace, TimelinePoint};
+pub use scaler::ScaleEvent;
+pub use section::{AutoscaleSection, NodePoolSection};
+
+use crate::error::ConfigError;
+use crate::policy::check;
+
+/// What happens to a replica chosen for removal.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum DrainPolicy {
+    /// Finish what it has, accept nothing new.
+    #[default]
+    Wait,
+    /// Abort everything at once and route it elsewhere (recomputed from scratch).
+    Immediate,
+    /// Finish what runs; route what waits elsewhere.
+    Redirect,
+}
+
+impl DrainPolicy {
+    /// The accepted names.
+    pub const NAMES: [&'static str; 3] = ["wait", "immediate", "redirect"];
+
+    /// Parses a name.
+    pub fn parse(name: &str) -> Result<DrainPolicy, String> {
+        match name {
+            "wait" => Ok(DrainPolicy::Wait),
+            "immediate" => Ok(DrainPolicy::Immediate),
+            "redirect" => Ok(DrainPolicy::Redirect),
+            other => Err(format!(
+                "unknown drain policy `{other}`; allowed: {}",
+                Self::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// A fresh replica's warm-up: its first `duration` of steps take `slowdown`
+/// times as long (JIT compilation, CUDA-graph capture). With
+/// `route_while_warming` false it serves nothing until warm instead ("capture
+/// CUDA graphs before ready") and runs at full speed after.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Warmup {
+    /// How long it lasts (0: no warm-up).
+    pub duration: Span,
+    /// Step-time multiplier meanwhile (≥ 1).
+    pub slowdown: f64,
+    /// Whether requests are routed to a warming replica.
+    pub route_while_warming: bool,
+}
+
+impl Default for Warmup {
+    fn default() -> Warmup {
+        Warmup {
+            duration: Span(Micros::ZERO),
+            slowdown: 2.0,
+            route_while_warming: true,
+        }
+    }
+}
+
+/// One pool of identical nodes a deployment's replicas run on, resolved:
+/// its replicas' server configuration and step-time model included.
+#[derive(Clone)]
+pub struct PoolConfig {
+    /// Name (reports, traces).
+    pub name: String,
+    /// GPU name.
+    pub hardware: String,
+    /// Its replicas' server configuration (KV blocks for this GPU).
+    pub instance: InstanceConfig,
+    /// Its replicas' step-time model.
+    pub latency: Arc<dyn LatencyModel>,
+    /// GPUs one replica uses (its tensor-parallel degree).
+    pub gpus_per_replica: u32,
+    /// GPUs per node (a multiple of nothing in particular; ≥ `gpus_per_replica`).
+    pub gpus_per_node: u32,
+    /// Nodes up at the start.
+    pub initial_nodes: u32,
+    /// Nodes never released below this.
+    pub min_nodes: u32,
+    /// Nodes never requested beyond this.
+    pub max_nodes: u32,
+    /// Price of one GPU for an hour, in dollars (`None`: costs are not reported).
+    pub cost_per_gpu_hour: Option<f64>,
+    /// From requesting a node to its being up.
+    pub provisioning_delay: Delay,
+    /// From a replica's start on a node that is up to its weights being loaded.
+    pub loading_delay: Delay,
+}
+
+impl PoolConfig {
+    /// Replicas one node holds.
+    pub fn replicas_per_node(&self) -> u32 {
+        self.gpus_per_node / self.gpus_per_replica.max(1)
+    }
+
+    /// The price of one replica for an hour (0 when unpriced).
+    pub(crate) fn replica_cost_per_hour(&self) -> f64 {
+        self.cost_per_gpu_hour.unwrap_or(0.0) * f64::from(self.gpus_per_replica)
+    }
+}
+
+/// Everything the autoscaler runs on.
+#[derive(Clone)]
+pub struct AutoscaleConfig {
+    /// The policy.
+    pub policy: AutoscaleSpec,
+    /// Time between scrapes (and decisions).
+    pub interval: Micros,
+    /// From a scrape to the decision that uses it.
+    pub scrape_delay: Micros,
+    /// Fewest replicas (0 allows scaling to zero).
+    pub min_replicas: u32,
+    /// Most replicas.
+    pub max_replicas: u32,
+    /// Scale up only to the lowest recommendation of this past window.
+    pub scale_up_window: Micros,
+    /// Scale down only to the highest recommendation of this past window.
+    pub scale_down_window: Micros,
+    /// No change within this time of the previous one.
+    pub cooldown: Micros,
+    /// Opposite changes closer than this count as an oscillation.
+    pub oscillation_window: Micros,
+    /// What happens to removed replicas.
+    pub drain: DrainPolicy,
+    /// A fresh replica's warm-up.
+    pub warmup: Warmup,
+    /// The node pools, in order of preference among equals.
+    pub pools: Vec<PoolConfig>,
+    /// Seed of the delay draws.
+    pub seed: u64,
+}
+
+impl AutoscaleConfig {
+    /// Checks the bounds and every pool against `initial` replicas; errors
+    /// name the `autoscale` / `node_pools` field.
+    pub fn validate(&self, initial: u32) -> Result<(), ConfigError> {
+        let a = "autoscale";
+        check(
+            self.max_replicas >= 1 && self.max_replicas <= crate::MAX_INSTANCES,
+            a,
+            "max_replicas",
+            self.max_replicas,
+            &format!("between 1 and {}", crate::MAX_INSTANCES),
+        )?;
+        check(
+            self.min_replicas <= self.max_replicas,
+            a,
+            "min_replicas",
+            self.min_replicas,
+            &format!("at most max_replicas ({})", self.max_replicas),
+        )?;
+        check(
+            self.interval > Micros::ZERO,
+            a,
+            "interval",
+            blis_engine::time::format_duration(self.interval),
+            "longer than 0",
+        )?;
+        check(
+            (self.min_replicas..=self.max_replicas).contains(&initial),
+            a,
+            "initial replicas",
+            initial,
+            &format!(
+                "between min_replicas ({}) and max_replicas ({})",
+                self.min_replicas, self.max_replicas
+            ),
+        )?;
+        let w = &self.warmup;
+        check(
+            w.slowdown.is_finite() && (1.0..=100.0).contains(&w.slowdown),
+            &format!("{a}.warmup"),
+            "slowdown",
+            w.slowdown,
+            "a factor in [1, 100]",
+        )?;
+        if self.pools.is_empty() {
+            return Err(ConfigError::new(
+                "node_pools",
+                "at least one pool is needed",
+            ));
+        }
+        let mut capacity = 0u64;
+        for (i, p) in self.pools.iter().enumerate() {
+            let at = format!("node_pools[{i}] ({})", p.name);
+            check(
+                p.gpus_per_node >= p.gpus_per_replica,
+                &at,
+                "gpus_per_node",
+                p.gpus_per_node,
+                &format!(
+                    "at least the {} GPUs of one replica (tp)",
+                    p.gpus_per_replica
+                ),
+            )?;
+            check(
+                p.max_nodes >= 1,
+                &at,
+                "max_nodes",
+                p.max_nodes,
+                "at least 1",
+            )?;
+            check(
+                p.min_nodes <= p.max_nodes,
+                &at,
+                "min_nodes",
+                p.min_nodes,
+                &format!("at most max_nodes ({})", p.max_nodes),
+            )?;
+            check(
+                p.initial_nodes <= p.max_nodes,
+                &at,
+                "initial_nodes",
+                p.initial_nodes,
+                &format!("at most max_nodes ({})", p.max_nodes),
+            )?;
+            if let Some(c) = p.cost_per_gpu_hour {
+                check(
+                    c.is_finite() && (0.0..=1e6).contains(&c),
+                    &at,
+                    "cost_per_gpu_hour",
+                    c,
+                    "a price in [0, 1e6] dollars",
+                )?;
+            }
+            capacity += u64::from(p.max_nodes) * u64::from(p.replicas_per_node());
+        }
+        if capacity < u64::from(self.max_replicas) {
+            return Err(ConfigError::new(
+                "autoscale.max_replicas",
+                format!(
+                    "{}: the node pools hold at most {capacity} replicas (Σ max_nodes × replicas per node)",
+                    self.max_replicas
+                ),
+            ));
+        }
+        Ok(())
+    }
+}

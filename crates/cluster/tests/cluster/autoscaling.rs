@@ -1,0 +1,280 @@
+//! Autoscaling: bounds, conservation across drains, no request before a
+//! replica is ready, the measured actuation delay, oscillation detection,
+//! determinism, pool choice and cost.
+
+use std::collections::BTreeMap;
+
+use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSpec, Delay, DrainPolicy, Phase, PoolConfig, ScaleAction, ScaleTrace, Span, Warmup};
+use blis_cluster::policy::PolicyBundle;
+use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
+use blis_cluster::{Cluster, ClusterConfig};
+use blis_engine::driver::IterWorkload;
+use blis_engine::request::{Labels, Request, RequestId};
+use blis_engine::time::Micros;
+use proptest::prelude::*;
+
+use crate::harness::{Load, Recorder, config, instance, spec_blackbox};
+
+/// Requests whose Poisson rate changes by phase: (req/s, seconds) each.
+fn phases(phases: &[(f64, u64)], seed: u64) -> Vec<Request> {
+    let mut out = Vec::new();
+    let mut start = Micros::ZERO;
+    for (k, &(rate, secs)) in phases.iter().enumerate() {
+        let n = (rate * secs as f64) as u64;
+        let load = Load { rate, requests: n, prompt: 256, output: 64, prefix: 0, groups: 1, seed: seed + k as u64 };
+        let (reqs, _) = load.requests(None);
+        for mut r in reqs.into_iter().filter(|r| r.arrival < Micros::from_secs(secs)) {
+            r.arrival = r.arrival + start;
+            r.id = RequestId(out.len() as u64);
+            out.push(r);
+        }
+        start = start + Micros::from_secs(secs);
+    }
+    out
+}
+
+fn pool(name: &str, max_nodes: u32, per_node: u32, cost: f64, provisioning: Delay, loading: Delay) -> PoolConfig {
+    PoolConfig {
+        name: name.to_string(),
+        hardware: "H100".to_string(),
+        instance: instance(4000, 16, 2048),
+        latency: spec_blackbox(),
+        gpus_per_replica: 1,
+        gpus_per_node: per_node,
+        initial_nodes: 0,
+        min_nodes: 0,
+        max_nodes,
+        cost_per_gpu_hour: Some(cost),
+        provisioning_delay: provisioning,
+        loading_delay: loading,
+    }
+}
+
+fn autoscale(policy: &str, params: serde_json::Value, min: u32, max: u32, pools: Vec<PoolConfig>) -> AutoscaleConfig {
+    AutoscaleConfig {
+        policy: AutoscaleSpec::parse(policy, Some(&params), "autoscale").unwrap(),
+        interval: Micros::from_secs(10),
+        scrape_delay: Micros::from_secs(5),
+        min_replicas: min,
+        max_replicas: max,
+        scale_up_window: Micros::ZERO,
+        scale_down_window: Micros::from_secs(60),
+        cooldown: Micros::ZERO,
+        oscillation_window: Micros::from_secs(60),
+        drain: DrainPolicy::Wait,
+        warmup: Warmup::default(),
+        pools,
+        seed: 7,
+    }
+}
+
+fn cluster_config(initial: u32, auto: AutoscaleConfig) -> ClusterConfig {
+    let mut cfg = config(initial, instance(4000, 16, 2048), spec_blackbox(), PolicyBundle::default(), Labels::default());
+    cfg.autoscale = Some(auto);
+    cfg
+}
+
+/// Follows every replica's phase from the trace, and checks each routing
+/// decision against it.
+#[derive(Default)]
+struct Watch {
+    phase: BTreeMap<u32, Phase>,
+    route_while_warming: bool,
+    routed_to_unready: Vec<(u32, Micros, Option<Phase>)>,
+    first_routed: BTreeMap<u32, Micros>,
+    decisions: Vec<(Micros, u32, u32, ScaleAction)>,
+    transitions: Vec<(Micros, u32, Phase)>,
+    most_counted: u32,
+    lines: Vec<String>,
+}
+
+impl DecisionSink for Watch {
+    fn admission(&mut self, _d: &AdmissionTrace<'_>) {}
+    fn routing(&mut self, d: &RoutingTrace<'_>) {
+        let phase = self.phase.get(&d.chosen).copied();
+        let ok = phase == Some(Phase::Ready) || (phase == Some(Phase::Warming) && self.route_while_warming);
+        if !ok {
+            self.routed_to_unready.push((d.chosen, d.time, phase));
+        }
+        self.first_routed.entry(d.chosen).or_insert(d.time);
+        assert!(d.snapshots.iter().all(|s| self.phase.get(&s.instance).is_some_and(|&p| p == Phase::Ready || p == Phase::Warming)), "a candidate that is not up");
+        self.lines.push(format!("route {} {} {}", d.time.as_us(), d.request.id.0, d.chosen));
+    }
+    fn scale(&mut self, e: &ScaleTrace<'_>) {
+        match e {
+            ScaleTrace::Decision(d) => {
+                self.decisions.push((d.time, d.current, d.desired, d.action));
+                self.lines.push(serde_json::to_string(d).unwrap());
+            }
+            ScaleTrace::Replica(r) => {
+                self.transitions.push((r.time, r.instance, r.phase));
+                match r.phase {
+                    Phase::Gone => self.phase.remove(&r.instance),
+                    p => self.phase.insert(r.instance, p),
+                };
+                let counted = self.phase.values().filter(|&&p| p != Phase::Draining).count() as u32;
+                self.most_counted = self.most_counted.max(counted);
+                self.lines.push(serde_json::to_string(r).unwrap());
+            }
+        }
+    }
+}
+
+struct Run {
+    rec: Recorder,
+    watch: Watch,
+    report: serde_json::Value,
+}
+
+fn run(cfg: ClusterConfig, requests: Vec<Request>) -> Run {
+    let initial = cfg.num_instances;
+    let route_while_warming = cfg.autoscale.as_ref().is_none_or(|a| a.warmup.route_while_warming);
+    let mut watch = Watch { route_while_warming, ..Watch::default() };
+    // The initial replicas are ready from the start.
+    for i in 0..initial {
+        watch.phase.insert(i, Phase::Ready);
+    }
+    let mut rec = Recorder::default();
+    let mut cluster = Cluster::traced(cfg, &mut watch).unwrap_or_else(|e| panic!("{e}"));
+    let end = cluster.run(&mut IterWorkload::new(requests.into_iter()), None, &mut rec);
+    let summary = cluster.summary(&end);
+    let report = serde_json::to_value(cluster.cluster_summary(&end, &summary, None)).unwrap();
+    drop(cluster);
+    Run { rec, watch, report }
+}
+
+/// Every request ends exactly once, and as completed.
+fn assert_each_once(requests: usize, rec: &Recorder) {
+    let mut ids: Vec<u64> = rec.records.iter().map(|r| r.id.0).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    assert_eq!((ids.len(), rec.records.len()), (requests, requests), "a request was lost or ended twice");
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn bounds_hold_no_request_is_lost_and_none_reaches_a_replica_before_it_is_up(
+        policy in prop::sample::select(vec!["threshold", "target-tracking", "queue-depth", "slo", "oscillator"]),
+        drain in prop::sample::select(vec![DrainPolicy::Wait, DrainPolicy::Immediate, DrainPolicy::Redirect]),
+        min in 0u32..2,
+        extra in 0u32..4,
+        loading_s in 0u64..20,
+        warm_s in 0u64..15,
+        route_while_warming in any::<bool>(),
+        seed in 0u64..1000,
+    ) {
+        let max = (min + extra).max(1);
+        let mut auto = autoscale(policy, serde_json::json!({}), min, max, vec![pool("p", max, 1, 2.0, Delay::Fixed(Micros::from_secs(3)), Delay::Fixed(Micros::from_secs(loading_s)))]);
+        auto.drain = drain;
+        auto.warmup = Warmup { duration: Span(Micros::from_secs(warm_s)), slowdown: 1.5, route_while_warming };
+        if policy == "oscillator" {
+            auto.scale_down_window = Micros::ZERO;
+        }
+        let requests = phases(&[(2.0, 40), (40.0, 40), (1.0, 60), (30.0, 30)], seed);
+        let n = requests.len();
+        let out = run(cluster_config(min.max(1), auto), requests);
+        assert_each_once(n, &out.rec);
+        prop_assert!(out.watch.routed_to_unready.is_empty(), "routed before ready: {:?}", &out.watch.routed_to_unready[..1]);
+        prop_assert!(out.watch.most_counted <= max, "{} replicas counted, max {max}", out.watch.most_counted);
+        for &(t, _, desired, _) in &out.watch.decisions {
+            prop_assert!((min..=max).contains(&desired), "desired {desired} at {t}");
+        }
+        let a = &out.report["autoscaling"];
+        prop_assert_eq!(out.report["requests"]["completed"].as_u64(), Some(n as u64));
+        prop_assert_eq!(a["scale_ups"].as_u64().unwrap() + a["scale_downs"].as_u64().unwrap(),
+            out.watch.decisions.iter().filter(|d| d.3 != ScaleAction::None).count() as u64);
+    }
+}
+
+#[test]
+fn a_cold_start_takes_exactly_the_provisioning_and_loading_delay() {
+    // Scaled to zero: the first request waits at the gateway, wakes the
+    // autoscaler, and is routed the moment the new replica is ready.
+    let provisioning = Delay::parse("uniform:30s,90s").unwrap();
+    let auto = autoscale("target-tracking", serde_json::json!({}), 0, 2, vec![pool("p", 2, 1, 3.0, provisioning, Delay::Fixed(Micros::from_secs(12)))]);
+    let requests = phases(&[(0.5, 60)], 3);
+    let n = requests.len();
+    let out = run(cluster_config(0, auto), requests);
+    assert_each_once(n, &out.rec);
+    let w = &out.watch;
+    let (decided, _, _, action) = w.decisions[0];
+    assert_eq!(action, ScaleAction::Up(1));
+    let phase_at = |p: Phase| w.transitions.iter().find(|t| t.1 == 0 && t.2 == p).map(|t| t.0).unwrap();
+    let provisioned = phase_at(Phase::Loading) - decided;
+    assert!((Micros::from_secs(30)..=Micros::from_secs(90)).contains(&provisioned), "{provisioned:?}");
+    assert_eq!(phase_at(Phase::Ready) - phase_at(Phase::Loading), Micros::from_secs(12));
+    assert_eq!(w.first_routed[&0] - decided, provisioned + Micros::from_secs(12), "decision → first routed request");
+    let a = &out.report["autoscaling"];
+    assert_eq!(a["cold_starts"], 1);
+    assert!(a["held_requests"].as_u64().unwrap() >= 1);
+}
+
+#[test]
+fn the_oscillator_is_caught_and_a_stabilised_policy_is_not() {
+    let requests = || phases(&[(2.0, 100), (40.0, 100), (2.0, 200)], 11);
+    let pools = || vec![pool("p", 6, 1, 2.0, Delay::Fixed(Micros::from_secs(2)), Delay::Fixed(Micros::from_secs(5)))];
+    let mut osc = autoscale("oscillator", serde_json::json!({}), 1, 6, pools());
+    osc.scale_down_window = Micros::ZERO;
+    let out = run(cluster_config(1, osc), requests());
+    let a = &out.report["autoscaling"];
+    assert!(a["oscillations"].as_u64().unwrap() * 2 >= a["decisions"].as_u64().unwrap(), "{a}");
+    assert_eq!(out.report["anomalies"]["scale_oscillations"], a["oscillations"]);
+
+    let tracking = autoscale("target-tracking", serde_json::json!({"metric": "running", "target": 8}), 1, 6, pools());
+    let out = run(cluster_config(1, tracking), requests());
+    let a = &out.report["autoscaling"];
+    assert!(a["scale_ups"].as_u64().unwrap() >= 1 && a["scale_downs"].as_u64().unwrap() >= 1, "it scaled both ways: {a}");
+    assert_eq!(a["oscillations"], 0, "{a}");
+}
+
+#[test]
+fn autoscaled_runs_are_deterministic() {
+    let build = || {
+        let mut auto = autoscale("queue-depth", serde_json::json!({"target_per_replica": 2}), 1, 5, vec![pool("p", 5, 1, 2.0, Delay::parse("lognormal:20s,0.5").unwrap(), Delay::parse("uniform:5s,15s").unwrap())]);
+        auto.drain = DrainPolicy::Immediate;
+        cluster_config(2, auto)
+    };
+    let requests = || phases(&[(5.0, 60), (50.0, 60), (3.0, 120)], 5);
+    let (a, b) = (run(build(), requests()), run(build(), requests()));
+    assert_eq!(a.report, b.report);
+    assert_eq!(a.watch.lines, b.watch.lines);
+    assert_eq!(format!("{:?}", a.rec.records), format!("{:?}", b.rec.records));
+}
+
+#[test]
+fn an_immediate_drain_moves_requests_and_loses_none() {
+    let mut osc = autoscale("oscillator", serde_json::json!({}), 1, 3, vec![pool("p", 3, 1, 2.0, Delay::Fixed(Micros::ZERO), Delay::Fixed(Micros::from_secs(1)))]);
+    osc.scale_down_window = Micros::ZERO;
+    osc.drain = DrainPolicy::Immediate;
+    let requests = phases(&[(60.0, 60)], 2);
+    let n = requests.len();
+    let out = run(cluster_config(2, osc), requests);
+    assert_each_once(n, &out.rec);
+    assert!(out.report["autoscaling"]["rerouted_requests"].as_u64().unwrap() > 0);
+    assert_eq!(out.report["requests"]["completed"].as_u64(), Some(n as u64));
+}
+
+#[test]
+fn scale_ups_fill_the_cheapest_pool_first_and_cost_is_gpu_time_times_price() {
+    let none = Delay::Fixed(Micros::ZERO);
+    let pools = vec![pool("dear", 4, 2, 5.0, none, none), pool("cheap", 1, 2, 1.0, none, none)];
+    let auto = autoscale("target-tracking", serde_json::json!({"metric": "running", "target": 2}), 1, 6, pools);
+    let out = run(cluster_config(1, auto), phases(&[(40.0, 120)], 9));
+    let a = &out.report["autoscaling"];
+    let pool_of = |name: &str| a["pools"].as_array().unwrap().iter().find(|p| p["name"] == name).unwrap().clone();
+    let (cheap, dear) = (pool_of("cheap"), pool_of("dear"));
+    // The cheap pool holds 2 replicas (one node of 2 GPUs); the initial one went there too.
+    assert_eq!(cheap["replicas_started"], 2, "{a}");
+    assert!(dear["replicas_started"].as_u64().unwrap() >= 1, "{a}");
+    for p in [&cheap, &dear] {
+        let (hours, price) = (p["gpu_hours"].as_f64().unwrap(), if p["name"] == "cheap" { 1.0 } else { 5.0 });
+        assert!((p["cost"].as_f64().unwrap() - hours * price).abs() < 1e-9);
+    }
+    let total = cheap["cost"].as_f64().unwrap() + dear["cost"].as_f64().unwrap();
+    assert!((a["cost"].as_f64().unwrap() - total).abs() < 1e-9);
+    // Nodes bill whole: the cheap pool's node (2 GPUs) was up the whole run.
+    let last_s = out.rec.records.iter().map(|r| r.finished).max().unwrap().as_secs_f64();
+    assert!(cheap["gpu_hours"].as_f64().unwrap() * 3600.0 >= 2.0 * last_s * 0.999, "{cheap}");
+}

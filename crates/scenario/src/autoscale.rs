@@ -1,0 +1,226 @@
+//! The autoscaling of a scenario: the `autoscale:` and `node_pools:`
+//! sections of the policy file, then the flags over them, then the
+//! defaults; each node pool resolved to a server (its GPU's KV capacity and
+//! step-time model) as vLLM would run the deployment's model there.
+
+use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, NodePoolSection, PoolConfig, Span};
+use blis_engine::time::{Micros, parse_duration};
+
+use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
+use crate::error::{ScenarioError, invalid};
+use crate::knobs::{AUTOSCALE_KNOBS, ConfigReport, Knob, Knobs, Source, report_entry};
+
+/// Replicas load their weights at this rate unless told otherwise, GB/s.
+pub const DEFAULT_LOAD_BANDWIDTH_GB_PER_S: f64 = 2.0;
+
+/// Most replicas unless given (or more if the initial or minimum count is).
+const DEFAULT_MAX_REPLICAS: u32 = 8;
+
+/// What the policy file says about autoscaling, and where it came from.
+pub struct Written<'a> {
+    /// The `autoscale:` section.
+    pub section: Option<&'a AutoscaleSection>,
+    /// The `node_pools:` section.
+    pub pools: &'a [NodePoolSection],
+    /// How to name the file in errors.
+    pub origin: &'a str,
+}
+
+fn duration(flag: &str, knob: &Knob<Option<String>>) -> Result<Option<Micros>, ScenarioError> {
+    knob.value.as_deref().map(|t| parse_duration(t).map_err(|e| invalid!("--{flag} {e}"))).transpose()
+}
+
+fn delay(flag: &str, knob: &Knob<Option<String>>) -> Result<Option<Delay>, ScenarioError> {
+    knob.value.as_deref().map(|t| Delay::parse(t).map_err(|e| invalid!("--{flag} {e}"))).transpose()
+}
+
+/// The policy: `--autoscale-policy` (keeping the file's parameters when it
+/// names the same template), else the file's, else `threshold` when the file
+/// configures autoscaling without naming one, else `fixed` for node pools
+/// alone. `None`: no autoscaling.
+fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, ScenarioError> {
+    let from_file = written.section.and_then(|s| s.policy.clone());
+    Ok(match k.autoscale_policy.value.as_deref() {
+        Some("none") => None,
+        Some(name) => match from_file {
+            Some(spec) if spec.name() == name => Some(spec),
+            _ => Some(AutoscaleSpec::parse(name, None, "autoscale").map_err(|e| invalid!("--autoscale-policy {name}: {}; or none", e.message))?),
+        },
+        None => match (from_file, written.section, written.pools.is_empty()) {
+            (Some(spec), _, _) => Some(spec),
+            (None, Some(_), _) => Some(AutoscaleSpec::parse("threshold", None, "autoscale").map_err(|e| invalid!("{e}"))?),
+            (None, None, false) => Some(AutoscaleSpec::parse("fixed", None, "autoscale").map_err(|e| invalid!("{e}"))?),
+            (None, None, true) => None,
+        },
+    })
+}
+
+/// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no
+/// cost accounting) unless a flag or the policy file asks for it. Returns
+/// the config and the initial replica count. Derived values go to `report`.
+pub fn resolve(
+    k: &Knobs,
+    d: &Deployment,
+    written: &Written<'_>,
+    long_context: LongContext,
+    report: &mut ConfigReport,
+    warnings: &mut Vec<String>,
+) -> Result<Option<(AutoscaleConfig, u32)>, ScenarioError> {
+    let Some(policy) = policy(k, written)? else {
+        let given = [
+            k.min_instances.source,
+            k.max_instances.source,
+            k.autoscale_interval.source,
+            k.provisioning_delay.source,
+            k.loading_delay.source,
+            k.warmup_duration.source,
+            k.warmup_slowdown.source,
+            k.drain_policy.source,
+            k.gpu_hour_cost.source,
+        ];
+        if let Some((flag, _)) = AUTOSCALE_KNOBS.iter().zip(given).find(|(_, source)| *source != Source::Default) {
+            return Err(invalid!("--{flag} needs autoscaling: add --autoscale-policy NAME (or an autoscale section in --policy-config)"));
+        }
+        return Ok(None);
+    };
+    let file = |e: String| match written.origin {
+        "" => invalid!("{e}"),
+        origin => invalid!("{origin}: {e}"),
+    };
+    let s = written.section.map(|s| s.settings.clone()).unwrap_or_default();
+    let min = k.min_instances.value.or(s.min_replicas).unwrap_or(1);
+    let initial = match k.num_instances.source {
+        Source::Default => min.max(1),
+        _ => k.num_instances.value.unwrap_or(1),
+    };
+    let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
+    if min > max {
+        return Err(invalid!("--min-instances {min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"));
+    }
+    if !(min..=max).contains(&initial) {
+        return Err(invalid!("--num-instances {initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"));
+    }
+    if k.num_instances.source == Source::Default {
+        report_entry(report, "num-instances", &initial, Source::Derived);
+    }
+    let interval = duration("autoscale-interval", &k.autoscale_interval)?.or(s.interval.map(|s| s.0)).unwrap_or(Micros::from_secs(30));
+    if interval == Micros::ZERO {
+        return Err(invalid!("--autoscale-interval must be longer than 0 (e.g. 30s)"));
+    }
+    let drain = match k.drain_policy.value.as_deref() {
+        Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!("--drain-policy {e}"))?,
+        None => s.drain.unwrap_or_default(),
+    };
+    let mut warmup = s.warmup.unwrap_or_default();
+    if let Some(t) = duration("warmup-duration", &k.warmup_duration)? {
+        warmup.duration = Span(t);
+    }
+    if let Some(f) = k.warmup_slowdown.value {
+        if !(f.is_finite() && (1.0..=100.0).contains(&f)) {
+            return Err(invalid!("--warmup-slowdown {f}: must be a factor in [1, 100]"));
+        }
+        warmup.slowdown = f;
+    }
+    let scale_down_window = s.scale_down_window.map_or(Micros::from_secs(240), |w| w.0);
+    let pools = resolve_pools(k, d, written, initial, max, long_context, warnings)?;
+    let config = AutoscaleConfig {
+        policy,
+        interval,
+        scrape_delay: s.scrape_delay.map_or(Micros::from_secs(15), |w| w.0),
+        min_replicas: min,
+        max_replicas: max,
+        scale_up_window: s.scale_up_window.map_or(Micros::ZERO, |w| w.0),
+        scale_down_window,
+        cooldown: s.cooldown.map_or(Micros::ZERO, |w| w.0),
+        oscillation_window: s.oscillation_window.map_or(scale_down_window, |w| w.0),
+        drain,
+        warmup,
+        pools,
+        seed: k.seed.value.unwrap_or(0),
+    };
+    config.validate(initial).map_err(|e| file(e.to_string()))?;
+    Ok(Some((config, initial)))
+}
+
+/// The node pools: the file's, each resolved on its GPU; or one pool of the
+/// deployment's GPU, one replica per node.
+fn resolve_pools(
+    k: &Knobs,
+    d: &Deployment,
+    written: &Written<'_>,
+    initial: u32,
+    max: u32,
+    long_context: LongContext,
+    warnings: &mut Vec<String>,
+) -> Result<Vec<PoolConfig>, ScenarioError> {
+    let cost = k.gpu_hour_cost.value;
+    if let Some(c) = cost
+        && !(c.is_finite() && (0.0..=1e6).contains(&c))
+    {
+        return Err(invalid!("--gpu-hour-cost {c}: must be a price in [0, 1e6] dollars"));
+    }
+    let provisioning = delay("provisioning-delay", &k.provisioning_delay)?;
+    let loading = delay("loading-delay", &k.loading_delay)?;
+    let load_time = |server: &Server, bandwidth: f64| -> Delay {
+        Delay::Fixed(Micros::from_secs_f64(server.model.weight_bytes() / (bandwidth * 1e9)).unwrap_or(Micros::ZERO))
+    };
+    if written.pools.is_empty() {
+        let s = &d.server;
+        return Ok(vec![PoolConfig {
+            name: s.gpu_name.clone(),
+            hardware: s.gpu_name.clone(),
+            instance: s.instance.clone(),
+            latency: d.latency.clone(),
+            gpus_per_replica: s.tp,
+            gpus_per_node: s.tp,
+            initial_nodes: initial,
+            min_nodes: 0,
+            max_nodes: max,
+            cost_per_gpu_hour: cost,
+            provisioning_delay: provisioning.unwrap_or_default(),
+            loading_delay: loading.unwrap_or_else(|| load_time(s, DEFAULT_LOAD_BANDWIDTH_GB_PER_S)),
+        }]);
+    }
+    let mut pools = Vec::new();
+    for (i, p) in written.pools.iter().enumerate() {
+        let at = format!("{}node_pools[{i}] ({})", if written.origin.is_empty() { String::new() } else { format!("{}: ", written.origin) }, p.name);
+        let mut pk = k.clone();
+        if let Some(hw) = &p.hardware {
+            pk.hardware = Knob { value: Some(hw.clone()), source: Source::File };
+            pk.hardware_config = Knob { value: None, source: Source::Default };
+        }
+        if let Some(tp) = p.tp {
+            pk.tp = Knob { value: Some(tp), source: Source::File };
+        }
+        let mut scratch = ConfigReport::new();
+        let server = Server::resolve(&pk, long_context, &mut scratch, warnings).map_err(|e| invalid!("{at}: {e}"))?;
+        let chosen = choose_coefficients(
+            pk.latency_model.value.as_deref(),
+            pk.coefficients.value.as_deref(),
+            pk.alpha_coeffs.value.as_deref(),
+            pk.beta_coeffs.value.as_deref(),
+        )?;
+        let latency = server.latency_model(&chosen.set, &chosen.origin).map_err(|e| invalid!("{at}: {e}"))?;
+        let bandwidth = p.load_bandwidth_gb_per_s.unwrap_or(DEFAULT_LOAD_BANDWIDTH_GB_PER_S);
+        if !(bandwidth.is_finite() && bandwidth > 0.0) {
+            return Err(invalid!("{at}.load_bandwidth_gb_per_s: {bandwidth}: must be a positive number of GB/s"));
+        }
+        let gpus_per_node = p.gpus_per_node.unwrap_or(server.tp);
+        let per_node = (gpus_per_node / server.tp).max(1);
+        pools.push(PoolConfig {
+            name: p.name.clone(),
+            hardware: server.gpu_name.clone(),
+            gpus_per_replica: server.tp,
+            gpus_per_node,
+            initial_nodes: p.initial_nodes.unwrap_or(0),
+            min_nodes: p.min_nodes.unwrap_or(0),
+            max_nodes: p.max_nodes.unwrap_or(max.div_ceil(per_node)),
+            cost_per_gpu_hour: p.cost_per_gpu_hour.or(cost),
+            provisioning_delay: p.provisioning_delay.or(provisioning).unwrap_or_default(),
+            loading_delay: p.loading_delay.or(loading).unwrap_or_else(|| load_time(&server, bandwidth)),
+            instance: server.instance,
+            latency,
+        });
+    }
+    Ok(pools)
+}
