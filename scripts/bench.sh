@@ -32,3 +32,10 @@ echo
 # generator alone (no CSV) is `cargo bench -p blis-workload`.
 /usr/bin/time -f "workload generate, 1M requests, 10 clients: %e s wall, peak %M KiB" \
   ./target/release/blis workload generate --spec crates/workload/benches/ten-clients.yaml --output /dev/null
+# Autoscaling: one simulated day of scenario:diurnal-cycle at 20 req/s on
+# average (1.73 M requests, 10x from midnight to noon), target tracking
+# between 1 and 16 replicas.
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --workload scenario:diurnal-cycle --rate 20 \
+  --autoscale-policy target-tracking --min-instances 1 --max-instances 16 --output /dev/null 2>&1 \
+  | grep -E "mean batch|replicas min|Simulated in" | tr '\n' ' ' | sed "s/^/autoscaled diurnal day, 1.73M requests: /"
+echo

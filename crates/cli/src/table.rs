@@ -48,9 +48,11 @@ pub fn table(report: &RunReport) -> String {
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
     let hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
-    match report.cluster.num_instances {
-        1 => line(&mut out, "Hardware:", hardware),
-        n => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
+    match (report.cluster.num_instances, &report.cluster.autoscaling) {
+        (_, Some(a)) if a.pools.len() > 1 => line(&mut out, "Hardware (per replica; pools below):", hardware),
+        (_, Some(_)) => line(&mut out, "Hardware (per replica, autoscaled):", hardware),
+        (1, None) => line(&mut out, "Hardware:", hardware),
+        (n, None) => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
     }
     if let Some(b) = &d.kv_memory_per_gpu {
         line(
@@ -219,7 +221,10 @@ fn cluster_table(s: &ClusterSummary) -> String {
     };
     let _ = writeln!(out, "{:-^84}", " Cluster ");
     let p = &s.policies;
-    line(&mut out, "Instances:", s.num_instances.to_string());
+    match s.autoscaling {
+        Some(_) => line(&mut out, "Instance slots (replicas take turns):", s.num_instances.to_string()),
+        None => line(&mut out, "Instances:", s.num_instances.to_string()),
+    }
     line(&mut out, "Admission / priority:", format!("{} / {}", p.admission.name, p.priority.name));
     line(&mut out, "Routing / scheduler:", format!("{} / {}", p.routing.name, p.scheduler.name));
     let r = &s.requests;

@@ -71,7 +71,8 @@ impl Samples {
     /// 48.772000000000006).
     pub fn summary(&self, per_unit: f64) -> Distribution {
         let mut sorted = self.values.clone();
-        sorted.sort_by(f64::total_cmp);
+        // Values equal under total_cmp are the same bits: an unstable sort gives the same sequence, faster.
+        sorted.sort_unstable_by(f64::total_cmp);
         let n = sorted.len() as u64;
         if n == 0 {
             return Distribution::empty();

@@ -125,10 +125,10 @@ pub fn format_duration(d: Micros) -> String {
     let us = d.as_us();
     match us {
         0 => "0s".to_string(),
-        _ if us % 3_600_000_000 == 0 => format!("{}h", us / 3_600_000_000),
-        _ if us % 60_000_000 == 0 => format!("{}m", us / 60_000_000),
-        _ if us % 1_000_000 == 0 => format!("{}s", us / 1_000_000),
-        _ if us % 1_000 == 0 => format!("{}ms", us / 1_000),
+        _ if us.is_multiple_of(3_600_000_000) => format!("{}h", us / 3_600_000_000),
+        _ if us.is_multiple_of(60_000_000) => format!("{}m", us / 60_000_000),
+        _ if us.is_multiple_of(1_000_000) => format!("{}s", us / 1_000_000),
+        _ if us.is_multiple_of(1_000) => format!("{}ms", us / 1_000),
         _ => format!("{us}us"),
     }
 }

@@ -132,30 +132,47 @@ pub fn cdf_overlay(title: &str, x_desc: &str, real: &[f64], sim: &[f64]) -> anyh
     Ok(svg)
 }
 
-/// One panel of [`real_vs_simulated_panels`]: a y-axis name and the real and
-/// simulated `(x, y)` lines (gaps where a point is `None`).
+/// One line of a [`Panel`]: a legend label, a colour and `(x, y)` points
+/// (a `None` point breaks the line).
+pub struct Line {
+    /// Legend label.
+    pub label: &'static str,
+    /// Colour.
+    pub color: RGBColor,
+    /// The points.
+    pub points: Vec<(f64, Option<f64>)>,
+}
+
+/// One panel of [`stacked_panels`]: a y-axis name and its lines.
 pub struct Panel {
     /// What the y axis shows.
     pub y_desc: &'static str,
     /// Top of the y axis; `None` fits the data.
     pub y_max: Option<f64>,
-    /// The measured line.
-    pub real: Vec<(f64, Option<f64>)>,
-    /// The simulated line.
-    pub simulated: Vec<(f64, Option<f64>)>,
+    /// The lines.
+    pub lines: Vec<Line>,
 }
 
-/// Panels stacked vertically over a shared x axis, each with a real (black)
-/// and a simulated (red) line; a `None` point breaks its line.
-pub fn real_vs_simulated_panels(title: &str, x_desc: &str, panels: &[Panel]) -> anyhow::Result<String> {
-    let xmax = panels.iter().flat_map(|p| p.real.iter().chain(&p.simulated)).map(|q| q.0).fold(0.0, f64::max).max(1e-9);
+impl Panel {
+    /// A panel with a real (black) and a simulated (red) line.
+    pub fn real_vs_simulated(y_desc: &'static str, y_max: Option<f64>, real: Vec<(f64, Option<f64>)>, simulated: Vec<(f64, Option<f64>)>) -> Panel {
+        Panel { y_desc, y_max, lines: vec![Line { label: "real", color: BLACK, points: real }, Line { label: "simulated", color: RED, points: simulated }] }
+    }
+}
+
+/// Panels stacked vertically over a shared x axis, `width` pixels wide, the
+/// legend of each at `legend`.
+pub fn stacked_panels(title: &str, x_desc: &str, panels: &[Panel], width: u32, legend: SeriesLabelPosition) -> anyhow::Result<String> {
+    let all = || panels.iter().flat_map(|p| p.lines.iter().flat_map(|l| l.points.iter()));
+    let xmax = all().map(|q| q.0).fold(0.0, f64::max).max(1e-9);
     let mut svg = String::new();
     {
-        let root = SVGBackend::with_string(&mut svg, (SIZE.0, SIZE.1 / 2 * panels.len() as u32 + 40)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (width, SIZE.1 / 2 * panels.len() as u32 + 40)).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
         let root = root.titled(title, ("sans-serif", 16)).map_err(plot_err)?;
         for (area, panel) in root.split_evenly((panels.len(), 1)).iter().zip(panels) {
-            let ymax = panel.y_max.unwrap_or_else(|| panel.real.iter().chain(&panel.simulated).filter_map(|q| q.1).fold(0.0, f64::max).max(1e-9) * 1.1);
+            let fit = || panel.lines.iter().flat_map(|l| l.points.iter().filter_map(|q| q.1)).fold(0.0, f64::max).max(1e-9) * 1.1;
+            let ymax = panel.y_max.unwrap_or_else(fit);
             let mut chart = ChartBuilder::on(area)
                 .margin(12)
                 .x_label_area_size(36)
@@ -163,8 +180,9 @@ pub fn real_vs_simulated_panels(title: &str, x_desc: &str, panels: &[Panel]) -> 
                 .build_cartesian_2d(0.0..xmax, 0.0..ymax)
                 .map_err(plot_err)?;
             chart.configure_mesh().x_desc(x_desc).y_desc(panel.y_desc).draw().map_err(plot_err)?;
-            for (line, color, label) in [(&panel.real, BLACK, "real"), (&panel.simulated, RED, "simulated")] {
-                let segments = line.split(|q| q.1.is_none()).filter(|s| !s.is_empty());
+            for line in &panel.lines {
+                let (color, label) = (line.color, line.label);
+                let segments = line.points.split(|q| q.1.is_none()).filter(|s| !s.is_empty());
                 for (k, segment) in segments.enumerate() {
                     let series = chart
                         .draw_series(LineSeries::new(segment.iter().filter_map(|&(x, y)| Some((x, y?))), color.stroke_width(2)))
@@ -176,7 +194,7 @@ pub fn real_vs_simulated_panels(title: &str, x_desc: &str, panels: &[Panel]) -> 
             }
             chart
                 .configure_series_labels()
-                .position(SeriesLabelPosition::UpperLeft)
+                .position(legend.clone())
                 .border_style(BLACK)
                 .background_style(WHITE.mix(0.8))
                 .draw()

@@ -11,8 +11,9 @@
 
 use blis_calibrate::compare::{ExperimentComparison, Latency, Metric, RequestPair, StageLabel};
 use blis_calibrate::experiment::Status;
+use plotters::prelude::SeriesLabelPosition;
 
-use super::{Panel, PlotDir, against_diagonal, cdf_overlay, real_vs_simulated_panels};
+use super::{Panel, PlotDir, SIZE, against_diagonal, cdf_overlay, stacked_panels};
 
 /// Send-time bins of a timeline.
 const TIMELINE_BINS: usize = 60;
@@ -71,8 +72,8 @@ fn timeline(c: &ExperimentComparison) -> anyhow::Result<String> {
     let sim = binned(&c.request_pairs, |p| p.predicted);
     let column = |bins: &[(f64, Option<f64>, Option<f64>)], failed: bool| bins.iter().map(|&(x, t, f)| (x, if failed { f } else { t })).collect();
     let panels = [
-        Panel { y_desc: "mean TTFT of successes (s)", y_max: None, real: column(&real, false), simulated: column(&sim, false) },
-        Panel { y_desc: "failed fraction", y_max: Some(1.05), real: column(&real, true), simulated: column(&sim, true) },
+        Panel::real_vs_simulated("mean TTFT of successes (s)", None, column(&real, false), column(&sim, false)),
+        Panel::real_vs_simulated("failed fraction", Some(1.05), column(&real, true), column(&sim, true)),
     ];
-    real_vs_simulated_panels(&format!("By send time: {}", c.name), "send time (s)", &panels)
+    stacked_panels(&format!("By send time: {}", c.name), "send time (s)", &panels, SIZE.0, SeriesLabelPosition::UpperLeft)
 }

@@ -8,12 +8,7 @@ use crate::{blis, is_empty_dir, scratch, stderr, stdout};
 const MODEL: &[&str] = &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
 
 fn run_json(extra: &[&str]) -> (String, Value) {
-    let mut args = MODEL.to_vec();
-    args.extend_from_slice(extra);
-    let out = blis(&args);
-    assert!(out.status.success(), "blis failed: {}", stderr(&out));
-    let text = stdout(&out);
-    (text.clone(), serde_json::from_str(&text).expect("stdout is one JSON document"))
+    crate::json_of(MODEL, extra)
 }
 
 fn examples() -> String {

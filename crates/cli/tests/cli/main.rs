@@ -2,6 +2,7 @@
 //! into one test binary.
 
 mod architecture;
+mod autoscaling;
 mod bad_input;
 mod calibrate;
 mod cluster;
@@ -35,6 +36,18 @@ pub fn stdout(o: &Output) -> String {
 /// stderr as text.
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Runs `blis` with `base` then `extra` (a `--format json` run), which
+/// must succeed; returns stdout and its JSON.
+pub fn json_of(base: &[&str], extra: &[&str]) -> (String, serde_json::Value) {
+    let mut args = base.to_vec();
+    args.extend_from_slice(extra);
+    let out = blis(&args);
+    assert!(out.status.success(), "blis failed: {}", stderr(&out));
+    let text = stdout(&out);
+    let json = serde_json::from_str(&text).expect("stdout is one JSON document");
+    (text, json)
 }
 
 /// Whether `dir` contains no files.

@@ -24,11 +24,11 @@ fn phases(phases: &[(f64, u64)], seed: u64) -> Vec<Request> {
         let load = Load { rate, requests: n, prompt: 256, output: 64, prefix: 0, groups: 1, seed: seed + k as u64 };
         let (reqs, _) = load.requests(None);
         for mut r in reqs.into_iter().filter(|r| r.arrival < Micros::from_secs(secs)) {
-            r.arrival = r.arrival + start;
+            r.arrival += start;
             r.id = RequestId(out.len() as u64);
             out.push(r);
         }
-        start = start + Micros::from_secs(secs);
+        start += Micros::from_secs(secs);
     }
     out
 }

@@ -1,0 +1,84 @@
+//! `blis run` with autoscaling: off means unchanged, on is deterministic and
+//! reports cost, the worked example's files run, the timeline plot and the
+//! trace lines are written.
+
+use serde_json::Value;
+
+use crate::{blis, scratch, stderr, stdout};
+
+const RUN: &[&str] = &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "3000", "--rate", "40", "--quiet"];
+
+fn run(extra: &[&str]) -> (String, Value) {
+    crate::json_of(RUN, extra)
+}
+
+#[test]
+fn autoscaling_off_changes_nothing() {
+    let (_, plain) = run(&["--num-instances", "2"]);
+    let (_, mut none) = run(&["--num-instances", "2", "--autoscale-policy", "none"]);
+    assert!(plain["cluster"].get("autoscaling").is_none() && plain["cluster"]["anomalies"].get("scale_oscillations").is_none());
+    assert_eq!(none["config"]["autoscale-policy"]["value"], "none");
+    none["config"].as_object_mut().unwrap().remove("autoscale-policy");
+    assert_eq!(plain, none);
+}
+
+#[test]
+fn autoscaled_runs_are_byte_identical_for_a_seed_and_report_capacity_and_cost() {
+    let args = [
+        "--autoscale-policy", "queue-depth", "--min-instances", "1", "--max-instances", "4", "--autoscale-interval", "5s",
+        "--provisioning-delay", "uniform:1s,4s", "--gpu-hour-cost", "2.5", "--drain-policy", "redirect",
+    ];
+    let (a, j) = run(&args);
+    let (b, _) = run(&args);
+    assert_eq!(a, b, "same seed, same bytes");
+    let s = &j["cluster"]["autoscaling"];
+    for field in ["scale_ups", "scale_downs", "replica_seconds", "gpu_hours", "cost", "oscillations", "timeline", "pools", "cost_per_million_output_tokens"] {
+        assert!(s.get(field).is_some(), "cluster.autoscaling.{field} missing: {s}");
+    }
+    assert!(s["scale_ups"].as_u64().unwrap() >= 1, "40 req/s needs more than one replica: {s}");
+    let gpu_hours = s["gpu_hours"].as_f64().unwrap();
+    assert!((s["cost"].as_f64().unwrap() - 2.5 * gpu_hours).abs() < 1e-9);
+    assert_eq!(j["requests"]["completed"], 3000);
+    assert_eq!(j["config"]["autoscale-policy"]["source"], "flag");
+}
+
+#[test]
+fn the_worked_examples_policy_files_run() {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/autoscaling");
+    for (policy, initial) in [("fixed", "4"), ("threshold", "1"), ("target-tracking", "1")] {
+        let path = format!("{dir}/{policy}.yaml");
+        let out = blis(&[
+            "run", "--format", "json", "--quiet", "--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4",
+            "--num-requests", "300", "--rate", "5", "--num-instances", initial, "--policy-config", &path,
+        ]);
+        assert!(out.status.success(), "{policy}: {}", stderr(&out));
+        let j: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        let a = &j["cluster"]["autoscaling"];
+        assert_eq!(a["policy"], policy);
+        assert_eq!(a["pools"][0]["gpus_per_replica"], 4);
+        assert!(a["cost"].as_f64().unwrap() > 0.0);
+    }
+}
+
+#[test]
+fn the_timeline_plot_and_the_trace_are_written() {
+    let dir = scratch("autoscale-outputs");
+    let (svg, trace) = (dir.join("day.svg"), dir.join("trace.jsonl"));
+    run(&[
+        "--autoscale-policy", "threshold", "--max-instances", "3", "--autoscale-interval", "10s",
+        "--plot-timeline", svg.to_str().unwrap(), "--trace-output", trace.to_str().unwrap(),
+    ]);
+    let svg = std::fs::read_to_string(svg).unwrap();
+    for label in ["replicas", "desired", "TTFT mean (ms)", "arrivals (req/s)"] {
+        assert!(svg.contains(label), "{label} missing from the plot");
+    }
+    let lines: Vec<Value> = std::fs::read_to_string(trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let kinds = |k: &str| lines.iter().filter(|l| l["kind"] == k).count();
+    assert!(kinds("scale") >= 1 && kinds("replica") >= 1 && kinds("routing") == 3000, "{} scale, {} replica lines", kinds("scale"), kinds("replica"));
+    let summary = lines.last().unwrap();
+    assert_eq!(summary["scale_decisions"].as_u64(), Some(kinds("scale") as u64));
+    let decision = lines.iter().find(|l| l["kind"] == "scale").unwrap();
+    for field in ["t_us", "current", "recommended", "desired", "action", "constraint", "metrics"] {
+        assert!(decision.get(field).is_some(), "{field} missing: {decision}");
+    }
+}
