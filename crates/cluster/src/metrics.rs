@@ -79,6 +79,15 @@ impl ClusterMetrics {
         }
     }
 
+    /// Brings the cluster-wide token gaps up to date: the union of the
+    /// instances' (exact, so the distribution is the one every gap pushed
+    /// to one collector gives). Call before reading `collector` after a run.
+    pub fn gather_token_gaps(&mut self) {
+        if !self.by_instance.is_empty() {
+            self.collector.itl_us = IntCounts::union(self.by_instance.iter().map(|c| &c.itl_us));
+        }
+    }
+
     /// Makes room for instance slots up to `instances` (replicas added by autoscaling).
     pub fn ensure_instances(&mut self, instances: usize) {
         if instances > self.by_instance.len() {
@@ -127,16 +136,20 @@ impl Observer for ClusterMetrics {
         }
     }
 
+    /// With per-instance collectors a token gap goes only to its instance's
+    /// (whose runs of equal gaps are a batch long, where the instances'
+    /// interleaved tokens would break them up); the cluster-wide gaps are
+    /// their union, rebuilt by [`ClusterMetrics::gather_token_gaps`].
     fn on_token(&mut self, t: &TokenEvent) {
-        self.collector.token(t);
+        match self.by_instance.get_mut(t.instance as usize) {
+            Some(c) => c.token(t),
+            None => self.collector.token(t),
+        }
         if let Some(b) = &mut self.by_class {
             b.on_token(t);
         }
         if let Some(b) = &mut self.by_tenant {
             b.on_token(t);
-        }
-        if let Some(c) = self.by_instance.get_mut(t.instance as usize) {
-            c.token(t);
         }
     }
 }

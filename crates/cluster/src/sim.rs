@@ -170,7 +170,9 @@ impl<'s> Cluster<'s> {
     /// reaches `obs` (and the workload's `on_finish`). A run cut at a
     /// horizon can be continued by calling `run` again.
     pub fn run(&mut self, workload: &mut dyn Workload, horizon: Option<Micros>, obs: &mut dyn Observer) -> RunEnd {
-        self.driver.run(workload, horizon, obs)
+        let end = self.driver.run(workload, horizon, obs);
+        self.driver.plane_and_fleet().0.book.metrics.gather_token_gaps();
+        end
     }
 
     /// Asks the routing policy where `req` would go now, from the current
