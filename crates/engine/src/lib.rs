@@ -55,6 +55,7 @@
 pub mod driver;
 pub mod event;
 pub mod hardware;
+pub mod histogram;
 pub mod instance;
 pub mod kv;
 pub mod latency;

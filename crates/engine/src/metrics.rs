@@ -1,9 +1,11 @@
 //! Streaming metrics: exact latency distributions and run counters.
 //!
-//! Percentiles are exact, computed like numpy's default (linear
+//! Percentiles are exact (see [`Samples`] for the one exception), computed like numpy's default (linear
 //! interpolation between closest ranks), which is what inference-perf and
 //! `vllm bench serve` report. Request-level samples cost 8 bytes per request
-//! and metric; per-token inter-token latencies are integer microseconds
+//! and metric up to [`EXACT_SAMPLES`] requests, then go into a constant-size
+//! log-linear histogram (percentiles within 0.012 %, count, mean, min and
+//! max exact); per-token inter-token latencies are integer microseconds
 //! stored as counts per distinct value, so their memory does not grow with
 //! the number of tokens.
 
@@ -11,6 +13,7 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
+use crate::histogram::LogHistogram;
 use crate::instance::{InstanceStats, Observer, TokenEvent};
 use crate::request::{DropReason, Labels, Outcome, RequestMeta, RequestRecord, SloClassId, TenantId};
 use crate::time::{Micros, US_PER_MS};
@@ -38,31 +41,51 @@ fn interpolate(n: u64, p: f64, at: impl Fn(u64) -> f64, per_unit: f64) -> f64 {
     if r == 0.0 { a / per_unit } else { (100.0 * a + r * (at(lo as u64 + 1) - a)) / (100.0 * per_unit) }
 }
 
-/// An exact set of samples (any unit).
+/// Samples kept individually up to this many; beyond, in a [`LogHistogram`].
+pub const EXACT_SAMPLES: usize = 1 << 16;
+
+/// A set of samples (any unit): exact percentiles up to [`EXACT_SAMPLES`]
+/// samples (8 bytes each), then a [`LogHistogram`] of constant size whose
+/// percentiles are within [`crate::histogram::RELATIVE_ERROR`] (0.012 %) of the
+/// exact ones, with count, mean, min and max still exact. So memory stays
+/// bounded (at most 0.5 MiB exact, about 1 MiB as a histogram) however long
+/// the run.
 #[derive(Clone, Debug, Default)]
 pub struct Samples {
     values: Vec<f64>,
+    histogram: Option<Box<LogHistogram>>,
 }
 
 impl Samples {
-    /// Adds one sample.
+    /// Adds one sample (finite).
     pub fn push(&mut self, v: f64) {
-        self.values.push(v);
+        if let Some(h) = &mut self.histogram {
+            h.push(v);
+        } else if self.values.len() < EXACT_SAMPLES {
+            self.values.push(v);
+        } else {
+            let mut h = Box::<LogHistogram>::default();
+            for &x in self.values.iter().chain([&v]) {
+                h.push(x);
+            }
+            self.values = Vec::new();
+            self.histogram = Some(h);
+        }
     }
 
     /// Number of samples.
     pub fn len(&self) -> usize {
-        self.values.len()
+        self.histogram.as_ref().map_or(self.values.len(), |h| h.len() as usize)
     }
 
     /// Whether there are none.
     pub fn is_empty(&self) -> bool {
-        self.values.is_empty()
+        self.len() == 0
     }
 
-    /// The samples in insertion order.
-    pub fn values(&self) -> &[f64] {
-        &self.values
+    /// Whether the percentiles are exact (at most [`EXACT_SAMPLES`] samples).
+    pub fn is_exact(&self) -> bool {
+        self.histogram.is_none()
     }
 
     /// Summary statistics in units of `per_unit` samples ([`US_PER_MS`] for µs → ms):
@@ -70,6 +93,9 @@ impl Samples {
     /// gives the nearest float to the exact quotient (48.772, not
     /// 48.772000000000006).
     pub fn summary(&self, per_unit: f64) -> Distribution {
+        if let Some(h) = &self.histogram {
+            return Distribution::new(h.len(), h.sum(), h.min(), h.max(), |r| h.at_rank(r), per_unit);
+        }
         let mut sorted = self.values.clone();
         // Values equal under total_cmp are the same bits: an unstable sort gives the same sequence, faster.
         sorted.sort_unstable_by(f64::total_cmp);
@@ -660,6 +686,32 @@ mod tests {
         assert_eq!(s.keys().collect::<Vec<_>>(), ["free", "paid"]);
         assert_eq!((s["free"].completed, s["paid"].completed), (1, 2));
         assert!((s["paid"].latency_ms.ttft.mean - 0.015).abs() < 1e-12); // (5 + 25) / 2 µs = 15 µs
+    }
+
+    /// Past [`EXACT_SAMPLES`] the summary moves to the histogram: count,
+    /// min and max stay exact, the mean to rounding, and every percentile
+    /// is within the histogram's relative error of the brute-force one.
+    #[test]
+    fn samples_past_the_exact_limit_stay_within_the_stated_error() {
+        use rand::RngExt;
+        let mut rng = crate::rng::subsystem_rng(7, "samples");
+        let values: Vec<f64> = (0..EXACT_SAMPLES * 2 + 17).map(|_| rng.random_range(0..10_000_000u64) as f64).collect();
+        let mut s = Samples::default();
+        for (i, &v) in values.iter().enumerate() {
+            s.push(v);
+            assert_eq!(s.is_exact(), i < EXACT_SAMPLES, "sample {i}");
+        }
+        let d = s.summary(US_PER_MS);
+        let mut sorted = values.clone();
+        sorted.sort_by(f64::total_cmp);
+        assert_eq!(d.count, values.len() as u64);
+        assert_eq!((d.min, d.max), (sorted[0] / US_PER_MS, sorted[sorted.len() - 1] / US_PER_MS));
+        let mean = values.iter().sum::<f64>() / values.len() as f64 / US_PER_MS;
+        assert!((d.mean - mean).abs() <= 1e-9 * mean);
+        for (p, got) in [(50.0, d.p50), (90.0, d.p90), (95.0, d.p95), (99.0, d.p99)] {
+            let want = brute(&values, p) / US_PER_MS;
+            assert!((got - want).abs() <= crate::histogram::RELATIVE_ERROR * want, "p{p}: {got} vs {want}");
+        }
     }
 
     proptest! {
