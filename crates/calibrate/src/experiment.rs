@@ -328,21 +328,45 @@ pub fn is_experiment_dir(dir: &Path) -> bool {
 
 /// The experiment directories `path` names: itself if it is one, else every
 /// experiment directory below it, sorted by path.
+///
+/// Directory symlinks are followed (a folder of links to experiments kept
+/// elsewhere is a suite), but each directory is walked at most once (by its
+/// canonical path) and never an ancestor of `path`, so a link cycle
+/// (`ln -s . a`) or a link out of the tree (`ln -s .. up`) neither loops nor
+/// adds experiments from outside it; an experiment reached by two paths is
+/// reported once, under the first in path order.
 pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     if is_experiment_dir(path) {
         return Ok(vec![path.to_path_buf()]);
     }
+    let io = |dir: &Path, e: std::io::Error| ExperimentError::File(DataError::Io { path: dir.to_path_buf(), message: e.to_string() });
+    let root = std::fs::canonicalize(path).map_err(|e| io(path, e))?;
+    let mut visited = std::collections::BTreeSet::new();
     let mut found = Vec::new();
+    // Depth first in sorted order, so of two paths to one directory the
+    // first in path order is the one kept.
     let mut stack = vec![path.to_path_buf()];
     while let Some(dir) = stack.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| ExperimentError::File(DataError::Io { path: dir.clone(), message: e.to_string() }))?;
-        for entry in entries {
-            let p = entry.map_err(|e| ExperimentError::File(DataError::Io { path: dir.clone(), message: e.to_string() }))?.path();
-            if !p.is_dir() {
+        if dir != path {
+            // An unreadable link target is skipped like a dangling link.
+            let Ok(real) = std::fs::canonicalize(&dir) else { continue };
+            if root.starts_with(&real) || !visited.insert(real) {
                 continue;
             }
-            if is_experiment_dir(&p) { found.push(p) } else { stack.push(p) }
+            if is_experiment_dir(&dir) {
+                found.push(dir);
+                continue;
+            }
         }
+        let mut entries: Vec<PathBuf> = Vec::new();
+        for entry in std::fs::read_dir(&dir).map_err(|e| io(&dir, e))? {
+            let p = entry.map_err(|e| io(&dir, e))?.path();
+            if p.is_dir() {
+                entries.push(p);
+            }
+        }
+        entries.sort();
+        stack.extend(entries.into_iter().rev());
     }
     found.sort();
     if found.is_empty() {
@@ -507,6 +531,28 @@ impl Experiment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27, defect 1: `ln -s . a; ln -s . b` made discovery loop with
+    /// growing memory, and `ln -s .. up` reported the parent's experiments.
+    #[cfg(unix)]
+    #[test]
+    fn discover_survives_symlink_cycles_and_links_out_of_the_tree() {
+        let base = std::env::temp_dir().join(format!("blis-discover-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        let root = base.join("suite");
+        for exp in [root.join("exp1"), base.join("outside")] {
+            std::fs::create_dir_all(exp.join("results")).unwrap();
+            std::fs::write(exp.join("results/config.yaml"), "{}").unwrap();
+        }
+        let link = |target: &str, name: &str| std::os::unix::fs::symlink(target, root.join(name)).unwrap();
+        link(".", "a");
+        link(".", "b");
+        link("..", "up");
+        link("exp1", "exp1-again");
+        let found = discover(&root).unwrap();
+        let _ = std::fs::remove_dir_all(&base);
+        assert_eq!(found, [root.join("exp1")], "one experiment, found once, under its first path in sorted order");
+    }
 
     /// Every key the unknown-key warning lists as known is one serde reads
     /// into a field; `other` catches only the rest.

@@ -1,6 +1,7 @@
 //! Errors the CLI reports, and their exit codes: 0 success, 1 a failure while
 //! running (an output file could not be written), 2 bad input (flags, files,
-//! values). Every error prints as one line.
+//! values), 3 the server `blis observe` drove failed too many requests (the
+//! trace is still written in full). Every error prints as one line.
 
 use std::fmt;
 
@@ -22,10 +23,29 @@ macro_rules! bad_input {
 }
 pub(crate) use bad_input;
 
+/// The server under observation failed more requests than allowed: exit code 3.
+#[derive(Debug)]
+pub struct ServerFailed(pub String);
+
+impl fmt::Display for ServerFailed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for ServerFailed {}
+
 /// Exit code for an error: 2 when any cause is bad input ([`BadInput`], or
-/// a scenario that cannot be simulated as given), else 1.
+/// a scenario that cannot be simulated as given), 3 for [`ServerFailed`],
+/// else 1.
 pub fn exit_code(err: &anyhow::Error) -> i32 {
-    if err.chain().any(|c| c.is::<BadInput>() || c.is::<blis_scenario::ScenarioError>()) { 2 } else { 1 }
+    if err.chain().any(|c| c.is::<BadInput>() || c.is::<blis_scenario::ScenarioError>()) {
+        2
+    } else if err.chain().any(|c| c.is::<ServerFailed>()) {
+        3
+    } else {
+        1
+    }
 }
 
 /// Longest run of digits (with an optional point) an error line prints as
@@ -63,9 +83,75 @@ pub fn tidy_numbers(message: &str) -> String {
     out
 }
 
+/// Longest error message printed, bytes: with `error: ` and the
+/// `(see `blis --help`)` hint a line stays under 1 KiB.
+pub const MAX_MESSAGE_BYTES: usize = 960;
+
+/// Longest run of non-blank characters printed as it is (a quoted CSV
+/// header cell, a value echoed from a file); longer runs keep their start
+/// and end around an ellipsis.
+const MAX_WORD_CHARS: usize = 120;
+
+/// `message` as one printable line of at most [`MAX_MESSAGE_BYTES`] bytes:
+/// line breaks and other control characters become spaces, any echoed
+/// word longer than [`MAX_WORD_CHARS`] is shortened around `…`, and what
+/// still overflows is cut at a character boundary with `…`.
+pub fn one_line(message: &str) -> String {
+    let mut out = String::with_capacity(message.len().min(MAX_MESSAGE_BYTES + 4));
+    for (i, word) in message.split(' ').enumerate() {
+        if i > 0 {
+            out.push(' ');
+        }
+        let chars: Vec<char> = word.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+        if chars.len() > MAX_WORD_CHARS {
+            let keep = MAX_WORD_CHARS / 2;
+            out.extend(&chars[..keep]);
+            out.push_str(&format!("…({} characters)…", chars.len() - keep - 16));
+            out.extend(&chars[chars.len() - 16..]);
+        } else {
+            out.extend(chars);
+        }
+        if out.len() > MAX_MESSAGE_BYTES {
+            break;
+        }
+    }
+    if out.len() > MAX_MESSAGE_BYTES {
+        let mut cut = MAX_MESSAGE_BYTES - '…'.len_utf8();
+        while !out.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        out.truncate(cut);
+        out.push('…');
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 27: an exit-2 error line could be 5 MiB (a CSV header cell
+    /// echoed verbatim).
+    #[test]
+    fn an_error_line_is_one_line_under_1_kib_whatever_it_echoes() {
+        let huge_cell = "x".repeat(5 << 20);
+        let cases = [
+            format!("trace.csv: unknown column `{huge_cell}`; allowed: request_id, arrival_time_us"),
+            format!("{}", "word ".repeat(100_000)),
+            "line one\nline two\r\0 ünïcödé ".repeat(200),
+            "é".repeat(2_000),
+        ];
+        for message in cases {
+            let line = one_line(&message);
+            assert!(line.len() <= MAX_MESSAGE_BYTES, "{} bytes", line.len());
+            assert!(!line.contains(['\n', '\r', '\0']), "{line}");
+        }
+        let shortened = one_line(&format!("unknown column `{huge_cell}`; allowed: a, b"));
+        assert!(shortened.starts_with("unknown column `xxx") && shortened.ends_with("`; allowed: a, b"), "{shortened}");
+        for kept in ["--rate -1: must be positive", "w.yaml: clients[0].rate: 5 must be in (0, 1e6]", ""] {
+            assert_eq!(one_line(kept), kept);
+        }
+    }
 
     #[test]
     fn long_expansions_become_exponents_and_the_rest_is_untouched() {

@@ -101,6 +101,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     crate::output::warn(&suite.warnings());
     let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    crate::output::print_warnings();
     let opts = FitOptions {
         kind,
         start,

@@ -95,7 +95,7 @@ fn parse_cli() -> Cli {
                 .collect();
             let message = parts.join("; ");
             let message = message.strip_prefix("error: ").unwrap_or(&message);
-            eprintln!("error: {message} (see `blis --help`)");
+            eprintln!("error: {} (see `blis --help`)", error::one_line(message));
             std::process::exit(2);
         }
     }
@@ -119,9 +119,12 @@ fn main() {
         Command::Convert(cmd) => convert::execute(cmd),
         Command::Compose(args) => compose::execute(args),
     };
-    if let Err(err) = result {
-        eprintln!("error: {}", error::tidy_numbers(&format!("{err:#}")));
-        std::process::exit(error::exit_code(&err));
+    match result {
+        Ok(()) => output::print_warnings(),
+        Err(err) => {
+            eprintln!("error: {}", error::one_line(&error::tidy_numbers(&format!("{err:#}"))));
+            std::process::exit(error::exit_code(&err));
+        }
     }
 }
 

@@ -10,7 +10,9 @@ use blis_net::serve::openai::Api;
 use blis_scenario::Scenario;
 use blis_scenario::knobs::KnobValues;
 
-use crate::error::bad_input;
+use blis_net::load::LoadSummary;
+
+use crate::error::{ServerFailed, bad_input};
 use crate::output::{rate_text, warn};
 
 /// Which OpenAI endpoint to drive.
@@ -77,6 +79,11 @@ pub struct ObserveArgs {
     /// Leading requests to mark as warm-up (excluded by `blis calibrate`).
     #[arg(long, default_value_t = 0, value_name = "N", help_heading = "Observe")]
     pub warm_up: u64,
+
+    /// Exit with code 3 when more than this fraction of the requests sent failed (errors and timeouts),
+    /// after writing the trace in full. Whatever it is, a run in which no request succeeded exits 3.
+    #[arg(long, default_value_t = 1.0, value_name = "FRACTION", allow_negative_numbers = true, help_heading = "Observe")]
+    pub max_error_rate: f64,
 }
 
 /// Requests `blis observe` keeps in flight unless `--max-concurrency` says otherwise.
@@ -92,6 +99,9 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let knobs = &scenario.knobs;
     crate::knobs::reject_unused(knobs, "observe")?;
     let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
+    if !(0.0..=1.0).contains(&args.max_error_rate) {
+        return Err(bad_input!("--max-error-rate {}: must be a fraction in [0, 1]", args.max_error_rate).into());
+    }
     let timeout = Duration::from_micros(blis_scenario::deployment::seconds("timeout", args.timeout)?.as_us());
     let max_concurrency = blis_scenario::workload::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
     if !(args.server_url.starts_with("http://") || args.server_url.starts_with("https://")) {
@@ -144,6 +154,7 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
         workload_name: name,
     };
     let files = TraceFiles::new(&args.trace_output);
+    crate::output::print_warnings();
     eprintln!(
         "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
         plan.expected_requests(),
@@ -175,5 +186,31 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
         eprintln!("scraped {} Prometheus samples into {}", summary.scrapes, files.metrics.display());
     }
     eprintln!("trace: {} and {}", files.header.display(), files.csv.display());
+    check_failures(s, args.max_error_rate, &args.server_url)
+}
+
+/// [`ServerFailed`] when no request sent succeeded, or more than
+/// `max_error_rate` of them failed.
+fn check_failures(s: &LoadSummary, max_error_rate: f64, server_url: &str) -> anyhow::Result<()> {
+    let failed = s.errors + s.timeouts;
+    if s.sent == 0 {
+        return Ok(());
+    }
+    let rate = failed as f64 / s.sent as f64;
+    if s.ok == 0 {
+        return Err(ServerFailed(format!(
+            "no request succeeded ({} errors, {} timeouts of {} sent): is the server at {server_url} up and serving this model?",
+            s.errors, s.timeouts, s.sent
+        ))
+        .into());
+    }
+    if rate > max_error_rate {
+        return Err(ServerFailed(format!(
+            "{failed} of {} requests failed ({:.1} %), more than --max-error-rate {max_error_rate} allows",
+            s.sent,
+            100.0 * rate
+        ))
+        .into());
+    }
     Ok(())
 }

@@ -268,9 +268,21 @@ pub fn write_json<T: serde::Serialize>(report: &T, output: Option<&mut AtomicFil
     }
 }
 
-/// Prints warnings on stderr, one line each.
+/// Warnings not printed yet: see [`warn`].
+static HELD_WARNINGS: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Holds warnings back until the command has checked all its input
+/// ([`print_warnings`]), so a command that then fails on bad input prints
+/// only its one error line.
 pub fn warn(warnings: &[String]) {
-    for w in warnings {
+    HELD_WARNINGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).extend(warnings.iter().cloned());
+}
+
+/// Prints the held warnings on stderr, one line each: once a command has
+/// checked its input and starts its work, and when it succeeds.
+pub fn print_warnings() {
+    let held = std::mem::take(&mut *HELD_WARNINGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
+    for w in held {
         eprintln!("warning: {w}");
     }
 }

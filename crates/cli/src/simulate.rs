@@ -15,7 +15,7 @@ use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
 
 use crate::decisions::TraceWriter;
-use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib, warn, write_json};
+use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
 use crate::table::table;
 
 /// Where a simulation writes besides its report.
@@ -39,6 +39,7 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
         (Some(path), true) => Some(TraceWriter::create(path, resolved.cluster.config.labels.clone())?),
         _ => None,
     };
+    print_warnings();
     let wall = std::time::Instant::now();
     let mut progress = Progress::new(resolved.workload.expected_requests, files.quiet);
     let report = {

@@ -79,6 +79,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(crate::plot::PlotDir::create).transpose()?;
+    crate::output::print_warnings();
 
     let started = Instant::now();
     let (comparisons, unsimulated) = suite.validate_each(&chosen.set, args.seed);

@@ -120,6 +120,12 @@ pub fn input(k: &Knobs) -> Result<WorkloadInput, ScenarioError> {
 
 /// The options the knobs give any workload.
 pub fn options(k: &Knobs) -> Result<OpenOptions, ScenarioError> {
+    // One rule wherever the count comes from (flag, --config file, a spec's overrides).
+    if let Some(n) = k.num_requests.explicit()
+        && !(1..=blis_workload::limits::MAX_REQUESTS).contains(&n)
+    {
+        return Err(invalid!("--num-requests {n}: must be in [1, 1e12]"));
+    }
     Ok(OpenOptions { overrides: overrides(k), seed: k.seed.value.unwrap_or(0), max_concurrency: max_concurrency(k)?, label_mix: label_mix(k)? })
 }
 

@@ -3,6 +3,10 @@
 
 /// Largest accepted `aggregate_rate` (and `--rate`), requests per second (one per µs).
 pub const MAX_RATE_PER_S: f64 = 1e6;
+/// Largest accepted request count (`num_requests`, `--num-requests`, in a
+/// spec, a config file or on the command line alike): 10¹², beyond what
+/// any run finishes in a day at ~1 µs per request.
+pub const MAX_REQUESTS: u64 = 1_000_000_000_000;
 /// Largest accepted `prefix_length`, tokens.
 pub const MAX_PREFIX_TOKENS: u32 = 10_000_000;
 /// Largest accepted `multi_turn.max_rounds`.

@@ -16,7 +16,7 @@ use crate::dist::{Empirical, MAX_TOKENS, Sampler, Shape};
 use crate::empirical::{FileCache, Pdf};
 use crate::error::WorkloadError;
 use crate::generator::Generator;
-use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_ROUNDS, fmt_num};
+use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_REQUESTS, MAX_ROUNDS, fmt_num};
 use crate::network::NetworkModel;
 use crate::synthetic::{ArrivalProcess, SyntheticSpec};
 use crate::spec::{ArrivalSpec, Category, ClientSpec, ContextGrowth, DistKind, DistSpec, LoadedSpec, ProcessKind, WorkloadSpec};
@@ -405,7 +405,7 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
     };
     ctx.check(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_PER_S, "aggregate_rate", format!("{} must be in (0, {MAX_RATE_PER_S}] requests per second", fmt_num(rate)))?;
     if let Some(n) = s.num_requests {
-        ctx.check(n >= 1, "num_requests", "must be at least 1")?;
+        ctx.check((1..=MAX_REQUESTS).contains(&n), "num_requests", format!("{n} must be in [1, 1e12]"))?;
     }
     if let Some(h) = s.horizon {
         ctx.check(h >= 1, "horizon", "must be at least 1 µs")?;

@@ -10,7 +10,7 @@ use rand_distr::{Distribution, Exp};
 use thiserror::Error;
 
 use crate::dist::{MAX_TOKENS, Sampler, Shape};
-use crate::limits::{MAX_RATE_PER_S, fmt_num};
+use crate::limits::{MAX_RATE_PER_S, MAX_REQUESTS, fmt_num};
 
 /// How inter-arrival gaps are drawn.
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl SyntheticSpec {
     pub fn validate(&self) -> Result<(), SpecError> {
         let rate_ok = self.rate_per_s.is_finite() && self.rate_per_s > 0.0 && self.rate_per_s <= MAX_RATE_PER_S;
         check(rate_ok, "rate", fmt_num(self.rate_per_s), "must be a positive number of requests per second, at most 1e6")?;
-        check(self.num_requests >= 1, "num-requests", self.num_requests, "must be at least 1")?;
+        check((1..=MAX_REQUESTS).contains(&self.num_requests), "num-requests", self.num_requests, "must be in [1, 1e12]")?;
         self.prompt.validate(LengthRole::Prompt)?;
         self.output.validate(LengthRole::Output)?;
         check(self.prefix_groups >= 1, "prefix-groups", self.prefix_groups, "must be at least 1")?;

@@ -328,3 +328,30 @@ fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
         assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
     }
 }
+
+/// Issue 27: a warning (here: coefficients fitted on another GPU) used to
+/// print before the one-line error of an input checked later.
+#[test]
+fn a_warning_does_not_precede_the_error_line() {
+    let dir = scratch("held");
+    let csv = dir.join("no-such-dir").join("r.csv");
+    let e = rejected("held-run", &with_model(&["--hardware", "A100-80GB", "--requests-csv", csv.to_str().unwrap()]));
+    assert!(e.contains("--requests-csv") && !e.contains("warning:") && !e.contains("fitted on H100"), "{e}");
+}
+
+/// Issue 27: `--num-requests` accepted 2⁶³ from a config file while refusing
+/// 1e30 on the command line. One rule now, wherever the count is written.
+#[test]
+fn request_counts_obey_one_rule_on_the_command_line_in_a_config_and_in_a_spec() {
+    let dir = scratch("num-requests-rule");
+    let huge = "9223372036854775808";
+    let e = rejected("num-requests-flag", &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", huge]);
+    assert!(e.contains("must be in [1, 1e12]"), "{e}");
+    let config = write(&dir, "c.yaml", format!("num-requests: {huge}\n"));
+    let e = rejected("num-requests-config", &["--model", "meta-llama/llama-3.1-8b-instruct", "--config", &config]);
+    assert!(e.contains("--config") && e.contains("must be in [1, 1e12]"), "{e}");
+    let spec = write(&dir, "w.yaml", format!("aggregate_rate: 5\nnum_requests: {huge}\nclients:\n  - id: a\n    rate_fraction: 1\n    input_distribution: {{type: constant, params: {{value: 8}}}}\n    output_distribution: {{type: constant, params: {{value: 8}}}}\n"));
+    let e = rejected("num-requests-spec", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
+    assert!(e.contains("num_requests") && e.contains("must be in [1, 1e12]"), "{e}");
+    assert!(rejected("num-requests-1e13", &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "1e13"]).contains("must be in [1, 1e12]"));
+}

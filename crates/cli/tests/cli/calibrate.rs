@@ -137,6 +137,38 @@ fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete(
     }
     assert!(ok > 50, "{ok} successes");
     assert_eq!(kinds.len(), 3, "429, 503 and dropped connections all recorded: {kinds:?}");
+
+    // Issue 27: with --max-error-rate below the failures, the same run exits
+    // 3 and still writes every row.
+    let strict = dir.join("strict");
+    let out = blis(&[
+        "observe", "--server-url", &server.url, "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "200", "--num-requests", "120",
+        "--prompt-tokens", "64", "--output-tokens", "16", "--trace-output", strict.to_str().unwrap(), "--max-error-rate", "0.05",
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with("error: ") && last.contains("more than --max-error-rate 0.05"), "{last}");
+    assert_eq!(csv::Reader::from_path(dir.join("strict.csv")).unwrap().records().count(), 120);
+}
+
+/// Issue 27, defect 5: `blis observe` exited 0 when nothing listened on the
+/// port ("0 ok, 50 errors"). Now: exit 3 with one error line, and the trace
+/// still has a row per request.
+#[test]
+fn observe_exits_3_when_the_server_is_unreachable() {
+    let dir = scratch("unreachable");
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}");
+    let prefix = dir.join("run");
+    let out = blis(&[
+        "observe", "--server-url", &url, "--model", "m", "--rate", "1000", "--num-requests", "50",
+        "--prompt-tokens", "8", "--output-tokens", "4", "--trace-output", prefix.to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
+    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with("error: no request succeeded (50 errors") && last.contains(&url), "{last}");
+    let rows: Vec<csv::StringRecord> = csv::Reader::from_path(dir.join("run.csv")).unwrap().records().map(Result::unwrap).collect();
+    assert_eq!(rows.len(), 50);
 }
 
 /// Killing the server mid-run leaves a valid trace: every row parses, the
@@ -230,19 +262,20 @@ fn observe_reaches_an_https_server_and_checks_its_certificate() {
             .env("SSL_CERT_FILE", bundle);
         cmd.output().unwrap()
     };
-    let observe = |prefix: &str, bundle: &std::path::Path| {
+    let observe = |prefix: &str, bundle: &std::path::Path, exit: i32| {
         let prefix = dir.join(prefix);
         let out = command(&prefix, bundle);
-        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(exit), "{}", stderr(&out));
         let mut reader = csv::Reader::from_path(prefix.with_extension("csv")).unwrap();
         let h = reader.headers().unwrap().clone();
         let col = |name: &str| h.iter().position(|c| c == name).unwrap();
         reader.records().map(Result::unwrap).map(|r| (r[col("status")].to_string(), r[col("error_message")].to_string())).collect::<Vec<_>>()
     };
-    let trusted = observe("trusted", &cert);
+    let trusted = observe("trusted", &cert, 0);
     assert_eq!(trusted.len(), 20);
     assert!(trusted.iter().all(|(status, _)| status == "ok"), "{trusted:?}");
-    let untrusted = observe("untrusted", &other_ca);
+    // Every request failed: exit 3, after writing the trace in full.
+    let untrusted = observe("untrusted", &other_ca, 3);
     assert_eq!(untrusted.len(), 20);
     assert!(untrusted.iter().all(|(status, m)| status == "error" && m.to_lowercase().contains("certificate")), "{untrusted:?}");
     let out = command(&dir.join("no-roots"), &dir.join("no-such-bundle.pem"));
