@@ -213,8 +213,20 @@ impl FileCache {
             return Ok(p.clone());
         }
         let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
-        let de = serde_yaml_ng::Deserializer::from_str(&text);
-        let pdf: Pdf = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&path.display().to_string(), e))?;
+        let name = path.display().to_string();
+        // JSON (the usual form of a large PDF) is read by serde_json, which
+        // builds the pairs directly: memory about 4× the text, where the YAML
+        // loader keeps ~100 bytes per number before building anything.
+        // Anything else (YAML, JSON with YAML-only forms such as unquoted
+        // keys, or a mistake) goes to the YAML reader, whose errors name the
+        // key path and line.
+        let pdf: Pdf = match serde_json::from_str(&text) {
+            Ok(pdf) => pdf,
+            Err(_) => {
+                let de = serde_yaml_ng::Deserializer::from_str(&text);
+                serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?
+            }
+        };
         let p = Arc::new(pdf);
         self.pdfs.insert(path.to_path_buf(), p.clone());
         Ok(p)

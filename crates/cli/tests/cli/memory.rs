@@ -1,0 +1,42 @@
+//! Memory as a budget: a large input costs a small multiple of its size
+//! (issue 27). Peak memory is what `blis run` itself reports (the process's
+//! VmHWM), so the figure is the child's alone.
+
+use crate::{blis, scratch, stderr};
+
+/// The "peak memory X MiB" of a `blis run` that succeeded.
+fn peak_mib(args: &[&str]) -> f64 {
+    let out = blis(args);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    let tail = err.rsplit("peak memory ").next().unwrap_or_default();
+    tail.split(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no peak memory in: {err}"))
+}
+
+/// Issue 27, defect 2: an empirical-distribution JSON referenced by a spec
+/// took ~70 bytes of memory per input byte (80 MB → 5.7 GB), read through
+/// the YAML loader. Now: at most 6× the file on top of a run without it.
+#[test]
+fn an_empirical_pdf_costs_at_most_six_times_its_size() {
+    let dir = scratch("memory-pdf");
+    let entries = 1_000_000;
+    let body: Vec<String> = (1..=entries).map(|i| format!("\"{i}\": {}", i % 13 + 1)).collect();
+    let pdf = dir.join("pdf.json");
+    std::fs::write(&pdf, format!("{{{}}}", body.join(","))).unwrap();
+    let input_mib = std::fs::metadata(&pdf).unwrap().len() as f64 / (1 << 20) as f64;
+    let spec = |input: &str| {
+        format!(
+            "aggregate_rate: 5\nnum_requests: 5\nclients:\n  - id: a\n    input_distribution: {input}\n    \
+             output_distribution: {{type: constant, params: {{value: 4}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("big.yaml"), spec("{type: empirical, file: pdf.json}")).unwrap();
+    std::fs::write(dir.join("small.yaml"), spec("{type: constant, params: {value: 4}}")).unwrap();
+    let run = |name: &str| {
+        let path = dir.join(name);
+        peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", path.to_str().unwrap(), "--output", "/dev/null"])
+    };
+    let (big, base) = (run("big.yaml"), run("small.yaml"));
+    assert!(input_mib > 10.0, "{input_mib} MiB");
+    assert!(big - base <= 6.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB PDF, {base:.1} MiB without");
+}
