@@ -308,6 +308,7 @@ fn read(path: &Path) -> Result<String, ExperimentError> {
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
+    blis_data::textfile::check_yaml_nodes(&text).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
     serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text)).map_err(|e| format_error(path, &e))
 }
 

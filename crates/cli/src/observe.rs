@@ -123,7 +123,7 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let mut server = match &args.server_config {
         Some(p) => {
             KnobValues::load(p)?;
-            let text = blis_data::textfile::read(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
+            let text = blis_data::textfile::read_yaml(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
             serde_yaml_ng::from_str::<serde_yaml_ng::Mapping>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
         }
         None => serde_yaml_ng::Mapping::new(),

@@ -124,7 +124,7 @@ impl CoefficientSet {
 
     /// Reads a coefficient file.
     pub fn load(path: &Path) -> Result<CoefficientSet, DataError> {
-        let text = crate::textfile::read(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = crate::textfile::read_yaml(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         CoefficientSet::parse(&text, path)
     }
 

@@ -106,7 +106,7 @@ fn yaml_to_json(v: serde_yaml_ng::Value, path: &str) -> Result<Value, String> {
 /// Reads a `--policy-config` file.
 fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundle::SectionsSet), ScenarioError> {
     let name = path.display();
-    let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
+    let text = blis_data::textfile::read_yaml(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
     let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
     let doc = yaml_to_json(yaml, "").map_err(|e| invalid!("--policy-config {name}: {e}"))?;
     PolicyBundle::from_value(&doc).map_err(|e| invalid!("--policy-config {name}: {e}"))

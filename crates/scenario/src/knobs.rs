@@ -363,7 +363,7 @@ impl KnobValues {
     /// spellings and vLLM's names are accepted too. Unknown keys are errors
     /// naming the key. Relative paths in it are relative to the file's folder.
     pub fn load(path: &Path) -> Result<KnobValues, ScenarioError> {
-        let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --config {}: {e}", path.display()))?;
+        let text = blis_data::textfile::read_yaml(path).map_err(|e| invalid!("cannot read --config {}: {e}", path.display()))?;
         let raw: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--config {}: not valid YAML: {e}", path.display()))?;
         let file = KnobValues::from_yaml(raw, &format!("--config {}", path.display()))?;
         Ok(file.rebased(path.parent().unwrap_or(Path::new(""))))

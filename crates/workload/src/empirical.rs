@@ -223,6 +223,7 @@ impl FileCache {
         let pdf: Pdf = match serde_json::from_str(&text) {
             Ok(pdf) => pdf,
             Err(_) => {
+                blis_data::textfile::check_yaml_nodes(&text).map_err(|e| WorkloadError::read(path, e))?;
                 let de = serde_yaml_ng::Deserializer::from_str(&text);
                 serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?
             }

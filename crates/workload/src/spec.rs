@@ -438,7 +438,7 @@ pub fn load(reference: &str) -> Result<LoadedSpec, WorkloadError> {
         return parse(b.yaml, reference, Path::new("."));
     }
     let path = Path::new(reference);
-    let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+    let text = blis_data::textfile::read_yaml(path).map_err(|e| WorkloadError::read(path, e))?;
     parse_file(path, &text)
 }
 

@@ -139,7 +139,7 @@ impl TraceHeader {
 
     /// Reads and checks a header file.
     pub fn load(path: &Path) -> Result<TraceHeader, WorkloadError> {
-        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = blis_data::textfile::read_yaml(path).map_err(|e| WorkloadError::read(path, e))?;
         let name = path.display().to_string();
         let de = serde_yaml_ng::Deserializer::from_str(&text);
         let h: TraceHeader = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?;
