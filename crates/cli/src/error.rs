@@ -24,16 +24,9 @@ macro_rules! bad_input {
 pub(crate) use bad_input;
 
 /// The server under observation failed more requests than allowed: exit code 3.
-#[derive(Debug)]
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
 pub struct ServerFailed(pub String);
-
-impl fmt::Display for ServerFailed {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for ServerFailed {}
 
 /// Exit code for an error: 2 when any cause is bad input ([`BadInput`], or
 /// a scenario that cannot be simulated as given), 3 for [`ServerFailed`],

@@ -184,20 +184,14 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 .iter()
                 .map(|p| read(p))
                 .collect(),
-            parse: Box::new(|_, p| {
-                let text = std::fs::read_to_string(p).map_err(|e| e.to_string())?;
-                blis_engine::model::ModelConfig::from_hf_json(&text).map(drop).map_err(|e| e.to_string())
-            }),
+            parse: text_parser(|t| blis_engine::model::ModelConfig::from_hf_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--model-config")),
         },
         Target {
             name: "GPU spec",
             file: "gpu.json",
             seeds: ["data/hardware/H100.json", "data/hardware/A100-80GB.json"].iter().map(|p| read(p)).collect(),
-            parse: Box::new(|_, p| {
-                let text = std::fs::read_to_string(p).map_err(|e| e.to_string())?;
-                blis_engine::hardware::GpuSpec::from_json(&text).map(drop).map_err(|e| e.to_string())
-            }),
+            parse: text_parser(|t| blis_engine::hardware::GpuSpec::from_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--hardware-config")),
         },
         Target {
@@ -293,6 +287,11 @@ fn targets(scratch: &Path) -> Vec<Target> {
             cli: None,
         },
     ]
+}
+
+/// A target whose parser takes the input as text (not UTF-8 is a refusal).
+fn text_parser(parse: fn(&str) -> Result<(), String>) -> Box<dyn Fn(&Path, &Path) -> Result<(), String> + Send + Sync> {
+    Box::new(move |_, p| parse(&std::fs::read_to_string(p).map_err(|e| e.to_string())?))
 }
 
 /// Resolves a scenario from a `--config` text.
