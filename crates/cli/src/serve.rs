@@ -3,7 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
-use blis_net::serve::{ServeConfig, StartError, run_until_interrupted};
+use blis_net::serve::{ServeConfig, ServeTimeouts, StartError, run_until_interrupted};
 use blis_scenario::Scenario;
 use blis_scenario::deployment::Deployment;
 use blis_scenario::knobs::KnobValues;
@@ -46,6 +46,22 @@ pub struct ServeArgs {
     /// Largest request body accepted, bytes.
     #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", help_heading = "Server")]
     pub max_body_bytes: usize,
+
+    /// Close a connection whose request head is still incomplete this long after it was accepted or the head began.
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.header_read_ms, value_name = "MS", help_heading = "Server")]
+    pub header_timeout_ms: u64,
+
+    /// Answer 408 and close the connection when a request body is still incomplete this long after its head.
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.body_read_ms, value_name = "MS", help_heading = "Server")]
+    pub body_timeout_ms: u64,
+
+    /// Close a kept-alive connection that sends no new request for this long.
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.keep_alive_idle_ms, value_name = "MS", help_heading = "Server")]
+    pub idle_timeout_ms: u64,
+
+    /// On Ctrl-C, let requests in flight run on this long, then end them (streams with an error event and [DONE]).
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.shutdown_grace_ms, value_name = "MS", help_heading = "Server")]
+    pub shutdown_grace_ms: u64,
 }
 
 /// Runs `blis serve` until Ctrl-C.
@@ -76,9 +92,16 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
         seed: knobs.seed.value.unwrap_or(0),
         natural_output: Some(natural_output),
         max_body_bytes: args.max_body_bytes,
+        timeouts: ServeTimeouts {
+            header_read_ms: args.header_timeout_ms,
+            body_read_ms: args.body_timeout_ms,
+            keep_alive_idle_ms: args.idle_timeout_ms,
+            shutdown_grace_ms: args.shutdown_grace_ms,
+        },
     };
     let addr = SocketAddr::new(args.host, args.port);
     run_until_interrupted(config, addr, |bound| {
+        crate::output::print_warnings();
         eprintln!(
             "blis serve: {model_name} ({} on {} × {}, {} KV blocks), time scale {}, listening on http://{bound}",
             deployment.latency.name(),

@@ -21,6 +21,7 @@ async fn server(failure_rate: f64) -> blis_net::serve::RunningServer {
         seed: 1,
         natural_output: None,
         max_body_bytes: 1 << 20,
+        timeouts: Default::default(),
     };
     start(config, "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }

@@ -23,6 +23,7 @@ fn config(failure_rate: f64) -> ServeConfig {
         seed: 7,
         natural_output: None,
         max_body_bytes: 64 * 1024,
+        timeouts: Default::default(),
     }
 }
 

@@ -8,20 +8,25 @@
 //! arrival (`realtime.rs`); its tokens are sent when the simulated engine emits
 //! them. Failures can be injected at a configured rate: HTTP 429, HTTP 503,
 //! or a connection dropped mid-response.
+//!
+//! Connections are bounded in time ([`ServeTimeouts`], `conn.rs`): slow or
+//! half-sent requests and idle keep-alive connections are closed, and
+//! [`RunningServer::stop`] returns within a stated bound, ending streams in
+//! flight with a final error event and `data: [DONE]`.
 
+mod conn;
 mod realtime;
 mod metrics;
 pub mod openai;
 
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, mpsc as std_mpsc};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::Router;
 use axum::body::{Body, Bytes};
-use axum::extract::{DefaultBodyLimit, State};
-use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -34,9 +39,11 @@ use blis_workload::synthetic::{LengthRole, LengthSpec, SpecError};
 use futures_util::stream;
 use rand::RngExt;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
+pub use conn::FLUSH_MS;
 pub use realtime::StreamEvent;
+use conn::Stage;
 use realtime::{Command, OUTPUT_SALT};
 use openai::{Api, ApiError, GenerationRequest, ResponseId};
 
@@ -62,6 +69,47 @@ pub struct ServeConfig {
     pub natural_output: Option<LengthSpec>,
     /// Largest accepted request body, bytes.
     pub max_body_bytes: usize,
+    /// How long clients may take, and how long shutdown waits.
+    pub timeouts: ServeTimeouts,
+}
+
+/// Time limits of `blis serve`'s connections and of its shutdown, ms.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct ServeTimeouts {
+    /// A connection with no request in flight is closed when a request head
+    /// is still incomplete this long after the connection was accepted or
+    /// after the head's first byte arrived (≥ 1).
+    pub header_read_ms: u64,
+    /// A request whose body has not fully arrived this long after its head
+    /// gets HTTP 408 and its connection is closed (≥ 1).
+    pub body_read_ms: u64,
+    /// A kept-alive connection is closed when no byte of a next request
+    /// arrives this long after the previous response ended (≥ 1).
+    pub keep_alive_idle_ms: u64,
+    /// After [`RunningServer::stop`], how long requests in flight may run on
+    /// before they are ended (a stream with an error event and
+    /// `data: [DONE]`, a whole response with HTTP 503); `stop` returns at
+    /// most [`FLUSH_MS`] after that.
+    pub shutdown_grace_ms: u64,
+}
+
+impl ServeTimeouts {
+    /// Header 10 s, body 30 s, idle 60 s, shutdown grace 5 s.
+    pub const DEFAULT: ServeTimeouts = ServeTimeouts { header_read_ms: 10_000, body_read_ms: 30_000, keep_alive_idle_ms: 60_000, shutdown_grace_ms: 5_000 };
+
+    /// The first timeout that is 0 (which would close every connection at once), as its flag.
+    fn zero_timeout(&self) -> Option<&'static str> {
+        [("--header-timeout-ms", self.header_read_ms), ("--body-timeout-ms", self.body_read_ms), ("--idle-timeout-ms", self.keep_alive_idle_ms)]
+            .into_iter()
+            .find_map(|(flag, ms)| (ms == 0).then_some(flag))
+    }
+}
+
+impl Default for ServeTimeouts {
+    /// [`ServeTimeouts::DEFAULT`].
+    fn default() -> ServeTimeouts {
+        ServeTimeouts::DEFAULT
+    }
 }
 
 /// Invalid server settings.
@@ -82,6 +130,9 @@ pub enum ServeConfigError {
     /// A body limit of 0 bytes (every request would be refused).
     #[error("--max-body-bytes 0: must be at least 1")]
     ZeroBodyLimit,
+    /// A connection timeout of 0 ms (every connection would be closed at once); names its flag.
+    #[error("{0} 0: must be at least 1 ms")]
+    ZeroTimeout(&'static str),
     /// The instance cannot run.
     #[error(transparent)]
     Instance(#[from] blis_engine::scheduler::InstanceConfigError),
@@ -98,6 +149,49 @@ struct AppState {
     failure_rate: f64,
     seed: u64,
     natural_output: Option<LengthSpec>,
+    body_read_timeout: Duration,
+    /// Followed by handlers to end their responses at shutdown.
+    stage: watch::Receiver<Stage>,
+    health: Health,
+}
+
+/// What `/health` reports.
+struct Health {
+    /// Cleared when the simulation thread ends (see [`spawn_simulation`]).
+    sim_alive: Arc<AtomicBool>,
+    stage: watch::Receiver<Stage>,
+}
+
+impl Health {
+    /// 200 while the simulation runs and the server is not shutting down, else 503.
+    fn status(&self) -> StatusCode {
+        if self.sim_alive.load(Ordering::Acquire) && *self.stage.borrow() == Stage::Serving {
+            StatusCode::OK
+        } else {
+            StatusCode::SERVICE_UNAVAILABLE
+        }
+    }
+}
+
+/// Clears its flag when dropped: when the thread holding it ends, by
+/// returning or by panicking.
+struct ClearOnDrop(Arc<AtomicBool>);
+
+impl Drop for ClearOnDrop {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// Runs `simulation` on its own thread; the flag is true until that thread ends.
+fn spawn_simulation(simulation: impl FnOnce() + Send + 'static) -> std::io::Result<(Arc<AtomicBool>, std::thread::JoinHandle<()>)> {
+    let alive = Arc::new(AtomicBool::new(true));
+    let guard = ClearOnDrop(alive.clone());
+    let thread = std::thread::Builder::new().name("blis-serve-sim".into()).spawn(move || {
+        let _guard = guard;
+        simulation();
+    })?;
+    Ok((alive, thread))
 }
 
 /// A running server.
@@ -105,16 +199,22 @@ pub struct RunningServer {
     /// The address it listens on.
     pub local_addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl RunningServer {
-    /// Stops accepting connections and waits for the server to finish.
+    /// Stops accepting connections, closes those with no request in flight,
+    /// lets requests in flight finish for up to
+    /// [`ServeTimeouts::shutdown_grace_ms`], ends the rest (a stream with an
+    /// error event and `data: [DONE]`, a whole response with HTTP 503), and
+    /// returns once every connection is closed: at most `shutdown_grace_ms +`
+    /// [`FLUSH_MS`] after the call. Dropping the server without calling it
+    /// shuts down the same way, in the background.
     pub async fn stop(mut self) -> std::io::Result<()> {
         if let Some(tx) = self.shutdown.take() {
             let _ = tx.send(());
         }
-        self.task.await.unwrap_or_else(|e| Err(std::io::Error::other(e)))
+        self.task.await.map_err(std::io::Error::other)
     }
 }
 
@@ -135,14 +235,17 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     if config.max_body_bytes == 0 {
         return Err(ServeConfigError::ZeroBodyLimit.into());
     }
+    if let Some(flag) = config.timeouts.zero_timeout() {
+        return Err(ServeConfigError::ZeroTimeout(flag).into());
+    }
     let instance = Instance::new(0, config.instance.clone(), config.latency.clone()).map_err(ServeConfigError::from)?;
     let kv_capacity_tokens = u64::from(instance.kv().usable_blocks()) * u64::from(config.instance.block_size);
+    let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
+    let local_addr = listener.local_addr().map_err(StartError::Io)?;
     let (tx, rx) = std_mpsc::channel();
     let (scale, name) = (config.time_scale, config.model_name.clone());
-    std::thread::Builder::new()
-        .name("blis-serve-sim".into())
-        .spawn(move || realtime::run(instance, scale, name, rx))
-        .map_err(StartError::Io)?;
+    let (sim_alive, _) = spawn_simulation(move || realtime::run(instance, scale, name, rx)).map_err(StartError::Io)?;
+    let (stage_tx, stage) = watch::channel(Stage::Serving);
     let state = Arc::new(AppState {
         model_name: config.model_name,
         time_scale: config.time_scale,
@@ -154,31 +257,21 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         failure_rate: config.failure_rate,
         seed: config.seed,
         natural_output: config.natural_output,
+        body_read_timeout: Duration::from_millis(config.timeouts.body_read_ms),
+        health: Health { sim_alive, stage: stage.clone() },
+        stage,
     });
     let app = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
         .route("/v1/models", get(models))
-        .route("/health", get(|| async { StatusCode::OK }))
+        .route("/health", get(|State(s): State<Arc<AppState>>| async move { s.health.status() }))
         .route("/metrics", get(prometheus))
         .fallback(|| async { error_response(&ApiError { status: StatusCode::NOT_FOUND, message: "no such route".into(), kind: "invalid_request_error", param: None }) })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state);
-    let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
-    let local_addr = listener.local_addr().map_err(StartError::Io)?;
     let (stop_tx, stop_rx) = oneshot::channel();
-    // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm and
-    // delayed ACKs hold a chunk back ~40 ms.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    let task = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async {
-                let _ = stop_rx.await;
-            })
-            .await
-    });
+    let task = tokio::spawn(conn::serve(listener, app, config.timeouts, stage_tx, stop_rx));
     Ok(RunningServer { local_addr, shutdown: Some(stop_tx), task })
 }
 
@@ -233,12 +326,44 @@ async fn prometheus(State(s): State<Arc<AppState>>) -> Response {
     }
 }
 
-async fn completions(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(s, Api::Completions, body).await
+async fn completions(State(s): State<Arc<AppState>>, request: Request) -> Response {
+    generate(s, Api::Completions, request).await
 }
 
-async fn chat_completions(State(s): State<Arc<AppState>>, body: Result<Bytes, BytesRejection>) -> Response {
-    generate(s, Api::Chat, body).await
+async fn chat_completions(State(s): State<Arc<AppState>>, request: Request) -> Response {
+    generate(s, Api::Chat, request).await
+}
+
+/// The request body, within the body read timeout and the body limit; else the error response.
+async fn read_body(s: &AppState, request: Request) -> Result<Bytes, Response> {
+    match tokio::time::timeout(s.body_read_timeout, Bytes::from_request(request, &())).await {
+        Ok(Ok(body)) => Ok(body),
+        Ok(Err(rejection)) => {
+            Err(error_response(&ApiError { status: rejection.status(), message: rejection.body_text(), kind: "invalid_request_error", param: None }))
+        }
+        Err(_) => {
+            let message = format!("the request body did not arrive within {} ms", s.body_read_timeout.as_millis());
+            let mut response = error_response(&ApiError { status: StatusCode::REQUEST_TIMEOUT, message, kind: "invalid_request_error", param: None });
+            // The rest of the body may still be on its way: do not read it as a next request.
+            response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+            Err(response)
+        }
+    }
+}
+
+/// What a handler waiting on the simulation gets next.
+enum Next {
+    /// An event of its request.
+    Event(StreamEvent),
+    /// The simulation thread is gone.
+    SimulationGone,
+    /// The shutdown grace is over: end the response now.
+    ShuttingDown,
+}
+
+/// The error a response still running when the shutdown grace ends is ended with.
+fn shutting_down() -> ApiError {
+    ApiError { status: StatusCode::SERVICE_UNAVAILABLE, message: "the server is shutting down".into(), kind: "server_error", param: None }
 }
 
 /// What failure, if any, to inject into one request.
@@ -293,12 +418,10 @@ impl Drop for AbandonGuard {
     }
 }
 
-async fn generate(s: Arc<AppState>, api: Api, body: Result<Bytes, BytesRejection>) -> Response {
-    let body = match body {
+async fn generate(s: Arc<AppState>, api: Api, request: Request) -> Response {
+    let body = match read_body(&s, request).await {
         Ok(b) => b,
-        Err(rejection) => {
-            return error_response(&ApiError { status: rejection.status(), message: rejection.body_text(), kind: "invalid_request_error", param: None });
-        }
+        Err(response) => return response,
     };
     let json: Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
@@ -335,7 +458,7 @@ async fn generate(s: Arc<AppState>, api: Api, body: Result<Bytes, BytesRejection
         let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_error" } else { "server_error" };
         return error_response(&ApiError { status, message: message.into(), kind, param: None });
     }
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel();
     if s.commands.send(Command::Submit { id, prompt: req.prompt, output_tokens, events: tx }).is_err() {
         return StatusCode::SERVICE_UNAVAILABLE.into_response();
     }
@@ -352,50 +475,18 @@ async fn generate(s: Arc<AppState>, api: Api, body: Result<Bytes, BytesRejection
         Fault::DropAfter(k) => Some(k),
         _ => None,
     };
+    let stage = s.stage.clone();
+    let answer =
+        Answer { rx, stage, guard, rid, seed, output_tokens, finish_reason, prompt_tokens, include_usage: req.include_usage, drop_after, phase: Phase::Tokens };
     if !req.stream {
-        return respond_whole(&mut rx, guard, rid, seed, finish_reason, prompt_tokens, drop_after).await;
+        return answer.whole().await;
     }
-    let state = SseState { rx, guard, rid, seed, output_tokens, finish_reason, prompt_tokens, include_usage: req.include_usage, drop_after, phase: Phase::Tokens };
-    let body = Body::from_stream(stream::unfold(state, SseState::next));
+    let body = Body::from_stream(stream::unfold(answer, Answer::next));
     Response::builder()
         .header(header::CONTENT_TYPE, "text/event-stream")
         .header(header::CACHE_CONTROL, "no-cache")
         .body(body)
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
-}
-
-async fn respond_whole(
-    rx: &mut mpsc::UnboundedReceiver<StreamEvent>,
-    mut guard: AbandonGuard,
-    rid: ResponseId,
-    seed: u64,
-    finish_reason: &str,
-    prompt_tokens: u32,
-    drop_after: Option<u32>,
-) -> Response {
-    let mut text = String::new();
-    while let Some(ev) = rx.recv().await {
-        match ev {
-            StreamEvent::Token { index } => {
-                if drop_after.is_some_and(|k| index > k) {
-                    // Injected failure: the connection dies before a response is sent.
-                    return Response::new(Body::from_stream(stream::once(async {
-                        Err::<Bytes, _>(std::io::Error::other("injected connection drop"))
-                    })));
-                }
-                text.push(' ');
-                text.push_str(output_token_text(seed, index));
-            }
-            StreamEvent::Finished(record) => {
-                guard.done = true;
-                if let Outcome::Dropped(reason) = record.outcome {
-                    return error_response(&ApiError::invalid("prompt", format!("request refused: {}", reason.as_str())));
-                }
-                return axum::Json(rid.full(&text, finish_reason, prompt_tokens, record.output_tokens)).into_response();
-            }
-        }
-    }
-    StatusCode::SERVICE_UNAVAILABLE.into_response()
 }
 
 enum Phase {
@@ -405,9 +496,11 @@ enum Phase {
     End,
 }
 
-/// State of one streamed response.
-struct SseState {
+/// One answer being generated: its simulation events, turned into a whole
+/// response or an event stream.
+struct Answer {
     rx: mpsc::UnboundedReceiver<StreamEvent>,
+    stage: watch::Receiver<Stage>,
     guard: AbandonGuard,
     rid: ResponseId,
     seed: u64,
@@ -423,9 +516,47 @@ fn sse(v: &Value) -> Bytes {
     Bytes::from(format!("data: {v}\n\n"))
 }
 
-impl SseState {
+impl Answer {
+    /// The next event of the request, or why there is none.
+    async fn next_event(&mut self) -> Next {
+        tokio::select! {
+            biased;
+            // A server whose stage is gone is shutting down too.
+            _ = self.stage.wait_for(|s| *s == Stage::Ending) => Next::ShuttingDown,
+            event = self.rx.recv() => event.map_or(Next::SimulationGone, Next::Event),
+        }
+    }
+
+    /// The whole (non-streamed) response, once the request finished.
+    async fn whole(mut self) -> Response {
+        let mut text = String::new();
+        loop {
+            match self.next_event().await {
+                Next::Event(StreamEvent::Token { index }) => {
+                    if self.drop_after.is_some_and(|k| index > k) {
+                        // Injected failure: the connection dies before a response is sent.
+                        return Response::new(Body::from_stream(stream::once(async {
+                            Err::<Bytes, _>(std::io::Error::other("injected connection drop"))
+                        })));
+                    }
+                    text.push(' ');
+                    text.push_str(output_token_text(self.seed, index));
+                }
+                Next::Event(StreamEvent::Finished(record)) => {
+                    self.guard.done = true;
+                    if let Outcome::Dropped(reason) = record.outcome {
+                        return error_response(&ApiError::invalid("prompt", format!("request refused: {}", reason.as_str())));
+                    }
+                    return axum::Json(self.rid.full(&text, self.finish_reason, self.prompt_tokens, record.output_tokens)).into_response();
+                }
+                Next::SimulationGone => return StatusCode::SERVICE_UNAVAILABLE.into_response(),
+                Next::ShuttingDown => return error_response(&shutting_down()),
+            }
+        }
+    }
+
     /// The next piece of the event stream; an `Err` aborts the connection.
-    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, SseState)> {
+    async fn next(mut self) -> Option<(Result<Bytes, std::io::Error>, Answer)> {
         loop {
             match self.phase {
                 Phase::End => return None,
@@ -440,8 +571,8 @@ impl SseState {
                 }
                 Phase::Tokens => {}
             }
-            match self.rx.recv().await {
-                Some(StreamEvent::Token { index }) => {
+            match self.next_event().await {
+                Next::Event(StreamEvent::Token { index }) => {
                     if self.drop_after.is_some_and(|k| index > k) {
                         // The guard aborts the simulated request when the stream is dropped.
                         self.phase = Phase::End;
@@ -457,15 +588,66 @@ impl SseState {
                     bytes.extend_from_slice(&sse(&self.rid.chunk(&text, finish, self.include_usage)));
                     return Some((Ok(Bytes::from(bytes)), self));
                 }
-                Some(StreamEvent::Finished(_)) => {
+                Next::Event(StreamEvent::Finished(_)) => {
                     self.guard.done = true;
                     self.phase = if self.include_usage { Phase::Usage } else { Phase::Done };
                 }
-                None => {
+                Next::SimulationGone => {
                     self.phase = Phase::End;
                     return Some((Err(std::io::Error::other("the simulation stopped")), self));
                 }
+                Next::ShuttingDown => {
+                    // The guard aborts the simulated request when the stream is dropped.
+                    self.phase = Phase::Done;
+                    return Some((Ok(sse(&shutting_down().body())), self));
+                }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn health(sim_alive: Arc<AtomicBool>, stage: Stage) -> StatusCode {
+        // The receiver keeps the value after its sender is gone.
+        let (_, stage) = watch::channel(stage);
+        Health { sim_alive, stage }.status()
+    }
+
+    #[test]
+    fn health_is_503_once_the_simulation_thread_has_died() {
+        // resume_unwind panics without running the panic hook, so nothing is printed.
+        let (alive, thread) = spawn_simulation(|| std::panic::resume_unwind(Box::new("simulated crash"))).unwrap();
+        assert!(thread.join().is_err(), "the thread panicked");
+        assert_eq!(health(alive, Stage::Serving), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn health_is_200_while_the_simulation_runs_and_503_after_it_returns() {
+        let (release, wait) = std_mpsc::channel::<()>();
+        let (alive, thread) = spawn_simulation(move || {
+            let _ = wait.recv();
+        })
+        .unwrap();
+        assert_eq!(health(alive.clone(), Stage::Serving), StatusCode::OK);
+        drop(release);
+        thread.join().unwrap();
+        assert_eq!(health(alive, Stage::Serving), StatusCode::SERVICE_UNAVAILABLE);
+    }
+
+    #[test]
+    fn health_is_503_while_shutting_down() {
+        for stage in [Stage::Draining, Stage::Ending] {
+            assert_eq!(health(Arc::new(AtomicBool::new(true)), stage), StatusCode::SERVICE_UNAVAILABLE);
+        }
+    }
+
+    #[test]
+    fn zero_timeouts_are_named_by_their_flag() {
+        assert_eq!(ServeTimeouts::DEFAULT.zero_timeout(), None);
+        assert_eq!(ServeTimeouts { shutdown_grace_ms: 0, ..ServeTimeouts::DEFAULT }.zero_timeout(), None);
+        assert_eq!(ServeTimeouts { keep_alive_idle_ms: 0, ..ServeTimeouts::DEFAULT }.zero_timeout(), Some("--idle-timeout-ms"));
     }
 }

@@ -88,12 +88,19 @@ fn catch_up(driver: &mut Driver<PassThrough>, buffer: &mut Buffer, now: Micros) 
     now
 }
 
+/// The wall-clock instant of simulated time `t` when sim time 0 was at
+/// `start`; `None` when that instant is beyond what [`Instant`] can hold
+/// (a tiny `time_scale` puts every event in the far future), i.e. never.
+fn wall_at(start: Instant, t: Micros, time_scale: f64) -> Option<Instant> {
+    let after = Duration::try_from_secs_f64(t.as_secs_f64() / time_scale).ok()?;
+    start.checked_add(after)
+}
+
 /// Runs the simulation of `instance` until every command sender is dropped.
 pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
     let mut driver = Driver::new(vec![instance], PassThrough);
     let start = Instant::now();
     let sim_now = || Micros((start.elapsed().as_secs_f64() * time_scale * 1e6) as u64);
-    let wall_at = |t: Micros| start + Duration::from_secs_f64(t.as_secs_f64() / time_scale);
     let mut streams: FxHashMap<RequestId, mpsc::UnboundedSender<StreamEvent>> = FxHashMap::default();
     let mut outbox: EventQueue<Emitted> = EventQueue::new();
     let mut buffer = Buffer::default();
@@ -122,8 +129,8 @@ pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Re
         }
         // 3. Sleep until the next engine event or delivery, or a command.
         let next = [driver.next_event(), outbox.peek_key().map(|k| k.time)].into_iter().flatten().min();
-        let command = match next {
-            Some(t) => match commands.recv_timeout(wall_at(t).saturating_duration_since(Instant::now())) {
+        let command = match next.and_then(|t| wall_at(start, t, time_scale)) {
+            Some(at) => match commands.recv_timeout(at.saturating_duration_since(Instant::now())) {
                 Ok(c) => c,
                 Err(RecvTimeoutError::Timeout) => continue,
                 Err(RecvTimeoutError::Disconnected) => return,
@@ -169,5 +176,25 @@ pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Re
             }
             outbox.push(t, EventClass::RequestCompletion, e);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wall_at_maps_sim_time_through_the_scale() {
+        let start = Instant::now();
+        assert_eq!(wall_at(start, Micros(2_000_000), 2.0), Some(start + Duration::from_secs(1)));
+        assert_eq!(wall_at(start, Micros::ZERO, 1e-30), Some(start));
+    }
+
+    #[test]
+    fn a_tiny_time_scale_puts_events_never_instead_of_panicking() {
+        // 1 µs of simulated time at 1e-30 is 1e24 s of wall time: beyond Duration and Instant.
+        assert_eq!(wall_at(Instant::now(), Micros(1), 1e-30), None);
+        // 1e19 s fits a Duration (up to ~1.8e19 s) but not an Instant (~9.2e18 s on Linux).
+        assert_eq!(wall_at(Instant::now(), Micros(1), 1e-25), None);
     }
 }
