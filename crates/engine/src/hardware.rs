@@ -106,7 +106,12 @@ impl GpuSpec {
     /// `interconnect.nvlink_bandwidth_gb_s` / `pcie_bandwidth_gb_s`; a
     /// datasheet carries no efficiency factors, so it gets H100 SXM's MFU.
     pub fn from_json(text: &str) -> Result<GpuSpec, GpuSpecParseError> {
-        let value: serde_json::Value = serde_json::from_str(text).map_err(|e| GpuSpecParseError::Format(format!("not JSON: {e}")))?;
+        // Read shallowly: memory about the text's size, whatever it carries.
+        let value = match crate::shallow_json::object(text, &[]) {
+            Ok(map) => serde_json::Value::Object(map),
+            Err(crate::shallow_json::ObjectError::Syntax(e)) => return Err(GpuSpecParseError::Format(format!("not JSON: {e}"))),
+            Err(crate::shallow_json::ObjectError::NotObject) => return Err(GpuSpecParseError::Format("not a JSON object".into())),
+        };
         let spec = if value.get("compute").is_some() {
             let d: Datasheet = serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
             let dense = if d.compute.with_sparsity { 0.5 } else { 1.0 };

@@ -64,6 +64,7 @@ pub mod model;
 pub mod request;
 pub mod rng;
 pub mod scheduler;
+mod shallow_json;
 #[cfg(test)]
 mod testdata;
 pub mod time;

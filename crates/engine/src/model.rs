@@ -224,8 +224,12 @@ impl ModelConfig {
     /// implicitly (it is only required to be ≤ `num_attention_heads`); a MoE
     /// model has `experts_per_token ≤ num_experts`.
     pub fn from_hf_json(text: &str) -> Result<ModelConfig, ModelConfigError> {
-        let root: Value = serde_json::from_str(text).map_err(|e| ModelConfigError::NotJson(e.to_string()))?;
-        let root = root.as_object().ok_or_else(|| ModelConfigError::NotJson("top level is not an object".into()))?;
+        // Read shallowly: memory about the text's size, whatever it carries.
+        let root = crate::shallow_json::object(text, &["text_config"]).map_err(|e| match e {
+            crate::shallow_json::ObjectError::Syntax(e) => ModelConfigError::NotJson(e),
+            crate::shallow_json::ObjectError::NotObject => ModelConfigError::NotJson("top level is not an object".into()),
+        })?;
+        let root = &root;
         // Multimodal wrappers (Llama-4, Qwen-VL) keep the language model under `text_config`.
         let text_cfg = root.get("text_config").and_then(Value::as_object);
         let obj = text_cfg.unwrap_or(root);

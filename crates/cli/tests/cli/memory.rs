@@ -40,3 +40,22 @@ fn an_empirical_pdf_costs_at_most_six_times_its_size() {
     assert!(input_mib > 10.0, "{input_mib} MiB");
     assert!(big - base <= 6.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB PDF, {base:.1} MiB without");
 }
+
+/// A HuggingFace `config.json` padded with a large unknown field (an
+/// `id2label` table, a pasted tensor) cost ~9× its size through
+/// `serde_json::Value`; fields are now read shallowly: at most 2× the file.
+#[test]
+fn a_padded_config_json_costs_at_most_twice_its_size() {
+    let dir = scratch("memory-hf");
+    let template = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let junk: Vec<String> = (0..2_000_000).map(|i| (i % 1000).to_string()).collect();
+    let padded = template.replacen('{', &format!("{{\"junk\": [{}],", junk.join(",")), 1);
+    let (big, small) = (dir.join("big.json"), dir.join("small.json"));
+    std::fs::write(&big, padded).unwrap();
+    std::fs::write(&small, template).unwrap();
+    let input_mib = std::fs::metadata(&big).unwrap().len() as f64 / (1 << 20) as f64;
+    let run = |p: &std::path::Path| peak_mib(&["run", "--model-config", p.to_str().unwrap(), "--num-requests", "5", "--output", "/dev/null"]);
+    let (with, without) = (run(&big), run(&small));
+    assert!(input_mib > 5.0, "{input_mib} MiB");
+    assert!(with - without <= 2.0 * input_mib, "{with:.1} MiB with a {input_mib:.1} MiB config.json, {without:.1} MiB without");
+}
