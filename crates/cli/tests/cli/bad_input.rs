@@ -285,7 +285,7 @@ fn outputs_never_share_a_path_or_replace_an_input() {
 #[test]
 fn a_bad_override_of_a_spec_is_blamed_on_the_flag_not_the_spec() {
     let e = rejected("override-blame", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--num-requests", "0"]);
-    assert!(e.starts_with("error: --num-requests: must be at least 1"), "{e}");
+    assert!(e.starts_with("error: --num-requests 0: must be in [1, 1e12]"), "{e}");
     let e = rejected("override-blame-rate", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--rate", "1e7"]);
     assert!(e.starts_with("error: --rate: 10000000 must be in (0, 1000000]"), "{e}");
 }
