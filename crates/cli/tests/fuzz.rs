@@ -18,14 +18,70 @@
 //! names, comma-separated) runs only those, to split a campaign over cores. The exit-code contract of the
 //! CLI on the same kinds of input (exit 2, one line of at most 1 KiB, no
 //! output file) is checked on a sample of the failing cases by running the
-//! binary.
+//! binary, and every parse's memory against the budget of `docs/cli.md`
+//! (a counting allocator: at most 16× the input plus 128 MiB).
 
+use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use blis_engine::rng::SimRng as Pcg64Mcg;
 use rand::{RngExt, SeedableRng};
+
+/// The allocator of this test binary: the system's, counting the bytes
+/// held and the most held since [`reset_peak`], so every case's memory can
+/// be checked against the budget.
+struct Counting;
+
+static HELD: AtomicUsize = AtomicUsize::new(0);
+static PEAK: AtomicUsize = AtomicUsize::new(0);
+
+// SAFETY: every call is forwarded to `System` unchanged; the counters are
+// only arithmetic on the sizes passed.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        let p = unsafe { System.alloc(layout) };
+        if !p.is_null() {
+            PEAK.fetch_max(HELD.fetch_add(layout.size(), Ordering::Relaxed) + layout.size(), Ordering::Relaxed);
+        }
+        p
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        unsafe { System.dealloc(ptr, layout) };
+        HELD.fetch_sub(layout.size(), Ordering::Relaxed);
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+        let p = unsafe { System.realloc(ptr, layout, new_size) };
+        if !p.is_null() {
+            if new_size >= layout.size() {
+                let grown = new_size - layout.size();
+                PEAK.fetch_max(HELD.fetch_add(grown, Ordering::Relaxed) + grown, Ordering::Relaxed);
+            } else {
+                HELD.fetch_sub(layout.size() - new_size, Ordering::Relaxed);
+            }
+        }
+        p
+    }
+}
+
+#[global_allocator]
+static ALLOCATOR: Counting = Counting;
+
+/// Starts a new peak at what is held now; returns it.
+fn reset_peak() -> usize {
+    let held = HELD.load(Ordering::Relaxed);
+    PEAK.store(held, Ordering::Relaxed);
+    held
+}
+
+/// The memory budget of one parse of `input_bytes` (docs/cli.md): YAML is
+/// capped at ~100 MiB whatever its size, JSON data costs at most ~6× its
+/// size, streams a line at a time.
+fn memory_budget(input_bytes: usize) -> usize {
+    16 * input_bytes + (128 << 20)
+}
 
 /// The repository root.
 fn repo() -> PathBuf {
@@ -170,6 +226,13 @@ fn targets(scratch: &Path) -> Vec<Target> {
             file: "config.yaml",
             seeds: vec![
                 b"model: meta-llama/llama-3.1-8b-instruct\nrate: 10\nnum-requests: 100\nmax-num-seqs: 128\nmax-num-batched-tokens: 2k\nprompt-tokens: 512\noutput-tokens: 256\nseed: 7\n".to_vec(),
+                // Billion laughs: aliases nine deep, 9^9 strings if expanded.
+                (b"a: &a [\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\",\"lol\"]\n".iter().copied())
+                    .chain(('b'..='i').flat_map(|c| {
+                        let prev = (c as u8 - 1) as char;
+                        format!("{c}: &{c} [{}]\n", vec![format!("*{prev}"); 9].join(",")).into_bytes()
+                    }))
+                    .collect(),
                 b"model: Qwen/Qwen3-14B\nhardware: A100-80GB\ntensor-parallel-size: 2\nnum-instances: 4\nrouting-policy: weighted\nrouting-scorers: prefix-affinity:4,queue-depth:3\nautoscale-policy: threshold\nmax-instances: 8\nprovisioning-delay: uniform:2m,5m\n".to_vec(),
             ],
             parse: Box::new(|_, p| {
@@ -308,6 +371,10 @@ struct Tally {
     accepted: u64,
     refused: u64,
     panics: Vec<String>,
+    /// Cases whose parse held more than [`memory_budget`] beyond what was held before.
+    over_budget: Vec<String>,
+    /// The most memory one parse held beyond what was held before it.
+    peak_extra_bytes: usize,
     /// A few refused inputs, for the CLI contract check.
     refused_samples: Vec<Vec<u8>>,
 }
@@ -344,6 +411,8 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         "inference-perf directory" => vec!["results/config.yaml", "server-facts.yaml", "profile.yaml"],
         _ => vec![t.file; t.seeds.len()],
     };
+    // Directory targets read the whole run, not only the mutated file.
+    let dir_bytes = if matches!(t.name, "inference-perf directory" | "ServeGen directory") { dir_size(dir) } else { 0 };
     for case in 0..cases {
         let k = rng.random_range(0..t.seeds.len());
         let mut input = t.seeds[k].clone();
@@ -353,7 +422,14 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         }
         let path = dir.join(files[k]);
         std::fs::write(&path, &input).unwrap();
-        match catch_unwind(AssertUnwindSafe(|| (t.parse)(dir, &path))) {
+        let before = reset_peak();
+        let outcome = catch_unwind(AssertUnwindSafe(|| (t.parse)(dir, &path)));
+        let extra = PEAK.load(Ordering::Relaxed).saturating_sub(before);
+        tally.peak_extra_bytes = tally.peak_extra_bytes.max(extra);
+        if extra > memory_budget(input.len() + dir_bytes) {
+            tally.over_budget.push(format!("{}: seed {seed} case {case}: {extra} bytes for a {}-byte input", t.name, input.len()));
+        }
+        match outcome {
             Ok(Ok(())) => tally.accepted += 1,
             Ok(Err(_)) => {
                 tally.refused += 1;
@@ -375,6 +451,15 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         }
     }
     tally
+}
+
+/// Bytes of the files under `dir`.
+fn dir_size(dir: &Path) -> usize {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap())
+        .map(|e| if e.file_type().unwrap().is_dir() { dir_size(&e.path()) } else { e.metadata().unwrap().len() as usize })
+        .sum()
 }
 
 /// The CLI contract on a refused input: exit 2, one line of at most 1 KiB
@@ -429,17 +514,20 @@ fn no_parser_panics_on_mutated_input() {
         let tally = campaign(&t, &dir, cases, seed);
         std::panic::set_hook(default_hook);
         println!(
-            "{:<26} {cases:>9} inputs: {:>9} accepted, {:>9} refused, {} panics, {:.1} s",
+            "{:<26} {cases:>9} inputs: {:>9} accepted, {:>9} refused, {} panics, {} over the memory budget, peak {:.1} MiB, {:.1} s",
             t.name,
             tally.accepted,
             tally.refused,
             tally.panics.len(),
+            tally.over_budget.len(),
+            tally.peak_extra_bytes as f64 / (1 << 20) as f64,
             started.elapsed().as_secs_f64()
         );
         for input in &tally.refused_samples {
             check_cli(&t, &dir, input);
         }
         panics.extend(tally.panics);
+        panics.extend(tally.over_budget);
     }
     let _ = std::fs::remove_dir_all(&scratch);
     assert!(panics.is_empty(), "{} panics:\n{}", panics.len(), panics.join("\n"));
