@@ -101,8 +101,25 @@ fn parse_cli() -> Cli {
     }
 }
 
+/// Lets a write to a closed pipe end the process quietly, as it does for
+/// every Unix filter (`blis models | head` exits with SIGPIPE instead of
+/// panicking in `println!`). Rust ignores SIGPIPE by default; `serve` and
+/// `observe` keep it ignored, since a peer closing a socket is theirs to
+/// handle.
+fn die_quietly_on_closed_pipes() {
+    #[cfg(unix)]
+    // SAFETY: restoring a signal's default disposition before any thread
+    // is started; no handler runs Rust code.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
+}
+
 fn main() {
     let cli = parse_cli();
+    if !matches!(cli.command, Command::Serve(_) | Command::Observe(_)) {
+        die_quietly_on_closed_pipes();
+    }
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),
         Command::Serve(args) => serve::execute(*args),

@@ -263,3 +263,21 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
     args.extend_from_slice(&["--hardware", "A100-80GB", "--latency-model", "roofline"]);
     assert!(!stderr(&blis(&args)).contains("warning: coefficients"));
 }
+
+/// `blis models | head -1` panicked in `println!` ("failed printing to
+/// stdout: Broken pipe"); `blis workload list | head` printed an error. A
+/// closed pipe now ends the process quietly by SIGPIPE, as for any Unix
+/// filter (exit status 141 in a shell).
+#[cfg(unix)]
+#[test]
+fn writing_into_a_closed_pipe_ends_quietly() {
+    use std::os::unix::process::ExitStatusExt;
+    for args in [&["models"][..], &["workload", "list"], &["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "20"]] {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_blis")).args(args).stdout(writer).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && !err.contains("Broken pipe"), "{args:?}: {err}");
+        assert_eq!(out.status.signal(), Some(13), "{args:?}: {:?} {err}", out.status);
+    }
+}
