@@ -61,7 +61,14 @@ fn parse_u64(s: &str) -> Result<u64, String> {
             "`{s}` is ambiguous: vLLM versions read {suffix} as a power of two and as a power of ten; write {number}{lower} or {number}{suffix}i"
         ));
     }
-    scientific(s).ok_or_else(|| format!("`{s}` is not {FORMS}"))
+    match scientific(s) {
+        Some(v) => Ok(v),
+        // A whole number, just beyond what is exact: say so, not "not a number".
+        None if s.parse::<f64>().is_ok_and(|v| v.is_finite() && v > 9_007_199_254_740_992.0 && v.fract() == 0.0) => {
+            Err(format!("`{s}` is too large: at most 9007199254740992 (2^53) in scientific notation"))
+        }
+        None => Err(format!("`{s}` is not {FORMS}")),
+    }
 }
 
 /// `number` (digits with at most one decimal point) × 10^`power`, truncated, computed exactly.
@@ -92,6 +99,16 @@ fn scientific(s: &str) -> Option<u64> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// Issue 27: `1e30` was called "not a whole number".
+    #[test]
+    fn a_whole_number_too_large_says_so() {
+        for s in ["1e30", "1E300"] {
+            let e = parse_count::<u64>(s).unwrap_err();
+            assert!(e.contains("is too large"), "{s}: {e}");
+        }
+        assert!(parse_count::<u64>("1.5e0").unwrap_err().contains("is not a whole number"));
+    }
 
     #[test]
     fn vllm_forms_and_scientific_notation() {
