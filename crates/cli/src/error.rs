@@ -130,7 +130,7 @@ mod tests {
         let huge_cell = "x".repeat(5 << 20);
         let cases = [
             format!("trace.csv: unknown column `{huge_cell}`; allowed: request_id, arrival_time_us"),
-            format!("{}", "word ".repeat(100_000)),
+            "word ".repeat(100_000),
             "line one\nline two\r\0 ünïcödé ".repeat(200),
             "é".repeat(2_000),
         ];

@@ -148,6 +148,9 @@ fn mutate(input: &mut Vec<u8>, other: &[u8], rng: &mut Pcg64Mcg) {
     }
 }
 
+/// Parses the input written at a path (in a directory); `Err` is a refusal.
+type Parse = Box<dyn Fn(&Path, &Path) -> Result<(), String> + Send + Sync>;
+
 /// A parser under test: its seeds and how to feed it one input.
 struct Target {
     name: &'static str,
@@ -155,7 +158,7 @@ struct Target {
     file: &'static str,
     seeds: Vec<Vec<u8>>,
     /// Parses the input written at `path` (in `dir`); `Err` is a refusal.
-    parse: Box<dyn Fn(&Path, &Path) -> Result<(), String> + Send + Sync>,
+    parse: Parse,
     /// The `blis` arguments that read the same file, for the exit-code contract.
     cli: Option<fn(&Path) -> Vec<String>>,
 }
@@ -246,7 +249,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             file: "config.json",
             seeds: ["data/models/meta-llama/Llama-3.1-8B-Instruct.json", "data/models/Qwen/Qwen3-30B-A3B.json", "data/models/deepseek-ai/DeepSeek-V2-Lite.json"]
                 .iter()
-                .map(|p| read(p))
+                .map(read)
                 .collect(),
             parse: text_parser(|t| blis_engine::model::ModelConfig::from_hf_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--model-config")),
@@ -254,14 +257,14 @@ fn targets(scratch: &Path) -> Vec<Target> {
         Target {
             name: "GPU spec",
             file: "gpu.json",
-            seeds: ["data/hardware/H100.json", "data/hardware/A100-80GB.json"].iter().map(|p| read(p)).collect(),
+            seeds: ["data/hardware/H100.json", "data/hardware/A100-80GB.json"].iter().map(read).collect(),
             parse: text_parser(|t| blis_engine::hardware::GpuSpec::from_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--hardware-config")),
         },
         Target {
             name: "coefficients",
             file: "coefficients.yaml",
-            seeds: ["data/coefficients/trained-physics-h100.yaml", "data/coefficients/physics-normalized-h100.yaml"].iter().map(|p| read(p)).collect(),
+            seeds: ["data/coefficients/trained-physics-h100.yaml", "data/coefficients/physics-normalized-h100.yaml"].iter().map(read).collect(),
             parse: Box::new(|_, p| blis_data::coefficients::CoefficientSet::load(p).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--coefficients")),
         },
@@ -354,7 +357,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
 }
 
 /// A target whose parser takes the input as text (not UTF-8 is a refusal).
-fn text_parser(parse: fn(&str) -> Result<(), String>) -> Box<dyn Fn(&Path, &Path) -> Result<(), String> + Send + Sync> {
+fn text_parser(parse: fn(&str) -> Result<(), String>) -> Parse {
     Box::new(move |_, p| parse(&std::fs::read_to_string(p).map_err(|e| e.to_string())?))
 }
 

@@ -79,7 +79,7 @@ plain_knob_value!(String, f64, bool);
 impl KnobValue for PathBuf {
     #[cfg(feature = "clap")]
     fn value_parser() -> clap::builder::ValueParser {
-        clap::value_parser!(PathBuf).into()
+        clap::value_parser!(PathBuf)
     }
     fn rebased(self, dir: &Path) -> PathBuf {
         if self.is_relative() { dir.join(self) } else { self }
