@@ -114,7 +114,7 @@ pub struct ServerFacts {
     pub status: Option<Status>,
     /// Keys BLIS does not read (a typo, or a fact it does not simulate).
     #[serde(flatten)]
-    pub other: std::collections::BTreeMap<String, serde_yaml_ng::Value>,
+    pub other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// Facts the ground truth records that BLIS knows of but does not simulate:
@@ -308,8 +308,7 @@ fn read(path: &Path) -> Result<String, ExperimentError> {
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    blis_data::textfile::check_yaml_nodes(&text).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
-    serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(&text)).map_err(|e| format_error(path, &e))
+    blis_data::yaml::from_str(&text).map_err(|e| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: e.to_string() }))
 }
 
 fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
@@ -318,7 +317,7 @@ fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
 }
 
 /// A parse error naming the field, unless it concerns the whole document.
-fn format_error<E: std::fmt::Display>(path: &Path, e: &serde_path_to_error::Error<E>) -> ExperimentError {
+fn format_error(path: &Path, e: &serde_path_to_error::Error<serde_json::Error>) -> ExperimentError {
     ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) })
 }
 
@@ -569,7 +568,7 @@ mod tests {
                 k => format!("{k}: 16\n"),
             })
             .collect();
-        let facts: ServerFacts = serde_yaml_ng::from_str(&format!("{yaml}cpu_offload: unknown\n")).unwrap();
+        let facts: ServerFacts = blis_data::yaml::from_str(&format!("{yaml}cpu_offload: unknown\n")).unwrap();
         assert_eq!(facts.other.keys().collect::<Vec<_>>(), ["cpu_offload"]);
     }
 }

@@ -521,7 +521,7 @@ pub fn compare(trace_name: &str, real: &RealTrace, sim: &SimDocument, matched: &
         warnings.push(format!("{} requests have no completed result in the replay; they are excluded.", counts.unmatched));
     }
     if let Some(lg) = &real.header.load_generator
-        && lg.get("saturated").and_then(serde_yaml_ng::Value::as_bool) == Some(true)
+        && lg.get("saturated").and_then(serde_json::Value::as_bool) == Some(true)
     {
         warnings.push("The load generator saturated during the recording (median schedule delay > 10 ms): arrivals were later than planned.".into());
     }

@@ -123,15 +123,15 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let mut server = match &args.server_config {
         Some(p) => {
             KnobValues::load(p)?;
-            let text = blis_data::textfile::read_yaml(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
-            serde_yaml_ng::from_str::<serde_yaml_ng::Mapping>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
+            let text = blis_data::textfile::read(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
+            blis_data::yaml::from_str::<serde_json::Map<String, serde_json::Value>>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
         }
-        None => serde_yaml_ng::Mapping::new(),
+        None => serde_json::Map::new(),
     };
     if !server.contains_key("model") {
-        server.insert("model".into(), model.clone().into());
+        server.insert("model".to_string(), model.clone().into());
     }
-    let server = Some(serde_yaml_ng::Value::Mapping(server));
+    let server = Some(serde_json::Value::Object(server));
     let plan_model = model.clone();
     let config = ObserveConfig {
         target: Target {

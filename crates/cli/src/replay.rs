@@ -13,7 +13,7 @@ use blis_scenario::knobs::{KnobValues, Knobs, Source};
 use blis_scenario::report::RunReport;
 use blis_workload::trace_v2::{TraceHeader, header_path, trace_csv};
 use serde::Serialize;
-use serde_yaml_ng::{Mapping, Value};
+use serde_json::{Map as Mapping, Value};
 
 use crate::error::{BadInput, bad_input};
 use crate::output::{AtomicFile, refuse_overwriting_inputs, warn};
@@ -90,17 +90,17 @@ const HEADER_ALIASES: [(&str, &str); 3] = [("tensor_parallel", "tp"), ("tensor_p
 fn header_knobs(header: &TraceHeader) -> Result<(KnobValues, Vec<String>, Vec<String>), BadInput> {
     let mut map = Mapping::new();
     let (mut matched, mut ignored) = (Vec::new(), Vec::new());
-    let known = |k: &str| KnobValues::from_yaml(Value::Mapping(Mapping::from_iter([(Value::from(k), Value::Null)])), "").is_ok();
-    if let Some(Value::Mapping(server)) = &header.server {
-        for (k, v) in server {
-            let Some(key) = k.as_str() else { continue };
+    let known = |k: &str| KnobValues::from_yaml(Value::Object(Mapping::from_iter([(k.to_string(), Value::Null)])), "").is_ok();
+    if let Some(Value::Object(server)) = &header.server {
+        for (key, v) in server {
+            let key = key.as_str();
             let key = HEADER_ALIASES.iter().find(|(a, _)| *a == key).map_or(key, |(_, b)| b).replace('_', "-");
             if v.is_null() || key == "time-scale" {
                 continue; // time-scale is applied to the trace's times, not a knob
             }
             if known(&key) {
                 matched.push(format!("{key}={}", serde_yaml_ng::to_string(v).unwrap_or_default().trim()));
-                map.insert(Value::from(key), v.clone());
+                map.insert(key, v.clone());
             } else {
                 ignored.push(format!("server.{key}"));
             }
@@ -110,16 +110,16 @@ fn header_knobs(header: &TraceHeader) -> Result<(KnobValues, Vec<String>, Vec<St
         && !map.contains_key("hardware")
     {
         matched.push(format!("hardware={}", serde_yaml_ng::to_string(gpu).unwrap_or_default().trim()));
-        map.insert(Value::from("hardware"), gpu.clone());
+        map.insert("hardware".to_string(), gpu.clone());
     }
     // The recording client's cap on requests in flight holds in the replay too: a
     // request is sent at its recorded time, or later if the simulated server
     // still holds every connection.
     if let Some(cap) = header.load_generator.as_ref().and_then(|lg| lg.get("max_concurrency")).filter(|c| c.as_u64().is_some_and(|c| c >= 1)) {
         matched.push(format!("max-concurrency={}", serde_yaml_ng::to_string(cap).unwrap_or_default().trim()));
-        map.insert(Value::from("max-concurrency"), cap.clone());
+        map.insert("max-concurrency".to_string(), cap.clone());
     }
-    let file = KnobValues::from_yaml(Value::Mapping(map), "trace header `server:`")?;
+    let file = KnobValues::from_yaml(Value::Object(map), "trace header `server:`")?;
     Ok((file, matched, ignored))
 }
 
@@ -161,7 +161,7 @@ mod tests {
 
     #[test]
     fn header_server_sections_map_onto_knobs() {
-        let header: TraceHeader = serde_yaml_ng::from_str(
+        let header: TraceHeader = blis_data::yaml::from_str(
             "trace_version: 2\nserver:\n  type: vllm\n  model: meta-llama/Llama-3.1-8B-Instruct\n  tensor_parallel: 2\n  max_num_seqs: 64\n  quantization: null\n  enforce_eager: false\nhardware:\n  gpu: H100\n  gpu_count: 2\n",
         )
         .unwrap();
@@ -173,7 +173,7 @@ mod tests {
         assert!(matched.contains(&"tp=2".to_string()), "{matched:?}");
         assert_eq!(ignored, ["server.type", "server.enforce-eager"]);
         assert_eq!(file.max_concurrency, None, "no load generator, no cap");
-        let recorded: TraceHeader = serde_yaml_ng::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
+        let recorded: TraceHeader = blis_data::yaml::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
         let (file, matched, _) = header_knobs(&recorded).unwrap();
         assert_eq!(file.max_concurrency, Some(8));
         assert!(matched.contains(&"max-concurrency=8".to_string()), "{matched:?}");

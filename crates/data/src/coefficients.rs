@@ -116,15 +116,15 @@ pub const DEFAULT_SET: &str = "trained-physics-h100";
 impl CoefficientSet {
     /// Parses YAML or JSON text; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
-        let set: CoefficientSet = serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text))
-            .map_err(|e| DataError::Format { path: origin.to_path_buf(), message: crate::locate::located_message(&e) })?;
+        let set: CoefficientSet =
+            crate::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
         set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
         Ok(set)
     }
 
     /// Reads a coefficient file.
     pub fn load(path: &Path) -> Result<CoefficientSet, DataError> {
-        let text = crate::textfile::read_yaml(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = crate::textfile::read(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         CoefficientSet::parse(&text, path)
     }
 

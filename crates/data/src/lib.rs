@@ -8,6 +8,7 @@
 //!   compiled in from `data/coefficients/`, and the latency model a set
 //!   builds for a deployment;
 //! * [`textfile`]: bounded reading of every file a user names;
+//! * [`yaml`]: YAML parsed with memory proportional to the document;
 //! * [`locate`]: one-line messages that say where in a document a value is wrong.
 //!
 //! ## Example
@@ -29,5 +30,6 @@ pub mod coefficients;
 pub mod error;
 pub mod locate;
 pub mod textfile;
+pub mod yaml;
 
 pub use error::DataError;

@@ -10,11 +10,6 @@
 //!   with `[`/`{` nested at most [`MAX_BRACKET_DEPTH`] deep (YAML's flow
 //!   collections take parse time quadratic in their depth; the deserializers
 //!   refuse more than 128 levels anyway).
-//! * [`read_yaml`]: [`read`] for a YAML document, which must also have at
-//!   most [`MAX_YAML_NODES`] nodes: the YAML loader holds about 200 bytes
-//!   per node whatever their size, so this bounds a document's parse to
-//!   about 100 MiB (large data belongs in JSON, read at about 5× its size,
-//!   or CSV, streamed).
 //! * [`open`]: a file read as a stream (CSV, JSON lines), with lines of at
 //!   most [`MAX_LINE_BYTES`]; its total size is not bounded.
 
@@ -32,35 +27,6 @@ pub const MAX_LINE_BYTES: usize = 16 << 20;
 /// strings count too, which matters only for text with a thousand unclosed
 /// brackets in it.
 pub const MAX_BRACKET_DEPTH: usize = 1000;
-
-/// Most nodes a YAML document may have, counted from above by
-/// [`check_yaml_nodes`].
-pub const MAX_YAML_NODES: usize = 500_000;
-
-/// [`read`], then [`check_yaml_nodes`].
-pub fn read_yaml(path: &Path) -> io::Result<String> {
-    let text = read(path)?;
-    check_yaml_nodes(&text)?;
-    Ok(text)
-}
-
-/// Errors (kind [`io::ErrorKind::InvalidData`]) when `text` may hold more
-/// than [`MAX_YAML_NODES`] YAML nodes. Two nodes are always separated by a
-/// line break, `,`, `:`, `-`, `[` or `{`, so one more than the count of
-/// those bytes bounds the nodes from above (quoted text and block scalars
-/// count too: a safe over-estimate that only matters for documents of
-/// hundreds of thousands of lines). One pass, no allocation.
-pub fn check_yaml_nodes(text: &str) -> io::Result<()> {
-    let separators = text.bytes().filter(|b| matches!(b, b'\n' | b',' | b':' | b'-' | b'[' | b'{')).count();
-    if separators >= MAX_YAML_NODES {
-        return Err(invalid(format!(
-            "a YAML document of up to {separators} nodes (line breaks, commas, colons, dashes and brackets counted), \
-             more than the {MAX_YAML_NODES} BLIS reads (the YAML loader holds ~200 bytes per node); \
-             write large data as JSON or CSV"
-        )));
-    }
-    Ok(())
-}
 
 /// Reads `path` whole as UTF-8 text.
 ///
@@ -168,32 +134,6 @@ fn invalid(message: String) -> io::Error {
 mod tests {
     use super::*;
     use proptest::prelude::*;
-
-    /// Issue 27, defect 2: a 16 MB policy YAML peaked at 1.58 GB. A document
-    /// that may hold more than the node budget is refused before parsing;
-    /// the bound is from above (every real node count is at most it).
-    #[test]
-    fn yaml_documents_over_the_node_budget_are_refused_before_parsing() {
-        let flow = format!("junk: [{}]\n", vec!["1"; MAX_YAML_NODES].join(","));
-        let err = check_yaml_nodes(&flow).unwrap_err().to_string();
-        assert!(err.contains("write large data as JSON or CSV"), "{err}");
-        let block: String = "- 1\n".repeat(MAX_YAML_NODES);
-        assert!(check_yaml_nodes(&block).is_err());
-        let fine = format!("junk: [{}]\n", vec!["1"; MAX_YAML_NODES / 2].join(","));
-        assert!(check_yaml_nodes(&fine).is_ok());
-        // The count bounds the nodes serde sees.
-        let doc = "a: [1, 2, {b: 3}]\nc:\n  - 4\n  - x-y\n";
-        let v: serde_yaml_ng::Value = serde_yaml_ng::from_str(doc).unwrap();
-        fn nodes(v: &serde_yaml_ng::Value) -> usize {
-            1 + match v {
-                serde_yaml_ng::Value::Sequence(a) => a.iter().map(nodes).sum(),
-                serde_yaml_ng::Value::Mapping(m) => m.iter().map(|(k, x)| nodes(k) + nodes(x)).sum(),
-                _ => 0,
-            }
-        }
-        let separators = doc.bytes().filter(|b| matches!(b, b'\n' | b',' | b':' | b'-' | b'[' | b'{')).count();
-        assert!(nodes(&v) <= separators + 1, "{} nodes, {separators} separators", nodes(&v));
-    }
 
     fn write(name: &str, bytes: &[u8]) -> std::path::PathBuf {
         let dir = std::env::temp_dir().join(format!("blis-textfile-{}", std::process::id()));

@@ -18,7 +18,7 @@ use blis_engine::time::Micros;
 use blis_workload::generator::{GeneratedRequest, Generator};
 use blis_workload::plan::Plan as WorkloadPlan;
 use blis_workload::trace_v2::{Observed, Status, TraceHeader, TraceWriter, header_path};
-use serde_yaml_ng::{Mapping, Value};
+use serde_json::{Map as Mapping, Value};
 
 use crate::client::{ExchangeStatus, PromptContent, RunClock, Target, rfc3339_utc};
 use crate::load::{LoadSummary, Outcome, Plan, Planned, Sink, run};
@@ -280,7 +280,7 @@ fn load_generator_section(summary: &LoadSummary, requested_rate: f64, start_unix
     let achieved = if summary.send_duration_s > 0.0 { summary.sent.saturating_sub(1) as f64 / summary.send_duration_s } else { 0.0 };
     let mut m = Mapping::new();
     let mut put = |k: &str, v: Value| {
-        m.insert(Value::from(k), v);
+        m.insert(k.to_string(), v);
     };
     put("start_unix_us", Value::from(start_unix_us));
     put("requested_rate", Value::from(requested_rate));
@@ -294,7 +294,7 @@ fn load_generator_section(summary: &LoadSummary, requested_rate: f64, start_unix
     put("errors", Value::from(summary.errors));
     put("timeouts", Value::from(summary.timeouts));
     put("interrupted", Value::from(summary.interrupted));
-    Value::Mapping(m)
+    Value::Object(m)
 }
 
 fn write_header(path: &Path, header: &TraceHeader) -> Result<(), ObserveError> {
@@ -342,24 +342,24 @@ pub fn observe(
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
     let discovered = runtime.block_on(discover(&http, &config.target));
     let mut server = match config.server.clone() {
-        Some(Value::Mapping(m)) => m,
+        Some(Value::Object(m)) => m,
         _ => Mapping::new(),
     };
     if let Some(served) = discovered.spelling_of(&config.target.model, &config.target.base_url)? {
         let asked = Value::from(std::mem::replace(&mut config.target.model, served.clone()));
         if server.get("model") == Some(&asked) {
-            server.insert(Value::from("model"), Value::from(served));
+            server.insert("model".to_string(), Value::from(served));
         }
     }
     if let Some(scale) = discovered.time_scale {
-        server.insert(Value::from("time-scale"), Value::from(scale));
+        server.insert("time-scale".to_string(), Value::from(scale));
     }
     let clock = RunClock::start();
     let mut header = TraceHeader::generated(plan, &config.workload_name);
     header.mode = Some("real".into());
     header.created_at = Some(rfc3339_utc(clock.start_unix_us()));
     header.warm_up_requests = Some(config.warm_up_requests);
-    header.server = (!server.is_empty()).then_some(Value::Mapping(server));
+    header.server = (!server.is_empty()).then_some(Value::Object(server));
     write_header(&files.header, &header)?;
 
     let rows = TraceWriter::new(BufWriter::new(File::create(&files.csv).map_err(io_err(&files.csv))?)).map_err(io_err(&files.csv))?;

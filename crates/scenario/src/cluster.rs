@@ -68,47 +68,11 @@ pub struct ClusterSetup {
     origins: Origins,
 }
 
-/// Converts a YAML document to the neutral tree the policy bundle reads,
-/// rejecting what JSON cannot hold (non-finite numbers, non-string keys).
-fn yaml_to_json(v: serde_yaml_ng::Value, path: &str) -> Result<Value, String> {
-    use serde_yaml_ng::Value as Y;
-    let at = |p: &str| if p.is_empty() { "(top level)".to_string() } else { p.to_string() };
-    Ok(match v {
-        Y::Null => Value::Null,
-        Y::Bool(b) => Value::Bool(b),
-        Y::Number(n) => {
-            if let Some(i) = n.as_i64() {
-                json!(i)
-            } else if let Some(u) = n.as_u64() {
-                json!(u)
-            } else {
-                let f = n.as_f64().unwrap_or(f64::NAN);
-                serde_json::Number::from_f64(f).map(Value::Number).ok_or_else(|| format!("{}: {f} is not a finite number", at(path)))?
-            }
-        }
-        Y::String(s) => Value::String(s),
-        Y::Sequence(items) => {
-            Value::Array(items.into_iter().enumerate().map(|(i, x)| yaml_to_json(x, &format!("{path}[{i}]"))).collect::<Result<_, _>>()?)
-        }
-        Y::Mapping(map) => {
-            let mut out = serde_json::Map::new();
-            for (k, x) in map {
-                let Y::String(key) = k else { return Err(format!("{}: key {k:?} is not a string", at(path))) };
-                let child = if path.is_empty() { key.clone() } else { format!("{path}.{key}") };
-                out.insert(key, yaml_to_json(x, &child)?);
-            }
-            Value::Object(out)
-        }
-        Y::Tagged(t) => return Err(format!("{}: YAML tags ({}) are not supported", at(path), t.tag)),
-    })
-}
-
 /// Reads a `--policy-config` file.
 fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundle::SectionsSet), ScenarioError> {
     let name = path.display();
-    let text = blis_data::textfile::read_yaml(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
-    let yaml: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
-    let doc = yaml_to_json(yaml, "").map_err(|e| invalid!("--policy-config {name}: {e}"))?;
+    let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
+    let doc: Value = blis_data::yaml::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
     PolicyBundle::from_value(&doc).map_err(|e| invalid!("--policy-config {name}: {e}"))
 }
 

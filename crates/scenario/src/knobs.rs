@@ -363,8 +363,8 @@ impl KnobValues {
     /// spellings and vLLM's names are accepted too. Unknown keys are errors
     /// naming the key. Relative paths in it are relative to the file's folder.
     pub fn load(path: &Path) -> Result<KnobValues, ScenarioError> {
-        let text = blis_data::textfile::read_yaml(path).map_err(|e| invalid!("cannot read --config {}: {e}", path.display()))?;
-        let raw: serde_yaml_ng::Value = serde_yaml_ng::from_str(&text).map_err(|e| invalid!("--config {}: not valid YAML: {e}", path.display()))?;
+        let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --config {}: {e}", path.display()))?;
+        let raw: Value = blis_data::yaml::from_str(&text).map_err(|e| invalid!("--config {}: not valid YAML: {e}", path.display()))?;
         let file = KnobValues::from_yaml(raw, &format!("--config {}", path.display()))?;
         Ok(file.rebased(path.parent().unwrap_or(Path::new(""))))
     }
@@ -372,31 +372,27 @@ impl KnobValues {
     /// Reads knobs from a YAML mapping of flag names (or their `snake_case`
     /// spellings, or vLLM's names of the flags that have an alias) to
     /// values; `origin` names it in errors.
-    pub fn from_yaml(raw: serde_yaml_ng::Value, origin: &str) -> Result<KnobValues, ScenarioError> {
-        let serde_yaml_ng::Value::Mapping(map) = raw else {
+    pub fn from_yaml(raw: Value, origin: &str) -> Result<KnobValues, ScenarioError> {
+        let Value::Object(map) = raw else {
             return Err(invalid!("{origin}: expected a mapping of flag names to values"));
         };
-        let mut normalized = serde_yaml_ng::Mapping::new();
-        for (k, v) in map {
-            let key = match k {
-                serde_yaml_ng::Value::String(s) => s.replace('_', "-"),
-                other => return Err(invalid!("{origin}: key {other:?} is not a string")),
-            };
+        let mut normalized = serde_json::Map::new();
+        for (key, v) in map {
+            let key = key.replace('_', "-");
             let key = flag_of_alias(&key).unwrap_or(key);
-            let count = |text: &str| {
-                parse_count::<u64>(text).map(|n| serde_yaml_ng::Value::Number(n.into())).map_err(|e| invalid!("{origin}: field `{key}`: {e}"))
-            };
+            let count =
+                |text: &str| parse_count::<u64>(text).map(|n| Value::Number(n.into())).map_err(|e| invalid!("{origin}: field `{key}`: {e}"));
             let v = match v {
                 // `max-model-len: 32k` and `num-requests: 1e6` (a YAML float), as on the command line.
-                serde_yaml_ng::Value::String(s) if takes_count(&key) => count(&s)?,
-                serde_yaml_ng::Value::Number(n) if takes_count(&key) && n.is_f64() => count(&format!("{:e}", n.as_f64().unwrap_or(f64::NAN)))?,
+                Value::String(s) if takes_count(&key) => count(&s)?,
+                Value::Number(n) if takes_count(&key) && n.is_f64() => count(&format!("{:e}", n.as_f64().unwrap_or(f64::NAN)))?,
                 other => other,
             };
-            if normalized.insert(serde_yaml_ng::Value::String(key.clone()), v).is_some() {
+            if normalized.insert(key.clone(), v).is_some() {
                 return Err(invalid!("{origin}: `{key}` is given twice (under its own name and vLLM's, or in two spellings)"));
             }
         }
-        serde_path_to_error::deserialize(serde_yaml_ng::Value::Mapping(normalized))
+        serde_path_to_error::deserialize(Value::Object(normalized))
             .map_err(|e| invalid!("{origin}: {}", blis_data::locate::located_message(&e)))
     }
 }
@@ -434,7 +430,7 @@ mod tests {
     use super::*;
 
     fn file(yaml: &str) -> Result<KnobValues, ScenarioError> {
-        KnobValues::from_yaml(serde_yaml_ng::from_str(yaml).unwrap(), "--config f.yaml")
+        KnobValues::from_yaml(blis_data::yaml::from_str(yaml).unwrap(), "--config f.yaml")
     }
 
     #[test]

@@ -212,20 +212,18 @@ impl FileCache {
         if let Some(p) = self.pdfs.get(path) {
             return Ok(p.clone());
         }
-        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
-        let name = path.display().to_string();
-        // JSON (the usual form of a large PDF) is read by serde_json, which
-        // builds the pairs directly: memory about 4× the text, where the YAML
-        // loader keeps ~100 bytes per number before building anything.
-        // Anything else (YAML, JSON with YAML-only forms such as unquoted
-        // keys, or a mistake) goes to the YAML reader, whose errors name the
-        // key path and line.
-        let pdf: Pdf = match serde_json::from_str(&text) {
+        // JSON (the usual form of a large PDF) is streamed from the file by
+        // serde_json, which builds the pairs as it reads: memory is the
+        // pairs (16 bytes each), not the text. Anything else (YAML, JSON
+        // with YAML-only forms such as unquoted keys, or a mistake) is read
+        // whole for the YAML reader, whose errors name the key path and line.
+        let file = std::fs::File::open(path).map_err(|e| WorkloadError::read(path, e))?;
+        let limited = std::io::Read::take(file, blis_data::textfile::MAX_WHOLE_FILE_BYTES);
+        let pdf: Pdf = match serde_json::from_reader(std::io::BufReader::new(limited)) {
             Ok(pdf) => pdf,
             Err(_) => {
-                blis_data::textfile::check_yaml_nodes(&text).map_err(|e| WorkloadError::read(path, e))?;
-                let de = serde_yaml_ng::Deserializer::from_str(&text);
-                serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?
+                let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
+                blis_data::yaml::from_str(&text).map_err(|e| crate::error::from_yaml(&path.display().to_string(), e))?
             }
         };
         let p = Arc::new(pdf);
@@ -249,7 +247,7 @@ mod tests {
 
     #[test]
     fn pdfs_read_as_maps_or_arrays() {
-        let m: Pdf = serde_yaml_ng::from_str("{100: 0.5, '200': 0.5}").unwrap();
+        let m: Pdf = blis_data::yaml::from_str("{100: 0.5, '200': 0.5}").unwrap();
         assert_eq!(m.0, vec![(100.0, 0.5), (200.0, 0.5)]);
         let a: Pdf = serde_json::from_str("[0.0, 0.25, 0.75]").unwrap();
         assert_eq!(a.0, vec![(0.0, 0.0), (1.0, 0.25), (2.0, 0.75)]);

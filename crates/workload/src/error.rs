@@ -91,7 +91,7 @@ impl WorkloadError {
     }
 }
 
-/// Turns a `serde_path_to_error` failure into a [`WorkloadError::Spec`].
-pub(crate) fn from_serde<E: std::fmt::Display>(source_name: &str, err: serde_path_to_error::Error<E>) -> WorkloadError {
-    WorkloadError::spec(source_name, err.path().to_string(), blis_data::locate::unlocated_message(&err))
+/// Turns a YAML parse failure into a [`WorkloadError::Spec`] at its key path.
+pub(crate) fn from_yaml(source_name: &str, err: blis_data::yaml::YamlError) -> WorkloadError {
+    WorkloadError::spec(source_name, err.path.clone(), err.unlocated())
 }

@@ -289,10 +289,10 @@ mod tests {
 
     #[test]
     fn inference_perfs_defaults_and_refusals() {
-        let d: LengthDistribution = serde_yaml_ng::from_str("mean: 100\nstd_dev: 0\n").unwrap();
+        let d: LengthDistribution = blis_data::yaml::from_str("mean: 100\nstd_dev: 0\n").unwrap();
         assert_eq!((d.min, d.max, d.total_count, d.shape), (10, 1024, Some(1000), LengthShape::Normal));
         assert_eq!(d.problem(Sampler::IoDistribution), None);
-        let d: LengthDistribution = serde_yaml_ng::from_str("type: skew_normal\nskew: 2\ntotal_count: null\n").unwrap();
+        let d: LengthDistribution = blis_data::yaml::from_str("type: skew_normal\nskew: 2\ntotal_count: null\n").unwrap();
         assert_eq!((d.shape, d.skew, d.total_count), (LengthShape::SkewNormal, 2.0, None));
         assert_eq!(d.problem(Sampler::SharedPrefix), None);
         assert_eq!(d.problem(Sampler::IoDistribution).unwrap().0, "total_count");
@@ -307,11 +307,11 @@ mod tests {
         assert_eq!(io(dist(LengthShape::Normal, 10, 20, 15.0, f64::NAN)), Some("std_dev"));
         assert_eq!(io(LengthDistribution { total_count: Some(0), ..LengthDistribution::default() }), Some("total_count"));
         // std_dev defaults to 200, so a variance alone is refused, as by inference-perf.
-        let v: LengthDistribution = serde_yaml_ng::from_str("variance: 100\n").unwrap();
+        let v: LengthDistribution = blis_data::yaml::from_str("variance: 100\n").unwrap();
         assert_eq!(sp(v.clone()), Some("variance"));
         assert_eq!(sp(LengthDistribution { std_dev: 0.0, ..v }), None);
         assert_eq!(sp(LengthDistribution { skew: f64::INFINITY, ..LengthDistribution::default() }), Some("skew"));
-        let typo = serde_yaml_ng::from_str::<LengthDistribution>("std_deviation: 5\n").unwrap_err().to_string();
+        let typo = blis_data::yaml::from_str::<LengthDistribution>("std_deviation: 5\n").unwrap_err().to_string();
         assert!(typo.contains("unknown field `std_deviation`") && typo.contains("std_dev"), "{typo}");
     }
 

@@ -119,7 +119,7 @@ pub fn open(input: &WorkloadInput, options: &OpenOptions) -> Result<OpenedWorklo
     let mut w = match input {
         WorkloadInput::Synthetic(spec) => from_plan(Plan::synthetic(spec), Opened::Synthetic),
         WorkloadInput::File(path) => {
-            let text = blis_data::textfile::read_yaml(path).map_err(|e| WorkloadError::read(path, e))?;
+            let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
             if looks_like_inference_perf(&text) {
                 let cfg = InferencePerfConfig::from_yaml_str(&text).map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
                 inference_perf(Reproduction { config: cfg, measured_prompt_tokens: None, recorded: None }, options.seed)

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::builtin;
 use crate::empirical::Pdf;
-use crate::error::{WorkloadError, from_serde};
+use crate::error::{WorkloadError, from_yaml};
 
 /// Workload category (ServeGen's three families).
 #[derive(Copy, Clone, Debug, Default, PartialEq, Eq, Deserialize, Serialize)]
@@ -407,27 +407,23 @@ impl LoadedSpec {
 /// inspected first, and a document that is not a BLIS spec is recognised
 /// and routed (or refused with a clear message) before strict parsing.
 pub fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<LoadedSpec, WorkloadError> {
-    let mut doc: serde_yaml_ng::Value =
-        serde_yaml_ng::from_str(text).map_err(|e| WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")))?;
-    let serde_yaml_ng::Value::Mapping(_) = &doc else {
-        return Err(WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"));
-    };
-    if crate::inference_perf::looks_like_inference_perf(text) {
-        return Err(WorkloadError::spec(
-            source_name,
-            ".",
-            "this is an inference-perf config (top-level `load`/`data`), not a BLIS workload spec; \
-             `blis run --workload-spec` reads it directly",
-        ));
-    }
-    // YAML merge keys (`<<: *anchor`) need the document tree; without them,
-    // parsing the text directly keeps line numbers in error messages.
-    let spec: WorkloadSpec = if text.contains("<<") {
-        doc.apply_merge().map_err(|e| WorkloadError::spec(source_name, ".", format!("bad YAML merge key: {e}")))?;
-        serde_path_to_error::deserialize(doc).map_err(|e| from_serde(source_name, e))?
-    } else {
-        serde_path_to_error::deserialize(serde_yaml_ng::Deserializer::from_str(text)).map_err(|e| from_serde(source_name, e))?
-    };
+    // Parsed as a spec first; only a document that is not one is looked at
+    // again, to say what it is instead.
+    let spec: WorkloadSpec = blis_data::yaml::from_str(text).map_err(|e| {
+        if crate::inference_perf::looks_like_inference_perf(text) {
+            return WorkloadError::spec(
+                source_name,
+                ".",
+                "this is an inference-perf config (top-level `load`/`data`), not a BLIS workload spec; \
+                 `blis run --workload-spec` reads it directly",
+            );
+        }
+        match blis_data::yaml::top_level_keys(text) {
+            Err(e) => WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")),
+            Ok(None) => WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"),
+            Ok(Some(_)) => from_yaml(source_name, e),
+        }
+    })?;
     Ok(LoadedSpec { spec, source_name: source_name.to_string(), base_dir: base_dir.to_path_buf() })
 }
 
@@ -438,7 +434,7 @@ pub fn load(reference: &str) -> Result<LoadedSpec, WorkloadError> {
         return parse(b.yaml, reference, Path::new("."));
     }
     let path = Path::new(reference);
-    let text = blis_data::textfile::read_yaml(path).map_err(|e| WorkloadError::read(path, e))?;
+    let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
     parse_file(path, &text)
 }
 
@@ -470,7 +466,7 @@ mod tests {
         assert!(e.starts_with("w.yaml: clients[0].input_distribution.type: unknown variant `zipf`"), "{e}");
         assert!(e.contains("pareto_lognormal"), "{e}");
         let e = err("num_requests: -4\n");
-        assert!(e.starts_with("w.yaml: num_requests: invalid type"), "{e}");
+        assert!(e.starts_with("w.yaml: num_requests: `-4` is not a valid u64"), "{e}");
         let e = err("- 1\n");
         assert!(e.contains("expected a mapping"), "{e}");
         let e = err("clients: [\n");

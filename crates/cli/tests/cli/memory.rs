@@ -41,6 +41,36 @@ fn an_empirical_pdf_costs_at_most_six_times_its_size() {
     assert!(big - base <= 6.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB PDF, {base:.1} MiB without");
 }
 
+/// Issue 27, defect 2: a 16 MB policy YAML peaked at 1.58 GB (~100 bytes per
+/// input byte, the YAML loader's event list). YAML is now streamed into its
+/// target, and a document may have at most one node per 8 bytes beyond the
+/// first 65 536 (`blis_data::yaml::node_budget`); the costliest accepted
+/// document is a dense mapping (the parser tracks keys to refuse
+/// duplicates). Here: an empirical PDF written as YAML at that density,
+/// which must cost at most 12× the file.
+#[test]
+fn a_yaml_document_costs_at_most_twelve_times_its_size() {
+    let dir = scratch("memory-yaml");
+    let pdf = dir.join("pdf.yaml");
+    std::fs::write(&pdf, (1..=400_000).map(|i| format!("{i}: {}.000000\n", i % 13 + 1)).collect::<String>()).unwrap();
+    let input_mib = std::fs::metadata(&pdf).unwrap().len() as f64 / (1 << 20) as f64;
+    let spec = |input: &str| {
+        format!(
+            "aggregate_rate: 5\nnum_requests: 5\nclients:\n  - id: a\n    input_distribution: {input}\n    \
+             output_distribution: {{type: constant, params: {{value: 4}}}}\n"
+        )
+    };
+    std::fs::write(dir.join("big.yaml"), spec("{type: empirical, file: pdf.yaml}")).unwrap();
+    std::fs::write(dir.join("small.yaml"), spec("{type: constant, params: {value: 4}}")).unwrap();
+    let run = |name: &str| {
+        let path = dir.join(name);
+        peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", path.to_str().unwrap(), "--output", "/dev/null"])
+    };
+    let (big, base) = (run("big.yaml"), run("small.yaml"));
+    assert!(input_mib > 6.0, "{input_mib} MiB");
+    assert!(big - base <= 12.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB YAML PDF, {base:.1} MiB without");
+}
+
 /// A HuggingFace `config.json` padded with a large unknown field (an
 /// `id2label` table, a pasted tensor) cost ~9× its size through
 /// `serde_json::Value`; fields are now read shallowly: at most 2× the file.

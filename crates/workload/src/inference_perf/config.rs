@@ -477,8 +477,9 @@ impl RawConfig {
 /// Whether a YAML document is an inference-perf configuration rather than a
 /// BLIS workload spec: a mapping with `load` or `data` and no `clients`.
 pub fn looks_like_inference_perf(text: &str) -> bool {
-    match serde_yaml_ng::from_str::<serde_yaml_ng::Value>(text) {
-        Ok(serde_yaml_ng::Value::Mapping(m)) => !m.contains_key("clients") && (m.contains_key("load") || m.contains_key("data")),
+    let has = |keys: &[String], key: &str| keys.iter().any(|k| k == key);
+    match blis_data::yaml::top_level_keys(text) {
+        Ok(Some(keys)) => !has(&keys, "clients") && (has(&keys, "load") || has(&keys, "data")),
         _ => false,
     }
 }
@@ -509,9 +510,7 @@ impl InferencePerfConfig {
     /// Parses the YAML text of an inference-perf configuration (as written to
     /// `results/config.yaml`) and checks it can be reproduced.
     pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
-        let de = serde_yaml_ng::Deserializer::from_str(text);
-        let raw: RawConfig = serde_path_to_error::deserialize(de)
-            .map_err(|e| InferencePerfError::Parse(blis_data::locate::located_message(&e)))?;
+        let raw: RawConfig = blis_data::yaml::from_str(text).map_err(|e| InferencePerfError::Parse(e.to_string()))?;
         let report_file_prefix = raw.report_file_prefix().unwrap_or_default();
         let data = Data::from_raw(raw.data)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {

@@ -69,19 +69,19 @@ pub struct TraceHeader {
     pub workload_spec: Option<String>,
     /// Server configuration (real mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server: Option<serde_yaml_ng::Value>,
+    pub server: Option<serde_json::Value>,
     /// Hardware (real mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hardware: Option<serde_yaml_ng::Value>,
+    pub hardware: Option<serde_json::Value>,
     /// Measured network (real mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub network: Option<serde_yaml_ng::Value>,
+    pub network: Option<serde_json::Value>,
     /// Load-generator health (real mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub load_generator: Option<serde_yaml_ng::Value>,
+    pub load_generator: Option<serde_json::Value>,
     /// Scraped server metrics (real mode).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub server_metrics: Option<serde_yaml_ng::Value>,
+    pub server_metrics: Option<serde_json::Value>,
     /// BLIS replay metadata.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub blis: Option<BlisHeader>,
@@ -139,10 +139,9 @@ impl TraceHeader {
 
     /// Reads and checks a header file.
     pub fn load(path: &Path) -> Result<TraceHeader, WorkloadError> {
-        let text = blis_data::textfile::read_yaml(path).map_err(|e| WorkloadError::read(path, e))?;
+        let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let name = path.display().to_string();
-        let de = serde_yaml_ng::Deserializer::from_str(&text);
-        let h: TraceHeader = serde_path_to_error::deserialize(de).map_err(|e| crate::error::from_serde(&name, e))?;
+        let h: TraceHeader = blis_data::yaml::from_str(&text).map_err(|e| crate::error::from_yaml(&name, e))?;
         if h.trace_version != 2 {
             return Err(WorkloadError::spec(name, "trace_version", format!("{} is not supported; allowed: 2", h.trace_version)));
         }
@@ -162,7 +161,7 @@ impl TraceHeader {
 }
 
 /// The `server.time-scale` (or `time_scale`) entry of a header, with its key.
-fn recorded_time_scale(header: &TraceHeader) -> Option<(&'static str, &serde_yaml_ng::Value)> {
+fn recorded_time_scale(header: &TraceHeader) -> Option<(&'static str, &serde_json::Value)> {
     let server = header.server.as_ref()?;
     ["time-scale", "time_scale"].into_iter().find_map(|key| server.get(key).map(|v| (key, v)))
 }

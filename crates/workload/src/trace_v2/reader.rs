@@ -241,7 +241,7 @@ impl ArrivalColumn {
             .filter(|h| h.mode.as_deref() == Some("real"))
             .and_then(|h| h.load_generator.as_ref())
             .and_then(|lg| lg.get("start_unix_us"))
-            .and_then(serde_yaml_ng::Value::as_u64);
+            .and_then(serde_json::Value::as_u64);
         match start {
             Some(start_unix_us) => ArrivalColumn::Sent { start_unix_us, time_scale: header_time_scale(header) },
             None => ArrivalColumn::Intended,

@@ -134,9 +134,7 @@ fn recorded_traces_replay_in_send_order_with_their_ids() {
     w.finish().unwrap();
     let mut header = TraceHeader::generated(&plan, "spec.yaml");
     header.mode = Some("real".into());
-    let mut lg = serde_yaml_ng::Mapping::new();
-    lg.insert("start_unix_us".into(), start.into());
-    header.load_generator = Some(serde_yaml_ng::Value::Mapping(lg));
+    header.load_generator = Some(serde_json::json!({"start_unix_us": start}));
     std::fs::write(header_path(&path), header.to_yaml()).unwrap();
     let (reqs, info) = replay_all(&path);
     assert_eq!(info.requests, 20);
@@ -146,9 +144,7 @@ fn recorded_traces_replay_in_send_order_with_their_ids() {
         assert_eq!(r.prompt, g.request.prompt);
     }
     // The recorded server time scale must be one a server can run at.
-    let mut server = serde_yaml_ng::Mapping::new();
-    server.insert("time-scale".into(), (-5.0).into());
-    header.server = Some(serde_yaml_ng::Value::Mapping(server));
+    header.server = Some(serde_json::json!({"time-scale": -5.0}));
     std::fs::write(header_path(&path), header.to_yaml()).unwrap();
     let e = TraceReplay::open(&path, None).err().expect("refused").to_string();
     assert!(e.contains("server.time-scale: -5.0: must be a number in (0, 1e6]"), "{e}");
