@@ -77,7 +77,7 @@ fn reset_peak() -> usize {
 }
 
 /// The memory budget of one parse of `input_bytes` (docs/cli.md): YAML
-/// costs at most ~12× its size plus ~12 MiB (its node budget), JSON data at
+/// costs at most ~12× its size plus ~3 MiB (its node budget), JSON data at
 /// most ~6×, streams a line at a time.
 fn memory_budget(input_bytes: usize) -> usize {
     16 * input_bytes + (32 << 20)

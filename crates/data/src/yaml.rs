@@ -24,7 +24,7 @@ use serde_saphyr::{Budget, DuplicateKeyPolicy, MergeKeyPolicy, NonFiniteFloatPol
 use std::fmt;
 
 /// Nodes every document may have whatever its size.
-pub const BASE_NODES: usize = 65_536;
+pub const BASE_NODES: usize = 16_384;
 
 /// Bytes of document per node allowed beyond [`BASE_NODES`].
 pub const BYTES_PER_NODE: usize = 8;

@@ -44,7 +44,7 @@ fn an_empirical_pdf_costs_at_most_six_times_its_size() {
 /// Issue 27, defect 2: a 16 MB policy YAML peaked at 1.58 GB (~100 bytes per
 /// input byte, the YAML loader's event list). YAML is now streamed into its
 /// target, and a document may have at most one node per 8 bytes beyond the
-/// first 65 536 (`blis_data::yaml::node_budget`); the costliest accepted
+/// first 16 384 (`blis_data::yaml::node_budget`); the costliest accepted
 /// document is a dense mapping (the parser tracks keys to refuse
 /// duplicates). Here: an empirical PDF written as YAML at that density,
 /// which must cost at most 12× the file.
