@@ -148,6 +148,20 @@ fn mutate(input: &mut Vec<u8>, other: &[u8], rng: &mut Pcg64Mcg) {
     }
 }
 
+/// What a target's directory holds besides the mutated input.
+enum Fixture {
+    /// Nothing: the parser reads the one file.
+    None,
+    /// A repository folder copied into a subfolder, which the seeds refer to
+    /// (a spec's ServeGen data); the parser reads only the mutated file.
+    Referenced { from: &'static str, into: &'static str },
+    /// A repository folder copied in whole, which the parser reads whole (an
+    /// inference-perf run). Seed `k` replaces `files[k]` (all of them
+    /// [`Target::file`] when empty), which is restored after each case, and
+    /// the folder's size counts as input in the memory budget.
+    Directory { from: &'static str, files: &'static [&'static str] },
+}
+
 /// Parses the input written at a path (in a directory); `Err` is a refusal.
 type Parse = Box<dyn Fn(&Path, &Path) -> Result<(), String> + Send + Sync>;
 
@@ -157,6 +171,8 @@ struct Target {
     /// File name the input is written under in the target's directory.
     file: &'static str,
     seeds: Vec<Vec<u8>>,
+    /// What the target reads besides the mutated file; see [`Fixture`].
+    fixture: Fixture,
     /// Parses the input written at `path` (in `dir`); `Err` is a refusal.
     parse: Parse,
     /// The `blis` arguments that read the same file, for the exit-code contract.
@@ -198,6 +214,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "workload spec",
             file: "spec.yaml",
             seeds: examples(&["language.yaml", "multimodal.yaml", "reasoning.yaml", "servegen-language.yaml"]),
+            fixture: Fixture::Referenced { from: "examples/servegen", into: "servegen" },
             parse: Box::new(|_, p| open_workload(blis_workload::WorkloadInput::File(p.to_path_buf()))),
             cli: Some(|p| model_args(p, "--workload-spec")),
         },
@@ -205,6 +222,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "inference-perf config",
             file: "ip.yaml",
             seeds: examples(&["inference-perf-synthetic.yaml", "inference-perf-shared-prefix.yaml"]),
+            fixture: Fixture::None,
             parse: Box::new(|_, p| open_workload(blis_workload::WorkloadInput::File(p.to_path_buf()))),
             cli: Some(|p| model_args(p, "--workload-spec")),
         },
@@ -218,6 +236,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 .map(|p| std::fs::read(p).unwrap())
                 .collect()]
             .concat(),
+            fixture: Fixture::None,
             parse: Box::new(|_, p| {
                 let yaml = format!("model: meta-llama/llama-3.1-8b-instruct\nnum-instances: 2\npolicy-config: {}\n", p.display());
                 resolve(&yaml)
@@ -238,6 +257,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                     .collect(),
                 b"model: Qwen/Qwen3-14B\nhardware: A100-80GB\ntensor-parallel-size: 2\nnum-instances: 4\nrouting-policy: weighted\nrouting-scorers: prefix-affinity:4,queue-depth:3\nautoscale-policy: threshold\nmax-instances: 8\nprovisioning-delay: uniform:2m,5m\n".to_vec(),
             ],
+            fixture: Fixture::None,
             parse: Box::new(|_, p| {
                 let values = blis_scenario::knobs::KnobValues::load(p).map_err(|e| e.to_string())?;
                 blis_scenario::Scenario::from_values(&values, Vec::new()).resolve().map(drop).map_err(|e| e.to_string())
@@ -251,6 +271,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 .iter()
                 .map(read)
                 .collect(),
+            fixture: Fixture::None,
             parse: text_parser(|t| blis_engine::model::ModelConfig::from_hf_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--model-config")),
         },
@@ -258,6 +279,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "GPU spec",
             file: "gpu.json",
             seeds: ["data/hardware/H100.json", "data/hardware/A100-80GB.json"].iter().map(read).collect(),
+            fixture: Fixture::None,
             parse: text_parser(|t| blis_engine::hardware::GpuSpec::from_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--hardware-config")),
         },
@@ -265,6 +287,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "coefficients",
             file: "coefficients.yaml",
             seeds: ["data/coefficients/trained-physics-h100.yaml", "data/coefficients/physics-normalized-h100.yaml"].iter().map(read).collect(),
+            fixture: Fixture::None,
             parse: Box::new(|_, p| blis_data::coefficients::CoefficientSet::load(p).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--coefficients")),
         },
@@ -272,6 +295,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "trace v2 CSV",
             file: "t.csv",
             seeds: vec![trace_csv],
+            fixture: Fixture::None,
             parse: Box::new({
                 let header = trace_header.clone();
                 move |dir, p| {
@@ -285,6 +309,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "trace v2 header",
             file: "t.header.yaml",
             seeds: vec![trace_header],
+            fixture: Fixture::None,
             parse: Box::new(|_, p| blis_workload::trace_v2::header::TraceHeader::load(p).map(drop).map_err(|e| e.to_string())),
             cli: None,
         },
@@ -292,6 +317,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "Mooncake JSONL",
             file: "m.jsonl",
             seeds: examples(&["mooncake-sample.jsonl"]),
+            fixture: Fixture::None,
             parse: Box::new(|_, p| open_workload(blis_workload::WorkloadInput::Trace(p.to_path_buf()))),
             cli: Some(|p| model_args(p, "--trace")),
         },
@@ -299,6 +325,10 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "inference-perf directory",
             file: "results/config.yaml",
             seeds: vec![read(format!("{experiment}/results/config.yaml")), read(format!("{experiment}/server-facts.yaml")), read(format!("{experiment}/profile.yaml"))],
+            fixture: Fixture::Directory {
+                from: "validation/vllm-h100/20260217-155451-llama-2-7b-tp1-codegen",
+                files: &["results/config.yaml", "server-facts.yaml", "profile.yaml"],
+            },
             parse: Box::new(move |dir, _| {
                 // The mutated text replaces one of the run's files (seed order).
                 blis_calibrate::experiment::Experiment::load(dir).map(drop).map_err(|e| e.to_string())
@@ -309,6 +339,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             name: "ServeGen directory",
             file: "chunk-0-dataset.json",
             seeds: vec![read("examples/servegen/language-mini/chunk-0-dataset.json")],
+            fixture: Fixture::Directory { from: "examples/servegen/language-mini", files: &[] },
             parse: Box::new(|dir, _| {
                 blis_workload::servegen::convert(dir, dir, &blis_workload::servegen::ServeGenOptions::default()).map(drop).map_err(|e| e.to_string())
             }),
@@ -321,6 +352,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 b"data: {\"id\":\"cmpl-1\",\"choices\":[{\"text\":\"a\",\"index\":0}]}\n\ndata: {\"id\":\"cmpl-1\",\"choices\":[{\"text\":\"b\",\"index\":0,\"finish_reason\":\"length\"}],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":2}}\n\ndata: [DONE]\n\n".to_vec(),
                 b": keep-alive\r\nevent: message\r\ndata: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\r\n\r\nid: 7\nretry: 10\ndata: [DONE]\n\n".to_vec(),
             ],
+            fixture: Fixture::None,
             parse: Box::new(|_, p| {
                 let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
                 let mut parser = blis_net::sse::SseParser::new();
@@ -342,6 +374,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 br#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hello there"}]}],"max_completion_tokens":8,"temperature":0.5,"n":1}"#.to_vec(),
                 br#"{"model":"m","prompt":"once upon a time","max_tokens":4,"min_tokens":2,"stream":false}"#.to_vec(),
             ],
+            fixture: Fixture::None,
             parse: Box::new(|_, p| {
                 use blis_net::serve::openai::{Api, GenerationRequest};
                 let bytes = std::fs::read(p).map_err(|e| e.to_string())?;
@@ -396,11 +429,10 @@ fn copy_dir(from: &Path, to: &Path) {
 /// reference (the ServeGen data, a whole inference-perf run).
 fn workspace(scratch: &Path, t: &Target) -> PathBuf {
     let dir = scratch.join(t.name.replace(' ', "-"));
-    match t.name {
-        "workload spec" => copy_dir(&repo().join("examples/servegen"), &dir.join("servegen")),
-        "inference-perf directory" => copy_dir(&repo().join("validation/vllm-h100/20260217-155451-llama-2-7b-tp1-codegen"), &dir),
-        "ServeGen directory" => copy_dir(&repo().join("examples/servegen/language-mini"), &dir),
-        _ => std::fs::create_dir_all(&dir).unwrap(),
+    match t.fixture {
+        Fixture::None => std::fs::create_dir_all(&dir).unwrap(),
+        Fixture::Referenced { from, into } => copy_dir(&repo().join(from), &dir.join(into)),
+        Fixture::Directory { from, .. } => copy_dir(&repo().join(from), &dir),
     }
     dir
 }
@@ -408,14 +440,11 @@ fn workspace(scratch: &Path, t: &Target) -> PathBuf {
 fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
     let mut rng = Pcg64Mcg::seed_from_u64(seed ^ blis_engine::rng::mix64(t.name.len() as u64 * 0x9e37));
     let mut tally = Tally::default();
-    // For directory targets the mutated text replaces one file; seeds are
-    // (file, original) pairs in that case.
-    let files: Vec<&str> = match t.name {
-        "inference-perf directory" => vec!["results/config.yaml", "server-facts.yaml", "profile.yaml"],
-        _ => vec![t.file; t.seeds.len()],
+    let (files, dir_bytes) = match t.fixture {
+        Fixture::Directory { files, .. } if !files.is_empty() => (files.to_vec(), dir_size(dir)),
+        Fixture::Directory { .. } => (vec![t.file; t.seeds.len()], dir_size(dir)),
+        _ => (vec![t.file; t.seeds.len()], 0),
     };
-    // Directory targets read the whole run, not only the mutated file.
-    let dir_bytes = if matches!(t.name, "inference-perf directory" | "ServeGen directory") { dir_size(dir) } else { 0 };
     for case in 0..cases {
         let k = rng.random_range(0..t.seeds.len());
         let mut input = t.seeds[k].clone();
@@ -448,8 +477,8 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
                 tally.panics.push(format!("{}: seed {seed} case {case}: {message} (input: {})", t.name, saved.display()));
             }
         }
-        // Directory targets: put the original back for the next case.
-        if matches!(t.name, "inference-perf directory" | "ServeGen directory") {
+        // A directory read whole gets its original file back for the next case.
+        if let Fixture::Directory { .. } = t.fixture {
             std::fs::write(&path, &t.seeds[k]).unwrap();
         }
     }
