@@ -71,6 +71,27 @@ fn a_yaml_document_costs_at_most_twelve_times_its_size() {
     assert!(big - base <= 12.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB YAML PDF, {base:.1} MiB without");
 }
 
+/// A trace is streamed: replaying its first 100 requests holds, beyond the
+/// rows being replayed, an index of 40 bytes per row (arrival, id, file
+/// position: ids are checked unique, a recorded trace is replayed in
+/// arrival order), ~0.4× a trace of ~100-byte rows, ~0.6× while the index
+/// grows. Here: a 10× longer trace costs at most 0.75× its extra bytes.
+#[test]
+fn a_trace_costs_less_than_its_size() {
+    let dir = scratch("memory-trace");
+    let mib = |path: &std::path::Path| std::fs::metadata(path).unwrap().len() as f64 / (1 << 20) as f64;
+    let peak = |rows: u32| {
+        let csv = dir.join(format!("t{rows}.csv"));
+        let out = blis(&["workload", "generate", "--spec", "preset:chatbot", "--num-requests", &rows.to_string(), "--output", csv.to_str().unwrap()]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let peak = peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--trace", csv.to_str().unwrap(), "--num-requests", "100", "--output", "/dev/null"]);
+        (peak, mib(&csv))
+    };
+    let ((small, small_mib), (big, big_mib)) = (peak(20_000), peak(200_000));
+    assert!(big_mib > 15.0, "{big_mib} MiB");
+    assert!(big - small <= 0.75 * (big_mib - small_mib), "{big:.1} MiB for {big_mib:.1} MiB of trace, {small:.1} MiB for {small_mib:.1} MiB");
+}
+
 /// A HuggingFace `config.json` padded with a large unknown field (an
 /// `id2label` table, a pasted tensor) cost ~9× its size through
 /// `serde_json::Value`; fields are now read shallowly: at most 2× the file.
