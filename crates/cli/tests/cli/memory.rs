@@ -13,16 +13,13 @@ fn peak_mib(args: &[&str]) -> f64 {
     tail.split(' ').next().and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no peak memory in: {err}"))
 }
 
-/// Issue 27, defect 2: an empirical-distribution JSON referenced by a spec
-/// took ~70 bytes of memory per input byte (80 MB → 5.7 GB), read through
-/// the YAML loader. Now: at most 6× the file on top of a run without it.
-#[test]
-fn an_empirical_pdf_costs_at_most_six_times_its_size() {
-    let dir = scratch("memory-pdf");
-    let entries = 1_000_000;
-    let body: Vec<String> = (1..=entries).map(|i| format!("\"{i}\": {}", i % 13 + 1)).collect();
-    let pdf = dir.join("pdf.json");
-    std::fs::write(&pdf, format!("{{{}}}", body.join(","))).unwrap();
+/// Writes an empirical PDF of `text` into a scratch folder and returns its
+/// size in MiB, the peak memory of a run whose prompt lengths come from it,
+/// and the peak of the same run with constant lengths.
+fn pdf_cost(name: &str, file: &str, text: String) -> (f64, f64, f64) {
+    let dir = scratch(name);
+    let pdf = dir.join(file);
+    std::fs::write(&pdf, text).unwrap();
     let input_mib = std::fs::metadata(&pdf).unwrap().len() as f64 / (1 << 20) as f64;
     let spec = |input: &str| {
         format!(
@@ -30,13 +27,22 @@ fn an_empirical_pdf_costs_at_most_six_times_its_size() {
              output_distribution: {{type: constant, params: {{value: 4}}}}\n"
         )
     };
-    std::fs::write(dir.join("big.yaml"), spec("{type: empirical, file: pdf.json}")).unwrap();
+    std::fs::write(dir.join("big.yaml"), spec(&format!("{{type: empirical, file: {file}}}"))).unwrap();
     std::fs::write(dir.join("small.yaml"), spec("{type: constant, params: {value: 4}}")).unwrap();
     let run = |name: &str| {
         let path = dir.join(name);
         peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", path.to_str().unwrap(), "--output", "/dev/null"])
     };
-    let (big, base) = (run("big.yaml"), run("small.yaml"));
+    (input_mib, run("big.yaml"), run("small.yaml"))
+}
+
+/// Issue 27, defect 2: an empirical-distribution JSON referenced by a spec
+/// took ~70 bytes of memory per input byte (80 MB → 5.7 GB), read through
+/// the YAML loader. Now: at most 6× the file on top of a run without it.
+#[test]
+fn an_empirical_pdf_costs_at_most_six_times_its_size() {
+    let body: Vec<String> = (1..=1_000_000).map(|i| format!("\"{i}\": {}", i % 13 + 1)).collect();
+    let (input_mib, big, base) = pdf_cost("memory-pdf", "pdf.json", format!("{{{}}}", body.join(",")));
     assert!(input_mib > 10.0, "{input_mib} MiB");
     assert!(big - base <= 6.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB PDF, {base:.1} MiB without");
 }
@@ -50,23 +56,8 @@ fn an_empirical_pdf_costs_at_most_six_times_its_size() {
 /// which must cost at most 12× the file.
 #[test]
 fn a_yaml_document_costs_at_most_twelve_times_its_size() {
-    let dir = scratch("memory-yaml");
-    let pdf = dir.join("pdf.yaml");
-    std::fs::write(&pdf, (1..=400_000).map(|i| format!("{i}: {}.000000\n", i % 13 + 1)).collect::<String>()).unwrap();
-    let input_mib = std::fs::metadata(&pdf).unwrap().len() as f64 / (1 << 20) as f64;
-    let spec = |input: &str| {
-        format!(
-            "aggregate_rate: 5\nnum_requests: 5\nclients:\n  - id: a\n    input_distribution: {input}\n    \
-             output_distribution: {{type: constant, params: {{value: 4}}}}\n"
-        )
-    };
-    std::fs::write(dir.join("big.yaml"), spec("{type: empirical, file: pdf.yaml}")).unwrap();
-    std::fs::write(dir.join("small.yaml"), spec("{type: constant, params: {value: 4}}")).unwrap();
-    let run = |name: &str| {
-        let path = dir.join(name);
-        peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", path.to_str().unwrap(), "--output", "/dev/null"])
-    };
-    let (big, base) = (run("big.yaml"), run("small.yaml"));
+    let text = (1..=400_000).map(|i| format!("{i}: {}.000000\n", i % 13 + 1)).collect::<String>();
+    let (input_mib, big, base) = pdf_cost("memory-yaml", "pdf.yaml", text);
     assert!(input_mib > 6.0, "{input_mib} MiB");
     assert!(big - base <= 12.0 * input_mib, "{big:.1} MiB with a {input_mib:.1} MiB YAML PDF, {base:.1} MiB without");
 }
