@@ -459,7 +459,8 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         let extra = PEAK.load(Ordering::Relaxed).saturating_sub(before);
         tally.peak_extra_bytes = tally.peak_extra_bytes.max(extra);
         if extra > memory_budget(input.len() + dir_bytes) {
-            tally.over_budget.push(format!("{}: seed {seed} case {case}: {extra} bytes for a {}-byte input", t.name, input.len()));
+            let saved = save_failure(t, seed, case, &input);
+            tally.over_budget.push(format!("{}: seed {seed} case {case}: {extra} bytes for a {}-byte input ({saved})", t.name, input.len()));
         }
         match outcome {
             Ok(Ok(())) => tally.accepted += 1,
@@ -471,10 +472,8 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
             }
             Err(panic) => {
                 let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                let saved = repo().join("target/fuzz-failures").join(format!("{}-{seed}-{case}", t.name.replace(' ', "-")));
-                let _ = std::fs::create_dir_all(saved.parent().unwrap());
-                let _ = std::fs::write(&saved, &input);
-                tally.panics.push(format!("{}: seed {seed} case {case}: {message} (input: {})", t.name, saved.display()));
+                let saved = save_failure(t, seed, case, &input);
+                tally.panics.push(format!("{}: seed {seed} case {case}: {message} (input: {saved})", t.name));
             }
         }
         // A directory read whole gets its original file back for the next case.
@@ -483,6 +482,14 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         }
     }
     tally
+}
+
+/// Keeps a failing input under `target/fuzz-failures/`; returns where.
+fn save_failure(t: &Target, seed: u64, case: u64, input: &[u8]) -> String {
+    let saved = repo().join("target/fuzz-failures").join(format!("{}-{seed}-{case}", t.name.replace(' ', "-")));
+    let _ = std::fs::create_dir_all(saved.parent().unwrap());
+    let _ = std::fs::write(&saved, input);
+    saved.display().to_string()
 }
 
 /// Bytes of the files under `dir`.

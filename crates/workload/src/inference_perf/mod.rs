@@ -51,7 +51,6 @@ pub use config::*;
 pub use prompts::{SharedPrefixPrompts, StagePrompts};
 pub use recorded::{RecordedSend, Reproduction};
 pub use staged::StagedWorkload;
-pub use timers::stage_send_offsets;
 
 #[cfg(test)]
 mod tests;

@@ -10,7 +10,7 @@ use blis_engine::time::Micros;
 
 use super::config::{InferencePerfConfig, LoadKind, STAGE_START_OFFSET_S, Stage};
 use super::prompts::StagePrompts;
-use super::timers::stage_send_offsets;
+use super::timers::StageTimer;
 use crate::concurrency::ConcurrencyGate;
 
 /// One user's conversation (multi-turn chat).
@@ -42,7 +42,9 @@ pub struct StagedWorkload {
     content_seed: u64,
     stage: usize,
     stage_start: Micros,
-    offsets: Vec<f64>,
+    /// The current stage's send offsets, drawn as they are sent.
+    timer: StageTimer,
+    /// Sends of the current stage so far.
     next_in_stage: usize,
     outstanding: BTreeMap<u32, u64>,
     next_id: u64,
@@ -77,7 +79,7 @@ impl StagedWorkload {
             content_seed: subsystem_seed(seed, "inference-perf/outputs"),
             stage: 0,
             stage_start: Micros::ZERO,
-            offsets: Vec::new(),
+            timer: StageTimer::done(),
             next_in_stage: 0,
             outstanding: BTreeMap::new(),
             next_id: 0,
@@ -93,32 +95,33 @@ impl StagedWorkload {
     fn begin_stage(&mut self, stage: usize, start: Micros) {
         self.stage = stage;
         self.stage_start = start + Micros::from_secs_f64(STAGE_START_OFFSET_S).unwrap_or(Micros::ZERO);
-        self.offsets = stage_send_offsets(self.kind, &self.stages[stage], &mut self.rng);
+        self.timer = StageTimer::new(self.kind, &self.stages[stage], &mut self.rng);
         self.next_in_stage = 0;
         self.gate.set_limit(self.stages[stage].concurrency);
     }
 
     fn stage_sent_everything(&self) -> bool {
-        self.next_in_stage >= self.offsets.len()
+        self.timer.peek().is_none()
     }
 
     /// Send time of the stage's next timer event.
     fn next_timer(&self) -> Option<Micros> {
-        let offset = self.offsets.get(self.next_in_stage)?;
-        Some(self.stage_start + Micros::from_secs_f64(*offset).unwrap_or(Micros::MAX))
+        let offset = self.timer.peek()?;
+        Some(self.stage_start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX))
     }
 
     /// Multi-turn: timer events of busy users are parked until their round
     /// finishes, so the next send is the next free user's or a released one.
     fn park_busy_users(&mut self) {
-        let Some(convs) = self.conversations.as_mut() else { return };
-        while let Some(t) = self.offsets.get(self.next_in_stage).map(|o| self.stage_start + Micros::from_secs_f64(*o).unwrap_or(Micros::MAX)) {
+        while let Some(t) = self.next_timer() {
+            let Some(convs) = self.conversations.as_mut() else { return };
             let user = self.next_in_stage % convs.len();
             if !convs[user].busy {
                 return;
             }
             convs[user].blocked.push_back((t, self.stage as u32));
             *self.outstanding.entry(self.stage as u32).or_default() += 1;
+            self.timer.advance(&mut self.rng);
             self.next_in_stage += 1;
         }
     }
@@ -182,6 +185,7 @@ impl Workload for StagedWorkload {
             return Some(self.request(sent, user as u64, stage));
         }
         let n = self.next_in_stage as u64;
+        self.timer.advance(&mut self.rng);
         self.next_in_stage += 1;
         let stage = self.stage as u32;
         *self.outstanding.entry(stage).or_default() += 1;

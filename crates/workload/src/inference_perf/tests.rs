@@ -4,9 +4,10 @@ use std::collections::BTreeMap;
 
 use blis_engine::driver::Workload;
 use blis_engine::request::{Outcome, Request, RequestRecord, TokenRun};
-use blis_engine::rng::subsystem_rng;
+use blis_engine::rng::{SimRng, subsystem_rng};
 use blis_engine::time::Micros;
 
+use super::timers::StageTimer;
 use super::*;
 use crate::io_distribution::{LengthDistribution, LengthShape};
 
@@ -222,17 +223,78 @@ fn prompts_cycle_and_share_their_group_prefix() {
     assert_eq!(sizes, [10; 10]);
 }
 
+/// inference-perf's load timers as BLIS first wrote them, drawing a stage's
+/// offsets all at once: the reference [`StageTimer`] must match.
+fn reference_offsets(kind: LoadKind, stage: &Stage, rng: &mut SimRng) -> Vec<f64> {
+    use rand_distr::{Distribution, Exp, Poisson};
+    fn spread(n: usize, rate: f64, duration: f64, start: f64, rng: &mut SimRng) -> Vec<f64> {
+        let Ok(exp) = Exp::new(rate) else { return vec![start; n] };
+        let gaps: Vec<f64> = (0..n).map(|_| exp.sample(rng)).collect();
+        let total: f64 = gaps.iter().sum();
+        let scale = if total > 0.0 { duration / total } else { 0.0 };
+        let mut t = start;
+        gaps.iter().map(|g| { t += g * scale; t }).collect()
+    }
+    let n = stage.num_requests() as usize;
+    match kind {
+        LoadKind::Constant | LoadKind::Concurrent => spread(n, stage.rate, stage.duration, 0.0, rng),
+        LoadKind::Poisson => {
+            let (mut out, poisson, mut second) = (Vec::new(), Poisson::new(stage.rate).unwrap(), 0.0);
+            while out.len() < n {
+                let count = poisson.sample(rng) as usize;
+                if count > 0 {
+                    out.extend(spread(count, count as f64, 1.0, second, rng));
+                }
+                second += 1.0;
+            }
+            out.truncate(n);
+            out
+        }
+    }
+}
+
+/// Every offset a timer sends, and the stream after it.
+fn drain(timer: &mut StageTimer, rng: &mut SimRng) -> Vec<f64> {
+    let mut out = Vec::new();
+    while let Some(t) = timer.peek() {
+        out.push(t);
+        timer.advance(rng);
+    }
+    out
+}
+
 #[test]
 fn constant_stage_sends_exactly_n_requests_ending_at_the_duration() {
     let mut rng = subsystem_rng(1, "t");
-    let offs = stage_send_offsets(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng);
+    let offs = drain(&mut StageTimer::new(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng), &mut rng);
     assert_eq!(offs.len(), 3000);
     assert!(offs.windows(2).all(|w| w[0] <= w[1]));
     assert!((offs[2999] - 600.0).abs() < 1e-6);
-    let p = stage_send_offsets(LoadKind::Poisson, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng);
+    let p = drain(&mut StageTimer::new(LoadKind::Poisson, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng), &mut rng);
     assert_eq!(p.len(), 3000);
     assert!(p.windows(2).all(|w| w[0] <= w[1]));
     assert!((p[2999] / 600.0 - 1.0).abs() < 0.1, "{}", p[2999]);
+}
+
+proptest::proptest! {
+    /// Drawn lazily, a stage's offsets are bit for bit those drawn all at
+    /// once, and the stream is left where the next stage expects it.
+    #[test]
+    fn lazy_stage_timers_draw_what_the_whole_draw_would(
+        seed in 0u64..1000,
+        poisson in proptest::bool::ANY,
+        stages in proptest::collection::vec((0.05f64..50.0, 0.0f64..40.0), 1..4),
+    ) {
+        let kind = if poisson { LoadKind::Poisson } else { LoadKind::Constant };
+        let (mut lazy, mut whole) = (subsystem_rng(seed, "t"), subsystem_rng(seed, "t"));
+        for (rate, duration) in stages {
+            let stage = Stage { rate, duration, concurrency: None };
+            let got = drain(&mut StageTimer::new(kind, &stage, &mut lazy), &mut lazy);
+            let want = reference_offsets(kind, &stage, &mut whole);
+            proptest::prop_assert_eq!(got.iter().map(|t| t.to_bits()).collect::<Vec<_>>(), want.iter().map(|t| t.to_bits()).collect::<Vec<_>>());
+        }
+        proptest::prop_assert_eq!(rand::RngExt::random::<u64>(&mut lazy), rand::RngExt::random::<u64>(&mut whole));
+    }
 }
 
 fn finish(r: &Request, at: Micros) -> RequestRecord {
