@@ -403,26 +403,21 @@ impl LoadedSpec {
 
 /// Parses spec text. `source_name` names it in errors.
 ///
-/// This is where a second input format plugs in: the top-level keys are
-/// inspected first, and a document that is not a BLIS spec is recognised
-/// and routed (or refused with a clear message) before strict parsing.
+/// This is where a second input format plugs in: the text is parsed as a
+/// spec first, and only a document that fails is looked at again (its
+/// top-level keys, once) to say what it is instead: not YAML, not a
+/// mapping, or an inference-perf config.
 pub fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<LoadedSpec, WorkloadError> {
-    // Parsed as a spec first; only a document that is not one is looked at
-    // again, to say what it is instead.
-    let spec: WorkloadSpec = blis_data::yaml::from_str(text).map_err(|e| {
-        if crate::inference_perf::looks_like_inference_perf(text) {
-            return WorkloadError::spec(
-                source_name,
-                ".",
-                "this is an inference-perf config (top-level `load`/`data`), not a BLIS workload spec; \
-                 `blis run --workload-spec` reads it directly",
-            );
-        }
-        match blis_data::yaml::top_level_keys(text) {
-            Err(e) => WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")),
-            Ok(None) => WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"),
-            Ok(Some(_)) => from_yaml(source_name, e),
-        }
+    let spec: WorkloadSpec = blis_data::yaml::from_str(text).map_err(|e| match blis_data::yaml::top_level_keys(text) {
+        Err(e) => WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")),
+        Ok(None) => WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"),
+        Ok(Some(keys)) if crate::inference_perf::are_inference_perf_keys(&keys) => WorkloadError::spec(
+            source_name,
+            ".",
+            "this is an inference-perf config (top-level `load`/`data`), not a BLIS workload spec; \
+             `blis run --workload-spec` reads it directly",
+        ),
+        Ok(Some(_)) => from_yaml(source_name, e),
     })?;
     Ok(LoadedSpec { spec, source_name: source_name.to_string(), base_dir: base_dir.to_path_buf() })
 }

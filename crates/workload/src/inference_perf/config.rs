@@ -477,11 +477,13 @@ impl RawConfig {
 /// Whether a YAML document is an inference-perf configuration rather than a
 /// BLIS workload spec: a mapping with `load` or `data` and no `clients`.
 pub fn looks_like_inference_perf(text: &str) -> bool {
-    let has = |keys: &[String], key: &str| keys.iter().any(|k| k == key);
-    match blis_data::yaml::top_level_keys(text) {
-        Ok(Some(keys)) => !has(&keys, "clients") && (has(&keys, "load") || has(&keys, "data")),
-        _ => false,
-    }
+    blis_data::yaml::top_level_keys(text).ok().flatten().is_some_and(|keys| are_inference_perf_keys(&keys))
+}
+
+/// [`looks_like_inference_perf`] for a mapping's top-level keys.
+pub(crate) fn are_inference_perf_keys(keys: &[String]) -> bool {
+    let has = |key: &str| keys.iter().any(|k| k == key);
+    !has("clients") && (has("load") || has("data"))
 }
 
 /// The parts of an inference-perf configuration BLIS reproduces. Fields
