@@ -104,6 +104,20 @@ pub fn table(report: &RunReport) -> String {
         format!("{:.1}% / {:.1}%", s.kv_cache.utilization_peak * 100.0, s.kv_cache.utilization_mean * 100.0),
     );
     line(&mut out, "Preemptions:", s.kv_cache.preemptions.to_string());
+    if let Some(t) = &s.kv_cache.cpu_tier {
+        const GB: f64 = 1e9;
+        line(&mut out, "CPU KV tier blocks; hit rate; loads:", format!("{}; {:.1}%; {}", t.capacity_blocks, t.hit_rate * 100.0, t.loads));
+        line(
+            &mut out,
+            "CPU tier GB loaded / stored (per GPU):",
+            format!("{:.2} / {:.2}", t.bytes_loaded as f64 / GB, t.bytes_stored as f64 / GB),
+        );
+        line(
+            &mut out,
+            "CPU tier mean load wait; thrashing:",
+            format!("{:.2} ms; {:.1}%", t.mean_load_wait_ms, t.thrashing_rate * 100.0),
+        );
+    }
     line(
         &mut out,
         "Steps; mean batch (requests / tokens):",

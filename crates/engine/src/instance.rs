@@ -20,9 +20,11 @@
 //! cluster) interleaves instances and workload by asking each for
 //! [`Instance::next_event`] and calling [`Instance::process_next`].
 
+use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::event::{EventClass, EventKey, EventQueue};
+use crate::kv::offload::{CpuTier, TierStats};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
@@ -168,8 +170,14 @@ enum Status {
     Incoming,
     Waiting,
     Running,
-    /// Taken away by [`Instance::evict`] while its step or arrival was in
-    /// flight: released silently when that completes.
+    /// Out of the wait queue while its prefix loads from the CPU tier
+    /// (vLLM's `WAITING_FOR_REMOTE_KVS`).
+    Loading,
+    /// Its prefix landed: it waits, holding the blocks for all its tokens,
+    /// ahead of the wait queue.
+    Landed,
+    /// Taken away by [`Instance::evict`] while its step, arrival or load was
+    /// in flight: released silently when that completes.
     Moved,
     /// A slot no request holds.
     Free,
@@ -200,6 +208,10 @@ struct Live {
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
+    // CPU tier only: leading full blocks offered to the tier, and the host
+    // blocks a load in flight pins.
+    stored_blocks: u32,
+    pinned: BlockTable,
 }
 
 impl Live {
@@ -218,8 +230,21 @@ impl Live {
     }
 }
 
+/// What [`Instance::start_load`] did.
+enum LoadStart {
+    /// The CPU tier holds nothing past the GPU hit: schedule as usual.
+    NoHit,
+    /// Too few GPU blocks for the request: admit nobody else this step.
+    NoRoom,
+    /// Loading; the request left the wait queue (reported as scheduled; it
+    /// is reported enqueued again when the load lands).
+    Started,
+}
+
 enum InstEvent {
     Enqueue(u32),
+    /// A load from the CPU tier landed.
+    Loaded(u32),
     Step,
     Timeout(u32, RequestId),
 }
@@ -243,6 +268,8 @@ pub struct InstanceStats {
     pub prefix_hit_tokens: u64,
     /// Highest KV usage seen after scheduling a step.
     pub kv_usage_peak: f64,
+    /// The CPU tier's counters (from its first use on, when offloading is on).
+    pub cpu_tier: Option<TierStats>,
     /// ∫ KV usage dt over steps, in usage·µs.
     pub kv_usage_integral: f64,
     /// Σ step durations: time the GPU was busy.
@@ -269,6 +296,9 @@ impl InstanceStats {
         self.prefix_query_tokens += other.prefix_query_tokens;
         self.prefix_hit_tokens += other.prefix_hit_tokens;
         self.kv_usage_peak = self.kv_usage_peak.max(other.kv_usage_peak);
+        if let Some(t) = &other.cpu_tier {
+            self.cpu_tier.get_or_insert_default().absorb(t);
+        }
         self.kv_usage_integral += other.kv_usage_integral;
         self.busy += other.busy;
         self.steps_clamped += other.steps_clamped;
@@ -282,6 +312,8 @@ pub struct Instance {
     cfg: InstanceConfig,
     latency: Arc<dyn LatencyModel>,
     kv: KvCache,
+    /// The CPU tier below `kv`, when offloading is on.
+    cpu: Option<CpuTier>,
     events: EventQueue<InstEvent>,
     slots: Vec<Live>,
     free_slots: Vec<u32>,
@@ -291,6 +323,10 @@ pub struct Instance {
     incoming: Vec<u32>,
     live_count: u32,
     arriving: u32,
+    /// Requests loading their prefix from the CPU tier.
+    loading: u32,
+    /// Requests whose prefix landed, in landing order; admitted before the wait queue.
+    landed: VecDeque<u32>,
     // The step in flight: (slot, new tokens) and the entries handed to the latency model.
     scheduled: Vec<(u32, u32)>,
     entries: Vec<BatchEntry>,
@@ -299,6 +335,8 @@ pub struct Instance {
     step_preempted: u32,
     step_pending: bool,
     hit_scratch: Vec<u32>,
+    /// For a CPU-tier load: whether the GPU held each loaded block's content.
+    on_gpu_scratch: Vec<bool>,
     // Wait-queue changes made while forming the step in flight, reported by `on_step_boundary`.
     queue_log: Vec<(u32, QueueChange)>,
     preemption_ema: f64,
@@ -316,12 +354,15 @@ impl Instance {
     pub fn new(id: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>) -> Result<Instance, InstanceConfigError> {
         cfg.validate()?;
         let kv = KvCache::new(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)?;
+        let cpu = cfg.offload.as_ref().map(|o| CpuTier::new(o, cfg.block_size)).transpose()?;
+        let cfg_offload_stats = cfg.offload.as_ref().map(|o| TierStats { capacity_blocks: o.cpu_blocks, ..TierStats::default() });
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
         Ok(Instance {
             id,
             cfg,
             latency,
             kv,
+            cpu,
             events: EventQueue::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -330,6 +371,8 @@ impl Instance {
             incoming: Vec::new(),
             live_count: 0,
             arriving: 0,
+            loading: 0,
+            landed: VecDeque::new(),
             scheduled: Vec::new(),
             entries: Vec::new(),
             step_start: Micros::ZERO,
@@ -337,11 +380,12 @@ impl Instance {
             step_preempted: 0,
             step_pending: false,
             hit_scratch: Vec::new(),
+            on_gpu_scratch: Vec::new(),
             queue_log: Vec::new(),
             preemption_ema: 0.0,
             step_slowdown: 1.0,
             now: Micros::ZERO,
-            stats: InstanceStats::default(),
+            stats: InstanceStats { cpu_tier: cfg_offload_stats, ..InstanceStats::default() },
         })
     }
 
@@ -367,7 +411,7 @@ impl Instance {
 
     /// Requests in the wait queue (including those still being handed over).
     pub fn queue_depth(&self) -> u32 {
-        self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving
+        self.waiting.len() as u32 + self.incoming.len() as u32 + self.arriving + self.loading + self.landed.len() as u32
     }
 
     /// Requests in the running batch.
@@ -383,6 +427,11 @@ impl Instance {
     /// The KV cache (read-only).
     pub fn kv(&self) -> &KvCache {
         &self.kv
+    }
+
+    /// The CPU tier below the KV cache, when offloading is on.
+    pub fn cpu_tier(&self) -> Option<&CpuTier> {
+        self.cpu.as_ref()
     }
 
     /// Counters so far.
@@ -491,6 +540,7 @@ impl Instance {
         self.advance_clock(key.time);
         match ev {
             InstEvent::Enqueue(slot) => self.on_enqueue(slot, obs),
+            InstEvent::Loaded(slot) => self.on_loaded(slot, obs),
             InstEvent::Step => self.on_step_boundary(obs),
             InstEvent::Timeout(slot, id) => self.on_timeout(slot, id, obs),
         }
@@ -527,7 +577,7 @@ impl Instance {
             req.arrival,
             req.id.0,
         );
-        let fresh = |req, table, hashes| Live {
+        let fresh = |req, table, hashes, pinned| Live {
             req,
             status: Status::Arriving,
             key,
@@ -543,6 +593,8 @@ impl Instance {
             preemptions: 0,
             aborted: false,
             in_step: false,
+            stored_blocks: 0,
+            pinned,
         };
         match self.free_slots.pop() {
             Some(slot) => {
@@ -550,14 +602,15 @@ impl Instance {
                 // Reuse the old slot's buffers.
                 let mut table = std::mem::take(&mut old.table);
                 let mut hashes = std::mem::take(&mut old.hashes);
+                let pinned = std::mem::take(&mut old.pinned);
                 table.blocks.clear();
                 table.num_cached = 0;
                 hashes.clear();
-                *old = fresh(req, table, hashes);
+                *old = fresh(req, table, hashes, pinned);
                 slot
             }
             None => {
-                self.slots.push(fresh(req, BlockTable::default(), Vec::new()));
+                self.slots.push(fresh(req, BlockTable::default(), Vec::new(), BlockTable::default()));
                 (self.slots.len() - 1) as u32
             }
         }
@@ -638,9 +691,13 @@ impl Instance {
             return;
         }
         match live.status {
-            Status::Arriving => live.aborted = true,
+            Status::Arriving | Status::Loading => live.aborted = true,
             Status::Incoming => {
                 self.incoming.retain(|&s| s != slot);
+                self.finish(slot, Outcome::TimedOut, obs);
+            }
+            Status::Landed => {
+                self.landed.retain(|&s| s != slot);
                 self.finish(slot, Outcome::TimedOut, obs);
             }
             Status::Waiting => {
@@ -715,6 +772,7 @@ impl Instance {
                 any_finished = true;
             }
         }
+        self.store_computed_blocks();
         if any_finished {
             // Retire finished and aborted requests, keeping the running order.
             let mut k = 0;
@@ -816,7 +874,7 @@ impl Instance {
                 continue;
             }
             let take = match live.status {
-                Status::Arriving | Status::Incoming | Status::Waiting => true,
+                Status::Arriving | Status::Incoming | Status::Waiting | Status::Loading | Status::Landed => true,
                 Status::Running => which == Evict::All,
                 Status::Moved | Status::Free => false,
             };
@@ -825,8 +883,8 @@ impl Instance {
             }
             out.push(live.req.clone());
             match live.status {
-                // Released when its hand-off or its step completes.
-                Status::Arriving => {
+                // Released when its hand-off, its load or its step completes.
+                Status::Arriving | Status::Loading => {
                     live.status = Status::Moved;
                     live.aborted = true;
                 }
@@ -836,6 +894,11 @@ impl Instance {
                 }
                 Status::Incoming => {
                     self.incoming.retain(|&s| s != slot);
+                    self.live_count -= 1;
+                    self.release(slot);
+                }
+                Status::Landed => {
+                    self.landed.retain(|&s| s != slot);
                     self.live_count -= 1;
                     self.release(slot);
                 }
@@ -966,18 +1029,36 @@ impl Instance {
             i += 1;
         }
 
-        // 2. Waiting requests, unless this step preempted.
+        // 2. Waiting requests, unless this step preempted: first those whose
+        //    prefix landed from the CPU tier (they hold their blocks, so the
+        //    queue's head never waits on them), then the wait queue.
         if preempted == 0 {
             while budget > 0 && self.running.len() < s.max_num_seqs as usize {
-                let Some(slot) = self.waiting.peek() else { break };
+                let (slot, landed) = match self.landed.front() {
+                    Some(&slot) => (slot, true),
+                    None => match self.waiting.peek() {
+                        Some(slot) => (slot, false),
+                        None => break,
+                    },
+                };
                 let live = &self.slots[slot as usize];
                 let num_tokens = live.num_tokens();
-                let hit_tokens = if self.kv.prefix_caching() && live.num_computed == 0 {
+                let hit_tokens = if landed {
+                    self.hit_scratch.clear();
+                    live.num_computed
+                } else if self.kv.prefix_caching() && live.num_computed == 0 {
                     self.kv.find_cached_prefix(&live.hashes, num_tokens, &mut self.hit_scratch)
                 } else {
                     self.hit_scratch.clear();
                     0
                 };
+                if !landed && self.cpu.is_some() {
+                    match self.start_load(slot, hit_tokens) {
+                        LoadStart::Started => continue,
+                        LoadStart::NoRoom => break,
+                        LoadStart::NoHit => {}
+                    }
+                }
                 let mut n = num_tokens - hit_tokens;
                 if s.long_prefill_token_threshold > 0 {
                     n = n.min(s.long_prefill_token_threshold);
@@ -987,11 +1068,19 @@ impl Instance {
                 }
                 n = n.min(budget);
                 self.slots[slot as usize].num_computed = hit_tokens;
-                if !self.allocate(slot, n, true) {
-                    self.slots[slot as usize].num_computed = 0;
+                if !self.allocate(slot, n, !landed) {
+                    if !landed {
+                        self.slots[slot as usize].num_computed = 0;
+                    }
                     break;
                 }
-                self.waiting.pop();
+                if landed {
+                    self.landed.pop_front();
+                } else {
+                    self.waiting.pop();
+                    self.stats.prefix_query_tokens += u64::from(num_tokens);
+                    self.stats.prefix_hit_tokens += u64::from(hit_tokens);
+                }
                 self.queue_log.push((slot, QueueChange::Scheduled));
                 self.running.push(slot);
                 let live = &mut self.slots[slot as usize];
@@ -1000,14 +1089,112 @@ impl Instance {
                     live.first_scheduled = Some(now);
                     live.cached_prompt_tokens = hit_tokens.min(live.req.prompt_tokens());
                 }
-                self.stats.prefix_query_tokens += u64::from(num_tokens);
-                self.stats.prefix_hit_tokens += u64::from(hit_tokens);
                 self.push_scheduled(slot, n);
                 budget -= n;
             }
         }
         self.stats.preemptions += u64::from(preempted);
         preempted
+    }
+
+    /// vLLM's connector lookup for the request at the head of the wait queue,
+    /// which has nothing computed and `gpu_hit_tokens` GPU prefix hits (in
+    /// `hit_scratch`): when the CPU tier holds the prompt's full blocks right
+    /// after the hit, they start loading and the request leaves the queue
+    /// until [`InstEvent::Loaded`].
+    ///
+    /// The request takes GPU blocks for all its tokens now, not only for the
+    /// loaded ones as vLLM does (the rest when it is scheduled): blocks held
+    /// by requests that wait could otherwise leave nothing for the request
+    /// at the head of the queue while nothing runs, and vLLM would stall
+    /// there. The loaded blocks enter the prefix index only when they land
+    /// (vLLM's `delay_cache_blocks`).
+    fn start_load(&mut self, slot: u32, gpu_hit_tokens: u32) -> LoadStart {
+        let now = self.now;
+        let cpu = self.cpu.as_mut().expect("called with a CPU tier");
+        let block_size = self.kv.block_size();
+        let live = &mut self.slots[slot as usize];
+        let num_tokens = live.num_tokens();
+        extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, block_size, &mut live.hashes);
+        let gpu_blocks = (gpu_hit_tokens / block_size) as usize;
+        let full_blocks = ((num_tokens / block_size) as usize).min(live.hashes.len());
+        if full_blocks <= gpu_blocks {
+            return LoadStart::NoHit;
+        }
+        let tier = self.stats.cpu_tier.as_mut().expect("set when the tier is");
+        let hits = cpu.lookup(&live.hashes[gpu_blocks..full_blocks], now, tier) as usize;
+        if hits == 0 {
+            return LoadStart::NoHit;
+        }
+        let target_tokens = (gpu_blocks + hits) as u32 * block_size;
+        let loaded = &live.hashes[gpu_blocks..gpu_blocks + hits];
+        self.on_gpu_scratch.clear();
+        self.on_gpu_scratch.extend(loaded.iter().map(|&h| self.kv.cached_block(h).is_some()));
+        if !self.kv.allocate_slots(&mut live.table, num_tokens, &self.hit_scratch, &live.hashes, gpu_hit_tokens) {
+            return LoadStart::NoRoom;
+        }
+        let done = cpu.start_load(&live.hashes[gpu_blocks..gpu_blocks + hits], &mut live.pinned, now, &self.on_gpu_scratch, tier);
+        live.num_computed = target_tokens;
+        live.status = Status::Loading;
+        self.waiting.pop();
+        self.queue_log.push((slot, QueueChange::Scheduled));
+        self.loading += 1;
+        self.stats.prefix_query_tokens += u64::from(num_tokens);
+        self.stats.prefix_hit_tokens += u64::from(gpu_hit_tokens);
+        self.events.push(done, EventClass::InstanceArrival, InstEvent::Loaded(slot));
+        LoadStart::Started
+    }
+
+    /// A CPU-tier load landed: the loaded blocks enter the GPU prefix index
+    /// and the request waits again, with them computed (all but the last
+    /// token when they cover the whole request, as vLLM recomputes it),
+    /// ahead of the wait queue. A request that gave up or was moved away
+    /// meanwhile ends or is released now.
+    fn on_loaded(&mut self, slot: u32, obs: &mut dyn Observer) {
+        self.loading -= 1;
+        let live = &mut self.slots[slot as usize];
+        self.cpu.as_mut().expect("a load needs a CPU tier").finish_load(&mut live.pinned);
+        if live.status == Status::Moved {
+            self.live_count -= 1;
+            self.release(slot);
+            return;
+        }
+        if live.aborted {
+            self.finish(slot, Outcome::TimedOut, obs);
+            return;
+        }
+        let computed = live.num_computed;
+        let cacheable = live.cacheable_tokens(computed);
+        self.kv.cache_full_blocks(&mut live.table, &live.hashes, cacheable);
+        if computed == live.num_tokens() {
+            live.num_computed -= 1;
+        }
+        live.status = Status::Landed;
+        obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: self.now, change: QueueChange::Enqueued });
+        self.landed.push_back(slot);
+        self.wake();
+    }
+
+    /// Offers the CPU tier the full blocks each request of the completed
+    /// step has computed and not offered yet (a request whose store is put
+    /// off offers them again after its next step).
+    fn store_computed_blocks(&mut self) {
+        let Some(cpu) = self.cpu.as_mut() else { return };
+        let tier = self.stats.cpu_tier.as_mut().expect("set when the tier is");
+        let now = self.now;
+        let block_size = self.kv.block_size();
+        for &(slot, _) in &self.scheduled {
+            let live = &mut self.slots[slot as usize];
+            let full_blocks = live.num_computed / block_size;
+            if live.aborted || full_blocks <= live.stored_blocks {
+                continue;
+            }
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, block_size, &mut live.hashes);
+            let upto = (full_blocks as usize).min(live.hashes.len());
+            if cpu.store(&live.hashes[live.stored_blocks as usize..upto], now, tier) {
+                live.stored_blocks = upto as u32;
+            }
+        }
     }
 
     /// Records `n` tokens of `slot` in this step and advances its computed count
@@ -1070,6 +1257,7 @@ impl Instance {
         }
         self.kv.free(&mut live.table);
         live.num_computed = 0;
+        live.stored_blocks = 0;
         live.preemptions += 1;
         live.status = Status::Waiting;
         let key = live.key;
@@ -1089,14 +1277,17 @@ impl Instance {
 
     /// Priorities of waiting requests in admission order (for anomaly checks).
     pub fn waiting_priorities(&self) -> impl Iterator<Item = f64> + '_ {
-        self.waiting.iter().map(|slot| self.slots[slot as usize].req.meta.priority)
+        self.landed.iter().copied().chain(self.waiting.iter()).map(|slot| self.slots[slot as usize].req.meta.priority)
     }
 
     /// Debug aid for tests: full KV consistency check plus the
     /// request-accounting identity `live = arriving + incoming + waiting + running`.
     pub fn assert_consistent(&self) {
         self.kv.assert_consistent();
-        assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32);
+        assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32 + self.loading + self.landed.len() as u32);
+        if let Some(cpu) = &self.cpu {
+            cpu.assert_consistent();
+        }
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
     }
 }

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::histogram::LogHistogram;
 use crate::instance::{InstanceStats, Observer, TokenEvent};
+use crate::kv::offload::TierStats;
 use crate::request::{DropReason, Labels, Outcome, RequestMeta, RequestRecord, SloClassId, TenantId};
 use crate::time::{Micros, US_PER_MS};
 
@@ -443,6 +444,62 @@ pub struct KvReport {
     pub utilization_mean: f64,
     /// Requests preempted (recompute).
     pub preemptions: u64,
+    /// The CPU tier below the GPU cache, when offloading is on.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cpu_tier: Option<CpuTierReport>,
+}
+
+/// What the CPU tiers of all instances did. Bytes are one GPU's share
+/// (every GPU of a tensor-parallel instance moves its shard at once).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct CpuTierReport {
+    /// Host blocks, over all instances.
+    pub capacity_blocks: u64,
+    /// Blocks found (and loaded) / blocks looked up after each admitted request's GPU hit.
+    pub hit_rate: f64,
+    /// Requests that loaded a prefix from the tier.
+    pub loads: u64,
+    /// Blocks loaded host → GPU.
+    pub loaded_blocks: u64,
+    /// Blocks stored GPU → host.
+    pub stored_blocks: u64,
+    /// Stores put off to a later step because too few host blocks were evictable.
+    pub deferred_stores: u64,
+    /// Bytes moved host → GPU, per GPU.
+    pub bytes_loaded: u64,
+    /// Bytes moved GPU → host, per GPU.
+    pub bytes_stored: u64,
+    /// Mean over instances of the fraction of the run the host → GPU link was busy.
+    pub load_link_busy_fraction: f64,
+    /// Mean over instances of the fraction of the run the GPU → host link was busy.
+    pub store_link_busy_fraction: f64,
+    /// Mean time from a load's start to its landing, ms.
+    pub mean_load_wait_ms: f64,
+    /// Loaded blocks that had landed in the tier less than a second before
+    /// (offloaded and needed back at once) / loaded blocks.
+    pub thrashing_rate: f64,
+}
+
+impl CpuTierReport {
+    fn build(tiers: &[&TierStats], n_instances: f64, duration: Micros) -> CpuTierReport {
+        let sum = |f: fn(&TierStats) -> u64| tiers.iter().map(|t| f(t)).sum::<u64>();
+        let busy = |f: fn(&TierStats) -> Micros| ratio(tiers.iter().map(|t| f(t).as_us()).sum::<u64>() as f64 / n_instances, duration.as_us() as f64);
+        let loaded = sum(|t| t.hit_blocks);
+        CpuTierReport {
+            capacity_blocks: sum(|t| t.capacity_blocks),
+            hit_rate: ratio(loaded as f64, sum(|t| t.lookup_blocks) as f64),
+            loads: sum(|t| t.loads),
+            loaded_blocks: loaded,
+            stored_blocks: sum(|t| t.stored_blocks),
+            deferred_stores: sum(|t| t.deferred_stores),
+            bytes_loaded: sum(|t| t.load_bytes),
+            bytes_stored: sum(|t| t.store_bytes),
+            load_link_busy_fraction: busy(|t| t.load_busy),
+            store_link_busy_fraction: busy(|t| t.store_busy),
+            mean_load_wait_ms: ratio(sum(|t| t.load_wait.as_us()) as f64 / 1e3, sum(|t| t.loads) as f64),
+            thrashing_rate: ratio(sum(|t| t.thrashed_blocks) as f64, loaded as f64),
+        }
+    }
 }
 
 /// Scheduler activity.
@@ -521,6 +578,10 @@ impl RunSummary {
                 utilization_peak: instances.iter().map(|s| s.kv_usage_peak).fold(0.0, f64::max),
                 utilization_mean: ratio(instances.iter().map(|s| s.kv_usage_integral).sum::<f64>() / n, duration.as_us() as f64),
                 preemptions: sum(|s| s.preemptions),
+                cpu_tier: {
+                    let tiers: Vec<&TierStats> = instances.iter().filter_map(|s| s.cpu_tier.as_ref()).collect();
+                    (!tiers.is_empty()).then(|| CpuTierReport::build(&tiers, tiers.len() as f64, duration))
+                },
             },
             batch: BatchReport {
                 steps,

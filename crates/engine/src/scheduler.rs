@@ -73,6 +73,8 @@ pub struct InstanceConfig {
     /// When set, a request unfinished this long after its arrival is given up
     /// by its client and aborted by the server.
     pub client_timeout: Option<Micros>,
+    /// A CPU tier below the GPU cache (vLLM's native KV offloading); `None`: GPU only.
+    pub offload: Option<crate::kv::offload::OffloadConfig>,
 }
 
 /// A configuration that cannot run.
@@ -111,6 +113,9 @@ pub enum InstanceConfigError {
     /// Cache geometry is invalid.
     #[error(transparent)]
     Kv(#[from] crate::kv::KvConfigError),
+    /// The CPU tier cannot be built.
+    #[error(transparent)]
+    Offload(#[from] crate::kv::offload::OffloadConfigError),
 }
 
 impl InstanceConfig {
@@ -135,6 +140,7 @@ impl InstanceConfig {
             block_size: 16,
             enable_prefix_caching: true,
             client_timeout: None,
+            offload: None,
         }
     }
 
@@ -159,6 +165,9 @@ impl InstanceConfig {
         }
         if !s.enable_chunked_prefill && s.max_num_batched_tokens < s.max_model_len {
             return Err(InstanceConfigError::BudgetBelowModelLen { budget: s.max_num_batched_tokens, max_model_len: s.max_model_len });
+        }
+        if let Some(o) = &self.offload {
+            o.validate()?;
         }
         Ok(())
     }

@@ -207,6 +207,20 @@ knob_table! {
     async_scheduling: bool = Some(DEFAULTS.async_scheduling), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
     /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
     long_prefill_token_threshold: u32 = Some(DEFAULTS.long_prefill_token_threshold), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// Host memory for offloaded KV blocks, GiB, for the whole instance (vLLM --kv-offloading-size):
+    /// turns on a CPU tier below the GPU cache. [default: off]
+    kv_offloading_size: f64 = None, flag(long, value_name = "GIB", allow_negative_numbers = true, help_heading = "KV offloading");
+    /// KV offloading implementation (vLLM --kv-offloading-backend): native (vLLM's
+    /// OffloadingConnector). [default: native]
+    kv_offloading_backend: String = None, flag(long, value_name = "NAME", help_heading = "KV offloading");
+    /// Host KV blocks of the CPU tier (the OffloadingConnector's num_cpu_blocks), instead of
+    /// --kv-offloading-size. [default: off]
+    kv_cpu_blocks: u64 = None, flag(long, value_name = "N", help_heading = "KV offloading");
+    /// GPU ↔ host bandwidth per GPU and direction, GB/s. [default: half the GPU's PCIe figure
+    /// (it counts both directions) × 0.75]
+    kv_transfer_bandwidth: f64 = None, flag(long, value_name = "GB_PER_S", allow_negative_numbers = true, help_heading = "KV offloading");
+    /// Fixed cost of one GPU ↔ host transfer: a duration (20us, 0.1ms) or seconds. [default: 20us]
+    kv_transfer_latency: String = None, flag(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "KV offloading");
 
     // ── Latency model ──────────────────────────────────────────────────
     /// Step-time model. [default: the model of the bundled default coefficient set]

@@ -311,6 +311,29 @@ fn bad_autoscaling_settings() {
 }
 
 #[test]
+fn bad_kv_offloading_settings() {
+    for (name, extra, needle) in [
+        ("kvo-zero-size", vec!["--kv-offloading-size", "0"], "--kv-offloading-size 0.0: must be a positive number of GiB"),
+        ("kvo-negative-size", vec!["--kv-offloading-size", "-4"], "must be a positive number of GiB"),
+        ("kvo-nan-size", vec!["--kv-offloading-size", "NaN"], "--kv-offloading-size"),
+        ("kvo-below-one-block", vec!["--kv-offloading-size", "0.0001"], "less than one KV block"),
+        ("kvo-zero-blocks", vec!["--kv-cpu-blocks", "0"], "at least one block"),
+        ("kvo-both", vec!["--kv-cpu-blocks", "100", "--kv-offloading-size", "8"], "not both"),
+        ("kvo-backend", vec!["--kv-offloading-size", "8", "--kv-offloading-backend", "disk"], "allowed values are native, lmcache"),
+        ("kvo-lmcache", vec!["--kv-offloading-size", "8", "--kv-offloading-backend", "lmcache"], "not modelled yet"),
+        ("kvo-bandwidth-zero", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "0"], "--kv-transfer-bandwidth"),
+        ("kvo-bandwidth-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "-3"], "positive number of GB/s"),
+        ("kvo-latency-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "-5us"], "--kv-transfer-latency"),
+        ("kvo-latency-unit", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "5 parsecs"], "unknown unit"),
+        ("kvo-without-tier", vec!["--kv-transfer-bandwidth", "25"], "need a CPU tier"),
+        ("kvo-too-many", vec!["--kv-cpu-blocks", "5000000000"], "at most"),
+    ] {
+        let e = rejected(name, &with_model(&extra));
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+}
+
+#[test]
 fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
     let dir = scratch("as-sections");
     for (name, yaml, needle) in [

@@ -32,6 +32,7 @@
 //! points to a block carrying that hash.
 
 mod index;
+pub mod offload;
 
 use thiserror::Error;
 
@@ -204,6 +205,17 @@ impl KvCache {
             }
         }
         out.len() as u32 * self.block_size
+    }
+
+    /// The block holding content `h`, if the prefix index has it (it may be
+    /// free: cached and evictable).
+    pub fn cached_block(&self, h: u64) -> Option<u32> {
+        if self.prefix_caching { self.lookup(h) } else { None }
+    }
+
+    /// Blocks registered in the prefix index.
+    pub fn index_len(&self) -> usize {
+        self.index.len()
     }
 
     /// The block the index holds for content hash `h`.

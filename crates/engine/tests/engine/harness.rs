@@ -89,7 +89,10 @@ pub fn run_checked_with(
     let limit = horizon.unwrap_or(Micros::MAX);
     let mut pending = requests.into_iter().peekable();
     let mut injected = 0;
+    // A run of these sizes ends within this many events; more means a livelock.
+    let mut events_left = 1_000_000u32;
     loop {
+        events_left = events_left.checked_sub(1).expect("the run does not end: a livelock");
         let next_inst = inst.next_event().map(|k| k.time);
         let next_arr = pending.peek().map(|r| r.arrival);
         let t = match (next_arr, next_inst) {

@@ -1,10 +1,12 @@
 //! Property tests: random workloads on random instance configurations must
 //! keep every invariant (KV conservation after every event — checked by the
 //! harness —, batch limits, clock monotonicity, request conservation, each
-//! request terminating exactly once with all its tokens).
+//! request terminating exactly once with all its tokens), with and without
+//! a CPU tier below the GPU cache.
 
 use std::sync::Arc;
 
+use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
@@ -21,8 +23,9 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         (any::<bool>(), prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
          prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority])),
         prop::option::of(100_000u64..3_000_000),
+        prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000)),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), timeout)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), timeout, offload)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs,
@@ -38,6 +41,10 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                 block_size,
                 enable_prefix_caching: caching,
                 client_timeout: timeout.map(Micros),
+                offload: offload.map(|(cpu_blocks, bytes_per_s, latency_us)| {
+                    let link = LinkConfig { bytes_per_s, latency: Micros(latency_us) };
+                    OffloadConfig { cpu_blocks, block_bytes: 1 << 20, store: link, load: link }
+                }),
             }
         })
 }

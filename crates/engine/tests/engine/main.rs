@@ -3,5 +3,6 @@
 
 mod harness;
 mod invariants;
+mod offload;
 mod physics_normalized_golden;
 mod scenarios;

@@ -1,0 +1,124 @@
+//! The CPU tier below the GPU cache (vLLM's native KV offloading), checked
+//! against hand-computed timelines. Conservation and the lifecycle under
+//! random workloads are in `invariants.rs`.
+
+use std::sync::Arc;
+
+use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
+use blis_engine::latency::Blackbox;
+use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
+
+use crate::harness::{Checked, run_checked};
+
+/// 1 MB per block, so a block takes 1 µs per GB/s of link bandwidth... 1 ms at 1 GB/s.
+const BLOCK_BYTES: u64 = 1_000_000;
+
+fn tier(cpu_blocks: u64, gb_per_s: f64, latency_us: u64) -> OffloadConfig {
+    let link = LinkConfig { bytes_per_s: gb_per_s * 1e9, latency: Micros(latency_us) };
+    OffloadConfig { cpu_blocks, block_bytes: BLOCK_BYTES, store: link, load: link }
+}
+
+fn req(id: u64, arrival_us: u64, prompt_seed: u64, prompt: u32, out: u32) -> Request {
+    Request {
+        id: RequestId(id),
+        arrival: Micros(arrival_us),
+        prompt: TokenSeq::synthetic(prompt_seed, prompt),
+        max_output_tokens: out,
+        output_seed: 1 << 50 | id,
+        meta: RequestMeta::default(),
+    }
+}
+
+/// Blackbox α = 0, β = [1000 µs per step, 10 µs per prefill token, 100 µs
+/// per decode token]; 11 usable GPU blocks of 16 tokens.
+fn run(offload: Option<OffloadConfig>, reqs: Vec<Request>) -> Checked {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
+    let cfg = InstanceConfig { offload, ..InstanceConfig::basic(8, 4096, 10_000, 12) };
+    let run = run_checked(cfg, model, reqs, None);
+    run.assert_conservation();
+    run
+}
+
+/// R0 computes prompt P (160 tokens, 10 blocks) at 0–2600 µs and stores
+/// its blocks to the CPU; R1 (another 160-token prompt, 10 000–12 600)
+/// evicts all of P's GPU blocks but the first (the free queue gives up a
+/// request's tail first). R2 sends P again at 20 000: one GPU block hits,
+/// the CPU holds the other nine (stored at 2600, landed long before).
+///
+/// * Recompute (no tier): 144 tokens, 1000 + 1440 = 2440 µs → TTFT 2440.
+/// * CPU tier at 1 GB/s, 100 µs latency: 9 MB load = 9000 + 100 → lands at
+///   29 100; the whole prompt is then computed but its last token, which one
+///   1-token step recomputes (1010 µs) → TTFT 10 110: slower than recompute.
+/// * At 100 GB/s: 90 + 100 → lands 20 190, TTFT 1200: faster.
+#[test]
+fn a_prefix_reloaded_from_cpu_costs_exactly_its_transfer() {
+    let reqs = || vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 160, 1), req(2, 20_000, 7, 160, 1)];
+    let ttft = |r: &Checked| r.rec.records[&RequestId(2)].ttft().unwrap();
+
+    let recompute = run(None, reqs());
+    assert_eq!(ttft(&recompute), Micros(2440));
+
+    for (gb_per_s, landing, want_ttft) in [(1.0, 29_100, 10_110), (100.0, 20_190, 1200)] {
+        let r = run(Some(tier(100, gb_per_s, 100)), reqs());
+        assert_eq!(ttft(&r), Micros(want_ttft), "{gb_per_s} GB/s");
+        // Nothing runs while R2 loads: the step after R0's and R1's starts when the load lands.
+        let steps: Vec<(u64, u64)> = r.rec.steps.iter().map(|s| (s.0.as_us(), s.3)).collect();
+        assert_eq!(steps, [(0, 160), (10_000, 160), (landing, 1)], "{gb_per_s} GB/s");
+        let t = r.instance.stats().cpu_tier.clone().unwrap();
+        assert_eq!((t.loads, t.hit_blocks, t.load_bytes), (1, 9, 9 * BLOCK_BYTES));
+        assert_eq!(t.load_wait, Micros(landing - 20_000));
+        // R0's and R1's ten blocks each; R2's are in the tier already.
+        assert_eq!(t.stored_blocks, 20);
+        // R2's nine blocks were offloaded at 2600, evicted from the GPU and needed back 17 ms later.
+        assert_eq!(t.thrashed_blocks, 9);
+        // vLLM's num_cached_tokens: what was computed when it was first scheduled.
+        assert_eq!(r.rec.records[&RequestId(2)].cached_prompt_tokens, 159);
+    }
+}
+
+/// A load waits for the store it needs: R1 sends R0's prompt while R0's
+/// blocks are still on their way to the CPU, so it finds the GPU copy
+/// instead (prefix caching), and the CPU tier is not used.
+#[test]
+fn blocks_still_being_stored_are_not_found() {
+    // 0.01 GB/s: 10 blocks take 1 s to store.
+    let r = run(Some(tier(100, 0.01, 0)), vec![req(0, 0, 7, 160, 1), req(1, 2600, 7, 160, 1)]);
+    let t = r.instance.stats().cpu_tier.clone().unwrap();
+    assert_eq!(t.loads, 0);
+    assert_eq!(r.rec.records[&RequestId(1)].cached_prompt_tokens, 144);
+}
+
+/// Prompts that fit in the GPU together are served from it (40-token
+/// prompts: their two full blocks are GPU hits, and the CPU tier, offered
+/// every block, has nothing past them to load), and nothing thrashes.
+/// Prompts that cycle through more than the GPU holds come back from the CPU,
+/// offloaded and needed again within a second: thrashing.
+#[test]
+fn thrashing_is_zero_when_the_working_set_fits_and_positive_when_it_cycles() {
+    let cyclic = |prompts: u64, rounds: u64| {
+        (0..prompts * rounds).map(|i| req(i, i * 5000, 100 + i % prompts, 40, 1)).collect::<Vec<_>>()
+    };
+    // Three 3-block prompts fit in 11 GPU blocks.
+    let fits = run(Some(tier(100, 10.0, 10)), cyclic(3, 4));
+    let t = fits.instance.stats().cpu_tier.clone().unwrap();
+    assert_eq!((t.thrashed_blocks, t.loads), (0, 0));
+    assert_eq!(t.stored_blocks, 6);
+    // Eight do not.
+    let cycles = run(Some(tier(100, 10.0, 10)), cyclic(8, 4));
+    let t = cycles.instance.stats().cpu_tier.clone().unwrap();
+    assert!(t.thrashed_blocks > 0 && t.thrashed_blocks <= t.hit_blocks, "{t:?}");
+}
+
+/// With a tier the run is still a pure function of its input.
+#[test]
+fn runs_with_a_tier_are_deterministic() {
+    let reqs = || (0..40).map(|i| req(i, i * 700, 100 + i % 7, 40 + (i as u32 * 37) % 120, 1 + (i as u32 * 13) % 30)).collect::<Vec<_>>();
+    let a = run(Some(tier(20, 5.0, 20)), reqs());
+    let b = run(Some(tier(20, 5.0, 20)), reqs());
+    assert_eq!(a.rec.records, b.rec.records);
+    assert_eq!(a.rec.steps, b.rec.steps);
+    assert_eq!(a.instance.stats(), b.instance.stats());
+    assert!(a.instance.stats().cpu_tier.as_ref().unwrap().loads > 0, "the workload exercises loads");
+}
