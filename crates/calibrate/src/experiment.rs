@@ -112,19 +112,52 @@ pub struct ServerFacts {
     /// `active` or `overload-excluded`.
     #[serde(default)]
     pub status: Option<Status>,
+    /// Whether the server offloaded KV blocks to CPU memory: `true`,
+    /// `false`, or `unknown` (on for some runs of a batch, capacity not recorded).
+    #[serde(default)]
+    pub cpu_offload: Option<CpuOffloadFact>,
     /// Keys BLIS does not read (a typo, or a fact it does not simulate).
     #[serde(flatten)]
     pub other: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
-/// Facts the ground truth records that BLIS knows of but does not simulate:
-/// not worth a warning per experiment.
-const KNOWN_UNSIMULATED_FACTS: [&str; 1] = ["cpu_offload"];
+/// `cpu_offload` in `server-facts.yaml`.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(try_from = "serde_json::Value")]
+pub enum CpuOffloadFact {
+    /// The server offloaded KV blocks to CPU memory.
+    On,
+    /// It did not.
+    Off,
+    /// Some runs of the batch did; which ones, and the capacity, were not recorded.
+    Unknown,
+}
+
+impl CpuOffloadFact {
+    /// Whether a CPU tier may have been on (`true` or `unknown`).
+    pub fn may_be_on(self) -> bool {
+        self != CpuOffloadFact::Off
+    }
+}
+
+impl TryFrom<serde_json::Value> for CpuOffloadFact {
+    type Error = String;
+
+    fn try_from(v: serde_json::Value) -> Result<Self, String> {
+        match v {
+            serde_json::Value::Bool(true) => Ok(CpuOffloadFact::On),
+            serde_json::Value::Bool(false) => Ok(CpuOffloadFact::Off),
+            serde_json::Value::String(s) if s == "unknown" => Ok(CpuOffloadFact::Unknown),
+            other => Err(format!("`{other}` is not true, false or unknown")),
+        }
+    }
+}
 
 /// The keys of `server-facts.yaml` that BLIS reads.
-const SERVER_FACT_KEYS: [&str; 12] = [
+const SERVER_FACT_KEYS: [&str; 13] = [
     "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "async_scheduling", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "status",
+    "cpu_offload",
 ];
 
 /// One latency distribution as inference-perf reports it, in seconds.
@@ -488,7 +521,7 @@ impl Experiment {
     /// recorded requests, whose rounds lack their conversations' context.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
-        let unknown = f.other.keys().filter(|k| !KNOWN_UNSIMULATED_FACTS.contains(&k.as_str())).map(|k| {
+        let unknown = f.other.keys().map(|k| {
             format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
         });
         let pairs = [
@@ -563,12 +596,14 @@ mod tests {
             .map(|k| match *k {
                 "hardware" => "hardware: H100\n".to_string(),
                 "status" => "status: active\n".to_string(),
+                "cpu_offload" => "cpu_offload: unknown\n".to_string(),
                 "gpu_memory_utilization" => "gpu_memory_utilization: 0.9\n".to_string(),
                 k if k.starts_with("enable_") || k == "async_scheduling" => format!("{k}: true\n"),
                 k => format!("{k}: 16\n"),
             })
             .collect();
-        let facts: ServerFacts = blis_data::yaml::from_str(&format!("{yaml}cpu_offload: unknown\n")).unwrap();
-        assert_eq!(facts.other.keys().collect::<Vec<_>>(), ["cpu_offload"]);
+        let facts: ServerFacts = blis_data::yaml::from_str(&format!("{yaml}typo_key: 1\n")).unwrap();
+        assert_eq!(facts.other.keys().collect::<Vec<_>>(), ["typo_key"]);
+        assert_eq!(facts.cpu_offload, Some(CpuOffloadFact::Unknown));
     }
 }

@@ -22,7 +22,7 @@ use blis_workload::{OpenOptions, WorkloadInput};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
-use crate::experiment::Experiment;
+use crate::experiment::{CpuOffloadFact, Experiment};
 use crate::requests::recorded_outputs;
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
@@ -52,6 +52,9 @@ pub struct Definitions {
     pub model: Option<PathBuf>,
     /// A GPU spec used for every experiment instead of the GPU its `server-facts.yaml` names.
     pub gpu: Option<PathBuf>,
+    /// CPU KV tier (GiB, `--kv-offloading-size`) given to every experiment
+    /// whose `server-facts.yaml` says `cpu_offload: true` or `unknown`.
+    pub kv_offloading_size: Option<f64>,
 }
 
 /// Directory name holding per-model `config.json` files next to experiment
@@ -92,8 +95,9 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
             )
         })?),
     };
-    let given = KnobValues { model_config, hardware_config: defs.gpu.clone(), ..KnobValues::default() };
     let f = &exp.facts;
+    let kv_offloading_size = defs.kv_offloading_size.filter(|_| f.cpu_offload.is_some_and(CpuOffloadFact::may_be_on));
+    let given = KnobValues { model_config, hardware_config: defs.gpu.clone(), kv_offloading_size, ..KnobValues::default() };
     if let Some(b) = f.num_gpu_blocks.filter(|&b| b > MAX_GPU_BLOCKS) {
         return Err(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported"));
     }

@@ -19,6 +19,10 @@ pub struct DefinitionArgs {
     /// experiment instead of the GPU its server-facts.yaml names.
     #[arg(long, value_name = "PATH")]
     pub hardware_config: Option<PathBuf>,
+    /// CPU KV tier (GiB, as `blis run --kv-offloading-size`) for every experiment whose
+    /// server-facts.yaml says cpu_offload: true or unknown. [default: none]
+    #[arg(long, value_name = "GIB")]
+    pub kv_offloading_size: Option<f64>,
 }
 
 impl DefinitionArgs {
@@ -31,6 +35,9 @@ impl DefinitionArgs {
         if let Some(path) = &self.hardware_config {
             load_gpu_spec(path)?;
         }
-        Ok(Definitions { model: self.model_config.clone(), gpu: self.hardware_config.clone() })
+        if let Some(gib) = self.kv_offloading_size.filter(|g| !(g.is_finite() && *g > 0.0)) {
+            return Err(BadInput(format!("--kv-offloading-size {gib}: must be a positive number of GiB")));
+        }
+        Ok(Definitions { model: self.model_config.clone(), gpu: self.hardware_config.clone(), kv_offloading_size: self.kv_offloading_size })
     }
 }
