@@ -78,6 +78,11 @@ impl BlockIndex {
         }
     }
 
+    /// Starts loading the home slot of `h`, where a later probe for `h` begins.
+    pub(super) fn prefetch(&self, h: u64) {
+        super::prefetch(&self.slots[self.home(fingerprint(h))]);
+    }
+
     /// Indexes `block` under `h` unless `h` is indexed already (the block
     /// first registered for a content keeps it, as in vLLM). Returns whether
     /// it was inserted. `block` must not be indexed under another hash.
