@@ -616,20 +616,29 @@ impl Instance {
         }
     }
 
-    fn on_enqueue(&mut self, slot: u32, obs: &mut dyn Observer) {
-        self.arriving -= 1;
-        let now = self.now;
-        let live = &mut self.slots[slot as usize];
+    /// A hand-off of `slot` (its arrival, or a CPU-tier load) completed:
+    /// a request moved away meanwhile is released, one whose client gave up
+    /// ends as timed out. Returns whether the request is gone.
+    fn gone_meanwhile(&mut self, slot: u32, obs: &mut dyn Observer) -> bool {
+        let live = &self.slots[slot as usize];
         if live.status == Status::Moved {
             self.live_count -= 1;
             self.release(slot);
-            return;
-        }
-        if live.aborted {
-            // Timed out before reaching the queue.
+        } else if live.aborted {
             self.finish(slot, Outcome::TimedOut, obs);
+        } else {
+            return false;
+        }
+        true
+    }
+
+    fn on_enqueue(&mut self, slot: u32, obs: &mut dyn Observer) {
+        self.arriving -= 1;
+        let now = self.now;
+        if self.gone_meanwhile(slot, obs) {
             return;
         }
+        let live = &mut self.slots[slot as usize];
         live.enqueued = Some(now);
         if self.cfg.scheduler.async_scheduling && !self.scheduled.is_empty() {
             // vLLM's async engine loop formed the next step when this one
@@ -1154,15 +1163,10 @@ impl Instance {
         self.loading -= 1;
         let live = &mut self.slots[slot as usize];
         self.cpu.as_mut().expect("a load needs a CPU tier").finish_load(&mut live.pinned);
-        if live.status == Status::Moved {
-            self.live_count -= 1;
-            self.release(slot);
+        if self.gone_meanwhile(slot, obs) {
             return;
         }
-        if live.aborted {
-            self.finish(slot, Outcome::TimedOut, obs);
-            return;
-        }
+        let live = &mut self.slots[slot as usize];
         let computed = live.num_computed;
         let cacheable = live.cacheable_tokens(computed);
         self.kv.cache_full_blocks(&mut live.table, &live.hashes, cacheable);
