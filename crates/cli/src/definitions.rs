@@ -21,7 +21,7 @@ pub struct DefinitionArgs {
     pub hardware_config: Option<PathBuf>,
     /// CPU KV tier (GiB, as `blis run --kv-offloading-size`) for every experiment whose
     /// server-facts.yaml says cpu_offload: true or unknown. [default: none]
-    #[arg(long, value_name = "GIB")]
+    #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
     pub kv_offloading_size: Option<f64>,
 }
 

@@ -156,7 +156,12 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     check("block size vLLM refuses", "server-facts.yaml: block-size 7: vLLM accepts");
     std::fs::write(&facts, format!("{good}max_num_seqs: 0\n")).unwrap();
     check("zero seats", "server-facts.yaml: max-num-seqs must be at least 1");
+    std::fs::write(&facts, format!("{good}cpu_offload: maybe\n")).unwrap();
+    check("cpu_offload neither true, false nor unknown", "is not true, false or unknown");
     std::fs::write(&facts, good).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "--kv-offloading-size", "-1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--kv-offloading-size -1: must be a positive number of GiB"), "{}", stderr(&out));
 
     let out = blis(&["validate", tmp.0.join("nowhere").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -258,7 +263,7 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(quiet.status.success() && !stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
     let facts = dir.join("server-facts.yaml");
     let text = std::fs::read_to_string(&facts).unwrap();
-    // A contradiction, an agreement, a typo and a known fact BLIS does not simulate.
+    // A contradiction, an agreement, a typo, and cpu_offload (read, used only with --kv-offloading-size).
     std::fs::write(&facts, format!("{text}max_num_seqs: 64\nmax_model_len: 4096\nnum_gpu_block: 99\ncpu_offload: unknown\n")).unwrap();
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));

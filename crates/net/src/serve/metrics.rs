@@ -6,6 +6,7 @@
 use std::fmt::Write as _;
 
 use blis_engine::instance::{Instance, TokenEvent};
+use blis_engine::kv::offload::TierStats;
 use blis_engine::request::{Outcome, RequestRecord};
 
 /// vLLM's TTFT histogram buckets, seconds.
@@ -86,6 +87,28 @@ fn gauge(out: &mut String, name: &str, help: &str, labels: &str, v: impl std::fm
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{{labels}}} {v}");
 }
 
+/// vLLM's KV-connector and offloading counters (vLLM ≥ 0.12,
+/// `OffloadPromMetrics`), for an instance with a CPU tier. Bytes and times
+/// are one GPU's share, as the tier counts them.
+fn offload_metrics(out: &mut String, labels: &str, t: &TierStats, block_size: u32) {
+    let tokens = |blocks: u64| blocks * u64::from(block_size);
+    counter(out, "vllm:external_prefix_cache_queries_total", "External prefix cache queries, in terms of number of queried tokens.", labels, tokens(t.lookup_blocks));
+    counter(out, "vllm:external_prefix_cache_hits_total", "External prefix cache hits, in terms of number of cached tokens.", labels, tokens(t.hit_blocks));
+    let by_direction = |out: &mut String, name: &str, help: &str, to_cpu: String, to_gpu: String| {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+        let _ = writeln!(out, "{name}{{{labels},transfer_type=\"GPU_to_CPU\"}} {to_cpu}");
+        let _ = writeln!(out, "{name}{{{labels},transfer_type=\"CPU_to_GPU\"}} {to_gpu}");
+    };
+    by_direction(out, "vllm:kv_offload_total_bytes_total", "Bytes moved by KV offloading.", t.store_bytes.to_string(), t.load_bytes.to_string());
+    by_direction(
+        out,
+        "vllm:kv_offload_total_time_total",
+        "Seconds spent moving KV offloading data.",
+        t.store_busy.as_secs_f64().to_string(),
+        t.load_busy.as_secs_f64().to_string(),
+    );
+}
+
 impl PromMetrics {
     /// Accounts for a finished request.
     pub fn record(&mut self, r: &RequestRecord) {
@@ -134,6 +157,9 @@ impl PromMetrics {
         counter(&mut out, "vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", l, stats.preemptions);
         counter(&mut out, "vllm:request_success_total", "Count of successfully processed requests.", l, self.success);
         counter(&mut out, "vllm:request_aborted_total", "Count of requests aborted because their client went away.", l, self.aborted);
+        if let Some(t) = &stats.cpu_tier {
+            offload_metrics(&mut out, l, t, instance.config().block_size);
+        }
         self.ttft.render(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l);
         self.itl.render(&mut out, "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", l);
         self.e2e.render(&mut out, "vllm:e2e_request_latency_seconds", "Histogram of end to end request latency in seconds.", l);
@@ -144,6 +170,34 @@ impl PromMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// With a CPU tier the connector and offloading counters appear, one
+    /// series per transfer direction; without one they do not.
+    #[test]
+    fn offloading_counters_appear_with_a_cpu_tier() {
+        use std::sync::Arc;
+
+        use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
+        use blis_engine::latency::Blackbox;
+        use blis_engine::scheduler::InstanceConfig;
+        use blis_engine::time::Micros;
+
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1.0; 3] });
+        let plain = Instance::new(0, InstanceConfig::basic(4, 64, 1000, 100), model.clone()).unwrap();
+        assert!(!PromMetrics::default().render("m", &plain).contains("kv_offload"));
+        let link = LinkConfig { bytes_per_s: 1e9, latency: Micros(0) };
+        let offload = Some(OffloadConfig { cpu_blocks: 10, block_bytes: 100, store: link, load: link });
+        let tiered = Instance::new(0, InstanceConfig { offload, ..InstanceConfig::basic(4, 64, 1000, 100) }, model).unwrap();
+        let text = PromMetrics::default().render("m", &tiered);
+        for line in [
+            "vllm:external_prefix_cache_hits_total{model_name=\"m\"} 0",
+            "vllm:kv_offload_total_bytes_total{model_name=\"m\",transfer_type=\"GPU_to_CPU\"} 0",
+            "vllm:kv_offload_total_time_total{model_name=\"m\",transfer_type=\"CPU_to_GPU\"} 0",
+        ] {
+            assert!(text.contains(line), "{line} missing from:\n{text}");
+        }
+        assert_eq!(text.matches("# TYPE vllm:kv_offload_total_bytes_total counter").count(), 1);
+    }
 
     #[test]
     fn histogram_is_cumulative_with_inf_bucket() {
