@@ -268,7 +268,7 @@ pub struct InstanceStats {
     pub prefix_hit_tokens: u64,
     /// Highest KV usage seen after scheduling a step.
     pub kv_usage_peak: f64,
-    /// The CPU tier's counters (from its first use on, when offloading is on).
+    /// The CPU tier's counters, when offloading is on.
     pub cpu_tier: Option<TierStats>,
     /// ∫ KV usage dt over steps, in usage·µs.
     pub kv_usage_integral: f64,
@@ -427,11 +427,6 @@ impl Instance {
     /// The KV cache (read-only).
     pub fn kv(&self) -> &KvCache {
         &self.kv
-    }
-
-    /// The CPU tier below the KV cache, when offloading is on.
-    pub fn cpu_tier(&self) -> Option<&CpuTier> {
-        self.cpu.as_ref()
     }
 
     /// Counters so far.
@@ -1135,15 +1130,14 @@ impl Instance {
         if hits == 0 {
             return LoadStart::NoHit;
         }
-        let target_tokens = (gpu_blocks + hits) as u32 * block_size;
-        let loaded = &live.hashes[gpu_blocks..gpu_blocks + hits];
+        let loaded = gpu_blocks..gpu_blocks + hits;
         self.on_gpu_scratch.clear();
-        self.on_gpu_scratch.extend(loaded.iter().map(|&h| self.kv.cached_block(h).is_some()));
+        self.on_gpu_scratch.extend(live.hashes[loaded.clone()].iter().map(|&h| self.kv.cached_block(h).is_some()));
         if !self.kv.allocate_slots(&mut live.table, num_tokens, &self.hit_scratch, &live.hashes, gpu_hit_tokens) {
             return LoadStart::NoRoom;
         }
-        let done = cpu.start_load(&live.hashes[gpu_blocks..gpu_blocks + hits], &mut live.pinned, now, &self.on_gpu_scratch, tier);
-        live.num_computed = target_tokens;
+        let done = cpu.start_load(&live.hashes[loaded.clone()], &mut live.pinned, now, &self.on_gpu_scratch, tier);
+        live.num_computed = loaded.end as u32 * block_size;
         live.status = Status::Loading;
         self.waiting.pop();
         self.queue_log.push((slot, QueueChange::Scheduled));

@@ -12,6 +12,7 @@ use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
+use blis_engine::latency::physics_normalized::PCIE_EFFICIENCY;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
@@ -216,9 +217,6 @@ impl Server {
     }
 }
 
-/// Host → GPU and GPU → host bandwidth available to KV offloading, as a
-/// share of the GPU's PCIe figure (which counts both directions).
-const OFFLOAD_PCIE_EFFICIENCY: f64 = 0.75;
 /// Fixed cost of one offloading transfer (a copy's launch and completion).
 const DEFAULT_TRANSFER_LATENCY: Micros = Micros(20);
 
@@ -263,7 +261,9 @@ fn offload(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_size: u
         }
         Some(b) => b,
         None => {
-            let b = gpu.pcie_gb_s / 2.0 * OFFLOAD_PCIE_EFFICIENCY;
+            // The spec's figure counts both directions; offload copies get
+            // the share of it the physics-normalized model assumes.
+            let b = gpu.pcie_gb_s / 2.0 * PCIE_EFFICIENCY;
             report_entry(report, "kv-transfer-bandwidth", &b, Source::Derived);
             b
         }

@@ -228,11 +228,6 @@ impl KvCache {
         if self.prefix_caching { self.lookup(h) } else { None }
     }
 
-    /// Blocks registered in the prefix index.
-    pub fn index_len(&self) -> usize {
-        self.index.len()
-    }
-
     /// The block the index holds for content hash `h`.
     fn lookup(&self, h: u64) -> Option<u32> {
         self.index.get(h, |b| self.blocks[b as usize].hash)

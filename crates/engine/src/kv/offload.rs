@@ -1,5 +1,5 @@
 //! A CPU tier below the GPU KV cache: vLLM's native KV offloading
-//! (`OffloadingConnector` with the CPU backend, vLLM 0.11–0.12,
+//! (`OffloadingConnector` with the CPU backend, vLLM 0.11–0.13,
 //! `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`
 //! and `vllm/v1/kv_offload/`).
 //!
@@ -16,12 +16,12 @@
 //!   prompt's full blocks that the tier holds, landed, is loaded instead of
 //!   recomputed. Unlike a GPU hit it may cover the whole prompt; the last
 //!   token is then recomputed (`_update_waiting_for_remote_kv`).
-//! * **Load.** The loaded blocks get GPU blocks at once, then the request
-//!   waits off the scheduler (`WAITING_FOR_REMOTE_KVS`) while the host → GPU
-//!   copy runs; other requests keep running. When the copy lands, the blocks
-//!   enter the GPU prefix index and the request returns to the front of the
-//!   wait queue with those tokens computed. A host block being loaded
-//!   cannot be evicted; when the load ends it is the most recently used.
+//! * **Load.** The request waits off the scheduler (`WAITING_FOR_REMOTE_KVS`)
+//!   while the host → GPU copy runs; other requests keep running. When the
+//!   copy lands, the blocks enter the GPU prefix index and the request waits
+//!   again with those tokens computed (the instance's side: `Instance`'s
+//!   `start_load` and `on_loaded`). A host block being loaded cannot be
+//!   evicted; when the load ends it is the most recently used.
 //! * **Eviction.** Host memory is a fixed number of blocks, evicted least
 //!   recently stored or loaded first (`LRUOffloadingManager`).
 //!
@@ -198,6 +198,7 @@ pub struct CpuTier {
     spare_tables: Vec<BlockTable>,
     /// Hashes of one store not yet in the tier.
     new_hashes: Vec<u64>,
+    /// The host blocks the last [`CpuTier::lookup`] found, in order.
     hits: Vec<u32>,
 }
 
@@ -218,16 +219,6 @@ impl CpuTier {
             new_hashes: Vec::new(),
             hits: Vec::new(),
         })
-    }
-
-    /// Host blocks.
-    pub fn capacity_blocks(&self) -> u32 {
-        self.pool.usable_blocks()
-    }
-
-    /// Host blocks holding content that has landed or is landing.
-    pub fn cached_blocks(&self) -> usize {
-        self.pool.index_len()
     }
 
     /// Unpins the blocks whose stores have landed by `now`: they become
@@ -283,28 +274,27 @@ impl CpuTier {
     /// landed. Counts the lookup in `stats`.
     pub fn lookup(&mut self, hashes: &[u64], now: Micros, stats: &mut TierStats) -> u32 {
         self.settle(now);
-        let mut hits = 0;
+        self.hits.clear();
         for &h in hashes {
             match self.pool.cached_block(h) {
-                Some(b) if self.landed_at[b as usize] <= now => hits += 1,
+                Some(b) if self.landed_at[b as usize] <= now => self.hits.push(b),
                 _ => break,
             }
         }
         stats.lookup_blocks += hashes.len() as u64;
-        hits
+        self.hits.len() as u32
     }
 
-    /// Starts loading the blocks with content `hashes` (a run
-    /// [`CpuTier::lookup`] just found) at `now`: pins them in `pinned` until
-    /// [`CpuTier::finish_load`], and returns when the load completes.
-    /// `on_gpu` says whether the GPU holds a content, before the request
-    /// took its blocks (for the thrashing count: vLLM also loads a block
-    /// the GPU holds but may not use, the last of a prompt).
+    /// Starts loading the blocks with content `hashes`, the run the last
+    /// [`CpuTier::lookup`] found (nothing may touch the tier in between), at
+    /// `now`: pins them in `pinned` until [`CpuTier::finish_load`], and
+    /// returns when the load completes. `on_gpu` says whether the GPU holds
+    /// each content, before the request took its blocks (for the thrashing
+    /// count: vLLM also loads a block the GPU holds but may not use, the
+    /// last of a prompt).
     pub fn start_load(&mut self, hashes: &[u64], pinned: &mut BlockTable, now: Micros, on_gpu: &[bool], stats: &mut TierStats) -> Micros {
-        self.hits.clear();
-        for (&h, &on_gpu) in hashes.iter().zip(on_gpu) {
-            let b = self.pool.cached_block(h).expect("a lookup found these blocks");
-            self.hits.push(b);
+        debug_assert_eq!(hashes.len(), self.hits.len(), "not the run the last lookup found");
+        for (&b, &on_gpu) in self.hits.iter().zip(on_gpu) {
             let recent = now.saturating_sub(self.landed_at[b as usize]) < THRASH_WINDOW;
             stats.thrashed_blocks += u64::from(recent && !on_gpu);
         }

@@ -12,7 +12,7 @@ use blis_engine::time::Micros;
 
 use crate::harness::{Checked, run_checked};
 
-/// 1 MB per block, so a block takes 1 µs per GB/s of link bandwidth... 1 ms at 1 GB/s.
+/// 1 MB per block: 1 ms per block at 1 GB/s.
 const BLOCK_BYTES: u64 = 1_000_000;
 
 fn tier(cpu_blocks: u64, gb_per_s: f64, latency_us: u64) -> OffloadConfig {
