@@ -270,6 +270,8 @@ mod tests {
             output_tokens: n,
             cached_prompt_tokens: 0,
             preemptions: 0,
+            loaded_prompt_tokens: 0,
+            kv_load_wait: Micros::ZERO,
         }
     }
 

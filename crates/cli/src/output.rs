@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blis_engine::instance::Observer;
+use blis_engine::kv::events::KvEventBatch;
 use blis_engine::request::RequestRecord;
 use blis_workload::spec::parse;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -128,22 +129,31 @@ impl Drop for AtomicFile {
 pub struct RequestCsv {
     file: AtomicFile,
     error: Option<std::io::Error>,
+    /// Whether the run has KV tiers below the GPU: then every row ends
+    /// with [`OFFLOAD_CSV_COLUMNS`].
+    offload: bool,
 }
 
 /// Header of the per-request CSV.
 pub const REQUEST_CSV_HEADER: &str = "id,instance,outcome,arrival_ms,input_tokens,output_tokens,cached_prompt_tokens,preemptions,\
 ttft_ms,tpot_ms,e2e_ms,scheduling_delay_ms,first_token_ms,finished_ms";
 
+/// Columns the per-request CSV gains when KV tiers are on: prompt tokens
+/// loaded from them, and the time spent waiting for those loads.
+pub const OFFLOAD_CSV_COLUMNS: &str = ",loaded_prompt_tokens,kv_load_wait_ms";
+
 fn ms(t: Option<blis_engine::time::Micros>) -> String {
     t.map_or(String::new(), |t| format!("{:.3}", t.as_ms_f64()))
 }
 
 impl RequestCsv {
-    /// Starts the file (header included).
-    pub fn create(dest: &Path) -> Result<RequestCsv, BadInput> {
+    /// Starts the file (header included), with the offload columns when
+    /// `offload` is set.
+    pub fn create(dest: &Path, offload: bool) -> Result<RequestCsv, BadInput> {
         let mut file = AtomicFile::create("requests-csv", dest)?;
-        let error = writeln!(file.writer(), "{REQUEST_CSV_HEADER}").err();
-        Ok(RequestCsv { file, error })
+        let extra = if offload { OFFLOAD_CSV_COLUMNS } else { "" };
+        let error = writeln!(file.writer(), "{REQUEST_CSV_HEADER}{extra}").err();
+        Ok(RequestCsv { file, error, offload })
     }
 
     /// Finishes the file; reports the first write error, if any.
@@ -155,8 +165,9 @@ impl RequestCsv {
     }
 
     fn row(&mut self, r: &RequestRecord) -> std::io::Result<()> {
-        writeln!(
-            self.file.writer(),
+        let w = self.file.writer();
+        write!(
+            w,
             "{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{:.3}",
             r.id.0,
             r.instance.map_or_else(String::new, |i| i.to_string()),
@@ -172,7 +183,11 @@ impl RequestCsv {
             ms(r.scheduling_delay()),
             ms(r.first_token),
             r.finished.as_ms_f64(),
-        )
+        )?;
+        if self.offload {
+            write!(w, ",{},{:.3}", r.loaded_prompt_tokens, r.kv_load_wait.as_ms_f64())?;
+        }
+        writeln!(w)
     }
 }
 
@@ -184,6 +199,40 @@ impl Observer for RequestCsv {
     }
     fn observes_tokens(&self) -> bool {
         false
+    }
+}
+
+/// Writes vLLM's KV events, one JSON line per batch (`--kv-events-output`).
+pub struct KvEventsJson {
+    file: AtomicFile,
+    error: Option<std::io::Error>,
+}
+
+impl KvEventsJson {
+    /// Starts the file.
+    pub fn create(dest: &Path) -> Result<KvEventsJson, BadInput> {
+        Ok(KvEventsJson { file: AtomicFile::create("kv-events-output", dest)?, error: None })
+    }
+
+    /// Finishes the file; reports the first write error, if any.
+    pub fn commit(self) -> anyhow::Result<()> {
+        if let Some(e) = self.error {
+            return Err(e).context("writing --kv-events-output");
+        }
+        self.file.commit()
+    }
+}
+
+impl Observer for KvEventsJson {
+    fn on_finish(&mut self, _record: &RequestRecord) {}
+    fn observes_tokens(&self) -> bool {
+        false
+    }
+    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
+        if self.error.is_none() {
+            let w = self.file.writer();
+            self.error = serde_json::to_writer(&mut *w, batch).map_err(std::io::Error::from).and_then(|()| writeln!(w)).err();
+        }
     }
 }
 

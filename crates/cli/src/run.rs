@@ -43,6 +43,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub trace_output: Option<PathBuf>,
 
+    /// Write vLLM's KV-cache events (BlockStored, BlockRemoved, AllBlocksCleared; GPU and
+    /// offload tiers) to this file, one JSON line per instance step.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    pub kv_events_output: Option<PathBuf>,
+
     /// With autoscaling: draw load, replicas and TTFT over the run to this SVG file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub plot_timeline: Option<PathBuf>,
@@ -67,6 +72,7 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
             ("requests-csv", args.requests_csv.as_deref()),
             ("trace-output", args.trace_output.as_deref()),
             ("plot-timeline", args.plot_timeline.as_deref()),
+            ("kv-events-output", args.kv_events_output.as_deref()),
         ],
         &[
             ("config", args.config.as_deref()),
@@ -79,7 +85,12 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
         ],
     )?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
-    let files = Files { requests_csv: args.requests_csv.as_deref(), trace_output: args.trace_output.as_deref(), quiet: args.quiet };
+    let files = Files {
+        requests_csv: args.requests_csv.as_deref(),
+        trace_output: args.trace_output.as_deref(),
+        kv_events_output: args.kv_events_output.as_deref(),
+        quiet: args.quiet,
+    };
     let plot = args.plot_timeline.as_deref().map(|p| AtomicFile::create("plot-timeline", p)).transpose()?;
     let (report, wall_s) = simulate(scenario, files, None)?;
     if let Some(mut file) = plot {

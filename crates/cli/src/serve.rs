@@ -3,6 +3,7 @@
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
+use blis_net::kv_events::KvEventsConfig;
 use blis_net::serve::{ServeConfig, ServeTimeouts, StartError, run_until_interrupted};
 use blis_scenario::Scenario;
 use blis_scenario::deployment::Deployment;
@@ -59,6 +60,12 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = ServeTimeouts::DEFAULT.keep_alive_idle_ms, value_name = "MS", help_heading = "Server")]
     pub idle_timeout_ms: u64,
 
+    /// Publish KV-cache events as vLLM does: its --kv-events-config JSON, e.g.
+    /// '{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv-events"}'
+    /// (a ZeroMQ PUB socket; msgpack batches of BlockStored, BlockRemoved, AllBlocksCleared).
+    #[arg(long, value_name = "JSON", help_heading = "Server")]
+    pub kv_events_config: Option<String>,
+
     /// On Ctrl-C, let requests in flight run on this long, then end them (streams with an error event and [DONE]).
     #[arg(long, default_value_t = ServeTimeouts::DEFAULT.shutdown_grace_ms, value_name = "MS", help_heading = "Server")]
     pub shutdown_grace_ms: u64,
@@ -98,10 +105,14 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
             keep_alive_idle_ms: args.idle_timeout_ms,
             shutdown_grace_ms: args.shutdown_grace_ms,
         },
+        kv_events: args.kv_events_config.as_deref().map(KvEventsConfig::parse).transpose().map_err(|e| bad_input!("{e}"))?,
     };
     let addr = SocketAddr::new(args.host, args.port);
-    run_until_interrupted(config, addr, |bound| {
+    run_until_interrupted(config, addr, |bound, kv_events| {
         crate::output::print_warnings();
+        if let Some(endpoint) = kv_events {
+            eprintln!("blis serve: publishing KV events on {endpoint}");
+        }
         eprintln!(
             "blis serve: {model_name} ({} on {} × {}, {} KV blocks), time scale {}, listening on http://{bound}",
             deployment.latency.name(),

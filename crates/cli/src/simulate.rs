@@ -15,7 +15,7 @@ use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
 
 use crate::decisions::TraceWriter;
-use crate::output::{AtomicFile, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
+use crate::output::{AtomicFile, KvEventsJson, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
 use crate::table::table;
 
 /// Where a simulation writes besides its report.
@@ -25,6 +25,8 @@ pub struct Files<'a> {
     pub requests_csv: Option<&'a Path>,
     /// One JSON line per decision.
     pub trace_output: Option<&'a Path>,
+    /// One JSON line per batch of KV events.
+    pub kv_events_output: Option<&'a Path>,
     /// No progress bar.
     pub quiet: bool,
 }
@@ -32,9 +34,14 @@ pub struct Files<'a> {
 /// Resolves and simulates `scenario`, writing `files`; `extra` sees every
 /// engine callback too. Returns the report and the wall time, seconds.
 pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Observer>) -> anyhow::Result<(RunReport, f64)> {
-    let resolved = scenario.resolve()?;
+    let mut resolved = scenario.resolve()?;
     warn(&resolved.warnings);
-    let mut csv = files.requests_csv.map(RequestCsv::create).transpose()?;
+    let mut kv_events = files.kv_events_output.map(KvEventsJson::create).transpose()?;
+    if kv_events.is_some() {
+        resolved.record_kv_events();
+    }
+    let offload = resolved.deployment.server.instance.offload.is_some();
+    let mut csv = files.requests_csv.map(|p| RequestCsv::create(p, offload)).transpose()?;
     let mut trace = match (files.trace_output, resolved.cluster.trace) {
         (Some(path), true) => Some(TraceWriter::create(path, resolved.cluster.config.labels.clone())?),
         _ => None,
@@ -47,6 +54,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
         if let Some(c) = csv.as_mut() {
             observers.push(c);
         }
+        if let Some(k) = kv_events.as_mut() {
+            observers.push(k);
+        }
         if let Some(e) = extra {
             observers.push(e);
         }
@@ -55,6 +65,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     progress.finish();
     if let Some(c) = csv {
         c.commit()?;
+    }
+    if let Some(k) = kv_events {
+        k.commit()?;
     }
     if let Some(t) = trace {
         t.finish(report.cluster.counterfactual.as_ref())?;

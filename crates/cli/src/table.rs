@@ -104,19 +104,18 @@ pub fn table(report: &RunReport) -> String {
         format!("{:.1}% / {:.1}%", s.kv_cache.utilization_peak * 100.0, s.kv_cache.utilization_mean * 100.0),
     );
     line(&mut out, "Preemptions:", s.kv_cache.preemptions.to_string());
-    if let Some(t) = &s.kv_cache.cpu_tier {
+    if let Some(o) = &s.kv_cache.offload {
         const GB: f64 = 1e9;
-        line(&mut out, "CPU KV tier blocks; hit rate; loads:", format!("{}; {:.1}%; {}", t.capacity_blocks, t.hit_rate * 100.0, t.loads));
-        line(
-            &mut out,
-            "CPU tier GB loaded / stored (per GPU):",
-            format!("{:.2} / {:.2}", t.bytes_loaded as f64 / GB, t.bytes_stored as f64 / GB),
-        );
-        line(
-            &mut out,
-            "CPU tier mean load wait; thrashing:",
-            format!("{:.2} ms; {:.1}%", t.mean_load_wait_ms, t.thrashing_rate * 100.0),
-        );
+        line(&mut out, "KV offload hit rate; loads:", format!("{:.1}%; {}", o.hit_rate * 100.0, o.loads));
+        line(&mut out, "KV offload GB loaded / stored (per GPU):", format!("{:.2} / {:.2}", o.bytes_loaded as f64 / GB, o.bytes_stored as f64 / GB));
+        line(&mut out, "KV offload mean load wait; thrashing:", format!("{:.2} ms; {:.1}%", o.mean_load_wait_ms, o.thrashing_rate * 100.0));
+        for t in &o.tiers {
+            line(
+                &mut out,
+                &format!("  {} tier blocks; hit rate; thrashing:", t.medium.name()),
+                format!("{}; {:.1}%; {:.1}%", t.capacity_blocks, t.hit_rate * 100.0, t.thrashing_rate * 100.0),
+            );
+        }
     }
     line(
         &mut out,

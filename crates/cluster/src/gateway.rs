@@ -31,6 +31,7 @@ use std::collections::VecDeque;
 use blis_engine::driver::{Context, ControlPlane, Fleet, Workload};
 use blis_engine::event::EventClass;
 use blis_engine::instance::{Instance, Observer, QueueEvent, StepEvent, TokenEvent};
+use blis_engine::kv::events::KvEventBatch;
 use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::time::Micros;
 
@@ -139,6 +140,9 @@ impl Observer for Hook<'_> {
     fn on_queue(&mut self, e: &QueueEvent) {
         self.book.anomalies.on_queue(e);
         self.user.on_queue(e);
+    }
+    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
+        self.user.on_kv_events(batch);
     }
 }
 

@@ -38,6 +38,7 @@ use std::collections::BinaryHeap;
 
 use crate::event::{EventClass, EventKey, EventQueue};
 use crate::instance::{Evict, Instance, Observer, QueueEvent, StepEvent, TokenEvent};
+use crate::kv::events::KvEventBatch;
 use crate::request::{Request, RequestId, RequestRecord};
 use crate::time::Micros;
 
@@ -116,6 +117,9 @@ impl Observer for Tee<'_> {
     }
     fn on_queue(&mut self, event: &QueueEvent) {
         self.obs.on_queue(event);
+    }
+    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
+        self.obs.on_kv_events(batch);
     }
 }
 

@@ -24,7 +24,8 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::event::{EventClass, EventKey, EventQueue};
-use crate::kv::offload::{CpuTier, TierStats};
+use crate::kv::events::{self, CacheChange, KvEvent, KvEventBatch};
+use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
@@ -118,6 +119,9 @@ pub trait Observer {
     /// observer sees the queue as the step left it (what anomaly detection
     /// needs to tell a priority inversion from requests admitted together).
     fn on_queue(&mut self, _event: &QueueEvent) {}
+    /// KV-cache events of one instance, once per step, when the instance
+    /// records them ([`InstanceConfig::kv_events`]).
+    fn on_kv_events(&mut self, _batch: &KvEventBatch<'_>) {}
 }
 
 /// Fans callbacks out to several observers; tokens only to those that
@@ -157,6 +161,11 @@ impl Observer for Fanout<'_> {
     fn on_queue(&mut self, event: &QueueEvent) {
         for o in &mut self.observers {
             o.on_queue(event);
+        }
+    }
+    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
+        for o in &mut self.observers {
+            o.on_kv_events(batch);
         }
     }
 }
@@ -208,10 +217,12 @@ struct Live {
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
-    // CPU tier only: leading full blocks offered to the tier, and the host
-    // blocks a load in flight pins.
+    // Offloading only: leading full blocks offered to the tiers, the
+    // blocks a load in flight pins, and what the request loaded.
     stored_blocks: u32,
-    pinned: BlockTable,
+    load: Option<LoadTicket>,
+    loaded_tokens: u32,
+    load_wait: Micros,
 }
 
 impl Live {
@@ -268,8 +279,8 @@ pub struct InstanceStats {
     pub prefix_hit_tokens: u64,
     /// Highest KV usage seen after scheduling a step.
     pub kv_usage_peak: f64,
-    /// The CPU tier's counters, when offloading is on.
-    pub cpu_tier: Option<TierStats>,
+    /// The offload tiers' counters, when offloading is on.
+    pub offload: Option<OffloadStats>,
     /// ∫ KV usage dt over steps, in usage·µs.
     pub kv_usage_integral: f64,
     /// Σ step durations: time the GPU was busy.
@@ -296,8 +307,8 @@ impl InstanceStats {
         self.prefix_query_tokens += other.prefix_query_tokens;
         self.prefix_hit_tokens += other.prefix_hit_tokens;
         self.kv_usage_peak = self.kv_usage_peak.max(other.kv_usage_peak);
-        if let Some(t) = &other.cpu_tier {
-            self.cpu_tier.get_or_insert_default().absorb(t);
+        if let Some(t) = &other.offload {
+            self.offload.get_or_insert_default().absorb(t);
         }
         self.kv_usage_integral += other.kv_usage_integral;
         self.busy += other.busy;
@@ -312,8 +323,12 @@ pub struct Instance {
     cfg: InstanceConfig,
     latency: Arc<dyn LatencyModel>,
     kv: KvCache,
-    /// The CPU tier below `kv`, when offloading is on.
-    cpu: Option<CpuTier>,
+    /// The tiers below `kv`, when offloading is on.
+    tiers: Option<OffloadTiers>,
+    /// KV events since the last step, when recording them; and the cache's
+    /// index changes while they become events.
+    kv_events: Vec<KvEvent>,
+    kv_changes: Vec<CacheChange>,
     events: EventQueue<InstEvent>,
     slots: Vec<Live>,
     free_slots: Vec<u32>,
@@ -354,15 +369,24 @@ impl Instance {
     pub fn new(id: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>) -> Result<Instance, InstanceConfigError> {
         cfg.validate()?;
         let kv = KvCache::new(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)?;
-        let cpu = cfg.offload.as_ref().map(|o| CpuTier::new(o, cfg.block_size)).transpose()?;
-        let cfg_offload_stats = cfg.offload.as_ref().map(|o| TierStats { capacity_blocks: o.cpu_blocks, ..TierStats::default() });
+        let mut kv = kv;
+        let mut tiers = cfg.offload.as_ref().map(|o| OffloadTiers::new(o, cfg.block_size)).transpose()?;
+        if cfg.kv_events {
+            kv.record_changes();
+            if let Some(t) = &mut tiers {
+                t.record_events();
+            }
+        }
+        let offload_stats = cfg.offload.as_ref().map(OffloadStats::new);
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
         Ok(Instance {
             id,
             cfg,
             latency,
             kv,
-            cpu,
+            tiers,
+            kv_events: Vec::new(),
+            kv_changes: Vec::new(),
             events: EventQueue::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
@@ -385,7 +409,7 @@ impl Instance {
             preemption_ema: 0.0,
             step_slowdown: 1.0,
             now: Micros::ZERO,
-            stats: InstanceStats { cpu_tier: cfg_offload_stats, ..InstanceStats::default() },
+            stats: InstanceStats { offload: offload_stats, ..InstanceStats::default() },
         })
     }
 
@@ -572,7 +596,7 @@ impl Instance {
             req.arrival,
             req.id.0,
         );
-        let fresh = |req, table, hashes, pinned| Live {
+        let fresh = |req, table, hashes| Live {
             req,
             status: Status::Arriving,
             key,
@@ -589,7 +613,9 @@ impl Instance {
             aborted: false,
             in_step: false,
             stored_blocks: 0,
-            pinned,
+            load: None,
+            loaded_tokens: 0,
+            load_wait: Micros::ZERO,
         };
         match self.free_slots.pop() {
             Some(slot) => {
@@ -597,15 +623,14 @@ impl Instance {
                 // Reuse the old slot's buffers.
                 let mut table = std::mem::take(&mut old.table);
                 let mut hashes = std::mem::take(&mut old.hashes);
-                let pinned = std::mem::take(&mut old.pinned);
                 table.blocks.clear();
                 table.num_cached = 0;
                 hashes.clear();
-                *old = fresh(req, table, hashes, pinned);
+                *old = fresh(req, table, hashes);
                 slot
             }
             None => {
-                self.slots.push(fresh(req, BlockTable::default(), Vec::new(), BlockTable::default()));
+                self.slots.push(fresh(req, BlockTable::default(), Vec::new()));
                 (self.slots.len() - 1) as u32
             }
         }
@@ -730,6 +755,7 @@ impl Instance {
         }
         self.admit_incoming(cutoff);
         self.start_step();
+        self.publish_kv_events(obs);
         for &(slot, change) in &self.queue_log {
             let live = &self.slots[slot as usize];
             obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: self.now, change });
@@ -839,6 +865,8 @@ impl Instance {
             output_tokens: live.num_output,
             cached_prompt_tokens: live.cached_prompt_tokens,
             preemptions: live.preemptions,
+            loaded_prompt_tokens: live.loaded_tokens,
+            kv_load_wait: live.load_wait,
         };
         self.live_count -= 1;
         self.release(slot);
@@ -1056,7 +1084,7 @@ impl Instance {
                     self.hit_scratch.clear();
                     0
                 };
-                if !landed && self.cpu.is_some() {
+                if !landed && self.tiers.is_some() {
                     match self.start_load(slot, hit_tokens) {
                         LoadStart::Started => continue,
                         LoadStart::NoRoom => break,
@@ -1103,9 +1131,9 @@ impl Instance {
 
     /// vLLM's connector lookup for the request at the head of the wait queue,
     /// which has nothing computed and `gpu_hit_tokens` GPU prefix hits (in
-    /// `hit_scratch`): when the CPU tier holds the prompt's full blocks right
-    /// after the hit, they start loading and the request leaves the queue
-    /// until [`InstEvent::Loaded`].
+    /// `hit_scratch`): when the offload tiers hold the prompt's full blocks
+    /// right after the hit, they start loading and the request leaves the
+    /// queue until [`InstEvent::Loaded`].
     ///
     /// The request takes GPU blocks for all its tokens now, not only for the
     /// loaded ones as vLLM does (the rest when it is scheduled): blocks held
@@ -1115,7 +1143,7 @@ impl Instance {
     /// (vLLM's `delay_cache_blocks`).
     fn start_load(&mut self, slot: u32, gpu_hit_tokens: u32) -> LoadStart {
         let now = self.now;
-        let cpu = self.cpu.as_mut().expect("called with a CPU tier");
+        let tiers = self.tiers.as_mut().expect("called with offload tiers");
         let block_size = self.kv.block_size();
         let live = &mut self.slots[slot as usize];
         let num_tokens = live.num_tokens();
@@ -1125,18 +1153,25 @@ impl Instance {
         if full_blocks <= gpu_blocks {
             return LoadStart::NoHit;
         }
-        let tier = self.stats.cpu_tier.as_mut().expect("set when the tier is");
-        let hits = cpu.lookup(&live.hashes[gpu_blocks..full_blocks], now, tier) as usize;
+        let stats = self.stats.offload.as_mut().expect("set when the tiers are");
+        let hits = tiers.lookup(&live.hashes[gpu_blocks..full_blocks], now, stats) as usize;
         if hits == 0 {
             return LoadStart::NoHit;
         }
         let loaded = gpu_blocks..gpu_blocks + hits;
         self.on_gpu_scratch.clear();
         self.on_gpu_scratch.extend(live.hashes[loaded.clone()].iter().map(|&h| self.kv.cached_block(h).is_some()));
-        if !self.kv.allocate_slots(&mut live.table, num_tokens, &self.hit_scratch, &live.hashes, gpu_hit_tokens) {
+        let room = self.kv.allocate_slots(&mut live.table, num_tokens, &self.hit_scratch, &live.hashes, gpu_hit_tokens);
+        self.note_kv_changes(slot);
+        if !room {
             return LoadStart::NoRoom;
         }
-        let done = cpu.start_load(&live.hashes[loaded.clone()], &mut live.pinned, now, &self.on_gpu_scratch, tier);
+        let live = &mut self.slots[slot as usize];
+        let (tiers, stats) = (self.tiers.as_mut().expect("called with offload tiers"), self.stats.offload.as_mut().expect("set when the tiers are"));
+        let (ticket, done) = tiers.start_load(&live.hashes[loaded.clone()], now, &self.on_gpu_scratch, stats);
+        live.load = Some(ticket);
+        live.load_wait += done - now;
+        live.loaded_tokens += hits as u32 * block_size;
         live.num_computed = loaded.end as u32 * block_size;
         live.status = Status::Loading;
         self.waiting.pop();
@@ -1148,15 +1183,16 @@ impl Instance {
         LoadStart::Started
     }
 
-    /// A CPU-tier load landed: the loaded blocks enter the GPU prefix index
-    /// and the request waits again, with them computed (all but the last
-    /// token when they cover the whole request, as vLLM recomputes it),
-    /// ahead of the wait queue. A request that gave up or was moved away
-    /// meanwhile ends or is released now.
+    /// A load from the offload tiers landed: the loaded blocks enter the GPU
+    /// prefix index and the request waits again, with them computed (all
+    /// but the last token when they cover the whole request, as vLLM
+    /// recomputes it), ahead of the wait queue. A request that gave up or
+    /// was moved away meanwhile ends or is released now.
     fn on_loaded(&mut self, slot: u32, obs: &mut dyn Observer) {
         self.loading -= 1;
         let live = &mut self.slots[slot as usize];
-        self.cpu.as_mut().expect("a load needs a CPU tier").finish_load(&mut live.pinned);
+        let ticket = live.load.take().expect("a loading request holds a ticket");
+        self.tiers.as_mut().expect("a load needs offload tiers").finish_load(ticket);
         if self.gone_meanwhile(slot, obs) {
             return;
         }
@@ -1164,6 +1200,8 @@ impl Instance {
         let computed = live.num_computed;
         let cacheable = live.cacheable_tokens(computed);
         self.kv.cache_full_blocks(&mut live.table, &live.hashes, cacheable);
+        self.note_kv_changes(slot);
+        let live = &mut self.slots[slot as usize];
         if computed == live.num_tokens() {
             live.num_computed -= 1;
         }
@@ -1173,23 +1211,25 @@ impl Instance {
         self.wake();
     }
 
-    /// Offers the CPU tier the full blocks each request of the completed
-    /// step has computed and not offered yet (a request whose store is put
-    /// off offers them again after its next step).
+    /// Offers the offload tiers the full blocks each request of the
+    /// completed step has computed and not offered yet, as the store policy
+    /// says (a request whose store is put off offers them again after its
+    /// next step).
     fn store_computed_blocks(&mut self) {
-        let Some(cpu) = self.cpu.as_mut() else { return };
-        let tier = self.stats.cpu_tier.as_mut().expect("set when the tier is");
+        let Some(tiers) = self.tiers.as_mut() else { return };
+        let stats = self.stats.offload.as_mut().expect("set when the tiers are");
         let now = self.now;
         let block_size = self.kv.block_size();
+        let policy = tiers.policy();
         for &(slot, _) in &self.scheduled {
             let live = &mut self.slots[slot as usize];
-            let full_blocks = live.num_computed / block_size;
-            if live.aborted || full_blocks <= live.stored_blocks {
+            let storable = policy.storable_blocks(live.num_computed, live.req.prompt_tokens(), block_size);
+            if live.aborted || storable <= live.stored_blocks {
                 continue;
             }
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, block_size, &mut live.hashes);
-            let upto = (full_blocks as usize).min(live.hashes.len());
-            if cpu.store(&live.hashes[live.stored_blocks as usize..upto], now, tier) {
+            let upto = (storable as usize).min(live.hashes.len());
+            if tiers.store(&live.hashes[live.stored_blocks as usize..upto], now, stats) {
                 live.stored_blocks = upto as u32;
             }
         }
@@ -1219,7 +1259,57 @@ impl Instance {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
         }
         let hits: &[u32] = if with_hits { &self.hit_scratch } else { &[] };
-        self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, cache_upto)
+        let ok = self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, cache_upto);
+        self.note_kv_changes(slot);
+        ok
+    }
+
+    /// When recording KV events, turns the cache's index changes since the
+    /// last call into events; registered blocks belong to `slot`'s request
+    /// (every call that registers blocks is for one request, and is
+    /// followed by this). Consecutive blocks become one `BlockStored`, each
+    /// eviction one `BlockRemoved`, as vLLM reports them.
+    fn note_kv_changes(&mut self, slot: u32) {
+        if !self.cfg.kv_events {
+            return;
+        }
+        self.kv.take_changes(&mut self.kv_changes);
+        let live = &self.slots[slot as usize];
+        let block_size = self.kv.block_size();
+        for change in self.kv_changes.drain(..) {
+            let event = match change {
+                CacheChange::Removed { hash } => KvEvent::BlockRemoved { block_hashes: vec![hash], medium: events::GPU },
+                CacheChange::Stored { hash, parent, index } => {
+                    if let Some(KvEvent::BlockStored { block_hashes, token_ids, medium: events::GPU, .. }) = self.kv_events.last_mut()
+                        && parent.is_some()
+                        && block_hashes.last() == parent.as_ref()
+                    {
+                        block_hashes.push(hash);
+                        events::push_token_ids(&live.req.prompt, live.req.output_seed, index * block_size, block_size, token_ids);
+                        continue;
+                    }
+                    let mut token_ids = Vec::with_capacity(block_size as usize);
+                    events::push_token_ids(&live.req.prompt, live.req.output_seed, index * block_size, block_size, &mut token_ids);
+                    KvEvent::BlockStored { block_hashes: vec![hash], parent_block_hash: parent, token_ids, block_size, medium: events::GPU }
+                }
+            };
+            self.kv_events.push(event);
+        }
+    }
+
+    /// Hands the KV events recorded since the last step to `obs`, with the
+    /// offload tiers' after the GPU's.
+    fn publish_kv_events(&mut self, obs: &mut dyn Observer) {
+        if !self.cfg.kv_events {
+            return;
+        }
+        if let Some(t) = &mut self.tiers {
+            t.take_events(&mut self.kv_events);
+        }
+        if !self.kv_events.is_empty() {
+            obs.on_kv_events(&KvEventBatch { instance: self.id, time: self.now, events: &self.kv_events });
+            self.kv_events.clear();
+        }
     }
 
     /// The running request to preempt: the tail, or the lowest priority
@@ -1253,6 +1343,8 @@ impl Instance {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
             self.kv.cache_full_blocks(&mut live.table, &live.hashes, live.num_computed);
         }
+        self.note_kv_changes(slot);
+        let live = &mut self.slots[slot as usize];
         self.kv.free(&mut live.table);
         live.num_computed = 0;
         live.stored_blocks = 0;
@@ -1283,8 +1375,8 @@ impl Instance {
     pub fn assert_consistent(&self) {
         self.kv.assert_consistent();
         assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32 + self.loading + self.landed.len() as u32);
-        if let Some(cpu) = &self.cpu {
-            cpu.assert_consistent();
+        if let Some(tiers) = &self.tiers {
+            tiers.assert_consistent();
         }
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
     }

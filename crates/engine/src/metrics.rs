@@ -15,7 +15,7 @@ use serde::Serialize;
 
 use crate::histogram::LogHistogram;
 use crate::instance::{InstanceStats, Observer, TokenEvent};
-use crate::kv::offload::TierStats;
+use crate::kv::offload::{Medium, OffloadStats};
 use crate::request::{DropReason, Labels, Outcome, RequestMeta, RequestRecord, SloClassId, TenantId};
 use crate::time::{Micros, US_PER_MS};
 
@@ -444,26 +444,22 @@ pub struct KvReport {
     pub utilization_mean: f64,
     /// Requests preempted (recompute).
     pub preemptions: u64,
-    /// The CPU tier below the GPU cache, when offloading is on.
+    /// The tiers below the GPU cache (CPU, disk, remote), when offloading is on.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub cpu_tier: Option<CpuTierReport>,
+    pub offload: Option<OffloadReport>,
 }
 
-/// What the CPU tiers of all instances did. Bytes are one GPU's share
+/// What the offload tiers of all instances did. Bytes are one GPU's share
 /// (every GPU of a tensor-parallel instance moves its shard at once).
 #[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct CpuTierReport {
-    /// Host blocks, over all instances.
-    pub capacity_blocks: u64,
-    /// Blocks found (and loaded) / blocks looked up after each admitted request's GPU hit.
+pub struct OffloadReport {
+    /// Blocks loaded from any tier / blocks looked up after each admitted request's GPU hit.
     pub hit_rate: f64,
-    /// Requests that loaded a prefix from the tier.
+    /// Requests that loaded a prefix from the tiers.
     pub loads: u64,
-    /// Blocks loaded host → GPU.
+    /// Blocks loaded into the GPU.
     pub loaded_blocks: u64,
-    /// Blocks stored GPU → host.
-    pub stored_blocks: u64,
-    /// Stores put off to a later step because too few host blocks were evictable.
+    /// Stores put off to a later step because a tier had too few evictable blocks.
     pub deferred_stores: u64,
     /// Bytes moved host → GPU, per GPU.
     pub bytes_loaded: u64,
@@ -475,29 +471,75 @@ pub struct CpuTierReport {
     pub store_link_busy_fraction: f64,
     /// Mean time from a load's start to its landing, ms.
     pub mean_load_wait_ms: f64,
-    /// Loaded blocks that had landed in the tier less than a second before
-    /// (offloaded and needed back at once) / loaded blocks.
+    /// Loaded blocks that had landed in their tier less than a second
+    /// before (offloaded and needed back at once) / loaded blocks.
     pub thrashing_rate: f64,
+    /// Per tier, nearest first.
+    pub tiers: Vec<TierReport>,
 }
 
-impl CpuTierReport {
-    fn build(tiers: &[&TierStats], n_instances: f64, duration: Micros) -> CpuTierReport {
-        let sum = |f: fn(&TierStats) -> u64| tiers.iter().map(|t| f(t)).sum::<u64>();
-        let busy = |f: fn(&TierStats) -> Micros| ratio(tiers.iter().map(|t| f(t).as_us()).sum::<u64>() as f64 / n_instances, duration.as_us() as f64);
-        let loaded = sum(|t| t.hit_blocks);
-        CpuTierReport {
-            capacity_blocks: sum(|t| t.capacity_blocks),
-            hit_rate: ratio(loaded as f64, sum(|t| t.lookup_blocks) as f64),
-            loads: sum(|t| t.loads),
+/// What one tier (summed over instances) did.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct TierReport {
+    /// `cpu`, `disk` or `remote`.
+    pub medium: Medium,
+    /// Blocks, over all instances.
+    pub capacity_blocks: u64,
+    /// Blocks loaded from this tier / blocks looked up below the GPU.
+    pub hit_rate: f64,
+    /// Blocks loaded from this tier.
+    pub loaded_blocks: u64,
+    /// Blocks copied into this tier.
+    pub stored_blocks: u64,
+    /// Bytes read from this tier, per GPU.
+    pub bytes_loaded: u64,
+    /// Bytes written to this tier, per GPU.
+    pub bytes_stored: u64,
+    /// Blocks loaded from this tier that had landed in it less than a
+    /// second before and whose GPU copy was gone / blocks loaded from it.
+    pub thrashing_rate: f64,
+    /// Mean over instances of the fraction of the run the tier's own link
+    /// (host ↔ medium) was busy; absent for host memory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub link_busy_fraction: Option<f64>,
+}
+
+impl OffloadReport {
+    fn build(all: &[&OffloadStats], duration: Micros) -> OffloadReport {
+        let n = all.len() as f64;
+        let mut sum = OffloadStats::default();
+        for s in all {
+            sum.absorb(s);
+        }
+        let busy = |t: Micros| ratio(t.as_us() as f64 / n, duration.as_us() as f64);
+        let loaded = sum.hit_blocks();
+        let tiers = sum
+            .tiers
+            .iter()
+            .map(|t| TierReport {
+                medium: t.medium,
+                capacity_blocks: all.iter().flat_map(|s| &s.tiers).filter(|x| x.medium == t.medium).map(|x| x.capacity_blocks).sum(),
+                hit_rate: ratio(t.hit_blocks as f64, sum.lookup_blocks as f64),
+                loaded_blocks: t.hit_blocks,
+                stored_blocks: t.stored_blocks,
+                bytes_loaded: t.hit_blocks * sum.block_bytes,
+                bytes_stored: t.stored_blocks * sum.block_bytes,
+                thrashing_rate: ratio(t.thrashed_blocks as f64, t.hit_blocks as f64),
+                link_busy_fraction: (t.medium != Medium::Cpu).then(|| busy(t.read_busy + t.write_busy)),
+            })
+            .collect();
+        OffloadReport {
+            hit_rate: ratio(loaded as f64, sum.lookup_blocks as f64),
+            loads: sum.loads,
             loaded_blocks: loaded,
-            stored_blocks: sum(|t| t.stored_blocks),
-            deferred_stores: sum(|t| t.deferred_stores),
-            bytes_loaded: sum(|t| t.load_bytes),
-            bytes_stored: sum(|t| t.store_bytes),
-            load_link_busy_fraction: busy(|t| t.load_busy),
-            store_link_busy_fraction: busy(|t| t.store_busy),
-            mean_load_wait_ms: ratio(sum(|t| t.load_wait.as_us()) as f64 / 1e3, sum(|t| t.loads) as f64),
-            thrashing_rate: ratio(sum(|t| t.thrashed_blocks) as f64, loaded as f64),
+            deferred_stores: sum.deferred_stores,
+            bytes_loaded: sum.load_bytes,
+            bytes_stored: sum.store_bytes,
+            load_link_busy_fraction: busy(sum.load_busy),
+            store_link_busy_fraction: busy(sum.store_busy),
+            mean_load_wait_ms: ratio(sum.load_wait.as_us() as f64 / 1e3, sum.loads as f64),
+            thrashing_rate: ratio(sum.tiers.iter().map(|t| t.thrashed_blocks).sum::<u64>() as f64, loaded as f64),
+            tiers,
         }
     }
 }
@@ -578,9 +620,9 @@ impl RunSummary {
                 utilization_peak: instances.iter().map(|s| s.kv_usage_peak).fold(0.0, f64::max),
                 utilization_mean: ratio(instances.iter().map(|s| s.kv_usage_integral).sum::<f64>() / n, duration.as_us() as f64),
                 preemptions: sum(|s| s.preemptions),
-                cpu_tier: {
-                    let tiers: Vec<&TierStats> = instances.iter().filter_map(|s| s.cpu_tier.as_ref()).collect();
-                    (!tiers.is_empty()).then(|| CpuTierReport::build(&tiers, tiers.len() as f64, duration))
+                offload: {
+                    let all: Vec<&OffloadStats> = instances.iter().filter_map(|s| s.offload.as_ref()).collect();
+                    (!all.is_empty()).then(|| OffloadReport::build(&all, duration))
                 },
             },
             batch: BatchReport {
@@ -739,7 +781,7 @@ mod tests {
             b.on_finish(&RequestRecord {
                 id: RequestId(id), meta, instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0), enqueued: None,
                 first_scheduled: None, first_token: Some(Micros(10 * id + 5)), last_token: Some(Micros(100)),
-                finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0,
+                finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO,
             });
         }
         let labels = Labels { tenants: vec!["free".into(), "paid".into()], ..Labels::default() };

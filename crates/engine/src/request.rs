@@ -371,6 +371,12 @@ pub struct RequestRecord {
     pub cached_prompt_tokens: u32,
     /// Times it was preempted.
     pub preemptions: u32,
+    /// Prompt tokens loaded from the offload tiers (CPU, disk, remote)
+    /// instead of being recomputed, over all its admissions.
+    pub loaded_prompt_tokens: u32,
+    /// Time it waited off the scheduler for those loads
+    /// (`WAITING_FOR_REMOTE_KVS`).
+    pub kv_load_wait: Micros,
 }
 
 impl RequestRecord {
@@ -393,6 +399,8 @@ impl RequestRecord {
             output_tokens: 0,
             cached_prompt_tokens: 0,
             preemptions: 0,
+            loaded_prompt_tokens: 0,
+            kv_load_wait: Micros::ZERO,
         }
     }
 

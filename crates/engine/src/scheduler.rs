@@ -73,8 +73,12 @@ pub struct InstanceConfig {
     /// When set, a request unfinished this long after its arrival is given up
     /// by its client and aborted by the server.
     pub client_timeout: Option<Micros>,
-    /// A CPU tier below the GPU cache (vLLM's native KV offloading); `None`: GPU only.
+    /// Tiers below the GPU cache (vLLM's native KV offloading, LMCache); `None`: GPU only.
     pub offload: Option<crate::kv::offload::OffloadConfig>,
+    /// Record vLLM's KV events ([`crate::kv::events`]) and hand them to
+    /// observers once per step. Off by default: it costs an allocation per
+    /// stored block.
+    pub kv_events: bool,
 }
 
 /// A configuration that cannot run.
@@ -141,6 +145,7 @@ impl InstanceConfig {
             enable_prefix_caching: true,
             client_timeout: None,
             offload: None,
+            kv_events: false,
         }
     }
 

@@ -9,6 +9,7 @@
 //! the tokenizer approximation the server uses.
 
 pub mod client;
+pub mod kv_events;
 pub mod load;
 pub mod observe;
 pub mod serve;

@@ -163,6 +163,8 @@ impl Plan<GeneratedRequest> for SessionPlan<'_> {
             output_tokens: o.exchange.usage.map_or(0, |u| u.completion_tokens),
             cached_prompt_tokens: 0,
             preemptions: 0,
+            loaded_prompt_tokens: 0,
+            kv_load_wait: Micros::ZERO,
         };
         self.generator.on_finish(&record);
     }

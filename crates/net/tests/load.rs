@@ -22,6 +22,7 @@ async fn server(failure_rate: f64) -> blis_net::serve::RunningServer {
         natural_output: None,
         max_body_bytes: 1 << 20,
         timeouts: Default::default(),
+        kv_events: None,
     };
     start(config, "127.0.0.1:0".parse().unwrap()).await.unwrap()
 }

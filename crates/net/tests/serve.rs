@@ -24,6 +24,7 @@ fn config(failure_rate: f64) -> ServeConfig {
         natural_output: None,
         max_body_bytes: 64 * 1024,
         timeouts: Default::default(),
+        kv_events: None,
     }
 }
 
@@ -278,4 +279,49 @@ mod client {
         assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, None));
         srv.stop().await.unwrap();
     }
+}
+
+/// `--kv-events-config`: a real ZeroMQ subscriber on loopback receives the
+/// simulated server's KV events as vLLM publishes them: three frames
+/// (topic, big-endian sequence number from 0, msgpack `[ts, events]`), the
+/// first event storing the prompt's full blocks with their tokens.
+#[tokio::test]
+async fn kv_events_reach_a_zeromq_subscriber_as_vllm_publishes_them() {
+    use zeromq::{Socket, SocketRecv};
+
+    let kv = blis_net::kv_events::KvEventsConfig::parse(r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0", "topic": "kv"}"#).unwrap();
+    let srv = start(ServeConfig { kv_events: Some(kv), ..config(0.0) }, "127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let endpoint = srv.kv_events_endpoint.clone().expect("publishing");
+    let mut sub = zeromq::SubSocket::new();
+    sub.connect(&endpoint).await.unwrap();
+    sub.subscribe("kv").await.unwrap();
+    let client = blis_net::client::http_builder("http://").build().unwrap();
+    let prompt = (0..40).map(|i| format!("word{i}")).collect::<Vec<_>>().join(" ");
+    // A PUB socket drops what it sends before the subscription reaches it:
+    // send requests until a batch arrives (each stores blocks).
+    let message = 'received: {
+        for _ in 0..50 {
+            let body = json!({"model": MODEL, "prompt": prompt, "max_tokens": 2});
+            client.post(format!("http://{}/v1/completions", srv.local_addr)).json(&body).send().await.unwrap().text().await.unwrap();
+            if let Ok(m) = tokio::time::timeout(std::time::Duration::from_millis(500), sub.recv()).await {
+                break 'received m.unwrap();
+            }
+        }
+        panic!("no KV event batch reached the subscriber");
+    };
+    let frames = message.into_vec();
+    assert_eq!(frames.len(), 3);
+    assert_eq!(&frames[0][..], b"kv");
+    assert_eq!(frames[1].len(), 8, "an 8-byte big-endian sequence number");
+    let batch: Value = rmp_serde::from_slice(&frames[2]).unwrap();
+    let ts = batch[0].as_f64().unwrap();
+    assert!(ts > 1.7e9, "Unix seconds, as vLLM stamps batches: {ts}");
+    let events = batch[1].as_array().unwrap();
+    let stored = events.iter().find(|e| e[0] == "BlockStored").expect("a BlockStored event");
+    let (hashes, tokens) = (stored[1].as_array().unwrap(), stored[3].as_array().unwrap());
+    assert!(!hashes.is_empty() && hashes.iter().all(Value::is_u64));
+    assert_eq!(stored[4], 16, "block size");
+    assert_eq!(tokens.len(), hashes.len() * 16, "the stored blocks' tokens");
+    assert_eq!((&stored[5], &stored[6]), (&Value::Null, &json!("GPU")), "lora_id, medium");
+    srv.stop().await.unwrap();
 }

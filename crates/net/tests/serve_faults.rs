@@ -42,6 +42,7 @@ fn config(time_scale: f64, timeouts: ServeTimeouts) -> ServeConfig {
         natural_output: None,
         max_body_bytes: 64 * 1024,
         timeouts,
+        kv_events: None,
     }
 }
 

@@ -11,12 +11,10 @@ use blis_data::catalog;
 use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
 use blis_engine::kv::VLLM_BLOCK_SIZES;
-use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
-use blis_engine::latency::physics_normalized::PCIE_EFFICIENCY;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
-use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
+use blis_engine::time::{MAX_SPAN_S, Micros};
 use blis_engine::vllm::ALLOW_LONG_MAX_MODEL_LEN;
 
 use crate::error::{ScenarioError, invalid};
@@ -205,7 +203,8 @@ impl Server {
             block_size,
             enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
             client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
-            offload: offload(k, &model, &gpu, tp, block_size, report)?,
+            offload: crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?,
+            kv_events: false,
         };
         instance.validate().map_err(|e| invalid!("{e}"))?;
         Ok(Server { model_name, model, gpu_name, gpu, tp, instance, kv_budget })
@@ -215,67 +214,6 @@ impl Server {
     pub fn latency_model(&self, set: &CoefficientSet, origin: &str) -> Result<Arc<dyn LatencyModel>, ScenarioError> {
         set.latency_model(&self.model, &self.gpu, self.tp, &self.instance).map_err(|e| invalid!("coefficients ({origin}): {e}"))
     }
-}
-
-/// Fixed cost of one offloading transfer (a copy's launch and completion).
-const DEFAULT_TRANSFER_LATENCY: Micros = Micros(20);
-
-/// The CPU tier the KV-offloading knobs ask for, if any.
-fn offload(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_size: u32, report: &mut ConfigReport) -> Result<Option<OffloadConfig>, ScenarioError> {
-    let tier_knobs = [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
-    let block_bytes_per_gpu = model.kv_bytes_per_token_per_gpu(tp) * f64::from(block_size);
-    let cpu_blocks = match (k.kv_cpu_blocks.value, k.kv_offloading_size.value) {
-        (Some(_), Some(_)) => return Err(invalid!("give either --kv-cpu-blocks or --kv-offloading-size, not both")),
-        (Some(0), None) => return Err(invalid!("--kv-cpu-blocks 0: the CPU tier needs at least one block")),
-        (Some(n), None) => n,
-        (None, Some(gib)) => {
-            if !(gib.is_finite() && gib > 0.0) {
-                return Err(invalid!("--kv-offloading-size {gib:?}: must be a positive number of GiB"));
-            }
-            // vLLM (CPUOffloadingSpec): the size covers every GPU's shard of a block.
-            let block_bytes = block_bytes_per_gpu * f64::from(tp);
-            let blocks = (gib * (1u64 << 30) as f64 / block_bytes).floor();
-            if blocks < 1.0 {
-                return Err(invalid!("--kv-offloading-size {gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})", block_bytes / (1u64 << 20) as f64));
-            }
-            report_entry(report, "kv-cpu-blocks", &(blocks as u64), Source::Derived);
-            blocks as u64
-        }
-        (None, None) => {
-            if tier_knobs.iter().any(|&given| given) {
-                return Err(invalid!("KV offloading flags need a CPU tier: give --kv-offloading-size GIB or --kv-cpu-blocks N"));
-            }
-            return Ok(None);
-        }
-    };
-    match k.kv_offloading_backend.value.as_deref() {
-        None | Some("native") => {}
-        Some("lmcache") => {
-            return Err(invalid!("--kv-offloading-backend lmcache is not modelled yet; the CPU tier follows vLLM's native OffloadingConnector (native)"));
-        }
-        Some(other) => return Err(invalid!("--kv-offloading-backend `{other}`: allowed values are native, lmcache")),
-    }
-    let gb_per_s = match k.kv_transfer_bandwidth.value {
-        Some(b) if !(b.is_finite() && b > 0.0 && b <= 1e6) => {
-            return Err(invalid!("--kv-transfer-bandwidth {b:?}: must be a positive number of GB/s (at most 1e6)"));
-        }
-        Some(b) => b,
-        None => {
-            // The spec's figure counts both directions; offload copies get
-            // the share of it the physics-normalized model assumes.
-            let b = gpu.pcie_gb_s / 2.0 * PCIE_EFFICIENCY;
-            report_entry(report, "kv-transfer-bandwidth", &b, Source::Derived);
-            b
-        }
-    };
-    let latency = match &k.kv_transfer_latency.value {
-        Some(text) => parse_duration(text).map_err(|e| invalid!("--kv-transfer-latency {e}"))?,
-        None => DEFAULT_TRANSFER_LATENCY,
-    };
-    let link = LinkConfig { bytes_per_s: gb_per_s * 1e9, latency };
-    let o = OffloadConfig { cpu_blocks, block_bytes: block_bytes_per_gpu.ceil() as u64, store: link, load: link };
-    o.validate().map_err(|e| invalid!("{e}"))?;
-    Ok(Some(o))
 }
 
 impl Deployment {

@@ -211,11 +211,17 @@ knob_table! {
     /// turns on a CPU tier below the GPU cache. [default: off]
     kv_offloading_size: f64 = None, flag(long, value_name = "GIB", allow_negative_numbers = true, help_heading = "KV offloading");
     /// KV offloading implementation (vLLM --kv-offloading-backend): native (vLLM's
-    /// OffloadingConnector). [default: native]
+    /// OffloadingConnector: every full block, host memory only) or lmcache (prompt
+    /// chunks of 256 tokens; CPU, disk and remote tiers). [default: native; lmcache with disk or remote tiers]
     kv_offloading_backend: String = None, flag(long, value_name = "NAME", help_heading = "KV offloading");
     /// Host KV blocks of the CPU tier (the OffloadingConnector's num_cpu_blocks), instead of
     /// --kv-offloading-size. [default: off]
     kv_cpu_blocks: u64 = None, flag(long, value_name = "N", help_heading = "KV offloading");
+    /// Tiers below the GPU, nearest first: MEDIUM:SIZE_GIB[:GB_PER_S[:LATENCY]],... with MEDIUM
+    /// cpu, disk or remote (e.g. cpu:64,disk:1024:5:100us; SIZE may be Nblocks). In a --config
+    /// file also a list of {medium, size_gib or blocks, bandwidth_gb_s, latency}. [default: none;
+    /// disk 5 GB/s and 100us, remote 12.5 GB/s and 500us]
+    kv_tiers: crate::tiers::KvTierList = None, flag(long, value_name = "TIERS", help_heading = "KV offloading");
     /// GPU ↔ host bandwidth per GPU and direction, GB/s. [default: half the GPU's PCIe figure
     /// (it counts both directions) × 0.75]
     kv_transfer_bandwidth: f64 = None, flag(long, value_name = "GB_PER_S", allow_negative_numbers = true, help_heading = "KV offloading");

@@ -50,6 +50,7 @@ pub mod error;
 mod help;
 pub mod knobs;
 pub mod report;
+pub mod tiers;
 pub mod workload;
 
 use blis_cluster::trace::DecisionSink;
@@ -95,6 +96,20 @@ pub struct ResolvedScenario {
     pub config: ConfigReport,
     /// Things worth telling the user, one line each, in the order found.
     pub warnings: Vec<String>,
+}
+
+impl ResolvedScenario {
+    /// Makes every instance (of every node pool) record vLLM's KV events
+    /// and hand them to observers ([`blis_engine::instance::Observer::on_kv_events`]).
+    pub fn record_kv_events(&mut self) {
+        self.deployment.server.instance.kv_events = true;
+        self.cluster.config.instance.kv_events = true;
+        if let Some(a) = &mut self.cluster.config.autoscale {
+            for p in &mut a.pools {
+                p.instance.kv_events = true;
+            }
+        }
+    }
 }
 
 impl Scenario {

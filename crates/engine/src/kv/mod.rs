@@ -31,11 +31,13 @@
 //! exactly the blocks with reference count 0, and every hash in the index
 //! points to a block carrying that hash.
 
+pub mod events;
 mod index;
 pub mod offload;
 
 use thiserror::Error;
 
+use self::events::CacheChange;
 use self::index::BlockIndex;
 
 const NIL: u32 = u32::MAX;
@@ -139,6 +141,9 @@ pub struct KvCache {
     index: BlockIndex,
     block_size: u32,
     prefix_caching: bool,
+    /// Changes to the prefix index since the last [`KvCache::take_changes`],
+    /// when recording ([`KvCache::record_changes`]).
+    changes: Option<Vec<CacheChange>>,
 }
 
 impl KvCache {
@@ -165,7 +170,22 @@ impl KvCache {
             index: BlockIndex::new(),
             block_size,
             prefix_caching,
+            changes: None,
         })
+    }
+
+    /// From now on, records every block registered in or evicted from the
+    /// prefix index, for [`KvCache::take_changes`].
+    pub fn record_changes(&mut self) {
+        self.changes.get_or_insert_default();
+    }
+
+    /// Moves the changes recorded since the last call to `out` (nothing when
+    /// not recording).
+    pub fn take_changes(&mut self, out: &mut Vec<CacheChange>) {
+        if let Some(c) = &mut self.changes {
+            out.append(c);
+        }
     }
 
     /// Tokens per block.
@@ -334,12 +354,16 @@ impl KvCache {
         }
         let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
         let start = (table.num_cached as usize).min(num_full);
-        for (&b, &h) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]) {
+        for (i, (&b, &h)) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]).enumerate() {
             if !self.is_hashed(b) {
                 self.set_hashed(b, true);
                 self.blocks[b as usize].hash = h;
                 let blocks = &self.blocks;
                 self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash);
+                if let Some(c) = &mut self.changes {
+                    let index = start + i;
+                    c.push(CacheChange::Stored { hash: h, parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
+                }
             }
         }
         table.num_cached = table.num_cached.max(num_full as u32);
@@ -383,7 +407,11 @@ impl KvCache {
         // Evict: the block's old content is no longer findable (one probe).
         if self.is_hashed(b) {
             self.set_hashed(b, false);
-            self.index.remove_if_points_to(self.blocks[b as usize].hash, b);
+            let hash = self.blocks[b as usize].hash;
+            self.index.remove_if_points_to(hash, b);
+            if let Some(c) = &mut self.changes {
+                c.push(CacheChange::Removed { hash });
+            }
         }
         self.blocks[b as usize].hold(1);
         self.num_used += 1;
@@ -448,6 +476,12 @@ impl KvCache {
 
     fn debug_check(&self) {
         debug_assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "KV conservation violated");
+    }
+
+    /// Blocks that carry a content hash (registered, held or free), counting
+    /// blocks of equal content separately. O(blocks); for tests.
+    pub fn hashed_blocks(&self) -> u64 {
+        self.hashed.iter().map(|w| u64::from(w.count_ones())).sum()
     }
 
     /// Full O(blocks) consistency check, for tests: conservation, the free

@@ -1,136 +1,301 @@
-//! A CPU tier below the GPU KV cache: vLLM's native KV offloading
-//! (`OffloadingConnector` with the CPU backend, vLLM 0.11–0.13,
-//! `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`
-//! and `vllm/v1/kv_offload/`).
+//! Tiers below the GPU KV cache: host memory, local disk and a remote store,
+//! as vLLM's native KV offloading and LMCache keep evicted prefixes.
 //!
-//! * **Store** (`_get_reqs_to_store`). Every full block a request has
-//!   computed, prompt and output alike, is copied to host memory after the
-//!   step that computed it, unless host memory holds (or is receiving) its
-//!   content already. The copy occupies the GPU → host link; until it lands
-//!   the block is neither findable nor evictable (`ref_cnt = −1`). When too
-//!   few host blocks can be evicted for all of a request's new blocks,
-//!   nothing is stored and the request tries again after its next step
-//!   (`prepare_store` returning `None`).
-//! * **Lookup** (`get_num_new_matched_tokens`, only for a request with no
-//!   computed tokens). After the GPU prefix hit, the leading run of the
-//!   prompt's full blocks that the tier holds, landed, is loaded instead of
-//!   recomputed. Unlike a GPU hit it may cover the whole prompt; the last
-//!   token is then recomputed (`_update_waiting_for_remote_kv`).
-//! * **Load.** The request waits off the scheduler (`WAITING_FOR_REMOTE_KVS`)
-//!   while the host → GPU copy runs; other requests keep running. When the
-//!   copy lands, the blocks enter the GPU prefix index and the request waits
-//!   again with those tokens computed (the instance's side: `Instance`'s
-//!   `start_load` and `on_loaded`). A host block being loaded cannot be
-//!   evicted; when the load ends it is the most recently used.
-//! * **Eviction.** Host memory is a fixed number of blocks, evicted least
-//!   recently stored or loaded first (`LRUOffloadingManager`).
+//! **What is stored, and when** ([`StorePolicy`]):
+//! * vLLM's native `OffloadingConnector` (CPU backend, vLLM 0.11–0.13,
+//!   `vllm/distributed/kv_transfer/kv_connector/v1/offloading_connector.py`,
+//!   `_get_reqs_to_store`) copies every full block a request has computed,
+//!   prompt and output alike, after the step that computed it.
+//! * LMCache's vLLM v1 connector (LMCache 0.3,
+//!   `lmcache/integration/vllm/vllm_v1_adapter.py`, `wait_for_save`) saves
+//!   the prompt in chunks of `chunk_size` tokens (256) as prefill computes
+//!   them, and the prompt's last partial chunk when its prefill completes;
+//!   generated tokens are not saved (`save_decode_cache: false`, its
+//!   default).
 //!
-//! Simplified: the host block is the GPU block (vLLM's default
-//! `block_size`); a load does not first move every block of the request to
-//! the LRU tail (`touch`), only the blocks it loads; and two requests may
-//! load the same host block at once (vLLM ≥ 0.13 makes the second wait).
+//! Either way a block is copied unless every tier holds (or is receiving)
+//! its content already. The copy crosses the GPU → host link; a tier below
+//! host memory (disk, remote) then receives it over its own link, starting
+//! when it reached host memory (LMCache's write-through: every backend gets
+//! every chunk). Until a tier's copy lands the block is neither findable
+//! nor evictable there (`ref_cnt = −1`). When some tier has too few
+//! evictable blocks for a request's new blocks, nothing is stored and the
+//! request tries again after its next step (`prepare_store` returning
+//! `None`).
 //!
-//! Each direction of the link is one first-come, first-served channel:
+//! **Lookup** (`get_num_new_matched_tokens`, only for a request with no
+//! computed tokens). After the GPU prefix hit, the leading run of the
+//! prompt's full blocks that some tier holds, landed, is loaded instead of
+//! recomputed; each block comes from the nearest tier holding it. Unlike a
+//! GPU hit the run may cover the whole prompt; the last token is then
+//! recomputed (`_update_waiting_for_remote_kv`).
+//!
+//! **Load.** The request waits off the scheduler (`WAITING_FOR_REMOTE_KVS`)
+//! while its blocks move; other requests keep running. Blocks from a tier
+//! below host memory first cross that tier's link into host memory, then
+//! all of the load crosses the host → GPU link. When it lands the blocks
+//! enter the GPU prefix index and the request waits again with those tokens
+//! computed (the instance's side: `Instance`'s `start_load` and
+//! `on_loaded`). A block being loaded cannot be evicted from its tier; when
+//! the load ends it is that tier's most recently used.
+//!
+//! **Eviction.** Each tier is a fixed number of blocks, evicted least
+//! recently stored or loaded first (`LRUOffloadingManager`; LMCache's LRU).
+//!
+//! Simplified: a tier's block is the GPU block (vLLM's default
+//! `block_size`); LMCache's lookup is at block, not chunk, granularity; a
+//! load does not first move every block of the request to the LRU tail
+//! (`touch`), only the blocks it loads; a block loaded from disk is not
+//! promoted into host memory; two requests may load the same block at once
+//! (vLLM ≥ 0.13 makes the second wait).
+//!
+//! **Links.** Each link direction is one first-come, first-served channel:
 //! a transfer of `b` bytes that starts at `s` holds the link until
 //! `s + b / bandwidth` and completes `latency` later, so concurrent
 //! transfers share the bandwidth and none overtakes another. Every GPU of a
 //! tensor-parallel instance moves its own shard over its own link at the
-//! same time, so `block_bytes` is one GPU's shard of a block.
+//! same time, so `block_bytes` is one GPU's shard of a block and a lower
+//! tier's bandwidth is one GPU's share of it.
 //!
-//! The host pool is a [`KvCache`] with prefix caching: a stored block is a
-//! block registered under its content hash and returned to the free queue
+//! Each tier's pool is a [`KvCache`] with prefix caching: a stored block is
+//! a block registered under its content hash and returned to the free queue
 //! (so it stays findable until evicted); a load pins blocks as requests pin
 //! GPU blocks.
 
 use std::collections::VecDeque;
 
+use serde::Serialize;
 use thiserror::Error;
 
+use super::events::{CacheChange, KvEvent, MediumName};
 use super::{BlockTable, KvCache};
 use crate::time::Micros;
 
-/// How long after a block landed in host memory a load of it counts as
+/// How long after a block landed in a tier a load of it counts as
 /// thrashing, when the GPU had evicted its copy meanwhile: offloaded,
 /// evicted and needed back almost at once.
 pub const THRASH_WINDOW: Micros = Micros::from_secs(1);
 
-/// One direction of the GPU ↔ host link.
+/// LMCache's default `chunk_size`, tokens.
+pub const LMCACHE_CHUNK_TOKENS: u32 = 256;
+
+/// Where a tier keeps its blocks. Tiers are ordered nearest first, in this
+/// order.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Medium {
+    /// Host memory, right across the GPU's PCIe link.
+    #[default]
+    Cpu,
+    /// A local disk (NVMe), behind host memory.
+    Disk,
+    /// A remote store over the network (LMCache's remote backend), behind host memory.
+    Remote,
+}
+
+impl Medium {
+    /// The names [`Medium::parse`] accepts, nearest first.
+    pub const NAMES: [&'static str; 3] = ["cpu", "disk", "remote"];
+
+    /// The medium called `name` (`cpu`, `disk`, `remote`).
+    pub fn parse(name: &str) -> Option<Medium> {
+        match name {
+            "cpu" => Some(Medium::Cpu),
+            "disk" => Some(Medium::Disk),
+            "remote" => Some(Medium::Remote),
+            _ => None,
+        }
+    }
+
+    /// The medium's name.
+    pub fn name(self) -> &'static str {
+        Medium::NAMES[self as usize]
+    }
+
+    /// Its name in KV events (vLLM's `CPU`; `DISK` and `REMOTE` below it).
+    pub fn event_name(self) -> MediumName {
+        ["CPU", "DISK", "REMOTE"][self as usize]
+    }
+}
+
+/// What is offered to the tiers, and when; see the module documentation.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum StorePolicy {
+    /// vLLM's native offloading: every full block, prompt and output, after
+    /// the step that computed it.
+    EveryFullBlock,
+    /// LMCache: the prompt's full blocks in whole chunks of `chunk_blocks`
+    /// blocks as prefill computes them, the rest when the prefill completes.
+    PromptChunks {
+        /// Blocks per chunk (at least 1).
+        chunk_blocks: u32,
+    },
+}
+
+impl StorePolicy {
+    /// How many leading full blocks of a request with `prompt_tokens` to
+    /// have offered once `computed_tokens` are computed.
+    pub fn storable_blocks(self, computed_tokens: u32, prompt_tokens: u32, block_size: u32) -> u32 {
+        match self {
+            StorePolicy::EveryFullBlock => computed_tokens / block_size,
+            StorePolicy::PromptChunks { chunk_blocks } => {
+                let full = computed_tokens.min(prompt_tokens) / block_size;
+                if computed_tokens >= prompt_tokens { full } else { full - full % chunk_blocks.max(1) }
+            }
+        }
+    }
+}
+
+/// One direction of a link.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct LinkConfig {
-    /// Bytes per second one GPU moves in this direction.
+    /// Bytes per second one GPU's shard moves in this direction.
     pub bytes_per_s: f64,
     /// Fixed cost of a transfer, added once per transfer.
     pub latency: Micros,
 }
 
-/// A CPU tier's configuration.
+/// One tier's configuration.
 #[derive(Copy, Clone, Debug, PartialEq)]
+pub struct TierConfig {
+    /// Where its blocks live.
+    pub medium: Medium,
+    /// Blocks (of the GPU block size) it holds.
+    pub blocks: u64,
+    /// The link between host memory and the medium (both directions), for
+    /// every medium but [`Medium::Cpu`], which has none.
+    pub link: Option<LinkConfig>,
+}
+
+/// The tiers of an instance.
+#[derive(Clone, Debug, PartialEq)]
 pub struct OffloadConfig {
-    /// Host blocks (of the GPU block size) the tier holds.
-    pub cpu_blocks: u64,
+    /// What is stored, and when.
+    pub policy: StorePolicy,
     /// Bytes of one block on one GPU (its tensor-parallel shard).
     pub block_bytes: u64,
     /// GPU → host (stores).
     pub store: LinkConfig,
     /// Host → GPU (loads).
     pub load: LinkConfig,
+    /// Nearest first: at most one per medium, in [`Medium`] order.
+    pub tiers: Vec<TierConfig>,
 }
 
-/// A CPU tier that cannot be built.
+/// Tiers that cannot be built.
 #[derive(Debug, Error, PartialEq)]
 pub enum OffloadConfigError {
+    /// An empty tier list.
+    #[error("KV offloading needs at least one tier")]
+    NoTiers,
+    /// Tiers out of order or a medium twice.
+    #[error("KV tiers must be ordered cpu, disk, remote, each at most once; got {0}")]
+    Order(String),
     /// Fewer than one usable block.
-    #[error("the CPU KV tier needs at least one block, got {0}")]
-    TooSmall(u64),
-    /// More blocks than the cache can index.
-    #[error("the CPU KV tier holds at most {max} blocks, got {got}", max = u32::MAX - 2)]
+    #[error("the {0} KV tier needs at least one block, got 0")]
+    TooSmall(&'static str),
+    /// More blocks than a pool can index.
+    #[error("the {medium} KV tier holds at most {max} blocks, got {got}", max = u32::MAX - 3)]
     TooLarge {
+        /// The tier.
+        medium: &'static str,
         /// The requested count.
         got: u64,
     },
+    /// A link on the CPU tier, or none on another.
+    #[error("the {0} KV tier {1}")]
+    Link(&'static str, &'static str),
     /// A bandwidth that is not a positive finite number.
     #[error("KV transfer bandwidth must be a positive number of bytes per second, got {0}")]
     Bandwidth(f64),
     /// A zero block size in bytes.
     #[error("a KV block must have a positive size in bytes")]
     ZeroBlockBytes,
+    /// A zero chunk.
+    #[error("an LMCache chunk must hold at least one block")]
+    ZeroChunk,
 }
 
 impl OffloadConfig {
-    /// Checks the figures a tier is built from.
+    /// vLLM's native offloading: one CPU tier of `cpu_blocks` blocks of
+    /// `block_bytes` (per GPU), and `link` both ways.
+    pub fn native_cpu(cpu_blocks: u64, block_bytes: u64, link: LinkConfig) -> OffloadConfig {
+        OffloadConfig {
+            policy: StorePolicy::EveryFullBlock,
+            block_bytes,
+            store: link,
+            load: link,
+            tiers: vec![TierConfig { medium: Medium::Cpu, blocks: cpu_blocks, link: None }],
+        }
+    }
+
+    /// Checks the figures the tiers are built from.
     pub fn validate(&self) -> Result<(), OffloadConfigError> {
-        if self.cpu_blocks == 0 {
-            return Err(OffloadConfigError::TooSmall(0));
+        if self.tiers.is_empty() {
+            return Err(OffloadConfigError::NoTiers);
         }
-        if self.cpu_blocks >= u64::from(u32::MAX - 2) {
-            return Err(OffloadConfigError::TooLarge { got: self.cpu_blocks });
+        if self.tiers.windows(2).any(|w| w[0].medium >= w[1].medium) {
+            let names: Vec<&str> = self.tiers.iter().map(|t| t.medium.name()).collect();
+            return Err(OffloadConfigError::Order(names.join(", ")));
         }
-        for link in [self.store, self.load] {
-            if !(link.bytes_per_s.is_finite() && link.bytes_per_s > 0.0) {
-                return Err(OffloadConfigError::Bandwidth(link.bytes_per_s));
+        let mut links = vec![self.store, self.load];
+        for t in &self.tiers {
+            let name = t.medium.name();
+            if t.blocks == 0 {
+                return Err(OffloadConfigError::TooSmall(name));
             }
+            if t.blocks >= u64::from(u32::MAX - 3) {
+                return Err(OffloadConfigError::TooLarge { medium: name, got: t.blocks });
+            }
+            match (t.medium, t.link) {
+                (Medium::Cpu, Some(_)) => return Err(OffloadConfigError::Link(name, "is host memory and has no link of its own")),
+                (Medium::Disk | Medium::Remote, None) => return Err(OffloadConfigError::Link(name, "needs a link (bandwidth and latency)")),
+                (_, link) => links.extend(link),
+            }
+        }
+        if let Some(bad) = links.iter().find(|l| !(l.bytes_per_s.is_finite() && l.bytes_per_s > 0.0)) {
+            return Err(OffloadConfigError::Bandwidth(bad.bytes_per_s));
         }
         if self.block_bytes == 0 {
             return Err(OffloadConfigError::ZeroBlockBytes);
+        }
+        if self.policy == (StorePolicy::PromptChunks { chunk_blocks: 0 }) {
+            return Err(OffloadConfigError::ZeroChunk);
         }
         Ok(())
     }
 }
 
-/// What a tier did over a run.
+/// What one tier did over a run.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct TierStats {
-    /// Host blocks (the largest of replicas that took turns in one slot).
+    /// Where its blocks live.
+    pub medium: Medium,
+    /// Blocks (the largest of replicas that took turns in one slot).
     pub capacity_blocks: u64,
-    /// Blocks looked up in the tier (those after each admitted request's GPU hit).
-    pub lookup_blocks: u64,
-    /// Of which found (and loaded).
+    /// Blocks loaded from it.
     pub hit_blocks: u64,
+    /// Blocks copied into it.
+    pub stored_blocks: u64,
+    /// Loaded blocks that had landed in it less than [`THRASH_WINDOW`]
+    /// before and whose GPU copy was gone.
+    pub thrashed_blocks: u64,
+    /// Time its own link (host → medium) was busy with stores; zero for host memory.
+    pub write_busy: Micros,
+    /// Time its own link (medium → host) was busy with loads; zero for host memory.
+    pub read_busy: Micros,
+}
+
+/// What an instance's tiers did over a run.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OffloadStats {
+    /// Bytes of one block on one GPU.
+    pub block_bytes: u64,
+    /// Blocks looked up below the GPU (those after each admitted request's GPU hit).
+    pub lookup_blocks: u64,
     /// Loads (one per request that found blocks).
     pub loads: u64,
-    /// Blocks copied to the tier.
-    pub stored_blocks: u64,
-    /// Stores put off to a later step because too few host blocks were evictable.
+    /// Stores put off to a later step because a tier had too few evictable blocks.
     pub deferred_stores: u64,
     /// Bytes moved host → GPU, per GPU.
     pub load_bytes: u64,
@@ -140,32 +305,56 @@ pub struct TierStats {
     pub load_busy: Micros,
     /// Time the GPU → host link was busy.
     pub store_busy: Micros,
-    /// Σ over loads of the time from the load's start to its completion.
+    /// Σ over loads of the time from the load's start to its landing.
     pub load_wait: Micros,
-    /// Loaded blocks that had landed in the tier less than [`THRASH_WINDOW`]
-    /// before and whose GPU copy was gone.
-    pub thrashed_blocks: u64,
+    /// Per tier, nearest first.
+    pub tiers: Vec<TierStats>,
 }
 
-impl TierStats {
-    /// Adds `other`'s counters (replicas that took turns in one slot).
-    pub fn absorb(&mut self, other: &TierStats) {
-        self.capacity_blocks = self.capacity_blocks.max(other.capacity_blocks);
+impl OffloadStats {
+    /// Zero counters for the tiers of `cfg`.
+    pub fn new(cfg: &OffloadConfig) -> OffloadStats {
+        let tiers = cfg.tiers.iter().map(|t| TierStats { medium: t.medium, capacity_blocks: t.blocks, ..TierStats::default() }).collect();
+        OffloadStats { block_bytes: cfg.block_bytes, tiers, ..OffloadStats::default() }
+    }
+
+    /// Blocks loaded from every tier.
+    pub fn hit_blocks(&self) -> u64 {
+        self.tiers.iter().map(|t| t.hit_blocks).sum()
+    }
+
+    /// Adds `other`'s counters (replicas that took turns in one slot, or
+    /// instances of one pool; tiers are matched by medium).
+    pub fn absorb(&mut self, other: &OffloadStats) {
+        self.block_bytes = self.block_bytes.max(other.block_bytes);
         self.lookup_blocks += other.lookup_blocks;
-        self.hit_blocks += other.hit_blocks;
         self.loads += other.loads;
-        self.stored_blocks += other.stored_blocks;
         self.deferred_stores += other.deferred_stores;
         self.load_bytes += other.load_bytes;
         self.store_bytes += other.store_bytes;
         self.load_busy += other.load_busy;
         self.store_busy += other.store_busy;
         self.load_wait += other.load_wait;
-        self.thrashed_blocks += other.thrashed_blocks;
+        for o in &other.tiers {
+            let i = match self.tiers.binary_search_by_key(&o.medium, |t| t.medium) {
+                Ok(i) => i,
+                Err(i) => {
+                    self.tiers.insert(i, TierStats { medium: o.medium, ..TierStats::default() });
+                    i
+                }
+            };
+            let t = &mut self.tiers[i];
+            t.capacity_blocks = t.capacity_blocks.max(o.capacity_blocks);
+            t.hit_blocks += o.hit_blocks;
+            t.stored_blocks += o.stored_blocks;
+            t.thrashed_blocks += o.thrashed_blocks;
+            t.write_busy += o.write_busy;
+            t.read_busy += o.read_busy;
+        }
     }
 }
 
-/// One direction of the link: a first-come, first-served channel.
+/// One direction of a link: a first-come, first-served channel.
 #[derive(Clone, Debug)]
 struct Link {
     cfg: LinkConfig,
@@ -174,151 +363,345 @@ struct Link {
 }
 
 impl Link {
-    /// Queues `bytes` at `now`; returns (completion time, time the link is busy with it).
-    fn transfer(&mut self, now: Micros, bytes: u64) -> (Micros, Micros) {
+    fn new(cfg: LinkConfig) -> Link {
+        Link { cfg, free_at: Micros::ZERO }
+    }
+
+    /// Queues `bytes` that are ready at `ready`; returns (completion time,
+    /// time the link is busy with them).
+    fn transfer(&mut self, ready: Micros, bytes: u64) -> (Micros, Micros) {
         let busy = Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
-        let start = self.free_at.max(now);
+        let start = self.free_at.max(ready);
         self.free_at = start + busy;
         (self.free_at + self.cfg.latency, busy)
     }
 }
 
-/// The CPU tier of one instance; see the module documentation.
-pub struct CpuTier {
+/// One tier's blocks and link.
+struct Tier {
+    medium: Medium,
     pool: KvCache,
-    /// By host block id: when the block's last store lands.
+    /// By block id: when the block's last store lands.
     landed_at: Vec<Micros>,
-    block_bytes: u64,
-    store: Link,
-    load: Link,
-    /// Stores in flight, in landing order (the link is first come, first
-    /// served): when each lands, and the host blocks it pins until then.
+    /// Host ↔ medium, both directions share it (none for host memory).
+    link: Option<Link>,
+    /// Stores in flight, in landing order (links are first come, first
+    /// served): when each lands, and the blocks it pins until then.
     landing: VecDeque<(Micros, BlockTable)>,
-    /// Emptied block tables, for the next stores.
-    spare_tables: Vec<BlockTable>,
-    /// Hashes of one store not yet in the tier.
+    /// Hashes of one store not yet in this tier.
     new_hashes: Vec<u64>,
-    /// The host blocks the last [`CpuTier::lookup`] found, in order.
-    hits: Vec<u32>,
 }
 
-impl CpuTier {
-    /// An empty tier of `cfg.cpu_blocks` blocks of `block_size` tokens.
-    pub fn new(cfg: &OffloadConfig, block_size: u32) -> Result<CpuTier, OffloadConfigError> {
-        cfg.validate()?;
-        // One more block than asked: the pool reserves a null block, as vLLM's GPU pool does.
-        let pool = KvCache::new(cfg.cpu_blocks + 1, block_size, true).map_err(|_| OffloadConfigError::TooLarge { got: cfg.cpu_blocks })?;
-        Ok(CpuTier {
-            pool,
-            landed_at: Vec::new(),
-            block_bytes: cfg.block_bytes,
-            store: Link { cfg: cfg.store, free_at: Micros::ZERO },
-            load: Link { cfg: cfg.load, free_at: Micros::ZERO },
-            landing: VecDeque::new(),
-            spare_tables: Vec::new(),
-            new_hashes: Vec::new(),
-            hits: Vec::new(),
-        })
-    }
-
+impl Tier {
     /// Unpins the blocks whose stores have landed by `now`: they become
     /// findable and evictable.
-    fn settle(&mut self, now: Micros) {
+    fn settle(&mut self, now: Micros, spare: &mut Vec<BlockTable>) {
         while let Some((landed, _)) = self.landing.front()
             && *landed <= now
         {
             let (_, mut table) = self.landing.pop_front().expect("front exists");
             self.pool.free(&mut table);
-            self.spare_tables.push(table);
+            spare.push(table);
         }
     }
 
-    /// Copies the blocks with content `hashes` (full, computed) to host
-    /// memory at `now`, skipping contents the tier holds or is receiving.
-    /// Returns `false`, storing nothing, when too few host blocks are
-    /// evictable for all of them: the caller offers them again later.
-    pub fn store(&mut self, hashes: &[u64], now: Micros, stats: &mut TierStats) -> bool {
+    /// The block holding content `h`, landed by `now`.
+    fn landed_block(&self, h: u64, now: Micros) -> Option<u32> {
+        self.pool.cached_block(h).filter(|&b| self.landed_at[b as usize] <= now)
+    }
+}
+
+/// The blocks a load in flight pins, one table per tier; returned by
+/// [`OffloadTiers::start_load`] and given back to
+/// [`OffloadTiers::finish_load`] (not `Clone`: a load finishes once).
+#[derive(Debug)]
+pub struct LoadTicket(u32);
+
+/// The tiers of one instance; see the module documentation.
+pub struct OffloadTiers {
+    policy: StorePolicy,
+    block_bytes: u64,
+    store: Link,
+    load: Link,
+    tiers: Vec<Tier>,
+    /// Emptied block tables, for the next stores.
+    spare_tables: Vec<BlockTable>,
+    /// The blocks the last [`OffloadTiers::lookup`] found, in order: (tier, block).
+    hits: Vec<(u8, u32)>,
+    /// Per load in flight (by ticket), the blocks it pins in each tier.
+    pins: Vec<Vec<BlockTable>>,
+    free_tickets: Vec<u32>,
+    /// One tier's share of a load: its blocks and their hashes.
+    share_blocks: Vec<u32>,
+    share_hashes: Vec<u64>,
+    /// Index changes taken from a pool, while they become events.
+    changes: Vec<CacheChange>,
+}
+
+impl OffloadTiers {
+    /// Empty tiers as `cfg` describes, of blocks of `block_size` tokens.
+    pub fn new(cfg: &OffloadConfig, block_size: u32) -> Result<OffloadTiers, OffloadConfigError> {
+        cfg.validate()?;
+        let tiers = cfg
+            .tiers
+            .iter()
+            .map(|t| {
+                // One more block than asked: the pool reserves a null block, as vLLM's GPU pool does.
+                let pool = KvCache::new(t.blocks + 1, block_size, true).map_err(|_| OffloadConfigError::TooLarge { medium: t.medium.name(), got: t.blocks })?;
+                Ok(Tier { medium: t.medium, pool, landed_at: Vec::new(), link: t.link.map(Link::new), landing: VecDeque::new(), new_hashes: Vec::new() })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(OffloadTiers {
+            policy: cfg.policy,
+            block_bytes: cfg.block_bytes,
+            store: Link::new(cfg.store),
+            load: Link::new(cfg.load),
+            tiers,
+            spare_tables: Vec::new(),
+            hits: Vec::new(),
+            pins: Vec::new(),
+            free_tickets: Vec::new(),
+            share_blocks: Vec::new(),
+            share_hashes: Vec::new(),
+            changes: Vec::new(),
+        })
+    }
+
+    /// What is stored, and when.
+    pub fn policy(&self) -> StorePolicy {
+        self.policy
+    }
+
+    fn settle(&mut self, now: Micros) {
+        for t in &mut self.tiers {
+            t.settle(now, &mut self.spare_tables);
+        }
+    }
+
+    /// Copies the blocks with content `hashes` (full, computed) down the
+    /// tiers at `now`, each to every tier that neither holds nor is
+    /// receiving it. Returns `false`, storing nothing, when some tier has
+    /// too few evictable blocks for its share: the caller offers them again
+    /// later.
+    pub fn store(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> bool {
         self.settle(now);
-        self.new_hashes.clear();
-        self.new_hashes.extend(hashes.iter().copied().filter(|&h| self.pool.cached_block(h).is_none()));
-        if self.new_hashes.is_empty() {
+        let mut crossing = 0u64; // blocks some tier lacks: they cross the GPU → host link
+        for t in &mut self.tiers {
+            t.new_hashes.clear();
+        }
+        for &h in hashes {
+            let mut lacking = false;
+            for t in &mut self.tiers {
+                if t.pool.cached_block(h).is_none() {
+                    t.new_hashes.push(h);
+                    lacking = true;
+                }
+            }
+            crossing += u64::from(lacking);
+        }
+        if crossing == 0 {
             return true;
         }
-        let n = self.new_hashes.len() as u32;
-        if n > self.pool.num_free_blocks() {
+        if self.tiers.iter().any(|t| t.new_hashes.len() > t.pool.num_free_blocks() as usize) {
             stats.deferred_stores += 1;
             return false;
         }
-        let tokens = n * self.pool.block_size();
-        let mut table = self.spare_tables.pop().unwrap_or_default();
-        let stored = self.pool.allocate_slots(&mut table, tokens, &[], &self.new_hashes, tokens);
-        debug_assert!(stored, "free blocks were counted");
-        let bytes = u64::from(n) * self.block_bytes;
-        let (landed, busy) = self.store.transfer(now, bytes);
-        for &b in &table.blocks {
-            let b = b as usize;
-            if b >= self.landed_at.len() {
-                self.landed_at.resize(b + 1, Micros::ZERO);
-            }
-            self.landed_at[b] = landed;
-        }
-        self.landing.push_back((landed, table));
-        stats.stored_blocks += u64::from(n);
+        let bytes = crossing * self.block_bytes;
+        let (in_host, busy) = self.store.transfer(now, bytes);
         stats.store_bytes += bytes;
         stats.store_busy += busy;
+        for (t, ts) in self.tiers.iter_mut().zip(&mut stats.tiers) {
+            let n = t.new_hashes.len() as u32;
+            if n == 0 {
+                continue;
+            }
+            let landed = match &mut t.link {
+                None => in_host,
+                Some(link) => {
+                    let (landed, busy) = link.transfer(in_host, u64::from(n) * self.block_bytes);
+                    ts.write_busy += busy;
+                    landed
+                }
+            };
+            let tokens = n * t.pool.block_size();
+            let mut table = self.spare_tables.pop().unwrap_or_default();
+            let stored = t.pool.allocate_slots(&mut table, tokens, &[], &t.new_hashes, tokens);
+            debug_assert!(stored, "free blocks were counted");
+            for &b in &table.blocks {
+                let b = b as usize;
+                if b >= t.landed_at.len() {
+                    t.landed_at.resize(b + 1, Micros::ZERO);
+                }
+                t.landed_at[b] = landed;
+            }
+            t.landing.push_back((landed, table));
+            ts.stored_blocks += u64::from(n);
+        }
         true
     }
 
     /// How many of `hashes` (a prompt's full blocks after its GPU hit) the
-    /// tier can serve at `now`: the leading run it holds whose stores have
+    /// tiers can serve at `now`: the leading run that some tier holds,
     /// landed. Counts the lookup in `stats`.
-    pub fn lookup(&mut self, hashes: &[u64], now: Micros, stats: &mut TierStats) -> u32 {
+    pub fn lookup(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> u32 {
         self.settle(now);
         self.hits.clear();
         for &h in hashes {
-            match self.pool.cached_block(h) {
-                Some(b) if self.landed_at[b as usize] <= now => self.hits.push(b),
-                _ => break,
+            match self.tiers.iter().enumerate().find_map(|(i, t)| t.landed_block(h, now).map(|b| (i as u8, b))) {
+                Some(hit) => self.hits.push(hit),
+                None => break,
             }
         }
         stats.lookup_blocks += hashes.len() as u64;
         self.hits.len() as u32
     }
 
+    /// What [`OffloadTiers::lookup`] would return, without counting it or
+    /// changing anything: what a precise prefix-aware router reads.
+    pub fn peek(&self, hashes: &[u64], now: Micros) -> u32 {
+        hashes.iter().take_while(|&&h| self.tiers.iter().any(|t| t.landed_block(h, now).is_some())).count() as u32
+    }
+
     /// Starts loading the blocks with content `hashes`, the run the last
-    /// [`CpuTier::lookup`] found (nothing may touch the tier in between), at
-    /// `now`: pins them in `pinned` until [`CpuTier::finish_load`], and
-    /// returns when the load completes. `on_gpu` says whether the GPU holds
-    /// each content, before the request took its blocks (for the thrashing
-    /// count: vLLM also loads a block the GPU holds but may not use, the
-    /// last of a prompt).
-    pub fn start_load(&mut self, hashes: &[u64], pinned: &mut BlockTable, now: Micros, on_gpu: &[bool], stats: &mut TierStats) -> Micros {
+    /// [`OffloadTiers::lookup`] found (nothing may touch the tiers in
+    /// between), at `now`: pins them until [`OffloadTiers::finish_load`],
+    /// and returns the ticket and when the load lands. `on_gpu` says whether
+    /// the GPU holds each content, before the request took its blocks (for
+    /// the thrashing count: vLLM also loads a block the GPU holds but may
+    /// not use, the last of a prompt).
+    pub fn start_load(&mut self, hashes: &[u64], now: Micros, on_gpu: &[bool], stats: &mut OffloadStats) -> (LoadTicket, Micros) {
         debug_assert_eq!(hashes.len(), self.hits.len(), "not the run the last lookup found");
-        for (&b, &on_gpu) in self.hits.iter().zip(on_gpu) {
-            let recent = now.saturating_sub(self.landed_at[b as usize]) < THRASH_WINDOW;
-            stats.thrashed_blocks += u64::from(recent && !on_gpu);
+        let ticket = match self.free_tickets.pop() {
+            Some(t) => t,
+            None => {
+                self.pins.push((0..self.tiers.len()).map(|_| BlockTable::default()).collect());
+                (self.pins.len() - 1) as u32
+            }
+        };
+        let mut in_host = now;
+        for (i, (t, ts)) in self.tiers.iter_mut().zip(&mut stats.tiers).enumerate() {
+            self.share_blocks.clear();
+            self.share_hashes.clear();
+            for ((&(tier, b), &h), &on_gpu) in self.hits.iter().zip(hashes).zip(on_gpu) {
+                if tier as usize == i {
+                    self.share_blocks.push(b);
+                    self.share_hashes.push(h);
+                    let recent = now.saturating_sub(t.landed_at[b as usize]) < THRASH_WINDOW;
+                    ts.thrashed_blocks += u64::from(recent && !on_gpu);
+                }
+            }
+            let n = self.share_blocks.len() as u32;
+            if n == 0 {
+                continue;
+            }
+            let tokens = n * t.pool.block_size();
+            let pinned = t.pool.allocate_slots(&mut self.pins[ticket as usize][i], tokens, &self.share_blocks, &self.share_hashes, tokens);
+            debug_assert!(pinned, "pinning cached blocks needs no free block");
+            ts.hit_blocks += u64::from(n);
+            if let Some(link) = &mut t.link {
+                let (ready, busy) = link.transfer(now, u64::from(n) * self.block_bytes);
+                ts.read_busy += busy;
+                in_host = in_host.max(ready);
+            }
         }
-        let n = hashes.len() as u32;
-        let tokens = n * self.pool.block_size();
-        let pinned_ok = self.pool.allocate_slots(pinned, tokens, &self.hits, hashes, tokens);
-        debug_assert!(pinned_ok, "pinning cached blocks needs no free block");
-        let bytes = u64::from(n) * self.block_bytes;
-        let (done, busy) = self.load.transfer(now, bytes);
-        stats.hit_blocks += u64::from(n);
+        let bytes = hashes.len() as u64 * self.block_bytes;
+        let (done, busy) = self.load.transfer(in_host, bytes);
         stats.loads += 1;
         stats.load_bytes += bytes;
         stats.load_busy += busy;
         stats.load_wait += done - now;
-        done
+        (LoadTicket(ticket), done)
     }
 
-    /// A load completed: its host blocks become evictable again (most recently used).
-    pub fn finish_load(&mut self, pinned: &mut BlockTable) {
-        self.pool.free(pinned);
+    /// A load landed: its blocks become evictable again in their tiers
+    /// (most recently used).
+    pub fn finish_load(&mut self, ticket: LoadTicket) {
+        for (t, pinned) in self.tiers.iter_mut().zip(&mut self.pins[ticket.0 as usize]) {
+            if !pinned.blocks.is_empty() {
+                t.pool.free(pinned);
+            }
+        }
+        self.free_tickets.push(ticket.0);
     }
 
-    /// Full consistency check of the host pool, for tests.
+    /// From now on, records the blocks every tier stores and evicts, for
+    /// [`OffloadTiers::take_events`].
+    pub fn record_events(&mut self) {
+        for t in &mut self.tiers {
+            t.pool.record_changes();
+        }
+    }
+
+    /// Appends the events recorded since the last call, tier by tier, as
+    /// vLLM's `OffloadingConnector` reports them: consecutive stores (and
+    /// evictions) of a tier as one event, with no parent hash and no tokens.
+    pub fn take_events(&mut self, out: &mut Vec<KvEvent>) {
+        for t in &mut self.tiers {
+            self.changes.clear();
+            t.pool.take_changes(&mut self.changes);
+            let medium = t.medium.event_name();
+            for &change in &self.changes {
+                match (change, out.last_mut()) {
+                    (CacheChange::Stored { hash, .. }, Some(KvEvent::BlockStored { block_hashes, medium: m, .. })) if *m == medium => block_hashes.push(hash),
+                    (CacheChange::Removed { hash }, Some(KvEvent::BlockRemoved { block_hashes, medium: m })) if *m == medium => block_hashes.push(hash),
+                    (CacheChange::Stored { hash, .. }, _) => out.push(KvEvent::BlockStored {
+                        block_hashes: vec![hash],
+                        parent_block_hash: None,
+                        token_ids: Vec::new(),
+                        block_size: t.pool.block_size(),
+                        medium,
+                    }),
+                    (CacheChange::Removed { hash }, _) => out.push(KvEvent::BlockRemoved { block_hashes: vec![hash], medium }),
+                }
+            }
+        }
+    }
+
+    /// Full consistency check of every tier's pool, for tests: each holds
+    /// its capacity in used + free blocks, and a block still landing or
+    /// being loaded is held.
     pub fn assert_consistent(&self) {
-        self.pool.assert_consistent();
+        for t in &self.tiers {
+            t.pool.assert_consistent();
+            let pinned: usize = t.landing.iter().map(|(_, table)| table.blocks.len()).sum();
+            assert!(pinned <= t.pool.num_used_blocks() as usize, "blocks in flight are not all held");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// LMCache offers whole chunks while the prompt is being prefilled, the
+    /// rest of its full blocks when the prefill completes, and nothing of
+    /// the output; native offloading offers every full block.
+    #[test]
+    fn store_policies_offer_the_blocks_vllm_and_lmcache_save() {
+        let lm = StorePolicy::PromptChunks { chunk_blocks: 4 };
+        // 16-token blocks, a 200-token prompt (12 full blocks).
+        let offered: Vec<u32> = [0, 63, 64, 100, 128, 180, 200, 260].iter().map(|&c| lm.storable_blocks(c, 200, 16)).collect();
+        assert_eq!(offered, [0, 0, 4, 4, 8, 8, 12, 12]);
+        let native: Vec<u32> = [0, 63, 64, 200, 260].iter().map(|&c| StorePolicy::EveryFullBlock.storable_blocks(c, 200, 16)).collect();
+        assert_eq!(native, [0, 3, 4, 12, 16]);
+    }
+
+    #[test]
+    fn tiers_out_of_order_without_links_or_empty_are_refused() {
+        let link = LinkConfig { bytes_per_s: 1e9, latency: Micros(0) };
+        let mut cfg = OffloadConfig::native_cpu(10, 100, link);
+        assert_eq!(cfg.validate(), Ok(()));
+        cfg.tiers.insert(0, TierConfig { medium: Medium::Disk, blocks: 10, link: Some(link) });
+        assert!(matches!(cfg.validate(), Err(OffloadConfigError::Order(_))));
+        cfg.tiers.swap(0, 1);
+        assert_eq!(cfg.validate(), Ok(()));
+        cfg.tiers[1].link = None;
+        assert!(matches!(cfg.validate(), Err(OffloadConfigError::Link("disk", _))));
+        cfg.tiers[1].link = Some(LinkConfig { bytes_per_s: -1.0, latency: Micros(0) });
+        assert_eq!(cfg.validate(), Err(OffloadConfigError::Bandwidth(-1.0)));
+        cfg.tiers[0].blocks = 0;
+        assert_eq!(cfg.validate(), Err(OffloadConfigError::TooSmall("cpu")));
+        cfg.tiers.clear();
+        assert_eq!(cfg.validate(), Err(OffloadConfigError::NoTiers));
     }
 }

@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blis_engine::instance::{Instance, Observer, QueueChange, QueueEvent, StepEvent, TokenEvent};
+use blis_engine::kv::events::{GPU, KvEvent, KvEventBatch};
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::{Outcome, Request, RequestId, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
@@ -20,6 +21,10 @@ pub struct Recorder {
     /// Requests in the wait queue according to the queue events.
     pub waiting: BTreeMap<RequestId, Micros>,
     pub last_time: Micros,
+    /// Per medium and content hash, the blocks the KV events say are cached.
+    pub kv_blocks: BTreeMap<(&'static str, u64), u32>,
+    /// KV event batches seen.
+    pub kv_batches: u64,
     max_num_seqs: usize,
     max_tokens: u64,
 }
@@ -57,6 +62,37 @@ impl Observer for Recorder {
         assert!(tokens <= self.max_tokens, "token budget exceeded: {tokens} > {}", self.max_tokens);
         assert!(s.batch.entries.iter().all(|e| e.new_tokens >= 1));
         self.steps.push((s.start, s.duration, s.batch.entries.len(), tokens));
+    }
+    /// A subscriber's view: stored blocks are added, removed ones must have
+    /// been stored; a stored run carries its tokens and chains to its parent.
+    fn on_kv_events(&mut self, b: &KvEventBatch<'_>) {
+        assert!(b.time <= self.last_time || self.last_time == Micros::ZERO, "KV events from the future");
+        self.kv_batches += 1;
+        for e in b.events {
+            match e {
+                KvEvent::BlockStored { block_hashes, parent_block_hash, token_ids, block_size, medium } => {
+                    assert!(!block_hashes.is_empty());
+                    if *medium == GPU {
+                        assert_eq!(token_ids.len(), block_hashes.len() * *block_size as usize, "tokens of a stored run");
+                    } else {
+                        assert!(token_ids.is_empty() && parent_block_hash.is_none());
+                    }
+                    for &h in block_hashes {
+                        *self.kv_blocks.entry((medium, h)).or_default() += 1;
+                    }
+                }
+                KvEvent::BlockRemoved { block_hashes, medium } => {
+                    for &h in block_hashes {
+                        let n = self.kv_blocks.get_mut(&(medium, h)).unwrap_or_else(|| panic!("{medium} block {h:x} removed before it was stored"));
+                        *n -= 1;
+                        if *n == 0 {
+                            self.kv_blocks.remove(&(medium, h));
+                        }
+                    }
+                }
+                KvEvent::AllBlocksCleared => self.kv_blocks.retain(|(m, _), _| *m != GPU),
+            }
+        }
     }
 }
 
@@ -121,6 +157,12 @@ pub fn run_checked_with(
         // (queue_depth also counts requests still in their arrival delay).
         assert!(rec.waiting.len() as u32 <= inst.queue_depth());
         assert_eq!(rec.waiting.len(), inst.waiting_priorities().count(), "queue events disagree with the wait queue");
+    }
+    if cfg.kv_events && horizon.is_none() {
+        // Every change was published: the events describe the GPU cache exactly.
+        let gpu: Vec<(u64, u32)> = rec.kv_blocks.iter().filter(|((m, _), _)| *m == GPU).map(|((_, h), &n)| (*h, n)).collect();
+        assert_eq!(gpu.iter().map(|&(_, n)| u64::from(n)).sum::<u64>(), inst.kv().hashed_blocks(), "KV events disagree with the cache");
+        assert!(gpu.iter().all(|&(h, _)| inst.kv().cached_block(h).is_some()), "an evented block is not in the cache");
     }
     let (queued, running) = inst.unfinished();
     Checked { rec, injected, queued, running, instance: inst }

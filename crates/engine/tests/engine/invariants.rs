@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
+use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
@@ -22,10 +22,11 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         (any::<bool>(), any::<bool>(), prop::sample::select(vec![0u32, 0, 64, 300])),
         (any::<bool>(), prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
          prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority])),
-        prop::option::of(100_000u64..3_000_000),
-        prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000)),
+        (prop::option::of(100_000u64..3_000_000), any::<bool>()),
+        // CPU blocks, PCIe bytes/s, latency; an optional disk tier (blocks); LMCache's policy (chunk blocks).
+        prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000, prop::option::of(1u64..500), prop::option::of(1u32..20))),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), timeout, offload)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs,
@@ -41,10 +42,19 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                 block_size,
                 enable_prefix_caching: caching,
                 client_timeout: timeout.map(Micros),
-                offload: offload.map(|(cpu_blocks, bytes_per_s, latency_us)| {
+                offload: offload.map(|(cpu_blocks, bytes_per_s, latency_us, disk_blocks, chunk_blocks)| {
                     let link = LinkConfig { bytes_per_s, latency: Micros(latency_us) };
-                    OffloadConfig { cpu_blocks, block_bytes: 1 << 20, store: link, load: link }
+                    let mut cfg = OffloadConfig::native_cpu(cpu_blocks, 1 << 20, link);
+                    if let Some(blocks) = disk_blocks {
+                        let disk = LinkConfig { bytes_per_s: bytes_per_s / 10.0, latency: Micros(latency_us * 5) };
+                        cfg.tiers.push(TierConfig { medium: Medium::Disk, blocks, link: Some(disk) });
+                    }
+                    if let Some(chunk_blocks) = chunk_blocks {
+                        cfg.policy = StorePolicy::PromptChunks { chunk_blocks };
+                    }
+                    cfg
                 }),
+                kv_events,
             }
         })
 }

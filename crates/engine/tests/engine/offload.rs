@@ -1,10 +1,10 @@
-//! The CPU tier below the GPU cache (vLLM's native KV offloading), checked
-//! against hand-computed timelines. Conservation and the lifecycle under
+//! The tiers below the GPU cache (vLLM's native KV offloading, LMCache's
+//! CPU and disk tiers), checked against hand-computed timelines. Conservation and the lifecycle under
 //! random workloads are in `invariants.rs`.
 
 use std::sync::Arc;
 
-use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
+use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::scheduler::InstanceConfig;
@@ -17,7 +17,7 @@ const BLOCK_BYTES: u64 = 1_000_000;
 
 fn tier(cpu_blocks: u64, gb_per_s: f64, latency_us: u64) -> OffloadConfig {
     let link = LinkConfig { bytes_per_s: gb_per_s * 1e9, latency: Micros(latency_us) };
-    OffloadConfig { cpu_blocks, block_bytes: BLOCK_BYTES, store: link, load: link }
+    OffloadConfig::native_cpu(cpu_blocks, BLOCK_BYTES, link)
 }
 
 fn req(id: u64, arrival_us: u64, prompt_seed: u64, prompt: u32, out: u32) -> Request {
@@ -66,13 +66,13 @@ fn a_prefix_reloaded_from_cpu_costs_exactly_its_transfer() {
         // Nothing runs while R2 loads: the step after R0's and R1's starts when the load lands.
         let steps: Vec<(u64, u64)> = r.rec.steps.iter().map(|s| (s.0.as_us(), s.3)).collect();
         assert_eq!(steps, [(0, 160), (10_000, 160), (landing, 1)], "{gb_per_s} GB/s");
-        let t = r.instance.stats().cpu_tier.clone().unwrap();
-        assert_eq!((t.loads, t.hit_blocks, t.load_bytes), (1, 9, 9 * BLOCK_BYTES));
+        let t = r.instance.stats().offload.clone().unwrap();
+        assert_eq!((t.loads, t.hit_blocks(), t.load_bytes), (1, 9, 9 * BLOCK_BYTES));
         assert_eq!(t.load_wait, Micros(landing - 20_000));
         // R0's and R1's ten blocks each; R2's are in the tier already.
-        assert_eq!(t.stored_blocks, 20);
+        assert_eq!(t.tiers[0].stored_blocks, 20);
         // R2's nine blocks were offloaded at 2600, evicted from the GPU and needed back 17 ms later.
-        assert_eq!(t.thrashed_blocks, 9);
+        assert_eq!(t.tiers[0].thrashed_blocks, 9);
         // vLLM's num_cached_tokens: what was computed when it was first scheduled.
         assert_eq!(r.rec.records[&RequestId(2)].cached_prompt_tokens, 159);
     }
@@ -85,7 +85,7 @@ fn a_prefix_reloaded_from_cpu_costs_exactly_its_transfer() {
 fn blocks_still_being_stored_are_not_found() {
     // 0.01 GB/s: 10 blocks take 1 s to store.
     let r = run(Some(tier(100, 0.01, 0)), vec![req(0, 0, 7, 160, 1), req(1, 2600, 7, 160, 1)]);
-    let t = r.instance.stats().cpu_tier.clone().unwrap();
+    let t = r.instance.stats().offload.clone().unwrap();
     assert_eq!(t.loads, 0);
     assert_eq!(r.rec.records[&RequestId(1)].cached_prompt_tokens, 144);
 }
@@ -102,13 +102,13 @@ fn thrashing_is_zero_when_the_working_set_fits_and_positive_when_it_cycles() {
     };
     // Three 3-block prompts fit in 11 GPU blocks.
     let fits = run(Some(tier(100, 10.0, 10)), cyclic(3, 4));
-    let t = fits.instance.stats().cpu_tier.clone().unwrap();
-    assert_eq!((t.thrashed_blocks, t.loads), (0, 0));
-    assert_eq!(t.stored_blocks, 6);
+    let t = fits.instance.stats().offload.clone().unwrap();
+    assert_eq!((t.tiers[0].thrashed_blocks, t.loads), (0, 0));
+    assert_eq!(t.tiers[0].stored_blocks, 6);
     // Eight do not.
     let cycles = run(Some(tier(100, 10.0, 10)), cyclic(8, 4));
-    let t = cycles.instance.stats().cpu_tier.clone().unwrap();
-    assert!(t.thrashed_blocks > 0 && t.thrashed_blocks <= t.hit_blocks, "{t:?}");
+    let t = cycles.instance.stats().offload.clone().unwrap();
+    assert!(t.tiers[0].thrashed_blocks > 0 && t.tiers[0].thrashed_blocks <= t.hit_blocks(), "{t:?}");
 }
 
 /// With a tier the run is still a pure function of its input.
@@ -120,5 +120,53 @@ fn runs_with_a_tier_are_deterministic() {
     assert_eq!(a.rec.records, b.rec.records);
     assert_eq!(a.rec.steps, b.rec.steps);
     assert_eq!(a.instance.stats(), b.instance.stats());
-    assert!(a.instance.stats().cpu_tier.as_ref().unwrap().loads > 0, "the workload exercises loads");
+    assert!(a.instance.stats().offload.as_ref().unwrap().loads > 0, "the workload exercises loads");
+}
+
+/// The case above with a 10-block CPU tier and a disk below it (1 GB/s,
+/// 1 ms a transfer; PCIe 100 GB/s, 100 µs). R0's store at 2600 crosses
+/// PCIe (100 + 100 → in host at 2800) and is written to disk from 2800
+/// (10 000 µs, free at 12 800). R1's store at 12 600 evicts all of P from
+/// the CPU and is written to disk from 12 800 to 22 800. R2 at 20 000
+/// finds P's nine blocks on disk only: their read queues behind R1's write
+/// (the disk's link serves both directions), 22 800 + 9000 + 1000 = 32 800
+/// in host, then PCIe 90 + 100 → lands at 32 990; its last token's step
+/// (1010 µs) gives TTFT 32 990 + 1010 − 20 000 = 14 000.
+#[test]
+fn a_prefix_evicted_from_cpu_comes_back_from_disk_through_host_memory() {
+    let pcie = LinkConfig { bytes_per_s: 100e9, latency: Micros(100) };
+    let disk = LinkConfig { bytes_per_s: 1e9, latency: Micros(1000) };
+    let mut cfg = OffloadConfig::native_cpu(10, BLOCK_BYTES, pcie);
+    cfg.policy = StorePolicy::PromptChunks { chunk_blocks: 16 };
+    cfg.tiers.push(TierConfig { medium: Medium::Disk, blocks: 100, link: Some(disk) });
+    let r = run(Some(cfg), vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 160, 1), req(2, 20_000, 7, 160, 1)]);
+    let r2 = &r.rec.records[&RequestId(2)];
+    assert_eq!(r2.ttft(), Some(Micros(14_000)));
+    assert_eq!((r2.loaded_prompt_tokens, r2.kv_load_wait), (144, Micros(12_990)));
+    let steps: Vec<(u64, u64)> = r.rec.steps.iter().map(|s| (s.0.as_us(), s.3)).collect();
+    assert_eq!(steps, [(0, 160), (10_000, 160), (32_990, 1)]);
+    let t = r.instance.stats().offload.clone().unwrap();
+    let per_tier: Vec<(Medium, u64, u64)> = t.tiers.iter().map(|x| (x.medium, x.stored_blocks, x.hit_blocks)).collect();
+    // After R2's step its blocks, which the CPU lacks, go down to it again (not to the disk, which holds them).
+    assert_eq!(per_tier, [(Medium::Cpu, 30, 0), (Medium::Disk, 20, 9)]);
+    // The disk: written twice and read once, 1 ms per MB; PCIe carried 30 blocks down and 9 up.
+    assert_eq!(t.tiers[1].write_busy + t.tiers[1].read_busy, Micros(29_000));
+    assert_eq!((t.store_bytes, t.load_bytes), (30 * BLOCK_BYTES, 9 * BLOCK_BYTES));
+}
+
+/// LMCache saves prompts, not generated tokens (`save_decode_cache` off);
+/// vLLM's native offloading saves every full block. R0: a 96-token prompt
+/// (6 blocks) and 40 generated tokens, of which 39 are computed: two more
+/// full blocks.
+#[test]
+fn lmcache_stores_prompt_blocks_and_native_offloading_every_full_block() {
+    let link = LinkConfig { bytes_per_s: 10e9, latency: Micros(10) };
+    let stored = |policy| {
+        let mut cfg = OffloadConfig::native_cpu(100, BLOCK_BYTES, link);
+        cfg.policy = policy;
+        let r = run(Some(cfg), vec![req(0, 0, 7, 96, 40)]);
+        r.instance.stats().offload.clone().unwrap().tiers[0].stored_blocks
+    };
+    assert_eq!(stored(StorePolicy::EveryFullBlock), 8);
+    assert_eq!(stored(StorePolicy::PromptChunks { chunk_blocks: 16 }), 6);
 }

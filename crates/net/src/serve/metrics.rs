@@ -6,7 +6,7 @@
 use std::fmt::Write as _;
 
 use blis_engine::instance::{Instance, TokenEvent};
-use blis_engine::kv::offload::TierStats;
+use blis_engine::kv::offload::OffloadStats;
 use blis_engine::request::{Outcome, RequestRecord};
 
 /// vLLM's TTFT histogram buckets, seconds.
@@ -90,10 +90,10 @@ fn gauge(out: &mut String, name: &str, help: &str, labels: &str, v: impl std::fm
 /// vLLM's KV-connector and offloading counters (vLLM ≥ 0.12,
 /// `OffloadPromMetrics`), for an instance with a CPU tier. Bytes and times
 /// are one GPU's share, as the tier counts them.
-fn offload_metrics(out: &mut String, labels: &str, t: &TierStats, block_size: u32) {
+fn offload_metrics(out: &mut String, labels: &str, t: &OffloadStats, block_size: u32) {
     let tokens = |blocks: u64| blocks * u64::from(block_size);
     counter(out, "vllm:external_prefix_cache_queries_total", "External prefix cache queries, in terms of number of queried tokens.", labels, tokens(t.lookup_blocks));
-    counter(out, "vllm:external_prefix_cache_hits_total", "External prefix cache hits, in terms of number of cached tokens.", labels, tokens(t.hit_blocks));
+    counter(out, "vllm:external_prefix_cache_hits_total", "External prefix cache hits, in terms of number of cached tokens.", labels, tokens(t.hit_blocks()));
     let by_direction = |out: &mut String, name: &str, help: &str, to_cpu: String, to_gpu: String| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         let _ = writeln!(out, "{name}{{{labels},transfer_type=\"GPU_to_CPU\"}} {to_cpu}");
@@ -157,7 +157,7 @@ impl PromMetrics {
         counter(&mut out, "vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", l, stats.preemptions);
         counter(&mut out, "vllm:request_success_total", "Count of successfully processed requests.", l, self.success);
         counter(&mut out, "vllm:request_aborted_total", "Count of requests aborted because their client went away.", l, self.aborted);
-        if let Some(t) = &stats.cpu_tier {
+        if let Some(t) = &stats.offload {
             offload_metrics(&mut out, l, t, instance.config().block_size);
         }
         self.ttft.render(&mut out, "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", l);
@@ -186,7 +186,7 @@ mod tests {
         let plain = Instance::new(0, InstanceConfig::basic(4, 64, 1000, 100), model.clone()).unwrap();
         assert!(!PromMetrics::default().render("m", &plain).contains("kv_offload"));
         let link = LinkConfig { bytes_per_s: 1e9, latency: Micros(0) };
-        let offload = Some(OffloadConfig { cpu_blocks: 10, block_bytes: 100, store: link, load: link });
+        let offload = Some(OffloadConfig::native_cpu(10, 100, link));
         let tiered = Instance::new(0, InstanceConfig { offload, ..InstanceConfig::basic(4, 64, 1000, 100) }, model).unwrap();
         let text = PromMetrics::default().render("m", &tiered);
         for line in [

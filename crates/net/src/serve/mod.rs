@@ -71,6 +71,8 @@ pub struct ServeConfig {
     pub max_body_bytes: usize,
     /// How long clients may take, and how long shutdown waits.
     pub timeouts: ServeTimeouts,
+    /// Publish vLLM's KV events over ZeroMQ (`--kv-events-config`).
+    pub kv_events: Option<crate::kv_events::KvEventsConfig>,
 }
 
 /// Time limits of `blis serve`'s connections and of its shutdown, ms.
@@ -198,6 +200,8 @@ fn spawn_simulation(simulation: impl FnOnce() + Send + 'static) -> std::io::Resu
 pub struct RunningServer {
     /// The address it listens on.
     pub local_addr: SocketAddr,
+    /// Where KV events are published (`tcp://HOST:PORT`), when they are.
+    pub kv_events_endpoint: Option<String>,
     shutdown: Option<oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -238,13 +242,22 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     if let Some(flag) = config.timeouts.zero_timeout() {
         return Err(ServeConfigError::ZeroTimeout(flag).into());
     }
-    let instance = Instance::new(0, config.instance.clone(), config.latency.clone()).map_err(ServeConfigError::from)?;
+    let mut instance_config = config.instance.clone();
+    let (publisher, kv_events_endpoint) = match config.kv_events.as_ref().filter(|k| k.publishes()) {
+        Some(k) => {
+            instance_config.kv_events = true;
+            let (p, endpoint) = crate::kv_events::Publisher::start(k).await.map_err(StartError::Io)?;
+            (Some(p), Some(endpoint))
+        }
+        None => (None, None),
+    };
+    let instance = Instance::new(0, instance_config, config.latency.clone()).map_err(ServeConfigError::from)?;
     let kv_capacity_tokens = u64::from(instance.kv().usable_blocks()) * u64::from(config.instance.block_size);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
     let local_addr = listener.local_addr().map_err(StartError::Io)?;
     let (tx, rx) = std_mpsc::channel();
     let (scale, name) = (config.time_scale, config.model_name.clone());
-    let (sim_alive, _) = spawn_simulation(move || realtime::run(instance, scale, name, rx)).map_err(StartError::Io)?;
+    let (sim_alive, _) = spawn_simulation(move || realtime::run(instance, scale, name, rx, publisher)).map_err(StartError::Io)?;
     let (stage_tx, stage) = watch::channel(Stage::Serving);
     let state = Arc::new(AppState {
         model_name: config.model_name,
@@ -272,16 +285,17 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         .with_state(state);
     let (stop_tx, stop_rx) = oneshot::channel();
     let task = tokio::spawn(conn::serve(listener, app, config.timeouts, stage_tx, stop_rx));
-    Ok(RunningServer { local_addr, shutdown: Some(stop_tx), task })
+    Ok(RunningServer { local_addr, kv_events_endpoint, shutdown: Some(stop_tx), task })
 }
 
 /// Serves until Ctrl-C (SIGINT) on a multi-threaded runtime of its own;
-/// calls `on_ready` with the bound address once it accepts connections.
-pub fn run_until_interrupted(config: ServeConfig, addr: SocketAddr, on_ready: impl FnOnce(SocketAddr)) -> Result<(), StartError> {
+/// calls `on_ready` with the bound address once it accepts connections, and
+/// the KV events endpoint if it publishes them.
+pub fn run_until_interrupted(config: ServeConfig, addr: SocketAddr, on_ready: impl FnOnce(SocketAddr, Option<&str>)) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(StartError::Io)?;
     runtime.block_on(async {
         let server = start(config, addr).await?;
-        on_ready(server.local_addr);
+        on_ready(server.local_addr, server.kv_events_endpoint.as_deref());
         let _ = tokio::signal::ctrl_c().await;
         server.stop().await.map_err(StartError::Io)
     })

@@ -12,17 +12,19 @@
 //! simulated clock never goes backwards.
 
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use blis_engine::driver::{Driver, PassThrough};
 use blis_engine::event::{EventClass, EventQueue};
 use blis_engine::instance::{Instance, Observer, TokenEvent};
+use blis_engine::kv::events::KvEventBatch;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq, output_stream_seed};
 use blis_engine::time::Micros;
 use rustc_hash::FxHashMap;
 use tokio::sync::{mpsc, oneshot};
 
 use super::metrics::PromMetrics;
+use crate::kv_events::{Publisher, encode_batch};
 
 /// What the simulation tells one request's HTTP handler.
 #[derive(Clone, Debug, PartialEq)]
@@ -65,6 +67,9 @@ enum Emitted {
 struct Buffer {
     out: Vec<(Micros, Emitted)>,
     metrics: PromMetrics,
+    /// Where KV events go, and the Unix time (s) of simulated time 0 and
+    /// the time scale, to stamp them as vLLM does (wall-clock seconds).
+    kv_events: Option<(Publisher, f64, f64)>,
 }
 
 impl Observer for Buffer {
@@ -76,6 +81,12 @@ impl Observer for Buffer {
     fn on_token(&mut self, token: &TokenEvent) {
         self.metrics.token(token);
         self.out.push((token.time, Emitted::Token(token.id, token.index)));
+    }
+
+    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
+        if let Some((publisher, epoch_s, time_scale)) = &self.kv_events {
+            publisher.publish(encode_batch(batch, epoch_s + batch.time.as_secs_f64() / time_scale));
+        }
     }
 }
 
@@ -96,14 +107,16 @@ fn wall_at(start: Instant, t: Micros, time_scale: f64) -> Option<Instant> {
     start.checked_add(after)
 }
 
-/// Runs the simulation of `instance` until every command sender is dropped.
-pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>) {
+/// Runs the simulation of `instance` until every command sender is dropped,
+/// publishing its KV events through `kv_events` if given.
+pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Receiver<Command>, kv_events: Option<Publisher>) {
     let mut driver = Driver::new(vec![instance], PassThrough);
     let start = Instant::now();
+    let epoch_s = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0.0, |d| d.as_secs_f64());
     let sim_now = || Micros((start.elapsed().as_secs_f64() * time_scale * 1e6) as u64);
     let mut streams: FxHashMap<RequestId, mpsc::UnboundedSender<StreamEvent>> = FxHashMap::default();
     let mut outbox: EventQueue<Emitted> = EventQueue::new();
-    let mut buffer = Buffer::default();
+    let mut buffer = Buffer { kv_events: kv_events.map(|p| (p, epoch_s, time_scale)), ..Buffer::default() };
     let mut clock = Micros::ZERO;
     loop {
         // 1. Catch the simulation up with the wall clock.

@@ -313,6 +313,8 @@ fn finish(r: &Request, at: Micros) -> RequestRecord {
         output_tokens: r.max_output_tokens,
         cached_prompt_tokens: 0,
         preemptions: 0,
+        loaded_prompt_tokens: 0,
+        kv_load_wait: Micros::ZERO,
     }
 }
 

@@ -1,0 +1,259 @@
+//! The KV tiers below the GPU a scenario asks for: vLLM's CPU offloading
+//! flags (`--kv-offloading-size`, `--kv-cpu-blocks`,
+//! `--kv-offloading-backend`) and the `kv_tiers` list of CPU, disk and
+//! remote tiers (LMCache's `local_cpu`, `local_disk` and `remote_url`),
+//! resolved to the engine's [`OffloadConfig`].
+//!
+//! `--kv-tiers` takes `MEDIUM:SIZE[:GB_PER_S[:LATENCY]]` entries separated
+//! by commas (`cpu:64,disk:1024:5:100us`; SIZE in GiB, or `…blocks`); a
+//! `--config` file takes the same string or a list of mappings with the
+//! fields `medium`, `size_gib` or `blocks`, `bandwidth_gb_s`, `latency`.
+
+use blis_engine::hardware::GpuSpec;
+use blis_engine::kv::offload::{LMCACHE_CHUNK_TOKENS, LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
+use blis_engine::latency::physics_normalized::PCIE_EFFICIENCY;
+use blis_engine::model::ModelConfig;
+use blis_engine::time::{Micros, parse_duration};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{ScenarioError, invalid};
+use crate::knobs::{ConfigReport, KnobValue, Knobs, Source, report_entry};
+
+/// Fixed cost of one GPU ↔ host transfer (a copy's launch and completion).
+const DEFAULT_TRANSFER_LATENCY: Micros = Micros(20);
+
+/// A tier below host memory when the entry names no link: bandwidth per
+/// direction, GB/s, for the whole instance, and the fixed cost of one
+/// transfer. Disk: one PCIe 4.0 ×4 NVMe drive, which writes at about
+/// 4–5 GB/s and reads at about 7 (vendor sheets, e.g. Samsung PM9A3);
+/// remote: a 100 Gb/s NIC (12.5 GB/s) and a store a fraction of a
+/// millisecond away (LMCache's remote backends: Redis, Mooncake, …).
+fn default_link(medium: Medium) -> (f64, Micros) {
+    match medium {
+        Medium::Cpu => (0.0, DEFAULT_TRANSFER_LATENCY),
+        Medium::Disk => (5.0, Micros(100)),
+        Medium::Remote => (12.5, Micros(500)),
+    }
+}
+
+/// One entry of `kv_tiers`, as given.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KvTierSpec {
+    /// `cpu`, `disk` or `remote`.
+    pub medium: String,
+    /// Capacity for the whole instance (all tensor-parallel shards), GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_gib: Option<f64>,
+    /// Capacity in blocks, instead of `size_gib`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blocks: Option<u64>,
+    /// Host ↔ medium bandwidth per direction for the whole instance, GB/s
+    /// (not for `cpu`: that is the GPU's PCIe link, `--kv-transfer-bandwidth`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bandwidth_gb_s: Option<f64>,
+    /// Fixed cost of one transfer to or from the medium (`100us`, `1ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency: Option<String>,
+}
+
+/// The `kv_tiers` knob: tiers nearest first.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+#[serde(transparent)]
+pub struct KvTierList(pub Vec<KvTierSpec>);
+
+impl KvTierList {
+    /// Reads the compact form `MEDIUM:SIZE[:GB_PER_S[:LATENCY]],…`.
+    pub fn parse(text: &str) -> Result<KvTierList, String> {
+        let mut tiers = Vec::new();
+        for entry in text.split(',').map(str::trim) {
+            let parts: Vec<&str> = entry.split(':').map(str::trim).collect();
+            if parts.len() < 2 || parts.len() > 4 || parts.iter().any(|p| p.is_empty()) {
+                return Err(format!("tier `{entry}`: expected MEDIUM:SIZE[:GB_PER_S[:LATENCY]], e.g. cpu:64 or disk:1024:5:100us"));
+            }
+            let number = |what: &str, t: &str| t.parse::<f64>().map_err(|_| format!("tier `{entry}`: {what} `{t}` is not a number"));
+            let (size_gib, blocks) = match parts[1].strip_suffix("blocks") {
+                Some(n) => (None, Some(n.trim().parse::<u64>().map_err(|_| format!("tier `{entry}`: `{}` is not a whole number of blocks", parts[1]))?)),
+                None => (Some(number("size (GiB)", parts[1].trim_end_matches("GiB"))?), None),
+            };
+            tiers.push(KvTierSpec {
+                medium: parts[0].to_string(),
+                size_gib,
+                blocks,
+                bandwidth_gb_s: parts.get(2).map(|b| number("bandwidth (GB/s)", b)).transpose()?,
+                latency: parts.get(3).map(|l| l.to_string()),
+            });
+        }
+        Ok(KvTierList(tiers))
+    }
+}
+
+impl<'de> Deserialize<'de> for KvTierList {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<KvTierList, D::Error> {
+        match serde_json::Value::deserialize(d)? {
+            serde_json::Value::String(s) => KvTierList::parse(&s).map_err(serde::de::Error::custom),
+            v @ serde_json::Value::Array(_) => serde_json::from_value::<Vec<KvTierSpec>>(v).map(KvTierList).map_err(serde::de::Error::custom),
+            _ => Err(serde::de::Error::custom("expected a list of tiers (medium, size_gib or blocks, bandwidth_gb_s, latency) or MEDIUM:SIZE,…")),
+        }
+    }
+}
+
+impl KnobValue for KvTierList {
+    #[cfg(feature = "clap")]
+    fn value_parser() -> clap::builder::ValueParser {
+        clap::builder::ValueParser::new(KvTierList::parse)
+    }
+}
+
+/// The store policy `--kv-offloading-backend` names.
+fn backend(k: &Knobs, tiers: &[TierConfig], block_size: u32, report: &mut ConfigReport) -> Result<StorePolicy, ScenarioError> {
+    let lmcache = StorePolicy::PromptChunks { chunk_blocks: (LMCACHE_CHUNK_TOKENS / block_size).max(1) };
+    let below_host = tiers.iter().any(|t| t.medium != Medium::Cpu);
+    match k.kv_offloading_backend.value.as_deref() {
+        None if below_host => {
+            report_entry(report, "kv-offloading-backend", &"lmcache", Source::Derived);
+            Ok(lmcache)
+        }
+        None | Some("native") if below_host => Err(invalid!(
+            "--kv-offloading-backend native (vLLM's OffloadingConnector) keeps KV in host memory only; disk and remote tiers need --kv-offloading-backend lmcache"
+        )),
+        None | Some("native") => Ok(StorePolicy::EveryFullBlock),
+        Some("lmcache") => Ok(lmcache),
+        Some(other) => Err(invalid!("--kv-offloading-backend `{other}`: allowed values are native, lmcache")),
+    }
+}
+
+/// A capacity in blocks: `blocks`, or `gib` of blocks of `block_bytes`
+/// (all shards); `what` names it in errors.
+fn capacity_blocks(what: &str, blocks: Option<u64>, gib: Option<f64>, block_bytes: f64) -> Result<u64, ScenarioError> {
+    match (blocks, gib) {
+        (Some(_), Some(_)) => Err(invalid!("{what}: give a size in GiB or in blocks, not both")),
+        (None, None) => Err(invalid!("{what}: needs a size (size_gib or blocks)")),
+        (Some(0), None) => Err(invalid!("{what}: 0 blocks; a tier needs at least one block")),
+        (Some(n), None) => Ok(n),
+        (None, Some(gib)) => {
+            if !(gib.is_finite() && gib > 0.0) {
+                return Err(invalid!("{what}: size {gib:?} GiB must be a positive number"));
+            }
+            let n = (gib * (1u64 << 30) as f64 / block_bytes).floor();
+            if n < 1.0 {
+                return Err(invalid!("{what}: {gib} GiB holds less than one KV block ({:.1} MiB)", block_bytes / (1u64 << 20) as f64));
+            }
+            Ok(n as u64)
+        }
+    }
+}
+
+/// A positive bandwidth in GB/s, at most 10⁶.
+fn bandwidth(what: &str, gb_per_s: f64) -> Result<f64, ScenarioError> {
+    if gb_per_s.is_finite() && gb_per_s > 0.0 && gb_per_s <= 1e6 {
+        Ok(gb_per_s)
+    } else {
+        Err(invalid!("{what} {gb_per_s:?}: must be a positive number of GB/s (at most 1e6)"))
+    }
+}
+
+/// The tiers the knobs ask for, if any, for `model` on `tp` GPUs of `gpu`
+/// with blocks of `block_size` tokens; derived values go to `report`.
+pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_size: u32, report: &mut ConfigReport) -> Result<Option<OffloadConfig>, ScenarioError> {
+    let block_bytes_per_gpu = model.kv_bytes_per_token_per_gpu(tp) * f64::from(block_size);
+    // vLLM (CPUOffloadingSpec) and these sizes count every GPU's shard of a block.
+    let block_bytes = block_bytes_per_gpu * f64::from(tp);
+    let mut tiers = Vec::new();
+    let cpu_by_flag = k.kv_cpu_blocks.value.is_some() || k.kv_offloading_size.value.is_some();
+    match (k.kv_cpu_blocks.value, k.kv_offloading_size.value) {
+        (Some(_), Some(_)) => return Err(invalid!("give either --kv-cpu-blocks or --kv-offloading-size, not both")),
+        (Some(0), None) => return Err(invalid!("--kv-cpu-blocks 0: the CPU tier needs at least one block")),
+        (Some(n), None) => tiers.push(TierConfig { medium: Medium::Cpu, blocks: n, link: None }),
+        (None, Some(gib)) => {
+            if !(gib.is_finite() && gib > 0.0) {
+                return Err(invalid!("--kv-offloading-size {gib:?}: must be a positive number of GiB"));
+            }
+            let what = format!("--kv-offloading-size {gib}");
+            let blocks = capacity_blocks(&what, None, Some(gib), block_bytes).map_err(|_| {
+                invalid!("--kv-offloading-size {gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})", block_bytes / (1u64 << 20) as f64)
+            })?;
+            report_entry(report, "kv-cpu-blocks", &blocks, Source::Derived);
+            tiers.push(TierConfig { medium: Medium::Cpu, blocks, link: None });
+        }
+        (None, None) => {}
+    }
+    for (i, spec) in k.kv_tiers.value.iter().flat_map(|l| &l.0).enumerate() {
+        let what = format!("--kv-tiers entry {} ({})", i + 1, spec.medium);
+        let medium = Medium::parse(&spec.medium).ok_or_else(|| invalid!("--kv-tiers entry {}: medium `{}`: allowed values are {}", i + 1, spec.medium, Medium::NAMES.join(", ")))?;
+        if medium == Medium::Cpu && cpu_by_flag {
+            return Err(invalid!("{what}: the CPU tier is given twice (also by --kv-offloading-size or --kv-cpu-blocks)"));
+        }
+        let blocks = capacity_blocks(&what, spec.blocks, spec.size_gib, block_bytes)?;
+        let link = match (medium, spec.bandwidth_gb_s) {
+            (Medium::Cpu, Some(_)) => return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set its bandwidth with --kv-transfer-bandwidth")),
+            (Medium::Cpu, None) => None,
+            (_, given) => {
+                let (default_gb_s, default_latency) = default_link(medium);
+                let gb_per_s = bandwidth(&format!("{what}: bandwidth_gb_s"), given.unwrap_or(default_gb_s))?;
+                let latency = match &spec.latency {
+                    Some(text) => parse_duration(text).map_err(|e| invalid!("{what}: latency {e}"))?,
+                    None => default_latency,
+                };
+                // The node's disk or NIC serves every GPU's shard at once.
+                Some(LinkConfig { bytes_per_s: gb_per_s * 1e9 / f64::from(tp), latency })
+            }
+        };
+        if medium == Medium::Cpu && spec.latency.is_some() {
+            return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set its latency with --kv-transfer-latency"));
+        }
+        tiers.push(TierConfig { medium, blocks, link });
+    }
+    if tiers.is_empty() {
+        let link_knobs = [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
+        if link_knobs.iter().any(|&given| given) {
+            return Err(invalid!("KV offloading flags need a tier: give --kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers"));
+        }
+        return Ok(None);
+    }
+    let policy = backend(k, &tiers, block_size, report)?;
+    let gb_per_s = match k.kv_transfer_bandwidth.value {
+        Some(b) => bandwidth("--kv-transfer-bandwidth", b)?,
+        None => {
+            // The spec's figure counts both directions; offload copies get
+            // the share of it the physics-normalized model assumes.
+            let b = gpu.pcie_gb_s / 2.0 * PCIE_EFFICIENCY;
+            report_entry(report, "kv-transfer-bandwidth", &b, Source::Derived);
+            b
+        }
+    };
+    let latency = match &k.kv_transfer_latency.value {
+        Some(text) => parse_duration(text).map_err(|e| invalid!("--kv-transfer-latency {e}"))?,
+        None => DEFAULT_TRANSFER_LATENCY,
+    };
+    let link = LinkConfig { bytes_per_s: gb_per_s * 1e9, latency };
+    let o = OffloadConfig { policy, block_bytes: block_bytes_per_gpu.ceil() as u64, store: link, load: link, tiers };
+    o.validate().map_err(|e| invalid!("KV tiers: {e}"))?;
+    Ok(Some(o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_compact_form_reads_sizes_blocks_links_and_refuses_garbage() {
+        let l = KvTierList::parse("cpu:64, disk:1024:5:100us,remote:100blocks").unwrap();
+        assert_eq!(l.0.len(), 3);
+        assert_eq!((l.0[0].medium.as_str(), l.0[0].size_gib, l.0[0].blocks), ("cpu", Some(64.0), None));
+        assert_eq!((l.0[1].bandwidth_gb_s, l.0[1].latency.as_deref()), (Some(5.0), Some("100us")));
+        assert_eq!(l.0[2].blocks, Some(100));
+        for bad in ["cpu", "cpu:", "cpu:x", "disk:1:fast", "disk:1:2:3:4", "disk:xblocks"] {
+            assert!(KvTierList::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_file_takes_the_compact_form_or_a_list_and_refuses_unknown_fields() {
+        let compact: KvTierList = serde_json::from_value(serde_json::json!("cpu:8,disk:16")).unwrap();
+        let list: KvTierList = serde_json::from_value(serde_json::json!([{ "medium": "cpu", "size_gib": 8 }, { "medium": "disk", "size_gib": 16 }])).unwrap();
+        assert_eq!(compact, list);
+        let err = serde_json::from_value::<KvTierList>(serde_json::json!([{ "medium": "cpu", "size": 8 }])).unwrap_err();
+        assert!(err.to_string().contains("unknown field `size`"), "{err}");
+    }
+}
