@@ -7,11 +7,18 @@ use blis_engine::time::Micros;
 use crate::prefix::PrefixIndex;
 use crate::snapshot::{InstanceSnapshot, SnapshotStore};
 
+/// Worth of a prompt token held in a lower KV tier, relative to one in the
+/// GPU cache, for the precise prefix scorer, by medium (CPU, disk, remote).
+/// CPU 0.8 is llm-d's KV-cache indexer's default weight for its `cpu`
+/// backend (GPU 1.0); disk and remote, which load through host memory, are
+/// BLIS's own, lower.
+pub const TIER_HIT_WEIGHTS: [f64; 3] = [0.8, 0.5, 0.4];
+
 /// The observation a policy gets (cluster-policy-plan §D.7): the time, one
 /// [`InstanceSnapshot`] per candidate (possibly stale, see
 /// [`crate::snapshot`]), the router's prefix index matched against the
 /// request's prompt, and per-tenant counts. The only window into the
-/// instances themselves is [`ClusterView::cached_prefix_tokens`], the oracle
+/// instances themselves is [`ClusterView::weighted_cached_prefix_tokens`], the oracle
 /// the `precise-prefix` scorer is defined by.
 ///
 /// The candidates are the instances a request may be routed to: every
@@ -61,12 +68,14 @@ impl<'a> ClusterView<'a> {
         (self.prefix_match_blocks(candidate) * self.block_size).min(self.prompt_tokens)
     }
 
-    /// Prompt tokens `candidate`'s prefix cache really holds right now (an
-    /// oracle no real router has; vLLM caps hits at `prompt − 1` tokens).
-    pub fn cached_prefix_tokens(&self, candidate: usize) -> u32 {
-        self.instances[self.id(candidate)]
-            .kv()
-            .cached_prefix_tokens(self.prompt_blocks, self.prompt_tokens)
+    /// Prompt tokens `candidate` would not recompute right now: its GPU
+    /// prefix cache's hit (vLLM caps it at `prompt − 1` tokens), plus the
+    /// run its offload tiers hold after it, a lower tier's tokens counted at
+    /// its [`TIER_HIT_WEIGHTS`] (a CPU hit is cheaper than recomputing,
+    /// dearer than a GPU hit). The oracle a KV-event-fed router approximates.
+    pub fn weighted_cached_prefix_tokens(&self, candidate: usize) -> f64 {
+        let (gpu, lower) = self.instances[self.id(candidate)].cached_prefix_by_tier(self.prompt_blocks, self.prompt_tokens);
+        f64::from(gpu) + lower.iter().zip(TIER_HIT_WEIGHTS).map(|(&t, w)| f64::from(t) * w).sum::<f64>()
     }
 
     /// Requests waiting at `candidate` with priority ≥ `priority`, as stale

@@ -480,6 +480,20 @@ impl Instance {
         self.kv.cached_prefix_tokens(scratch, req.prompt_tokens())
     }
 
+    /// Tokens of a prompt (its block hashes and length) that would not be
+    /// recomputed here now, by where they are: the GPU prefix cache's hit,
+    /// then the run of full blocks after it that the offload tiers hold,
+    /// per [`crate::kv::offload::Medium`] (what a precise prefix-aware
+    /// router that also indexes the tiers' KV events sees). Changes nothing.
+    pub fn cached_prefix_by_tier(&self, prompt_blocks: &[u64], prompt_tokens: u32) -> (u32, [u32; 3]) {
+        let gpu = self.kv.cached_prefix_tokens(prompt_blocks, prompt_tokens);
+        let Some(tiers) = &self.tiers else { return (gpu, [0; 3]) };
+        let block_size = self.kv.block_size();
+        let (from, to) = ((gpu / block_size) as usize, ((prompt_tokens / block_size) as usize).min(prompt_blocks.len()));
+        let blocks = if from < to { tiers.peek(&prompt_blocks[from..to], self.now) } else { [0; 3] };
+        (gpu, blocks.map(|b| b * block_size))
+    }
+
     /// Why `req` can never run here, if it cannot.
     pub fn rejection(&self, req: &Request) -> Option<DropReason> {
         let total = u64::from(req.prompt_tokens()) + u64::from(req.max_output_tokens);

@@ -320,12 +320,23 @@ fn bad_kv_offloading_settings() {
         ("kvo-zero-blocks", vec!["--kv-cpu-blocks", "0"], "at least one block"),
         ("kvo-both", vec!["--kv-cpu-blocks", "100", "--kv-offloading-size", "8"], "not both"),
         ("kvo-backend", vec!["--kv-offloading-size", "8", "--kv-offloading-backend", "disk"], "allowed values are native, lmcache"),
-        ("kvo-lmcache", vec!["--kv-offloading-size", "8", "--kv-offloading-backend", "lmcache"], "not modelled yet"),
+        ("kvo-native-disk", vec!["--kv-tiers", "disk:100", "--kv-offloading-backend", "native"], "need --kv-offloading-backend lmcache"),
+        ("kvo-tier-medium", vec!["--kv-tiers", "tape:100"], "allowed values are cpu, disk, remote"),
+        ("kvo-tier-zero", vec!["--kv-tiers", "disk:0"], "must be a positive number"),
+        ("kvo-tier-zero-blocks", vec!["--kv-tiers", "disk:0blocks"], "at least one block"),
+        ("kvo-tier-below-block", vec!["--kv-tiers", "remote:0.00001"], "less than one KV block"),
+        ("kvo-tier-bandwidth", vec!["--kv-tiers", "disk:100:-5"], "bandwidth_gb_s -5.0"),
+        ("kvo-tier-zero-bandwidth", vec!["--kv-tiers", "disk:100:0"], "bandwidth_gb_s 0.0"),
+        ("kvo-tier-latency", vec!["--kv-tiers", "disk:100:5:-1ms"], "latency"),
+        ("kvo-tier-order", vec!["--kv-tiers", "disk:100,cpu:8"], "ordered cpu, disk, remote"),
+        ("kvo-tier-twice", vec!["--kv-offloading-size", "8", "--kv-tiers", "cpu:8"], "given twice"),
+        ("kvo-tier-cpu-link", vec!["--kv-tiers", "cpu:8:20"], "--kv-transfer-bandwidth"),
+        ("kvo-tier-syntax", vec!["--kv-tiers", "disk"], "MEDIUM:SIZE"),
         ("kvo-bandwidth-zero", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "0"], "--kv-transfer-bandwidth"),
         ("kvo-bandwidth-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "-3"], "positive number of GB/s"),
         ("kvo-latency-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "-5us"], "--kv-transfer-latency"),
         ("kvo-latency-unit", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "5 parsecs"], "unknown unit"),
-        ("kvo-without-tier", vec!["--kv-transfer-bandwidth", "25"], "need a CPU tier"),
+        ("kvo-without-tier", vec!["--kv-transfer-bandwidth", "25"], "need a tier"),
         ("kvo-too-many", vec!["--kv-cpu-blocks", "5000000000"], "at most"),
     ] {
         let e = rejected(name, &with_model(&extra));
@@ -377,4 +388,22 @@ fn request_counts_obey_one_rule_on_the_command_line_in_a_config_and_in_a_spec() 
     let e = rejected("num-requests-spec", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
     assert!(e.contains("num_requests") && e.contains("must be in [1, 1e12]"), "{e}");
     assert!(rejected("num-requests-1e13", &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "1e13"]).contains("must be in [1, 1e12]"));
+}
+
+/// `blis serve --kv-events-config` is checked before anything listens.
+#[test]
+fn bad_kv_events_configs_are_refused_before_serving() {
+    for (config, needle) in [
+        ("not json", "--kv-events-config"),
+        (r#"{"publisher": "nats"}"#, "allowed values are zmq, null"),
+        (r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "udp://x:1"}"#, "expected tcp://HOST:PORT"),
+        (r#"{"replay_endpoint": "tcp://*:5558"}"#, "replay_endpoint is not supported"),
+        (r#"{"enable_kv_cache_events": true, "topik": "x"}"#, "unknown field `topik`"),
+    ] {
+        let out = blis(&["serve", "--model", "meta-llama/llama-3.1-8b-instruct", "--port", "0", "--kv-events-config", config]);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{config}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{config}: {err}");
+        assert!(err.contains(needle), "{config}: {err}");
+    }
 }

@@ -281,3 +281,59 @@ fn writing_into_a_closed_pipe_ends_quietly() {
         assert_eq!(out.status.signal(), Some(13), "{args:?}: {:?} {err}", out.status);
     }
 }
+
+/// CPU and disk tiers through the CLI: the report's per-tier section adds up,
+/// the per-request CSV gains the load columns and agrees with the report,
+/// and the KV events file is byte-identical across runs and balances: a
+/// block is removed only after it was stored.
+#[test]
+fn tiers_report_per_tier_and_kv_events_are_deterministic_and_balanced() {
+    let dir = scratch("tiers-events");
+    let tiered = ["--num-gpu-blocks", "400", "--prefix-tokens", "1500", "--kv-offloading-size", "0.5", "--kv-tiers", "disk:50"];
+    let outputs = |tag: &str| {
+        let (csv, events) = (dir.join(format!("{tag}.csv")), dir.join(format!("{tag}.jsonl")));
+        let mut extra = tiered.to_vec();
+        extra.extend_from_slice(&["--requests-csv", csv.to_str().unwrap(), "--kv-events-output", events.to_str().unwrap()]);
+        let (_, json) = run_json(&extra);
+        (json, std::fs::read_to_string(csv).unwrap(), std::fs::read_to_string(events).unwrap())
+    };
+    let (json, csv, events) = outputs("a");
+    let offload = &json["kv_cache"]["offload"];
+    let tiers = offload["tiers"].as_array().unwrap();
+    assert_eq!((tiers[0]["medium"].as_str(), tiers[1]["medium"].as_str()), (Some("cpu"), Some("disk")));
+    let loaded: u64 = tiers.iter().map(|t| t["loaded_blocks"].as_u64().unwrap()).sum();
+    assert_eq!(loaded, offload["loaded_blocks"].as_u64().unwrap());
+    assert!(offload["loads"].as_u64().unwrap() > 0, "the workload reloads prefixes: {offload}");
+    assert_eq!(json["config"]["kv-offloading-backend"]["value"], "lmcache", "disk tiers are LMCache's");
+
+    let header: Vec<&str> = csv.lines().next().unwrap().split(',').collect();
+    assert_eq!(header[header.len() - 2..], ["loaded_prompt_tokens", "kv_load_wait_ms"]);
+    let loaded_tokens: u64 = csv.lines().skip(1).map(|l| l.split(',').nth_back(1).unwrap().parse::<u64>().unwrap()).sum();
+    assert_eq!(loaded_tokens, loaded * 16, "every loaded block is some request's 16 loaded tokens");
+
+    let (_, csv_b, events_b) = outputs("b");
+    assert_eq!((&csv, &events), (&csv_b, &events_b), "same seed, same bytes");
+    let mut held: std::collections::BTreeMap<(String, u64), i64> = Default::default();
+    for line in events.lines() {
+        let batch: Value = serde_json::from_str(line).unwrap();
+        for e in batch["events"].as_array().unwrap() {
+            let delta = match e["type"].as_str().unwrap() {
+                "BlockStored" => 1,
+                "BlockRemoved" => -1,
+                other => panic!("unexpected {other}"),
+            };
+            for h in e["block_hashes"].as_array().unwrap() {
+                let n = held.entry((e["medium"].as_str().unwrap().to_string(), h.as_u64().unwrap())).or_default();
+                *n += delta;
+                assert!(*n >= 0, "{e} removes a block never stored");
+            }
+        }
+    }
+    for medium in ["GPU", "CPU", "DISK"] {
+        assert!(held.keys().any(|(m, _)| m == medium), "no {medium} events");
+    }
+    // Without tiers the CSV keeps its columns.
+    let plain = dir.join("plain.csv");
+    run_json(&["--requests-csv", plain.to_str().unwrap()]);
+    assert!(!std::fs::read_to_string(plain).unwrap().contains("kv_load_wait_ms"));
+}

@@ -13,7 +13,7 @@
 //! | scorer | score of instance i |
 //! | --- | --- |
 //! | `prefix-affinity` | router-index matched prompt blocks / prompt blocks |
-//! | `precise-prefix` | prompt tokens in i's real prefix cache / prompt tokens |
+//! | `precise-prefix` | prompt tokens in i's real prefix cache, plus its offload tiers' run after it weighted 0.8 (CPU), 0.5 (disk), 0.4 (remote) / prompt tokens |
 //! | `queue-depth` | (max − l_i) / (max − min) over the effective load l = queue_depth + batch_size + pending; 1 if all equal |
 //! | `kv-utilization` | 1 − kv_utilization |
 //! | `load-balance` | 1 / (1 + queue_depth + batch_size + pending) |
@@ -143,7 +143,7 @@ impl Scorer {
             Scorer::PrecisePrefix => {
                 let tokens = f64::from(view.prompt_tokens());
                 for i in 0..snaps.len() {
-                    sheet.set(i, c, if tokens > 0.0 { f64::from(view.cached_prefix_tokens(i)) / tokens } else { 0.0 });
+                    sheet.set(i, c, if tokens > 0.0 { view.weighted_cached_prefix_tokens(i) / tokens } else { 0.0 });
                 }
             }
             Scorer::QueueDepth => {

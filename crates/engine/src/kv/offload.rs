@@ -556,10 +556,18 @@ impl OffloadTiers {
         self.hits.len() as u32
     }
 
-    /// What [`OffloadTiers::lookup`] would return, without counting it or
-    /// changing anything: what a precise prefix-aware router reads.
-    pub fn peek(&self, hashes: &[u64], now: Micros) -> u32 {
-        hashes.iter().take_while(|&&h| self.tiers.iter().any(|t| t.landed_block(h, now).is_some())).count() as u32
+    /// The run [`OffloadTiers::lookup`] would find, without counting it or
+    /// changing anything, as blocks per medium (indexed by [`Medium`]):
+    /// what a precise prefix-aware router reads.
+    pub fn peek(&self, hashes: &[u64], now: Micros) -> [u32; 3] {
+        let mut per_medium = [0; 3];
+        for &h in hashes {
+            match self.tiers.iter().find(|t| t.landed_block(h, now).is_some()) {
+                Some(t) => per_medium[t.medium as usize] += 1,
+                None => break,
+            }
+        }
+        per_medium
     }
 
     /// Starts loading the blocks with content `hashes`, the run the last

@@ -170,3 +170,21 @@ fn lmcache_stores_prompt_blocks_and_native_offloading_every_full_block() {
     assert_eq!(stored(StorePolicy::EveryFullBlock), 8);
     assert_eq!(stored(StorePolicy::PromptChunks { chunk_blocks: 16 }), 6);
 }
+
+/// What a precise prefix-aware router sees: after R1 evicted all of P's
+/// GPU blocks but the first, the GPU serves 16 of P's tokens and the CPU
+/// tier the next 144 (the whole prompt: a tier hit is not capped at
+/// `prompt − 1`); an unrelated prompt is served by neither.
+#[test]
+fn a_router_sees_the_gpu_hit_and_the_tier_run_after_it() {
+    let r = run(Some(tier(100, 100.0, 100)), vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 160, 1)]);
+    let hashes = |seed| {
+        let mut h = Vec::new();
+        blis_engine::request::extend_block_hashes(&TokenSeq::synthetic(seed, 160), 0, 0, 16, &mut h);
+        h
+    };
+    assert_eq!(r.instance.cached_prefix_by_tier(&hashes(7), 160), (16, [144, 0, 0]));
+    assert_eq!(r.instance.cached_prefix_by_tier(&hashes(9), 160), (0, [0, 0, 0]));
+    let no_tier = run(None, vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 160, 1)]);
+    assert_eq!(no_tier.instance.cached_prefix_by_tier(&hashes(7), 160), (16, [0, 0, 0]));
+}
