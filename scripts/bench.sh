@@ -19,6 +19,12 @@ done
   --prompt-tokens 512 --output-tokens 256 --kv-offloading-size 64 --output /dev/null 2>&1 \
   | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=100000, 64 GiB CPU tier: /"
 echo
+# The same with LMCache's tiers: 64 GiB of host memory and 512 GiB of disk
+# (prompt chunks stored write-through to both, reads from disk via host memory).
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 25 --num-requests 100000 \
+  --prompt-tokens 512 --output-tokens 256 --kv-offloading-size 64 --kv-tiers disk:512 --output /dev/null 2>&1 \
+  | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=100000, LMCache 64 GiB CPU + 512 GiB disk: /"
+echo
 # Closed loop: 100 000 requests through 100 connections (a rate far above
 # what the server sustains, so every request waits for a slot).
 ./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 1000 --max-concurrency 100 --num-requests 100000 \
