@@ -14,6 +14,7 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::count::parse_count;
+use crate::tier_list::KvTierList;
 use crate::error::{ScenarioError, invalid};
 
 /// Where a resolved value came from.
@@ -83,6 +84,13 @@ impl KnobValue for PathBuf {
     }
     fn rebased(self, dir: &Path) -> PathBuf {
         if self.is_relative() { dir.join(self) } else { self }
+    }
+}
+
+impl KnobValue for KvTierList {
+    #[cfg(feature = "clap")]
+    fn value_parser() -> clap::builder::ValueParser {
+        clap::builder::ValueParser::new(KvTierList::parse)
     }
 }
 
@@ -221,7 +229,7 @@ knob_table! {
     /// cpu, disk or remote (e.g. cpu:64,disk:1024:5:100us; SIZE may be Nblocks). In a --config
     /// file also a list of {medium, size_gib or blocks, bandwidth_gb_s, latency}. [default: none;
     /// disk 5 GB/s and 100us, remote 12.5 GB/s and 500us]
-    kv_tiers: crate::tiers::KvTierList = None, flag(long, value_name = "TIERS", help_heading = "KV offloading");
+    kv_tiers: KvTierList = None, flag(long, value_name = "TIERS", help_heading = "KV offloading");
     /// GPU ↔ host bandwidth per GPU and direction, GB/s. [default: half the GPU's PCIe figure
     /// (it counts both directions) × 0.75]
     kv_transfer_bandwidth: f64 = None, flag(long, value_name = "GB_PER_S", allow_negative_numbers = true, help_heading = "KV offloading");
