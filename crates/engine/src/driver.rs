@@ -212,6 +212,11 @@ impl Fleet {
         self.reschedule(i);
     }
 
+    /// Resets instance `i`'s GPU prefix cache now ([`Instance::reset_prefix_cache`]).
+    pub fn reset_prefix_cache(&mut self, i: usize, obs: &mut dyn Observer) -> bool {
+        self.instances[i].reset_prefix_cache(obs)
+    }
+
     /// Processes instance `i`'s next event, which must be due now.
     pub fn process(&mut self, i: usize, obs: &mut dyn Observer) {
         debug_assert_eq!(self.instances[i].next_event().map(|k| k.time), Some(self.now), "instance {i}'s event is not due");

@@ -480,6 +480,21 @@ impl Instance {
         self.kv.cached_prefix_tokens(scratch, req.prompt_tokens())
     }
 
+    /// vLLM's `reset_prefix_cache` on the GPU cache
+    /// ([`KvCache::reset_prefix_cache`]): refused (`false`) while any
+    /// request holds blocks. When recording KV events, publishes
+    /// `AllBlocksCleared` to `obs` at once.
+    pub fn reset_prefix_cache(&mut self, obs: &mut dyn Observer) -> bool {
+        if !self.kv.reset_prefix_cache() {
+            return false;
+        }
+        if self.cfg.kv_events {
+            self.kv_events.push(KvEvent::AllBlocksCleared);
+            self.publish_kv_events(obs);
+        }
+        true
+    }
+
     /// Tokens of a prompt (its block hashes and length) that would not be
     /// recomputed here now, by where they are: the GPU prefix cache's hit,
     /// then the run of full blocks after it that the offload tiers hold,

@@ -323,5 +323,19 @@ async fn kv_events_reach_a_zeromq_subscriber_as_vllm_publishes_them() {
     assert_eq!(stored[4], 16, "block size");
     assert_eq!(tokens.len(), hashes.len() * 16, "the stored blocks' tokens");
     assert_eq!((&stored[5], &stored[6]), (&Value::Null, &json!("GPU")), "lora_id, medium");
+    // Once the requests are done, vLLM's reset_prefix_cache clears the cache and says so.
+    let reset = client.post(format!("http://{}/reset_prefix_cache", srv.local_addr)).send().await.unwrap();
+    assert_eq!(reset.status(), 200);
+    let mut seq = u64::from_be_bytes(frames[1][..].try_into().unwrap());
+    loop {
+        let m = tokio::time::timeout(std::time::Duration::from_secs(10), sub.recv()).await.expect("AllBlocksCleared arrives").unwrap().into_vec();
+        let next = u64::from_be_bytes(m[1][..].try_into().unwrap());
+        assert_eq!(next, seq + 1, "sequence numbers count batches");
+        seq = next;
+        let batch: Value = rmp_serde::from_slice(&m[2]).unwrap();
+        if batch[1].as_array().unwrap().iter().any(|e| e == &json!(["AllBlocksCleared"])) {
+            break;
+        }
+    }
     srv.stop().await.unwrap();
 }

@@ -325,6 +325,19 @@ impl KvCache {
         true
     }
 
+    /// vLLM `reset_prefix_cache`: forgets every cached block's content, so
+    /// nothing hits until blocks are cached again. Like vLLM, refuses (and
+    /// returns `false`) while any request holds a block.
+    pub fn reset_prefix_cache(&mut self) -> bool {
+        if self.num_used > 0 {
+            return false;
+        }
+        self.hashed.iter_mut().for_each(|w| *w = 0);
+        self.index = BlockIndex::new();
+        self.debug_check();
+        true
+    }
+
     /// vLLM `free`: releases the request's blocks in reverse order, so its
     /// tail blocks are evicted before its prefix. Cached blocks stay findable.
     pub fn free(&mut self, table: &mut BlockTable) {
@@ -606,6 +619,23 @@ mod tests {
         assert_eq!(kv.blocks.len(), 100);
         assert_eq!(kv.num_free_blocks(), 3_999_999_899);
         kv.free(&mut t);
+        kv.assert_consistent();
+    }
+
+    /// vLLM's reset_prefix_cache: refused while a request holds blocks;
+    /// afterwards nothing hits and the free blocks are reused as fresh.
+    #[test]
+    fn a_prefix_cache_reset_forgets_every_block_once_none_is_held() {
+        let mut kv = KvCache::new(11, 16, true).unwrap();
+        let h = hashes(4);
+        let mut a = BlockTable::default();
+        assert!(kv.allocate_slots(&mut a, 64, &[], &h, 64));
+        assert!(!kv.reset_prefix_cache(), "blocks are held");
+        kv.free(&mut a);
+        assert_eq!(kv.cached_prefix_tokens(&h, 64), 48);
+        assert!(kv.reset_prefix_cache());
+        assert_eq!((kv.cached_prefix_tokens(&h, 64), kv.hashed_blocks()), (0, 0));
+        assert!(kv.allocate_slots(&mut a, 64, &[], &h, 64));
         kv.assert_consistent();
     }
 

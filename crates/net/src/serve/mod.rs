@@ -280,6 +280,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         .route("/v1/models", get(models))
         .route("/health", get(|State(s): State<Arc<AppState>>| async move { s.health.status() }))
         .route("/metrics", get(prometheus))
+        .route("/reset_prefix_cache", post(reset_prefix_cache))
         .fallback(|| async { error_response(&ApiError { status: StatusCode::NOT_FOUND, message: "no such route".into(), kind: "invalid_request_error", param: None }) })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state);
@@ -336,6 +337,26 @@ async fn prometheus(State(s): State<Arc<AppState>>) -> Response {
     }
     match rx.await {
         Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+    }
+}
+
+/// vLLM's `POST /reset_prefix_cache` (served by vLLM in dev mode): 200 when
+/// the GPU prefix cache was reset (and, with KV events on, `AllBlocksCleared`
+/// published); 409 while requests hold blocks, which vLLM refuses too.
+async fn reset_prefix_cache(State(s): State<Arc<AppState>>) -> Response {
+    let (tx, rx) = oneshot::channel();
+    if s.commands.send(Command::ResetPrefixCache(tx)).is_err() {
+        return StatusCode::SERVICE_UNAVAILABLE.into_response();
+    }
+    match rx.await {
+        Ok(true) => StatusCode::OK.into_response(),
+        Ok(false) => error_response(&ApiError {
+            status: StatusCode::CONFLICT,
+            message: "requests hold KV blocks; the prefix cache can be reset only when none runs".into(),
+            kind: "invalid_request_error",
+            param: None,
+        }),
         Err(_) => StatusCode::SERVICE_UNAVAILABLE.into_response(),
     }
 }

@@ -55,6 +55,9 @@ pub enum Command {
     Abandon(RequestId),
     /// Render the Prometheus metrics.
     Metrics(oneshot::Sender<String>),
+    /// vLLM's `reset_prefix_cache`: whether the cache was reset (refused
+    /// while requests hold blocks).
+    ResetPrefixCache(oneshot::Sender<bool>),
 }
 
 enum Emitted {
@@ -177,6 +180,9 @@ pub fn run(instance: Instance, time_scale: f64, model_name: String, commands: Re
             }
             Command::Metrics(reply) => {
                 let _ = reply.send(buffer.metrics.render(&model_name, &driver.fleet().instances()[0]));
+            }
+            Command::ResetPrefixCache(reply) => {
+                let _ = reply.send(driver.fleet_mut().reset_prefix_cache(0, &mut buffer));
             }
         }
         for (t, e) in buffer.out.drain(..) {
