@@ -51,3 +51,9 @@ echo
   --autoscale-policy target-tracking --min-instances 1 --max-instances 16 --output /dev/null 2>&1 \
   | grep -E "mean batch|replicas min|Simulated in" | tr '\n' ' ' | sed "s/^/autoscaled diurnal day, 1.73M requests: /"
 echo
+# Sweep: 1 000 points (10 rates x 10 batch caps x 10 seeds) of a
+# 10 000-request single-instance scenario on every core.
+printf 'axes:\n  rate: [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]\n  max-num-seqs: [16, 32, 48, 64, 96, 128, 160, 192, 224, 256]\n  seed: [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]\n' > /tmp/blis-bench-grid.yaml
+rm -f /tmp/blis-bench-sweep.csv
+/usr/bin/time -f "sweep, 1000 points x 10000 requests: %e s, %M KiB peak" ./target/release/blis sweep --model meta-llama/llama-3.1-8b-instruct \
+  --num-requests 10000 --grid /tmp/blis-bench-grid.yaml --output /tmp/blis-bench-sweep.csv --quiet

@@ -19,6 +19,7 @@ mod replay;
 mod run;
 mod serve;
 mod simulate;
+mod sweep;
 mod table;
 mod validate;
 mod workload_cmd;
@@ -53,6 +54,9 @@ enum Command {
     Validate(Box<validate::ValidateArgs>),
     /// Learn latency-model coefficients from real experiments (stage one: linear; stage two: simulator in the loop).
     Fit(Box<fit::FitArgs>),
+    /// Sweep a scenario over a grid of knob values on every core: one CSV row per point, resumable.
+    #[command(after_help = blis_scenario::count::HELP)]
+    Sweep(Box<sweep::SweepArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -135,6 +139,7 @@ fn main() {
         Command::Workload(cmd) => workload_cmd::execute(cmd),
         Command::Convert(cmd) => convert::execute(cmd),
         Command::Compose(args) => compose::execute(args),
+        Command::Sweep(args) => sweep::execute(*args),
     };
     match result {
         Ok(()) => output::print_warnings(),

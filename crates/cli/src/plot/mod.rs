@@ -8,6 +8,7 @@
 
 pub mod autoscale;
 pub mod calibrate;
+pub mod sweep;
 pub mod validate;
 pub mod workload;
 

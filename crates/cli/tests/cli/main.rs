@@ -10,6 +10,7 @@ mod experiment_dir;
 mod fit;
 mod memory;
 mod run;
+mod sweep;
 mod validate;
 mod workload;
 

@@ -1,0 +1,136 @@
+//! `blis sweep`: rows equal `blis run`'s numbers, points run once each
+//! across shards, an interrupted sweep resumes to the same file, bad grids
+//! are refused before anything runs.
+
+use serde_json::Value;
+
+use crate::{blis, scratch, stderr};
+
+const BASE: &[&str] = &["sweep", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "-q"];
+const GRID: &str = "axes:\n  rate: [5, 40]\n  max-num-seqs: [16, 256]\nzip:\n  - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}\n";
+
+fn sweep(dir: &std::path::Path, out: &str, extra: &[&str]) -> String {
+    let grid = dir.join("grid.yaml");
+    std::fs::write(&grid, GRID).unwrap();
+    let out = dir.join(out);
+    let mut args = BASE.to_vec();
+    args.extend_from_slice(&["--grid", grid.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    args.extend_from_slice(extra);
+    let o = blis(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
+    std::fs::read_to_string(out).unwrap()
+}
+
+#[test]
+fn a_row_is_what_blis_run_reports_for_its_point() {
+    let dir = scratch("sweep-equals-run");
+    let csv = sweep(&dir, "a.csv", &[]);
+    let lines: Vec<&str> = csv.lines().collect();
+    assert_eq!(lines.len(), 1 + 8, "a header and 2 × 2 × 2 points");
+    let header: Vec<&str> = lines[0].split(',').collect();
+    let row: Vec<&str> = lines[7].split(',').collect(); // point 6: rate 40, max-num-seqs 256, 1 instance
+    let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
+    assert_eq!((col("point"), col("rate"), col("max-num-seqs"), col("num-instances"), col("routing-policy")), ("6", "40", "256", "1", "round-robin"));
+    let out = blis(&[
+        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "--rate", "40", "--max-num-seqs", "256",
+        "--num-instances", "1", "--routing-policy", "round-robin", "--format", "json",
+    ]);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(col("completed"), run["requests"]["completed"].to_string());
+    assert_eq!(col("ttft_p99_ms").parse::<f64>().unwrap(), run["latency_ms"]["ttft"]["p99"].as_f64().unwrap());
+    assert_eq!(col("e2e_p50_ms").parse::<f64>().unwrap(), run["latency_ms"]["e2e"]["p50"].as_f64().unwrap());
+    assert_eq!(col("error"), "");
+    assert_eq!(col("gpus"), "1");
+}
+
+#[test]
+fn the_plot_draws_every_row_of_the_output() {
+    let dir = scratch("sweep-plot");
+    let svg = dir.join("p.svg");
+    sweep(&dir, "p.csv", &["--plot", svg.to_str().unwrap()]);
+    let text = std::fs::read_to_string(svg).unwrap();
+    assert!(text.starts_with("<svg") && text.contains("Pareto frontier"), "{}", &text[..200.min(text.len())]);
+}
+
+#[test]
+fn shards_cover_every_point_once_and_an_interrupted_sweep_resumes_to_the_same_file() {
+    let dir = scratch("sweep-resume");
+    let whole = sweep(&dir, "whole.csv", &[]);
+    // Two shards: together every point, once.
+    let a = sweep(&dir, "s0.csv", &["--shard", "0/2"]);
+    let b = sweep(&dir, "s1.csv", &["--shard", "1/2"]);
+    let mut rows: Vec<&str> = a.lines().skip(1).chain(b.lines().skip(1)).collect();
+    rows.sort_by_key(|r| r.split(',').next().unwrap().parse::<u64>().unwrap());
+    assert_eq!(rows, whole.lines().skip(1).collect::<Vec<_>>());
+    // Interrupted after three rows and half a fourth: resuming gives the same bytes.
+    let cut: String = whole.lines().take(4).map(|l| format!("{l}\n")).collect::<String>() + &whole.lines().nth(4).unwrap()[..10];
+    std::fs::write(dir.join("resumed.csv"), cut).unwrap();
+    assert_eq!(sweep(&dir, "resumed.csv", &["--jobs", "1"]), whole);
+    // Nothing left to do: the file stays as it is.
+    assert_eq!(sweep(&dir, "resumed.csv", &[]), whole);
+}
+
+#[test]
+fn bad_grids_and_a_foreign_output_are_refused_before_anything_runs() {
+    let dir = scratch("sweep-bad");
+    for (name, grid, needle) in [
+        ("unknown-knob", "axes: {ratee: [1]}\n", "ratee"),
+        ("bad-value", "axes: {rate: [fast]}\n", "rate"),
+        ("empty", "axes: {}\n", "no axes"),
+        ("zip-lengths", "zip: [{rate: [1, 2], seed: [1]}]\n", "as long"),
+        ("not-yaml", "axes: [\n", "not valid YAML"),
+    ] {
+        let g = dir.join(format!("{name}.yaml"));
+        std::fs::write(&g, grid).unwrap();
+        let out = dir.join(format!("{name}.csv"));
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+        let o = blis(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!out.exists(), "{name}: wrote an output");
+    }
+    let foreign = dir.join("foreign.csv");
+    std::fs::write(&foreign, "id,something\n1,2\n").unwrap();
+    let g = dir.join("ok.yaml");
+    std::fs::write(&g, GRID).unwrap();
+    let mut args = BASE.to_vec();
+    args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", foreign.to_str().unwrap()]);
+    let o = blis(&args);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("exists with other columns"), "{}", stderr(&o));
+    assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "id,something\n1,2\n", "left untouched");
+}
+
+/// A point whose knobs cannot run gets its error in the row; the others run.
+#[test]
+fn a_failing_point_records_its_error_and_the_sweep_goes_on() {
+    let dir = scratch("sweep-error");
+    let g = dir.join("g.yaml");
+    std::fs::write(&g, "axes: {tp: [1, 3]}\n").unwrap();
+    let out = dir.join("o.csv");
+    let mut args = BASE.to_vec();
+    args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+    assert!(blis(&args).status.success());
+    let csv = std::fs::read_to_string(out).unwrap();
+    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    assert!(rows[0].starts_with("0,1,1,300,300,") && rows[0].ends_with(','), "{}", rows[0]);
+    assert!(rows[1].starts_with("1,3,,,") && rows[1].contains("--tp 3"), "{}", rows[1]);
+}
+
+/// The example in `examples/sweep/` runs (flags win over its base file).
+#[test]
+fn the_example_sweep_runs_with_flags_over_its_base() {
+    let dir = scratch("sweep-example");
+    let out = dir.join("ex.csv");
+    let root = env!("CARGO_MANIFEST_DIR").to_string() + "/../../examples/sweep/";
+    let o = blis(&[
+        "sweep", "--base", &(root.clone() + "base.yaml"), "--grid", &(root + "grid.yaml"), "--num-requests", "100", "--output", out.to_str().unwrap(), "-q",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let csv = std::fs::read_to_string(out).unwrap();
+    assert_eq!(csv.lines().count(), 1 + 36);
+    assert!(csv.lines().skip(1).all(|l| l.split(',').nth(7) == Some("100")), "every point injected the flag's 100 requests");
+}
