@@ -57,3 +57,6 @@ printf 'axes:\n  rate: [2, 4, 6, 8, 10, 12, 14, 16, 18, 20]\n  max-num-seqs: [16
 rm -f /tmp/blis-bench-sweep.csv
 /usr/bin/time -f "sweep, 1000 points x 10000 requests: %e s, %M KiB peak" ./target/release/blis sweep --model meta-llama/llama-3.1-8b-instruct \
   --num-requests 10000 --grid /tmp/blis-bench-grid.yaml --output /tmp/blis-bench-sweep.csv --quiet
+# Plan: 540 candidate deployments (examples/plan/plan.yaml), 4 000 requests each.
+/usr/bin/time -f "plan, 540 candidates: %e s, %M KiB peak" ./target/release/blis plan --model meta-llama/llama-3.1-8b-instruct \
+  --rate 40 --num-requests 4000 --prompt-tokens 2048 --output-tokens 256 --plan examples/plan/plan.yaml > /dev/null

@@ -14,6 +14,7 @@ mod fit;
 mod knobs;
 mod observe;
 mod output;
+mod plan;
 mod plot;
 mod replay;
 mod run;
@@ -57,6 +58,9 @@ enum Command {
     /// Sweep a scenario over a grid of knob values on every core: one CSV row per point, resumable.
     #[command(after_help = blis_scenario::count::HELP)]
     Sweep(Box<sweep::SweepArgs>),
+    /// Find the cheapest deployment (GPU, TP, replicas, knobs) that meets an SLO for a workload.
+    #[command(after_help = blis_scenario::count::HELP)]
+    Plan(Box<plan::PlanArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -140,6 +144,7 @@ fn main() {
         Command::Convert(cmd) => convert::execute(cmd),
         Command::Compose(args) => compose::execute(args),
         Command::Sweep(args) => sweep::execute(*args),
+        Command::Plan(args) => plan::execute(*args),
     };
     match result {
         Ok(()) => output::print_warnings(),

@@ -90,7 +90,8 @@ pub struct Grid {
     /// Each axis: the knobs it sets (one, or a zip group's several) and, per
     /// step along it, their values.
     axes: Vec<(Vec<String>, Vec<Vec<Value>>)>,
-    points: u64,
+    /// Points: the product of the axes' lengths.
+    pub points: u64,
 }
 
 impl Grid {
@@ -153,13 +154,25 @@ impl Grid {
         Ok(Grid { axes, points })
     }
 
+    /// Checks that every name and value of the grid reads as a knob (each
+    /// value once, not each point); `origin` names the file in errors.
+    pub fn check_knobs(&self, origin: &str) -> Result<(), BadInput> {
+        for (names, steps) in &self.axes {
+            for step in steps {
+                let one: Map<String, Value> = names.iter().cloned().zip(step.iter().cloned()).collect();
+                KnobValues::from_yaml(Value::Object(one), origin).map_err(|e| bad_input!("{}", e.0))?;
+            }
+        }
+        Ok(())
+    }
+
     /// The knob names, one column each, in axis order.
-    fn columns(&self) -> impl Iterator<Item = &str> {
+    pub fn columns(&self) -> impl Iterator<Item = &str> {
         self.axes.iter().flat_map(|(names, _)| names.iter().map(String::as_str))
     }
 
     /// Point `index`'s knob values (mixed radix, the last axis fastest).
-    fn point(&self, mut index: u64) -> Map<String, Value> {
+    pub fn point(&self, mut index: u64) -> Map<String, Value> {
         let mut map = Map::new();
         for (names, steps) in self.axes.iter().rev() {
             let n = steps.len() as u64;
@@ -178,7 +191,7 @@ const METRIC_COLUMNS: &str = "gpus,injected,completed,dropped,timed_out,throughp
 ttft_p50_ms,ttft_p99_ms,itl_p50_ms,itl_p99_ms,e2e_p50_ms,e2e_p99_ms,slo_attainment,goodput_rps,gpu_hours,cost_usd,error";
 
 /// A CSV field: quoted when it holds a comma, quote or line break.
-fn field(text: &str) -> String {
+pub fn field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
 }
 
@@ -217,16 +230,20 @@ fn metric_fields(r: &RunReport) -> String {
     .join(",")
 }
 
-/// Simulates one point: its row after the point number and knob values, or
-/// the error that stopped it (in the `error` column).
+/// Simulates one point: its knob values over `flags` over `base` over the
+/// defaults, as `blis run` would; the error is the one line `blis run`
+/// would print.
+pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<RunReport, String> {
+    let values = KnobValues::from_yaml(Value::Object(point.clone()), "the grid").map_err(|e| e.0)?.or(flags.clone());
+    let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
+    let resolved = scenario.resolve().map_err(|e| e.0)?;
+    blis_scenario::simulate(resolved, Outputs::default()).map_err(|e| e.0)
+}
+
+/// One point's row after the point number and knob values: its metrics,
+/// or the error that stopped it (in the `error` column).
 fn simulate_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> String {
-    let result = (|| -> Result<RunReport, String> {
-        let values = KnobValues::from_yaml(Value::Object(point.clone()), "the grid").map_err(|e| e.0)?.or(flags.clone());
-        let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
-        let resolved = scenario.resolve().map_err(|e| e.0)?;
-        blis_scenario::simulate(resolved, Outputs::default()).map_err(|e| e.0)
-    })();
-    match result {
+    match run_point(point, flags, base) {
         Ok(report) => metric_fields(&report),
         Err(e) => format!("{}{}", ",".repeat(METRIC_COLUMNS.matches(',').count()), field(&e)),
     }
@@ -254,20 +271,21 @@ fn resume(path: &Path, header: &str) -> Result<std::collections::BTreeSet<u64>, 
         .collect()
 }
 
+/// Reads the YAML file a `flag` names (`origin`: how errors name it) and
+/// the `--base` knob file, if any: what `blis sweep` and `blis plan` start from.
+pub fn read_inputs(flag: &str, path: &Path, base: Option<&Path>) -> Result<(String, Value, Option<(KnobValues, String)>), BadInput> {
+    let origin = format!("{flag} {}", path.display());
+    let text = blis_data::textfile::read(path).map_err(|e| bad_input!("cannot read {origin}: {e}"))?;
+    let raw: Value = blis_data::yaml::from_str(&text).map_err(|e| bad_input!("{origin}: not valid YAML: {e}"))?;
+    let base = base.map(|p| KnobValues::load(p).map(|v| (v, format!("--base {}", p.display())))).transpose()?;
+    Ok((origin, raw, base))
+}
+
 /// Runs `blis sweep`.
 pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
-    let origin = format!("--grid {}", args.grid.display());
-    let text = blis_data::textfile::read(&args.grid).map_err(|e| bad_input!("cannot read {origin}: {e}"))?;
-    let raw: Value = blis_data::yaml::from_str(&text).map_err(|e| bad_input!("{origin}: not valid YAML: {e}"))?;
+    let (origin, raw, base) = read_inputs("--grid", &args.grid, args.base.as_deref())?;
     let grid = Grid::parse(raw, &origin)?;
-    let base = args.base.as_deref().map(|p| KnobValues::load(p).map(|v| (v, format!("--base {}", p.display())))).transpose()?;
-    // Every knob name and value of the grid must read as a knob before anything runs.
-    for (names, steps) in &grid.axes {
-        for step in steps {
-            let one: Map<String, Value> = names.iter().cloned().zip(step.iter().cloned()).collect();
-            KnobValues::from_yaml(Value::Object(one), &origin).map_err(|e| bad_input!("{}", e.0))?;
-        }
-    }
+    grid.check_knobs(&origin)?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
     let done = resume(&args.output, &header)?;
     let (shard, shards) = args.shard.unwrap_or((0, 1));

@@ -9,6 +9,7 @@ mod cluster;
 mod experiment_dir;
 mod fit;
 mod memory;
+mod plan;
 mod run;
 mod sweep;
 mod validate;

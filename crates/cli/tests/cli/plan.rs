@@ -1,0 +1,73 @@
+//! `blis plan`: the answer is the cheapest simulated candidate that meets
+//! the SLO (checked against the CSV of every candidate), pruned candidates
+//! really cannot meet it, and bad plans are refused before anything runs.
+
+use serde_json::Value;
+
+use crate::{blis, scratch, stderr, stdout};
+
+const PLAN: &str = "slo: {ttft_p99_ms: 2000, itl_p99_ms: 80}\ngpus:\n  - {hardware: H100, gpu_hour_cost: 4}\n  - {hardware: L40S, gpu_hour_cost: 1}\ntp: [1, 2]\nreplicas: [1, 2, 4]\n";
+const WORKLOAD: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "60", "--num-requests", "600", "--prompt-tokens", "1024", "--output-tokens", "128"];
+
+fn rows(csv: &str) -> Vec<std::collections::BTreeMap<String, String>> {
+    let mut lines = csv.lines();
+    let header: Vec<&str> = lines.next().unwrap().split(',').collect();
+    lines.map(|l| header.iter().map(|h| h.to_string()).zip(l.split(',').map(str::to_string)).collect()).collect()
+}
+
+#[test]
+fn the_answer_is_the_cheapest_candidate_that_meets_the_slo_and_pruned_ones_cannot() {
+    let dir = scratch("plan");
+    let (plan, csv) = (dir.join("plan.yaml"), dir.join("plan.csv"));
+    std::fs::write(&plan, PLAN).unwrap();
+    let mut args = vec!["plan"];
+    args.extend_from_slice(WORKLOAD);
+    args.extend_from_slice(&["--plan", plan.to_str().unwrap(), "--output", csv.to_str().unwrap()]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let rows = rows(&std::fs::read_to_string(&csv).unwrap());
+    assert_eq!(rows.len(), 2 * 2 * 3);
+    assert!(text.starts_with("12 candidates:"), "{text}");
+    // Brute force over the CSV: the cheapest row that meets the SLO is the answer.
+    let meeting: Vec<_> = rows.iter().filter(|r| r["meets_slo"] == "true").collect();
+    let cheapest = meeting.iter().min_by(|a, b| a["cost_per_hour"].parse::<f64>().unwrap().total_cmp(&b["cost_per_hour"].parse().unwrap())).expect("some candidate meets the SLO");
+    let want = format!("cheapest meeting the SLO: {} × {} TP {}: ${:.2}/h", cheapest["replicas"], cheapest["hardware"], cheapest["tp"], cheapest["cost_per_hour"].parse::<f64>().unwrap());
+    assert!(text.contains(&want), "{want}\n{text}");
+    // A meeting row meets every limit it lists.
+    for r in &meeting {
+        assert!(r["ttft_p99_ms"].parse::<f64>().unwrap() <= 2000.0 && r["itl_p99_ms"].parse::<f64>().unwrap() <= 80.0);
+    }
+    // The roofline prunes only what cannot work: simulate a pruned candidate, it misses the SLO.
+    let pruned = rows.iter().find(|r| r["status"] == "roofline").expect("60 req/s of 1k prompts is too much for one L40S");
+    let out = blis(&[
+        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "60", "--num-requests", "600", "--prompt-tokens", "1024", "--output-tokens", "128",
+        "--hardware", &pruned["hardware"], "--tp", &pruned["tp"], "--num-instances", &pruned["replicas"], "--format", "json",
+    ]);
+    let run: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(run["latency_ms"]["ttft"]["p99"].as_f64().unwrap() > 2000.0, "a pruned candidate met the TTFT limit: {}", run["latency_ms"]["ttft"]);
+}
+
+#[test]
+fn bad_plans_are_refused_before_anything_runs() {
+    let dir = scratch("plan-bad");
+    for (name, plan, needle) in [
+        ("metric", "slo: {ttft_p98_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\n", "slo.ttft_p98_ms"),
+        ("price", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: -1}]\nreplicas: [1]\n", "gpu_hour_cost -1"),
+        ("field", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nbudget: 3\n", "budget"),
+        ("knob", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-num-seqz: [1]}\n", "max-num-seqz"),
+    ] {
+        let p = dir.join(format!("{name}.yaml"));
+        std::fs::write(&p, plan).unwrap();
+        let out_csv = dir.join(format!("{name}.csv"));
+        let mut args = vec!["plan"];
+        args.extend_from_slice(WORKLOAD);
+        args.extend_from_slice(&["--plan", p.to_str().unwrap(), "--output", out_csv.to_str().unwrap()]);
+        let o = blis(&args);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
+        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
+        assert!(err.contains(needle), "{name}: {err}");
+        assert!(!out_csv.exists(), "{name}: wrote an output");
+    }
+}
