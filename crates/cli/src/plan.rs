@@ -35,7 +35,9 @@ use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::error::{BadInput, bad_input};
-use crate::sweep::{Grid, field, read_inputs, run_point};
+use blis_scenario::sweep::{Grid, field, run_point};
+
+use crate::sweep::read_inputs;
 
 /// Find the cheapest deployment (GPU, TP, replicas, knobs) that meets an SLO for a workload.
 #[derive(clap::Args, Debug)]

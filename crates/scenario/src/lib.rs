@@ -50,6 +50,7 @@ pub mod error;
 mod help;
 pub mod knobs;
 pub mod report;
+pub mod sweep;
 pub mod tier_list;
 pub mod tiers;
 pub mod workload;
