@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# The whole test suite, the README's test command and what CI runs: the
+# Rust workspace (release mode: the loopback calibration test compares a
+# live `blis serve` with its replay, and a debug-built server falls behind
+# real time on two cores), then the Python package, built with maturin
+# into a virtual environment this script makes, tested with pytest against
+# the `blis` binary the first step built (a local 2-CPU Ray instance
+# included). Python dependencies come from the package registry by name.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --workspace --release --locked
+venv="$PWD/target/pyenv"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check maturin pytest pandas pyarrow ray
+(cd python && VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" maturin develop --release --locked --quiet)
+"$venv/bin/pytest" -q python/tests
