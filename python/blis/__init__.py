@@ -26,7 +26,7 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from . import _blis
 from ._blis import BlisError
 
-__all__ = ["BlisError", "Result", "run", "sweep", "__version__"]
+__all__ = ["BlisError", "Result", "run", "sweep", "search", "__version__"]
 __version__ = _blis.__version__
 
 Scenario = Union[Mapping[str, Any], str, "os.PathLike[str]"]
@@ -122,3 +122,6 @@ def _ray_row(base_text: str, point: str, index: int, base_path: Optional[str]) -
     from blis import _blis as native
 
     return native.sweep_row(base_text, point, index, base_path)
+
+
+from . import search  # noqa: E402  (needs run's helpers above)

@@ -148,6 +148,18 @@ fn sweep_row(py: Python<'_>, base: &str, point: &str, index: u64, base_path: Opt
     }))
 }
 
+/// Scores candidate policy files on a scenario (given as [`run`] takes
+/// it): per candidate, in order, the JSON `blis evaluate` prints for it.
+#[pyfunction]
+#[pyo3(signature = (candidates, text, path=None, excerpts=5))]
+fn evaluate(py: Python<'_>, candidates: Vec<String>, text: &str, path: Option<&str>, excerpts: usize) -> PyResult<Vec<String>> {
+    let (values, files) = match path {
+        Some(p) => (KnobValues::default(), vec![(KnobValues::load(Path::new(p)).map_err(|e| err(e.0))?, format!("--config {p}"))]),
+        None => (text_values(text).map_err(err)?, Vec::new()),
+    };
+    Ok(py.detach(|| candidates.iter().map(|c| blis_scenario::evaluate::evaluate(Path::new(c), &values, &files, excerpts).to_string()).collect()))
+}
+
 /// The `blis._blis` module.
 #[pymodule]
 fn _blis(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -156,5 +168,6 @@ fn _blis(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(run, m)?)?;
     m.add_function(wrap_pyfunction!(grid_points, m)?)?;
     m.add_function(wrap_pyfunction!(sweep_row, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate, m)?)?;
     Ok(())
 }

@@ -10,6 +10,7 @@ mod convert;
 mod decisions;
 mod definitions;
 mod error;
+mod evaluate;
 mod fit;
 mod knobs;
 mod observe;
@@ -61,6 +62,9 @@ enum Command {
     /// Find the cheapest deployment (GPU, TP, replicas, knobs) that meets an SLO for a workload.
     #[command(after_help = blis_scenario::count::HELP)]
     Plan(Box<plan::PlanArgs>),
+    /// Score candidate policy files on a scenario (fitness, metrics, decision-trace excerpts) for a policy search.
+    #[command(after_help = blis_scenario::count::HELP)]
+    Evaluate(Box<evaluate::EvaluateArgs>),
     /// List the bundled models and GPUs.
     Models,
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
@@ -145,6 +149,7 @@ fn main() {
         Command::Compose(args) => compose::execute(args),
         Command::Sweep(args) => sweep::execute(*args),
         Command::Plan(args) => plan::execute(*args),
+        Command::Evaluate(args) => evaluate::execute(*args),
     };
     match result {
         Ok(()) => output::print_warnings(),

@@ -46,6 +46,7 @@ pub mod cluster;
 pub mod count;
 pub mod deployment;
 pub mod error;
+pub mod evaluate;
 #[cfg(feature = "clap")]
 mod help;
 pub mod knobs;

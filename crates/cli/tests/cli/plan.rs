@@ -71,3 +71,30 @@ fn bad_plans_are_refused_before_anything_runs() {
         assert!(!out_csv.exists(), "{name}: wrote an output");
     }
 }
+
+/// `blis evaluate`: one result per candidate in order; a pathological
+/// policy scores below a sane one, a broken one scores 0 with its error,
+/// and the excerpts quote the worst routing decisions.
+#[test]
+fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
+    let dir = scratch("evaluate");
+    let write = |name: &str, text: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, text).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let (good, busiest, broken) = (write("g.yaml", "routing: {type: least-loaded}\n"), write("b.yaml", "routing: {type: always-busiest}\n"), write("x.yaml", "routing: {type: nope}\n"));
+    let out = blis(&[
+        "evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-instances", "3", "--rate", "40", "--num-requests", "600",
+        "--candidate", &good, "--candidate", &busiest, "--candidate", &broken, "--excerpts", "3",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let scores: Vec<f64> = v.as_array().unwrap().iter().map(|r| r["score"].as_f64().unwrap()).collect();
+    assert!(scores[0] > scores[1] && scores[2] == 0.0, "{scores:?}");
+    assert_eq!(v[1]["trace"].as_array().unwrap().len(), 3);
+    assert!(v[2]["error"].as_str().unwrap().contains("unknown policy `nope`"));
+    let refused = blis(&["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--policy-config", &good, "--candidate", &good]);
+    assert_eq!(refused.status.code(), Some(2));
+    assert!(stderr(&refused).contains("each --candidate is the policy file"), "{}", stderr(&refused));
+}
