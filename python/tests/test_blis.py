@@ -113,3 +113,26 @@ def test_unknown_backends_and_bad_grids_are_refused():
         blis.sweep(BASE, GRID, backend="spark")
     with pytest.raises(blis.BlisError, match="ratee"):
         blis.sweep(BASE, {"axes": {"ratee": [1]}})
+
+
+def test_a_sweeps_parquet_file_holds_its_csv_rows_typed(tmp_path):
+    pandas = pytest.importorskip("pandas")
+    pytest.importorskip("pyarrow")
+    grid = tmp_path / "g.yaml"
+    grid.write_text("axes:\n  rate: [5, 40]\n  routing-policy: [round-robin, least-loaded]\n  tp: [1, 3]\n")
+    csv, parquet = tmp_path / "s.csv", tmp_path / "s.parquet"
+    done = cli("sweep", "--model", MODEL, "--num-requests", "150", "--num-instances", "2", "--grid", str(grid),
+               "--output", str(csv), "--parquet", str(parquet), "-q")
+    assert done.returncode == 0, done.stderr
+    a, b = pandas.read_csv(csv), pandas.read_parquet(parquet)
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) == 8
+    assert str(b["point"].dtype) == "int64" and str(b["rate"].dtype) == "float64" and str(b["ttft_p99_ms"].dtype) == "float64"
+    for column in a.columns:
+        assert a[column].isna().tolist() == b[column].isna().tolist(), column
+        present = a[column].notna()
+        x, y = a.loc[present, column], b.loc[present, column]
+        if pandas.api.types.is_numeric_dtype(x):
+            assert x.astype(float).tolist() == y.astype(float).tolist(), column
+        else:
+            assert x.tolist() == y.tolist(), column
+    assert b["error"].notna().sum() == 4, "the tp 3 points carry their error"

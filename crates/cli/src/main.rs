@@ -15,6 +15,7 @@ mod fit;
 mod knobs;
 mod observe;
 mod output;
+mod parquet_out;
 mod plan;
 mod plot;
 mod replay;

@@ -59,6 +59,10 @@ pub struct SweepArgs {
     #[arg(long, value_name = "N", help_heading = "Sweep")]
     pub jobs: Option<usize>,
 
+    /// Also write every row of --output, in point order, as a typed Parquet file here once the sweep ends.
+    #[arg(long, value_name = "PATH", help_heading = "Sweep")]
+    pub parquet: Option<PathBuf>,
+
     /// Draw the points and their Pareto frontier (p99 TTFT against cost, or GPUs when
     /// nothing is priced) to this SVG file, from every row of --output.
     #[arg(long, value_name = "PATH", help_heading = "Sweep")]
@@ -160,6 +164,9 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     }
     if let Some(bar) = bar {
         bar.finish_and_clear();
+    }
+    if let Some(path) = &args.parquet {
+        crate::parquet_out::write(&args.output, path, grid.columns().count())?;
     }
     if let Some(path) = &args.plot {
         let text = std::fs::read_to_string(&args.output).context("reading --output back for --plot")?;
