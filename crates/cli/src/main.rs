@@ -19,6 +19,7 @@ mod parquet_out;
 mod plan;
 mod plot;
 mod replay;
+mod report_html;
 mod run;
 mod serve;
 mod simulate;

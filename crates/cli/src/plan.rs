@@ -59,6 +59,10 @@ pub struct PlanArgs {
     #[arg(long, short, value_name = "PATH", help_heading = "Plan")]
     pub output: Option<PathBuf>,
 
+    /// Write a self-contained HTML report (summary, frontier plot, frontier and every candidate) to this file.
+    #[arg(long, value_name = "PATH", help_heading = "Plan")]
+    pub report: Option<PathBuf>,
+
     /// Candidates simulated at once. [default: the number of cores]
     #[arg(long, value_name = "N", help_heading = "Plan")]
     pub jobs: Option<usize>,
@@ -357,19 +361,18 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         let extra = if knobs.is_empty() { String::new() } else { format!(" ({})", knobs.join(", ")) };
         format!("{} × {} TP {}{extra}", c.replicas, plan.gpus[c.offer].hardware, c.tp)
     };
-    if let Some(file) = output.as_mut() {
-        let names: Vec<String> = plan.slo.iter().map(|(k, _, _)| field(k)).collect();
-        let knob_cols: Vec<String> = plan.knobs.as_ref().map(|g| g.columns().map(field).collect()).unwrap_or_default();
-        let mut header = vec!["hardware".to_string(), "tp".into(), "replicas".into()];
-        header.extend(knob_cols.iter().cloned());
-        header.extend(["cost_per_hour".to_string(), "status".into()]);
-        header.extend(names);
-        header.extend(["meets_slo".to_string(), "reason".into()]);
-        let w = file.writer();
-        writeln!(w, "{}", header.join(",")).context("writing --output")?;
-        for (c, v) in candidates.iter().zip(&verdicts) {
-            let mut row = vec![field(&plan.gpus[c.offer].hardware), c.tp.to_string(), c.replicas.to_string()];
-            row.extend(plan.knobs.iter().flat_map(|g| g.columns()).map(|k| field(&c.knobs[k].as_str().map_or_else(|| c.knobs[k].to_string(), str::to_string))));
+    // Every candidate, as the CSV and the report show it.
+    let mut header = vec!["hardware".to_string(), "tp".into(), "replicas".into()];
+    header.extend(plan.knobs.iter().flat_map(|g| g.columns()).map(str::to_string));
+    header.extend(["cost_per_hour".to_string(), "status".into()]);
+    header.extend(plan.slo.iter().map(|(k, _, _)| k.clone()));
+    header.extend(["meets_slo".to_string(), "reason".into()]);
+    let rows: Vec<Vec<String>> = candidates
+        .iter()
+        .zip(&verdicts)
+        .map(|(c, v)| {
+            let mut row = vec![plan.gpus[c.offer].hardware.clone(), c.tp.to_string(), c.replicas.to_string()];
+            row.extend(plan.knobs.iter().flat_map(|g| g.columns()).map(|k| c.knobs[k].as_str().map_or_else(|| c.knobs[k].to_string(), str::to_string)));
             row.push(c.cost_per_hour.to_string());
             let empty = || vec![String::new(); plan.slo.len()];
             let (status, values, meets, reason) = match v {
@@ -381,14 +384,22 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
             row.push(status.into());
             row.extend(values);
             row.push(meets);
-            row.push(field(&reason));
-            writeln!(w, "{}", row.join(",")).context("writing --output")?;
+            row.push(reason);
+            row
+        })
+        .collect();
+    if let Some(file) = output.as_mut() {
+        let w = file.writer();
+        let line = |cells: &[String]| cells.iter().map(|c| field(c)).collect::<Vec<_>>().join(",");
+        writeln!(w, "{}", line(&header)).context("writing --output")?;
+        for row in &rows {
+            writeln!(w, "{}", line(row)).context("writing --output")?;
         }
     }
 
     let count = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
     let limits: Vec<String> = plan.slo.iter().map(|(k, l, b)| format!("{k} {} {b}", if matches!(l, Limit::Latency { .. }) { "≤" } else { "≥" })).collect();
-    println!(
+    let mut summary = vec![format!(
         "{} candidates: {} do not fit, {} cannot carry the rate (roofline), {} simulated ({} failed), {} meet the SLO ({})",
         candidates.len(),
         count(|v| matches!(v, Verdict::DoesNotFit(_))),
@@ -397,7 +408,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         count(|v| matches!(v, Verdict::Failed(_))),
         count(|v| matches!(v, Verdict::Simulated(_, true))),
         limits.join(", ")
-    );
+    )];
     let by_cost = |a: &usize, b: &usize| candidates[*a].cost_per_hour.total_cmp(&candidates[*b].cost_per_hour).then(a.cmp(b));
     let mut simulated: Vec<usize> = (0..candidates.len()).filter(|&i| matches!(verdicts[i], Verdict::Simulated(..))).collect();
     simulated.sort_by(by_cost);
@@ -405,15 +416,15 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         Verdict::Simulated(values, _) => values[0],
         _ => f64::NAN,
     };
-    match simulated.iter().find(|&&i| matches!(verdicts[i], Verdict::Simulated(_, true))) {
-        Some(&i) => println!("cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}", describe(&candidates[i]), candidates[i].cost_per_hour, plan.slo[0].0, metric(i)),
-        None => println!("no candidate meets the SLO"),
-    }
+    summary.push(match simulated.iter().find(|&&i| matches!(verdicts[i], Verdict::Simulated(_, true))) {
+        Some(&i) => format!("cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}", describe(&candidates[i]), candidates[i].cost_per_hour, plan.slo[0].0, metric(i)),
+        None => "no candidate meets the SLO".to_string(),
+    });
     let analytical = (0..candidates.len())
         .filter(|&i| matches!(&checks[i], Ok(Some(r)) if r.carries_at_mfu(f64::from(candidates[i].replicas))))
         .min_by(by_cost);
     match analytical {
-        Some(i) => println!(
+        Some(i) => summary.push(format!(
             "a throughput-only analytical estimate (prefill at mfu_prefill, decode at mfu_decode or HBM) would pick: {}: ${:.2}/h{}",
             describe(&candidates[i]),
             candidates[i].cost_per_hour,
@@ -422,8 +433,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 Verdict::Simulated(values, false) => format!(", which the simulation says misses it ({} {:.1})", plan.slo[0].0, values[0]),
                 _ => String::new(),
             }
-        ),
-        None if checks.iter().any(|c| matches!(c, Ok(Some(_)))) => println!("a throughput-only analytical estimate finds no candidate that carries the rate"),
+        )),
+        None if checks.iter().any(|c| matches!(c, Ok(Some(_)))) => summary.push("a throughput-only analytical estimate finds no candidate that carries the rate".to_string()),
         None => {}
     }
     // The frontier: simulated candidates no other beats on both cost and the
@@ -432,13 +443,42 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     by_cost_then_metric.sort_by(|&a, &b| candidates[a].cost_per_hour.total_cmp(&candidates[b].cost_per_hour).then(metric(a).total_cmp(&metric(b))).then(a.cmp(&b)));
     let mut best = f64::INFINITY;
     let frontier: Vec<usize> = by_cost_then_metric.into_iter().filter(|&i| metric(i) < best && { best = metric(i); true }).collect();
+    let frontier_rows: Vec<Vec<String>> = frontier
+        .iter()
+        .map(|&i| {
+            let meets = matches!(verdicts[i], Verdict::Simulated(_, true));
+            vec![format!("#{i}"), format!("{:.2}", candidates[i].cost_per_hour), format!("{:.1}", metric(i)), (if meets { "yes" } else { "no" }).to_string(), describe(&candidates[i])]
+        })
+        .collect();
+    for line in &summary {
+        println!("{line}");
+    }
     println!("frontier (cost against {}):", plan.slo[0].0);
     println!("  {:>10}  {:>14}  {:<5}  configuration", "$/h", plan.slo[0].0, "meets");
-    for i in frontier {
-        let meets = matches!(verdicts[i], Verdict::Simulated(_, true));
-        println!("  {:>10.2}  {:>14.1}  {:<5}  {}", candidates[i].cost_per_hour, metric(i), if meets { "yes" } else { "no" }, describe(&candidates[i]));
+    for r in &frontier_rows {
+        println!("  {:>10}  {:>14}  {:<5}  {}", r[1], r[2], r[3], r[4]);
     }
     if let Some(file) = output {
+        file.commit()?;
+    }
+    if let Some(path) = &args.report {
+        let points: Vec<(f64, f64, String)> = simulated.iter().map(|&i| (candidates[i].cost_per_hour, metric(i), format!("#{i}"))).collect();
+        let title = format!("blis plan {}", args.plan.display());
+        let svg = crate::plot::sweep::frontier_plot(&title, "cost ($/h)", &plan.slo[0].0, "frontier (candidate #)", &points)?;
+        let tables = [
+            crate::report_html::Table {
+                caption: "frontier",
+                header: vec!["#".into(), "$/h".into(), plan.slo[0].0.clone(), "meets".into(), "configuration".into()],
+                rows: frontier_rows,
+            },
+            crate::report_html::Table {
+                caption: "every candidate",
+                header: std::iter::once("#".to_string()).chain(header).collect(),
+                rows: rows.into_iter().enumerate().map(|(i, r)| std::iter::once(format!("#{i}")).chain(r).collect()).collect(),
+            },
+        ];
+        let mut file = crate::output::AtomicFile::create("report", path)?;
+        file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &tables).as_bytes()).context("writing --report")?;
         file.commit()?;
     }
     Ok(())

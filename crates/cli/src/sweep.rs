@@ -68,6 +68,10 @@ pub struct SweepArgs {
     #[arg(long, value_name = "PATH", help_heading = "Sweep")]
     pub plot: Option<PathBuf>,
 
+    /// Write a self-contained HTML report (summary, frontier plot, every row) to this file.
+    #[arg(long, value_name = "PATH", help_heading = "Sweep")]
+    pub report: Option<PathBuf>,
+
     /// No progress bar.
     #[arg(long, short, help_heading = "Sweep")]
     pub quiet: bool,
@@ -168,12 +172,27 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.parquet {
         crate::parquet_out::write(&args.output, path, grid.columns().count())?;
     }
-    if let Some(path) = &args.plot {
-        let text = std::fs::read_to_string(&args.output).context("reading --output back for --plot")?;
-        let svg = crate::plot::sweep::pareto(&format!("{}: {} points", args.grid.display(), grid.points), &text)?;
-        let mut file = crate::output::AtomicFile::create("plot", path)?;
-        file.writer().write_all(svg.as_bytes()).context("writing --plot")?;
-        file.commit()?;
+    if args.plot.is_some() || args.report.is_some() {
+        let text = std::fs::read_to_string(&args.output).context("reading --output back for --plot and --report")?;
+        let title = format!("{}: {} points", args.grid.display(), grid.points);
+        let svg = crate::plot::sweep::pareto(&title, &text)?;
+        if let Some(path) = &args.plot {
+            let mut file = crate::output::AtomicFile::create("plot", path)?;
+            file.writer().write_all(svg.as_bytes()).context("writing --plot")?;
+            file.commit()?;
+        }
+        if let Some(path) = &args.report {
+            let mut rows = csv::Reader::from_reader(text.as_bytes());
+            let header: Vec<String> = rows.headers().context("reading --output back")?.iter().map(str::to_string).collect();
+            let mut rows: Vec<Vec<String>> = rows.records().map(|r| r.map(|r| r.iter().map(str::to_string).collect())).collect::<Result<_, _>>().context("reading --output back")?;
+            rows.sort_by_key(|r: &Vec<String>| r[0].parse::<u64>().unwrap_or(u64::MAX));
+            let failed = rows.iter().filter(|r| r.last().is_some_and(|e| !e.is_empty())).count();
+            let summary = vec![format!("blis sweep --grid {}: {} points, {} rows in {}, {failed} failed", args.grid.display(), grid.points, rows.len(), args.output.display())];
+            let table = crate::report_html::Table { caption: "every point", header, rows };
+            let mut file = crate::output::AtomicFile::create("report", path)?;
+            file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &[table]).as_bytes()).context("writing --report")?;
+            file.commit()?;
+        }
     }
     if !args.quiet {
         eprintln!(
@@ -190,8 +209,6 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use serde_json::json;
-
     use super::*;
 
     #[test]

@@ -35,40 +35,58 @@ fn frontier(points: &[Point]) -> Vec<Point> {
     sorted.into_iter().filter(|p| p.1 < best && { best = p.1; true }).collect()
 }
 
-/// The SVG.
+/// The SVG of a sweep's output.
 pub fn pareto(title: &str, csv: &str) -> anyhow::Result<String> {
     let (points, x_desc) = points(csv);
-    let front = frontier(&points);
-    let x_max = points.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-9) * 1.1;
-    let y_max = points.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let labelled: Vec<(f64, f64, String)> = points.iter().map(|p| (p.0, p.1, format!("#{}: {:.1}", p.3, p.2))).collect();
+    frontier_plot(title, x_desc, "TTFT p99 (ms)", "Pareto frontier (point: goodput req/s)", &labelled)
+}
+
+/// Points `(cost, latency, label)` and their Pareto frontier (lower is
+/// better on both), the frontier's points labelled; the latency axis is
+/// logarithmic when the values span more than a factor of 100.
+pub fn frontier_plot(title: &str, x_desc: &str, y_desc: &str, frontier_desc: &str, points: &[(f64, f64, String)]) -> anyhow::Result<String> {
+    let plain: Vec<Point> = points.iter().enumerate().map(|(i, p)| (p.0, p.1, 0.0, i as u64)).filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+    let front = frontier(&plain);
+    let x_max = plain.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-9) * 1.1;
+    let y_max = plain.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.25;
+    let y_min = plain.iter().map(|p| p.1).filter(|&y| y > 0.0).fold(f64::INFINITY, f64::min).min(y_max) * 0.8;
     let mut svg = String::new();
     {
         let root = SVGBackend::with_string(&mut svg, SIZE).into_drawing_area();
         root.fill(&WHITE).map_err(plot_err)?;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 18))
-            .margin(16)
-            .x_label_area_size(44)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0.0..x_max, 0.0..y_max)
-            .map_err(plot_err)?;
-        chart.configure_mesh().x_desc(x_desc).y_desc("TTFT p99 (ms)").draw().map_err(plot_err)?;
-        chart
-            .draw_series(points.iter().map(|p| Circle::new((p.0, p.1), 3, BLUE.mix(0.4).filled())))
-            .map_err(plot_err)?
-            .label("point")
-            .legend(|(x, y)| Circle::new((x + 8, y), 3, BLUE.mix(0.4).filled()));
-        chart
-            .draw_series(LineSeries::new(front.iter().map(|p| (p.0, p.1)), RED.stroke_width(2)))
-            .map_err(plot_err)?
-            .label("Pareto frontier (point: goodput req/s)")
-            .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RED.stroke_width(2)));
-        chart
-            .draw_series(front.iter().map(|p| {
-                EmptyElement::at((p.0, p.1)) + Circle::new((0, 0), 4, RED.filled()) + Text::new(format!("#{}: {:.1}", p.3, p.2), (6, -14), ("sans-serif", 11))
-            }))
-            .map_err(plot_err)?;
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;
+        macro_rules! builder {
+            () => {
+                ChartBuilder::on(&root).caption(title, ("sans-serif", 18)).margin(16).x_label_area_size(44).y_label_area_size(72)
+            };
+        }
+        macro_rules! draw {
+            ($chart:expr) => {{
+                let mut chart = $chart;
+                chart.configure_mesh().x_desc(x_desc).y_desc(y_desc).draw().map_err(plot_err)?;
+                chart
+                    .draw_series(plain.iter().map(|p| Circle::new((p.0, p.1), 3, BLUE.mix(0.4).filled())))
+                    .map_err(plot_err)?
+                    .label("candidate")
+                    .legend(|(x, y)| Circle::new((x + 8, y), 3, BLUE.mix(0.4).filled()));
+                chart
+                    .draw_series(LineSeries::new(front.iter().map(|p| (p.0, p.1)), RED.stroke_width(2)))
+                    .map_err(plot_err)?
+                    .label(frontier_desc)
+                    .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RED.stroke_width(2)));
+                chart
+                    .draw_series(front.iter().map(|p| {
+                        EmptyElement::at((p.0, p.1)) + Circle::new((0, 0), 4, RED.filled()) + Text::new(points[p.3 as usize].2.clone(), (6, -14), ("sans-serif", 11))
+                    }))
+                    .map_err(plot_err)?;
+                chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;
+            }};
+        }
+        if y_max / y_min > 100.0 {
+            draw!(builder!().build_cartesian_2d(0.0..x_max, (y_min..y_max).log_scale()).map_err(plot_err)?);
+        } else {
+            draw!(builder!().build_cartesian_2d(0.0..x_max, 0.0..y_max).map_err(plot_err)?);
+        }
         root.present().map_err(plot_err)?;
     }
     Ok(svg)

@@ -22,9 +22,13 @@ fn the_answer_is_the_cheapest_candidate_that_meets_the_slo_and_pruned_ones_canno
     std::fs::write(&plan, PLAN).unwrap();
     let mut args = vec!["plan"];
     args.extend_from_slice(WORKLOAD);
-    args.extend_from_slice(&["--plan", plan.to_str().unwrap(), "--output", csv.to_str().unwrap()]);
+    let html = dir.join("plan.html");
+    args.extend_from_slice(&["--plan", plan.to_str().unwrap(), "--output", csv.to_str().unwrap(), "--report", html.to_str().unwrap()]);
     let out = blis(&args);
     assert!(out.status.success(), "{}", stderr(&out));
+    let page = std::fs::read_to_string(&html).unwrap();
+    assert!(page.contains("<figure><svg") && page.contains("every candidate"));
+    assert!(page.matches("<tr>").count() >= 1 + 12 + 1, "every candidate and a frontier");
     let text = stdout(&out);
     let rows = rows(&std::fs::read_to_string(&csv).unwrap());
     assert_eq!(rows.len(), 2 * 2 * 3);

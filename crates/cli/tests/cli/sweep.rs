@@ -44,12 +44,16 @@ fn a_row_is_what_blis_run_reports_for_its_point() {
 }
 
 #[test]
-fn the_plot_draws_every_row_of_the_output() {
+fn the_plot_and_the_report_draw_every_row_of_the_output() {
     let dir = scratch("sweep-plot");
-    let svg = dir.join("p.svg");
-    sweep(&dir, "p.csv", &["--plot", svg.to_str().unwrap()]);
+    let (svg, html) = (dir.join("p.svg"), dir.join("p.html"));
+    sweep(&dir, "p.csv", &["--plot", svg.to_str().unwrap(), "--report", html.to_str().unwrap()]);
     let text = std::fs::read_to_string(svg).unwrap();
     assert!(text.starts_with("<svg") && text.contains("Pareto frontier"), "{}", &text[..200.min(text.len())]);
+    // The report: one self-contained page with the plot and a row per point.
+    let page = std::fs::read_to_string(html).unwrap();
+    assert!(page.starts_with("<!doctype html>") && page.contains("<figure><svg") && !page.contains("<script"));
+    assert_eq!(page.matches("<tr>").count(), 1 + 8, "a header and a row per point");
 }
 
 #[test]
