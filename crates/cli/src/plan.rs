@@ -294,6 +294,35 @@ impl Roofline {
     }
 }
 
+/// Why no candidate meets the SLO, in one line: every candidate pruned, or
+/// the limit that binds (one no candidate meets alone, with the best value
+/// reached), or, when each limit alone is met by some candidate, the
+/// candidate that misses the fewest and what it misses.
+fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], describe: &dyn Fn(&Candidate) -> String) -> String {
+    let simulated: Vec<(usize, &Vec<f64>)> = verdicts.iter().enumerate().filter_map(|(i, v)| if let Verdict::Simulated(values, _) = v { Some((i, values)) } else { None }).collect();
+    if simulated.is_empty() {
+        let pruned = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
+        return format!(
+            "no candidate can meet the SLO: of {}, {} do not fit, {} cannot carry the rate even at peak, {} failed; offer more GPUs, replicas or larger TP",
+            candidates.len(),
+            pruned(|v| matches!(v, Verdict::DoesNotFit(_))),
+            pruned(|v| matches!(v, Verdict::Roofline(_))),
+            pruned(|v| matches!(v, Verdict::Failed(_)))
+        );
+    }
+    for (k, (name, limit, bound)) in plan.slo.iter().enumerate() {
+        let better = |a: f64, b: f64| if matches!(limit, Limit::Latency { .. }) { a < b } else { a > b };
+        let &(best, values) = simulated.iter().reduce(|a, b| if better(b.1[k], a.1[k]) { b } else { a }).expect("not empty");
+        if !limit.holds(values[k], *bound) {
+            return format!("no candidate meets {name} {bound}: the best reaches {:.1} ({}); the limit binds", values[k], describe(&candidates[best]));
+        }
+    }
+    let misses = |values: &Vec<f64>| plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).count();
+    let &(closest, values) = simulated.iter().min_by_key(|(i, v)| (misses(v), *i)).expect("not empty");
+    let missed: Vec<String> = plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).map(|((n, _, b), v)| format!("{n} {v:.1} (limit {b})")).collect();
+    format!("no candidate meets every limit at once (each alone is met by some); the closest, {}, misses {}", describe(&candidates[closest]), missed.join(", "))
+}
+
 /// Runs `blis plan`.
 pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let (origin, raw, base) = read_inputs("--plan", &args.plan, args.base.as_deref())?;
@@ -416,10 +445,10 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         Verdict::Simulated(values, _) => values[0],
         _ => f64::NAN,
     };
-    summary.push(match simulated.iter().find(|&&i| matches!(verdicts[i], Verdict::Simulated(_, true))) {
-        Some(&i) => format!("cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}", describe(&candidates[i]), candidates[i].cost_per_hour, plan.slo[0].0, metric(i)),
-        None => "no candidate meets the SLO".to_string(),
-    });
+    match simulated.iter().find(|&&i| matches!(verdicts[i], Verdict::Simulated(_, true))) {
+        Some(&i) => summary.push(format!("cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}", describe(&candidates[i]), candidates[i].cost_per_hour, plan.slo[0].0, metric(i))),
+        None => return Err(bad_input!("{}", why_infeasible(&plan, &candidates, &verdicts, &describe)).into()),
+    }
     let analytical = (0..candidates.len())
         .filter(|&i| matches!(&checks[i], Ok(Some(r)) if r.carries_at_mfu(f64::from(candidates[i].replicas))))
         .min_by(by_cost);

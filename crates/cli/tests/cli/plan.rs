@@ -60,6 +60,9 @@ fn bad_plans_are_refused_before_anything_runs() {
         ("price", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: -1}]\nreplicas: [1]\n", "gpu_hour_cost -1"),
         ("field", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nbudget: 3\n", "budget"),
         ("knob", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-num-seqz: [1]}\n", "max-num-seqz"),
+        // Infeasible plans name what binds.
+        ("binds", "slo: {itl_p99_ms: 1000, ttft_p99_ms: 0.01}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1, 2]\n", "no candidate meets ttft_p99_ms 0.01: the best reaches"),
+        ("all-pruned", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: L40S, gpu_hour_cost: 1}]\nreplicas: [1]\n", "cannot carry the rate even at peak"),
     ] {
         let p = dir.join(format!("{name}.yaml"));
         std::fs::write(&p, plan).unwrap();
