@@ -10,7 +10,7 @@ use std::path::Path;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, simulate_point, value_field};
+use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, row};
 use blis_scenario::{Outputs, Scenario};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -23,23 +23,18 @@ fn err(message: impl Into<String>) -> PyErr {
     BlisError::new_err(message.into())
 }
 
-/// The scenario given as YAML/JSON text (like flags), or the file at
-/// `path` (like `--config`: its relative paths are relative to its folder,
-/// and errors name it).
-fn scenario(text: &str, path: Option<&str>) -> Result<Scenario, String> {
+/// The knob layers of a scenario given as YAML/JSON text (like flags), or
+/// of the file at `path` (a file layer named `flag path`, as the CLI names
+/// `--config` and `--base` files: its relative paths are relative to its
+/// folder, and errors name it).
+fn layers(text: &str, path: Option<&str>, flag: &str) -> Result<(KnobValues, Option<(KnobValues, String)>), String> {
     Ok(match path {
-        Some(p) => {
-            let file = KnobValues::load(Path::new(p)).map_err(|e| e.0)?;
-            Scenario::from_values(&KnobValues::default(), vec![(file, format!("--config {p}"))])
+        Some(p) => (KnobValues::default(), Some((KnobValues::load(Path::new(p)).map_err(|e| e.0)?, format!("{flag} {p}")))),
+        None => {
+            let raw: Value = blis_data::yaml::from_str(text).map_err(|e| format!("the scenario: not valid YAML: {e}"))?;
+            (KnobValues::from_yaml(raw, "the scenario").map_err(|e| e.0)?, None)
         }
-        None => Scenario::from_values(&text_values(text)?, Vec::new()),
     })
-}
-
-/// The knob values of YAML or JSON text in `--config`'s schema.
-fn text_values(text: &str) -> Result<KnobValues, String> {
-    let raw: Value = blis_data::yaml::from_str(text).map_err(|e| format!("the scenario: not valid YAML: {e}"))?;
-    KnobValues::from_yaml(raw, "the scenario").map_err(|e| e.0)
 }
 
 /// The per-request columns, as the CLI's `--requests-csv` has them.
@@ -86,7 +81,8 @@ impl Observer for Records {
 fn run(py: Python<'_>, text: &str, path: Option<&str>, requests: bool) -> PyResult<(String, Py<PyAny>)> {
     let (report, records) = py
         .detach(|| -> Result<(String, Records), String> {
-            let scenario = scenario(text, path)?;
+            let (values, file) = layers(text, path, "--config")?;
+            let scenario = Scenario::from_values(&values, file.into_iter().collect());
             let resolved = scenario.resolve().map_err(|e| blis_scenario::knobs::blame_files(e, &scenario.knobs, &scenario.files).0)?;
             let mut records = Records::default();
             let observers: Vec<&mut dyn Observer> = if requests { vec![&mut records] } else { Vec::new() };
@@ -119,13 +115,7 @@ fn grid_points(text: &str) -> PyResult<(String, Vec<String>)> {
     let grid = Grid::parse(raw, "the grid").map_err(|e| err(e.0))?;
     grid.check_knobs("the grid").map_err(|e| err(e.0))?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
-    let points = (0..grid.points)
-        .map(|i| {
-            let p = grid.point(i);
-            let in_column_order: Map<String, Value> = grid.columns().map(|c| (c.to_string(), p[c].clone())).collect();
-            Value::Object(in_column_order).to_string()
-        })
-        .collect();
+    let points = (0..grid.points).map(|i| Value::Object(grid.point(i)).to_string()).collect();
     Ok((header, points))
 }
 
@@ -137,15 +127,8 @@ fn grid_points(text: &str) -> PyResult<(String, Vec<String>)> {
 #[pyo3(signature = (base, point, index, base_path=None))]
 fn sweep_row(py: Python<'_>, base: &str, point: &str, index: u64, base_path: Option<&str>) -> PyResult<String> {
     let point: Map<String, Value> = serde_json::from_str(point).map_err(|e| err(format!("the point: {e}")))?;
-    let (flags, files) = match base_path {
-        // As `blis sweep --base FILE`: the file is the base layer.
-        Some(p) => (KnobValues::default(), Some((KnobValues::load(Path::new(p)).map_err(|e| err(e.0))?, format!("--base {p}")))),
-        None => (text_values(base).map_err(err)?, None),
-    };
-    Ok(py.detach(|| {
-        let knobs: Vec<String> = point.values().map(value_field).collect();
-        format!("{index},{},{}", knobs.join(","), simulate_point(&point, &flags, &files))
-    }))
+    let (flags, file) = layers(base, base_path, "--base").map_err(err)?;
+    Ok(py.detach(|| row(index, &point, &flags, &file)))
 }
 
 /// Scores candidate policy files on a scenario (given as [`run`] takes
@@ -153,10 +136,8 @@ fn sweep_row(py: Python<'_>, base: &str, point: &str, index: u64, base_path: Opt
 #[pyfunction]
 #[pyo3(signature = (candidates, text, path=None, excerpts=5))]
 fn evaluate(py: Python<'_>, candidates: Vec<String>, text: &str, path: Option<&str>, excerpts: usize) -> PyResult<Vec<String>> {
-    let (values, files) = match path {
-        Some(p) => (KnobValues::default(), vec![(KnobValues::load(Path::new(p)).map_err(|e| err(e.0))?, format!("--config {p}"))]),
-        None => (text_values(text).map_err(err)?, Vec::new()),
-    };
+    let (values, file) = layers(text, path, "--config").map_err(err)?;
+    let files: Vec<_> = file.into_iter().collect();
     Ok(py.detach(|| candidates.iter().map(|c| blis_scenario::evaluate::evaluate(Path::new(c), &values, &files, excerpts).to_string()).collect()))
 }
 

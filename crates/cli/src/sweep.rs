@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, simulate_point, value_field};
+use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, row};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::Value;
@@ -150,11 +150,7 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
         let rows: Vec<String> = pool.install(|| {
             batch
                 .par_iter()
-                .map(|&index| {
-                    let point = grid.point(index);
-                    let knobs: Vec<String> = grid.columns().map(|c| value_field(&point[c])).collect();
-                    format!("{index},{},{}", knobs.join(","), simulate_point(&point, &args.knobs, &base))
-                })
+                .map(|&index| row(index, &grid.point(index), &args.knobs, &base))
                 .collect()
         });
         for row in rows {

@@ -113,14 +113,19 @@ impl Grid {
         self.axes.iter().flat_map(|(names, _)| names.iter().map(String::as_str))
     }
 
-    /// Point `index`'s knob values (mixed radix, the last axis fastest).
-    pub fn point(&self, mut index: u64) -> Map<String, Value> {
+    /// Point `index`'s knob values (mixed radix, the last axis fastest), in
+    /// column order.
+    pub fn point(&self, index: u64) -> Map<String, Value> {
+        let mut steps = Vec::with_capacity(self.axes.len());
+        let mut rest = index;
+        for (_, axis) in self.axes.iter().rev() {
+            let n = axis.len() as u64;
+            steps.push((rest % n) as usize);
+            rest /= n;
+        }
         let mut map = Map::new();
-        for (names, steps) in self.axes.iter().rev() {
-            let n = steps.len() as u64;
-            let step = &steps[(index % n) as usize];
-            index /= n;
-            for (name, v) in names.iter().zip(step) {
+        for ((names, axis), step) in self.axes.iter().zip(steps.into_iter().rev()) {
+            for (name, v) in names.iter().zip(&axis[step]) {
                 map.insert(name.clone(), v.clone());
             }
         }
@@ -138,7 +143,7 @@ pub fn field(text: &str) -> String {
 }
 
 /// A knob value as a CSV field (strings bare, anything else as JSON).
-pub fn value_field(v: &Value) -> String {
+fn value_field(v: &Value) -> String {
     field(&match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -147,7 +152,7 @@ pub fn value_field(v: &Value) -> String {
 
 /// The metrics of `r`, as the row's fields after the knob values (the
 /// `error` column empty).
-pub fn metric_fields(r: &RunReport) -> String {
+fn metric_fields(r: &RunReport) -> String {
     let s = &r.summary;
     let l = &s.latency_ms;
     let a = r.cluster.autoscaling.as_ref();
@@ -184,15 +189,17 @@ pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(
     crate::simulate(resolved, Outputs::default()).map_err(|e| e.0)
 }
 
-/// One point's row after the point number and knob values: its metrics,
-/// or the error that stopped it (in the `error` column).
-pub fn simulate_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> String {
-    match run_point(point, flags, base) {
+/// Point `index`'s CSV row (as `blis sweep` writes it): its number, its
+/// knob values (`point`, in column order, from [`Grid::point`]), then its
+/// metrics, or the error that stopped it in the `error` column.
+pub fn row(index: u64, point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> String {
+    let knobs: Vec<String> = point.values().map(value_field).collect();
+    let results = match run_point(point, flags, base) {
         Ok(report) => metric_fields(&report),
         Err(e) => format!("{}{}", ",".repeat(METRIC_COLUMNS.matches(',').count()), field(&e)),
-    }
+    };
+    format!("{index},{},{results}", knobs.join(","))
 }
-
 
 #[cfg(test)]
 mod tests {
@@ -206,6 +213,7 @@ mod tests {
         assert_eq!(g.points, 12);
         assert_eq!(g.columns().collect::<Vec<_>>(), ["rate", "seed", "tp", "num-instances"], "in the file's order");
         assert_eq!(Value::Object(g.point(0)), json!({"rate": 1, "seed": 7, "tp": 1, "num-instances": 4}));
+        assert_eq!(g.point(5).keys().map(String::as_str).collect::<Vec<_>>(), g.columns().collect::<Vec<_>>(), "in column order");
         assert_eq!(Value::Object(g.point(1)), json!({"rate": 1, "seed": 7, "tp": 2, "num-instances": 8}));
         assert_eq!(Value::Object(g.point(11)), json!({"rate": 2, "seed": 9, "tp": 2, "num-instances": 8}));
         let all: std::collections::BTreeSet<String> = (0..12).map(|i| Value::Object(g.point(i)).to_string()).collect();
