@@ -201,7 +201,8 @@ impl Plan {
             None => None,
             Some(axes) => {
                 let grid = Grid::parse(json!({ "axes": axes }), &format!("{origin}: knobs"))?;
-                if let Some(taken) = grid.columns().find(|c| ["hardware", "tp", "num-instances", "num_instances", "tensor-parallel-size"].contains(c)) {
+                let set_by_the_plan = |c: &&str| ["hardware", "tp", "num-instances", "tensor-parallel-size"].contains(&c.replace('_', "-").as_str());
+                if let Some(taken) = grid.columns().find(set_by_the_plan) {
                     return Err(bad_input!("{origin}: knobs.{taken}: set by gpus, tp and replicas"));
                 }
                 grid.check_knobs(origin)?;
@@ -542,6 +543,7 @@ mod tests {
             (json!({"gpus": [{"hardware": "H100", "price": 1}]}), "unknown field `price`"),
             (json!({"replicas": [0]}), "at least 1"),
             (json!({"knobs": {"tp": [1, 2]}}), "knobs.tp: set by gpus"),
+            (json!({"knobs": {"tensor_parallel_size": [1, 2]}}), "knobs.tensor_parallel_size: set by gpus"),
             (json!({"knobs": {"max-num-seqz": [1]}}), "max-num-seqz"),
         ] {
             let mut p = ok.clone();

@@ -18,19 +18,16 @@ use crate::knobs::{ConfigReport, Knobs, Source, report_entry};
 /// Fixed cost of one GPU ↔ host transfer (a copy's launch and completion).
 const DEFAULT_TRANSFER_LATENCY: Micros = Micros(20);
 
-/// A tier below host memory when the entry names no link: bandwidth per
-/// direction, GB/s, for the whole instance, and the fixed cost of one
-/// transfer. Disk: one PCIe 4.0 ×4 NVMe drive, which writes at about
-/// 4–5 GB/s and reads at about 7 (vendor sheets, e.g. Samsung PM9A3);
-/// remote: a 100 Gb/s NIC (12.5 GB/s) and a store a fraction of a
-/// millisecond away (LMCache's remote backends: Redis, Mooncake, …).
-fn default_link(medium: Medium) -> (f64, Micros) {
-    match medium {
-        Medium::Cpu => (0.0, DEFAULT_TRANSFER_LATENCY),
-        Medium::Disk => (5.0, Micros(100)),
-        Medium::Remote => (12.5, Micros(500)),
-    }
-}
+/// The link of a disk tier whose entry names none: bandwidth per direction,
+/// GB/s, for the whole instance, and the fixed cost of one transfer. One
+/// PCIe 4.0 ×4 NVMe drive, which writes at about 4–5 GB/s and reads at
+/// about 7 (vendor sheets, e.g. Samsung PM9A3).
+const DISK_LINK: (f64, Micros) = (5.0, Micros(100));
+
+/// The same for a remote tier: a 100 Gb/s NIC (12.5 GB/s) and a store a
+/// fraction of a millisecond away (LMCache's remote backends: Redis,
+/// Mooncake, …).
+const REMOTE_LINK: (f64, Micros) = (12.5, Micros(500));
 
 /// The store policy `--kv-offloading-backend` names.
 fn backend(k: &Knobs, tiers: &[TierConfig], block_size: u32, report: &mut ConfigReport) -> Result<StorePolicy, ScenarioError> {
@@ -112,12 +109,14 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
             return Err(invalid!("{what}: the CPU tier is given twice (also by --kv-offloading-size or --kv-cpu-blocks)"));
         }
         let blocks = capacity_blocks(&what, spec.blocks, spec.size_gib, block_bytes)?;
-        let link = match (medium, spec.bandwidth_gb_s) {
-            (Medium::Cpu, Some(_)) => return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set its bandwidth with --kv-transfer-bandwidth")),
-            (Medium::Cpu, None) => None,
-            (_, given) => {
-                let (default_gb_s, default_latency) = default_link(medium);
-                let gb_per_s = bandwidth(&format!("{what}: bandwidth_gb_s"), given.unwrap_or(default_gb_s))?;
+        let link = match medium {
+            Medium::Cpu if spec.bandwidth_gb_s.is_some() || spec.latency.is_some() => {
+                return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set it with --kv-transfer-bandwidth and --kv-transfer-latency"));
+            }
+            Medium::Cpu => None,
+            Medium::Disk | Medium::Remote => {
+                let (default_gb_s, default_latency) = if medium == Medium::Disk { DISK_LINK } else { REMOTE_LINK };
+                let gb_per_s = bandwidth(&format!("{what}: bandwidth_gb_s"), spec.bandwidth_gb_s.unwrap_or(default_gb_s))?;
                 let latency = match &spec.latency {
                     Some(text) => parse_duration(text).map_err(|e| invalid!("{what}: latency {e}"))?,
                     None => default_latency,
@@ -126,9 +125,6 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
                 Some(LinkConfig { bytes_per_s: gb_per_s * 1e9 / f64::from(tp), latency })
             }
         };
-        if medium == Medium::Cpu && spec.latency.is_some() {
-            return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set its latency with --kv-transfer-latency"));
-        }
         tiers.push(TierConfig { medium, blocks, link });
     }
     if tiers.is_empty() {
