@@ -1,7 +1,7 @@
 //! Bad input never panics: one line on stderr naming the problem, exit code
 //! 2, no output file.
 
-use crate::{blis, is_empty_dir, scratch, stderr};
+use crate::{assert_refused, blis, is_empty_dir, scratch, stderr};
 
 /// Runs `blis run` with `args` plus an `--output` in a fresh directory and
 /// checks the bad-input contract; returns the error line.
@@ -401,9 +401,6 @@ fn bad_kv_events_configs_are_refused_before_serving() {
         (r#"{"enable_kv_cache_events": true, "topik": "x"}"#, "unknown field `topik`"),
     ] {
         let out = blis(&["serve", "--model", "meta-llama/llama-3.1-8b-instruct", "--port", "0", "--kv-events-config", config]);
-        let err = stderr(&out);
-        assert_eq!(out.status.code(), Some(2), "{config}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{config}: {err}");
-        assert!(err.contains(needle), "{config}: {err}");
+        assert_refused(&out, config, needle);
     }
 }

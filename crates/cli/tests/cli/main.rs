@@ -53,6 +53,16 @@ pub fn json_of(base: &[&str], extra: &[&str]) -> (String, serde_json::Value) {
     (text, json)
 }
 
+/// Checks that `out` is a refusal of bad input: exit code 2, one line on
+/// stderr (no panic) that contains `needle`; `what` names the case.
+pub fn assert_refused(out: &Output, what: &str, needle: &str) {
+    let err = stderr(out);
+    assert_eq!(out.status.code(), Some(2), "{what}: {err}");
+    assert_eq!(err.trim_end().lines().count(), 1, "{what}: {err}");
+    assert!(!err.contains("panicked"), "{what}: {err}");
+    assert!(err.contains(needle), "{what}: {err}");
+}
+
 /// Whether `dir` contains no files.
 pub fn is_empty_dir(dir: &Path) -> bool {
     std::fs::read_dir(dir).unwrap().next().is_none()

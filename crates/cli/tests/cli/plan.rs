@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::{blis, scratch, stderr, stdout};
+use crate::{assert_refused, blis, scratch, stderr, stdout};
 
 const PLAN: &str = "slo: {ttft_p99_ms: 2000, itl_p99_ms: 80}\ngpus:\n  - {hardware: H100, gpu_hour_cost: 4}\n  - {hardware: L40S, gpu_hour_cost: 1}\ntp: [1, 2]\nreplicas: [1, 2, 4]\n";
 const WORKLOAD: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "60", "--num-requests", "600", "--prompt-tokens", "1024", "--output-tokens", "128"];
@@ -70,11 +70,7 @@ fn bad_plans_are_refused_before_anything_runs() {
         let mut args = vec!["plan"];
         args.extend_from_slice(WORKLOAD);
         args.extend_from_slice(&["--plan", p.to_str().unwrap(), "--output", out_csv.to_str().unwrap()]);
-        let o = blis(&args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
-        assert!(err.contains(needle), "{name}: {err}");
+        assert_refused(&blis(&args), name, needle);
         assert!(!out_csv.exists(), "{name}: wrote an output");
     }
 }
@@ -102,6 +98,5 @@ fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
     assert_eq!(v[1]["trace"].as_array().unwrap().len(), 3);
     assert!(v[2]["error"].as_str().unwrap().contains("unknown policy `nope`"));
     let refused = blis(&["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--policy-config", &good, "--candidate", &good]);
-    assert_eq!(refused.status.code(), Some(2));
-    assert!(stderr(&refused).contains("each --candidate is the policy file"), "{}", stderr(&refused));
+    assert_refused(&refused, "evaluate --policy-config", "each --candidate is the policy file");
 }

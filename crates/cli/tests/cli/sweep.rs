@@ -4,7 +4,7 @@
 
 use serde_json::Value;
 
-use crate::{blis, scratch, stderr};
+use crate::{assert_refused, blis, scratch, stderr};
 
 const BASE: &[&str] = &["sweep", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "-q"];
 const GRID: &str = "axes:\n  rate: [5, 40]\n  max-num-seqs: [16, 256]\nzip:\n  - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}\n";
@@ -89,11 +89,7 @@ fn bad_grids_and_a_foreign_output_are_refused_before_anything_runs() {
         let out = dir.join(format!("{name}.csv"));
         let mut args = BASE.to_vec();
         args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap()]);
-        let o = blis(&args);
-        let err = stderr(&o);
-        assert_eq!(o.status.code(), Some(2), "{name}: {err}");
-        assert_eq!(err.trim_end().lines().count(), 1, "{name}: {err}");
-        assert!(err.contains(needle), "{name}: {err}");
+        assert_refused(&blis(&args), name, needle);
         assert!(!out.exists(), "{name}: wrote an output");
     }
     let foreign = dir.join("foreign.csv");
