@@ -5,8 +5,9 @@
 //! it holds is a number, else UTF8; metric columns are optional DOUBLE
 //! (empty in the CSV: null); `error` is optional UTF8. The CSV stays the
 //! file a sweep streams to and resumes from; the Parquet file is written
-//! from it, under a temporary name renamed into place, once the sweep ends.
+//! from it once the sweep ends.
 
+use std::io::Write;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -17,7 +18,6 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::Type;
 
-use crate::error::bad_input;
 
 /// A column's values: numbers (None = null) or text (None = null).
 enum Column {
@@ -26,9 +26,9 @@ enum Column {
     Text(Vec<Option<String>>),
 }
 
-/// Writes the rows of `csv` (a sweep's output: header, then rows) to `dest`,
+/// Writes the rows of `csv` (a sweep's output: header, then rows) to `out`,
 /// sorted by `point`; `knob_columns` is how many columns after `point` are knobs.
-pub fn write(csv: &Path, dest: &Path, knob_columns: usize) -> anyhow::Result<()> {
+pub fn write(csv: &Path, out: &mut (impl Write + Send), knob_columns: usize) -> anyhow::Result<()> {
     let mut reader = csv::Reader::from_path(csv).with_context(|| format!("reading {}", csv.display()))?;
     let header: Vec<String> = reader.headers().context("reading the CSV header")?.iter().map(str::to_string).collect();
     let mut rows: Vec<csv::StringRecord> = reader.records().collect::<Result<_, _>>().context("reading the CSV rows")?;
@@ -64,39 +64,28 @@ pub fn write(csv: &Path, dest: &Path, knob_columns: usize) -> anyhow::Result<()>
         .collect::<Result<Vec<_>, _>>()
         .context("building the Parquet schema")?;
     let schema = Arc::new(Type::group_type_builder("sweep").with_fields(fields).build().context("building the Parquet schema")?);
-    let tmp = dest.with_extension("parquet.tmp");
-    let file = std::fs::File::create(&tmp).map_err(|e| bad_input!("--parquet {}: {e}", dest.display()))?;
-    let result = (|| -> anyhow::Result<()> {
-        let mut writer = SerializedFileWriter::new(file, schema, Arc::new(WriterProperties::builder().build()))?;
-        let mut group = writer.next_row_group()?;
-        let mut i = 0;
-        while let Some(mut col) = group.next_column()? {
-            let levels = |present: &mut dyn Iterator<Item = bool>| present.map(i16::from).collect::<Vec<_>>();
-            match &columns[i] {
-                Column::Int(v) => {
-                    col.typed::<Int64Type>().write_batch(v, None, None)?;
-                }
-                Column::Double(v) => {
-                    let values: Vec<f64> = v.iter().flatten().copied().collect();
-                    col.typed::<DoubleType>().write_batch(&values, Some(&levels(&mut v.iter().map(Option::is_some))), None)?;
-                }
-                Column::Text(v) => {
-                    let values: Vec<ByteArray> = v.iter().flatten().map(|s| ByteArray::from(s.as_str())).collect();
-                    col.typed::<ByteArrayType>().write_batch(&values, Some(&levels(&mut v.iter().map(Option::is_some))), None)?;
-                }
+    let mut writer = SerializedFileWriter::new(out, schema, Arc::new(WriterProperties::builder().build()))?;
+    let mut group = writer.next_row_group()?;
+    let mut i = 0;
+    while let Some(mut col) = group.next_column()? {
+        let levels = |present: &mut dyn Iterator<Item = bool>| present.map(i16::from).collect::<Vec<_>>();
+        match &columns[i] {
+            Column::Int(v) => {
+                col.typed::<Int64Type>().write_batch(v, None, None)?;
             }
-            col.close()?;
-            i += 1;
+            Column::Double(v) => {
+                let values: Vec<f64> = v.iter().flatten().copied().collect();
+                col.typed::<DoubleType>().write_batch(&values, Some(&levels(&mut v.iter().map(Option::is_some))), None)?;
+            }
+            Column::Text(v) => {
+                let values: Vec<ByteArray> = v.iter().flatten().map(|s| ByteArray::from(s.as_str())).collect();
+                col.typed::<ByteArrayType>().write_batch(&values, Some(&levels(&mut v.iter().map(Option::is_some))), None)?;
+            }
         }
-        group.close()?;
-        writer.close()?;
-        Ok(())
-    })();
-    match result {
-        Ok(()) => std::fs::rename(&tmp, dest).with_context(|| format!("writing --parquet {}", dest.display())),
-        Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
-            Err(e.context(format!("writing --parquet {}", dest.display())))
-        }
+        col.close()?;
+        i += 1;
     }
+    group.close()?;
+    writer.close()?;
+    Ok(())
 }

@@ -329,6 +329,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let (origin, raw, base) = read_inputs("--plan", &args.plan, args.base.as_deref())?;
     let plan = Plan::parse(raw, &origin)?;
     let mut output = args.output.as_deref().map(|p| crate::output::AtomicFile::create("output", p)).transpose()?;
+    let report = args.report.as_deref().map(|p| crate::output::AtomicFile::create("report", p)).transpose()?;
 
     let knob_points = plan.knobs.as_ref().map_or(1, |g| g.points);
     let mut candidates = Vec::new();
@@ -491,7 +492,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     if let Some(file) = output {
         file.commit()?;
     }
-    if let Some(path) = &args.report {
+    if let Some(mut file) = report {
         let points: Vec<(f64, f64, String)> = simulated.iter().map(|&i| (candidates[i].cost_per_hour, metric(i), format!("#{i}"))).collect();
         let title = format!("blis plan {}", args.plan.display());
         let svg = crate::plot::sweep::frontier_plot(&title, "cost ($/h)", &plan.slo[0].0, "frontier (candidate #)", &points)?;
@@ -507,7 +508,6 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 rows: rows.into_iter().enumerate().map(|(i, r)| std::iter::once(format!("#{i}")).chain(r).collect()).collect(),
             },
         ];
-        let mut file = crate::output::AtomicFile::create("report", path)?;
         file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &tables).as_bytes()).context("writing --report")?;
         file.commit()?;
     }

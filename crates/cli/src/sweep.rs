@@ -126,6 +126,9 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     grid.check_knobs(&origin)?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
     let done = resume(&args.output, &header)?;
+    // Outputs that cannot be created are refused before anything runs.
+    let create = |flag, path: &Option<PathBuf>| path.as_deref().map(|p| crate::output::AtomicFile::create(flag, p)).transpose();
+    let (parquet, plot, report) = (create("parquet", &args.parquet)?, create("plot", &args.plot)?, create("report", &args.report)?);
     let (shard, shards) = args.shard.unwrap_or((0, 1));
     let todo: Vec<u64> = (shard..grid.points).step_by(shards as usize).filter(|i| !done.contains(i)).collect();
     let mut out = OpenOptions::new().create(true).append(true).open(&args.output).map_err(|e| bad_input!("--output {}: {e}", args.output.display()))?;
@@ -165,19 +168,19 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     if let Some(bar) = bar {
         bar.finish_and_clear();
     }
-    if let Some(path) = &args.parquet {
-        crate::parquet_out::write(&args.output, path, grid.columns().count())?;
+    if let Some(mut file) = parquet {
+        crate::parquet_out::write(&args.output, file.writer(), grid.columns().count()).context("writing --parquet")?;
+        file.commit()?;
     }
-    if args.plot.is_some() || args.report.is_some() {
+    if plot.is_some() || report.is_some() {
         let text = std::fs::read_to_string(&args.output).context("reading --output back for --plot and --report")?;
         let title = format!("{}: {} points", args.grid.display(), grid.points);
         let svg = crate::plot::sweep::pareto(&title, &text)?;
-        if let Some(path) = &args.plot {
-            let mut file = crate::output::AtomicFile::create("plot", path)?;
+        if let Some(mut file) = plot {
             file.writer().write_all(svg.as_bytes()).context("writing --plot")?;
             file.commit()?;
         }
-        if let Some(path) = &args.report {
+        if let Some(mut file) = report {
             let mut rows = csv::Reader::from_reader(text.as_bytes());
             let header: Vec<String> = rows.headers().context("reading --output back")?.iter().map(str::to_string).collect();
             let mut rows: Vec<Vec<String>> = rows.records().map(|r| r.map(|r| r.iter().map(str::to_string).collect())).collect::<Result<_, _>>().context("reading --output back")?;
@@ -185,7 +188,6 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
             let failed = rows.iter().filter(|r| r.last().is_some_and(|e| !e.is_empty())).count();
             let summary = vec![format!("blis sweep --grid {}: {} points, {} rows in {}, {failed} failed", args.grid.display(), grid.points, rows.len(), args.output.display())];
             let table = crate::report_html::Table { caption: "every point", header, rows };
-            let mut file = crate::output::AtomicFile::create("report", path)?;
             file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &[table]).as_bytes()).context("writing --report")?;
             file.commit()?;
         }

@@ -92,6 +92,16 @@ fn bad_grids_and_a_foreign_output_are_refused_before_anything_runs() {
         assert_refused(&blis(&args), name, needle);
         assert!(!out.exists(), "{name}: wrote an output");
     }
+    // An output that cannot be created is refused before any point runs.
+    let g = dir.join("unwritable.yaml");
+    std::fs::write(&g, GRID).unwrap();
+    for flag in ["--report", "--parquet", "--plot"] {
+        let out = dir.join("unwritable.csv");
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap(), flag, "/nonexistent-dir/x"]);
+        assert_refused(&blis(&args), flag, "cannot create");
+        assert!(!out.exists(), "{flag}: the sweep ran");
+    }
     let foreign = dir.join("foreign.csv");
     std::fs::write(&foreign, "id,something\n1,2\n").unwrap();
     let g = dir.join("ok.yaml");
