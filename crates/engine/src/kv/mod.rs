@@ -33,6 +33,7 @@
 
 pub mod events;
 mod index;
+mod tier_pool;
 pub mod offload;
 
 use thiserror::Error;

@@ -57,18 +57,14 @@
 //! same time, so `block_bytes` is one GPU's shard of a block and a lower
 //! tier's bandwidth is one GPU's share of it.
 //!
-//! Each tier's pool is a [`KvCache`] with prefix caching: a stored block is
-//! a block registered under its content hash and returned to the free queue
-//! (so it stays findable until evicted); a load pins blocks as requests pin
-//! GPU blocks.
-
-use std::collections::VecDeque;
+//! Each tier's blocks are a [`TierPool`]: the LRU order above, kept as a
+//! log so that storing a block and evicting one walk memory in order.
 
 use serde::Serialize;
 use thiserror::Error;
 
 use super::events::{CacheChange, KvEvent, MediumName};
-use super::{BlockTable, KvCache};
+use super::tier_pool::TierPool;
 use crate::time::Micros;
 
 /// How long after a block landed in a tier a load of it counts as
@@ -380,35 +376,11 @@ impl Link {
 /// One tier's blocks and link.
 struct Tier {
     medium: Medium,
-    pool: KvCache,
-    /// By block id: when the block's last store lands.
-    landed_at: Vec<Micros>,
+    pool: TierPool,
     /// Host ↔ medium, both directions share it (none for host memory).
     link: Option<Link>,
-    /// Stores in flight, in landing order (links are first come, first
-    /// served): when each lands, and the blocks it pins until then.
-    landing: VecDeque<(Micros, BlockTable)>,
     /// Hashes of one store not yet in this tier.
     new_hashes: Vec<u64>,
-}
-
-impl Tier {
-    /// Unpins the blocks whose stores have landed by `now`: they become
-    /// findable and evictable.
-    fn settle(&mut self, now: Micros, spare: &mut Vec<BlockTable>) {
-        while let Some((landed, _)) = self.landing.front()
-            && *landed <= now
-        {
-            let (_, mut table) = self.landing.pop_front().expect("front exists");
-            self.pool.free(&mut table);
-            spare.push(table);
-        }
-    }
-
-    /// The block holding content `h`, landed by `now`.
-    fn landed_block(&self, h: u64, now: Micros) -> Option<u32> {
-        self.pool.cached_block(h).filter(|&b| self.landed_at[b as usize] <= now)
-    }
 }
 
 /// The blocks a load in flight pins, one table per tier; returned by
@@ -420,20 +392,17 @@ pub struct LoadTicket(u32);
 /// The tiers of one instance; see the module documentation.
 pub struct OffloadTiers {
     policy: StorePolicy,
+    /// Tokens per block.
+    block_size: u32,
     block_bytes: u64,
     store: Link,
     load: Link,
     tiers: Vec<Tier>,
-    /// Emptied block tables, for the next stores.
-    spare_tables: Vec<BlockTable>,
-    /// The blocks the last [`OffloadTiers::lookup`] found, in order: (tier, block).
+    /// The blocks the last [`OffloadTiers::lookup`] found, in order: (tier, slot).
     hits: Vec<(u8, u32)>,
-    /// Per load in flight (by ticket), the blocks it pins in each tier.
-    pins: Vec<Vec<BlockTable>>,
+    /// Per load in flight (by ticket), the contents it pins in each tier.
+    pins: Vec<Vec<Vec<u64>>>,
     free_tickets: Vec<u32>,
-    /// One tier's share of a load: its blocks and their hashes.
-    share_blocks: Vec<u32>,
-    share_hashes: Vec<u64>,
     /// Index changes taken from a pool, while they become events.
     changes: Vec<CacheChange>,
 }
@@ -445,24 +414,18 @@ impl OffloadTiers {
         let tiers = cfg
             .tiers
             .iter()
-            .map(|t| {
-                // One more block than asked: the pool reserves a null block, as vLLM's GPU pool does.
-                let pool = KvCache::new(t.blocks + 1, block_size, true).map_err(|_| OffloadConfigError::TooLarge { medium: t.medium.name(), got: t.blocks })?;
-                Ok(Tier { medium: t.medium, pool, landed_at: Vec::new(), link: t.link.map(Link::new), landing: VecDeque::new(), new_hashes: Vec::new() })
-            })
-            .collect::<Result<Vec<_>, _>>()?;
+            .map(|t| Tier { medium: t.medium, pool: TierPool::new(t.blocks as u32), link: t.link.map(Link::new), new_hashes: Vec::new() })
+            .collect();
         Ok(OffloadTiers {
             policy: cfg.policy,
+            block_size,
             block_bytes: cfg.block_bytes,
             store: Link::new(cfg.store),
             load: Link::new(cfg.load),
             tiers,
-            spare_tables: Vec::new(),
             hits: Vec::new(),
             pins: Vec::new(),
             free_tickets: Vec::new(),
-            share_blocks: Vec::new(),
-            share_hashes: Vec::new(),
             changes: Vec::new(),
         })
     }
@@ -472,19 +435,12 @@ impl OffloadTiers {
         self.policy
     }
 
-    fn settle(&mut self, now: Micros) {
-        for t in &mut self.tiers {
-            t.settle(now, &mut self.spare_tables);
-        }
-    }
-
     /// Copies the blocks with content `hashes` (full, computed) down the
     /// tiers at `now`, each to every tier that neither holds nor is
     /// receiving it. Returns `false`, storing nothing, when some tier has
     /// too few evictable blocks for its share: the caller offers them again
     /// later.
     pub fn store(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> bool {
-        self.settle(now);
         let mut crossing = 0u64; // blocks some tier lacks: they cross the GPU → host link
         for t in &mut self.tiers {
             t.new_hashes.clear();
@@ -492,7 +448,7 @@ impl OffloadTiers {
         for &h in hashes {
             let mut lacking = false;
             for t in &mut self.tiers {
-                if t.pool.cached_block(h).is_none() {
+                if t.pool.find(h).is_none() {
                     t.new_hashes.push(h);
                     lacking = true;
                 }
@@ -502,7 +458,7 @@ impl OffloadTiers {
         if crossing == 0 {
             return true;
         }
-        if self.tiers.iter().any(|t| t.new_hashes.len() > t.pool.num_free_blocks() as usize) {
+        if self.tiers.iter_mut().any(|t| t.new_hashes.len() > t.pool.storable(now) as usize) {
             stats.deferred_stores += 1;
             return false;
         }
@@ -523,18 +479,7 @@ impl OffloadTiers {
                     landed
                 }
             };
-            let tokens = n * t.pool.block_size();
-            let mut table = self.spare_tables.pop().unwrap_or_default();
-            let stored = t.pool.allocate_slots(&mut table, tokens, &[], &t.new_hashes, tokens);
-            debug_assert!(stored, "free blocks were counted");
-            for &b in &table.blocks {
-                let b = b as usize;
-                if b >= t.landed_at.len() {
-                    t.landed_at.resize(b + 1, Micros::ZERO);
-                }
-                t.landed_at[b] = landed;
-            }
-            t.landing.push_back((landed, table));
+            t.pool.store(&t.new_hashes, now, landed);
             ts.stored_blocks += u64::from(n);
         }
         true
@@ -544,10 +489,9 @@ impl OffloadTiers {
     /// tiers can serve at `now`: the leading run that some tier holds,
     /// landed. Counts the lookup in `stats`.
     pub fn lookup(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> u32 {
-        self.settle(now);
         self.hits.clear();
         for &h in hashes {
-            match self.tiers.iter().enumerate().find_map(|(i, t)| t.landed_block(h, now).map(|b| (i as u8, b))) {
+            match self.tiers.iter().enumerate().find_map(|(i, t)| t.pool.landed(h, now).map(|b| (i as u8, b))) {
                 Some(hit) => self.hits.push(hit),
                 None => break,
             }
@@ -562,7 +506,7 @@ impl OffloadTiers {
     pub fn peek(&self, hashes: &[u64], now: Micros) -> [u32; 3] {
         let mut per_medium = [0; 3];
         for &h in hashes {
-            match self.tiers.iter().find(|t| t.landed_block(h, now).is_some()) {
+            match self.tiers.iter().find(|t| t.pool.landed(h, now).is_some()) {
                 Some(t) => per_medium[t.medium as usize] += 1,
                 None => break,
             }
@@ -582,32 +526,28 @@ impl OffloadTiers {
         let ticket = match self.free_tickets.pop() {
             Some(t) => t,
             None => {
-                self.pins.push((0..self.tiers.len()).map(|_| BlockTable::default()).collect());
+                self.pins.push(vec![Vec::new(); self.tiers.len()]);
                 (self.pins.len() - 1) as u32
             }
         };
         let mut in_host = now;
-        for (i, (t, ts)) in self.tiers.iter_mut().zip(&mut stats.tiers).enumerate() {
-            self.share_blocks.clear();
-            self.share_hashes.clear();
-            for ((&(tier, b), &h), &on_gpu) in self.hits.iter().zip(hashes).zip(on_gpu) {
+        for (i, ((t, ts), pinned)) in self.tiers.iter_mut().zip(&mut stats.tiers).zip(&mut self.pins[ticket as usize]).enumerate() {
+            debug_assert!(pinned.is_empty());
+            for ((&(tier, slot), &h), &on_gpu) in self.hits.iter().zip(hashes).zip(on_gpu) {
                 if tier as usize == i {
-                    self.share_blocks.push(b);
-                    self.share_hashes.push(h);
-                    let recent = now.saturating_sub(t.landed_at[b as usize]) < THRASH_WINDOW;
+                    t.pool.pin(slot);
+                    pinned.push(h);
+                    let recent = now.saturating_sub(t.pool.landed_at(slot)) < THRASH_WINDOW;
                     ts.thrashed_blocks += u64::from(recent && !on_gpu);
                 }
             }
-            let n = self.share_blocks.len() as u32;
+            let n = pinned.len() as u64;
             if n == 0 {
                 continue;
             }
-            let tokens = n * t.pool.block_size();
-            let pinned = t.pool.allocate_slots(&mut self.pins[ticket as usize][i], tokens, &self.share_blocks, &self.share_hashes, tokens);
-            debug_assert!(pinned, "pinning cached blocks needs no free block");
-            ts.hit_blocks += u64::from(n);
+            ts.hit_blocks += n;
             if let Some(link) = &mut t.link {
-                let (ready, busy) = link.transfer(now, u64::from(n) * self.block_bytes);
+                let (ready, busy) = link.transfer(now, n * self.block_bytes);
                 ts.read_busy += busy;
                 in_host = in_host.max(ready);
             }
@@ -625,9 +565,8 @@ impl OffloadTiers {
     /// (most recently used).
     pub fn finish_load(&mut self, ticket: LoadTicket) {
         for (t, pinned) in self.tiers.iter_mut().zip(&mut self.pins[ticket.0 as usize]) {
-            if !pinned.blocks.is_empty() {
-                t.pool.free(pinned);
-            }
+            t.pool.unpin_and_touch(pinned);
+            pinned.clear();
         }
         self.free_tickets.push(ticket.0);
     }
@@ -656,7 +595,7 @@ impl OffloadTiers {
                         block_hashes: vec![hash],
                         parent_block_hash: None,
                         token_ids: Vec::new(),
-                        block_size: t.pool.block_size(),
+                        block_size: self.block_size,
                         medium,
                     }),
                     (CacheChange::Removed { hash }, _) => out.push(KvEvent::BlockRemoved { block_hashes: vec![hash], medium }),
@@ -666,13 +605,11 @@ impl OffloadTiers {
     }
 
     /// Full consistency check of every tier's pool, for tests: each holds
-    /// its capacity in used + free blocks, and a block still landing or
-    /// being loaded is held.
+    /// at most its capacity, its index holds exactly its blocks, and a block
+    /// still landing or being loaded is held.
     pub fn assert_consistent(&self) {
         for t in &self.tiers {
             t.pool.assert_consistent();
-            let pinned: usize = t.landing.iter().map(|(_, table)| table.blocks.len()).sum();
-            assert!(pinned <= t.pool.num_used_blocks() as usize, "blocks in flight are not all held");
         }
     }
 }
