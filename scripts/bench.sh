@@ -39,6 +39,13 @@ echo
   --routing-policy weighted --routing-scorers prefix-affinity:4,queue-depth:3 --output /dev/null 2>&1 \
   | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/cluster 16 instances x 100000 requests, weighted: /"
 echo
+# Prefill/decode disaggregation: 100 000 requests on 4 prefill + 12 decode
+# instances (every prompt prefilled on the prefill pool, its KV pulled by a
+# decode instance).
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --prefill-instances 4 --decode-instances 12 --rate 200 --num-requests 100000 \
+  --prompt-tokens 512 --output-tokens 256 --output /dev/null 2>&1 \
+  | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/P\/D 4 prefill + 12 decode x 100000 requests: /"
+echo
 # Workload generation: 1,000,000 requests from a 10-client spec (every arrival
 # process and length shape), streamed as a trace v2 CSV to /dev/null. The
 # generator alone (no CSV) is `cargo bench -p blis-workload`.

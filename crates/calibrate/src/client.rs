@@ -272,6 +272,7 @@ mod tests {
             preemptions: 0,
             loaded_prompt_tokens: 0,
             kv_load_wait: Micros::ZERO,
+            pd: None,
         }
     }
 

@@ -15,7 +15,7 @@ use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
 
 use crate::decisions::TraceWriter;
-use crate::output::{AtomicFile, KvEventsJson, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
+use crate::output::{AtomicFile, CsvColumns, KvEventsJson, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
 use crate::table::table;
 
 /// Where a simulation writes besides its report.
@@ -40,8 +40,8 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     if kv_events.is_some() {
         resolved.record_kv_events();
     }
-    let offload = resolved.deployment.server.instance.offload.is_some();
-    let mut csv = files.requests_csv.map(|p| RequestCsv::create(p, offload)).transpose()?;
+    let columns = CsvColumns { offload: resolved.deployment.server.instance.offload.is_some(), pd: resolved.cluster.config.pd.is_some() };
+    let mut csv = files.requests_csv.map(|p| RequestCsv::create(p, columns)).transpose()?;
     let mut trace = match (files.trace_output, resolved.cluster.trace) {
         (Some(path), true) => Some(TraceWriter::create(path, resolved.cluster.config.labels.clone())?),
         _ => None,

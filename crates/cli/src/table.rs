@@ -258,6 +258,16 @@ fn cluster_table(s: &ClusterSummary) -> String {
     if let Some(f) = &s.fitness {
         line(&mut out, "Fitness:", format!("{:.4}", f.score));
     }
+    if let Some(pd) = &s.pd {
+        line(&mut out, "P:D instances; decider:", format!("{}; {}", pd.ratio, pd.decider));
+        line(&mut out, "Disaggregated / local / prefill failed:", format!("{} / {} / {}", pd.requests.disaggregated, pd.requests.local, pd.requests.prefill_failed));
+        line(&mut out, "Busy prefill / decode:", format!("{:.1}% / {:.1}%", pd.prefill.batch.busy_fraction * 100.0, pd.decode.batch.busy_fraction * 100.0));
+        let t = &pd.kv_transfer;
+        line(&mut out, "KV transfers; GiB; mean ms; link busy:", format!("{}; {:.2}; {:.3}; {:.1}%", t.count, t.bytes as f64 / f64::from(1u32 << 30), t.mean_time_ms, t.link_utilization * 100.0));
+        if has_targets(s) {
+            line(&mut out, "Goodput per GPU (req/s):", format!("{:.3}", pd.goodput_per_gpu));
+        }
+    }
     if s.slo_classes.len() > 1 {
         let _ = writeln!(out, "{:<16}{:>9}{:>9}{:>10}{:>11}{:>12}{:>12}{:>12}", "SLO class", "arrived", "rejected", "completed", "attained", "TTFT p50", "TTFT p99", "E2E p99");
         for (name, g) in &s.slo_classes {

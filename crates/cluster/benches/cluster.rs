@@ -57,6 +57,7 @@ fn simulate(n: u32, routing: serde_json::Value, spec: &SyntheticSpec) -> u64 {
         labels: Labels::default(),
         counterfactual_k: 0,
         autoscale: None,
+        pd: None,
     })
     .unwrap();
     let mut metrics = Collector::default();
@@ -100,6 +101,7 @@ fn routing_cost(c: &mut Criterion) {
                 labels: Labels::default(),
                 counterfactual_k: 0,
                 autoscale: None,
+                pd: None,
             })
             .unwrap();
             // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.

@@ -39,6 +39,7 @@ use crate::anomaly::AnomalyDetector;
 use crate::autoscale::scaler::{Actions, Autoscaler, Counters, ScaleEvent, Traced};
 use crate::autoscale::{ReplicaTrace, ScaleTrace};
 use crate::metrics::ClusterMetrics;
+use crate::pd::PdGate;
 use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RoutingPolicy, ScoreSheet};
 use crate::prefix::PrefixIndex;
 use crate::snapshot::{Dispatched, Field, SnapshotStore};
@@ -49,10 +50,13 @@ use crate::view::ClusterView;
 /// method, so the policies can be borrowed mutably alongside it).
 macro_rules! view {
     ($s:ident, $instances:expr, $now:expr, $req:expr) => {
+        view!($s, $instances, $now, $req, &$s.candidates)
+    };
+    ($s:ident, $instances:expr, $now:expr, $req:expr, $ids:expr) => {
         ClusterView {
             now: $now,
             snapshots: $s.store.view(),
-            ids: &$s.candidates,
+            ids: $ids,
             instances: $instances,
             store: &$s.store,
             prefix: &$s.prefix,
@@ -73,6 +77,9 @@ pub enum GatewayEvent {
     /// A routed request reaches its instance with, when the router hashed
     /// its prompt, the block hashes (handed to the instance).
     Deliver(Request, u32, Option<Vec<u64>>),
+    /// A request whose prompt a prefill instance computed reaches its
+    /// decode instance (P/D).
+    DeliverPrefilled(Request, u32),
     /// Re-read a periodic snapshot field of every instance (background).
     Refresh(Field),
     /// An autoscaler event (background).
@@ -107,28 +114,45 @@ impl Book {
 
 /// Routes an instance's callbacks to the gateway's books, the caller's
 /// observer and the workload.
+/// With P/D, what a prefill instance reports is the gateway's business
+/// only: its requests' ends are kept for the gateway and its tokens are
+/// not the client's; a disaggregated request's end carries its prefill side.
 struct Hook<'a> {
     book: &'a mut Book,
     user: &'a mut dyn Observer,
     user_tokens: bool,
     workload: &'a mut dyn Workload,
     reported: bool,
+    pd: Option<&'a mut PdGate>,
 }
 
 impl<'a> Hook<'a> {
-    fn new(book: &'a mut Book, user: &'a mut dyn Observer, workload: &'a mut dyn Workload) -> Hook<'a> {
-        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false }
+    fn new(book: &'a mut Book, user: &'a mut dyn Observer, workload: &'a mut dyn Workload, pd: Option<&'a mut PdGate>) -> Hook<'a> {
+        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false, pd }
+    }
+
+    fn on_prefill_instance(&self, i: Option<u32>) -> bool {
+        matches!((&self.pd, i), (Some(pd), Some(i)) if pd.is_prefill(i))
     }
 }
 
 impl Observer for Hook<'_> {
     fn on_finish(&mut self, r: &RequestRecord) {
+        self.reported = true;
+        if self.on_prefill_instance(r.instance) {
+            self.pd.as_mut().expect("checked").ended.push(r.clone());
+            return;
+        }
+        let with_prefill = self.pd.as_mut().and_then(|pd| pd.landed(r));
+        let r = with_prefill.as_ref().unwrap_or(r);
         self.book.on_finish(r);
         self.user.on_finish(r);
         self.workload.on_finish(r);
-        self.reported = true;
     }
     fn on_token(&mut self, t: &TokenEvent) {
+        if self.on_prefill_instance(Some(t.instance)) {
+            return;
+        }
         self.book.metrics.on_token(t);
         if self.user_tokens {
             self.user.on_token(t);
@@ -179,6 +203,9 @@ pub struct Gateway<'s> {
     pub(crate) held: VecDeque<(Request, Micros)>,
     pub(crate) scaler: Option<Box<Autoscaler>>,
     pub(crate) actions: Actions,
+    /// Prefill/decode disaggregation: the prefill pool's routing and the
+    /// requests between the pools.
+    pub(crate) pd: Option<PdGate>,
 }
 
 impl Gateway<'_> {
@@ -280,9 +307,72 @@ impl Gateway<'_> {
         }
         self.book.dispatched.in_flight[i] += 1;
         self.book.dispatched.pending[i] += 1;
+        let disaggregate = self.pd.as_mut().map(|pd| pd.decider.disaggregate(uncached_tokens(pd, &req, &cx.instances()[i])));
+        let (req, target) = match (disaggregate, self.pd.as_mut()) {
+            (Some(true), Some(pd)) => {
+                let prefill = pd.depart(req, chosen);
+                let p = self.route_prefill(&prefill, cx.instances(), now);
+                (prefill, p)
+            }
+            (_, Some(pd)) => {
+                pd.counts.local += 1;
+                (req, chosen)
+            }
+            (_, None) => (req, chosen),
+        };
         // The instance needs the prompt's hashes too: hand them over rather than hash twice.
         let hashes = self.hash_at_routing.then(|| std::mem::replace(&mut self.hashes, self.spare_hashes.pop().unwrap_or_default()));
-        cx.schedule(now + self.routing_latency, EventClass::InstanceArrival, GatewayEvent::Deliver(req, chosen, hashes));
+        cx.schedule(now + self.routing_latency, EventClass::InstanceArrival, GatewayEvent::Deliver(req, target, hashes));
+    }
+
+    /// Chooses the prefill instance of a disaggregated request (whose prompt
+    /// is hashed in `self.hashes` when anything reads hashes) and counts the
+    /// dispatch there.
+    fn route_prefill(&mut self, req: &Request, instances: &[Instance], now: Micros) -> u32 {
+        let pd = self.pd.as_mut().expect("called with P/D");
+        self.store.assemble(now, instances, &pd.candidates, &self.book.dispatched);
+        pd.sheet.clear();
+        let view = view!(self, instances, now, req, &pd.candidates);
+        let k = pd.routing.route(req, &view, &mut pd.sheet) as usize;
+        assert!(k < pd.candidates.len(), "prefill routing chose candidate {k} of {}", pd.candidates.len());
+        let p = pd.candidates[k];
+        if self.keep_prefix_index {
+            self.prefix.record(p as usize, &self.hashes);
+        }
+        self.book.dispatched.in_flight[p as usize] += 1;
+        self.book.dispatched.pending[p as usize] += 1;
+        p
+    }
+
+    /// Hands the disaggregated requests whose prefill ended during the last
+    /// instance event on: to their decode instance when the prefill
+    /// completed, to the client as ended otherwise.
+    fn settle_prefills(&mut self, cx: &mut Context<'_, GatewayEvent>) {
+        let Some(pd) = self.pd.as_mut() else { return };
+        let now = cx.now();
+        for leg in std::mem::take(&mut pd.ended) {
+            let p = leg.instance.expect("a prefill instance's record names it") as usize;
+            if leg.outcome == Outcome::Completed {
+                self.book.dispatched.in_flight[p] -= 1;
+                let (req, d) = pd.prefilled(&leg);
+                self.in_control_plane += 1;
+                // The prefill's response (after its completion overhead) reaches the sidecar, which forwards the request.
+                cx.schedule(leg.finished.max(now) + self.routing_latency, EventClass::InstanceArrival, GatewayEvent::DeliverPrefilled(req, d));
+            } else {
+                // The request ends where its prefill ended; it never reaches its decode instance.
+                let d = pd.failed(&leg) as usize;
+                self.book.dispatched.in_flight[d] -= 1;
+                self.book.dispatched.pending[d] -= 1;
+                self.book.on_finish(&leg);
+                cx.finish(&leg);
+            }
+        }
+    }
+
+    fn on_deliver_prefilled(&mut self, req: Request, i: usize, cx: &mut Context<'_, GatewayEvent>) {
+        self.book.dispatched.pending[i] -= 1;
+        self.in_control_plane -= 1;
+        self.with_hook(i, cx, |fleet, hook| fleet.inject_prefilled(i, req, hook));
     }
 
     /// No replica is routable: the request waits at the gateway, and a
@@ -313,9 +403,9 @@ impl Gateway<'_> {
             return;
         }
         self.in_control_plane -= 1;
-        self.book
-            .anomalies
-            .on_deliver(i, cx.instances(), &self.candidates);
+        if !self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32)) {
+            self.book.anomalies.on_deliver(i, cx.instances(), &self.candidates);
+        }
         let spare = self.with_hook(i, cx, |fleet, hook| match hashes {
             Some(mut hashes) => {
                 fleet.inject(i, req, Some(&mut hashes), hook);
@@ -335,7 +425,7 @@ impl Gateway<'_> {
     fn with_hook<T>(&mut self, i: usize, cx: &mut Context<'_, GatewayEvent>, act: impl FnOnce(&mut Fleet, &mut Hook<'_>) -> T) -> T {
         let now = cx.now();
         let (fleet, obs, workload) = cx.split();
-        let mut hook = Hook::new(&mut self.book, obs, workload);
+        let mut hook = Hook::new(&mut self.book, obs, workload, self.pd.as_mut());
         let out = act(fleet, &mut hook);
         let reported = hook.reported;
         self.after_instance_event(i, reported, fleet.instances(), now);
@@ -343,6 +433,7 @@ impl Gateway<'_> {
             scaler.settle(i, now, fleet, &mut self.actions);
             self.apply_actions(cx);
         }
+        self.settle_prefills(cx);
         out
     }
 
@@ -475,6 +566,7 @@ impl ControlPlane for Gateway<'_> {
             GatewayEvent::Admit(req) => self.on_admit(req, cx),
             GatewayEvent::Route(req) => self.on_route(req, cx),
             GatewayEvent::Deliver(req, i, hashes) => self.on_deliver(req, i as usize, hashes, cx),
+            GatewayEvent::DeliverPrefilled(req, i) => self.on_deliver_prefilled(req, i as usize, cx),
             GatewayEvent::Refresh(field) => self.on_refresh(field, cx),
             GatewayEvent::Scale(event) => self.on_scale(event, cx),
         }
@@ -487,4 +579,13 @@ impl ControlPlane for Gateway<'_> {
     fn holding(&self) -> u64 {
         self.in_control_plane
     }
+}
+
+/// Prompt tokens of `req` that `decode`'s prefix cache lacks, when the
+/// decider reads them (0 otherwise).
+fn uncached_tokens(pd: &mut PdGate, req: &Request, decode: &Instance) -> u32 {
+    if !pd.decider.reads_cache() {
+        return 0;
+    }
+    req.prompt_tokens() - decode.cached_prefix_tokens(req, &mut pd.scratch)
 }

@@ -31,13 +31,13 @@
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
 //!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail, async_scheduling: false },
-//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_events: false,
+//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false,
 //! };
 //! let policies = PolicyBundle { routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(), ..Default::default() };
 //! let mut cluster = Cluster::new(ClusterConfig {
 //!     num_instances: 4, instance, latency: Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] }),
 //!     policies, admission_latency: Micros::ZERO, routing_latency: Micros(100),
-//!     labels: Labels::default(), counterfactual_k: 0, autoscale: None,
+//!     labels: Labels::default(), counterfactual_k: 0, autoscale: None, pd: None,
 //! }).unwrap();
 //! let reqs = (0..40).map(|i| Request {
 //!     id: RequestId(i), arrival: Micros::from_ms(i), prompt: TokenSeq::synthetic(i, 100),
@@ -59,6 +59,7 @@ pub mod estimate;
 pub mod fitness;
 pub mod gateway;
 pub mod metrics;
+pub mod pd;
 pub mod policy;
 pub mod prefix;
 pub mod sim;

@@ -329,6 +329,9 @@ pub struct ClusterSummary {
     /// Scaling, capacity and cost (with autoscaling).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub autoscaling: Option<crate::autoscale::AutoscalingReport>,
+    /// Prefill/decode pools and the transfers between them (with P/D).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pd: Option<crate::pd::PdReport>,
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

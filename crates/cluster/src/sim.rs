@@ -25,6 +25,7 @@ use crate::metrics::{
     PoliciesReport, PolicyReport,
 };
 use crate::policy::{BuildContext, PolicyBundle, RejectReason};
+use crate::pd::{PdConfig, PdGate, PdReport};
 use crate::prefix::PrefixIndex;
 use crate::slo::SloClasses;
 use crate::snapshot::{Dispatched, SnapshotStore};
@@ -54,6 +55,11 @@ pub struct ClusterConfig {
     /// the replicas run on the config's node pools (`instance` and
     /// `latency` still give the TTFT estimate of the policies).
     pub autoscale: Option<AutoscaleConfig>,
+    /// Prefill/decode disaggregation ([`crate::pd`]): the prefill pool
+    /// comes first (instances `0..P`), then the `num_instances` instances
+    /// above as the decode pool, whose `instance` must receive KV
+    /// (`kv_transfer`). `policies.routing` chooses among the decode pool.
+    pub pd: Option<PdConfig>,
 }
 
 /// N instances behind a gateway, on one clock; `'s` is the lifetime of the
@@ -86,12 +92,14 @@ impl<'s> Cluster<'s> {
         let mut inst_cfg = cfg.instance.clone();
         cfg.policies.scheduler.apply(&mut inst_cfg.scheduler);
         let (instances, scaler) = match cfg.autoscale.clone() {
+            None if cfg.pd.is_some() => (pd_instances(&cfg, &inst_cfg)?, None),
             None => {
                 let instances = (0..cfg.num_instances)
                     .map(|i| Instance::new(i, inst_cfg.clone(), cfg.latency.clone()))
                     .collect::<Result<Vec<_>, _>>()?;
                 (instances, None)
             }
+            Some(_) if cfg.pd.is_some() => return Err(ConfigError::new("pd", "prefill/decode pools cannot be autoscaled yet; drop the autoscale section or the pools").into()),
             Some(mut auto) => {
                 auto.validate(cfg.num_instances)?;
                 for (i, pool) in auto.pools.iter_mut().enumerate() {
@@ -157,10 +165,11 @@ impl<'s> Cluster<'s> {
             block_size: inst_cfg.block_size,
             in_control_plane: 0,
             sink,
-            candidates: (0..n as u32).collect(),
+            candidates: (cfg.pd.as_ref().map_or(0, |p| p.prefill_instances)..n as u32).collect(),
             held: Default::default(),
             scaler,
             actions: Actions::default(),
+            pd: cfg.pd.as_ref().map(|p| PdGate::new(p, n)).transpose()?,
         };
         Ok(Cluster { driver: Driver::new(instances, gateway) })
     }
@@ -209,13 +218,18 @@ impl<'s> Cluster<'s> {
     pub fn summary(&self, end: &RunEnd) -> RunSummary {
         let stats = self.slot_stats();
         let refs: Vec<&InstanceStats> = stats.iter().collect();
-        RunSummary::build(
+        let mut summary = RunSummary::build(
             &self.gateway().book.metrics.collector,
             &refs,
             end.end,
             end.queued,
             end.running,
-        )
+        );
+        if let Some(pd) = &self.gateway().pd {
+            // A disaggregated request reaches two instances; it is one request.
+            summary.requests.injected -= pd.counts.handed_over;
+        }
+        summary
     }
 
     /// Everything the cluster adds: policies, control plane, per-class,
@@ -319,6 +333,7 @@ impl<'s> Cluster<'s> {
                 .scaler
                 .as_ref()
                 .map(|s| s.report(end.end, run.tokens.output_total, m.met_slo)),
+            pd: g.pd.as_ref().map(|pd| PdReport::build(pd, &stats, &m.collector, end.end, ratio(m.met_slo as f64, duration_s))),
         }
     }
 
@@ -329,4 +344,21 @@ impl<'s> Cluster<'s> {
     fn instances(&self) -> &[Instance] {
         self.driver.fleet().instances()
     }
+}
+
+/// The instances of a disaggregated deployment: the prefill pool, then the
+/// decode pool (`inst_cfg`, which must receive KV).
+fn pd_instances(cfg: &ClusterConfig, inst_cfg: &InstanceConfig) -> Result<Vec<Instance>, ClusterError> {
+    let pd = cfg.pd.as_ref().expect("called with P/D");
+    if pd.prefill_instances == 0 || pd.prefill_instances + cfg.num_instances > MAX_INSTANCES {
+        return Err(ConfigError::new("pd.prefill_instances", format!("{}: must be between 1 and {} with the decode pool", pd.prefill_instances, MAX_INSTANCES - cfg.num_instances.min(MAX_INSTANCES - 1))).into());
+    }
+    if inst_cfg.kv_transfer.is_none() {
+        return Err(ConfigError::new("pd", "the decode pool's instances need a KV transfer link").into());
+    }
+    let mut prefill_cfg = pd.prefill_instance.clone();
+    cfg.policies.scheduler.apply(&mut prefill_cfg.scheduler);
+    let prefill = (0..pd.prefill_instances).map(|i| Instance::new(i, prefill_cfg.clone(), pd.prefill_latency.clone()));
+    let decode = (0..cfg.num_instances).map(|i| Instance::new(pd.prefill_instances + i, inst_cfg.clone(), cfg.latency.clone()));
+    Ok(prefill.chain(decode).collect::<Result<Vec<_>, _>>()?)
 }

@@ -206,6 +206,13 @@ impl Fleet {
         self.reschedule(i);
     }
 
+    /// Hands `req`, whose prompt a prefill instance computed, to decode
+    /// instance `i` now ([`Instance::inject_prefilled`]).
+    pub fn inject_prefilled(&mut self, i: usize, req: Request, obs: &mut dyn Observer) {
+        self.instances[i].inject_prefilled(req, self.now, obs);
+        self.reschedule(i);
+    }
+
     /// The client of request `id` on instance `i` gave up now ([`Instance::abandon`]).
     pub fn abandon(&mut self, i: usize, id: RequestId, obs: &mut dyn Observer) {
         self.instances[i].abandon(id, self.now, obs);

@@ -26,6 +26,7 @@ use std::sync::Arc;
 use crate::event::{EventClass, EventKey, EventQueue};
 use crate::kv::events::{self, CacheChange, KvEvent, KvEventBatch};
 use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers};
+use crate::kv::transfer::{KvTransferStats, Link};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
@@ -223,6 +224,9 @@ struct Live {
     load: Option<LoadTicket>,
     loaded_tokens: u32,
     load_wait: Micros,
+    /// Its prompt was computed by a prefill instance and is still to be
+    /// pulled (P/D): cleared when the pull starts.
+    remote_prompt: bool,
 }
 
 impl Live {
@@ -281,6 +285,8 @@ pub struct InstanceStats {
     pub kv_usage_peak: f64,
     /// The offload tiers' counters, when offloading is on.
     pub offload: Option<OffloadStats>,
+    /// The P/D transfers' counters, on a decode instance of a disaggregated deployment.
+    pub kv_transfer: Option<KvTransferStats>,
     /// ∫ KV usage dt over steps, in usage·µs.
     pub kv_usage_integral: f64,
     /// Σ step durations: time the GPU was busy.
@@ -310,6 +316,9 @@ impl InstanceStats {
         if let Some(t) = &other.offload {
             self.offload.get_or_insert_default().absorb(t);
         }
+        if let Some(t) = &other.kv_transfer {
+            self.kv_transfer.get_or_insert_default().absorb(t);
+        }
         self.kv_usage_integral += other.kv_usage_integral;
         self.busy += other.busy;
         self.steps_clamped += other.steps_clamped;
@@ -325,6 +334,8 @@ pub struct Instance {
     kv: KvCache,
     /// The tiers below `kv`, when offloading is on.
     tiers: Option<OffloadTiers>,
+    /// The inbound link of a P/D decode instance.
+    transfer_link: Option<Link>,
     /// KV events since the last step, when recording them; and the cache's
     /// index changes while they become events.
     kv_events: Vec<KvEvent>,
@@ -378,6 +389,8 @@ impl Instance {
             }
         }
         let offload_stats = cfg.offload.as_ref().map(OffloadStats::new);
+        let transfer_link = cfg.kv_transfer.map(|t| Link::new(t.link));
+        let kv_transfer = cfg.kv_transfer.map(|_| KvTransferStats::default());
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
         Ok(Instance {
             id,
@@ -385,6 +398,7 @@ impl Instance {
             latency,
             kv,
             tiers,
+            transfer_link,
             kv_events: Vec::new(),
             kv_changes: Vec::new(),
             events: EventQueue::new(),
@@ -409,7 +423,7 @@ impl Instance {
             preemption_ema: 0.0,
             step_slowdown: 1.0,
             now: Micros::ZERO,
-            stats: InstanceStats { offload: offload_stats, ..InstanceStats::default() },
+            stats: InstanceStats { offload: offload_stats, kv_transfer, ..InstanceStats::default() },
         })
     }
 
@@ -538,12 +552,25 @@ impl Instance {
         self.inject_with_hashes(req, now, Some(prompt_hashes), obs);
     }
 
-    fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) {
+    /// [`Instance::inject`] for a request whose prompt a prefill instance
+    /// computed (P/D, [`crate::kv::transfer`]): when admitted it pulls the
+    /// prompt's KV over the instance's inbound link instead of computing it.
+    /// The instance must have been configured with
+    /// [`crate::scheduler::InstanceConfig::kv_transfer`].
+    pub fn inject_prefilled(&mut self, req: Request, now: Micros, obs: &mut dyn Observer) {
+        debug_assert!(self.transfer_link.is_some(), "a prefilled request reached an instance with no inbound KV link");
+        if let Some(slot) = self.inject_with_hashes(req, now, None, obs) {
+            self.slots[slot as usize].remote_prompt = true;
+        }
+    }
+
+    /// Injects `req`; returns its slot unless it was dropped at once.
+    fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) -> Option<u32> {
         self.advance_clock(now);
         self.stats.injected += 1;
         if let Some(reason) = self.rejection(&req) {
             obs.on_finish(&RequestRecord::unserved(&req, Some(self.id), Outcome::Dropped(reason), now));
-            return;
+            return None;
         }
         let slot = self.alloc_slot(req);
         let live = &mut self.slots[slot as usize];
@@ -580,6 +607,7 @@ impl Instance {
             // arrive after its client gave up: it times out at once.
             self.events.push((arrival + timeout).max(now), EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
         }
+        Some(slot)
     }
 
     /// Processes the next event; returns its time, or `None` if there is none.
@@ -645,6 +673,7 @@ impl Instance {
             load: None,
             loaded_tokens: 0,
             load_wait: Micros::ZERO,
+            remote_prompt: false,
         };
         match self.free_slots.pop() {
             Some(slot) => {
@@ -896,6 +925,7 @@ impl Instance {
             preemptions: live.preemptions,
             loaded_prompt_tokens: live.loaded_tokens,
             kv_load_wait: live.load_wait,
+            pd: None,
         };
         self.live_count -= 1;
         self.release(slot);
@@ -1113,7 +1143,13 @@ impl Instance {
                     self.hit_scratch.clear();
                     0
                 };
-                if !landed && self.tiers.is_some() {
+                if !landed && live.remote_prompt {
+                    match self.start_transfer(slot, hit_tokens) {
+                        LoadStart::Started => continue,
+                        LoadStart::NoRoom => break,
+                        LoadStart::NoHit => {}
+                    }
+                } else if !landed && self.tiers.is_some() {
                     match self.start_load(slot, hit_tokens) {
                         LoadStart::Started => continue,
                         LoadStart::NoRoom => break,
@@ -1212,7 +1248,53 @@ impl Instance {
         LoadStart::Started
     }
 
-    /// A load from the offload tiers landed: the loaded blocks enter the GPU
+    /// vLLM's `NixlConnector` on a decode instance, for the request at the
+    /// head of the wait queue whose prompt a prefill instance computed, with
+    /// `gpu_hit_tokens` local prefix hits (in `hit_scratch`): it takes
+    /// blocks for the whole prompt and pulls the rest of the prompt's blocks
+    /// over the inbound link; the request leaves the queue until
+    /// [`InstEvent::Loaded`] ([`crate::kv::transfer`]).
+    fn start_transfer(&mut self, slot: u32, gpu_hit_tokens: u32) -> LoadStart {
+        let now = self.now;
+        let block_size = self.kv.block_size();
+        let live = &mut self.slots[slot as usize];
+        let prompt = live.req.prompt_tokens();
+        let pulled_blocks = prompt.div_ceil(block_size) - gpu_hit_tokens / block_size;
+        if pulled_blocks == 0 {
+            live.remote_prompt = false;
+            return LoadStart::NoHit;
+        }
+        let num_tokens = live.num_tokens();
+        let room = self.kv.allocate_slots(&mut live.table, num_tokens, &self.hit_scratch, &live.hashes, gpu_hit_tokens);
+        self.note_kv_changes(slot);
+        if !room {
+            return LoadStart::NoRoom;
+        }
+        let block_bytes = self.cfg.kv_transfer.expect("a prefilled request needs an inbound KV link").block_bytes;
+        let bytes = u64::from(pulled_blocks) * block_bytes;
+        let (done, busy) = self.transfer_link.as_mut().expect("set with kv_transfer").transfer(now, bytes);
+        let stats = self.stats.kv_transfer.as_mut().expect("set with kv_transfer");
+        stats.transfers += 1;
+        stats.blocks += u64::from(pulled_blocks);
+        stats.bytes += bytes;
+        stats.busy += busy;
+        stats.wait += done - now;
+        let live = &mut self.slots[slot as usize];
+        live.remote_prompt = false;
+        live.load_wait += done - now;
+        live.loaded_tokens += prompt - gpu_hit_tokens;
+        live.num_computed = prompt;
+        live.status = Status::Loading;
+        self.waiting.pop();
+        self.queue_log.push((slot, QueueChange::Scheduled));
+        self.loading += 1;
+        self.stats.prefix_query_tokens += u64::from(num_tokens);
+        self.stats.prefix_hit_tokens += u64::from(gpu_hit_tokens);
+        self.events.push(done, EventClass::InstanceArrival, InstEvent::Loaded(slot));
+        LoadStart::Started
+    }
+
+    /// A load from the offload tiers, or a P/D transfer, landed: the loaded blocks enter the GPU
     /// prefix index and the request waits again, with them computed (all
     /// but the last token when they cover the whole request, as vLLM
     /// recomputes it), ahead of the wait queue. A request that gave up or
@@ -1220,8 +1302,9 @@ impl Instance {
     fn on_loaded(&mut self, slot: u32, obs: &mut dyn Observer) {
         self.loading -= 1;
         let live = &mut self.slots[slot as usize];
-        let ticket = live.load.take().expect("a loading request holds a ticket");
-        self.tiers.as_mut().expect("a load needs offload tiers").finish_load(ticket);
+        if let Some(ticket) = live.load.take() {
+            self.tiers.as_mut().expect("a load needs offload tiers").finish_load(ticket);
+        }
         if self.gone_meanwhile(slot, obs) {
             return;
         }

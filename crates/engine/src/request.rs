@@ -377,6 +377,23 @@ pub struct RequestRecord {
     /// Time it waited off the scheduler for those loads
     /// (`WAITING_FOR_REMOTE_KVS`).
     pub kv_load_wait: Micros,
+    /// Where its prompt was computed, when a prefill instance computed it
+    /// (P/D); the decode side's times are the record's own (`enqueued`,
+    /// `kv_load_wait` for the transfer, `first_scheduled`, `first_token`).
+    pub pd: Option<PdPhases>,
+}
+
+/// The prefill side of a disaggregated request (P/D).
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct PdPhases {
+    /// The prefill instance that computed its prompt.
+    pub prefill_instance: u32,
+    /// When the prompt entered that instance's wait queue.
+    pub prefill_enqueued: Micros,
+    /// When that instance first scheduled it.
+    pub prefill_scheduled: Micros,
+    /// When that instance finished it: its KV was ready to pull.
+    pub prefill_finished: Micros,
 }
 
 impl RequestRecord {
@@ -401,6 +418,7 @@ impl RequestRecord {
             preemptions: 0,
             loaded_prompt_tokens: 0,
             kv_load_wait: Micros::ZERO,
+            pd: None,
         }
     }
 

@@ -75,6 +75,9 @@ pub struct InstanceConfig {
     pub client_timeout: Option<Micros>,
     /// Tiers below the GPU cache (vLLM's native KV offloading, LMCache); `None`: GPU only.
     pub offload: Option<crate::kv::offload::OffloadConfig>,
+    /// How it receives prompts computed by a prefill instance (a decode
+    /// instance of a disaggregated deployment); `None`: it computes its own.
+    pub kv_transfer: Option<crate::kv::transfer::KvTransferConfig>,
     /// Record vLLM's KV events ([`crate::kv::events`]) and hand them to
     /// observers once per step. Off by default: it costs an allocation per
     /// stored block.
@@ -120,6 +123,9 @@ pub enum InstanceConfigError {
     /// The CPU tier cannot be built.
     #[error(transparent)]
     Offload(#[from] crate::kv::offload::OffloadConfigError),
+    /// A P/D transfer bandwidth that is not a positive finite number.
+    #[error("the KV transfer bandwidth must be a positive number of bytes per second, got {0}")]
+    TransferBandwidth(f64),
 }
 
 impl InstanceConfig {
@@ -145,6 +151,7 @@ impl InstanceConfig {
             enable_prefix_caching: true,
             client_timeout: None,
             offload: None,
+            kv_transfer: None,
             kv_events: false,
         }
     }
@@ -173,6 +180,14 @@ impl InstanceConfig {
         }
         if let Some(o) = &self.offload {
             o.validate()?;
+        }
+        if let Some(t) = &self.kv_transfer {
+            if !t.link.is_valid() {
+                return Err(InstanceConfigError::TransferBandwidth(t.link.bytes_per_s));
+            }
+            if t.block_bytes == 0 {
+                return Err(crate::kv::offload::OffloadConfigError::ZeroBlockBytes.into());
+            }
         }
         Ok(())
     }

@@ -165,6 +165,7 @@ impl Plan<GeneratedRequest> for SessionPlan<'_> {
             preemptions: 0,
             loaded_prompt_tokens: 0,
             kv_load_wait: Micros::ZERO,
+            pd: None,
         };
         self.generator.on_finish(&record);
     }

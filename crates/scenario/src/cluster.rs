@@ -157,6 +157,13 @@ impl ClusterSetup {
             bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
             origins.routing = "--routing-scorers".to_string();
         }
+        let pools = crate::pd::resolve(k, long_context, report, warnings)?;
+        if pools.is_some() && origins.routing.is_empty() {
+            // Disaggregated, the cluster's routing chooses the decode instance: by load and KV headroom.
+            let scorers = parse_scorer_list(crate::pd::DEFAULT_DECODE_SCORERS).map_err(|m| invalid!("{m}"))?;
+            bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("{e}"))?;
+            report_entry(report, "routing-scorers", &crate::pd::DEFAULT_DECODE_SCORERS, Source::Derived);
+        }
         if let Some(victim) = &k.preemption.value {
             let v: Preemption = serde_json::from_value(json!(victim)).map_err(|_| invalid!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
             bundle.scheduler = bundle.scheduler.clone().with_preemption(v);
@@ -211,17 +218,29 @@ impl ClusterSetup {
 
         let written = Written { section: bundle.autoscale.as_ref(), pools: &bundle.node_pools, origin: &origins.autoscale };
         let autoscale = crate::autoscale::resolve(k, d, &written, long_context, report, warnings)?;
-        let num_instances = autoscale.as_ref().map_or(k.num_instances.value.unwrap_or(1), |a| a.1);
+        if pools.is_some() && autoscale.is_some() {
+            return Err(invalid!("--prefill-instances/--decode-instances cannot be autoscaled yet; drop --autoscale-policy (and the policy file's autoscale section)"));
+        }
+        let num_instances = match (&autoscale, &pools) {
+            (Some(a), _) => a.1,
+            (None, Some(p)) => p.decode_instances,
+            (None, None) => k.num_instances.value.unwrap_or(1),
+        };
+        let (instance, step_model, pd) = match pools {
+            Some(p) => (p.decode_instance, p.decode_latency, Some(p.pd)),
+            None => (d.server.instance.clone(), d.latency.clone(), None),
+        };
         let config = ClusterConfig {
             num_instances,
-            instance: d.server.instance.clone(),
-            latency: d.latency.clone(),
+            instance,
+            latency: step_model,
             policies: bundle,
             admission_latency: latency(&k.admission_latency, "admission-latency")?,
             routing_latency: latency(&k.routing_latency, "routing-latency")?,
             labels: labels.clone(),
             counterfactual_k: k.counterfactual_k.value.unwrap_or(0),
             autoscale: autoscale.map(|a| a.0),
+            pd,
         };
         Ok(ClusterSetup { config, fitness, trace, origins })
     }

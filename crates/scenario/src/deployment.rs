@@ -204,6 +204,7 @@ impl Server {
             enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
             client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
             offload: crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?,
+            kv_transfer: None,
             kv_events: false,
         };
         instance.validate().map_err(|e| invalid!("{e}"))?;

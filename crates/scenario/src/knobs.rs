@@ -324,6 +324,42 @@ knob_table! {
     /// Keep the K best alternatives of every routing decision and estimate its regret; 0 = off. [default: 0]
     counterfactual_k: u32 = Some(0), flag(long, value_name = "K", help_heading = "Cluster");
 
+    // ── Prefill/decode disaggregation ──────────────────────────────────
+    /// Prefill instances: with --decode-instances, a disaggregated deployment (llm-d P/D)
+    /// instead of --num-instances monolithic ones. [default: off]
+    prefill_instances: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// Decode instances of a disaggregated deployment. [default: off]
+    decode_instances: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// Which requests go through the prefill pool: always, never, or prefix-threshold (only
+    /// when the prompt tokens the decode instance has not cached exceed --pd-prefix-threshold). [default: always]
+    pd_decider: String = None, flag(long, value_name = "NAME", help_heading = "Prefill/decode disaggregation");
+    /// Uncached prompt tokens above which prefix-threshold disaggregates. [default: 0]
+    pd_prefix_threshold: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Prefill/decode disaggregation");
+    /// Prefill → decode KV bandwidth per GPU, GB/s (a decode instance's inbound NIC; concurrent
+    /// transfers share it). [default: 50, a 400 Gb/s RDMA NIC per GPU]
+    pd_transfer_bandwidth: f64 = None, flag(long, value_name = "GB_PER_S", allow_negative_numbers = true, help_heading = "Prefill/decode disaggregation");
+    /// Fixed cost of one prefill → decode transfer: a duration (1ms, 500us) or seconds. [default: 1ms]
+    pd_transfer_latency: String = None, flag(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Prefill/decode disaggregation");
+    /// The prefill pool's GPU. [default: --hardware]
+    prefill_hardware: String = None, flag(long, value_name = "GPU", help_heading = "Prefill/decode disaggregation");
+    /// The decode pool's GPU. [default: --hardware]
+    decode_hardware: String = None, flag(long, value_name = "GPU", help_heading = "Prefill/decode disaggregation");
+    /// The prefill pool's tensor-parallel degree. [default: --tp]
+    prefill_tp: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// The decode pool's tensor-parallel degree. [default: --tp]
+    decode_tp: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// The prefill pool's --max-num-seqs. [default: --max-num-seqs]
+    prefill_max_num_seqs: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// The decode pool's --max-num-seqs. [default: --max-num-seqs]
+    decode_max_num_seqs: u32 = None, flag(long, value_name = "N", help_heading = "Prefill/decode disaggregation");
+    /// The prefill pool's --max-num-batched-tokens. [default: --max-num-batched-tokens]
+    prefill_max_num_batched_tokens: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Prefill/decode disaggregation");
+    /// The decode pool's --max-num-batched-tokens. [default: --max-num-batched-tokens]
+    decode_max_num_batched_tokens: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Prefill/decode disaggregation");
+    /// Scorers of the prefill pool's routing, as --routing-scorers (the decode pool's routing is
+    /// --routing-policy / --routing-scorers). [default: prefix-affinity:3,queue-depth:2]
+    prefill_routing_scorers: String = None, flag(long, value_name = "SCORER:WEIGHT,...", help_heading = "Prefill/decode disaggregation");
+
     // ── Autoscaling ──────────────────────────────────────────────────────
     /// Autoscaling policy (none = a fixed fleet); --num-instances is then the initial replica count. [default: none, or the policy file's autoscale section]
     autoscale_policy: String = None, flag(long, value_name = "NAME", help_heading = "Autoscaling", help = crate::help::autoscale());

@@ -50,6 +50,7 @@ pub mod evaluate;
 #[cfg(feature = "clap")]
 mod help;
 pub mod knobs;
+pub mod pd;
 pub mod report;
 pub mod sweep;
 pub mod tier_list;

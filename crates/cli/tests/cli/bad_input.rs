@@ -404,3 +404,30 @@ fn bad_kv_events_configs_are_refused_before_serving() {
         assert_refused(&out, config, needle);
     }
 }
+
+/// Disaggregated deployments that cannot run: one line naming the flag.
+#[test]
+fn bad_pd_deployments_are_refused() {
+    for (name, args, needle) in [
+        ("pd-zero-prefill", &["--prefill-instances", "0", "--decode-instances", "2"][..], "--prefill-instances 0"),
+        ("pd-zero-decode", &["--prefill-instances", "1", "--decode-instances", "0"], "--decode-instances 0"),
+        ("pd-one-pool", &["--prefill-instances", "1"], "needs --decode-instances"),
+        ("pd-unknown-decider", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-decider", "sometimes"], "allowed: always, never, prefix-threshold"),
+        ("pd-negative-bandwidth", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "-5"], "--pd-transfer-bandwidth -5"),
+        ("pd-nan-bandwidth", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "NaN"], "--pd-transfer-bandwidth"),
+        ("pd-negative-latency", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-latency", "-1ms"], "--pd-transfer-latency"),
+        ("pd-knob-without-pools", &["--pd-decider", "always"], "needs a disaggregated deployment"),
+        ("pd-threshold-without-decider", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefix-threshold", "5"], "--pd-decider prefix-threshold"),
+        ("pd-and-num-instances", &["--prefill-instances", "1", "--decode-instances", "1", "--num-instances", "3"], "--num-instances"),
+        ("pd-unknown-prefill-scorer", &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "magic:1"], "magic"),
+        (
+            "pd-decode-kv-too-small",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--decode-hardware", "L40S", "--gpu-memory-utilization", "0.55"],
+            "the decode pool: its KV cache holds",
+        ),
+        ("pd-autoscaled", &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"], "cannot be autoscaled"),
+    ] {
+        let err = rejected(name, &with_model(args));
+        assert!(err.contains(needle), "{name}: {err}");
+    }
+}

@@ -90,6 +90,7 @@ pub fn config(n: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, 
         labels,
         counterfactual_k: 0,
         autoscale: None,
+        pd: None,
     }
 }
 

@@ -5,6 +5,7 @@ mod autoscaling;
 mod anomalies;
 mod harness;
 mod invariants;
+mod pd;
 mod policies;
 mod routing;
 mod single_instance;

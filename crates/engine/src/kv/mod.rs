@@ -34,6 +34,7 @@
 pub mod events;
 mod index;
 mod tier_pool;
+pub mod transfer;
 pub mod offload;
 
 use thiserror::Error;

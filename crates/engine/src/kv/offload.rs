@@ -49,10 +49,8 @@
 //! promoted into host memory; two requests may load the same block at once
 //! (vLLM ≥ 0.13 makes the second wait).
 //!
-//! **Links.** Each link direction is one first-come, first-served channel:
-//! a transfer of `b` bytes that starts at `s` holds the link until
-//! `s + b / bandwidth` and completes `latency` later, so concurrent
-//! transfers share the bandwidth and none overtakes another. Every GPU of a
+//! **Links** are first-come, first-served channels ([`super::transfer`]).
+//! Every GPU of a
 //! tensor-parallel instance moves its own shard over its own link at the
 //! same time, so `block_bytes` is one GPU's shard of a block and a lower
 //! tier's bandwidth is one GPU's share of it.
@@ -65,6 +63,8 @@ use thiserror::Error;
 
 use super::events::{CacheChange, KvEvent, MediumName};
 use super::tier_pool::TierPool;
+pub use super::transfer::LinkConfig;
+use super::transfer::Link;
 use crate::time::Micros;
 
 /// How long after a block landed in a tier a load of it counts as
@@ -140,15 +140,6 @@ impl StorePolicy {
             }
         }
     }
-}
-
-/// One direction of a link.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct LinkConfig {
-    /// Bytes per second one GPU's shard moves in this direction.
-    pub bytes_per_s: f64,
-    /// Fixed cost of a transfer, added once per transfer.
-    pub latency: Micros,
 }
 
 /// One tier's configuration.
@@ -249,7 +240,7 @@ impl OffloadConfig {
                 (_, link) => links.extend(link),
             }
         }
-        if let Some(bad) = links.iter().find(|l| !(l.bytes_per_s.is_finite() && l.bytes_per_s > 0.0)) {
+        if let Some(bad) = links.iter().find(|l| !l.is_valid()) {
             return Err(OffloadConfigError::Bandwidth(bad.bytes_per_s));
         }
         if self.block_bytes == 0 {
@@ -347,29 +338,6 @@ impl OffloadStats {
             t.write_busy += o.write_busy;
             t.read_busy += o.read_busy;
         }
-    }
-}
-
-/// One direction of a link: a first-come, first-served channel.
-#[derive(Clone, Debug)]
-struct Link {
-    cfg: LinkConfig,
-    /// When the transfers queued so far leave the link.
-    free_at: Micros,
-}
-
-impl Link {
-    fn new(cfg: LinkConfig) -> Link {
-        Link { cfg, free_at: Micros::ZERO }
-    }
-
-    /// Queues `bytes` that are ready at `ready`; returns (completion time,
-    /// time the link is busy with them).
-    fn transfer(&mut self, ready: Micros, bytes: u64) -> (Micros, Micros) {
-        let busy = Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
-        let start = self.free_at.max(ready);
-        self.free_at = start + busy;
-        (self.free_at + self.cfg.latency, busy)
     }
 }
 

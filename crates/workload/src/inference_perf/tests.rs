@@ -315,6 +315,7 @@ fn finish(r: &Request, at: Micros) -> RequestRecord {
         preemptions: 0,
         loaded_prompt_tokens: 0,
         kv_load_wait: Micros::ZERO,
+        pd: None,
     }
 }
 

@@ -1,0 +1,334 @@
+//! Prefill/decode disaggregation, as llm-d runs it (DistServe's deployment
+//! shape): a prefill pool and a decode pool behind one gateway.
+//!
+//! ```text
+//!  routing (decode scorers) ──► decode instance d
+//!        │ P/D decider: disaggregate?  no ──► d runs the whole request
+//!        ▼ yes
+//!  prefill routing (prefill scorers) ──► prefill instance p runs the prompt
+//!        as a 1-token request (vLLM's connector flow: `max_tokens = 1`)
+//!        │ p finishes it: the KV is ready to pull
+//!        ▼ (+ routing latency: the sidecar forwards the request)
+//!  d admits the request, pulls the prompt's KV over its inbound link
+//!  (`WAITING_FOR_REMOTE_KVS`), then computes the last prompt token and
+//!  decodes (`blis_engine::kv::transfer`)
+//! ```
+//!
+//! The decode instance is chosen first and the decider reads its prefix
+//! cache, as llm-d's `pd-profile-handler` does with its
+//! `prefix-threshold` decider: disaggregate only when the part of the
+//! prompt the decode instance has not cached exceeds the threshold.
+//!
+//! **Ownership.** A prompt's blocks are computed on the prefill instance
+//! and, once the pull lands, belong to the decode instance. The prefill
+//! instance frees its copy when the 1-token request finishes and keeps it
+//! in its prefix cache (vLLM keeps freed blocks cached), where later
+//! prompts may hit it until it is evicted. Simplified: vLLM's prefill side
+//! holds the blocks until the decode side has read them
+//! (`delay_free_blocks`); here they become evictable at once, so a prefill
+//! instance under KV pressure could reuse them before a slow pull ends.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use blis_engine::instance::InstanceStats;
+use blis_engine::kv::transfer::KvTransferStats;
+use blis_engine::latency::LatencyModel;
+use blis_engine::metrics::{BatchReport, Collector, KvReport, RunSummary};
+use blis_engine::time::Micros;
+use blis_engine::request::{PdPhases, Request, RequestId, RequestRecord};
+use blis_engine::scheduler::InstanceConfig;
+use serde::Serialize;
+
+use crate::error::ConfigError;
+use crate::policy::{RoutingPolicy, RoutingSpec, ScoreSheet};
+
+/// Whether a request is disaggregated.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum PdDecider {
+    /// Every request.
+    Always,
+    /// None: the prefill pool idles (a baseline).
+    Never,
+    /// Only when the prompt tokens the chosen decode instance has not
+    /// cached exceed this many (llm-d's `prefix-threshold`).
+    PrefixThreshold(u32),
+}
+
+impl PdDecider {
+    /// The names [`PdDecider::parse`] accepts.
+    pub const NAMES: [&'static str; 3] = ["always", "never", "prefix-threshold"];
+
+    /// The decider called `name`; `threshold_tokens` is the prefix
+    /// threshold's parameter.
+    pub fn parse(name: &str, threshold_tokens: u32) -> Result<PdDecider, ConfigError> {
+        match name {
+            "always" => Ok(PdDecider::Always),
+            "never" => Ok(PdDecider::Never),
+            "prefix-threshold" => Ok(PdDecider::PrefixThreshold(threshold_tokens)),
+            other => Err(ConfigError::unknown("pd.decider", "P/D decider", other, &PdDecider::NAMES)),
+        }
+    }
+
+    /// Its name.
+    pub fn name(self) -> &'static str {
+        match self {
+            PdDecider::Always => "always",
+            PdDecider::Never => "never",
+            PdDecider::PrefixThreshold(_) => "prefix-threshold",
+        }
+    }
+
+    /// Whether to disaggregate a prompt of which `uncached_tokens` are not
+    /// in the decode instance's prefix cache.
+    pub fn disaggregate(self, uncached_tokens: u32) -> bool {
+        match self {
+            PdDecider::Always => true,
+            PdDecider::Never => false,
+            PdDecider::PrefixThreshold(t) => uncached_tokens > t,
+        }
+    }
+
+    /// Whether it reads the decode instance's prefix cache.
+    pub fn reads_cache(self) -> bool {
+        matches!(self, PdDecider::PrefixThreshold(_))
+    }
+}
+
+/// The prefill pool and the decider; the cluster's own instances
+/// ([`crate::ClusterConfig`]) are the decode pool.
+#[derive(Clone)]
+pub struct PdConfig {
+    /// Prefill instances (at least 1).
+    pub prefill_instances: u32,
+    /// Their configuration.
+    pub prefill_instance: InstanceConfig,
+    /// Their step-time model.
+    pub prefill_latency: Arc<dyn LatencyModel>,
+    /// How a disaggregated request's prefill instance is chosen.
+    pub prefill_routing: RoutingSpec,
+    /// Which requests are disaggregated.
+    pub decider: PdDecider,
+    /// GPUs of one prefill instance (its tensor-parallel degree).
+    pub prefill_gpus_per_instance: u32,
+    /// GPUs of one decode instance.
+    pub decode_gpus_per_instance: u32,
+}
+
+/// A disaggregated request between its routing and its end.
+struct Flight {
+    /// The request as the client sent it, until it is handed to the decode side.
+    req: Option<Request>,
+    /// Its decode instance.
+    decode: u32,
+    /// The prefill side, once it finished.
+    phases: Option<PdPhases>,
+}
+
+/// Requests routed so far, by path.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct PdCounts {
+    /// Prompts computed on the prefill pool.
+    pub disaggregated: u64,
+    /// Requests the decider left to their decode instance.
+    pub local: u64,
+    /// Disaggregated requests whose prefill failed (dropped or timed out there).
+    pub prefill_failed: u64,
+    /// Disaggregated requests handed to their decode instance.
+    pub handed_over: u64,
+}
+
+/// The gateway's P/D state.
+pub(crate) struct PdGate {
+    /// Instances `0..num_prefill` are the prefill pool.
+    pub num_prefill: u32,
+    pub decider: PdDecider,
+    pub routing: Box<dyn RoutingPolicy>,
+    pub sheet: ScoreSheet,
+    pub routing_name: &'static str,
+    /// The prefill instances' ids.
+    pub candidates: Vec<u32>,
+    flights: BTreeMap<RequestId, Flight>,
+    /// Prefill requests that ended during the instance event being handled.
+    pub ended: Vec<RequestRecord>,
+    pub counts: PdCounts,
+    /// Scratch for the decider's cache lookups.
+    pub scratch: Vec<u64>,
+    gpus_per_instance: [u32; 2],
+}
+
+impl PdGate {
+    pub(crate) fn new(cfg: &PdConfig, instances: usize) -> Result<PdGate, ConfigError> {
+        let (routing, sheet) = cfg.prefill_routing.build(instances, "pd.prefill_routing")?;
+        Ok(PdGate {
+            num_prefill: cfg.prefill_instances,
+            decider: cfg.decider,
+            routing,
+            sheet,
+            routing_name: cfg.prefill_routing.name(),
+            candidates: (0..cfg.prefill_instances).collect(),
+            flights: BTreeMap::new(),
+            ended: Vec::new(),
+            counts: PdCounts::default(),
+            scratch: Vec::new(),
+            gpus_per_instance: [cfg.prefill_gpus_per_instance, cfg.decode_gpus_per_instance],
+        })
+    }
+
+    /// Whether instance `i` is a prefill instance.
+    pub fn is_prefill(&self, i: u32) -> bool {
+        i < self.num_prefill
+    }
+
+    /// Starts a disaggregated flight of `req` towards decode instance
+    /// `decode`; returns the prefill request (`max_tokens = 1`).
+    pub fn depart(&mut self, req: Request, decode: u32) -> Request {
+        let mut prefill = req.clone();
+        prefill.max_output_tokens = 1;
+        self.flights.insert(req.id, Flight { req: Some(req), decode, phases: None });
+        self.counts.disaggregated += 1;
+        prefill
+    }
+
+    /// The prefill request `leg` completed: returns the client's request
+    /// and its decode instance, with the prefill side's times kept for the
+    /// final record.
+    pub fn prefilled(&mut self, leg: &RequestRecord) -> (Request, u32) {
+        let f = self.flights.get_mut(&leg.id).expect("a prefill request belongs to a flight");
+        f.phases = Some(PdPhases {
+            prefill_instance: leg.instance.expect("a completed request ran on an instance"),
+            prefill_enqueued: leg.enqueued.unwrap_or(leg.arrival),
+            prefill_scheduled: leg.first_scheduled.unwrap_or(leg.finished),
+            prefill_finished: leg.finished,
+        });
+        self.counts.handed_over += 1;
+        (f.req.take().expect("a flight is handed to its decode instance once"), f.decode)
+    }
+
+    /// The prefill request `leg` failed: the flight ends; returns its
+    /// decode instance.
+    pub fn failed(&mut self, leg: &RequestRecord) -> u32 {
+        self.counts.prefill_failed += 1;
+        self.flights.remove(&leg.id).expect("a prefill request belongs to a flight").decode
+    }
+
+    /// The final record of a request that ended on a decode instance: with
+    /// its prefill side when it was disaggregated.
+    pub fn landed(&mut self, r: &RequestRecord) -> Option<RequestRecord> {
+        let f = self.flights.remove(&r.id)?;
+        Some(RequestRecord { pd: f.phases, ..r.clone() })
+    }
+
+}
+
+/// One pool's figures over a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PoolReport {
+    /// Its instances.
+    pub instances: u32,
+    /// GPUs per instance.
+    pub gpus_per_instance: u32,
+    /// Steps, batch sizes and busy fraction over its instances.
+    pub batch: BatchReport,
+    /// KV usage, prefix hits and preemptions over its instances.
+    pub kv_cache: KvReport,
+}
+
+/// The KV transfers between the pools over a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct KvTransferReport {
+    /// Transfers (one per disaggregated request that reached its decode instance and was admitted).
+    pub count: u64,
+    /// Blocks pulled.
+    pub blocks: u64,
+    /// Bytes pulled, per GPU.
+    pub bytes: u64,
+    /// Mean time from a request's admission on its decode instance to its KV landing.
+    pub mean_time_ms: f64,
+    /// Busy time of the decode instances' inbound links ÷ (their number × the run's duration).
+    pub link_utilization: f64,
+}
+
+/// The report's `cluster.pd` section.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct PdReport {
+    /// The decider's name.
+    pub decider: &'static str,
+    /// Its threshold, for `prefix-threshold`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub prefix_threshold_tokens: Option<u32>,
+    /// Prefill instances : decode instances, e.g. `1:3`.
+    pub ratio: String,
+    /// The prefill routing policy's name.
+    pub prefill_routing: &'static str,
+    /// Requests by path.
+    pub requests: PdCounts,
+    /// The prefill pool.
+    pub prefill: PoolReport,
+    /// The decode pool.
+    pub decode: PoolReport,
+    /// Transfers between them.
+    pub kv_transfer: KvTransferReport,
+    /// GPUs of both pools.
+    pub gpus: u32,
+    /// Requests that met their SLO per second per GPU (DistServe's goodput per GPU).
+    pub goodput_per_gpu: f64,
+}
+
+impl PdReport {
+    /// The section for a run of `pd` whose instance slots had `stats`
+    /// (prefill pool first), over `collector`'s requests, ending at `end`,
+    /// with `goodput` requests meeting their SLO per second.
+    pub(crate) fn build(pd: &PdGate, stats: &[InstanceStats], collector: &Collector, end: Micros, goodput: f64) -> PdReport {
+        let (prefill, decode) = stats.split_at(pd.num_prefill as usize);
+        let pool = |stats: &[InstanceStats], gpus_per_instance: u32| {
+            let refs: Vec<&InstanceStats> = stats.iter().collect();
+            let s = RunSummary::build(collector, &refs, end, 0, 0);
+            PoolReport { instances: stats.len() as u32, gpus_per_instance, batch: s.batch, kv_cache: s.kv_cache }
+        };
+        let mut t = KvTransferStats::default();
+        for s in decode.iter().filter_map(|s| s.kv_transfer.as_ref()) {
+            t.absorb(s);
+        }
+        let duration_us = (end.max(collector.last_finish) - collector.first_arrival.unwrap_or(Micros::ZERO)).as_us() as f64;
+        let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
+        let [pg, dg] = pd.gpus_per_instance;
+        let gpus = pg * prefill.len() as u32 + dg * decode.len() as u32;
+        PdReport {
+            decider: pd.decider.name(),
+            prefix_threshold_tokens: match pd.decider {
+                PdDecider::PrefixThreshold(t) => Some(t),
+                _ => None,
+            },
+            ratio: format!("{}:{}", prefill.len(), decode.len()),
+            prefill_routing: pd.routing_name,
+            requests: pd.counts.clone(),
+            prefill: pool(prefill, pg),
+            decode: pool(decode, dg),
+            kv_transfer: KvTransferReport {
+                count: t.transfers,
+                blocks: t.blocks,
+                bytes: t.bytes,
+                mean_time_ms: ratio(t.wait.as_us() as f64, t.transfers as f64) / 1000.0,
+                link_utilization: ratio(t.busy.as_us() as f64, duration_us * decode.len() as f64),
+            },
+            gpus,
+            goodput_per_gpu: ratio(goodput, f64::from(gpus)),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deciders_follow_llm_d() {
+        assert!(PdDecider::parse("always", 0).unwrap().disaggregate(0));
+        assert!(!PdDecider::parse("never", 0).unwrap().disaggregate(100_000));
+        let t = PdDecider::parse("prefix-threshold", 256).unwrap();
+        assert!(!t.disaggregate(256) && t.disaggregate(257));
+        let e = PdDecider::parse("sometimes", 0).unwrap_err();
+        assert!(e.message.contains("always, never, prefix-threshold"), "{e}");
+    }
+}

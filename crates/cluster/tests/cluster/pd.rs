@@ -1,0 +1,155 @@
+//! Prefill/decode disaggregation: the request path, the transfer's cost,
+//! conservation across pools, determinism, and the interference it removes.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use blis_cluster::ClusterConfig;
+use blis_cluster::pd::{PdConfig, PdDecider};
+use blis_cluster::policy::{PolicyBundle, RoutingSpec};
+use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
+use blis_engine::latency::LatencyModel;
+use blis_engine::request::{Labels, Outcome, Request, RequestId, RequestMeta, TokenSeq};
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
+
+use crate::harness::{Load, config, instance, llama_h100, run, spec_blackbox};
+
+/// `prefill` + `decode` instances of `cfg`/`latency`; the decode side pulls
+/// 4 KiB blocks over `link`.
+fn pd_config(prefill: u32, decode: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>, link: LinkConfig, decider: PdDecider) -> ClusterConfig {
+    let mut decode_cfg = cfg.clone();
+    decode_cfg.kv_transfer = Some(KvTransferConfig { link, block_bytes: 4096 });
+    let mut c = config(decode, decode_cfg, latency.clone(), PolicyBundle::default(), Labels::default());
+    c.pd = Some(PdConfig {
+        prefill_instances: prefill,
+        prefill_instance: cfg,
+        prefill_latency: latency,
+        prefill_routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(),
+        decider,
+        prefill_gpus_per_instance: 1,
+        decode_gpus_per_instance: 1,
+    });
+    c
+}
+
+fn one_request(prompt: u32, output: u32) -> Vec<Request> {
+    vec![Request { id: RequestId(0), arrival: Micros(0), prompt: TokenSeq::synthetic(7, prompt), max_output_tokens: output, output_seed: 7, meta: RequestMeta::default() }]
+}
+
+/// In an idle system the first token comes one decode step (one token
+/// computed) after the transfer, which starts when the prefill finishes;
+/// a transfer latency of T makes the TTFT later by exactly T.
+#[test]
+fn ttft_is_prefill_then_transfer_then_one_decode_step() {
+    let fast = LinkConfig { bytes_per_s: 1e18, latency: Micros::ZERO };
+    let ttft_with = |link| {
+        let out = run(pd_config(1, 1, instance(1000, 8, 4096), spec_blackbox(), link, PdDecider::Always), one_request(1024, 8), None);
+        let r = out.rec.records[0].clone();
+        assert_eq!(r.outcome, Outcome::Completed);
+        assert_eq!(r.instance, Some(1), "decoded on the decode instance");
+        let p = r.pd.expect("disaggregated");
+        assert_eq!(p.prefill_instance, 0);
+        // Delivered when the prefill finished, admitted at once, scheduled when the KV landed.
+        assert_eq!(r.enqueued, Some(p.prefill_finished));
+        assert_eq!(r.first_scheduled, Some(p.prefill_finished + r.kv_load_wait));
+        let step = r.first_token.unwrap() - r.first_scheduled.unwrap();
+        // One step computing one token: β0 + β1 (6910.42 + 17.67 µs).
+        assert_eq!(step, Micros(6928));
+        assert_eq!(r.ttft(), Some(p.prefill_finished + r.kv_load_wait + step));
+        assert_eq!(r.output_tokens, 8);
+        (r.ttft().unwrap(), r.kv_load_wait, out)
+    };
+    let (ttft0, wait0, out) = ttft_with(fast);
+    // 64 blocks of 4 KiB at 1e18 B/s: the link's 1 µs granularity.
+    assert_eq!(wait0, Micros(1));
+    let pd = out.cluster.pd.as_ref().unwrap();
+    assert_eq!((pd.kv_transfer.count, pd.kv_transfer.blocks, pd.kv_transfer.bytes), (1, 64, 64 * 4096));
+    assert_eq!((pd.requests.disaggregated, pd.requests.handed_over, pd.requests.local), (1, 1, 0));
+    assert_eq!(out.run.requests.injected, 1, "one request, though it reached two instances");
+    let t = Micros(5000);
+    let (ttft_t, wait_t, _) = ttft_with(LinkConfig { latency: t, ..fast });
+    assert_eq!(wait_t, wait0 + t);
+    assert_eq!(ttft_t, ttft0 + t);
+    // A slow link: 64 × 4 KiB at 1 MB/s takes 262 144 µs more.
+    let (ttft_slow, _, _) = ttft_with(LinkConfig { bytes_per_s: 1e6, latency: Micros::ZERO });
+    assert_eq!(ttft_slow, ttft0 + Micros(262_144) - wait0);
+}
+
+fn mixed_load(requests: u64, seed: u64) -> Vec<Request> {
+    // Shared 512-token system prompts in 8 groups, so deciders and prefix scorers have something to see.
+    Load { rate: 40.0, requests, prompt: 300, output: 40, prefix: 512, groups: 8, seed }.requests(None).0
+}
+
+/// Every request ends exactly once, on a decode instance or (local or
+/// failed prefill) where it ran; the books of both pools balance; no decode
+/// step comes before a request's KV landed; same input, same run.
+#[test]
+fn every_request_ends_once_and_runs_are_deterministic() {
+    let link = LinkConfig { bytes_per_s: 2e9, latency: Micros(300) };
+    for decider in [PdDecider::Always, PdDecider::PrefixThreshold(400), PdDecider::Never] {
+        let cfg = || pd_config(2, 3, instance(4000, 16, 2048), spec_blackbox(), link, decider);
+        let reqs = mixed_load(400, 3);
+        let a = run(cfg(), reqs.clone(), None);
+        let ids: BTreeSet<u64> = a.rec.records.iter().map(|r| r.id.0).collect();
+        assert_eq!((a.rec.records.len(), ids.len()), (400, 400), "{decider:?}: every request ends exactly once");
+        assert_eq!(a.run.requests.completed, 400);
+        assert_eq!(a.run.requests.injected, 400);
+        let pd = a.cluster.pd.as_ref().unwrap();
+        assert_eq!(pd.requests.disaggregated + pd.requests.local, 400);
+        assert_eq!(pd.requests.handed_over, pd.requests.disaggregated);
+        assert!(pd.kv_transfer.count <= pd.requests.disaggregated);
+        for r in &a.rec.records {
+            assert!(r.instance.unwrap() >= 2, "a request ends on a decode instance");
+            match r.pd {
+                Some(p) => {
+                    assert!(p.prefill_instance < 2);
+                    assert!(p.prefill_enqueued <= p.prefill_scheduled && p.prefill_scheduled <= p.prefill_finished);
+                    assert!(r.enqueued.unwrap() >= p.prefill_finished);
+                    assert!(r.first_scheduled.unwrap() >= r.enqueued.unwrap() + r.kv_load_wait, "decoded before its KV landed");
+                }
+                None => assert_eq!(r.kv_load_wait, Micros::ZERO),
+            }
+        }
+        match decider {
+            PdDecider::Always => assert_eq!(pd.requests.disaggregated, 400),
+            PdDecider::Never => assert_eq!((pd.requests.disaggregated, pd.prefill.batch.steps), (0, 0)),
+            PdDecider::PrefixThreshold(_) => assert!(pd.requests.local > 0 && pd.requests.disaggregated > 0, "{:?}", pd.requests),
+        }
+        let b = run(cfg(), reqs, None);
+        assert_eq!(a.rec.records, b.rec.records, "{decider:?}: not deterministic");
+        assert_eq!(a.cluster, b.cluster);
+    }
+}
+
+/// A request whose prompt cannot fit the prefill instance's KV ends
+/// dropped there and never reaches its decode instance.
+#[test]
+fn a_prefill_that_cannot_run_ends_the_request() {
+    let link = LinkConfig { bytes_per_s: 1e9, latency: Micros::ZERO };
+    let mut c = pd_config(1, 1, instance(4000, 8, 4096), spec_blackbox(), link, PdDecider::Always);
+    c.pd.as_mut().unwrap().prefill_instance = instance(10, 8, 4096);
+    let out = run(c, one_request(1024, 8), None);
+    let r = &out.rec.records[0];
+    assert!(matches!(r.outcome, Outcome::Dropped(_)), "{:?}", r.outcome);
+    assert_eq!(r.instance, Some(0));
+    let pd = out.cluster.pd.as_ref().unwrap();
+    assert_eq!((pd.requests.prefill_failed, pd.requests.handed_over), (1, 0));
+}
+
+/// Long prompts stall the decodes of a monolithic instance (every prefill
+/// chunk lengthens the steps the decodes share); split into a prefill and a
+/// decode instance on the same two GPUs, decode ITL p99 drops, as DistServe
+/// reports.
+#[test]
+fn disaggregation_lowers_decode_itl_under_prefill_interference() {
+    let (latency, blocks) = llama_h100();
+    let cfg = instance(blocks, 64, 2048);
+    let reqs = Load { rate: 3.0, requests: 300, prompt: 6000, output: 200, prefix: 0, groups: 1, seed: 11 }.requests(None).0;
+    let mono = run(config(2, cfg.clone(), latency.clone(), PolicyBundle::default(), Labels::default()), reqs.clone(), None);
+    let link = LinkConfig { bytes_per_s: 50e9, latency: Micros(1000) };
+    let pd = run(pd_config(1, 1, cfg, latency, link, PdDecider::Always), reqs, None);
+    assert_eq!((mono.run.requests.completed, pd.run.requests.completed), (300, 300));
+    let (m, p) = (mono.run.latency_ms.itl.p99, pd.run.latency_ms.itl.p99);
+    assert!(p < 0.8 * m, "ITL p99: P/D {p:.2} ms, monolithic {m:.2} ms");
+}

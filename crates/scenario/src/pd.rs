@@ -1,0 +1,162 @@
+//! The prefill/decode pools of a scenario (`--prefill-instances N
+//! --decode-instances M`, [`blis_cluster::pd`]): each pool resolved as
+//! vLLM would run the deployment's model on its GPU, TP and knobs, the
+//! decode pool receiving KV over a link of `--pd-transfer-bandwidth`.
+
+use std::sync::Arc;
+
+use blis_cluster::pd::{PdConfig, PdDecider};
+use blis_cluster::policy::RoutingSpec;
+use blis_cluster::policy::routing::parse_scorer_list;
+use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
+use blis_engine::latency::LatencyModel;
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::{Micros, parse_duration};
+use serde_json::json;
+
+use crate::deployment::{Deployment, LongContext};
+use crate::error::{ScenarioError, invalid};
+use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+
+/// Prefill → decode bandwidth per GPU unless given: a 400 Gb/s RDMA NIC per GPU, GB/s.
+pub const DEFAULT_TRANSFER_GB_PER_S: f64 = 50.0;
+
+/// Fixed cost of one transfer unless given (NIXL's handshake and notification), µs.
+pub const DEFAULT_TRANSFER_LATENCY: Micros = Micros(1000);
+
+/// The prefill pool's routing unless given: prefix affinity matters on prefill.
+pub const DEFAULT_PREFILL_SCORERS: &str = "prefix-affinity:3,queue-depth:2";
+
+/// The decode pool's routing unless given: load and KV headroom.
+pub const DEFAULT_DECODE_SCORERS: &str = "queue-depth:2,kv-utilization:1";
+
+/// A resolved disaggregated deployment: the prefill pool and decider, and
+/// the decode pool (instances, their configuration and step-time model).
+pub struct Pools {
+    /// The prefill pool and the decider.
+    pub pd: PdConfig,
+    /// Decode instances.
+    pub decode_instances: u32,
+    /// Their configuration (receiving KV).
+    pub decode_instance: InstanceConfig,
+    /// Their step-time model.
+    pub decode_latency: Arc<dyn LatencyModel>,
+}
+
+/// The P/D knobs other than the two pool sizes, with their flags.
+fn other_knobs(k: &Knobs) -> [(&'static str, bool); 13] {
+    [
+        ("pd-decider", k.pd_decider.value.is_some()),
+        ("pd-prefix-threshold", k.pd_prefix_threshold.value.is_some()),
+        ("pd-transfer-bandwidth", k.pd_transfer_bandwidth.value.is_some()),
+        ("pd-transfer-latency", k.pd_transfer_latency.value.is_some()),
+        ("prefill-hardware", k.prefill_hardware.value.is_some()),
+        ("decode-hardware", k.decode_hardware.value.is_some()),
+        ("prefill-tp", k.prefill_tp.value.is_some()),
+        ("decode-tp", k.decode_tp.value.is_some()),
+        ("prefill-max-num-seqs", k.prefill_max_num_seqs.value.is_some()),
+        ("decode-max-num-seqs", k.decode_max_num_seqs.value.is_some()),
+        ("prefill-max-num-batched-tokens", k.prefill_max_num_batched_tokens.value.is_some()),
+        ("decode-max-num-batched-tokens", k.decode_max_num_batched_tokens.value.is_some()),
+        ("prefill-routing-scorers", k.prefill_routing_scorers.value.is_some()),
+    ]
+}
+
+/// One pool: the deployment's knobs with the pool's GPU, TP and batch knobs.
+fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option<u32>>, seqs: &Knob<Option<u32>>, tokens: &Knob<Option<u32>>, long_context: LongContext, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+    let mut pk = k.clone();
+    if let Some(hw) = &hardware.value {
+        pk.hardware = Knob { value: Some(hw.clone()), source: Source::Flag };
+        pk.hardware_config = Knob { value: None, source: Source::Default };
+    }
+    if tp.value.is_some() {
+        pk.tp = tp.clone();
+    }
+    if seqs.value.is_some() {
+        pk.max_num_seqs = seqs.clone();
+    }
+    if tokens.value.is_some() {
+        pk.max_num_batched_tokens = tokens.clone();
+    }
+    let d = Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {name} pool: {e}"))?;
+    let i = &d.server.instance;
+    let kv_tokens = i.num_gpu_blocks.saturating_sub(1) * u64::from(i.block_size);
+    let max_model_len = i.scheduler.max_model_len;
+    if kv_tokens < u64::from(max_model_len) {
+        // vLLM refuses to start a server whose KV cache cannot hold one request of the model length.
+        return Err(invalid!(
+            "the {name} pool: its KV cache holds {kv_tokens} tokens ({} on {} × {}), fewer than one request of --max-model-len {max_model_len}; raise --{name}-tp or --gpu-memory-utilization, or lower --max-model-len",
+            d.server.model_name, d.server.tp, d.server.gpu_name
+        ));
+    }
+    Ok(d)
+}
+
+/// Resolves the pools; `None` (a monolithic deployment) unless
+/// `--prefill-instances` and `--decode-instances` are given.
+pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
+    let (prefill, decode) = match (k.prefill_instances.value, k.decode_instances.value) {
+        (None, None) => {
+            if let Some((flag, _)) = other_knobs(k).into_iter().find(|(_, given)| *given) {
+                return Err(invalid!("--{flag} needs a disaggregated deployment: add --prefill-instances N --decode-instances M"));
+            }
+            return Ok(None);
+        }
+        (Some(p), Some(d)) => (p, d),
+        (Some(_), None) => return Err(invalid!("--prefill-instances needs --decode-instances (a disaggregated deployment has both pools)")),
+        (None, Some(_)) => return Err(invalid!("--decode-instances needs --prefill-instances (a disaggregated deployment has both pools)")),
+    };
+    for (flag, n) in [("prefill-instances", prefill), ("decode-instances", decode)] {
+        if n == 0 {
+            return Err(invalid!("--{flag} 0: a pool needs at least one instance"));
+        }
+    }
+    if k.num_instances.source != Source::Default {
+        return Err(invalid!("--num-instances and --prefill-instances/--decode-instances both size the fleet; give one or the other"));
+    }
+    let threshold = k.pd_prefix_threshold.value.unwrap_or(0);
+    let decider_name = k.pd_decider.value.as_deref().unwrap_or("always");
+    let decider = PdDecider::parse(decider_name, threshold).map_err(|e| invalid!("--pd-decider {}", e.message))?;
+    if k.pd_prefix_threshold.value.is_some() && !matches!(decider, PdDecider::PrefixThreshold(_)) {
+        return Err(invalid!("--pd-prefix-threshold needs --pd-decider prefix-threshold, got --pd-decider {decider_name}"));
+    }
+    if k.pd_decider.value.is_none() {
+        report_entry(report, "pd-decider", &decider_name, Source::Default);
+    }
+    let gb_per_s = k.pd_transfer_bandwidth.value.unwrap_or(DEFAULT_TRANSFER_GB_PER_S);
+    if !(gb_per_s.is_finite() && gb_per_s > 0.0 && gb_per_s <= 1e6) {
+        return Err(invalid!("--pd-transfer-bandwidth {gb_per_s}: must be a positive number of GB/s (at most 1e6)"));
+    }
+    let latency = match &k.pd_transfer_latency.value {
+        Some(text) => parse_duration(text).map_err(|e| invalid!("--pd-transfer-latency {e}"))?,
+        None => DEFAULT_TRANSFER_LATENCY,
+    };
+    let scorers_text = k.prefill_routing_scorers.value.as_deref().unwrap_or(DEFAULT_PREFILL_SCORERS);
+    let scorers = parse_scorer_list(scorers_text).map_err(|m| invalid!("--prefill-routing-scorers {scorers_text:?}: {m}"))?;
+    let prefill_routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
+        .map_err(|e| invalid!("--prefill-routing-scorers {scorers_text:?}: {}", e.message))?;
+
+    let p = pool(k, "prefill", &k.prefill_hardware, &k.prefill_tp, &k.prefill_max_num_seqs, &k.prefill_max_num_batched_tokens, long_context, warnings)?;
+    let d = pool(k, "decode", &k.decode_hardware, &k.decode_tp, &k.decode_max_num_seqs, &k.decode_max_num_batched_tokens, long_context, warnings)?;
+    let block_bytes = (d.server.model.kv_bytes_per_token_per_gpu(d.server.tp) * f64::from(d.server.instance.block_size)).ceil() as u64;
+    let mut decode_instance = d.server.instance.clone();
+    decode_instance.kv_transfer = Some(KvTransferConfig { link: LinkConfig { bytes_per_s: gb_per_s * 1e9, latency }, block_bytes });
+    for (key, server) in [("prefill", &p.server), ("decode", &d.server)] {
+        report_entry(report, &format!("{key}-pool"), &json!({ "hardware": server.gpu_name, "tp": server.tp, "num_gpu_blocks": server.instance.num_gpu_blocks,
+            "max_num_seqs": server.instance.scheduler.max_num_seqs, "max_num_batched_tokens": server.instance.scheduler.max_num_batched_tokens }), Source::Derived);
+    }
+    Ok(Some(Pools {
+        pd: PdConfig {
+            prefill_instances: prefill,
+            prefill_instance: p.server.instance.clone(),
+            prefill_latency: p.latency,
+            prefill_routing,
+            decider,
+            prefill_gpus_per_instance: p.server.tp,
+            decode_gpus_per_instance: d.server.tp,
+        },
+        decode_instances: decode,
+        decode_instance,
+        decode_latency: d.latency,
+    }))
+}
