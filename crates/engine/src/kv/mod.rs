@@ -371,10 +371,16 @@ impl KvCache {
         let start = (table.num_cached as usize).min(num_full);
         for (i, (&b, &h)) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]).enumerate() {
             if !self.is_hashed(b) {
-                self.set_hashed(b, true);
                 self.blocks[b as usize].hash = h;
                 let blocks = &self.blocks;
-                self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash);
+                // A block whose content another block already registered
+                // (two requests computed the same prefix at once) stays
+                // unregistered: the index holds one block per content, and
+                // the KV events describe the index.
+                if !self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash) {
+                    continue;
+                }
+                self.set_hashed(b, true);
                 if let Some(c) = &mut self.changes {
                     let index = start + i;
                     c.push(CacheChange::Stored { hash: h, parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
@@ -493,8 +499,8 @@ impl KvCache {
         debug_assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "KV conservation violated");
     }
 
-    /// Blocks that carry a content hash (registered, held or free), counting
-    /// blocks of equal content separately. O(blocks); for tests.
+    /// Blocks registered under a content hash (held or free); one per
+    /// content. O(blocks); for tests.
     pub fn hashed_blocks(&self) -> u64 {
         self.hashed.iter().map(|w| u64::from(w.count_ones())).sum()
     }

@@ -6,14 +6,16 @@
 
 use std::sync::Arc;
 
+use blis_engine::instance::Instance;
 use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
+use blis_engine::kv::transfer::KvTransferConfig;
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
 use proptest::prelude::*;
 
-use crate::harness::run_checked;
+use crate::harness::{Recorder, run_checked_with};
 
 fn config() -> impl Strategy<Value = InstanceConfig> {
     (
@@ -25,8 +27,10 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         (prop::option::of(100_000u64..3_000_000), any::<bool>()),
         // CPU blocks, PCIe bytes/s, latency; an optional disk tier (blocks); LMCache's policy (chunk blocks).
         prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000, prop::option::of(1u64..500), prop::option::of(1u32..20))),
+        // A P/D decode instance's inbound link: bytes/s, latency.
+        prop::option::of((1e6f64..1e11, 0u64..2_000)),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs,
@@ -54,6 +58,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                     }
                     cfg
                 }),
+                kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(latency_us) }, block_bytes: 1 << 16 }),
                 kv_events,
             }
         })
@@ -84,6 +89,16 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
     })
 }
 
+/// On an instance that receives KV (a P/D decode instance), every other
+/// request arrives with its prompt computed elsewhere, to be pulled.
+fn inject_some_prefilled(inst: &mut Instance, req: Request, t: Micros, rec: &mut Recorder) {
+    if inst.config().kv_transfer.is_some() && req.id.0 % 2 == 0 {
+        inst.inject_prefilled(req, t, rec);
+    } else {
+        inst.inject(req, t, rec);
+    }
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
 
@@ -92,7 +107,7 @@ proptest! {
         let model = Arc::new(Blackbox { alpha: [10.0, 0.1, 2.0], beta: [beta.0, beta.1, beta.2] });
         let n = reqs.len();
         let wanted: Vec<u32> = reqs.iter().map(|r| r.max_output_tokens).collect();
-        let run = run_checked(cfg, model, reqs, None);
+        let run = run_checked_with(cfg, model, reqs, None, inject_some_prefilled);
         // Without a horizon every request ends.
         prop_assert_eq!(run.rec.records.len(), n, "every request terminates");
         prop_assert_eq!(run.queued + run.running, 0);
@@ -117,7 +132,7 @@ proptest! {
     #[test]
     fn conservation_holds_when_cut_at_a_horizon(cfg in config(), reqs in workload(), horizon in 1u64..200_000) {
         let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [500.0, 2.0, 50.0] });
-        let run = run_checked(cfg, model, reqs, Some(Micros(horizon)));
+        let run = run_checked_with(cfg, model, reqs, Some(Micros(horizon)), inject_some_prefilled);
         run.assert_conservation();
     }
 }
