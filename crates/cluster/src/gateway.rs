@@ -349,8 +349,12 @@ impl Gateway<'_> {
     /// completed, to the client as ended otherwise.
     fn settle_prefills(&mut self, cx: &mut Context<'_, GatewayEvent>) {
         let Some(pd) = self.pd.as_mut() else { return };
+        if pd.ended.is_empty() {
+            return;
+        }
         let now = cx.now();
-        for leg in std::mem::take(&mut pd.ended) {
+        let mut ended = std::mem::replace(&mut pd.ended, std::mem::take(&mut pd.spare_ended));
+        for leg in ended.drain(..) {
             let p = leg.instance.expect("a prefill instance's record names it") as usize;
             if leg.outcome == Outcome::Completed {
                 self.book.dispatched.in_flight[p] -= 1;
@@ -367,6 +371,7 @@ impl Gateway<'_> {
                 cx.finish(&leg);
             }
         }
+        pd.spare_ended = ended;
     }
 
     fn on_deliver_prefilled(&mut self, req: Request, i: usize, cx: &mut Context<'_, GatewayEvent>) {

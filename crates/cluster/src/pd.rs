@@ -151,6 +151,8 @@ pub(crate) struct PdGate {
     flights: BTreeMap<RequestId, Flight>,
     /// Prefill requests that ended during the instance event being handled.
     pub ended: Vec<RequestRecord>,
+    /// An emptied `ended`, kept for its capacity.
+    pub spare_ended: Vec<RequestRecord>,
     pub counts: PdCounts,
     /// Scratch for the decider's cache lookups.
     pub scratch: Vec<u64>,
@@ -169,6 +171,7 @@ impl PdGate {
             candidates: (0..cfg.prefill_instances).collect(),
             flights: BTreeMap::new(),
             ended: Vec::new(),
+            spare_ended: Vec::new(),
             counts: PdCounts::default(),
             scratch: Vec::new(),
             gpus_per_instance: [cfg.prefill_gpus_per_instance, cfg.decode_gpus_per_instance],

@@ -1235,10 +1235,20 @@ impl Instance {
         let (tiers, stats) = (self.tiers.as_mut().expect("called with offload tiers"), self.stats.offload.as_mut().expect("set when the tiers are"));
         let (ticket, done) = tiers.start_load(&live.hashes[loaded.clone()], now, &self.on_gpu_scratch, stats);
         live.load = Some(ticket);
-        live.load_wait += done - now;
-        live.loaded_tokens += hits as u32 * block_size;
-        live.num_computed = loaded.end as u32 * block_size;
+        self.wait_for_remote_kv(slot, done, loaded.end as u32 * block_size, hits as u32 * block_size, gpu_hit_tokens)
+    }
+
+    /// The request in `slot`, at the head of the wait queue with its blocks
+    /// taken and `gpu_hit_tokens` GPU prefix hits, leaves the queue
+    /// (`WAITING_FOR_REMOTE_KVS`) until its KV lands at `done`, with
+    /// `computed` tokens then computed of which it loaded `loaded_tokens`.
+    fn wait_for_remote_kv(&mut self, slot: u32, done: Micros, computed: u32, loaded_tokens: u32, gpu_hit_tokens: u32) -> LoadStart {
+        let live = &mut self.slots[slot as usize];
+        live.load_wait += done - self.now;
+        live.loaded_tokens += loaded_tokens;
+        live.num_computed = computed;
         live.status = Status::Loading;
+        let num_tokens = live.num_tokens();
         self.waiting.pop();
         self.queue_log.push((slot, QueueChange::Scheduled));
         self.loading += 1;
@@ -1279,19 +1289,8 @@ impl Instance {
         stats.bytes += bytes;
         stats.busy += busy;
         stats.wait += done - now;
-        let live = &mut self.slots[slot as usize];
-        live.remote_prompt = false;
-        live.load_wait += done - now;
-        live.loaded_tokens += prompt - gpu_hit_tokens;
-        live.num_computed = prompt;
-        live.status = Status::Loading;
-        self.waiting.pop();
-        self.queue_log.push((slot, QueueChange::Scheduled));
-        self.loading += 1;
-        self.stats.prefix_query_tokens += u64::from(num_tokens);
-        self.stats.prefix_hit_tokens += u64::from(gpu_hit_tokens);
-        self.events.push(done, EventClass::InstanceArrival, InstEvent::Loaded(slot));
-        LoadStart::Started
+        self.slots[slot as usize].remote_prompt = false;
+        self.wait_for_remote_kv(slot, done, prompt, prompt - gpu_hit_tokens, gpu_hit_tokens)
     }
 
     /// A load from the offload tiers, or a P/D transfer, landed: the loaded blocks enter the GPU

@@ -123,7 +123,6 @@ impl TierPool {
     pub(super) fn store(&mut self, hashes: &[u64], now: Micros, landed_at: Micros) {
         debug_assert!(hashes.len() as u32 <= self.capacity - self.in_flight - self.pinned, "storable() was not checked");
         debug_assert!(self.landing.back().is_none_or(|&(last, _)| last <= landed_at), "stores land out of order");
-        self.prefetch(hashes);
         for &h in hashes {
             if self.live == self.capacity {
                 self.evict_oldest(now);
@@ -180,30 +179,6 @@ impl TierPool {
     pub(super) fn take_changes(&mut self, out: &mut Vec<CacheChange>) {
         if let Some(c) = &mut self.changes {
             out.append(c);
-        }
-    }
-
-    /// Starts loading the index slots a store of `hashes` probes: their own
-    /// and those of the blocks it will evict (the oldest live ones, read in
-    /// log order), so the misses overlap instead of following each other.
-    fn prefetch(&self, hashes: &[u64]) {
-        for &h in hashes {
-            self.index.prefetch(h);
-        }
-        let evictions = (self.live as usize + hashes.len()).saturating_sub(self.capacity as usize);
-        let slots = self.entries.len();
-        let mut p = self.head;
-        let mut found = 0;
-        for _ in 0..self.span {
-            if found == evictions {
-                break;
-            }
-            let e = &self.entries[p];
-            if e.live {
-                self.index.prefetch(e.hash);
-                found += 1;
-            }
-            p = if p + 1 == slots { 0 } else { p + 1 };
         }
     }
 
