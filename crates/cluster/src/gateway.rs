@@ -32,7 +32,7 @@ use blis_engine::driver::{Context, ControlPlane, Fleet, Workload};
 use blis_engine::event::EventClass;
 use blis_engine::instance::{Instance, Observer, QueueEvent, StepEvent, TokenEvent};
 use blis_engine::kv::events::KvEventBatch;
-use blis_engine::request::{Labels, Outcome, Request, RequestRecord, extend_block_hashes};
+use blis_engine::request::{Labels, Outcome, Request, RequestId, RequestRecord, extend_block_hashes};
 use blis_engine::time::Micros;
 
 use crate::anomaly::AnomalyDetector;
@@ -167,6 +167,11 @@ impl Observer for Hook<'_> {
     }
     fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
         self.user.on_kv_events(batch);
+    }
+    fn on_kv_pulled(&mut self, id: RequestId, _instance: u32) {
+        if let Some(pd) = self.pd.as_mut() {
+            pd.pulled(id);
+        }
     }
 }
 
@@ -349,6 +354,12 @@ impl Gateway<'_> {
     /// completed, to the client as ended otherwise.
     fn settle_prefills(&mut self, cx: &mut Context<'_, GatewayEvent>) {
         let Some(pd) = self.pd.as_mut() else { return };
+        if !pd.releases.is_empty() {
+            let (fleet, obs, _) = cx.split();
+            for (p, id) in pd.releases.drain(..) {
+                fleet.release_kv(p as usize, id, pd.keep_cache, obs);
+            }
+        }
         if pd.ended.is_empty() {
             return;
         }
@@ -411,15 +422,14 @@ impl Gateway<'_> {
         if !self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32)) {
             self.book.anomalies.on_deliver(i, cx.instances(), &self.candidates);
         }
-        let spare = self.with_hook(i, cx, |fleet, hook| match hashes {
-            Some(mut hashes) => {
-                fleet.inject(i, req, Some(&mut hashes), hook);
-                Some(hashes)
+        let prefill = self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32));
+        let spare = self.with_hook(i, cx, |fleet, hook| {
+            let mut hashes = hashes;
+            match prefill {
+                true => fleet.inject_prefill(i, req, hashes.as_mut(), hook),
+                false => fleet.inject(i, req, hashes.as_mut(), hook),
             }
-            None => {
-                fleet.inject(i, req, None, hook);
-                None
-            }
+            hashes
         });
         self.spare_hashes.extend(spare);
     }

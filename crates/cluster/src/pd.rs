@@ -19,14 +19,12 @@
 //! `prefix-threshold` decider: disaggregate only when the part of the
 //! prompt the decode instance has not cached exceeds the threshold.
 //!
-//! **Ownership.** A prompt's blocks are computed on the prefill instance
-//! and, once the pull lands, belong to the decode instance. The prefill
-//! instance frees its copy when the 1-token request finishes and keeps it
-//! in its prefix cache (vLLM keeps freed blocks cached), where later
-//! prompts may hit it until it is evicted. Simplified: vLLM's prefill side
-//! holds the blocks until the decode side has read them
-//! (`delay_free_blocks`); here they become evictable at once, so a prefill
-//! instance under KV pressure could reuse them before a slow pull ends.
+//! **Ownership.** A prompt's blocks are computed on the prefill instance,
+//! which holds them after its 1-token request completes until the decode
+//! instance's pull has landed (vLLM's `delay_free_blocks`); from then on
+//! they belong to the decode instance, and the prefill instance frees its
+//! copy into its prefix cache (vLLM's behaviour) or, with
+//! `prefill_keeps_cache` off, forgets it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -38,8 +36,9 @@ use blis_engine::metrics::{BatchReport, Collector, KvReport, RunSummary};
 use blis_engine::time::Micros;
 use blis_engine::request::{PdPhases, Request, RequestId, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
+use crate::autoscale::Span;
 use crate::error::ConfigError;
 use crate::policy::{RoutingPolicy, RoutingSpec, ScoreSheet};
 
@@ -113,6 +112,50 @@ pub struct PdConfig {
     pub prefill_gpus_per_instance: u32,
     /// GPUs of one decode instance.
     pub decode_gpus_per_instance: u32,
+    /// Whether a prefill instance keeps a prompt's blocks in its prefix
+    /// cache once the decode instance pulled them (vLLM does), or forgets them.
+    pub prefill_keeps_cache: bool,
+}
+
+/// One pool in the policy file's `pools:` section; what is not given comes
+/// from the flags (`--prefill-tp`, …) or the deployment.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolSection {
+    /// Instances.
+    pub instances: Option<u32>,
+    /// GPU.
+    pub hardware: Option<String>,
+    /// Tensor-parallel degree.
+    pub tp: Option<u32>,
+    /// `--max-num-seqs`.
+    pub max_num_seqs: Option<u32>,
+    /// `--max-num-batched-tokens`.
+    pub max_num_batched_tokens: Option<u32>,
+    /// Routing scorers and weights (prefill pool only: the decode pool's
+    /// routing is the `routing:` section).
+    pub routing_scorers: Option<BTreeMap<String, f64>>,
+}
+
+/// The policy file's `pools:` section: a disaggregated deployment.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PoolsSection {
+    /// The prefill pool.
+    pub prefill: PoolSection,
+    /// The decode pool.
+    pub decode: PoolSection,
+    /// `always`, `never` or `prefix-threshold`.
+    pub decider: Option<String>,
+    /// The prefix threshold, tokens.
+    pub prefix_threshold_tokens: Option<u32>,
+    /// Prefill → decode bandwidth per GPU, GB/s.
+    pub transfer_bandwidth_gb_s: Option<f64>,
+    /// Fixed cost of one transfer.
+    pub transfer_latency: Option<Span>,
+    /// `keep` or `drop`: what a prefill instance does with a prompt's
+    /// blocks once they were pulled.
+    pub prefill_cache: Option<String>,
 }
 
 /// A disaggregated request between its routing and its end.
@@ -123,6 +166,8 @@ struct Flight {
     decode: u32,
     /// The prefill side, once it finished.
     phases: Option<PdPhases>,
+    /// The prefill instance has let go of the prompt's blocks.
+    released: bool,
 }
 
 /// Requests routed so far, by path.
@@ -157,6 +202,10 @@ pub(crate) struct PdGate {
     /// Scratch for the decider's cache lookups.
     pub scratch: Vec<u64>,
     gpus_per_instance: [u32; 2],
+    /// Prefill instances to let go of a prompt's blocks after the instance
+    /// event being handled: (instance, request).
+    pub releases: Vec<(u32, RequestId)>,
+    pub keep_cache: bool,
 }
 
 impl PdGate {
@@ -175,6 +224,8 @@ impl PdGate {
             counts: PdCounts::default(),
             scratch: Vec::new(),
             gpus_per_instance: [cfg.prefill_gpus_per_instance, cfg.decode_gpus_per_instance],
+            releases: Vec::new(),
+            keep_cache: cfg.prefill_keeps_cache,
         })
     }
 
@@ -188,7 +239,7 @@ impl PdGate {
     pub fn depart(&mut self, req: Request, decode: u32) -> Request {
         let mut prefill = req.clone();
         prefill.max_output_tokens = 1;
-        self.flights.insert(req.id, Flight { req: Some(req), decode, phases: None });
+        self.flights.insert(req.id, Flight { req: Some(req), decode, phases: None, released: false });
         self.counts.disaggregated += 1;
         prefill
     }
@@ -215,10 +266,27 @@ impl PdGate {
         self.flights.remove(&leg.id).expect("a prefill request belongs to a flight").decode
     }
 
+    /// Request `id`'s KV reached its decode instance: its prefill instance
+    /// may let go of the blocks.
+    pub fn pulled(&mut self, id: RequestId) {
+        if let Some(f) = self.flights.get_mut(&id) {
+            Self::release(&mut self.releases, id, f);
+        }
+    }
+
+    fn release(releases: &mut Vec<(u32, RequestId)>, id: RequestId, f: &mut Flight) {
+        if let (false, Some(p)) = (f.released, f.phases) {
+            f.released = true;
+            releases.push((p.prefill_instance, id));
+        }
+    }
+
     /// The final record of a request that ended on a decode instance: with
-    /// its prefill side when it was disaggregated.
+    /// its prefill side when it was disaggregated (whose blocks are let go
+    /// now if no pull did: the decode side dropped it, or hit every block).
     pub fn landed(&mut self, r: &RequestRecord) -> Option<RequestRecord> {
-        let f = self.flights.remove(&r.id)?;
+        let mut f = self.flights.remove(&r.id)?;
+        Self::release(&mut self.releases, r.id, &mut f);
         Some(RequestRecord { pd: f.phases, ..r.clone() })
     }
 

@@ -341,7 +341,9 @@ impl<'s> Cluster<'s> {
         self.driver.plane()
     }
 
-    fn instances(&self) -> &[Instance] {
+    /// The instances, by id (with P/D the prefill pool first): to inspect
+    /// their caches and counters after a run.
+    pub fn instances(&self) -> &[Instance] {
         self.driver.fleet().instances()
     }
 }

@@ -213,6 +213,19 @@ impl Fleet {
         self.reschedule(i);
     }
 
+    /// Hands `req`, the prefill of a disaggregated request, to prefill
+    /// instance `i` now ([`Instance::inject_prefill`]).
+    pub fn inject_prefill(&mut self, i: usize, req: Request, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) {
+        self.instances[i].inject_prefill(req, self.now, prompt_hashes, obs);
+        self.reschedule(i);
+    }
+
+    /// Instance `i` lets go of the blocks prefill `id` holds now ([`Instance::release_kv`]).
+    pub fn release_kv(&mut self, i: usize, id: RequestId, keep_cached: bool, obs: &mut dyn Observer) {
+        self.instances[i].release_kv(id, keep_cached, self.now, obs);
+        self.reschedule(i);
+    }
+
     /// The client of request `id` on instance `i` gave up now ([`Instance::abandon`]).
     pub fn abandon(&mut self, i: usize, id: RequestId, obs: &mut dyn Observer) {
         self.instances[i].abandon(id, self.now, obs);

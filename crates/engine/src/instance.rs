@@ -123,6 +123,9 @@ pub trait Observer {
     /// KV-cache events of one instance, once per step, when the instance
     /// records them ([`InstanceConfig::kv_events`]).
     fn on_kv_events(&mut self, _batch: &KvEventBatch<'_>) {}
+    /// A request whose prompt a prefill instance computed finished pulling
+    /// its KV onto `instance` (P/D): the prefill side may let go of it.
+    fn on_kv_pulled(&mut self, _id: RequestId, _instance: u32) {}
 }
 
 /// Fans callbacks out to several observers; tokens only to those that
@@ -227,6 +230,9 @@ struct Live {
     /// Its prompt was computed by a prefill instance and is still to be
     /// pulled (P/D): cleared when the pull starts.
     remote_prompt: bool,
+    /// It is a P/D prefill: when it completes, its blocks are held for the
+    /// decode instance's pull ([`Instance::release_kv`]).
+    hold_kv: bool,
 }
 
 impl Live {
@@ -336,6 +342,10 @@ pub struct Instance {
     tiers: Option<OffloadTiers>,
     /// The inbound link of a P/D decode instance.
     transfer_link: Option<Link>,
+    /// P/D prefills that completed, with the blocks held for their pull.
+    held: Vec<(RequestId, BlockTable)>,
+    /// Emptied block tables of `held`, reused.
+    spare_tables: Vec<BlockTable>,
     /// KV events since the last step, when recording them; and the cache's
     /// index changes while they become events.
     kv_events: Vec<KvEvent>,
@@ -399,6 +409,8 @@ impl Instance {
             kv,
             tiers,
             transfer_link,
+            held: Vec::new(),
+            spare_tables: Vec::new(),
             kv_events: Vec::new(),
             kv_changes: Vec::new(),
             events: EventQueue::new(),
@@ -564,6 +576,47 @@ impl Instance {
         }
     }
 
+    /// [`Instance::inject`] (with `prompt_hashes` as in
+    /// [`Instance::inject_hashed`]) for the prefill of a disaggregated
+    /// request (P/D): when it completes, its blocks stay held, as vLLM's
+    /// connector delays freeing them, until [`Instance::release_kv`].
+    pub fn inject_prefill(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) {
+        if let Some(slot) = self.inject_with_hashes(req, now, prompt_hashes, obs) {
+            self.slots[slot as usize].hold_kv = true;
+        }
+    }
+
+    /// Lets go of the blocks a completed prefill `id` holds
+    /// ([`Instance::inject_prefill`]) at `now`: they stay in the prefix
+    /// cache when `keep_cached` (vLLM frees them into its cache), or are
+    /// forgotten (reused first, a `BlockRemoved` each). Nothing happens if
+    /// it holds none (it did not complete, or was released already).
+    pub fn release_kv(&mut self, id: RequestId, keep_cached: bool, now: Micros, obs: &mut dyn Observer) {
+        self.advance_clock(now);
+        let Some(i) = self.held.iter().position(|(h, _)| *h == id) else { return };
+        let (_, mut table) = self.held.swap_remove(i);
+        if keep_cached {
+            self.kv.free(&mut table);
+        } else {
+            self.kv.free_uncached(&mut table);
+            if self.cfg.kv_events {
+                self.kv.take_changes(&mut self.kv_changes);
+                for change in self.kv_changes.drain(..) {
+                    if let CacheChange::Removed { hash } = change {
+                        self.kv_events.push(KvEvent::BlockRemoved { block_hashes: vec![hash], medium: events::GPU });
+                    }
+                }
+                self.publish_kv_events(obs);
+            }
+        }
+        self.spare_tables.push(table);
+    }
+
+    /// Completed prefills whose blocks are held for a pull.
+    pub fn held_kv(&self) -> usize {
+        self.held.len()
+    }
+
     /// Injects `req`; returns its slot unless it was dropped at once.
     fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) -> Option<u32> {
         self.advance_clock(now);
@@ -674,6 +727,7 @@ impl Instance {
             loaded_tokens: 0,
             load_wait: Micros::ZERO,
             remote_prompt: false,
+            hold_kv: false,
         };
         match self.free_slots.pop() {
             Some(slot) => {
@@ -928,6 +982,11 @@ impl Instance {
             pd: None,
         };
         self.live_count -= 1;
+        let live = &mut self.slots[slot as usize];
+        if live.hold_kv && outcome == Outcome::Completed {
+            let table = std::mem::replace(&mut live.table, self.spare_tables.pop().unwrap_or_default());
+            self.held.push((record.id, table));
+        }
         self.release(slot);
         obs.on_finish(&record);
     }
@@ -1301,8 +1360,9 @@ impl Instance {
     fn on_loaded(&mut self, slot: u32, obs: &mut dyn Observer) {
         self.loading -= 1;
         let live = &mut self.slots[slot as usize];
-        if let Some(ticket) = live.load.take() {
-            self.tiers.as_mut().expect("a load needs offload tiers").finish_load(ticket);
+        match live.load.take() {
+            Some(ticket) => self.tiers.as_mut().expect("a load needs offload tiers").finish_load(ticket),
+            None => obs.on_kv_pulled(live.req.id, self.id),
         }
         if self.gone_meanwhile(slot, obs) {
             return;

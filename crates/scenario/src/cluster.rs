@@ -157,7 +157,7 @@ impl ClusterSetup {
             bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
             origins.routing = "--routing-scorers".to_string();
         }
-        let pools = crate::pd::resolve(k, long_context, report, warnings)?;
+        let pools = crate::pd::resolve(k, bundle.pools.as_ref(), &file_origin, long_context, report, warnings)?;
         if pools.is_some() && origins.routing.is_empty() {
             // Disaggregated, the cluster's routing chooses the decode instance: by load and KV headroom.
             let scorers = parse_scorer_list(crate::pd::DEFAULT_DECODE_SCORERS).map_err(|m| invalid!("{m}"))?;

@@ -356,6 +356,9 @@ knob_table! {
     prefill_max_num_batched_tokens: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Prefill/decode disaggregation");
     /// The decode pool's --max-num-batched-tokens. [default: --max-num-batched-tokens]
     decode_max_num_batched_tokens: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Prefill/decode disaggregation");
+    /// What a prefill instance does with a prompt's blocks once the decode instance pulled them:
+    /// keep (in its prefix cache, as vLLM does) or drop (forget them). [default: keep]
+    pd_prefill_cache: String = None, flag(long, value_name = "keep|drop", help_heading = "Prefill/decode disaggregation");
     /// Scorers of the prefill pool's routing, as --routing-scorers (the decode pool's routing is
     /// --routing-policy / --routing-scorers). [default: prefix-affinity:3,queue-depth:2]
     prefill_routing_scorers: String = None, flag(long, value_name = "SCORER:WEIGHT,...", help_heading = "Prefill/decode disaggregation");

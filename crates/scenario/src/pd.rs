@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use blis_cluster::pd::{PdConfig, PdDecider};
+use blis_cluster::pd::{PdConfig, PdDecider, PoolsSection};
 use blis_cluster::policy::RoutingSpec;
 use blis_cluster::policy::routing::parse_scorer_list;
 use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
@@ -44,8 +44,9 @@ pub struct Pools {
 }
 
 /// The P/D knobs other than the two pool sizes, with their flags.
-fn other_knobs(k: &Knobs) -> [(&'static str, bool); 13] {
+fn other_knobs(k: &Knobs) -> [(&'static str, bool); 14] {
     [
+        ("pd-prefill-cache", k.pd_prefill_cache.value.is_some()),
         ("pd-decider", k.pd_decider.value.is_some()),
         ("pd-prefix-threshold", k.pd_prefix_threshold.value.is_some()),
         ("pd-transfer-bandwidth", k.pd_transfer_bandwidth.value.is_some()),
@@ -92,9 +93,47 @@ fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option
     Ok(d)
 }
 
-/// Resolves the pools; `None` (a monolithic deployment) unless
-/// `--prefill-instances` and `--decode-instances` are given.
-pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
+/// Fills the P/D knobs no flag set from the policy file's `pools:` section.
+fn with_section(k: &Knobs, s: &PoolsSection) -> Result<Knobs, String> {
+    fn fill<T>(knob: &mut Knob<Option<T>>, value: Option<T>) {
+        if let (None, Some(v)) = (&knob.value, value) {
+            *knob = Knob { value: Some(v), source: Source::File };
+        }
+    }
+    if s.decode.routing_scorers.is_some() {
+        return Err("pools.decode.routing_scorers: the decode pool is routed by the routing section".to_string());
+    }
+    let mut k = k.clone();
+    let (p, d) = (s.prefill.clone(), s.decode.clone());
+    fill(&mut k.prefill_instances, p.instances);
+    fill(&mut k.decode_instances, d.instances);
+    fill(&mut k.prefill_hardware, p.hardware);
+    fill(&mut k.decode_hardware, d.hardware);
+    fill(&mut k.prefill_tp, p.tp);
+    fill(&mut k.decode_tp, d.tp);
+    fill(&mut k.prefill_max_num_seqs, p.max_num_seqs);
+    fill(&mut k.decode_max_num_seqs, d.max_num_seqs);
+    fill(&mut k.prefill_max_num_batched_tokens, p.max_num_batched_tokens);
+    fill(&mut k.decode_max_num_batched_tokens, d.max_num_batched_tokens);
+    fill(&mut k.prefill_routing_scorers, p.routing_scorers.map(|m| m.iter().map(|(n, w)| format!("{n}:{w}")).collect::<Vec<_>>().join(",")));
+    fill(&mut k.pd_decider, s.decider.clone());
+    fill(&mut k.pd_prefix_threshold, s.prefix_threshold_tokens);
+    fill(&mut k.pd_transfer_bandwidth, s.transfer_bandwidth_gb_s);
+    fill(&mut k.pd_transfer_latency, s.transfer_latency.map(|t| format!("{}us", t.0.as_us())));
+    fill(&mut k.pd_prefill_cache, s.prefill_cache.clone());
+    Ok(k)
+}
+
+/// Resolves the pools from the knobs, under them the policy file's
+/// `pools:` section (`origin` names the file); `None` (a monolithic
+/// deployment) unless both pools are sized.
+pub fn resolve(k: &Knobs, section: Option<&PoolsSection>, origin: &str, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
+    let Some(section) = section else { return resolve_knobs(k, long_context, report, warnings) };
+    let k = with_section(k, section).map_err(|e| invalid!("{origin}: {e}"))?;
+    resolve_knobs(&k, long_context, report, warnings).map_err(|e| invalid!("{e} (with the pools section of {origin})"))
+}
+
+fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
     let (prefill, decode) = match (k.prefill_instances.value, k.decode_instances.value) {
         (None, None) => {
             if let Some((flag, _)) = other_knobs(k).into_iter().find(|(_, given)| *given) {
@@ -131,6 +170,11 @@ pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, 
         Some(text) => parse_duration(text).map_err(|e| invalid!("--pd-transfer-latency {e}"))?,
         None => DEFAULT_TRANSFER_LATENCY,
     };
+    let keep_cache = match k.pd_prefill_cache.value.as_deref() {
+        None | Some("keep") => true,
+        Some("drop") => false,
+        Some(other) => return Err(invalid!("--pd-prefill-cache {other}: unknown; allowed: keep, drop")),
+    };
     let scorers_text = k.prefill_routing_scorers.value.as_deref().unwrap_or(DEFAULT_PREFILL_SCORERS);
     let scorers = parse_scorer_list(scorers_text).map_err(|m| invalid!("--prefill-routing-scorers {scorers_text:?}: {m}"))?;
     let prefill_routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
@@ -154,6 +198,7 @@ pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, 
             decider,
             prefill_gpus_per_instance: p.server.tp,
             decode_gpus_per_instance: d.server.tp,
+            prefill_keeps_cache: keep_cache,
         },
         decode_instances: decode,
         decode_instance,

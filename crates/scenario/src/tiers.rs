@@ -129,7 +129,12 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
     }
     if tiers.is_empty() {
         let link_knobs = [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
-        if link_knobs.iter().any(|&given| given) {
+        if link_knobs[..2].iter().any(|&given| given) {
+            return Err(invalid!(
+                "--kv-transfer-bandwidth and --kv-transfer-latency set the KV offloading link (GPU ↔ host) and need a tier (--kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers); the prefill → decode link of a disaggregated deployment is --pd-transfer-bandwidth / --pd-transfer-latency"
+            ));
+        }
+        if link_knobs[2] {
             return Err(invalid!("KV offloading flags need a tier: give --kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers"));
         }
         return Ok(None);

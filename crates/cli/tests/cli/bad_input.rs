@@ -426,8 +426,27 @@ fn bad_pd_deployments_are_refused() {
             "the decode pool: its KV cache holds",
         ),
         ("pd-autoscaled", &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"], "cannot be autoscaled"),
+        ("pd-prefill-cache", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefill-cache", "maybe"], "allowed: keep, drop"),
+        ("pd-offload-link-flag", &["--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer-bandwidth", "25"], "--pd-transfer-bandwidth"),
     ] {
         let err = rejected(name, &with_model(args));
         assert!(err.contains(needle), "{name}: {err}");
+    }
+}
+
+#[test]
+fn bad_pools_sections_name_the_file_and_field() {
+    let dir = scratch("pd-sections");
+    for (name, yaml, needle) in [
+        ("unknown-key", "pools: {prefil: {instances: 1}}\n", "pools.prefil"),
+        ("unknown-pool-key", "pools: {prefill: {instance: 1}, decode: {instances: 1}}\n", "pools.prefill.instance"),
+        ("decode-scorers", "pools: {prefill: {instances: 1}, decode: {instances: 1, routing_scorers: {queue-depth: 1}}}\n", "routed by the routing section"),
+        ("zero-prefill", "pools: {prefill: {instances: 0}, decode: {instances: 1}}\n", "a pool needs at least one instance"),
+        ("bad-latency", "pools: {prefill: {instances: 1}, decode: {instances: 1}, transfer_latency: soon}\n", "pools.transfer_latency"),
+        ("bad-decider", "pools: {prefill: {instances: 1}, decode: {instances: 1}, decider: coin}\n", "allowed: always, never, prefix-threshold"),
+    ] {
+        let path = write(&dir, &format!("{name}.yaml"), yaml);
+        let e = rejected(&format!("pd-section-{name}"), &with_model(&["--policy-config", &path]));
+        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
     }
 }

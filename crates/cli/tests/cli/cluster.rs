@@ -233,3 +233,42 @@ fn bad_policy_files_name_the_file_and_the_key_path() {
     let e = rejected("missing-policy-file", &["--policy-config", dir.join("nope.yaml").to_str().unwrap()]);
     assert!(e.contains("nope.yaml"), "{e}");
 }
+
+/// A disaggregated deployment from flags and the same from the policy
+/// file's `pools:` section simulate alike, and the per-request CSV's TTFT
+/// phases add up to each request's TTFT.
+#[test]
+fn pools_from_flags_and_from_the_policy_file_agree() {
+    let dir = scratch("pd-pools");
+    let yaml = dir.join("pools.yaml");
+    std::fs::write(&yaml, "pools:\n  prefill: {instances: 1}\n  decode: {instances: 2}\n  decider: prefix-threshold\n  prefix_threshold_tokens: 64\n  transfer_latency: 2ms\n").unwrap();
+    let csv = dir.join("req.csv");
+    let (_, flags) = run_json(&["--prefill-instances", "1", "--decode-instances", "2", "--pd-decider", "prefix-threshold", "--pd-prefix-threshold", "64",
+        "--pd-transfer-latency", "2ms", "--requests-csv", csv.to_str().unwrap()]);
+    let (_, file) = run_json(&["--policy-config", yaml.to_str().unwrap()]);
+    for key in ["latency_ms", "requests"] {
+        assert_eq!(flags[key], file[key], "{key}");
+    }
+    assert_eq!(flags["cluster"]["pd"], file["cluster"]["pd"]);
+    assert_eq!(flags["cluster"]["pd"]["ratio"], "1:2");
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let mut rows = csv_rows(&text);
+    let header = rows.next().unwrap();
+    let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name}"));
+    let phases: Vec<usize> = ["gateway_ms", "prefill_queue_ms", "prefill_ms", "handoff_ms", "transfer_ms", "decode_queue_ms", "first_decode_step_ms"].map(col).to_vec();
+    let mut disaggregated = 0;
+    for row in rows {
+        if row[phases[0]].is_empty() {
+            continue;
+        }
+        disaggregated += 1;
+        let sum: f64 = phases.iter().map(|&i| row[i].parse::<f64>().unwrap()).sum();
+        let ttft: f64 = row[col("ttft_ms")].parse().unwrap();
+        assert!((sum - ttft).abs() < 0.0015, "phases {sum} != TTFT {ttft}: {row:?}");
+    }
+    assert_eq!(disaggregated, flags["cluster"]["pd"]["requests"]["disaggregated"].as_u64().unwrap());
+}
+
+fn csv_rows(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
+    text.lines().map(|l| l.split(',').map(str::to_string).collect())
+}

@@ -11,9 +11,12 @@
 //! snapshots: {kv_utilization: periodic:100ms}
 //! autoscale: {type: target-tracking, params: {target: 0.6}, max_replicas: 8}
 //! node_pools: [{name: h100, gpus_per_node: 8, max_nodes: 1, cost_per_gpu_hour: 4.0}]
+//! # or, instead of autoscaling, prefill/decode pools:
+//! pools: {prefill: {instances: 1, tp: 2}, decode: {instances: 3}, decider: always}
 //! ```
 //!
-//! (`autoscale` and `node_pools`: see [`crate::autoscale::section`].)
+//! (`autoscale` and `node_pools`: see [`crate::autoscale::section`];
+//! `pools`: [`crate::pd::PoolsSection`].)
 //!
 //! Every section is optional; unknown keys anywhere are errors naming their
 //! path.
@@ -25,6 +28,7 @@ use serde_json::Value;
 use super::{AdmissionSpec, PrioritySpec, RoutingSpec, SchedulerSpec};
 use crate::autoscale::section::{AutoscaleSection, NodePoolSection, node_pools_from_value};
 use crate::error::ConfigError;
+use crate::pd::PoolsSection;
 use crate::slo::SloTargets;
 use crate::snapshot::Observability;
 
@@ -47,6 +51,8 @@ pub struct PolicyBundle {
     pub autoscale: Option<AutoscaleSection>,
     /// Node pools, as written (empty: one pool of the deployment's GPU).
     pub node_pools: Vec<NodePoolSection>,
+    /// `pools:`: prefill and decode pools (a disaggregated deployment).
+    pub pools: Option<PoolsSection>,
 }
 
 /// Which sections a document set (so flags can tell what they override).
@@ -68,9 +74,11 @@ pub struct SectionsSet {
     pub autoscale: bool,
     /// `node_pools` was given.
     pub node_pools: bool,
+    /// `pools:` is present.
+    pub pools: bool,
 }
 
-const SECTIONS: [&str; 8] = [
+const SECTIONS: [&str; 9] = [
     "admission",
     "priority",
     "routing",
@@ -79,6 +87,7 @@ const SECTIONS: [&str; 8] = [
     "snapshots",
     "autoscale",
     "node_pools",
+    "pools",
 ];
 
 /// Splits a policy section into (template name, params): either a bare name
@@ -153,6 +162,10 @@ impl PolicyBundle {
         if let Some(v) = map.get("node_pools") {
             b.node_pools = node_pools_from_value(v)?;
             set.node_pools = true;
+        }
+        if let Some(v) = map.get("pools") {
+            b.pools = Some(super::params(Some(v), "pools")?);
+            set.pools = true;
         }
         Ok((b, set))
     }

@@ -29,6 +29,7 @@ fn pd_config(prefill: u32, decode: u32, cfg: InstanceConfig, latency: Arc<dyn La
         decider,
         prefill_gpus_per_instance: 1,
         decode_gpus_per_instance: 1,
+        prefill_keeps_cache: true,
     });
     c
 }
@@ -152,4 +153,36 @@ fn disaggregation_lowers_decode_itl_under_prefill_interference() {
     assert_eq!((mono.run.requests.completed, pd.run.requests.completed), (300, 300));
     let (m, p) = (mono.run.latency_ms.itl.p99, pd.run.latency_ms.itl.p99);
     assert!(p < 0.8 * m, "ITL p99: P/D {p:.2} ms, monolithic {m:.2} ms");
+}
+
+/// A prefill instance holds a prompt's blocks from its completion until
+/// the decode instance pulled them (vLLM's `delay_free_blocks`), then keeps
+/// them cached or, with `drop`, forgets them; every block is free when the
+/// run ends.
+#[test]
+fn prefill_blocks_are_held_until_pulled_then_kept_or_dropped() {
+    for keep in [true, false] {
+        // A slow link: pulls outlast prefills, so blocks are held meanwhile.
+        let link = LinkConfig { bytes_per_s: 1e6, latency: Micros::ZERO };
+        let mut c = pd_config(1, 2, instance(4000, 16, 4096), spec_blackbox(), link, PdDecider::Always);
+        c.pd.as_mut().unwrap().prefill_keeps_cache = keep;
+        let mut cluster = blis_cluster::Cluster::new(c).unwrap();
+        let reqs = mixed_load(40, 5);
+        let mut rec = crate::harness::Recorder::default();
+        // Part way: some prefills completed and are waiting for their pull.
+        let mut work = blis_engine::driver::IterWorkload::new(reqs.into_iter());
+        cluster.run(&mut work, Some(Micros::from_secs(1)), &mut rec);
+        let prefill = &cluster.instances()[0];
+        assert!(prefill.held_kv() > 0, "no prefill held its blocks for a pull");
+        assert!(prefill.kv().num_used_blocks() > 0);
+        cluster.run(&mut work, None, &mut rec);
+        assert_eq!(rec.records.len(), 40);
+        for inst in cluster.instances() {
+            assert_eq!((inst.held_kv(), inst.kv().num_used_blocks()), (0, 0), "instance {} keeps blocks", inst.id());
+            inst.assert_consistent();
+        }
+        // Kept: the prefill instance still finds the prompts it computed; dropped: none.
+        let cached = cluster.instances()[0].kv().hashed_blocks();
+        assert_eq!(cached > 0, keep, "keep = {keep}: {cached} cached blocks");
+    }
 }

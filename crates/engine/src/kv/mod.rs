@@ -359,6 +359,23 @@ impl KvCache {
         self.debug_check();
     }
 
+    /// [`KvCache::free`], forgetting the content of the blocks no other
+    /// request holds: they leave the prefix index (a `Removed` change each)
+    /// and are reused like never-cached blocks.
+    pub fn free_uncached(&mut self, table: &mut BlockTable) {
+        for &b in &table.blocks {
+            if self.blocks[b as usize].ref_cnt() == 1 && self.is_hashed(b) {
+                self.set_hashed(b, false);
+                let hash = self.blocks[b as usize].hash;
+                self.index.remove_if_points_to(hash, b);
+                if let Some(c) = &mut self.changes {
+                    c.push(CacheChange::Removed { hash });
+                }
+            }
+        }
+        self.free(table);
+    }
+
     /// vLLM `cache_full_blocks`: registers the request's full blocks covering
     /// its first `num_tokens` tokens in the prefix index (hashes from
     /// `block_hashes`, which must cover them). Blocks already registered are
