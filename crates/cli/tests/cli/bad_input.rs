@@ -344,10 +344,23 @@ fn bad_kv_offloading_settings() {
     }
 }
 
+/// Each `(name, yaml, needle)` is a `--policy-config` file that `blis run`
+/// with `args` refuses in one line naming the file and containing `needle`.
+fn assert_policy_files_refused(tag: &str, args: &[&str], cases: &[(&str, &str, &str)]) {
+    let dir = scratch(tag);
+    for &(name, yaml, needle) in cases {
+        let path = write(&dir, &format!("{name}.yaml"), yaml);
+        let mut full = args.to_vec();
+        full.extend_from_slice(&["--policy-config", &path]);
+        let e = rejected(&format!("{tag}-{name}"), &full);
+        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
+    }
+}
+
 #[test]
 fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
-    let dir = scratch("as-sections");
-    for (name, yaml, needle) in [
+    let args = ["--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4", "--num-requests", "10"];
+    assert_policy_files_refused("as-section", &args, &[
         ("unknown-key", "autoscale: {type: threshold, intervall: 30s}\n", "autoscale.intervall"),
         ("unknown-param", "autoscale: {type: target-tracking, params: {targett: 0.5}}\n", "autoscale.params.targett"),
         ("unknown-metric", "autoscale: {type: threshold, params: {metric: gpu}}\n", "autoscale.params.metric"),
@@ -355,12 +368,7 @@ fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
         ("pool-gpu-too-small", "autoscale: threshold\nnode_pools: [{name: small, hardware: L40S, tp: 1}]\n", "node_pools[0] (small)"),
         ("pool-unknown-gpu", "autoscale: threshold\nnode_pools: [{name: x, hardware: TPU}]\n", "unknown GPU"),
         ("pool-too-small", "autoscale: {type: threshold, max_replicas: 8}\nnode_pools: [{name: a, max_nodes: 2}]\n", "hold at most 2 replicas"),
-    ] {
-        let path = write(&dir, &format!("{name}.yaml"), yaml);
-        let args = ["--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4", "--num-requests", "10", "--policy-config", &path];
-        let e = rejected(&format!("as-section-{name}"), &args);
-        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
-    }
+    ]);
 }
 
 /// Issue 27: a warning (here: coefficients fitted on another GPU) used to
@@ -436,17 +444,12 @@ fn bad_pd_deployments_are_refused() {
 
 #[test]
 fn bad_pools_sections_name_the_file_and_field() {
-    let dir = scratch("pd-sections");
-    for (name, yaml, needle) in [
+    assert_policy_files_refused("pd-section", M, &[
         ("unknown-key", "pools: {prefil: {instances: 1}}\n", "pools.prefil"),
         ("unknown-pool-key", "pools: {prefill: {instance: 1}, decode: {instances: 1}}\n", "pools.prefill.instance"),
         ("decode-scorers", "pools: {prefill: {instances: 1}, decode: {instances: 1, routing_scorers: {queue-depth: 1}}}\n", "routed by the routing section"),
         ("zero-prefill", "pools: {prefill: {instances: 0}, decode: {instances: 1}}\n", "a pool needs at least one instance"),
         ("bad-latency", "pools: {prefill: {instances: 1}, decode: {instances: 1}, transfer_latency: soon}\n", "pools.transfer_latency"),
         ("bad-decider", "pools: {prefill: {instances: 1}, decode: {instances: 1}, decider: coin}\n", "allowed: always, never, prefix-threshold"),
-    ] {
-        let path = write(&dir, &format!("{name}.yaml"), yaml);
-        let e = rejected(&format!("pd-section-{name}"), &with_model(&["--policy-config", &path]));
-        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
-    }
+    ]);
 }
