@@ -114,6 +114,7 @@ impl Book {
 
 /// Routes an instance's callbacks to the gateway's books, the caller's
 /// observer and the workload.
+///
 /// With P/D, what a prefill instance reports is the gateway's business
 /// only: its requests' ends are kept for the gateway and its tokens are
 /// not the client's; a disaggregated request's end carries its prefill side.
@@ -419,10 +420,10 @@ impl Gateway<'_> {
             return;
         }
         self.in_control_plane -= 1;
-        if !self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32)) {
+        let prefill = self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32));
+        if !prefill {
             self.book.anomalies.on_deliver(i, cx.instances(), &self.candidates);
         }
-        let prefill = self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32));
         let spare = self.with_hook(i, cx, |fleet, hook| {
             let mut hashes = hashes;
             match prefill {
