@@ -73,6 +73,20 @@ run cluster-shaping --model $M8 --num-instances 3 --rate 80 --num-requests 2000 
   --routing-policy prefix-affinity --slo-targets default.ttft_ms=500 --scheduler sjf
 run cluster-sessions --model $M8 --num-instances 4 --workload-spec examples/reasoning.yaml --routing-policy weighted \
   --routing-scorers prefix-affinity:3,active-requests:1 --snapshot-refresh batch-size=periodic:50ms
+# KV tiers: GPU evictions reloaded from host memory, preemptions with a
+# CPU tier, LMCache's write-through disk tier, sessions, KV events, and a
+# cluster whose precise-prefix scorer sees the tiers.
+run tier-native --model $M8 --rate 30 --num-requests 3000 --prefix-tokens 256 --prefix-groups 64 --num-gpu-blocks 2000 \
+  --kv-offloading-size 8
+run tier-preempt --model $M8 --rate 40 --num-requests 2000 --num-gpu-blocks 900 --max-num-seqs 64 --output-tokens 400 \
+  --prefix-tokens 128 --prefix-groups 16 --kv-cpu-blocks 1500
+run tier-lmcache --model $M8 --rate 30 --num-requests 2000 --prefix-tokens 512 --prefix-groups 32 --num-gpu-blocks 1500 \
+  --kv-offloading-backend lmcache --kv-offloading-size 2 --kv-tiers disk:8 --kv-transfer-bandwidth 20
+run tier-sessions --model $M8 --workload-spec examples/reasoning.yaml --num-gpu-blocks 3000 --kv-cpu-blocks 4000
+run tier-events --model $M8 --rate 30 --num-requests 1000 --prefix-tokens 256 --prefix-groups 8 --num-gpu-blocks 1200 \
+  --kv-cpu-blocks 800 --kv-events-output "$OUT/tier-events.kv.jsonl"
+run tier-cluster --model $M8 --num-instances 4 --rate 120 --num-requests 4000 --prefix-tokens 512 --prefix-groups 48 \
+  --num-gpu-blocks 2500 --kv-offloading-size 4 --routing-policy weighted --routing-scorers precise-prefix:3,queue-depth:2
 cat > "$OUT/run.yaml" <<EOF
 model: $M8
 max_num_seqs: 64

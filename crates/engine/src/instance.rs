@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use crate::event::{EventClass, EventKey, EventQueue};
 use crate::kv::events::{self, CacheChange, KvEvent, KvEventBatch};
-use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers};
+use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers, PrivateRun};
 use crate::kv::transfer::{KvTransferStats, Link};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
@@ -211,6 +211,10 @@ struct Live {
     status: Status,
     aborted: bool,
     in_step: bool,
+    /// Offloading only: the computed tokens at which what it may store
+    /// next changes (the next block boundary or the prompt's end); 0 after
+    /// a store was put off or the request was preempted.
+    store_due_tokens: u32,
     last_token: Option<Micros>,
     table: BlockTable,
     // Read when blocks fill up, at scheduling and at the end.
@@ -221,9 +225,14 @@ struct Live {
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
-    // Offloading only: leading full blocks offered to the tiers, the
-    // blocks a load in flight pins, and what the request loaded.
+    // Offloading only: leading full blocks offered to the tiers; the first
+    // block that is private (only this request can contain it: stored
+    // unindexed, `u32::MAX` for none) and the tiers' clock before the first
+    // private store since admission; the blocks a load in flight pins, and
+    // what the request loaded.
     stored_blocks: u32,
+    private_from_block: u32,
+    private_since: Option<u64>,
     load: Option<LoadTicket>,
     loaded_tokens: u32,
     load_wait: Micros,
@@ -706,6 +715,10 @@ impl Instance {
             req.arrival,
             req.id.0,
         );
+        // Generated blocks are private outside sessions (see
+        // `Live::cacheable_tokens`); KV events name every stored block, so
+        // when recording them none is.
+        let private_from_block = if req.meta.session.is_some() || self.cfg.kv_events { u32::MAX } else { req.prompt_tokens() / self.kv.block_size() };
         let fresh = |req, table, hashes| Live {
             req,
             status: Status::Arriving,
@@ -722,7 +735,10 @@ impl Instance {
             preemptions: 0,
             aborted: false,
             in_step: false,
+            store_due_tokens: 0,
             stored_blocks: 0,
+            private_from_block,
+            private_since: None,
             load: None,
             loaded_tokens: 0,
             load_wait: Micros::ZERO,
@@ -1394,14 +1410,42 @@ impl Instance {
         let policy = tiers.policy();
         for &(slot, _) in &self.scheduled {
             let live = &mut self.slots[slot as usize];
-            let storable = policy.storable_blocks(live.num_computed, live.req.prompt_tokens(), block_size);
+            // What may be stored changes only when a block fills or the
+            // prompt completes: most steps stop at this test, which reads
+            // only fields every step touches.
+            if live.num_computed < live.store_due_tokens {
+                continue;
+            }
+            let (computed, prompt) = (live.num_computed, live.req.prompt_tokens());
+            let next_boundary = (computed / block_size + 1).saturating_mul(block_size);
+            live.store_due_tokens = if computed < prompt { next_boundary.min(prompt) } else { next_boundary };
+            let storable = policy.storable_blocks(computed, prompt, block_size);
             if live.aborted || storable <= live.stored_blocks {
                 continue;
             }
-            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, block_size, &mut live.hashes);
-            let upto = (storable as usize).min(live.hashes.len());
-            if tiers.store(&live.hashes[live.stored_blocks as usize..upto], now, stats) {
-                live.stored_blocks = upto as u32;
+            // Shared blocks are stored by content, private ones by owner.
+            let shared = live.stored_blocks..storable.min(live.private_from_block).max(live.stored_blocks);
+            if !shared.is_empty() && (live.hashes.len() as u32) < shared.end {
+                let hashed_output = (shared.end * block_size).saturating_sub(live.req.prompt_tokens()).min(live.num_output);
+                extend_block_hashes(&live.req.prompt, live.req.output_seed, hashed_output, block_size, &mut live.hashes);
+            }
+            // (Hashes reach only the tokens output so far: what they miss
+            // waits for the next step.)
+            if shared.end > live.hashes.len() as u32 {
+                live.store_due_tokens = 0;
+            }
+            let shared = shared.start..shared.end.min(live.hashes.len() as u32).max(shared.start);
+            let private = (storable > shared.end && shared.end >= live.private_from_block)
+                .then(|| PrivateRun { owner: live.req.id.0, first_block: shared.end, blocks: storable - shared.end });
+            let shared_hashes = if shared.is_empty() { &[][..] } else { &live.hashes[shared.start as usize..shared.end as usize] };
+            let clock = tiers.clock();
+            if tiers.store(shared_hashes, private, now, stats) {
+                live.stored_blocks = private.map_or(shared.end, |p| p.first_block + p.blocks);
+                if private.is_some() {
+                    live.private_since.get_or_insert(clock);
+                }
+            } else {
+                live.store_due_tokens = 0;
             }
         }
     }
@@ -1514,11 +1558,18 @@ impl Instance {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
             self.kv.cache_full_blocks(&mut live.table, &live.hashes, live.num_computed);
         }
+        // Likewise the private blocks it stored in the tiers.
+        if let (Some(tiers), Some(since)) = (self.tiers.as_mut(), live.private_since.take()) {
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+            tiers.adopt(live.req.id.0, since, &live.hashes);
+            live.private_from_block = live.private_from_block.max(live.stored_blocks);
+        }
         self.note_kv_changes(slot);
         let live = &mut self.slots[slot as usize];
         self.kv.free(&mut live.table);
         live.num_computed = 0;
         live.stored_blocks = 0;
+        live.store_due_tokens = 0;
         live.preemptions += 1;
         live.status = Status::Waiting;
         let key = live.key;

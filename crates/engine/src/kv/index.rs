@@ -9,12 +9,22 @@
 //! block, and the table takes 8–16 bytes per indexed block. Positions derive
 //! from the fingerprint alone, so growing the table reads no block either.
 //!
+//! Two ways to delete, for two owners, never mixed in one table: the GPU
+//! cache removes by hash with backward shifts
+//! ([`BlockIndex::remove_if_points_to`]); an offload tier, which keeps each
+//! entry's table position ([`BlockIndex::insert_absent`]), leaves a
+//! tombstone there ([`BlockIndex::bury`]): a write to a known position, with
+//! no probe to wait for. Tombstones are cleared when the owner rebuilds the
+//! table ([`BlockIndex::wants_rebuild`]).
+//!
 //! The table holds at most one entry per hash and one entry per block.
 //! Nothing iterates it in a way that reaches a report (only
 //! [`BlockIndex::blocks`], for consistency checks), so its layout never
 //! affects results.
 
 const EMPTY: u32 = u32::MAX;
+/// A deleted entry: probes go past it, inserts may reuse it.
+const TOMB: u32 = u32::MAX - 1;
 
 /// Slots of an empty table; it doubles when half full and never shrinks.
 const MIN_SLOTS: usize = 64;
@@ -33,6 +43,8 @@ const VACANT: Slot = Slot { fingerprint: 0, block: EMPTY };
 pub(super) struct BlockIndex {
     slots: Vec<Slot>,
     len: usize,
+    /// Tombstones.
+    tombs: usize,
     /// `64 − log2(slots.len())`: the home slot is the top bits of a product.
     shift: u32,
 }
@@ -44,7 +56,17 @@ fn fingerprint(h: u64) -> u32 {
 impl BlockIndex {
     /// An empty index.
     pub(super) fn new() -> BlockIndex {
-        BlockIndex { slots: vec![VACANT; MIN_SLOTS], len: 0, shift: 64 - MIN_SLOTS.trailing_zeros() }
+        BlockIndex::with_slots(MIN_SLOTS)
+    }
+
+    /// An empty index with room for `entries` before it grows: its table
+    /// is at most half full with them.
+    pub(super) fn for_entries(entries: usize) -> BlockIndex {
+        BlockIndex::with_slots((2 * entries).next_power_of_two().max(MIN_SLOTS))
+    }
+
+    fn with_slots(slots: usize) -> BlockIndex {
+        BlockIndex { slots: vec![VACANT; slots], len: 0, tombs: 0, shift: 64 - slots.trailing_zeros() }
     }
 
     /// Entries.
@@ -71,7 +93,7 @@ impl BlockIndex {
             if s.block == EMPTY {
                 return None;
             }
-            if s.fingerprint == fp && hash_of(s.block) == h {
+            if s.fingerprint == fp && s.block != TOMB && hash_of(s.block) == h {
                 return Some(s.block);
             }
             i = (i + 1) & self.mask();
@@ -87,7 +109,8 @@ impl BlockIndex {
     /// first registered for a content keeps it, as in vLLM). Returns whether
     /// it was inserted. `block` must not be indexed under another hash.
     pub(super) fn insert_if_absent(&mut self, h: u64, block: u32, hash_of: impl Fn(u32) -> u64) -> bool {
-        debug_assert_ne!(block, EMPTY);
+        debug_assert!(block < TOMB);
+        debug_assert_eq!(self.tombs, 0, "a table with tombstones");
         if 2 * (self.len + 1) > self.slots.len() {
             self.resize(2 * self.slots.len());
         }
@@ -110,6 +133,7 @@ impl BlockIndex {
     /// Removes the entry of `block` if `h` is indexed to it; `h` must be the
     /// block's hash. Reads no block.
     pub(super) fn remove_if_points_to(&mut self, h: u64, block: u32) {
+        debug_assert_eq!(self.tombs, 0, "a table with tombstones");
         let fp = fingerprint(h);
         let mut i = self.home(fp);
         loop {
@@ -144,9 +168,44 @@ impl BlockIndex {
         self.len -= 1;
     }
 
+    /// Whether the owner of a table with tombstones must rebuild it (into a
+    /// [`BlockIndex::for_entries`]) before the next
+    /// [`BlockIndex::insert_absent`]: entries and tombstones would fill more
+    /// than three quarters of it, or entries more than half.
+    pub(super) fn wants_rebuild(&self) -> bool {
+        4 * (self.len + self.tombs + 1) > 3 * self.slots.len() || 2 * (self.len + 1) > self.slots.len()
+    }
+
+    /// Indexes `block` under `h`, which the caller knows is not indexed,
+    /// and returns its position in the table, valid until the table is
+    /// rebuilt; the caller has checked [`BlockIndex::wants_rebuild`].
+    pub(super) fn insert_absent(&mut self, h: u64, block: u32) -> u32 {
+        debug_assert!(block < TOMB);
+        debug_assert!(!self.wants_rebuild(), "wants_rebuild() was not checked");
+        let fp = fingerprint(h);
+        let mut i = self.home(fp);
+        while self.slots[i].block < TOMB {
+            i = (i + 1) & self.mask();
+        }
+        self.tombs -= usize::from(self.slots[i].block == TOMB);
+        self.len += 1;
+        self.slots[i] = Slot { fingerprint: fp, block };
+        i as u32
+    }
+
+    /// Deletes the entry at `pos` (from [`BlockIndex::insert_absent`]),
+    /// leaving a tombstone.
+    pub(super) fn bury(&mut self, pos: u32) {
+        let s = &mut self.slots[pos as usize];
+        debug_assert!(s.block < TOMB, "burying a free slot");
+        s.block = TOMB;
+        self.len -= 1;
+        self.tombs += 1;
+    }
+
     /// Every indexed block id (in table order: for consistency checks only).
     pub(super) fn blocks(&self) -> impl Iterator<Item = u32> + '_ {
-        self.slots.iter().filter(|s| s.block != EMPTY).map(|s| s.block)
+        self.slots.iter().filter(|s| s.block < TOMB).map(|s| s.block)
     }
 
     fn resize(&mut self, slots: usize) {

@@ -62,6 +62,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use super::events::{CacheChange, KvEvent, MediumName};
+pub use super::tier_pool::PrivateRun;
 use super::tier_pool::TierPool;
 pub use super::transfer::LinkConfig;
 use super::transfer::Link;
@@ -182,7 +183,7 @@ pub enum OffloadConfigError {
     #[error("the {0} KV tier needs at least one block, got 0")]
     TooSmall(&'static str),
     /// More blocks than a pool can index.
-    #[error("the {medium} KV tier holds at most {max} blocks, got {got}", max = u32::MAX - 3)]
+    #[error("the {medium} KV tier holds at most {max} blocks, got {got}", max = TierPool::MAX_BLOCKS)]
     TooLarge {
         /// The tier.
         medium: &'static str,
@@ -231,7 +232,7 @@ impl OffloadConfig {
             if t.blocks == 0 {
                 return Err(OffloadConfigError::TooSmall(name));
             }
-            if t.blocks >= u64::from(u32::MAX - 3) {
+            if t.blocks > TierPool::MAX_BLOCKS {
                 return Err(OffloadConfigError::TooLarge { medium: name, got: t.blocks });
             }
             match (t.medium, t.link) {
@@ -373,6 +374,8 @@ pub struct OffloadTiers {
     free_tickets: Vec<u32>,
     /// Index changes taken from a pool, while they become events.
     changes: Vec<CacheChange>,
+    /// Blocks appended to the tiers' logs so far (stores and touches).
+    appended: u64,
 }
 
 impl OffloadTiers {
@@ -395,6 +398,7 @@ impl OffloadTiers {
             pins: Vec::new(),
             free_tickets: Vec::new(),
             changes: Vec::new(),
+            appended: 0,
         })
     }
 
@@ -405,13 +409,19 @@ impl OffloadTiers {
 
     /// Copies the blocks with content `hashes` (full, computed) down the
     /// tiers at `now`, each to every tier that neither holds nor is
-    /// receiving it. Returns `false`, storing nothing, when some tier has
-    /// too few evictable blocks for its share: the caller offers them again
-    /// later.
-    pub fn store(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> bool {
-        let mut crossing = 0u64; // blocks some tier lacks: they cross the GPU → host link
+    /// receiving it, and then the private blocks of `private` (which no
+    /// tier holds; see [`crate::kv::tier_pool`]) to every tier. Returns
+    /// `false`, storing nothing, when some tier has too few evictable blocks
+    /// for its share: the caller offers them again later.
+    pub fn store(&mut self, hashes: &[u64], private: Option<PrivateRun>, now: Micros, stats: &mut OffloadStats) -> bool {
+        let private_blocks = private.map_or(0, |p| p.blocks);
+        let mut crossing = u64::from(private_blocks); // blocks some tier lacks: they cross the GPU → host link
         for t in &mut self.tiers {
             t.new_hashes.clear();
+            // The probes below miss the cache; let them overlap.
+            for &h in hashes {
+                t.pool.prefetch(h);
+            }
         }
         for &h in hashes {
             let mut lacking = false;
@@ -426,7 +436,7 @@ impl OffloadTiers {
         if crossing == 0 {
             return true;
         }
-        if self.tiers.iter_mut().any(|t| t.new_hashes.len() > t.pool.storable(now) as usize) {
+        if self.tiers.iter_mut().any(|t| t.new_hashes.len() + private_blocks as usize > t.pool.storable(now) as usize) {
             stats.deferred_stores += 1;
             return false;
         }
@@ -435,7 +445,7 @@ impl OffloadTiers {
         stats.store_bytes += bytes;
         stats.store_busy += busy;
         for (t, ts) in self.tiers.iter_mut().zip(&mut stats.tiers) {
-            let n = t.new_hashes.len() as u32;
+            let n = t.new_hashes.len() as u32 + private_blocks;
             if n == 0 {
                 continue;
             }
@@ -447,10 +457,28 @@ impl OffloadTiers {
                     landed
                 }
             };
-            t.pool.store(&t.new_hashes, now, landed);
+            t.pool.store(&t.new_hashes, private, now, landed);
+            self.appended += u64::from(n);
             ts.stored_blocks += u64::from(n);
         }
         true
+    }
+
+    /// Blocks appended to the tiers so far: a clock to read before a
+    /// request's first private store, for [`OffloadTiers::adopt`].
+    pub fn clock(&self) -> u64 {
+        self.appended
+    }
+
+    /// Makes the private blocks `owner` stored since the clock read `since`
+    /// findable under their contents, `hashes[k]` for ordinal `k` (when the
+    /// owner is preempted: its recomputation looks them up).
+    pub fn adopt(&mut self, owner: u64, since: u64, hashes: &[u64]) {
+        // A tier's own appends since then are at most all tiers' appends.
+        let appended = self.clock() - since;
+        for t in &mut self.tiers {
+            t.pool.adopt(owner, appended, hashes);
+        }
     }
 
     /// How many of `hashes` (a prompt's full blocks after its GPU hit) the
@@ -533,7 +561,7 @@ impl OffloadTiers {
     /// (most recently used).
     pub fn finish_load(&mut self, ticket: LoadTicket) {
         for (t, pinned) in self.tiers.iter_mut().zip(&mut self.pins[ticket.0 as usize]) {
-            t.pool.unpin_and_touch(pinned);
+            self.appended += t.pool.unpin_and_touch(pinned);
             pinned.clear();
         }
         self.free_tickets.push(ticket.0);

@@ -46,17 +46,24 @@ pub(crate) struct Link {
     cfg: LinkConfig,
     /// When the transfers queued so far leave the link.
     free_at: Micros,
+    /// The last transfer's size and time on the link: most transfers are
+    /// of one of a few sizes (a block, a prompt).
+    last: (u64, Micros),
 }
 
 impl Link {
     pub(crate) fn new(cfg: LinkConfig) -> Link {
-        Link { cfg, free_at: Micros::ZERO }
+        Link { cfg, free_at: Micros::ZERO, last: (0, Micros::ZERO) }
     }
 
     /// Queues `bytes` that are ready at `ready`; returns (completion time,
     /// time the link is busy with them).
     pub(crate) fn transfer(&mut self, ready: Micros, bytes: u64) -> (Micros, Micros) {
-        let busy = Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
+        if bytes != self.last.0 {
+            let busy = Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
+            self.last = (bytes, busy);
+        }
+        let busy = self.last.1;
         let start = self.free_at.max(ready);
         self.free_at = start + busy;
         (self.free_at + self.cfg.latency, busy)

@@ -92,7 +92,7 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
 /// On an instance that receives KV (a P/D decode instance), every other
 /// request arrives with its prompt computed elsewhere, to be pulled.
 fn inject_some_prefilled(inst: &mut Instance, req: Request, t: Micros, rec: &mut Recorder) {
-    if inst.config().kv_transfer.is_some() && req.id.0 % 2 == 0 {
+    if inst.config().kv_transfer.is_some() && req.id.0.is_multiple_of(2) {
         inst.inject_prefilled(req, t, rec);
     } else {
         inst.inject(req, t, rec);
@@ -134,5 +134,28 @@ proptest! {
         let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [500.0, 2.0, 50.0] });
         let run = run_checked_with(cfg, model, reqs, Some(Micros(horizon)), inject_some_prefilled);
         run.assert_conservation();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
+
+    /// A request's generated blocks are stored in the tiers unindexed
+    /// (private) unless KV events are recorded, which name every block:
+    /// the two ways give the same requests, tokens, steps and tier
+    /// counters, preemptions included.
+    #[test]
+    fn private_tier_blocks_change_no_result(cfg in config(), reqs in workload(), beta in (1.0f64..3000.0, 0.0f64..20.0)) {
+        prop_assume!(cfg.offload.is_some());
+        let model = Arc::new(Blackbox { alpha: [10.0, 0.1, 2.0], beta: [beta.0, beta.1, 50.0] });
+        let run = |kv_events| {
+            let cfg = InstanceConfig { kv_events, ..cfg.clone() };
+            run_checked_with(cfg, model.clone(), reqs.clone(), None, inject_some_prefilled)
+        };
+        let (private, indexed) = (run(false), run(true));
+        prop_assert_eq!(&private.rec.records, &indexed.rec.records);
+        prop_assert_eq!(&private.rec.tokens, &indexed.rec.tokens);
+        prop_assert_eq!(&private.rec.steps, &indexed.rec.steps);
+        prop_assert_eq!(&private.instance.stats().offload, &indexed.instance.stats().offload);
     }
 }
