@@ -44,6 +44,7 @@ pub mod distribution;
 pub mod error;
 pub mod experiment;
 pub mod fit;
+pub mod kernels;
 pub mod live;
 pub mod optimize;
 pub mod per_request;

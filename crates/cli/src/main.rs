@@ -12,6 +12,7 @@ mod definitions;
 mod error;
 mod evaluate;
 mod fit;
+mod kernels;
 mod knobs;
 mod observe;
 mod output;
@@ -58,6 +59,8 @@ enum Command {
     Validate(Box<validate::ValidateArgs>),
     /// Learn latency-model coefficients from real experiments (stage one: linear; stage two: simulator in the loop).
     Fit(Box<fit::FitArgs>),
+    /// Fit GEMM efficiencies that carry across GPUs, and check all-reduce curves, on measured kernel profiles.
+    Kernels(Box<kernels::KernelsArgs>),
     /// Sweep a scenario over a grid of knob values on every core: one CSV row per point, resumable.
     #[command(after_help = blis_scenario::count::HELP)]
     Sweep(Box<sweep::SweepArgs>),
@@ -142,6 +145,7 @@ fn main() {
         Command::Calibrate(args) => calibrate::execute(*args),
         Command::Validate(args) => validate::execute(*args),
         Command::Fit(args) => fit::execute(*args),
+        Command::Kernels(args) => kernels::execute(*args),
         Command::Models => {
             list_models();
             Ok(())

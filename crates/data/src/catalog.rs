@@ -88,6 +88,7 @@ pub const GPUS: &[BundledGpu] = &[
         json: include_str!("../../../data/hardware/A100-80GB.json"),
     },
     BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
+    BundledGpu { name: "A40", aliases: &["A40-48GB"], json: include_str!("../../../data/hardware/A40.json") },
     BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
     BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
 ];

@@ -8,6 +8,7 @@ mod calibrate;
 mod cluster;
 mod experiment_dir;
 mod fit;
+mod kernels;
 mod memory;
 mod plan;
 mod run;

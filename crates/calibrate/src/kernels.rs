@@ -1,0 +1,519 @@
+//! Portable GEMM and all-reduce time from measured kernel profiles.
+//!
+//! The profiles are Vidur's per-operation timings (`compute/<gpu>/<org>/<model>/mlp.csv`:
+//! one row per token count and tensor-parallel degree, the median time of
+//! each of one layer's operations; `network/<gpu>_dgx/all_reduce.csv`: NCCL
+//! all-reduce time by message size and worker count).
+//!
+//! **GEMM.** One layer's four projections (QKV, O, MLP up, MLP down) are
+//! GEMMs of `M` tokens by a `K × N` weight shard. Their time is modelled as a
+//! roofline whose efficiencies are properties of the kernel class, shared by
+//! every GPU, and whose peaks come from the GPU's spec:
+//!
+//! `t = t0 + max(2·M'·K·N / (F·η), 2·(K·N + M·(K + N)) / (W·μ))`
+//!
+//! with `F` the dense BF16 peak, `W` the memory bandwidth, `M' = ⌈M/tile⌉·tile`
+//! (a tensor-core tile computes whole tiles), and `η`, `μ`, `t0`, `tile`
+//! fitted by least squares on the log of the time. Fitting on all GPUs but
+//! one and predicting the one left out measures how well the model carries
+//! to a GPU nobody measured ([`leave_one_gpu_out`]).
+//!
+//! **All-reduce.** Within one node (all workers on NVLink), time by message
+//! size is read off the measured curve of that GPU and worker count,
+//! interpolated in log–log ([`AllReduceCurve`]); held-out sizes measure the
+//! interpolation, and scaling one GPU's curve by the ratio of NVLink
+//! bandwidths measures how far it carries to the other GPU.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use blis_engine::hardware::GpuSpec;
+use serde::Serialize;
+use thiserror::Error;
+
+use crate::optimize::nelder_mead;
+
+/// Why profiles could not be read.
+#[derive(Debug, Error)]
+pub enum KernelProfileError {
+    /// A file or directory that cannot be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The path.
+        path: PathBuf,
+        /// What failed.
+        source: std::io::Error,
+    },
+    /// A CSV row or field that cannot be used.
+    #[error("{path}, row {row}: {message}")]
+    Csv {
+        /// The file.
+        path: PathBuf,
+        /// 1-based data row (0 for the header).
+        row: usize,
+        /// What is wrong, naming the column.
+        message: String,
+    },
+    /// A profile directory named after a GPU with no bundled spec.
+    #[error("{path}: no bundled GPU spec for `{gpu}` (known: {known})")]
+    UnknownGpu {
+        /// The directory.
+        path: PathBuf,
+        /// Its name.
+        gpu: String,
+        /// The bundled names.
+        known: String,
+    },
+    /// Nothing to fit.
+    #[error("{0}: no kernel profiles found (expected compute/<gpu>/<org>/<model>/mlp.csv)")]
+    Empty(PathBuf),
+}
+
+/// One of a layer's projection GEMMs.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GemmOp {
+    /// Q, K and V projections (Vidur's `attn_pre_proj`).
+    Qkv,
+    /// Output projection (`attn_post_proj`).
+    O,
+    /// MLP up (and gate) projection (`mlp_up_proj`).
+    Up,
+    /// MLP down projection (`mlp_down_proj`).
+    Down,
+}
+
+impl GemmOp {
+    const ALL: [GemmOp; 4] = [GemmOp::Qkv, GemmOp::O, GemmOp::Up, GemmOp::Down];
+
+    fn column(self) -> &'static str {
+        match self {
+            GemmOp::Qkv => "time_stats.attn_pre_proj.median",
+            GemmOp::O => "time_stats.attn_post_proj.median",
+            GemmOp::Up => "time_stats.mlp_up_proj.median",
+            GemmOp::Down => "time_stats.mlp_down_proj.median",
+        }
+    }
+}
+
+/// One measured GEMM.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmSample {
+    /// Profile GPU directory name (`a100`, `h100`, `a40`).
+    pub gpu: String,
+    /// Model directory name.
+    pub model: String,
+    /// Which projection.
+    pub op: GemmOp,
+    /// M: tokens.
+    pub tokens: u32,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// K: input width of the shard.
+    pub k: f64,
+    /// N: output width of the shard.
+    pub n: f64,
+    /// Measured median, µs.
+    pub time_us: f64,
+}
+
+/// Peak dense BF16 FLOP/s and memory bytes/s of a GPU.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Peaks {
+    /// FLOP/s.
+    pub flops_per_s: f64,
+    /// Bytes/s.
+    pub bytes_per_s: f64,
+}
+
+impl Peaks {
+    /// The peaks of `spec`.
+    pub fn of(spec: &GpuSpec) -> Peaks {
+        Peaks { flops_per_s: spec.bf16_tflops * 1e12, bytes_per_s: spec.hbm_tb_s * 1e12 }
+    }
+}
+
+/// The bundled GPU a profile directory name means (`a100` is the 80 GB SXM part Vidur profiled).
+pub fn profile_gpu(name: &str) -> Option<GpuSpec> {
+    let bundled = match name {
+        "a100" => "A100-80GB",
+        other => other,
+    };
+    blis_data::catalog::find_gpu(bundled).map(|g| g.spec())
+}
+
+/// Parses one `mlp.csv` of `gpu`/`model` from `text`.
+pub fn parse_compute_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Result<Vec<GemmSample>, KernelProfileError> {
+    let err = |row: usize, message: String| KernelProfileError::Csv { path: path.to_path_buf(), row, message };
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().map_err(|e| err(0, e.to_string()))?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| err(0, format!("missing column `{name}`")));
+    let (heads, kv_heads, embd, expanded) = (column("n_head")?, column("n_kv_head")?, column("n_embd")?, column("n_expanded_embd")?);
+    let (tokens, tp, gated) = (column("num_tokens")?, column("num_tensor_parallel_workers")?, column("use_gated_mlp")?);
+    let mut times = [0; 4];
+    for (t, op) in times.iter_mut().zip(GemmOp::ALL) {
+        *t = column(op.column())?;
+    }
+    let mut samples = Vec::new();
+    for (i, record) in reader.records().enumerate() {
+        let row = i + 1;
+        let record = record.map_err(|e| err(row, e.to_string()))?;
+        let field = |c: usize, name: &str| -> Result<f64, KernelProfileError> {
+            let raw = record.get(c).unwrap_or("");
+            match raw.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+                _ => Err(err(row, format!("column `{name}`: `{raw}` is not a positive number"))),
+            }
+        };
+        let h = field(heads, "n_head")?;
+        let kvh = field(kv_heads, "n_kv_head")?;
+        let d = field(embd, "n_embd")?;
+        let ff = field(expanded, "n_expanded_embd")?;
+        let m = field(tokens, "num_tokens")?;
+        let p = field(tp, "num_tensor_parallel_workers")?;
+        let gate = match record.get(gated).unwrap_or("") {
+            "True" | "true" | "1" => 2.0,
+            "False" | "false" | "0" => 1.0,
+            raw => return Err(err(row, format!("column `use_gated_mlp`: `{raw}` is not True or False"))),
+        };
+        let dh = d / h;
+        let shards = [(d, (h + 2.0 * kvh) * dh / p), (h * dh / p, d), (d, gate * ff / p), (ff / p, d)];
+        for ((op, &time), (k, n)) in GemmOp::ALL.iter().zip(&times).zip(shards) {
+            let time_ms = field(time, op.column())?;
+            samples.push(GemmSample { gpu: gpu.to_string(), model: model.to_string(), op: *op, tokens: m as u32, tp: p as u32, k, n, time_us: time_ms * 1e3 });
+        }
+    }
+    Ok(samples)
+}
+
+fn read_dir_sorted(path: &Path) -> Result<Vec<PathBuf>, KernelProfileError> {
+    let io = |source| KernelProfileError::Io { path: path.to_path_buf(), source };
+    let mut entries: Vec<PathBuf> = std::fs::read_dir(path).map_err(io)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>().map_err(io)?;
+    entries.sort();
+    Ok(entries.into_iter().filter(|p| p.is_dir()).collect())
+}
+
+fn dir_name(path: &Path) -> String {
+    path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Every GEMM sample under `root/compute`, and the spec of each GPU, in
+/// path order.
+pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, BTreeMap<String, Peaks>), KernelProfileError> {
+    let compute = root.join("compute");
+    let mut samples = Vec::new();
+    let mut peaks = BTreeMap::new();
+    for gpu_dir in read_dir_sorted(&compute)? {
+        let gpu = dir_name(&gpu_dir);
+        let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu { path: gpu_dir.clone(), gpu: gpu.clone(), known: blis_data::catalog::gpu_names() })?;
+        peaks.insert(gpu.clone(), Peaks::of(&spec));
+        for org in read_dir_sorted(&gpu_dir)? {
+            for model_dir in read_dir_sorted(&org)? {
+                let path = model_dir.join("mlp.csv");
+                let text = std::fs::read_to_string(&path).map_err(|source| KernelProfileError::Io { path: path.clone(), source })?;
+                samples.extend(parse_compute_csv(&path, &gpu, &dir_name(&model_dir), &text)?);
+            }
+        }
+    }
+    if samples.is_empty() {
+        return Err(KernelProfileError::Empty(root.to_path_buf()));
+    }
+    Ok((samples, peaks))
+}
+
+/// The portable GEMM model; see the module documentation.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct GemmModel {
+    /// η: fraction of the BF16 peak a compute-bound GEMM reaches.
+    pub compute_efficiency: f64,
+    /// μ: fraction of the memory bandwidth a memory-bound GEMM reaches.
+    pub memory_efficiency: f64,
+    /// t0: fixed cost of a kernel, µs.
+    pub launch_us: f64,
+    /// Tokens per tensor-core tile along M.
+    pub tile_tokens: u32,
+}
+
+impl GemmModel {
+    /// Predicted time of `s` on a GPU with `peaks`, µs.
+    pub fn time_us(&self, s: &GemmSample, peaks: Peaks) -> f64 {
+        let m = f64::from(s.tokens);
+        let tile = f64::from(self.tile_tokens);
+        let m_tiles = (m / tile).ceil() * tile;
+        let compute = 2.0 * m_tiles * s.k * s.n / (peaks.flops_per_s * self.compute_efficiency);
+        let memory = 2.0 * (s.k * s.n + m * (s.k + s.n)) / (peaks.bytes_per_s * self.memory_efficiency);
+        self.launch_us + compute.max(memory) * 1e6
+    }
+}
+
+/// Tiles tried by [`fit_gemm`].
+const TILES: [u32; 5] = [1, 16, 32, 64, 128];
+
+fn mean_squared_log_error(model: &GemmModel, samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>) -> f64 {
+    let sum: f64 = samples.iter().map(|s| (model.time_us(s, peaks[&s.gpu]) / s.time_us).ln().powi(2)).sum();
+    sum / samples.len().max(1) as f64
+}
+
+/// Fits η, μ, t0 and the tile to `samples` (whose GPUs `peaks` holds),
+/// minimising the mean squared log error. Deterministic.
+pub fn fit_gemm(samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>) -> GemmModel {
+    let mut best: Option<(GemmModel, f64)> = None;
+    for tile_tokens in TILES {
+        // In logs, so every parameter stays positive.
+        let model_at = |x: &[f64]| GemmModel { compute_efficiency: x[0].exp(), memory_efficiency: x[1].exp(), launch_us: x[2].exp(), tile_tokens };
+        let mut loss = |x: &[f64]| mean_squared_log_error(&model_at(x), samples, peaks);
+        let (x, value) = nelder_mead(&mut loss, &[0.6f64.ln(), 0.7f64.ln(), 5f64.ln()], &[0.3, 0.3, 0.5], 600);
+        if best.as_ref().is_none_or(|(_, v)| value < *v) {
+            best = Some((model_at(&x), value));
+        }
+    }
+    best.map(|(m, _)| m).expect("at least one tile is tried")
+}
+
+/// Relative errors of predictions for one group of samples.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ErrorSummary {
+    /// Samples.
+    pub samples: usize,
+    /// Median |predicted / measured − 1|.
+    pub median_abs: f64,
+    /// 90th percentile of the same.
+    pub p90_abs: f64,
+    /// Median of predicted / measured − 1 (negative: too fast).
+    pub median_signed: f64,
+}
+
+/// Summarises relative errors `errors` (predicted / measured − 1).
+pub fn summarize(mut errors: Vec<f64>) -> ErrorSummary {
+    let samples = errors.len();
+    errors.sort_by(f64::total_cmp);
+    let median_signed = blis_engine::metrics::percentile_sorted(&errors, 50.0);
+    let mut abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
+    abs.sort_by(f64::total_cmp);
+    ErrorSummary { samples, median_abs: blis_engine::metrics::percentile_sorted(&abs, 50.0), p90_abs: blis_engine::metrics::percentile_sorted(&abs, 90.0), median_signed }
+}
+
+/// The fit on every GPU but one, and its errors on that one.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HeldOutGpu {
+    /// The GPU left out.
+    pub gpu: String,
+    /// Fitted on the others.
+    pub model: GemmModel,
+    /// Its errors on the GPU left out.
+    pub errors: ErrorSummary,
+}
+
+/// For each GPU: fit on the others, predict it.
+pub fn leave_one_gpu_out(samples: &[GemmSample], peaks: &BTreeMap<String, Peaks>) -> Vec<HeldOutGpu> {
+    peaks
+        .keys()
+        .map(|gpu| {
+            let (held, train): (Vec<&GemmSample>, Vec<&GemmSample>) = samples.iter().partition(|s| &s.gpu == gpu);
+            let model = fit_gemm(&train, peaks);
+            let errors = summarize(held.iter().map(|s| model.time_us(s, peaks[gpu]) / s.time_us - 1.0).collect());
+            HeldOutGpu { gpu: gpu.clone(), model, errors }
+        })
+        .collect()
+}
+
+/// All-reduce time by message size for one GPU and worker count, all on
+/// one node: the measured medians, in log–log.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllReduceCurve {
+    /// Profile GPU name.
+    pub gpu: String,
+    /// Workers (the tensor-parallel degree).
+    pub workers: u32,
+    /// (message bytes, µs), by size; at least one point.
+    pub points: Vec<(f64, f64)>,
+}
+
+impl AllReduceCurve {
+    /// Time of an all-reduce of `bytes`, µs: interpolated in log–log
+    /// between the nearest measured sizes, extended along the end segments.
+    pub fn time_us(&self, bytes: f64) -> f64 {
+        let p = &self.points;
+        if p.len() == 1 {
+            return p[0].1;
+        }
+        let i = p.partition_point(|&(b, _)| b < bytes).clamp(1, p.len() - 1);
+        let ((b0, t0), (b1, t1)) = (p[i - 1], p[i]);
+        let slope = (t1 / t0).ln() / (b1 / b0).ln();
+        t0 * (bytes / b0).powf(slope)
+    }
+}
+
+/// The single-node all-reduce curves under `root/network/<gpu>_dgx/all_reduce.csv`
+/// (sizes are fp16 elements; repeated sizes are averaged), by GPU and workers.
+pub fn read_all_reduce(root: &Path) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
+    let mut curves = Vec::new();
+    for setup in read_dir_sorted(&root.join("network"))? {
+        let name = dir_name(&setup);
+        let Some(gpu) = name.strip_suffix("_dgx") else { continue };
+        let path = setup.join("all_reduce.csv");
+        let text = std::fs::read_to_string(&path).map_err(|source| KernelProfileError::Io { path: path.clone(), source })?;
+        curves.extend(parse_all_reduce_csv(&path, gpu, &text)?);
+    }
+    Ok(curves)
+}
+
+/// Parses one `all_reduce.csv` of `gpu`, keeping the rows whose workers all sit on one node.
+pub fn parse_all_reduce_csv(path: &Path, gpu: &str, text: &str) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
+    let err = |row: usize, message: String| KernelProfileError::Csv { path: path.to_path_buf(), row, message };
+    let mut reader = csv::Reader::from_reader(text.as_bytes());
+    let headers = reader.headers().map_err(|e| err(0, e.to_string()))?.clone();
+    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| err(0, format!("missing column `{name}`")));
+    let (time, workers, per_node, size) = (column("time_stats.all_reduce.median")?, column("num_workers")?, column("devices_per_node")?, column("size")?);
+    // (workers, bytes) → (sum of µs, count).
+    let mut sums: BTreeMap<(u32, u64), (f64, u32)> = BTreeMap::new();
+    for (i, record) in reader.records().enumerate() {
+        let row = i + 1;
+        let record = record.map_err(|e| err(row, e.to_string()))?;
+        let field = |c: usize, name: &str| -> Result<f64, KernelProfileError> {
+            let raw = record.get(c).unwrap_or("");
+            match raw.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+                _ => Err(err(row, format!("column `{name}`: `{raw}` is not a positive number"))),
+            }
+        };
+        let (w, node) = (field(workers, "num_workers")?, field(per_node, "devices_per_node")?);
+        if w != node {
+            continue; // across nodes: not a tensor-parallel group
+        }
+        let bytes = 2.0 * field(size, "size")?;
+        let entry = sums.entry((w as u32, bytes as u64)).or_default();
+        entry.0 += field(time, "time_stats.all_reduce.median")? * 1e3;
+        entry.1 += 1;
+    }
+    let mut curves: Vec<AllReduceCurve> = Vec::new();
+    for ((workers, bytes), (sum, n)) in sums {
+        let point = (bytes as f64, sum / f64::from(n));
+        match curves.last_mut() {
+            Some(c) if c.workers == workers => c.points.push(point),
+            _ => curves.push(AllReduceCurve { gpu: gpu.to_string(), workers, points: vec![point] }),
+        }
+    }
+    Ok(curves)
+}
+
+/// Smallest message the all-reduce checks count: 1 MiB, below which the
+/// time is the collective's fixed latency.
+pub const ALL_REDUCE_MIN_BYTES: f64 = 1_048_576.0;
+
+/// How one curve's interpolation and its transfer to another GPU fare.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllReduceCheck {
+    /// Profile GPU name.
+    pub gpu: String,
+    /// Workers.
+    pub workers: u32,
+    /// Every other measured size ≥ 1 MiB, predicted from the others.
+    pub interpolation: ErrorSummary,
+    /// The sizes ≥ 1 MiB predicted from the other GPU's curve for the same
+    /// workers, scaled by the ratio of NVLink bandwidths (absent when no
+    /// other GPU has that curve).
+    pub from_other_gpu: Option<(String, ErrorSummary)>,
+}
+
+/// Checks every curve of `curves`; `nvlink_gb_s` gives each GPU's NVLink bandwidth.
+pub fn check_all_reduce(curves: &[AllReduceCurve], nvlink_gb_s: &BTreeMap<String, f64>) -> Vec<AllReduceCheck> {
+    curves
+        .iter()
+        .map(|c| {
+            let big: Vec<(f64, f64)> = c.points.iter().copied().filter(|&(b, _)| b >= ALL_REDUCE_MIN_BYTES).collect();
+            let kept = AllReduceCurve { points: c.points.iter().copied().enumerate().filter(|&(i, (b, _))| b < ALL_REDUCE_MIN_BYTES || i % 2 == 0).map(|(_, p)| p).collect(), ..c.clone() };
+            let held: Vec<f64> = c.points.iter().enumerate().filter(|&(i, &(b, _))| b >= ALL_REDUCE_MIN_BYTES && i % 2 == 1).map(|(_, &(b, t))| kept.time_us(b) / t - 1.0).collect();
+            let from_other_gpu = curves.iter().find(|o| o.gpu != c.gpu && o.workers == c.workers).and_then(|o| {
+                let scale = nvlink_gb_s.get(&o.gpu)? / nvlink_gb_s.get(&c.gpu)?;
+                Some((o.gpu.clone(), summarize(big.iter().map(|&(b, t)| o.time_us(b) * scale / t - 1.0).collect())))
+            });
+            AllReduceCheck { gpu: c.gpu.clone(), workers: c.workers, interpolation: summarize(held), from_other_gpu }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const HEADER: &str = "time_stats.attn_pre_proj.median,time_stats.attn_post_proj.median,time_stats.mlp_up_proj.median,time_stats.mlp_down_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,use_gated_mlp,num_tokens,num_tensor_parallel_workers";
+
+    /// The four projections' shards follow from the model shape and TP
+    /// (Llama-3-8B at TP 2: 32 heads, 8 KV heads, d 4096, dFF 14336, gated).
+    #[test]
+    fn a_profile_row_becomes_four_gemms_with_their_shard_shapes() {
+        let text = format!("{HEADER}\n0.1,0.2,0.3,0.4,32,8,4096,14336,True,64,2\n");
+        let s = parse_compute_csv(Path::new("x/mlp.csv"), "h100", "llama", &text).unwrap();
+        let shapes: Vec<(GemmOp, f64, f64, f64)> = s.iter().map(|g| (g.op, g.k, g.n, g.time_us)).collect();
+        let want = [(GemmOp::Qkv, 4096.0, 3072.0, 100.0), (GemmOp::O, 2048.0, 4096.0, 200.0), (GemmOp::Up, 4096.0, 14336.0, 300.0), (GemmOp::Down, 7168.0, 4096.0, 400.0)];
+        assert_eq!(shapes.len(), 4);
+        for (got, want) in shapes.iter().zip(want) {
+            assert_eq!(got.0, want.0);
+            assert!((got.1 - want.1).abs() < 1e-9 && (got.2 - want.2).abs() < 1e-9 && (got.3 - want.3).abs() < 1e-9, "{got:?} != {want:?}");
+        }
+        assert!(s.iter().all(|g| g.tokens == 64 && g.tp == 2));
+    }
+
+    #[test]
+    fn bad_profiles_name_the_file_row_and_column() {
+        let missing = parse_compute_csv(Path::new("p/mlp.csv"), "h100", "m", "num_tokens\n1\n").unwrap_err().to_string();
+        assert!(missing.starts_with("p/mlp.csv, row 0: missing column `n_head`"), "{missing}");
+        let text = format!("{HEADER}\n0.1,0.2,0.3,0.4,32,8,4096,14336,True,64,2\n0.1,NaN,0.3,0.4,32,8,4096,14336,True,64,2\n");
+        let bad = parse_compute_csv(Path::new("p/mlp.csv"), "h100", "m", &text).unwrap_err().to_string();
+        assert_eq!(bad, "p/mlp.csv, row 2: column `time_stats.attn_post_proj.median`: `NaN` is not a positive number");
+        let text = format!("{HEADER}\n0.1,0.2,0.3,0.4,32,8,4096,14336,maybe,64,2\n");
+        let gate = parse_compute_csv(Path::new("p/mlp.csv"), "h100", "m", &text).unwrap_err().to_string();
+        assert!(gate.contains("`use_gated_mlp`: `maybe` is not True or False"), "{gate}");
+    }
+
+    /// Times generated by a known model on two GPUs of different peaks:
+    /// the fit recovers it, and each GPU is predicted from the other.
+    #[test]
+    fn the_fit_recovers_a_known_model_and_carries_it_between_gpus() {
+        let truth = GemmModel { compute_efficiency: 0.62, memory_efficiency: 0.81, launch_us: 6.0, tile_tokens: 64 };
+        let peaks: BTreeMap<String, Peaks> = [
+            ("fast".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }),
+            ("slow".to_string(), Peaks { flops_per_s: 149.7e12, bytes_per_s: 0.696e12 }),
+        ]
+        .into();
+        let mut samples = Vec::new();
+        for gpu in peaks.keys() {
+            for tokens in [1u32, 8, 40, 100, 128, 300, 520, 600, 1000, 1500, 2100, 3000, 4096] {
+                for (k, n) in [(4096.0, 6144.0), (4096.0, 4096.0), (8192.0, 28672.0), (2048.0, 8192.0)] {
+                    let mut s = GemmSample { gpu: gpu.clone(), model: "m".into(), op: GemmOp::Qkv, tokens, tp: 1, k, n, time_us: 0.0 };
+                    s.time_us = truth.time_us(&s, peaks[gpu]);
+                    samples.push(s);
+                }
+            }
+        }
+        let all: Vec<&GemmSample> = samples.iter().collect();
+        let fit = fit_gemm(&all, &peaks);
+        assert_eq!(fit.tile_tokens, 64, "{fit:?}");
+        for (got, want) in [(fit.compute_efficiency, 0.62), (fit.memory_efficiency, 0.81), (fit.launch_us, 6.0)] {
+            assert!((got / want - 1.0).abs() < 0.01, "{fit:?}");
+        }
+        for held in leave_one_gpu_out(&samples, &peaks) {
+            assert!(held.errors.median_abs < 0.01 && held.errors.p90_abs < 0.02, "{held:?}");
+        }
+    }
+
+    #[test]
+    fn all_reduce_curves_keep_one_node_average_repeats_and_interpolate_in_log_log() {
+        let text = "time_stats.all_reduce.median,num_workers,size,devices_per_node\n\
+            0.010,2,1024,2\n0.030,2,1024,2\n0.100,2,1048576,2\n5.0,2,1024,1\n0.050,4,1024,4\n";
+        let curves = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", text).unwrap();
+        assert_eq!(curves.len(), 2, "the cross-node row is dropped");
+        assert_eq!(curves[0].workers, 2);
+        assert_eq!(curves[0].points, vec![(2048.0, 20.0), (2_097_152.0, 100.0)]);
+        // A power law t = 20·(b/2048)^(ln 5 / ln 1024) is interpolated exactly.
+        let c = &curves[0];
+        let slope = 5f64.ln() / 1024f64.ln();
+        for b in [2048.0, 65536.0, 1e6, 2_097_152.0, 8e6] {
+            let want = 20.0 * (b / 2048.0f64).powf(slope);
+            assert!((c.time_us(b) / want - 1.0).abs() < 1e-9, "{b}");
+        }
+        let bad = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n");
+        assert_eq!(bad.unwrap_err().to_string(), "n/all_reduce.csv, row 1: column `time_stats.all_reduce.median`: `-1` is not a positive number");
+    }
+}

@@ -1,0 +1,60 @@
+//! `blis kernels` end to end, on a small profile tree written here.
+
+use crate::{assert_refused, blis, scratch, stderr, stdout};
+
+const HEADER: &str = "time_stats.attn_pre_proj.median,time_stats.attn_post_proj.median,time_stats.mlp_up_proj.median,time_stats.mlp_down_proj.median,n_head,n_kv_head,n_embd,n_expanded_embd,use_gated_mlp,num_tokens,num_tensor_parallel_workers";
+
+/// A profile tree of `gpus`: Llama-2-7B's shape, GEMM times that grow with
+/// the tokens and are 3× longer on the A40, and an H100 all-reduce curve.
+fn write_profiles(name: &str, gpus: &[&str]) -> std::path::PathBuf {
+    let dir = scratch(name);
+    for gpu in gpus {
+        let model = dir.join("compute").join(gpu).join("meta-llama").join("Llama-2-7b-hf");
+        std::fs::create_dir_all(&model).unwrap();
+        let slow = if *gpu == "a40" { 3.0 } else { 1.0 };
+        let mut csv = format!("{HEADER}\n");
+        for tokens in [1u32, 16, 64, 256, 1024, 4096] {
+            let t = slow * (0.01 + 2e-4 * f64::from(tokens));
+            csv += &format!("{t},{},{},{},32,32,4096,11008,True,{tokens},1\n", t / 3.0, t * 2.7, t * 1.35);
+        }
+        std::fs::write(model.join("mlp.csv"), csv).unwrap();
+    }
+    let net = dir.join("network").join("h100_dgx");
+    std::fs::create_dir_all(&net).unwrap();
+    let mut ar = String::from("time_stats.all_reduce.median,num_workers,size,devices_per_node\n");
+    for k in 10..28 {
+        ar += &format!("{},2,{},2\n", 0.02 + f64::from(1u32 << k) * 2.0 / 4e8, 1u32 << k);
+    }
+    std::fs::write(net.join("all_reduce.csv"), ar).unwrap();
+    dir
+}
+
+#[test]
+fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
+    let dir = write_profiles("kernels-ok", &["a40", "h100"]);
+    let json = dir.join("k.json");
+    let out = blis(&["kernels", dir.to_str().unwrap(), "--json", json.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    assert!(text.contains("GEMM (QKV, O, MLP up, MLP down) on 48 measurements, 2 GPUs"), "{text}");
+    let report: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let held: Vec<&str> = report["gemm_leave_one_gpu_out"].as_array().unwrap().iter().map(|h| h["gpu"].as_str().unwrap()).collect();
+    assert_eq!(held, ["a40", "h100"]);
+    assert!(report["gemm"]["compute_efficiency"].as_f64().unwrap() > 0.0);
+    let ar = report["all_reduce"].as_array().unwrap();
+    assert_eq!(ar.len(), 1);
+    assert_eq!(ar[0]["workers"], 2);
+    assert!(ar[0]["interpolation"]["median_abs"].as_f64().unwrap() < 0.05, "{}", ar[0]);
+}
+
+#[test]
+fn bad_profile_trees_are_refused_in_one_line() {
+    let missing = scratch("kernels-missing").join("nope");
+    assert_refused(&blis(&["kernels", missing.to_str().unwrap()]), "missing dir", "not a directory");
+    let unknown = write_profiles("kernels-unknown", &["b200x"]);
+    assert_refused(&blis(&["kernels", unknown.to_str().unwrap()]), "unknown GPU", "no bundled GPU spec for `b200x`");
+    let bad = write_profiles("kernels-bad", &["h100"]);
+    let csv = bad.join("compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv");
+    std::fs::write(&csv, format!("{HEADER}\n0.1,0.1,0.1,0.1,32,32,4096,11008,True,-5,1\n")).unwrap();
+    assert_refused(&blis(&["kernels", bad.to_str().unwrap()]), "negative tokens", "row 1: column `num_tokens`: `-5` is not a positive number");
+}
