@@ -142,44 +142,93 @@ pub fn profile_gpu(name: &str) -> Option<GpuSpec> {
     blis_data::catalog::find_gpu(bundled).map(|g| g.spec())
 }
 
+/// A profile CSV being read: its columns by name.
+struct ProfileCsv<'a> {
+    path: &'a Path,
+    headers: csv::StringRecord,
+    reader: csv::Reader<&'a [u8]>,
+}
+
+/// One data row of a [`ProfileCsv`].
+struct ProfileRow<'a> {
+    path: &'a Path,
+    /// 1-based.
+    row: usize,
+    record: csv::StringRecord,
+}
+
+fn csv_error(path: &Path, row: usize, message: String) -> KernelProfileError {
+    KernelProfileError::Csv { path: path.to_path_buf(), row, message }
+}
+
+impl<'a> ProfileCsv<'a> {
+    fn open(path: &'a Path, text: &'a str) -> Result<ProfileCsv<'a>, KernelProfileError> {
+        let mut reader = csv::Reader::from_reader(text.as_bytes());
+        let headers = reader.headers().map_err(|e| csv_error(path, 0, e.to_string()))?.clone();
+        Ok(ProfileCsv { path, headers, reader })
+    }
+
+    /// The index of column `name`.
+    fn column(&self, name: &str) -> Result<usize, KernelProfileError> {
+        self.headers.iter().position(|h| h == name).ok_or_else(|| csv_error(self.path, 0, format!("missing column `{name}`")))
+    }
+
+    /// The data rows, in order.
+    fn rows(self) -> impl Iterator<Item = Result<ProfileRow<'a>, KernelProfileError>> {
+        let path = self.path;
+        self.reader.into_records().enumerate().map(move |(i, record)| match record {
+            Ok(record) => Ok(ProfileRow { path, row: i + 1, record }),
+            Err(e) => Err(csv_error(path, i + 1, e.to_string())),
+        })
+    }
+}
+
+impl ProfileRow<'_> {
+    fn error(&self, message: String) -> KernelProfileError {
+        csv_error(self.path, self.row, message)
+    }
+
+    fn text(&self, column: usize) -> &str {
+        self.record.get(column).unwrap_or("")
+    }
+
+    /// Column `column` (called `name`) as a positive finite number.
+    fn positive(&self, column: usize, name: &str) -> Result<f64, KernelProfileError> {
+        let raw = self.text(column);
+        match raw.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
+            _ => Err(self.error(format!("column `{name}`: `{raw}` is not a positive number"))),
+        }
+    }
+}
+
 /// Parses one `mlp.csv` of `gpu`/`model` from `text`.
 pub fn parse_compute_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Result<Vec<GemmSample>, KernelProfileError> {
-    let err = |row: usize, message: String| KernelProfileError::Csv { path: path.to_path_buf(), row, message };
-    let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let headers = reader.headers().map_err(|e| err(0, e.to_string()))?.clone();
-    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| err(0, format!("missing column `{name}`")));
-    let (heads, kv_heads, embd, expanded) = (column("n_head")?, column("n_kv_head")?, column("n_embd")?, column("n_expanded_embd")?);
-    let (tokens, tp, gated) = (column("num_tokens")?, column("num_tensor_parallel_workers")?, column("use_gated_mlp")?);
+    let csv = ProfileCsv::open(path, text)?;
+    let (heads, kv_heads, embd, expanded) = (csv.column("n_head")?, csv.column("n_kv_head")?, csv.column("n_embd")?, csv.column("n_expanded_embd")?);
+    let (tokens, tp, gated) = (csv.column("num_tokens")?, csv.column("num_tensor_parallel_workers")?, csv.column("use_gated_mlp")?);
     let mut times = [0; 4];
     for (t, op) in times.iter_mut().zip(GemmOp::ALL) {
-        *t = column(op.column())?;
+        *t = csv.column(op.column())?;
     }
     let mut samples = Vec::new();
-    for (i, record) in reader.records().enumerate() {
-        let row = i + 1;
-        let record = record.map_err(|e| err(row, e.to_string()))?;
-        let field = |c: usize, name: &str| -> Result<f64, KernelProfileError> {
-            let raw = record.get(c).unwrap_or("");
-            match raw.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-                _ => Err(err(row, format!("column `{name}`: `{raw}` is not a positive number"))),
-            }
-        };
-        let h = field(heads, "n_head")?;
-        let kvh = field(kv_heads, "n_kv_head")?;
-        let d = field(embd, "n_embd")?;
-        let ff = field(expanded, "n_expanded_embd")?;
-        let m = field(tokens, "num_tokens")?;
-        let p = field(tp, "num_tensor_parallel_workers")?;
-        let gate = match record.get(gated).unwrap_or("") {
+    for row in csv.rows() {
+        let row = row?;
+        let h = row.positive(heads, "n_head")?;
+        let kvh = row.positive(kv_heads, "n_kv_head")?;
+        let d = row.positive(embd, "n_embd")?;
+        let ff = row.positive(expanded, "n_expanded_embd")?;
+        let m = row.positive(tokens, "num_tokens")?;
+        let p = row.positive(tp, "num_tensor_parallel_workers")?;
+        let gate = match row.text(gated) {
             "True" | "true" | "1" => 2.0,
             "False" | "false" | "0" => 1.0,
-            raw => return Err(err(row, format!("column `use_gated_mlp`: `{raw}` is not True or False"))),
+            raw => return Err(row.error(format!("column `use_gated_mlp`: `{raw}` is not True or False"))),
         };
         let dh = d / h;
         let shards = [(d, (h + 2.0 * kvh) * dh / p), (h * dh / p, d), (d, gate * ff / p), (ff / p, d)];
         for ((op, &time), (k, n)) in GemmOp::ALL.iter().zip(&times).zip(shards) {
-            let time_ms = field(time, op.column())?;
+            let time_ms = row.positive(time, op.column())?;
             samples.push(GemmSample { gpu: gpu.to_string(), model: model.to_string(), op: *op, tokens: m as u32, tp: p as u32, k, n, time_us: time_ms * 1e3 });
         }
     }
@@ -360,30 +409,19 @@ pub fn read_all_reduce(root: &Path) -> Result<Vec<AllReduceCurve>, KernelProfile
 
 /// Parses one `all_reduce.csv` of `gpu`, keeping the rows whose workers all sit on one node.
 pub fn parse_all_reduce_csv(path: &Path, gpu: &str, text: &str) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
-    let err = |row: usize, message: String| KernelProfileError::Csv { path: path.to_path_buf(), row, message };
-    let mut reader = csv::Reader::from_reader(text.as_bytes());
-    let headers = reader.headers().map_err(|e| err(0, e.to_string()))?.clone();
-    let column = |name: &str| headers.iter().position(|h| h == name).ok_or_else(|| err(0, format!("missing column `{name}`")));
-    let (time, workers, per_node, size) = (column("time_stats.all_reduce.median")?, column("num_workers")?, column("devices_per_node")?, column("size")?);
+    let csv = ProfileCsv::open(path, text)?;
+    let (time, workers, per_node, size) = (csv.column("time_stats.all_reduce.median")?, csv.column("num_workers")?, csv.column("devices_per_node")?, csv.column("size")?);
     // (workers, bytes) → (sum of µs, count).
     let mut sums: BTreeMap<(u32, u64), (f64, u32)> = BTreeMap::new();
-    for (i, record) in reader.records().enumerate() {
-        let row = i + 1;
-        let record = record.map_err(|e| err(row, e.to_string()))?;
-        let field = |c: usize, name: &str| -> Result<f64, KernelProfileError> {
-            let raw = record.get(c).unwrap_or("");
-            match raw.trim().parse::<f64>() {
-                Ok(v) if v.is_finite() && v > 0.0 => Ok(v),
-                _ => Err(err(row, format!("column `{name}`: `{raw}` is not a positive number"))),
-            }
-        };
-        let (w, node) = (field(workers, "num_workers")?, field(per_node, "devices_per_node")?);
+    for row in csv.rows() {
+        let row = row?;
+        let (w, node) = (row.positive(workers, "num_workers")?, row.positive(per_node, "devices_per_node")?);
         if w != node {
             continue; // across nodes: not a tensor-parallel group
         }
-        let bytes = 2.0 * field(size, "size")?;
+        let bytes = 2.0 * row.positive(size, "size")?;
         let entry = sums.entry((w as u32, bytes as u64)).or_default();
-        entry.0 += field(time, "time_stats.all_reduce.median")? * 1e3;
+        entry.0 += row.positive(time, "time_stats.all_reduce.median")? * 1e3;
         entry.1 += 1;
     }
     let mut curves: Vec<AllReduceCurve> = Vec::new();
