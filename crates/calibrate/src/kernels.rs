@@ -133,13 +133,10 @@ impl Peaks {
     }
 }
 
-/// The bundled GPU a profile directory name means (`a100` is the 80 GB SXM part Vidur profiled).
+/// The bundled GPU a profile directory name means (the catalogue's names
+/// and aliases: `a100` is the 80 GB SXM part Vidur profiled).
 pub fn profile_gpu(name: &str) -> Option<GpuSpec> {
-    let bundled = match name {
-        "a100" => "A100-80GB",
-        other => other,
-    };
-    blis_data::catalog::find_gpu(bundled).map(|g| g.spec())
+    blis_data::catalog::find_gpu(name).map(|g| g.spec())
 }
 
 /// A profile CSV being read: its columns by name.

@@ -52,7 +52,7 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
         return Err(bad_input!("{}: not a directory (expected a kernel-profile directory holding compute/ and network/)", args.dir.display()).into());
     }
-    let mut json = args.json.as_deref().map(|p| AtomicFile::create("json", p)).transpose()?;
+    let json = args.json.as_deref().map(|p| AtomicFile::create("json", p)).transpose()?;
     let (samples, peaks) = read_compute_profiles(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let curves = read_all_reduce(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let all: Vec<_> = samples.iter().collect();
@@ -94,10 +94,8 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {} ({}), bias {}", abs_pct(e.median_abs), abs_pct(e.p90_abs), pct(e.median_signed)));
         println!("  {:<8} {:>7} {:>22} {:>34}", c.gpu, c.workers, format!("{} ({})", abs_pct(c.interpolation.median_abs), abs_pct(c.interpolation.p90_abs)), other);
     }
-    if let Some(file) = json.as_mut() {
-        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce }, Some(file))?;
-    }
-    if let Some(file) = json {
+    if let Some(mut file) = json {
+        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce }, Some(&mut file))?;
         file.commit()?;
     }
     Ok(())

@@ -1423,24 +1423,26 @@ impl Instance {
             if live.aborted || storable <= live.stored_blocks {
                 continue;
             }
-            // Shared blocks are stored by content, private ones by owner.
-            let shared = live.stored_blocks..storable.min(live.private_from_block).max(live.stored_blocks);
-            if !shared.is_empty() && (live.hashes.len() as u32) < shared.end {
-                let hashed_output = (shared.end * block_size).saturating_sub(live.req.prompt_tokens()).min(live.num_output);
+            // Shared blocks are stored by content, then private ones by owner.
+            let shared_end = storable.min(live.private_from_block).max(live.stored_blocks);
+            let mut shared = live.stored_blocks as usize..live.stored_blocks as usize;
+            if shared_end > live.stored_blocks {
+                let hashed_output = (shared_end * block_size).saturating_sub(live.req.prompt_tokens()).min(live.num_output);
                 extend_block_hashes(&live.req.prompt, live.req.output_seed, hashed_output, block_size, &mut live.hashes);
+                // Hashes reach only the tokens output so far: the rest waits for the next step.
+                if shared_end as usize > live.hashes.len() {
+                    live.store_due_tokens = 0;
+                }
+                shared.end = (shared_end as usize).min(live.hashes.len()).max(shared.start);
             }
-            // (Hashes reach only the tokens output so far: what they miss
-            // waits for the next step.)
-            if shared.end > live.hashes.len() as u32 {
-                live.store_due_tokens = 0;
-            }
-            let shared = shared.start..shared.end.min(live.hashes.len() as u32).max(shared.start);
-            let private = (storable > shared.end && shared.end >= live.private_from_block)
-                .then(|| PrivateRun { owner: live.req.id.0, first_block: shared.end, blocks: storable - shared.end });
-            let shared_hashes = if shared.is_empty() { &[][..] } else { &live.hashes[shared.start as usize..shared.end as usize] };
+            let first_private = shared.end as u32;
+            let private = (storable > first_private && first_private >= live.private_from_block)
+                .then(|| PrivateRun { owner: live.req.id.0, first_block: first_private, blocks: storable - first_private });
+            // (Past the hashed blocks, the range is empty: private blocks have no hash.)
+            let shared_hashes = live.hashes.get(shared).unwrap_or_default();
             let clock = tiers.clock();
             if tiers.store(shared_hashes, private, now, stats) {
-                live.stored_blocks = private.map_or(shared.end, |p| p.first_block + p.blocks);
+                live.stored_blocks = private.map_or(first_private, |p| p.first_block + p.blocks);
                 if private.is_some() {
                     live.private_since.get_or_insert(clock);
                 }
@@ -1554,13 +1556,15 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         // Its generated tokens are computed: make them findable, as vLLM
         // would have, so the recomputation can hit them.
-        if self.kv.prefix_caching() {
+        let private_since = live.private_since.take();
+        if self.kv.prefix_caching() || private_since.is_some() {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+        }
+        if self.kv.prefix_caching() {
             self.kv.cache_full_blocks(&mut live.table, &live.hashes, live.num_computed);
         }
         // Likewise the private blocks it stored in the tiers.
-        if let (Some(tiers), Some(since)) = (self.tiers.as_mut(), live.private_since.take()) {
-            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+        if let (Some(tiers), Some(since)) = (self.tiers.as_mut(), private_since) {
             tiers.adopt(live.req.id.0, since, &live.hashes);
             live.private_from_block = live.private_from_block.max(live.stored_blocks);
         }

@@ -418,10 +418,6 @@ impl OffloadTiers {
         let mut crossing = u64::from(private_blocks); // blocks some tier lacks: they cross the GPU → host link
         for t in &mut self.tiers {
             t.new_hashes.clear();
-            // The probes below miss the cache; let them overlap.
-            for &h in hashes {
-                t.pool.prefetch(h);
-            }
         }
         for &h in hashes {
             let mut lacking = false;

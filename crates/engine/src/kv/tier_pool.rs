@@ -153,11 +153,6 @@ impl TierPool {
         self.index.get(h, |s| self.entries[s as usize].hash)
     }
 
-    /// Starts loading where [`TierPool::find`] for `h` begins.
-    pub(super) fn prefetch(&self, h: u64) {
-        self.index.prefetch(h);
-    }
-
     /// When the block in `slot` lands (or landed).
     pub(super) fn landed_at(&self, slot: u32) -> Micros {
         self.entries[slot as usize].landed_at
@@ -209,7 +204,6 @@ impl TierPool {
 
     /// Appends a new block, evicting the oldest evictable one at `now` if
     /// the tier is full; returns its slot.
-    #[inline]
     fn put(&mut self, entry: Entry, now: Micros) -> u32 {
         if self.live == self.capacity {
             self.evict_oldest(now);
@@ -287,7 +281,6 @@ impl TierPool {
     }
 
     /// Evicts the oldest block that is landed by `now` and unpinned.
-    #[inline]
     fn evict_oldest(&mut self, now: Micros) {
         let slots = self.entries.len();
         let mut p = self.head;
@@ -345,7 +338,6 @@ impl TierPool {
 
     /// Writes `entry` at the tail, compacting first when the ring is full;
     /// returns its slot. The caller indexes it.
-    #[inline]
     fn append(&mut self, entry: Entry) -> u32 {
         if self.span == self.entries.len() {
             self.compact();
