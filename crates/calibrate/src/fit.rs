@@ -41,13 +41,14 @@ use blis_engine::time::Micros;
 use rayon::prelude::*;
 
 use blis_data::coefficients::{CoefficientSet, Provenance};
-use crate::compare::{Metric, aggregate};
+use blis_scenario::deployment::Server;
+use crate::compare::{ExperimentComparison, Metric};
 use crate::error::ExperimentError;
 use crate::experiment::Status;
 use crate::optimize::{LeastSquares, nelder_mead};
 use crate::reproduce::simulate;
 use crate::stats::ape;
-use crate::suite::{Case, Suite};
+use crate::suite::Case;
 
 /// Weight of TTFT relative to E2E in both stages' objectives.
 pub const TTFT_WEIGHT: f64 = 0.3;
@@ -91,7 +92,7 @@ fn prior(name: &str, is_alpha: bool) -> (f64, f64) {
 /// The prior of every coefficient of `basis` ([α…, β…]); `None` for models
 /// fitted without one (physics-normalized uses ridge regression instead,
 /// blackbox has no physical scale).
-fn priors(kind: ModelKind, basis: &dyn FeatureBasis) -> Option<Vec<(f64, f64)>> {
+pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis) -> Option<Vec<(f64, f64)>> {
     matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
         basis.alpha_names().iter().map(|n| prior(n, true)).chain(basis.beta_names().iter().map(|n| prior(n, false))).collect()
     })
@@ -147,12 +148,138 @@ pub enum FitError {
     Invalid(String),
 }
 
-/// Whether `case` is of the model `name` (full HuggingFace id or the part
+/// Whether `run` is of the model `name` (full HuggingFace id or the part
 /// after the `/`, ignoring ASCII case).
-pub fn is_model(case: &Case, name: &str) -> bool {
-    let id = &case.setup.server.model_name;
+pub fn is_model(run: &dyn Measured, name: &str) -> bool {
+    let id = &run.server().model_name;
     id.eq_ignore_ascii_case(name) || id.rsplit('/').next().is_some_and(|s| s.eq_ignore_ascii_case(name))
 }
+
+/// A real run the fit learns from: it can be simulated with any
+/// coefficients and says what was measured next to what was simulated.
+/// Implemented by inference-perf experiments ([`Case`]) and by traces that
+/// `blis observe` recorded ([`crate::observed::ObservedRun`]).
+pub trait Measured: Sync {
+    /// The run's name, as provenance records it.
+    fn name(&self) -> &str;
+    /// Where the run was read from, for messages.
+    fn origin(&self) -> &std::path::Path;
+    /// The deployment it ran on (model, GPU, tp, server knobs).
+    fn server(&self) -> &Server;
+    /// Whether its latencies are fitted; an overloaded run only scores the
+    /// saturation term.
+    fn active(&self) -> bool;
+    /// Simulates the run with `set` (seeded with `seed`), `observer` seeing
+    /// every event, and pairs what was measured with what was simulated.
+    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed, ExperimentError>;
+    /// The APE of each headline metric, per stage, of a simulation with `set`.
+    fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError>;
+
+    /// `set`'s latency model on this run's deployment.
+    fn latency(&self, set: &CoefficientSet) -> Result<Arc<dyn LatencyModel>, ExperimentError> {
+        let s = self.server();
+        set.latency_model(&s.model, &s.gpu, s.tp, &s.instance).map_err(|message| ExperimentError::Unreproducible { path: self.origin().to_path_buf(), message })
+    }
+}
+
+/// What a run measured next to its simulation.
+#[derive(Clone, Debug, Default)]
+pub struct Replayed {
+    /// Per stage, in stage order.
+    pub stages: Vec<StageScore>,
+    /// The measured latencies of each simulated request id, when the run
+    /// measured every request like for like (the simulated request
+    /// generated the same number of tokens); `None` fits the stage means.
+    pub requests: Option<BTreeMap<u64, RealLatency>>,
+}
+
+/// One stage's measured and simulated means and failure fractions.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct StageScore {
+    /// Measured mean E2E, ms.
+    pub real_e2e_ms: Option<f64>,
+    /// Measured mean TTFT, ms.
+    pub real_ttft_ms: Option<f64>,
+    /// Simulated mean E2E, ms (`None`: no simulated success).
+    pub sim_e2e_ms: Option<f64>,
+    /// Simulated mean TTFT, ms.
+    pub sim_ttft_ms: Option<f64>,
+    /// Measured failed / sent.
+    pub real_failure: f64,
+    /// Simulated failed / sent.
+    pub sim_failure: f64,
+}
+
+/// One request's measured client-side latencies.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct RealLatency {
+    /// The stage it counts in.
+    pub stage: u32,
+    /// Time to first token, µs.
+    pub ttft_us: f64,
+    /// End-to-end latency, µs.
+    pub e2e_us: f64,
+}
+
+impl Measured for Case {
+    fn name(&self) -> &str {
+        &self.experiment.name
+    }
+
+    fn origin(&self) -> &std::path::Path {
+        &self.experiment.dir
+    }
+
+    fn server(&self) -> &Server {
+        &self.setup.server
+    }
+
+    fn active(&self) -> bool {
+        self.experiment.status() == Status::Active
+    }
+
+    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed, ExperimentError> {
+        let sim = simulate(&self.experiment, &self.setup, Measured::latency(self, set)?, seed, false, observer)?;
+        let output_len = sim.mean_output_tokens;
+        let stages = self
+            .experiment
+            .stages
+            .iter()
+            .zip(&sim.client.stages)
+            .map(|(measured, client)| {
+                let m = client.metrics(output_len);
+                StageScore {
+                    real_e2e_ms: Metric::E2eMean.actual(measured, output_len),
+                    real_ttft_ms: Metric::TtftMean.actual(measured, output_len),
+                    sim_e2e_ms: Metric::E2eMean.predicted(&m),
+                    sim_ttft_ms: Metric::TtftMean.predicted(&m),
+                    real_failure: measured.failure_fraction(),
+                    sim_failure: m.failure_fraction,
+                }
+            })
+            .collect();
+        let requests = self.experiment.requests.as_ref().filter(|_| sim.fixed_output).map(|rows| {
+            sim.csv_row_of
+                .iter()
+                .enumerate()
+                .filter_map(|(id, &i)| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
+                    (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => Some((id as u64, RealLatency { stage: rows[i].stage, ttft_us: t * 1e3, e2e_us: e * 1e3 })),
+                    _ => None,
+                })
+                .collect()
+        });
+        Ok(Replayed { stages, requests })
+    }
+
+    fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError> {
+        let sim = simulate(&self.experiment, &self.setup, Measured::latency(self, set)?, seed, true, &mut crate::reproduce::NoObserver)?;
+        let comparison = ExperimentComparison::new(&self.experiment, &self.setup.server.model_name, &sim);
+        Ok(HEADLINE.iter().flat_map(|&m| comparison.stage_apes(m).map(move |a| (m, a)).collect::<Vec<_>>()).collect())
+    }
+}
+
+/// The metrics whose errors provenance records.
+pub const HEADLINE: [Metric; 5] = [Metric::E2eMean, Metric::E2eP90, Metric::E2eP99, Metric::TtftMean, Metric::ItlMean];
 
 /// Per-step feature sums and request records of one simulation.
 struct StepRecorder<'a> {
@@ -230,42 +357,26 @@ struct Row {
     experiment: usize,
 }
 
-/// Stage-one equations of one simulated experiment.
+/// Stage-one equations of one simulated run.
 ///
-/// With `requests.csv` and known output lengths (shared-prefix data), two
-/// equations per block of [`REQUEST_BLOCK`]
-/// consecutive requests that succeeded both in reality and in simulation
-/// (their mean TTFT and mean E2E), weighted so that every stage counts
-/// equally; otherwise two per stage (the stage means). Blocks keep the load
-/// variation within a stage while averaging out per-request noise, which
-/// would otherwise bias β towards zero (regression dilution).
-/// Teacher forcing assumes the simulated batch compositions resemble the
-/// real ones, so requests (or stages) whose simulated E2E is off by more
-/// than [`COMPOSITION_MISMATCH`]× are left out of the round.
-fn stage_rows(
-    case: &Case,
-    experiment: usize,
-    basis: &dyn FeatureBasis,
-    latency: &Arc<dyn LatencyModel>,
-    seed: u64,
-) -> Result<Vec<Row>, ExperimentError> {
+/// With per-request measurements of known output lengths, two equations per
+/// block of [`REQUEST_BLOCK`] consecutive requests that succeeded both in
+/// reality and in simulation (their mean TTFT and mean E2E), weighted so
+/// that every stage counts equally; otherwise two per stage (the stage
+/// means). Blocks keep the load variation within a stage while averaging
+/// out per-request noise, which would otherwise bias β towards zero
+/// (regression dilution). Teacher forcing assumes the simulated batch
+/// compositions resemble the real ones, so requests (or stages) whose
+/// simulated E2E is off by more than [`COMPOSITION_MISMATCH`]× are left out
+/// of the round.
+fn stage_rows(run: &dyn Measured, experiment: usize, basis: &dyn FeatureBasis, set: &CoefficientSet, seed: u64) -> Result<Vec<Row>, ExperimentError> {
+    let latency = run.latency(set)?;
     let mut rec = StepRecorder::new(basis);
-    let sim = simulate(&case.experiment, &case.setup, latency.clone(), seed, false, &mut rec)?;
+    let replayed = run.replay(set, seed, &mut rec)?;
     let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
     let emission = latency.token_emission_delay();
     let per_token = latency.output_token_overhead();
-    let stages = case.experiment.stages.len();
-    let output_len = sim.mean_output_tokens;
-    // Real (TTFT, E2E) in µs of each simulated request id, when known per request.
-    let real: Option<Vec<Option<(f64, f64)>>> = case.experiment.requests.as_ref().filter(|_| sim.fixed_output).map(|rows| {
-        sim.csv_row_of
-            .iter()
-            .map(|&i| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
-                (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => Some((t * 1e3, e * 1e3)),
-                _ => None,
-            })
-            .collect()
-    });
+    let stages = replayed.stages.len();
     let (mut c_enq, mut c_first, mut c_last) = (vec![0.0; nb], vec![0.0; nb], vec![0.0; nb]);
     let (mut u_ttft, mut u_e2e) = (vec![0.0; na], vec![0.0; na]);
     // Per stage: the per-request rows, or Σ of the feature rows for the stage means.
@@ -274,7 +385,12 @@ fn stage_rows(
     rec.records.sort_by_key(|r| r.id);
     for r in &rec.records {
         let (Some(enqueued), Some(first), Some(last)) = (r.enqueued, r.first_token, r.last_token) else { continue };
-        let stage = r.meta.stage as usize;
+        let real = replayed.requests.as_ref().map(|m| m.get(&r.id.0));
+        let stage = match real {
+            Some(Some(l)) => l.stage as usize,
+            Some(None) => continue,
+            None => r.meta.stage as usize,
+        };
         if stage >= stages {
             continue;
         }
@@ -287,16 +403,14 @@ fn stage_rows(
         basis.alpha_features(&arrival, r.output_tokens, &mut u_ttft, &mut u_e2e);
         let ttft_row: Vec<f64> = u_ttft.iter().copied().chain((0..nb).map(|j| c_first[j] - c_enq[j])).collect();
         let e2e_row: Vec<f64> = u_e2e.iter().copied().chain((0..nb).map(|j| c_last[j] - c_enq[j])).collect();
-        match &real {
-            Some(real) => {
-                if let Some(&Some((t, e))) = real.get(r.id.0 as usize)
-                    && compositions_match((r.finished - r.arrival).as_us() as f64, e)
-                {
-                    per_request[stage].push(Row { a: ttft_row, target: t, weight: TTFT_WEIGHT, experiment });
-                    per_request[stage].push(Row { a: e2e_row, target: e, weight: 1.0, experiment });
+        match real {
+            Some(Some(l)) => {
+                if compositions_match((r.finished - r.arrival).as_us() as f64, l.e2e_us) {
+                    per_request[stage].push(Row { a: ttft_row, target: l.ttft_us, weight: TTFT_WEIGHT, experiment });
+                    per_request[stage].push(Row { a: e2e_row, target: l.e2e_us, weight: 1.0, experiment });
                 }
             }
-            None => {
+            _ => {
                 let (ttft_sum, e2e_sum, n) = &mut sums[stage];
                 ttft_sum.iter_mut().zip(&ttft_row).for_each(|(s, v)| *s += v);
                 e2e_sum.iter_mut().zip(&e2e_row).for_each(|(s, v)| *s += v);
@@ -304,10 +418,9 @@ fn stage_rows(
             }
         }
     }
-    let simulated_e2e: Vec<Option<f64>> = sim.client.stages.iter().map(|c| c.metrics(output_len).e2e.map(|e| e.mean)).collect();
     let mut rows = Vec::new();
     for (i, stage_rows) in per_request.into_iter().enumerate() {
-        // Rows come in (TTFT, E2E) pairs in completion order; block them in send order.
+        // Rows come in (TTFT, E2E) pairs in request id (send) order.
         let mut pairs: Vec<(Row, Row)> = Vec::new();
         let mut it = stage_rows.into_iter();
         while let (Some(t), Some(e)) = (it.next(), it.next()) {
@@ -333,13 +446,13 @@ fn stage_rows(
             }
         }
         let (ttft_sum, e2e_sum, count) = &sums[i];
-        let real_e2e = Metric::E2eMean.actual(&case.experiment.stages[i], output_len);
-        if *count == 0 || !matches!((simulated_e2e.get(i).copied().flatten(), real_e2e), (Some(s), Some(r)) if compositions_match(s, r)) {
+        let score = &replayed.stages[i];
+        if *count == 0 || !matches!((score.sim_e2e_ms, score.real_e2e_ms), (Some(s), Some(r)) if compositions_match(s, r)) {
             continue;
         }
         let count = *count as f64;
-        for (metric, sum, weight) in [(Metric::TtftMean, ttft_sum, TTFT_WEIGHT), (Metric::E2eMean, e2e_sum, 1.0)] {
-            if let Some(actual_ms) = metric.actual(&case.experiment.stages[i], output_len).filter(|v| *v > 0.0) {
+        for (actual_ms, sum, weight) in [(score.real_ttft_ms, ttft_sum, TTFT_WEIGHT), (score.real_e2e_ms, e2e_sum, 1.0)] {
+            if let Some(actual_ms) = actual_ms.filter(|v| *v > 0.0) {
                 // Equations in µs: the features are µs per unit coefficient.
                 rows.push(Row { a: sum.iter().map(|v| v / count).collect(), target: actual_ms * 1e3, weight, experiment });
             }
@@ -348,18 +461,16 @@ fn stage_rows(
     Ok(rows)
 }
 
-/// APEs of the E2E means and of the TTFT means of an experiment's stages.
+/// APEs of the E2E means and of the TTFT means of a run's stages.
 type StageApes = (Vec<f64>, Vec<f64>);
 
-/// APE of the E2E and TTFT means of every stage of a simulated experiment
-/// (1000 % for a stage with measurements but no simulated success).
-fn stage_apes(case: &Case, sim: &crate::reproduce::Simulated) -> StageApes {
+/// APE of the E2E and TTFT means of every stage of a simulated run (1000 %
+/// for a stage with measurements but no simulated success).
+fn stage_apes(replayed: &Replayed) -> StageApes {
     let (mut e2e, mut ttft) = (Vec::new(), Vec::new());
-    let output_len = sim.mean_output_tokens;
-    for (measured, client) in case.experiment.stages.iter().zip(&sim.client.stages) {
-        let m = client.metrics(output_len);
-        for (metric, out) in [(Metric::E2eMean, &mut e2e), (Metric::TtftMean, &mut ttft)] {
-            match (metric.predicted(&m), metric.actual(measured, output_len)) {
+    for s in &replayed.stages {
+        for (predicted, actual, out) in [(s.sim_e2e_ms, s.real_e2e_ms, &mut e2e), (s.sim_ttft_ms, s.real_ttft_ms, &mut ttft)] {
+            match (predicted, actual) {
                 (Some(p), Some(a)) => out.extend(ape(p, a)),
                 (None, Some(_)) => out.push(1000.0),
                 _ => {}
@@ -424,24 +535,18 @@ fn solve_linear(kind: ModelKind, rows: &[Row], n: usize, priors: Option<&[(f64, 
     least_squares(rows, n, None, None).ridge(lambda)
 }
 
-/// The fitting objective over `cases`: E2E MAPE + 0.3·TTFT MAPE over the
+/// The fitting objective over `runs`: E2E MAPE + 0.3·TTFT MAPE over the
 /// stages of the active ones, plus [`SATURATION_WEIGHT`] × the mean failure
 /// fraction error (percentage points) over the stages of the overloaded ones.
-fn objective(cases: &[&Case], set: &CoefficientSet, seed: u64) -> Result<f64, ExperimentError> {
-    let parts: Vec<(StageApes, Vec<f64>)> = cases
+fn objective(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<f64, ExperimentError> {
+    let parts: Vec<(StageApes, Vec<f64>)> = runs
         .par_iter()
-        .map(|c| {
-            let sim = simulate(&c.experiment, &c.setup, c.latency(set)?, seed, false, &mut crate::reproduce::NoObserver)?;
-            if c.experiment.status() == Status::Active {
-                return Ok((stage_apes(c, &sim), Vec::new()));
+        .map(|r| {
+            let replayed = r.replay(set, seed, &mut crate::reproduce::NoObserver)?;
+            if r.active() {
+                return Ok((stage_apes(&replayed), Vec::new()));
             }
-            let failure_errors = c
-                .experiment
-                .stages
-                .iter()
-                .zip(&sim.client.stages)
-                .map(|(measured, client)| (client.metrics(sim.mean_output_tokens).failure_fraction - measured.failure_fraction()).abs() * 100.0)
-                .collect();
+            let failure_errors = replayed.stages.iter().map(|s| (s.sim_failure - s.real_failure).abs() * 100.0).collect();
             Ok(((Vec::new(), Vec::new()), failure_errors))
         })
         .collect::<Result<_, ExperimentError>>()?;
@@ -455,37 +560,40 @@ fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64]) -> CoefficientSet {
     CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance: Provenance::default() }
 }
 
-/// Mean APE per headline metric over the active stages of `cases`.
-fn errors(cases: &[Case], set: &CoefficientSet, seed: u64) -> Result<BTreeMap<String, f64>, ExperimentError> {
-    if cases.is_empty() {
-        return Ok(BTreeMap::new());
+/// Mean APE per headline metric over the stages of `runs`.
+fn errors(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<BTreeMap<String, f64>, ExperimentError> {
+    let apes: Vec<Vec<(Metric, f64)>> = runs.par_iter().map(|r| r.headline_apes(set, seed)).collect::<Result<_, _>>()?;
+    let mut by_metric: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for (metric, ape) in apes.into_iter().flatten() {
+        by_metric.entry(metric.name().to_string()).or_default().push(ape);
     }
-    let comparisons = Suite { cases: cases.to_vec() }.validate(set, seed)?;
-    let wanted = [Metric::E2eMean, Metric::E2eP90, Metric::E2eP99, Metric::TtftMean, Metric::ItlMean];
-    Ok(aggregate(&comparisons).into_iter().filter(|a| wanted.contains(&a.metric)).map(|a| (a.metric.name().to_string(), a.mean_ape)).collect())
+    Ok(by_metric.into_iter().map(|(name, v)| (name, crate::stats::mean(&v))).collect())
 }
 
-/// Fits `opts.kind` on the active experiments of `suite` (minus the held-out
-/// model's), reporting progress lines through `progress`.
-pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -> Result<FitOutcome, FitError> {
+/// Fits `opts.kind` on the active runs (minus the held-out model's),
+/// reporting progress lines through `progress`.
+pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(String)) -> Result<FitOutcome, FitError> {
     if opts.kind == ModelKind::Roofline {
         return Err(FitError::Invalid("roofline has no coefficients to fit".into()));
     }
-    let holdout = |c: &Case| opts.holdout_model.as_deref().is_some_and(|m| is_model(c, m));
+    let holdout = |r: &dyn Measured| opts.holdout_model.as_deref().is_some_and(|m| is_model(r, m));
     if let Some(m) = &opts.holdout_model
-        && !suite.cases.iter().any(|c| is_model(c, m))
+        && !runs.iter().any(|r| is_model(*r, m))
     {
         return Err(FitError::Invalid(format!("--holdout-model {m}: no experiment uses this model")));
     }
-    let train: Vec<&Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && !holdout(c)).collect();
+    let train: Vec<&dyn Measured> = runs.iter().copied().filter(|r| r.active() && !holdout(*r)).collect();
     // The objective also scores the overloaded runs of the training models (saturation term).
-    let scored: Vec<&Case> = suite.cases.iter().filter(|c| !holdout(c)).collect();
+    let scored: Vec<&dyn Measured> = runs.iter().copied().filter(|r| !holdout(*r)).collect();
     if train.is_empty() {
         return Err(FitError::Invalid("no active experiment left to train on".into()));
     }
     let bases: Vec<Box<dyn FeatureBasis>> = train
         .iter()
-        .map(|c| opts.kind.basis(&c.setup.server.model, &c.setup.server.gpu, c.setup.server.tp, &c.setup.server.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind))))
+        .map(|r| {
+            let s = r.server();
+            opts.kind.basis(&s.model, &s.gpu, s.tp, &s.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
+        })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
     let priors = priors(opts.kind, bases[0].as_ref());
@@ -504,14 +612,12 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
             .par_iter()
             .zip(&bases)
             .enumerate()
-            .map(|(i, (c, basis))| {
-                stage_rows(c, i, basis.as_ref(), &c.latency(&composition)?, opts.seed)
-            })
+            .map(|(i, (r, basis))| stage_rows(*r, i, basis.as_ref(), &composition, opts.seed))
             .collect::<Result<Vec<_>, ExperimentError>>()?;
-        if let Some((case, _)) = train.iter().zip(&results).find(|(_, rows)| rows.is_empty()) {
+        if let Some((run, _)) = train.iter().zip(&results).find(|(_, rows)| rows.is_empty()) {
             return Err(FitError::Invalid(format!(
                 "{}: the simulated server ran no step for it (every request refused: are its prompts longer than max_model_len?), so it gives the fit nothing to learn from",
-                case.experiment.dir.display()
+                run.origin().display()
             )));
         }
         if !current.is_empty() && current_loss.is_infinite() {
@@ -586,16 +692,15 @@ pub fn fit(suite: &Suite, opts: &FitOptions, progress: &mut dyn FnMut(String)) -
     let (coefficients, final_loss) = best;
     let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..]);
     let train_loss = objective(&train, &set, opts.seed)?;
-    let train_cases: Vec<Case> = train.iter().map(|c| (*c).clone()).collect();
-    let holdout_cases: Vec<Case> = suite.cases.iter().filter(|c| c.experiment.status() == Status::Active && holdout(c)).cloned().collect();
+    let holdout_runs: Vec<&dyn Measured> = runs.iter().copied().filter(|r| r.active() && holdout(*r)).collect();
     set.provenance = Provenance {
         source: "blis fit".into(),
-        hardware: Some(train.iter().map(|c| c.setup.server.gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
-        fitted_on: train.iter().map(|c| c.experiment.name.clone()).collect(),
-        holdout: holdout_cases.iter().map(|c| c.experiment.name.clone()).collect(),
+        hardware: Some(train.iter().map(|r| r.server().gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
+        fitted_on: train.iter().map(|r| r.name().to_string()).collect(),
+        holdout: holdout_runs.iter().map(|r| r.name().to_string()).collect(),
         loss: Some(train_loss),
-        train_errors: errors(&train_cases, &set, opts.seed)?,
-        holdout_errors: errors(&holdout_cases, &set, opts.seed)?,
+        train_errors: errors(&train, &set, opts.seed)?,
+        holdout_errors: errors(&holdout_runs, &set, opts.seed)?,
         ..Provenance::default()
     };
     Ok(FitOutcome { set, linear_loss, final_loss, train_loss })

@@ -4,11 +4,21 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use blis_calibrate::live::{CalibrationReport, MetricComparison, RealTrace, SimDocument, compare, match_requests};
+use std::io::Write as _;
+use std::path::Path;
+
+use anyhow::Context;
+use blis_calibrate::fit::{FitOptions, Measured, fit};
+use blis_calibrate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
+use blis_calibrate::observed::{HeaderKnobs, ObservedRun};
+use blis_engine::latency::ModelKind;
+use blis_scenario::deployment::choose_coefficients;
+use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;
+use serde_json::{Map, Value};
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, write_json};
+use crate::output::{AtomicFile, refuse_overwriting_inputs, write_json};
 use crate::plot::PlotDir;
 
 /// Compare a recorded trace (blis observe) with its simulated replay (blis replay).
@@ -45,6 +55,11 @@ pub struct CalibrateArgs {
     /// Seed of the bootstrap resampling.
     #[arg(long, default_value_t = 42, value_name = "N")]
     pub seed: u64,
+
+    /// Close the loop: refit the latency model's coefficients on this trace (starting from the replay's),
+    /// write them to FILE, replay the trace with them and calibrate again, showing the error drop.
+    #[arg(long, value_name = "FILE")]
+    pub refit: Option<PathBuf>,
 }
 
 fn metric_rows(out: &mut String, name: &str, m: &MetricComparison) {
@@ -104,6 +119,49 @@ pub fn table(c: &CalibrationReport) -> String {
     out
 }
 
+/// The knobs the replay was given (flags and files, not defaults or derived
+/// values), from its report's `config`.
+fn replay_knobs(sim: &SimDocument) -> anyhow::Result<KnobValues> {
+    let given: Map<String, Value> = sim
+        .config
+        .iter()
+        .filter(|(_, v)| matches!(v.get("source").and_then(Value::as_str), Some("flag" | "file")))
+        .filter_map(|(k, v)| Some((k.clone(), v.get("value")?.clone())))
+        .collect();
+    Ok(KnobValues::from_yaml(Value::Object(given), "--sim config").map_err(|e| bad_input!("{e}"))?)
+}
+
+/// `--refit`: fits the replay's latency model on the trace, writes the set
+/// to `path`, replays with it and returns the new comparison.
+fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, path: &Path) -> anyhow::Result<(CalibrationReport, Matched)> {
+    let given = replay_knobs(sim)?;
+    let chosen = choose_coefficients(given.latency_model.as_deref(), given.coefficients.as_deref(), given.alpha_coeffs.as_deref(), given.beta_coeffs.as_deref())
+        .map_err(|e| bad_input!("--sim config: {e}"))?;
+    let kind: ModelKind = chosen.set.latency_model.parse().map_err(|e| bad_input!("--sim config latency-model: {e}"))?;
+    // The replay's own seed (a default is not among the given knobs), so before and after differ only in coefficients.
+    let seed = sim.config.get("seed").and_then(|v| v.get("value")).and_then(Value::as_u64).unwrap_or_default();
+    let run = ObservedRun::load(csv, args.warm_up, &given).map_err(|e| bad_input!("{e}"))?;
+    let opts = FitOptions { kind, start: chosen.set, holdout_model: None, seed, linear_rounds: 6, refine_evals: 150 };
+    let outcome = fit(&[&run as &dyn Measured], &opts, &mut |line| eprintln!("refit: {line}")).map_err(|e| bad_input!("--refit: {e}"))?;
+    let mut set = outcome.set;
+    set.provenance.command = Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));
+    set.provenance.fitted_at = Some(crate::fit::today_utc());
+    let mut file = AtomicFile::create("refit", path)?;
+    file.writer().write_all(format!("# Fitted by `blis calibrate --refit`.\n{}", set.to_yaml()).as_bytes()).context("writing --refit")?;
+    file.commit()?;
+    let header = HeaderKnobs::of(&real.header).map_err(|e| bad_input!("{e}"))?;
+    let (report, replay, _) = crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched, header.ignored, true)?;
+    let refitted = crate::replay::sim_document(&report, &replay)?;
+    let matched = match_requests(real, &refitted);
+    Ok((compare(&csv.display().to_string(), real, &refitted, &matched, args.seed, args.resamples), matched))
+}
+
+/// One line: how a metric's MAPE moved.
+fn moved(name: &str, before: &CalibrationReport, after: &CalibrationReport) -> Option<String> {
+    let (b, a) = (before.metrics.get(name)?, after.metrics.get(name)?);
+    Some(format!("{name} MAPE {:.2} % → {:.2} %", b.mape, a.mape))
+}
+
 /// Runs `blis calibrate`.
 pub fn execute(args: CalibrateArgs) -> anyhow::Result<()> {
     if args.resamples == 0 || args.resamples > 100_000 {
@@ -112,11 +170,23 @@ pub fn execute(args: CalibrateArgs) -> anyhow::Result<()> {
     let csv = trace_csv(&args.trace);
     let real = RealTrace::load(&csv, args.warm_up).map_err(|e| bad_input!("{e}"))?;
     let sim = SimDocument::load(&args.sim).map_err(|e| bad_input!("{e}"))?;
+    refuse_overwriting_inputs(&[("refit", args.refit.as_deref())], &[("trace", Some(&csv)), ("sim", Some(&args.sim))])?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(PlotDir::create).transpose()?;
     let matched = match_requests(&real, &sim);
     let report = compare(&csv.display().to_string(), &real, &sim, &matched, args.seed, args.resamples);
     print!("{}", table(&report));
+    let (report, matched) = match &args.refit {
+        None => (report, matched),
+        Some(path) => {
+            let (after, after_matched) = refit(&args, &csv, &real, &sim, path)?;
+            println!("after refitting on this trace (coefficients in {}):", path.display());
+            print!("{}", table(&after));
+            let lines: Vec<String> = ["e2e", "ttft", "tpot"].iter().filter_map(|m| moved(m, &report, &after)).collect();
+            println!("refit: {}", lines.join(", "));
+            (after, after_matched)
+        }
+    };
     if let Some(f) = report_file.as_mut() {
         write_json(&report, Some(f))?;
     }

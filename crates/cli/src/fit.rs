@@ -1,13 +1,18 @@
 //! `blis fit`: learn latency coefficients from real experiments.
 
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use blis_data::coefficients::CoefficientSet;
-use blis_calibrate::fit::{FitError, FitOptions, fit};
+use blis_data::coefficients::{CoefficientSet, Provenance};
+use blis_calibrate::fit::{FitError, FitOptions, Measured, PRIOR_WEIGHT, fit, priors};
+use blis_calibrate::otel::{OtelTrace, fit_steps};
+use blis_scenario::Scenario;
+use blis_calibrate::observed::ObservedRun;
 use blis_calibrate::suite::Suite;
+use blis_scenario::knobs::KnobValues;
+use blis_workload::trace_v2::trace_csv;
 use blis_net::client::{RunClock, rfc3339_utc};
 use blis_engine::latency::ModelKind;
 
@@ -17,11 +22,35 @@ use crate::output::AtomicFile;
 /// Learn latency-model coefficients from real experiments.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "Examples:\n  blis fit validation/vllm-h100 --latency-model trained-physics -o trained-physics-h100.yaml\n  \
-    blis fit validation/vllm-h100 --latency-model trained-physics --holdout-model Llama-2-70b-hf -o holdout.yaml")]
+    blis fit validation/vllm-h100 --latency-model trained-physics --holdout-model Llama-2-70b-hf -o holdout.yaml\n  \
+    blis fit --trace traces/run1 --trace traces/run2 -o my-server.yaml      # traces recorded by blis observe")]
 pub struct FitArgs {
-    /// Experiment directories, or directories holding them.
-    #[arg(required = true, value_name = "DIR")]
+    /// Experiment directories (inference-perf results), or directories holding them.
+    #[arg(value_name = "DIR", required_unless_present_any = ["trace", "otel"])]
     pub dirs: Vec<PathBuf>,
+
+    /// A trace recorded by `blis observe` (PREFIX, or PREFIX.csv with PREFIX.header.yaml beside it), replayed
+    /// on the server its header records; repeat for several. Its successful requests are fitted in windows of 100.
+    #[arg(long, value_name = "PREFIX")]
+    pub trace: Vec<PathBuf>,
+
+    /// Fit by teacher forcing from vLLM's OpenTelemetry journey and step traces (OTLP/JSON lines, as a collector's
+    /// file exporter writes them, or `blis run --otel-output`): β from every sampled step's duration and batch, α
+    /// from the request journeys. Give the server with --model, --hardware and --tp.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dirs", "trace", "holdout_model"])]
+    pub otel: Option<PathBuf>,
+
+    /// With --otel: the model served (HuggingFace id). [default: the trace's gen_ai.request.model]
+    #[arg(long, value_name = "ID", requires = "otel")]
+    pub model: Option<String>,
+
+    /// With --otel: the GPU. [default: H100]
+    #[arg(long, value_name = "GPU", requires = "otel")]
+    pub hardware: Option<String>,
+
+    /// With --otel: the tensor-parallel degree. [default: 1]
+    #[arg(long, value_name = "N", requires = "otel")]
+    pub tp: Option<u32>,
 
     #[command(flatten)]
     pub definitions: crate::definitions::DefinitionArgs,
@@ -60,7 +89,7 @@ pub struct FitArgs {
 }
 
 /// Today's date (UTC) as YYYY-MM-DD.
-fn today_utc() -> String {
+pub(crate) fn today_utc() -> String {
     let mut date = rfc3339_utc(RunClock::start().start_unix_us());
     date.truncate(10);
     date
@@ -94,13 +123,23 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     if let Some(d) = args.fitted_at.as_deref().filter(|d| !is_calendar_date(d)) {
         return Err(bad_input!("--fitted-at {d:?}: must be a date written YYYY-MM-DD").into());
     }
+    if let Some(path) = &args.otel {
+        return fit_otel(&args, kind, path);
+    }
     let start = match &args.start {
         Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
     };
-    let suite = Suite::load(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
+    let definitions = args.definitions.load()?;
+    let suite = if args.dirs.is_empty() { Suite::default() } else { Suite::load(&args.dirs, &definitions).map_err(|e| bad_input!("{e}"))? };
     crate::output::warn(&suite.warnings());
-    let mut output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let given = KnobValues { model_config: definitions.model.clone(), hardware_config: definitions.gpu.clone(), ..KnobValues::default() };
+    let traces = args
+        .trace
+        .iter()
+        .map(|t| ObservedRun::load(&trace_csv(t), None, &given).map_err(|e| bad_input!("--trace {e}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     crate::output::print_warnings();
     let opts = FitOptions {
         kind,
@@ -111,12 +150,17 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         refine_evals: args.refine_evals,
     };
     let started = Instant::now();
-    let outcome = fit(&suite, &opts, &mut |line| eprintln!("[{:7.1} s] {line}", started.elapsed().as_secs_f64())).map_err(|e| match e {
+    let runs: Vec<&dyn Measured> = suite.cases.iter().map(|c| c as &dyn Measured).chain(traces.iter().map(|t| t as &dyn Measured)).collect();
+    let outcome = fit(&runs, &opts, &mut |line| eprintln!("[{:7.1} s] {line}", started.elapsed().as_secs_f64())).map_err(|e| match e {
         FitError::Invalid(msg) => anyhow::Error::from(bad_input!("{msg}")),
         FitError::Experiment(e) => anyhow::Error::from(bad_input!("{e}")),
     })?;
     let mut set = outcome.set;
-    let mut command = format!("blis fit {} --latency-model {kind} --seed {} --rounds {} --refine-evals {}", args.dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(" "), args.seed, args.rounds, args.refine_evals);
+    let mut command: String = std::iter::once("blis fit".to_string()).chain(args.dirs.iter().map(|d| d.display().to_string())).collect::<Vec<_>>().join(" ");
+    command += &format!(" --latency-model {kind} --seed {} --rounds {} --refine-evals {}", args.seed, args.rounds, args.refine_evals);
+    for t in &args.trace {
+        command += &format!(" --trace {}", t.display());
+    }
     if let Some(p) = &args.start {
         command += &format!(" --start {}", p.display());
     }
@@ -137,6 +181,11 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         outcome.final_loss,
         outcome.train_loss
     );
+    write_set(&set, output)
+}
+
+/// Writes `set` to `output` (committed) or stdout.
+fn write_set(set: &CoefficientSet, mut output: Option<AtomicFile>) -> anyhow::Result<()> {
     let yaml = format!("# Fitted by `blis fit`; regenerate with provenance.command.\n{}", set.to_yaml());
     match output.as_mut() {
         Some(f) => f.writer().write_all(yaml.as_bytes()).context("writing --output")?,
@@ -161,4 +210,54 @@ mod tests {
             assert!(!is_calendar_date(bad), "{bad:?}");
         }
     }
+}
+
+/// `blis fit --otel`: teacher-forced least squares on a journey and step trace.
+fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> {
+    let trace = OtelTrace::load(path).map_err(|e| bad_input!("--otel {e}"))?;
+    let model = args.model.clone().or_else(|| trace.model.clone()).ok_or_else(|| bad_input!("--otel {}: the trace names no model (gen_ai.request.model); pass --model", path.display()))?;
+    let given = KnobValues {
+        model: Some(model),
+        hardware: args.hardware.clone(),
+        tp: args.tp,
+        model_config: args.definitions.model_config.clone(),
+        hardware_config: args.definitions.hardware_config.clone(),
+        ..KnobValues::default()
+    };
+    let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{e}"))?.deployment.server;
+    let basis = kind.basis(&server.model, &server.gpu, server.tp, &server.instance).ok_or_else(|| bad_input!("--latency-model {kind}: has no coefficients to fit"))?;
+    let priors = priors(kind, basis.as_ref()).ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
+    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let started = Instant::now();
+    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
+    eprintln!(
+        "[{:7.1} s] fitted β on {} steps ({} without a batch snapshot left out), α on {} journeys; step-time MAPE {:.2} %",
+        started.elapsed().as_secs_f64(),
+        found.steps_used,
+        found.steps_without_batch,
+        found.journeys_used,
+        found.step_mape
+    );
+    let mut command = format!("blis fit --otel {} --latency-model {kind} --model {}", path.display(), server.model_name);
+    for (flag, value) in [("--hardware", args.hardware.clone()), ("--tp", args.tp.map(|t| t.to_string()))] {
+        if let Some(v) = value {
+            command += &format!(" {flag} {v}");
+        }
+    }
+    let set = CoefficientSet {
+        latency_model: kind.name().into(),
+        alpha: found.alpha,
+        beta: found.beta,
+        provenance: Provenance {
+            source: "blis fit --otel".into(),
+            hardware: Some(server.gpu_name.clone()),
+            fitted_on: vec![path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())],
+            loss: Some(found.step_mape),
+            train_errors: [("step_time_mape".to_string(), found.step_mape)].into_iter().collect(),
+            command: Some(command),
+            fitted_at: Some(args.fitted_at.clone().unwrap_or_else(today_utc)),
+            ..Provenance::default()
+        },
+    };
+    write_set(&set, output)
 }

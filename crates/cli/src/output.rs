@@ -116,6 +116,16 @@ fn release(claim: Option<&Path>) {
     }
 }
 
+impl std::io::Write for AtomicFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.writer().write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.writer().flush()
+    }
+}
+
 impl Drop for AtomicFile {
     fn drop(&mut self) {
         if let (Some(_), Some(tmp)) = (self.writer.take(), &self.tmp) {

@@ -48,6 +48,11 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub kv_events_output: Option<PathBuf>,
 
+    /// Write vLLM's OpenTelemetry journey and step traces (OTLP/JSON, one ExportTraceServiceRequest per
+    /// line, as a collector's file exporter writes them) to this file; `blis fit --otel` reads them.
+    #[arg(long, value_name = "PATH", help_heading = "Output")]
+    pub otel_output: Option<PathBuf>,
+
     /// With autoscaling: draw load, replicas and TTFT over the run to this SVG file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub plot_timeline: Option<PathBuf>,
@@ -73,6 +78,7 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
             ("trace-output", args.trace_output.as_deref()),
             ("plot-timeline", args.plot_timeline.as_deref()),
             ("kv-events-output", args.kv_events_output.as_deref()),
+            ("otel-output", args.otel_output.as_deref()),
         ],
         &[
             ("config", args.config.as_deref()),
@@ -89,6 +95,7 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
         requests_csv: args.requests_csv.as_deref(),
         trace_output: args.trace_output.as_deref(),
         kv_events_output: args.kv_events_output.as_deref(),
+        otel_output: args.otel_output.as_deref(),
         quiet: args.quiet,
     };
     let plot = args.plot_timeline.as_deref().map(|p| AtomicFile::create("plot-timeline", p)).transpose()?;

@@ -10,6 +10,7 @@ use std::path::Path;
 use anyhow::Context;
 
 use blis_cluster::trace::DecisionSink;
+use blis_calibrate::otel::OtelWriter;
 use blis_engine::instance::Observer;
 use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
@@ -27,6 +28,8 @@ pub struct Files<'a> {
     pub trace_output: Option<&'a Path>,
     /// One JSON line per batch of KV events.
     pub kv_events_output: Option<&'a Path>,
+    /// vLLM's journey and step traces, OTLP/JSON.
+    pub otel_output: Option<&'a Path>,
     /// No progress bar.
     pub quiet: bool,
 }
@@ -37,6 +40,10 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     let mut resolved = scenario.resolve()?;
     warn(&resolved.warnings);
     let mut kv_events = files.kv_events_output.map(KvEventsJson::create).transpose()?;
+    let mut otel = files
+        .otel_output
+        .map(|p| AtomicFile::create("otel-output", p).map(|f| OtelWriter::new(f, &resolved.deployment.server.model_name, resolved.deployment.latency.as_ref())))
+        .transpose()?;
     if kv_events.is_some() {
         resolved.record_kv_events();
     }
@@ -57,6 +64,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
         if let Some(k) = kv_events.as_mut() {
             observers.push(k);
         }
+        if let Some(o) = otel.as_mut() {
+            observers.push(o);
+        }
         if let Some(e) = extra {
             observers.push(e);
         }
@@ -68,6 +78,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     }
     if let Some(k) = kv_events {
         k.commit()?;
+    }
+    if let Some(o) = otel {
+        o.finish().context("writing --otel-output")?.commit()?;
     }
     if let Some(t) = trace {
         t.finish(report.cluster.counterfactual.as_ref())?;

@@ -283,3 +283,86 @@ fn observe_reaches_an_https_server_and_checks_its_certificate() {
     assert!(stderr(&out).contains(&url) && stderr(&out).contains("No CA certificates"), "{}", stderr(&out));
     assert!(!dir.join("no-roots.csv").exists(), "nothing is written when observe cannot start");
 }
+
+/// Mean of a column of a replay's requests, or of a trace's measured E2E
+/// (server time), ms.
+fn mean_replayed_e2e_ms(sim: &std::path::Path) -> f64 {
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(sim).unwrap()).unwrap();
+    let e2e: Vec<f64> = r["replay"]["requests"].as_array().unwrap().iter().filter_map(|q| q["e2e_us"].as_f64()).collect();
+    e2e.iter().sum::<f64>() / e2e.len() as f64 / 1e3
+}
+
+fn mean_real_e2e_ms(prefix: &std::path::Path, time_scale: f64) -> f64 {
+    let mut reader = csv::Reader::from_path(prefix.with_extension("csv")).unwrap();
+    let h = reader.headers().unwrap().clone();
+    let col = |name: &str| h.iter().position(|c| c == name).unwrap();
+    let e2e: Vec<f64> = reader
+        .records()
+        .map(Result::unwrap)
+        .filter(|r| &r[col("status")] == "ok")
+        .map(|r| (r[col("last_chunk_time_us")].parse::<f64>().unwrap() - r[col("send_time_us")].parse::<f64>().unwrap()) * time_scale)
+        .collect();
+    e2e.iter().sum::<f64>() / e2e.len() as f64 / 1e3
+}
+
+/// Issue 26, end to end on loopback: `blis serve` times its steps with a
+/// hidden coefficient set; `blis observe` records workload A; `blis fit
+/// --trace` learns from it alone; the recovered set then predicts workload
+/// B (4× the prompt, 3× the output, a quarter of the rate), recorded on the
+/// same server, within 3 % mean E2E. `blis calibrate --refit` closes the
+/// same loop on A and shows the error drop. Observed on this machine: the
+/// bundled H100 set is 6.9 % off on B, the recovered one 0.9 %; the refit
+/// takes A's E2E MAPE from 7.4 % to 0.9 %. The server paces itself by the
+/// wall clock, so the bound leaves room for a loaded machine; a fit that
+/// learnt nothing stays near 7 %.
+#[test]
+fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() {
+    let dir = scratch("fit-loopback");
+    let hidden = dir.join("hidden.yaml");
+    std::fs::write(&hidden, "latency_model: trained-physics\nalpha: [2000.0, 0.0, 2500.0]\nbeta: [1.5, 1.0, 1.35, 3.9, 40.0, 10.0, 200.0, 0.0, 1.0, 1.0, 0.0]\n").unwrap();
+    let server = Server::start(&["--time-scale", "4", "--coefficients", hidden.to_str().unwrap()]);
+    let (a, b) = (dir.join("a"), dir.join("b"));
+    run_ok(&[
+        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "40", "--num-requests", "300",
+        "--prompt-tokens", "256", "--output-tokens", "64", "--prefix-tokens", "128", "--prefix-groups", "4", "--seed", "3",
+        "--api", "chat", "--trace-output", a.to_str().unwrap(), "--max-concurrency", "16",
+    ]);
+    run_ok(&[
+        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "10", "--num-requests", "150",
+        "--prompt-tokens", "1024", "--output-tokens", "200", "--seed", "4", "--api", "chat", "--trace-output", b.to_str().unwrap(),
+        "--max-concurrency", "16",
+    ]);
+    drop(server);
+    let fitted = dir.join("fitted.yaml");
+    let out = blis(&["fit", "--trace", a.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let set = blis_data::coefficients::CoefficientSet::load(&fitted).unwrap();
+    assert_eq!(set.provenance.fitted_on, ["a"]);
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--trace {}", a.display()))), "{:?}", set.provenance.command);
+    let real = mean_real_e2e_ms(&b, 4.0);
+    let error = |coefficients: Option<&std::path::Path>| {
+        let sim = dir.join("sim_b.json");
+        let mut args = vec!["replay", "--trace", b.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"];
+        if let Some(c) = coefficients {
+            args.extend(["--coefficients", c.to_str().unwrap()]);
+        }
+        run_ok(&args);
+        100.0 * (mean_replayed_e2e_ms(&sim) / real - 1.0)
+    };
+    let (recovered, bundled) = (error(Some(&fitted)), error(None));
+    eprintln!("workload B mean E2E: fitted on A {recovered:+.2} %, bundled H100 set {bundled:+.2} %");
+    assert!(recovered.abs() < 3.0, "fitted set off by {recovered:.2} % on workload B (bundled: {bundled:.2} %)");
+
+    let sim_a = dir.join("sim_a.json");
+    run_ok(&["replay", "--trace", a.to_str().unwrap(), "--output", sim_a.to_str().unwrap(), "-q"]);
+    let refit = dir.join("refit.yaml");
+    let report = dir.join("refit.json");
+    let table = run_ok(&["calibrate", "--trace", a.to_str().unwrap(), "--sim", sim_a.to_str().unwrap(), "--refit", refit.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let line = table.lines().find(|l| l.starts_with("refit: ")).unwrap_or_else(|| panic!("{table}"));
+    let mapes: Vec<f64> = line.split("e2e MAPE ").nth(1).unwrap().split(',').next().unwrap().split(" % → ").map(|v| v.trim_end_matches(" %").parse().unwrap()).collect();
+    eprintln!("{line}");
+    assert!(mapes[1] < mapes[0] && mapes[1] < 3.0, "{line}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert!((r["metrics"]["e2e"]["mape"].as_f64().unwrap() - mapes[1]).abs() < 0.01, "the report is the refitted comparison");
+    assert!(blis_data::coefficients::CoefficientSet::load(&refit).unwrap().provenance.command.is_some_and(|c| c.starts_with("blis calibrate")));
+}

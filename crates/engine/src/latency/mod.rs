@@ -278,6 +278,14 @@ pub trait FeatureBasis: Send + Sync {
     /// length (lengths = α count).
     fn alpha_features(&self, arrival: &QueueingInput, output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]);
 
+    /// Writes how each α coefficient enters the arrival-to-queue delay alone
+    /// (µs per unit coefficient, length = α count) and returns true; false
+    /// (and `out` untouched) when the model does not price that delay
+    /// separately from the other client-side overheads.
+    fn alpha_queueing_features(&self, _arrival: &QueueingInput, _out: &mut [f64]) -> bool {
+        false
+    }
+
     /// The model with these coefficients; lengths were checked by the caller.
     fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel>;
 

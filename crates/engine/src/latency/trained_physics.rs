@@ -120,6 +120,11 @@ impl FeatureBasis for TrainedPhysicsBasis {
         e2e.copy_from_slice(&[1.0, 1.0, 1.0]);
     }
 
+    fn alpha_queueing_features(&self, _arrival: &QueueingInput, out: &mut [f64]) -> bool {
+        out.copy_from_slice(&[1.0, 0.0, 0.0]);
+        true
+    }
+
     fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel> {
         Arc::new(TrainedPhysics { basis: self.clone(), alpha: coefficient_array(alpha), beta: coefficient_array(beta) })
     }

@@ -73,6 +73,11 @@ impl FeatureBasis for Unified5Basis {
         e2e.copy_from_slice(&[1.0, 1.0, f64::from(output_tokens)]);
     }
 
+    fn alpha_queueing_features(&self, _arrival: &QueueingInput, out: &mut [f64]) -> bool {
+        out.copy_from_slice(&[1.0, 0.0, 0.0]);
+        true
+    }
+
     fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> std::sync::Arc<dyn LatencyModel> {
         std::sync::Arc::new(Unified5 { basis: self.clone(), alpha: coefficient_array(alpha), beta: coefficient_array(beta) })
     }

@@ -1,0 +1,589 @@
+//! vLLM's OpenTelemetry request-journey and step tracing, as OTLP/JSON
+//! (what an OpenTelemetry collector's `file` exporter writes: one
+//! `ExportTraceServiceRequest` per line), read to fit a latency model by
+//! teacher forcing, and written from a simulation.
+//!
+//! The names are those of `latency-model-research.md` §1–2 (vLLM run with
+//! `--enable-journey-tracing --step-tracing-enabled
+//! --step-tracing-rich-subsample-rate 1.0`):
+//!
+//! * scope `vllm.scheduler.step`: one span per sampled step, with one
+//!   `step.BATCH_SUMMARY` event (`step.id`, `step.ts_start_ns`,
+//!   `step.ts_end_ns`, `step.duration_us`, `queue.running_depth`,
+//!   `queue.waiting_depth`, `batch.num_prefill_reqs`,
+//!   `batch.num_decode_reqs`, `batch.scheduled_tokens`,
+//!   `batch.prefill_tokens`, `batch.decode_tokens`, `batch.num_preempted`,
+//!   `kv.usage_gpu_ratio`, `kv.blocks_free_gpu`) and, in rich mode, one
+//!   `step.REQUEST_SNAPSHOT` event per scheduled request
+//!   (`request.num_prompt_tokens`, `request.num_computed_tokens`,
+//!   `request.scheduled_tokens_this_step`, ...);
+//! * scope `vllm.api`: one `llm_request` span per request with events
+//!   `ARRIVED`, `HANDOFF_TO_CORE`, `FIRST_RESPONSE`, `DEPARTED`; scope
+//!   `vllm.scheduler`: one `llm_core` span with `QUEUED`, `SCHEDULED`,
+//!   `FIRST_TOKEN`, `FINISHED`; joined by the span attribute `request.id`.
+//!   Every event carries `ts.monotonic` (ns).
+//!
+//! **Fitting.** β: every rich step after the first [`WARM_UP_STEPS`] is one
+//! equation `β · f(batch) = step.duration_us`, the batch rebuilt exactly
+//! from its snapshots (steps without snapshots are counted and left out),
+//! solved by the same relative, prior-regularized non-negative least
+//! squares as `blis fit`'s first stage. α: every request whose journey is
+//! complete gives two equations, its API-side time to first response and
+//! to departure minus the core-side time the steps account for
+//! (`FIRST_TOKEN − QUEUED`, `FINISHED − QUEUED`), and a third, `QUEUED −
+//! ARRIVED`, for models that price the arrival-to-queue delay apart.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, Write};
+use std::path::Path;
+
+use blis_engine::instance::{Observer, StepEvent};
+use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
+use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::time::Micros;
+use serde_json::{Value, json};
+
+use crate::error::ExperimentError;
+use crate::optimize::LeastSquares;
+
+/// Steps at the start of a trace left out of the fit (kernel compilation,
+/// allocator warm-up), as `latency-model-research.md` prescribes.
+pub const WARM_UP_STEPS: usize = 10;
+/// Spans per OTLP/JSON line the writer emits.
+const SPANS_PER_LINE: usize = 256;
+
+/// One attribute, OTLP/JSON-encoded (64-bit integers as strings).
+fn attr(key: &str, value: impl Into<AttrValue>) -> Value {
+    let v = match value.into() {
+        AttrValue::Int(i) => json!({ "intValue": i.to_string() }),
+        AttrValue::Double(d) => json!({ "doubleValue": d }),
+        AttrValue::Str(s) => json!({ "stringValue": s }),
+    };
+    json!({ "key": key, "value": v })
+}
+
+/// The value kinds the writer emits.
+enum AttrValue {
+    Int(i64),
+    Double(f64),
+    Str(String),
+}
+
+impl From<u64> for AttrValue {
+    fn from(v: u64) -> AttrValue {
+        AttrValue::Int(i64::try_from(v).unwrap_or(i64::MAX))
+    }
+}
+impl From<u32> for AttrValue {
+    fn from(v: u32) -> AttrValue {
+        AttrValue::Int(i64::from(v))
+    }
+}
+impl From<f64> for AttrValue {
+    fn from(v: f64) -> AttrValue {
+        AttrValue::Double(v)
+    }
+}
+impl From<&str> for AttrValue {
+    fn from(v: &str) -> AttrValue {
+        AttrValue::Str(v.to_string())
+    }
+}
+
+fn ns(t: Micros) -> u64 {
+    t.as_us().saturating_mul(1000)
+}
+
+fn event(name: &str, t: Micros, mut attributes: Vec<Value>) -> Value {
+    attributes.push(attr("ts.monotonic", ns(t)));
+    json!({ "timeUnixNano": ns(t).to_string(), "name": name, "attributes": attributes })
+}
+
+/// Writes a simulation's journey and step traces as OTLP/JSON lines.
+/// Timestamps are simulated time (ns from the Unix epoch); span and trace
+/// ids derive from the request id and step number, so the file is as
+/// deterministic as the simulation.
+pub struct OtelWriter<W: Write> {
+    out: W,
+    error: Option<std::io::Error>,
+    emission: Micros,
+    per_token: Micros,
+    model: String,
+    steps: u64,
+    step_spans: Vec<Value>,
+    api_spans: Vec<Value>,
+    core_spans: Vec<Value>,
+}
+
+impl<W: Write> OtelWriter<W> {
+    /// A writer to `out` for a server of `model` timed by `latency` (its
+    /// token emission delay and per-token overhead separate the API-side
+    /// times from the core-side ones).
+    pub fn new(out: W, model: &str, latency: &dyn LatencyModel) -> OtelWriter<W> {
+        OtelWriter {
+            out,
+            error: None,
+            emission: latency.token_emission_delay(),
+            per_token: latency.output_token_overhead(),
+            model: model.to_string(),
+            steps: 0,
+            step_spans: Vec::new(),
+            api_spans: Vec::new(),
+            core_spans: Vec::new(),
+        }
+    }
+
+    fn flush_spans(&mut self, all: bool) {
+        if self.error.is_some() || (!all && self.step_spans.len() + self.api_spans.len() < SPANS_PER_LINE) {
+            return;
+        }
+        let scopes: Vec<Value> = [("vllm.scheduler.step", &mut self.step_spans), ("vllm.api", &mut self.api_spans), ("vllm.scheduler", &mut self.core_spans)]
+            .into_iter()
+            .filter(|(_, spans)| !spans.is_empty())
+            .map(|(name, spans)| json!({ "scope": { "name": name }, "spans": std::mem::take(spans) }))
+            .collect();
+        if scopes.is_empty() {
+            return;
+        }
+        let resource = json!({ "attributes": [attr("service.name", "vllm"), attr("gen_ai.request.model", self.model.as_str())] });
+        let line = json!({ "resourceSpans": [{ "resource": resource, "scopeSpans": scopes }] });
+        self.error = serde_json::to_writer(&mut self.out, &line).map_err(std::io::Error::from).and_then(|()| writeln!(self.out)).err();
+    }
+
+    /// Writes what is pending and returns the output, or the first write error.
+    pub fn finish(mut self) -> std::io::Result<W> {
+        self.flush_spans(true);
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.out),
+        }
+    }
+}
+
+impl<W: Write> Observer for OtelWriter<W> {
+    fn observes_tokens(&self) -> bool {
+        false
+    }
+
+    fn on_step(&mut self, step: &StepEvent<'_>) {
+        let (b, end) = (&step.batch, step.start + step.duration);
+        let t = b.totals();
+        let id = self.steps;
+        self.steps += 1;
+        let mut events = vec![event(
+            "step.BATCH_SUMMARY",
+            end,
+            vec![
+                attr("step.id", id),
+                attr("step.ts_start_ns", ns(step.start)),
+                attr("step.ts_end_ns", ns(end)),
+                attr("step.duration_us", step.duration.as_us()),
+                attr("queue.running_depth", b.load.running),
+                attr("queue.waiting_depth", b.load.waiting),
+                attr("batch.num_prefill_reqs", t.num_prefill),
+                attr("batch.num_decode_reqs", t.num_decode),
+                attr("batch.scheduled_tokens", t.prefill_tokens + u64::from(t.num_decode)),
+                attr("batch.prefill_tokens", t.prefill_tokens),
+                attr("batch.decode_tokens", t.num_decode),
+                attr("batch.num_preempted", b.preempted),
+                attr("kv.usage_gpu_ratio", b.load.kv_usage),
+                attr("kv.blocks_free_gpu", b.load.kv_free_blocks),
+            ],
+        )];
+        for e in b.entries {
+            events.push(event(
+                "step.REQUEST_SNAPSHOT",
+                end,
+                vec![
+                    attr("step.id", id),
+                    attr("request.phase", if e.is_decode() { "DECODE" } else { "PREFILL" }),
+                    attr("request.num_prompt_tokens", e.prompt_tokens),
+                    attr("request.num_computed_tokens", e.computed_tokens),
+                    attr("request.scheduled_tokens_this_step", e.new_tokens),
+                ],
+            ));
+        }
+        self.step_spans.push(json!({
+            "traceId": format!("{:032x}", u128::from(id) | (1u128 << 127)),
+            "spanId": format!("{:016x}", id),
+            "name": "scheduler_step",
+            "startTimeUnixNano": ns(step.start).to_string(),
+            "endTimeUnixNano": ns(end).to_string(),
+            "attributes": [attr("step.id", id)],
+            "events": events,
+        }));
+        self.flush_spans(false);
+    }
+
+    fn on_finish(&mut self, r: &RequestRecord) {
+        let (Outcome::Completed, Some(queued), Some(scheduled), Some(first), Some(last)) = (r.outcome, r.enqueued, r.first_scheduled, r.first_token, r.last_token) else {
+            return;
+        };
+        let core_first = first - self.emission - self.per_token;
+        let core_last = last - self.emission - Micros(self.per_token.0.saturating_mul(u64::from(r.output_tokens)));
+        let id = r.id.0;
+        let trace_id = format!("{id:032x}");
+        let progress = |phase: &str| {
+            vec![
+                attr("phase", phase),
+                attr("prefill_total_tokens", r.input_tokens),
+                attr("decode_max_tokens", r.output_tokens),
+                attr("num_preemptions", r.preemptions),
+            ]
+        };
+        let span = |name: &str, span_id: u64, start: Micros, end: Micros, events: Vec<Value>| {
+            json!({
+                "traceId": trace_id,
+                "spanId": format!("{span_id:016x}"),
+                "name": name,
+                "startTimeUnixNano": ns(start).to_string(),
+                "endTimeUnixNano": ns(end).to_string(),
+                "attributes": [attr("request.id", id)],
+                "events": events,
+            })
+        };
+        self.api_spans.push(span(
+            "llm_request",
+            2 * id,
+            r.arrival,
+            r.finished,
+            vec![
+                event("ARRIVED", r.arrival, progress("WAITING")),
+                event("HANDOFF_TO_CORE", queued, progress("WAITING")),
+                event("FIRST_RESPONSE", first, progress("DECODE")),
+                event("DEPARTED", r.finished, progress("DECODE")),
+            ],
+        ));
+        self.core_spans.push(span(
+            "llm_core",
+            2 * id + 1,
+            queued,
+            core_last,
+            vec![
+                event("QUEUED", queued, progress("WAITING")),
+                event("SCHEDULED", scheduled, progress("PREFILL")),
+                event("FIRST_TOKEN", core_first, progress("DECODE")),
+                event("FINISHED", core_last, progress("DECODE")),
+            ],
+        ));
+        self.flush_spans(false);
+    }
+}
+
+/// One step of a trace: its measured duration and, when its snapshots
+/// were sampled, its batch.
+#[derive(Clone, Debug, PartialEq)]
+pub struct TracedStep {
+    /// `step.id`.
+    pub id: u64,
+    /// `step.ts_start_ns`, µs.
+    pub start_us: u64,
+    /// `step.duration_us`.
+    pub duration_us: u64,
+    /// Queue state after scheduling.
+    pub load: InstanceLoad,
+    /// `batch.num_preempted`.
+    pub preempted: u32,
+    /// The batch from `step.REQUEST_SNAPSHOT` (empty when not sampled).
+    pub entries: Vec<BatchEntry>,
+}
+
+/// One request's journey, ns timestamps of the events that were recorded.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Journey {
+    /// `prefill_total_tokens`.
+    pub prompt_tokens: u32,
+    /// `decode_max_tokens`.
+    pub output_tokens: u32,
+    /// Event name → `ts.monotonic` (else the event time), ns.
+    pub events_ns: BTreeMap<String, u64>,
+}
+
+impl Journey {
+    fn at(&self, name: &str) -> Option<f64> {
+        self.events_ns.get(name).map(|&t| t as f64 / 1e3)
+    }
+}
+
+/// Everything read from an OTLP/JSON trace file.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct OtelTrace {
+    /// Steps, by `step.id`.
+    pub steps: Vec<TracedStep>,
+    /// Journeys, by `request.id`.
+    pub journeys: BTreeMap<String, Journey>,
+    /// The model the resource names (`gen_ai.request.model`), if any.
+    pub model: Option<String>,
+}
+
+/// An attribute list as key → JSON value (`intValue` strings parsed).
+fn attributes(v: Option<&Value>) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for a in v.and_then(Value::as_array).into_iter().flatten() {
+        let (Some(k), Some(val)) = (a.get("key").and_then(Value::as_str), a.get("value")) else { continue };
+        let n = val
+            .get("intValue")
+            .and_then(|i| i.as_str().and_then(|s| s.parse::<f64>().ok()).or_else(|| i.as_f64()))
+            .or_else(|| val.get("doubleValue").and_then(Value::as_f64));
+        if let Some(n) = n {
+            out.insert(k.to_string(), n);
+        }
+    }
+    out
+}
+
+fn string_attribute(v: Option<&Value>, key: &str) -> Option<String> {
+    v?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key)).and_then(|a| {
+        let val = a.get("value")?;
+        val.get("stringValue").and_then(Value::as_str).map(str::to_string).or_else(|| val.get("intValue").map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string)))
+    })
+}
+
+fn time_ns(v: Option<&Value>) -> Option<u64> {
+    let v = v?;
+    v.as_str().and_then(|s| s.parse().ok()).or_else(|| v.as_u64())
+}
+
+impl OtelTrace {
+    /// Reads an OTLP/JSON file: one `{"resourceSpans": [...]}` document per
+    /// line (blank lines skipped). Spans of other scopes are ignored.
+    pub fn load(path: &Path) -> Result<OtelTrace, ExperimentError> {
+        let bad = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
+        let file = blis_data::textfile::open(path).map_err(|e| ExperimentError::File(blis_data::DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
+        let mut trace = OtelTrace::default();
+        let mut steps: BTreeMap<u64, TracedStep> = BTreeMap::new();
+        for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
+            let line = line.map_err(|e| bad(i + 1, e.to_string()))?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            let doc: Value = serde_json::from_str(&line).map_err(|e| bad(i + 1, format!("not OTLP/JSON: {e}")))?;
+            let resource_spans = doc.get("resourceSpans").and_then(Value::as_array).ok_or_else(|| bad(i + 1, "no `resourceSpans` array (expected an OTLP/JSON ExportTraceServiceRequest per line)".into()))?;
+            for rs in resource_spans {
+                if trace.model.is_none() {
+                    trace.model = string_attribute(rs.pointer("/resource/attributes"), "gen_ai.request.model");
+                }
+                for ss in rs.get("scopeSpans").and_then(Value::as_array).into_iter().flatten() {
+                    let scope = ss.pointer("/scope/name").and_then(Value::as_str).unwrap_or_default();
+                    for span in ss.get("spans").and_then(Value::as_array).into_iter().flatten() {
+                        match scope {
+                            "vllm.scheduler.step" => read_step(span, &mut steps).map_err(|m| bad(i + 1, m))?,
+                            "vllm.api" | "vllm.scheduler" => read_journey(span, &mut trace.journeys),
+                            _ => {}
+                        }
+                    }
+                }
+            }
+        }
+        trace.steps = steps.into_values().collect();
+        if trace.steps.is_empty() {
+            return Err(bad(1, "no step.BATCH_SUMMARY event in scope vllm.scheduler.step (was vLLM run with --step-tracing-enabled?)".into()));
+        }
+        Ok(trace)
+    }
+}
+
+fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), String> {
+    for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
+        let a = attributes(e.get("attributes"));
+        let field = |k: &str| a.get(k).copied();
+        let count = |k: &str| field(k).filter(|v| v.is_finite() && *v >= 0.0 && *v <= f64::from(u32::MAX)).map(|v| v as u32);
+        let Some(id) = field("step.id").or_else(|| attributes(span.get("attributes")).get("step.id").copied()) else {
+            return Err("a step event without `step.id`".into());
+        };
+        let id = id as u64;
+        match e.get("name").and_then(Value::as_str) {
+            Some("step.BATCH_SUMMARY") => {
+                let duration_us = field("step.duration_us")
+                    .filter(|d| d.is_finite() && *d >= 0.0)
+                    .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not a non-negative number"))?;
+                let start_ns = field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
+                let s = steps.entry(id).or_insert_with(|| TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new() });
+                s.start_us = (start_ns / 1e3) as u64;
+                s.duration_us = duration_us as u64;
+                s.preempted = count("batch.num_preempted").unwrap_or_default();
+                s.load = InstanceLoad {
+                    running: count("queue.running_depth").unwrap_or_default(),
+                    waiting: count("queue.waiting_depth").unwrap_or_default(),
+                    kv_usage: field("kv.usage_gpu_ratio").unwrap_or_default(),
+                    kv_free_blocks: count("kv.blocks_free_gpu").unwrap_or_default(),
+                    preemption_ema: 0.0,
+                };
+            }
+            Some("step.REQUEST_SNAPSHOT") => {
+                let (Some(prompt_tokens), Some(computed_tokens), Some(new_tokens)) =
+                    (count("request.num_prompt_tokens"), count("request.num_computed_tokens"), count("request.scheduled_tokens_this_step"))
+                else {
+                    return Err(format!("step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"));
+                };
+                let s = steps.entry(id).or_insert_with(|| TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new() });
+                s.entries.push(BatchEntry { computed_tokens, new_tokens, prompt_tokens });
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+fn read_journey(span: &Value, journeys: &mut BTreeMap<String, Journey>) {
+    let Some(id) = string_attribute(span.get("attributes"), "request.id") else { return };
+    let j = journeys.entry(id).or_default();
+    for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
+        let a = attributes(e.get("attributes"));
+        let Some(name) = e.get("name").and_then(Value::as_str) else { continue };
+        let t = a.get("ts.monotonic").map(|&t| t as u64).or_else(|| time_ns(e.get("timeUnixNano")));
+        if let Some(t) = t {
+            j.events_ns.insert(name.to_string(), t);
+        }
+        if let Some(&p) = a.get("prefill_total_tokens") {
+            j.prompt_tokens = p as u32;
+        }
+        if let Some(&d) = a.get("decode_max_tokens") {
+            j.output_tokens = d as u32;
+        }
+    }
+}
+
+/// What a teacher-forced fit found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StepFit {
+    /// The coefficients, α then β.
+    pub alpha: Vec<f64>,
+    /// β.
+    pub beta: Vec<f64>,
+    /// Steps fitted.
+    pub steps_used: usize,
+    /// Steps without snapshots (left out).
+    pub steps_without_batch: usize,
+    /// Requests whose journey gave α equations.
+    pub journeys_used: usize,
+    /// Mean absolute percentage error of the fitted step times.
+    pub step_mape: f64,
+}
+
+/// Fits `basis`'s α and β on `trace`; `priors` per coefficient (α then β),
+/// `prior_weight` their weight against the equations.
+pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64) -> Result<StepFit, String> {
+    let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
+    let mut f = vec![0.0; nb];
+    let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
+    let mut without = 0;
+    for s in trace.steps.iter().skip(WARM_UP_STEPS) {
+        if s.entries.is_empty() {
+            without += 1;
+            continue;
+        }
+        if s.duration_us == 0 {
+            continue;
+        }
+        basis.step_features(&StepBatch { entries: &s.entries, load: s.load, preempted: s.preempted }, &mut f);
+        let w = 1.0 / s.duration_us as f64;
+        rows.push((f.iter().map(|v| v * w).collect(), 1.0));
+    }
+    if rows.is_empty() {
+        return Err(format!(
+            "no step after the first {WARM_UP_STEPS} has step.REQUEST_SNAPSHOT events ({without} without): run vLLM with --step-tracing-rich-subsample-rate above 0"
+        ));
+    }
+    let n_rows = rows.len() as f64;
+    let mut beta_rows: Vec<(Vec<f64>, f64)> = rows.iter().map(|(a, t)| (a.iter().map(|v| v / n_rows.sqrt()).collect(), t / n_rows.sqrt())).collect();
+    for (i, (mean, scale)) in priors[na..].iter().enumerate() {
+        let w = prior_weight.sqrt() / scale;
+        let mut a = vec![0.0; nb];
+        a[i] = w;
+        beta_rows.push((a, mean * w));
+    }
+    let beta = LeastSquares::new(&beta_rows, nb).nnls();
+    let step_mape = 100.0 * rows.iter().map(|(a, _)| (a.iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).abs()).sum::<f64>() / n_rows;
+
+    // α: API-side time not spent in the core's steps.
+    let mut u_ttft = vec![0.0; na];
+    let mut u_e2e = vec![0.0; na];
+    let mut u_queue = vec![0.0; na];
+    let mut alpha_rows: Vec<(Vec<f64>, f64)> = Vec::new();
+    let mut used = 0usize;
+    for j in trace.journeys.values() {
+        let (Some(arrived), Some(queued), Some(first_token), Some(finished), Some(first_response), Some(departed)) =
+            (j.at("ARRIVED"), j.at("QUEUED"), j.at("FIRST_TOKEN"), j.at("FINISHED"), j.at("FIRST_RESPONSE"), j.at("DEPARTED"))
+        else {
+            continue;
+        };
+        let load = trace.steps.iter().rev().find(|s| (s.start_us as f64) <= arrived).map_or_else(InstanceLoad::default, |s| s.load);
+        let input = QueueingInput { prompt_tokens: j.prompt_tokens, prefix_hit_tokens: 0, load };
+        basis.alpha_features(&input, j.output_tokens, &mut u_ttft, &mut u_e2e);
+        if basis.alpha_queueing_features(&input, &mut u_queue) {
+            alpha_rows.push((u_queue.clone(), queued - arrived));
+        }
+        let ttft_rest = (first_response - arrived) - (first_token - queued);
+        let e2e_rest = (departed - arrived) - (finished - queued);
+        alpha_rows.push((u_ttft.clone(), ttft_rest));
+        alpha_rows.push((u_e2e.clone(), e2e_rest));
+        used += 1;
+    }
+    let alpha = if alpha_rows.is_empty() {
+        priors[..na].iter().map(|p| p.0).collect()
+    } else {
+        // Absolute least squares in µs: the residual times are small and may be zero.
+        let n = alpha_rows.len() as f64;
+        let mut rows: Vec<(Vec<f64>, f64)> = alpha_rows.into_iter().map(|(a, t)| (a.iter().map(|v| v / n.sqrt()).collect(), t / n.sqrt())).collect();
+        for (i, (mean, scale)) in priors[..na].iter().enumerate() {
+            let w = prior_weight.sqrt() / scale;
+            let mut a = vec![0.0; na];
+            a[i] = w;
+            rows.push((a, mean * w));
+        }
+        LeastSquares::new(&rows, na).nnls()
+    };
+    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_without_batch: without, journeys_used: used, step_mape })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One vLLM-style line: a step with its summary and two snapshots
+    /// (integers as OTLP/JSON strings, an attribute BLIS does not read), a
+    /// request's API and core spans, and a span of a scope that is ignored.
+    const LINE: &str = r#"{"resourceSpans":[{"resource":{"attributes":[{"key":"gen_ai.request.model","value":{"stringValue":"m/x"}}]},"scopeSpans":[
+        {"scope":{"name":"vllm.scheduler.step"},"spans":[{"startTimeUnixNano":"5000","events":[
+          {"name":"step.BATCH_SUMMARY","timeUnixNano":"9000","attributes":[{"key":"step.id","value":{"intValue":"7"}},{"key":"step.duration_us","value":{"intValue":"1234"}},
+            {"key":"step.ts_start_ns","value":{"intValue":"4000000"}},{"key":"queue.running_depth","value":{"intValue":"2"}},{"key":"queue.waiting_depth","value":{"intValue":"3"}},
+            {"key":"kv.usage_gpu_ratio","value":{"doubleValue":0.25}},{"key":"batch.num_preempted","value":{"intValue":"1"}},{"key":"vendor.extra","value":{"boolValue":true}}]},
+          {"name":"step.REQUEST_SNAPSHOT","attributes":[{"key":"step.id","value":{"intValue":"7"}},{"key":"request.num_prompt_tokens","value":{"intValue":"100"}},
+            {"key":"request.num_computed_tokens","value":{"intValue":"0"}},{"key":"request.scheduled_tokens_this_step","value":{"intValue":"64"}}]},
+          {"name":"step.REQUEST_SNAPSHOT","attributes":[{"key":"step.id","value":{"intValue":"7"}},{"key":"request.num_prompt_tokens","value":{"intValue":"10"}},
+            {"key":"request.num_computed_tokens","value":{"intValue":"40"}},{"key":"request.scheduled_tokens_this_step","value":{"intValue":"1"}}]}]}]},
+        {"scope":{"name":"vllm.api"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[
+          {"name":"ARRIVED","timeUnixNano":"1000","attributes":[{"key":"prefill_total_tokens","value":{"intValue":"100"}}]},
+          {"name":"DEPARTED","timeUnixNano":"99000","attributes":[{"key":"ts.monotonic","value":{"intValue":"98000"}},{"key":"decode_max_tokens","value":{"intValue":"5"}}]}]}]},
+        {"scope":{"name":"vllm.scheduler"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[{"name":"QUEUED","timeUnixNano":"3000"}]}]},
+        {"scope":{"name":"http.server"},"spans":[{"events":[{"name":"step.BATCH_SUMMARY"}]}]}]}]}"#;
+
+    #[test]
+    fn reads_vllm_step_and_journey_events() {
+        let dir = std::env::temp_dir().join(format!("blis-otel-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, format!("{}\n\n", LINE.replace('\n', ""))).unwrap();
+        let t = OtelTrace::load(&path).unwrap();
+        assert_eq!(t.model.as_deref(), Some("m/x"));
+        assert_eq!(t.steps.len(), 1);
+        let s = &t.steps[0];
+        assert_eq!((s.id, s.start_us, s.duration_us, s.preempted), (7, 4000, 1234, 1));
+        assert_eq!((s.load.running, s.load.waiting, s.load.kv_usage), (2, 3, 0.25));
+        assert_eq!(
+            s.entries,
+            [BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 }, BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }]
+        );
+        let j = &t.journeys["cmpl-1"];
+        assert_eq!((j.prompt_tokens, j.output_tokens), (100, 5));
+        assert_eq!(j.events_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("ARRIVED", 1000), ("DEPARTED", 98000), ("QUEUED", 3000)], "ts.monotonic wins over the event time");
+        // One step is within the warm-up: nothing to fit, said plainly.
+        let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
+        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
+        let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
+        let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3).unwrap_err();
+        assert!(err.contains("no step after the first 10"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
