@@ -98,6 +98,20 @@ pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis) -> Option<Vec<(f64, f64
     })
 }
 
+/// [`priors`] with `overrides` applied by coefficient name.
+pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, overrides: &[PriorOverride]) -> Result<Option<Vec<(f64, f64)>>, FitError> {
+    if overrides.is_empty() {
+        return Ok(priors(kind, basis));
+    }
+    let mut p = priors(kind, basis).ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
+    let names: Vec<&str> = basis.alpha_names().iter().chain(basis.beta_names()).copied().collect();
+    for o in overrides {
+        let i = names.iter().position(|n| *n == o.name).ok_or_else(|| FitError::Invalid(format!("--prior {}: {kind} has no coefficient of that name; it has {}", o.name, names.join(", "))))?;
+        p[i] = (o.mean, o.scale);
+    }
+    Ok(Some(p))
+}
+
 /// The prior penalty of `x`, in objective units (percentage points).
 fn prior_penalty(x: &[f64], priors: Option<&[(f64, f64)]>) -> f64 {
     priors.map_or(0.0, |p| 100.0 * PRIOR_WEIGHT * x.iter().zip(p).map(|(v, (m, s))| ((v - m) / s).powi(2)).sum::<f64>())
@@ -122,6 +136,21 @@ pub struct FitOptions {
     pub linear_rounds: usize,
     /// Stage-two objective evaluations (0 skips stage two).
     pub refine_evals: usize,
+    /// Priors that replace the built-in ones: (coefficient name, expected
+    /// value, scale of a plausible deviation). A small scale anchors the
+    /// coefficient (to a kernel-profile efficiency, say).
+    pub prior_overrides: Vec<PriorOverride>,
+}
+
+/// A prior given by the user for one named coefficient.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PriorOverride {
+    /// α or β name, as the coefficient file's model names it.
+    pub name: String,
+    /// Expected value.
+    pub mean: f64,
+    /// Scale of a plausible deviation (> 0).
+    pub scale: f64,
 }
 
 /// The result of a fit.
@@ -596,7 +625,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
-    let priors = priors(opts.kind, bases[0].as_ref());
+    let priors = with_overrides(opts.kind, bases[0].as_ref(), &opts.prior_overrides)?;
     let priors = priors.as_deref();
 
     // Stage one: simulate with the current coefficients, fit the linear

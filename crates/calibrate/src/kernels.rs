@@ -232,6 +232,193 @@ pub fn parse_compute_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Res
     Ok(samples)
 }
 
+/// The non-GEMM operations of a layer the profiles time (norms, rotary
+/// embedding, activation, residual add): with the four projections, a
+/// layer's time outside attention and communication.
+const SMALL_OPS: [&str; 5] = [
+    "time_stats.input_layernorm.median",
+    "time_stats.attn_rope.median",
+    "time_stats.post_attention_layernorm.median",
+    "time_stats.mlp_act.median",
+    "time_stats.add.median",
+];
+
+/// One profiled layer: its time outside attention and communication.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LayerSample {
+    /// Profile GPU directory name.
+    pub gpu: String,
+    /// Model directory name.
+    pub model: String,
+    /// Tokens.
+    pub tokens: u32,
+    /// Tensor-parallel degree.
+    pub tp: u32,
+    /// Projection and MLP parameters of the layer's shard on one GPU.
+    pub params: f64,
+    /// Four projections plus those of [`SMALL_OPS`] the profile has, µs.
+    pub time_us: f64,
+}
+
+/// The layers of one `mlp.csv`: its [`GemmSample`]s grouped by row, plus the
+/// row's small operations.
+pub fn parse_layer_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Result<Vec<LayerSample>, KernelProfileError> {
+    let gemms = parse_compute_csv(path, gpu, model, text)?;
+    let csv = ProfileCsv::open(path, text)?;
+    // A model without one of them (phi-2's parallel block has one norm) times what it has.
+    let small: Vec<(usize, &str)> = SMALL_OPS.iter().filter_map(|name| Some((csv.column(name).ok()?, *name))).collect();
+    let mut layers = Vec::new();
+    for (row, four) in csv.rows().zip(gemms.chunks(GemmOp::ALL.len())) {
+        let row = row?;
+        let mut time_us = four.iter().map(|g| g.time_us).sum::<f64>();
+        for &(column, name) in &small {
+            time_us += row.positive(column, name)? * 1e3;
+        }
+        let params = four.iter().map(|g| g.k * g.n).sum();
+        layers.push(LayerSample { gpu: gpu.to_string(), model: model.to_string(), tokens: four[0].tokens, tp: four[0].tp, params, time_us });
+    }
+    Ok(layers)
+}
+
+/// The terms of a trained-physics coefficient set that time a layer outside
+/// attention and communication: its compute (prefill and decode), weight
+/// reads and per-layer overhead.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct LayerTerms {
+    /// β1a: prefill FLOPs at peak.
+    pub prefill_compute: f64,
+    /// β2a: decode FLOPs at peak.
+    pub decode_compute: f64,
+    /// β3: weight bytes at HBM bandwidth.
+    pub weights: f64,
+    /// β5: µs per layer.
+    pub per_layer_us: f64,
+}
+
+/// Tokens up to which a profiled layer is timed as decode (β2a), and from
+/// which as prefill (β1a); rows between are left out.
+pub const DECODE_MAX_TOKENS: u32 = 128;
+/// See [`DECODE_MAX_TOKENS`].
+pub const PREFILL_MIN_TOKENS: u32 = 1024;
+
+impl LayerTerms {
+    /// The layer terms of trained-physics β (`[β1a, β2a, β3, β4, β5, …]`).
+    pub fn of_trained_physics(beta: &[f64]) -> Option<LayerTerms> {
+        (beta.len() == 11).then(|| LayerTerms { prefill_compute: beta[0], decode_compute: beta[1], weights: beta[2], per_layer_us: beta[4] })
+    }
+
+    /// The layer time these terms predict for `l` on a GPU of `peaks`
+    /// (2-byte weights), µs; `None` between the decode and prefill regimes.
+    pub fn time_us(&self, l: &LayerSample, peaks: Peaks) -> Option<f64> {
+        let compute = if l.tokens <= DECODE_MAX_TOKENS {
+            self.decode_compute
+        } else if l.tokens >= PREFILL_MIN_TOKENS {
+            self.prefill_compute
+        } else {
+            return None;
+        };
+        let flops = 2.0 * f64::from(l.tokens) * l.params;
+        Some(1e6 * (compute * flops / peaks.flops_per_s + self.weights * 2.0 * l.params / peaks.bytes_per_s) + self.per_layer_us)
+    }
+}
+
+impl LayerTerms {
+    /// The terms that best time `layers` (relative least squares, every term
+    /// non-negative), in the decode and prefill regimes together: what the
+    /// kernels say a layer costs, on every GPU at once.
+    pub fn fit(layers: &[&LayerSample], peaks: &BTreeMap<String, Peaks>) -> LayerTerms {
+        let rows: Vec<(Vec<f64>, f64)> = layers
+            .iter()
+            .filter_map(|l| {
+                let p = peaks.get(&l.gpu)?;
+                let (decode, prefill) = (l.tokens <= DECODE_MAX_TOKENS, l.tokens >= PREFILL_MIN_TOKENS);
+                if !(decode || prefill) {
+                    return None;
+                }
+                let compute = 1e6 * 2.0 * f64::from(l.tokens) * l.params / p.flops_per_s / l.time_us;
+                let weights = 1e6 * 2.0 * l.params / p.bytes_per_s / l.time_us;
+                let (pf, dc) = if prefill { (compute, 0.0) } else { (0.0, compute) };
+                Some((vec![pf, dc, weights, 1.0 / l.time_us], 1.0))
+            })
+            .collect();
+        let x = crate::optimize::LeastSquares::new(&rows, 4).nnls();
+        LayerTerms { prefill_compute: x[0], decode_compute: x[1], weights: x[2], per_layer_us: x[3] }
+    }
+}
+
+/// The layer terms fitted on every GPU but one, and how they time and scale to it.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct HeldOutLayers {
+    /// The GPU left out.
+    pub gpu: String,
+    /// Fitted without it.
+    pub terms: LayerTerms,
+    /// Their errors on it, per regime.
+    pub checks: Vec<LayerCheck>,
+}
+
+/// [`LayerTerms::fit`] without each GPU in turn, checked on it (scaling from `reference`).
+pub fn layers_leave_one_gpu_out(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>, reference: &str) -> Vec<HeldOutLayers> {
+    peaks
+        .keys()
+        .map(|gpu| {
+            let train: Vec<&LayerSample> = layers.iter().filter(|l| &l.gpu != gpu).collect();
+            let terms = LayerTerms::fit(&train, peaks);
+            let checks = check_layers(layers, peaks, &terms, reference).into_iter().filter(|c| &c.gpu == gpu).collect();
+            HeldOutLayers { gpu: gpu.clone(), terms, checks }
+        })
+        .collect()
+}
+
+/// How a set's layer time compares with the profiles on one GPU.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct LayerCheck {
+    /// Profile GPU name.
+    pub gpu: String,
+    /// `decode` or `prefill`.
+    pub regime: &'static str,
+    /// Predicted / measured − 1.
+    pub absolute: ErrorSummary,
+    /// How the set scales from the reference GPU: (predicted here / predicted
+    /// there) / (measured here / measured there) − 1, over the rows measured on
+    /// both; `None` on the reference itself.
+    pub scaling: Option<ErrorSummary>,
+}
+
+/// Checks `terms` on every profiled layer, per GPU and regime, scaling
+/// measured against `reference` (a profile GPU name).
+pub fn check_layers(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>, terms: &LayerTerms, reference: &str) -> Vec<LayerCheck> {
+    let key = |l: &LayerSample| (l.model.clone(), l.tp, l.tokens);
+    let on_reference: BTreeMap<_, &LayerSample> = layers.iter().filter(|l| l.gpu == reference).map(|l| (key(l), l)).collect();
+    let mut out = Vec::new();
+    for (gpu, &p) in peaks {
+        for (regime, decode) in [("decode", true), ("prefill", false)] {
+            let rows: Vec<(&LayerSample, f64)> = layers
+                .iter()
+                .filter(|l| &l.gpu == gpu && (l.tokens <= DECODE_MAX_TOKENS) == decode)
+                .filter_map(|l| Some((l, terms.time_us(l, p)?)))
+                .collect();
+            if rows.is_empty() {
+                continue;
+            }
+            let absolute = summarize(rows.iter().map(|(l, t)| t / l.time_us - 1.0).collect());
+            let scaling = (gpu != reference).then(|| {
+                let reference_peaks = peaks[reference];
+                summarize(
+                    rows.iter()
+                        .filter_map(|(l, t)| {
+                            let r = on_reference.get(&key(l))?;
+                            Some((t / terms.time_us(r, reference_peaks)?) / (l.time_us / r.time_us) - 1.0)
+                        })
+                        .collect(),
+                )
+            });
+            out.push(LayerCheck { gpu: gpu.clone(), regime, absolute, scaling: scaling.filter(|s| s.samples > 0) });
+        }
+    }
+    out
+}
+
 fn read_dir_sorted(path: &Path) -> Result<Vec<PathBuf>, KernelProfileError> {
     let io = |source| KernelProfileError::Io { path: path.to_path_buf(), source };
     let mut entries: Vec<PathBuf> = std::fs::read_dir(path).map_err(io)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>().map_err(io)?;
@@ -243,11 +430,12 @@ fn dir_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
-/// Every GEMM sample under `root/compute`, and the spec of each GPU, in
-/// path order.
-pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, BTreeMap<String, Peaks>), KernelProfileError> {
+/// Every GEMM sample under `root/compute`, every layer, and the spec of
+/// each GPU, in path order.
+pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, Vec<LayerSample>, BTreeMap<String, Peaks>), KernelProfileError> {
     let compute = root.join("compute");
     let mut samples = Vec::new();
+    let mut layers = Vec::new();
     let mut peaks = BTreeMap::new();
     for gpu_dir in read_dir_sorted(&compute)? {
         let gpu = dir_name(&gpu_dir);
@@ -257,6 +445,7 @@ pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, BTreeMap<S
             for model_dir in read_dir_sorted(&org)? {
                 let path = model_dir.join("mlp.csv");
                 let text = std::fs::read_to_string(&path).map_err(|source| KernelProfileError::Io { path: path.clone(), source })?;
+                layers.extend(parse_layer_csv(&path, &gpu, &dir_name(&model_dir), &text)?);
                 samples.extend(parse_compute_csv(&path, &gpu, &dir_name(&model_dir), &text)?);
             }
         }
@@ -264,7 +453,7 @@ pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, BTreeMap<S
     if samples.is_empty() {
         return Err(KernelProfileError::Empty(root.to_path_buf()));
     }
-    Ok((samples, peaks))
+    Ok((samples, layers, peaks))
 }
 
 /// The portable GEMM model; see the module documentation.
@@ -530,6 +719,49 @@ mod tests {
         }
         for held in leave_one_gpu_out(&samples, &peaks) {
             assert!(held.errors.median_abs < 0.01 && held.errors.p90_abs < 0.02, "{held:?}");
+        }
+    }
+
+    /// Layer times generated by known terms on two GPUs: the fit recovers
+    /// them, the check finds no bias and no scaling error, and a set whose
+    /// per-layer constant is too large scales too little (the sign the
+    /// check reports as negative).
+    #[test]
+    fn layer_terms_are_recovered_and_scaling_errors_have_the_right_sign() {
+        let truth = LayerTerms { prefill_compute: 1.4, decode_compute: 0.7, weights: 1.2, per_layer_us: 45.0 };
+        let peaks: BTreeMap<String, Peaks> = [
+            ("h100".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }),
+            ("a40".to_string(), Peaks { flops_per_s: 149.7e12, bytes_per_s: 0.696e12 }),
+        ]
+        .into();
+        let mut layers = Vec::new();
+        for gpu in peaks.keys() {
+            for tokens in [1u32, 8, 32, 128, 512, 1024, 2048, 4096] {
+                for params in [2.0e8, 8.0e8] {
+                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0 };
+                    if let Some(t) = truth.time_us(&l, peaks[gpu]) {
+                        l.time_us = t;
+                        layers.push(l);
+                    }
+                }
+            }
+        }
+        assert_eq!(layers.len(), 2 * 7 * 2, "512 tokens is between the regimes");
+        let all: Vec<&LayerSample> = layers.iter().collect();
+        let fit = LayerTerms::fit(&all, &peaks);
+        for (got, want) in [(fit.prefill_compute, 1.4), (fit.decode_compute, 0.7), (fit.weights, 1.2), (fit.per_layer_us, 45.0)] {
+            assert!((got / want - 1.0).abs() < 1e-6, "{fit:?}");
+        }
+        for c in check_layers(&layers, &peaks, &truth, "h100") {
+            assert!(c.absolute.median_abs < 1e-9, "{c:?}");
+            assert_eq!(c.scaling.is_some(), c.gpu == "a40", "{c:?}");
+            assert!(c.scaling.as_ref().is_none_or(|s| s.median_abs < 1e-9), "{c:?}");
+        }
+        let constant_heavy = LayerTerms { per_layer_us: 90.0, ..truth };
+        let decode = check_layers(&layers, &peaks, &constant_heavy, "h100").into_iter().find(|c| c.gpu == "a40" && c.regime == "decode").unwrap();
+        assert!(decode.scaling.as_ref().unwrap().median_signed < -0.01, "{decode:?}");
+        for h in layers_leave_one_gpu_out(&layers, &peaks, "h100") {
+            assert!(h.checks.iter().all(|c| c.absolute.median_abs < 1e-6), "{h:?}");
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_calibrate::fit::{FitError, FitOptions, Measured, PRIOR_WEIGHT, fit, priors};
+use blis_calibrate::fit::{FitError, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
 use blis_calibrate::otel::{OtelTrace, fit_steps};
 use blis_scenario::Scenario;
 use blis_calibrate::observed::ObservedRun;
@@ -79,6 +79,11 @@ pub struct FitArgs {
     #[arg(long, default_value_t = 150)]
     pub refine_evals: usize,
 
+    /// Replace the physical prior of one coefficient: NAME=MEAN:SCALE (repeatable), e.g. weights=1.27:0.03 anchors the
+    /// weight-read term at 1/0.786, the HBM efficiency the kernel profiles measure (blis kernels). trained-physics, unified-5.
+    #[arg(long, value_name = "NAME=MEAN:SCALE", value_parser = parse_prior)]
+    pub prior: Vec<PriorOverride>,
+
     /// Date recorded as `provenance.fitted_at` (YYYY-MM-DD). [default: today, UTC]
     #[arg(long, value_name = "DATE")]
     pub fitted_at: Option<String>,
@@ -86,6 +91,23 @@ pub struct FitArgs {
     /// Write the coefficient file here instead of stdout.
     #[arg(long, short, value_name = "FILE")]
     pub output: Option<PathBuf>,
+}
+
+/// Parses `--prior NAME=MEAN:SCALE`.
+fn parse_prior(text: &str) -> Result<PriorOverride, String> {
+    let bad = || format!("{text:?}: expected NAME=MEAN:SCALE with finite numbers and SCALE > 0, e.g. weights=1.27:0.03");
+    let (name, rest) = text.split_once('=').ok_or_else(bad)?;
+    let (mean, scale) = rest.split_once(':').ok_or_else(bad)?;
+    let (mean, scale): (f64, f64) = (mean.trim().parse().map_err(|_| bad())?, scale.trim().parse().map_err(|_| bad())?);
+    if name.trim().is_empty() || !mean.is_finite() || !(scale.is_finite() && scale > 0.0) {
+        return Err(bad());
+    }
+    Ok(PriorOverride { name: name.trim().to_string(), mean, scale })
+}
+
+/// The `--prior` flags that reproduce `priors`.
+fn prior_flags(priors: &[PriorOverride]) -> String {
+    priors.iter().map(|p| format!(" --prior {}={}:{}", p.name, p.mean, p.scale)).collect()
 }
 
 /// Today's date (UTC) as YYYY-MM-DD.
@@ -148,6 +170,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         seed: args.seed,
         linear_rounds: args.rounds,
         refine_evals: args.refine_evals,
+        prior_overrides: args.prior.clone(),
     };
     let started = Instant::now();
     let runs: Vec<&dyn Measured> = suite.cases.iter().map(|c| c as &dyn Measured).chain(traces.iter().map(|t| t as &dyn Measured)).collect();
@@ -167,6 +190,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     if let Some(m) = &args.holdout_model {
         command += &format!(" --holdout-model {m}");
     }
+    command += &prior_flags(&args.prior);
     for (flag, path) in [("--model-config", &args.definitions.model_config), ("--hardware-config", &args.definitions.hardware_config)] {
         if let Some(p) = path {
             command += &format!(" {flag} {}", p.display());
@@ -226,7 +250,9 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     };
     let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{e}"))?.deployment.server;
     let basis = kind.basis(&server.model, &server.gpu, server.tp, &server.instance).ok_or_else(|| bad_input!("--latency-model {kind}: has no coefficients to fit"))?;
-    let priors = priors(kind, basis.as_ref()).ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
+    let priors = with_overrides(kind, basis.as_ref(), &args.prior)
+        .map_err(|e| bad_input!("{e}"))?
+        .ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let started = Instant::now();
     let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
@@ -244,6 +270,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
             command += &format!(" {flag} {v}");
         }
     }
+    command += &prior_flags(&args.prior);
     let set = CoefficientSet {
         latency_model: kind.name().into(),
         alpha: found.alpha,

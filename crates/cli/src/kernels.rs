@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
-    AllReduceCheck, ErrorSummary, GemmModel, HeldOutGpu, fit_gemm, check_all_reduce, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    AllReduceCheck, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, fit_gemm,
+    layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
 };
+use blis_data::coefficients::CoefficientSet;
 use serde::Serialize;
 
 use crate::error::bad_input;
@@ -24,6 +26,11 @@ pub struct KernelsArgs {
     /// Also write the fits and errors as JSON here.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+
+    /// Check how this trained-physics coefficient set (a file, or a bundled name) times a layer on each
+    /// profiled GPU and scales from the H100 to the others; repeatable. [default: the bundled trained-physics sets]
+    #[arg(long, value_name = "FILE|NAME")]
+    pub coefficients: Vec<String>,
 }
 
 /// What `blis kernels` found.
@@ -37,6 +44,31 @@ struct KernelsReport {
     gemm_leave_one_gpu_out: Vec<HeldOutGpu>,
     /// Single-node all-reduce curves: interpolation and transfer errors.
     all_reduce: Vec<AllReduceCheck>,
+    /// Per coefficient set (and `kernel-fit`, the terms fitted on the profiles): its layer terms and how they compare with the profiles.
+    layer_checks: BTreeMap<String, (LayerTerms, Vec<LayerCheck>)>,
+    /// The layer terms fitted without each GPU, checked on it.
+    layers_leave_one_gpu_out: Vec<HeldOutLayers>,
+}
+
+/// The GPU whose measurements the bundled sets were fitted on.
+const REFERENCE_GPU: &str = "h100";
+
+/// The sets `--coefficients` names (files or bundled names), with their names.
+fn sets(names: &[String]) -> anyhow::Result<Vec<(String, LayerTerms)>> {
+    let defaults = ["trained-physics-h100".to_string(), "trained-physics-published".to_string()];
+    let names = if names.is_empty() { &defaults[..] } else { names };
+    names
+        .iter()
+        .map(|n| {
+            let set = match CoefficientSet::bundled(n) {
+                Some(set) => set,
+                None => CoefficientSet::load(std::path::Path::new(n)).map_err(|e| bad_input!("--coefficients {e} (or a bundled name: trained-physics-h100, trained-physics-published)"))?,
+            };
+            let terms = (set.latency_model == "trained-physics").then(|| LayerTerms::of_trained_physics(&set.beta)).flatten();
+            let terms = terms.ok_or_else(|| bad_input!("--coefficients {n}: a {} set; the layer check reads trained-physics β", set.latency_model))?;
+            Ok((n.clone(), terms))
+        })
+        .collect()
 }
 
 fn pct(x: f64) -> String {
@@ -53,7 +85,8 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         return Err(bad_input!("{}: not a directory (expected a kernel-profile directory holding compute/ and network/)", args.dir.display()).into());
     }
     let json = args.json.as_deref().map(|p| AtomicFile::create("json", p)).transpose()?;
-    let (samples, peaks) = read_compute_profiles(&args.dir).map_err(|e| bad_input!("{e}"))?;
+    let sets = sets(&args.coefficients)?;
+    let (samples, layers, peaks) = read_compute_profiles(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let curves = read_all_reduce(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let all: Vec<_> = samples.iter().collect();
     let gemm = fit_gemm(&all, &peaks);
@@ -94,8 +127,37 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {} ({}), bias {}", abs_pct(e.median_abs), abs_pct(e.p90_abs), pct(e.median_signed)));
         println!("  {:<8} {:>7} {:>22} {:>34}", c.gpu, c.workers, format!("{} ({})", abs_pct(c.interpolation.median_abs), abs_pct(c.interpolation.p90_abs)), other);
     }
+    let mut layer_checks = BTreeMap::new();
+    let all_layers: Vec<&LayerSample> = layers.iter().collect();
+    let fitted = LayerTerms::fit(&all_layers, &peaks);
+    let layers_held_out = if peaks.contains_key(REFERENCE_GPU) { layers_leave_one_gpu_out(&layers, &peaks, REFERENCE_GPU) } else { Vec::new() };
+    if peaks.contains_key(REFERENCE_GPU) {
+        println!(
+            "Trained-physics layer terms fitted on the profiles (all GPUs): β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs",
+            fitted.prefill_compute, fitted.decode_compute, fitted.weights, fitted.per_layer_us
+        );
+        for h in &layers_held_out {
+            let t = &h.terms;
+            let errors: Vec<String> = h.checks.iter().map(|c| format!("{} {} ({})", c.regime, abs_pct(c.absolute.median_abs), pct(c.absolute.median_signed))).collect();
+            println!(
+                "  without {:<5} β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs; on it: {}",
+                h.gpu, t.prefill_compute, t.decode_compute, t.weights, t.per_layer_us, errors.join(", ")
+            );
+        }
+        println!("A layer outside attention and communication (4 projections + norms, rotary, activation, add; {} measurements):", layers.len());
+        println!("  {:<28} {:<6} {:<8} {:>16} {:>30}", "coefficients", "GPU", "regime", "bias (|error|)", "scaling from h100 (|error|, p90)");
+        for (name, terms) in std::iter::once(("kernel-fit".to_string(), fitted)).chain(sets) {
+            let checks = check_layers(&layers, &peaks, &terms, REFERENCE_GPU);
+            for c in &checks {
+                let scaling = c.scaling.as_ref().map_or("—".to_string(), |e| format!("{} ({}, {})", pct(e.median_signed), abs_pct(e.median_abs), abs_pct(e.p90_abs)));
+                println!("  {:<28} {:<6} {:<8} {:>16} {:>30}", name, c.gpu, c.regime, format!("{} ({})", pct(c.absolute.median_signed), abs_pct(c.absolute.median_abs)), scaling);
+            }
+            layer_checks.insert(name, (terms, checks));
+        }
+        println!("  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)");
+    }
     if let Some(mut file) = json {
-        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce }, Some(&mut file))?;
+        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out }, Some(&mut file))?;
         file.commit()?;
     }
     Ok(())

@@ -167,3 +167,32 @@ fn malformed_otel_traces_are_one_line_errors() {
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("missing.jsonl"), "{}", stderr(&missing));
 }
+
+/// `--prior NAME=MEAN:SCALE` replaces one coefficient's prior: a tight one
+/// anchors it, and the command records it; names and numbers are checked.
+#[test]
+fn a_prior_anchors_its_coefficient_and_bad_priors_are_refused() {
+    let tmp = TempDir::new("fit-prior");
+    write_experiment(&tmp.0, "exp-a", true);
+    let out_path = tmp.0.join("anchored.yaml");
+    let dir = tmp.0.to_str().unwrap();
+    let base = ["fit", dir, "--latency-model", "unified-5", "--rounds", "2", "--refine-evals", "0", "--fitted-at", "2026-01-01"];
+    let out = blis(&[&base[..], &["--prior", "per_layer_us=30:0.001", "-o", out_path.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let set = CoefficientSet::load(&out_path).unwrap();
+    assert!((set.beta[3] - 30.0).abs() < 0.5, "per_layer_us anchored at 30: {:?}", set.beta);
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with("--prior per_layer_us=30:0.001")), "{:?}", set.provenance.command);
+    for (prior, message) in [
+        ("per_layer=30:1", "--prior per_layer: unified-5 has no coefficient of that name; it has queueing_us"),
+        ("per_layer_us=30:0", "expected NAME=MEAN:SCALE"),
+        ("per_layer_us=NaN:1", "expected NAME=MEAN:SCALE"),
+        ("per_layer_us", "expected NAME=MEAN:SCALE"),
+    ] {
+        let out = blis(&[&base[..], &["--prior", prior]].concat());
+        assert_eq!(out.status.code(), Some(2), "{prior}: {}", stderr(&out));
+        assert!(stderr(&out).contains(message), "{prior}: {}", stderr(&out));
+    }
+    let blackbox = blis(&["fit", dir, "--latency-model", "blackbox", "--prior", "per_step_us=1:1"]);
+    assert_eq!(blackbox.status.code(), Some(2), "{}", stderr(&blackbox));
+    assert!(stderr(&blackbox).contains("blackbox is fitted without priors"), "{}", stderr(&blackbox));
+}

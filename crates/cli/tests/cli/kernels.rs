@@ -45,6 +45,18 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     assert_eq!(ar.len(), 1);
     assert_eq!(ar[0]["workers"], 2);
     assert!(ar[0]["interpolation"]["median_abs"].as_f64().unwrap() < 0.05, "{}", ar[0]);
+    // The layer check: the terms fitted on the profiles and the bundled trained-physics sets, per GPU and regime.
+    assert!(text.contains("Trained-physics layer terms fitted on the profiles (all GPUs)"), "{text}");
+    let sets: Vec<&String> = report["layer_checks"].as_object().unwrap().keys().collect();
+    assert_eq!(sets, ["kernel-fit", "trained-physics-h100", "trained-physics-published"]);
+    let checks = report["layer_checks"]["trained-physics-h100"][1].as_array().unwrap();
+    let rows: Vec<(&str, &str, bool)> = checks.iter().map(|c| (c["gpu"].as_str().unwrap(), c["regime"].as_str().unwrap(), c["scaling"].is_object())).collect();
+    assert_eq!(rows, [("a40", "decode", true), ("a40", "prefill", true), ("h100", "decode", false), ("h100", "prefill", false)]);
+    assert_eq!(report["layers_leave_one_gpu_out"].as_array().unwrap().len(), 2);
+    // A set of another model has no layer terms to check.
+    let out = blis(&["kernels", dir.to_str().unwrap(), "--coefficients", "unified-5-h100"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("--coefficients unified-5-h100: a unified-5 set"), "{}", stderr(&out));
 }
 
 #[test]
