@@ -5,14 +5,15 @@
 #
 #   cargo build --release && sh validation/regenerate.sh
 #
-# Takes about 6 minutes on an otherwise idle 2-core machine (three fits of 1-3 minutes each).
+# Takes about 5 minutes on an otherwise idle 2-core machine (three fits of 1-2 minutes each, each
+# with the 150 stage-two evaluations the bundled sets were fitted with; blis fit's default is 80).
 set -eu
 BLIS=${BLIS:-target/release/blis}
 DATE=${FITTED_AT:-2026-11-21}
-"$BLIS" fit validation/vllm-h100 --latency-model trained-physics --fitted-at "$DATE" -o data/coefficients/trained-physics-h100.yaml
-"$BLIS" fit validation/vllm-h100 --latency-model unified-5 --fitted-at "$DATE" -o data/coefficients/unified-5-h100.yaml
+"$BLIS" fit validation/vllm-h100 --latency-model trained-physics --refine-evals 150 --fitted-at "$DATE" -o data/coefficients/trained-physics-h100.yaml
+"$BLIS" fit validation/vllm-h100 --latency-model unified-5 --refine-evals 150 --fitted-at "$DATE" -o data/coefficients/unified-5-h100.yaml
 # physics-normalized has no published set; its first round simulates with the fitted trained-physics set.
-"$BLIS" fit validation/vllm-h100 --latency-model physics-normalized --start data/coefficients/trained-physics-h100.yaml \
+"$BLIS" fit validation/vllm-h100 --latency-model physics-normalized --refine-evals 150 --start data/coefficients/trained-physics-h100.yaml \
   --fitted-at "$DATE" -o data/coefficients/physics-normalized-h100.yaml
 # The bundled sets are compiled in: rebuild before validating with them.
 cargo build --release

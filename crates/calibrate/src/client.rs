@@ -239,10 +239,11 @@ impl Observer for ClientObserver {
         }
     }
 
+    fn observes_tokens(&self) -> bool {
+        self.token_gaps
+    }
+
     fn on_token(&mut self, t: &TokenEvent) {
-        if !self.token_gaps {
-            return;
-        }
         if let Some(gap) = t.gap {
             self.pending_gaps.entry(t.id).or_default().push(gap.as_us());
         }

@@ -200,6 +200,10 @@ impl ObservedRun {
 struct Completed(BTreeMap<u64, (f64, f64)>);
 
 impl Observer for Completed {
+    fn observes_tokens(&self) -> bool {
+        false
+    }
+
     fn on_finish(&mut self, r: &RequestRecord) {
         if let (Outcome::Completed, Some(ttft), Some(e2e)) = (r.outcome, r.ttft(), r.e2e()) {
             self.0.insert(r.id.0, (ttft.as_us() as f64, e2e.as_us() as f64));

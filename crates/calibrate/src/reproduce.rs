@@ -241,4 +241,8 @@ pub struct NoObserver;
 
 impl Observer for NoObserver {
     fn on_finish(&mut self, _record: &RequestRecord) {}
+
+    fn observes_tokens(&self) -> bool {
+        false
+    }
 }

@@ -8,7 +8,7 @@ use std::io::Write as _;
 use std::path::Path;
 
 use anyhow::Context;
-use blis_calibrate::fit::{FitOptions, Measured, fit};
+use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitOptions, Measured, fit};
 use blis_calibrate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
 use blis_calibrate::observed::{HeaderKnobs, ObservedRun};
 use blis_engine::latency::ModelKind;
@@ -141,7 +141,7 @@ fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, 
     // The replay's own seed (a default is not among the given knobs), so before and after differ only in coefficients.
     let seed = sim.config.get("seed").and_then(|v| v.get("value")).and_then(Value::as_u64).unwrap_or_default();
     let run = ObservedRun::load(csv, args.warm_up, &given).map_err(|e| bad_input!("{e}"))?;
-    let opts = FitOptions { kind, start: chosen.set, holdout_model: None, seed, linear_rounds: 6, refine_evals: 150, prior_overrides: Vec::new() };
+    let opts = FitOptions { kind, start: chosen.set, holdout_model: None, seed, linear_rounds: DEFAULT_ROUNDS, refine_evals: DEFAULT_REFINE_EVALS, prior_overrides: Vec::new() };
     let outcome = fit(&[&run as &dyn Measured], &opts, &mut |line| eprintln!("refit: {line}")).map_err(|e| bad_input!("--refit: {e}"))?;
     let mut set = outcome.set;
     set.provenance.command = Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));

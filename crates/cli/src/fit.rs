@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_calibrate::fit::{FitError, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
+use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
 use blis_calibrate::otel::{OtelTrace, fit_steps};
 use blis_scenario::Scenario;
 use blis_calibrate::observed::ObservedRun;
@@ -72,11 +72,11 @@ pub struct FitArgs {
     pub seed: u64,
 
     /// Stage-one rounds (simulate, then linear fit).
-    #[arg(long, default_value_t = 6)]
+    #[arg(long, default_value_t = DEFAULT_ROUNDS)]
     pub rounds: usize,
 
-    /// Stage-two (Nelder–Mead) objective evaluations; 0 skips stage two.
-    #[arg(long, default_value_t = 150)]
+    /// Stage-two (Nelder–Mead) objective evaluations; 0 skips stage two (the bundled sets used 150).
+    #[arg(long, default_value_t = DEFAULT_REFINE_EVALS)]
     pub refine_evals: usize,
 
     /// Replace the physical prior of one coefficient: NAME=MEAN:SCALE (repeatable), e.g. weights=1.27:0.03 anchors the

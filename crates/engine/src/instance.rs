@@ -107,6 +107,7 @@ pub trait Observer {
     /// An output token reached the API.
     fn on_token(&mut self, _token: &TokenEvent) {}
     /// Whether [`Observer::on_token`] does anything (default `true`). An
+    /// instance makes no token calls to an observer answering `false`, and an
     /// observer that forwards events to others may skip the token calls of
     /// those answering `false` — one call per token is most of what an
     /// observer costs. The answer must not change while the observer is in use.
@@ -906,6 +907,7 @@ impl Instance {
         let emission = self.latency.token_emission_delay();
         self.stats.overheads_clamped += u64::from(per_token.max(emission) >= crate::latency::MAX_STEP);
         let emitted = now + emission;
+        let tokens_observed = obs.observes_tokens();
         let mut any_finished = false;
         for i in 0..self.scheduled.len() {
             let (slot, _) = self.scheduled[i];
@@ -925,7 +927,9 @@ impl Instance {
                 live.first_token = Some(time);
             }
             live.last_token = Some(time);
-            obs.on_token(&TokenEvent { id: live.req.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
+            if tokens_observed {
+                obs.on_token(&TokenEvent { id: live.req.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
+            }
             if live.num_output >= live.req.max_output_tokens {
                 any_finished = true;
             }
