@@ -657,7 +657,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
             .collect::<Result<Vec<_>, ExperimentError>>()?;
         if let Some((run, _)) = train.iter().zip(&results).find(|(_, rows)| rows.is_empty()) {
             return Err(FitError::Invalid(format!(
-                "{}: the simulated server ran no step for it (every request refused: are its prompts longer than max_model_len?), so it gives the fit nothing to learn from",
+                "{}: gives the fit nothing to learn from: either the simulated server ran no step for it (every request refused: are its prompts longer than max_model_len?), or every simulated request is more than {COMPOSITION_MISMATCH}× off the measured one (start from coefficients closer to this run's with --start)",
                 run.origin().display()
             )));
         }
