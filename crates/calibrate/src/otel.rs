@@ -25,9 +25,11 @@
 //!
 //! **Fitting.** β: every rich step after the first [`WARM_UP_STEPS`] is one
 //! equation `β · f(batch) = step.duration_us`, the batch rebuilt exactly
-//! from its snapshots (steps without snapshots are counted and left out),
+//! from its snapshots,
 //! solved by the same relative, prior-regularized non-negative least
-//! squares as `blis fit`'s first stage. α: every request whose journey is
+//! squares as `blis fit`'s first stage. A step outside the rich subsample is
+//! rebuilt from its counts by the research notes' fallback
+//! ([`TracedStep::approximate_batch`]) and weighs half. α: every request whose journey is
 //! complete gives two equations, its API-side time to first response and
 //! to departure minus the core-side time the steps account for
 //! (`FIRST_TOKEN − QUEUED`, `FINISHED − QUEUED`), and a third, `QUEUED −
@@ -286,6 +288,51 @@ pub struct TracedStep {
     pub preempted: u32,
     /// The batch from `step.REQUEST_SNAPSHOT` (empty when not sampled).
     pub entries: Vec<BatchEntry>,
+    /// The batch as `step.BATCH_SUMMARY` counts it.
+    pub summary: BatchCounts,
+}
+
+/// A step's batch as its summary counts it (what a step outside the rich
+/// subsample still says about itself).
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct BatchCounts {
+    /// `batch.num_prefill_reqs`.
+    pub prefill_reqs: u32,
+    /// `batch.prefill_tokens`.
+    pub prefill_tokens: u32,
+    /// `batch.num_decode_reqs`.
+    pub decode_reqs: u32,
+}
+
+impl TracedStep {
+    /// The batch of a step without snapshots, rebuilt from its counts by
+    /// `latency-model-research.md`'s fallback: the prefill tokens split
+    /// evenly over the prefill requests (cv² = 0), and the decode requests
+    /// sharing the KV cache's used tokens, `kv.usage_gpu_ratio × blocks ×
+    /// block size`, in proportion `decode / running`. `None` when the counts
+    /// are missing or inconsistent.
+    pub fn approximate_batch(&self, block_size: u32) -> Option<Vec<BatchEntry>> {
+        let c = self.summary;
+        if c.prefill_reqs + c.decode_reqs == 0 || (c.prefill_reqs == 0) != (c.prefill_tokens == 0) {
+            return None;
+        }
+        let usage = self.load.kv_usage;
+        if !(0.0..1.0).contains(&usage) {
+            return None;
+        }
+        let total_blocks = f64::from(self.load.kv_free_blocks) / (1.0 - usage);
+        let used_tokens = usage * total_blocks * f64::from(block_size);
+        let decode_context = used_tokens * f64::from(c.decode_reqs) / f64::from(self.load.running.max(1)) / f64::from(c.decode_reqs.max(1));
+        let context = decode_context.round().min(f64::from(u32::MAX - 1)) as u32;
+        let mut entries = Vec::with_capacity((c.prefill_reqs + c.decode_reqs) as usize);
+        for i in 0..c.prefill_reqs {
+            // Whole tokens: the first requests take the remainder.
+            let t = c.prefill_tokens / c.prefill_reqs + u32::from(i < c.prefill_tokens % c.prefill_reqs);
+            entries.push(BatchEntry { computed_tokens: 0, new_tokens: t, prompt_tokens: t.max(1) });
+        }
+        entries.extend((0..c.decode_reqs).map(|_| BatchEntry { computed_tokens: context.max(1), new_tokens: 1, prompt_tokens: 1 }));
+        Some(entries)
+    }
 }
 
 /// One request's journey, ns timestamps of the events that were recorded.
@@ -383,6 +430,12 @@ impl OtelTrace {
     }
 }
 
+impl TracedStep {
+    fn new(id: u64) -> TracedStep {
+        TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new(), summary: BatchCounts::default() }
+    }
+}
+
 fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), String> {
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
         let a = attributes(e.get("attributes"));
@@ -398,8 +451,13 @@ fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), 
                     .filter(|d| d.is_finite() && *d >= 0.0)
                     .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not a non-negative number"))?;
                 let start_ns = field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
-                let s = steps.entry(id).or_insert_with(|| TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new() });
+                let s = steps.entry(id).or_insert_with(|| TracedStep::new(id));
                 s.start_us = (start_ns / 1e3) as u64;
+                s.summary = BatchCounts {
+                    prefill_reqs: count("batch.num_prefill_reqs").unwrap_or_default(),
+                    prefill_tokens: count("batch.prefill_tokens").unwrap_or_default(),
+                    decode_reqs: count("batch.num_decode_reqs").unwrap_or_default(),
+                };
                 s.duration_us = duration_us as u64;
                 s.preempted = count("batch.num_preempted").unwrap_or_default();
                 s.load = InstanceLoad {
@@ -416,7 +474,7 @@ fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), 
                 else {
                     return Err(format!("step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"));
                 };
-                let s = steps.entry(id).or_insert_with(|| TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new() });
+                let s = steps.entry(id).or_insert_with(|| TracedStep::new(id));
                 s.entries.push(BatchEntry { computed_tokens, new_tokens, prompt_tokens });
             }
             _ => {}
@@ -453,7 +511,9 @@ pub struct StepFit {
     pub beta: Vec<f64>,
     /// Steps fitted.
     pub steps_used: usize,
-    /// Steps without snapshots (left out).
+    /// Steps without snapshots, fitted from their counts (half weight).
+    pub steps_approximated: usize,
+    /// Steps without snapshots whose counts could not rebuild a batch (left out).
     pub steps_without_batch: usize,
     /// Requests whose journey gave α equations.
     pub journeys_used: usize,
@@ -461,32 +521,51 @@ pub struct StepFit {
     pub step_mape: f64,
 }
 
+/// Weight of a step rebuilt from its counts, against one with snapshots.
+pub const APPROXIMATED_WEIGHT: f64 = 0.5;
+
 /// Fits `basis`'s α and β on `trace`; `priors` per coefficient (α then β),
-/// `prior_weight` their weight against the equations.
-pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64) -> Result<StepFit, String> {
+/// `prior_weight` their weight against the equations; `block_size` rebuilds
+/// the batches of steps without snapshots ([`TracedStep::approximate_batch`]).
+pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64, block_size: u32) -> Result<StepFit, String> {
     let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
     let mut f = vec![0.0; nb];
+    // (features / duration, weight), the scaled target being 1.
     let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
-    let mut without = 0;
+    let (mut approximated, mut without) = (0, 0);
+    let mut rebuilt;
     for s in trace.steps.iter().skip(WARM_UP_STEPS) {
-        if s.entries.is_empty() {
-            without += 1;
-            continue;
-        }
         if s.duration_us == 0 {
             continue;
         }
-        basis.step_features(&StepBatch { entries: &s.entries, load: s.load, preempted: s.preempted }, &mut f);
+        let (entries, weight) = if !s.entries.is_empty() {
+            (&s.entries, 1.0)
+        } else if let Some(e) = s.approximate_batch(block_size) {
+            approximated += 1;
+            rebuilt = e;
+            (&rebuilt, APPROXIMATED_WEIGHT)
+        } else {
+            without += 1;
+            continue;
+        };
+        basis.step_features(&StepBatch { entries, load: s.load, preempted: s.preempted }, &mut f);
         let w = 1.0 / s.duration_us as f64;
-        rows.push((f.iter().map(|v| v * w).collect(), 1.0));
+        rows.push((f.iter().map(|v| v * w).collect(), weight));
     }
     if rows.is_empty() {
         return Err(format!(
-            "no step after the first {WARM_UP_STEPS} has step.REQUEST_SNAPSHOT events ({without} without): run vLLM with --step-tracing-rich-subsample-rate above 0"
+            "no step after the first {WARM_UP_STEPS} has step.REQUEST_SNAPSHOT events or batch counts to rebuild one from ({without} without): \
+             run vLLM with --step-tracing-enabled"
         ));
     }
-    let n_rows = rows.len() as f64;
-    let mut beta_rows: Vec<(Vec<f64>, f64)> = rows.iter().map(|(a, t)| (a.iter().map(|v| v / n_rows.sqrt()).collect(), t / n_rows.sqrt())).collect();
+    let total_weight: f64 = rows.iter().map(|r| r.1).sum();
+    let mut beta_rows: Vec<(Vec<f64>, f64)> = rows
+        .iter()
+        .map(|(a, w)| {
+            let scale = (w / total_weight).sqrt();
+            (a.iter().map(|v| v * scale).collect(), scale)
+        })
+        .collect();
     for (i, (mean, scale)) in priors[na..].iter().enumerate() {
         let w = prior_weight.sqrt() / scale;
         let mut a = vec![0.0; nb];
@@ -494,7 +573,7 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         beta_rows.push((a, mean * w));
     }
     let beta = LeastSquares::new(&beta_rows, nb).nnls();
-    let step_mape = 100.0 * rows.iter().map(|(a, _)| (a.iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).abs()).sum::<f64>() / n_rows;
+    let step_mape = 100.0 * rows.iter().map(|(a, _)| (a.iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).abs()).sum::<f64>() / rows.len() as f64;
 
     // α: API-side time not spent in the core's steps.
     let mut u_ttft = vec![0.0; na];
@@ -534,7 +613,7 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         }
         LeastSquares::new(&rows, na).nnls()
     };
-    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_without_batch: without, journeys_used: used, step_mape })
+    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, journeys_used: used, step_mape })
 }
 
 #[cfg(test)]
@@ -559,6 +638,28 @@ mod tests {
         {"scope":{"name":"vllm.scheduler"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[{"name":"QUEUED","timeUnixNano":"3000"}]}]},
         {"scope":{"name":"http.server"},"spans":[{"events":[{"name":"step.BATCH_SUMMARY"}]}]}]}]}"#;
 
+    /// Two prefill requests share 101 tokens (51 + 50); three decode
+    /// requests of five running share the KV cache's used tokens: half of
+    /// 2000 blocks (1000 free at usage 0.5) of 16 tokens, over 5 requests.
+    #[test]
+    fn a_step_without_snapshots_is_rebuilt_from_its_counts() {
+        let mut s = TracedStep::new(3);
+        s.summary = BatchCounts { prefill_reqs: 2, prefill_tokens: 101, decode_reqs: 3 };
+        s.load = InstanceLoad { running: 5, waiting: 0, kv_usage: 0.5, kv_free_blocks: 1000, preemption_ema: 0.0 };
+        let decode = BatchEntry { computed_tokens: 3200, new_tokens: 1, prompt_tokens: 1 };
+        assert_eq!(
+            s.approximate_batch(16).unwrap(),
+            [BatchEntry { computed_tokens: 0, new_tokens: 51, prompt_tokens: 51 }, BatchEntry { computed_tokens: 0, new_tokens: 50, prompt_tokens: 50 }, decode, decode, decode]
+        );
+        for broken in [BatchCounts { prefill_reqs: 0, prefill_tokens: 5, decode_reqs: 1 }, BatchCounts::default()] {
+            s.summary = broken;
+            assert_eq!(s.approximate_batch(16), None, "{broken:?}");
+        }
+        s.summary = BatchCounts { prefill_reqs: 0, prefill_tokens: 0, decode_reqs: 1 };
+        s.load.kv_usage = 1.0;
+        assert_eq!(s.approximate_batch(16), None, "a full cache says nothing of its size");
+    }
+
     #[test]
     fn reads_vllm_step_and_journey_events() {
         let dir = std::env::temp_dir().join(format!("blis-otel-{}", std::process::id()));
@@ -582,7 +683,7 @@ mod tests {
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
         let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
-        let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3).unwrap_err();
+        let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, 16).unwrap_err();
         assert!(err.contains("no step after the first 10"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -255,11 +255,12 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         .ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let started = Instant::now();
-    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
+    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, server.instance.block_size).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
     eprintln!(
-        "[{:7.1} s] fitted β on {} steps ({} without a batch snapshot left out), α on {} journeys; step-time MAPE {:.2} %",
+        "[{:7.1} s] fitted β on {} steps ({} rebuilt from their counts, {} left out), α on {} journeys; step-time MAPE {:.2} %",
         started.elapsed().as_secs_f64(),
         found.steps_used,
+        found.steps_approximated,
         found.steps_without_batch,
         found.journeys_used,
         found.step_mape
