@@ -31,6 +31,7 @@
 //! ([`SATURATION_WEIGHT`]): how far the simulated failure fraction of the
 //! overloaded training runs is from the measured one.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -208,7 +209,7 @@ pub trait Measured: Sync {
     fn active(&self) -> bool;
     /// Simulates the run with `set` (seeded with `seed`), `observer` seeing
     /// every event, and pairs what was measured with what was simulated.
-    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed, ExperimentError>;
+    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed<'_>, ExperimentError>;
     /// The APE of each headline metric, per stage, of a simulation with `set`.
     fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError>;
 
@@ -221,13 +222,13 @@ pub trait Measured: Sync {
 
 /// What a run measured next to its simulation.
 #[derive(Clone, Debug, Default)]
-pub struct Replayed {
+pub struct Replayed<'a> {
     /// Per stage, in stage order.
     pub stages: Vec<StageScore>,
     /// The measured latencies of each simulated request id, when the run
     /// measured every request like for like (the simulated request
     /// generated the same number of tokens); `None` fits the stage means.
-    pub requests: Option<BTreeMap<u64, RealLatency>>,
+    pub requests: Option<Cow<'a, BTreeMap<u64, RealLatency>>>,
 }
 
 /// One stage's measured and simulated means and failure fractions.
@@ -275,7 +276,7 @@ impl Measured for Case {
         self.experiment.status() == Status::Active
     }
 
-    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed, ExperimentError> {
+    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed<'_>, ExperimentError> {
         let sim = simulate(&self.experiment, &self.setup, Measured::latency(self, set)?, seed, false, observer)?;
         let output_len = sim.mean_output_tokens;
         let stages = self
@@ -305,7 +306,7 @@ impl Measured for Case {
                 })
                 .collect()
         });
-        Ok(Replayed { stages, requests })
+        Ok(Replayed { stages, requests: requests.map(Cow::Owned) })
     }
 
     fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError> {
@@ -507,7 +508,7 @@ type StageApes = (Vec<f64>, Vec<f64>);
 
 /// APE of the E2E and TTFT means of every stage of a simulated run (1000 %
 /// for a stage with measurements but no simulated success).
-fn stage_apes(replayed: &Replayed) -> StageApes {
+fn stage_apes(replayed: &Replayed<'_>) -> StageApes {
     let (mut e2e, mut ttft) = (Vec::new(), Vec::new());
     for s in &replayed.stages {
         for (predicted, actual, out) in [(s.sim_e2e_ms, s.real_e2e_ms, &mut e2e), (s.sim_ttft_ms, s.real_ttft_ms, &mut ttft)] {

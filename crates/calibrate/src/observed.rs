@@ -9,6 +9,7 @@
 //! TTFT and E2E are what the fit's objective scores, and its requests form
 //! one block of the linear stage.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -96,8 +97,10 @@ pub struct ObservedRun {
     csv: PathBuf,
     /// Knobs given on the command line (the trace included).
     given: KnobValues,
-    /// The header's knobs and how errors name them.
-    header: (KnobValues, String),
+    /// The header's knobs.
+    header: HeaderKnobs,
+    /// How errors name the header.
+    header_origin: String,
     server: Server,
     /// Measured latencies of the fitted requests, by request id.
     requests: BTreeMap<u64, RealLatency>,
@@ -115,7 +118,11 @@ impl ObservedRun {
     /// BLIS's defaults, as `blis replay` does. `warm_up` overrides the
     /// header's count of leading requests left out.
     pub fn load(csv: &Path, warm_up: Option<u64>, given: &KnobValues) -> Result<ObservedRun, ExperimentError> {
-        let real = RealTrace::load(csv, warm_up)?;
+        ObservedRun::of(csv, &RealTrace::load(csv, warm_up)?, given)
+    }
+
+    /// Like [`ObservedRun::load`], from the trace at `csv` already read as `real`.
+    pub fn of(csv: &Path, real: &RealTrace, given: &KnobValues) -> Result<ObservedRun, ExperimentError> {
         let c = &real.counts;
         let failed = c.error + c.timeout;
         if failed as f64 > MAX_FAILURE_FRACTION * c.total as f64 {
@@ -128,11 +135,10 @@ impl ObservedRun {
                 ),
             ));
         }
-        let header = HeaderKnobs::of(&TraceHeader::load(&header_path(csv)).map_err(|e| ExperimentError::Workload(e.to_string()))?)
-            .map_err(|e| unreproducible(csv, e))?;
+        let header = HeaderKnobs::of(&real.header).map_err(|e| unreproducible(csv, e))?;
         let given = KnobValues { trace: Some(csv.to_path_buf()), ..given.clone() };
-        let header = (header.values, format!("trace header {}", header_path(csv).display()));
-        let scenario = Scenario::from_values(&given, vec![header.clone()]);
+        let header_origin = format!("trace header {}", header_path(csv).display());
+        let scenario = Scenario::from_values(&given, vec![(header.values.clone(), header_origin.clone())]);
         let server = scenario.resolve().map_err(|e| unreproducible(csv, e))?.deployment.server;
         let timed: Vec<_> = real.requests.iter().filter_map(|r| r.ttft_us.map(|t| (r.request_id, t, r.e2e_us))).collect();
         if timed.is_empty() {
@@ -145,7 +151,12 @@ impl ObservedRun {
             .flat_map(|(stage, w)| w.iter().map(move |&(id, ttft_us, e2e_us)| (id, RealLatency { stage: stage as u32, ttft_us, e2e_us })))
             .collect();
         let name = csv.file_stem().map_or_else(|| csv.display().to_string(), |s| s.to_string_lossy().into_owned());
-        Ok(ObservedRun { name, csv: csv.to_path_buf(), given, header, server, requests, windows })
+        Ok(ObservedRun { name, csv: csv.to_path_buf(), given, header, header_origin, server, requests, windows })
+    }
+
+    /// The knobs its header records, as the replay applies them.
+    pub fn header(&self) -> &HeaderKnobs {
+        &self.header
     }
 
     /// The trace's replay with `set`, seeded with `seed`: what `blis replay`
@@ -160,7 +171,7 @@ impl ObservedRun {
             seed: Some(seed),
             ..self.given.clone()
         };
-        Scenario::from_values(&given, vec![self.header.clone()])
+        Scenario::from_values(&given, vec![(self.header.values.clone(), self.header_origin.clone())])
     }
 
     /// Simulates the trace with `set`; the client-side latencies (µs) of
@@ -211,10 +222,10 @@ impl Observer for Completed {
     }
 }
 
-/// The value at quantile `q` of `v` (sorted in place), nearest rank.
-fn quantile(v: &mut [f64], q: f64) -> f64 {
+/// The `p`-th percentile of `v` (sorted in place), as every BLIS report computes it.
+fn percentile(v: &mut [f64], p: f64) -> f64 {
     v.sort_by(f64::total_cmp);
-    v[((q * v.len() as f64).ceil() as usize).clamp(1, v.len()) - 1]
+    blis_engine::metrics::percentile_sorted(v, p)
 }
 
 impl Measured for ObservedRun {
@@ -234,13 +245,13 @@ impl Measured for ObservedRun {
         true
     }
 
-    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed, ExperimentError> {
+    fn replay(&self, set: &CoefficientSet, seed: u64, observer: &mut dyn Observer) -> Result<Replayed<'_>, ExperimentError> {
         let sim = self.simulate(set, seed, observer)?;
-        Ok(Replayed { stages: self.scores(&sim), requests: Some(self.requests.clone()) })
+        Ok(Replayed { stages: self.scores(&sim), requests: Some(Cow::Borrowed(&self.requests)) })
     }
 
     /// Per window: the APE of the mean E2E and mean TTFT; over the whole
-    /// trace: the APE of the E2E p90 and p99 (nearest rank) of the requests
+    /// trace: the APE of the E2E p90 and p99 of the requests
     /// completed in both.
     fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError> {
         let sim = self.simulate(set, seed, &mut crate::reproduce::NoObserver)?;
@@ -251,8 +262,8 @@ impl Measured for ObservedRun {
         }
         let (mut real, mut simulated): (Vec<f64>, Vec<f64>) = self.requests.iter().filter_map(|(id, r)| sim.get(id).map(|s| (r.e2e_us, s.1))).unzip();
         if !real.is_empty() {
-            for (metric, q) in [(Metric::E2eP90, 0.9), (Metric::E2eP99, 0.99)] {
-                apes.extend(ape(quantile(&mut simulated, q), quantile(&mut real, q)).map(|a| (metric, a)));
+            for (metric, p) in [(Metric::E2eP90, 90.0), (Metric::E2eP99, 99.0)] {
+                apes.extend(ape(percentile(&mut simulated, p), percentile(&mut real, p)).map(|a| (metric, a)));
             }
         }
         Ok(apes)

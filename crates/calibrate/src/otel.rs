@@ -581,13 +581,17 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let mut u_queue = vec![0.0; na];
     let mut alpha_rows: Vec<(Vec<f64>, f64)> = Vec::new();
     let mut used = 0usize;
+    // The queue state a request arrived to: the last step started by then.
+    let mut loads: Vec<(f64, InstanceLoad)> = trace.steps.iter().map(|s| (s.start_us as f64, s.load)).collect();
+    loads.sort_by(|a, b| a.0.total_cmp(&b.0));
     for j in trace.journeys.values() {
         let (Some(arrived), Some(queued), Some(first_token), Some(finished), Some(first_response), Some(departed)) =
             (j.at("ARRIVED"), j.at("QUEUED"), j.at("FIRST_TOKEN"), j.at("FINISHED"), j.at("FIRST_RESPONSE"), j.at("DEPARTED"))
         else {
             continue;
         };
-        let load = trace.steps.iter().rev().find(|s| (s.start_us as f64) <= arrived).map_or_else(InstanceLoad::default, |s| s.load);
+        let started = loads.partition_point(|(start, _)| *start <= arrived);
+        let load = if started == 0 { InstanceLoad::default() } else { loads[started - 1].1 };
         let input = QueueingInput { prompt_tokens: j.prompt_tokens, prefix_hit_tokens: 0, load };
         basis.alpha_features(&input, j.output_tokens, &mut u_ttft, &mut u_e2e);
         if basis.alpha_queueing_features(&input, &mut u_queue) {

@@ -4,13 +4,11 @@
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
-use std::io::Write as _;
 use std::path::Path;
 
-use anyhow::Context;
 use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitOptions, Measured, fit};
 use blis_calibrate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
-use blis_calibrate::observed::{HeaderKnobs, ObservedRun};
+use blis_calibrate::observed::ObservedRun;
 use blis_engine::latency::ModelKind;
 use blis_scenario::deployment::choose_coefficients;
 use blis_scenario::knobs::KnobValues;
@@ -140,17 +138,15 @@ fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, 
     let kind: ModelKind = chosen.set.latency_model.parse().map_err(|e| bad_input!("--sim config latency-model: {e}"))?;
     // The replay's own seed (a default is not among the given knobs), so before and after differ only in coefficients.
     let seed = sim.config.get("seed").and_then(|v| v.get("value")).and_then(Value::as_u64).unwrap_or_default();
-    let run = ObservedRun::load(csv, args.warm_up, &given).map_err(|e| bad_input!("{e}"))?;
+    let run = ObservedRun::of(csv, real, &given).map_err(|e| bad_input!("{e}"))?;
     let opts = FitOptions { kind, start: chosen.set, holdout_model: None, seed, linear_rounds: DEFAULT_ROUNDS, refine_evals: DEFAULT_REFINE_EVALS, prior_overrides: Vec::new() };
     let outcome = fit(&[&run as &dyn Measured], &opts, &mut |line| eprintln!("refit: {line}")).map_err(|e| bad_input!("--refit: {e}"))?;
     let mut set = outcome.set;
     set.provenance.command = Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));
     set.provenance.fitted_at = Some(crate::fit::today_utc());
-    let mut file = AtomicFile::create("refit", path)?;
-    file.writer().write_all(format!("# Fitted by `blis calibrate --refit`.\n{}", set.to_yaml()).as_bytes()).context("writing --refit")?;
-    file.commit()?;
-    let header = HeaderKnobs::of(&real.header).map_err(|e| bad_input!("{e}"))?;
-    let (report, replay, _) = crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched, header.ignored, true)?;
+    crate::fit::write_set(&set, Some(AtomicFile::create("refit", path)?))?;
+    let header = run.header();
+    let (report, replay, _) = crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched.clone(), header.ignored.clone(), true)?;
     let refitted = crate::replay::sim_document(&report, &replay)?;
     let matched = match_requests(real, &refitted);
     Ok((compare(&csv.display().to_string(), real, &refitted, &matched, args.seed, args.resamples), matched))

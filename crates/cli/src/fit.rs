@@ -209,7 +209,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
 }
 
 /// Writes `set` to `output` (committed) or stdout.
-fn write_set(set: &CoefficientSet, mut output: Option<AtomicFile>) -> anyhow::Result<()> {
+pub(crate) fn write_set(set: &CoefficientSet, mut output: Option<AtomicFile>) -> anyhow::Result<()> {
     let yaml = format!("# Fitted by `blis fit`; regenerate with provenance.command.\n{}", set.to_yaml());
     match output.as_mut() {
         Some(f) => f.writer().write_all(yaml.as_bytes()).context("writing --output")?,
