@@ -27,7 +27,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use blis_engine::hardware::GpuSpec;
+use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -130,6 +130,11 @@ impl Peaks {
     /// The peaks of `spec`.
     pub fn of(spec: &GpuSpec) -> Peaks {
         Peaks { flops_per_s: spec.bf16_tflops * 1e12, bytes_per_s: spec.hbm_tb_s * 1e12 }
+    }
+
+    /// These peaks as coefficients fitted on another GPU see them once carried here.
+    pub fn carried(self, carry: Carry) -> Peaks {
+        Peaks { flops_per_s: self.flops_per_s * carry.compute, bytes_per_s: self.bytes_per_s * carry.memory }
     }
 }
 
@@ -258,6 +263,8 @@ pub struct LayerSample {
     pub params: f64,
     /// Four projections plus those of [`SMALL_OPS`] the profile has, µs.
     pub time_us: f64,
+    /// Of which the [`SMALL_OPS`], µs.
+    pub small_ops_us: f64,
 }
 
 /// The layers of one `mlp.csv`: its [`GemmSample`]s grouped by row, plus the
@@ -270,12 +277,13 @@ pub fn parse_layer_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Resul
     let mut layers = Vec::new();
     for (row, four) in csv.rows().zip(gemms.chunks(GemmOp::ALL.len())) {
         let row = row?;
-        let mut time_us = four.iter().map(|g| g.time_us).sum::<f64>();
+        let mut small_ops_us = 0.0;
         for &(column, name) in &small {
-            time_us += row.positive(column, name)? * 1e3;
+            small_ops_us += row.positive(column, name)? * 1e3;
         }
+        let time_us = four.iter().map(|g| g.time_us).sum::<f64>() + small_ops_us;
         let params = four.iter().map(|g| g.k * g.n).sum();
-        layers.push(LayerSample { gpu: gpu.to_string(), model: model.to_string(), tokens: four[0].tokens, tp: four[0].tp, params, time_us });
+        layers.push(LayerSample { gpu: gpu.to_string(), model: model.to_string(), tokens: four[0].tokens, tp: four[0].tp, params, time_us, small_ops_us });
     }
     Ok(layers)
 }
@@ -388,10 +396,60 @@ pub struct LayerCheck {
 /// Checks `terms` on every profiled layer, per GPU and regime, scaling
 /// measured against `reference` (a profile GPU name).
 pub fn check_layers(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>, terms: &LayerTerms, reference: &str) -> Vec<LayerCheck> {
+    check_layers_with(layers, peaks.keys(), |gpu| (peaks[gpu], *terms), reference)
+}
+
+/// [`check_layers`] for terms fitted on `reference` and carried to each GPU
+/// by the kernel efficiencies `efficiencies` ([`KernelEfficiency::carry_to`]):
+/// the peaks they price work against and their per-layer overhead scaled.
+/// Only GPUs with efficiencies are checked; none without the reference's.
+pub fn check_layers_carried(
+    layers: &[LayerSample],
+    peaks: &BTreeMap<String, Peaks>,
+    terms: &LayerTerms,
+    efficiencies: &BTreeMap<String, KernelEfficiency>,
+    reference: &str,
+) -> Vec<LayerCheck> {
+    if !efficiencies.contains_key(reference) {
+        return Vec::new();
+    }
+    let carried = |gpu: &String| {
+        let carry = efficiencies[reference].carry_to(&efficiencies[gpu]);
+        (peaks[gpu].carried(carry), LayerTerms { per_layer_us: terms.per_layer_us * carry.per_layer, ..*terms })
+    };
+    check_layers_with(layers, peaks.keys().filter(|g| efficiencies.contains_key(*g)), carried, reference)
+}
+
+/// The efficiencies with `gpu`'s replaced by the mean of the others': what a
+/// GPU nobody profiled would be carried with.
+pub fn efficiencies_without(efficiencies: &BTreeMap<String, KernelEfficiency>, gpu: &str) -> BTreeMap<String, KernelEfficiency> {
+    let others: Vec<&KernelEfficiency> = efficiencies.iter().filter(|(g, _)| *g != gpu).map(|(_, e)| e).collect();
+    let mean = |f: fn(&KernelEfficiency) -> f64| others.iter().map(|e| f(e)).sum::<f64>() / others.len() as f64;
+    let mut out = efficiencies.clone();
+    out.insert(
+        gpu.to_string(),
+        KernelEfficiency {
+            gemm_compute: mean(|e| e.gemm_compute),
+            gemm_memory: mean(|e| e.gemm_memory),
+            layer_overhead_us: mean(|e| e.layer_overhead_us),
+            source: format!("mean of the GPUs other than {gpu}"),
+        },
+    );
+    out
+}
+
+fn check_layers_with<'g>(
+    layers: &[LayerSample],
+    gpus: impl Iterator<Item = &'g String>,
+    timed_by: impl Fn(&String) -> (Peaks, LayerTerms),
+    reference: &str,
+) -> Vec<LayerCheck> {
     let key = |l: &LayerSample| (l.model.clone(), l.tp, l.tokens);
     let on_reference: BTreeMap<_, &LayerSample> = layers.iter().filter(|l| l.gpu == reference).map(|l| (key(l), l)).collect();
+    let reference_timing = timed_by(&reference.to_string());
     let mut out = Vec::new();
-    for (gpu, &p) in peaks {
+    for gpu in gpus {
+        let (p, terms) = timed_by(gpu);
         for (regime, decode) in [("decode", true), ("prefill", false)] {
             let rows: Vec<(&LayerSample, f64)> = layers
                 .iter()
@@ -403,12 +461,12 @@ pub fn check_layers(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>, ter
             }
             let absolute = summarize(rows.iter().map(|(l, t)| t / l.time_us - 1.0).collect());
             let scaling = (gpu != reference).then(|| {
-                let reference_peaks = peaks[reference];
+                let (reference_peaks, reference_terms) = reference_timing;
                 summarize(
                     rows.iter()
                         .filter_map(|(l, t)| {
                             let r = on_reference.get(&key(l))?;
-                            Some((t / terms.time_us(r, reference_peaks)?) / (l.time_us / r.time_us) - 1.0)
+                            Some((t / reference_terms.time_us(r, reference_peaks)?) / (l.time_us / r.time_us) - 1.0)
                         })
                         .collect(),
                 )
@@ -494,15 +552,67 @@ fn mean_squared_log_error(model: &GemmModel, samples: &[&GemmSample], peaks: &BT
 pub fn fit_gemm(samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>) -> GemmModel {
     let mut best: Option<(GemmModel, f64)> = None;
     for tile_tokens in TILES {
-        // In logs, so every parameter stays positive.
-        let model_at = |x: &[f64]| GemmModel { compute_efficiency: x[0].exp(), memory_efficiency: x[1].exp(), launch_us: x[2].exp(), tile_tokens };
-        let mut loss = |x: &[f64]| mean_squared_log_error(&model_at(x), samples, peaks);
-        let (x, value) = nelder_mead(&mut loss, &[0.6f64.ln(), 0.7f64.ln(), 5f64.ln()], &[0.3, 0.3, 0.5], 600);
+        let (model, value) = fit_gemm_at_tile(samples, peaks, tile_tokens);
         if best.as_ref().is_none_or(|(_, v)| value < *v) {
-            best = Some((model_at(&x), value));
+            best = Some((model, value));
         }
     }
     best.map(|(m, _)| m).expect("at least one tile is tried")
+}
+
+/// Fits η, μ and t0 to `samples` at a given tile; the model and its mean
+/// squared log error.
+fn fit_gemm_at_tile(samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>, tile_tokens: u32) -> (GemmModel, f64) {
+    // In logs, so every parameter stays positive.
+    let model_at = |x: &[f64]| GemmModel { compute_efficiency: x[0].exp(), memory_efficiency: x[1].exp(), launch_us: x[2].exp(), tile_tokens };
+    let mut loss = |x: &[f64]| mean_squared_log_error(&model_at(x), samples, peaks);
+    let (x, value) = nelder_mead(&mut loss, &[0.6f64.ln(), 0.7f64.ln(), 5f64.ln()], &[0.3, 0.3, 0.5], 600);
+    (model_at(&x), value)
+}
+
+/// Tokens up to which a profiled layer is a decode layer for
+/// [`gpu_efficiencies`]: its GEMMs stream their weights.
+const OVERHEAD_MAX_TOKENS: u32 = 8;
+
+/// Each GPU's own kernel efficiencies, read off its layers of the models
+/// profiled on every GPU (so that they compare between GPUs), medians over
+/// those layers, with `shared`'s launch cost t0 taken off each of the four
+/// GEMMs:
+/// * μ: weight bytes at the bandwidth / GEMM time, at ≤ 8 tokens (decode);
+/// * η: FLOPs at the BF16 peak / GEMM time, at ≥ 1024 tokens (prefill);
+/// * layer overhead: 4·t0 plus the small operations, at ≤ 8 tokens.
+///
+/// A GPU without layers in both regimes is left out.
+pub fn gpu_efficiencies(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>, shared: &GemmModel) -> BTreeMap<String, KernelEfficiency> {
+    let models_on = |gpu: &str| layers.iter().filter(|l| l.gpu == gpu).map(|l| l.model.as_str()).collect::<std::collections::BTreeSet<_>>();
+    let common = peaks.keys().map(|g| models_on(g)).reduce(|a, b| a.intersection(&b).copied().collect()).unwrap_or_default();
+    let launches_us = 4.0 * shared.launch_us;
+    let median = |mut v: Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        blis_engine::metrics::percentile_sorted(&v, 50.0)
+    };
+    peaks
+        .iter()
+        .filter_map(|(gpu, p)| {
+            let own: Vec<&LayerSample> = layers.iter().filter(|l| &l.gpu == gpu && common.contains(l.model.as_str())).collect();
+            // A layer faster than its launches says nothing about throughput.
+            let gemm_us = |l: &LayerSample| Some(l.time_us - l.small_ops_us - launches_us).filter(|t| *t > 0.0);
+            let decode = || own.iter().filter(|l| l.tokens <= OVERHEAD_MAX_TOKENS);
+            let memory: Vec<f64> = decode().filter_map(|l| Some(2e6 * l.params / p.bytes_per_s / gemm_us(l)?)).collect();
+            let compute: Vec<f64> =
+                own.iter().filter(|l| l.tokens >= PREFILL_MIN_TOKENS).filter_map(|l| Some(2e6 * f64::from(l.tokens) * l.params / p.flops_per_s / gemm_us(l)?)).collect();
+            if memory.is_empty() || compute.is_empty() {
+                return None;
+            }
+            let efficiency = KernelEfficiency {
+                gemm_compute: median(compute),
+                gemm_memory: median(memory),
+                layer_overhead_us: launches_us + median(decode().map(|l| l.small_ops_us).collect()),
+                source: format!("kernel profiles of {} ({} models, {} layers)", gpu, common.len(), own.len()),
+            };
+            Some((gpu.clone(), efficiency))
+        })
+        .collect()
 }
 
 /// Relative errors of predictions for one group of samples.
@@ -738,7 +848,7 @@ mod tests {
         for gpu in peaks.keys() {
             for tokens in [1u32, 8, 32, 128, 512, 1024, 2048, 4096] {
                 for params in [2.0e8, 8.0e8] {
-                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0 };
+                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0, small_ops_us: 0.0 };
                     if let Some(t) = truth.time_us(&l, peaks[gpu]) {
                         l.time_us = t;
                         layers.push(l);
@@ -763,6 +873,80 @@ mod tests {
         for h in layers_leave_one_gpu_out(&layers, &peaks, "h100") {
             assert!(h.checks.iter().all(|c| c.absolute.median_abs < 1e-6), "{h:?}");
         }
+    }
+
+    fn two_gpus() -> BTreeMap<String, Peaks> {
+        [("h100".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }), ("a100".to_string(), Peaks { flops_per_s: 312e12, bytes_per_s: 2.039e12 })].into()
+    }
+
+    fn efficiency(gemm_compute: f64, gemm_memory: f64, layer_overhead_us: f64) -> KernelEfficiency {
+        KernelEfficiency { gemm_compute, gemm_memory, layer_overhead_us, source: String::new() }
+    }
+
+    /// Layers whose GEMMs stream weights at μ of the bandwidth (decode) and
+    /// compute at η of the peak (prefill), plus 4·t0 and small operations:
+    /// each GPU's μ, η and overhead are read back exactly, from the models
+    /// both GPUs profiled only.
+    #[test]
+    fn each_gpus_efficiencies_are_read_off_its_layers() {
+        let peaks = two_gpus();
+        let shared = GemmModel { compute_efficiency: 0.7, memory_efficiency: 0.8, launch_us: 7.0, tile_tokens: 128 };
+        let truth: BTreeMap<&str, (f64, f64, f64)> = [("h100", (0.71, 0.99, 19.0)), ("a100", (0.73, 0.84, 24.0))].into();
+        let mut layers = Vec::new();
+        for (gpu, p) in &peaks {
+            let (eta, mu, small) = truth[gpu.as_str()];
+            for (model, params) in [("a", 2.0e8), ("b", 8.0e8), ("only-here", 1.0e8)] {
+                if model == "only-here" && gpu == "h100" {
+                    continue;
+                }
+                for tokens in [1u32, 4, 8, 1024, 4096] {
+                    let gemm_s = if tokens <= 8 { 2.0 * params / (p.bytes_per_s * mu) } else { 2.0 * f64::from(tokens) * params / (p.flops_per_s * eta) };
+                    // The model only one GPU profiled would pull the medians off.
+                    let small_ops_us = if model == "only-here" { 500.0 } else { small };
+                    let time_us = 4.0 * shared.launch_us + small_ops_us + gemm_s * 1e6 * if model == "only-here" { 3.0 } else { 1.0 };
+                    layers.push(LayerSample { gpu: gpu.clone(), model: model.into(), tokens, tp: 1, params, time_us, small_ops_us });
+                }
+            }
+        }
+        let got = gpu_efficiencies(&layers, &peaks, &shared);
+        for (gpu, (eta, mu, small)) in truth {
+            let e = &got[gpu];
+            for (g, w) in [(e.gemm_compute, eta), (e.gemm_memory, mu), (e.layer_overhead_us, 28.0 + small)] {
+                assert!((g / w - 1.0).abs() < 1e-9, "{gpu}: {e:?}");
+            }
+        }
+    }
+
+    /// Layers timed on each GPU by the reference's terms carried there: the
+    /// carried check finds no scaling error where the plain one does, and
+    /// efficiencies_without replaces one GPU's by the others' mean.
+    #[test]
+    fn terms_carried_by_the_efficiency_ratios_scale_exactly() {
+        let peaks = two_gpus();
+        let efficiencies: BTreeMap<String, KernelEfficiency> = [("h100".to_string(), efficiency(0.71, 0.99, 48.0)), ("a100".to_string(), efficiency(0.73, 0.84, 53.0))].into();
+        let terms = LayerTerms { prefill_compute: 1.4, decode_compute: 0.7, weights: 1.2, per_layer_us: 50.0 };
+        let mut layers = Vec::new();
+        for (gpu, p) in &peaks {
+            let carry = efficiencies["h100"].carry_to(&efficiencies[gpu]);
+            let here = LayerTerms { per_layer_us: terms.per_layer_us * carry.per_layer, ..terms };
+            for tokens in [1u32, 16, 128, 1024, 4096] {
+                for params in [2.0e8, 8.0e8] {
+                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0, small_ops_us: 0.0 };
+                    l.time_us = here.time_us(&l, p.carried(carry)).unwrap();
+                    layers.push(l);
+                }
+            }
+        }
+        let scaling = |checks: Vec<LayerCheck>| checks.into_iter().filter_map(|c| c.scaling).map(|s| s.median_signed).collect::<Vec<_>>();
+        let carried = scaling(check_layers_carried(&layers, &peaks, &terms, &efficiencies, "h100"));
+        assert_eq!(carried.len(), 2);
+        assert!(carried.iter().all(|e| e.abs() < 1e-9), "{carried:?}");
+        let plain = check_layers(&layers, &peaks, &terms, "h100");
+        let decode = plain.iter().find(|c| c.regime == "decode" && c.gpu == "a100").and_then(|c| c.scaling.as_ref()).unwrap();
+        assert!(decode.median_signed < -0.01, "by the peaks alone, an A100 decode layer comes out too fast: {decode:?}");
+        let blind = efficiencies_without(&efficiencies, "a100");
+        assert_eq!(blind["a100"].gemm_memory, 0.99);
+        assert_eq!(blind["h100"], efficiencies["h100"]);
     }
 
     #[test]

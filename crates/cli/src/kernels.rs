@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
-    AllReduceCheck, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, fit_gemm,
-    layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    AllReduceCheck, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
+    efficiencies_without, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
 };
 use blis_data::coefficients::CoefficientSet;
+use blis_engine::hardware::KernelEfficiency;
 use serde::Serialize;
 
 use crate::error::bad_input;
@@ -48,6 +49,11 @@ struct KernelsReport {
     layer_checks: BTreeMap<String, (LayerTerms, Vec<LayerCheck>)>,
     /// The layer terms fitted without each GPU, checked on it.
     layers_leave_one_gpu_out: Vec<HeldOutLayers>,
+    /// Each GPU's own kernel efficiencies.
+    efficiencies: BTreeMap<String, KernelEfficiency>,
+    /// Per coefficient set: its layer check once carried from the H100 by the
+    /// measured efficiencies, and by the other GPUs' mean.
+    carried: BTreeMap<String, (Vec<LayerCheck>, Vec<LayerCheck>)>,
 }
 
 /// The GPU whose measurements the bundled sets were fitted on.
@@ -128,6 +134,8 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         println!("  {:<8} {:>7} {:>22} {:>34}", c.gpu, c.workers, format!("{} ({})", abs_pct(c.interpolation.median_abs), abs_pct(c.interpolation.p90_abs)), other);
     }
     let mut layer_checks = BTreeMap::new();
+    let efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
+    let mut carried = BTreeMap::new();
     let all_layers: Vec<&LayerSample> = layers.iter().collect();
     let fitted = LayerTerms::fit(&all_layers, &peaks);
     let layers_held_out = if peaks.contains_key(REFERENCE_GPU) { layers_leave_one_gpu_out(&layers, &peaks, REFERENCE_GPU) } else { Vec::new() };
@@ -155,9 +163,33 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
             layer_checks.insert(name, (terms, checks));
         }
         println!("  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)");
+        println!("Each GPU's kernels alone ({}-token tiles), what carries a set fitted on one GPU to another:", gemm.tile_tokens);
+        println!("  {:<8} {:>18} {:>18} {:>22}", "GPU", "GEMM compute η", "GEMM memory μ", "layer overhead (µs)");
+        for (gpu, e) in &efficiencies {
+            println!("  {:<8} {:>18.3} {:>18.3} {:>22.1}", gpu, e.gemm_compute, e.gemm_memory, e.layer_overhead_us);
+        }
+        println!("Sets carried from h100 by those efficiencies (peaks × η, μ ratios; β5 × overhead ratio), and by the other GPUs' mean (as a GPU nobody profiled):");
+        println!("  {:<28} {:<6} {:<8} {:>30} {:>30}", "coefficients", "GPU", "regime", "scaling, measured (|error|)", "scaling, unprofiled (|error|)");
+        for (name, (terms, _)) in &layer_checks {
+            if name == "kernel-fit" {
+                continue;
+            }
+            let measured = check_layers_carried(&layers, &peaks, terms, &efficiencies, REFERENCE_GPU);
+            let mut unprofiled = Vec::new();
+            for gpu in efficiencies.keys().filter(|g| *g != REFERENCE_GPU) {
+                let without = efficiencies_without(&efficiencies, gpu);
+                unprofiled.extend(check_layers_carried(&layers, &peaks, terms, &without, REFERENCE_GPU).into_iter().filter(|c| &c.gpu == gpu));
+            }
+            for c in measured.iter().filter(|c| c.scaling.is_some()) {
+                let blind = unprofiled.iter().find(|u| u.gpu == c.gpu && u.regime == c.regime).and_then(|u| u.scaling.as_ref());
+                let show = |e: Option<&ErrorSummary>| e.map_or("—".to_string(), |e| format!("{} ({})", pct(e.median_signed), abs_pct(e.median_abs)));
+                println!("  {:<28} {:<6} {:<8} {:>30} {:>30}", name, c.gpu, c.regime, show(c.scaling.as_ref()), show(blind));
+            }
+            carried.insert(name.clone(), (measured, unprofiled));
+        }
     }
     if let Some(mut file) = json {
-        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out }, Some(&mut file))?;
+        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out, efficiencies, carried }, Some(&mut file))?;
         file.commit()?;
     }
     Ok(())

@@ -1,7 +1,7 @@
 //! The models and GPUs bundled with BLIS (compiled in from `data/`), so that
 //! `blis run` works with no network and no files.
 
-use blis_engine::hardware::GpuSpec;
+use blis_engine::hardware::{GpuSpec, KernelEfficiency};
 
 /// A bundled HuggingFace `config.json`.
 #[derive(Copy, Clone, Debug)]
@@ -93,6 +93,24 @@ pub const GPUS: &[BundledGpu] = &[
     BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
 ];
 
+/// The bundled GPUs whose kernels were profiled (`blis kernels`); the
+/// others' kernel efficiencies are assumed.
+pub const PROFILED_GPUS: [&str; 3] = ["A100-80GB", "A40", "H100"];
+
+/// The kernel efficiencies assumed for a GPU without any: the mean of the
+/// [`PROFILED_GPUS`]'. Carried with them, a set's layer time lands within
+/// 7 % of a profiled GPU's left out of the mean (`docs/fidelity.md`).
+pub fn unprofiled_kernels() -> KernelEfficiency {
+    let measured: Vec<KernelEfficiency> = PROFILED_GPUS.iter().filter_map(|n| find_gpu(n)?.spec().kernels).collect();
+    let mean = |f: fn(&KernelEfficiency) -> f64| measured.iter().map(f).sum::<f64>() / measured.len() as f64;
+    KernelEfficiency {
+        gemm_compute: mean(|k| k.gemm_compute),
+        gemm_memory: mean(|k| k.gemm_memory),
+        layer_overhead_us: mean(|k| k.layer_overhead_us),
+        source: format!("not profiled: the mean of the profiled GPUs ({})", PROFILED_GPUS.join(", ")),
+    }
+}
+
 /// The bundled model ids, comma-separated, for error messages.
 pub fn model_ids() -> String {
     MODELS.iter().map(|m| m.id).collect::<Vec<_>>().join(", ")
@@ -137,6 +155,10 @@ mod tests {
         }
         for g in GPUS {
             g.spec().validate().unwrap();
+        }
+        for name in PROFILED_GPUS {
+            let kernels = find_gpu(name).unwrap().spec().kernels.unwrap_or_else(|| panic!("{name} is profiled"));
+            assert!(kernels.source.starts_with("blis kernels"), "{name}: {}", kernels.source);
         }
     }
 

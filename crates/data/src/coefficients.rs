@@ -5,7 +5,7 @@
 //! latency_model: trained-physics      # roofline | blackbox | trained-physics | unified-5 | physics-normalized
 //! alpha: [15563.2, 777.3, 45.9]       # in the model's documented order
 //! beta: [0.152, 0.0, 1.36, ...]
-//! provenance:                          # optional, free of effect on the simulation
+//! provenance:                          # optional; only `hardware` affects the simulation (see CoefficientSet::carry_to)
 //!   source: blis fit                   # or e.g. "published: latency-formulas.md §3"
 //!   hardware: H100
 //!   fitted_on: [experiment, ...]
@@ -24,13 +24,23 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use blis_engine::hardware::GpuSpec;
+use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
 use blis_engine::latency::{LatencyModel, ModelKind, Roofline};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
 
+use crate::catalog;
 use crate::error::DataError;
+
+/// The kernel efficiencies of `gpu`: its own, else those of the bundled GPU
+/// of its name (a vendor datasheet of a bundled GPU carries none).
+pub fn kernels_of(gpu: &GpuSpec) -> Option<KernelEfficiency> {
+    gpu.kernels.clone().or_else(|| catalog::find_gpu(&gpu.name)?.spec().kernels)
+}
+
+/// The β every per-layer overhead goes by ([`FeatureBasis::beta_names`](blis_engine::latency::FeatureBasis::beta_names)), scaled when a set is carried to another GPU.
+const PER_LAYER_BETA: &str = "per_layer_us";
 
 /// Where a coefficient set came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -157,12 +167,40 @@ impl CoefficientSet {
 
     /// The latency model of these coefficients for one deployment; the error
     /// says which coefficient is wrong.
+    /// A set fitted on one GPU (`provenance.hardware`) times another as
+    /// carried there ([`CoefficientSet::carry_to`]).
     pub fn latency_model(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Arc<dyn LatencyModel>, String> {
         let kind = self.kind()?;
-        match kind.basis(model, gpu, tp, instance) {
+        let carry = self.carry_to(gpu);
+        let seen = carry.map(|c| gpu.carried(c));
+        match kind.basis(model, seen.as_ref().unwrap_or(gpu), tp, instance) {
             None => Ok(Arc::new(Roofline::new(model, gpu, tp))),
-            Some(basis) => basis.with_coefficients(&self.alpha, &self.beta).map_err(|e| e.to_string()),
+            Some(basis) => {
+                let mut beta = self.beta.clone();
+                if let Some(c) = carry
+                    && let Some(i) = basis.beta_names().iter().position(|n| *n == PER_LAYER_BETA)
+                    && let Some(b) = beta.get_mut(i)
+                {
+                    *b *= c.per_layer;
+                }
+                basis.with_coefficients(&self.alpha, &beta).map_err(|e| e.to_string())
+            }
         }
+    }
+
+    /// How this set is carried to `gpu` when it was fitted on another GPU:
+    /// the ratios of the two GPUs' measured kernel efficiencies scale the
+    /// peaks its β price work against and its per-layer overhead
+    /// (`docs/fidelity.md`, "Kernel profiles"). A GPU spec without
+    /// efficiencies gets those of the bundled GPU of its name, else
+    /// [`catalog::unprofiled_kernels`]. `None` (the set is
+    /// used as it is) when the set names no bundled GPU with measured
+    /// efficiencies, or when the efficiencies are the same.
+    pub fn carry_to(&self, gpu: &GpuSpec) -> Option<Carry> {
+        let fitted_on = catalog::find_gpu(self.provenance.hardware.as_deref()?)?.spec().kernels?;
+        let here = kernels_of(gpu).unwrap_or_else(catalog::unprofiled_kernels);
+        let carry = fitted_on.carry_to(&here);
+        (carry != Carry { compute: 1.0, memory: 1.0, per_layer: 1.0 }).then_some(carry)
     }
 
     /// The set as YAML.
@@ -211,6 +249,41 @@ mod tests {
         assert!(e.contains("3 alpha"), "{e}");
         let json = CoefficientSet::parse(r#"{"latency_model": "roofline"}"#, p).unwrap();
         assert_eq!(json.kind(), Ok(ModelKind::Roofline));
+    }
+
+    /// A set fitted on the H100 times an A100 as the same set would with the
+    /// A100's peaks scaled by the ratio of measured kernel efficiencies and
+    /// β5 by the ratio of layer overheads; the H100 and a set that names no
+    /// GPU are untouched, and a GPU without a profile gets the profiled mean.
+    #[test]
+    fn a_set_is_carried_to_another_gpu_by_the_ratio_of_kernel_efficiencies() {
+        use blis_engine::latency::{BatchEntry, InstanceLoad, StepBatch};
+        let set = CoefficientSet::default_set();
+        assert_eq!(set.provenance.hardware.as_deref(), Some("H100"));
+        let (h100, a100) = (find_gpu("H100").unwrap().spec(), find_gpu("A100-80GB").unwrap().spec());
+        let (kh, ka) = (h100.kernels.clone().unwrap(), a100.kernels.clone().unwrap());
+        assert_eq!(set.carry_to(&h100), None);
+        let carry = set.carry_to(&a100).unwrap();
+        assert_eq!(carry, Carry { compute: ka.gemm_compute / kh.gemm_compute, memory: ka.gemm_memory / kh.gemm_memory, per_layer: ka.layer_overhead_us / kh.layer_overhead_us });
+        assert!(carry.memory < 1.0 && carry.per_layer > 1.0, "the A100 streams weights less efficiently than the H100: {carry:?}");
+
+        let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let entries: Vec<BatchEntry> = (0..32).map(|i| BatchEntry { computed_tokens: 500 + i, new_tokens: 1, prompt_tokens: 400 }).collect();
+        let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let step = |set: &CoefficientSet, gpu: &GpuSpec| set.latency_model(&model, gpu, 1, &instance()).unwrap().step_time(&batch);
+        let anonymous = CoefficientSet { provenance: Provenance::default(), ..set.clone() };
+        let mut by_hand = anonymous.clone();
+        by_hand.beta[4] *= carry.per_layer;
+        assert_eq!(step(&set, &a100), step(&by_hand, &a100.carried(carry)));
+        assert!(step(&set, &a100) > step(&anonymous, &a100), "carried, the decode step is slower than by the peaks alone");
+        assert_eq!(step(&set, &h100), step(&anonymous, &h100));
+
+        let datasheet = GpuSpec { kernels: None, ..a100.clone() };
+        assert_eq!(set.carry_to(&datasheet), Some(carry), "a datasheet of a bundled GPU gets its efficiencies");
+        let unprofiled = GpuSpec { kernels: None, name: "NVIDIA B300".into(), ..a100.clone() };
+        let mean = crate::catalog::unprofiled_kernels();
+        assert_eq!(set.carry_to(&unprofiled).unwrap().memory, mean.gemm_memory / kh.gemm_memory);
+        assert_eq!(anonymous.carry_to(&a100), None);
     }
 
     #[test]

@@ -33,6 +33,49 @@ pub struct GpuSpec {
     pub mfu_decode: f64,
     /// Where the numbers come from.
     pub source: String,
+    /// What the GPU's kernels measurably reach; absent for a GPU nobody profiled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernels: Option<KernelEfficiency>,
+}
+
+/// What a GPU's kernels reach, measured on kernel profiles (`blis kernels`):
+/// what carries a coefficient set fitted on one GPU to another. The datasheet
+/// peaks alone do not: an H100 streams a decode GEMM's weights at 87 % of its
+/// bandwidth, an A100 at 78 %.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KernelEfficiency {
+    /// η: fraction of the dense BF16 peak a compute-bound GEMM reaches.
+    pub gemm_compute: f64,
+    /// μ: fraction of the memory bandwidth a memory-bound GEMM reaches.
+    pub gemm_memory: f64,
+    /// A decode layer's fixed cost: four GEMM launches plus its norms, rotary
+    /// embedding, activation and residual add at 1–8 tokens, µs (median over
+    /// the models profiled on every GPU, so comparable between GPUs only).
+    pub layer_overhead_us: f64,
+    /// Where the figures come from.
+    pub source: String,
+}
+
+/// How coefficients fitted on one GPU carry to another: factors on the
+/// peaks they price work against and on their per-layer overhead. Exactly
+/// 1 between GPUs of equal kernel efficiencies.
+#[derive(Copy, Clone, Debug, PartialEq, Serialize)]
+pub struct Carry {
+    /// On the compute peaks: η there / η where fitted.
+    pub compute: f64,
+    /// On the memory bandwidth: μ there / μ where fitted.
+    pub memory: f64,
+    /// On a per-layer overhead: layer overhead there / where fitted.
+    pub per_layer: f64,
+}
+
+impl KernelEfficiency {
+    /// The factors that carry coefficients fitted on a GPU with these
+    /// efficiencies to one with `to`'s.
+    pub fn carry_to(&self, to: &KernelEfficiency) -> Carry {
+        Carry { compute: to.gemm_compute / self.gemm_compute, memory: to.gemm_memory / self.gemm_memory, per_layer: to.layer_overhead_us / self.layer_overhead_us }
+    }
 }
 
 /// A spec value outside its allowed range.
@@ -133,6 +176,7 @@ impl GpuSpec {
                 pcie_gb_s,
                 mfu_prefill: DATASHEET_MFU.0,
                 mfu_decode: DATASHEET_MFU.1,
+                kernels: None,
             }
         } else {
             serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(e.to_string()))?
@@ -158,10 +202,24 @@ impl GpuSpec {
                 return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
             }
         }
-        for (field, v) in [("mfu_prefill", self.mfu_prefill), ("mfu_decode", self.mfu_decode)] {
-            if !(v > 0.0 && v <= 1.0) {
+        let kernels = self.kernels.as_ref();
+        let efficiencies = [
+            ("mfu_prefill", Some(self.mfu_prefill)),
+            ("mfu_decode", Some(self.mfu_decode)),
+            ("kernels.gemm_compute", kernels.map(|k| k.gemm_compute)),
+            ("kernels.gemm_memory", kernels.map(|k| k.gemm_memory)),
+        ];
+        for (field, v) in efficiencies {
+            if let Some(v) = v
+                && !(v > 0.0 && v <= 1.0)
+            {
                 return Err(GpuSpecError { field, value: v, reason: "must be in (0, 1]" });
             }
+        }
+        if let Some(v) = kernels.map(|k| k.layer_overhead_us)
+            && !(v.is_finite() && v > 0.0)
+        {
+            return Err(GpuSpecError { field: "kernels.layer_overhead_us", value: v, reason: "must be a positive number" });
         }
         Ok(())
     }
@@ -179,6 +237,17 @@ impl GpuSpec {
     /// HBM bandwidth in bytes per second.
     pub fn hbm_bytes_per_s(&self) -> f64 {
         self.hbm_tb_s * 1e12
+    }
+
+    /// This GPU as coefficients fitted on another one see it, once carried
+    /// here by `carry`: its compute peaks and memory bandwidth scaled.
+    pub fn carried(&self, carry: Carry) -> GpuSpec {
+        GpuSpec {
+            bf16_tflops: self.bf16_tflops * carry.compute,
+            fp8_tflops: self.fp8_tflops.map(|f| f * carry.compute),
+            hbm_tb_s: self.hbm_tb_s * carry.memory,
+            ..self.clone()
+        }
     }
 
     /// GPU-to-GPU bandwidth in bytes per second: NVLink, else the host link.

@@ -233,7 +233,7 @@ impl Deployment {
             report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
         }
         report_entry(report, "coefficients", &chosen.origin, Source::Derived);
-        if let Some(w) = hardware_mismatch(chosen.set.provenance.hardware.as_deref(), &server.gpu_name, &chosen.origin) {
+        if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, &chosen.origin) {
             warnings.push(w);
         }
         Ok(Deployment { server, latency, coefficients: chosen.origin })
@@ -297,15 +297,34 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
     Ok(ChosenCoefficients { set, origin })
 }
 
-/// A warning when coefficients measured on one GPU time another: the β of
-/// the trained models are efficiencies relative to the GPU's peaks and carry
-/// over to first order, but the α and per-step overheads are absolute, so the
-/// prediction extrapolates. `None` when the set names no GPU or the same one
-/// (by name or alias).
-fn hardware_mismatch(fitted_on: Option<&str>, simulated: &str, origin: &str) -> Option<String> {
-    let fitted_on = fitted_on?;
+/// A warning when coefficients measured on one GPU time another, saying how
+/// they were carried ([`CoefficientSet::carry_to`]): the β of the trained
+/// models price work against the GPU's peaks, scaled by the measured kernel
+/// efficiencies of both GPUs, but the α and per-step overheads are absolute,
+/// so the prediction extrapolates. `None` when the set names no GPU or the
+/// same one (by name or alias).
+fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, origin: &str) -> Option<String> {
+    let fitted_on = set.provenance.hardware.as_deref()?;
     let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
-    (canonical(fitted_on) != canonical(simulated)).then(|| {
-        format!("coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates (peaks scale, fixed overheads do not)")
-    })
+    if canonical(fitted_on) == canonical(simulated) {
+        return None;
+    }
+    let profiled = catalog::PROFILED_GPUS.iter().any(|p| canonical(p) == canonical(simulated));
+    let how = match (set.carry_to(gpu), blis_data::coefficients::kernels_of(gpu)) {
+        (Some(c), Some(k)) => format!(
+            "carried there by the two GPUs' kernel efficiencies (compute peak ×{:.3}, bandwidth ×{:.3}, per-layer overhead ×{:.3}; {simulated}'s {})",
+            c.compute,
+            c.memory,
+            c.per_layer,
+            if profiled { String::from("measured") } else { k.source }
+        ),
+        (Some(c), None) => format!(
+            "{simulated} has no kernel profile, so it is carried by the profiled GPUs' mean efficiencies (compute peak ×{:.3}, bandwidth ×{:.3}, \
+             per-layer overhead ×{:.3}; about ±7 % on layer time)",
+            c.compute, c.memory, c.per_layer
+        ),
+        (None, Some(k)) => format!("its kernels are taken as efficient as {fitted_on}'s ({})", k.source),
+        (None, None) => String::from("only the peaks scale"),
+    };
+    Some(format!("coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates: {how}; per-step and host overheads stay {fitted_on}'s"))
 }

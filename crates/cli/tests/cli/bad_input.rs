@@ -133,6 +133,16 @@ fn bad_server_knobs() {
     assert!(e.contains("--gpu-memory-utilization"), "{e}");
     let e = rejected("hardware", &with_model(&["--hardware", "TPU-v9"]));
     assert!(e.contains("H100") && e.contains("TPU-v9"), "{e}");
+    let sheet_dir = scratch("bad-kernels-sheet");
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A40.json")).unwrap();
+    for (name, from, to) in [("kernels-memory", "\"gemm_memory\": 0.813", "\"gemm_memory\": 1.5"), ("kernels-overhead", "\"layer_overhead_us\": 49.8", "\"layer_overhead_us\": -3")] {
+        let path = sheet_dir.join(format!("{name}.json"));
+        assert!(spec.contains(from), "{from}");
+        std::fs::write(&path, spec.replace(from, to)).unwrap();
+        let e = rejected(name, &with_model(&["--hardware-config", path.to_str().unwrap()]));
+        let field = if name == "kernels-memory" { "kernels.gemm_memory" } else { "kernels.layer_overhead_us" };
+        assert!(e.contains(field) && e.contains(path.to_str().unwrap()), "{e}");
+    }
     let e = rejected("too-big", &["--model", "meta-llama/Llama-3.1-70B-Instruct", "--hardware", "L40S"]);
     assert!(e.contains("does not fit"), "{e}");
     let e = rejected("no-chunk", &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]));

@@ -53,6 +53,16 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     let rows: Vec<(&str, &str, bool)> = checks.iter().map(|c| (c["gpu"].as_str().unwrap(), c["regime"].as_str().unwrap(), c["scaling"].is_object())).collect();
     assert_eq!(rows, [("a40", "decode", true), ("a40", "prefill", true), ("h100", "decode", false), ("h100", "prefill", false)]);
     assert_eq!(report["layers_leave_one_gpu_out"].as_array().unwrap().len(), 2);
+    // Each GPU's own efficiencies, and the sets carried from the H100 by them (measured, and as if unprofiled).
+    assert!(text.contains("Each GPU's kernels alone"), "{text}");
+    let a40 = &report["efficiencies"]["a40"];
+    assert!(a40["gemm_memory"].as_f64().unwrap() > 0.0 && a40["layer_overhead_us"].as_f64().unwrap() > 0.0, "{a40}");
+    for set in ["trained-physics-h100", "trained-physics-published"] {
+        let (measured, unprofiled) = (&report["carried"][set][0], &report["carried"][set][1]);
+        let gpus = |checks: &serde_json::Value| checks.as_array().unwrap().iter().filter(|c| c["scaling"].is_object()).map(|c| c["gpu"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+        assert_eq!(gpus(measured), ["a40", "a40"], "{set}");
+        assert_eq!(gpus(unprofiled), ["a40", "a40"], "{set}");
+    }
     // A set of another model has no layer terms to check.
     let out = blis(&["kernels", dir.to_str().unwrap(), "--coefficients", "unified-5-h100"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -246,18 +246,32 @@ fn caching_and_chunking_can_be_switched_off() {
 
 #[test]
 fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
-    let on = |gpu: &str| {
+    let warnings = |flag: &str, gpu: &str| {
         let mut args = SMALL.to_vec();
-        args.extend_from_slice(&["--hardware", gpu]);
+        args.extend_from_slice(&[flag, gpu]);
         let out = blis(&args);
         assert!(out.status.success(), "{}", stderr(&out));
         stderr(&out).lines().filter(|l| l.starts_with("warning: coefficients")).map(str::to_owned).collect::<Vec<_>>()
     };
+    let on = |gpu: &str| warnings("--hardware", gpu);
+    let on_config = |path: &std::path::Path| warnings("--hardware-config", path.to_str().unwrap());
     assert!(on("H100").is_empty());
     assert!(on("h100-sxm-80gb").is_empty(), "an alias of the GPU the set was fitted on");
     let h200 = on("H200");
     assert_eq!(h200.len(), 1, "{h200:?}");
     assert!(h200[0].contains("fitted on H100") && h200[0].contains("H200"), "{}", h200[0]);
+    // Carried by measured kernel efficiencies to a profiled GPU, by their mean to one nobody profiled.
+    let a100 = on("A100-80GB");
+    assert!(a100[0].contains("kernel efficiencies") && a100[0].contains("A100-80GB's measured"), "{}", a100[0]);
+    let dir = scratch("unprofiled-gpu");
+    let sheet = dir.join("b300.json");
+    let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json")).unwrap();
+    let mut spec: serde_json::Value = serde_json::from_str(&spec).unwrap();
+    spec["name"] = "NVIDIA B300".into();
+    spec.as_object_mut().unwrap().remove("kernels");
+    std::fs::write(&sheet, spec.to_string()).unwrap();
+    let unprofiled = on_config(&sheet);
+    assert!(unprofiled[0].contains("NVIDIA B300 has no kernel profile") && unprofiled[0].contains("mean efficiencies"), "{}", unprofiled[0]);
     // Roofline has no fitted coefficients, so nothing to extrapolate.
     let mut args = SMALL.to_vec();
     args.extend_from_slice(&["--hardware", "A100-80GB", "--latency-model", "roofline"]);

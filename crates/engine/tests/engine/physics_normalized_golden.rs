@@ -44,6 +44,7 @@ fn gpu_of(h: &Value) -> GpuSpec {
         mfu_prefill: 0.45,
         mfu_decode: 0.3,
         source: "fixture".into(),
+        kernels: None,
     }
 }
 
