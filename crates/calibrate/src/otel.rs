@@ -28,8 +28,9 @@
 //! from its snapshots,
 //! solved by the same relative, prior-regularized non-negative least
 //! squares as `blis fit`'s first stage. A step outside the rich subsample is
-//! rebuilt from its counts by the research notes' fallback
-//! ([`TracedStep::approximate_batch`]) and weighs half. α: every request whose journey is
+//! rebuilt from its counts by the research notes' fallback, its prefill
+//! tokens spread by the cv² the rich steps show
+//! ([`TracedStep::approximate_batch`]), and weighs half. α: every request whose journey is
 //! complete gives two equations, its API-side time to first response and
 //! to departure minus the core-side time the steps account for
 //! (`FIRST_TOKEN − QUEUED`, `FINISHED − QUEUED`), and a third, `QUEUED −
@@ -306,12 +307,18 @@ pub struct BatchCounts {
 
 impl TracedStep {
     /// The batch of a step without snapshots, rebuilt from its counts by
-    /// `latency-model-research.md`'s fallback: the prefill tokens split
-    /// evenly over the prefill requests (cv² = 0), and the decode requests
-    /// sharing the KV cache's used tokens, `kv.usage_gpu_ratio × blocks ×
-    /// block size`, in proportion `decode / running`. `None` when the counts
-    /// are missing or inconsistent.
-    pub fn approximate_batch(&self, block_size: u32) -> Option<Vec<BatchEntry>> {
+    /// `latency-model-research.md`'s fallback. The prefill tokens are split
+    /// over the prefill requests so that their mean is the step's and their
+    /// spread is `prefill_cv2` (the squared coefficient of variation of a
+    /// prefill request's tokens, [`OtelTrace::prefill_cv2`]): requests in
+    /// pairs, one above the mean and one below, so that Σ tokens² — what
+    /// prefill attention costs — is `(tokens² / n)·(1 + cv²)` (exactly, up to
+    /// rounding, for an even `n`; an odd one leaves one request at the mean
+    /// and spreads the pairs wider). The decode requests share the KV cache's
+    /// used tokens, `kv.usage_gpu_ratio × blocks × block size`, in
+    /// proportion `decode / running`. `None` when the counts are missing or
+    /// inconsistent.
+    pub fn approximate_batch(&self, block_size: u32, prefill_cv2: f64) -> Option<Vec<BatchEntry>> {
         let c = self.summary;
         if c.prefill_reqs + c.decode_reqs == 0 || (c.prefill_reqs == 0) != (c.prefill_tokens == 0) {
             return None;
@@ -325,10 +332,21 @@ impl TracedStep {
         let decode_context = used_tokens * f64::from(c.decode_reqs) / f64::from(self.load.running.max(1)) / f64::from(c.decode_reqs.max(1));
         let context = decode_context.round().min(f64::from(u32::MAX - 1)) as u32;
         let mut entries = Vec::with_capacity((c.prefill_reqs + c.decode_reqs) as usize);
-        for i in 0..c.prefill_reqs {
+        let (n, paired) = (c.prefill_reqs, c.prefill_reqs / 2 * 2);
+        let spread = if paired == 0 { 0.0 } else { (prefill_cv2.max(0.0) * f64::from(n) / f64::from(paired)).sqrt() };
+        for i in 0..n {
             // Whole tokens: the first requests take the remainder.
-            let t = c.prefill_tokens / c.prefill_reqs + u32::from(i < c.prefill_tokens % c.prefill_reqs);
+            let t = c.prefill_tokens / n + u32::from(i < c.prefill_tokens % n);
             entries.push(BatchEntry { computed_tokens: 0, new_tokens: t, prompt_tokens: t.max(1) });
+        }
+        for pair in entries[..paired as usize].chunks_exact_mut(2) {
+            // Each keeps at least one token; the pair keeps its sum.
+            let shift = ((spread * f64::from(pair[1].new_tokens)).round() as u32).min(pair[1].new_tokens.saturating_sub(1));
+            pair[0].new_tokens += shift;
+            pair[1].new_tokens -= shift;
+            for e in pair.iter_mut() {
+                e.prompt_tokens = e.new_tokens.max(1);
+            }
         }
         entries.extend((0..c.decode_reqs).map(|_| BatchEntry { computed_tokens: context.max(1), new_tokens: 1, prompt_tokens: 1 }));
         Some(entries)
@@ -502,6 +520,24 @@ fn read_journey(span: &Value, journeys: &mut BTreeMap<String, Journey>) {
     }
 }
 
+impl OtelTrace {
+    /// The squared coefficient of variation, Var/mean², of the tokens a
+    /// prefill request schedules in a step, over every prefill entry of the
+    /// steps with snapshots (vLLM's rich subsample); `None` with fewer than
+    /// two. What [`TracedStep::approximate_batch`] spreads the other steps'
+    /// prefill tokens by (`latency-model-research.md`, the cv² correction).
+    pub fn prefill_cv2(&self) -> Option<f64> {
+        let tokens = || self.steps.iter().flat_map(|s| &s.entries).filter(|e| !e.is_decode()).map(|e| f64::from(e.new_tokens));
+        let n = tokens().count();
+        if n < 2 {
+            return None;
+        }
+        let mean = tokens().sum::<f64>() / n as f64;
+        let variance = tokens().map(|t| (t - mean).powi(2)).sum::<f64>() / n as f64;
+        (mean > 0.0).then(|| variance / (mean * mean))
+    }
+}
+
 /// What a teacher-forced fit found.
 #[derive(Clone, Debug, PartialEq)]
 pub struct StepFit {
@@ -515,6 +551,9 @@ pub struct StepFit {
     pub steps_approximated: usize,
     /// Steps without snapshots whose counts could not rebuild a batch (left out).
     pub steps_without_batch: usize,
+    /// The prefill cv² the rebuilt steps were spread by; `None` when the
+    /// trace had no snapshots to estimate it from (then 0).
+    pub prefill_cv2: Option<f64>,
     /// Requests whose journey gave α equations.
     pub journeys_used: usize,
     /// Mean absolute percentage error of the fitted step times.
@@ -534,13 +573,14 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let mut rows: Vec<(Vec<f64>, f64)> = Vec::new();
     let (mut approximated, mut without) = (0, 0);
     let mut rebuilt;
+    let prefill_cv2 = trace.prefill_cv2();
     for s in trace.steps.iter().skip(WARM_UP_STEPS) {
         if s.duration_us == 0 {
             continue;
         }
         let (entries, weight) = if !s.entries.is_empty() {
             (&s.entries, 1.0)
-        } else if let Some(e) = s.approximate_batch(block_size) {
+        } else if let Some(e) = s.approximate_batch(block_size, prefill_cv2.unwrap_or(0.0)) {
             approximated += 1;
             rebuilt = e;
             (&rebuilt, APPROXIMATED_WEIGHT)
@@ -617,7 +657,7 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         }
         LeastSquares::new(&rows, na).nnls()
     };
-    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, journeys_used: used, step_mape })
+    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, prefill_cv2, journeys_used: used, step_mape })
 }
 
 #[cfg(test)]
@@ -651,17 +691,48 @@ mod tests {
         s.summary = BatchCounts { prefill_reqs: 2, prefill_tokens: 101, decode_reqs: 3 };
         s.load = InstanceLoad { running: 5, waiting: 0, kv_usage: 0.5, kv_free_blocks: 1000, preemption_ema: 0.0 };
         let decode = BatchEntry { computed_tokens: 3200, new_tokens: 1, prompt_tokens: 1 };
-        assert_eq!(
-            s.approximate_batch(16).unwrap(),
-            [BatchEntry { computed_tokens: 0, new_tokens: 51, prompt_tokens: 51 }, BatchEntry { computed_tokens: 0, new_tokens: 50, prompt_tokens: 50 }, decode, decode, decode]
-        );
+        let prefill = |t| BatchEntry { computed_tokens: 0, new_tokens: t, prompt_tokens: t };
+        assert_eq!(s.approximate_batch(16, 0.0).unwrap(), [prefill(51), prefill(50), decode, decode, decode]);
+        // cv² = 0.25: the pair moves half its mean apart (±25), keeping its sum.
+        assert_eq!(s.approximate_batch(16, 0.25).unwrap(), [prefill(76), prefill(25), decode, decode, decode]);
+        assert_eq!(s.approximate_batch(16, 9.0).unwrap()[..2], [prefill(100), prefill(1)], "every request keeps a token");
         for broken in [BatchCounts { prefill_reqs: 0, prefill_tokens: 5, decode_reqs: 1 }, BatchCounts::default()] {
             s.summary = broken;
-            assert_eq!(s.approximate_batch(16), None, "{broken:?}");
+            assert_eq!(s.approximate_batch(16, 0.0), None, "{broken:?}");
         }
         s.summary = BatchCounts { prefill_reqs: 0, prefill_tokens: 0, decode_reqs: 1 };
         s.load.kv_usage = 1.0;
-        assert_eq!(s.approximate_batch(16), None, "a full cache says nothing of its size");
+        assert_eq!(s.approximate_batch(16, 0.0), None, "a full cache says nothing of its size");
+    }
+
+    /// Σ tokens² of the rebuilt prefill requests is (tokens²/n)·(1 + cv²),
+    /// up to rounding, for even and odd request counts; cv² is estimated
+    /// from the prefill entries of the steps with snapshots.
+    #[test]
+    fn rebuilt_prefills_carry_the_spread_the_snapshots_show() {
+        for (n, tokens) in [(2u32, 4000u32), (4, 8000), (5, 10000), (8, 2048)] {
+            let mut s = TracedStep::new(1);
+            s.summary = BatchCounts { prefill_reqs: n, prefill_tokens: tokens, decode_reqs: 0 };
+            s.load = InstanceLoad { running: n, kv_usage: 0.1, kv_free_blocks: 900, ..InstanceLoad::default() };
+            for cv2 in [0.0, 0.1, 0.4] {
+                let e = s.approximate_batch(16, cv2).unwrap();
+                assert_eq!(e.iter().map(|e| e.new_tokens).sum::<u32>(), tokens);
+                let squares: f64 = e.iter().map(|e| f64::from(e.new_tokens).powi(2)).sum();
+                let want = f64::from(tokens).powi(2) / f64::from(n) * (1.0 + cv2);
+                assert!((squares / want - 1.0).abs() < 1e-3, "n {n}, cv² {cv2}: {squares} vs {want}");
+            }
+        }
+        let mut trace = OtelTrace::default();
+        assert_eq!(trace.prefill_cv2(), None);
+        let mut rich = TracedStep::new(2);
+        // Prefill chunks of 100 and 300 tokens (mean 200, variance 10 000), and a decode that does not count.
+        rich.entries = vec![
+            BatchEntry { computed_tokens: 0, new_tokens: 100, prompt_tokens: 100 },
+            BatchEntry { computed_tokens: 0, new_tokens: 300, prompt_tokens: 500 },
+            BatchEntry { computed_tokens: 900, new_tokens: 1, prompt_tokens: 20 },
+        ];
+        trace.steps.push(rich);
+        assert_eq!(trace.prefill_cv2(), Some(0.25));
     }
 
     #[test]

@@ -265,6 +265,15 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         found.journeys_used,
         found.step_mape
     );
+    if found.steps_approximated > 0 {
+        match found.prefill_cv2 {
+            Some(cv2) => eprintln!("           rebuilt steps spread their prefill tokens by cv² = {cv2:.3}, from the steps with snapshots"),
+            None => eprintln!(
+                "warning: no step has step.REQUEST_SNAPSHOT events, so rebuilt steps split their prefill tokens evenly (cv² = 0), \
+                 which under-prices prefill attention when prompt lengths vary; sample some steps in rich mode"
+            ),
+        }
+    }
     let mut command = format!("blis fit --otel {} --latency-model {kind} --model {}", path.display(), server.model_name);
     for (flag, value) in [("--hardware", args.hardware.clone()), ("--tp", args.tp.map(|t| t.to_string()))] {
         if let Some(v) = value {
