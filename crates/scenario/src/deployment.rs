@@ -303,7 +303,7 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
 /// efficiencies of both GPUs, but the α and per-step overheads are absolute,
 /// so the prediction extrapolates. `None` when the set names no GPU or the
 /// same one (by name or alias).
-fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, origin: &str) -> Option<String> {
+pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, origin: &str) -> Option<String> {
     let fitted_on = set.provenance.hardware.as_deref()?;
     let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
     if canonical(fitted_on) == canonical(simulated) {

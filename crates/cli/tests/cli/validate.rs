@@ -263,6 +263,11 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(quiet.status.success() && !stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
     let facts = dir.join("server-facts.yaml");
     let text = std::fs::read_to_string(&facts).unwrap();
+    // Run on another GPU than the set was fitted on: said once, as `blis run` says it.
+    std::fs::write(&facts, text.replace("hardware: H100-SXM-80GB", "hardware: A100-80GB")).unwrap();
+    let other = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert_eq!(other.matches("were fitted on H100 measurements; timing A100-80GB").count(), 1, "{other}");
+    assert!(other.contains("kernel efficiencies"), "{other}");
     // A contradiction, an agreement, a typo, and cpu_offload (read, used only with --kv-offloading-size).
     std::fs::write(&facts, format!("{text}max_num_seqs: 64\nmax_model_len: 4096\nnum_gpu_block: 99\ncpu_offload: unknown\n")).unwrap();
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
