@@ -281,7 +281,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         }
     }
     command += &prior_flags(&args.prior);
-    let set = CoefficientSet {
+    let mut set = CoefficientSet {
         latency_model: kind.name().into(),
         alpha: found.alpha,
         beta: found.beta,
@@ -296,5 +296,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
             ..Provenance::default()
         },
     };
+    // The trace's steps come from one server, which `--otel` cannot describe as expert-parallel.
+    blis_calibrate::fit::tie_unseen_expert_dispatch(&mut set, false);
     write_set(&set, output)
 }

@@ -31,7 +31,7 @@
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
 //!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail, async_scheduling: false },
-//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false,
+//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false, expert_parallel: false,
 //! };
 //! let policies = PolicyBundle { routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(), ..Default::default() };
 //! let mut cluster = Cluster::new(ClusterConfig {

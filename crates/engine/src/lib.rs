@@ -35,7 +35,7 @@
 //!     scheduler: SchedulerConfig { max_num_seqs: 8, max_num_batched_tokens: 512, max_model_len: 4096,
 //!         enable_chunked_prefill: true, long_prefill_token_threshold: 0, async_scheduling: false,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail },
-//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false,
+//!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false, expert_parallel: false,
 //! };
 //! let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] });
 //! let inst = Instance::new(0, cfg, model).unwrap();

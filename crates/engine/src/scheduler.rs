@@ -82,6 +82,11 @@ pub struct InstanceConfig {
     /// observers once per step. Off by default: it costs an allocation per
     /// stored block.
     pub kv_events: bool,
+    /// vLLM `--enable-expert-parallel`: a MoE layer's experts are spread
+    /// whole over the tensor-parallel ranks (EP size = TP) and its tokens
+    /// reach them by an all-to-all instead of the layer's all-reduce. No
+    /// effect on a dense model or at TP 1.
+    pub expert_parallel: bool,
 }
 
 /// A configuration that cannot run.
@@ -153,6 +158,7 @@ impl InstanceConfig {
             offload: None,
             kv_transfer: None,
             kv_events: false,
+            expert_parallel: false,
         }
     }
 

@@ -188,6 +188,11 @@ impl Server {
             }
         };
 
+        let expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
+        if expert_parallel && (model.moe.is_none() || tp == 1) {
+            let why = if model.moe.is_none() { format!("{model_name} has no experts") } else { String::from("at --tp 1 every expert is on the one GPU") };
+            warnings.push(format!("--enable-expert-parallel has no effect: {why}"));
+        }
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
                 max_num_seqs,
@@ -206,6 +211,7 @@ impl Server {
             offload: crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?,
             kv_transfer: None,
             kv_events: false,
+            expert_parallel,
         };
         instance.validate().map_err(|e| invalid!("{e}"))?;
         Ok(Server { model_name, model, gpu_name, gpu, tp, instance, kv_budget })

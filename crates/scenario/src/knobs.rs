@@ -213,6 +213,9 @@ knob_table! {
     /// Schedule the next step while the current one runs (vLLM --async-scheduling):
     /// requests arriving during a step join the step after next. [default: false]
     async_scheduling: bool = Some(DEFAULTS.async_scheduling), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// Spread a MoE model's experts whole over the --tp GPUs and route tokens to them by an
+    /// all-to-all (vLLM --enable-expert-parallel); no effect on dense models. [default: false]
+    enable_expert_parallel: bool = Some(false), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
     /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
     long_prefill_token_threshold: u32 = Some(DEFAULTS.long_prefill_token_threshold), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
     /// Host memory for offloaded KV blocks, GiB, for the whole instance (vLLM --kv-offloading-size):

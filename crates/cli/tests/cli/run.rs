@@ -351,3 +351,33 @@ fn tiers_report_per_tier_and_kv_events_are_deterministic_and_balanced() {
     run_json(&["--requests-csv", plain.to_str().unwrap()]);
     assert!(!std::fs::read_to_string(plain).unwrap().contains("kv_load_wait_ms"));
 }
+
+/// Issue 26: `--enable-expert-parallel` spreads a MoE model's experts over
+/// its TP GPUs: its MoE layers trade their all-reduce for an all-to-all that
+/// moves each token to its k = 2 experts and back, so the bundled set (whose
+/// βEP is its all-reduce coefficient: no EP run was fitted) times a slower
+/// Mixtral step at TP 2. On a dense model it changes nothing, and says so.
+#[test]
+fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
+    let mixtral = |extra: &[&str]| {
+        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "100", "--rate", "10", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        let json: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        (json["latency_ms"]["itl"]["mean"].as_f64().unwrap(), json["config"]["enable-expert-parallel"]["value"].clone())
+    };
+    let (tp_itl, tp_flag) = mixtral(&[]);
+    let (ep_itl, ep_flag) = mixtral(&["--enable-expert-parallel"]);
+    assert_eq!((tp_flag, ep_flag), (Value::Bool(false), Value::Bool(true)));
+    assert!(ep_itl > tp_itl, "expert-parallel ITL {ep_itl} ms vs tensor-parallel {tp_itl} ms");
+    let (_, plain) = run_json(&[]);
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--format", "json", "--enable-expert-parallel", "--tp", "2"]);
+    let out = blis(&args);
+    assert!(stderr(&out).contains("warning: --enable-expert-parallel has no effect: meta-llama/Llama-3.1-8B-Instruct has no experts"), "{}", stderr(&out));
+    let dense: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let (_, tp2) = run_json(&["--tp", "2"]);
+    assert_eq!(dense["latency_ms"], tp2["latency_ms"]);
+    assert_ne!(plain["latency_ms"], tp2["latency_ms"]);
+}

@@ -26,6 +26,7 @@ pub const BETA_LEN: usize = 11;
 /// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(nEff·dFF_moe + dFF_sh)·3·d/g + nDense·3·d·dFF/tp]·wBPP / W   (per GPU)
 /// nEff    = N·(1 − ((N − k)/N)^(T_pf + T_dc))   (routed experts the step's tokens touch)
 /// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
+/// T_dispatch = kEff·V(nMoE, T) with expert parallelism, when V(nMoE, T) leaves T_ar; else 0
 /// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
 ///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
 /// ```
@@ -42,20 +43,36 @@ pub const BETA_LEN: usize = 11;
 ///   which differs when H·dH ≠ d (Qwen3-30B-A3B, Mistral-Nemo).
 ///
 /// The feature vector is in the published coefficient order
-/// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. Expert parallelism
-/// is not modelled, so T_dispatch is 0. α0 is the arrival-to-queue delay,
+/// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. T_dispatch is 0
+/// unless the basis is expert-parallel ([`TrainedPhysicsBasis::with_expert_parallel`]). α0 is the arrival-to-queue delay,
 /// α1 the delay from the last token to the response end, α2 the delay from a
 /// token's step end to the API (it does not accumulate: TTFT = prefill step
 /// end + α2 − arrival, later gaps are step gaps).
 #[derive(Clone, Debug)]
 pub struct TrainedPhysicsBasis {
     dims: Dims,
+    /// MoE layers run expert-parallel (vLLM `--enable-expert-parallel` on a
+    /// MoE model at TP > 1).
+    expert_parallel: bool,
 }
 
 impl TrainedPhysicsBasis {
     /// Builds the basis for `model` on `tp` GPUs of type `gpu`.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> TrainedPhysicsBasis {
-        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp) }
+        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp), expert_parallel: false }
+    }
+
+    /// The basis with MoE layers expert-parallel when `on` (vLLM
+    /// `--enable-expert-parallel`): each of the TP ranks holds whole experts,
+    /// and a MoE layer's all-reduce gives way to an all-to-all that sends
+    /// each token's hidden state to its k experts' ranks and back,
+    /// T_dispatch = k·V(nMoE, T), priced by βEP. The weights a step reads
+    /// are the same in expectation (nEff/EP whole experts per rank instead
+    /// of nEff experts' 1/TP shards), so T_w does not change. No effect on
+    /// a dense model or at TP 1.
+    pub fn with_expert_parallel(mut self, on: bool) -> TrainedPhysicsBasis {
+        self.expert_parallel = on && self.dims.is_moe() && self.dims.tp > 1.0;
+        self
     }
 
     fn ffn_flops(&self, tokens: f64) -> f64 {
@@ -80,9 +97,14 @@ impl TrainedPhysicsBasis {
         let t_w = m.memory_us(weight_params * m.wbpp);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
         let volume = |layers: f64| m.memory_us(layers * s.tokens() * m.d * m.bpp * ring);
-        let t_ar = volume(m.l) + volume(m.n_dense) + if m.is_moe() { volume(m.n_moe) } else { 0.0 };
+        let (t_moe_ar, t_dispatch) = match (m.is_moe(), self.expert_parallel) {
+            (false, _) => (0.0, 0.0),
+            (true, false) => (volume(m.n_moe), 0.0),
+            (true, true) => (0.0, m.k_eff() * volume(m.n_moe)),
+        };
+        let t_ar = volume(m.l) + volume(m.n_dense) + t_moe_ar;
         let interleaved = if m.interleaved_moe { m.n_moe } else { 0.0 };
-        [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, 0.0]
+        [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, t_dispatch]
     }
 }
 
@@ -216,6 +238,21 @@ mod tests {
         ];
         for (got, want) in basis.features(&batch).iter().zip(want) {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+        }
+        // Expert-parallel, the MoE layers' half of T_ar (V(32, 302) = 23.632 µs)
+        // gives way to the all-to-all, k = 2 times that, and nothing else moves.
+        let ep = basis.clone().with_expert_parallel(true).features(&batch);
+        let mut want_ep = want;
+        want_ep[3] = want[3] / 2.0;
+        want_ep[10] = want[3];
+        for (got, want) in ep.iter().zip(want_ep) {
+            assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+        }
+        let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let h100 = find_gpu("H100").unwrap().spec();
+        for (m, tp) in [(&dense, 2), (&model, 1)] {
+            let plain = TrainedPhysicsBasis::new(m, &h100, tp);
+            assert_eq!(plain.clone().with_expert_parallel(true).features(&batch), plain.features(&batch), "no experts to spread, or one GPU");
         }
         let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
         assert_eq!(m.step_time(&batch), Micros(20718));

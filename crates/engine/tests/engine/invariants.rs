@@ -60,6 +60,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                 }),
                 kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(latency_us) }, block_bytes: 1 << 16 }),
                 kv_events,
+                expert_parallel: false,
             }
         })
 }
