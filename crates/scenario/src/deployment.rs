@@ -242,6 +242,13 @@ impl Deployment {
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, &chosen.origin) {
             warnings.push(w);
         }
+        let expert_parallel = server.instance.expert_parallel && server.model.moe.is_some() && server.tp > 1;
+        if expert_parallel && chosen.set.latency_model != ModelKind::TrainedPhysics.name() {
+            warnings.push(format!(
+                "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics prices the all-to-all",
+                chosen.set.latency_model
+            ));
+        }
         Ok(Deployment { server, latency, coefficients: chosen.origin })
     }
 }
