@@ -100,6 +100,9 @@ pub struct ServerFacts {
     /// `--async-scheduling` on.
     #[serde(default)]
     pub async_scheduling: Option<bool>,
+    /// `--enable-expert-parallel` on.
+    #[serde(default)]
+    pub enable_expert_parallel: Option<bool>,
     /// `--max-num-seqs`.
     #[serde(default)]
     pub max_num_seqs: Option<u32>,
@@ -154,10 +157,10 @@ impl TryFrom<serde_json::Value> for CpuOffloadFact {
 }
 
 /// The keys of `server-facts.yaml` that BLIS reads.
-const SERVER_FACT_KEYS: [&str; 13] = [
+const SERVER_FACT_KEYS: [&str; 14] = [
     "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
-    "enable_chunked_prefill", "async_scheduling", "max_num_seqs", "max_num_batched_tokens", "max_model_len", "status",
-    "cpu_offload",
+    "enable_chunked_prefill", "async_scheduling", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
+    "status", "cpu_offload",
 ];
 
 /// One latency distribution as inference-perf reports it, in seconds.

@@ -110,6 +110,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         enable_prefix_caching: f.enable_prefix_caching,
         enable_chunked_prefill: f.enable_chunked_prefill,
         async_scheduling: f.async_scheduling,
+        enable_expert_parallel: f.enable_expert_parallel,
         max_num_seqs: f.max_num_seqs,
         max_num_batched_tokens: f.max_num_batched_tokens,
         max_model_len: f.max_model_len,

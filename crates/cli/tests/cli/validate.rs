@@ -285,3 +285,20 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(out.status.success(), "{err}");
     assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
 }
+
+/// `enable_expert_parallel: true` in `server-facts.yaml` simulates the MoE
+/// server expert-parallel, as `--enable-expert-parallel` does for `blis run`.
+#[test]
+fn an_expert_parallel_server_fact_is_simulated() {
+    let tmp = TempDir::new("validate-ep");
+    let dir = experiment_of(&tmp.0, "moe", "mistralai/Mixtral-8x7B-v0.1");
+    let cfg = dir.join("exp-config.yaml");
+    std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("tensor_parallelism: 1", "tensor_parallelism: 2")).unwrap();
+    let facts = dir.join("server-facts.yaml");
+    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "tensor_parallel_size: 2\n").unwrap();
+    let tensor_parallel = predictions(&dir, &[]);
+    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "enable_expert_parallel: true\n").unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && !stderr(&out).contains("enable_expert_parallel"), "a fact BLIS reads: {}", stderr(&out));
+    assert_ne!(predictions(&dir, &[]), tensor_parallel);
+}
