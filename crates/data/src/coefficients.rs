@@ -174,7 +174,7 @@ impl CoefficientSet {
         let carry = self.carry_to(gpu);
         let seen = carry.map(|c| gpu.carried(c));
         match kind.basis(model, seen.as_ref().unwrap_or(gpu), tp, instance) {
-            None => Ok(Arc::new(Roofline::new(model, gpu, tp))),
+            None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
             Some(basis) => {
                 let mut beta = self.beta.clone();
                 if let Some(c) = carry

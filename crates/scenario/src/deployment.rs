@@ -243,9 +243,9 @@ impl Deployment {
             warnings.push(w);
         }
         let expert_parallel = server.instance.expert_parallel && server.model.moe.is_some() && server.tp > 1;
-        if expert_parallel && chosen.set.latency_model != ModelKind::TrainedPhysics.name() {
+        if expert_parallel && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str()) {
             warnings.push(format!(
-                "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics prices the all-to-all",
+                "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics and roofline price the all-to-all",
                 chosen.set.latency_model
             ));
         }

@@ -371,8 +371,11 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let (ep_itl, ep_flag) = mixtral(&["--enable-expert-parallel"]);
     assert_eq!((tp_flag, ep_flag), (Value::Bool(false), Value::Bool(true)));
     assert!(ep_itl > tp_itl, "expert-parallel ITL {ep_itl} ms vs tensor-parallel {tp_itl} ms");
-    let out = blis(&["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "20", "--latency-model", "roofline", "--enable-expert-parallel"]);
-    assert!(stderr(&out).contains("the roofline latency model has no expert-dispatch term"), "{}", stderr(&out));
+    let out = blis(&["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "20", "--latency-model", "unified-5", "--enable-expert-parallel"]);
+    assert!(stderr(&out).contains("the unified-5 latency model has no expert-dispatch term"), "{}", stderr(&out));
+    let (tp_roofline, _) = mixtral(&["--latency-model", "roofline"]);
+    let (ep_roofline, _) = mixtral(&["--latency-model", "roofline", "--enable-expert-parallel"]);
+    assert!(ep_roofline > tp_roofline, "roofline: expert-parallel ITL {ep_roofline} ms vs tensor-parallel {tp_roofline} ms");
     let (_, plain) = run_json(&[]);
     let mut args = SMALL.to_vec();
     args.extend_from_slice(&["--format", "json", "--enable-expert-parallel", "--tp", "2"]);

@@ -19,6 +19,7 @@ use crate::time::Micros;
 /// bytes     = weights read once (MoE: N·(1 − ((N−k)/N)^T) experts for T tokens, LM head included) / tp
 ///           + Σ [KV bytes per token · (n + p) + L·d·BPP·n] / tp
 /// allreduce = (tp > 1) · 2·L · T·d·BPP · 2(tp − 1)/tp / interconnect bandwidth
+///             (expert-parallel: 2·L + (k − 1)·nMoE layers' worth, the MoE all-to-all)
 /// step      = max(compute, bytes / HBM bandwidth) + allreduce,  at least 1 µs
 /// ```
 ///
@@ -46,6 +47,10 @@ pub struct Roofline {
     mfu_decode: f64,
     hbm_bytes_per_s: f64,
     interconnect_bytes_per_s: f64,
+    /// MoE layers.
+    moe_layers: f64,
+    /// One layer's all-reduce bytes per token and GPU: d·BPP·2(tp − 1)/tp (0 at tp = 1).
+    d_bpp_ring: f64,
 }
 
 impl Roofline {
@@ -90,7 +95,21 @@ impl Roofline {
             mfu_decode: gpu.mfu_decode,
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
             interconnect_bytes_per_s: gpu.interconnect_bytes_per_s(),
+            moe_layers: model.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers)),
+            d_bpp_ring: if tp > 1 { d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
         }
+    }
+
+    /// The model with MoE layers expert-parallel when `on` (vLLM
+    /// `--enable-expert-parallel`): a MoE layer's FFN all-reduce gives way to
+    /// an all-to-all carrying each token to its k experts' GPUs and back, k
+    /// times the volume, over the same interconnect. No effect on a dense
+    /// model or at TP 1.
+    pub fn with_expert_parallel(mut self, on: bool) -> Roofline {
+        if let (true, Some((_, k))) = (on, self.moe) {
+            self.allreduce_bytes_per_token += (k.max(1.0) - 1.0) * self.moe_layers * self.d_bpp_ring;
+        }
+        self
     }
 }
 
