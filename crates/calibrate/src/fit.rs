@@ -36,6 +36,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blis_engine::instance::{Observer, StepEvent};
+use blis_engine::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
 use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, ModelKind, QueueingInput};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
@@ -598,24 +599,19 @@ fn objective(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<
     Ok(loss(&active) + saturation)
 }
 
-/// Whether `server` runs MoE layers expert-parallel (what makes
-/// trained-physics's T_dispatch non-zero).
-fn expert_parallel(server: &Server) -> bool {
-    server.instance.expert_parallel && server.model.moe.is_some() && server.tp > 1
-}
-
-/// Index of βEP (`expert_dispatch`) and β4 (`allreduce`) in trained-physics's β.
-const EXPERT_DISPATCH: usize = 10;
-const ALLREDUCE: usize = 3;
-
 /// Gives a trained-physics set fitted without expert-parallel runs, whose
 /// βEP no equation saw, β4's value: T_dispatch is tensor-parallel traffic
 /// over the same links as the all-reduce, priced at the same rate (as the
 /// published iter29 set has it, βEP = β4). A set fitted on expert-parallel
 /// runs keeps its own.
 pub fn tie_unseen_expert_dispatch(set: &mut CoefficientSet, saw_expert_parallel: bool) {
-    if set.latency_model == ModelKind::TrainedPhysics.name() && !saw_expert_parallel && set.beta.len() > EXPERT_DISPATCH {
-        set.beta[EXPERT_DISPATCH] = set.beta[ALLREDUCE];
+    let at = |name: &str| TRAINED_PHYSICS_BETA_NAMES.iter().position(|n| *n == name);
+    if set.latency_model == ModelKind::TrainedPhysics.name()
+        && !saw_expert_parallel
+        && let (Some(dispatch), Some(allreduce)) = (at("expert_dispatch"), at("allreduce"))
+        && set.beta.len() == TRAINED_PHYSICS_BETA_NAMES.len()
+    {
+        set.beta[dispatch] = set.beta[allreduce];
     }
 }
 
@@ -754,7 +750,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     }
     let (coefficients, final_loss) = best;
     let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..]);
-    tie_unseen_expert_dispatch(&mut set, train.iter().any(|r| expert_parallel(r.server())));
+    tie_unseen_expert_dispatch(&mut set, train.iter().any(|r| r.server().instance.expert_parallel));
     let train_loss = objective(&train, &set, opts.seed)?;
     let holdout_runs: Vec<&dyn Measured> = runs.iter().copied().filter(|r| r.active() && holdout(*r)).collect();
     set.provenance = Provenance {

@@ -806,11 +806,7 @@ mod tests {
     #[test]
     fn the_fit_recovers_a_known_model_and_carries_it_between_gpus() {
         let truth = GemmModel { compute_efficiency: 0.62, memory_efficiency: 0.81, launch_us: 6.0, tile_tokens: 64 };
-        let peaks: BTreeMap<String, Peaks> = [
-            ("fast".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }),
-            ("slow".to_string(), Peaks { flops_per_s: 149.7e12, bytes_per_s: 0.696e12 }),
-        ]
-        .into();
+        let peaks = gpus(&[("fast", H100), ("slow", A40)]);
         let mut samples = Vec::new();
         for gpu in peaks.keys() {
             for tokens in [1u32, 8, 40, 100, 128, 300, 520, 600, 1000, 1500, 2100, 3000, 4096] {
@@ -839,11 +835,7 @@ mod tests {
     #[test]
     fn layer_terms_are_recovered_and_scaling_errors_have_the_right_sign() {
         let truth = LayerTerms { prefill_compute: 1.4, decode_compute: 0.7, weights: 1.2, per_layer_us: 45.0 };
-        let peaks: BTreeMap<String, Peaks> = [
-            ("h100".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }),
-            ("a40".to_string(), Peaks { flops_per_s: 149.7e12, bytes_per_s: 0.696e12 }),
-        ]
-        .into();
+        let peaks = gpus(&[("h100", H100), ("a40", A40)]);
         let mut layers = Vec::new();
         for gpu in peaks.keys() {
             for tokens in [1u32, 8, 32, 128, 512, 1024, 2048, 4096] {
@@ -875,8 +867,13 @@ mod tests {
         }
     }
 
-    fn two_gpus() -> BTreeMap<String, Peaks> {
-        [("h100".to_string(), Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 }), ("a100".to_string(), Peaks { flops_per_s: 312e12, bytes_per_s: 2.039e12 })].into()
+    /// Datasheet peaks (dense BF16, memory bandwidth) of the profiled GPUs.
+    const H100: Peaks = Peaks { flops_per_s: 989.5e12, bytes_per_s: 3.35e12 };
+    const A100: Peaks = Peaks { flops_per_s: 312e12, bytes_per_s: 2.039e12 };
+    const A40: Peaks = Peaks { flops_per_s: 149.7e12, bytes_per_s: 0.696e12 };
+
+    fn gpus(named: &[(&str, Peaks)]) -> BTreeMap<String, Peaks> {
+        named.iter().map(|&(name, p)| (name.to_string(), p)).collect()
     }
 
     fn efficiency(gemm_compute: f64, gemm_memory: f64, layer_overhead_us: f64) -> KernelEfficiency {
@@ -889,7 +886,7 @@ mod tests {
     /// both GPUs profiled only.
     #[test]
     fn each_gpus_efficiencies_are_read_off_its_layers() {
-        let peaks = two_gpus();
+        let peaks = gpus(&[("h100", H100), ("a100", A100)]);
         let shared = GemmModel { compute_efficiency: 0.7, memory_efficiency: 0.8, launch_us: 7.0, tile_tokens: 128 };
         let truth: BTreeMap<&str, (f64, f64, f64)> = [("h100", (0.71, 0.99, 19.0)), ("a100", (0.73, 0.84, 24.0))].into();
         let mut layers = Vec::new();
@@ -922,7 +919,7 @@ mod tests {
     /// efficiencies_without replaces one GPU's by the others' mean.
     #[test]
     fn terms_carried_by_the_efficiency_ratios_scale_exactly() {
-        let peaks = two_gpus();
+        let peaks = gpus(&[("h100", H100), ("a100", A100)]);
         let efficiencies: BTreeMap<String, KernelEfficiency> = [("h100".to_string(), efficiency(0.71, 0.99, 48.0)), ("a100".to_string(), efficiency(0.73, 0.84, 53.0))].into();
         let terms = LayerTerms { prefill_compute: 1.4, decode_compute: 0.7, weights: 1.2, per_layer_us: 50.0 };
         let mut layers = Vec::new();

@@ -188,10 +188,12 @@ impl Server {
             }
         };
 
-        let expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
+        // On only where it changes something, so that what reads the instance need not ask again.
+        let mut expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
         if expert_parallel && (model.moe.is_none() || tp == 1) {
             let why = if model.moe.is_none() { format!("{model_name} has no experts") } else { String::from("at --tp 1 every expert is on the one GPU") };
             warnings.push(format!("--enable-expert-parallel has no effect: {why}"));
+            expert_parallel = false;
         }
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
@@ -242,8 +244,7 @@ impl Deployment {
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, &chosen.origin) {
             warnings.push(w);
         }
-        let expert_parallel = server.instance.expert_parallel && server.model.moe.is_some() && server.tp > 1;
-        if expert_parallel && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str()) {
+        if server.instance.expert_parallel && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str()) {
             warnings.push(format!(
                 "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics and roofline price the all-to-all",
                 chosen.set.latency_model

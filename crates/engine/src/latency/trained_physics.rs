@@ -14,6 +14,21 @@ use crate::time::Micros;
 /// Number of β coefficients.
 pub const BETA_LEN: usize = 11;
 
+/// The β's names ([`FeatureBasis::beta_names`]), in coefficient order.
+pub const BETA_NAMES: [&str; BETA_LEN] = [
+    "prefill_compute",
+    "decode_compute",
+    "weights",
+    "allreduce",
+    "per_layer_us",
+    "per_request_us",
+    "per_step_us",
+    "interleaved_moe_layer_us",
+    "prefill_kv",
+    "decode_kv",
+    "expert_dispatch",
+];
+
 /// Basis functions of trained-physics, in µs (F = peak FLOP/s, the FP8 peak
 /// for 8-bit weights; W = HBM bytes/s; g = tp for MoE layers at dp = 1):
 ///
@@ -118,19 +133,7 @@ impl FeatureBasis for TrainedPhysicsBasis {
     }
 
     fn beta_names(&self) -> &'static [&'static str] {
-        &[
-            "prefill_compute",
-            "decode_compute",
-            "weights",
-            "allreduce",
-            "per_layer_us",
-            "per_request_us",
-            "per_step_us",
-            "interleaved_moe_layer_us",
-            "prefill_kv",
-            "decode_kv",
-            "expert_dispatch",
-        ]
+        &BETA_NAMES
     }
 
     fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {
