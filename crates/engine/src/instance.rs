@@ -226,6 +226,12 @@ struct Live {
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
+    /// Tokens past this are the request's own: see `cacheable_tokens`.
+    cacheable_upto: u32,
+    /// Tokens its last allocation (or landed load) covered: vLLM enters
+    /// their full blocks in the prefix index then, computed or not, so a
+    /// preemption in the same step leaves them findable.
+    allocated_tokens: u32,
     // Offloading only: leading full blocks offered to the tiers; the first
     // block that is private (only this request can contain it: stored
     // unindexed, `u32::MAX` for none) and the tiers' clock before the first
@@ -252,12 +258,24 @@ impl Live {
 
     /// How many of the first `need` tokens to enter in the prefix index when
     /// their slots are allocated. vLLM enters every full block; BLIS enters
-    /// generated tokens only for multi-turn sessions, whose next round
-    /// contains them, and on preemption (for the recomputation): no other
-    /// request can contain a request's generated tokens, so skipping them
-    /// changes no hit and saves an index update per generated block.
+    /// a request's own tokens (generated ones outside multi-turn sessions,
+    /// whose next round contains them, and the prompt's own tokens,
+    /// [`RequestMeta::own_prompt_from`]) only on preemption, for the
+    /// recomputation: no other request can contain them, so skipping them
+    /// changes no hit and saves an index update per block.
     fn cacheable_tokens(&self, need: u32) -> u32 {
-        if self.req.meta.session.is_some() { need } else { need.min(self.req.prompt_tokens()) }
+        need.min(self.cacheable_upto)
+    }
+
+    /// How many tokens' full blocks the prefix index holds for the request
+    /// when it is preempted: its computed tokens, and what its last
+    /// allocation entered without the request's own prompt tokens held
+    /// back (all of [`Live::cacheable_tokens`] but for
+    /// [`RequestMeta::own_prompt_from`]), so that holding them back
+    /// changes no later hit.
+    fn indexed_on_preemption(&self) -> u32 {
+        let entered = if self.req.meta.session.is_some() { self.allocated_tokens } else { self.allocated_tokens.min(self.req.prompt_tokens()) };
+        self.num_computed.max(entered)
     }
 }
 
@@ -716,10 +734,16 @@ impl Instance {
             req.arrival,
             req.id.0,
         );
-        // Generated blocks are private outside sessions (see
-        // `Live::cacheable_tokens`); KV events name every stored block, so
-        // when recording them none is.
-        let private_from_block = if req.meta.session.is_some() || self.cfg.kv_events { u32::MAX } else { req.prompt_tokens() / self.kv.block_size() };
+        // The request's own tokens, which no other request can hit (see
+        // `Live::cacheable_tokens`): its generated ones outside sessions,
+        // and its prompt's own (`RequestMeta::own_prompt_from`).
+        let prompt = req.prompt_tokens();
+        let own_from = if req.meta.session.is_some() { u32::MAX } else { req.meta.own_prompt_from.map_or(prompt, |p| p.min(prompt)) };
+        // KV events name the prompt's blocks in the GPU cache and every
+        // block stored in the tiers, so when recording them those are
+        // indexed.
+        let cacheable_upto = if self.cfg.kv_events { own_from.max(prompt) } else { own_from };
+        let private_from_block = if self.cfg.kv_events { u32::MAX } else { own_from / self.kv.block_size() };
         let fresh = |req, table, hashes| Live {
             req,
             status: Status::Arriving,
@@ -737,6 +761,8 @@ impl Instance {
             aborted: false,
             in_step: false,
             store_due_tokens: 0,
+            cacheable_upto,
+            allocated_tokens: 0,
             stored_blocks: 0,
             private_from_block,
             private_since: None,
@@ -1390,6 +1416,7 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         let computed = live.num_computed;
         let cacheable = live.cacheable_tokens(computed);
+        live.allocated_tokens = computed;
         self.kv.cache_full_blocks(&mut live.table, &live.hashes, cacheable);
         self.note_kv_changes(slot);
         let live = &mut self.slots[slot as usize];
@@ -1473,6 +1500,7 @@ impl Instance {
         let need = live.num_computed + n;
         let cache_upto = live.cacheable_tokens(need);
         if !with_hits && self.kv.holds(&live.table, need, cache_upto) {
+            live.allocated_tokens = need;
             return true; // most decode steps
         }
         // Hashes must cover every full block entered in the prefix index.
@@ -1481,6 +1509,9 @@ impl Instance {
         }
         let hits: &[u32] = if with_hits { &self.hit_scratch } else { &[] };
         let ok = self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, cache_upto);
+        if ok {
+            live.allocated_tokens = need;
+        }
         self.note_kv_changes(slot);
         ok
     }
@@ -1565,7 +1596,8 @@ impl Instance {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
         }
         if self.kv.prefix_caching() {
-            self.kv.cache_full_blocks(&mut live.table, &live.hashes, live.num_computed);
+            let indexed = live.indexed_on_preemption();
+            self.kv.cache_full_blocks(&mut live.table, &live.hashes, indexed);
         }
         // Likewise the private blocks it stored in the tiers.
         if let (Some(tiers), Some(since)) = (self.tiers.as_mut(), private_since) {
@@ -1576,6 +1608,7 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         self.kv.free(&mut live.table);
         live.num_computed = 0;
+        live.allocated_tokens = 0;
         live.stored_blocks = 0;
         live.store_due_tokens = 0;
         live.preemptions += 1;

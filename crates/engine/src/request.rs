@@ -244,7 +244,9 @@ impl Labels {
 }
 
 /// Who sent a request and what it is owed: used by metrics breakdowns and by
-/// cluster policies, never by the instance's physics.
+/// cluster policies, never by the instance's physics (`session` and
+/// `own_prompt_from` tell the KV caches which blocks no other request can
+/// hit, which changes no result).
 #[derive(Copy, Clone, Debug, Default, PartialEq)]
 pub struct RequestMeta {
     /// Index of the workload client that generated the request.
@@ -261,6 +263,16 @@ pub struct RequestMeta {
     pub deadline: Option<Micros>,
     /// Multi-turn session id and 0-based round, for session workloads.
     pub session: Option<(u64, u32)>,
+    /// The workload's guarantee that the prompt's tokens from this position
+    /// on are the request's own: no other request's prompt holds them after
+    /// the same tokens, so a KV block that includes one can be hit only by
+    /// this request (its recomputation after a preemption). The offload
+    /// tiers then store such blocks unindexed, as they store generated
+    /// blocks outside sessions: no hit changes, and each block saves a
+    /// probe and an index update. `None`: no guarantee. A workload sets it
+    /// only where it draws each request fresh content (never for a session
+    /// round, whose prompt the next round contains).
+    pub own_prompt_from: Option<u32>,
 }
 
 /// One inference request as the workload issues it.

@@ -147,6 +147,10 @@ pub struct Draft {
     pub reason_ratio: f64,
     /// Index in the client's `prefixes` of the prefix the prompt starts with.
     pub prefix_group: Option<u32>,
+    /// Where the prompt's own tokens start, for a first round: they come
+    /// from a stream keyed by client, request and round
+    /// ([`RequestMeta::own_prompt_from`](blis_engine::request::RequestMeta::own_prompt_from)).
+    pub own_prompt_from: Option<u32>,
 }
 
 impl ClientPlan {
@@ -185,6 +189,7 @@ impl ClientPlan {
             modality_tokens,
             reason_ratio,
             prefix_group: self.prefix_group(),
+            own_prompt_from: Some(prefix),
         }
     }
 
@@ -232,6 +237,7 @@ impl ClientPlan {
             modality_tokens: [0; 3],
             reason_ratio,
             prefix_group: self.prefix_group(),
+            own_prompt_from: None,
         }
     }
 }
@@ -279,6 +285,7 @@ impl ClientStream {
                     modality_tokens: [0; 3],
                     reason_ratio: 0.0,
                     prefix_group,
+                    own_prompt_from: req.meta.own_prompt_from,
                 };
                 Some((req.arrival, draft))
             }

@@ -138,7 +138,15 @@ impl Generator {
                 prompt: d.prompt,
                 max_output_tokens: d.output_tokens,
                 output_seed: d.output_seed,
-                meta: RequestMeta { client, tenant: c.tenant, slo_class: c.slo_class, session, ..RequestMeta::default() },
+                meta: RequestMeta {
+                    client,
+                    tenant: c.tenant,
+                    slo_class: c.slo_class,
+                    session,
+                    // A session's prompt recurs in its next round.
+                    own_prompt_from: d.own_prompt_from.filter(|_| session.is_none()),
+                    ..RequestMeta::default()
+                },
             },
             k: d.k,
             text_tokens: d.text_tokens,

@@ -198,7 +198,8 @@ impl SyntheticStream {
             prompt,
             max_output_tokens: output_len,
             output_seed: output_stream_seed(id, self.content_seed),
-            meta: RequestMeta::default(),
+            // The run after the prefix is keyed by the request id.
+            meta: RequestMeta { own_prompt_from: Some(self.spec.prefix_tokens), ..RequestMeta::default() },
         };
         Some((req, prefix_group))
     }

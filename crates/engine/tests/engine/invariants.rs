@@ -10,12 +10,12 @@ use blis_engine::instance::Instance;
 use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
 use blis_engine::kv::transfer::KvTransferConfig;
 use blis_engine::latency::Blackbox;
-use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, TokenRun, TokenSeq};
+use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
 use proptest::prelude::*;
 
-use crate::harness::{Recorder, run_checked_with};
+use crate::harness::{Checked, Recorder, run_checked_with};
 
 fn config() -> impl Strategy<Value = InstanceConfig> {
     (
@@ -66,16 +66,18 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
 }
 
 fn workload() -> impl Strategy<Value = Vec<Request>> {
-    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3), 1..50).prop_map(|rows| {
+    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3, any::<bool>()), 1..50).prop_map(|rows| {
         let mut t = 0;
         rows.into_iter()
             .enumerate()
-            .map(|(i, (gap, group, len, out, prio))| {
+            .map(|(i, (gap, group, len, out, prio, own))| {
                 t += gap;
                 let mut prompt = TokenSeq::new();
                 if group > 0 {
                     prompt.push(TokenRun::synthetic(1000 + u64::from(group), 64));
                 }
+                let shared = prompt.len();
+                // The rest is the request's own (seed `i`, no other request's).
                 prompt.push(TokenRun::synthetic(i as u64, len));
                 Request {
                     id: RequestId(i as u64),
@@ -83,11 +85,20 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
                     prompt,
                     max_output_tokens: out,
                     output_seed: 1 << 40 | i as u64,
-                    meta: RequestMeta { priority: f64::from(prio), ..Default::default() },
+                    meta: RequestMeta { priority: f64::from(prio), own_prompt_from: own.then_some(shared), ..Default::default() },
                 }
             })
             .collect()
     })
+}
+
+/// What a run's requests and cache saw, to compare runs that must not
+/// differ (records without the workload's `own_prompt_from` claim).
+fn outcome(run: &Checked) -> impl PartialEq + std::fmt::Debug + '_ {
+    let s = run.instance.stats();
+    let records: Vec<_> =
+        run.rec.records.values().map(|r| RequestRecord { meta: RequestMeta { own_prompt_from: None, ..r.meta }, ..r.clone() }).collect();
+    (records, &run.rec.tokens, &run.rec.steps, (s.preemptions, s.prefix_query_tokens, s.prefix_hit_tokens), s.offload.clone())
 }
 
 /// On an instance that receives KV (a P/D decode instance), every other
@@ -141,10 +152,10 @@ proptest! {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 150, ..ProptestConfig::default() })]
 
-    /// A request's generated blocks are stored in the tiers unindexed
-    /// (private) unless KV events are recorded, which name every block:
-    /// the two ways give the same requests, tokens, steps and tier
-    /// counters, preemptions included.
+    /// A request's own blocks (generated, and its prompt's own) are stored
+    /// in the tiers unindexed (private) unless KV events are recorded,
+    /// which name every block: the two ways give the same requests,
+    /// tokens, steps, prefix hits and tier counters, preemptions included.
     #[test]
     fn private_tier_blocks_change_no_result(cfg in config(), reqs in workload(), beta in (1.0f64..3000.0, 0.0f64..20.0)) {
         prop_assume!(cfg.offload.is_some());
@@ -154,9 +165,20 @@ proptest! {
             run_checked_with(cfg, model.clone(), reqs.clone(), None, inject_some_prefilled)
         };
         let (private, indexed) = (run(false), run(true));
-        prop_assert_eq!(&private.rec.records, &indexed.rec.records);
-        prop_assert_eq!(&private.rec.tokens, &indexed.rec.tokens);
-        prop_assert_eq!(&private.rec.steps, &indexed.rec.steps);
-        prop_assert_eq!(&private.instance.stats().offload, &indexed.instance.stats().offload);
+        prop_assert_eq!(outcome(&private), outcome(&indexed));
+    }
+
+    /// A prompt's own tokens (`RequestMeta::own_prompt_from`) stay out of
+    /// the GPU prefix index and are stored in the tiers unindexed: the
+    /// same requests without the claim give the same requests, tokens,
+    /// steps, prefix hits and tier counters, preemptions included.
+    #[test]
+    fn own_prompt_blocks_change_no_result(cfg in config(), reqs in workload(), beta in (1.0f64..3000.0, 0.0f64..20.0)) {
+        prop_assume!(reqs.iter().any(|r| r.meta.own_prompt_from.is_some()));
+        let model = Arc::new(Blackbox { alpha: [10.0, 0.1, 2.0], beta: [beta.0, beta.1, 50.0] });
+        let unclaimed = reqs.iter().cloned().map(|r| Request { meta: RequestMeta { own_prompt_from: None, ..r.meta }, ..r }).collect();
+        let run = |reqs| run_checked_with(cfg.clone(), model.clone(), reqs, None, inject_some_prefilled);
+        let (claimed, unclaimed) = (run(reqs), run(unclaimed));
+        prop_assert_eq!(outcome(&claimed), outcome(&unclaimed));
     }
 }

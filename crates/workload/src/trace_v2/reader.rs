@@ -172,7 +172,18 @@ impl Rebuilder {
             prompt,
             max_output_tokens: row.output_tokens,
             output_seed,
-            meta: RequestMeta { client, tenant: TenantId(tenant), slo_class: SloClassId(slo), session, ..RequestMeta::default() },
+            meta: RequestMeta {
+                client,
+                tenant: TenantId(tenant),
+                slo_class: SloClassId(slo),
+                session,
+                // As the generator promises: outside sessions each row's
+                // private tokens come from a stream keyed by its client
+                // and a per-client counter, so no other row's prompt
+                // holds them.
+                own_prompt_from: session.is_none().then_some(prefix_len),
+                ..RequestMeta::default()
+            },
         })
     }
 }

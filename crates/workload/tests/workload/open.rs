@@ -3,14 +3,16 @@
 //! inference-perf file runs as the reproduction of the same configuration,
 //! and options wrap any input the same way.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use blis_engine::driver::Workload;
-use blis_engine::request::{Outcome, Request, RequestRecord};
+use blis_engine::request::{Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::time::Micros;
 use blis_workload::inference_perf::{InferencePerfConfig, Reproduction};
 use blis_workload::labels::{LabelMix, Mix};
 use blis_workload::plan::Plan;
+use blis_workload::spec::parse;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 use blis_workload::{OpenOptions, Opened, WorkloadInput, open};
 use proptest::prelude::*;
@@ -80,6 +82,70 @@ proptest! {
         prop_assert_eq!(drain(opened.stream.as_mut(), Micros(1)), stream);
         prop_assert_eq!(opened.kind, Opened::Synthetic);
         prop_assert_eq!(opened.expected_requests, spec.num_requests);
+    }
+}
+
+/// Checks the promise of `RequestMeta::own_prompt_from`: a prompt block
+/// (of `block_size` tokens) holding a token at or past it occurs in no
+/// other request's prompt. Returns how many requests made the promise.
+fn own_prompts_are_own(reqs: &[Request], block_size: u32) -> Result<usize, TestCaseError> {
+    let hashes: Vec<Vec<u64>> = reqs
+        .iter()
+        .map(|r| {
+            let mut h = Vec::new();
+            extend_block_hashes(&r.prompt, r.output_seed, 0, block_size, &mut h);
+            h
+        })
+        .collect();
+    let mut holders: BTreeMap<u64, usize> = BTreeMap::new();
+    for h in hashes.iter().flatten() {
+        *holders.entry(*h).or_default() += 1;
+    }
+    let mut promising = 0;
+    for (r, h) in reqs.iter().zip(&hashes) {
+        let Some(from) = r.meta.own_prompt_from else { continue };
+        promising += 1;
+        prop_assert!(r.meta.session.is_none(), "a session round promised its prompt: {:?}", r.id);
+        for (k, hash) in h.iter().enumerate().skip((from / block_size) as usize) {
+            prop_assert_eq!(holders[hash], 1, "block {} of {:?} (own from token {}) occurs in another prompt", k, r.id, from);
+        }
+    }
+    Ok(promising)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The synthetic stream promises every prompt past its shared prefix,
+    /// and keeps the promise at any block size.
+    #[test]
+    fn synthetic_prompts_are_their_own_past_the_prefix(spec in synthetic(), block_size in prop::sample::select(vec![1u32, 16])) {
+        prop_assume!(spec.validate().is_ok() && spec.num_requests <= 200);
+        let reqs: Vec<Request> = spec.generate().collect();
+        prop_assert_eq!(own_prompts_are_own(&reqs, block_size)?, reqs.len());
+    }
+}
+
+/// A spec's first rounds promise their prompts past the prefix (clients
+/// sharing a prefix group share only it); session rounds promise nothing.
+#[test]
+fn spec_first_rounds_are_their_own_and_sessions_are_not() {
+    let spec = "aggregate_rate: 20\nnum_requests: 300\nclients:\n\
+      - {id: a, rate_fraction: 1, prefix_group: sys, prefix_length: 40, input_distribution: {type: gaussian, params: {mean: 40, std_dev: 30, min: 1, max: 80}}, output_distribution: {type: constant, params: {value: 20}}}\n\
+      - {id: b, rate_fraction: 1, prefix_group: sys, prefix_length: 40, input_distribution: {type: gaussian, params: {mean: 40, std_dev: 30, min: 1, max: 80}}, output_distribution: {type: constant, params: {value: 20}}}\n\
+      - {id: c, rate_fraction: 1, input_distribution: {type: constant, params: {value: 48}}, output_distribution: {type: constant, params: {value: 20}}}\n\
+      - {id: d, rate_fraction: 1, prefix_group: sys, prefix_length: 40, input_distribution: {type: constant, params: {value: 30}}, output_distribution: {type: constant, params: {value: 20}}, multi_turn: {max_rounds: 3, think_time_us: 1000, context_growth: accumulate}}\n";
+    let plan = parse(spec, "own", Path::new(".")).unwrap().plan().unwrap();
+    let reqs = drain(&mut plan.generator(), Micros::from_ms(5));
+    for block_size in [1, 16] {
+        let promising = own_prompts_are_own(&reqs, block_size).unwrap();
+        let single_turn = reqs.iter().filter(|r| r.meta.session.is_none()).count();
+        assert_eq!(promising, single_turn);
+        assert!(single_turn > 150 && single_turn < reqs.len(), "{single_turn} of {}", reqs.len());
+    }
+    for r in reqs.iter().filter(|r| r.meta.session.is_none()) {
+        let prefix = if r.meta.client == 2 { 0 } else { 40 };
+        assert_eq!(r.meta.own_prompt_from, Some(prefix), "{:?}", r.id);
     }
 }
 
