@@ -15,7 +15,7 @@
 //!   `batch.prefill_tokens`, `batch.decode_tokens`, `batch.num_preempted`,
 //!   `kv.usage_gpu_ratio`, `kv.blocks_free_gpu`) and, in rich mode, one
 //!   `step.REQUEST_SNAPSHOT` event per scheduled request
-//!   (`request.num_prompt_tokens`, `request.num_computed_tokens`,
+//!   (`request.id`, `request.num_prompt_tokens`, `request.num_computed_tokens`,
 //!   `request.scheduled_tokens_this_step`, ...);
 //! * scope `vllm.api`: one `llm_request` span per request with events
 //!   `ARRIVED`, `HANDOFF_TO_CORE`, `FIRST_RESPONSE`, `DEPARTED`; scope
@@ -193,12 +193,13 @@ impl<W: Write> Observer for OtelWriter<W> {
                 attr("kv.blocks_free_gpu", b.load.kv_free_blocks),
             ],
         )];
-        for e in b.entries {
+        for (e, request) in b.entries.iter().zip(step.requests) {
             events.push(event(
                 "step.REQUEST_SNAPSHOT",
                 end,
                 vec![
                     attr("step.id", id),
+                    attr("request.id", request.0),
                     attr("request.phase", if e.is_decode() { "DECODE" } else { "PREFILL" }),
                     attr("request.num_prompt_tokens", e.prompt_tokens),
                     attr("request.num_computed_tokens", e.computed_tokens),
@@ -733,6 +734,36 @@ mod tests {
         ];
         trace.steps.push(rich);
         assert_eq!(trace.prefill_cv2(), Some(0.25));
+    }
+
+    /// Each snapshot names its request, as journeys do, and the writer's
+    /// own output reads back with the same batch.
+    #[test]
+    fn snapshots_name_their_requests() {
+        use blis_engine::instance::{Observer, StepEvent};
+        use blis_engine::request::RequestId;
+        let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
+        let mut w = OtelWriter::new(Vec::new(), "m/x", &latency);
+        let entries = [BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 }, BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }];
+        let batch = blis_engine::latency::StepBatch { entries: &entries, load: InstanceLoad { running: 2, ..InstanceLoad::default() }, preempted: 0 };
+        w.on_step(&StepEvent { instance: 0, start: Micros(10), duration: Micros(500), batch, requests: &[RequestId(5), RequestId(9)] });
+        let text = String::from_utf8(w.finish().unwrap()).unwrap();
+        let doc: Value = serde_json::from_str(text.trim()).unwrap();
+        let events = &doc["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["events"];
+        let ids: Vec<String> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "step.REQUEST_SNAPSHOT")
+            .map(|e| string_attribute(e.get("attributes"), "request.id").unwrap())
+            .collect();
+        assert_eq!(ids, ["5", "9"]);
+        let dir = std::env::temp_dir().join(format!("blis-otel-ids-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        assert_eq!(OtelTrace::load(&path).unwrap().steps[0].entries, entries);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

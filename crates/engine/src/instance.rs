@@ -61,6 +61,8 @@ pub struct StepEvent<'a> {
     pub duration: Micros,
     /// What it contained.
     pub batch: StepBatch<'a>,
+    /// The request of each of `batch.entries`, in the same order.
+    pub requests: &'a [RequestId],
 }
 
 /// How a request's membership of the wait queue changed.
@@ -394,6 +396,8 @@ pub struct Instance {
     // The step in flight: (slot, new tokens) and the entries handed to the latency model.
     scheduled: Vec<(u32, u32)>,
     entries: Vec<BatchEntry>,
+    /// The request of each of `entries`, for [`StepEvent::requests`].
+    entry_ids: Vec<RequestId>,
     step_start: Micros,
     step_load: InstanceLoad,
     step_preempted: u32,
@@ -453,6 +457,7 @@ impl Instance {
             landed: VecDeque::new(),
             scheduled: Vec::new(),
             entries: Vec::new(),
+            entry_ids: Vec::new(),
             step_start: Micros::ZERO,
             step_load: InstanceLoad::default(),
             step_preempted: 0,
@@ -928,6 +933,7 @@ impl Instance {
             start: self.step_start,
             duration,
             batch: StepBatch { entries: &self.entries, load: self.step_load, preempted },
+            requests: &self.entry_ids,
         });
         let per_token = self.latency.output_token_overhead();
         let emission = self.latency.token_emission_delay();
@@ -991,6 +997,7 @@ impl Instance {
         }
         self.scheduled.clear();
         self.entries.clear();
+        self.entry_ids.clear();
     }
 
     /// Frees a request's resources and reports it.
@@ -1179,6 +1186,7 @@ impl Instance {
         let mut preempted = 0u32;
         self.scheduled.clear();
         self.entries.clear();
+        self.entry_ids.clear();
 
         // 1. Running requests, in order.
         let mut i = 0;
@@ -1202,6 +1210,7 @@ impl Instance {
                 if let Some(pos) = self.scheduled.iter().position(|&(v, _)| v == victim) {
                     let (_, tokens) = self.scheduled.remove(pos);
                     self.entries.remove(pos);
+                    self.entry_ids.remove(pos);
                     budget += tokens;
                     let v = &mut self.slots[victim as usize];
                     v.num_computed -= tokens;
@@ -1488,6 +1497,7 @@ impl Instance {
     fn push_scheduled(&mut self, slot: u32, n: u32) {
         let live = &mut self.slots[slot as usize];
         self.entries.push(BatchEntry { computed_tokens: live.num_computed, new_tokens: n, prompt_tokens: live.req.prompt_tokens() });
+        self.entry_ids.push(live.req.id);
         self.scheduled.push((slot, n));
         live.num_computed += n;
         live.in_step = true;

@@ -61,6 +61,12 @@ impl Observer for Recorder {
         assert!(s.batch.entries.len() <= self.max_num_seqs, "seat limit exceeded: {}", s.batch.entries.len());
         assert!(tokens <= self.max_tokens, "token budget exceeded: {tokens} > {}", self.max_tokens);
         assert!(s.batch.entries.iter().all(|e| e.new_tokens >= 1));
+        assert_eq!(s.requests.len(), s.batch.entries.len(), "one request per batch entry");
+        let mut ids = s.requests.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        assert_eq!(ids.len(), s.requests.len(), "a request twice in one step");
+        assert!(s.requests.iter().all(|id| !self.records.contains_key(id)), "a finished request in a step");
         self.steps.push((s.start, s.duration, s.batch.entries.len(), tokens));
     }
     /// A subscriber's view: stored blocks are added, removed ones must have
