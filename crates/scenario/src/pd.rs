@@ -79,18 +79,7 @@ fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option
     if tokens.value.is_some() {
         pk.max_num_batched_tokens = tokens.clone();
     }
-    let d = Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {name} pool: {e}"))?;
-    let i = &d.server.instance;
-    let kv_tokens = i.num_gpu_blocks.saturating_sub(1) * u64::from(i.block_size);
-    let max_model_len = i.scheduler.max_model_len;
-    if kv_tokens < u64::from(max_model_len) {
-        // vLLM refuses to start a server whose KV cache cannot hold one request of the model length.
-        return Err(invalid!(
-            "the {name} pool: its KV cache holds {kv_tokens} tokens ({} on {} × {}), fewer than one request of --max-model-len {max_model_len}; raise --{name}-tp or --gpu-memory-utilization, or lower --max-model-len",
-            d.server.model_name, d.server.tp, d.server.gpu_name
-        ));
-    }
-    Ok(d)
+    Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {name} pool: {e}"))
 }
 
 /// Fills the P/D knobs no flag set from the policy file's `pools:` section.

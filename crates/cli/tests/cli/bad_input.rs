@@ -120,6 +120,14 @@ fn bad_server_knobs() {
     }
     let e = rejected("one-block", &with_model(&["--num-gpu-blocks", "1"]));
     assert!(e.contains("block"), "{e}");
+    // vLLM will not start a server whose KV cache cannot hold one request of
+    // the model length (Llama-3.1's 131 072 tokens; about 63 000 fit here).
+    let e = rejected("kv-below-model-len", &with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5"]));
+    assert!(e.contains("the KV cache holds 63232 tokens, fewer than one request of --max-model-len 131072") && e.contains("to at most 63232"), "{e}");
+    let mut fits = vec!["run"];
+    fits.extend(with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5", "--max-model-len", "63232"]));
+    let out = blis(&fits);
+    assert!(out.status.success(), "{}", stderr(&out));
     let e = rejected("budget-below-seats", &with_model(&["--max-num-batched-tokens", "64", "--max-num-seqs", "128"]));
     assert!(e.contains("--max-num-batched-tokens 64") && e.contains("--max-num-seqs 128"), "{e}");
     let e = rejected("seqs-zero", &with_model(&["--max-num-seqs", "0"]));
@@ -441,7 +449,7 @@ fn bad_pd_deployments_are_refused() {
         (
             "pd-decode-kv-too-small",
             &["--prefill-instances", "1", "--decode-instances", "1", "--decode-hardware", "L40S", "--gpu-memory-utilization", "0.55"],
-            "the decode pool: its KV cache holds",
+            "the decode pool: meta-llama/Llama-3.1-8B-Instruct on 1 × L40S: the KV cache holds",
         ),
         ("pd-autoscaled", &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"], "cannot be autoscaled"),
         ("pd-prefill-cache", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefill-cache", "maybe"], "allowed: keep, drop"),
