@@ -48,13 +48,26 @@ pub fn table(report: &RunReport) -> String {
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
     let hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
-    match (report.cluster.num_instances, &report.cluster.autoscaling) {
-        (_, Some(a)) if a.pools.len() > 1 => line(&mut out, "Hardware (per replica; pools below):", hardware),
-        (_, Some(_)) => line(&mut out, "Hardware (per replica, autoscaled):", hardware),
-        (1, None) => line(&mut out, "Hardware:", hardware),
-        (n, None) => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
+    match (report.cluster.num_instances, &report.cluster.autoscaling, &report.cluster.pd) {
+        (_, _, Some(pd)) => {
+            // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).
+            for (name, pool) in [("prefill", &pd.prefill), ("decode", &pd.decode)] {
+                let v = report.config.get(&format!("{name}-pool")).map(|e| &e["value"]);
+                let field = |key: &str| v.map_or(String::from("?"), |v| v[key].to_string().trim_matches('"').to_string());
+                let gpus = if name == "decode" { format!("; {} GPUs in all", pd.gpus) } else { String::new() };
+                line(
+                    &mut out,
+                    &format!("Hardware ({name} pool):"),
+                    format!("{} × {} (TP {}), {} KV blocks each{gpus}", pool.instances, field("hardware"), pool.gpus_per_instance, field("num_gpu_blocks")),
+                );
+            }
+        }
+        (_, Some(a), None) if a.pools.len() > 1 => line(&mut out, "Hardware (per replica; pools below):", hardware),
+        (_, Some(_), None) => line(&mut out, "Hardware (per replica, autoscaled):", hardware),
+        (1, None, None) => line(&mut out, "Hardware:", hardware),
+        (n, None, None) => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
     }
-    if let Some(b) = &d.kv_memory_per_gpu {
+    if let Some(b) = d.kv_memory_per_gpu.as_ref().filter(|_| report.cluster.pd.is_none()) {
         line(
             &mut out,
             "KV cache per GPU (GiB, derived):",

@@ -269,6 +269,23 @@ fn pools_from_flags_and_from_the_policy_file_agree() {
     assert_eq!(disaggregated, flags["cluster"]["pd"]["requests"]["disaggregated"].as_u64().unwrap());
 }
 
+/// The summary names each pool's own GPU, TP degree and cache, and the
+/// GPUs of both pools together.
+#[test]
+fn the_summary_shows_each_pools_hardware() {
+    let out = blis(&[
+        "run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "100", "--rate", "20",
+        "--prefill-instances", "1", "--prefill-tp", "2", "--decode-instances", "2", "--decode-hardware", "A100-80GB",
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    let line = |key: &str| table.lines().find(|l| l.starts_with(key)).unwrap_or_else(|| panic!("no {key} in {table}")).to_string();
+    let (prefill, decode) = (line("Hardware (prefill pool):"), line("Hardware (decode pool):"));
+    assert!(prefill.contains("1 × H100 (TP 2)"), "{prefill}");
+    assert!(decode.contains("2 × A100-80GB (TP 1)") && decode.ends_with("4 GPUs in all"), "{decode}");
+    assert!(!table.contains("KV cache per GPU"), "the deployment's own cache is no pool's: {table}");
+}
+
 fn csv_rows(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
     text.lines().map(|l| l.split(',').map(str::to_string).collect())
 }
