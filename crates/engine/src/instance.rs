@@ -29,7 +29,7 @@ use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers, PrivateRun};
 use crate::kv::transfer::{KvTransferStats, Link};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
-use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes, extend_block_hashes_until};
+use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
 use crate::time::Micros;
 
@@ -668,12 +668,7 @@ impl Instance {
                     given.clear();
                     debug_assert_eq!(live.hashes.len() as u32, live.req.prompt_tokens() / self.kv.block_size(), "hashes of another prompt");
                 }
-                // Only the blocks another request may share: past them, the first
-                // block is the request's own and misses (`Live::cacheable_tokens`).
-                None => {
-                    let shared_blocks = (live.cacheable_upto / self.kv.block_size()) as usize;
-                    extend_block_hashes_until(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), shared_blocks, &mut live.hashes);
-                }
+                None => extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes),
             }
             prefix_hit_tokens = self.kv.find_cached_prefix(&live.hashes, live.req.prompt_tokens(), &mut self.hit_scratch);
         }
@@ -1331,16 +1326,14 @@ impl Instance {
         let block_size = self.kv.block_size();
         let live = &mut self.slots[slot as usize];
         let num_tokens = live.num_tokens();
-        // No tier indexes a block past `private_from_block`: those are looked up unhashed.
-        extend_block_hashes_until(&live.req.prompt, live.req.output_seed, live.num_output, block_size, live.private_from_block as usize, &mut live.hashes);
+        extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, block_size, &mut live.hashes);
         let gpu_blocks = (gpu_hit_tokens / block_size) as usize;
-        let full_blocks = (num_tokens / block_size) as usize;
+        let full_blocks = ((num_tokens / block_size) as usize).min(live.hashes.len());
         if full_blocks <= gpu_blocks {
             return LoadStart::NoHit;
         }
-        let hashed = live.hashes.len().clamp(gpu_blocks, full_blocks);
         let stats = self.stats.offload.as_mut().expect("set when the tiers are");
-        let hits = tiers.lookup(&live.hashes[gpu_blocks..hashed], (full_blocks - hashed) as u64, now, stats) as usize;
+        let hits = tiers.lookup(&live.hashes[gpu_blocks..full_blocks], now, stats) as usize;
         if hits == 0 {
             return LoadStart::NoHit;
         }

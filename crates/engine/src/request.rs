@@ -138,21 +138,8 @@ pub fn extend_block_hashes(
     block_size: u32,
     hashes: &mut Vec<u64>,
 ) {
-    extend_block_hashes_until(prompt, output_seed, output_len, block_size, usize::MAX, hashes);
-}
-
-/// [`extend_block_hashes`], stopping after block `max_blocks − 1`: for a
-/// caller that needs only the leading blocks.
-pub fn extend_block_hashes_until(
-    prompt: &TokenSeq,
-    output_seed: u64,
-    output_len: u32,
-    block_size: u32,
-    max_blocks: usize,
-    hashes: &mut Vec<u64>,
-) {
     let total = prompt.len() + output_len;
-    let full_blocks = ((total / block_size) as usize).min(max_blocks);
+    let full_blocks = (total / block_size) as usize;
     if hashes.len() >= full_blocks {
         return;
     }

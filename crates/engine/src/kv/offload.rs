@@ -479,9 +479,8 @@ impl OffloadTiers {
 
     /// How many of `hashes` (a prompt's full blocks after its GPU hit) the
     /// tiers can serve at `now`: the leading run that some tier holds,
-    /// landed. Counts the lookup in `stats`, with `unhashed_blocks` more
-    /// blocks past `hashes` that no tier indexes (the request's own).
-    pub fn lookup(&mut self, hashes: &[u64], unhashed_blocks: u64, now: Micros, stats: &mut OffloadStats) -> u32 {
+    /// landed. Counts the lookup in `stats`.
+    pub fn lookup(&mut self, hashes: &[u64], now: Micros, stats: &mut OffloadStats) -> u32 {
         self.hits.clear();
         for &h in hashes {
             match self.tiers.iter().enumerate().find_map(|(i, t)| t.pool.landed(h, now).map(|b| (i as u8, b))) {
@@ -489,7 +488,7 @@ impl OffloadTiers {
                 None => break,
             }
         }
-        stats.lookup_blocks += hashes.len() as u64 + unhashed_blocks;
+        stats.lookup_blocks += hashes.len() as u64;
         self.hits.len() as u32
     }
 
