@@ -25,6 +25,7 @@
 
 mod basis;
 mod blackbox;
+mod expert_load;
 mod kind;
 pub mod physics_normalized;
 mod roofline;

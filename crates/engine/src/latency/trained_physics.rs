@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use super::basis::{Dims, StepSums};
+use super::expert_load::ExpertLoad;
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -42,6 +43,7 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// nEff    = N·(1 − ((N − k)/N)^(T_pf + T_dc))   (routed experts the step's tokens touch)
 /// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
 /// T_dispatch = kEff·V(nMoE, T) with expert parallelism, when V(nMoE, T) leaves T_ar; else 0
+///           (expert parallelism also scales kEff·dFF_moe and nEff by the busiest rank's skews, `latency::expert_load`)
 /// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
 ///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
 /// ```
@@ -66,53 +68,61 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 #[derive(Clone, Debug)]
 pub struct TrainedPhysicsBasis {
     dims: Dims,
-    /// MoE layers run expert-parallel (vLLM `--enable-expert-parallel` on a
-    /// MoE model at TP > 1).
-    expert_parallel: bool,
+    /// With MoE layers expert-parallel (vLLM `--enable-expert-parallel` on
+    /// a MoE model at TP > 1), how unevenly they load the ranks.
+    expert_parallel: Option<ExpertLoad>,
 }
 
 impl TrainedPhysicsBasis {
     /// Builds the basis for `model` on `tp` GPUs of type `gpu`.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> TrainedPhysicsBasis {
-        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp), expert_parallel: false }
+        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp), expert_parallel: None }
     }
 
     /// The basis with MoE layers expert-parallel when `on` (vLLM
     /// `--enable-expert-parallel`): each of the TP ranks holds whole experts,
     /// and a MoE layer's all-reduce gives way to an all-to-all that sends
     /// each token's hidden state to its k experts' ranks and back,
-    /// T_dispatch = k·V(nMoE, T), priced by βEP. The weights a step reads
-    /// are the same in expectation (nEff/EP whole experts per rank instead
-    /// of nEff experts' 1/TP shards), so T_w does not change. No effect on
-    /// a dense model or at TP 1.
+    /// T_dispatch = k·V(nMoE, T), priced by βEP. A MoE layer also waits for
+    /// its busiest rank: the routed experts' FLOPs and the experts' weights
+    /// a step reads (nEff/EP whole experts per rank on average, as many
+    /// bytes as nEff experts' 1/TP shards) are scaled by the busiest rank's
+    /// share over the mean (1.4× for one Mixtral token at
+    /// EP 2, → 1 as a step's tokens grow). No effect on a dense model or at
+    /// TP 1.
     pub fn with_expert_parallel(mut self, on: bool) -> TrainedPhysicsBasis {
-        self.expert_parallel = on && self.dims.is_moe() && self.dims.tp > 1.0;
+        let m = &self.dims;
+        self.expert_parallel = (on && m.is_moe() && m.tp > 1.0).then(|| ExpertLoad::new(m.n_experts, m.k, m.tp as u32));
         self
     }
 
-    fn ffn_flops(&self, tokens: f64) -> f64 {
+    /// FFN FLOPs of `tokens` tokens per GPU, the routed experts' scaled by `routed_skew`.
+    fn ffn_flops(&self, tokens: f64, routed_skew: f64) -> f64 {
         let m = &self.dims;
-        m.n_moe * tokens * (m.k_eff() * m.dff_moe + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
+        m.n_moe * tokens * (m.k_eff() * m.dff_moe * routed_skew + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
     }
 
     /// The eleven basis values of a step, in coefficient order.
     pub fn features(&self, batch: &StepBatch<'_>) -> [f64; BETA_LEN] {
         let m = &self.dims;
         let s = StepSums::of(batch);
+        // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
+        let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         let t_pf_c = m.compute_us(
-            m.projection_flops(s.t_pf) + m.l * m.attention_flops_per_layer(s.prefill_attention_work) + self.ffn_flops(s.t_pf),
+            m.projection_flops(s.t_pf) + m.l * m.attention_flops_per_layer(s.prefill_attention_work) + self.ffn_flops(s.t_pf, routed_skew),
         );
-        let t_dc_c =
-            m.compute_us(m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + self.ffn_flops(s.t_dc));
+        let t_dc_c = m.compute_us(
+            m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + self.ffn_flops(s.t_dc, routed_skew),
+        );
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
         let weight_params = m.projection_params()
-            + m.n_moe * (m.experts_touched(s.tokens()) * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
+            + m.n_moe * (m.experts_touched(s.tokens()) * weight_skew * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
             + m.n_dense * 3.0 * m.d * m.dff / m.tp;
         let t_w = m.memory_us(weight_params * m.wbpp);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
         let volume = |layers: f64| m.memory_us(layers * s.tokens() * m.d * m.bpp * ring);
-        let (t_moe_ar, t_dispatch) = match (m.is_moe(), self.expert_parallel) {
+        let (t_moe_ar, t_dispatch) = match (m.is_moe(), self.expert_parallel.is_some()) {
             (false, _) => (0.0, 0.0),
             (true, false) => (volume(m.n_moe), 0.0),
             (true, true) => (0.0, m.k_eff() * volume(m.n_moe)),
@@ -243,14 +253,30 @@ mod tests {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
         }
         // Expert-parallel, the MoE layers' half of T_ar (V(32, 302) = 23.632 µs)
-        // gives way to the all-to-all, k = 2 times that, and nothing else moves.
+        // gives way to the all-to-all, k = 2 times that, and the routed FFN
+        // FLOPs grow by the busiest rank's share of 302 tokens' assignments;
+        // 302 tokens touch all 8 experts, so the weights do not.
         let ep = basis.clone().with_expert_parallel(true).features(&batch);
+        let skew = ExpertLoad::new(8.0, 2.0, 2).assignment_skew(302.0);
+        assert!(skew > 1.01 && skew < 1.05, "{skew}");
+        let routed_us = |tokens: f64| basis.dims.compute_us(32.0 * tokens * 6.0 * 4096.0 * 14336.0);
         let mut want_ep = want;
+        want_ep[0] = want[0] + routed_us(300.0) * (skew - 1.0);
+        want_ep[1] = want[1] + routed_us(2.0) * (skew - 1.0);
         want_ep[3] = want[3] / 2.0;
         want_ep[10] = want[3];
         for (got, want) in ep.iter().zip(want_ep) {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
         }
+        // One decode token under expert parallelism: its two experts share a
+        // rank 3 times in 7, so the busiest rank reads more expert weights.
+        let one = [BatchEntry { computed_tokens: 900, new_tokens: 1, prompt_tokens: 600 }];
+        let one = StepBatch { entries: &one, load: InstanceLoad::default(), preempted: 0 };
+        let (plain, ep) = (basis.features(&one), basis.clone().with_expert_parallel(true).features(&one));
+        let weight_skew = ExpertLoad::new(8.0, 2.0, 2).expert_skew(1.0);
+        assert!(weight_skew > 1.35 && weight_skew < 1.5, "{weight_skew}");
+        let routed_weights_us = basis.dims.memory_us(32.0 * 2.0 * 3.0 * 4096.0 * 14336.0 / 2.0 * 2.0);
+        assert!((ep[2] - plain[2] - routed_weights_us * (weight_skew - 1.0)).abs() < 1e-6 * plain[2], "{} vs {}", ep[2], plain[2]);
         let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
         let h100 = find_gpu("H100").unwrap().spec();
         for (m, tp) in [(&dense, 2), (&model, 1)] {
