@@ -197,6 +197,18 @@ impl StagePrompts {
         }
     }
 
+    /// Where a prompt's own tokens begin
+    /// ([`RequestMeta::own_prompt_from`](blis_engine::request::RequestMeta::own_prompt_from)):
+    /// `random` data draws every prompt from a stream keyed by its request;
+    /// `synthetic` prompts are prefixes of one text and shared-prefix prompts
+    /// recur, so they promise nothing.
+    pub fn own_prompt_from(&self) -> Option<u32> {
+        match self {
+            StagePrompts::Drawn { text_seed: None, .. } => Some(0),
+            _ => None,
+        }
+    }
+
     /// Requests after which prompts recur with the same length: the prompt
     /// count of a shared prefix, `total_count` of drawn input lengths.
     pub fn prompt_cycle(&self) -> u64 {

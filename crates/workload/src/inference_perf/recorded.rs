@@ -118,7 +118,7 @@ impl Reproduction {
                     prompt,
                     max_output_tokens,
                     output_seed: output_stream_seed(id, content_seed),
-                    meta: RequestMeta { stage: send.stage, ..RequestMeta::default() },
+                    meta: RequestMeta { stage: send.stage, own_prompt_from: prompts.own_prompt_from(), ..RequestMeta::default() },
                 }
             })
             .collect()

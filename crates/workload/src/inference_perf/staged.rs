@@ -155,7 +155,8 @@ impl StagedWorkload {
                 (prompt, max_output_tokens, None)
             }
         };
-        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, ..RequestMeta::default() } }
+        let own_prompt_from = if session.is_none() { self.prompts.own_prompt_from() } else { None };
+        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, own_prompt_from, ..RequestMeta::default() } }
     }
 
     /// When the next request is due: its timer fired, or (multi-turn) its

@@ -149,6 +149,21 @@ fn spec_first_rounds_are_their_own_and_sessions_are_not() {
     }
 }
 
+/// inference-perf's `random` data promises every prompt (each is drawn
+/// from a stream keyed by its request); `synthetic` data, prefixes of one
+/// text, promises none.
+#[test]
+fn inference_perf_random_prompts_are_their_own() {
+    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/inference-perf-synthetic.yaml")).unwrap();
+    for (data, promised) in [("synthetic", false), ("random", true)] {
+        let config = InferencePerfConfig::from_yaml_str(&text.replace("type: synthetic", &format!("type: {data}"))).unwrap();
+        let run = Reproduction { config, measured_prompt_tokens: None, recorded: None };
+        let mut opened = open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed: 3, ..OpenOptions::default() }).unwrap();
+        let reqs: Vec<Request> = drain(opened.stream.as_mut(), Micros::from_ms(50)).into_iter().take(400).collect();
+        assert_eq!(own_prompts_are_own(&reqs, 16).unwrap(), if promised { reqs.len() } else { 0 }, "{data}");
+    }
+}
+
 fn profile() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general/profile.yaml"))
 }
