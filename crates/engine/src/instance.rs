@@ -270,14 +270,13 @@ impl Live {
     }
 
     /// How many tokens' full blocks the prefix index holds for the request
-    /// when it is preempted: its computed tokens, and what its last
-    /// allocation entered without the request's own prompt tokens held
-    /// back (all of [`Live::cacheable_tokens`] but for
-    /// [`RequestMeta::own_prompt_from`]), so that holding them back
-    /// changes no later hit.
+    /// when it is preempted: its computed tokens, and the prompt tokens its
+    /// last allocation covered, which it would have entered then but for
+    /// [`RequestMeta::own_prompt_from`] (anything else that allocation
+    /// covered is entered already), so that holding them back changes no
+    /// later hit.
     fn indexed_on_preemption(&self) -> u32 {
-        let entered = if self.req.meta.session.is_some() { self.allocated_tokens } else { self.allocated_tokens.min(self.req.prompt_tokens()) };
-        self.num_computed.max(entered)
+        self.num_computed.max(self.allocated_tokens.min(self.req.prompt_tokens()))
     }
 }
 
@@ -1609,6 +1608,11 @@ impl Instance {
             let indexed = live.indexed_on_preemption();
             self.kv.cache_full_blocks(&mut live.table, &live.hashes, indexed);
         }
+        // Its own prompt blocks are in the index now, so the recomputation's
+        // copies must enter it when allocated, as vLLM's would: a copy finds
+        // the old entry there (the first block registered for a content
+        // keeps it) until that block is reused.
+        live.cacheable_upto = live.cacheable_upto.max(live.req.prompt_tokens());
         // Likewise the private blocks it stored in the tiers.
         if let (Some(tiers), Some(since)) = (self.tiers.as_mut(), private_since) {
             tiers.adopt(live.req.id.0, since, &live.hashes);
