@@ -53,7 +53,7 @@ pub fn table(report: &RunReport) -> String {
             // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).
             for (name, pool) in [("prefill", &pd.prefill), ("decode", &pd.decode)] {
                 let v = report.config.get(&format!("{name}-pool")).map(|e| &e["value"]);
-                let field = |key: &str| v.map_or(String::from("?"), |v| v[key].to_string().trim_matches('"').to_string());
+                let field = |key: &str| v.and_then(|v| v.get(key)).map_or_else(|| String::from("?"), |x| x.as_str().map_or_else(|| x.to_string(), str::to_string));
                 let gpus = if name == "decode" { format!("; {} GPUs in all", pd.gpus) } else { String::new() };
                 line(
                     &mut out,

@@ -81,9 +81,7 @@ fn expected_max_of_binomials(n: u32, p: f64, ranks: u32) -> f64 {
 pub(crate) struct ExpertLoad {
     experts: f64,
     k: f64,
-    ranks: f64,
-    /// R, as a count.
-    rank_count: u32,
+    ranks: u32,
     /// Experts per rank (N/R, rounded up: some ranks hold one more when R does not divide N).
     per_rank: u32,
     /// c_R.
@@ -97,8 +95,7 @@ impl ExpertLoad {
         ExpertLoad {
             experts,
             k: k.clamp(1.0, experts),
-            ranks: f64::from(ranks),
-            rank_count: ranks,
+            ranks,
             per_rank: (experts / f64::from(ranks)).ceil() as u32,
             max_normal: expected_max_of_normals(ranks),
         }
@@ -107,16 +104,16 @@ impl ExpertLoad {
     /// Busiest rank's token–expert assignments over the mean, for a step of
     /// `tokens` tokens.
     pub(crate) fn assignment_skew(&self, tokens: f64) -> f64 {
-        if self.ranks <= 1.0 || tokens <= 0.0 {
+        if self.ranks <= 1 || tokens <= 0.0 {
             return 1.0;
         }
-        let (n, k, r) = (self.experts, self.k, self.ranks);
+        let (n, k, r) = (self.experts, self.k, f64::from(self.ranks));
         let mean = tokens * k / r;
         // A Binomial(n', 1/R) count, shifted to the mean, with n' chosen for the variance.
         let draws = tokens * k * (n - k) / (n - 1.0);
         let busiest = if draws <= EXACT_DRAWS {
             let draws = draws.round().max(1.0);
-            mean - draws / r + expected_max_of_binomials(draws as u32, 1.0 / r, self.rank_count)
+            mean - draws / r + expected_max_of_binomials(draws as u32, 1.0 / r, self.ranks)
         } else {
             mean + self.max_normal * (draws * (1.0 / r) * (1.0 - 1.0 / r)).sqrt()
         };
@@ -125,7 +122,7 @@ impl ExpertLoad {
 
     /// Busiest rank's experts touched over the mean, for a step of `tokens` tokens.
     pub(crate) fn expert_skew(&self, tokens: f64) -> f64 {
-        if self.ranks <= 1.0 || tokens <= 0.0 {
+        if self.ranks <= 1 || tokens <= 0.0 {
             return 1.0;
         }
         let p = 1.0 - ((self.experts - self.k) / self.experts).powf(tokens);
@@ -133,7 +130,7 @@ impl ExpertLoad {
             return 1.0;
         }
         let m = self.per_rank;
-        (expected_max_of_binomials(m, p, self.rank_count) / (f64::from(m) * p)).max(1.0)
+        (expected_max_of_binomials(m, p, self.ranks) / (f64::from(m) * p)).max(1.0)
     }
 }
 

@@ -155,7 +155,8 @@ impl StagedWorkload {
                 (prompt, max_output_tokens, None)
             }
         };
-        let own_prompt_from = if session.is_none() { self.prompts.own_prompt_from() } else { None };
+        // Sessions come only with shared-prefix prompts, which promise nothing.
+        let own_prompt_from = self.prompts.own_prompt_from();
         Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, own_prompt_from, ..RequestMeta::default() } }
     }
 
