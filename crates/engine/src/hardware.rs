@@ -40,8 +40,8 @@ pub struct GpuSpec {
 
 /// What a GPU's kernels reach, measured on kernel profiles (`blis kernels`):
 /// what carries a coefficient set fitted on one GPU to another. The datasheet
-/// peaks alone do not: an H100 streams a decode GEMM's weights at 87 % of its
-/// bandwidth, an A100 at 78 %.
+/// peaks alone do not: launch costs aside, an H100 streams a decode GEMM's
+/// weights at 99.7 % of its bandwidth, an A100 at 84 % (`data/hardware/`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct KernelEfficiency {
