@@ -22,6 +22,9 @@
 //!   `vllm.scheduler`: one `llm_core` span with `QUEUED`, `SCHEDULED`,
 //!   `FIRST_TOKEN`, `FINISHED`; joined by the span attribute `request.id`.
 //!   Every event carries `ts.monotonic` (ns).
+//! * each server is a resource (`service.instance.id`; `vllm.kv_role` for
+//!   the pools of a disaggregated deployment); its steps and journeys are
+//!   kept apart from other servers'.
 //!
 //! **Fitting.** β: every rich step after the first [`WARM_UP_STEPS`] is one
 //! equation `β · f(batch) = step.duration_us`, the batch rebuilt exactly
@@ -104,18 +107,46 @@ fn event(name: &str, t: Micros, mut attributes: Vec<Value>) -> Value {
 
 /// Writes a simulation's journey and step traces as OTLP/JSON lines.
 /// Timestamps are simulated time (ns from the Unix epoch); span and trace
-/// ids derive from the request id and step number, so the file is as
-/// deterministic as the simulation.
+/// ids derive from the instance, request id and step number, so the file is
+/// as deterministic as the simulation.
+///
+/// Each instance is its own OpenTelemetry resource, as each vLLM server of
+/// a deployment exports its own: `service.instance.id` is the instance's
+/// index, its steps are numbered from 0, and a request's journey belongs to
+/// the instance that finished it. Under prefill/decode disaggregation the
+/// resource also says its pool, as vLLM's `kv_role`
+/// (`vllm.kv_role`: `kv_producer` for the prefill pool, `kv_consumer` for
+/// the decode pool).
 pub struct OtelWriter<W: Write> {
     out: W,
     error: Option<std::io::Error>,
     emission: Micros,
     per_token: Micros,
     model: String,
-    steps: u64,
-    step_spans: Vec<Value>,
-    api_spans: Vec<Value>,
-    core_spans: Vec<Value>,
+    /// Instances `0..prefill_instances` are a prefill pool.
+    prefill_instances: Option<u32>,
+    /// Steps written so far, per instance.
+    steps: Vec<u64>,
+    /// Spans not yet written: (instance, scope, span), in emission order.
+    pending: Vec<(u32, Scope, Value)>,
+}
+
+/// The instrumentation scopes the writer emits, in the order a line lists them.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Scope {
+    Step,
+    Api,
+    Core,
+}
+
+impl Scope {
+    fn name(self) -> &'static str {
+        match self {
+            Scope::Step => "vllm.scheduler.step",
+            Scope::Api => "vllm.api",
+            Scope::Core => "vllm.scheduler",
+        }
+    }
 }
 
 impl<W: Write> OtelWriter<W> {
@@ -129,27 +160,43 @@ impl<W: Write> OtelWriter<W> {
             emission: latency.token_emission_delay(),
             per_token: latency.output_token_overhead(),
             model: model.to_string(),
-            steps: 0,
-            step_spans: Vec::new(),
-            api_spans: Vec::new(),
-            core_spans: Vec::new(),
+            prefill_instances: None,
+            steps: Vec::new(),
+            pending: Vec::new(),
         }
     }
 
+    /// The same writer for a disaggregated deployment whose instances
+    /// `0..prefill_instances` are the prefill pool.
+    pub fn with_prefill_pool(mut self, prefill_instances: u32) -> OtelWriter<W> {
+        self.prefill_instances = Some(prefill_instances);
+        self
+    }
+
+    fn resource(&self, instance: u32) -> Value {
+        let mut attributes = vec![attr("service.name", "vllm"), attr("service.instance.id", instance.to_string().as_str()), attr("gen_ai.request.model", self.model.as_str())];
+        if let Some(n) = self.prefill_instances {
+            attributes.push(attr("vllm.kv_role", if instance < n { "kv_producer" } else { "kv_consumer" }));
+        }
+        json!({ "attributes": attributes })
+    }
+
     fn flush_spans(&mut self, all: bool) {
-        if self.error.is_some() || (!all && self.step_spans.len() + self.api_spans.len() < SPANS_PER_LINE) {
+        if self.error.is_some() || self.pending.is_empty() || (!all && self.pending.len() < SPANS_PER_LINE) {
             return;
         }
-        let scopes: Vec<Value> = [("vllm.scheduler.step", &mut self.step_spans), ("vllm.api", &mut self.api_spans), ("vllm.scheduler", &mut self.core_spans)]
-            .into_iter()
-            .filter(|(_, spans)| !spans.is_empty())
-            .map(|(name, spans)| json!({ "scope": { "name": name }, "spans": std::mem::take(spans) }))
-            .collect();
-        if scopes.is_empty() {
-            return;
+        let mut pending = std::mem::take(&mut self.pending);
+        // Stable: spans keep their order within an instance and scope.
+        pending.sort_by_key(|(instance, scope, _)| (*instance, *scope));
+        let mut resources: Vec<Value> = Vec::new();
+        for group in pending.chunk_by(|a, b| a.0 == b.0) {
+            let scopes: Vec<Value> = group
+                .chunk_by(|a, b| a.1 == b.1)
+                .map(|spans| json!({ "scope": { "name": spans[0].1.name() }, "spans": spans.iter().map(|s| &s.2).collect::<Vec<_>>() }))
+                .collect();
+            resources.push(json!({ "resource": self.resource(group[0].0), "scopeSpans": scopes }));
         }
-        let resource = json!({ "attributes": [attr("service.name", "vllm"), attr("gen_ai.request.model", self.model.as_str())] });
-        let line = json!({ "resourceSpans": [{ "resource": resource, "scopeSpans": scopes }] });
+        let line = json!({ "resourceSpans": resources });
         self.error = serde_json::to_writer(&mut self.out, &line).map_err(std::io::Error::from).and_then(|()| writeln!(self.out)).err();
     }
 
@@ -171,8 +218,12 @@ impl<W: Write> Observer for OtelWriter<W> {
     fn on_step(&mut self, step: &StepEvent<'_>) {
         let (b, end) = (&step.batch, step.start + step.duration);
         let t = b.totals();
-        let id = self.steps;
-        self.steps += 1;
+        let instance = step.instance as usize;
+        if self.steps.len() <= instance {
+            self.steps.resize(instance + 1, 0);
+        }
+        let id = self.steps[instance];
+        self.steps[instance] += 1;
         let mut events = vec![event(
             "step.BATCH_SUMMARY",
             end,
@@ -207,15 +258,22 @@ impl<W: Write> Observer for OtelWriter<W> {
                 ],
             ));
         }
-        self.step_spans.push(json!({
-            "traceId": format!("{:032x}", u128::from(id) | (1u128 << 127)),
+        // Trace ids: a step's has the top bit set, the instance in bits
+        // 64–95 and the step below; a request's is its id.
+        let trace_id = u128::from(id) | (u128::from(step.instance) << 64) | (1u128 << 127);
+        self.pending.push((
+            step.instance,
+            Scope::Step,
+            json!({
+            "traceId": format!("{trace_id:032x}"),
             "spanId": format!("{:016x}", id),
             "name": "scheduler_step",
             "startTimeUnixNano": ns(step.start).to_string(),
             "endTimeUnixNano": ns(end).to_string(),
             "attributes": [attr("step.id", id)],
             "events": events,
-        }));
+            }),
+        ));
         self.flush_spans(false);
     }
 
@@ -246,7 +304,11 @@ impl<W: Write> Observer for OtelWriter<W> {
                 "events": events,
             })
         };
-        self.api_spans.push(span(
+        let instance = r.instance.unwrap_or(0);
+        self.pending.push((
+            instance,
+            Scope::Api,
+            span(
             "llm_request",
             2 * id,
             r.arrival,
@@ -257,8 +319,12 @@ impl<W: Write> Observer for OtelWriter<W> {
                 event("FIRST_RESPONSE", first, progress("DECODE")),
                 event("DEPARTED", r.finished, progress("DECODE")),
             ],
+            ),
         ));
-        self.core_spans.push(span(
+        self.pending.push((
+            instance,
+            Scope::Core,
+            span(
             "llm_core",
             2 * id + 1,
             queued,
@@ -269,6 +335,7 @@ impl<W: Write> Observer for OtelWriter<W> {
                 event("FIRST_TOKEN", core_first, progress("DECODE")),
                 event("FINISHED", core_last, progress("DECODE")),
             ],
+            ),
         ));
         self.flush_spans(false);
     }
@@ -278,7 +345,10 @@ impl<W: Write> Observer for OtelWriter<W> {
 /// were sampled, its batch.
 #[derive(Clone, Debug, PartialEq)]
 pub struct TracedStep {
-    /// `step.id`.
+    /// The server that ran it: its resource's `service.instance.id` (empty
+    /// when the resource names none).
+    pub instance: String,
+    /// `step.id`, counted per server.
     pub id: u64,
     /// `step.ts_start_ns`, µs.
     pub start_us: u64,
@@ -357,6 +427,8 @@ impl TracedStep {
 /// One request's journey, ns timestamps of the events that were recorded.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Journey {
+    /// The server that reported it (its resource's `service.instance.id`).
+    pub instance: String,
     /// `prefill_total_tokens`.
     pub prompt_tokens: u32,
     /// `decode_max_tokens`.
@@ -374,12 +446,15 @@ impl Journey {
 /// Everything read from an OTLP/JSON trace file.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct OtelTrace {
-    /// Steps, by `step.id`.
+    /// Steps, by server (`service.instance.id`) and then `step.id`.
     pub steps: Vec<TracedStep>,
     /// Journeys, by `request.id`.
     pub journeys: BTreeMap<String, Journey>,
     /// The model the resource names (`gen_ai.request.model`), if any.
     pub model: Option<String>,
+    /// Each server's disaggregation role, where its resource says one
+    /// (`vllm.kv_role`: `kv_producer`, `kv_consumer`, ...), by `service.instance.id`.
+    pub kv_roles: BTreeMap<String, String>,
 }
 
 /// An attribute list as key → JSON value (`intValue` strings parsed).
@@ -417,7 +492,7 @@ impl OtelTrace {
         let bad = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
         let file = blis_data::textfile::open(path).map_err(|e| ExperimentError::File(blis_data::DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let mut trace = OtelTrace::default();
-        let mut steps: BTreeMap<u64, TracedStep> = BTreeMap::new();
+        let mut steps: BTreeMap<(String, u64), TracedStep> = BTreeMap::new();
         for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
             let line = line.map_err(|e| bad(i + 1, e.to_string()))?;
             if line.trim().is_empty() {
@@ -426,15 +501,20 @@ impl OtelTrace {
             let doc: Value = serde_json::from_str(&line).map_err(|e| bad(i + 1, format!("not OTLP/JSON: {e}")))?;
             let resource_spans = doc.get("resourceSpans").and_then(Value::as_array).ok_or_else(|| bad(i + 1, "no `resourceSpans` array (expected an OTLP/JSON ExportTraceServiceRequest per line)".into()))?;
             for rs in resource_spans {
+                let resource = rs.pointer("/resource/attributes");
                 if trace.model.is_none() {
-                    trace.model = string_attribute(rs.pointer("/resource/attributes"), "gen_ai.request.model");
+                    trace.model = string_attribute(resource, "gen_ai.request.model");
+                }
+                let instance = string_attribute(resource, "service.instance.id").unwrap_or_default();
+                if let Some(role) = string_attribute(resource, "vllm.kv_role") {
+                    trace.kv_roles.insert(instance.clone(), role);
                 }
                 for ss in rs.get("scopeSpans").and_then(Value::as_array).into_iter().flatten() {
                     let scope = ss.pointer("/scope/name").and_then(Value::as_str).unwrap_or_default();
                     for span in ss.get("spans").and_then(Value::as_array).into_iter().flatten() {
                         match scope {
-                            "vllm.scheduler.step" => read_step(span, &mut steps).map_err(|m| bad(i + 1, m))?,
-                            "vllm.api" | "vllm.scheduler" => read_journey(span, &mut trace.journeys),
+                            "vllm.scheduler.step" => read_step(span, &instance, &mut steps).map_err(|m| bad(i + 1, m))?,
+                            "vllm.api" | "vllm.scheduler" => read_journey(span, &instance, &mut trace.journeys),
                             _ => {}
                         }
                     }
@@ -450,12 +530,12 @@ impl OtelTrace {
 }
 
 impl TracedStep {
-    fn new(id: u64) -> TracedStep {
-        TracedStep { id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new(), summary: BatchCounts::default() }
+    fn new(instance: &str, id: u64) -> TracedStep {
+        TracedStep { instance: instance.to_string(), id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new(), summary: BatchCounts::default() }
     }
 }
 
-fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), String> {
+fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), TracedStep>) -> Result<(), String> {
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
         let a = attributes(e.get("attributes"));
         let field = |k: &str| a.get(k).copied();
@@ -470,7 +550,7 @@ fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), 
                     .filter(|d| d.is_finite() && *d >= 0.0)
                     .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not a non-negative number"))?;
                 let start_ns = field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
-                let s = steps.entry(id).or_insert_with(|| TracedStep::new(id));
+                let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
                 s.start_us = (start_ns / 1e3) as u64;
                 s.summary = BatchCounts {
                     prefill_reqs: count("batch.num_prefill_reqs").unwrap_or_default(),
@@ -493,7 +573,7 @@ fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), 
                 else {
                     return Err(format!("step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"));
                 };
-                let s = steps.entry(id).or_insert_with(|| TracedStep::new(id));
+                let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
                 s.entries.push(BatchEntry { computed_tokens, new_tokens, prompt_tokens });
             }
             _ => {}
@@ -502,9 +582,10 @@ fn read_step(span: &Value, steps: &mut BTreeMap<u64, TracedStep>) -> Result<(), 
     Ok(())
 }
 
-fn read_journey(span: &Value, journeys: &mut BTreeMap<String, Journey>) {
+fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Journey>) {
     let Some(id) = string_attribute(span.get("attributes"), "request.id") else { return };
     let j = journeys.entry(id).or_default();
+    j.instance = instance.to_string();
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
         let a = attributes(e.get("attributes"));
         let Some(name) = e.get("name").and_then(Value::as_str) else { continue };
@@ -522,6 +603,26 @@ fn read_journey(span: &Value, journeys: &mut BTreeMap<String, Journey>) {
 }
 
 impl OtelTrace {
+    /// The servers the trace has steps of (`service.instance.id`; one empty
+    /// name for resources that name none), in order.
+    pub fn instances(&self) -> Vec<&str> {
+        let mut names: Vec<&str> = self.steps.iter().map(|s| s.instance.as_str()).collect();
+        names.dedup();
+        names
+    }
+
+    /// Keeps only the steps and journeys of server `instance`; false (and
+    /// the trace unchanged) when it has no step of that server.
+    pub fn retain_instance(&mut self, instance: &str) -> bool {
+        if !self.steps.iter().any(|s| s.instance == instance) {
+            return false;
+        }
+        self.steps.retain(|s| s.instance == instance);
+        self.journeys.retain(|_, j| j.instance == instance);
+        self.kv_roles.retain(|i, _| i == instance);
+        true
+    }
+
     /// The squared coefficient of variation, Var/mean², of the tokens a
     /// prefill request schedules in a step, over every prefill entry of the
     /// steps with snapshots (vLLM's rich subsample); `None` with fewer than
@@ -575,7 +676,9 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let (mut approximated, mut without) = (0, 0);
     let mut rebuilt;
     let prefill_cv2 = trace.prefill_cv2();
-    for s in trace.steps.iter().skip(WARM_UP_STEPS) {
+    // Each server warms up: its first steps are left out.
+    let after_warm_up = trace.steps.chunk_by(|a, b| a.instance == b.instance).flat_map(|server| server.iter().skip(WARM_UP_STEPS));
+    for s in after_warm_up {
         if s.duration_us == 0 {
             continue;
         }
@@ -622,17 +725,23 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let mut u_queue = vec![0.0; na];
     let mut alpha_rows: Vec<(Vec<f64>, f64)> = Vec::new();
     let mut used = 0usize;
-    // The queue state a request arrived to: the last step started by then.
-    let mut loads: Vec<(f64, InstanceLoad)> = trace.steps.iter().map(|s| (s.start_us as f64, s.load)).collect();
-    loads.sort_by(|a, b| a.0.total_cmp(&b.0));
+    // The queue state a request arrived to: the last step its server started by then.
+    let mut loads: BTreeMap<&str, Vec<(f64, InstanceLoad)>> = BTreeMap::new();
+    for s in &trace.steps {
+        loads.entry(s.instance.as_str()).or_default().push((s.start_us as f64, s.load));
+    }
+    for server in loads.values_mut() {
+        server.sort_by(|a, b| a.0.total_cmp(&b.0));
+    }
     for j in trace.journeys.values() {
         let (Some(arrived), Some(queued), Some(first_token), Some(finished), Some(first_response), Some(departed)) =
             (j.at("ARRIVED"), j.at("QUEUED"), j.at("FIRST_TOKEN"), j.at("FINISHED"), j.at("FIRST_RESPONSE"), j.at("DEPARTED"))
         else {
             continue;
         };
-        let started = loads.partition_point(|(start, _)| *start <= arrived);
-        let load = if started == 0 { InstanceLoad::default() } else { loads[started - 1].1 };
+        let server = loads.get(j.instance.as_str()).map_or(&[][..], Vec::as_slice);
+        let started = server.partition_point(|(start, _)| *start <= arrived);
+        let load = if started == 0 { InstanceLoad::default() } else { server[started - 1].1 };
         let input = QueueingInput { prompt_tokens: j.prompt_tokens, prefix_hit_tokens: 0, load };
         basis.alpha_features(&input, j.output_tokens, &mut u_ttft, &mut u_e2e);
         if basis.alpha_queueing_features(&input, &mut u_queue) {
@@ -688,7 +797,7 @@ mod tests {
     /// 2000 blocks (1000 free at usage 0.5) of 16 tokens, over 5 requests.
     #[test]
     fn a_step_without_snapshots_is_rebuilt_from_its_counts() {
-        let mut s = TracedStep::new(3);
+        let mut s = TracedStep::new("", 3);
         s.summary = BatchCounts { prefill_reqs: 2, prefill_tokens: 101, decode_reqs: 3 };
         s.load = InstanceLoad { running: 5, waiting: 0, kv_usage: 0.5, kv_free_blocks: 1000, preemption_ema: 0.0 };
         let decode = BatchEntry { computed_tokens: 3200, new_tokens: 1, prompt_tokens: 1 };
@@ -712,7 +821,7 @@ mod tests {
     #[test]
     fn rebuilt_prefills_carry_the_spread_the_snapshots_show() {
         for (n, tokens) in [(2u32, 4000u32), (4, 8000), (5, 10000), (8, 2048)] {
-            let mut s = TracedStep::new(1);
+            let mut s = TracedStep::new("", 1);
             s.summary = BatchCounts { prefill_reqs: n, prefill_tokens: tokens, decode_reqs: 0 };
             s.load = InstanceLoad { running: n, kv_usage: 0.1, kv_free_blocks: 900, ..InstanceLoad::default() };
             for cv2 in [0.0, 0.1, 0.4] {
@@ -725,7 +834,7 @@ mod tests {
         }
         let mut trace = OtelTrace::default();
         assert_eq!(trace.prefill_cv2(), None);
-        let mut rich = TracedStep::new(2);
+        let mut rich = TracedStep::new("", 2);
         // Prefill chunks of 100 and 300 tokens (mean 200, variance 10 000), and a decode that does not count.
         rich.entries = vec![
             BatchEntry { computed_tokens: 0, new_tokens: 100, prompt_tokens: 100 },
@@ -764,6 +873,51 @@ mod tests {
         std::fs::write(&path, &text).unwrap();
         assert_eq!(OtelTrace::load(&path).unwrap().steps[0].entries, entries);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Each instance of a cluster is its own resource, numbering its own
+    /// steps from 0 and warming up on its own; the pools of a disaggregated
+    /// deployment say their role; a trace can be cut down to one server.
+    #[test]
+    fn each_instance_is_its_own_server() {
+        use blis_engine::instance::{Observer, StepEvent};
+        use blis_engine::request::RequestId;
+        let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
+        let mut w = OtelWriter::new(Vec::new(), "m/x", &latency).with_prefill_pool(1);
+        let entries = [BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }];
+        let batch = blis_engine::latency::StepBatch { entries: &entries, load: InstanceLoad { running: 1, ..InstanceLoad::default() }, preempted: 0 };
+        // Instance 0 runs 12 steps, instance 2 runs 15, interleaved in time; instance 1 none.
+        for k in 0..15u64 {
+            for instance in [0, 2] {
+                if instance == 0 && k >= 12 {
+                    continue;
+                }
+                let start = Micros(1000 * k + u64::from(instance));
+                w.on_step(&StepEvent { instance, start, duration: Micros(500), batch, requests: &[RequestId(k)] });
+            }
+        }
+        let text = String::from_utf8(w.finish().unwrap()).unwrap();
+        let dir = std::env::temp_dir().join(format!("blis-otel-instances-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        std::fs::write(&path, &text).unwrap();
+        let mut trace = OtelTrace::load(&path).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert_eq!(trace.instances(), ["0", "2"]);
+        let ids = |server: &str| trace.steps.iter().filter(|s| s.instance == server).map(|s| s.id).collect::<Vec<_>>();
+        assert_eq!(ids("0"), (0..12).collect::<Vec<_>>());
+        assert_eq!(ids("2"), (0..15).collect::<Vec<_>>());
+        assert_eq!(trace.kv_roles.iter().map(|(i, r)| (i.as_str(), r.as_str())).collect::<Vec<_>>(), [("0", "kv_producer"), ("2", "kv_consumer")]);
+        let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
+        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
+        let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
+        let fitted = |t: &OtelTrace| fit_steps(t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, 16).unwrap().steps_used;
+        assert_eq!(fitted(&trace), (12 - WARM_UP_STEPS) + (15 - WARM_UP_STEPS), "each server's first steps are its warm-up");
+        assert!(!trace.retain_instance("1"), "no steps of instance 1");
+        assert_eq!(trace.instances().len(), 2, "a failed cut leaves the trace whole");
+        assert!(trace.retain_instance("2"));
+        assert_eq!((trace.instances(), fitted(&trace)), (vec!["2"], 15 - WARM_UP_STEPS));
+        assert_eq!(trace.kv_roles.len(), 1);
     }
 
     #[test]

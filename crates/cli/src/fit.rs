@@ -52,6 +52,12 @@ pub struct FitArgs {
     #[arg(long, value_name = "N", requires = "otel")]
     pub tp: Option<u32>,
 
+    /// With --otel: fit only the server whose resource has this `service.instance.id` (one instance of a
+    /// `blis run --otel-output` cluster, or one pool of a disaggregated one). [default: every server in the file,
+    /// all taken to be the --model/--hardware/--tp server]
+    #[arg(long, value_name = "ID", requires = "otel")]
+    pub otel_instance: Option<String>,
+
     #[command(flatten)]
     pub definitions: crate::definitions::DefinitionArgs,
 
@@ -238,7 +244,23 @@ mod tests {
 
 /// `blis fit --otel`: teacher-forced least squares on a journey and step trace.
 fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> {
-    let trace = OtelTrace::load(path).map_err(|e| bad_input!("--otel {e}"))?;
+    let mut trace = OtelTrace::load(path).map_err(|e| bad_input!("--otel {e}"))?;
+    if let Some(id) = &args.otel_instance
+        && !trace.retain_instance(id)
+    {
+        let named: Vec<String> = trace.instances().iter().map(|n| if n.is_empty() { "(none)".to_string() } else { (*n).to_string() }).collect();
+        return Err(bad_input!("--otel-instance {id}: {} has no steps of that service.instance.id; it has {}", path.display(), named.join(", ")).into());
+    }
+    let servers = trace.instances().len();
+    let roles: std::collections::BTreeSet<&String> = trace.kv_roles.values().collect();
+    if roles.len() > 1 {
+        eprintln!(
+            "warning: {} mixes disaggregated roles ({}); all its servers are fitted as one --model/--hardware/--tp server. \
+             Fit one server at a time with --otel-instance ID",
+            path.display(),
+            trace.kv_roles.iter().map(|(i, r)| format!("{i}: {r}")).collect::<Vec<_>>().join(", ")
+        );
+    }
     let model = args.model.clone().or_else(|| trace.model.clone()).ok_or_else(|| bad_input!("--otel {}: the trace names no model (gen_ai.request.model); pass --model", path.display()))?;
     let given = KnobValues {
         model: Some(model),
@@ -257,9 +279,10 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     let started = Instant::now();
     let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, server.instance.block_size).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
     eprintln!(
-        "[{:7.1} s] fitted β on {} steps ({} rebuilt from their counts, {} left out), α on {} journeys; step-time MAPE {:.2} %",
+        "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out), α on {} journeys; step-time MAPE {:.2} %",
         started.elapsed().as_secs_f64(),
         found.steps_used,
+        if servers == 1 { "" } else { "s" },
         found.steps_approximated,
         found.steps_without_batch,
         found.journeys_used,
@@ -279,6 +302,9 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         if let Some(v) = value {
             command += &format!(" {flag} {v}");
         }
+    }
+    if let Some(id) = &args.otel_instance {
+        command += &format!(" --otel-instance {id}");
     }
     command += &prior_flags(&args.prior);
     let mut set = CoefficientSet {

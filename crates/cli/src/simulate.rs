@@ -40,9 +40,18 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     let mut resolved = scenario.resolve()?;
     warn(&resolved.warnings);
     let mut kv_events = files.kv_events_output.map(KvEventsJson::create).transpose()?;
+    let prefill_pool = resolved.cluster.config.pd.as_ref().map(|pd| pd.prefill_instances);
     let mut otel = files
         .otel_output
-        .map(|p| AtomicFile::create("otel-output", p).map(|f| OtelWriter::new(f, &resolved.deployment.server.model_name, resolved.deployment.latency.as_ref())))
+        .map(|p| {
+            AtomicFile::create("otel-output", p).map(|f| {
+                let writer = OtelWriter::new(f, &resolved.deployment.server.model_name, resolved.deployment.latency.as_ref());
+                match prefill_pool {
+                    Some(n) => writer.with_prefill_pool(n),
+                    None => writer,
+                }
+            })
+        })
         .transpose()?;
     if kv_events.is_some() {
         resolved.record_kv_events();

@@ -184,6 +184,36 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     }
 }
 
+/// A cluster's OTEL export has one resource per instance: `blis fit
+/// --otel` fits every server or, with `--otel-instance`, one; a name the
+/// file lacks is a one-line error listing those it has; a disaggregated
+/// deployment's pools say their role, and fitting them together warns.
+#[test]
+fn a_clusters_otel_trace_is_fitted_per_server() {
+    let tmp = TempDir::new("fit-otel-cluster");
+    let otel = tmp.0.join("pd.jsonl");
+    let out = blis(&[
+        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--prefill-instances", "1", "--decode-instances", "2", "--decode-hardware", "A100-80GB",
+        "--num-requests", "200", "--rate", "10", "-q", "--otel-output", otel.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let fitted = tmp.0.join("fitted.yaml");
+    let fit = |extra: &[&str]| blis(&[&["fit", "--otel", otel.to_str().unwrap(), "-o", fitted.to_str().unwrap()][..], extra].concat());
+    let all = fit(&[]);
+    assert!(all.status.success(), "{}", stderr(&all));
+    assert!(stderr(&all).contains("steps of 3 servers"), "{}", stderr(&all));
+    assert!(stderr(&all).contains("mixes disaggregated roles (0: kv_producer, 1: kv_consumer, 2: kv_consumer)"), "{}", stderr(&all));
+    let one = fit(&["--otel-instance", "2", "--hardware", "A100-80GB"]);
+    assert!(one.status.success(), "{}", stderr(&one));
+    assert!(stderr(&one).contains("steps of 1 server ") && !stderr(&one).contains("warning"), "{}", stderr(&one));
+    let set = CoefficientSet::load(&fitted).unwrap();
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.contains("--hardware A100-80GB --otel-instance 2")), "{:?}", set.provenance.command);
+    let missing = fit(&["--otel-instance", "7"]);
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    assert!(stderr(&missing).contains("--otel-instance 7: ") && stderr(&missing).contains("it has 0, 1, 2"), "{}", stderr(&missing));
+    assert_eq!(stderr(&missing).trim().lines().count(), 1, "{}", stderr(&missing));
+}
+
 #[test]
 fn malformed_otel_traces_are_one_line_errors() {
     let tmp = TempDir::new("fit-otel-bad");
