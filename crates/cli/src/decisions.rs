@@ -1,6 +1,7 @@
 //! The decision trace of `blis run --trace-output`: one JSON line per
-//! admission and routing decision (with autoscaling, per scaling decision
-//! and replica transition too), then a summary line.
+//! admission and routing decision (under P/D, per prefill routing decision;
+//! with autoscaling, per scaling decision and replica transition too), then
+//! a summary line.
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -21,6 +22,7 @@ pub struct TraceWriter {
     labels: Labels,
     admissions: u64,
     routings: u64,
+    prefill_routings: u64,
     scalings: u64,
     error: Option<std::io::Error>,
 }
@@ -28,7 +30,39 @@ pub struct TraceWriter {
 impl TraceWriter {
     /// Opens the trace file (moved into place only by [`TraceWriter::finish`]).
     pub fn create(path: &Path, labels: Labels) -> Result<TraceWriter, BadInput> {
-        Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, scalings: 0, error: None })
+        Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, prefill_routings: 0, scalings: 0, error: None })
+    }
+
+    /// One routing line of `kind` (`routing` or `prefill_routing`).
+    fn routing_line(&mut self, kind: &'static str, d: &RoutingTrace<'_>) {
+        let names = d.scores.components();
+        let candidates = d
+            .snapshots
+            .iter()
+            .enumerate()
+            .map(|(i, s)| Candidate {
+                instance: s.instance,
+                score: d.scores.total(i),
+                components: names.iter().enumerate().map(|(c, &n)| (n, d.scores.component(i, c))).collect(),
+                queue_depth: s.queue_depth,
+                batch_size: s.batch_size,
+                kv_utilization: s.kv_utilization,
+                in_flight: s.in_flight,
+                pending: s.pending,
+                snapshot_age_us: (d.time - s.timestamp).as_us(),
+                estimated_ttft_ms: d.counterfactual.map(|cf| cf.estimated_ttft_ms[i]),
+            })
+            .collect();
+        let line = RoutingLine {
+            t_us: d.time.as_us(),
+            kind,
+            request: d.request.id.0,
+            policy: d.policy,
+            chosen: d.chosen,
+            candidates,
+            counterfactual: d.counterfactual.map(|cf| Counterfactual { top_k: cf.top_k, regret_ms: cf.regret_ms }),
+        };
+        self.line(&line);
     }
 
     fn line(&mut self, v: &impl Serialize) {
@@ -46,10 +80,14 @@ impl TraceWriter {
             admission_decisions: u64,
             routing_decisions: u64,
             #[serde(skip_serializing_if = "Option::is_none")]
+            prefill_routing_decisions: Option<u64>,
+            #[serde(skip_serializing_if = "Option::is_none")]
             scale_decisions: Option<u64>,
             counterfactual: Option<&'a CounterfactualReport>,
         }
-        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings, scale_decisions: (self.scalings > 0).then_some(self.scalings), counterfactual };
+        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings,
+            prefill_routing_decisions: (self.prefill_routings > 0).then_some(self.prefill_routings),
+            scale_decisions: (self.scalings > 0).then_some(self.scalings), counterfactual };
         self.line(&summary);
         if let Some(e) = self.error {
             return Err(e).context("writing --trace-output");
@@ -128,34 +166,12 @@ impl DecisionSink for TraceWriter {
 
     fn routing(&mut self, d: &RoutingTrace<'_>) {
         self.routings += 1;
-        let names = d.scores.components();
-        let candidates = d
-            .snapshots
-            .iter()
-            .enumerate()
-            .map(|(i, s)| Candidate {
-                instance: s.instance,
-                score: d.scores.total(i),
-                components: names.iter().enumerate().map(|(c, &n)| (n, d.scores.component(i, c))).collect(),
-                queue_depth: s.queue_depth,
-                batch_size: s.batch_size,
-                kv_utilization: s.kv_utilization,
-                in_flight: s.in_flight,
-                pending: s.pending,
-                snapshot_age_us: (d.time - s.timestamp).as_us(),
-                estimated_ttft_ms: d.counterfactual.map(|cf| cf.estimated_ttft_ms[i]),
-            })
-            .collect();
-        let line = RoutingLine {
-            t_us: d.time.as_us(),
-            kind: "routing",
-            request: d.request.id.0,
-            policy: d.policy,
-            chosen: d.chosen,
-            candidates,
-            counterfactual: d.counterfactual.map(|cf| Counterfactual { top_k: cf.top_k, regret_ms: cf.regret_ms }),
-        };
-        self.line(&line);
+        self.routing_line("routing", d);
+    }
+
+    fn prefill_routing(&mut self, d: &RoutingTrace<'_>) {
+        self.prefill_routings += 1;
+        self.routing_line("prefill_routing", d);
     }
 
     fn scale(&mut self, e: &ScaleTrace<'_>) {

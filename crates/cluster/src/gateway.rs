@@ -342,6 +342,9 @@ impl Gateway<'_> {
         let k = pd.routing.route(req, &view, &mut pd.sheet) as usize;
         assert!(k < pd.candidates.len(), "prefill routing chose candidate {k} of {}", pd.candidates.len());
         let p = pd.candidates[k];
+        if let Some(s) = self.sink.as_deref_mut() {
+            s.prefill_routing(&RoutingTrace { time: now, request: req, policy: pd.routing_name, chosen: p, snapshots: view.snapshots(), scores: &pd.sheet, counterfactual: None });
+        }
         if self.keep_prefix_index {
             self.prefix.record(p as usize, &self.hashes);
         }

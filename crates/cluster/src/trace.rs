@@ -71,6 +71,11 @@ pub trait DecisionSink {
     fn admission(&mut self, d: &AdmissionTrace<'_>);
     /// A routing decision.
     fn routing(&mut self, d: &RoutingTrace<'_>);
+    /// Under prefill/decode disaggregation, the choice of a disaggregated
+    /// request's prefill instance among the prefill pool (made right after
+    /// [`DecisionSink::routing`] chose its decode instance; never with a
+    /// counterfactual).
+    fn prefill_routing(&mut self, _d: &RoutingTrace<'_>) {}
     /// An autoscaling decision or a replica's transition (only with autoscaling).
     fn scale(&mut self, _e: &ScaleTrace<'_>) {}
 }

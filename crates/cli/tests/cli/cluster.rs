@@ -235,16 +235,19 @@ fn bad_policy_files_name_the_file_and_the_key_path() {
 }
 
 /// A disaggregated deployment from flags and the same from the policy
-/// file's `pools:` section simulate alike, and the per-request CSV's TTFT
-/// phases add up to each request's TTFT.
+/// file's `pools:` section simulate alike, the per-request CSV's TTFT
+/// phases add up to each request's TTFT, and the decision trace has one
+/// prefill routing decision per disaggregated request, right after its
+/// routing decision, among the prefill pool only.
 #[test]
 fn pools_from_flags_and_from_the_policy_file_agree() {
     let dir = scratch("pd-pools");
     let yaml = dir.join("pools.yaml");
     std::fs::write(&yaml, "pools:\n  prefill: {instances: 1}\n  decode: {instances: 2}\n  decider: prefix-threshold\n  prefix_threshold_tokens: 64\n  transfer_latency: 2ms\n").unwrap();
     let csv = dir.join("req.csv");
+    let trace = dir.join("trace.jsonl");
     let (_, flags) = run_json(&["--prefill-instances", "1", "--decode-instances", "2", "--pd-decider", "prefix-threshold", "--pd-prefix-threshold", "64",
-        "--pd-transfer-latency", "2ms", "--requests-csv", csv.to_str().unwrap()]);
+        "--pd-transfer-latency", "2ms", "--requests-csv", csv.to_str().unwrap(), "--trace-output", trace.to_str().unwrap()]);
     let (_, file) = run_json(&["--policy-config", yaml.to_str().unwrap()]);
     for key in ["latency_ms", "requests"] {
         assert_eq!(flags[key], file[key], "{key}");
@@ -267,6 +270,20 @@ fn pools_from_flags_and_from_the_policy_file_agree() {
         assert!((sum - ttft).abs() < 0.0015, "phases {sum} != TTFT {ttft}: {row:?}");
     }
     assert_eq!(disaggregated, flags["cluster"]["pd"]["requests"]["disaggregated"].as_u64().unwrap());
+
+    let lines: Vec<Value> = std::fs::read_to_string(&trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    let instances = |l: &Value| l["candidates"].as_array().unwrap().iter().map(|c| c["instance"].as_u64().unwrap()).collect::<Vec<_>>();
+    let mut prefill_routings = 0;
+    for (i, l) in lines.iter().enumerate().filter(|(_, l)| l["kind"] == "prefill_routing") {
+        prefill_routings += 1;
+        let before = &lines[i - 1];
+        assert_eq!((&before["kind"], &before["request"]), (&Value::from("routing"), &l["request"]), "{l}");
+        assert_eq!(instances(before), [1, 2], "decode pool: {before}");
+        assert_eq!((instances(l), l["chosen"].as_u64()), (vec![0], Some(0)), "prefill pool: {l}");
+    }
+    assert_eq!(prefill_routings, disaggregated);
+    assert!(disaggregated > 0);
+    assert_eq!(lines.last().unwrap()["prefill_routing_decisions"], disaggregated, "summary");
 }
 
 /// The summary names each pool's own GPU, TP degree and cache, and the
