@@ -2,6 +2,7 @@
 //! no trained coefficients (`latency-formulas.md` §1).
 
 use super::basis::experts_touched;
+use super::expert_load::ExpertLoad;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -23,6 +24,11 @@ use crate::time::Micros;
 /// step      = max(compute, bytes / HBM bandwidth) + allreduce,  at least 1 µs
 /// ```
 ///
+/// Expert-parallel, a MoE layer waits for its busiest GPU: the routed
+/// experts' FLOPs are scaled by the busiest rank's token–expert assignments
+/// over the mean, and the experts' bytes by its experts touched over the
+/// mean (`latency::expert_load`), as trained-physics does.
+///
 /// Deviations from the spec's concrete form, chosen because they are the
 /// physics: the FFN counts SwiGLU's three matrices (the spec's reference
 /// implementation counts two), the LM head is counted for sampled tokens only
@@ -38,6 +44,10 @@ pub struct Roofline {
     weight_bytes_dense: f64,
     expert_bytes: f64,
     moe: Option<(f64, f64)>,
+    /// FLOPs of one token's k routed experts, all MoE layers.
+    routed_flops_per_token: f64,
+    /// The busiest rank's skews, when expert-parallel.
+    expert_parallel: Option<ExpertLoad>,
     kv_bytes_per_token: f64,
     activation_bytes_per_token: f64,
     allreduce_bytes_per_token: f64,
@@ -62,13 +72,14 @@ impl Roofline {
         let dh = f64::from(model.head_dim);
         let wbpp = model.weight_bytes_per_param;
         let bpp = model.dtype_bytes;
-        let (expert_bytes, moe, moe_fixed_params) = match &model.moe {
+        let (expert_bytes, moe, moe_fixed_params, routed_flops_per_token) = match &model.moe {
             Some(m) => {
-                let per_expert = 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_moe_layers) * wbpp;
+                let params_per_expert = 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_moe_layers);
                 let fixed = (3.0 * d * f64::from(m.shared_intermediate_size) + d * f64::from(m.num_experts)) * f64::from(m.num_moe_layers);
-                (per_expert, Some((f64::from(m.num_experts), f64::from(m.experts_per_token))), fixed)
+                let k = f64::from(m.experts_per_token);
+                (params_per_expert * wbpp, Some((f64::from(m.num_experts), k)), fixed, 2.0 * k * params_per_expert)
             }
-            None => (0.0, None, 0.0),
+            None => (0.0, None, 0.0, 0.0),
         };
         let lm_head_params = f64::from(model.vocab_size) * d;
         let dense_params = l * model.attention_params_per_layer()
@@ -85,6 +96,8 @@ impl Roofline {
             weight_bytes_dense: dense_params * wbpp,
             expert_bytes,
             moe,
+            routed_flops_per_token,
+            expert_parallel: None,
             // Over all ranks, replicated heads and latents included (÷ tp below).
             kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp) * tp_n,
             activation_bytes_per_token: l * d * bpp,
@@ -103,11 +116,12 @@ impl Roofline {
     /// The model with MoE layers expert-parallel when `on` (vLLM
     /// `--enable-expert-parallel`): a MoE layer's FFN all-reduce gives way to
     /// an all-to-all carrying each token to its k experts' GPUs and back, k
-    /// times the volume, over the same interconnect. No effect on a dense
-    /// model or at TP 1.
+    /// times the volume, over the same interconnect, and the layer waits for
+    /// its busiest GPU. No effect on a dense model or at TP 1.
     pub fn with_expert_parallel(mut self, on: bool) -> Roofline {
-        if let (true, Some((_, k))) = (on, self.moe) {
+        if let (true, Some((n, k)), true) = (on, self.moe, self.tp > 1.0) {
             self.allreduce_bytes_per_token += (k.max(1.0) - 1.0) * self.moe_layers * self.d_bpp_ring;
+            self.expert_parallel = Some(ExpertLoad::new(n, k, self.tp as u32));
         }
         self
     }
@@ -122,7 +136,7 @@ impl LatencyModel for Roofline {
         if batch.entries.is_empty() {
             return super::MIN_STEP;
         }
-        let (mut flops_pf, mut flops_dc, mut dyn_bytes, mut tokens) = (0.0, 0.0, 0.0, 0.0);
+        let (mut flops_pf, mut flops_dc, mut dyn_bytes, mut tokens, mut decode_tokens) = (0.0, 0.0, 0.0, 0.0, 0.0);
         for e in batch.entries {
             let n = f64::from(e.new_tokens);
             let p = f64::from(e.computed_tokens);
@@ -132,18 +146,74 @@ impl LatencyModel for Roofline {
             if e.context_tokens() >= e.prompt_tokens {
                 flops += self.lm_head_flops;
             }
-            if e.is_decode() { flops_dc += flops } else { flops_pf += flops }
+            if e.is_decode() {
+                flops_dc += flops;
+                decode_tokens += n;
+            } else {
+                flops_pf += flops;
+            }
             dyn_bytes += self.kv_bytes_per_token * (n + p) + self.activation_bytes_per_token * n;
             tokens += n;
         }
+        let (assignment_skew, expert_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));
+        if assignment_skew > 1.0 {
+            let extra = self.routed_flops_per_token * (assignment_skew - 1.0);
+            flops_pf += extra * (tokens - decode_tokens);
+            flops_dc += extra * decode_tokens;
+        }
         let compute_s = (flops_pf / self.mfu_prefill + flops_dc / self.mfu_decode) / (self.tp * self.peak_flops);
         let experts_read = match self.moe {
-            Some((n, k)) => experts_touched(n, k, tokens),
+            Some((n, k)) => experts_touched(n, k, tokens) * expert_skew,
             None => 0.0,
         };
         let bytes = (self.weight_bytes_dense + experts_read * self.expert_bytes + dyn_bytes) / self.tp;
         let memory_s = bytes / self.hbm_bytes_per_s;
         let allreduce_s = self.allreduce_bytes_per_token * tokens / self.interconnect_bytes_per_s;
         step_micros((compute_s.max(memory_s) + allreduce_s) * 1e6)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::{BatchEntry, InstanceLoad};
+    use crate::testdata::{find_gpu, find_model};
+
+    /// Mixtral-8x7B on two H100s, expert-parallel: the all-to-all is in
+    /// both variants below, so the step's excess over the same model
+    /// without the skews is what the busiest GPU adds. One decode token is
+    /// memory-bound: its two experts share a GPU 3 times in 7, so that
+    /// GPU reads 2·(skew − 1) experts' weights more. A 4096-token prefill
+    /// is compute-bound and routes 8192 assignments, nearly evenly: its
+    /// routed FLOPs grow by the few percent the assignment skew says.
+    #[test]
+    fn expert_parallel_steps_wait_for_the_busiest_gpu() {
+        let model = ModelConfig::from_hf_json(find_model("mistralai/Mixtral-8x7B-v0.1").unwrap().config_json).unwrap();
+        let gpu = find_gpu("H100").unwrap().spec();
+        let ep = Roofline::new(&model, &gpu, 2).with_expert_parallel(true);
+        let mut even = ep.clone();
+        even.expert_parallel = None;
+        let step = |m: &Roofline, entries: &[BatchEntry]| m.step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 }).as_us() as f64;
+        let load = ExpertLoad::new(8.0, 2.0, 2);
+
+        let decode = [BatchEntry { computed_tokens: 900, new_tokens: 1, prompt_tokens: 600 }];
+        let skew = load.expert_skew(1.0);
+        assert!(skew > 1.35 && skew < 1.5, "{skew}");
+        let extra_us = 2.0 * (skew - 1.0) * ep.expert_bytes / 2.0 / ep.hbm_bytes_per_s * 1e6;
+        let got = step(&ep, &decode) - step(&even, &decode);
+        assert!((got - extra_us).abs() <= 1.0, "{got} µs vs {extra_us} µs");
+
+        let prefill = [BatchEntry { computed_tokens: 0, new_tokens: 4096, prompt_tokens: 4096 }];
+        let skew = load.assignment_skew(4096.0);
+        assert!(skew > 1.0 && skew < 1.02, "{skew}");
+        let extra_us = ep.routed_flops_per_token * 4096.0 * (skew - 1.0) / ep.mfu_prefill / (2.0 * ep.peak_flops) * 1e6;
+        let got = step(&ep, &prefill) - step(&even, &prefill);
+        assert!(extra_us > 10.0 && (got - extra_us).abs() <= 1.0, "{got} µs vs {extra_us} µs");
+
+        let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        for (m, tp) in [(&dense, 2), (&model, 1)] {
+            let plain = Roofline::new(m, &gpu, tp);
+            assert_eq!(step(&plain.clone().with_expert_parallel(true), &decode), step(&plain, &decode), "no experts to spread, or one GPU");
+        }
     }
 }
