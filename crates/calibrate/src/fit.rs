@@ -35,6 +35,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use blis_engine::hardware::KernelEfficiency;
 use blis_engine::instance::{Observer, StepEvent};
 use blis_engine::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
 use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, ModelKind, QueueingInput};
@@ -73,17 +74,24 @@ fn compositions_match(simulated: f64, real: f64) -> bool {
 /// Weak on purpose: it decides only directions the data leaves open.
 pub const PRIOR_WEIGHT: f64 = 1e-3;
 
+/// Scale of the prior of trained-physics's per-layer overhead around what
+/// the training GPU's kernel profiles measure, as a fraction of it.
+pub const LAYER_OVERHEAD_PRIOR_SCALE: f64 = 0.1;
+
 /// The physical prior of one coefficient: its expected value and the scale
 /// of a plausible deviation. Coefficients multiplying a time at peak
 /// (compute, weight or KV traffic) expect 1 (= peak efficiency); all-reduce
 /// volume (priced at HBM bandwidth) expects 1 with a wide scale; per-layer,
 /// per-request and per-step overheads expect 0 ± 100 µs; client-side α
-/// expects 0 ± 10 ms.
-fn prior(name: &str, is_alpha: bool) -> (f64, f64) {
+/// expects 0 ± 10 ms. trained-physics's per-layer overhead is measured where
+/// the training GPU was profiled (`measured_layer_us`, the GPU's
+/// `kernels.layer_overhead_us`) and expects that ± 10 %.
+fn prior(kind: ModelKind, name: &str, is_alpha: bool, measured_layer_us: Option<f64>) -> (f64, f64) {
     if is_alpha {
         return (0.0, 10_000.0);
     }
     match name {
+        "per_layer_us" if let (ModelKind::TrainedPhysics, Some(us)) = (kind, measured_layer_us) => (us, LAYER_OVERHEAD_PRIOR_SCALE * us),
         "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" => (1.0, 1.0),
         "allreduce" => (1.0, 10.0),
         n if n.ends_with("_us") => (0.0, 100.0),
@@ -93,19 +101,21 @@ fn prior(name: &str, is_alpha: bool) -> (f64, f64) {
 
 /// The prior of every coefficient of `basis` ([α…, β…]); `None` for models
 /// fitted without one (physics-normalized uses ridge regression instead,
-/// blackbox has no physical scale).
-pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis) -> Option<Vec<(f64, f64)>> {
+/// blackbox has no physical scale). `gpu`: the kernel efficiencies of the
+/// GPU every training run used, where it was profiled.
+pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>) -> Option<Vec<(f64, f64)>> {
+    let layer_us = gpu.map(|k| k.layer_overhead_us);
     matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
-        basis.alpha_names().iter().map(|n| prior(n, true)).chain(basis.beta_names().iter().map(|n| prior(n, false))).collect()
+        basis.alpha_names().iter().map(|n| prior(kind, n, true, layer_us)).chain(basis.beta_names().iter().map(|n| prior(kind, n, false, layer_us))).collect()
     })
 }
 
 /// [`priors`] with `overrides` applied by coefficient name.
-pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, overrides: &[PriorOverride]) -> Result<Option<Vec<(f64, f64)>>, FitError> {
+pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>, overrides: &[PriorOverride]) -> Result<Option<Vec<(f64, f64)>>, FitError> {
     if overrides.is_empty() {
-        return Ok(priors(kind, basis));
+        return Ok(priors(kind, basis, gpu));
     }
-    let mut p = priors(kind, basis).ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
+    let mut p = priors(kind, basis, gpu).ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
     let names: Vec<&str> = basis.alpha_names().iter().chain(basis.beta_names()).copied().collect();
     for o in overrides {
         let i = names.iter().position(|n| *n == o.name).ok_or_else(|| FitError::Invalid(format!("--prior {}: {kind} has no coefficient of that name; it has {}", o.name, names.join(", "))))?;
@@ -655,7 +665,9 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
-    let priors = with_overrides(opts.kind, bases[0].as_ref(), &opts.prior_overrides)?;
+    // The kernel profiles' per-layer overhead anchors the fit where every training run is on one profiled GPU.
+    let kernels = train[0].server().gpu.kernels.as_ref().filter(|k| train.iter().all(|r| r.server().gpu.kernels.as_ref() == Some(*k)));
+    let priors = with_overrides(opts.kind, bases[0].as_ref(), kernels, &opts.prior_overrides)?;
     let priors = priors.as_deref();
 
     // Stage one: simulate with the current coefficients, fit the linear
@@ -764,4 +776,38 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         ..Provenance::default()
     };
     Ok(FitOutcome { set, linear_loss, final_loss, train_loss })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(hardware: &str) -> Server {
+        let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), hardware: Some(hardware.into()), ..Default::default() };
+        blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server
+    }
+
+    /// trained-physics's per-layer overhead expects what the training GPU's
+    /// kernel profiles measure (± 10 %); every other prior, unified-5's and
+    /// an unprofiled GPU's stay the generic ones, and `--prior` still wins.
+    #[test]
+    fn the_per_layer_prior_is_the_profiled_gpus_layer_overhead() {
+        let h100 = server("H100");
+        let kernels = h100.gpu.kernels.as_ref().expect("the H100 was profiled");
+        let basis = ModelKind::TrainedPhysics.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
+        let names: Vec<&str> = basis.alpha_names().iter().chain(basis.beta_names()).copied().collect();
+        let layer = names.iter().position(|n| *n == "per_layer_us").unwrap();
+        let generic = priors(ModelKind::TrainedPhysics, basis.as_ref(), None).unwrap();
+        let profiled = priors(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels)).unwrap();
+        assert_eq!(generic[layer], (0.0, 100.0));
+        assert_eq!(profiled[layer], (kernels.layer_overhead_us, 0.1 * kernels.layer_overhead_us));
+        assert!((40.0..60.0).contains(&kernels.layer_overhead_us), "{kernels:?}");
+        for (i, (g, p)) in generic.iter().zip(&profiled).enumerate() {
+            assert!(i == layer || g == p, "{}: {g:?} vs {p:?}", names[i]);
+        }
+        let u5 = ModelKind::Unified5.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
+        assert_eq!(priors(ModelKind::Unified5, u5.as_ref(), Some(kernels)), priors(ModelKind::Unified5, u5.as_ref(), None));
+        let o = PriorOverride { name: "per_layer_us".into(), mean: 30.0, scale: 1.0 };
+        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o]).unwrap().unwrap()[layer], (30.0, 1.0));
+    }
 }
