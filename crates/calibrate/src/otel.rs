@@ -22,6 +22,10 @@
 //!   `vllm.scheduler`: one `llm_core` span with `QUEUED`, `SCHEDULED`,
 //!   `FIRST_TOKEN`, `FINISHED`; joined by the span attribute `request.id`.
 //!   Every event carries `ts.monotonic` (ns).
+//! * vLLM's own spelling of the journey events is read too (`api.` and
+//!   `journey.` prefixes, `FIRST_RESPONSE_FROM_CORE`, `ts.monotonic` in
+//!   seconds, dotted token counts; see [`Journey`]), and a request's two
+//!   spans are joined by their trace id;
 //! * each server is a resource (`service.instance.id`; `vllm.kv_role` for
 //!   the pools of a disaggregated deployment); its steps and journeys are
 //!   kept apart from other servers'.
@@ -374,6 +378,8 @@ pub struct BatchCounts {
     pub prefill_tokens: u32,
     /// `batch.num_decode_reqs`.
     pub decode_reqs: u32,
+    /// `kv.blocks_total_gpu`, where the summary has it.
+    pub kv_blocks_total: Option<u32>,
 }
 
 impl TracedStep {
@@ -387,18 +393,20 @@ impl TracedStep {
     /// rounding, for an even `n`; an odd one leaves one request at the mean
     /// and spreads the pairs wider). The decode requests share the KV cache's
     /// used tokens, `kv.usage_gpu_ratio × blocks × block size`, in
-    /// proportion `decode / running`. `None` when the counts are missing or
-    /// inconsistent.
+    /// proportion `decode / running`; the blocks are `kv.blocks_total_gpu`,
+    /// else `kv.blocks_free_gpu / (1 − usage)`. `None` when the counts are
+    /// missing or inconsistent.
     pub fn approximate_batch(&self, block_size: u32, prefill_cv2: f64) -> Option<Vec<BatchEntry>> {
         let c = self.summary;
         if c.prefill_reqs + c.decode_reqs == 0 || (c.prefill_reqs == 0) != (c.prefill_tokens == 0) {
             return None;
         }
         let usage = self.load.kv_usage;
-        if !(0.0..1.0).contains(&usage) {
-            return None;
-        }
-        let total_blocks = f64::from(self.load.kv_free_blocks) / (1.0 - usage);
+        let total_blocks = match c.kv_blocks_total {
+            Some(total) if (0.0..=1.0).contains(&usage) => f64::from(total),
+            None if (0.0..1.0).contains(&usage) => f64::from(self.load.kv_free_blocks) / (1.0 - usage),
+            _ => return None,
+        };
         let used_tokens = usage * total_blocks * f64::from(block_size);
         let decode_context = used_tokens * f64::from(c.decode_reqs) / f64::from(self.load.running.max(1)) / f64::from(c.decode_reqs.max(1));
         let context = decode_context.round().min(f64::from(u32::MAX - 1)) as u32;
@@ -425,22 +433,65 @@ impl TracedStep {
 }
 
 /// One request's journey, ns timestamps of the events that were recorded.
+/// Event names are read without vLLM's `api.` and `journey.` prefixes, and
+/// `FIRST_RESPONSE_FROM_CORE` as `FIRST_RESPONSE`.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Journey {
     /// The server that reported it (its resource's `service.instance.id`).
     pub instance: String,
-    /// `prefill_total_tokens`.
+    /// `prefill_total_tokens` (or `prefill.total_tokens`, else the span's `gen_ai.usage.prompt_tokens`).
     pub prompt_tokens: u32,
-    /// `decode_max_tokens`.
+    /// `decode_max_tokens` (or `decode.max_tokens`, else the span's
+    /// `gen_ai.usage.completion_tokens`): what BLIS writes as the tokens
+    /// generated, vLLM as the request's limit.
     pub output_tokens: u32,
-    /// Event name → `ts.monotonic` (else the event time), ns.
+    /// The largest `decode.done_tokens` of its events (0 when none says).
+    pub done_tokens: u32,
+    /// Event name → its monotonic time, ns: `ts.monotonic_ns`, else
+    /// `ts.monotonic` or `event.ts.monotonic` (an integer is ns, a double
+    /// seconds, as vLLM's `time.monotonic()` writes it).
     pub events_ns: BTreeMap<String, u64>,
+    /// Event name → the event's `timeUnixNano` (wall clock), ns.
+    pub epoch_ns: BTreeMap<String, u64>,
 }
 
 impl Journey {
-    fn at(&self, name: &str) -> Option<f64> {
-        self.events_ns.get(name).map(|&t| t as f64 / 1e3)
+    /// Tokens generated: `done_tokens` where an event counted them, else `output_tokens`.
+    pub fn generated_tokens(&self) -> u32 {
+        if self.done_tokens > 0 { self.done_tokens } else { self.output_tokens }
     }
+
+    /// The times of `names`, µs, all from one clock: the monotonic one
+    /// where every event has it, else the events' wall-clock times; `None`
+    /// when neither clock has them all.
+    fn times_us<const N: usize>(&self, names: [&str; N]) -> Option<[f64; N]> {
+        let from = |clock: &BTreeMap<String, u64>| -> Option<[f64; N]> {
+            let mut out = [0.0; N];
+            for (o, n) in out.iter_mut().zip(names) {
+                *o = *clock.get(n)? as f64 / 1e3;
+            }
+            Some(out)
+        };
+        from(&self.events_ns).or_else(|| from(&self.epoch_ns))
+    }
+}
+
+/// A journey event's name without vLLM's scope prefixes (`api.ARRIVED`,
+/// `journey.QUEUED`), `FIRST_RESPONSE_FROM_CORE` as `FIRST_RESPONSE`.
+fn journey_event_name(name: &str) -> &str {
+    let bare = name.strip_prefix("api.").or_else(|| name.strip_prefix("journey.")).unwrap_or(name);
+    if bare == "FIRST_RESPONSE_FROM_CORE" { "FIRST_RESPONSE" } else { bare }
+}
+
+/// An event's monotonic time, ns (see [`Journey::events_ns`]).
+fn monotonic_ns(attributes: Option<&Value>) -> Option<u64> {
+    let value = |key: &str| attributes?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key))?.get("value").cloned();
+    let int = |v: &Value| v.get("intValue").and_then(|i| i.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| i.as_u64()));
+    if let Some(ns) = value("ts.monotonic_ns").as_ref().and_then(int) {
+        return Some(ns);
+    }
+    let v = value("ts.monotonic").or_else(|| value("event.ts.monotonic"))?;
+    int(&v).or_else(|| v.get("doubleValue").and_then(Value::as_f64).filter(|s| s.is_finite() && *s >= 0.0).map(|s| (s * 1e9).round() as u64))
 }
 
 /// Everything read from an OTLP/JSON trace file.
@@ -556,6 +607,7 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
                     prefill_reqs: count("batch.num_prefill_reqs").unwrap_or_default(),
                     prefill_tokens: count("batch.prefill_tokens").unwrap_or_default(),
                     decode_reqs: count("batch.num_decode_reqs").unwrap_or_default(),
+                    kv_blocks_total: count("kv.blocks_total_gpu"),
                 };
                 s.duration_us = duration_us as u64;
                 s.preempted = count("batch.num_preempted").unwrap_or_default();
@@ -574,7 +626,10 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
                     return Err(format!("step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"));
                 };
                 let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
-                s.entries.push(BatchEntry { computed_tokens, new_tokens, prompt_tokens });
+                // vLLM snapshots every running request; one given no tokens this step is not in its batch.
+                if new_tokens > 0 {
+                    s.entries.push(BatchEntry { computed_tokens, new_tokens, prompt_tokens });
+                }
             }
             _ => {}
         }
@@ -582,22 +637,40 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
     Ok(())
 }
 
+/// Reads one `llm_request` or `llm_core` span into the journey of its
+/// request. The API and core spans of one request share a trace id (vLLM
+/// propagates the context from one to the other), which joins them; a span
+/// without one is joined by its `request.id` (or `gen_ai.request.id`).
 fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Journey>) {
-    let Some(id) = string_attribute(span.get("attributes"), "request.id") else { return };
+    let span_attributes = span.get("attributes");
+    let trace_id = span.get("traceId").and_then(Value::as_str).filter(|t| !t.is_empty()).map(|t| format!("trace:{t}"));
+    let Some(id) = trace_id.or_else(|| string_attribute(span_attributes, "request.id")).or_else(|| string_attribute(span_attributes, "gen_ai.request.id")) else { return };
     let j = journeys.entry(id).or_default();
     j.instance = instance.to_string();
+    let usage = attributes(span_attributes);
+    if let Some(&p) = usage.get("gen_ai.usage.prompt_tokens") {
+        j.prompt_tokens = p as u32;
+    }
+    if let Some(&d) = usage.get("gen_ai.usage.completion_tokens") {
+        j.output_tokens = d as u32;
+    }
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
-        let a = attributes(e.get("attributes"));
-        let Some(name) = e.get("name").and_then(Value::as_str) else { continue };
-        let t = a.get("ts.monotonic").map(|&t| t as u64).or_else(|| time_ns(e.get("timeUnixNano")));
-        if let Some(t) = t {
+        let Some(name) = e.get("name").and_then(Value::as_str).map(journey_event_name) else { continue };
+        if let Some(t) = monotonic_ns(e.get("attributes")) {
             j.events_ns.insert(name.to_string(), t);
         }
-        if let Some(&p) = a.get("prefill_total_tokens") {
+        if let Some(t) = time_ns(e.get("timeUnixNano")) {
+            j.epoch_ns.insert(name.to_string(), t);
+        }
+        let a = attributes(e.get("attributes"));
+        if let Some(&p) = a.get("prefill_total_tokens").or_else(|| a.get("prefill.total_tokens")) {
             j.prompt_tokens = p as u32;
         }
-        if let Some(&d) = a.get("decode_max_tokens") {
+        if let Some(&d) = a.get("decode_max_tokens").or_else(|| a.get("decode.max_tokens")) {
             j.output_tokens = d as u32;
+        }
+        if let Some(&d) = a.get("decode.done_tokens").or_else(|| a.get("decode_done_tokens")) {
+            j.done_tokens = j.done_tokens.max(d as u32);
         }
     }
 }
@@ -734,16 +807,14 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         server.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     for j in trace.journeys.values() {
-        let (Some(arrived), Some(queued), Some(first_token), Some(finished), Some(first_response), Some(departed)) =
-            (j.at("ARRIVED"), j.at("QUEUED"), j.at("FIRST_TOKEN"), j.at("FINISHED"), j.at("FIRST_RESPONSE"), j.at("DEPARTED"))
-        else {
+        let Some([arrived, queued, first_token, finished, first_response, departed]) = j.times_us(["ARRIVED", "QUEUED", "FIRST_TOKEN", "FINISHED", "FIRST_RESPONSE", "DEPARTED"]) else {
             continue;
         };
         let server = loads.get(j.instance.as_str()).map_or(&[][..], Vec::as_slice);
         let started = server.partition_point(|(start, _)| *start <= arrived);
         let load = if started == 0 { InstanceLoad::default() } else { server[started - 1].1 };
         let input = QueueingInput { prompt_tokens: j.prompt_tokens, prefix_hit_tokens: 0, load };
-        basis.alpha_features(&input, j.output_tokens, &mut u_ttft, &mut u_e2e);
+        basis.alpha_features(&input, j.generated_tokens(), &mut u_ttft, &mut u_e2e);
         if basis.alpha_queueing_features(&input, &mut u_queue) {
             alpha_rows.push((u_queue.clone(), queued - arrived));
         }
@@ -798,7 +869,7 @@ mod tests {
     #[test]
     fn a_step_without_snapshots_is_rebuilt_from_its_counts() {
         let mut s = TracedStep::new("", 3);
-        s.summary = BatchCounts { prefill_reqs: 2, prefill_tokens: 101, decode_reqs: 3 };
+        s.summary = BatchCounts { prefill_reqs: 2, prefill_tokens: 101, decode_reqs: 3, kv_blocks_total: None };
         s.load = InstanceLoad { running: 5, waiting: 0, kv_usage: 0.5, kv_free_blocks: 1000, preemption_ema: 0.0 };
         let decode = BatchEntry { computed_tokens: 3200, new_tokens: 1, prompt_tokens: 1 };
         let prefill = |t| BatchEntry { computed_tokens: 0, new_tokens: t, prompt_tokens: t };
@@ -806,13 +877,16 @@ mod tests {
         // cv² = 0.25: the pair moves half its mean apart (±25), keeping its sum.
         assert_eq!(s.approximate_batch(16, 0.25).unwrap(), [prefill(76), prefill(25), decode, decode, decode]);
         assert_eq!(s.approximate_batch(16, 9.0).unwrap()[..2], [prefill(100), prefill(1)], "every request keeps a token");
-        for broken in [BatchCounts { prefill_reqs: 0, prefill_tokens: 5, decode_reqs: 1 }, BatchCounts::default()] {
+        for broken in [BatchCounts { prefill_reqs: 0, prefill_tokens: 5, decode_reqs: 1, kv_blocks_total: None }, BatchCounts::default()] {
             s.summary = broken;
             assert_eq!(s.approximate_batch(16, 0.0), None, "{broken:?}");
         }
-        s.summary = BatchCounts { prefill_reqs: 0, prefill_tokens: 0, decode_reqs: 1 };
+        s.summary = BatchCounts { prefill_reqs: 0, prefill_tokens: 0, decode_reqs: 1, kv_blocks_total: None };
         s.load.kv_usage = 1.0;
         assert_eq!(s.approximate_batch(16, 0.0), None, "a full cache says nothing of its size");
+        // Unless the summary gives the cache's size (kv.blocks_total_gpu): 500 blocks of 16 tokens, full, over 5 running.
+        s.summary.kv_blocks_total = Some(500);
+        assert_eq!(s.approximate_batch(16, 0.0).unwrap(), [BatchEntry { computed_tokens: 1600, new_tokens: 1, prompt_tokens: 1 }]);
     }
 
     /// Σ tokens² of the rebuilt prefill requests is (tokens²/n)·(1 + cv²),
@@ -822,7 +896,7 @@ mod tests {
     fn rebuilt_prefills_carry_the_spread_the_snapshots_show() {
         for (n, tokens) in [(2u32, 4000u32), (4, 8000), (5, 10000), (8, 2048)] {
             let mut s = TracedStep::new("", 1);
-            s.summary = BatchCounts { prefill_reqs: n, prefill_tokens: tokens, decode_reqs: 0 };
+            s.summary = BatchCounts { prefill_reqs: n, prefill_tokens: tokens, decode_reqs: 0, kv_blocks_total: None };
             s.load = InstanceLoad { running: n, kv_usage: 0.1, kv_free_blocks: 900, ..InstanceLoad::default() };
             for cv2 in [0.0, 0.1, 0.4] {
                 let e = s.approximate_batch(16, cv2).unwrap();
@@ -938,7 +1012,10 @@ mod tests {
         );
         let j = &t.journeys["cmpl-1"];
         assert_eq!((j.prompt_tokens, j.output_tokens), (100, 5));
-        assert_eq!(j.events_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("ARRIVED", 1000), ("DEPARTED", 98000), ("QUEUED", 3000)], "ts.monotonic wins over the event time");
+        assert_eq!(j.events_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("DEPARTED", 98000)], "ts.monotonic is ns");
+        assert_eq!(j.epoch_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("ARRIVED", 1000), ("DEPARTED", 99000), ("QUEUED", 3000)]);
+        assert_eq!(j.times_us(["ARRIVED", "QUEUED"]), Some([1.0, 3.0]), "one clock for all: the wall clock when the monotonic one lacks an event");
+        assert_eq!(j.times_us(["DEPARTED"]), Some([98.0]), "the monotonic clock where it has them all");
         // One step is within the warm-up: nothing to fit, said plainly.
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;

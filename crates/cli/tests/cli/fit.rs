@@ -140,6 +140,25 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     assert!((e2e / e2e_true - 1.0).abs() < 0.02, "E2E {e2e} vs {e2e_true}");
     assert!((ttft / ttft_true - 1.0).abs() < 0.05, "TTFT {ttft} vs {ttft_true}");
 
+    // The same trace as vLLM's journey and step tracing export it fits to
+    // the same coefficients: `api.`/`journey.` event prefixes,
+    // FIRST_RESPONSE_FROM_CORE, `ts.monotonic` and `event.ts.monotonic` as
+    // seconds (Python's time.monotonic()), dotted token attributes with
+    // the request's limit in `decode.max_tokens` and the tokens generated
+    // in `decode.done_tokens`, spans joined by their trace id (the API and
+    // core request ids differ), `kv.blocks_total_gpu`, and a snapshot of a
+    // running request given no tokens in the step.
+    let shaped = tmp.0.join("vllm-shaped.jsonl");
+    std::fs::write(&shaped, vllm_shaped(&std::fs::read_to_string(&otel).unwrap())).unwrap();
+    let refitted = tmp.0.join("vllm-shaped.yaml");
+    let out = blis(&["fit", "--otel", shaped.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", refitted.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("α on 300 journeys"), "{}", stderr(&out));
+    let shaped_set = CoefficientSet::load(&refitted).unwrap();
+    for (got, want) in shaped_set.alpha.iter().chain(&shaped_set.beta).zip(set.alpha.iter().chain(&set.beta)) {
+        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "vLLM-shaped {:?} {:?} vs {:?} {:?}", shaped_set.alpha, shaped_set.beta, set.alpha, set.beta);
+    }
+
     // Outside vLLM's rich subsample a step has no snapshots: every batch
     // without them is rebuilt from its summary's counts (the research
     // notes' fallback), its prefill tokens spread by the cv² of the steps
@@ -188,6 +207,76 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
 /// --otel` fits every server or, with `--otel-instance`, one; a name the
 /// file lacks is a one-line error listing those it has; a disaggregated
 /// deployment's pools say their role, and fitting them together warns.
+/// BLIS's OTLP/JSON lines rewritten as vLLM's journey and step tracing
+/// writes them (see the test above for what differs).
+fn vllm_shaped(text: &str) -> String {
+    use serde_json::{Value, json};
+    fn rename(attributes: &mut Value, from: &str, to: &str) {
+        for a in attributes.as_array_mut().into_iter().flatten() {
+            if a["key"] == from {
+                a["key"] = to.into();
+            }
+        }
+    }
+    fn seconds(attributes: &mut Value, to: &str) {
+        for a in attributes.as_array_mut().into_iter().flatten() {
+            if a["key"] == "ts.monotonic" {
+                let ns: u64 = a["value"]["intValue"].as_str().unwrap().parse().unwrap();
+                *a = json!({ "key": to, "value": { "doubleValue": ns as f64 / 1e9 } });
+            }
+        }
+    }
+    let mut out = String::new();
+    for line in text.lines() {
+        let mut doc: Value = serde_json::from_str(line).unwrap();
+        for rs in doc["resourceSpans"].as_array_mut().unwrap() {
+            for scope in rs["scopeSpans"].as_array_mut().unwrap() {
+                let name = scope["scope"]["name"].as_str().unwrap().to_string();
+                for span in scope["spans"].as_array_mut().unwrap() {
+                    let events = span["events"].as_array_mut().unwrap();
+                    if name == "vllm.scheduler.step" {
+                        for e in events.iter_mut().filter(|e| e["name"] == "step.BATCH_SUMMARY") {
+                            e["attributes"].as_array_mut().unwrap().push(json!({ "key": "kv.blocks_total_gpu", "value": { "intValue": "100000" } }));
+                        }
+                        let idle = events.iter().find(|e| e["name"] == "step.REQUEST_SNAPSHOT").cloned();
+                        if let Some(mut idle) = idle {
+                            for a in idle["attributes"].as_array_mut().unwrap() {
+                                if a["key"] == "request.scheduled_tokens_this_step" {
+                                    a["value"] = json!({ "intValue": "0" });
+                                }
+                            }
+                            events.push(idle);
+                        }
+                        continue;
+                    }
+                    let (prefix, stamp) = if name == "vllm.api" { ("api.", "event.ts.monotonic") } else { ("journey.", "ts.monotonic") };
+                    let mut generated = 0u64;
+                    for e in events.iter_mut() {
+                        let bare = e["name"].as_str().unwrap().to_string();
+                        e["name"] = format!("{prefix}{}", if bare == "FIRST_RESPONSE" { "FIRST_RESPONSE_FROM_CORE" } else { &bare }).into();
+                        seconds(&mut e["attributes"], stamp);
+                        rename(&mut e["attributes"], "prefill_total_tokens", "prefill.total_tokens");
+                        for a in e["attributes"].as_array_mut().unwrap() {
+                            if a["key"] == "decode_max_tokens" {
+                                generated = a["value"]["intValue"].as_str().unwrap().parse().unwrap();
+                                *a = json!({ "key": "decode.max_tokens", "value": { "intValue": "4096" } });
+                            }
+                        }
+                        if bare == "FINISHED" {
+                            e["attributes"].as_array_mut().unwrap().push(json!({ "key": "decode.done_tokens", "value": { "intValue": generated.to_string() } }));
+                        }
+                    }
+                    let id = span["attributes"][0]["value"]["intValue"].as_str().unwrap().to_string();
+                    let request = if name == "vllm.api" { format!("cmpl-{id}") } else { id };
+                    span["attributes"] = json!([{ "key": "gen_ai.request.id", "value": { "stringValue": request } }]);
+                }
+            }
+        }
+        out += &(doc.to_string() + "\n");
+    }
+    out
+}
+
 #[test]
 fn a_clusters_otel_trace_is_fitted_per_server() {
     let tmp = TempDir::new("fit-otel-cluster");
