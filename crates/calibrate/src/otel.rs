@@ -537,9 +537,25 @@ fn time_ns(v: Option<&Value>) -> Option<u64> {
 }
 
 impl OtelTrace {
-    /// Reads an OTLP/JSON file: one `{"resourceSpans": [...]}` document per
-    /// line (blank lines skipped). Spans of other scopes are ignored.
+    /// Reads an OTLP/JSON file to fit from ([`OtelTrace::load_requests`]),
+    /// which must have step events.
     pub fn load(path: &Path) -> Result<OtelTrace, ExperimentError> {
+        let trace = OtelTrace::load_requests(path)?;
+        if trace.steps.is_empty() {
+            let message = "no step.BATCH_SUMMARY event in scope vllm.scheduler.step (was vLLM run with --step-tracing-enabled?)".into();
+            return Err(ExperimentError::Csv { path: path.to_path_buf(), line: 1, message });
+        }
+        Ok(trace)
+    }
+
+    /// Reads an OTLP/JSON file: one `{"resourceSpans": [...]}` document per
+    /// line (blank lines skipped). Reads step events (scope
+    /// `vllm.scheduler.step`), journeys (`vllm.api`, `vllm.scheduler`) and
+    /// the per-request `llm_request` spans of vLLM's standard tracing
+    /// (`vllm.llm_engine`, read as a journey with only `ARRIVED`,
+    /// `FIRST_RESPONSE` and `DEPARTED`, on the wall clock); spans of other
+    /// scopes are ignored. A file may have no steps.
+    pub fn load_requests(path: &Path) -> Result<OtelTrace, ExperimentError> {
         let bad = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
         let file = blis_data::textfile::open(path).map_err(|e| ExperimentError::File(blis_data::DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let mut trace = OtelTrace::default();
@@ -566,6 +582,7 @@ impl OtelTrace {
                         match scope {
                             "vllm.scheduler.step" => read_step(span, &instance, &mut steps).map_err(|m| bad(i + 1, m))?,
                             "vllm.api" | "vllm.scheduler" => read_journey(span, &instance, &mut trace.journeys),
+                            "vllm.llm_engine" => read_request_span(span, &instance, &mut trace.journeys),
                             _ => {}
                         }
                     }
@@ -573,11 +590,63 @@ impl OtelTrace {
             }
         }
         trace.steps = steps.into_values().collect();
-        if trace.steps.is_empty() {
-            return Err(bad(1, "no step.BATCH_SUMMARY event in scope vllm.scheduler.step (was vLLM run with --step-tracing-enabled?)".into()));
-        }
         Ok(trace)
     }
+
+    /// Every request whose journey says when it arrived, as its client saw
+    /// it, on the wall clock (`timeUnixNano`, which every OTLP event has),
+    /// in order of arrival (then of its trace id).
+    pub fn requests(&self) -> Vec<ClientView> {
+        let mut out: Vec<ClientView> = self
+            .journeys
+            .values()
+            .filter_map(|j| {
+                let at = |name: &str| j.epoch_ns.get(name).map(|ns| ns / 1000);
+                let arrival_us = at("ARRIVED")?;
+                let done = at("FIRST_RESPONSE").zip(at("DEPARTED")).filter(|(first, last)| arrival_us <= *first && first <= last);
+                Some(ClientView { arrival_us, done, prompt_tokens: j.prompt_tokens, output_tokens: j.generated_tokens() })
+            })
+            .collect();
+        out.sort_by_key(|r| r.arrival_us);
+        out
+    }
+}
+
+/// One request as its client saw it ([`OtelTrace::requests`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ClientView {
+    /// When it arrived, µs on the wall clock.
+    pub arrival_us: u64,
+    /// When its first response and its end left the server, µs; `None`
+    /// when it did not complete (vLLM's `api.ABORTED`, or a journey cut
+    /// short).
+    pub done: Option<(u64, u64)>,
+    /// Prompt tokens.
+    pub prompt_tokens: u32,
+    /// Tokens generated.
+    pub output_tokens: u32,
+}
+
+/// Reads one `llm_request` span of vLLM's standard request tracing: it
+/// starts when the request arrived and carries its latencies, seconds
+/// (`gen_ai.latency.time_to_first_token`, `gen_ai.latency.e2e`), and token
+/// counts (`gen_ai.usage.prompt_tokens`, `gen_ai.usage.completion_tokens`).
+fn read_request_span(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Journey>) {
+    let a = attributes(span.get("attributes"));
+    let (Some(start_ns), Some(&e2e_s)) = (time_ns(span.get("startTimeUnixNano")), a.get("gen_ai.latency.e2e")) else { return };
+    let key = span.get("traceId").and_then(Value::as_str).map(|t| format!("trace:{t}")).or_else(|| string_attribute(span.get("attributes"), "gen_ai.request.id"));
+    let Some(key) = key else { return };
+    let after = |s: f64| (s.is_finite() && s >= 0.0).then(|| start_ns + (s * 1e9).round() as u64);
+    let j = journeys.entry(key).or_default();
+    j.instance = instance.to_string();
+    j.epoch_ns.insert("ARRIVED".into(), start_ns);
+    for (name, seconds) in [("FIRST_RESPONSE", a.get("gen_ai.latency.time_to_first_token").copied()), ("DEPARTED", Some(e2e_s))] {
+        if let Some(t) = seconds.and_then(after) {
+            j.epoch_ns.insert(name.into(), t);
+        }
+    }
+    j.prompt_tokens = a.get("gen_ai.usage.prompt_tokens").map_or(0, |&p| p as u32);
+    j.output_tokens = a.get("gen_ai.usage.completion_tokens").map_or(0, |&d| d as u32);
 }
 
 impl TracedStep {

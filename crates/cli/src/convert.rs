@@ -1,12 +1,16 @@
 //! `blis convert servegen`: import a ServeGen data directory as a spec.
+//! `blis convert otel`: turn vLLM's OpenTelemetry traces into a trace v2.
 
 use std::path::PathBuf;
 
+use anyhow::Context;
+use blis_calibrate::otel::OtelTrace;
 use blis_workload::servegen::{ServeGenOptions, convert};
 use blis_workload::spec::to_yaml;
+use blis_workload::trace_v2::{COLUMNS, Row, TraceHeader, header_path, trace_csv};
 
 use crate::error::bad_input;
-use crate::output::{output_dir, warn, write_checked_spec};
+use crate::output::{AtomicFile, output_dir, warn, write_checked_spec};
 
 /// `blis convert` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -15,6 +19,35 @@ pub enum ConvertCommand {
     #[command(after_help = "Examples:\n  blis convert servegen --path examples/servegen/language-mini --output w.yaml\n  \
     blis convert servegen --path ServeGen/data/language/m-large --span-end 3600 --output w.yaml   (a ServeGen checkout)")]
     Servegen(ServeGenArgs),
+    /// Turn vLLM's OpenTelemetry request traces (OTLP/JSON lines: journey tracing's llm_request/llm_core spans, or
+    /// standard tracing's llm_request spans with gen_ai.latency.*) into a trace v2 (PREFIX.csv and
+    /// PREFIX.header.yaml) that `blis replay`, `blis calibrate --trace` and `blis fit --trace` read.
+    #[command(after_help = "Examples:\n  blis convert otel --path traces.jsonl --output traces/server1 --model meta-llama/Llama-3.1-8B-Instruct --hardware H100\n  \
+    blis fit --trace traces/server1 -o server1.yaml")]
+    Otel(OtelArgs),
+}
+
+/// `blis convert otel`.
+#[derive(clap::Args, Debug)]
+pub struct OtelArgs {
+    /// The OTLP/JSON file (one ExportTraceServiceRequest per line, as a collector's file exporter writes).
+    #[arg(long, value_name = "FILE")]
+    path: PathBuf,
+    /// Output prefix: PREFIX.csv and PREFIX.header.yaml.
+    #[arg(long, short, value_name = "PREFIX")]
+    output: PathBuf,
+    /// The model served (HuggingFace id), recorded in the header. [default: the trace's gen_ai.request.model]
+    #[arg(long, value_name = "ID")]
+    model: Option<String>,
+    /// The GPU, recorded in the header. [default: none; the replay's default]
+    #[arg(long, value_name = "GPU")]
+    hardware: Option<String>,
+    /// The tensor-parallel degree, recorded in the header. [default: none; the replay's default]
+    #[arg(long, value_name = "N")]
+    tp: Option<u32>,
+    /// Only the requests of the server whose resource has this service.instance.id. [default: every server]
+    #[arg(long, value_name = "ID")]
+    otel_instance: Option<String>,
 }
 
 /// `blis convert servegen`.
@@ -42,7 +75,109 @@ pub struct ServeGenArgs {
 
 /// Runs a `blis convert` subcommand.
 pub fn execute(cmd: ConvertCommand) -> anyhow::Result<()> {
-    let ConvertCommand::Servegen(a) = cmd;
+    match cmd {
+        ConvertCommand::Servegen(a) => servegen(a),
+        ConvertCommand::Otel(a) => otel(a),
+    }
+}
+
+/// `blis convert otel`: one trace row per request that arrived, in order
+/// of arrival; a request that did not complete is an `error` row.
+fn otel(a: OtelArgs) -> anyhow::Result<()> {
+    let mut trace = OtelTrace::load_requests(&a.path).map_err(|e| bad_input!("--path {e}"))?;
+    if let Some(id) = &a.otel_instance
+        && !trace.retain_instance(id)
+    {
+        // Requests without steps: keep the journeys of that server.
+        trace.journeys.retain(|_, j| &j.instance == id);
+    }
+    let requests = trace.requests();
+    if requests.is_empty() {
+        return Err(bad_input!(
+            "--path {}: no request with an arrival time (api.ARRIVED of vLLM's journey tracing, or an llm_request span with gen_ai.latency.e2e){}",
+            a.path.display(),
+            a.otel_instance.as_ref().map_or(String::new(), |id| format!(" on server {id}"))
+        )
+        .into());
+    }
+    let model = a.model.clone().or_else(|| trace.model.clone());
+    let mut server = serde_json::Map::new();
+    if let Some(m) = &model {
+        server.insert("model".into(), m.clone().into());
+    }
+    if let Some(tp) = a.tp {
+        server.insert("tp".into(), tp.into());
+    }
+    let header = TraceHeader {
+        trace_version: 2,
+        time_unit: Some("microseconds".into()),
+        mode: Some("real".into()),
+        warm_up_requests: Some(0),
+        server: (!server.is_empty()).then_some(serde_json::Value::Object(server)),
+        hardware: a.hardware.as_ref().map(|g| serde_json::json!({ "gpu": g })),
+        created_at: None,
+        workload_spec: None,
+        network: None,
+        load_generator: None,
+        server_metrics: None,
+        blis: None,
+    };
+    let csv_path = trace_csv(&a.output);
+    if let Some(dir) = csv_path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| bad_input!("--output {}: cannot create its directory: {e}", a.output.display()))?;
+    }
+    let mut header_file = AtomicFile::create("output", &header_path(&csv_path))?;
+    let mut csv_file = AtomicFile::create("output", &csv_path)?;
+    std::io::Write::write_all(header_file.writer(), header.to_yaml().as_bytes()).context("writing the trace header")?;
+    let first_us = requests[0].arrival_us;
+    let mut failed = 0;
+    {
+        let mut w = csv::WriterBuilder::new().has_headers(false).from_writer(csv_file.writer());
+        w.write_record(COLUMNS).context("writing the trace")?;
+        for (i, r) in requests.iter().enumerate() {
+            failed += u64::from(r.done.is_none());
+            let row = Row {
+                request_id: i as u64,
+                client_id: "otel",
+                tenant_id: "default",
+                slo_class: "default",
+                session_id: "",
+                round_index: 0,
+                prefix_group: "",
+                streaming: true,
+                input_tokens: r.prompt_tokens,
+                output_tokens: r.output_tokens,
+                text_tokens: r.prompt_tokens,
+                image_tokens: 0,
+                audio_tokens: 0,
+                video_tokens: 0,
+                reason_ratio: 0.0,
+                arrival_time_us: r.arrival_us - first_us,
+                send_time_us: Some(r.arrival_us),
+                first_chunk_time_us: r.done.map(|d| d.0),
+                last_chunk_time_us: r.done.map(|d| d.1),
+                num_chunks: r.done.map(|_| u64::from(r.output_tokens)),
+                status: if r.done.is_some() { "ok" } else { "error" },
+                error_message: if r.done.is_some() { "" } else { "did not complete in the OpenTelemetry trace" },
+            };
+            w.serialize(row).context("writing the trace")?;
+        }
+        w.flush().context("writing the trace")?;
+    }
+    header_file.commit()?;
+    csv_file.commit()?;
+    eprintln!(
+        "wrote {} and {}: {} requests ({failed} did not complete){}",
+        header_path(&csv_path).display(),
+        csv_path.display(),
+        requests.len(),
+        if model.is_none() { "; the trace names no model (gen_ai.request.model): give --model, or `blis replay --model`" } else { "" }
+    );
+    Ok(())
+}
+
+/// `blis convert servegen`.
+fn servegen(a: ServeGenArgs) -> anyhow::Result<()> {
     if let Some(r) = a.rate
         && !(r.is_finite() && r > 0.0)
     {
