@@ -75,7 +75,7 @@ enum Command {
     /// Inspect workloads: generate a trace from a spec, measure it, list and show the built-ins.
     #[command(subcommand)]
     Workload(workload_cmd::WorkloadCommand),
-    /// Convert other workload descriptions into a spec.
+    /// Convert other workload descriptions into a spec, or vLLM traces into a trace v2.
     #[command(subcommand)]
     Convert(convert::ConvertCommand),
     /// Merge workload specs into one whose clients keep their rates, seeds and requests.
