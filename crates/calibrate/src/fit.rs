@@ -75,8 +75,15 @@ fn compositions_match(simulated: f64, real: f64) -> bool {
 pub const PRIOR_WEIGHT: f64 = 1e-3;
 
 /// Scale of the prior of trained-physics's per-layer overhead around what
-/// the training GPU's kernel profiles measure, as a fraction of it.
+/// the training GPU's kernel profiles measure, as a fraction of it (also of
+/// the per-collective latency around [`COLLECTIVE_CALL_PRIOR_US`]).
 pub const LAYER_OVERHEAD_PRIOR_SCALE: f64 = 0.1;
+
+/// Expected fixed latency of one tensor-parallel collective, µs: one kernel's
+/// fixed cost, which the kernel profiles (`blis kernels`) measure at
+/// t0 = 7.7 µs per GEMM on the A100, A40 and H100 alike. A collective is a
+/// kernel too; it adds a cross-GPU handshake but moves its bytes in T_ar.
+pub const COLLECTIVE_CALL_PRIOR_US: f64 = 7.7;
 
 /// The physical prior of one coefficient: its expected value and the scale
 /// of a plausible deviation. Coefficients multiplying a time at peak
@@ -85,13 +92,21 @@ pub const LAYER_OVERHEAD_PRIOR_SCALE: f64 = 0.1;
 /// per-request and per-step overheads expect 0 ± 100 µs; client-side α
 /// expects 0 ± 10 ms. trained-physics's per-layer overhead is measured where
 /// the training GPU was profiled (`measured_layer_us`, the GPU's
-/// `kernels.layer_overhead_us`) and expects that ± 10 %.
-fn prior(kind: ModelKind, name: &str, is_alpha: bool, measured_layer_us: Option<f64>) -> (f64, f64) {
+/// `kernels.layer_overhead_us`) and expects that ± 10 %; its KV traffic
+/// expects the bandwidth the GPU's memory-bound GEMMs reach (1/μ, `kernels.gemm_memory`)
+/// ± 10 %: with only GQA models to learn from (KV a few percent of a step)
+/// the data leave the KV coefficients free, and a model with full-width KV
+/// heads would inherit whatever they drifted to; its per-collective
+/// latency expects one kernel's measured fixed cost ± 10 %.
+fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficiency>) -> (f64, f64) {
     if is_alpha {
         return (0.0, 10_000.0);
     }
+    let profiled = gpu.filter(|_| kind == ModelKind::TrainedPhysics);
     match name {
-        "per_layer_us" if let (ModelKind::TrainedPhysics, Some(us)) = (kind, measured_layer_us) => (us, LAYER_OVERHEAD_PRIOR_SCALE * us),
+        "per_layer_us" if let Some(k) = profiled => (k.layer_overhead_us, LAYER_OVERHEAD_PRIOR_SCALE * k.layer_overhead_us),
+        "prefill_kv" | "decode_kv" if let Some(k) = profiled => (1.0 / k.gemm_memory, LAYER_OVERHEAD_PRIOR_SCALE / k.gemm_memory),
+        "allreduce_call_us" => (COLLECTIVE_CALL_PRIOR_US, LAYER_OVERHEAD_PRIOR_SCALE * COLLECTIVE_CALL_PRIOR_US),
         "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" => (1.0, 1.0),
         "allreduce" => (1.0, 10.0),
         n if n.ends_with("_us") => (0.0, 100.0),
@@ -104,9 +119,8 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, measured_layer_us: Option<
 /// blackbox has no physical scale). `gpu`: the kernel efficiencies of the
 /// GPU every training run used, where it was profiled.
 pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>) -> Option<Vec<(f64, f64)>> {
-    let layer_us = gpu.map(|k| k.layer_overhead_us);
     matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
-        basis.alpha_names().iter().map(|n| prior(kind, n, true, layer_us)).chain(basis.beta_names().iter().map(|n| prior(kind, n, false, layer_us))).collect()
+        basis.alpha_names().iter().map(|n| prior(kind, n, true, gpu)).chain(basis.beta_names().iter().map(|n| prior(kind, n, false, gpu))).collect()
     })
 }
 
@@ -132,9 +146,9 @@ fn prior_penalty(x: &[f64], priors: Option<&[(f64, f64)]>) -> f64 {
 /// Stage-one rounds `blis fit` runs unless told otherwise.
 pub const DEFAULT_ROUNDS: usize = 6;
 /// Stage-two objective evaluations `blis fit` runs unless told otherwise:
-/// enough for a fit on the shared data within a minute on 2 cores (49 s,
-/// in-sample E2E 1.55 %); the bundled sets were fitted with 150 (89 s,
-/// 1.44 %), and their provenance says so.
+/// enough for a fit on the shared data within a minute on 2 cores (47 s,
+/// in-sample E2E 0.94 %); the bundled sets were fitted with 150 (85 s,
+/// 0.91 %), and their provenance says so.
 pub const DEFAULT_REFINE_EVALS: usize = 80;
 
 /// Ridge penalties tried by cross-validation (on unit-norm columns).
@@ -788,7 +802,9 @@ mod tests {
     }
 
     /// trained-physics's per-layer overhead expects what the training GPU's
-    /// kernel profiles measure (± 10 %); every other prior, unified-5's and
+    /// kernel profiles measure (± 10 %), its KV traffic the GPU's measured
+    /// GEMM bandwidth (± 10 %), its per-collective latency one kernel's fixed
+    /// cost (± 10 %); every other prior, unified-5's and
     /// an unprofiled GPU's stay the generic ones, and `--prior` still wins.
     #[test]
     fn the_per_layer_prior_is_the_profiled_gpus_layer_overhead() {
@@ -802,9 +818,16 @@ mod tests {
         assert_eq!(generic[layer], (0.0, 100.0));
         assert_eq!(profiled[layer], (kernels.layer_overhead_us, 0.1 * kernels.layer_overhead_us));
         assert!((40.0..60.0).contains(&kernels.layer_overhead_us), "{kernels:?}");
-        for (i, (g, p)) in generic.iter().zip(&profiled).enumerate() {
-            assert!(i == layer || g == p, "{}: {g:?} vs {p:?}", names[i]);
+        let kv: Vec<usize> = ["prefill_kv", "decode_kv"].iter().map(|k| names.iter().position(|n| n == k).unwrap()).collect();
+        for &i in &kv {
+            assert_eq!(generic[i], (1.0, 1.0));
+            assert_eq!(profiled[i], (1.0 / kernels.gemm_memory, 0.1 / kernels.gemm_memory), "KV streamed as a GEMM streams weights");
         }
+        for (i, (g, p)) in generic.iter().zip(&profiled).enumerate() {
+            assert!(i == layer || kv.contains(&i) || g == p, "{}: {g:?} vs {p:?}", names[i]);
+        }
+        let call = names.iter().position(|n| *n == "allreduce_call_us").unwrap();
+        assert_eq!(generic[call], (COLLECTIVE_CALL_PRIOR_US, 0.1 * COLLECTIVE_CALL_PRIOR_US), "one kernel's fixed cost, on any GPU");
         let u5 = ModelKind::Unified5.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
         assert_eq!(priors(ModelKind::Unified5, u5.as_ref(), Some(kernels)), priors(ModelKind::Unified5, u5.as_ref(), None));
         let o = PriorOverride { name: "per_layer_us".into(), mean: 30.0, scale: 1.0 };

@@ -312,7 +312,7 @@ pub const PREFILL_MIN_TOKENS: u32 = 1024;
 impl LayerTerms {
     /// The layer terms of trained-physics β (`[β1a, β2a, β3, β4, β5, …]`).
     pub fn of_trained_physics(beta: &[f64]) -> Option<LayerTerms> {
-        (beta.len() == 11).then(|| LayerTerms { prefill_compute: beta[0], decode_compute: beta[1], weights: beta[2], per_layer_us: beta[4] })
+        (beta.len() == blis_engine::latency::trained_physics::BETA_LEN).then(|| LayerTerms { prefill_compute: beta[0], decode_compute: beta[1], weights: beta[2], per_layer_us: beta[4] })
     }
 
     /// The layer time these terms predict for `l` on a GPU of `peaks`

@@ -87,8 +87,9 @@ pub struct FitArgs {
 
     /// Replace the physical prior of one coefficient: NAME=MEAN:SCALE (repeatable), e.g. weights=1.27:0.03 anchors the
     /// weight-read term at 1/0.786, the HBM efficiency the kernel profiles measure (blis kernels). trained-physics, unified-5.
-    /// [default: time terms 1 ± 1, overheads 0 ± 100 µs, α 0 ± 10 ms; trained-physics's per_layer_us is the training
-    /// GPU's measured kernels.layer_overhead_us ± 10 % where it was profiled (49.5 ± 4.95 on the H100)]
+    /// [default: time terms 1 ± 1, overheads 0 ± 100 µs, α 0 ± 10 ms; trained-physics's allreduce_call_us is one kernel's
+    /// measured fixed cost, 7.7 ± 0.77 µs, and where the training GPU was profiled its per_layer_us is the GPU's
+    /// kernels.layer_overhead_us ± 10 % (49.5 ± 4.95 on the H100) and prefill_kv, decode_kv 1/kernels.gemm_memory ± 10 %]
     #[arg(long, value_name = "NAME=MEAN:SCALE", value_parser = parse_prior)]
     pub prior: Vec<PriorOverride>,
 

@@ -39,8 +39,15 @@ pub fn kernels_of(gpu: &GpuSpec) -> Option<KernelEfficiency> {
     gpu.kernels.clone().or_else(|| catalog::find_gpu(&gpu.name)?.spec().kernels)
 }
 
-/// The β every per-layer overhead goes by ([`FeatureBasis::beta_names`](blis_engine::latency::FeatureBasis::beta_names)), scaled when a set is carried to another GPU.
-const PER_LAYER_BETA: &str = "per_layer_us";
+/// The β of fixed kernel costs (per layer, per tensor-parallel collective;
+/// [`FeatureBasis::beta_names`](blis_engine::latency::FeatureBasis::beta_names)),
+/// scaled by the per-layer overhead ratio when a set is carried to another GPU.
+const FIXED_COST_BETAS: [&str; 2] = ["per_layer_us", "allreduce_call_us"];
+
+/// β of a trained-physics set written before the per-collective term
+/// (the published formula's eleven); such a set reads as pricing no
+/// collective calls.
+const TRAINED_PHYSICS_BETAS_WITHOUT_CALLS: usize = 11;
 
 /// Where a coefficient set came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -126,9 +133,12 @@ pub const DEFAULT_SET: &str = "trained-physics-h100";
 impl CoefficientSet {
     /// Parses YAML or JSON text; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
-        let set: CoefficientSet =
+        let mut set: CoefficientSet =
             crate::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
-        set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
+        let kind = set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
+        if kind == ModelKind::TrainedPhysics && set.beta.len() == TRAINED_PHYSICS_BETAS_WITHOUT_CALLS {
+            set.beta.push(0.0);
+        }
         Ok(set)
     }
 
@@ -177,11 +187,12 @@ impl CoefficientSet {
             None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
             Some(basis) => {
                 let mut beta = self.beta.clone();
-                if let Some(c) = carry
-                    && let Some(i) = basis.beta_names().iter().position(|n| *n == PER_LAYER_BETA)
-                    && let Some(b) = beta.get_mut(i)
-                {
-                    *b *= c.per_layer;
+                if let Some(c) = carry {
+                    for (b, name) in beta.iter_mut().zip(basis.beta_names()) {
+                        if FIXED_COST_BETAS.contains(name) {
+                            *b *= c.per_layer;
+                        }
+                    }
                 }
                 basis.with_coefficients(&self.alpha, &beta).map_err(|e| e.to_string())
             }
@@ -190,7 +201,8 @@ impl CoefficientSet {
 
     /// How this set is carried to `gpu` when it was fitted on another GPU:
     /// the ratios of the two GPUs' measured kernel efficiencies scale the
-    /// peaks its β price work against and its per-layer overhead
+    /// peaks its β price work against and its fixed kernel costs (per layer,
+    /// per collective)
     /// (`docs/fidelity.md`, "Kernel profiles"). A GPU spec without
     /// efficiencies gets those of the bundled GPU of its name, else
     /// [`catalog::unprofiled_kernels`]. `None` (the set is
@@ -253,7 +265,7 @@ mod tests {
 
     /// A set fitted on the H100 times an A100 as the same set would with the
     /// A100's peaks scaled by the ratio of measured kernel efficiencies and
-    /// β5 by the ratio of layer overheads; the H100 and a set that names no
+    /// β5 and βcall by the ratio of layer overheads; the H100 and a set that names no
     /// GPU are untouched, and a GPU without a profile gets the profiled mean.
     #[test]
     fn a_set_is_carried_to_another_gpu_by_the_ratio_of_kernel_efficiencies() {
@@ -270,10 +282,12 @@ mod tests {
         let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
         let entries: Vec<BatchEntry> = (0..32).map(|i| BatchEntry { computed_tokens: 500 + i, new_tokens: 1, prompt_tokens: 400 }).collect();
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
-        let step = |set: &CoefficientSet, gpu: &GpuSpec| set.latency_model(&model, gpu, 1, &instance()).unwrap().step_time(&batch);
+        let step = |set: &CoefficientSet, gpu: &GpuSpec| set.latency_model(&model, gpu, 2, &instance()).unwrap().step_time(&batch);
         let anonymous = CoefficientSet { provenance: Provenance::default(), ..set.clone() };
         let mut by_hand = anonymous.clone();
         by_hand.beta[4] *= carry.per_layer;
+        by_hand.beta[11] *= carry.per_layer;
+        assert!(set.beta[11] > 0.0, "the bundled set prices collective calls");
         assert_eq!(step(&set, &a100), step(&by_hand, &a100.carried(carry)));
         assert!(step(&set, &a100) > step(&anonymous, &a100), "carried, the decode step is slower than by the peaks alone");
         assert_eq!(step(&set, &h100), step(&anonymous, &h100));
@@ -284,6 +298,24 @@ mod tests {
         let mean = crate::catalog::unprofiled_kernels();
         assert_eq!(set.carry_to(&unprofiled).unwrap().memory, mean.gemm_memory / kh.gemm_memory);
         assert_eq!(anonymous.carry_to(&a100), None);
+    }
+
+    /// A trained-physics file with the published formula's eleven β prices
+    /// no tensor-parallel collective calls: it times every step as the same
+    /// set with βcall = 0.
+    #[test]
+    fn a_trained_physics_set_without_the_call_term_reads_as_pricing_none() {
+        let published = CoefficientSet::bundled("trained-physics-published").unwrap();
+        assert_eq!(published.beta.len(), 12);
+        let mut old = published.clone();
+        old.beta.truncate(11);
+        let text = old.to_yaml();
+        assert_eq!(CoefficientSet::parse(&text, Path::new("old.yaml")).unwrap(), published);
+        let mut ten = old;
+        ten.beta.truncate(10);
+        let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let e = CoefficientSet::parse(&ten.to_yaml(), Path::new("ten.yaml")).unwrap().latency_model(&model, &find_gpu("H100").unwrap().spec(), 1, &instance());
+        assert!(e.is_err_and(|e| e.contains("12") && e.contains("10")), "only the published length is read as the old layout");
     }
 
     #[test]

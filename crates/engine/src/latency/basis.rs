@@ -32,6 +32,8 @@ pub(crate) struct Dims {
     pub k: f64,
     /// Layers with a MoE FFN.
     pub n_moe: f64,
+    /// V: vocabulary size (rows of the LM head).
+    pub vocab: f64,
     /// Layers with a dense FFN.
     pub n_dense: f64,
     /// Whether MoE layers are interleaved with dense ones (Llama-4).
@@ -76,6 +78,7 @@ impl Dims {
             n_experts,
             k,
             n_moe,
+            vocab: f64::from(model.vocab_size),
             n_dense: f64::from(model.num_dense_layers()),
             interleaved_moe: model.moe.as_ref().is_some_and(|m| m.interleaved),
             bpp: model.dtype_bytes,
@@ -112,6 +115,13 @@ impl Dims {
     /// Q/K/V/O projection parameters of all layers, per GPU: L·d·(2d + 2dKV)/tp.
     pub fn projection_params(&self) -> f64 {
         self.l * self.attention_params / self.tp
+    }
+
+    /// LM head parameters per GPU, V·d/tp: vLLM shards the vocabulary
+    /// across the TP ranks and reads the whole shard every step (tied
+    /// embeddings included: the matrix is the same, the read is not).
+    pub fn lm_head_params(&self) -> f64 {
+        self.vocab * self.d / self.tp
     }
 
     /// Attention-score FLOPs per layer per GPU for `work` query·key pairs: 4·(H/tp)·work·dH.

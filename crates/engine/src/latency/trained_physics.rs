@@ -13,7 +13,7 @@ use crate::model::ModelConfig;
 use crate::time::Micros;
 
 /// Number of β coefficients.
-pub const BETA_LEN: usize = 11;
+pub const BETA_LEN: usize = 12;
 
 /// The β's names ([`FeatureBasis::beta_names`]), in coefficient order.
 pub const BETA_NAMES: [&str; BETA_LEN] = [
@@ -28,6 +28,7 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
     "prefill_kv",
     "decode_kv",
     "expert_dispatch",
+    "allreduce_call_us",
 ];
 
 /// Basis functions of trained-physics, in µs (F = peak FLOP/s, the FP8 peak
@@ -35,21 +36,28 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 ///
 /// ```text
 /// FFN(X)  = nMoE·X·(kEff·dFF_moe + dFF_sh)·6·d/g + nDense·X·6·d·dFF/tp
-/// T_pf_c  = [L·2·T_pf·d·(2d + 2dKV)/tp + L·Σ_i 4·(H/tp)·t_i·(s_i + t_i/2)·dH + FFN(T_pf)] / F
-/// T_dc_c  = [L·2·T_dc·d·(2d + 2dKV)/tp + L·4·(H/tp)·Σ_j c_j·dH + FFN(T_dc)] / F
+/// T_pf_c  = [L·2·T_pf·d·(2d + 2dKV)/tp + L·Σ_i 4·(H/tp)·t_i·(s_i + t_i/2)·dH + FFN(T_pf) + B_pf·2·V·d/tp] / F
+/// T_dc_c  = [L·2·T_dc·d·(2d + 2dKV)/tp + L·4·(H/tp)·Σ_j c_j·dH + FFN(T_dc) + T_dc·2·V·d/tp] / F
 /// T_pf_kv = L·2·(KVH/tp)·dH·T_pf·BPP / W
 /// T_dc_kv = L·2·(KVH/tp)·dH·(Σ_j c_j + T_dc)·BPP / W
-/// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(nEff·dFF_moe + dFF_sh)·3·d/g + nDense·3·d·dFF/tp]·wBPP / W   (per GPU)
+/// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(nEff·dFF_moe + dFF_sh)·3·d/g + nDense·3·d·dFF/tp + V·d/tp]·wBPP / W   (per GPU)
 /// nEff    = N·(1 − ((N − k)/N)^(T_pf + T_dc))   (routed experts the step's tokens touch)
 /// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
 /// T_dispatch = kEff·V(nMoE, T) with expert parallelism, when V(nMoE, T) leaves T_ar; else 0
 ///           (expert parallelism also scales kEff·dFF_moe and nEff by the busiest rank's skews, `latency::expert_load`)
+/// C_ar    = L + nDense + nMoE·(1, or 2 with expert parallelism)   (collective calls; 0 at tp = 1)
 /// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
-///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch
+///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch + βcall·C_ar
 /// ```
 ///
-/// Three departures from the published formula, none of which changes a
-/// dense Llama-2 step or a Mixtral step of 16+ tokens:
+/// B_pf = B − T_dc is the number of prefill entries: vLLM computes logits
+/// for the last scheduled token of every request in the step (a partial
+/// prefill chunk's are discarded), so the LM head (V·d/tp per GPU,
+/// vocabulary-parallel) is read once per step and multiplies one row per
+/// request.
+///
+/// Five departures from the published formula. The first three change no
+/// dense Llama-2 step or Mixtral step of 16+ tokens:
 /// * T_w reads the nEff routed experts a step touches rather than all N (the
 ///   fused MoE kernel skips experts without tokens; at 16+ tokens Mixtral's
 ///   nEff is within 1 % of 8, while Qwen3-30B-A3B's 128 experts are only 7 %
@@ -57,11 +65,20 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// * MoE layers count their shared experts (dFF_sh, DeepSeek and Llama-4),
 ///   which every token passes through;
 /// * d·(2d + 2dKV) stands for the real projection size 2·d·(H·dH) + 2·d·dKV,
-///   which differs when H·dH ≠ d (Qwen3-30B-A3B, Mistral-Nemo).
+///   which differs when H·dH ≠ d (Qwen3-30B-A3B, Mistral-Nemo);
+/// * the LM head is priced (weights in T_w, one row per request in T_pf_c
+///   and T_dc_c): 1–2 % of a 32k-vocabulary Llama-2 step's weight bytes,
+///   but 6–7 % of an 8B model's with a 128k–152k vocabulary (Llama-3, Qwen),
+///   which a set fitted without it would predict that much too fast;
+/// * βcall prices each tensor-parallel collective's fixed latency (a kernel
+///   and a cross-GPU handshake, whatever its size), which T_ar's bytes
+///   cannot: a Llama-2-70B decode step at TP 4 makes 160 of them.
 ///
 /// The feature vector is in the published coefficient order
-/// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`. T_dispatch is 0
-/// unless the basis is expert-parallel ([`TrainedPhysicsBasis::with_expert_parallel`]). α0 is the arrival-to-queue delay,
+/// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`, then βcall (a
+/// coefficient file with the published eleven reads as βcall = 0).
+/// T_dispatch is 0 unless the basis is expert-parallel
+/// ([`TrainedPhysicsBasis::with_expert_parallel`]). α0 is the arrival-to-queue delay,
 /// α1 the delay from the last token to the response end, α2 the delay from a
 /// token's step end to the API (it does not accumulate: TTFT = prefill step
 /// end + α2 − arrival, later gaps are step gaps).
@@ -108,17 +125,25 @@ impl TrainedPhysicsBasis {
         let s = StepSums::of(batch);
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
+        let lm_head_flops_per_row = 2.0 * m.lm_head_params();
         let t_pf_c = m.compute_us(
-            m.projection_flops(s.t_pf) + m.l * m.attention_flops_per_layer(s.prefill_attention_work) + self.ffn_flops(s.t_pf, routed_skew),
+            m.projection_flops(s.t_pf)
+                + m.l * m.attention_flops_per_layer(s.prefill_attention_work)
+                + self.ffn_flops(s.t_pf, routed_skew)
+                + (s.batch - s.t_dc) * lm_head_flops_per_row,
         );
         let t_dc_c = m.compute_us(
-            m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + self.ffn_flops(s.t_dc, routed_skew),
+            m.projection_flops(s.t_dc)
+                + m.l * m.attention_flops_per_layer(s.decode_context)
+                + self.ffn_flops(s.t_dc, routed_skew)
+                + s.t_dc * lm_head_flops_per_row,
         );
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
         let weight_params = m.projection_params()
             + m.n_moe * (m.experts_touched(s.tokens()) * weight_skew * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
-            + m.n_dense * 3.0 * m.d * m.dff / m.tp;
+            + m.n_dense * 3.0 * m.d * m.dff / m.tp
+            + m.lm_head_params();
         let t_w = m.memory_us(weight_params * m.wbpp);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
         let volume = |layers: f64| m.memory_us(layers * s.tokens() * m.d * m.bpp * ring);
@@ -129,7 +154,9 @@ impl TrainedPhysicsBasis {
         };
         let t_ar = volume(m.l) + volume(m.n_dense) + t_moe_ar;
         let interleaved = if m.interleaved_moe { m.n_moe } else { 0.0 };
-        [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, t_dispatch]
+        let moe_calls = if self.expert_parallel.is_some() { 2.0 } else { 1.0 };
+        let calls = if m.tp > 1.0 { m.l + m.n_dense + m.n_moe * moe_calls } else { 0.0 };
+        [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, t_dispatch, calls]
     }
 }
 
@@ -172,7 +199,7 @@ pub struct TrainedPhysics {
     pub basis: TrainedPhysicsBasis,
     /// α0 (queueing µs), α1 (completion µs), α2 (token emission µs).
     pub alpha: [f64; 3],
-    /// β in the order `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`.
+    /// β in the order `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP, βcall]`.
     pub beta: [f64; BETA_LEN],
 }
 
@@ -181,7 +208,7 @@ impl TrainedPhysics {
     pub const PUBLISHED_ALPHA: [f64; 3] = [15563.199579, 777.3455, 45.907545];
     /// The published H100 coefficients (`latency-formulas.md` §3).
     pub const PUBLISHED_BETA: [f64; BETA_LEN] =
-        [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037];
+        [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037, 0.0];
 }
 
 impl LatencyModel for TrainedPhysics {
@@ -218,13 +245,14 @@ mod tests {
     /// tokens touch nEff = 8·(1 − 0.75³⁰²) = 8 experts), worked out by hand:
     ///
     /// ```text
-    /// FFN(X)  = 32·(X·2/2)·6·4096·14336
-    /// T_pf_c  = [32·2·300·4096·10240/2 + 32·4·16·300·(700 + 150)·128 + FFN(300)] / F = 3892.6596 µs
-    /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)]   / F =   25.7524 µs
-    /// T_w     = [32·4096·10240/2 + 32·(8/2)·3·4096·14336]·2 / W                    = 13862.4877 µs
+    /// FFN(X)  = 32·(X·2/2)·6·4096·14336;   LM(rows) = rows·2·32000·4096/2
+    /// T_pf_c  = [32·2·300·4096·10240/2 + 32·4·16·300·(700 + 150)·128 + FFN(300) + LM(1)] / F = 3892.7920 µs
+    /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)   + LM(2)] / F =   26.0173 µs
+    /// T_w     = [32·4096·10240/2 + 32·(8/2)·3·4096·14336 + 32000·4096/2]·2 / W          = 13901.6137 µs
     /// T_ar    = 2 · 32·302·4096·2·(2·1/2) / W                                       =   47.2642 µs
     /// T_pf_kv = 32·2·4·128·300·2 / W = 5.8689 µs;  T_dc_kv = 32·2·4·128·(950 + 2)·2 / W = 18.6240 µs
-    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0] = 20718.36 µs
+    /// C_ar    = 32 attention + 32 MoE all-reduces = 64 (96 expert-parallel: dispatch and combine)
+    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0, 64] = 20771.69 µs
     /// ```
     #[test]
     fn published_coefficients_on_a_hand_computed_moe_step() {
@@ -237,9 +265,9 @@ mod tests {
         ];
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let want = [
-            3892.659575138959,
-            25.75236954421425,
-            13862.487727761194,
+            3892.7920379989896,
+            26.017295264274885,
+            13901.613697910449,
             47.2641719402985,
             32.0,
             3.0,
@@ -248,6 +276,7 @@ mod tests {
             5.86889552238806,
             18.623961791044778,
             0.0,
+            64.0,
         ];
         for (got, want) in basis.features(&batch).iter().zip(want) {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
@@ -265,6 +294,7 @@ mod tests {
         want_ep[1] = want[1] + routed_us(2.0) * (skew - 1.0);
         want_ep[3] = want[3] / 2.0;
         want_ep[10] = want[3];
+        want_ep[11] = 96.0;
         for (got, want) in ep.iter().zip(want_ep) {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
         }
@@ -284,7 +314,7 @@ mod tests {
             assert_eq!(plain.clone().with_expert_parallel(true).features(&batch), plain.features(&batch), "no experts to spread, or one GPU");
         }
         let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
-        assert_eq!(m.step_time(&batch), Micros(20718));
+        assert_eq!(m.step_time(&batch), Micros(20772));
         assert_eq!((m.token_emission_delay(), m.output_token_overhead(), m.completion_overhead()), (Micros(46), Micros::ZERO, Micros(777)));
     }
 
@@ -295,11 +325,12 @@ mod tests {
     /// ```text
     /// nEff(1) = 128·(1 − 120/128)     = 8;    nEff(2) = 128·(1 − (120/128)²) = 15.5
     /// attn    = 48·(2·2048·4096 + 2·2048·512)
-    /// T_w(1)  = [attn + 48·8·3·2048·768]·2 / W    = 1622.6322340 µs
-    /// T_w(2)  = [attn + 48·15.5·3·2048·768]·2 / W = 2636.7773803 µs
+    /// lm      = 151936·2048                (the LM head)
+    /// T_w(1)  = [attn + 48·8·3·2048·768 + lm]·2 / W    = 1808.4023403 µs
+    /// T_w(2)  = [attn + 48·15.5·3·2048·768 + lm]·2 / W = 2822.5474866 µs
     /// ```
     ///
-    /// Reading all 128 experts would be 17.8 ms per step at any batch size.
+    /// Reading all 128 experts would be 18.0 ms per step at any batch size.
     #[test]
     fn weights_of_a_fine_grained_moe_are_the_experts_its_tokens_touch() {
         let qwen = ModelConfig::from_hf_json(find_model("Qwen/Qwen3-30B-A3B").unwrap().config_json).unwrap();
@@ -309,10 +340,10 @@ mod tests {
             let entries = vec![decode; n];
             basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[2]
         };
-        for (got, want) in [(t_w(1), 1622.6322340298507), (t_w(2), 2636.7773802985075)] {
+        for (got, want) in [(t_w(1), 1808.4023402985074), (t_w(2), 2822.547486567164)] {
             assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
         }
-        let all_experts = 17848.95457432836;
+        let all_experts = 18034.724680597017;
         let mut previous = 0.0;
         for n in [1, 4, 16, 64, 256, 1024] {
             let w = t_w(n);
@@ -324,9 +355,9 @@ mod tests {
 
     /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
     /// shared experts (dFF 2816 in all) and one dense layer (dFF 10944). One
-    /// more decode token (at context 1) adds its projections, its attention
-    /// and, per the FFN formula, [26·(6·1408 + 2816) + 10944]·6·2048 =
-    /// 3 733 192 704 FLOPs.
+    /// more decode token (at context 1) adds its projections, its attention,
+    /// per the FFN formula [26·(6·1408 + 2816) + 10944]·6·2048 =
+    /// 3 733 192 704 FLOPs, and one LM head row, 2·102400·2048 = 419 430 400.
     #[test]
     fn shared_experts_are_computed_for_every_token() {
         let lite = ModelConfig::from_hf_json(find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
@@ -339,7 +370,7 @@ mod tests {
         };
         let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
         let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
-        let want = (projections + attention + 3_733_192_704.0) / 989.5e12 * 1e6;
+        let want = (projections + attention + 3_733_192_704.0 + 419_430_400.0) / 989.5e12 * 1e6;
         let got = t_dc_c(2) - t_dc_c(1);
         assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
     }
@@ -351,7 +382,9 @@ mod tests {
         let entries = [BatchEntry { computed_tokens: 10, new_tokens: 1, prompt_tokens: 5 }];
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let f = TrainedPhysicsBasis::new(&dense, &h100, 1).features(&batch);
-        assert_eq!((f[3], f[7]), (0.0, 0.0));
+        assert_eq!((f[3], f[7], f[11]), (0.0, 0.0, 0.0));
+        // Llama-2-7B at TP 2: an all-reduce after attention and after the MLP of each of its 32 layers.
+        assert_eq!(TrainedPhysicsBasis::new(&dense, &h100, 2).features(&batch)[11], 64.0);
         let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
         let moe = scout.moe.as_ref().unwrap();
         assert!(moe.interleaved);
