@@ -146,9 +146,9 @@ fn prior_penalty(x: &[f64], priors: Option<&[(f64, f64)]>) -> f64 {
 /// Stage-one rounds `blis fit` runs unless told otherwise.
 pub const DEFAULT_ROUNDS: usize = 6;
 /// Stage-two objective evaluations `blis fit` runs unless told otherwise:
-/// enough for a fit on the shared data within a minute on 2 cores (47 s,
-/// in-sample E2E 0.94 %); the bundled sets were fitted with 150 (85 s,
-/// 0.91 %), and their provenance says so.
+/// enough for a fit on the shared data within a minute on 2 cores (51 s,
+/// in-sample E2E 0.98 %); the bundled sets were fitted with 150 (88 s,
+/// 0.97 %), and their provenance says so.
 pub const DEFAULT_REFINE_EVALS: usize = 80;
 
 /// Ridge penalties tried by cross-validation (on unit-norm columns).

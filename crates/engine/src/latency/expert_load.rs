@@ -45,7 +45,7 @@ fn expected_max_of_normals(ranks: u32) -> f64 {
 }
 
 /// Φ(x), by Abramowitz and Stegun 7.1.26 (absolute error below 1.5·10⁻⁷).
-fn normal_cdf(x: f64) -> f64 {
+pub(crate) fn normal_cdf(x: f64) -> f64 {
     let z = x.abs() / std::f64::consts::SQRT_2;
     let t = 1.0 / (1.0 + 0.327_591_1 * z);
     let poly = t * (0.254_829_592 + t * (-0.284_496_736 + t * (1.421_413_741 + t * (-1.453_152_027 + t * 1.061_405_429))));

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use super::basis::{Dims, StepSums};
 use super::expert_load::ExpertLoad;
+use super::moe_tiles;
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -35,7 +36,8 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// for 8-bit weights; W = HBM bytes/s; g = tp for MoE layers at dp = 1):
 ///
 /// ```text
-/// FFN(X)  = nMoE·X·(kEff·dFF_moe + dFF_sh)·6·d/g + nDense·X·6·d·dFF/tp
+/// FFN(X)  = nMoE·X·(kEff·P·dFF_moe + dFF_sh)·6·d/g + nDense·X·6·d·dFF/tp
+///           (P ≥ 1: the fused MoE kernel's tile padding for the step's T_pf + T_dc tokens, `latency::moe_tiles`)
 /// T_pf_c  = [L·2·T_pf·d·(2d + 2dKV)/tp + L·Σ_i 4·(H/tp)·t_i·(s_i + t_i/2)·dH + FFN(T_pf) + B_pf·2·V·d/tp] / F
 /// T_dc_c  = [L·2·T_dc·d·(2d + 2dKV)/tp + L·4·(H/tp)·Σ_j c_j·dH + FFN(T_dc) + T_dc·2·V·d/tp] / F
 /// T_pf_kv = L·2·(KVH/tp)·dH·T_pf·BPP / W
@@ -125,6 +127,8 @@ impl TrainedPhysicsBasis {
         let s = StepSums::of(batch);
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
+        // The fused MoE kernel computes whole tiles of each expert's rows.
+        let routed_skew = routed_skew * moe_tiles::padding_factor(m.n_experts, m.k, s.tokens());
         let lm_head_flops_per_row = 2.0 * m.lm_head_params();
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
@@ -242,17 +246,20 @@ mod tests {
     /// Mixtral-8x7B (L 32, d 4096, H 32, KVH 8, dH 128, dKV 1024, dFF 14336,
     /// N 8, k 2) on two H100s (F 989.5e12, W 3.35e12); a 300-token prefill
     /// chunk of a 700-token prompt and decodes at contexts 900 and 50 (302
-    /// tokens touch nEff = 8·(1 − 0.75³⁰²) = 8 experts), worked out by hand:
+    /// tokens touch nEff = 8·(1 − 0.75³⁰²) = 8 experts, in 64-row tiles:
+    /// P = 8·64·E[⌈X/64⌉]/(302·2) = 1.63602 for X ~ Binomial(302, 1/4), summed
+    /// exactly), worked out by hand:
     ///
     /// ```text
-    /// FFN(X)  = 32·(X·2/2)·6·4096·14336;   LM(rows) = rows·2·32000·4096/2
-    /// T_pf_c  = [32·2·300·4096·10240/2 + 32·4·16·300·(700 + 150)·128 + FFN(300) + LM(1)] / F = 3892.7920 µs
-    /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)   + LM(2)] / F =   26.0173 µs
+    /// FFN(X)  = 32·(X·2·P/2)·6·4096·14336;   LM(rows) = rows·2·32000·4096/2
+    /// T_pf_c  = [32·2·300·4096·10240/2 + 32·4·16·300·(700 + 150)·128 + FFN(300) + LM(1)] / F = 3892.7920 µs + (P − 1)·R(300)
+    /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)   + LM(2)] / F =   26.0173 µs + (P − 1)·R(2)
+    ///           (the figures at P = 1; R(X) = 32·X·6·4096·14336 / F, the routed FLOPs' time)
     /// T_w     = [32·4096·10240/2 + 32·(8/2)·3·4096·14336 + 32000·4096/2]·2 / W          = 13901.6137 µs
     /// T_ar    = 2 · 32·302·4096·2·(2·1/2) / W                                       =   47.2642 µs
     /// T_pf_kv = 32·2·4·128·300·2 / W = 5.8689 µs;  T_dc_kv = 32·2·4·128·(950 + 2)·2 / W = 18.6240 µs
     /// C_ar    = 32 attention + 32 MoE all-reduces = 64 (96 expert-parallel: dispatch and combine)
-    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0, 64] = 20771.69 µs
+    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0, 64] = 21102.42 µs (P exact)
     /// ```
     #[test]
     fn published_coefficients_on_a_hand_computed_moe_step() {
@@ -264,9 +271,12 @@ mod tests {
             BatchEntry { computed_tokens: 50, new_tokens: 1, prompt_tokens: 40 },
         ];
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let routed_us = |tokens: f64| basis.dims.compute_us(32.0 * tokens * 6.0 * 4096.0 * 14336.0);
+        let padding = moe_tiles::padding_factor(8.0, 2.0, 302.0);
+        assert!((padding - 1.6360186068989422).abs() < 0.01 * 1.636, "{padding}");
         let want = [
-            3892.7920379989896,
-            26.017295264274885,
+            3892.7920379989896 + (padding - 1.0) * routed_us(300.0),
+            26.017295264274885 + (padding - 1.0) * routed_us(2.0),
             13901.613697910449,
             47.2641719402985,
             32.0,
@@ -288,10 +298,9 @@ mod tests {
         let ep = basis.clone().with_expert_parallel(true).features(&batch);
         let skew = ExpertLoad::new(8.0, 2.0, 2).assignment_skew(302.0);
         assert!(skew > 1.01 && skew < 1.05, "{skew}");
-        let routed_us = |tokens: f64| basis.dims.compute_us(32.0 * tokens * 6.0 * 4096.0 * 14336.0);
         let mut want_ep = want;
-        want_ep[0] = want[0] + routed_us(300.0) * (skew - 1.0);
-        want_ep[1] = want[1] + routed_us(2.0) * (skew - 1.0);
+        want_ep[0] = want[0] + padding * routed_us(300.0) * (skew - 1.0);
+        want_ep[1] = want[1] + padding * routed_us(2.0) * (skew - 1.0);
         want_ep[3] = want[3] / 2.0;
         want_ep[10] = want[3];
         want_ep[11] = 96.0;
@@ -314,7 +323,9 @@ mod tests {
             assert_eq!(plain.clone().with_expert_parallel(true).features(&batch), plain.features(&batch), "no experts to spread, or one GPU");
         }
         let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
-        assert_eq!(m.step_time(&batch), Micros(20772));
+        // The hand figure takes P exact; the basis approximates its tail within 1 %.
+        let step_us = m.step_time(&batch).0 as f64;
+        assert!((step_us - 21102.42).abs() <= 0.152128 * 0.01 * 1.636 * 2174.02 + 1.0, "{step_us}");
         assert_eq!((m.token_emission_delay(), m.output_token_overhead(), m.completion_overhead()), (Micros(46), Micros::ZERO, Micros(777)));
     }
 
@@ -356,8 +367,10 @@ mod tests {
     /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
     /// shared experts (dFF 2816 in all) and one dense layer (dFF 10944). One
     /// more decode token (at context 1) adds its projections, its attention,
-    /// per the FFN formula [26·(6·1408 + 2816) + 10944]·6·2048 =
-    /// 3 733 192 704 FLOPs, and one LM head row, 2·102400·2048 = 419 430 400.
+    /// the shared experts' and the dense layer's FFN, [26·2816 + 10944]·6·2048
+    /// = 1 034 158 080 FLOPs, one LM head row, 2·102400·2048 = 419 430 400,
+    /// and its routed experts, 26·6·1408·6·2048 per routed row, in tiles:
+    /// P(n)·n rows for n tokens.
     #[test]
     fn shared_experts_are_computed_for_every_token() {
         let lite = ModelConfig::from_hf_json(find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
@@ -370,7 +383,11 @@ mod tests {
         };
         let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
         let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
-        let want = (projections + attention + 3_733_192_704.0 + 419_430_400.0) / 989.5e12 * 1e6;
+        let routed_rows = |n: f64| n * moe_tiles::padding_factor(64.0, 6.0, n);
+        // One token's 6 experts each pad to a 16-row tile.
+        assert_eq!(routed_rows(1.0), 16.0);
+        let routed = (routed_rows(2.0) - routed_rows(1.0)) * 26.0 * 6.0 * 1408.0 * 6.0 * 2048.0;
+        let want = (projections + attention + 1_034_158_080.0 + 419_430_400.0 + routed) / 989.5e12 * 1e6;
         let got = t_dc_c(2) - t_dc_c(1);
         assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
     }
