@@ -74,10 +74,10 @@ fn compositions_match(simulated: f64, real: f64) -> bool {
 /// Weak on purpose: it decides only directions the data leaves open.
 pub const PRIOR_WEIGHT: f64 = 1e-3;
 
-/// Scale of the prior of trained-physics's per-layer overhead around what
-/// the training GPU's kernel profiles measure, as a fraction of it (also of
-/// the per-collective latency around [`COLLECTIVE_CALL_PRIOR_US`]).
-pub const LAYER_OVERHEAD_PRIOR_SCALE: f64 = 0.1;
+/// Scale of every prior trained-physics takes from measurements (per-layer
+/// overhead, KV bandwidth, per-collective latency), as a fraction of the
+/// measured value.
+pub const MEASURED_PRIOR_SCALE: f64 = 0.1;
 
 /// Expected fixed latency of one tensor-parallel collective, µs: one kernel's
 /// fixed cost, which the kernel profiles (`blis kernels`) measure at
@@ -103,10 +103,11 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficie
         return (0.0, 10_000.0);
     }
     let profiled = gpu.filter(|_| kind == ModelKind::TrainedPhysics);
+    let measured = |mean: f64| (mean, MEASURED_PRIOR_SCALE * mean);
     match name {
-        "per_layer_us" if let Some(k) = profiled => (k.layer_overhead_us, LAYER_OVERHEAD_PRIOR_SCALE * k.layer_overhead_us),
-        "prefill_kv" | "decode_kv" if let Some(k) = profiled => (1.0 / k.gemm_memory, LAYER_OVERHEAD_PRIOR_SCALE / k.gemm_memory),
-        "allreduce_call_us" => (COLLECTIVE_CALL_PRIOR_US, LAYER_OVERHEAD_PRIOR_SCALE * COLLECTIVE_CALL_PRIOR_US),
+        "per_layer_us" if let Some(k) = profiled => measured(k.layer_overhead_us),
+        "prefill_kv" | "decode_kv" if let Some(k) = profiled => measured(1.0 / k.gemm_memory),
+        "allreduce_call_us" => measured(COLLECTIVE_CALL_PRIOR_US),
         "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" => (1.0, 1.0),
         "allreduce" => (1.0, 10.0),
         n if n.ends_with("_us") => (0.0, 100.0),
@@ -821,7 +822,8 @@ mod tests {
         let kv: Vec<usize> = ["prefill_kv", "decode_kv"].iter().map(|k| names.iter().position(|n| n == k).unwrap()).collect();
         for &i in &kv {
             assert_eq!(generic[i], (1.0, 1.0));
-            assert_eq!(profiled[i], (1.0 / kernels.gemm_memory, 0.1 / kernels.gemm_memory), "KV streamed as a GEMM streams weights");
+            let mean = 1.0 / kernels.gemm_memory;
+            assert_eq!(profiled[i], (mean, 0.1 * mean), "KV streamed as a GEMM streams weights");
         }
         for (i, (g, p)) in generic.iter().zip(&profiled).enumerate() {
             assert!(i == layer || kv.contains(&i) || g == p, "{}: {g:?} vs {p:?}", names[i]);

@@ -58,7 +58,7 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// vocabulary-parallel) is read once per step and multiplies one row per
 /// request.
 ///
-/// Five departures from the published formula. The first three change no
+/// Six departures from the published formula. The first three change no
 /// dense Llama-2 step or Mixtral step of 16+ tokens:
 /// * T_w reads the nEff routed experts a step touches rather than all N (the
 ///   fused MoE kernel skips experts without tokens; at 16+ tokens Mixtral's
@@ -74,7 +74,9 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 ///   which a set fitted without it would predict that much too fast;
 /// * βcall prices each tensor-parallel collective's fixed latency (a kernel
 ///   and a cross-GPU handshake, whatever its size), which T_ar's bytes
-///   cannot: a Llama-2-70B decode step at TP 4 makes 160 of them.
+///   cannot: a Llama-2-70B decode step at TP 4 makes 160 of them;
+/// * the routed experts' FLOPs include the fused MoE kernel's tile padding
+///   P (1.64× the needed rows for a 302-token Mixtral step).
 ///
 /// The feature vector is in the published coefficient order
 /// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`, then βcall (a
@@ -115,10 +117,12 @@ impl TrainedPhysicsBasis {
         self
     }
 
-    /// FFN FLOPs of `tokens` tokens per GPU, the routed experts' scaled by `routed_skew`.
-    fn ffn_flops(&self, tokens: f64, routed_skew: f64) -> f64 {
+    /// FFN FLOPs of `tokens` tokens per GPU, the routed experts' scaled by
+    /// `routed_scale` (tile padding, times the busiest rank's skew under
+    /// expert parallelism).
+    fn ffn_flops(&self, tokens: f64, routed_scale: f64) -> f64 {
         let m = &self.dims;
-        m.n_moe * tokens * (m.k_eff() * m.dff_moe * routed_skew + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
+        m.n_moe * tokens * (m.k_eff() * m.dff_moe * routed_scale + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
     }
 
     /// The eleven basis values of a step, in coefficient order.
@@ -128,18 +132,18 @@ impl TrainedPhysicsBasis {
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
-        let routed_skew = routed_skew * moe_tiles::padding_factor(m.n_experts, m.k, s.tokens());
+        let routed_scale = routed_skew * moe_tiles::padding_factor(m.n_experts, m.k, s.tokens());
         let lm_head_flops_per_row = 2.0 * m.lm_head_params();
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
                 + m.l * m.attention_flops_per_layer(s.prefill_attention_work)
-                + self.ffn_flops(s.t_pf, routed_skew)
+                + self.ffn_flops(s.t_pf, routed_scale)
                 + (s.batch - s.t_dc) * lm_head_flops_per_row,
         );
         let t_dc_c = m.compute_us(
             m.projection_flops(s.t_dc)
                 + m.l * m.attention_flops_per_layer(s.decode_context)
-                + self.ffn_flops(s.t_dc, routed_skew)
+                + self.ffn_flops(s.t_dc, routed_scale)
                 + s.t_dc * lm_head_flops_per_row,
         );
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
