@@ -87,8 +87,8 @@ pub const COLLECTIVE_CALL_PRIOR_US: f64 = 7.7;
 
 /// The physical prior of one coefficient: its expected value and the scale
 /// of a plausible deviation. Coefficients multiplying a time at peak
-/// (compute, weight or KV traffic) expect 1 (= peak efficiency); all-reduce
-/// volume (priced at HBM bandwidth) expects 1 with a wide scale; per-layer,
+/// (compute, weight or KV traffic, all-reduce bytes at the link's measured
+/// bus bandwidth) expect 1 ± 1 (= peak, or measured, efficiency); per-layer,
 /// per-request and per-step overheads expect 0 ± 100 µs; client-side α
 /// expects 0 ± 10 ms. trained-physics's per-layer overhead is measured where
 /// the training GPU was profiled (`measured_layer_us`, the GPU's
@@ -108,8 +108,7 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficie
         "per_layer_us" if let Some(k) = profiled => measured(k.layer_overhead_us),
         "prefill_kv" | "decode_kv" if let Some(k) = profiled => measured(1.0 / k.gemm_memory),
         "allreduce_call_us" => measured(COLLECTIVE_CALL_PRIOR_US),
-        "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" => (1.0, 1.0),
-        "allreduce" => (1.0, 10.0),
+        "prefill_compute" | "decode_compute" | "weights" | "memory" | "prefill_kv" | "decode_kv" | "allreduce" => (1.0, 1.0),
         n if n.ends_with("_us") => (0.0, 100.0),
         _ => (0.0, 1.0),
     }

@@ -18,16 +18,20 @@
 //! one and predicting the one left out measures how well the model carries
 //! to a GPU nobody measured ([`leave_one_gpu_out`]).
 //!
-//! **All-reduce.** Within one node (all workers on NVLink), time by message
-//! size is read off the measured curve of that GPU and worker count,
-//! interpolated in log–log ([`AllReduceCurve`]); held-out sizes measure the
-//! interpolation, and scaling one GPU's curve by the ratio of NVLink
-//! bandwidths measures how far it carries to the other GPU.
+//! **All-reduce.** Within one node, time by message size is modelled as a
+//! fixed latency plus the ring's bus bytes, bytes·2(n − 1)/n, at a fraction
+//! of the link's datasheet bandwidth ([`AllReduceEfficiency`]), fitted per
+//! GPU and link on the sizes of 1 MiB and more ([`fit_all_reduce`]): NVLink
+//! on the `<gpu>_dgx` boxes, PCIe on the 4-GPU `<gpu>_pairwise_nvlink` boxes
+//! (bridged pairs, so every ring crosses PCIe twice). The measured curves,
+//! interpolated in log–log ([`AllReduceCurve`]), bound what any model can do;
+//! one GPU's fit at another's link bandwidth measures how far the
+//! efficiency carries.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
+use blis_engine::hardware::{AllReduceEfficiency, Carry, GpuSpec, KernelEfficiency, Link};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -432,6 +436,8 @@ pub fn efficiencies_without(efficiencies: &BTreeMap<String, KernelEfficiency>, g
             gemm_compute: mean(|e| e.gemm_compute),
             gemm_memory: mean(|e| e.gemm_memory),
             layer_overhead_us: mean(|e| e.layer_overhead_us),
+            allreduce_nvlink: None,
+            allreduce_pcie: None,
             source: format!("mean of the GPUs other than {gpu}"),
         },
     );
@@ -608,6 +614,8 @@ pub fn gpu_efficiencies(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>,
                 gemm_compute: median(compute),
                 gemm_memory: median(memory),
                 layer_overhead_us: launches_us + median(decode().map(|l| l.small_ops_us).collect()),
+                allreduce_nvlink: None,
+                allreduce_pcie: None,
                 source: format!("kernel profiles of {} ({} models, {} layers)", gpu, common.len(), own.len()),
             };
             Some((gpu.clone(), efficiency))
@@ -662,12 +670,14 @@ pub fn leave_one_gpu_out(samples: &[GemmSample], peaks: &BTreeMap<String, Peaks>
         .collect()
 }
 
-/// All-reduce time by message size for one GPU and worker count, all on
-/// one node: the measured medians, in log–log.
+/// All-reduce time by message size for one GPU, link and worker count, all
+/// on one node: the measured medians, in log–log.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AllReduceCurve {
     /// Profile GPU name.
     pub gpu: String,
+    /// The link the ring crosses.
+    pub link: Link,
     /// Workers (the tensor-parallel degree).
     pub workers: u32,
     /// (message bytes, µs), by size; at least one point.
@@ -687,24 +697,41 @@ impl AllReduceCurve {
         let slope = (t1 / t0).ln() / (b1 / b0).ln();
         t0 * (bytes / b0).powf(slope)
     }
+
+    /// The measured points of 1 MiB and more ([`ALL_REDUCE_MIN_BYTES`]).
+    fn large(&self) -> impl Iterator<Item = (f64, f64)> + '_ {
+        self.points.iter().copied().filter(|&(b, _)| b >= ALL_REDUCE_MIN_BYTES)
+    }
 }
 
-/// The single-node all-reduce curves under `root/network/<gpu>_dgx/all_reduce.csv`
-/// (sizes are fp16 elements; repeated sizes are averaged), by GPU and workers.
+/// The GPU and link of a `network/` setup directory: `<gpu>_dgx` (an
+/// NVSwitch box, every group on NVLink) or `<gpu>_pairwise_nvlink` (PCIe
+/// cards bridged in pairs, whose groups of more than two cross PCIe).
+fn setup_of(name: &str) -> Option<(&str, Link)> {
+    name.strip_suffix("_dgx").map(|g| (g, Link::NvLink)).or_else(|| name.strip_suffix("_pairwise_nvlink").map(|g| (g, Link::Pcie)))
+}
+
+/// The single-node all-reduce curves under `root/network/<setup>/all_reduce.csv`
+/// (sizes are fp16 elements; repeated sizes are averaged), by GPU, link and
+/// workers. A bridged pair is left out: its bridge's bandwidth is not the
+/// GPU spec's NVLink figure.
 pub fn read_all_reduce(root: &Path) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
     let mut curves = Vec::new();
     for setup in read_dir_sorted(&root.join("network"))? {
         let name = dir_name(&setup);
-        let Some(gpu) = name.strip_suffix("_dgx") else { continue };
+        let Some((gpu, link)) = setup_of(&name) else { continue };
         let path = setup.join("all_reduce.csv");
+        if link == Link::Pcie && !path.is_file() {
+            continue; // some bridged boxes were profiled for send/recv only
+        }
         let text = std::fs::read_to_string(&path).map_err(|source| KernelProfileError::Io { path: path.clone(), source })?;
-        curves.extend(parse_all_reduce_csv(&path, gpu, &text)?);
+        curves.extend(parse_all_reduce_csv(&path, gpu, link, &text)?.into_iter().filter(|c| link == Link::NvLink || c.workers > 2));
     }
     Ok(curves)
 }
 
-/// Parses one `all_reduce.csv` of `gpu`, keeping the rows whose workers all sit on one node.
-pub fn parse_all_reduce_csv(path: &Path, gpu: &str, text: &str) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
+/// Parses one `all_reduce.csv` of `gpu` over `link`, keeping the rows whose workers all sit on one node.
+pub fn parse_all_reduce_csv(path: &Path, gpu: &str, link: Link, text: &str) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
     let csv = ProfileCsv::open(path, text)?;
     let (time, workers, per_node, size) = (csv.column("time_stats.all_reduce.median")?, csv.column("num_workers")?, csv.column("devices_per_node")?, csv.column("size")?);
     // (workers, bytes) → (sum of µs, count).
@@ -725,44 +752,100 @@ pub fn parse_all_reduce_csv(path: &Path, gpu: &str, text: &str) -> Result<Vec<Al
         let point = (bytes as f64, sum / f64::from(n));
         match curves.last_mut() {
             Some(c) if c.workers == workers => c.points.push(point),
-            _ => curves.push(AllReduceCurve { gpu: gpu.to_string(), workers, points: vec![point] }),
+            _ => curves.push(AllReduceCurve { gpu: gpu.to_string(), link, workers, points: vec![point] }),
         }
     }
     Ok(curves)
 }
 
-/// Smallest message the all-reduce checks count: 1 MiB, below which the
+/// Smallest message the all-reduce fits and checks count: 1 MiB, below which the
 /// time is the collective's fixed latency.
 pub const ALL_REDUCE_MIN_BYTES: f64 = 1_048_576.0;
 
-/// How one curve's interpolation and its transfer to another GPU fare.
+/// Fits [`AllReduceEfficiency`] to `curves` (one GPU, one link, any
+/// workers) on a link of `link_bytes_per_s`: latency and bus efficiency by
+/// least squares on the relative error over every size of 1 MiB and more.
+/// `None` without two distinct sizes to fit.
+pub fn fit_all_reduce(curves: &[&AllReduceCurve], link_bytes_per_s: f64) -> Option<AllReduceEfficiency> {
+    // t ≈ a + c·x with x = bus bytes; minimise Σ ((a + c·x)/t − 1)², the
+    // normal equations of the regression of 1 on (1/t, x/t).
+    let (mut s11, mut s1x, mut sxx, mut s1, mut sx) = (0.0, 0.0, 0.0, 0.0, 0.0);
+    for c in curves {
+        let ring = 2.0 * f64::from(c.workers.max(1) - 1) / f64::from(c.workers.max(1));
+        for (bytes, t) in c.large() {
+            let (u, v) = (1.0 / t, ring * bytes / t);
+            (s11, s1x, sxx, s1, sx) = (s11 + u * u, s1x + u * v, sxx + v * v, s1 + u, sx + v);
+        }
+    }
+    let det = s11 * sxx - s1x * s1x;
+    if !(det.abs() > f64::EPSILON * s11 * sxx) {
+        return None;
+    }
+    let (latency_us, us_per_byte) = ((s1 * sxx - sx * s1x) / det, (s11 * sx - s1x * s1) / det);
+    (latency_us > 0.0 && us_per_byte > 0.0).then(|| AllReduceEfficiency { bus_efficiency: 1e6 / (us_per_byte * link_bytes_per_s), latency_us })
+}
+
+/// What one GPU's all-reduce over one link reaches.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct AllReduceFit {
+    /// Profile GPU name.
+    pub gpu: String,
+    /// The link.
+    pub link: Link,
+    /// Fitted on every worker count of that GPU and link.
+    pub efficiency: AllReduceEfficiency,
+}
+
+/// How one curve's interpolation, its GPU's fitted model and another GPU's
+/// fitted model fare on it.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct AllReduceCheck {
     /// Profile GPU name.
     pub gpu: String,
+    /// The link.
+    pub link: Link,
     /// Workers.
     pub workers: u32,
     /// Every other measured size ≥ 1 MiB, predicted from the others.
     pub interpolation: ErrorSummary,
-    /// The sizes ≥ 1 MiB predicted from the other GPU's curve for the same
-    /// workers, scaled by the ratio of NVLink bandwidths (absent when no
-    /// other GPU has that curve).
+    /// The sizes ≥ 1 MiB, by this GPU's fitted latency and bus efficiency.
+    pub model: ErrorSummary,
+    /// The same sizes by another GPU's fit over the same link, at this
+    /// GPU's link bandwidth: how the efficiency carries to a GPU nobody
+    /// measured (absent when no other GPU has that link).
     pub from_other_gpu: Option<(String, ErrorSummary)>,
 }
 
-/// Checks every curve of `curves`; `nvlink_gb_s` gives each GPU's NVLink bandwidth.
-pub fn check_all_reduce(curves: &[AllReduceCurve], nvlink_gb_s: &BTreeMap<String, f64>) -> Vec<AllReduceCheck> {
+/// Fits every GPU's all-reduce over each link its curves cover;
+/// `link_bytes_per_s` gives a GPU's datasheet bandwidth of a link.
+pub fn fit_all_reduces(curves: &[AllReduceCurve], link_bytes_per_s: impl Fn(&str, Link) -> Option<f64>) -> Vec<AllReduceFit> {
+    let mut groups: BTreeMap<(String, bool), Vec<&AllReduceCurve>> = BTreeMap::new();
+    for c in curves {
+        groups.entry((c.gpu.clone(), c.link == Link::Pcie)).or_default().push(c);
+    }
+    groups
+        .into_iter()
+        .filter_map(|((gpu, _), group)| {
+            let link = group[0].link;
+            let efficiency = fit_all_reduce(&group, link_bytes_per_s(&gpu, link)?)?;
+            Some(AllReduceFit { gpu, link, efficiency })
+        })
+        .collect()
+}
+
+/// Checks every curve of `curves` against the interpolation of its other
+/// sizes, its GPU's fit and another GPU's (`fits`, from [`fit_all_reduces`]).
+pub fn check_all_reduce(curves: &[AllReduceCurve], fits: &[AllReduceFit], link_bytes_per_s: impl Fn(&str, Link) -> Option<f64>) -> Vec<AllReduceCheck> {
     curves
         .iter()
-        .map(|c| {
-            let big: Vec<(f64, f64)> = c.points.iter().copied().filter(|&(b, _)| b >= ALL_REDUCE_MIN_BYTES).collect();
+        .filter_map(|c| {
+            let bandwidth = link_bytes_per_s(&c.gpu, c.link)?;
+            let errors = |e: &AllReduceEfficiency| summarize(c.large().map(|(b, t)| e.time_us(b, c.workers, bandwidth) / t - 1.0).collect());
+            let own = fits.iter().find(|f| f.gpu == c.gpu && f.link == c.link)?;
             let kept = AllReduceCurve { points: c.points.iter().copied().enumerate().filter(|&(i, (b, _))| b < ALL_REDUCE_MIN_BYTES || i % 2 == 0).map(|(_, p)| p).collect(), ..c.clone() };
             let held: Vec<f64> = c.points.iter().enumerate().filter(|&(i, &(b, _))| b >= ALL_REDUCE_MIN_BYTES && i % 2 == 1).map(|(_, &(b, t))| kept.time_us(b) / t - 1.0).collect();
-            let from_other_gpu = curves.iter().find(|o| o.gpu != c.gpu && o.workers == c.workers).and_then(|o| {
-                let scale = nvlink_gb_s.get(&o.gpu)? / nvlink_gb_s.get(&c.gpu)?;
-                Some((o.gpu.clone(), summarize(big.iter().map(|&(b, t)| o.time_us(b) * scale / t - 1.0).collect())))
-            });
-            AllReduceCheck { gpu: c.gpu.clone(), workers: c.workers, interpolation: summarize(held), from_other_gpu }
+            let from_other_gpu = fits.iter().find(|o| o.gpu != c.gpu && o.link == c.link).map(|o| (o.gpu.clone(), errors(&o.efficiency)));
+            Some(AllReduceCheck { gpu: c.gpu.clone(), link: c.link, workers: c.workers, interpolation: summarize(held), model: errors(&own.efficiency), from_other_gpu })
         })
         .collect()
 }
@@ -877,7 +960,7 @@ mod tests {
     }
 
     fn efficiency(gemm_compute: f64, gemm_memory: f64, layer_overhead_us: f64) -> KernelEfficiency {
-        KernelEfficiency { gemm_compute, gemm_memory, layer_overhead_us, source: String::new() }
+        KernelEfficiency { gemm_compute, gemm_memory, layer_overhead_us, allreduce_nvlink: None, allreduce_pcie: None, source: String::new() }
     }
 
     /// Layers whose GEMMs stream weights at μ of the bandwidth (decode) and
@@ -950,7 +1033,7 @@ mod tests {
     fn all_reduce_curves_keep_one_node_average_repeats_and_interpolate_in_log_log() {
         let text = "time_stats.all_reduce.median,num_workers,size,devices_per_node\n\
             0.010,2,1024,2\n0.030,2,1024,2\n0.100,2,1048576,2\n5.0,2,1024,1\n0.050,4,1024,4\n";
-        let curves = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", text).unwrap();
+        let curves = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, text).unwrap();
         assert_eq!(curves.len(), 2, "the cross-node row is dropped");
         assert_eq!(curves[0].workers, 2);
         assert_eq!(curves[0].points, vec![(2048.0, 20.0), (2_097_152.0, 100.0)]);
@@ -961,7 +1044,39 @@ mod tests {
             let want = 20.0 * (b / 2048.0f64).powf(slope);
             assert!((c.time_us(b) / want - 1.0).abs() < 1e-9, "{b}");
         }
-        let bad = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n");
+        let bad = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n");
         assert_eq!(bad.unwrap_err().to_string(), "n/all_reduce.csv, row 1: column `time_stats.all_reduce.median`: `-1` is not a positive number");
+    }
+
+    /// Curves generated by a known latency and bus efficiency at 2, 4 and 8
+    /// workers: the fit recovers both from the sizes of 1 MiB and more
+    /// (smaller ones, here distorted, are ignored), the model times every
+    /// curve exactly, and a second GPU made with the same efficiency on a
+    /// link twice as fast is timed by the first's fit.
+    #[test]
+    fn the_all_reduce_fit_recovers_latency_and_bus_efficiency_and_carries_by_link_bandwidth() {
+        let truth = AllReduceEfficiency { bus_efficiency: 0.62, latency_us: 30.0 };
+        let curve = |gpu: &str, workers: u32, link_bytes_per_s: f64| AllReduceCurve {
+            gpu: gpu.into(),
+            link: Link::Pcie,
+            workers,
+            points: (10..28).map(|k| f64::from(1u32 << k)).map(|b| (b, truth.time_us(b, workers, link_bytes_per_s) * if b < ALL_REDUCE_MIN_BYTES { 3.0 } else { 1.0 })).collect(),
+        };
+        let bandwidth = |gpu: &str, _: Link| Some(if gpu == "fast" { 128e9 } else { 64e9 });
+        let curves: Vec<AllReduceCurve> = ["fast", "slow"].iter().flat_map(|g| [2, 4, 8].map(|w| curve(g, w, bandwidth(g, Link::Pcie).unwrap()))).collect();
+        let fits = fit_all_reduces(&curves, bandwidth);
+        assert_eq!(fits.len(), 2);
+        for f in &fits {
+            assert!((f.efficiency.bus_efficiency / 0.62 - 1.0).abs() < 1e-9 && (f.efficiency.latency_us / 30.0 - 1.0).abs() < 1e-9, "{f:?}");
+        }
+        let checks = check_all_reduce(&curves, &fits, bandwidth);
+        assert_eq!(checks.len(), 6);
+        for c in &checks {
+            assert!(c.model.median_abs < 1e-9 && c.interpolation.samples > 0, "{c:?}");
+            let (other, errors) = c.from_other_gpu.as_ref().unwrap();
+            assert_ne!(other, &c.gpu);
+            assert!(errors.p90_abs < 1e-9, "{c:?}");
+        }
+        assert_eq!(fit_all_reduce(&[&AllReduceCurve { points: vec![(2e6, 50.0)], ..curves[0].clone() }], 64e9), None, "one size fixes no slope");
     }
 }

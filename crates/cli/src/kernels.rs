@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
-    AllReduceCheck, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
-    efficiencies_without, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    AllReduceCheck, AllReduceFit, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
+    efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
 };
 use blis_data::coefficients::CoefficientSet;
-use blis_engine::hardware::KernelEfficiency;
+use blis_engine::hardware::{KernelEfficiency, Link};
 use serde::Serialize;
 
 use crate::error::bad_input;
@@ -43,7 +43,9 @@ struct KernelsReport {
     gemm_in_sample: BTreeMap<String, ErrorSummary>,
     /// Fitted without each GPU, and its errors on it.
     gemm_leave_one_gpu_out: Vec<HeldOutGpu>,
-    /// Single-node all-reduce curves: interpolation and transfer errors.
+    /// Each GPU's all-reduce latency and bus efficiency per link.
+    all_reduce_fits: Vec<AllReduceFit>,
+    /// Single-node all-reduce curves: interpolation, model and transfer errors.
     all_reduce: Vec<AllReduceCheck>,
     /// Per coefficient set (and `kernel-fit`, the terms fitted on the profiles): its layer terms and how they compare with the profiles.
     layer_checks: BTreeMap<String, (LayerTerms, Vec<LayerCheck>)>,
@@ -101,8 +103,9 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         .map(|(gpu, &p)| (gpu.clone(), summarize(samples.iter().filter(|s| &s.gpu == gpu).map(|s| gemm.time_us(s, p) / s.time_us - 1.0).collect())))
         .collect();
     let held_out = leave_one_gpu_out(&samples, &peaks);
-    let nvlink: BTreeMap<String, f64> = curves.iter().filter_map(|c| Some((c.gpu.clone(), profile_gpu(&c.gpu)?.nvlink_gb_s?))).collect();
-    let all_reduce = check_all_reduce(&curves, &nvlink);
+    let link_bytes_per_s = |gpu: &str, link: Link| profile_gpu(gpu)?.bandwidth_of(link);
+    let all_reduce_fits = fit_all_reduces(&curves, link_bytes_per_s);
+    let all_reduce = check_all_reduce(&curves, &all_reduce_fits, link_bytes_per_s);
 
     println!("GEMM (QKV, O, MLP up, MLP down) on {} measurements, {} GPUs:", samples.len(), peaks.len());
     println!(
@@ -127,14 +130,27 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         );
     }
     println!("  (median |predicted / measured − 1|; bias: median signed error of the held-out GPU)");
-    println!("All-reduce within one node (messages ≥ 1 MiB):");
-    println!("  {:<8} {:>7} {:>22} {:>34}", "GPU", "workers", "interpolated (p90)", "from the other GPU by NVLink (p90)");
+    println!("All-reduce within one node (messages ≥ 1 MiB), latency + bytes·2(n − 1)/n at a share of the link's datasheet bandwidth:");
+    println!("  {:<8} {:<7} {:>16} {:>12}", "GPU", "link", "bus efficiency", "latency");
+    for f in &all_reduce_fits {
+        println!("  {:<8} {:<7} {:>16.3} {:>9.1} µs", f.gpu, f.link.name(), f.efficiency.bus_efficiency, f.efficiency.latency_us);
+    }
+    println!("  {:<8} {:<7} {:>7} {:>20} {:>16} {:>36}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias");
+    let show = |e: &ErrorSummary| format!("{} ({})", abs_pct(e.median_abs), abs_pct(e.p90_abs));
     for c in &all_reduce {
-        let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {} ({}), bias {}", abs_pct(e.median_abs), abs_pct(e.p90_abs), pct(e.median_signed)));
-        println!("  {:<8} {:>7} {:>22} {:>34}", c.gpu, c.workers, format!("{} ({})", abs_pct(c.interpolation.median_abs), abs_pct(c.interpolation.p90_abs)), other);
+        let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {}, {}", show(e), pct(e.median_signed)));
+        println!("  {:<8} {:<7} {:>7} {:>20} {:>16} {:>36}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other);
     }
     let mut layer_checks = BTreeMap::new();
-    let efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
+    let mut efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
+    for f in &all_reduce_fits {
+        if let Some(e) = efficiencies.get_mut(&f.gpu) {
+            match f.link {
+                Link::NvLink => e.allreduce_nvlink = Some(f.efficiency),
+                Link::Pcie => e.allreduce_pcie = Some(f.efficiency),
+            }
+        }
+    }
     let mut carried = BTreeMap::new();
     let all_layers: Vec<&LayerSample> = layers.iter().collect();
     let fitted = LayerTerms::fit(&all_layers, &peaks);
@@ -189,7 +205,7 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         }
     }
     if let Some(mut file) = json {
-        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out, efficiencies, carried }, Some(&mut file))?;
+        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce_fits, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out, efficiencies, carried }, Some(&mut file))?;
         file.commit()?;
     }
     Ok(())

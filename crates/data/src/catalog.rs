@@ -107,6 +107,9 @@ pub fn unprofiled_kernels() -> KernelEfficiency {
         gemm_compute: mean(|k| k.gemm_compute),
         gemm_memory: mean(|k| k.gemm_memory),
         layer_overhead_us: mean(|k| k.layer_overhead_us),
+        // The engine's unmeasured all-reduce figures are the measured GPUs' mean.
+        allreduce_nvlink: None,
+        allreduce_pcie: None,
         source: format!("not profiled: the mean of the profiled GPUs ({})", PROFILED_GPUS.join(", ")),
     }
 }
@@ -160,6 +163,31 @@ mod tests {
             let kernels = find_gpu(name).unwrap().spec().kernels.unwrap_or_else(|| panic!("{name} is profiled"));
             assert!(kernels.source.starts_with("blis kernels"), "{name}: {}", kernels.source);
         }
+    }
+
+    /// The all-reduce figures the engine assumes for a GPU nobody measured
+    /// are the mean of the bundled GPUs whose collectives were profiled;
+    /// and a tensor-parallel group larger than its NVLink domain, or on a
+    /// GPU without NVLink, is priced over PCIe, the slower of the two.
+    #[test]
+    fn unmeasured_all_reduces_get_the_measured_mean_and_groups_past_nvlink_cross_pcie() {
+        use blis_engine::hardware::{AllReduceEfficiency, Link, UNMEASURED_NVLINK_ALLREDUCE, UNMEASURED_PCIE_ALLREDUCE};
+        let measured: Vec<KernelEfficiency> = ["A100-80GB", "H100"].iter().map(|n| find_gpu(n).unwrap().spec().kernels.unwrap()).collect();
+        let mean = |f: fn(&KernelEfficiency) -> Option<AllReduceEfficiency>| {
+            let e: Vec<AllReduceEfficiency> = measured.iter().map(|k| f(k).unwrap()).collect();
+            (e.iter().map(|a| a.bus_efficiency).sum::<f64>() / 2.0, e.iter().map(|a| a.latency_us).sum::<f64>() / 2.0)
+        };
+        for (unmeasured, (efficiency, latency)) in [(UNMEASURED_NVLINK_ALLREDUCE, mean(|k| k.allreduce_nvlink)), (UNMEASURED_PCIE_ALLREDUCE, mean(|k| k.allreduce_pcie))] {
+            assert!((unmeasured.bus_efficiency - efficiency).abs() < 1e-3 && (unmeasured.latency_us - latency).abs() < 0.1, "{unmeasured:?} vs {efficiency}, {latency}");
+        }
+        let (h100, a40, l40s) = (find_gpu("H100").unwrap().spec(), find_gpu("A40").unwrap().spec(), find_gpu("L40S").unwrap().spec());
+        assert_eq!([1, 2, 8, 16].map(|tp| h100.allreduce_link(tp)), [Link::NvLink, Link::NvLink, Link::NvLink, Link::Pcie]);
+        assert_eq!([2, 4].map(|tp| a40.allreduce_link(tp)), [Link::NvLink, Link::Pcie], "bridged in pairs");
+        assert_eq!(l40s.allreduce_link(2), Link::Pcie);
+        assert_eq!(l40s.allreduce_bus_bytes_per_s(2), 64e9 * UNMEASURED_PCIE_ALLREDUCE.bus_efficiency);
+        assert_eq!(h100.allreduce_latency_scale(4), 1.0);
+        assert!(a40.allreduce_latency_scale(4) > 1.5 && l40s.allreduce_latency_scale(2) > 1.5);
+        assert!(h100.allreduce_bus_bytes_per_s(4) > 10.0 * l40s.allreduce_bus_bytes_per_s(4));
     }
 
     #[test]

@@ -25,7 +25,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
-use blis_engine::latency::{LatencyModel, ModelKind, Roofline};
+use blis_engine::latency::trained_physics::PUBLISHED_BETA_LEN;
+use blis_engine::latency::{LatencyModel, ModelKind, Roofline, TrainedPhysics};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
@@ -43,11 +44,6 @@ pub fn kernels_of(gpu: &GpuSpec) -> Option<KernelEfficiency> {
 /// [`FeatureBasis::beta_names`](blis_engine::latency::FeatureBasis::beta_names)),
 /// scaled by the per-layer overhead ratio when a set is carried to another GPU.
 const FIXED_COST_BETAS: [&str; 2] = ["per_layer_us", "allreduce_call_us"];
-
-/// β of a trained-physics set written before the per-collective term
-/// (the published formula's eleven); such a set reads as pricing no
-/// collective calls.
-const TRAINED_PHYSICS_BETAS_WITHOUT_CALLS: usize = 11;
 
 /// Where a coefficient set came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -136,10 +132,28 @@ impl CoefficientSet {
         let mut set: CoefficientSet =
             crate::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
         let kind = set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
-        if kind == ModelKind::TrainedPhysics && set.beta.len() == TRAINED_PHYSICS_BETAS_WITHOUT_CALLS {
-            set.beta.push(0.0);
+        if kind == ModelKind::TrainedPhysics
+            && let Ok(published) = <[f64; PUBLISHED_BETA_LEN]>::try_from(set.beta.as_slice())
+        {
+            set.beta = TrainedPhysics::beta_from_published_layout(&published, &set.published_layout_gpu(origin)?).to_vec();
         }
         Ok(set)
+    }
+
+    /// The GPU an eleven-β trained-physics set (the published formula's
+    /// layout) was fitted on, whose all-reduce over HBM bandwidth converts
+    /// its β4 and βEP: `provenance.hardware`, the H100 (the published
+    /// formula's) when it names none.
+    fn published_layout_gpu(&self, origin: &Path) -> Result<GpuSpec, DataError> {
+        let name = self.provenance.hardware.as_deref().unwrap_or("H100");
+        let gpu = catalog::find_gpu(name).ok_or_else(|| DataError::Format {
+            path: origin.to_path_buf(),
+            message: format!(
+                "field `provenance.hardware`: `{name}` is not a bundled GPU ({}); an eleven-β trained-physics set (the published layout) is converted by its GPU's all-reduce bandwidth",
+                catalog::gpu_names()
+            ),
+        })?;
+        Ok(gpu.spec())
     }
 
     /// Reads a coefficient file.
@@ -301,17 +315,34 @@ mod tests {
     }
 
     /// A trained-physics file with the published formula's eleven β prices
-    /// no tensor-parallel collective calls: it times every step as the same
-    /// set with βcall = 0.
+    /// no tensor-parallel collective calls, and its β4 and βEP, per HBM
+    /// byte, become per bus byte of its GPU's all-reduce: on that GPU it
+    /// times every step as the published formula does.
     #[test]
-    fn a_trained_physics_set_without_the_call_term_reads_as_pricing_none() {
+    fn a_trained_physics_set_in_the_published_layout_is_converted_to_blis_basis() {
         let published = CoefficientSet::bundled("trained-physics-published").unwrap();
+        let text = include_str!("../../../data/coefficients/trained-physics-published.yaml");
+        let file: CoefficientSet = crate::yaml::from_str(text).unwrap();
+        assert_eq!(file.beta.len(), 11, "the file is the published layout");
         assert_eq!(published.beta.len(), 12);
-        let mut old = published.clone();
-        old.beta.truncate(11);
-        let text = old.to_yaml();
-        assert_eq!(CoefficientSet::parse(&text, Path::new("old.yaml")).unwrap(), published);
-        let mut ten = old;
+        let h100 = find_gpu("H100").unwrap().spec();
+        let per_bus_byte = h100.allreduce_bus_bytes_per_s(4) / h100.hbm_bytes_per_s();
+        assert!(per_bus_byte > 0.15 && per_bus_byte < 0.25, "{per_bus_byte}");
+        for (i, (got, was)) in published.beta.iter().zip(&file.beta).enumerate() {
+            let want = if i == 3 || i == 10 { was * per_bus_byte } else { *was };
+            assert!((got - want).abs() <= 1e-15 * want.abs(), "β{i}: {got} vs {want}");
+        }
+        assert_eq!(published.beta[11], 0.0);
+        // A GPU the file names converts by its own bandwidths.
+        let mut a100_file = file.clone();
+        a100_file.provenance.hardware = Some("A100-80GB".into());
+        let a100 = find_gpu("A100-80GB").unwrap().spec();
+        let a100_set = CoefficientSet::parse(&a100_file.to_yaml(), Path::new("a100.yaml")).unwrap();
+        assert!((a100_set.beta[3] - file.beta[3] * a100.allreduce_bus_bytes_per_s(2) / a100.hbm_bytes_per_s()).abs() < 1e-12);
+        a100_file.provenance.hardware = Some("TPU v9".into());
+        let e = CoefficientSet::parse(&a100_file.to_yaml(), Path::new("tpu.yaml")).unwrap_err().to_string();
+        assert!(e.contains("tpu.yaml") && e.contains("provenance.hardware") && e.contains("TPU v9"), "{e}");
+        let mut ten = file;
         ten.beta.truncate(10);
         let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
         let e = CoefficientSet::parse(&ten.to_yaml(), Path::new("ten.yaml")).unwrap().latency_model(&model, &find_gpu("H100").unwrap().spec(), 1, &instance());

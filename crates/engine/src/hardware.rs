@@ -25,6 +25,11 @@ pub struct GpuSpec {
     /// NVLink bandwidth per GPU, GB/s (absent for PCIe-only parts).
     #[serde(default)]
     pub nvlink_gb_s: Option<f64>,
+    /// How many GPUs NVLink connects all-to-all: 8 on an HGX/DGX board, 2
+    /// for PCIe cards joined by a bridge. A tensor-parallel group larger
+    /// than this crosses PCIe. Absent with NVLink: [`DEFAULT_NVLINK_DOMAIN_GPUS`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nvlink_domain_gpus: Option<u32>,
     /// Host link bandwidth, GB/s.
     pub pcie_gb_s: f64,
     /// Roofline model-FLOPs utilisation during prefill.
@@ -53,8 +58,76 @@ pub struct KernelEfficiency {
     /// embedding, activation and residual add at 1–8 tokens, µs (median over
     /// the models profiled on every GPU, so comparable between GPUs only).
     pub layer_overhead_us: f64,
+    /// What an all-reduce within the NVLink domain reaches (absent: not
+    /// measured on this GPU, [`UNMEASURED_NVLINK_ALLREDUCE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_nvlink: Option<AllReduceEfficiency>,
+    /// What an all-reduce whose ring crosses PCIe reaches (absent: not
+    /// measured on this GPU, [`UNMEASURED_PCIE_ALLREDUCE`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allreduce_pcie: Option<AllReduceEfficiency>,
     /// Where the figures come from.
     pub source: String,
+}
+
+/// A tensor-parallel all-reduce over one kind of link, measured (`blis
+/// kernels`, NCCL all-reduce of 1 MiB and more): time = `latency_us` +
+/// bytes·2(n − 1)/n / (link bandwidth · `bus_efficiency`).
+#[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AllReduceEfficiency {
+    /// Bus bandwidth reached, as a fraction of the link's datasheet figure
+    /// (NVLink's or PCIe's bidirectional GB/s).
+    pub bus_efficiency: f64,
+    /// Fixed time of one all-reduce, µs.
+    pub latency_us: f64,
+}
+
+impl AllReduceEfficiency {
+    /// Time of one all-reduce of `bytes` among `workers` GPUs over a link
+    /// of `link_bytes_per_s` (datasheet), µs: the latency plus the ring's
+    /// bus bytes, bytes·2(n − 1)/n, at the efficiency's share of the link.
+    pub fn time_us(&self, bytes: f64, workers: u32, link_bytes_per_s: f64) -> f64 {
+        let n = f64::from(workers.max(1));
+        self.latency_us + bytes * 2.0 * (n - 1.0) / n / (link_bytes_per_s * self.bus_efficiency) * 1e6
+    }
+}
+
+/// NVLink GPUs per all-to-all domain assumed when a spec gives NVLink
+/// bandwidth without its topology: an HGX/DGX board's eight.
+pub const DEFAULT_NVLINK_DOMAIN_GPUS: u32 = 8;
+
+/// An all-reduce over NVLink on a GPU whose collectives nobody measured:
+/// the mean of the A100's and H100's DGX boxes (0.529 and 0.749 of
+/// 600 and 900 GB/s; 38.1 and 25.5 µs; `blis kernels`, 2026-11-27). The
+/// two differ by 30–48 % (the H100's NVSwitch reduces in the switch), so
+/// this is the least certain figure of an unprofiled GPU.
+pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.639, latency_us: 31.8 };
+
+/// An all-reduce whose ring crosses PCIe on a GPU whose collectives nobody
+/// measured: the mean of the A100's and H100's 4-GPU boxes of bridged pairs,
+/// where every ring crosses PCIe twice (0.739 and 0.762 of 64 and 128 GB/s;
+/// 59.6 and 42.6 µs; `blis kernels`, 2026-11-27). Either GPU's efficiency
+/// times the other's within 3–7 %: a property of the link, not the GPU.
+pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.751, latency_us: 51.1 };
+
+/// The link a tensor-parallel group's all-reduce crosses.
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+pub enum Link {
+    /// Every GPU of the group in one NVLink domain.
+    NvLink,
+    /// The group spans GPUs without NVLink between them.
+    Pcie,
+}
+
+impl Link {
+    /// The link's name for people: "NVLink" or "PCIe".
+    pub fn name(self) -> &'static str {
+        match self {
+            Link::NvLink => "NVLink",
+            Link::Pcie => "PCIe",
+        }
+    }
 }
 
 /// How coefficients fitted on one GPU carry to another: factors on the
@@ -137,6 +210,8 @@ struct DatasheetInterconnect {
     #[serde(default)]
     nvlink_bandwidth_gb_s: Option<f64>,
     #[serde(default)]
+    nvlink_domain_gpus: Option<u32>,
+    #[serde(default)]
     pcie_bandwidth_gb_s: Option<f64>,
 }
 
@@ -146,7 +221,7 @@ impl GpuSpec {
     /// with `compute.bf16_tensor_core` / `fp8_tensor_core` (halved when
     /// `with_sparsity` is true), `memory.capacity_gb` (taken as GiB, as
     /// vendors round binary capacities) / `bandwidth_tb_s` and
-    /// `interconnect.nvlink_bandwidth_gb_s` / `pcie_bandwidth_gb_s`; a
+    /// `interconnect.nvlink_bandwidth_gb_s` / `nvlink_domain_gpus` / `pcie_bandwidth_gb_s`; a
     /// datasheet carries no efficiency factors, so it gets H100 SXM's MFU.
     pub fn from_json(text: &str) -> Result<GpuSpec, GpuSpecParseError> {
         // Read shallowly: memory about the text's size, whatever it carries.
@@ -173,6 +248,7 @@ impl GpuSpec {
                 hbm_tb_s: d.memory.bandwidth_tb_s,
                 memory_gib: d.memory.capacity_gb,
                 nvlink_gb_s: d.interconnect.nvlink_bandwidth_gb_s,
+                nvlink_domain_gpus: d.interconnect.nvlink_domain_gpus,
                 pcie_gb_s,
                 mfu_prefill: DATASHEET_MFU.0,
                 mfu_decode: DATASHEET_MFU.1,
@@ -208,6 +284,8 @@ impl GpuSpec {
             ("mfu_decode", Some(self.mfu_decode)),
             ("kernels.gemm_compute", kernels.map(|k| k.gemm_compute)),
             ("kernels.gemm_memory", kernels.map(|k| k.gemm_memory)),
+            ("kernels.allreduce_nvlink.bus_efficiency", kernels.and_then(|k| k.allreduce_nvlink).map(|a| a.bus_efficiency)),
+            ("kernels.allreduce_pcie.bus_efficiency", kernels.and_then(|k| k.allreduce_pcie).map(|a| a.bus_efficiency)),
         ];
         for (field, v) in efficiencies {
             if let Some(v) = v
@@ -216,10 +294,22 @@ impl GpuSpec {
                 return Err(GpuSpecError { field, value: v, reason: "must be in (0, 1]" });
             }
         }
-        if let Some(v) = kernels.map(|k| k.layer_overhead_us)
-            && !(v.is_finite() && v > 0.0)
+        let fixed_costs = [
+            ("kernels.layer_overhead_us", kernels.map(|k| k.layer_overhead_us)),
+            ("kernels.allreduce_nvlink.latency_us", kernels.and_then(|k| k.allreduce_nvlink).map(|a| a.latency_us)),
+            ("kernels.allreduce_pcie.latency_us", kernels.and_then(|k| k.allreduce_pcie).map(|a| a.latency_us)),
+        ];
+        for (field, v) in fixed_costs {
+            if let Some(v) = v
+                && !(v.is_finite() && v > 0.0)
+            {
+                return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
+            }
+        }
+        if let Some(n) = self.nvlink_domain_gpus
+            && n < 2
         {
-            return Err(GpuSpecError { field: "kernels.layer_overhead_us", value: v, reason: "must be a positive number" });
+            return Err(GpuSpecError { field: "nvlink_domain_gpus", value: f64::from(n), reason: "must be at least 2" });
         }
         Ok(())
     }
@@ -250,9 +340,49 @@ impl GpuSpec {
         }
     }
 
-    /// GPU-to-GPU bandwidth in bytes per second: NVLink, else the host link.
-    pub fn interconnect_bytes_per_s(&self) -> f64 {
-        self.nvlink_gb_s.unwrap_or(self.pcie_gb_s) * 1e9
+    /// The link an all-reduce of `tp` GPUs crosses: NVLink when the GPU has
+    /// it and the group fits one NVLink domain, else PCIe.
+    pub fn allreduce_link(&self, tp: u32) -> Link {
+        match self.nvlink_gb_s {
+            Some(_) if tp <= self.nvlink_domain_gpus.unwrap_or(DEFAULT_NVLINK_DOMAIN_GPUS) => Link::NvLink,
+            _ => Link::Pcie,
+        }
+    }
+
+    /// Datasheet bandwidth of `link`, bytes per second (`None`: no NVLink).
+    pub fn bandwidth_of(&self, link: Link) -> Option<f64> {
+        match link {
+            Link::NvLink => self.nvlink_gb_s.map(|g| g * 1e9),
+            Link::Pcie => Some(self.pcie_gb_s * 1e9),
+        }
+    }
+
+    /// Datasheet bandwidth of the link an all-reduce of `tp` GPUs crosses,
+    /// bytes per second.
+    pub fn link_bytes_per_s(&self, tp: u32) -> f64 {
+        self.bandwidth_of(self.allreduce_link(tp)).unwrap_or(self.pcie_gb_s * 1e9)
+    }
+
+    /// What an all-reduce over `link` reaches on this GPU: measured, else
+    /// the profiled GPUs' mean.
+    pub fn allreduce(&self, link: Link) -> AllReduceEfficiency {
+        let kernels = self.kernels.as_ref();
+        match link {
+            Link::NvLink => kernels.and_then(|k| k.allreduce_nvlink).unwrap_or(UNMEASURED_NVLINK_ALLREDUCE),
+            Link::Pcie => kernels.and_then(|k| k.allreduce_pcie).unwrap_or(UNMEASURED_PCIE_ALLREDUCE),
+        }
+    }
+
+    /// Bus bandwidth an all-reduce of `tp` GPUs reaches, bytes per second:
+    /// its link's datasheet figure times the measured efficiency.
+    pub fn allreduce_bus_bytes_per_s(&self, tp: u32) -> f64 {
+        self.link_bytes_per_s(tp) * self.allreduce(self.allreduce_link(tp)).bus_efficiency
+    }
+
+    /// An all-reduce of `tp` GPUs' fixed latency over the same GPU's NVLink
+    /// one (1 within an NVLink domain; 1.6 for the profiled GPUs' PCIe rings).
+    pub fn allreduce_latency_scale(&self, tp: u32) -> f64 {
+        self.allreduce(self.allreduce_link(tp)).latency_us / self.allreduce(Link::NvLink).latency_us
     }
 }
 

@@ -51,6 +51,12 @@ pub(crate) struct Dims {
     pub flops_per_s: f64,
     /// W: HBM bytes per second.
     pub hbm_bytes_per_s: f64,
+    /// W_ar: bus bytes per second a tensor-parallel all-reduce reaches
+    /// ([`GpuSpec::allreduce_bus_bytes_per_s`]).
+    pub allreduce_bytes_per_s: f64,
+    /// An all-reduce's fixed latency over the GPU's NVLink one
+    /// ([`GpuSpec::allreduce_latency_scale`]).
+    pub allreduce_latency_scale: f64,
 }
 
 impl Dims {
@@ -87,6 +93,8 @@ impl Dims {
             tp: f64::from(tp.max(1)),
             flops_per_s: gpu.peak_flops(model.weight_bytes_per_param),
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
+            allreduce_bytes_per_s: gpu.allreduce_bus_bytes_per_s(tp.max(1)),
+            allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),
         }
     }
 
@@ -143,6 +151,12 @@ impl Dims {
     /// Seconds → microseconds of moving `bytes` through HBM.
     pub fn memory_us(&self, bytes: f64) -> f64 {
         bytes / self.hbm_bytes_per_s * 1e6
+    }
+
+    /// Seconds → microseconds of an all-reduce's `bus_bytes` (bytes ·
+    /// 2(tp − 1)/tp) at the bus bandwidth the GPU's collectives reach.
+    pub fn allreduce_us(&self, bus_bytes: f64) -> f64 {
+        bus_bytes / self.allreduce_bytes_per_s * 1e6
     }
 }
 

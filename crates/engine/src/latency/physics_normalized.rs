@@ -151,7 +151,7 @@ impl PhysicsConstants {
             hw_peak_flops,
             hw_peak_bandwidth,
             hw_pcie_bandwidth_eff: gpu.pcie_gb_s * 1e9 * PCIE_EFFICIENCY,
-            hw_interconnect_bw: gpu.interconnect_bytes_per_s(),
+            hw_interconnect_bw: gpu.link_bytes_per_s(tp),
             comm_bytes_per_token,
             roofline_step_time,
             num_layers: l,

@@ -19,7 +19,7 @@ use crate::time::Micros;
 /// compute   = Σ prefill flops / (tp·peak·MFU_prefill) + Σ decode flops / (tp·peak·MFU_decode)
 /// bytes     = weights read once (MoE: N·(1 − ((N−k)/N)^T) experts for T tokens, LM head included) / tp
 ///           + Σ [KV bytes per token · (n + p) + L·d·BPP·n] / tp
-/// allreduce = (tp > 1) · 2·L · T·d·BPP · 2(tp − 1)/tp / interconnect bandwidth
+/// allreduce = (tp > 1) · 2·L · T·d·BPP · 2(tp − 1)/tp / link bandwidth (NVLink within its domain, else PCIe)
 ///             (expert-parallel: 2·L + (k − 1)·nMoE layers' worth, the MoE all-to-all)
 /// step      = max(compute, bytes / HBM bandwidth) + allreduce,  at least 1 µs
 /// ```
@@ -107,7 +107,7 @@ impl Roofline {
             mfu_prefill: gpu.mfu_prefill,
             mfu_decode: gpu.mfu_decode,
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
-            interconnect_bytes_per_s: gpu.interconnect_bytes_per_s(),
+            interconnect_bytes_per_s: gpu.link_bytes_per_s(tp),
             moe_layers: model.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers)),
             d_bpp_ring: if tp > 1 { d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
         }

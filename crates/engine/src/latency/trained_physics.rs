@@ -33,7 +33,11 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 ];
 
 /// Basis functions of trained-physics, in µs (F = peak FLOP/s, the FP8 peak
-/// for 8-bit weights; W = HBM bytes/s; g = tp for MoE layers at dp = 1):
+/// for 8-bit weights; W = HBM bytes/s; W_ar = the bus bandwidth an
+/// all-reduce of tp GPUs reaches over the link it crosses, NVLink within an
+/// NVLink domain, else PCIe, [`GpuSpec::allreduce_bus_bytes_per_s`];
+/// λ = that link's all-reduce latency over NVLink's,
+/// [`GpuSpec::allreduce_latency_scale`]; g = tp for MoE layers at dp = 1):
 ///
 /// ```text
 /// FFN(X)  = nMoE·X·(kEff·P·dFF_moe + dFF_sh)·6·d/g + nDense·X·6·d·dFF/tp
@@ -44,10 +48,10 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// T_dc_kv = L·2·(KVH/tp)·dH·(Σ_j c_j + T_dc)·BPP / W
 /// T_w     = [L·d·(2d + 2dKV)/tp + nMoE·(nEff·dFF_moe + dFF_sh)·3·d/g + nDense·3·d·dFF/tp + V·d/tp]·wBPP / W   (per GPU)
 /// nEff    = N·(1 − ((N − k)/N)^(T_pf + T_dc))   (routed experts the step's tokens touch)
-/// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
+/// V(u, T) = u·T·d·BPP·2(tp − 1)/tp / W_ar;   T_ar = V(L, T) + V(nDense, T) + V(nMoE, T)   (0 at tp = 1)
 /// T_dispatch = kEff·V(nMoE, T) with expert parallelism, when V(nMoE, T) leaves T_ar; else 0
 ///           (expert parallelism also scales kEff·dFF_moe and nEff by the busiest rank's skews, `latency::expert_load`)
-/// C_ar    = L + nDense + nMoE·(1, or 2 with expert parallelism)   (collective calls; 0 at tp = 1)
+/// C_ar    = λ·(L + nDense + nMoE·(1, or 2 with expert parallelism))   (collective calls; 0 at tp = 1)
 /// step    = β1a·T_pf_c + β2a·T_dc_c + β3·T_w + β4·T_ar + β5·L + β6·B + β7 + β8·nMoE·[interleaved]
 ///         + β1b·T_pf_kv + β2b·T_dc_kv + βEP·T_dispatch + βcall·C_ar
 /// ```
@@ -58,7 +62,7 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 /// vocabulary-parallel) is read once per step and multiplies one row per
 /// request.
 ///
-/// Six departures from the published formula. The first three change no
+/// Seven departures from the published formula. The first three change no
 /// dense Llama-2 step or Mixtral step of 16+ tokens:
 /// * T_w reads the nEff routed experts a step touches rather than all N (the
 ///   fused MoE kernel skips experts without tokens; at 16+ tokens Mixtral's
@@ -76,7 +80,10 @@ pub const BETA_NAMES: [&str; BETA_LEN] = [
 ///   and a cross-GPU handshake, whatever its size), which T_ar's bytes
 ///   cannot: a Llama-2-70B decode step at TP 4 makes 160 of them;
 /// * the routed experts' FLOPs include the fused MoE kernel's tile padding
-///   P (1.64× the needed rows for a 302-token Mixtral step).
+///   P (1.64× the needed rows for a 302-token Mixtral step);
+/// * all-reduce bytes move at the measured bus bandwidth of the link they
+///   cross (W_ar), not at HBM bandwidth: a set fitted on NVLink H100s prices
+///   a group of PCIe cards' collectives 13× slower per byte, not 4×.
 ///
 /// The feature vector is in the published coefficient order
 /// `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP]`, then βcall (a
@@ -154,7 +161,7 @@ impl TrainedPhysicsBasis {
             + m.lm_head_params();
         let t_w = m.memory_us(weight_params * m.wbpp);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
-        let volume = |layers: f64| m.memory_us(layers * s.tokens() * m.d * m.bpp * ring);
+        let volume = |layers: f64| m.allreduce_us(layers * s.tokens() * m.d * m.bpp * ring);
         let (t_moe_ar, t_dispatch) = match (m.is_moe(), self.expert_parallel.is_some()) {
             (false, _) => (0.0, 0.0),
             (true, false) => (volume(m.n_moe), 0.0),
@@ -163,7 +170,7 @@ impl TrainedPhysicsBasis {
         let t_ar = volume(m.l) + volume(m.n_dense) + t_moe_ar;
         let interleaved = if m.interleaved_moe { m.n_moe } else { 0.0 };
         let moe_calls = if self.expert_parallel.is_some() { 2.0 } else { 1.0 };
-        let calls = if m.tp > 1.0 { m.l + m.n_dense + m.n_moe * moe_calls } else { 0.0 };
+        let calls = if m.tp > 1.0 { (m.l + m.n_dense + m.n_moe * moe_calls) * m.allreduce_latency_scale } else { 0.0 };
         [t_pf_c, t_dc_c, t_w, t_ar, m.l, s.batch, 1.0, interleaved, t_pf_kv, t_dc_kv, t_dispatch, calls]
     }
 }
@@ -214,10 +221,30 @@ pub struct TrainedPhysics {
 impl TrainedPhysics {
     /// The published H100 coefficients (`latency-formulas.md` §3, loss 34.6 %).
     pub const PUBLISHED_ALPHA: [f64; 3] = [15563.199579, 777.3455, 45.907545];
-    /// The published H100 coefficients (`latency-formulas.md` §3).
-    pub const PUBLISHED_BETA: [f64; BETA_LEN] =
-        [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037, 0.0];
+    /// The published H100 coefficients (`latency-formulas.md` §3), in the
+    /// published layout ([`TrainedPhysics::beta_from_published_layout`]).
+    pub const PUBLISHED_BETA: [f64; PUBLISHED_BETA_LEN] =
+        [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037];
+
+    /// β of the published formula's layout, eleven coefficients whose T_ar
+    /// and T_dispatch move bytes at HBM bandwidth W, as BLIS's twelve, whose
+    /// move them at the all-reduce bus bandwidth W_ar: β4 and βEP times
+    /// W_ar/W of `fitted_on` (at TP 2; the same for any group within its
+    /// NVLink domain), βcall = 0. On that GPU every step is timed as the
+    /// published formula times it; carried to another, the collectives
+    /// follow its link.
+    pub fn beta_from_published_layout(published: &[f64; PUBLISHED_BETA_LEN], fitted_on: &GpuSpec) -> [f64; BETA_LEN] {
+        let per_bus_byte = fitted_on.allreduce_bus_bytes_per_s(2) / fitted_on.hbm_bytes_per_s();
+        let mut beta = [0.0; BETA_LEN];
+        beta[..PUBLISHED_BETA_LEN].copy_from_slice(published);
+        beta[3] *= per_bus_byte;
+        beta[10] *= per_bus_byte;
+        beta
+    }
 }
+
+/// Number of β of the published formula (all of BLIS's but βcall).
+pub const PUBLISHED_BETA_LEN: usize = 11;
 
 impl LatencyModel for TrainedPhysics {
     fn name(&self) -> &'static str {
@@ -248,7 +275,8 @@ mod tests {
     use crate::latency::{BatchEntry, InstanceLoad};
 
     /// Mixtral-8x7B (L 32, d 4096, H 32, KVH 8, dH 128, dKV 1024, dFF 14336,
-    /// N 8, k 2) on two H100s (F 989.5e12, W 3.35e12); a 300-token prefill
+    /// N 8, k 2) on two H100s (F 989.5e12, W 3.35e12, W_ar = 0.749 of NVLink's
+    /// 900e9 = 674.1e9); a 300-token prefill
     /// chunk of a 700-token prompt and decodes at contexts 900 and 50 (302
     /// tokens touch nEff = 8·(1 − 0.75³⁰²) = 8 experts, in 64-row tiles:
     /// P = 8·64·E[⌈X/64⌉]/(302·2) = 1.63602 for X ~ Binomial(302, 1/4), summed
@@ -260,10 +288,11 @@ mod tests {
     /// T_dc_c  = [32·2·2·4096·10240/2   + 32·4·16·(900 + 50)·128     + FFN(2)   + LM(2)] / F =   26.0173 µs + (P − 1)·R(2)
     ///           (the figures at P = 1; R(X) = 32·X·6·4096·14336 / F, the routed FLOPs' time)
     /// T_w     = [32·4096·10240/2 + 32·(8/2)·3·4096·14336 + 32000·4096/2]·2 / W          = 13901.6137 µs
-    /// T_ar    = 2 · 32·302·4096·2·(2·1/2) / W                                       =   47.2642 µs
+    /// T_ar    = 2 · 32·302·4096·2·(2·1/2) / W_ar                                    =  234.8835 µs
     /// T_pf_kv = 32·2·4·128·300·2 / W = 5.8689 µs;  T_dc_kv = 32·2·4·128·(950 + 2)·2 / W = 18.6240 µs
     /// C_ar    = 32 attention + 32 MoE all-reduces = 64 (96 expert-parallel: dispatch and combine)
-    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0, 64] = 21102.42 µs (P exact)
+    /// step    = published β · [T_pf_c, T_dc_c, T_w, T_ar, 32, 3, 1, 0, T_pf_kv, T_dc_kv, 0, 64] = 21102.42 µs (P exact;
+    ///           β4 = 0.752037·W_ar/W, the published per-HBM-byte β4 in BLIS's per-bus-byte basis)
     /// ```
     #[test]
     fn published_coefficients_on_a_hand_computed_moe_step() {
@@ -282,7 +311,7 @@ mod tests {
             3892.7920379989896 + (padding - 1.0) * routed_us(300.0),
             26.017295264274885 + (padding - 1.0) * routed_us(2.0),
             13901.613697910449,
-            47.2641719402985,
+            234.88351283192407,
             32.0,
             3.0,
             1.0,
@@ -326,7 +355,9 @@ mod tests {
             let plain = TrainedPhysicsBasis::new(m, &h100, tp);
             assert_eq!(plain.clone().with_expert_parallel(true).features(&batch), plain.features(&batch), "no experts to spread, or one GPU");
         }
-        let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &TrainedPhysics::PUBLISHED_BETA).unwrap();
+        let published = TrainedPhysics::beta_from_published_layout(&TrainedPhysics::PUBLISHED_BETA, &find_gpu("H100").unwrap().spec());
+        assert!((published[3] - 0.752037 * 674.1 / 3350.0).abs() < 1e-12 && published[10] == published[3] && published[11] == 0.0, "{published:?}");
+        let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &published).unwrap();
         // The hand figure takes P exact; the basis approximates its tail within 1 %.
         let step_us = m.step_time(&batch).0 as f64;
         assert!((step_us - 21102.42).abs() <= 0.152128 * 0.01 * 1.636 * 2174.02 + 1.0, "{step_us}");
@@ -410,5 +441,31 @@ mod tests {
         let moe = scout.moe.as_ref().unwrap();
         assert!(moe.interleaved);
         assert_eq!(TrainedPhysicsBasis::new(&scout, &h100, 2).features(&batch)[7], f64::from(moe.num_moe_layers));
+    }
+
+    /// The same H100s bridged in pairs (an NVLink domain of 2): at TP 2 the
+    /// group stays on NVLink and nothing changes; at TP 4 its rings cross
+    /// PCIe, so T_ar grows by the ratio of the two links' measured bus
+    /// bandwidths and C_ar by the ratio of their latencies, and no other
+    /// basis value moves.
+    #[test]
+    fn a_group_past_its_nvlink_domain_pays_pcie_for_its_collectives() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let bridged = GpuSpec { nvlink_domain_gpus: Some(2), ..h100.clone() };
+        let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let entries: Vec<BatchEntry> = (0..16).map(|i| BatchEntry { computed_tokens: 300 + i, new_tokens: 1, prompt_tokens: 200 }).collect();
+        let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let features = |gpu: &GpuSpec, tp: u32| TrainedPhysicsBasis::new(&dense, gpu, tp).features(&batch);
+        assert_eq!(features(&h100, 2), features(&bridged, 2));
+        let (nvlink, pcie) = (features(&h100, 4), features(&bridged, 4));
+        let k = h100.kernels.as_ref().unwrap();
+        let (on_nvlink, on_pcie) = (k.allreduce_nvlink.unwrap(), k.allreduce_pcie.unwrap());
+        let bandwidth_ratio = 900.0 * on_nvlink.bus_efficiency / (128.0 * on_pcie.bus_efficiency);
+        assert!((pcie[3] / nvlink[3] / bandwidth_ratio - 1.0).abs() < 1e-12, "{} vs {}", pcie[3], nvlink[3]);
+        assert!((pcie[11] / nvlink[11] - on_pcie.latency_us / on_nvlink.latency_us).abs() < 1e-12);
+        assert!(bandwidth_ratio > 5.0 && pcie[11] > nvlink[11]);
+        for i in (0..BETA_LEN).filter(|i| ![3, 11].contains(i)) {
+            assert_eq!(pcie[i], nvlink[i], "β{i}");
+        }
     }
 }

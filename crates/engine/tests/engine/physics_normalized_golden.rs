@@ -40,6 +40,7 @@ fn gpu_of(h: &Value) -> GpuSpec {
         hbm_tb_s: num(h, "BwPeakTBs"),
         memory_gib: 80.0,
         nvlink_gb_s: Some(num(h, "interconnect_bandwidth_gb_s")),
+        nvlink_domain_gpus: None,
         pcie_gb_s: num(h, "pcie_bandwidth_gb_s"),
         mfu_prefill: 0.45,
         mfu_decode: 0.3,
