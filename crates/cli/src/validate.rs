@@ -75,11 +75,11 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     }
     let (suite, mut failed) = Suite::load_each(&args.dirs, &args.definitions.load()?).map_err(|e| bad_input!("{e}"))?;
     warn(&suite.warnings());
-    // Once per GPU the suite ran on, as `blis run` says it.
+    // Once per GPU and TP degree the suite ran on, as `blis run` says it.
     let mut gpus: Vec<&Server> = suite.cases.iter().map(|c| &c.setup.server).collect();
-    gpus.sort_by(|a, b| a.gpu_name.cmp(&b.gpu_name));
-    gpus.dedup_by(|a, b| a.gpu_name == b.gpu_name);
-    warn(&gpus.iter().filter_map(|s| hardware_mismatch(&chosen.set, &s.gpu, &s.gpu_name, &chosen.origin)).collect::<Vec<_>>());
+    gpus.sort_by(|a, b| (&a.gpu_name, a.tp).cmp(&(&b.gpu_name, b.tp)));
+    gpus.dedup_by(|a, b| a.gpu_name == b.gpu_name && a.tp == b.tp);
+    warn(&gpus.iter().filter_map(|s| hardware_mismatch(&chosen.set, &s.gpu, &s.gpu_name, s.tp, &chosen.origin)).collect::<Vec<_>>());
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let mut csv_file = args.csv.as_deref().map(|p| AtomicFile::create("csv", p)).transpose()?;
     let mut requests_file = args.requests_csv.as_deref().map(|p| AtomicFile::create("requests-csv", p)).transpose()?;

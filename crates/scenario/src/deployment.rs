@@ -250,7 +250,7 @@ impl Deployment {
             report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
         }
         report_entry(report, "coefficients", &chosen.origin, Source::Derived);
-        if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, &chosen.origin) {
+        if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, server.tp, &chosen.origin) {
             warnings.push(w);
         }
         if server.instance.expert_parallel && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str()) {
@@ -324,9 +324,11 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
 /// they were carried ([`CoefficientSet::carry_to`]): the β of the trained
 /// models price work against the GPU's peaks, scaled by the measured kernel
 /// efficiencies of both GPUs, but the α and per-step overheads are absolute,
-/// so the prediction extrapolates. `None` when the set names no GPU or the
-/// same one (by name or alias).
-pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, origin: &str) -> Option<String> {
+/// so the prediction extrapolates. At `tp` > 1 it also says which link the
+/// all-reduces cross and at what measured bus bandwidth, beside the GPU the
+/// set was fitted on. `None` when the set names no GPU or the same one (by
+/// name or alias).
+pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, tp: u32, origin: &str) -> Option<String> {
     let fitted_on = set.provenance.hardware.as_deref()?;
     let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
     if canonical(fitted_on) == canonical(simulated) {
@@ -349,5 +351,14 @@ pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, o
         (None, Some(k)) => format!("its kernels are taken as efficient as {fitted_on}'s ({})", k.source),
         (None, None) => String::from("only the peaks scale"),
     };
-    Some(format!("coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates: {how}; per-step and host overheads stay {fitted_on}'s"))
+    let links = if tp > 1 {
+        let link = |g: &GpuSpec| format!("{} at {:.0} GB/s", g.allreduce_link(tp).name(), g.allreduce_bus_bytes_per_s(tp) / 1e9);
+        let there = catalog::find_gpu(fitted_on).map_or(String::new(), |g| format!(" ({fitted_on}: {})", link(&g.spec())));
+        format!("; its TP {tp} all-reduces cross {} of bus bandwidth{there}", link(gpu))
+    } else {
+        String::new()
+    };
+    Some(format!(
+        "coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates: {how}{links}; per-step and host overheads stay {fitted_on}'s"
+    ))
 }

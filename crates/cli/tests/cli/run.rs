@@ -263,6 +263,15 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
     // Carried by measured kernel efficiencies to a profiled GPU, by their mean to one nobody profiled.
     let a100 = on("A100-80GB");
     assert!(a100[0].contains("kernel efficiencies") && a100[0].contains("A100-80GB's measured"), "{}", a100[0]);
+    assert!(!a100[0].contains("all-reduces cross"), "one GPU has no collectives: {}", a100[0]);
+    // At TP > 1 the warning names the link the all-reduces cross: NVLink on an A100 board, PCIe on L40S cards.
+    let tp2 = |gpu: &str| {
+        let mut args = SMALL.to_vec();
+        args.extend_from_slice(&["--hardware", gpu, "--tp", "2"]);
+        stderr(&blis(&args)).lines().find(|l| l.starts_with("warning: coefficients")).map(str::to_owned).unwrap_or_default()
+    };
+    assert!(tp2("A100-80GB").contains("its TP 2 all-reduces cross NVLink at 317 GB/s of bus bandwidth (H100: NVLink at 674 GB/s)"), "{}", tp2("A100-80GB"));
+    assert!(tp2("L40S").contains("cross PCIe at 48 GB/s"), "{}", tp2("L40S"));
     let dir = scratch("unprofiled-gpu");
     let sheet = dir.join("b300.json");
     let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json")).unwrap();
