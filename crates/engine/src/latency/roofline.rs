@@ -3,6 +3,7 @@
 
 use super::basis::experts_touched;
 use super::expert_load::ExpertLoad;
+use super::moe_tiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -27,7 +28,9 @@ use crate::time::Micros;
 /// Expert-parallel, a MoE layer waits for its busiest GPU: the routed
 /// experts' FLOPs are scaled by the busiest rank's token–expert assignments
 /// over the mean, and the experts' bytes by its experts touched over the
-/// mean (`latency::expert_load`), as trained-physics does.
+/// mean (`latency::expert_load`), as trained-physics does. The routed
+/// experts' FLOPs also include the fused MoE kernel's tile padding P for the
+/// step's tokens (`latency::moe_tiles`), as trained-physics's do.
 ///
 /// Deviations from the spec's concrete form, chosen because they are the
 /// physics: the FFN counts SwiGLU's three matrices (the spec's reference
@@ -156,8 +159,11 @@ impl LatencyModel for Roofline {
             tokens += n;
         }
         let (assignment_skew, expert_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));
-        if assignment_skew > 1.0 {
-            let extra = self.routed_flops_per_token * (assignment_skew - 1.0);
+        // The fused MoE kernel computes whole tiles of each expert's rows.
+        let padding = self.moe.map_or(1.0, |(n, k)| moe_tiles::padding_factor(n, k, tokens));
+        let routed_scale = assignment_skew * padding;
+        if routed_scale > 1.0 {
+            let extra = self.routed_flops_per_token * (routed_scale - 1.0);
             flops_pf += extra * (tokens - decode_tokens);
             flops_dc += extra * decode_tokens;
         }
@@ -206,7 +212,9 @@ mod tests {
         let prefill = [BatchEntry { computed_tokens: 0, new_tokens: 4096, prompt_tokens: 4096 }];
         let skew = load.assignment_skew(4096.0);
         assert!(skew > 1.0 && skew < 1.02, "{skew}");
-        let extra_us = ep.routed_flops_per_token * 4096.0 * (skew - 1.0) / ep.mfu_prefill / (2.0 * ep.peak_flops) * 1e6;
+        let padding = moe_tiles::padding_factor(8.0, 2.0, 4096.0);
+        assert!(padding > 1.0 && padding < 1.1, "{padding}");
+        let extra_us = ep.routed_flops_per_token * 4096.0 * padding * (skew - 1.0) / ep.mfu_prefill / (2.0 * ep.peak_flops) * 1e6;
         let got = step(&ep, &prefill) - step(&even, &prefill);
         assert!(extra_us > 10.0 && (got - extra_us).abs() <= 1.0, "{got} µs vs {extra_us} µs");
 
