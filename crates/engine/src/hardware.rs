@@ -556,6 +556,18 @@ mod tests {
         assert!(matches!(GpuSpec::from_json("{"), Err(GpuSpecParseError::Format(_))));
         let e = GpuSpec::from_json(&own.replace("\"source\"", "\"colour\": 1, \"source\"")).unwrap_err();
         assert!(e.to_string().contains("colour"), "{e}");
+        // Topology and collective figures are checked too.
+        let a100 = include_str!("../../../data/hardware/A100-80GB.json");
+        let e = GpuSpec::from_json(&a100.replace("\"nvlink_domain_gpus\": 8", "\"nvlink_domain_gpus\": 1")).unwrap_err();
+        assert_eq!(e.to_string(), "GPU spec field `nvlink_domain_gpus` = 1 is invalid: must be at least 2");
+        let e = GpuSpec::from_json(&a100.replace("\"bus_efficiency\": 0.739", "\"bus_efficiency\": 7.39")).unwrap_err();
+        assert!(e.to_string().contains("kernels.allreduce_pcie.bus_efficiency") && e.to_string().contains("(0, 1]"), "{e}");
+        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 38.1", "\"latency_us\": -38.1")).unwrap_err();
+        assert!(e.to_string().contains("kernels.allreduce_nvlink.latency_us"), "{e}");
+        let sheet = H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");
+        let bridged = GpuSpec::from_json(&sheet).unwrap();
+        assert_eq!((bridged.allreduce_link(2), bridged.allreduce_link(4)), (Link::NvLink, Link::Pcie));
+        assert_eq!(GpuSpec::from_json(H100_NVL_DATASHEET).unwrap().allreduce_link(8), Link::NvLink, "an HGX board's 8 when the sheet says nothing");
     }
 
     #[test]
