@@ -15,9 +15,10 @@ use serde::Serialize;
 use crate::error::bad_input;
 use crate::output::{AtomicFile, write_json};
 
-/// Fit GEMM efficiencies that carry across GPUs, and check all-reduce curves, on measured kernel profiles.
+/// Fit GEMM efficiencies that carry across GPUs, and each GPU's all-reduce latency and bus efficiency per link, on measured kernel profiles.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "The profiles are Vidur's layout: compute/<gpu>/<org>/<model>/mlp.csv and network/<gpu>_dgx/all_reduce.csv\n\
+#[command(after_help = "The profiles are Vidur's layout: compute/<gpu>/<org>/<model>/mlp.csv, network/<gpu>_dgx/all_reduce.csv\n\
+    (NVLink) and network/<gpu>_pairwise_nvlink/all_reduce.csv (bridged pairs: rings of more than two cross PCIe)\n\
     (gpu: a100, a40, h100). Example:\n  blis kernels ../shared/groundtruth/kernel-profiles --json kernels.json")]
 pub struct KernelsArgs {
     /// The profile directory (holding compute/ and network/).
