@@ -26,7 +26,7 @@
 //! refreshes, which therefore see the state after everything else at their
 //! instant.
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use blis_engine::driver::{Context, ControlPlane, Fleet, Workload};
 use blis_engine::event::EventClass;
@@ -40,7 +40,7 @@ use crate::autoscale::scaler::{Actions, Autoscaler, Counters, ScaleEvent, Traced
 use crate::autoscale::{ReplicaTrace, ScaleTrace};
 use crate::metrics::ClusterMetrics;
 use crate::pd::PdGate;
-use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RoutingPolicy, ScoreSheet};
+use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RejectReason, RoutingPolicy, ScoreSheet};
 use crate::prefix::PrefixIndex;
 use crate::snapshot::{Dispatched, Field, SnapshotStore};
 use crate::trace::{AdmissionTrace, Counterfactuals, DecisionSink, RoutingTrace};
@@ -94,6 +94,8 @@ pub(crate) struct Book {
     pub tenant_in_flight: Vec<u32>,
     /// Running sums an autoscaler scrapes.
     pub counters: Counters,
+    /// How many times a scale-down drain evicted each unfinished request it evicted.
+    pub reroutes: BTreeMap<u64, u32>,
 }
 
 impl Book {
@@ -108,6 +110,9 @@ impl Book {
         }
         if let Some(n) = self.tenant_in_flight.get_mut(r.meta.tenant.0 as usize) {
             *n -= 1;
+        }
+        if !self.reroutes.is_empty() {
+            self.reroutes.remove(&r.id.0);
         }
     }
 }
@@ -213,6 +218,14 @@ pub struct Gateway<'s> {
     /// requests between the pools.
     pub(crate) pd: Option<PdGate>,
 }
+
+/// How many times a request may be evicted by an aborting scale-down drain
+/// (`drain: immediate`) and routed again before the gateway gives up on it
+/// ([`RejectReason::RerouteLimit`]). A policy that tears replicas down
+/// faster than they finish anything would otherwise keep its requests
+/// circling, and a run without a horizon would never end. The other drains
+/// finish what runs, so a fleet always makes progress and nothing is given up.
+pub const MAX_REROUTES: u32 = 8;
 
 impl Gateway<'_> {
     /// Hashes the request's prompt blocks (when `hash`) and assembles the snapshots.
@@ -520,9 +533,23 @@ impl Gateway<'_> {
             self.sheet.ensure(i + 1);
         }
         let rerouted = self.actions.evicted.len();
+        let aborting = self.scaler.as_ref().is_some_and(|s| s.aborts_running());
         for (slot, req) in self.actions.evicted.drain(..) {
             self.book.dispatched.in_flight[slot as usize] -= 1;
             self.book.anomalies.on_evict(req.id);
+            let times = if aborting { self.book.reroutes.entry(req.id.0).or_insert(0) } else { &mut 0 };
+            *times += 1;
+            if *times > MAX_REROUTES {
+                // Out of retries: the request ends here, turned away by the gateway.
+                self.book.reroutes.remove(&req.id.0);
+                let reason = RejectReason::RerouteLimit;
+                self.book.metrics.reject(&req.meta, reason);
+                if let Some(n) = self.book.tenant_in_flight.get_mut(req.meta.tenant.0 as usize) {
+                    *n -= 1;
+                }
+                cx.finish(&RequestRecord::unserved(&req, None, Outcome::Rejected(reason.as_str()), now));
+                continue;
+            }
             self.in_control_plane += 1;
             cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
         }

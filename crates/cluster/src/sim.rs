@@ -3,6 +3,7 @@
 //! simultaneous events; the gateway's module draws a request's way
 //! through admission, routing and delivery.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use blis_engine::driver::{Driver, RunEnd, Workload};
@@ -142,6 +143,7 @@ impl<'s> Cluster<'s> {
             },
             tenant_in_flight: vec![0; cfg.labels.tenants.len()],
             counters: Default::default(),
+            reroutes: BTreeMap::new(),
         };
         let gateway = Gateway {
             admission,

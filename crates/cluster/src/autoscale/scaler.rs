@@ -581,6 +581,12 @@ impl Autoscaler {
         self.held_waits_us.push(wait.as_us() as f64);
     }
 
+    /// Whether removing a replica aborts its running requests (`drain:
+    /// immediate`), the one drain under which a fleet can lose all progress.
+    pub fn aborts_running(&self) -> bool {
+        self.cfg.drain == DrainPolicy::Immediate
+    }
+
     /// Requests were taken back from a draining replica.
     pub fn on_rerouted(&mut self, n: usize) {
         self.rerouted += n as u64;

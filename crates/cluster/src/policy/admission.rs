@@ -52,17 +52,23 @@ pub enum RejectReason {
     QueueDepthOverThreshold,
     /// `predictive-slo`: even the best instance's estimated TTFT exceeds the class budget.
     PredictedTtftOverBudget,
+    /// Not a policy's: the gateway gave up on a request that scale-down
+    /// drains evicted more than [`crate::gateway::MAX_REROUTES`] times (a
+    /// retry budget, as real gateways keep), so that a fleet torn down
+    /// faster than it can finish anything still ends its run.
+    RerouteLimit,
 }
 
 impl RejectReason {
     /// Every reason, in report order.
-    pub const ALL: [RejectReason; 6] = [
+    pub const ALL: [RejectReason; 7] = [
         RejectReason::RejectAll,
         RejectReason::TokenBucketEmpty,
         RejectReason::RateLimited,
         RejectReason::TenantQuotaExceeded,
         RejectReason::QueueDepthOverThreshold,
         RejectReason::PredictedTtftOverBudget,
+        RejectReason::RerouteLimit,
     ];
 
     /// Stable snake_case name used in reports and traces.
@@ -74,6 +80,7 @@ impl RejectReason {
             RejectReason::TenantQuotaExceeded => "tenant_quota_exceeded",
             RejectReason::QueueDepthOverThreshold => "queue_depth_over_threshold",
             RejectReason::PredictedTtftOverBudget => "predicted_ttft_over_budget",
+            RejectReason::RerouteLimit => "reroute_limit",
         }
     }
 

@@ -9,7 +9,7 @@ use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig};
 use blis_engine::driver::IterWorkload;
-use blis_engine::request::{Labels, Request, RequestId};
+use blis_engine::request::{Labels, Outcome, Request, RequestId};
 use blis_engine::time::Micros;
 use proptest::prelude::*;
 
@@ -143,7 +143,12 @@ fn run(cfg: ClusterConfig, requests: Vec<Request>) -> Run {
     Run { rec, watch, report }
 }
 
-/// Every request ends exactly once, and as completed.
+/// Requests the gateway gave up on after [`blis_cluster::gateway::MAX_REROUTES`] evictions.
+fn given_up(rec: &Recorder) -> usize {
+    rec.records.iter().filter(|r| r.outcome == Outcome::Rejected("reroute_limit")).count()
+}
+
+/// Every request ends exactly once.
 fn assert_each_once(requests: usize, rec: &Recorder) {
     let mut ids: Vec<u64> = rec.records.iter().map(|r| r.id.0).collect();
     ids.sort_unstable();
@@ -182,10 +187,36 @@ proptest! {
             prop_assert!((min..=max).contains(&desired), "desired {desired} at {t}");
         }
         let a = &out.report["autoscaling"];
-        prop_assert_eq!(out.report["requests"]["completed"].as_u64(), Some(n as u64));
+        // Each request completes, unless immediate drains evicted it past the
+        // gateway's retry budget (a fleet torn down faster than it finishes).
+        let gave_up = given_up(&out.rec);
+        prop_assert!(gave_up == 0 || drain == DrainPolicy::Immediate, "{gave_up} given up without immediate drains");
+        prop_assert!(out.rec.records.iter().all(|r| r.outcome == Outcome::Completed || r.outcome == Outcome::Rejected("reroute_limit")));
+        prop_assert_eq!(out.report["requests"]["completed"].as_u64(), Some((n - gave_up) as u64));
         prop_assert_eq!(a["scale_ups"].as_u64().unwrap() + a["scale_downs"].as_u64().unwrap(),
             out.watch.decisions.iter().filter(|d| d.3 != ScaleAction::None).count() as u64);
     }
+}
+
+/// A fleet of at most one replica, torn down every other tick with
+/// everything aborted (oscillator, immediate drain, scale to zero), whose
+/// replica takes longer to load and warm than a tick: nothing ever finishes,
+/// and without a retry budget the run never ended (it grew until the
+/// machine ran out of memory). Each request is now given up after
+/// MAX_REROUTES evictions and the run ends.
+#[test]
+fn a_fleet_torn_down_faster_than_it_finishes_still_ends_its_run() {
+    let mut auto = autoscale("oscillator", serde_json::json!({}), 0, 1, vec![pool("p", 1, 1, 2.0, Delay::Fixed(Micros::from_secs(3)), Delay::Fixed(Micros::from_secs(16)))]);
+    auto.drain = DrainPolicy::Immediate;
+    auto.warmup = Warmup { duration: Span(Micros::from_secs(11)), slowdown: 1.5, route_while_warming: false };
+    auto.scale_down_window = Micros::ZERO;
+    let requests = phases(&[(2.0, 40), (40.0, 40), (1.0, 60), (30.0, 30)], 461);
+    let n = requests.len();
+    let out = run(cluster_config(1, auto), requests);
+    assert_each_once(n, &out.rec);
+    let gave_up = given_up(&out.rec);
+    assert!(gave_up > 0, "the livelock is what this case is about");
+    assert_eq!(out.report["requests"]["completed"].as_u64(), Some((n - gave_up) as u64));
 }
 
 #[test]
