@@ -99,6 +99,14 @@ pub(crate) struct Book {
 }
 
 impl Book {
+    /// Ends `req` unserved, rejected for `reason`: the caller and the
+    /// workload hear of it as of any other end (a staged workload's stage
+    /// drains, a session's failed round ends the session).
+    fn turn_away(&mut self, req: &Request, reason: RejectReason, now: Micros, cx: &mut Context<'_, GatewayEvent>) {
+        self.metrics.reject(&req.meta, reason);
+        cx.finish(&RequestRecord::unserved(req, None, Outcome::Rejected(reason.as_str()), now));
+    }
+
     fn on_finish(&mut self, r: &RequestRecord) {
         let met_before = self.metrics.met_slo;
         self.metrics.on_finish(r);
@@ -263,12 +271,8 @@ impl Gateway<'_> {
                 cx.schedule(now + delay, EventClass::Routing, GatewayEvent::Route(req));
             }
             Some(reason) => {
-                self.book.metrics.reject(&req.meta, reason);
                 self.in_control_plane -= 1;
-                // The request ends here: the caller and the workload hear of
-                // it as of any other end (a staged workload's stage drains, a
-                // session's failed round ends the session).
-                cx.finish(&RequestRecord::unserved(&req, None, Outcome::Rejected(reason.as_str()), now));
+                self.book.turn_away(&req, reason, now, cx);
             }
         }
     }
@@ -537,17 +541,17 @@ impl Gateway<'_> {
         for (slot, req) in self.actions.evicted.drain(..) {
             self.book.dispatched.in_flight[slot as usize] -= 1;
             self.book.anomalies.on_evict(req.id);
-            let times = if aborting { self.book.reroutes.entry(req.id.0).or_insert(0) } else { &mut 0 };
-            *times += 1;
-            if *times > MAX_REROUTES {
-                // Out of retries: the request ends here, turned away by the gateway.
+            let out_of_retries = aborting && {
+                let times = self.book.reroutes.entry(req.id.0).or_insert(0);
+                *times += 1;
+                *times > MAX_REROUTES
+            };
+            if out_of_retries {
                 self.book.reroutes.remove(&req.id.0);
-                let reason = RejectReason::RerouteLimit;
-                self.book.metrics.reject(&req.meta, reason);
                 if let Some(n) = self.book.tenant_in_flight.get_mut(req.meta.tenant.0 as usize) {
                     *n -= 1;
                 }
-                cx.finish(&RequestRecord::unserved(&req, None, Outcome::Rejected(reason.as_str()), now));
+                self.book.turn_away(&req, RejectReason::RerouteLimit, now, cx);
                 continue;
             }
             self.in_control_plane += 1;

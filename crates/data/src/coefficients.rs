@@ -192,12 +192,19 @@ impl CoefficientSet {
     /// The latency model of these coefficients for one deployment; the error
     /// says which coefficient is wrong.
     /// A set fitted on one GPU (`provenance.hardware`) times another as
-    /// carried there ([`CoefficientSet::carry_to`]).
+    /// carried there ([`CoefficientSet::carry_to`]). The basis sees `gpu`
+    /// with the kernel efficiencies [`kernels_of`] gives it, the same the
+    /// carry goes by: a datasheet of a bundled GPU prices its collectives
+    /// with that GPU's measured all-reduce, not the unmeasured mean.
     pub fn latency_model(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Arc<dyn LatencyModel>, String> {
         let kind = self.kind()?;
         let carry = self.carry_to(gpu);
-        let seen = carry.map(|c| gpu.carried(c));
-        match kind.basis(model, seen.as_ref().unwrap_or(gpu), tp, instance) {
+        let resolved = GpuSpec { kernels: kernels_of(gpu), ..gpu.clone() };
+        let seen = match carry {
+            Some(c) => resolved.carried(c),
+            None => resolved,
+        };
+        match kind.basis(model, &seen, tp, instance) {
             None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
             Some(basis) => {
                 let mut beta = self.beta.clone();
@@ -308,6 +315,7 @@ mod tests {
 
         let datasheet = GpuSpec { kernels: None, ..a100.clone() };
         assert_eq!(set.carry_to(&datasheet), Some(carry), "a datasheet of a bundled GPU gets its efficiencies");
+        assert_eq!(step(&set, &datasheet), step(&set, &a100), "and its measured all-reduce");
         let unprofiled = GpuSpec { kernels: None, name: "NVIDIA B300".into(), ..a100.clone() };
         let mean = crate::catalog::unprofiled_kernels();
         assert_eq!(set.carry_to(&unprofiled).unwrap().memory, mean.gemm_memory / kh.gemm_memory);

@@ -237,8 +237,11 @@ impl TrainedPhysics {
         let per_bus_byte = fitted_on.allreduce_bus_bytes_per_s(2) / fitted_on.hbm_bytes_per_s();
         let mut beta = [0.0; BETA_LEN];
         beta[..PUBLISHED_BETA_LEN].copy_from_slice(published);
-        beta[3] *= per_bus_byte;
-        beta[10] *= per_bus_byte;
+        for (b, name) in beta.iter_mut().zip(BETA_NAMES) {
+            if ["allreduce", "expert_dispatch"].contains(&name) {
+                *b *= per_bus_byte;
+            }
+        }
         beta
     }
 }
