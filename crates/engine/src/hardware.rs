@@ -174,6 +174,15 @@ pub enum GpuSpecParseError {
     Invalid(#[from] GpuSpecError),
 }
 
+/// `value` as a `T`; the error names the field it concerns, as in
+/// "field `kernels.allreduce_pcie.latency_us`: invalid type: …".
+fn located<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T, String> {
+    serde_path_to_error::deserialize(value).map_err(|e| match e.path().to_string().as_str() {
+        "." => e.inner().to_string(),
+        path => format!("field `{path}`: {}", e.inner()),
+    })
+}
+
 /// MFU assumed for a GPU given only by its datasheet: H100 SXM's published factors.
 const DATASHEET_MFU: (f64, f64) = (0.45, 0.30);
 
@@ -231,7 +240,7 @@ impl GpuSpec {
             Err(crate::shallow_json::ObjectError::NotObject) => return Err(GpuSpecParseError::Format("not a JSON object".into())),
         };
         let spec = if value.get("compute").is_some() {
-            let d: Datasheet = serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
+            let d: Datasheet = located(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
             let dense = if d.compute.with_sparsity { 0.5 } else { 1.0 };
             let pcie_gb_s = d.interconnect.pcie_bandwidth_gb_s.ok_or_else(|| {
                 GpuSpecParseError::Format("datasheet shape: missing field `interconnect.pcie_bandwidth_gb_s`".into())
@@ -255,7 +264,7 @@ impl GpuSpec {
                 kernels: None,
             }
         } else {
-            serde_json::from_value(value).map_err(|e| GpuSpecParseError::Format(e.to_string()))?
+            located(value).map_err(GpuSpecParseError::Format)?
         };
         spec.validate()?;
         Ok(spec)
@@ -562,6 +571,10 @@ mod tests {
         assert_eq!(e.to_string(), "GPU spec field `nvlink_domain_gpus` = 1 is invalid: must be at least 2");
         let e = GpuSpec::from_json(&a100.replace("\"bus_efficiency\": 0.739", "\"bus_efficiency\": 7.39")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_pcie.bus_efficiency") && e.to_string().contains("(0, 1]"), "{e}");
+        let e = GpuSpec::from_json(&a100.replace("\"nvlink_domain_gpus\": 8", "\"nvlink_domain_gpus\": -3")).unwrap_err();
+        assert!(e.to_string().starts_with("field `nvlink_domain_gpus`: invalid value: integer `-3`"), "{e}");
+        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 59.6", "\"latency_us\": \"slow\"")).unwrap_err();
+        assert!(e.to_string().starts_with("field `kernels.allreduce_pcie.latency_us`: invalid type: string"), "{e}");
         let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 38.1", "\"latency_us\": -38.1")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_nvlink.latency_us"), "{e}");
         let sheet = H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");
