@@ -55,6 +55,10 @@ pub struct Definitions {
     /// CPU KV tier (GiB, `--kv-offloading-size`) given to every experiment
     /// whose `server-facts.yaml` says `cpu_offload: true` or `unknown`.
     pub kv_offloading_size: Option<f64>,
+    /// What compiling one fused-MoE kernel specialization stalls every
+    /// experiment's server (`--moe-kernel-compile`, a duration); `None`: the
+    /// measured default.
+    pub moe_kernel_compile: Option<String>,
 }
 
 /// Directory name holding per-model `config.json` files next to experiment
@@ -97,7 +101,13 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     };
     let f = &exp.facts;
     let kv_offloading_size = defs.kv_offloading_size.filter(|_| f.cpu_offload.is_some_and(CpuOffloadFact::may_be_on));
-    let given = KnobValues { model_config, hardware_config: defs.gpu.clone(), kv_offloading_size, ..KnobValues::default() };
+    let given = KnobValues {
+        model_config,
+        hardware_config: defs.gpu.clone(),
+        kv_offloading_size,
+        moe_kernel_compile: defs.moe_kernel_compile.clone(),
+        ..KnobValues::default()
+    };
     if let Some(b) = f.num_gpu_blocks.filter(|&b| b > MAX_GPU_BLOCKS) {
         return Err(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported"));
     }

@@ -1,9 +1,12 @@
 //! `--model-config` and `--hardware-config` of `blis validate` and `blis
-//! fit`: a model or GPU BLIS does not bundle, used for every experiment.
+//! fit`: a model or GPU BLIS does not bundle, used for every experiment;
+//! and the server facts they may override for every experiment
+//! (`--kv-offloading-size`, `--moe-kernel-compile`).
 
 use std::path::PathBuf;
 
 use blis_calibrate::reproduce::Definitions;
+use blis_engine::time::parse_duration;
 use blis_scenario::deployment::{load_gpu_spec, load_model_config};
 
 use crate::error::BadInput;
@@ -23,6 +26,11 @@ pub struct DefinitionArgs {
     /// server-facts.yaml says cpu_offload: true or unknown. [default: none]
     #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
     pub kv_offloading_size: Option<f64>,
+    /// What compiling one fused-MoE kernel specialization stalls each experiment's server (as
+    /// `blis run --moe-kernel-compile`): a duration, or 0 for servers started with a warm Triton
+    /// cache. [default: 950ms]
+    #[arg(long, value_name = "DURATION")]
+    pub moe_kernel_compile: Option<String>,
 }
 
 impl DefinitionArgs {
@@ -38,6 +46,14 @@ impl DefinitionArgs {
         if let Some(gib) = self.kv_offloading_size.filter(|g| !(g.is_finite() && *g > 0.0)) {
             return Err(BadInput(format!("--kv-offloading-size {gib}: must be a positive number of GiB")));
         }
-        Ok(Definitions { model: self.model_config.clone(), gpu: self.hardware_config.clone(), kv_offloading_size: self.kv_offloading_size })
+        if let Some(text) = &self.moe_kernel_compile {
+            parse_duration(text).map_err(|e| BadInput(format!("--moe-kernel-compile {e}")))?;
+        }
+        Ok(Definitions {
+            model: self.model_config.clone(),
+            gpu: self.hardware_config.clone(),
+            kv_offloading_size: self.kv_offloading_size,
+            moe_kernel_compile: self.moe_kernel_compile.clone(),
+        })
     }
 }

@@ -327,6 +327,12 @@ fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], d
 /// Runs `blis plan`.
 pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let (origin, raw, base) = read_inputs("--plan", &args.plan, args.base.as_deref())?;
+    // A plan sizes a fleet that is already serving: its MoE servers have
+    // compiled their kernels, unless the flags or the base file say otherwise.
+    let mut flags = args.knobs.clone();
+    if flags.moe_kernel_compile.is_none() && base.as_ref().is_none_or(|(b, _)| b.moe_kernel_compile.is_none()) {
+        flags.moe_kernel_compile = Some(String::from("0"));
+    }
     let plan = Plan::parse(raw, &origin)?;
     let mut output = args.output.as_deref().map(|p| crate::output::AtomicFile::create("output", p)).transpose()?;
     let report = args.report.as_deref().map(|p| crate::output::AtomicFile::create("report", p)).transpose()?;
@@ -354,7 +360,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let checks: Vec<Result<Option<Roofline>, Verdict>> = candidates
         .iter()
         .map(|c| {
-            let values = KnobValues::from_yaml(Value::Object(point_of(c)), &origin).map_err(|e| Verdict::DoesNotFit(e.0))?.or(args.knobs.clone());
+            let values = KnobValues::from_yaml(Value::Object(point_of(c)), &origin).map_err(|e| Verdict::DoesNotFit(e.0))?.or(flags.clone());
             let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
             let (mut report, mut warnings) = (scenario.knobs.report(), Vec::new());
             let d = Deployment::resolve(&scenario.knobs, scenario.long_context, &mut report, &mut warnings).map_err(|e| Verdict::DoesNotFit(e.0))?;
@@ -375,7 +381,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 Err(Verdict::DoesNotFit(why)) => Verdict::DoesNotFit(why.clone()),
                 Err(Verdict::Roofline(why)) => Verdict::Roofline(why.clone()),
                 Err(_) => unreachable!("checks only prune"),
-                Ok(_) => match run_point(&point_of(c), &args.knobs, &base) {
+                Ok(_) => match run_point(&point_of(c), &flags, &base) {
                     Ok(r) => {
                         let values: Vec<f64> = plan.slo.iter().map(|(_, l, _)| l.value(&r)).collect();
                         let meets = plan.slo.iter().zip(&values).all(|((_, l, bound), &v)| l.holds(v, *bound));

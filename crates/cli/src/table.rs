@@ -136,6 +136,13 @@ pub fn table(report: &RunReport) -> String {
         format!("{}; {:.1} / {:.1}", s.batch.steps, s.batch.mean_batch_size, s.batch.mean_batch_tokens),
     );
     line(&mut out, "GPU busy:", format!("{:.1}%", s.batch.busy_fraction * 100.0));
+    if s.batch.moe_kernel_compiles > 0 {
+        line(
+            &mut out,
+            "MoE kernel compiles (cold start):",
+            format!("{}, stalling {:.1} s (--moe-kernel-compile 0: a warm Triton cache)", s.batch.moe_kernel_compiles, s.batch.moe_compile_stall_s),
+        );
+    }
     if s.batch.steps_clamped > 0 {
         line(
             &mut out,

@@ -32,6 +32,7 @@
 //!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail, async_scheduling: false },
 //!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false, expert_parallel: false,
+//!     moe_kernel_warmup: None,
 //! };
 //! let policies = PolicyBundle { routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(), ..Default::default() };
 //! let mut cluster = Cluster::new(ClusterConfig {

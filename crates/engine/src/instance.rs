@@ -31,6 +31,7 @@ use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
+use crate::warmup::MoeKernelCache;
 use crate::time::Micros;
 
 /// One output token reaching the API.
@@ -334,6 +335,11 @@ pub struct InstanceStats {
     /// ([`crate::latency::MAX_STEP`]): a request's queueing delay or
     /// completion overhead, or a step's token emission or per-token delay.
     pub overheads_clamped: u64,
+    /// Steps that first compiled a fused-MoE kernel specialization, each
+    /// stalled by the compile time of [`InstanceConfig::moe_kernel_warmup`].
+    pub moe_kernel_compiles: u64,
+    /// Σ of those stalls (included in `busy`).
+    pub moe_compile_stall: Micros,
 }
 
 impl InstanceStats {
@@ -358,6 +364,8 @@ impl InstanceStats {
         self.busy += other.busy;
         self.steps_clamped += other.steps_clamped;
         self.overheads_clamped += other.overheads_clamped;
+        self.moe_kernel_compiles += other.moe_kernel_compiles;
+        self.moe_compile_stall += other.moe_compile_stall;
     }
 }
 
@@ -409,6 +417,8 @@ pub struct Instance {
     preemption_ema: f64,
     /// Multiplier of every step time (warm-up); 1 when warm.
     step_slowdown: f64,
+    /// The fused-MoE configs compiled so far; `None` when none costs anything.
+    moe_kernels: Option<MoeKernelCache>,
     now: Micros,
     stats: InstanceStats,
 }
@@ -433,6 +443,7 @@ impl Instance {
         let transfer_link = cfg.kv_transfer.map(|t| Link::new(t.link));
         let kv_transfer = cfg.kv_transfer.map(|_| KvTransferStats::default());
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
+        let moe_kernels = cfg.moe_kernel_warmup.map(|w| MoeKernelCache::after_startup(w, cfg.scheduler.max_num_seqs, cfg.scheduler.max_num_batched_tokens));
         Ok(Instance {
             id,
             cfg,
@@ -466,6 +477,7 @@ impl Instance {
             queue_log: Vec::new(),
             preemption_ema: 0.0,
             step_slowdown: 1.0,
+            moe_kernels,
             now: Micros::ZERO,
             stats: InstanceStats { offload: offload_stats, kv_transfer, ..InstanceStats::default() },
         })
@@ -1162,6 +1174,14 @@ impl Instance {
                 .min(crate::latency::MAX_STEP);
         }
         let tokens: u64 = self.entries.iter().map(|e| u64::from(e.new_tokens)).sum();
+        if let Some(kernels) = &mut self.moe_kernels {
+            let stall = kernels.launch(tokens);
+            if stall > Micros::ZERO {
+                duration += stall;
+                self.stats.moe_kernel_compiles += 1;
+                self.stats.moe_compile_stall += stall;
+            }
+        }
         let usage = self.kv.usage();
         let s = &mut self.stats;
         s.steps += 1;

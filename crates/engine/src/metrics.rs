@@ -561,6 +561,11 @@ pub struct BatchReport {
     /// Latency-model overheads (queueing, token emission, per-token,
     /// completion) clamped to 1 h: non-zero means the α coefficients are absurd.
     pub overheads_clamped: u64,
+    /// Steps that stalled to compile a fused-MoE kernel on first use (a MoE
+    /// server started with a cold Triton cache, [`crate::warmup`]).
+    pub moe_kernel_compiles: u64,
+    /// What those stalls took together, seconds (summed over instances).
+    pub moe_compile_stall_s: f64,
 }
 
 /// Everything a run measured, ready to serialise.
@@ -632,6 +637,8 @@ impl RunSummary {
                 busy_fraction: ratio(sum(|s| s.busy.as_us()) as f64 / n, duration.as_us() as f64),
                 steps_clamped: sum(|s| s.steps_clamped),
                 overheads_clamped: sum(|s| s.overheads_clamped),
+                moe_kernel_compiles: sum(|s| s.moe_kernel_compiles),
+                moe_compile_stall_s: sum(|s| s.moe_compile_stall.as_us()) as f64 / 1e6,
             },
         }
     }

@@ -87,6 +87,10 @@ pub struct InstanceConfig {
     /// reach them by an all-to-all instead of the layer's all-reduce. No
     /// effect on a dense model or at TP 1.
     pub expert_parallel: bool,
+    /// How the server compiles its fused-MoE kernels on first use
+    /// ([`crate::warmup::MoeKernelCache`]); `None` for a dense model or a
+    /// server whose Triton cache is warm.
+    pub moe_kernel_warmup: Option<crate::warmup::MoeKernelWarmup>,
 }
 
 /// A configuration that cannot run.
@@ -159,6 +163,7 @@ impl InstanceConfig {
             kv_transfer: None,
             kv_events: false,
             expert_parallel: false,
+            moe_kernel_warmup: None,
         }
     }
 

@@ -14,7 +14,8 @@ use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
-use blis_engine::time::{MAX_SPAN_S, Micros};
+use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
+use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
 use blis_engine::vllm::ALLOW_LONG_MAX_MODEL_LEN;
 
 use crate::error::{ScenarioError, invalid};
@@ -204,6 +205,15 @@ impl Server {
             warnings.push(format!("--enable-expert-parallel has no effect: {why}"));
             expert_parallel = false;
         }
+        let moe_kernel_compile = match &k.moe_kernel_compile.value {
+            Some(text) => parse_duration(text).map_err(|e| invalid!("--moe-kernel-compile {e}"))?,
+            None => MEASURED_MOE_KERNEL_COMPILE,
+        };
+        let moe_kernel_warmup = model.moe.as_ref().filter(|_| moe_kernel_compile > Micros::ZERO).map(|moe| MoeKernelWarmup {
+            compile: moe_kernel_compile,
+            experts: moe.num_experts,
+            experts_per_token: moe.experts_per_token,
+        });
         let instance = InstanceConfig {
             scheduler: SchedulerConfig {
                 max_num_seqs,
@@ -223,6 +233,7 @@ impl Server {
             kv_transfer: None,
             kv_events: false,
             expert_parallel,
+            moe_kernel_warmup,
         };
         instance.validate().map_err(|e| invalid!("{e}"))?;
         Ok(Server { model_name, model, gpu_name, gpu, tp, instance, kv_budget })

@@ -216,6 +216,11 @@ knob_table! {
     /// Spread a MoE model's experts whole over the --tp GPUs and route tokens to them by an
     /// all-to-all (vLLM --enable-expert-parallel); no effect on dense models. [default: false]
     enable_expert_parallel: bool = Some(false), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// What a server with a cold Triton cache stalls the first time a step needs a fused-MoE
+    /// kernel config it has not compiled yet (MoE models; vLLM compiles one per tuned config on
+    /// first use): a duration (950ms, 1s) or seconds; 0 for a server whose cache is warm.
+    /// [default: 950ms, measured on the shared Mixtral runs]
+    moe_kernel_compile: String = None, flag(long, value_name = "DURATION", allow_hyphen_values = true, help_heading = "Server start");
     /// Cap on one request's prefill tokens per step; 0 = off. [default: 0]
     long_prefill_token_threshold: u32 = Some(DEFAULTS.long_prefill_token_threshold), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
     /// Host memory for offloaded KV blocks, GiB, for the whole instance (vLLM --kv-offloading-size):

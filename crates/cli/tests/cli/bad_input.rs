@@ -309,6 +309,14 @@ fn a_bad_override_of_a_spec_is_blamed_on_the_flag_not_the_spec() {
 }
 
 #[test]
+fn a_bad_compile_stall_names_its_flag() {
+    for (name, value) in [("moe-compile-negative", "-1s"), ("moe-compile-word", "soon")] {
+        let e = rejected(name, &with_model(&["--moe-kernel-compile", value]));
+        assert!(e.starts_with("error: --moe-kernel-compile"), "{name}: {e}");
+    }
+}
+
+#[test]
 fn bad_autoscaling_settings() {
     for (name, extra, needle) in [
         ("as-unknown-policy", vec!["--autoscale-policy", "hpa"], "allowed: threshold, target-tracking"),

@@ -361,15 +361,42 @@ fn tiers_report_per_tier_and_kv_events_are_deterministic_and_balanced() {
     assert!(!std::fs::read_to_string(plain).unwrap().contains("kv_load_wait_ms"));
 }
 
+/// A MoE server started with a cold Triton cache stalls once per fused-MoE
+/// kernel specialization its steps outside the CUDA graphs need: the
+/// report counts the compiles and their seconds, which are a whole number of
+/// `--moe-kernel-compile`s, and the first requests wait for them. A warm
+/// cache (0) and a dense model never stall.
+#[test]
+fn a_cold_moe_server_stalls_to_compile_its_kernels() {
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "200", "--rate", "8", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap()
+    };
+    let cold = run(&["--moe-kernel-compile", "500ms"]);
+    let compiles = cold["batch"]["moe_kernel_compiles"].as_u64().unwrap();
+    assert!((1..=72).contains(&compiles), "{compiles} compiles");
+    assert!((cold["batch"]["moe_compile_stall_s"].as_f64().unwrap() - 0.5 * compiles as f64).abs() < 1e-9);
+    let warm = run(&["--moe-kernel-compile", "0"]);
+    assert_eq!(warm["batch"]["moe_kernel_compiles"], 0);
+    let p99 = |j: &Value| j["latency_ms"]["ttft"]["p99"].as_f64().unwrap();
+    assert!(p99(&cold) > p99(&warm) + 400.0, "cold TTFT p99 {} vs warm {}", p99(&cold), p99(&warm));
+    assert_eq!(run_json(&[]).1["batch"]["moe_kernel_compiles"], 0, "a dense model compiles nothing at run time");
+}
+
 /// Issue 26: `--enable-expert-parallel` spreads a MoE model's experts over
 /// its TP GPUs: its MoE layers trade their all-reduce for an all-to-all that
 /// moves each token to its k = 2 experts and back, so the bundled set (whose
 /// βEP is its all-reduce coefficient: no EP run was fitted) times a slower
 /// Mixtral step at TP 2. On a dense model it changes nothing, and says so.
+/// The servers start with their MoE kernels compiled, so that a hundred
+/// requests compare steps, not the compile stalls of a cold start.
 #[test]
 fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let mixtral = |extra: &[&str]| {
-        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "100", "--rate", "10", "--format", "json"];
+        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "100", "--rate", "10", "--format", "json", "--moe-kernel-compile", "0"];
         args.extend_from_slice(extra);
         let out = blis(&args);
         assert!(out.status.success(), "{}", stderr(&out));

@@ -18,19 +18,32 @@
 
 use super::expert_load::normal_cdf;
 
-/// BLOCK_SIZE_M of vLLM's H100 fused-MoE config (E = 8, N = 7168) for a
-/// step of `tokens` tokens: the config whose key is nearest (the lower key
-/// on a tie, as Python's `min` over the ascending keys picks).
-pub(crate) fn tile_rows(tokens: f64) -> f64 {
-    if tokens <= 40.0 {
-        16.0
-    } else if tokens <= 112.0 {
-        32.0
-    } else if tokens <= 768.0 {
-        64.0
-    } else {
-        128.0
+/// The keys of vLLM's tuned fused-MoE configs: the step token counts M its
+/// tuning script (`benchmark_moe.py`) times, and every shipped config file
+/// holds.
+pub(crate) const CONFIG_KEYS: [u32; 18] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096];
+
+/// BLOCK_SIZE_M of each of [`CONFIG_KEYS`] in vLLM's H100 config for
+/// Mixtral-8x7B's expert shape at TP 2 (E = 8, N = 7168).
+const BLOCK_SIZE_M: [u8; 18] = [16, 16, 16, 16, 16, 16, 16, 32, 32, 32, 64, 64, 64, 128, 128, 128, 128, 128];
+
+/// Which of [`CONFIG_KEYS`] vLLM's fused MoE kernel uses for a step of
+/// `tokens` tokens: the nearest key, the lower one on a tie (Python's `min`
+/// over the ascending keys keeps the first).
+pub(crate) fn config_index(tokens: f64) -> usize {
+    let mut best = 0;
+    for (i, &key) in CONFIG_KEYS.iter().enumerate() {
+        if (f64::from(key) - tokens).abs() < (f64::from(CONFIG_KEYS[best]) - tokens).abs() {
+            best = i;
+        }
     }
+    best
+}
+
+/// BLOCK_SIZE_M of vLLM's H100 fused-MoE config (E = 8, N = 7168) for a
+/// step of `tokens` tokens.
+pub(crate) fn tile_rows(tokens: f64) -> f64 {
+    f64::from(BLOCK_SIZE_M[config_index(tokens)])
 }
 
 /// Rows the fused MoE kernel computes over the rows `tokens` tokens need,
@@ -84,6 +97,14 @@ mod tests {
                 let got = padding_factor(experts, k, t);
                 assert!((got - exact.max(1.0)).abs() <= 0.01 * exact, "N {experts} k {k} T {tokens}: {got} vs exact {exact}");
             }
+        }
+    }
+
+    #[test]
+    fn the_nearest_config_key_gives_the_tile_height_and_ties_go_low() {
+        for (tokens, key, rows) in [(1.0, 1, 16.0), (3.0, 2, 16.0), (40.0, 32, 16.0), (41.0, 48, 32.0), (112.0, 96, 32.0), (113.0, 128, 64.0), (768.0, 512, 64.0), (769.0, 1024, 128.0), (9000.0, 4096, 128.0)] {
+            assert_eq!(CONFIG_KEYS[config_index(tokens)], key, "M {tokens}");
+            assert_eq!(tile_rows(tokens), rows, "M {tokens}");
         }
     }
 

@@ -13,6 +13,7 @@ use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq};
 use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
+use blis_engine::warmup::MoeKernelWarmup;
 use proptest::prelude::*;
 
 use crate::harness::{Checked, Recorder, run_checked_with};
@@ -29,8 +30,10 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000, prop::option::of(1u64..500), prop::option::of(1u32..20))),
         // A P/D decode instance's inbound link: bytes/s, latency.
         prop::option::of((1e6f64..1e11, 0u64..2_000)),
+        // A MoE server with a cold Triton cache: compile stall, experts, experts per token.
+        prop::option::of((1u64..2_000_000, 2u32..64, 1u32..8)),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer, moe)| {
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs,
@@ -61,6 +64,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                 kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(latency_us) }, block_bytes: 1 << 16 }),
                 kv_events,
                 expert_parallel: false,
+                moe_kernel_warmup: moe.map(|(compile_us, experts, k)| MoeKernelWarmup { compile: Micros(compile_us), experts, experts_per_token: k.min(experts) }),
             }
         })
 }
