@@ -164,7 +164,12 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     let definitions = args.definitions.load()?;
     let suite = if args.dirs.is_empty() { Suite::default() } else { Suite::load(&args.dirs, &definitions).map_err(|e| bad_input!("{e}"))? };
     crate::output::warn(&suite.warnings());
-    let given = KnobValues { model_config: definitions.model.clone(), hardware_config: definitions.gpu.clone(), ..KnobValues::default() };
+    let given = KnobValues {
+        model_config: definitions.model.clone(),
+        hardware_config: definitions.gpu.clone(),
+        moe_kernel_compile: definitions.moe_kernel_compile.clone(),
+        ..KnobValues::default()
+    };
     let traces = args
         .trace
         .iter()
@@ -204,6 +209,12 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         if let Some(p) = path {
             command += &format!(" {flag} {}", p.display());
         }
+    }
+    if let Some(gib) = args.definitions.kv_offloading_size {
+        command += &format!(" --kv-offloading-size {gib}");
+    }
+    if let Some(stall) = &args.definitions.moe_kernel_compile {
+        command += &format!(" --moe-kernel-compile {stall}");
     }
     set.provenance.command = Some(command);
     set.provenance.fitted_at = Some(args.fitted_at.clone().unwrap_or_else(today_utc));
