@@ -50,6 +50,8 @@ use std::path::Path;
 use blis_engine::instance::{Observer, StepEvent};
 use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use blis_engine::request::{Outcome, RequestRecord};
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::warmup::MoeKernelCache;
 use blis_engine::time::Micros;
 use serde_json::{Value, json};
 
@@ -795,6 +797,8 @@ pub struct StepFit {
     pub steps_approximated: usize,
     /// Steps without snapshots whose counts could not rebuild a batch (left out).
     pub steps_without_batch: usize,
+    /// Steps of a MoE server that compiled a kernel on first use (left out).
+    pub steps_compiling: usize,
     /// The prefill cv² the rebuilt steps were spread by; `None` when the
     /// trace had no snapshots to estimate it from (then 0).
     pub prefill_cv2: Option<f64>,
@@ -808,9 +812,12 @@ pub struct StepFit {
 pub const APPROXIMATED_WEIGHT: f64 = 0.5;
 
 /// Fits `basis`'s α and β on `trace`; `priors` per coefficient (α then β),
-/// `prior_weight` their weight against the equations; `block_size` rebuilds
-/// the batches of steps without snapshots ([`TracedStep::approximate_batch`]).
-pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64, block_size: u32) -> Result<StepFit, String> {
+/// `prior_weight` their weight against the equations. `server` is the
+/// traced server's configuration: its block size rebuilds the batches of
+/// steps without snapshots ([`TracedStep::approximate_batch`]), and a MoE
+/// server's steps that would have compiled a fused-MoE kernel had it started
+/// cold ([`MoeKernelCache`]) are left out, their time being the compiler's.
+pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64, server: &InstanceConfig) -> Result<StepFit, String> {
     let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
     let mut f = vec![0.0; nb];
     // (features / duration, weight), the scaled target being 1.
@@ -818,9 +825,28 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let (mut approximated, mut without) = (0, 0);
     let mut rebuilt;
     let prefill_cv2 = trace.prefill_cv2();
-    // Each server warms up: its first steps are left out.
-    let after_warm_up = trace.steps.chunk_by(|a, b| a.instance == b.instance).flat_map(|server| server.iter().skip(WARM_UP_STEPS));
-    for s in after_warm_up {
+    let block_size = server.block_size;
+    let cold = server.moe_kernel_warmup.map(|w| MoeKernelCache::after_startup(w, server.scheduler.max_num_seqs, server.scheduler.max_num_batched_tokens));
+    let mut compiling = 0;
+    // Each server warms up: its first steps are left out, and so are the
+    // steps that compile a kernel.
+    let mut kept = Vec::with_capacity(trace.steps.len());
+    for server_steps in trace.steps.chunk_by(|a, b| a.instance == b.instance) {
+        let mut kernels = cold;
+        for (i, s) in server_steps.iter().enumerate() {
+            let tokens = u64::from(s.summary.prefill_tokens) + u64::from(s.summary.decode_reqs);
+            let compiles = kernels.as_mut().is_some_and(|k| k.launch(tokens) > Micros::ZERO);
+            if i < WARM_UP_STEPS {
+                continue;
+            }
+            if compiles {
+                compiling += 1;
+                continue;
+            }
+            kept.push(s);
+        }
+    }
+    for s in kept {
         if s.duration_us == 0 {
             continue;
         }
@@ -907,7 +933,7 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         }
         LeastSquares::new(&rows, na).nnls()
     };
-    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, prefill_cv2, journeys_used: used, step_mape })
+    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, steps_compiling: compiling, prefill_cv2, journeys_used: used, step_mape })
 }
 
 #[cfg(test)]
@@ -1054,7 +1080,7 @@ mod tests {
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
         let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
-        let fitted = |t: &OtelTrace| fit_steps(t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, 16).unwrap().steps_used;
+        let fitted = |t: &OtelTrace| fit_steps(t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap().steps_used;
         assert_eq!(fitted(&trace), (12 - WARM_UP_STEPS) + (15 - WARM_UP_STEPS), "each server's first steps are its warm-up");
         assert!(!trace.retain_instance("1"), "no steps of instance 1");
         assert_eq!(trace.instances().len(), 2, "a failed cut leaves the trace whole");
@@ -1089,7 +1115,7 @@ mod tests {
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
         let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
-        let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, 16).unwrap_err();
+        let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap_err();
         assert!(err.contains("no step after the first 10"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -282,6 +282,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         tp: args.tp,
         model_config: args.definitions.model_config.clone(),
         hardware_config: args.definitions.hardware_config.clone(),
+        moe_kernel_compile: args.definitions.moe_kernel_compile.clone(),
         ..KnobValues::default()
     };
     let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{e}"))?.deployment.server;
@@ -291,14 +292,18 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         .ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let started = Instant::now();
-    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, server.instance.block_size).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
+    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, &server.instance).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
     eprintln!(
-        "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out), α on {} journeys; step-time MAPE {:.2} %",
+        "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out{}), α on {} journeys; step-time MAPE {:.2} %",
         started.elapsed().as_secs_f64(),
         found.steps_used,
         if servers == 1 { "" } else { "s" },
         found.steps_approximated,
         found.steps_without_batch,
+        match found.steps_compiling {
+            0 => String::new(),
+            n => format!(", {n} compiling a MoE kernel left out"),
+        },
         found.journeys_used,
         found.step_mape
     );
@@ -319,6 +324,9 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     }
     if let Some(id) = &args.otel_instance {
         command += &format!(" --otel-instance {id}");
+    }
+    if let Some(stall) = &args.definitions.moe_kernel_compile {
+        command += &format!(" --moe-kernel-compile {stall}");
     }
     command += &prior_flags(&args.prior);
     let mut set = CoefficientSet {

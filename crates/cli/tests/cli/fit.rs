@@ -2,7 +2,7 @@
 
 use blis_data::coefficients::CoefficientSet;
 
-use crate::experiment_dir::{TempDir, blis, stderr, write_experiment};
+use crate::experiment_dir::{TempDir, blis, stderr, stdout, write_experiment};
 
 #[test]
 fn fits_a_loadable_deterministic_coefficient_file_with_provenance() {
@@ -201,6 +201,43 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
         assert!((e2e / e2e_true - 1.0).abs() < 0.02, "{name}: E2E {e2e} vs {e2e_true}");
         assert!((ttft / ttft_true - 1.0).abs() < 0.05, "{name}: TTFT {ttft} vs {ttft_true}");
     }
+}
+
+/// A MoE server started cold spends some steps compiling its fused-MoE
+/// kernels: in an OTEL trace those steps last the compiler's second, not
+/// what the step costs. `blis fit --otel` leaves out the steps the server
+/// would have compiled in (counted in its summary), and fits the others
+/// back to the hidden set; told the server was warm (`--moe-kernel-compile
+/// 0`) it keeps them, and its step-time error shows what they would cost.
+#[test]
+fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
+    let tmp = TempDir::new("fit-otel-moe");
+    let hidden = tmp.0.join("hidden.yaml");
+    std::fs::write(&hidden, HIDDEN).unwrap();
+    let otel = tmp.0.join("otel.jsonl");
+    let out = blis(&[
+        "run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--coefficients", hidden.to_str().unwrap(), "--num-requests", "200", "--rate", "8",
+        "--prompt-tokens-stdev", "300", "--prompt-tokens-min", "16", "--seed", "3", "--format", "json", "--otel-output", otel.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let compiled = serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()["batch"]["moe_kernel_compiles"].as_u64().unwrap();
+    assert!(compiled > 0, "the cold server compiled nothing");
+    let fit = |extra: &[&str]| {
+        let fitted = tmp.0.join("fitted.yaml");
+        let mut args = vec!["fit", "--otel", otel.to_str().unwrap(), "--tp", "2", "-o", fitted.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        (stderr(&out), CoefficientSet::load(&fitted).unwrap().provenance.train_errors["step_time_mape"])
+    };
+    let (err, cold_mape) = fit(&[]);
+    // Compiles within a server's first steps are in its warm-up already.
+    let left_out: u64 = err.split_once(" compiling a MoE kernel left out").and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok()).unwrap_or(0);
+    assert!((1..=compiled).contains(&left_out), "{compiled} compiles, {left_out} left out: {err}");
+    assert!(cold_mape < 1.0, "step-time MAPE {cold_mape}: {err}");
+    let (err, warm_mape) = fit(&["--moe-kernel-compile", "0"]);
+    assert!(!err.contains("compiling a MoE kernel"), "{err}");
+    assert!(warm_mape > cold_mape, "keeping the compiling steps: MAPE {warm_mape} vs {cold_mape}");
 }
 
 /// A cluster's OTEL export has one resource per instance: `blis fit
