@@ -294,6 +294,8 @@ pub struct ExperimentComparison {
     pub prefix_hit_rate: f64,
     /// Simulated preemptions.
     pub preemptions: u64,
+    /// Simulated fused-MoE kernel compiles (stalls of a server started cold).
+    pub moe_kernel_compiles: u64,
     /// The saturated service rate, for overload-excluded runs with recorded requests.
     pub saturated: Option<SaturatedRate>,
 }
@@ -348,6 +350,7 @@ impl ExperimentComparison {
             offered_rps: exp.workload.load.stages.iter().map(blis_workload::inference_perf::Stage::offered_rate).collect(),
             prefix_hit_rate: sim.prefix_hit_rate,
             preemptions: sim.preemptions,
+            moe_kernel_compiles: sim.moe_kernel_compiles,
             saturated,
         }
     }

@@ -278,12 +278,16 @@ only).\n\n";
     for c in comparisons {
         let _ = write!(
             out,
-            "\n## {}\n\n{} · {} · simulated prefix-cache hit rate {:.1}%, {} preemptions\n\n",
+            "\n## {}\n\n{} · {} · simulated prefix-cache hit rate {:.1}%, {} preemptions{}\n\n",
             c.name,
             c.model,
             c.status.as_str(),
             c.prefix_hit_rate * 100.0,
-            c.preemptions
+            c.preemptions,
+            match c.moe_kernel_compiles {
+                0 => String::new(),
+                n => format!(", {n} MoE kernel compiles"),
+            }
         );
         out += &experiment_table(c).to_markdown();
     }

@@ -184,6 +184,8 @@ pub struct Simulated {
     pub steps: u64,
     /// Requests preempted.
     pub preemptions: u64,
+    /// Steps that stalled to compile a fused-MoE kernel (a MoE server started cold).
+    pub moe_kernel_compiles: u64,
     /// Prompt tokens served from the prefix cache / looked up.
     pub prefix_hit_rate: f64,
     /// Mean generated length of a successful request: the recorded lengths'
@@ -244,7 +246,7 @@ pub fn simulate(
     let (_, instance) = run_single(instance, workload.stream.as_mut(), None, &mut Fanout::new(vec![&mut client, extra]));
     let stats = instance.stats();
     let prefix_hit_rate = if stats.prefix_query_tokens > 0 { stats.prefix_hit_tokens as f64 / stats.prefix_query_tokens as f64 } else { 0.0 };
-    Ok(Simulated { client, csv_row_of, steps: stats.steps, preemptions: stats.preemptions, prefix_hit_rate, mean_output_tokens, fixed_output })
+    Ok(Simulated { client, csv_row_of, steps: stats.steps, preemptions: stats.preemptions, moe_kernel_compiles: stats.moe_kernel_compiles, prefix_hit_rate, mean_output_tokens, fixed_output })
 }
 
 /// An observer that ignores everything.
