@@ -417,7 +417,8 @@ pub struct Instance {
     preemption_ema: f64,
     /// Multiplier of every step time (warm-up); 1 when warm.
     step_slowdown: f64,
-    /// The fused-MoE configs compiled so far; `None` when none costs anything.
+    /// The fused-MoE kernel specializations compiled so far; `None` when
+    /// compiling costs nothing (a dense model or a warm cache).
     moe_kernels: Option<MoeKernelCache>,
     now: Micros,
     stats: InstanceStats,

@@ -207,7 +207,12 @@ impl Server {
         }
         let moe_kernel_compile = match &k.moe_kernel_compile.value {
             Some(text) => parse_duration(text).map_err(|e| invalid!("--moe-kernel-compile {e}"))?,
-            None => MEASURED_MOE_KERNEL_COMPILE,
+            None => {
+                if model.moe.is_some() {
+                    report_entry(report, "moe-kernel-compile", &format!("{}ms", MEASURED_MOE_KERNEL_COMPILE.as_us() / 1000), Source::Derived);
+                }
+                MEASURED_MOE_KERNEL_COMPILE
+            }
         };
         let moe_kernel_warmup = model.moe.as_ref().filter(|_| moe_kernel_compile > Micros::ZERO).map(|moe| MoeKernelWarmup {
             compile: moe_kernel_compile,

@@ -379,6 +379,9 @@ fn a_cold_moe_server_stalls_to_compile_its_kernels() {
     let compiles = cold["batch"]["moe_kernel_compiles"].as_u64().unwrap();
     assert!((1..=72).contains(&compiles), "{compiles} compiles");
     assert!((cold["batch"]["moe_compile_stall_s"].as_f64().unwrap() - 0.5 * compiles as f64).abs() < 1e-9);
+    let default = run(&[]);
+    assert_eq!(default["config"]["moe-kernel-compile"], serde_json::json!({"value": "950ms", "source": "derived"}));
+    assert!(default["batch"]["moe_kernel_compiles"].as_u64().unwrap() > 0);
     let warm = run(&["--moe-kernel-compile", "0"]);
     assert_eq!(warm["batch"]["moe_kernel_compiles"], 0);
     let p99 = |j: &Value| j["latency_ms"]["ttft"]["p99"].as_f64().unwrap();
