@@ -834,7 +834,11 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     for server_steps in trace.steps.chunk_by(|a, b| a.instance == b.instance) {
         let mut kernels = cold;
         for (i, s) in server_steps.iter().enumerate() {
-            let tokens = u64::from(s.summary.prefill_tokens) + u64::from(s.summary.decode_reqs);
+            let tokens = if s.entries.is_empty() {
+                u64::from(s.summary.prefill_tokens) + u64::from(s.summary.decode_reqs)
+            } else {
+                s.entries.iter().map(|e| u64::from(e.new_tokens)).sum()
+            };
             let compiles = kernels.as_mut().is_some_and(|k| k.launch(tokens) > Micros::ZERO);
             if i < WARM_UP_STEPS {
                 continue;
