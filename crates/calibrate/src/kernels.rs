@@ -819,14 +819,13 @@ pub struct AllReduceCheck {
 /// Fits every GPU's all-reduce over each link its curves cover;
 /// `link_bytes_per_s` gives a GPU's datasheet bandwidth of a link.
 pub fn fit_all_reduces(curves: &[AllReduceCurve], link_bytes_per_s: impl Fn(&str, Link) -> Option<f64>) -> Vec<AllReduceFit> {
-    let mut groups: BTreeMap<(String, bool), Vec<&AllReduceCurve>> = BTreeMap::new();
+    let mut groups: BTreeMap<(String, Link), Vec<&AllReduceCurve>> = BTreeMap::new();
     for c in curves {
-        groups.entry((c.gpu.clone(), c.link == Link::Pcie)).or_default().push(c);
+        groups.entry((c.gpu.clone(), c.link)).or_default().push(c);
     }
     groups
         .into_iter()
-        .filter_map(|((gpu, _), group)| {
-            let link = group[0].link;
+        .filter_map(|((gpu, link), group)| {
             let efficiency = fit_all_reduce(&group, link_bytes_per_s(&gpu, link)?)?;
             Some(AllReduceFit { gpu, link, efficiency })
         })

@@ -112,7 +112,7 @@ pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency
 pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.751, latency_us: 51.1 };
 
 /// The link a tensor-parallel group's all-reduce crosses.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
 pub enum Link {
     /// Every GPU of the group in one NVLink domain.
     NvLink,

@@ -25,7 +25,7 @@
 //! (every step inside the graphs) never stalls, and dense models show no
 //! such stalls. `docs/fidelity.md` ("Server warm-up") has the measurement.
 
-use crate::latency::moe_tiles::{CONFIG_KEYS, config_index, tile_rows};
+use crate::latency::moe_tiles::{CONFIG_KEYS, block_size_m, config_index};
 use crate::time::Micros;
 
 /// What compiling one fused-MoE kernel specialization stalls a server, as
@@ -93,11 +93,11 @@ impl MoeKernelCache {
 
     /// The bit of the specialization a step of `tokens` tokens launches.
     fn specialization(&self, tokens: u64) -> u128 {
-        let m = tokens as f64;
+        let config = config_index(tokens as f64);
         let routed = tokens * u64::from(self.warmup.experts_per_token);
-        let padded = routed + u64::from(self.warmup.experts) * (tile_rows(m) as u64 - 1);
-        let class = usize::from(routed % 16 == 0) * 2 + usize::from(padded % 16 == 0);
-        1u128 << (config_index(m) * CLASSES + class)
+        let padded = routed + u64::from(self.warmup.experts) * u64::from(block_size_m(config) - 1);
+        let class = usize::from(routed.is_multiple_of(16)) * 2 + usize::from(padded.is_multiple_of(16));
+        1u128 << (config * CLASSES + class)
     }
 }
 

@@ -1,5 +1,7 @@
 //! `blis fit` end to end.
 
+use std::path::PathBuf;
+
 use blis_data::coefficients::CoefficientSet;
 
 use crate::experiment_dir::{TempDir, blis, stderr, stdout, write_experiment};
@@ -92,6 +94,25 @@ fn fits_an_unbundled_model_and_records_its_config_in_the_command() {
 /// A hidden trained-physics set: every β and α away from the bundled H100 fit.
 const HIDDEN: &str = "latency_model: trained-physics\nalpha: [2000.0, 0.0, 2500.0]\nbeta: [1.5, 1.0, 1.35, 3.9, 40.0, 10.0, 200.0, 0.0, 1.0, 1.0, 0.0]\n";
 
+/// The workload the OTEL tests record Llama-3.1-8B serving with [`HIDDEN`].
+const LLAMA_OTEL_RUN: &[&str] = &[
+    "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "--rate", "20", "--prompt-tokens-stdev", "400", "--prompt-tokens-min", "16",
+    "--seed", "7", "-q",
+];
+
+/// `blis run` with [`HIDDEN`] and `args`, exporting OTEL traces into `tmp`:
+/// (the hidden set's file, the trace, the run's stdout).
+fn record_otel(tmp: &TempDir, args: &[&str]) -> (PathBuf, PathBuf, String) {
+    let hidden = tmp.0.join("hidden.yaml");
+    std::fs::write(&hidden, HIDDEN).unwrap();
+    let otel = tmp.0.join("otel.jsonl");
+    let mut all = vec!["run", "--coefficients", hidden.to_str().unwrap(), "--otel-output", otel.to_str().unwrap()];
+    all.extend_from_slice(args);
+    let out = blis(&all);
+    assert!(out.status.success(), "{}", stderr(&out));
+    (hidden, otel, stdout(&out))
+}
+
 /// Mean client-side E2E and TTFT (ms) of a `blis run` with `coefficients` on a
 /// workload unlike the one fitted on (long prompts, long outputs, low rate).
 fn mean_e2e_ttft(coefficients: &str) -> (f64, f64) {
@@ -114,14 +135,7 @@ fn mean_e2e_ttft(coefficients: &str) -> (f64, f64) {
 #[test]
 fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     let tmp = TempDir::new("fit-otel");
-    let hidden = tmp.0.join("hidden.yaml");
-    std::fs::write(&hidden, HIDDEN).unwrap();
-    let otel = tmp.0.join("otel.jsonl");
-    let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--coefficients", hidden.to_str().unwrap(), "--num-requests", "300", "--rate", "20",
-        "--prompt-tokens-stdev", "400", "--prompt-tokens-min", "16", "--seed", "7", "-q", "--otel-output", otel.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (hidden, otel, _) = record_otel(&tmp, LLAMA_OTEL_RUN);
     let fitted = tmp.0.join("fitted.yaml");
     let out = blis(&["fit", "--otel", otel.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -212,15 +226,11 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
 #[test]
 fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
     let tmp = TempDir::new("fit-otel-moe");
-    let hidden = tmp.0.join("hidden.yaml");
-    std::fs::write(&hidden, HIDDEN).unwrap();
-    let otel = tmp.0.join("otel.jsonl");
-    let out = blis(&[
-        "run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--coefficients", hidden.to_str().unwrap(), "--num-requests", "200", "--rate", "8",
-        "--prompt-tokens-stdev", "300", "--prompt-tokens-min", "16", "--seed", "3", "--format", "json", "--otel-output", otel.to_str().unwrap(),
+    let (_, otel, report) = record_otel(&tmp, &[
+        "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "200", "--rate", "8", "--prompt-tokens-stdev", "300",
+        "--prompt-tokens-min", "16", "--seed", "3", "--format", "json",
     ]);
-    assert!(out.status.success(), "{}", stderr(&out));
-    let compiled = serde_json::from_str::<serde_json::Value>(&stdout(&out)).unwrap()["batch"]["moe_kernel_compiles"].as_u64().unwrap();
+    let compiled = serde_json::from_str::<serde_json::Value>(&report).unwrap()["batch"]["moe_kernel_compiles"].as_u64().unwrap();
     assert!(compiled > 0, "the cold server compiled nothing");
     let fit = |extra: &[&str]| {
         let fitted = tmp.0.join("fitted.yaml");
@@ -255,14 +265,7 @@ fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
 fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
     use serde_json::{Value, json};
     let tmp = TempDir::new("convert-otel");
-    let hidden = tmp.0.join("hidden.yaml");
-    std::fs::write(&hidden, HIDDEN).unwrap();
-    let otel = tmp.0.join("otel.jsonl");
-    let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--coefficients", hidden.to_str().unwrap(), "--num-requests", "300", "--rate", "20",
-        "--prompt-tokens-stdev", "400", "--prompt-tokens-min", "16", "--seed", "7", "-q", "--otel-output", otel.to_str().unwrap(),
-    ]);
-    assert!(out.status.success(), "{}", stderr(&out));
+    let (hidden, otel, _) = record_otel(&tmp, LLAMA_OTEL_RUN);
     let prefix = tmp.0.join("traces/journeys");
     let out = blis(&["convert", "otel", "--path", otel.to_str().unwrap(), "-o", prefix.to_str().unwrap(), "--hardware", "H100"]);
     assert!(out.status.success(), "{}", stderr(&out));

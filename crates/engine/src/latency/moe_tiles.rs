@@ -40,10 +40,15 @@ pub(crate) fn config_index(tokens: f64) -> usize {
     best
 }
 
+/// BLOCK_SIZE_M of the config of [`CONFIG_KEYS`]`[index]`.
+pub(crate) fn block_size_m(index: usize) -> u32 {
+    u32::from(BLOCK_SIZE_M[index])
+}
+
 /// BLOCK_SIZE_M of vLLM's H100 fused-MoE config (E = 8, N = 7168) for a
 /// step of `tokens` tokens.
 pub(crate) fn tile_rows(tokens: f64) -> f64 {
-    f64::from(BLOCK_SIZE_M[config_index(tokens)])
+    f64::from(block_size_m(config_index(tokens)))
 }
 
 /// Rows the fused MoE kernel computes over the rows `tokens` tokens need,
