@@ -90,7 +90,8 @@ pub const COLLECTIVE_CALL_PRIOR_US: f64 = 7.7;
 /// (compute, weight or KV traffic, all-reduce bytes at the link's measured
 /// bus bandwidth) expect 1 ± 1 (= peak, or measured, efficiency); per-layer,
 /// per-request and per-step overheads expect 0 ± 100 µs; client-side α
-/// expects 0 ± 10 ms. trained-physics's per-layer overhead is measured where
+/// expects 0 ± 10 ms, and trained-physics's queueing per running request
+/// 0 ± 100 µs. trained-physics's per-layer overhead is measured where
 /// the training GPU was profiled (`measured_layer_us`, the GPU's
 /// `kernels.layer_overhead_us`) and expects that ± 10 %; its KV traffic
 /// expects the bandwidth the GPU's memory-bound GEMMs reach (1/μ, `kernels.gemm_memory`)
@@ -100,7 +101,7 @@ pub const COLLECTIVE_CALL_PRIOR_US: f64 = 7.7;
 /// latency expects one kernel's measured fixed cost ± 10 %.
 fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficiency>) -> (f64, f64) {
     if is_alpha {
-        return (0.0, 10_000.0);
+        return if name.ends_with("_per_running_us") { (0.0, 100.0) } else { (0.0, 10_000.0) };
     }
     let profiled = gpu.filter(|_| kind == ModelKind::TrainedPhysics);
     let measured = |mean: f64| (mean, MEASURED_PRIOR_SCALE * mean);

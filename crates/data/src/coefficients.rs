@@ -25,7 +25,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
-use blis_engine::latency::trained_physics::PUBLISHED_BETA_LEN;
+use blis_engine::latency::trained_physics::{PUBLISHED_ALPHA_LEN, PUBLISHED_BETA_LEN};
 use blis_engine::latency::{LatencyModel, ModelKind, Roofline, TrainedPhysics};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
@@ -137,7 +137,19 @@ impl CoefficientSet {
         {
             set.beta = TrainedPhysics::beta_from_published_layout(&published, &set.published_layout_gpu(origin)?).to_vec();
         }
+        set.widen_published_alpha();
         Ok(set)
+    }
+
+    /// Reads a trained-physics α in the published formula's layout (three
+    /// coefficients) as BLIS's four, whose queueing per running request is
+    /// then 0; any other α is left as it is.
+    pub fn widen_published_alpha(&mut self) {
+        if self.latency_model == ModelKind::TrainedPhysics.name()
+            && let Ok(published) = <[f64; PUBLISHED_ALPHA_LEN]>::try_from(self.alpha.as_slice())
+        {
+            self.alpha = TrainedPhysics::alpha_from_published_layout(&published).to_vec();
+        }
     }
 
     /// The GPU an eleven-β trained-physics set (the published formula's
@@ -325,7 +337,8 @@ mod tests {
     /// A trained-physics file with the published formula's eleven β prices
     /// no tensor-parallel collective calls, and its β4 and βEP, per HBM
     /// byte, become per bus byte of its GPU's all-reduce: on that GPU it
-    /// times every step as the published formula does.
+    /// times every step as the published formula does. Its three α leave
+    /// the queueing delay flat in the running batch.
     #[test]
     fn a_trained_physics_set_in_the_published_layout_is_converted_to_blis_basis() {
         let published = CoefficientSet::bundled("trained-physics-published").unwrap();
@@ -341,6 +354,7 @@ mod tests {
             assert!((got - want).abs() <= 1e-15 * want.abs(), "β{i}: {got} vs {want}");
         }
         assert_eq!(published.beta[11], 0.0);
+        assert_eq!((file.alpha.len(), &published.alpha[..3], published.alpha[3]), (3, &file.alpha[..], 0.0));
         // A GPU the file names converts by its own bandwidths.
         let mut a100_file = file.clone();
         a100_file.provenance.hardware = Some("A100-80GB".into());

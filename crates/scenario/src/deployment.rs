@@ -327,6 +327,7 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
     };
     if let Some(a) = alpha {
         set.alpha = parse_coeffs("alpha-coeffs", a)?;
+        set.widen_published_alpha();
         origin += " with --alpha-coeffs";
     }
     if let Some(b) = beta {

@@ -116,6 +116,21 @@ fn overheads_at_the_one_hour_ceiling_are_counted_and_flagged() {
     assert_eq!(run_json(&[]).1["batch"]["overheads_clamped"], 0);
 }
 
+/// trained-physics's `--alpha-coeffs` takes the published layout's three
+/// values (a queueing delay flat in the running batch, the same run as four
+/// with α3 = 0) or BLIS's four; α3 > 0 lengthens every TTFT by α3 per
+/// request running at arrival, so more at a higher rate.
+#[test]
+fn trained_physics_alpha_flag_reads_three_or_four_values() {
+    let ttft = |alpha: &str, rate: &str| {
+        let base = ["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "200", "--format", "json"];
+        crate::json_of(&base, &["--alpha-coeffs", alpha, "--rate", rate]).1["latency_ms"]["ttft"]["mean"].as_f64().unwrap()
+    };
+    assert_eq!(ttft("3000,500,3000", "20"), ttft("3000,500,3000,0", "20"));
+    let [low, high] = [5, 40].map(|r| ttft("3000,500,3000,100", &r.to_string()) - ttft("3000,500,3000", &r.to_string()));
+    assert!(0.0 < low && low < high, "TTFT growth {low} ms at 5 req/s, {high} ms at 40");
+}
+
 #[test]
 fn config_file_values_have_source_file_and_flags_override_them() {
     let dir = scratch("config-file");

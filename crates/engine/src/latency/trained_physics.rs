@@ -181,7 +181,7 @@ impl FeatureBasis for TrainedPhysicsBasis {
     }
 
     fn alpha_names(&self) -> &'static [&'static str] {
-        &["queueing_us", "completion_us", "token_emission_us"]
+        &ALPHA_NAMES
     }
 
     fn beta_names(&self) -> &'static [&'static str] {
@@ -192,13 +192,14 @@ impl FeatureBasis for TrainedPhysicsBasis {
         out.copy_from_slice(&self.features(batch));
     }
 
-    fn alpha_features(&self, _arrival: &QueueingInput, _output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]) {
-        ttft.copy_from_slice(&[1.0, 0.0, 1.0]);
-        e2e.copy_from_slice(&[1.0, 1.0, 1.0]);
+    fn alpha_features(&self, arrival: &QueueingInput, _output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]) {
+        let running = f64::from(arrival.load.running);
+        ttft.copy_from_slice(&[1.0, 0.0, 1.0, running]);
+        e2e.copy_from_slice(&[1.0, 1.0, 1.0, running]);
     }
 
-    fn alpha_queueing_features(&self, _arrival: &QueueingInput, out: &mut [f64]) -> bool {
-        out.copy_from_slice(&[1.0, 0.0, 0.0]);
+    fn alpha_queueing_features(&self, arrival: &QueueingInput, out: &mut [f64]) -> bool {
+        out.copy_from_slice(&[1.0, 0.0, 0.0, f64::from(arrival.load.running)]);
         true
     }
 
@@ -212,19 +213,28 @@ impl FeatureBasis for TrainedPhysicsBasis {
 pub struct TrainedPhysics {
     /// The basis functions.
     pub basis: TrainedPhysicsBasis,
-    /// α0 (queueing µs), α1 (completion µs), α2 (token emission µs).
-    pub alpha: [f64; 3],
+    /// α0 (queueing µs), α1 (completion µs), α2 (token emission µs), α3
+    /// (queueing µs per request the server is running at arrival).
+    pub alpha: [f64; ALPHA_LEN],
     /// β in the order `[β1a, β2a, β3, β4, β5, β6, β7, β8, β1b, β2b, βEP, βcall]`.
     pub beta: [f64; BETA_LEN],
 }
 
 impl TrainedPhysics {
     /// The published H100 coefficients (`latency-formulas.md` §3, loss 34.6 %).
-    pub const PUBLISHED_ALPHA: [f64; 3] = [15563.199579, 777.3455, 45.907545];
+    pub const PUBLISHED_ALPHA: [f64; PUBLISHED_ALPHA_LEN] = [15563.199579, 777.3455, 45.907545];
     /// The published H100 coefficients (`latency-formulas.md` §3), in the
     /// published layout ([`TrainedPhysics::beta_from_published_layout`]).
     pub const PUBLISHED_BETA: [f64; PUBLISHED_BETA_LEN] =
         [0.152128, 0.0, 1.36252915, 0.752037, 32.09546717, 4.41684444, 126.024825, 481.8613888, 0.0, 1.94710771, 0.752037];
+
+    /// BLIS's α from a set in the published formula's layout: α3, the
+    /// queueing per running request, is 0.
+    pub fn alpha_from_published_layout(published: &[f64; PUBLISHED_ALPHA_LEN]) -> [f64; ALPHA_LEN] {
+        let mut alpha = [0.0; ALPHA_LEN];
+        alpha[..PUBLISHED_ALPHA_LEN].copy_from_slice(published);
+        alpha
+    }
 
     /// β of the published formula's layout, eleven coefficients whose T_ar
     /// and T_dispatch move bytes at HBM bandwidth W, as BLIS's twelve, whose
@@ -249,6 +259,14 @@ impl TrainedPhysics {
 /// Number of β of the published formula (all of BLIS's but βcall).
 pub const PUBLISHED_BETA_LEN: usize = 11;
 
+/// Names of BLIS's α, in order.
+pub const ALPHA_NAMES: [&str; ALPHA_LEN] = ["queueing_us", "completion_us", "token_emission_us", "queueing_per_running_us"];
+/// Number of BLIS's α.
+pub const ALPHA_LEN: usize = 4;
+/// Number of α of the published formula (all of BLIS's but the per-running
+/// queueing α3, which a set in that layout reads as 0).
+pub const PUBLISHED_ALPHA_LEN: usize = 3;
+
 impl LatencyModel for TrainedPhysics {
     fn name(&self) -> &'static str {
         "trained-physics"
@@ -258,8 +276,8 @@ impl LatencyModel for TrainedPhysics {
         linear_step_time(batch, &self.beta, || self.basis.features(batch))
     }
 
-    fn queueing_delay(&self, _input: &QueueingInput) -> Micros {
-        overhead_micros(self.alpha[0])
+    fn queueing_delay(&self, input: &QueueingInput) -> Micros {
+        overhead_micros(self.alpha[0] + self.alpha[3] * f64::from(input.load.running))
     }
 
     fn token_emission_delay(&self) -> Micros {
@@ -360,7 +378,7 @@ mod tests {
         }
         let published = TrainedPhysics::beta_from_published_layout(&TrainedPhysics::PUBLISHED_BETA, &find_gpu("H100").unwrap().spec());
         assert!((published[3] - 0.752037 * 674.1 / 3350.0).abs() < 1e-12 && published[10] == published[3] && published[11] == 0.0, "{published:?}");
-        let m = basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &published).unwrap();
+        let m = basis.with_coefficients(&TrainedPhysics::alpha_from_published_layout(&TrainedPhysics::PUBLISHED_ALPHA), &published).unwrap();
         // The hand figure takes P exact; the basis approximates its tail within 1 %.
         let step_us = m.step_time(&batch).0 as f64;
         assert!((step_us - 21102.42).abs() <= 0.152128 * 0.01 * 1.636 * 2174.02 + 1.0, "{step_us}");
@@ -400,6 +418,24 @@ mod tests {
             previous = w;
         }
         assert!((all_experts - t_w(1024)) / all_experts < 1e-12);
+    }
+
+    /// α3 prices the queueing delay per request the server is running when
+    /// one arrives, in the model and in the features a fit reads; the
+    /// other overheads do not see the batch.
+    #[test]
+    fn queueing_grows_with_the_running_batch_and_nothing_else_does() {
+        let llama = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        let basis = TrainedPhysicsBasis::new(&llama, &find_gpu("H100").unwrap().spec(), 1);
+        let m = basis.with_coefficients(&[3000.0, 500.0, 2000.0, 60.0], &[1.0; BETA_LEN]).unwrap();
+        let arrival = |running| QueueingInput { prompt_tokens: 600, prefix_hit_tokens: 0, load: InstanceLoad { running, waiting: 7, ..InstanceLoad::default() } };
+        assert_eq!([0, 1, 100].map(|n| m.queueing_delay(&arrival(n))), [Micros(3000), Micros(3060), Micros(9000)]);
+        assert_eq!((m.token_emission_delay(), m.completion_overhead()), (Micros(2000), Micros(500)));
+        let (mut ttft, mut e2e, mut queue) = ([0.0; ALPHA_LEN], [0.0; ALPHA_LEN], [0.0; ALPHA_LEN]);
+        basis.alpha_features(&arrival(100), 50, &mut ttft, &mut e2e);
+        assert!(basis.alpha_queueing_features(&arrival(100), &mut queue));
+        assert_eq!((ttft, e2e, queue), ([1.0, 0.0, 1.0, 100.0], [1.0, 1.0, 1.0, 100.0], [1.0, 0.0, 0.0, 100.0]));
+        assert!(basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &[1.0; BETA_LEN]).is_err(), "three α are the file layout, not the model's");
     }
 
     /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
