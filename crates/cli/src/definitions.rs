@@ -34,6 +34,24 @@ pub struct DefinitionArgs {
 }
 
 impl DefinitionArgs {
+    /// These flags as given, for a fit's `provenance.command` (empty when
+    /// none was).
+    pub fn command_flags(&self) -> String {
+        let mut flags = String::new();
+        for (flag, path) in [("--model-config", &self.model_config), ("--hardware-config", &self.hardware_config)] {
+            if let Some(p) = path {
+                flags += &format!(" {flag} {}", p.display());
+            }
+        }
+        if let Some(gib) = self.kv_offloading_size {
+            flags += &format!(" --kv-offloading-size {gib}");
+        }
+        if let Some(stall) = &self.moe_kernel_compile {
+            flags += &format!(" --moe-kernel-compile {stall}");
+        }
+        flags
+    }
+
     /// The definitions, once their files are known to load (so a bad file
     /// is one error up front, not one per experiment).
     pub fn load(&self) -> Result<Definitions, BadInput> {

@@ -205,17 +205,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         command += &format!(" --holdout-model {m}");
     }
     command += &prior_flags(&args.prior);
-    for (flag, path) in [("--model-config", &args.definitions.model_config), ("--hardware-config", &args.definitions.hardware_config)] {
-        if let Some(p) = path {
-            command += &format!(" {flag} {}", p.display());
-        }
-    }
-    if let Some(gib) = args.definitions.kv_offloading_size {
-        command += &format!(" --kv-offloading-size {gib}");
-    }
-    if let Some(stall) = &args.definitions.moe_kernel_compile {
-        command += &format!(" --moe-kernel-compile {stall}");
-    }
+    command += &args.definitions.command_flags();
     set.provenance.command = Some(command);
     set.provenance.fitted_at = Some(args.fitted_at.clone().unwrap_or_else(today_utc));
     eprintln!(
@@ -325,9 +315,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     if let Some(id) = &args.otel_instance {
         command += &format!(" --otel-instance {id}");
     }
-    if let Some(stall) = &args.definitions.moe_kernel_compile {
-        command += &format!(" --moe-kernel-compile {stall}");
-    }
+    command += &args.definitions.command_flags();
     command += &prior_flags(&args.prior);
     let mut set = CoefficientSet {
         latency_model: kind.name().into(),

@@ -241,15 +241,17 @@ fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
         args.extend_from_slice(extra);
         let out = blis(&args);
         assert!(out.status.success(), "{}", stderr(&out));
-        (stderr(&out), CoefficientSet::load(&fitted).unwrap().provenance.train_errors["step_time_mape"])
+        let provenance = CoefficientSet::load(&fitted).unwrap().provenance;
+        (stderr(&out), provenance.train_errors["step_time_mape"], provenance.command.unwrap_or_default())
     };
-    let (err, cold_mape) = fit(&[]);
+    let (err, cold_mape, _) = fit(&[]);
     // Compiles within a server's first steps are in its warm-up already.
     let left_out: u64 = err.split_once(" compiling a MoE kernel left out").and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok()).unwrap_or(0);
     assert!((1..=compiled).contains(&left_out), "{compiled} compiles, {left_out} left out: {err}");
     assert!(cold_mape < 1.0, "step-time MAPE {cold_mape}: {err}");
-    let (err, warm_mape) = fit(&["--moe-kernel-compile", "0"]);
+    let (err, warm_mape, command) = fit(&["--moe-kernel-compile", "0"]);
     assert!(!err.contains("compiling a MoE kernel"), "{err}");
+    assert!(command.contains(" --moe-kernel-compile 0"), "the command regenerates the file: {command}");
     assert!(warm_mape > cold_mape, "keeping the compiling steps: MAPE {warm_mape} vs {cold_mape}");
 }
 
