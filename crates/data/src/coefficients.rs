@@ -131,25 +131,28 @@ impl CoefficientSet {
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
         let mut set: CoefficientSet =
             crate::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
-        let kind = set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
-        if kind == ModelKind::TrainedPhysics
-            && let Ok(published) = <[f64; PUBLISHED_BETA_LEN]>::try_from(set.beta.as_slice())
-        {
-            set.beta = TrainedPhysics::beta_from_published_layout(&published, &set.published_layout_gpu(origin)?).to_vec();
-        }
-        set.widen_published_alpha();
+        set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
+        set.widen_published_layout(origin)?;
         Ok(set)
     }
 
-    /// Reads a trained-physics α in the published formula's layout (three
-    /// coefficients) as BLIS's four, whose queueing per running request is
-    /// then 0; any other α is left as it is.
-    pub fn widen_published_alpha(&mut self) {
-        if self.latency_model == ModelKind::TrainedPhysics.name()
-            && let Ok(published) = <[f64; PUBLISHED_ALPHA_LEN]>::try_from(self.alpha.as_slice())
-        {
+    /// Reads a trained-physics set's β and α in the published formula's
+    /// layout (eleven β: collectives per HBM byte and no βcall; three α: no
+    /// queueing per running request) as BLIS's ([`TrainedPhysics::beta_from_published_layout`],
+    /// [`TrainedPhysics::alpha_from_published_layout`]); any other vector,
+    /// or another model's, is left as it is, so reading twice changes
+    /// nothing. `origin` names the source in errors.
+    pub fn widen_published_layout(&mut self, origin: &Path) -> Result<(), DataError> {
+        if self.latency_model != ModelKind::TrainedPhysics.name() {
+            return Ok(());
+        }
+        if let Ok(published) = <[f64; PUBLISHED_BETA_LEN]>::try_from(self.beta.as_slice()) {
+            self.beta = TrainedPhysics::beta_from_published_layout(&published, &self.published_layout_gpu(origin)?).to_vec();
+        }
+        if let Ok(published) = <[f64; PUBLISHED_ALPHA_LEN]>::try_from(self.alpha.as_slice()) {
             self.alpha = TrainedPhysics::alpha_from_published_layout(&published).to_vec();
         }
+        Ok(())
     }
 
     /// The GPU an eleven-β trained-physics set (the published formula's

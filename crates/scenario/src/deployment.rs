@@ -327,13 +327,13 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
     };
     if let Some(a) = alpha {
         set.alpha = parse_coeffs("alpha-coeffs", a)?;
-        set.widen_published_alpha();
         origin += " with --alpha-coeffs";
     }
     if let Some(b) = beta {
         set.beta = parse_coeffs("beta-coeffs", b)?;
         origin += " with --beta-coeffs";
     }
+    set.widen_published_layout(Path::new(&origin)).map_err(|e| invalid!("{e}"))?;
     Ok(ChosenCoefficients { set, origin })
 }
 

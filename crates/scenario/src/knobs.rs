@@ -252,7 +252,7 @@ knob_table! {
     coefficients: PathBuf = None, flag(long, value_name = "FILE", help_heading = "Latency model");
     /// Replace the set's α: comma-separated, in the model's order (blackbox: queueing µs, µs per prompt token, µs per output token; trained-physics: queueing µs, completion µs, token emission µs, queueing µs per running request, which may be left out as 0).
     alpha_coeffs: String = None, flag(long, value_name = "A0,A1,...", allow_hyphen_values = true, help_heading = "Latency model");
-    /// Replace the set's β: comma-separated, in the model's order (blackbox: step µs, µs per prefill token, µs per decode token).
+    /// Replace the set's β: comma-separated, in the model's order (blackbox: step µs, µs per prefill token, µs per decode token; trained-physics: its twelve, or the published formula's eleven).
     beta_coeffs: String = None, flag(long, value_name = "B0,B1,...", allow_hyphen_values = true, help_heading = "Latency model");
 
     // ── Workload ─────────────────────────────────────────────────────────

@@ -131,6 +131,20 @@ fn trained_physics_alpha_flag_reads_three_or_four_values() {
     assert!(0.0 < low && low < high, "TTFT growth {low} ms at 5 req/s, {high} ms at 40");
 }
 
+/// The published formula's vectors given as flags (three α, eleven β) read
+/// as the published file does: the same run, byte for byte.
+#[test]
+fn published_layout_flags_read_as_the_published_file() {
+    let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-published.yaml");
+    let (from_file, _) = run_json(&["--coefficients", file]);
+    let (from_flags, _) = run_json(&[
+        "--latency-model", "trained-physics", "--alpha-coeffs", "15563.199579,777.3455,45.907545",
+        "--beta-coeffs", "0.152128,0.0,1.36252915,0.752037,32.09546717,4.41684444,126.024825,481.8613888,0.0,1.94710771,0.752037",
+    ]);
+    let latency = |text: &str| serde_json::from_str::<Value>(text).unwrap()["latency_ms"].clone();
+    assert_eq!(latency(&from_file), latency(&from_flags));
+}
+
 #[test]
 fn config_file_values_have_source_file_and_flags_override_them() {
     let dir = scratch("config-file");
