@@ -131,10 +131,14 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         );
     }
     println!("  (median |predicted / measured − 1|; bias: median signed error of the held-out GPU)");
-    println!("All-reduce within one node (messages ≥ 1 MiB), latency + bytes·2(n − 1)/n at a share of the link's datasheet bandwidth:");
-    println!("  {:<8} {:<7} {:>16} {:>12}", "GPU", "link", "bus efficiency", "latency");
+    println!(
+        "All-reduce within one node (messages ≥ 1 MiB), a ring: latency + 2(n − 1) steps + bytes·2(n − 1)/n at a share of the link's datasheet bandwidth, \
+         fitted on the absolute relative error:"
+    );
+    println!("  {:<8} {:<7} {:>16} {:>12} {:>12}", "GPU", "link", "bus efficiency", "latency", "per step");
     for f in &all_reduce_fits {
-        println!("  {:<8} {:<7} {:>16.3} {:>9.1} µs", f.gpu, f.link.name(), f.efficiency.bus_efficiency, f.efficiency.latency_us);
+        let e = &f.efficiency;
+        println!("  {:<8} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us);
     }
     println!("  {:<8} {:<7} {:>7} {:>20} {:>16} {:>36}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias");
     let show = |e: &ErrorSummary| format!("{} ({})", abs_pct(e.median_abs), abs_pct(e.p90_abs));

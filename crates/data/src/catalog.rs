@@ -175,10 +175,12 @@ mod tests {
         let measured: Vec<KernelEfficiency> = ["A100-80GB", "H100"].iter().map(|n| find_gpu(n).unwrap().spec().kernels.unwrap()).collect();
         let mean = |f: fn(&KernelEfficiency) -> Option<AllReduceEfficiency>| {
             let e: Vec<AllReduceEfficiency> = measured.iter().map(|k| f(k).unwrap()).collect();
-            (e.iter().map(|a| a.bus_efficiency).sum::<f64>() / 2.0, e.iter().map(|a| a.latency_us).sum::<f64>() / 2.0)
+            let mean = |g: fn(&AllReduceEfficiency) -> f64| e.iter().map(g).sum::<f64>() / 2.0;
+            (mean(|a| a.bus_efficiency), mean(|a| a.latency_us), mean(|a| a.hop_latency_us))
         };
-        for (unmeasured, (efficiency, latency)) in [(UNMEASURED_NVLINK_ALLREDUCE, mean(|k| k.allreduce_nvlink)), (UNMEASURED_PCIE_ALLREDUCE, mean(|k| k.allreduce_pcie))] {
-            assert!((unmeasured.bus_efficiency - efficiency).abs() < 1e-3 && (unmeasured.latency_us - latency).abs() < 0.1, "{unmeasured:?} vs {efficiency}, {latency}");
+        for (unmeasured, (efficiency, latency, hop)) in [(UNMEASURED_NVLINK_ALLREDUCE, mean(|k| k.allreduce_nvlink)), (UNMEASURED_PCIE_ALLREDUCE, mean(|k| k.allreduce_pcie))] {
+            let close = (unmeasured.bus_efficiency - efficiency).abs() < 1e-3 && (unmeasured.latency_us - latency).abs() < 0.1 && (unmeasured.hop_latency_us - hop).abs() < 0.01;
+            assert!(close, "{unmeasured:?} vs {efficiency}, {latency}, {hop}");
         }
         let (h100, a40, l40s) = (find_gpu("H100").unwrap().spec(), find_gpu("A40").unwrap().spec(), find_gpu("L40S").unwrap().spec());
         assert_eq!([1, 2, 8, 16].map(|tp| h100.allreduce_link(tp)), [Link::NvLink, Link::NvLink, Link::NvLink, Link::Pcie]);
@@ -186,7 +188,7 @@ mod tests {
         assert_eq!(l40s.allreduce_link(2), Link::Pcie);
         assert_eq!(l40s.allreduce_bus_bytes_per_s(2), 64e9 * UNMEASURED_PCIE_ALLREDUCE.bus_efficiency);
         assert_eq!(h100.allreduce_latency_scale(4), 1.0);
-        assert!(a40.allreduce_latency_scale(4) > 1.5 && l40s.allreduce_latency_scale(2) > 1.5);
+        assert!(a40.allreduce_latency_scale(4) > 1.3 && l40s.allreduce_latency_scale(2) > 1.3);
         assert!(h100.allreduce_bus_bytes_per_s(4) > 10.0 * l40s.allreduce_bus_bytes_per_s(4));
     }
 

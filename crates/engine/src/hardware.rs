@@ -71,8 +71,9 @@ pub struct KernelEfficiency {
 }
 
 /// A tensor-parallel all-reduce over one kind of link, measured (`blis
-/// kernels`, NCCL all-reduce of 1 MiB and more): time = `latency_us` +
-/// bytes·2(n − 1)/n / (link bandwidth · `bus_efficiency`).
+/// kernels`, NCCL all-reduce of 1 MiB and more), as a ring: time =
+/// `latency_us` + 2(n − 1)·`hop_latency_us` + bytes·2(n − 1)/n / (link
+/// bandwidth · `bus_efficiency`).
 #[derive(Copy, Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AllReduceEfficiency {
@@ -81,15 +82,29 @@ pub struct AllReduceEfficiency {
     pub bus_efficiency: f64,
     /// Fixed time of one all-reduce, µs.
     pub latency_us: f64,
+    /// Time each of a ring's 2(n − 1) steps adds, µs (0 where one group
+    /// size was measured, which cannot tell it from `latency_us`).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub hop_latency_us: f64,
+}
+
+fn is_zero(v: &f64) -> bool {
+    *v == 0.0
 }
 
 impl AllReduceEfficiency {
     /// Time of one all-reduce of `bytes` among `workers` GPUs over a link
-    /// of `link_bytes_per_s` (datasheet), µs: the latency plus the ring's
+    /// of `link_bytes_per_s` (datasheet), µs: the ring's latency plus its
     /// bus bytes, bytes·2(n − 1)/n, at the efficiency's share of the link.
     pub fn time_us(&self, bytes: f64, workers: u32, link_bytes_per_s: f64) -> f64 {
         let n = f64::from(workers.max(1));
-        self.latency_us + bytes * 2.0 * (n - 1.0) / n / (link_bytes_per_s * self.bus_efficiency) * 1e6
+        self.latency_at(workers) + bytes * 2.0 * (n - 1.0) / n / (link_bytes_per_s * self.bus_efficiency) * 1e6
+    }
+
+    /// Fixed time of one all-reduce among `workers` GPUs, µs: the latency
+    /// plus 2(n − 1) ring steps.
+    pub fn latency_at(&self, workers: u32) -> f64 {
+        self.latency_us + 2.0 * f64::from(workers.max(1) - 1) * self.hop_latency_us
     }
 }
 
@@ -98,18 +113,20 @@ impl AllReduceEfficiency {
 pub const DEFAULT_NVLINK_DOMAIN_GPUS: u32 = 8;
 
 /// An all-reduce over NVLink on a GPU whose collectives nobody measured:
-/// the mean of the A100's and H100's DGX boxes (0.529 and 0.749 of
-/// 600 and 900 GB/s; 38.1 and 25.5 µs; `blis kernels`, 2026-11-27). The
-/// two differ by 30–48 % (the H100's NVSwitch reduces in the switch), so
-/// this is the least certain figure of an unprofiled GPU.
-pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.639, latency_us: 31.8 };
+/// the mean of the A100's and H100's DGX boxes (0.569 and 0.771 of
+/// 600 and 900 GB/s; 41.9 and 23.6 µs plus 0.88 and 0.41 µs per ring
+/// step; `blis kernels`, 2026-11-27). The two differ by 32–54 % (the
+/// H100's NVSwitch reduces in the switch), so this is the least certain
+/// figure of an unprofiled GPU.
+pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.670, latency_us: 32.75, hop_latency_us: 0.645 };
 
 /// An all-reduce whose ring crosses PCIe on a GPU whose collectives nobody
 /// measured: the mean of the A100's and H100's 4-GPU boxes of bridged pairs,
-/// where every ring crosses PCIe twice (0.739 and 0.762 of 64 and 128 GB/s;
-/// 59.6 and 42.6 µs; `blis kernels`, 2026-11-27). Either GPU's efficiency
-/// times the other's within 3–7 %: a property of the link, not the GPU.
-pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.751, latency_us: 51.1 };
+/// where every ring crosses PCIe twice (0.740 and 0.776 of 64 and 128 GB/s;
+/// 57.6 and 49.7 µs, one group size, so no time per ring step; `blis
+/// kernels`, 2026-11-27). Either GPU's efficiency times the other's within
+/// 5–6 %: a property of the link, not the GPU.
+pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.758, latency_us: 53.65, hop_latency_us: 0.0 };
 
 /// The link a tensor-parallel group's all-reduce crosses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -315,6 +332,17 @@ impl GpuSpec {
                 return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
             }
         }
+        let hops = [
+            ("kernels.allreduce_nvlink.hop_latency_us", kernels.and_then(|k| k.allreduce_nvlink).map(|a| a.hop_latency_us)),
+            ("kernels.allreduce_pcie.hop_latency_us", kernels.and_then(|k| k.allreduce_pcie).map(|a| a.hop_latency_us)),
+        ];
+        for (field, v) in hops {
+            if let Some(v) = v
+                && !(v.is_finite() && v >= 0.0)
+            {
+                return Err(GpuSpecError { field, value: v, reason: "must be a number of at least 0" });
+            }
+        }
         if let Some(n) = self.nvlink_domain_gpus
             && n < 2
         {
@@ -389,9 +417,10 @@ impl GpuSpec {
     }
 
     /// An all-reduce of `tp` GPUs' fixed latency over the same GPU's NVLink
-    /// one (1 within an NVLink domain; 1.6 for the profiled GPUs' PCIe rings).
+    /// one at the same group size (1 within an NVLink domain; about 1.7 for
+    /// the profiled GPUs' 4-GPU PCIe rings).
     pub fn allreduce_latency_scale(&self, tp: u32) -> f64 {
-        self.allreduce(self.allreduce_link(tp)).latency_us / self.allreduce(Link::NvLink).latency_us
+        self.allreduce(self.allreduce_link(tp)).latency_at(tp) / self.allreduce(Link::NvLink).latency_at(tp)
     }
 }
 
@@ -569,14 +598,16 @@ mod tests {
         let a100 = include_str!("../../../data/hardware/A100-80GB.json");
         let e = GpuSpec::from_json(&a100.replace("\"nvlink_domain_gpus\": 8", "\"nvlink_domain_gpus\": 1")).unwrap_err();
         assert_eq!(e.to_string(), "GPU spec field `nvlink_domain_gpus` = 1 is invalid: must be at least 2");
-        let e = GpuSpec::from_json(&a100.replace("\"bus_efficiency\": 0.739", "\"bus_efficiency\": 7.39")).unwrap_err();
+        let e = GpuSpec::from_json(&a100.replace("\"bus_efficiency\": 0.740", "\"bus_efficiency\": 7.40")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_pcie.bus_efficiency") && e.to_string().contains("(0, 1]"), "{e}");
         let e = GpuSpec::from_json(&a100.replace("\"nvlink_domain_gpus\": 8", "\"nvlink_domain_gpus\": -3")).unwrap_err();
         assert!(e.to_string().starts_with("field `nvlink_domain_gpus`: invalid value: integer `-3`"), "{e}");
-        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 59.6", "\"latency_us\": \"slow\"")).unwrap_err();
+        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 57.6", "\"latency_us\": \"slow\"")).unwrap_err();
         assert!(e.to_string().starts_with("field `kernels.allreduce_pcie.latency_us`: invalid type: string"), "{e}");
-        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 38.1", "\"latency_us\": -38.1")).unwrap_err();
+        let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 41.9", "\"latency_us\": -41.9")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_nvlink.latency_us"), "{e}");
+        let e = GpuSpec::from_json(&a100.replace("\"hop_latency_us\": 0.88", "\"hop_latency_us\": -0.88")).unwrap_err();
+        assert_eq!(e.to_string(), "GPU spec field `kernels.allreduce_nvlink.hop_latency_us` = -0.88 is invalid: must be a number of at least 0");
         let sheet = H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");
         let bridged = GpuSpec::from_json(&sheet).unwrap();
         assert_eq!((bridged.allreduce_link(2), bridged.allreduce_link(4)), (Link::NvLink, Link::Pcie));
