@@ -27,6 +27,8 @@ fn autoscaled_runs_are_byte_identical_for_a_seed_and_report_capacity_and_cost() 
     let args = [
         "--autoscale-policy", "queue-depth", "--min-instances", "1", "--max-instances", "4", "--autoscale-interval", "5s",
         "--provisioning-delay", "uniform:1s,4s", "--gpu-hour-cost", "2.5", "--drain-policy", "redirect",
+        // 40 req/s of 1 024-token prompts is about twice what one H100 prefills (its queue reaches hundreds).
+        "--prompt-tokens", "1024",
     ];
     let (a, j) = run(&args);
     let (b, _) = run(&args);
@@ -35,7 +37,7 @@ fn autoscaled_runs_are_byte_identical_for_a_seed_and_report_capacity_and_cost() 
     for field in ["scale_ups", "scale_downs", "replica_seconds", "gpu_hours", "cost", "oscillations", "timeline", "pools", "cost_per_million_output_tokens"] {
         assert!(s.get(field).is_some(), "cluster.autoscaling.{field} missing: {s}");
     }
-    assert!(s["scale_ups"].as_u64().unwrap() >= 1, "40 req/s needs more than one replica: {s}");
+    assert!(s["scale_ups"].as_u64().unwrap() >= 1, "40 req/s of 1 024-token prompts needs more than one replica: {s}");
     let gpu_hours = s["gpu_hours"].as_f64().unwrap();
     assert!((s["cost"].as_f64().unwrap() - 2.5 * gpu_hours).abs() < 1e-9);
     assert_eq!(j["requests"]["completed"], 3000);
