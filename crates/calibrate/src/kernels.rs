@@ -19,11 +19,13 @@
 //! to a GPU nobody measured ([`leave_one_gpu_out`]).
 //!
 //! **All-reduce.** Within one node, time by message size is modelled as a
-//! fixed latency plus the ring's bus bytes, bytes·2(n − 1)/n, at a fraction
-//! of the link's datasheet bandwidth ([`AllReduceEfficiency`]), fitted per
-//! GPU and link on the sizes of 1 MiB and more ([`fit_all_reduce`]): NVLink
-//! on the `<gpu>_dgx` boxes, PCIe on the 4-GPU `<gpu>_pairwise_nvlink` boxes
-//! (bridged pairs, so every ring crosses PCIe twice). The measured curves,
+//! ring: a fixed latency, a time per ring step, and the ring's bus bytes,
+//! bytes·2(n − 1)/n, at a fraction of the link's datasheet bandwidth
+//! ([`AllReduceEfficiency`]), fitted per GPU and link on the sizes of 1 MiB
+//! and more ([`fit_all_reduce`]): NVLink on the `<gpu>_dgx` boxes (SXM
+//! boards); on the 4-GPU `<gpu>_pairwise_nvlink` boxes, the PCIe cards
+//! [`PCIE_CARD_SUFFIX`] names, the NVLink bridge for a pair and PCIe for
+//! larger rings (which cross it twice). The measured curves,
 //! interpolated in log–log ([`AllReduceCurve`]), bound what any model can do;
 //! one GPU's fit at another's link bandwidth measures how far the
 //! efficiency carries.
@@ -704,28 +706,39 @@ impl AllReduceCurve {
     }
 }
 
-/// The GPU and link of a `network/` setup directory: `<gpu>_dgx` (an
-/// NVSwitch box, every group on NVLink) or `<gpu>_pairwise_nvlink` (PCIe
-/// cards bridged in pairs, whose groups of more than two cross PCIe).
-fn setup_of(name: &str) -> Option<(&str, Link)> {
-    name.strip_suffix("_dgx").map(|g| (g, Link::NvLink)).or_else(|| name.strip_suffix("_pairwise_nvlink").map(|g| (g, Link::Pcie)))
+/// What a profile GPU name gains on a `<gpu>_pairwise_nvlink` box: its GPUs
+/// are the PCIe cards ("a100-pcie" is the bundled A100-80GB-PCIe), bridged
+/// in pairs, not the SXM boards of the `<gpu>_dgx` box.
+pub const PCIE_CARD_SUFFIX: &str = "-pcie";
+
+/// The profile GPU of a `network/` setup directory and whether its GPUs are
+/// PCIe cards bridged in pairs: `<gpu>_dgx` (SXM boards on NVSwitch, every
+/// group on NVLink) or `<gpu>_pairwise_nvlink` (a pair on its NVLink bridge,
+/// larger groups across PCIe).
+fn setup_of(name: &str) -> Option<(String, bool)> {
+    let dgx = name.strip_suffix("_dgx").map(|g| (g.to_string(), false));
+    dgx.or_else(|| name.strip_suffix("_pairwise_nvlink").map(|g| (format!("{g}{PCIE_CARD_SUFFIX}"), true)))
 }
 
 /// The single-node all-reduce curves under `root/network/<setup>/all_reduce.csv`
 /// (sizes are fp16 elements; repeated sizes are averaged), by GPU, link and
-/// workers. A bridged pair is left out: its bridge's bandwidth is not the
-/// GPU spec's NVLink figure.
+/// workers.
 pub fn read_all_reduce(root: &Path) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
     let mut curves = Vec::new();
     for setup in read_dir_sorted(&root.join("network"))? {
         let name = dir_name(&setup);
-        let Some((gpu, link)) = setup_of(&name) else { continue };
+        let Some((gpu, bridged)) = setup_of(&name) else { continue };
         let path = setup.join("all_reduce.csv");
-        if link == Link::Pcie && !path.is_file() {
+        if bridged && !path.is_file() {
             continue; // some bridged boxes were profiled for send/recv only
         }
         let text = std::fs::read_to_string(&path).map_err(|source| KernelProfileError::Io { path: path.clone(), source })?;
-        curves.extend(parse_all_reduce_csv(&path, gpu, link, &text)?.into_iter().filter(|c| link == Link::NvLink || c.workers > 2));
+        for mut curve in parse_all_reduce_csv(&path, &gpu, Link::NvLink, &text)? {
+            if bridged && curve.workers > 2 {
+                curve.link = Link::Pcie;
+            }
+            curves.push(curve);
+        }
     }
     Ok(curves)
 }
@@ -864,7 +877,10 @@ pub fn check_all_reduce(curves: &[AllReduceCurve], fits: &[AllReduceFit], link_b
             let own = fits.iter().find(|f| f.gpu == c.gpu && f.link == c.link)?;
             let kept = AllReduceCurve { points: c.points.iter().copied().enumerate().filter(|&(i, (b, _))| b < ALL_REDUCE_MIN_BYTES || i % 2 == 0).map(|(_, p)| p).collect(), ..c.clone() };
             let held: Vec<f64> = c.points.iter().enumerate().filter(|&(i, &(b, _))| b >= ALL_REDUCE_MIN_BYTES && i % 2 == 1).map(|(_, &(b, t))| kept.time_us(b) / t - 1.0).collect();
-            let from_other_gpu = fits.iter().find(|o| o.gpu != c.gpu && o.link == c.link).map(|o| (o.gpu.clone(), errors(&o.efficiency)));
+            // Another GPU on the same kind of link: an NVSwitch board's NVLink is not a bridge's.
+            let card = |gpu: &str| gpu.ends_with(PCIE_CARD_SUFFIX);
+            let other = fits.iter().find(|o| o.gpu != c.gpu && o.link == c.link && card(&o.gpu) == card(&c.gpu));
+            let from_other_gpu = other.map(|o| (o.gpu.clone(), errors(&o.efficiency)));
             Some(AllReduceCheck { gpu: c.gpu.clone(), link: c.link, workers: c.workers, interpolation: summarize(held), model: errors(&own.efficiency), from_other_gpu })
         })
         .collect()

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
     AllReduceCheck, AllReduceFit, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
-    efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    PCIE_CARD_SUFFIX, efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
 };
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::hardware::{KernelEfficiency, Link};
@@ -18,7 +18,8 @@ use crate::output::{AtomicFile, write_json};
 /// Fit GEMM efficiencies that carry across GPUs, and each GPU's all-reduce latency and bus efficiency per link, on measured kernel profiles.
 #[derive(clap::Args, Debug)]
 #[command(after_help = "The profiles are Vidur's layout: compute/<gpu>/<org>/<model>/mlp.csv, network/<gpu>_dgx/all_reduce.csv\n\
-    (NVLink) and network/<gpu>_pairwise_nvlink/all_reduce.csv (bridged pairs: rings of more than two cross PCIe)\n\
+    (NVLink) and network/<gpu>_pairwise_nvlink/all_reduce.csv (PCIe cards bridged in pairs, reported as <gpu>-pcie:\n\
+    a pair on its NVLink bridge, larger rings across PCIe)\n\
     (gpu: a100, a40, h100). Example:\n  blis kernels ../shared/groundtruth/kernel-profiles --json kernels.json")]
 pub struct KernelsArgs {
     /// The profile directory (holding compute/ and network/).
@@ -135,24 +136,29 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         "All-reduce within one node (messages ≥ 1 MiB), a ring: latency + 2(n − 1) steps + bytes·2(n − 1)/n at a share of the link's datasheet bandwidth, \
          fitted on the absolute relative error:"
     );
-    println!("  {:<8} {:<7} {:>16} {:>12} {:>12}", "GPU", "link", "bus efficiency", "latency", "per step");
+    println!("  {:<10} {:<7} {:>16} {:>12} {:>12}", "GPU", "link", "bus efficiency", "latency", "per step");
     for f in &all_reduce_fits {
         let e = &f.efficiency;
-        println!("  {:<8} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us);
+        println!("  {:<10} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us);
     }
-    println!("  {:<8} {:<7} {:>7} {:>20} {:>16} {:>36}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias");
+    println!("  (GPU{PCIE_CARD_SUFFIX}: the PCIe cards of a box bridged in pairs; their NVLink is the bridge)");
+    println!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias");
     let show = |e: &ErrorSummary| format!("{} ({})", abs_pct(e.median_abs), abs_pct(e.p90_abs));
     for c in &all_reduce {
         let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {}, {}", show(e), pct(e.median_signed)));
-        println!("  {:<8} {:<7} {:>7} {:>20} {:>16} {:>36}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other);
+        println!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other);
     }
     let mut layer_checks = BTreeMap::new();
     let mut efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
     for f in &all_reduce_fits {
-        if let Some(e) = efficiencies.get_mut(&f.gpu) {
-            match f.link {
-                Link::NvLink => e.allreduce_nvlink = Some(f.efficiency),
-                Link::Pcie => e.allreduce_pcie = Some(f.efficiency),
+        // A PCIe ring was measured on the PCIe cards only; it is also the SXM board's figure past its NVLink domain.
+        let board = f.gpu.strip_suffix(PCIE_CARD_SUFFIX).filter(|_| f.link == Link::Pcie);
+        for gpu in std::iter::once(f.gpu.as_str()).chain(board) {
+            if let Some(e) = efficiencies.get_mut(gpu) {
+                match f.link {
+                    Link::NvLink => e.allreduce_nvlink = Some(f.efficiency),
+                    Link::Pcie => e.allreduce_pcie = Some(f.efficiency),
+                }
             }
         }
     }

@@ -75,7 +75,8 @@ impl BundledGpu {
 
 /// Every bundled GPU. Aliases include the names `nvidia-smi` and vendor
 /// datasheets print (the lookup ignores case, spaces, `-`/`_` and a leading
-/// "NVIDIA"); the PCIe H100, a different part, is deliberately not an alias.
+/// "NVIDIA"). The PCIe cards are parts of their own (other memory, clocks and
+/// links), not aliases of the SXM boards.
 pub const GPUS: &[BundledGpu] = &[
     BundledGpu {
         name: "H100",
@@ -91,6 +92,12 @@ pub const GPUS: &[BundledGpu] = &[
     BundledGpu { name: "A40", aliases: &["A40-48GB"], json: include_str!("../../../data/hardware/A40.json") },
     BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
     BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
+    BundledGpu {
+        name: "A100-80GB-PCIe",
+        aliases: &["A100-PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"],
+        json: include_str!("../../../data/hardware/A100-80GB-PCIe.json"),
+    },
+    BundledGpu { name: "H100-PCIe", aliases: &["H100-PCIe-80GB", "H100 80GB PCIe"], json: include_str!("../../../data/hardware/H100-PCIe.json") },
 ];
 
 /// The bundled GPUs whose kernels were profiled (`blis kernels`); the
@@ -192,6 +199,24 @@ mod tests {
         assert!(h100.allreduce_bus_bytes_per_s(4) > 10.0 * l40s.allreduce_bus_bytes_per_s(4));
     }
 
+    /// The PCIe cards' collectives were measured on a box of bridged pairs:
+    /// a pair crosses its NVLink bridge, a larger group PCIe, each at the
+    /// measured figure; the H100 NVL's bridge is the H100 PCIe card's.
+    #[test]
+    fn pcie_cards_pair_on_their_bridge_and_ring_over_pcie() {
+        use blis_engine::hardware::Link;
+        for name in ["A100-80GB-PCIe", "H100-PCIe", "H100-NVL"] {
+            let spec = find_gpu(name).unwrap().spec();
+            let kernels = spec.kernels.clone().unwrap();
+            assert_eq!([2, 4].map(|tp| spec.allreduce_link(tp)), [Link::NvLink, Link::Pcie], "{name}");
+            let (bridge, ring) = (kernels.allreduce_nvlink.unwrap(), kernels.allreduce_pcie.unwrap());
+            assert_eq!(spec.allreduce_bus_bytes_per_s(2), 600e9 * bridge.bus_efficiency, "{name}");
+            assert_eq!(spec.allreduce_bus_bytes_per_s(4), spec.pcie_gb_s * 1e9 * ring.bus_efficiency, "{name}");
+        }
+        let bridge = |name: &str| find_gpu(name).unwrap().spec().kernels.unwrap().allreduce_nvlink;
+        assert_eq!(bridge("H100-NVL"), bridge("H100-PCIe"));
+    }
+
     #[test]
     fn lookup_is_case_insensitive_and_accepts_short_names() {
         assert_eq!(find_model("meta-llama/llama-3.1-8b-instruct").unwrap().id, "meta-llama/Llama-3.1-8B-Instruct");
@@ -204,10 +229,13 @@ mod tests {
         assert_eq!(find_gpu("NVIDIA H100 80GB HBM3").unwrap().name, "H100");
         assert_eq!(find_gpu("H100-SXM-80GB").unwrap().name, "H100");
         assert_eq!(find_gpu("NVIDIA H100 NVL").unwrap().name, "H100-NVL");
+        assert_eq!(find_gpu("NVIDIA A100 80GB PCIe").unwrap().name, "A100-80GB-PCIe", "as nvidia-smi names it");
+        assert_eq!(find_gpu("NVIDIA H100 PCIe").unwrap().name, "H100-PCIe");
+        assert_eq!(find_gpu("A100-SXM4-80GB").unwrap().name, "A100-80GB", "the SXM board is another part");
         assert_eq!(find_gpu("NVIDIA A100-SXM4-80GB").unwrap().name, "A100-80GB");
         assert_eq!(find_gpu("nvidia_l40s").unwrap().name, "L40S");
         // A different part with a similar name is not silently taken for another.
-        assert!(find_gpu("NVIDIA H100 PCIe").is_none());
+        assert!(find_gpu("NVIDIA A100 40GB PCIe").is_none() && find_gpu("A100-SXM4-40GB").is_none());
         assert!(find_gpu("").is_none());
     }
 

@@ -26,13 +26,14 @@ fn write_profiles(name: &str, gpus: &[&str]) -> std::path::PathBuf {
         ar += &format!("{},2,{},2\n", 0.02 + f64::from(1u32 << k) * 2.0 / 4e8, 1u32 << k);
     }
     std::fs::write(net.join("all_reduce.csv"), ar).unwrap();
-    // A box of bridged pairs: its 4-GPU rings cross PCIe (60 µs + bus bytes at 96 GB/s); its pairs are left out.
+    // A box of PCIe cards bridged in pairs: a pair on its bridge (15 µs + bus bytes at 390 GB/s of its 600), the
+    // 4-GPU rings across PCIe (60 µs + bus bytes at 96 GB/s).
     let bridged = dir.join("network").join("h100_pairwise_nvlink");
     std::fs::create_dir_all(&bridged).unwrap();
     let mut ar = String::from("time_stats.all_reduce.median,num_workers,size,devices_per_node\n");
     for k in 10..28 {
         let bytes = f64::from(1u32 << k) * 2.0;
-        ar += &format!("{},4,{},4\n{},2,{},2\n", 0.06 + bytes * 1.5 / 9.6e7, 1u32 << k, 0.01, 1u32 << k);
+        ar += &format!("{},4,{},4\n{},2,{},2\n", 0.06 + bytes * 1.5 / 9.6e7, 1u32 << k, 0.015 + bytes / 3.9e8, 1u32 << k);
     }
     std::fs::write(bridged.join("all_reduce.csv"), ar).unwrap();
     dir
@@ -51,19 +52,21 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     assert_eq!(held, ["a40", "h100"]);
     assert!(report["gemm"]["compute_efficiency"].as_f64().unwrap() > 0.0);
     let ar = report["all_reduce"].as_array().unwrap();
-    let curves: Vec<(&str, u64)> = ar.iter().map(|c| (c["link"].as_str().unwrap(), c["workers"].as_u64().unwrap())).collect();
-    assert_eq!(curves, [("NvLink", 2), ("Pcie", 4)], "the bridged pair is left out");
+    let curves: Vec<(&str, &str, u64)> = ar.iter().map(|c| (c["gpu"].as_str().unwrap(), c["link"].as_str().unwrap(), c["workers"].as_u64().unwrap())).collect();
+    assert_eq!(curves, [("h100", "NvLink", 2), ("h100-pcie", "NvLink", 2), ("h100-pcie", "Pcie", 4)], "the bridged box's GPUs are the PCIe cards");
     for c in ar {
         assert!(c["interpolation"]["median_abs"].as_f64().unwrap() < 0.05 && c["model"]["p90_abs"].as_f64().unwrap() < 1e-6, "{c}");
     }
-    // The curves were made as latency + bus bytes at a share of the H100's 900 GB/s NVLink and 128 GB/s PCIe.
+    // The curves were made as latency + bus bytes at a share of the H100 SXM's 900 GB/s NVLink, the H100 PCIe
+    // card's 600 GB/s bridge and its 128 GB/s PCIe.
     let fits: Vec<(&str, f64, f64)> =
         report["all_reduce_fits"].as_array().unwrap().iter().map(|f| (f["link"].as_str().unwrap(), f["efficiency"]["bus_efficiency"].as_f64().unwrap(), f["efficiency"]["latency_us"].as_f64().unwrap())).collect();
-    assert_eq!(fits.len(), 2);
-    for ((link, efficiency, latency), want) in fits.iter().zip([("NvLink", 400.0 / 900.0, 20.0), ("Pcie", 96.0 / 128.0, 60.0)]) {
+    assert_eq!(fits.len(), 3);
+    for ((link, efficiency, latency), want) in fits.iter().zip([("NvLink", 400.0 / 900.0, 20.0), ("NvLink", 390.0 / 600.0, 15.0), ("Pcie", 96.0 / 128.0, 60.0)]) {
         assert!(*link == want.0 && (efficiency - want.1).abs() < 1e-6 && (latency - want.2).abs() < 1e-6, "{fits:?}");
     }
-    assert!(text.contains("h100     PCIe") && text.contains("0.750"), "{text}");
+    assert!(text.contains("h100-pcie  PCIe") && text.contains("0.750") && text.contains("0.650"), "{text}");
+    // The PCIe ring, measured on the cards only, is also the SXM board's figure past its NVLink domain.
     assert_eq!(report["efficiencies"]["h100"]["allreduce_pcie"]["latency_us"].as_f64().map(|l| (l - 60.0).abs() < 1e-6), Some(true));
     // The layer check: the terms fitted on the profiles and the bundled trained-physics sets, per GPU and regime.
     assert!(text.contains("Trained-physics layer terms fitted on the profiles (all GPUs)"), "{text}");
