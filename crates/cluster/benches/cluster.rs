@@ -32,7 +32,7 @@ use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 fn llama_h100() -> (Arc<dyn LatencyModel>, InstanceConfig) {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    let instance = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, &KvSizing::defaults(1)).unwrap());
+    let instance = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, &KvSizing::defaults(1, &gpu)).unwrap());
     (Arc::new(Roofline::new(&model, &gpu, 1)), instance)
 }
 

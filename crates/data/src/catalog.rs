@@ -199,6 +199,20 @@ mod tests {
         assert!(h100.allreduce_bus_bytes_per_s(4) > 10.0 * l40s.allreduce_bus_bytes_per_s(4));
     }
 
+    /// vLLM's batch defaults follow the GPU: the large budget on GPUs of
+    /// 70 GiB or more except the A100, the small one on the rest.
+    #[test]
+    fn batch_defaults_are_vllms_for_each_bundled_gpu() {
+        for g in GPUS {
+            let d = g.spec().batch_defaults();
+            let large = ["H100", "H100-NVL", "H100-PCIe", "H200"].contains(&g.name);
+            let want = if large { (1024, 8192) } else { (256, 2048) };
+            assert_eq!((d.max_num_seqs, d.max_num_batched_tokens), want, "{}", g.name);
+        }
+        let a100 = find_gpu("A100-80GB").unwrap().spec();
+        assert!(a100.memory_gib >= 70.0, "excluded by name, not by memory");
+    }
+
     /// The PCIe cards' collectives were measured on a box of bridged pairs:
     /// a pair crosses its NVLink bridge, a larger group PCIe, each at the
     /// measured figure; the H100 NVL's bridge is the H100 PCIe card's.
@@ -248,7 +262,7 @@ mod tests {
             [("meta-llama/Llama-2-7b-hf", 1, 7462.0), ("meta-llama/Llama-2-70b-hf", 4, 31356.0), ("mistralai/Mixtral-8x7B-v0.1", 2, 27510.0)]
         {
             let m = ModelConfig::from_hf_json(find_model(id).unwrap().config_json).unwrap();
-            let sizing = KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(tp) };
+            let sizing = KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(tp, &h100) };
             let blocks = kv_blocks(&m, &h100, &sizing).unwrap() as f64;
             let err = (blocks - reported) / reported;
             assert!(err.abs() <= 0.005, "{id}: {blocks} vs {reported} ({:.2}%)", err * 100.0);

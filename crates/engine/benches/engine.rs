@@ -20,7 +20,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 fn simulate(n: u64) -> u64 {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    let cfg = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, &KvSizing::defaults(1)).unwrap());
+    let cfg = InstanceConfig::basic(256, 8192, 131_072, kv_blocks(&model, &gpu, &KvSizing::defaults(1, &gpu)).unwrap());
     let inst = Instance::new(0, cfg, Arc::new(Roofline::new(&model, &gpu, 1))).unwrap();
     // Evenly spaced arrivals at 30 req/s (the CLI's Poisson stream is benchmarked by scripts/bench.sh).
     let reqs = (0..n).map(|i| Request {

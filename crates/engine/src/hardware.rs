@@ -416,6 +416,12 @@ impl GpuSpec {
         self.link_bytes_per_s(tp) * self.allreduce(self.allreduce_link(tp)).bus_efficiency
     }
 
+    /// vLLM's `--max-num-seqs` and `--max-num-batched-tokens` when neither is
+    /// given on this GPU ([`crate::vllm::batch_defaults`]).
+    pub fn batch_defaults(&self) -> crate::vllm::BatchDefaults {
+        crate::vllm::batch_defaults(&self.name, self.memory_gib)
+    }
+
     /// An all-reduce of `tp` GPUs' fixed latency over the same GPU's NVLink
     /// one at the same group size (1 within an NVLink domain; about 1.7 for
     /// the profiled GPUs' 4-GPU PCIe rings).
@@ -483,16 +489,17 @@ pub struct KvSizing {
 }
 
 impl KvSizing {
-    /// `tp` GPUs with vLLM v1's default knobs (BLIS's too): utilisation 0.9,
-    /// 16-token blocks, 8192 batched tokens, 256 sequences.
-    pub const fn defaults(tp: u32) -> KvSizing {
-        let d = crate::vllm::DEFAULTS;
+    /// `tp` of `gpu` with vLLM v1's default knobs (BLIS's too): utilisation
+    /// 0.9, 16-token blocks, and the GPU's batch defaults
+    /// ([`GpuSpec::batch_defaults`]).
+    pub fn defaults(tp: u32, gpu: &GpuSpec) -> KvSizing {
+        let (d, batch) = (crate::vllm::DEFAULTS, gpu.batch_defaults());
         KvSizing {
             tp,
             gpu_memory_utilization: d.gpu_memory_utilization,
             block_size_tokens: d.block_size,
-            max_num_batched_tokens: d.max_num_batched_tokens,
-            max_num_seqs: d.max_num_seqs,
+            max_num_batched_tokens: batch.max_num_batched_tokens,
+            max_num_seqs: batch.max_num_seqs,
         }
     }
 }
@@ -619,7 +626,7 @@ mod tests {
         let model = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
         let h100 = find_gpu("H100").unwrap().spec();
         let blocks = |tokens: u32, seqs: u32| {
-            kv_blocks(&model, &h100, &KvSizing { max_num_batched_tokens: tokens, max_num_seqs: seqs, ..KvSizing::defaults(1) }).unwrap()
+            kv_blocks(&model, &h100, &KvSizing { max_num_batched_tokens: tokens, max_num_seqs: seqs, ..KvSizing::defaults(1, &h100) }).unwrap()
         };
         let mut last = u64::MAX;
         for tokens in [256, 2048, 8192, 32_768, 131_072] {
@@ -630,13 +637,13 @@ mod tests {
         assert!(blocks(8192, 4096) < blocks(8192, 256), "more sampler rows leave fewer blocks");
         // The budget of the real Llama-2-7B server (2048 tokens, 128 sequences), by hand:
         // 80 · 0.99025 · 0.9 GiB requested, 6.738 B fp16 weights, 2048 · 2 · 57 600 bytes of activations.
-        let b = kv_budget(&model, &h100, &KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(1) }).unwrap();
+        let b = kv_budget(&model, &h100, &KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(1, &h100) }).unwrap();
         assert!((b.requested_gib - 71.298).abs() < 1e-9, "{b:?}");
         assert!((b.weights_gib - model.total_params() * 2.0 / f64::from(1 << 30)).abs() < 1e-9, "{b:?}");
         assert_eq!((b.activation_peak_gib, b.non_torch_gib), (235_929_600.0 / f64::from(1 << 30), 0.15));
         assert_eq!(b.kv_cache_gib, b.requested_gib - b.weights_gib - b.activation_peak_gib - b.non_torch_gib);
         assert_eq!(b.blocks, (b.kv_cache_gib * 1024.0 / 8.0).floor() as u64, "8 MiB blocks");
-        let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1) };
+        let small = KvSizing { gpu_memory_utilization: 0.15, ..KvSizing::defaults(1, &h100) };
         match kv_blocks(&model, &h100, &small) {
             Err(e @ CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib, reported_gib }) => {
                 assert!((available_gib - 80.0 * 0.99025 * 0.15).abs() < 1e-6 && reported_gib == 79.22, "{available_gib} {reported_gib}");
@@ -648,13 +655,13 @@ mod tests {
         }
         // Weights that fit but leave no room for the profiling run's peak:
         // a smaller token budget is worth suggesting.
-        let tight = KvSizing { gpu_memory_utilization: 0.165, max_num_batched_tokens: 131_072, ..KvSizing::defaults(1) };
+        let tight = KvSizing { gpu_memory_utilization: 0.165, max_num_batched_tokens: 131_072, ..KvSizing::defaults(1, &h100) };
         let e = kv_blocks(&model, &h100, &tight).unwrap_err();
         assert!(e.to_string().contains("lower --max-num-batched-tokens"), "{e}");
         // Weights larger than the GPU: only more GPUs or a larger one help.
         let l40s = find_gpu("L40S").unwrap().spec();
         let big = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-70b-hf").unwrap().config_json).unwrap();
-        let e = kv_blocks(&big, &l40s, &KvSizing::defaults(2)).unwrap_err();
+        let e = kv_blocks(&big, &l40s, &KvSizing::defaults(2, &l40s)).unwrap_err();
         assert!(e.to_string().ends_with("; raise --tp or use a GPU with more memory"), "{e}");
     }
 }

@@ -3,13 +3,10 @@
 //! record, and the memory profile behind a derived KV block count all read
 //! them from here.
 
-/// The defaults of vLLM's engine arguments that BLIS models.
+/// The defaults of vLLM's engine arguments that BLIS models and that do not
+/// depend on the GPU (those that do: [`batch_defaults`]).
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct ServerDefaults {
-    /// `--max-num-seqs`.
-    pub max_num_seqs: u32,
-    /// `--max-num-batched-tokens` (with chunked prefill).
-    pub max_num_batched_tokens: u32,
     /// `--block-size`, tokens.
     pub block_size: u32,
     /// `--gpu-memory-utilization`.
@@ -27,8 +24,6 @@ pub struct ServerDefaults {
 /// vLLM v1's defaults (vLLM 0.9–0.11 online serving): what `blis run` uses
 /// when a knob is not given.
 pub const DEFAULTS: ServerDefaults = ServerDefaults {
-    max_num_seqs: 256,
-    max_num_batched_tokens: 8192,
     block_size: 16,
     gpu_memory_utilization: 0.9,
     enable_chunked_prefill: true,
@@ -36,6 +31,33 @@ pub const DEFAULTS: ServerDefaults = ServerDefaults {
     async_scheduling: false,
     long_prefill_token_threshold: 0,
 };
+
+/// vLLM's batch limits when neither flag is given.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub struct BatchDefaults {
+    /// `--max-num-seqs`.
+    pub max_num_seqs: u32,
+    /// `--max-num-batched-tokens` (with chunked prefill).
+    pub max_num_batched_tokens: u32,
+}
+
+/// GPU memory, GiB, from which vLLM takes the larger batch defaults.
+const LARGE_GPU_MIN_GIB: f64 = 70.0;
+
+/// vLLM's batch defaults for online serving on a GPU named `gpu_name` with
+/// `gpu_memory_gib` of memory (`vllm serve`,
+/// `EngineArgs.get_batch_defaults`, vLLM 0.9 and later): 1024 sequences and
+/// 8192 batched tokens on a GPU of 70 GiB or more that is not an A100 (H100,
+/// H200: vLLM #16158), else 256 and 2048 (an A100's throughput falls with
+/// the larger budget, vLLM #17885; the 48 GB L40S and A40 are below the
+/// line). The A100 is recognised by its name, as vLLM does.
+pub fn batch_defaults(gpu_name: &str, gpu_memory_gib: f64) -> BatchDefaults {
+    if gpu_memory_gib >= LARGE_GPU_MIN_GIB && !gpu_name.to_ascii_lowercase().contains("a100") {
+        BatchDefaults { max_num_seqs: 1024, max_num_batched_tokens: 8192 }
+    } else {
+        BatchDefaults { max_num_seqs: 256, max_num_batched_tokens: 2048 }
+    }
+}
 
 /// Async scheduling became vLLM's default late in 2025 (vLLM #27614): a
 /// server recorded since then that does not say ran with it.

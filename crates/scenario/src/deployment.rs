@@ -172,13 +172,32 @@ impl Server {
             }
         };
         let enable_chunked_prefill = required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?;
-        let mut max_num_batched_tokens = required(&k.max_num_batched_tokens, "--max-num-batched-tokens is required")?;
-        // As vLLM does: without chunked prefill the default budget grows to hold a whole prompt.
-        if !enable_chunked_prefill && k.max_num_batched_tokens.source == Source::Default && max_num_batched_tokens < max_model_len {
-            max_num_batched_tokens = max_model_len;
-            report_entry(report, "max-num-batched-tokens", &max_num_batched_tokens, Source::Derived);
-        }
-        let max_num_seqs = required(&k.max_num_seqs, "--max-num-seqs is required")?;
+        // Not given: vLLM's defaults for this GPU.
+        let batch = gpu.batch_defaults();
+        let max_num_batched_tokens = match k.max_num_batched_tokens.value {
+            Some(v) => v,
+            // As vLLM does: without chunked prefill the default budget grows to hold a whole prompt.
+            None if !enable_chunked_prefill && batch.max_num_batched_tokens < max_model_len => {
+                report_entry(report, "max-num-batched-tokens", &max_model_len, Source::Derived);
+                max_model_len
+            }
+            None => {
+                report_entry(report, "max-num-batched-tokens", &batch.max_num_batched_tokens, Source::Default);
+                batch.max_num_batched_tokens
+            }
+        };
+        let max_num_seqs = match k.max_num_seqs.value {
+            Some(v) => v,
+            // As vLLM does, a default that would outnumber a smaller token budget given is capped by it.
+            None if max_num_batched_tokens < batch.max_num_seqs => {
+                report_entry(report, "max-num-seqs", &max_num_batched_tokens, Source::Derived);
+                max_num_batched_tokens
+            }
+            None => {
+                report_entry(report, "max-num-seqs", &batch.max_num_seqs, Source::Default);
+                batch.max_num_seqs
+            }
+        };
         let (num_gpu_blocks, kv_budget) = match k.num_gpu_blocks.value {
             Some(b) => (b, None),
             None => {

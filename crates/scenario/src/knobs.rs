@@ -193,10 +193,12 @@ knob_table! {
     tp: u32 = Some(1), alias "tensor-parallel-size", flag(long, value_name = "N", help_heading = "Model and hardware");
 
     // ── Server (vLLM flags) ──────────────────────────────────────────────
-    /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: 256]
-    max_num_seqs: u32 = Some(DEFAULTS.max_num_seqs), flag(long, value_name = "N", help_heading = "Server (vLLM flags)");
-    /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: 8192]
-    max_num_batched_tokens: u32 = Some(DEFAULTS.max_num_batched_tokens), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: vLLM's for the GPU:
+    /// 1024 on GPUs of 70 GiB or more except the A100 (H100, H200), else 256]
+    max_num_seqs: u32 = None, flag(long, value_name = "N", help_heading = "Server (vLLM flags)");
+    /// Token budget per scheduler step (vLLM --max-num-batched-tokens). [default: vLLM's for the
+    /// GPU: 8192 on GPUs of 70 GiB or more except the A100 (H100, H200), else 2048]
+    max_num_batched_tokens: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
     /// Maximum prompt + output tokens per request; at most what the model's config.json allows
     /// (VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 lifts that, as in vLLM). [default: what its config.json allows]
     max_model_len: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
@@ -531,8 +533,9 @@ mod tests {
         let k = Knobs::layered(&[(&flags, Source::Flag), (&file, Source::File)]);
         assert_eq!(k.rate, Knob { value: Some(3.0), source: Source::Flag });
         assert_eq!(k.tp, Knob { value: Some(2), source: Source::File });
-        assert_eq!(k.max_num_seqs, Knob { value: Some(DEFAULTS.max_num_seqs), source: Source::Default });
+        assert_eq!(k.block_size, Knob { value: Some(DEFAULTS.block_size), source: Source::Default });
         assert_eq!(k.rate.explicit(), Some(3.0));
-        assert_eq!(k.max_num_seqs.explicit(), None);
+        assert_eq!(k.block_size.explicit(), None);
+        assert_eq!(k.max_num_seqs, Knob { value: None, source: Source::Default }, "the GPU's default, derived once it is known");
     }
 }

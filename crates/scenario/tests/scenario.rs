@@ -62,6 +62,30 @@ fn the_budget_grows_without_chunked_prefill_from_any_layer_unless_set() {
     assert_eq!(resolve(&[(&set, Source::Flag), (&recorded, Source::File)]).0, 32_768);
 }
 
+/// vLLM's batch defaults follow the GPU (1024 sequences and 8192 tokens on an
+/// H100, 256 and 2048 on an A100 or an L40S); a value given wins, and a
+/// token budget given below the default seats caps them, as vLLM does.
+#[test]
+fn batch_defaults_are_the_gpus_and_a_small_budget_caps_the_default_seats() {
+    let batch = |values: KnobValues| {
+        let knobs = Knobs::layered(&[(&KnobValues { model: Some(MODEL.into()), max_model_len: Some(8192), ..values }, Source::Flag)]);
+        let mut report = knobs.report();
+        let s = Server::resolve(&knobs, LongContext::Refused, &mut report, &mut Vec::new()).unwrap().instance.scheduler;
+        let source = |key: &str| report[key]["source"].as_str().unwrap().to_string();
+        ((s.max_num_seqs, s.max_num_batched_tokens), (source("max-num-seqs"), source("max-num-batched-tokens")))
+    };
+    let on = |gpu: &str| KnobValues { hardware: Some(gpu.into()), ..KnobValues::default() };
+    let default = || (String::from("default"), String::from("default"));
+    assert_eq!(batch(on("H100")), ((1024, 8192), default()));
+    assert_eq!(batch(on("H200")), ((1024, 8192), default()));
+    assert_eq!(batch(on("A100-80GB")), ((256, 2048), default()), "the A100 is excluded by name");
+    assert_eq!(batch(on("L40S")), ((256, 2048), default()));
+    let set = KnobValues { max_num_seqs: Some(64), max_num_batched_tokens: Some(4096), ..on("A100-80GB") };
+    assert_eq!(batch(set), ((64, 4096), ("flag".into(), "flag".into())));
+    let small_budget = KnobValues { max_num_batched_tokens: Some(512), ..on("H100") };
+    assert_eq!(batch(small_budget), ((512, 512), ("derived".into(), "flag".into())));
+}
+
 #[test]
 fn a_context_longer_than_the_model_allows_is_refused_warned_or_taken_as_recorded() {
     let long = KnobValues { model: Some("meta-llama/Llama-2-7b-hf".into()), max_model_len: Some(8192), ..KnobValues::default() };

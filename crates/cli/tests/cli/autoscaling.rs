@@ -69,6 +69,8 @@ fn the_timeline_plot_and_the_trace_are_written() {
     run(&[
         "--autoscale-policy", "threshold", "--max-instances", "3", "--autoscale-interval", "10s",
         "--plot-timeline", svg.to_str().unwrap(), "--trace-output", trace.to_str().unwrap(),
+        // Twice what one replica prefills, so that it saturates and the policy scales up.
+        "--prompt-tokens", "1024",
     ]);
     let svg = std::fs::read_to_string(svg).unwrap();
     for label in ["replicas", "desired", "TTFT mean (ms)", "arrivals (req/s)"] {

@@ -121,11 +121,11 @@ fn bad_server_knobs() {
     let e = rejected("one-block", &with_model(&["--num-gpu-blocks", "1"]));
     assert!(e.contains("block"), "{e}");
     // vLLM will not start a server whose KV cache cannot hold one request of
-    // the model length (Llama-3.1's 131 072 tokens; about 63 000 fit here).
+    // the model length (Llama-3.1's 131 072 tokens; about 66 000 fit here).
     let e = rejected("kv-below-model-len", &with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5"]));
-    assert!(e.contains("the KV cache holds 63232 tokens, fewer than one request of --max-model-len 131072") && e.contains("to at most 63232"), "{e}");
+    assert!(e.contains("the KV cache holds 65904 tokens, fewer than one request of --max-model-len 131072") && e.contains("to at most 65904"), "{e}");
     let mut fits = vec!["run"];
-    fits.extend(with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5", "--max-model-len", "63232"]));
+    fits.extend(with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5", "--max-model-len", "65904"]));
     let out = blis(&fits);
     assert!(out.status.success(), "{}", stderr(&out));
     let e = rejected("budget-below-seats", &with_model(&["--max-num-batched-tokens", "64", "--max-num-seqs", "128"]));

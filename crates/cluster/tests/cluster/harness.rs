@@ -37,7 +37,7 @@ pub fn spec_blackbox() -> Arc<dyn LatencyModel> {
 pub fn llama_h100() -> (Arc<dyn LatencyModel>, u64) {
     let model = ModelConfig::from_hf_json(catalog::find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
     let gpu = catalog::find_gpu("H100").unwrap().spec();
-    (Arc::new(Roofline::new(&model, &gpu, 1)), kv_blocks(&model, &gpu, &KvSizing::defaults(1)).unwrap())
+    (Arc::new(Roofline::new(&model, &gpu, 1)), kv_blocks(&model, &gpu, &KvSizing::defaults(1, &gpu)).unwrap())
 }
 
 /// A synthetic Poisson workload.
