@@ -32,6 +32,11 @@ pub struct GpuSpec {
     pub nvlink_domain_gpus: Option<u32>,
     /// Host link bandwidth, GB/s.
     pub pcie_gb_s: f64,
+    /// CUDA compute capability, major.minor (9.0 for Hopper, 8.0 for the
+    /// A100): it picks vLLM's kernels where vLLM does by it (absent: the
+    /// generic kernels, [`crate::vllm::mla_block_size`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compute_capability: Option<f64>,
     /// Roofline model-FLOPs utilisation during prefill.
     pub mfu_prefill: f64,
     /// Roofline model-FLOPs utilisation during decode.
@@ -276,6 +281,7 @@ impl GpuSpec {
                 nvlink_gb_s: d.interconnect.nvlink_bandwidth_gb_s,
                 nvlink_domain_gpus: d.interconnect.nvlink_domain_gpus,
                 pcie_gb_s,
+                compute_capability: None,
                 mfu_prefill: DATASHEET_MFU.0,
                 mfu_decode: DATASHEET_MFU.1,
                 kernels: None,
@@ -303,6 +309,11 @@ impl GpuSpec {
             {
                 return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
             }
+        }
+        if let Some(v) = self.compute_capability
+            && !(1.0..100.0).contains(&v)
+        {
+            return Err(GpuSpecError { field: "compute_capability", value: v, reason: "must be a CUDA compute capability such as 9.0 or 8.6" });
         }
         let kernels = self.kernels.as_ref();
         let efficiencies = [
@@ -414,6 +425,12 @@ impl GpuSpec {
     /// its link's datasheet figure times the measured efficiency.
     pub fn allreduce_bus_bytes_per_s(&self, tp: u32) -> f64 {
         self.link_bytes_per_s(tp) * self.allreduce(self.allreduce_link(tp)).bus_efficiency
+    }
+
+    /// The KV block size vLLM forces for a latent-attention (MLA) model on
+    /// this GPU, if any ([`crate::vllm::mla_block_size`]).
+    pub fn mla_block_size(&self) -> Option<u32> {
+        crate::vllm::mla_block_size(self.compute_capability)
     }
 
     /// vLLM's `--max-num-seqs` and `--max-num-batched-tokens` when neither is
@@ -613,6 +630,8 @@ mod tests {
         assert!(e.to_string().starts_with("field `kernels.allreduce_pcie.latency_us`: invalid type: string"), "{e}");
         let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 41.9", "\"latency_us\": -41.9")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_nvlink.latency_us"), "{e}");
+        let e = GpuSpec::from_json(&a100.replace("\"compute_capability\": 8.0", "\"compute_capability\": 0.5")).unwrap_err();
+        assert_eq!(e.to_string(), "GPU spec field `compute_capability` = 0.5 is invalid: must be a CUDA compute capability such as 9.0 or 8.6");
         let e = GpuSpec::from_json(&a100.replace("\"hop_latency_us\": 0.88", "\"hop_latency_us\": -0.88")).unwrap_err();
         assert_eq!(e.to_string(), "GPU spec field `kernels.allreduce_nvlink.hop_latency_us` = -0.88 is invalid: must be a number of at least 0");
         let sheet = H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");

@@ -59,6 +59,19 @@ pub fn batch_defaults(gpu_name: &str, gpu_memory_gib: f64) -> BatchDefaults {
     }
 }
 
+/// The KV block size vLLM forces for a latent-attention (MLA) model on a
+/// GPU of `compute_capability` (`CudaPlatform.check_and_update_config`,
+/// default attention backend): 64 tokens on Hopper (9.x, FlashMLA's
+/// blocks), 128 on Blackwell (10.x, CUTLASS MLA's); elsewhere (an A100's
+/// Triton MLA, a GPU whose capability is not known) the block size given.
+pub fn mla_block_size(compute_capability: Option<f64>) -> Option<u32> {
+    match compute_capability?.floor() as u32 {
+        9 => Some(64),
+        10 => Some(128),
+        _ => None,
+    }
+}
+
 /// Async scheduling became vLLM's default late in 2025 (vLLM #27614): a
 /// server recorded since then that does not say ran with it.
 pub const RECORDED_ASYNC_SCHEDULING: bool = true;

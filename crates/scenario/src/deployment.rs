@@ -145,9 +145,21 @@ impl Server {
         if !(util > 0.0 && util <= 1.0) {
             return Err(invalid!("--gpu-memory-utilization {util:?}: must be in (0, 1]"));
         }
-        let block_size = required(&k.block_size, "--block-size is required")?;
+        let mut block_size = required(&k.block_size, "--block-size is required")?;
         if !VLLM_BLOCK_SIZES.contains(&block_size) {
             return Err(invalid!("--block-size {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"));
+        }
+        // vLLM's latent-attention kernels on Hopper and Blackwell take blocks of one size only, and vLLM forces it.
+        if let Some(forced) = model.mla.as_ref().and_then(|_| gpu.mla_block_size())
+            && forced != block_size
+        {
+            if k.block_size.source != Source::Default {
+                warnings.push(format!(
+                    "--block-size {block_size}: vLLM runs {model_name}'s latent attention on {gpu_name} with blocks of {forced} tokens and forces that size; simulating {forced}"
+                ));
+            }
+            block_size = forced;
+            report_entry(report, "block-size", &block_size, Source::Derived);
         }
 
         let max_model_len = match k.max_model_len.value {

@@ -86,6 +86,26 @@ fn batch_defaults_are_the_gpus_and_a_small_budget_caps_the_default_seats() {
     assert_eq!(batch(small_budget), ((512, 512), ("derived".into(), "flag".into())));
 }
 
+/// vLLM forces the KV block size of a latent-attention (MLA) model where its
+/// MLA kernels need one: 64 tokens on Hopper (FlashMLA), with a warning when
+/// another was given; not on an A100, and not for other models.
+#[test]
+fn latent_attention_on_hopper_takes_flashmlas_blocks() {
+    let block = |model: &str, gpu: &str, given: Option<u32>| {
+        let values = KnobValues { model: Some(model.into()), hardware: Some(gpu.into()), block_size: given, max_model_len: Some(8192), ..KnobValues::default() };
+        let knobs = Knobs::layered(&[(&values, Source::Flag)]);
+        let (mut report, mut warnings) = (knobs.report(), Vec::new());
+        let s = Server::resolve(&knobs, LongContext::Refused, &mut report, &mut warnings).unwrap();
+        (s.instance.block_size, report["block-size"]["source"].as_str().unwrap().to_string(), warnings.len())
+    };
+    const MLA: &str = "deepseek-ai/DeepSeek-V2-Lite";
+    assert_eq!(block(MLA, "H100", None), (64, "derived".into(), 0));
+    assert_eq!(block(MLA, "H200", Some(16)), (64, "derived".into(), 1), "given, overridden and said");
+    assert_eq!(block(MLA, "H100", Some(64)), (64, "flag".into(), 0));
+    assert_eq!(block(MLA, "A100-80GB", None), (16, "default".into(), 0), "Triton MLA takes any size");
+    assert_eq!(block(MODEL, "H100", None), (16, "default".into(), 0));
+}
+
 #[test]
 fn a_context_longer_than_the_model_allows_is_refused_warned_or_taken_as_recorded() {
     let long = KnobValues { model: Some("meta-llama/Llama-2-7b-hf".into()), max_model_len: Some(8192), ..KnobValues::default() };
