@@ -32,6 +32,11 @@ pub struct GpuSpec {
     pub nvlink_domain_gpus: Option<u32>,
     /// Host link bandwidth, GB/s.
     pub pcie_gb_s: f64,
+    /// What `torch.cuda.get_device_name()` calls the GPU ("NVIDIA H100 80GB
+    /// HBM3"): vLLM names its tuned kernel configs after it (absent: no
+    /// tuned config is found, [`crate::latency::moe_tiles::MoeTiles`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub torch_device_name: Option<String>,
     /// CUDA compute capability, major.minor (9.0 for Hopper, 8.0 for the
     /// A100): it picks vLLM's kernels where vLLM does by it (absent: the
     /// generic kernels, [`crate::vllm::mla_block_size`]).
@@ -281,6 +286,7 @@ impl GpuSpec {
                 nvlink_gb_s: d.interconnect.nvlink_bandwidth_gb_s,
                 nvlink_domain_gpus: d.interconnect.nvlink_domain_gpus,
                 pcie_gb_s,
+                torch_device_name: None,
                 compute_capability: None,
                 mfu_prefill: DATASHEET_MFU.0,
                 mfu_decode: DATASHEET_MFU.1,

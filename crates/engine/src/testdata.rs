@@ -41,6 +41,8 @@ pub(crate) fn find_gpu(name: &str) -> Option<Gpu> {
         "H100" => Some(Gpu(include_str!("../../../data/hardware/H100.json"))),
         "H100-NVL" => Some(Gpu(include_str!("../../../data/hardware/H100-NVL.json"))),
         "L40S" => Some(Gpu(include_str!("../../../data/hardware/L40S.json"))),
+        "A100-80GB" => Some(Gpu(include_str!("../../../data/hardware/A100-80GB.json"))),
+        "H200" => Some(Gpu(include_str!("../../../data/hardware/H200.json"))),
         _ => None,
     }
 }

@@ -3,6 +3,7 @@
 //! over a step's entries they share.
 
 use super::StepBatch;
+use super::moe_tiles::MoeTiles;
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
 
@@ -57,6 +58,10 @@ pub(crate) struct Dims {
     /// An all-reduce's fixed latency over the GPU's NVLink one
     /// ([`GpuSpec::allreduce_latency_scale`]).
     pub allreduce_latency_scale: f64,
+    /// The fused-MoE kernel's tiles on this server, with every expert
+    /// sharded over the GPUs and with whole experts spread over them
+    /// (expert parallelism); `None` for a dense model.
+    pub tiles: Option<(MoeTiles, MoeTiles)>,
 }
 
 impl Dims {
@@ -95,6 +100,7 @@ impl Dims {
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
             allreduce_bytes_per_s: gpu.allreduce_bus_bytes_per_s(tp.max(1)),
             allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),
+            tiles: MoeTiles::of(model, gpu, tp, false).zip(MoeTiles::of(model, gpu, tp, true)),
         }
     }
 

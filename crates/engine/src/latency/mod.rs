@@ -27,7 +27,7 @@ mod basis;
 mod blackbox;
 mod expert_load;
 mod kind;
-pub(crate) mod moe_tiles;
+pub mod moe_tiles;
 pub mod physics_normalized;
 mod roofline;
 pub mod trained_physics;

@@ -3,7 +3,7 @@
 
 use super::basis::experts_touched;
 use super::expert_load::ExpertLoad;
-use super::moe_tiles;
+use super::moe_tiles::MoeTiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -47,6 +47,11 @@ pub struct Roofline {
     weight_bytes_dense: f64,
     expert_bytes: f64,
     moe: Option<(f64, f64)>,
+    /// The fused-MoE kernel's tiles on this server (`None`: dense).
+    tiles: Option<MoeTiles>,
+    /// The tiles with whole experts spread over the GPUs, taken by
+    /// [`Roofline::with_expert_parallel`].
+    tiles_expert_parallel: Option<MoeTiles>,
     /// FLOPs of one token's k routed experts, all MoE layers.
     routed_flops_per_token: f64,
     /// The busiest rank's skews, when expert-parallel.
@@ -99,6 +104,8 @@ impl Roofline {
             weight_bytes_dense: dense_params * wbpp,
             expert_bytes,
             moe,
+            tiles: MoeTiles::of(model, gpu, tp, false),
+            tiles_expert_parallel: MoeTiles::of(model, gpu, tp, true),
             routed_flops_per_token,
             expert_parallel: None,
             // Over all ranks, replicated heads and latents included (÷ tp below).
@@ -125,6 +132,7 @@ impl Roofline {
         if let (true, Some((n, k)), true) = (on, self.moe, self.tp > 1.0) {
             self.allreduce_bytes_per_token += (k.max(1.0) - 1.0) * self.moe_layers * self.d_bpp_ring;
             self.expert_parallel = Some(ExpertLoad::new(n, k, self.tp as u32));
+            self.tiles = self.tiles_expert_parallel;
         }
         self
     }
@@ -160,7 +168,7 @@ impl LatencyModel for Roofline {
         }
         let (assignment_skew, expert_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));
         // The fused MoE kernel computes whole tiles of each expert's rows.
-        let padding = self.moe.map_or(1.0, |(n, k)| moe_tiles::padding_factor(n, k, tokens));
+        let padding = self.moe.zip(self.tiles).map_or(1.0, |((n, k), tiles)| tiles.padding_factor(n, k, tokens));
         let routed_scale = assignment_skew * padding;
         if routed_scale > 1.0 {
             let extra = self.routed_flops_per_token * (routed_scale - 1.0);
@@ -212,7 +220,9 @@ mod tests {
         let prefill = [BatchEntry { computed_tokens: 0, new_tokens: 4096, prompt_tokens: 4096 }];
         let skew = load.assignment_skew(4096.0);
         assert!(skew > 1.0 && skew < 1.02, "{skew}");
-        let padding = moe_tiles::padding_factor(8.0, 2.0, 4096.0);
+        // Whole experts, 4 per GPU: vLLM has no tuned config for E = 4, N = 14336; its default is 64 rows.
+        assert_eq!(ep.tiles, Some(MoeTiles::Untuned { experts: 4 }));
+        let padding = MoeTiles::Untuned { experts: 4 }.padding_factor(8.0, 2.0, 4096.0);
         assert!(padding > 1.0 && padding < 1.1, "{padding}");
         let extra_us = ep.routed_flops_per_token * 4096.0 * padding * (skew - 1.0) / ep.mfu_prefill / (2.0 * ep.peak_flops) * 1e6;
         let got = step(&ep, &prefill) - step(&even, &prefill);

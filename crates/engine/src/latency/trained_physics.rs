@@ -7,7 +7,6 @@ use std::sync::Arc;
 
 use super::basis::{Dims, StepSums};
 use super::expert_load::ExpertLoad;
-use super::moe_tiles;
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
@@ -139,7 +138,8 @@ impl TrainedPhysicsBasis {
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
-        let routed_scale = routed_skew * moe_tiles::padding_factor(m.n_experts, m.k, s.tokens());
+        let tiles = m.tiles.map(|(sharded, whole)| if self.expert_parallel.is_some() { whole } else { sharded });
+        let routed_scale = routed_skew * tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, s.tokens()));
         let lm_head_flops_per_row = 2.0 * m.lm_head_params();
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
@@ -292,6 +292,7 @@ impl LatencyModel for TrainedPhysics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::latency::moe_tiles::MoeTiles;
     use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
 
@@ -326,7 +327,7 @@ mod tests {
         ];
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let routed_us = |tokens: f64| basis.dims.compute_us(32.0 * tokens * 6.0 * 4096.0 * 14336.0);
-        let padding = moe_tiles::padding_factor(8.0, 2.0, 302.0);
+        let padding = crate::latency::moe_tiles::MIXTRAL_H100.padding_factor(8.0, 2.0, 302.0);
         assert!((padding - 1.6360186068989422).abs() < 0.01 * 1.636, "{padding}");
         let want = [
             3892.7920379989896 + (padding - 1.0) * routed_us(300.0),
@@ -457,7 +458,9 @@ mod tests {
         };
         let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
         let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
-        let routed_rows = |n: f64| n * moe_tiles::padding_factor(64.0, 6.0, n);
+        // vLLM ships no tuned config for E = 64, N = 1408 on the H100: its default, 16 rows up to 64 tokens.
+        assert_eq!(basis.dims.tiles.map(|t| t.0), Some(MoeTiles::Untuned { experts: 64 }));
+        let routed_rows = |n: f64| n * MoeTiles::Untuned { experts: 64 }.padding_factor(64.0, 6.0, n);
         // One token's 6 experts each pad to a 16-row tile.
         assert_eq!(routed_rows(1.0), 16.0);
         let routed = (routed_rows(2.0) - routed_rows(1.0)) * 26.0 * 6.0 * 1408.0 * 6.0 * 2048.0;

@@ -42,6 +42,7 @@ fn gpu_of(h: &Value) -> GpuSpec {
         nvlink_gb_s: Some(num(h, "interconnect_bandwidth_gb_s")),
         nvlink_domain_gpus: None,
         pcie_gb_s: num(h, "pcie_bandwidth_gb_s"),
+        torch_device_name: None,
         compute_capability: None,
         mfu_prefill: 0.45,
         mfu_decode: 0.3,
