@@ -261,7 +261,7 @@ impl Roofline {
         let prefix = k.prefix_tokens.value.map_or(0.0, f64::from);
         let (m, g, tp) = (&d.server.model, &d.server.gpu, f64::from(d.server.tp));
         let flops_per_token = m.linear_flops_per_token();
-        let peak = g.peak_flops(m.weight_bytes_per_param) * tp;
+        let peak = g.peak_flops(m.fp8_weights) * tp;
         let active_bytes = flops_per_token / 2.0 * m.weight_bytes_per_param;
         let seats = f64::from(d.server.instance.scheduler.max_num_seqs);
         let step_min_s = active_bytes / (g.hbm_bytes_per_s() * tp);

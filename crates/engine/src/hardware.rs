@@ -368,11 +368,13 @@ impl GpuSpec {
         Ok(())
     }
 
-    /// Peak dense FLOP/s for weights of `weight_bytes_per_param` bytes: the FP8
-    /// peak for 8-bit (or smaller) weights when the GPU has one, else BF16.
-    pub fn peak_flops(&self, weight_bytes_per_param: f64) -> f64 {
+    /// Peak dense FLOP/s of a model's GEMMs: the FP8 peak for 8-bit float
+    /// weights ([`crate::model::ModelConfig::fp8_weights`]) when the GPU has
+    /// FP8 tensor cores, else BF16 (half-precision weights, and integer ones
+    /// dequantised for the product).
+    pub fn peak_flops(&self, fp8_weights: bool) -> f64 {
         let tflops = match self.fp8_tflops {
-            Some(fp8) if weight_bytes_per_param <= 1.0 => fp8,
+            Some(fp8) if fp8_weights => fp8,
             _ => self.bf16_tflops,
         };
         tflops * 1e12

@@ -116,6 +116,11 @@ pub struct ModelConfig {
     pub dtype_bytes: f64,
     /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
     pub weight_bytes_per_param: f64,
+    /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
+    /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
+    /// (GPTQ, AWQ, compressed-tensors int) are taken as dequantised to half
+    /// precision for the product (Marlin's W8A16 and W4A16 kernels).
+    pub fp8_weights: bool,
     /// The longest context the config allows, derived as vLLM derives it:
     /// the smallest of its length fields (`max_position_embeddings`,
     /// `n_positions`, `max_seq_len`, `seq_length`, `model_max_length`,
@@ -184,6 +189,20 @@ fn derived_max_model_len(obj: &Map<String, Value>) -> Result<u32, ModelConfigErr
 
 fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'static str) -> Result<u32, ModelConfigError> {
     positive_u32(obj, names, names[0])?.ok_or(ModelConfigError::Missing { field: names[0], aliases })
+}
+
+/// Whether a `quantization_config` stores 8-bit float weights: an FP8
+/// method or format, or compressed-tensors groups whose weights are floats.
+fn fp8_weights(q: &Value) -> bool {
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    let float_group = q.get("config_groups").and_then(Value::as_object).is_some_and(|groups| {
+        groups.values().any(|g| {
+            let w = g.get("weights");
+            w.and_then(|w| w.get("num_bits")).and_then(Value::as_u64) == Some(8) && w.and_then(|w| w.get("type")).and_then(Value::as_str) == Some("float")
+        })
+    });
+    method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2") || float_group
 }
 
 /// Bytes per weight implied by a `quantization_config`, if it names a precision.
@@ -295,6 +314,7 @@ impl ModelConfig {
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
         let weight_bytes_per_param = quant.and_then(quantized_weight_bytes).unwrap_or(dtype_bytes);
+        let fp8_weights = weight_bytes_per_param == 1.0 && quant.is_some_and(fp8_weights);
 
         Ok(ModelConfig {
             architecture,
@@ -308,6 +328,7 @@ impl ModelConfig {
             tie_word_embeddings,
             dtype_bytes,
             weight_bytes_per_param,
+            fp8_weights,
             derived_max_model_len,
             moe,
             mla,
@@ -558,7 +579,18 @@ mod tests {
                 "quantization_config":{"quant_method":"fp8"}}"#,
         )
         .unwrap();
-        assert_eq!(fp8.weight_bytes_per_param, 1.0);
+        assert_eq!((fp8.weight_bytes_per_param, fp8.fp8_weights), (1.0, true));
+        // Integer weights are multiplied in half precision: 4-bit AWQ, 8-bit GPTQ, compressed-tensors int8.
+        let quantized = |q: &str| {
+            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#);
+            let m = ModelConfig::from_hf_json(&json).unwrap();
+            (m.weight_bytes_per_param, m.fp8_weights)
+        };
+        assert_eq!(quantized(r#"{"quant_method":"awq","bits":4}"#), (0.5, false));
+        assert_eq!(quantized(r#"{"quant_method":"gptq","bits":8}"#), (1.0, false));
+        let group = |kind: &str| format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#);
+        assert_eq!(quantized(&group("int")), (1.0, false));
+        assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
     }
 
     /// vLLM's `_get_and_verify_max_len` on hand-written length fields.

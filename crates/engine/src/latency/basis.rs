@@ -48,7 +48,7 @@ pub(crate) struct Dims {
     pub kv_bytes_per_token: f64,
     /// Tensor-parallel degree.
     pub tp: f64,
-    /// F: peak dense FLOP/s (the FP8 peak for 8-bit weights).
+    /// F: peak dense FLOP/s (the FP8 peak for 8-bit float weights).
     pub flops_per_s: f64,
     /// W: HBM bytes per second.
     pub hbm_bytes_per_s: f64,
@@ -96,7 +96,7 @@ impl Dims {
             wbpp: model.weight_bytes_per_param,
             kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp),
             tp: f64::from(tp.max(1)),
-            flops_per_s: gpu.peak_flops(model.weight_bytes_per_param),
+            flops_per_s: gpu.peak_flops(model.fp8_weights),
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
             allreduce_bytes_per_s: gpu.allreduce_bus_bytes_per_s(tp.max(1)),
             allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),

@@ -137,7 +137,7 @@ impl PhysicsConstants {
         let weight_bytes_mlp_unit = proj * h * width * wbpp;
         let weight_bytes_total = l * (weight_bytes_attn + weight_bytes_mlp_unit * moe_weight_factor);
         let dtype = model.dtype_bytes;
-        let hw_peak_flops = gpu.peak_flops(wbpp) / tp_f;
+        let hw_peak_flops = gpu.peak_flops(model.fp8_weights) / tp_f;
         let hw_peak_bandwidth = gpu.hbm_bytes_per_s() / tp_f;
         let comm_bytes_per_token = if tp > 1 { l * 2.0 * h * dtype * 2.0 * (tp_f - 1.0) / tp_f } else { 0.0 };
         let roofline_step_time = (f64::from(knobs.max_batched_tokens) * flops_linear_per_token / hw_peak_flops)

@@ -113,7 +113,7 @@ impl Roofline {
             activation_bytes_per_token: l * d * bpp,
             allreduce_bytes_per_token: if tp > 1 { 2.0 * l * d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
             tp: tp_n,
-            peak_flops: gpu.peak_flops(model.weight_bytes_per_param),
+            peak_flops: gpu.peak_flops(model.fp8_weights),
             mfu_prefill: gpu.mfu_prefill,
             mfu_decode: gpu.mfu_decode,
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
