@@ -201,7 +201,7 @@ impl Server {
         let max_num_seqs = match k.max_num_seqs.value {
             Some(v) => v,
             // As vLLM does, a default that would outnumber a smaller token budget given is capped by it.
-            None if max_num_batched_tokens < batch.max_num_seqs => {
+            None if (1..batch.max_num_seqs).contains(&max_num_batched_tokens) => {
                 report_entry(report, "max-num-seqs", &max_num_batched_tokens, Source::Derived);
                 max_num_batched_tokens
             }

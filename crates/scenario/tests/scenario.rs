@@ -84,6 +84,11 @@ fn batch_defaults_are_the_gpus_and_a_small_budget_caps_the_default_seats() {
     assert_eq!(batch(set), ((64, 4096), ("flag".into(), "flag".into())));
     let small_budget = KnobValues { max_num_batched_tokens: Some(512), ..on("H100") };
     assert_eq!(batch(small_budget), ((512, 512), ("derived".into(), "flag".into())));
+    // A budget of 0 is the budget's error, not seats capped to 0.
+    let zero = KnobValues { model: Some(MODEL.into()), max_num_batched_tokens: Some(0), ..on("H100") };
+    let knobs = Knobs::layered(&[(&zero, Source::Flag)]);
+    let e = Server::resolve(&knobs, LongContext::Refused, &mut knobs.report(), &mut Vec::new()).err().unwrap();
+    assert!(e.0.starts_with("--max-num-batched-tokens"), "{e}");
 }
 
 /// vLLM forces the KV block size of a latent-attention (MLA) model where its
