@@ -191,46 +191,34 @@ fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'sta
     positive_u32(obj, names, names[0])?.ok_or(ModelConfigError::Missing { field: names[0], aliases })
 }
 
-/// Whether a `quantization_config` stores 8-bit float weights: an FP8
-/// method or format, or compressed-tensors groups whose weights are floats.
-fn fp8_weights(q: &Value) -> bool {
+/// The weights a `quantization_config` stores, if it names a precision:
+/// bytes per weight, and whether they are 8-bit floats (an FP8 method or
+/// format, or compressed-tensors weights of type float) rather than
+/// integers (GPTQ, AWQ, compressed-tensors int).
+fn quantized_weights(q: &Value) -> Option<(f64, bool)> {
     let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    let float_group = q.get("config_groups").and_then(Value::as_object).is_some_and(|groups| {
-        groups.values().any(|g| {
-            let w = g.get("weights");
-            w.and_then(|w| w.get("num_bits")).and_then(Value::as_u64) == Some(8) && w.and_then(|w| w.get("type")).and_then(Value::as_str) == Some("float")
-        })
-    });
-    method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2") || float_group
-}
-
-/// Bytes per weight implied by a `quantization_config`, if it names a precision.
-fn quantized_weight_bytes(q: &Value) -> Option<f64> {
-    let bits = |b: u64| match b {
+    let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
+    let bytes = |b: u64| match b {
         8 => Some(1.0),
         4 => Some(0.5),
         _ => None,
     };
-    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bits) {
-        return Some(b);
+    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes) {
+        return Some((b, fp8_named && b == 1.0));
     }
-    if let Some(groups) = q.get("config_groups").and_then(Value::as_object) {
-        // compressed-tensors: every group quantises weights to the same width in practice.
-        if let Some(b) = groups
-            .values()
-            .find_map(|g| g.get("weights").and_then(|w| w.get("num_bits")).and_then(Value::as_u64))
-            .and_then(bits)
-        {
-            return Some(b);
-        }
+    // compressed-tensors: every group quantises weights to the same width and type in practice.
+    let group = q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")));
+    if let Some(w) = group
+        && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
+    {
+        let float = w.get("type").and_then(Value::as_str) == Some("float") || fp8_named;
+        return Some((b, float && b == 1.0));
     }
-    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    if method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2") {
-        Some(1.0)
+    if fp8_named {
+        Some((1.0, true))
     } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
-        Some(0.5)
+        Some((0.5, false))
     } else {
         None
     }
@@ -313,8 +301,7 @@ impl ModelConfig {
         // model dtype by default.
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
-        let weight_bytes_per_param = quant.and_then(quantized_weight_bytes).unwrap_or(dtype_bytes);
-        let fp8_weights = weight_bytes_per_param == 1.0 && quant.is_some_and(fp8_weights);
+        let (weight_bytes_per_param, fp8_weights) = quant.and_then(quantized_weights).unwrap_or((dtype_bytes, false));
 
         Ok(ModelConfig {
             architecture,

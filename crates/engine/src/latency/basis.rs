@@ -58,10 +58,12 @@ pub(crate) struct Dims {
     /// An all-reduce's fixed latency over the GPU's NVLink one
     /// ([`GpuSpec::allreduce_latency_scale`]).
     pub allreduce_latency_scale: f64,
-    /// The fused-MoE kernel's tiles on this server, with every expert
-    /// sharded over the GPUs and with whole experts spread over them
-    /// (expert parallelism); `None` for a dense model.
-    pub tiles: Option<(MoeTiles, MoeTiles)>,
+    /// The fused-MoE kernel's tiles on this server, every expert sharded
+    /// over the GPUs (`None` for a dense model).
+    pub tiles: Option<MoeTiles>,
+    /// The tiles with whole experts spread over the GPUs (expert
+    /// parallelism), which `with_expert_parallel` puts in `tiles`.
+    pub tiles_expert_parallel: Option<MoeTiles>,
 }
 
 impl Dims {
@@ -100,7 +102,8 @@ impl Dims {
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
             allreduce_bytes_per_s: gpu.allreduce_bus_bytes_per_s(tp.max(1)),
             allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),
-            tiles: MoeTiles::of(model, gpu, tp, false).zip(MoeTiles::of(model, gpu, tp, true)),
+            tiles: MoeTiles::of(model, gpu, tp, false),
+            tiles_expert_parallel: MoeTiles::of(model, gpu, tp, true),
         }
     }
 

@@ -120,6 +120,9 @@ impl TrainedPhysicsBasis {
     pub fn with_expert_parallel(mut self, on: bool) -> TrainedPhysicsBasis {
         let m = &self.dims;
         self.expert_parallel = (on && m.is_moe() && m.tp > 1.0).then(|| ExpertLoad::new(m.n_experts, m.k, m.tp as u32));
+        if self.expert_parallel.is_some() {
+            self.dims.tiles = self.dims.tiles_expert_parallel;
+        }
         self
     }
 
@@ -138,8 +141,7 @@ impl TrainedPhysicsBasis {
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
-        let tiles = m.tiles.map(|(sharded, whole)| if self.expert_parallel.is_some() { whole } else { sharded });
-        let routed_scale = routed_skew * tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, s.tokens()));
+        let routed_scale = routed_skew * m.tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, s.tokens()));
         let lm_head_flops_per_row = 2.0 * m.lm_head_params();
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
@@ -459,7 +461,7 @@ mod tests {
         let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
         let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
         // vLLM ships no tuned config for E = 64, N = 1408 on the H100: its default, 16 rows up to 64 tokens.
-        assert_eq!(basis.dims.tiles.map(|t| t.0), Some(MoeTiles::Untuned { experts: 64 }));
+        assert_eq!(basis.dims.tiles, Some(MoeTiles::Untuned { experts: 64 }));
         let routed_rows = |n: f64| n * MoeTiles::Untuned { experts: 64 }.padding_factor(64.0, 6.0, n);
         // One token's 6 experts each pad to a 16-row tile.
         assert_eq!(routed_rows(1.0), 16.0);
