@@ -61,14 +61,14 @@ pub enum KernelProfileError {
         message: String,
     },
     /// A profile directory named after a GPU with no bundled spec.
-    #[error("{path}: no bundled GPU spec for `{gpu}` (known: {known})")]
+    #[error("{path}: no bundled GPU spec for `{gpu}`: {why}")]
     UnknownGpu {
         /// The directory.
         path: PathBuf,
         /// Its name.
         gpu: String,
-        /// The bundled names.
-        known: String,
+        /// The bundled boards that come closest ([`blis_data::catalog::unknown_gpu`]).
+        why: String,
     },
     /// Nothing to fit.
     #[error("{0}: no kernel profiles found (expected compute/<gpu>/<org>/<model>/mlp.csv)")]
@@ -505,7 +505,7 @@ pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, Vec<LayerS
     let mut peaks = BTreeMap::new();
     for gpu_dir in read_dir_sorted(&compute)? {
         let gpu = dir_name(&gpu_dir);
-        let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu { path: gpu_dir.clone(), gpu: gpu.clone(), known: blis_data::catalog::gpu_names() })?;
+        let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu { path: gpu_dir.clone(), gpu: gpu.clone(), why: blis_data::catalog::unknown_gpu(&gpu) })?;
         peaks.insert(gpu.clone(), Peaks::of(&spec));
         for org in read_dir_sorted(&gpu_dir)? {
             for model_dir in read_dir_sorted(&org)? {

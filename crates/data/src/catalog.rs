@@ -56,13 +56,37 @@ pub fn similar_models(name: &str) -> Vec<&'static str> {
     MODELS.iter().map(|m| m.id).filter(|id| id.to_ascii_lowercase().contains(&short)).collect()
 }
 
+/// How a GPU board is built, as its names say it: the part of the name
+/// that tells two boards of one chip apart.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum FormFactor {
+    /// An SXM module on an HGX/DGX board (`SXM`, `SXM4`, `SXM5`).
+    Sxm,
+    /// A PCIe card (`PCIe`).
+    Pcie,
+    /// The H100 NVL: a PCIe card with more memory, bridged in pairs (`NVL`).
+    Nvl,
+}
+
+impl FormFactor {
+    fn label(self) -> &'static str {
+        match self {
+            FormFactor::Sxm => "SXM",
+            FormFactor::Pcie => "PCIe",
+            FormFactor::Nvl => "NVL",
+        }
+    }
+}
+
 /// A bundled GPU spec.
 #[derive(Copy, Clone, Debug)]
 pub struct BundledGpu {
     /// Canonical name accepted by `--hardware`.
     pub name: &'static str,
-    /// Other accepted names.
-    pub aliases: &'static [&'static str],
+    /// The chip, as the names of every board of it print it: "H100", "A100", "L40S".
+    pub family: &'static str,
+    /// The board.
+    pub form: FormFactor,
     json: &'static str,
 }
 
@@ -71,33 +95,39 @@ impl BundledGpu {
     pub fn spec(&self) -> GpuSpec {
         GpuSpec::from_json(self.json).unwrap_or_else(|e| panic!("bundled GPU spec {} is invalid: {e}", self.name))
     }
+
+    /// Memory as names print it, whole GB (the spec's GiB: "80GB" boards hold 80 GiB).
+    fn memory_gb(&self) -> u32 {
+        self.spec().memory_gib.round() as u32
+    }
+
+    /// "A100-80GB (SXM, 80 GB)", for error messages.
+    fn describe(&self) -> String {
+        format!("{} ({}, {} GB)", self.name, self.form.label(), self.memory_gb())
+    }
 }
 
-/// Every bundled GPU. Aliases include the names `nvidia-smi` and vendor
-/// datasheets print (the lookup ignores case, spaces, `-`/`_` and a leading
-/// "NVIDIA"). The PCIe cards are parts of their own (other memory, clocks and
-/// links), not aliases of the SXM boards.
-pub const GPUS: &[BundledGpu] = &[
-    BundledGpu {
-        name: "H100",
-        aliases: &["H100-SXM", "H100-SXM-80GB", "H100-80GB", "H100-SXM5", "H100-SXM5-80GB", "H100 80GB HBM3"],
-        json: include_str!("../../../data/hardware/H100.json"),
-    },
-    BundledGpu {
-        name: "A100-80GB",
-        aliases: &["A100", "A100-SXM", "A100-SXM-80GB", "A100-SXM4-80GB"],
-        json: include_str!("../../../data/hardware/A100-80GB.json"),
-    },
-    BundledGpu { name: "L40S", aliases: &[], json: include_str!("../../../data/hardware/L40S.json") },
-    BundledGpu { name: "A40", aliases: &["A40-48GB"], json: include_str!("../../../data/hardware/A40.json") },
-    BundledGpu { name: "H100-NVL", aliases: &["H100-NVL-94GB"], json: include_str!("../../../data/hardware/H100-NVL.json") },
-    BundledGpu { name: "H200", aliases: &["H200-SXM", "H200-SXM-141GB", "H200 141GB HBM3e"], json: include_str!("../../../data/hardware/H200.json") },
-    BundledGpu {
-        name: "A100-80GB-PCIe",
-        aliases: &["A100-PCIe", "A100-PCIe-80GB", "A100 80GB PCIe"],
-        json: include_str!("../../../data/hardware/A100-80GB-PCIe.json"),
-    },
-    BundledGpu { name: "H100-PCIe", aliases: &["H100-PCIe-80GB", "H100 80GB PCIe"], json: include_str!("../../../data/hardware/H100-PCIe.json") },
+macro_rules! gpus {
+    ($($name:literal: $family:literal $form:ident),* $(,)?) => {
+        &[$(BundledGpu { name: $name, family: $family, form: FormFactor::$form, json: include_str!(concat!("../../../data/hardware/", $name, ".json")) }),*]
+    };
+}
+
+/// Every bundled GPU. Within a chip the board a name without form factor
+/// or memory means comes first: "A100" is the 80 GB SXM board (the one the
+/// kernel profiles measured), "H100" the SXM board. The PCIe cards are
+/// parts of their own (other memory, clocks and links), not aliases of
+/// the SXM boards.
+pub const GPUS: &[BundledGpu] = gpus![
+    "H100": "H100" Sxm,
+    "A100-80GB": "A100" Sxm,
+    "L40S": "L40S" Pcie,
+    "A40": "A40" Pcie,
+    "H100-NVL": "H100" Nvl,
+    "H200": "H200" Sxm,
+    "A100-80GB-PCIe": "A100" Pcie,
+    "H100-PCIe": "H100" Pcie,
+    "A100-40GB": "A100" Sxm,
 ];
 
 /// The bundled GPUs whose kernels were profiled (`blis kernels`); the
@@ -131,17 +161,92 @@ pub fn gpu_names() -> String {
     GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
 }
 
-/// `name` upper-cased without spaces, `-`, `_` and a leading "NVIDIA":
-/// "NVIDIA H100 80GB HBM3" and "h100-80gb-hbm3" compare equal.
-fn gpu_key(name: &str) -> String {
-    let key: String = name.chars().filter(|c| !matches!(c, ' ' | '-' | '_')).collect::<String>().to_ascii_uppercase();
-    key.strip_prefix("NVIDIA").map(str::to_string).unwrap_or(key)
+/// What a GPU's name says: its chip, and its board and memory where the
+/// name gives them.
+#[derive(Debug, PartialEq)]
+struct GpuName {
+    family: String,
+    form: Option<FormFactor>,
+    memory_gb: Option<u32>,
 }
 
-/// Finds a bundled GPU by name or alias, ignoring case, spaces, `-`/`_` and a leading "NVIDIA".
+impl GpuName {
+    /// Reads the names `nvidia-smi`, PyTorch, vendor datasheets and
+    /// experiment records give one board ("NVIDIA A100-SXM4-80GB",
+    /// "NVIDIA H100 80GB HBM3", "H100-SXM-80GB", "L40S-48GB", "a100 80gb
+    /// pcie"): words split at spaces, `-`, `_` and `/`, ignoring case, a
+    /// leading "NVIDIA" or "Tesla" and the memory's kind (HBM3, GDDR6).
+    /// None for a name with a word it cannot place (a MIG slice, a second
+    /// chip), so that no other board is silently taken for the one meant.
+    fn parse(name: &str) -> Option<GpuName> {
+        let upper = name.to_ascii_uppercase();
+        let mut words = upper.split([' ', '-', '_', '/']).filter(|w| !w.is_empty()).peekable();
+        let (mut family, mut form, mut memory_gb) = (None, None, None);
+        while let Some(word) = words.next() {
+            let placed = match word {
+                "NVIDIA" | "TESLA" if family.is_none() => true,
+                "HBM2" | "HBM2E" | "HBM3" | "HBM3E" | "GDDR6" => true,
+                "SXM" | "SXM2" | "SXM4" | "SXM5" => form.replace(FormFactor::Sxm).is_none(),
+                "PCIE" => form.replace(FormFactor::Pcie).is_none(),
+                "NVL" => form.replace(FormFactor::Nvl).is_none(),
+                _ => {
+                    let gb = match word.strip_suffix("GB").or_else(|| word.strip_suffix('G')) {
+                        Some(digits) => digits.parse::<u32>().ok(),
+                        // "80 GB": the number, then the unit as a word of its own.
+                        None if words.peek() == Some(&"GB") => words.next().and_then(|_| word.parse::<u32>().ok()),
+                        None => None,
+                    };
+                    match gb {
+                        Some(gb) => memory_gb.replace(gb).is_none(),
+                        None => family.replace(word.to_string()).is_none(),
+                    }
+                }
+            };
+            if !placed {
+                return None;
+            }
+        }
+        Some(GpuName { family: family?, form, memory_gb })
+    }
+}
+
+/// Finds a bundled GPU by any name of its board ([`GpuName::parse`]): the
+/// bundled board of the named chip whose form factor and memory agree with
+/// what the name gives, the chip's first listed where it gives neither.
 pub fn find_gpu(name: &str) -> Option<BundledGpu> {
-    let key = gpu_key(name);
-    GPUS.iter().copied().find(|g| gpu_key(g.name) == key || g.aliases.iter().any(|a| gpu_key(a) == key))
+    let want = GpuName::parse(name)?;
+    GPUS.iter().copied().find(|g| {
+        g.family == want.family && want.form.is_none_or(|f| f == g.form) && want.memory_gb.is_none_or(|gb| gb == g.memory_gb())
+    })
+}
+
+/// `gpu` (a spec from a file: a vendor datasheet, a hand-written spec)
+/// with what the bundled board of its name knows and the file does not
+/// say: the measured kernel efficiencies, the compute capability and the
+/// device name, which pick vLLM's kernels (KV block size of latent
+/// attention, fused-MoE tiles). A spec of a board BLIS does not bundle is
+/// returned as it is.
+pub fn completed(mut gpu: GpuSpec) -> GpuSpec {
+    if let Some(bundled) = find_gpu(&gpu.name).map(|g| g.spec()) {
+        gpu.kernels = gpu.kernels.or(bundled.kernels);
+        gpu.compute_capability = gpu.compute_capability.or(bundled.compute_capability);
+        gpu.torch_device_name = gpu.torch_device_name.or(bundled.torch_device_name);
+    }
+    gpu
+}
+
+/// Why [`find_gpu`] found no board of `name`, for `--hardware NAME: ...`:
+/// the bundled boards of its chip when BLIS has some (an A100 of other
+/// memory, an H200 NVL), else every bundled GPU.
+pub fn unknown_gpu(name: &str) -> String {
+    let upper = name.to_ascii_uppercase();
+    let words: Vec<&str> = upper.split([' ', '-', '_', '/']).collect();
+    let same_chip: Vec<String> = GPUS.iter().filter(|g| words.contains(&g.family)).map(BundledGpu::describe).collect();
+    if same_chip.is_empty() {
+        format!("unknown GPU; allowed: {}", gpu_names())
+    } else {
+        format!("no bundled board of this name; bundled boards of that chip: {}", same_chip.join(", "))
+    }
 }
 
 #[cfg(test)]
@@ -248,9 +353,71 @@ mod tests {
         assert_eq!(find_gpu("A100-SXM4-80GB").unwrap().name, "A100-80GB", "the SXM board is another part");
         assert_eq!(find_gpu("NVIDIA A100-SXM4-80GB").unwrap().name, "A100-80GB");
         assert_eq!(find_gpu("nvidia_l40s").unwrap().name, "L40S");
+        // The spellings of other experiment records and cloud catalogues.
+        for (name, want) in [
+            ("L40S-48GB", "L40S"),
+            ("L40S PCIe 48GB", "L40S"),
+            ("A100-80GB-SXM4", "A100-80GB"),
+            ("A100 80G", "A100-80GB"),
+            ("a100-sxm4", "A100-80GB"),
+            ("A100-SXM4-40GB", "A100-40GB"),
+            ("NVIDIA A100-SXM4-40GB", "A100-40GB"),
+            ("Tesla A100 40 GB", "A100-40GB"),
+            ("H100 SXM5 80GB HBM3", "H100"),
+            ("H100 94GB", "H100-NVL"),
+            ("NVIDIA H200 141GB HBM3e", "H200"),
+            ("A40-48GB", "A40"),
+        ] {
+            assert_eq!(find_gpu(name).map(|g| g.name), Some(want), "{name}");
+        }
         // A different part with a similar name is not silently taken for another.
-        assert!(find_gpu("NVIDIA A100 40GB PCIe").is_none() && find_gpu("A100-SXM4-40GB").is_none());
-        assert!(find_gpu("").is_none());
+        for other in ["NVIDIA A100 40GB PCIe", "H200 NVL", "L40", "A10", "A10G", "GH200 480GB", "H100 SXM 94GB", "L40S SXM", "H100 80", "H100 PCIe SXM"] {
+            assert!(find_gpu(other).is_none(), "{other}");
+        }
+        for nonsense in ["", "NVIDIA", "80GB", "H100 MIG 1g.10gb", "H100 H200"] {
+            assert!(find_gpu(nonsense).is_none(), "{nonsense:?}");
+        }
+    }
+
+    /// Every name a bundled board goes by finds it: its canonical name, the
+    /// name in its file and the name PyTorch gives the device (what vLLM
+    /// logs and `nvidia-smi` prints).
+    #[test]
+    fn every_bundled_gpu_is_found_by_each_of_its_names() {
+        for g in GPUS {
+            let spec = g.spec();
+            let device = spec.torch_device_name.clone().unwrap_or_else(|| panic!("{} has a device name", g.name));
+            for name in [g.name, spec.name.as_str(), device.as_str()] {
+                assert_eq!(find_gpu(name).map(|found| found.name), Some(g.name), "{name}");
+            }
+        }
+    }
+
+    /// A datasheet of a bundled board gets what only BLIS's file says; its
+    /// own figures stay; a board BLIS does not bundle gets nothing.
+    #[test]
+    fn a_datasheet_of_a_bundled_board_is_completed_from_it() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let bare = GpuSpec { name: "NVIDIA H100 SXM5 80GB".into(), kernels: None, compute_capability: None, torch_device_name: None, ..h100.clone() };
+        let done = completed(bare.clone());
+        assert_eq!((done.compute_capability, done.torch_device_name.as_deref()), (Some(9.0), Some("NVIDIA H100 80GB HBM3")));
+        assert_eq!(done.kernels, h100.kernels);
+        let own = GpuSpec { compute_capability: Some(9.5), ..bare.clone() };
+        assert_eq!(completed(own).compute_capability, Some(9.5));
+        let other = GpuSpec { name: "B200".into(), ..bare };
+        assert_eq!(completed(other.clone()), other);
+    }
+
+    /// A name of a chip BLIS bundles, but of another board, lists that
+    /// chip's boards; any other unknown name, every bundled GPU.
+    #[test]
+    fn unknown_gpu_names_the_boards_of_the_chip_meant() {
+        assert_eq!(
+            unknown_gpu("A100 40GB PCIe"),
+            "no bundled board of this name; bundled boards of that chip: A100-80GB (SXM, 80 GB), A100-80GB-PCIe (PCIe, 80 GB), A100-40GB (SXM, 40 GB)"
+        );
+        assert!(unknown_gpu("NVIDIA H200 NVL").ends_with("H200 (SXM, 141 GB)"));
+        assert_eq!(unknown_gpu("B200"), format!("unknown GPU; allowed: {}", gpu_names()));
     }
 
     #[test]

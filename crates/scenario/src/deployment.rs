@@ -80,10 +80,12 @@ pub fn load_model_config(path: &Path) -> Result<ModelConfig, ScenarioError> {
     ModelConfig::from_hf_json(&text).map_err(|e| invalid!("--model-config {}: {e}", path.display()))
 }
 
-/// Reads `--hardware-config PATH`: a GPU spec in BLIS's or a datasheet's shape.
+/// Reads `--hardware-config PATH`: a GPU spec in BLIS's or a datasheet's
+/// shape, completed from the bundled board of its name ([`catalog::completed`]).
 pub fn load_gpu_spec(path: &Path) -> Result<GpuSpec, ScenarioError> {
     let text = read_file("hardware-config", path)?;
-    GpuSpec::from_json(&text).map_err(|e| invalid!("--hardware-config {}: {e}", path.display()))
+    let gpu = GpuSpec::from_json(&text).map_err(|e| invalid!("--hardware-config {}: {e}", path.display()))?;
+    Ok(catalog::completed(gpu))
 }
 
 fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, ScenarioError> {
@@ -121,7 +123,7 @@ fn resolve_gpu(k: &Knobs) -> Result<(String, GpuSpec), ScenarioError> {
     }
     let name = required(&k.hardware, "--hardware is required")?;
     let g = catalog::find_gpu(&name)
-        .ok_or_else(|| invalid!("--hardware {name}: unknown GPU; allowed: {}; or pass --hardware-config PATH", catalog::gpu_names()))?;
+        .ok_or_else(|| invalid!("--hardware {name}: {}; or pass --hardware-config PATH", catalog::unknown_gpu(&name)))?;
     Ok((g.name.to_string(), g.spec()))
 }
 

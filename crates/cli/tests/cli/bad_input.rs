@@ -141,6 +141,9 @@ fn bad_server_knobs() {
     assert!(e.contains("--gpu-memory-utilization"), "{e}");
     let e = rejected("hardware", &with_model(&["--hardware", "TPU-v9"]));
     assert!(e.contains("H100") && e.contains("TPU-v9"), "{e}");
+    // Another board of a bundled chip is refused with that chip's boards, never run on one of them.
+    let e = rejected("hardware-board", &with_model(&["--hardware", "NVIDIA A100 40GB PCIe"]));
+    assert!(e.contains("A100-80GB-PCIe (PCIe, 80 GB)") && e.contains("A100-40GB (SXM, 40 GB)") && !e.contains("L40S"), "{e}");
     let sheet_dir = scratch("bad-kernels-sheet");
     let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A40.json")).unwrap();
     for (name, from, to) in [("kernels-memory", "\"gemm_memory\": 0.813", "\"gemm_memory\": 1.5"), ("kernels-overhead", "\"layer_overhead_us\": 49.8", "\"layer_overhead_us\": -3")] {
