@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::percentile_sorted;
-use blis_engine::request::{Outcome, RequestId, RequestRecord};
+use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 
 /// Gap between an SSE data line and the blank line after it (µs), as the
@@ -45,8 +45,43 @@ pub struct ClientStage {
     pub first_send: Option<Micros>,
     /// Latest end (completion, or the client giving up).
     pub last_end: Micros,
-    /// Histogram of true inter-token gaps (µs → count) of completed requests.
-    pub token_gaps_us: BTreeMap<u64, u64>,
+    /// True inter-token gaps of completed requests.
+    pub token_gaps_us: GapHistogram,
+}
+
+/// Gaps below this many µs (65.5 ms: decode steps, the bulk of them) are
+/// counted in an array, longer ones in a map.
+const DENSE_GAP_US: usize = 1 << 16;
+
+/// Counts of inter-token gaps by whole microseconds: exact, and O(1) per
+/// gap for the common ones (a run of 100 000 requests records tens of
+/// millions). Empty until the first gap, so a run that keeps none
+/// allocates nothing.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct GapHistogram {
+    dense: Vec<u64>,
+    sparse: BTreeMap<u64, u64>,
+}
+
+impl GapHistogram {
+    /// Counts `count` gaps of `gap_us`.
+    pub fn add(&mut self, gap_us: u64, count: u64) {
+        match usize::try_from(gap_us) {
+            Ok(i) if i < DENSE_GAP_US => {
+                if self.dense.is_empty() {
+                    self.dense = vec![0; DENSE_GAP_US];
+                }
+                self.dense[i] += count;
+            }
+            _ => *self.sparse.entry(gap_us).or_default() += count,
+        }
+    }
+
+    /// (gap, count) of every gap seen, ascending.
+    pub fn iter(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        let dense = self.dense.iter().enumerate().filter(|&(_, &n)| n > 0).map(|(g, &n)| (g as u64, n));
+        dense.chain(self.sparse.iter().map(|(&g, &n)| (g, n)))
+    }
 }
 
 /// A distribution summary in ms.
@@ -93,8 +128,8 @@ fn weighted_percentile(hist: &[(f64, u64)], total: u64, p: f64) -> f64 {
     at(lo) + (at(hi) - at(lo)) * (rank - lo as f64)
 }
 
-fn summarize_hist(hist: &BTreeMap<u64, u64>, scale: f64) -> Option<Summary> {
-    let runs: Vec<(f64, u64)> = hist.iter().map(|(&v, &n)| (v as f64 * scale, n)).collect();
+fn summarize_hist(hist: &GapHistogram, scale: f64) -> Option<Summary> {
+    let runs: Vec<(f64, u64)> = hist.iter().map(|(v, n)| (v as f64 * scale, n)).collect();
     let total: u64 = runs.iter().map(|r| r.1).sum();
     if total == 0 {
         return None;
@@ -143,7 +178,7 @@ impl ClientStage {
             self.ttft_ms.push(ttft.as_ms_f64());
             self.output_tokens.push(r.output_tokens);
             for &g in gaps {
-                *self.token_gaps_us.entry(g).or_default() += 1;
+                self.token_gaps_us.add(g, 1);
             }
         }
     }
@@ -166,7 +201,7 @@ impl ClientStage {
             span_ms += e - t;
             gaps += lines_minus_one;
             tpot_sum += (e - t) / lines_minus_one as f64;
-            *sse_hist.entry(SSE_SEPARATOR_GAP_US).or_default() += u64::from(n) + 2;
+            sse_hist.add(SSE_SEPARATOR_GAP_US, u64::from(n) + 2);
         }
         let inference_perf_itl = summarize_hist(&sse_hist, 1e-3).map(|mut s| {
             s.mean = span_ms / gaps as f64;
@@ -205,7 +240,12 @@ pub struct ClientObserver {
     pub summary: ClientStage,
     /// What the client saw of each completed request, by request id.
     pub per_request: Vec<Option<Latency>>,
-    pending_gaps: BTreeMap<RequestId, Vec<u64>>,
+    /// The gaps of each request still running, by request id (ids are
+    /// dense from 0); a request's are counted once it completes.
+    pending_gaps: Vec<Vec<u64>>,
+    /// Emptied gap lists, reused so that recording allocates nothing once
+    /// as many lists exist as requests run at once.
+    spare_gaps: Vec<Vec<u64>>,
     token_gaps: bool,
 }
 
@@ -225,7 +265,7 @@ impl ClientObserver {
 
 impl Observer for ClientObserver {
     fn on_finish(&mut self, r: &RequestRecord) {
-        let gaps = self.pending_gaps.remove(&r.id).unwrap_or_default();
+        let gaps = self.pending_gaps.get_mut(r.id.0 as usize).map(std::mem::take).unwrap_or_default();
         let stage = r.meta.stage as usize;
         if stage >= self.stages.len() {
             self.stages.resize(stage + 1, ClientStage::default());
@@ -237,6 +277,11 @@ impl Observer for ClientObserver {
         {
             *slot = Some(Latency { ttft_ms: t.as_ms_f64(), e2e_ms: e.as_ms_f64() });
         }
+        if gaps.capacity() > 0 {
+            let mut spare = gaps;
+            spare.clear();
+            self.spare_gaps.push(spare);
+        }
     }
 
     fn observes_tokens(&self) -> bool {
@@ -245,7 +290,17 @@ impl Observer for ClientObserver {
 
     fn on_token(&mut self, t: &TokenEvent) {
         if let Some(gap) = t.gap {
-            self.pending_gaps.entry(t.id).or_default().push(gap.as_us());
+            let i = t.id.0 as usize;
+            if i >= self.pending_gaps.len() {
+                self.pending_gaps.resize_with(i + 1, Vec::new);
+            }
+            let gaps = &mut self.pending_gaps[i];
+            if gaps.capacity() == 0
+                && let Some(spare) = self.spare_gaps.pop()
+            {
+                *gaps = spare;
+            }
+            gaps.push(gap.as_us());
         }
     }
 }
@@ -253,7 +308,22 @@ impl Observer for ClientObserver {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blis_engine::request::RequestMeta;
+    use blis_engine::request::{RequestId, RequestMeta};
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The histogram counts what a map of every gap counts, in the same
+        /// ascending order, on both sides of its array's bound.
+        #[test]
+        fn gap_histogram_counts_what_a_map_counts(gaps in proptest::collection::vec((0u64..3 * DENSE_GAP_US as u64, 1u64..4), 0..200)) {
+            let (mut hist, mut reference) = (GapHistogram::default(), BTreeMap::<u64, u64>::new());
+            for &(gap, count) in &gaps {
+                hist.add(gap, count);
+                *reference.entry(gap).or_default() += count;
+            }
+            prop_assert_eq!(hist.iter().collect::<Vec<_>>(), reference.into_iter().collect::<Vec<_>>());
+        }
+    }
 
     fn record(id: u64, arrival: u64, first: u64, last: u64, n: u32, outcome: Outcome) -> RequestRecord {
         RequestRecord {
