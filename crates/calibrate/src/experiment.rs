@@ -88,6 +88,9 @@ pub struct ServerFacts {
     /// Tokens per KV block.
     #[serde(default)]
     pub block_size: Option<u32>,
+    /// `--kv-cache-dtype` (`auto`, `fp8`, ...).
+    #[serde(default)]
+    pub kv_cache_dtype: Option<String>,
     /// `--gpu-memory-utilization`.
     #[serde(default)]
     pub gpu_memory_utilization: Option<f64>,
@@ -157,8 +160,8 @@ impl TryFrom<serde_json::Value> for CpuOffloadFact {
 }
 
 /// The keys of `server-facts.yaml` that BLIS reads.
-const SERVER_FACT_KEYS: [&str; 14] = [
-    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "gpu_memory_utilization", "enable_prefix_caching",
+const SERVER_FACT_KEYS: [&str; 15] = [
+    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "async_scheduling", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
     "status", "cpu_offload",
 ];

@@ -111,9 +111,12 @@ pub struct ModelConfig {
     pub vocab_size: u32,
     /// Whether the LM head shares the embedding matrix.
     pub tie_word_embeddings: bool,
-    /// Bytes per activation / KV element (BPP): 2 for bf16/fp16 (also for fp32
+    /// Bytes per activation element (BPP): 2 for bf16/fp16 (also for fp32
     /// checkpoints, which vLLM serves in half precision).
     pub dtype_bytes: f64,
+    /// Bytes per KV-cache element: BPP unless the server stores its cache in
+    /// another dtype ([`ModelConfig::with_kv_cache_dtype`]).
+    pub kv_dtype_bytes: f64,
     /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
     pub weight_bytes_per_param: f64,
     /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
@@ -314,6 +317,7 @@ impl ModelConfig {
             vocab_size,
             tie_word_embeddings,
             dtype_bytes,
+            kv_dtype_bytes: dtype_bytes,
             weight_bytes_per_param,
             fp8_weights,
             derived_max_model_len,
@@ -443,16 +447,22 @@ impl ModelConfig {
         Ok(())
     }
 
+    /// This model served with its KV cache stored as `dtype` (vLLM
+    /// `--kv-cache-dtype`): only the cache's element size changes.
+    pub fn with_kv_cache_dtype(self, dtype: crate::vllm::KvCacheDtype) -> ModelConfig {
+        ModelConfig { kv_dtype_bytes: dtype.bytes(self.dtype_bytes), ..self }
+    }
+
     /// Bytes of KV cache one token occupies, summed over all layers, with
-    /// each KV head counted once: 2·L·KVH·dH·BPP, or L·(kv_lora_rank + rope
-    /// dim)·BPP for latent attention. What the GPUs of a tensor-parallel
+    /// each KV head counted once: 2·L·KVH·dH·kvBPP, or L·(kv_lora_rank + rope
+    /// dim)·kvBPP for latent attention (kvBPP: [`ModelConfig::kv_dtype_bytes`]). What the GPUs of a tensor-parallel
     /// instance store together can be more (replicated heads and latents; see
     /// [`ModelConfig::kv_bytes_per_token_per_gpu`]).
     pub fn kv_bytes_per_token(&self) -> f64 {
         let l = f64::from(self.num_layers);
         match &self.mla {
-            Some(m) => l * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * self.dtype_bytes,
-            None => 2.0 * l * self.kv_dim() * self.dtype_bytes,
+            Some(m) => l * f64::from(m.kv_lora_rank + m.qk_rope_head_dim) * self.kv_dtype_bytes,
+            None => 2.0 * l * self.kv_dim() * self.kv_dtype_bytes,
         }
     }
 
@@ -640,6 +650,32 @@ mod tests {
         assert_eq!(odd.check_tensor_parallel(8), Ok(()));
         assert_eq!(odd.check_tensor_parallel(12), Err(TensorParallelError::KvHeadsIncompatible { kv_heads: 16, tp: 12 }));
         assert_eq!(odd.check_tensor_parallel(24), Err(TensorParallelError::KvHeadsIncompatible { kv_heads: 16, tp: 24 }));
+    }
+
+    /// An FP8 KV cache (vLLM `--kv-cache-dtype fp8`) takes one byte per
+    /// element, for grouped and latent attention alike; a half-precision
+    /// one is what `auto` gives; nothing else about the model changes.
+    #[test]
+    fn an_fp8_kv_cache_halves_the_bytes_of_every_cached_token() {
+        use crate::vllm::KvCacheDtype;
+        let dense = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        let mla = ModelConfig::from_hf_json(crate::testdata::find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
+        assert!(mla.mla.is_some());
+        for m in [dense, mla] {
+            let fp8 = m.clone().with_kv_cache_dtype(KvCacheDtype::Fp8);
+            for tp in [1, 2, 8] {
+                assert_eq!(fp8.kv_bytes_per_token_per_gpu(tp) * 2.0, m.kv_bytes_per_token_per_gpu(tp));
+            }
+            assert_eq!(ModelConfig { kv_dtype_bytes: m.kv_dtype_bytes, ..fp8.clone() }, m, "only the cache's element size changes");
+            assert_eq!(m.clone().with_kv_cache_dtype(KvCacheDtype::Auto), m);
+            assert_eq!(fp8.with_kv_cache_dtype(KvCacheDtype::Half), m);
+        }
+        for (name, want) in [("auto", KvCacheDtype::Auto), ("bfloat16", KvCacheDtype::Half), ("fp8_e5m2", KvCacheDtype::Fp8), ("fp8_inc", KvCacheDtype::Fp8)] {
+            assert_eq!(name.parse::<KvCacheDtype>(), Ok(want));
+        }
+        for refused in ["fp8_ds_mla", "int8", "FP8", ""] {
+            assert!(refused.parse::<KvCacheDtype>().unwrap_err().contains("allowed: auto, bfloat16"), "{refused}");
+        }
     }
 
     #[test]

@@ -32,6 +32,48 @@ pub const DEFAULTS: ServerDefaults = ServerDefaults {
     long_prefill_token_threshold: 0,
 };
 
+/// vLLM's `--kv-cache-dtype`: what one element of the KV cache is stored
+/// as. It sets the bytes every token's cache takes, so how many blocks fit
+/// in GPU memory and how many bytes a decode step's attention reads.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum KvCacheDtype {
+    /// `auto`: the model's dtype (half precision).
+    Auto,
+    /// `bfloat16`, `float16`: two bytes.
+    Half,
+    /// `fp8`, `fp8_e4m3`, `fp8_e5m2`, `fp8_inc`: one byte (the per-tensor
+    /// scales are a few floats per layer, not per token).
+    Fp8,
+}
+
+/// The `--kv-cache-dtype` values BLIS simulates.
+pub const KV_CACHE_DTYPES: &str = "auto, bfloat16, float16, fp8, fp8_e4m3, fp8_e5m2, fp8_inc";
+
+impl std::str::FromStr for KvCacheDtype {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<KvCacheDtype, String> {
+        match s {
+            "auto" => Ok(KvCacheDtype::Auto),
+            "bfloat16" | "float16" => Ok(KvCacheDtype::Half),
+            "fp8" | "fp8_e4m3" | "fp8_e5m2" | "fp8_inc" => Ok(KvCacheDtype::Fp8),
+            "fp8_ds_mla" => Err(format!("`{s}`: DeepSeek sparse attention's cache layout is not simulated; allowed: {KV_CACHE_DTYPES}")),
+            _ => Err(format!("`{s}`: allowed: {KV_CACHE_DTYPES}")),
+        }
+    }
+}
+
+impl KvCacheDtype {
+    /// Bytes of one cache element for a model computing in `model_dtype_bytes`.
+    pub fn bytes(self, model_dtype_bytes: f64) -> f64 {
+        match self {
+            KvCacheDtype::Auto => model_dtype_bytes,
+            KvCacheDtype::Half => 2.0,
+            KvCacheDtype::Fp8 => 1.0,
+        }
+    }
+}
+
 /// vLLM's batch limits when neither flag is given.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct BatchDefaults {

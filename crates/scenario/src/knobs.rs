@@ -204,6 +204,10 @@ knob_table! {
     max_model_len: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
     /// Tokens per KV block: 1, 8, 16, 32, 64, 128 or 256, as in vLLM. [default: 16]
     block_size: u32 = Some(DEFAULTS.block_size), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// What the KV cache stores each element as (vLLM --kv-cache-dtype): auto (the model's dtype),
+    /// bfloat16, float16, or fp8 (fp8_e4m3, fp8_e5m2, fp8_inc), which halves the bytes of every
+    /// cached token: twice the blocks, half the attention reads. [default: auto]
+    kv_cache_dtype: String = Some("auto".into()), flag(long, value_name = "DTYPE", help_heading = "Server (vLLM flags)");
     /// GPU KV blocks (vLLM --num-gpu-blocks-override). [default: derived from GPU memory, see docs]
     num_gpu_blocks: u64 = None, alias "num-gpu-blocks-override", flag(long, value_name = "N", help_heading = "Server (vLLM flags)");
     /// Fraction of GPU memory vLLM may use, for the derived block count. [default: 0.9]
@@ -405,9 +409,9 @@ knob_table! {
 }
 
 /// Knobs of the deployment (model, GPU, vLLM server flags, latency model).
-pub const SERVER_KNOBS: [&str; 18] = [
+pub const SERVER_KNOBS: [&str; 19] = [
     "model-config", "hardware", "hardware-config", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
-    "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
+    "kv-cache-dtype", "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
     "long-prefill-token-threshold", "latency-model", "coefficients", "alpha-coeffs", "beta-coeffs",
 ];
 

@@ -141,6 +141,8 @@ fn bad_server_knobs() {
     assert!(e.contains("--gpu-memory-utilization"), "{e}");
     let e = rejected("hardware", &with_model(&["--hardware", "TPU-v9"]));
     assert!(e.contains("H100") && e.contains("TPU-v9"), "{e}");
+    let e = rejected("kv-cache-dtype", &with_model(&["--kv-cache-dtype", "int4"]));
+    assert!(e.contains("--kv-cache-dtype `int4`: allowed: auto, bfloat16, float16, fp8"), "{e}");
     // Another board of a bundled chip is refused with that chip's boards, never run on one of them.
     let e = rejected("hardware-board", &with_model(&["--hardware", "NVIDIA A100 40GB PCIe"]));
     assert!(e.contains("A100-80GB-PCIe (PCIe, 80 GB)") && e.contains("A100-40GB (SXM, 40 GB)") && !e.contains("L40S"), "{e}");

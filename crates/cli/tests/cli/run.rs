@@ -418,6 +418,22 @@ fn a_cold_moe_server_stalls_to_compile_its_kernels() {
     assert_eq!(run_json(&[]).1["batch"]["moe_kernel_compiles"], 0, "a dense model compiles nothing at run time");
 }
 
+/// `--kv-cache-dtype fp8` stores a byte per cached element: vLLM's memory
+/// profiler fits twice the blocks in the same memory, and every decode step
+/// reads half the KV bytes; `bfloat16` is what `auto` gives a bf16 model.
+#[test]
+fn an_fp8_kv_cache_holds_twice_the_blocks_and_decodes_faster() {
+    let (_, auto) = run_json(&[]);
+    let (_, fp8) = run_json(&["--kv-cache-dtype", "fp8"]);
+    let blocks = |j: &Value| j["deployment"]["num_gpu_blocks"].as_u64().unwrap();
+    assert!(blocks(&fp8).abs_diff(2 * blocks(&auto)) <= 1, "{} fp8 blocks vs {} auto", blocks(&fp8), blocks(&auto));
+    assert_eq!(fp8["config"]["kv-cache-dtype"]["value"], "fp8");
+    let itl = |j: &Value| j["latency_ms"]["itl"]["mean"].as_f64().unwrap();
+    assert!(itl(&fp8) < itl(&auto), "fp8 ITL {} ms vs auto {} ms", itl(&fp8), itl(&auto));
+    let (_, half) = run_json(&["--kv-cache-dtype", "bfloat16"]);
+    assert_eq!((&half["latency_ms"], blocks(&half)), (&auto["latency_ms"], blocks(&auto)));
+}
+
 /// Issue 26: `--enable-expert-parallel` spreads a MoE model's experts over
 /// its TP GPUs: its MoE layers trade their all-reduce for an all-to-all that
 /// moves each token to its k = 2 experts and back, so the bundled set (whose

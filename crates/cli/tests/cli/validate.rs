@@ -286,6 +286,23 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
 }
 
+/// `kv_cache_dtype: fp8` in `server-facts.yaml` is read: the server's
+/// recorded block count stays, and its decode steps read half the KV bytes.
+#[test]
+fn an_fp8_kv_cache_server_fact_is_simulated() {
+    let tmp = TempDir::new("validate-kv-dtype");
+    let dir = experiment_of(&tmp.0, "fp8", "meta-llama/Llama-2-7b-hf");
+    let facts = dir.join("server-facts.yaml");
+    let half = predictions(&dir, &[]);
+    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "kv_cache_dtype: fp8\n").unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && !stderr(&out).contains("kv_cache_dtype"), "a fact BLIS reads: {}", stderr(&out));
+    assert_ne!(predictions(&dir, &[]), half);
+    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap().replace("kv_cache_dtype: fp8", "kv_cache_dtype: fp4")).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(!out.status.success() && stderr(&out).contains("kv-cache-dtype `fp4`"), "{}", stderr(&out));
+}
+
 /// `enable_expert_parallel: true` in `server-facts.yaml` simulates the MoE
 /// server expert-parallel, as `--enable-expert-parallel` does for `blis run`.
 #[test]

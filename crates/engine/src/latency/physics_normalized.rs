@@ -79,7 +79,7 @@ pub struct PhysicsConstants {
     pub weight_bytes_mlp_unit: f64,
     /// L·(weight_bytes_attn + weight_bytes_mlp_unit·moe_weight_factor), moe_weight_factor = top_k (MoE) or 1.
     pub weight_bytes_total: f64,
-    /// 2·L·kv_dim·2·dtype bytes.
+    /// 2·L·kv_dim·2·kvBPP bytes (the published formula's, with the KV cache's element size).
     pub kv_bytes_per_token: f64,
     /// Peak FLOP/s ÷ tp.
     pub hw_peak_flops: f64,
@@ -147,7 +147,7 @@ impl PhysicsConstants {
             weight_bytes_attn,
             weight_bytes_mlp_unit,
             weight_bytes_total,
-            kv_bytes_per_token: 2.0 * l * kv_dim * 2.0 * dtype,
+            kv_bytes_per_token: 2.0 * l * kv_dim * 2.0 * model.kv_dtype_bytes,
             hw_peak_flops,
             hw_peak_bandwidth,
             hw_pcie_bandwidth_eff: gpu.pcie_gb_s * 1e9 * PCIE_EFFICIENCY,
