@@ -91,6 +91,9 @@ pub struct ServerFacts {
     /// `--kv-cache-dtype` (`auto`, `fp8`, ...).
     #[serde(default)]
     pub kv_cache_dtype: Option<String>,
+    /// `--quantization` (`fp8`, ...).
+    #[serde(default)]
+    pub quantization: Option<String>,
     /// `--gpu-memory-utilization`.
     #[serde(default)]
     pub gpu_memory_utilization: Option<f64>,
@@ -160,8 +163,8 @@ impl TryFrom<serde_json::Value> for CpuOffloadFact {
 }
 
 /// The keys of `server-facts.yaml` that BLIS reads.
-const SERVER_FACT_KEYS: [&str; 15] = [
-    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "gpu_memory_utilization", "enable_prefix_caching",
+const SERVER_FACT_KEYS: [&str; 16] = [
+    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "quantization", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "async_scheduling", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
     "status", "cpu_offload",
 ];

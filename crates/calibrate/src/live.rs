@@ -395,9 +395,9 @@ pub const KNOWN_LIMITATIONS: [&str; 3] = [
 ];
 
 /// Knobs a calibration cares about being matched to the real server.
-const SERVER_KNOBS: [&str; 10] = [
-    "model", "hardware", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size", "kv-cache-dtype", "num-gpu-blocks",
-    "gpu-memory-utilization",
+const SERVER_KNOBS: [&str; 11] = [
+    "model", "hardware", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size", "quantization", "kv-cache-dtype",
+    "num-gpu-blocks", "gpu-memory-utilization",
 ];
 
 fn compare_paired(real_ms: &[f64], sim_ms: &[f64], seed: u64, resamples: usize, label: &str) -> MetricComparison {

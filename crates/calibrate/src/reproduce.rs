@@ -117,6 +117,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         num_gpu_blocks: f.num_gpu_blocks,
         block_size: f.block_size,
         kv_cache_dtype: f.kv_cache_dtype.clone(),
+        quantization: f.quantization.clone(),
         gpu_memory_utilization: f.gpu_memory_utilization,
         enable_prefix_caching: f.enable_prefix_caching,
         enable_chunked_prefill: f.enable_chunked_prefill,

@@ -63,6 +63,33 @@ pub enum TensorParallelError {
     },
 }
 
+/// Why a server cannot quantize a model with the `--quantization` method
+/// asked, by vLLM's rules (`ModelConfig._verify_quantization`).
+#[derive(Debug, Error, PartialEq)]
+pub enum QuantizationError {
+    /// A quantized checkpoint runs with its own method (or that method's
+    /// Marlin kernels), never another.
+    #[error("`{asked}`: the checkpoint is quantized with {checkpoint}, and vLLM refuses another method for it; allowed: {allowed}")]
+    Mismatch {
+        /// The method asked for.
+        asked: String,
+        /// `quantization_config.quant_method`.
+        checkpoint: String,
+        /// The methods vLLM accepts for it.
+        allowed: String,
+    },
+    /// A half-precision checkpoint quantized at load: only FP8 is simulated.
+    #[error(
+        "`{asked}`: of the methods that quantize a half-precision checkpoint at load, BLIS simulates fp8 (one-byte weights, \
+         multiplied in FP8 where the GPU has FP8 tensor cores); pre-quantized methods (awq, gptq, compressed-tensors, ...) \
+         come with their checkpoint's config.json"
+    )]
+    NotOnline {
+        /// The method asked for.
+        asked: String,
+    },
+}
+
 /// Mixture-of-experts layout.
 #[derive(Clone, Debug, PartialEq)]
 pub struct MoeConfig {
@@ -117,6 +144,11 @@ pub struct ModelConfig {
     /// Bytes per KV-cache element: BPP unless the server stores its cache in
     /// another dtype ([`ModelConfig::with_kv_cache_dtype`]).
     pub kv_dtype_bytes: f64,
+    /// The quantization method of the weights: the checkpoint's
+    /// `quantization_config.quant_method` (lower-case), or the method the
+    /// server applied at load ([`ModelConfig::with_quantization`]); None for
+    /// half-precision weights.
+    pub quant_method: Option<String>,
     /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
     pub weight_bytes_per_param: f64,
     /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
@@ -305,6 +337,7 @@ impl ModelConfig {
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
         let (weight_bytes_per_param, fp8_weights) = quant.and_then(quantized_weights).unwrap_or((dtype_bytes, false));
+        let quant_method = quant.and_then(|q| q.get("quant_method")).and_then(Value::as_str).map(str::to_ascii_lowercase);
 
         Ok(ModelConfig {
             architecture,
@@ -318,6 +351,7 @@ impl ModelConfig {
             tie_word_embeddings,
             dtype_bytes,
             kv_dtype_bytes: dtype_bytes,
+            quant_method,
             weight_bytes_per_param,
             fp8_weights,
             derived_max_model_len,
@@ -445,6 +479,30 @@ impl ModelConfig {
             return Err(TensorParallelError::KvHeadsIncompatible { kv_heads, tp });
         }
         Ok(())
+    }
+
+    /// This model as a server started with `--quantization method` loads
+    /// it. A quantized checkpoint accepts its own method, or its Marlin
+    /// kernels' name (`awq_marlin`, `gptq_marlin`), and is unchanged; a
+    /// half-precision one is quantized at load, of which vLLM's online FP8
+    /// (`fp8`) is simulated: one-byte float weights, multiplied at the FP8
+    /// peak where the GPU has one (an A100 runs them weight-only).
+    pub fn with_quantization(self, method: &str) -> Result<ModelConfig, QuantizationError> {
+        match &self.quant_method {
+            Some(checkpoint) => {
+                let marlin = ["awq", "gptq"].contains(&checkpoint.as_str()).then(|| format!("{checkpoint}_marlin"));
+                if method == checkpoint || marlin.as_deref() == Some(method) {
+                    Ok(self)
+                } else {
+                    let allowed = marlin.map_or_else(|| checkpoint.clone(), |m| format!("{checkpoint}, {m}"));
+                    Err(QuantizationError::Mismatch { asked: method.to_string(), checkpoint: checkpoint.clone(), allowed })
+                }
+            }
+            None if method == "fp8" => {
+                Ok(ModelConfig { quant_method: Some(method.to_string()), weight_bytes_per_param: 1.0, fp8_weights: true, ..self })
+            }
+            None => Err(QuantizationError::NotOnline { asked: method.to_string() }),
+        }
     }
 
     /// This model served with its KV cache stored as `dtype` (vLLM
@@ -588,6 +646,38 @@ mod tests {
         let group = |kind: &str| format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#);
         assert_eq!(quantized(&group("int")), (1.0, false));
         assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
+    }
+
+    /// `--quantization fp8` quantizes a half-precision checkpoint at load to
+    /// what an FP8 checkpoint is; a quantized checkpoint takes only its own
+    /// method (or its Marlin kernels) and stays as it is.
+    #[test]
+    fn quantization_at_load_follows_vllms_rules() {
+        let plain = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        let checkpoint = |q: &str| {
+            ModelConfig::from_hf_json(&format!(
+                r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#
+            ))
+            .unwrap()
+        };
+        let fp8 = plain.clone().with_quantization("fp8").unwrap();
+        assert_eq!((fp8.weight_bytes_per_param, fp8.fp8_weights, fp8.quant_method.as_deref()), (1.0, true, Some("fp8")));
+        assert_eq!(fp8.weight_bytes() * 2.0, plain.weight_bytes());
+        let prequantized = checkpoint(r#"{"quant_method":"fp8"}"#);
+        assert_eq!((prequantized.weight_bytes_per_param, prequantized.fp8_weights), (fp8.weight_bytes_per_param, fp8.fp8_weights));
+        let awq = checkpoint(r#"{"quant_method":"AWQ","bits":4}"#);
+        assert_eq!(awq.clone().with_quantization("awq"), Ok(awq.clone()));
+        assert_eq!(awq.clone().with_quantization("awq_marlin"), Ok(awq.clone()));
+        assert_eq!(
+            awq.with_quantization("fp8").unwrap_err().to_string(),
+            "`fp8`: the checkpoint is quantized with awq, and vLLM refuses another method for it; allowed: awq, awq_marlin"
+        );
+        assert_eq!(prequantized.clone().with_quantization("gptq").unwrap_err(), QuantizationError::Mismatch {
+            asked: "gptq".into(),
+            checkpoint: "fp8".into(),
+            allowed: "fp8".into()
+        });
+        assert!(matches!(plain.with_quantization("bitsandbytes"), Err(QuantizationError::NotOnline { .. })));
     }
 
     /// vLLM's `_get_and_verify_max_len` on hand-written length fields.

@@ -139,7 +139,10 @@ impl Server {
         let (model_name, model) = resolve_model(k)?;
         let (gpu_name, gpu) = resolve_gpu(k)?;
         let kv_cache_dtype = required(&k.kv_cache_dtype, "--kv-cache-dtype is required")?;
-        let model = model.with_kv_cache_dtype(kv_cache_dtype.parse().map_err(|e| invalid!("--kv-cache-dtype {e}"))?);
+        let mut model = model.with_kv_cache_dtype(kv_cache_dtype.parse().map_err(|e| invalid!("--kv-cache-dtype {e}"))?);
+        if let Some(method) = &k.quantization.value {
+            model = model.with_quantization(method).map_err(|e| invalid!("--quantization {e}"))?;
+        }
         let tp = required(&k.tp, "--tp is required")?;
         if !(1..=64).contains(&tp) {
             return Err(invalid!("--tp {tp}: must be between 1 and 64"));

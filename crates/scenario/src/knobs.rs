@@ -204,6 +204,11 @@ knob_table! {
     max_model_len: u32 = None, flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
     /// Tokens per KV block: 1, 8, 16, 32, 64, 128 or 256, as in vLLM. [default: 16]
     block_size: u32 = Some(DEFAULTS.block_size), flag(long, value_name = "TOKENS", help_heading = "Server (vLLM flags)");
+    /// Quantize the weights at load (vLLM --quantization): fp8 gives a half-precision checkpoint
+    /// one-byte weights, multiplied at the FP8 peak where the GPU has one; a quantized checkpoint
+    /// takes its own method (or its Marlin kernels, awq_marlin, gptq_marlin). [default: the
+    /// checkpoint's quantization_config, else none]
+    quantization: String = None, flag(long, value_name = "METHOD", help_heading = "Server (vLLM flags)");
     /// What the KV cache stores each element as (vLLM --kv-cache-dtype): auto (the model's dtype),
     /// bfloat16, float16, or fp8 (fp8_e4m3, fp8_e5m2, fp8_inc), which halves the bytes of every
     /// cached token: twice the blocks, half the attention reads. [default: auto]
@@ -409,9 +414,9 @@ knob_table! {
 }
 
 /// Knobs of the deployment (model, GPU, vLLM server flags, latency model).
-pub const SERVER_KNOBS: [&str; 19] = [
+pub const SERVER_KNOBS: [&str; 20] = [
     "model-config", "hardware", "hardware-config", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
-    "kv-cache-dtype", "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
+    "quantization", "kv-cache-dtype", "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
     "long-prefill-token-threshold", "latency-model", "coefficients", "alpha-coeffs", "beta-coeffs",
 ];
 

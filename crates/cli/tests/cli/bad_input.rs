@@ -143,6 +143,11 @@ fn bad_server_knobs() {
     assert!(e.contains("H100") && e.contains("TPU-v9"), "{e}");
     let e = rejected("kv-cache-dtype", &with_model(&["--kv-cache-dtype", "int4"]));
     assert!(e.contains("--kv-cache-dtype `int4`: allowed: auto, bfloat16, float16, fp8"), "{e}");
+    let e = rejected("quantization-online", &with_model(&["--quantization", "bitsandbytes"]));
+    assert!(e.contains("--quantization `bitsandbytes`: of the methods that quantize a half-precision checkpoint at load, BLIS simulates fp8"), "{e}");
+    let scout = ["--model", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "--tp", "2", "--quantization", "awq"];
+    let e = rejected("quantization-mismatch", &scout);
+    assert!(e.contains("the checkpoint is quantized with compressed-tensors, and vLLM refuses another method for it; allowed: compressed-tensors"), "{e}");
     // Another board of a bundled chip is refused with that chip's boards, never run on one of them.
     let e = rejected("hardware-board", &with_model(&["--hardware", "NVIDIA A100 40GB PCIe"]));
     assert!(e.contains("A100-80GB-PCIe (PCIe, 80 GB)") && e.contains("A100-40GB (SXM, 40 GB)") && !e.contains("L40S"), "{e}");

@@ -434,6 +434,30 @@ fn an_fp8_kv_cache_holds_twice_the_blocks_and_decodes_faster() {
     assert_eq!((&half["latency_ms"], blocks(&half)), (&auto["latency_ms"], blocks(&auto)));
 }
 
+/// `--quantization fp8` loads a half-precision checkpoint as one-byte
+/// weights: half the weight memory (so more KV blocks) and half the bytes
+/// each decode step streams, as an FP8 checkpoint of the same model would be.
+#[test]
+fn fp8_quantization_at_load_halves_the_weights() {
+    let (_, bf16) = run_json(&[]);
+    let (_, fp8) = run_json(&["--quantization", "fp8"]);
+    let weights = |j: &Value| j["deployment"]["kv_memory_per_gpu"]["weights_gib"].as_f64().unwrap();
+    assert!((weights(&fp8) * 2.0 - weights(&bf16)).abs() < 0.01, "{} GiB vs {} GiB", weights(&fp8), weights(&bf16));
+    let blocks = |j: &Value| j["deployment"]["num_gpu_blocks"].as_u64().unwrap();
+    assert!(blocks(&fp8) > blocks(&bf16));
+    let itl = |j: &Value| j["latency_ms"]["itl"]["mean"].as_f64().unwrap();
+    assert!(itl(&fp8) < itl(&bf16), "fp8 ITL {} ms vs bf16 {} ms", itl(&fp8), itl(&bf16));
+    // A checkpoint quantized already runs with its own method, unchanged.
+    let scout = ["run", "--model", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "--tp", "2", "--max-model-len", "8192", "--num-requests", "5", "--format", "json"];
+    let json = |args: &[&str]| {
+        let out = blis(args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap()
+    };
+    let (own, plain) = (json(&[&scout[..], &["--quantization", "compressed-tensors"]].concat()), json(&scout));
+    assert_eq!((&own["deployment"], &own["latency_ms"]), (&plain["deployment"], &plain["latency_ms"]));
+}
+
 /// Issue 26: `--enable-expert-parallel` spreads a MoE model's experts over
 /// its TP GPUs: its MoE layers trade their all-reduce for an all-to-all that
 /// moves each token to its k = 2 experts and back, so the bundled set (whose
