@@ -304,6 +304,20 @@ mod tests {
         assert!(h100.allreduce_bus_bytes_per_s(4) > 10.0 * l40s.allreduce_bus_bytes_per_s(4));
     }
 
+    /// Peaks are dense figures: FP8 tensor cores do twice the BF16 work
+    /// (Hopper, Ada), never the four times a datasheet's sparse FP8 column
+    /// over its dense BF16 one gives.
+    #[test]
+    fn fp8_peaks_are_dense_twice_the_bf16_peak() {
+        for g in GPUS {
+            let spec = g.spec();
+            if let Some(fp8) = spec.fp8_tflops {
+                let ratio = fp8 / spec.bf16_tflops;
+                assert!((1.99..=2.03).contains(&ratio), "{}: FP8 {fp8} over BF16 {} is {ratio:.2}", g.name, spec.bf16_tflops);
+            }
+        }
+    }
+
     /// vLLM's batch defaults follow the GPU: the large budget on GPUs of
     /// 70 GiB or more except the A100, the small one on the rest.
     #[test]
