@@ -87,10 +87,11 @@ fn list_models() {
     for m in blis_data::catalog::MODELS {
         println!("  {}", m.id);
     }
-    println!("Bundled GPUs (--hardware):");
+    println!("Bundled GPUs (--hardware; any name of the board works, e.g. as nvidia-smi prints it):");
+    let width = blis_data::catalog::GPUS.iter().map(|g| g.name.len()).max().unwrap_or(0);
     for g in blis_data::catalog::GPUS {
         let spec = g.spec();
-        println!("  {:<10} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib);
+        println!("  {:<width$} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib);
     }
 }
 
