@@ -37,6 +37,9 @@ pub struct Setup {
     pub server: Server,
     /// Whether the KV block count came from the server (else the memory formula).
     pub blocks_from_server: bool,
+    /// Whether the GPU was named (`server-facts.yaml`'s `hardware`, or
+    /// `--hardware-config`), else the default GPU was assumed.
+    pub gpu_named: bool,
     /// Mean prompt length the server saw (successful rows of
     /// `requests.csv`, else the stages' mean prompt lengths), to which the
     /// data generator's prompts are scaled; `None` when nothing recorded it.
@@ -161,7 +164,8 @@ impl Setup {
             .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
         server.instance.client_timeout = Some(exp.workload.client_timeout());
         let measured_prompt_tokens = measured_prompt_tokens(exp);
-        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), measured_prompt_tokens })
+        let gpu_named = exp.facts.hardware.is_some() || defs.gpu.is_some();
+        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, measured_prompt_tokens })
     }
 }
 

@@ -68,12 +68,20 @@ impl Suite {
     }
 
     /// What the user should know about the cases before trusting the
-    /// comparison: each experiment's [`Experiment::warnings`], and whether
-    /// its KV block count had to be derived, in case order.
+    /// comparison: each experiment's [`Experiment::warnings`], whether its
+    /// GPU had to be assumed, and whether its KV block count had to be
+    /// derived, in case order.
     pub fn warnings(&self) -> Vec<String> {
         self.cases
             .iter()
             .flat_map(|c| {
+                let assumed_gpu = (!c.setup.gpu_named).then(|| {
+                    format!(
+                        "{}: no hardware; simulating {}, BLIS's default GPU (record the GPU as `hardware:` there, or pass --hardware-config)",
+                        c.experiment.dir.join("server-facts.yaml").display(),
+                        c.setup.server.gpu_name
+                    )
+                });
                 let derived = (!c.setup.blocks_from_server).then(|| {
                     format!(
                         "{}: no num_gpu_blocks; simulating {} KV blocks derived as vLLM's memory profiler would (the server \
@@ -82,7 +90,7 @@ impl Suite {
                         c.setup.server.instance.num_gpu_blocks
                     )
                 });
-                c.experiment.warnings().into_iter().chain(derived)
+                c.experiment.warnings().into_iter().chain(assumed_gpu).chain(derived)
             })
             .collect()
     }

@@ -286,6 +286,22 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
 }
 
+/// An experiment that does not record its GPU is simulated on the default
+/// one, and validate says so, unless `--hardware-config` names the GPU.
+#[test]
+fn an_unrecorded_gpu_is_assumed_out_loud() {
+    let tmp = TempDir::new("validate-no-gpu");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let facts = dir.join("server-facts.yaml");
+    let text = std::fs::read_to_string(&facts).unwrap();
+    std::fs::write(&facts, text.lines().filter(|l| !l.starts_with("hardware:")).map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert_eq!(err.matches("server-facts.yaml: no hardware; simulating H100, BLIS's default GPU").count(), 1, "{err}");
+    let a100 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json");
+    let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q", "--hardware-config", a100]));
+    assert!(!err.contains("no hardware"), "{err}");
+}
+
 /// `kv_cache_dtype: fp8` in `server-facts.yaml` is read: the server's
 /// recorded block count stays, and its decode steps read half the KV bytes.
 #[test]
