@@ -53,8 +53,9 @@ echo
   ./target/release/blis workload generate --spec crates/workload/benches/ten-clients.yaml --output /dev/null
 # Autoscaling: one simulated day of scenario:diurnal-cycle at 20 req/s on
 # average (1.73 M requests, 10x from midnight to noon), target tracking
-# between 1 and 16 replicas.
-./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --workload scenario:diurnal-cycle --rate 20 \
+# between 1 and 16 replicas of 256 seats (with an H100's default 1 024 one
+# replica carries the whole day and nothing scales).
+./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --workload scenario:diurnal-cycle --rate 20 --max-num-seqs 256 \
   --autoscale-policy target-tracking --min-instances 1 --max-instances 16 --output /dev/null 2>&1 \
   | grep -E "mean batch|replicas min|Simulated in" | tr '\n' ' ' | sed "s/^/autoscaled diurnal day, 1.73M requests: /"
 echo
