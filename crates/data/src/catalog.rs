@@ -161,6 +161,9 @@ pub fn gpu_names() -> String {
     GPUS.iter().map(|g| g.name).collect::<Vec<_>>().join(", ")
 }
 
+/// What separates the words of a GPU's name.
+const NAME_SEPARATORS: [char; 7] = [' ', '-', '_', '/', '(', ')', ','];
+
 /// What a GPU's name says: its chip, and its board and memory where the
 /// name gives them.
 #[derive(Debug, PartialEq)]
@@ -174,13 +177,13 @@ impl GpuName {
     /// Reads the names `nvidia-smi`, PyTorch, vendor datasheets and
     /// experiment records give one board ("NVIDIA A100-SXM4-80GB",
     /// "NVIDIA H100 80GB HBM3", "H100-SXM-80GB", "L40S-48GB", "a100 80gb
-    /// pcie"): words split at spaces, `-`, `_` and `/`, ignoring case, a
-    /// leading "NVIDIA" or "Tesla" and the memory's kind (HBM3, GDDR6).
+    /// pcie", "H100 (SXM5)"): words split at [`NAME_SEPARATORS`], ignoring
+    /// case, a leading "NVIDIA" or "Tesla" and the memory's kind (HBM3, GDDR6).
     /// None for a name with a word it cannot place (a MIG slice, a second
     /// chip), so that no other board is silently taken for the one meant.
     fn parse(name: &str) -> Option<GpuName> {
         let upper = name.to_ascii_uppercase();
-        let mut words = upper.split([' ', '-', '_', '/']).filter(|w| !w.is_empty()).peekable();
+        let mut words = upper.split(NAME_SEPARATORS).filter(|w| !w.is_empty()).peekable();
         let (mut family, mut form, mut memory_gb) = (None, None, None);
         while let Some(word) = words.next() {
             let placed = match word {
@@ -240,7 +243,7 @@ pub fn completed(mut gpu: GpuSpec) -> GpuSpec {
 /// memory, an H200 NVL), else every bundled GPU.
 pub fn unknown_gpu(name: &str) -> String {
     let upper = name.to_ascii_uppercase();
-    let words: Vec<&str> = upper.split([' ', '-', '_', '/']).collect();
+    let words: Vec<&str> = upper.split(NAME_SEPARATORS).collect();
     let same_chip: Vec<String> = GPUS.iter().filter(|g| words.contains(&g.family)).map(BundledGpu::describe).collect();
     if same_chip.is_empty() {
         format!("unknown GPU; allowed: {}", gpu_names())
@@ -381,6 +384,7 @@ mod tests {
             ("H100 94GB", "H100-NVL"),
             ("NVIDIA H200 141GB HBM3e", "H200"),
             ("A40-48GB", "A40"),
+            ("H100 (SXM5, 80GB)", "H100"),
         ] {
             assert_eq!(find_gpu(name).map(|g| g.name), Some(want), "{name}");
         }
@@ -388,7 +392,7 @@ mod tests {
         for other in ["NVIDIA A100 40GB PCIe", "H200 NVL", "L40", "A10", "A10G", "GH200 480GB", "H100 SXM 94GB", "L40S SXM", "H100 80", "H100 PCIe SXM"] {
             assert!(find_gpu(other).is_none(), "{other}");
         }
-        for nonsense in ["", "NVIDIA", "80GB", "H100 MIG 1g.10gb", "H100 H200"] {
+        for nonsense in ["", "NVIDIA", "80GB", "H100 MIG 1g.10gb", "H100 H200", "A100-80GB, H100"] {
             assert!(find_gpu(nonsense).is_none(), "{nonsense:?}");
         }
     }
