@@ -226,12 +226,19 @@ fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'sta
     positive_u32(obj, names, names[0])?.ok_or(ModelConfigError::Missing { field: names[0], aliases })
 }
 
-/// The weights a `quantization_config` stores, if it names a precision:
-/// bytes per weight, and whether they are 8-bit floats (an FP8 method or
-/// format, or compressed-tensors weights of type float) rather than
-/// integers (GPTQ, AWQ, compressed-tensors int).
-fn quantized_weights(q: &Value) -> Option<(f64, bool)> {
-    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+/// What a `quantization_config` says of the weights: its `quant_method`
+/// (lower-case), and, if it names a precision, the bytes per weight and
+/// whether they are 8-bit floats (an FP8 method or format, or
+/// compressed-tensors weights of type float) rather than integers (GPTQ,
+/// AWQ, compressed-tensors int).
+fn quantized_weights(q: &Value) -> (Option<String>, Option<(f64, bool)>) {
+    let method = q.get("quant_method").and_then(Value::as_str).map(str::to_ascii_lowercase);
+    (method.clone(), weight_precision(q, method.as_deref().unwrap_or("")))
+}
+
+/// Bytes per weight and whether 8-bit floats, from a `quantization_config`
+/// of `method` ([`quantized_weights`]).
+fn weight_precision(q: &Value, method: &str) -> Option<(f64, bool)> {
     let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
     let bytes = |b: u64| match b {
@@ -336,8 +343,8 @@ impl ModelConfig {
         // model dtype by default.
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
-        let (weight_bytes_per_param, fp8_weights) = quant.and_then(quantized_weights).unwrap_or((dtype_bytes, false));
-        let quant_method = quant.and_then(|q| q.get("quant_method")).and_then(Value::as_str).map(str::to_ascii_lowercase);
+        let (quant_method, precision) = quant.map_or((None, None), quantized_weights);
+        let (weight_bytes_per_param, fp8_weights) = precision.unwrap_or((dtype_bytes, false));
 
         Ok(ModelConfig {
             architecture,
