@@ -35,9 +35,10 @@ use crate::catalog;
 use crate::error::DataError;
 
 /// The kernel efficiencies of `gpu`: its own, else those of the bundled GPU
-/// of its name (a vendor datasheet of a bundled GPU carries none).
+/// of its name (a vendor datasheet of a bundled GPU carries none), as
+/// [`catalog::completed`] fills them in.
 pub fn kernels_of(gpu: &GpuSpec) -> Option<KernelEfficiency> {
-    gpu.kernels.clone().or_else(|| catalog::find_gpu(&gpu.name)?.spec().kernels)
+    catalog::completed(gpu.clone()).kernels
 }
 
 /// The β of fixed kernel costs (per layer, per tensor-parallel collective;
