@@ -26,6 +26,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use blis_engine::model::PerWeightClass;
 use blis_scenario::Scenario;
 use blis_scenario::deployment::Deployment;
 use blis_scenario::knobs::{KnobValues, Knobs};
@@ -260,9 +261,12 @@ impl Roofline {
         let (rate, prompt, output) = (k.rate.value?, f64::from(k.prompt_tokens.value?), f64::from(k.output_tokens.value?));
         let prefix = k.prefix_tokens.value.map_or(0.0, f64::from);
         let (m, g, tp) = (&d.server.model, &d.server.gpu, f64::from(d.server.tp));
-        let flops_per_token = m.linear_flops_per_token();
-        let peak = g.peak_flops(m.fp8_weights) * tp;
-        let active_bytes = flops_per_token / 2.0 * m.weight_bytes_per_param;
+        // GEMM FLOPs at half precision's speed (8-bit float ones count less),
+        // and the bytes of the weights one token's step reads.
+        let gemm = PerWeightClass { lm_head: 0.0, ..m.gemm_flops_per_token_by_class() };
+        let flops_per_token = gemm.weighted_sum(&g.gemm_time_scales(&m.weights));
+        let peak = g.peak_flops() * tp;
+        let active_bytes = gemm.weighted_sum(&PerWeightClass::from_fn(|c| m.weights.bytes_per_param(c) / 2.0));
         let seats = f64::from(d.server.instance.scheduler.max_num_seqs);
         let step_min_s = active_bytes / (g.hbm_bytes_per_s() * tp);
         Some(Roofline {

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, PerWeightClass, WeightPrecision};
 
 /// One GPU model's datasheet figures (dense, no sparsity) plus the roofline
 /// efficiency factors. Bundled specs live in `data/hardware/*.json`; users can
@@ -368,16 +368,26 @@ impl GpuSpec {
         Ok(())
     }
 
-    /// Peak dense FLOP/s of a model's GEMMs: the FP8 peak for 8-bit float
-    /// weights ([`crate::model::ModelConfig::fp8_weights`]) when the GPU has
-    /// FP8 tensor cores, else BF16 (half-precision weights, and integer ones
-    /// dequantised for the product).
-    pub fn peak_flops(&self, fp8_weights: bool) -> f64 {
-        let tflops = match self.fp8_tflops {
-            Some(fp8) if fp8_weights => fp8,
-            _ => self.bf16_tflops,
-        };
-        tflops * 1e12
+    /// Peak dense half-precision (BF16) FLOP/s: what attention, activations
+    /// and half-precision GEMMs run at.
+    pub fn peak_flops(&self) -> f64 {
+        self.bf16_tflops * 1e12
+    }
+
+    /// How long GEMMs whose weights are a share `fp8_share` 8-bit floats
+    /// take, relative to half-precision ones: the FP8 share runs at the FP8
+    /// peak where the GPU has FP8 tensor cores. Exactly 1 at share 0 and on
+    /// GPUs without FP8 (integer weights are dequantised for the product).
+    pub fn gemm_time_scale(&self, fp8_share: f64) -> f64 {
+        match self.fp8_tflops {
+            Some(fp8) if fp8_share > 0.0 => 1.0 - fp8_share + fp8_share * self.bf16_tflops / fp8,
+            _ => 1.0,
+        }
+    }
+
+    /// [`GpuSpec::gemm_time_scale`] of each class of `weights`.
+    pub fn gemm_time_scales(&self, weights: &WeightPrecision) -> PerWeightClass<f64> {
+        PerWeightClass::from_fn(|c| self.gemm_time_scale(weights.fp8_share(c)))
     }
 
     /// HBM bandwidth in bytes per second.

@@ -117,6 +117,160 @@ pub struct MlaConfig {
     pub qk_rope_head_dim: u32,
 }
 
+/// The kinds of weights a quantized checkpoint may store at different
+/// precisions. Embeddings are not among them: vLLM never quantizes them,
+/// and a step gathers only its tokens' rows.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum WeightClass {
+    /// Q/K/V/O projections of every layer.
+    Attention,
+    /// Gate, up and down projections of the dense FFN layers.
+    DenseFfn,
+    /// The routed experts of the MoE layers (with their routers).
+    RoutedExperts,
+    /// The always-active shared experts of the MoE layers.
+    SharedExperts,
+    /// The LM head.
+    LmHead,
+}
+
+impl WeightClass {
+    /// Every class, in the order of [`PerWeightClass`]'s fields.
+    pub const ALL: [WeightClass; 5] =
+        [WeightClass::Attention, WeightClass::DenseFfn, WeightClass::RoutedExperts, WeightClass::SharedExperts, WeightClass::LmHead];
+}
+
+/// One value for each [`WeightClass`].
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct PerWeightClass<T> {
+    /// [`WeightClass::Attention`]'s.
+    pub attention: T,
+    /// [`WeightClass::DenseFfn`]'s.
+    pub dense_ffn: T,
+    /// [`WeightClass::RoutedExperts`]'s.
+    pub routed_experts: T,
+    /// [`WeightClass::SharedExperts`]'s.
+    pub shared_experts: T,
+    /// [`WeightClass::LmHead`]'s.
+    pub lm_head: T,
+}
+
+impl PerWeightClass<f64> {
+    /// Σ over classes of this value times `other`'s.
+    pub fn weighted_sum(&self, other: &PerWeightClass<f64>) -> f64 {
+        WeightClass::ALL.iter().map(|&c| self.get(c) * other.get(c)).sum()
+    }
+}
+
+impl<T> PerWeightClass<T> {
+    /// The value `f` gives each class.
+    pub fn from_fn(mut f: impl FnMut(WeightClass) -> T) -> PerWeightClass<T> {
+        PerWeightClass {
+            attention: f(WeightClass::Attention),
+            dense_ffn: f(WeightClass::DenseFfn),
+            routed_experts: f(WeightClass::RoutedExperts),
+            shared_experts: f(WeightClass::SharedExperts),
+            lm_head: f(WeightClass::LmHead),
+        }
+    }
+
+    /// The value of `class`.
+    pub fn get(&self, class: WeightClass) -> &T {
+        match class {
+            WeightClass::Attention => &self.attention,
+            WeightClass::DenseFfn => &self.dense_ffn,
+            WeightClass::RoutedExperts => &self.routed_experts,
+            WeightClass::SharedExperts => &self.shared_experts,
+            WeightClass::LmHead => &self.lm_head,
+        }
+    }
+
+    fn get_mut(&mut self, class: WeightClass) -> &mut T {
+        match class {
+            WeightClass::Attention => &mut self.attention,
+            WeightClass::DenseFfn => &mut self.dense_ffn,
+            WeightClass::RoutedExperts => &mut self.routed_experts,
+            WeightClass::SharedExperts => &mut self.shared_experts,
+            WeightClass::LmHead => &mut self.lm_head,
+        }
+    }
+}
+
+/// A quantized weight format.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct QuantFormat {
+    /// Bytes per weight: 1 for 8-bit, 0.5 for 4-bit.
+    pub bytes_per_param: f64,
+    /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
+    /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
+    /// (GPTQ, AWQ, compressed-tensors int) are taken as dequantised to half
+    /// precision for the product (Marlin's W8A16 and W4A16 kernels).
+    pub fp8: bool,
+}
+
+/// How a checkpoint stores its weights: in half precision, or partly in a
+/// quantized format. As vLLM loads it, the LM head stays in half precision
+/// (only GPTQ's `lm_head: true` quantizes it), and so do the modules a
+/// checkpoint's `ignore` / `modules_to_not_convert` / `ignored_layers` list
+/// names (Llama-4-Scout's FP8 checkpoint keeps all its attention in BF16).
+///
+/// Guarantees: every share is in [0, 1], and all are 0 without a format.
+#[derive(Copy, Clone, Debug, PartialEq)]
+pub struct WeightPrecision {
+    half_bytes: f64,
+    format: Option<QuantFormat>,
+    quantized_share: PerWeightClass<f64>,
+}
+
+impl WeightPrecision {
+    /// Every weight in half precision (`half_bytes` per weight).
+    pub fn half(half_bytes: f64) -> WeightPrecision {
+        WeightPrecision { half_bytes, format: None, quantized_share: PerWeightClass::default() }
+    }
+
+    /// Every weight but the LM head in `format`, less the shares of each
+    /// class `kept_half` says stay in half precision (each clamped to [0, 1]).
+    fn quantized(half_bytes: f64, format: QuantFormat, kept_half: PerWeightClass<f64>) -> WeightPrecision {
+        let quantized_share = PerWeightClass::from_fn(|c| 1.0 - kept_half.get(c).clamp(0.0, 1.0));
+        WeightPrecision { half_bytes, format: Some(format), quantized_share }
+    }
+
+    /// The quantized format, if any weights are in one.
+    pub fn format(&self) -> Option<QuantFormat> {
+        self.format
+    }
+
+    /// The share of `class`'s weights stored in the quantized format.
+    pub fn quantized_share(&self, class: WeightClass) -> f64 {
+        *self.quantized_share.get(class)
+    }
+
+    /// Mean bytes per weight of `class`.
+    pub fn bytes_per_param(&self, class: WeightClass) -> f64 {
+        match self.format {
+            None => self.half_bytes,
+            Some(f) => {
+                let share = self.quantized_share(class);
+                share * f.bytes_per_param + (1.0 - share) * self.half_bytes
+            }
+        }
+    }
+
+    /// The share of `class`'s weights that are 8-bit floats, multiplied at
+    /// the GPU's FP8 peak.
+    pub fn fp8_share(&self, class: WeightClass) -> f64 {
+        match self.format {
+            Some(f) if f.fp8 => self.quantized_share(class),
+            _ => 0.0,
+        }
+    }
+
+    /// Bytes per weight of the whole model in half precision.
+    pub fn half_bytes(&self) -> f64 {
+        self.half_bytes
+    }
+}
+
 /// The architecture facts BLIS needs about a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -149,13 +303,8 @@ pub struct ModelConfig {
     /// server applied at load ([`ModelConfig::with_quantization`]); None for
     /// half-precision weights.
     pub quant_method: Option<String>,
-    /// Bytes per weight (wBPP): 1 for fp8/int8 quantisation, 0.5 for 4-bit, else BPP.
-    pub weight_bytes_per_param: f64,
-    /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
-    /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
-    /// (GPTQ, AWQ, compressed-tensors int) are taken as dequantised to half
-    /// precision for the product (Marlin's W8A16 and W4A16 kernels).
-    pub fp8_weights: bool,
+    /// How each class of weights is stored (wBPP, and which are 8-bit floats).
+    pub weights: WeightPrecision,
     /// The longest context the config allows, derived as vLLM derives it:
     /// the smallest of its length fields (`max_position_embeddings`,
     /// `n_positions`, `max_seq_len`, `seq_length`, `model_max_length`,
@@ -227,18 +376,16 @@ fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'sta
 }
 
 /// What a `quantization_config` says of the weights: its `quant_method`
-/// (lower-case), and, if it names a precision, the bytes per weight and
-/// whether they are 8-bit floats (an FP8 method or format, or
-/// compressed-tensors weights of type float) rather than integers (GPTQ,
-/// AWQ, compressed-tensors int).
-fn quantized_weights(q: &Value) -> (Option<String>, Option<(f64, bool)>) {
+/// (lower-case), and the quantized format if it names a precision: 8-bit
+/// floats (an FP8 method or format, or compressed-tensors weights of type
+/// float), or integers (GPTQ, AWQ, compressed-tensors int).
+fn quantized_weights(q: &Value) -> (Option<String>, Option<QuantFormat>) {
     let method = q.get("quant_method").and_then(Value::as_str).map(str::to_ascii_lowercase);
-    (method.clone(), weight_precision(q, method.as_deref().unwrap_or("")))
+    (method.clone(), quant_format(q, method.as_deref().unwrap_or("")))
 }
 
-/// Bytes per weight and whether 8-bit floats, from a `quantization_config`
-/// of `method` ([`quantized_weights`]).
-fn weight_precision(q: &Value, method: &str) -> Option<(f64, bool)> {
+/// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
+fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
     let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
     let bytes = |b: u64| match b {
@@ -246,23 +393,153 @@ fn weight_precision(q: &Value, method: &str) -> Option<(f64, bool)> {
         4 => Some(0.5),
         _ => None,
     };
+    let format = |bytes_per_param: f64, float: bool| QuantFormat { bytes_per_param, fp8: float && bytes_per_param == 1.0 };
     if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes) {
-        return Some((b, fp8_named && b == 1.0));
+        return Some(format(b, fp8_named));
     }
     // compressed-tensors: every group quantises weights to the same width and type in practice.
     let group = q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")));
     if let Some(w) = group
         && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
     {
-        let float = w.get("type").and_then(Value::as_str) == Some("float") || fp8_named;
-        return Some((b, float && b == 1.0));
+        return Some(format(b, w.get("type").and_then(Value::as_str) == Some("float") || fp8_named));
     }
     if fp8_named {
-        Some((1.0, true))
+        Some(format(1.0, true))
     } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
-        Some((0.5, false))
+        Some(format(0.5, false))
     } else {
         None
+    }
+}
+
+/// The keys of a `quantization_config` that list modules left in half
+/// precision: compressed-tensors' `ignore`, Hugging Face's (FP8, AWQ)
+/// `modules_to_not_convert`, vLLM FP8's `ignored_layers`.
+const KEPT_HALF_KEYS: [&str; 3] = ["ignore", "modules_to_not_convert", "ignored_layers"];
+
+/// Words in a module name that place it outside the language model (a
+/// multimodal checkpoint's vision tower or projector).
+const NOT_LANGUAGE_MODEL: [&str; 6] = ["vision", "visual", "image", "audio", "multi_modal", "mm_projector"];
+
+/// A module an ignore list names, as a share of its class's weights.
+#[derive(Debug, PartialEq)]
+struct NamedModule {
+    class: WeightClass,
+    /// The layer, or None for every layer.
+    layer: Option<u32>,
+    /// The share of one layer's weights of the class (of one expert's, for a
+    /// numbered expert: the share is then divided among the experts).
+    share: f64,
+}
+
+impl ModelConfig {
+    /// What a module name means for precision, read by its words as vLLM's
+    /// model code names modules (`model.layers.3.self_attn.q_proj`,
+    /// `block_sparse_moe.experts.0.w1`, `mlp.shared_expert.down_proj`,
+    /// `lm_head`); None for routers, norms, embeddings, the vision tower and
+    /// names it cannot place.
+    fn named_module(&self, name: &str) -> Option<NamedModule> {
+        let words: Vec<&str> = name.split('.').collect();
+        if words.iter().any(|w| NOT_LANGUAGE_MODEL.iter().any(|n| w.contains(n))) {
+            return None;
+        }
+        let last = *words.last()?;
+        let layer = words.windows(2).find(|w| ["layers", "layer", "h", "blocks"].contains(&w[0])).and_then(|w| w[1].parse().ok());
+        let ffn_share = match last {
+            "gate_proj" | "up_proj" | "down_proj" | "w1" | "w2" | "w3" => 1.0 / 3.0,
+            "gate_up_proj" | "w13" => 2.0 / 3.0,
+            "fc1" | "fc2" | "c_fc" | "c_proj" | "dense_h_to_4h" | "dense_4h_to_h" => 0.5,
+            _ => 1.0,
+        };
+        let module = |class, share| Some(NamedModule { class, layer, share });
+        if words.contains(&"lm_head") {
+            return module(WeightClass::LmHead, 1.0);
+        }
+        if words.iter().any(|w| w.starts_with("shared_expert")) {
+            return module(WeightClass::SharedExperts, ffn_share);
+        }
+        if let Some(i) = words.iter().position(|w| *w == "experts") {
+            let one_expert = words.get(i + 1).is_some_and(|w| w.parse::<u32>().is_ok());
+            let experts = self.moe.as_ref().map_or(1.0, |m| f64::from(m.num_experts));
+            return module(WeightClass::RoutedExperts, if one_expert { ffn_share / experts } else { ffn_share });
+        }
+        if words.iter().any(|w| w.contains("attn") || w.contains("attention")) {
+            let (q, kv) = (self.q_dim(), self.kv_dim());
+            let share = match last {
+                "q_proj" | "query" | "o_proj" | "out_proj" | "dense" | "c_proj" => q,
+                "k_proj" | "v_proj" | "key" | "value" => kv,
+                "qkv_proj" | "query_key_value" | "c_attn" | "Wqkv" | "W_pack" => q + 2.0 * kv,
+                _ => 2.0 * q + 2.0 * kv,
+            } / (2.0 * q + 2.0 * kv);
+            return module(WeightClass::Attention, share);
+        }
+        let in_ffn = words.iter().any(|w| ["mlp", "feed_forward", "ffn", "block_sparse_moe"].contains(w));
+        (in_ffn && !["gate", "router"].contains(&last)).then_some(NamedModule { class: WeightClass::DenseFfn, layer, share: ffn_share })
+    }
+
+    /// Module names of every class, in the Llama naming, that a `re:`
+    /// ignore entry is matched against.
+    fn canonical_module_names(&self) -> Vec<String> {
+        let mut names = vec!["lm_head".to_string()];
+        for i in 0..self.num_layers {
+            let mut ffn = |prefix: &str| names.extend(["gate_proj", "up_proj", "down_proj"].map(|p| format!("model.layers.{i}.{prefix}.{p}")));
+            ffn("mlp");
+            if self.moe.is_some() {
+                ffn("mlp.experts");
+                ffn("mlp.shared_experts");
+            }
+            names.extend(["q_proj", "k_proj", "v_proj", "o_proj"].map(|p| format!("model.layers.{i}.self_attn.{p}")));
+        }
+        names
+    }
+
+    /// The share of each class of weights a checkpoint's
+    /// `quantization_config` leaves in half precision: the LM head (unless
+    /// GPTQ's `lm_head` is true), and what its [`KEPT_HALF_KEYS`] lists
+    /// name. An entry prefixed `re:` is a regular expression matched from
+    /// the start of a module name, as compressed-tensors matches it.
+    fn kept_in_half_precision(&self, q: &Value) -> Result<PerWeightClass<f64>, ModelConfigError> {
+        let mut names: Vec<String> = Vec::new();
+        for key in KEPT_HALF_KEYS {
+            for entry in q.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
+                match entry.strip_prefix("re:") {
+                    None => names.push(entry.to_string()),
+                    Some(pattern) => {
+                        let re = regex::Regex::new(&format!("^(?:{pattern})")).map_err(|_| ModelConfigError::Invalid {
+                            field: "quantization_config.ignore",
+                            value: entry.to_string(),
+                            reason: "a `re:` entry must be a regular expression",
+                        })?;
+                        names.extend(self.canonical_module_names().into_iter().filter(|n| re.is_match(n)));
+                    }
+                }
+            }
+        }
+        // A module named twice counts once; each (class, layer) at most whole.
+        names.sort_unstable();
+        names.dedup();
+        let mut modules: Vec<NamedModule> = names.iter().filter_map(|n| self.named_module(n)).collect();
+        modules.sort_by_key(|m| (m.class as u8, m.layer));
+        let mut per_layer: Vec<(WeightClass, Option<u32>, f64)> = Vec::new();
+        for m in modules {
+            match per_layer.last_mut() {
+                Some((class, layer, share)) if (*class, *layer) == (m.class, m.layer) => *share = (*share + m.share).min(1.0),
+                _ => per_layer.push((m.class, m.layer, m.share.min(1.0))),
+            }
+        }
+        let moe_layers = self.moe.as_ref().map_or(0, |m| m.num_moe_layers);
+        let layers = PerWeightClass { attention: self.num_layers, dense_ffn: self.num_dense_layers(), routed_experts: moe_layers, shared_experts: moe_layers, lm_head: 1 };
+        let mut kept = PerWeightClass::default();
+        for (class, layer, share) in per_layer {
+            let n = f64::from(*layers.get(class));
+            if n > 0.0 {
+                *kept.get_mut(class) += if layer.is_some() && class != WeightClass::LmHead { share / n } else { share };
+            }
+        }
+        let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
+        kept.lm_head = if lm_head_quantized { 0.0 } else { 1.0 };
+        Ok(kept)
     }
 }
 
@@ -343,10 +620,9 @@ impl ModelConfig {
         // model dtype by default.
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
-        let (quant_method, precision) = quant.map_or((None, None), quantized_weights);
-        let (weight_bytes_per_param, fp8_weights) = precision.unwrap_or((dtype_bytes, false));
+        let (quant_method, format) = quant.map_or((None, None), quantized_weights);
 
-        Ok(ModelConfig {
+        let mut config = ModelConfig {
             architecture,
             num_layers,
             hidden_size,
@@ -359,12 +635,15 @@ impl ModelConfig {
             dtype_bytes,
             kv_dtype_bytes: dtype_bytes,
             quant_method,
-            weight_bytes_per_param,
-            fp8_weights,
+            weights: WeightPrecision::half(dtype_bytes),
             derived_max_model_len,
             moe,
             mla,
-        })
+        };
+        if let (Some(q), Some(format)) = (quant, format) {
+            config.weights = WeightPrecision::quantized(dtype_bytes, format, config.kept_in_half_precision(q)?);
+        }
+        Ok(config)
     }
 
     fn parse_moe(obj: &Map<String, Value>, num_layers: u32, ffn: Option<u32>) -> Result<Option<MoeConfig>, ModelConfigError> {
@@ -468,7 +747,25 @@ impl ModelConfig {
 
     /// Bytes of all weights (whole model, summed over GPUs).
     pub fn weight_bytes(&self) -> f64 {
-        self.total_params() * self.weight_bytes_per_param
+        let half = self.weights.half_bytes();
+        // Half-precision bytes, less what each class's quantized share saves.
+        let stored = self.stored_params_by_class();
+        let saved: f64 = WeightClass::ALL.iter().map(|&c| stored.get(c) * (half - self.weights.bytes_per_param(c))).sum();
+        self.total_params() * half - saved
+    }
+
+    /// Parameters of each class of weights the model stores (a tied LM head
+    /// is the embedding matrix, stored once in half precision: none).
+    pub fn stored_params_by_class(&self) -> PerWeightClass<f64> {
+        let d = f64::from(self.hidden_size);
+        let moe_layers = self.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers));
+        PerWeightClass {
+            attention: f64::from(self.num_layers) * self.attention_params_per_layer(),
+            dense_ffn: f64::from(self.num_dense_layers()) * self.dense_ffn_params(),
+            routed_experts: self.moe.as_ref().map_or(0.0, |m| moe_layers * 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_experts)),
+            shared_experts: self.moe.as_ref().map_or(0.0, |m| moe_layers * 3.0 * d * f64::from(m.shared_intermediate_size)),
+            lm_head: if self.tie_word_embeddings { 0.0 } else { f64::from(self.vocab_size) * d },
+        }
     }
 
     /// Checks that vLLM could shard this model over `tp` GPUs: tp divides the
@@ -506,7 +803,10 @@ impl ModelConfig {
                 }
             }
             None if method == "fp8" => {
-                Ok(ModelConfig { quant_method: Some(method.to_string()), weight_bytes_per_param: 1.0, fp8_weights: true, ..self })
+                // Every linear layer and expert, never the LM head.
+                let kept_half = PerWeightClass { lm_head: 1.0, ..PerWeightClass::default() };
+                let weights = WeightPrecision::quantized(self.dtype_bytes, QuantFormat { bytes_per_param: 1.0, fp8: true }, kept_half);
+                Ok(ModelConfig { quant_method: Some(method.to_string()), weights, ..self })
             }
             None => Err(QuantizationError::NotOnline { asked: method.to_string() }),
         }
@@ -549,16 +849,25 @@ impl ModelConfig {
     /// weight (attention projections, dense FFN, the `k` routed experts plus
     /// shared experts and router of MoE layers).
     pub fn linear_flops_per_token(&self) -> f64 {
+        let f = self.gemm_flops_per_token_by_class();
+        f.attention + f.dense_ffn + f.routed_experts + f.shared_experts
+    }
+
+    /// GEMM FLOPs per token of each class of weights: 2 per active weight
+    /// (the `k` routed experts with the router; the LM head's, for one
+    /// sampled token).
+    pub fn gemm_flops_per_token_by_class(&self) -> PerWeightClass<f64> {
         let d = f64::from(self.hidden_size);
-        let l = f64::from(self.num_layers);
-        let mut flops = 2.0 * l * self.attention_params_per_layer() + 2.0 * f64::from(self.num_dense_layers()) * self.dense_ffn_params();
-        if let Some(m) = &self.moe {
-            let per_token = 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.experts_per_token)
-                + 3.0 * d * f64::from(m.shared_intermediate_size)
-                + d * f64::from(m.num_experts);
-            flops += 2.0 * f64::from(m.num_moe_layers) * per_token;
+        let moe_layers = self.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers));
+        PerWeightClass {
+            attention: 2.0 * f64::from(self.num_layers) * self.attention_params_per_layer(),
+            dense_ffn: 2.0 * f64::from(self.num_dense_layers()) * self.dense_ffn_params(),
+            routed_experts: self.moe.as_ref().map_or(0.0, |m| {
+                2.0 * moe_layers * (3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.experts_per_token) + d * f64::from(m.num_experts))
+            }),
+            shared_experts: self.moe.as_ref().map_or(0.0, |m| 2.0 * moe_layers * 3.0 * d * f64::from(m.shared_intermediate_size)),
+            lm_head: self.lm_head_flops(),
         }
-        flops
     }
 
     /// FLOPs of the LM head for one sampled token: 2·d·V.
@@ -641,18 +950,77 @@ mod tests {
                 "quantization_config":{"quant_method":"fp8"}}"#,
         )
         .unwrap();
-        assert_eq!((fp8.weight_bytes_per_param, fp8.fp8_weights), (1.0, true));
+        assert_eq!(fp8.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }));
         // Integer weights are multiplied in half precision: 4-bit AWQ, 8-bit GPTQ, compressed-tensors int8.
         let quantized = |q: &str| {
             let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#);
-            let m = ModelConfig::from_hf_json(&json).unwrap();
-            (m.weight_bytes_per_param, m.fp8_weights)
+            let f = ModelConfig::from_hf_json(&json).unwrap().weights.format().unwrap();
+            (f.bytes_per_param, f.fp8)
         };
         assert_eq!(quantized(r#"{"quant_method":"awq","bits":4}"#), (0.5, false));
         assert_eq!(quantized(r#"{"quant_method":"gptq","bits":8}"#), (1.0, false));
         let group = |kind: &str| format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#);
         assert_eq!(quantized(&group("int")), (1.0, false));
         assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
+    }
+
+    /// A quantized checkpoint's weight bytes, counted by an independent sum
+    /// of its parts: the LM head and embeddings stay in half precision as
+    /// vLLM loads them (GPTQ's `lm_head: true` aside), and so does what its
+    /// ignore list names.
+    #[test]
+    fn quantized_checkpoints_keep_the_lm_head_and_ignored_modules_in_half_precision() {
+        let plain = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        assert_eq!(plain.weights, WeightPrecision::half(2.0));
+        assert_eq!(plain.weight_bytes(), plain.total_params() * 2.0, "half precision is every parameter at 2 bytes, exactly");
+        let (l, d, v) = (80.0, 8192.0, 32000.0);
+        let attention = l * (2.0 * d * d + 2.0 * d * 1024.0);
+        let ffn = l * 3.0 * d * 28672.0;
+        let rest = plain.total_params() - attention - ffn; // embeddings, LM head, norms
+        let with_quant = |q: &str| {
+            let json = LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1);
+            ModelConfig::from_hf_json(&json).unwrap()
+        };
+        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
+        let fp8 = with_quant(r#"{"quant_method":"fp8"}"#);
+        assert!(close(fp8.weight_bytes(), attention + ffn + rest * 2.0), "{}", fp8.weight_bytes());
+        assert_eq!((fp8.weights.bytes_per_param(WeightClass::LmHead), fp8.weights.fp8_share(WeightClass::LmHead)), (2.0, 0.0));
+        assert_eq!((fp8.weights.bytes_per_param(WeightClass::Attention), fp8.weights.fp8_share(WeightClass::Attention)), (1.0, 1.0));
+        // GPTQ may quantize its LM head too.
+        let gptq = with_quant(r#"{"quant_method":"gptq","bits":4,"lm_head":true}"#);
+        assert!(close(gptq.weight_bytes(), (attention + ffn + v * d) * 0.5 + (rest - v * d) * 2.0));
+        // Every layer's q and k projections, by name (k counted once though named twice), and layer 0's MLP.
+        let names: Vec<String> = (0..80)
+            .flat_map(|i| [format!(r#""model.layers.{i}.self_attn.q_proj""#), format!(r#""model.layers.{i}.self_attn.k_proj""#)])
+            .chain([r#""model.layers.7.self_attn.k_proj""#.to_string(), r#""model.layers.0.mlp""#.to_string(), r#""lm_head""#.to_string()])
+            .collect();
+        let partial = with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"float"}}}}}},"ignore":[{}]}}"#, names.join(",")));
+        let kept_attention = l * (d * d + d * 1024.0);
+        let kept_ffn = 3.0 * d * 28672.0;
+        let expected = (attention - kept_attention + ffn - kept_ffn) + (kept_attention + kept_ffn + rest) * 2.0;
+        assert!(close(partial.weight_bytes(), expected), "{} vs {expected}", partial.weight_bytes());
+        // The same with regular expressions, and a vision tower's modules are not the language model's.
+        let regex = with_quant(
+            r#"{"quant_method":"fp8","ignored_layers":["re:.*self_attn\\.[qk]_proj$","re:model\\.layers\\.0\\.mlp\\..*","vision_model.layers.3.self_attn.o_proj"]}"#,
+        );
+        assert!(close(regex.weight_bytes(), expected), "{} vs {expected}", regex.weight_bytes());
+        let bad = LLAMA2_70B.replacen('{', r#"{"quantization_config":{"quant_method":"fp8","ignore":["re:(unclosed"]},"#, 1);
+        assert!(ModelConfig::from_hf_json(&bad).unwrap_err().to_string().contains("quantization_config.ignore"));
+    }
+
+    /// Llama-4-Scout's FP8 checkpoint: experts and shared experts in FP8,
+    /// every layer's attention, the routers and the LM head in BF16.
+    #[test]
+    fn llama4_scout_fp8_keeps_its_attention_in_bf16() {
+        let scout = ModelConfig::from_hf_json(include_str!("../../../data/models/RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")).unwrap();
+        let w = &scout.weights;
+        let classes = [WeightClass::Attention, WeightClass::RoutedExperts, WeightClass::SharedExperts, WeightClass::LmHead];
+        assert_eq!(classes.map(|c| (w.bytes_per_param(c), w.fp8_share(c))), [(2.0, 0.0), (1.0, 1.0), (1.0, 1.0), (2.0, 0.0)]);
+        assert_eq!(scout.num_dense_layers(), 0, "every layer is MoE");
+        // A numbered expert is one expert's share of its layer.
+        let one = scout.named_module("language_model.model.layers.5.feed_forward.experts.3.down_proj").unwrap();
+        assert_eq!((one.class, one.layer, one.share), (WeightClass::RoutedExperts, Some(5), 1.0 / 3.0 / 16.0));
+        assert_eq!(scout.named_module("language_model.model.layers.5.feed_forward.router"), None);
     }
 
     /// `--quantization fp8` quantizes a half-precision checkpoint at load to
@@ -668,10 +1036,11 @@ mod tests {
             .unwrap()
         };
         let fp8 = plain.clone().with_quantization("fp8").unwrap();
-        assert_eq!((fp8.weight_bytes_per_param, fp8.fp8_weights, fp8.quant_method.as_deref()), (1.0, true, Some("fp8")));
-        assert_eq!(fp8.weight_bytes() * 2.0, plain.weight_bytes());
+        assert_eq!(fp8.quant_method.as_deref(), Some("fp8"));
+        let fp8_checkpoint = LLAMA2_70B.replacen('{', r#"{"quantization_config":{"quant_method":"fp8"},"#, 1);
+        assert_eq!(fp8.weights, ModelConfig::from_hf_json(&fp8_checkpoint).unwrap().weights, "online FP8 is what an FP8 checkpoint is");
+        assert!(fp8.weight_bytes() < 0.52 * plain.weight_bytes());
         let prequantized = checkpoint(r#"{"quant_method":"fp8"}"#);
-        assert_eq!((prequantized.weight_bytes_per_param, prequantized.fp8_weights), (fp8.weight_bytes_per_param, fp8.fp8_weights));
         let awq = checkpoint(r#"{"quant_method":"AWQ","bits":4}"#);
         assert_eq!(awq.clone().with_quantization("awq"), Ok(awq.clone()));
         assert_eq!(awq.clone().with_quantization("awq_marlin"), Ok(awq.clone()));

@@ -5,7 +5,7 @@
 use super::StepBatch;
 use super::moe_tiles::MoeTiles;
 use crate::hardware::GpuSpec;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, PerWeightClass};
 
 /// Notation of `latency-formulas.md`, as `f64`, for one deployment.
 #[derive(Clone, Debug, PartialEq)]
@@ -41,14 +41,18 @@ pub(crate) struct Dims {
     pub interleaved_moe: bool,
     /// BPP: bytes per activation / KV element.
     pub bpp: f64,
-    /// wBPP: bytes per weight.
-    pub wbpp: f64,
+    /// wBPP: bytes per weight of each class.
+    pub wbpp: PerWeightClass<f64>,
+    /// Each class's GEMM time relative to half precision
+    /// ([`GpuSpec::gemm_time_scale`]): below 1 for 8-bit float weights on a
+    /// GPU with FP8 tensor cores.
+    pub gemm_scale: PerWeightClass<f64>,
     /// KV bytes per token per GPU: L·2·(KVH/tp)·dH·BPP, or the replicated
     /// latent of multi-head latent attention.
     pub kv_bytes_per_token: f64,
     /// Tensor-parallel degree.
     pub tp: f64,
-    /// F: peak dense FLOP/s (the FP8 peak for 8-bit float weights).
+    /// F: peak dense half-precision FLOP/s (8-bit float GEMMs: `gemm_scale`).
     pub flops_per_s: f64,
     /// W: HBM bytes per second.
     pub hbm_bytes_per_s: f64,
@@ -95,10 +99,11 @@ impl Dims {
             n_dense: f64::from(model.num_dense_layers()),
             interleaved_moe: model.moe.as_ref().is_some_and(|m| m.interleaved),
             bpp: model.dtype_bytes,
-            wbpp: model.weight_bytes_per_param,
+            wbpp: PerWeightClass::from_fn(|c| model.weights.bytes_per_param(c)),
+            gemm_scale: gpu.gemm_time_scales(&model.weights),
             kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp),
             tp: f64::from(tp.max(1)),
-            flops_per_s: gpu.peak_flops(model.fp8_weights),
+            flops_per_s: gpu.peak_flops(),
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),
             allreduce_bytes_per_s: gpu.allreduce_bus_bytes_per_s(tp.max(1)),
             allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),
@@ -124,9 +129,10 @@ impl Dims {
     }
 
     /// Q/K/V/O projection FLOPs of `tokens` tokens over all layers, per GPU:
-    /// L·2·T·d·(2d + 2dKV)/tp (with the real query width when H·dH ≠ d).
+    /// L·2·T·d·(2d + 2dKV)/tp (with the real query width when H·dH ≠ d),
+    /// at half precision's speed (× the projections' GEMM time scale).
     pub fn projection_flops(&self, tokens: f64) -> f64 {
-        2.0 * tokens * self.projection_params()
+        2.0 * tokens * self.projection_params() * self.gemm_scale.attention
     }
 
     /// Q/K/V/O projection parameters of all layers, per GPU: L·d·(2d + 2dKV)/tp.

@@ -116,7 +116,7 @@ impl MoeTiles {
         let tp = tp.max(1);
         let (experts, width) = if expert_parallel { (moe.num_experts / tp, moe.expert_intermediate_size) } else { (moe.num_experts, moe.expert_intermediate_size / tp) };
         let device = gpu.torch_device_name.as_deref().map(|d| d.replace(' ', "_"));
-        let bf16 = model.weight_bytes_per_param >= 2.0;
+        let bf16 = model.weights.bytes_per_param(crate::model::WeightClass::RoutedExperts) >= 2.0;
         let tuned = TUNED.iter().find(|(name, e, n, _)| bf16 && device.as_deref() == Some(*name) && *e == experts && *n == width);
         Some(tuned.map_or(MoeTiles::Untuned { experts: experts.max(1) }, |(_, _, _, heights)| MoeTiles::Tuned(heights)))
     }

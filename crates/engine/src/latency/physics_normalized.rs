@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, WeightClass};
 use crate::scheduler::InstanceConfig;
 use crate::time::Micros;
 
@@ -129,15 +129,17 @@ impl PhysicsConstants {
             }
             None => (f64::from(model.intermediate_size), 1.0, 1.0, None),
         };
-        let flops_attn_linear = 4.0 * h * (h + kv_dim);
-        let flops_mlp = proj * 2.0 * h * width * moe_factor;
-        let flops_linear_per_token = l * (flops_attn_linear + flops_mlp) + 2.0 * h * f64::from(model.vocab_size);
-        let wbpp = model.weight_bytes_per_param;
-        let weight_bytes_attn = (2.0 * h * h + 2.0 * h * kv_dim) * wbpp;
-        let weight_bytes_mlp_unit = proj * h * width * wbpp;
+        // Each class's FLOPs at half precision's speed, its bytes at its own precision.
+        let mlp_class = if model.moe.is_some() { WeightClass::RoutedExperts } else { WeightClass::DenseFfn };
+        let (scale, wbpp) = (gpu.gemm_time_scales(&model.weights), |c| model.weights.bytes_per_param(c));
+        let flops_attn_linear = 4.0 * h * (h + kv_dim) * scale.attention;
+        let flops_mlp = proj * 2.0 * h * width * moe_factor * scale.get(mlp_class);
+        let flops_linear_per_token = l * (flops_attn_linear + flops_mlp) + 2.0 * h * f64::from(model.vocab_size) * scale.lm_head;
+        let weight_bytes_attn = (2.0 * h * h + 2.0 * h * kv_dim) * wbpp(WeightClass::Attention);
+        let weight_bytes_mlp_unit = proj * h * width * wbpp(mlp_class);
         let weight_bytes_total = l * (weight_bytes_attn + weight_bytes_mlp_unit * moe_weight_factor);
         let dtype = model.dtype_bytes;
-        let hw_peak_flops = gpu.peak_flops(model.fp8_weights) / tp_f;
+        let hw_peak_flops = gpu.peak_flops() / tp_f;
         let hw_peak_bandwidth = gpu.hbm_bytes_per_s() / tp_f;
         let comm_bytes_per_token = if tp > 1 { l * 2.0 * h * dtype * 2.0 * (tp_f - 1.0) / tp_f } else { 0.0 };
         let roofline_step_time = (f64::from(knobs.max_batched_tokens) * flops_linear_per_token / hw_peak_flops)

@@ -6,7 +6,7 @@ use super::expert_load::ExpertLoad;
 use super::moe_tiles::MoeTiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
-use crate::model::ModelConfig;
+use crate::model::{ModelConfig, PerWeightClass};
 use crate::time::Micros;
 
 /// Per-request work, per layer, is GEMMs + attention + vector ops; the step
@@ -78,30 +78,40 @@ impl Roofline {
         let d = f64::from(model.hidden_size);
         let h = f64::from(model.num_attention_heads);
         let dh = f64::from(model.head_dim);
-        let wbpp = model.weight_bytes_per_param;
         let bpp = model.dtype_bytes;
-        let (expert_bytes, moe, moe_fixed_params, routed_flops_per_token) = match &model.moe {
+        // FLOPs at half precision's speed (8-bit float GEMMs count less), bytes at each class's precision.
+        let scale = gpu.gemm_time_scales(&model.weights);
+        let wbpp = PerWeightClass::from_fn(|c| model.weights.bytes_per_param(c));
+        let gemm_flops = model.gemm_flops_per_token_by_class();
+        let (expert_bytes, moe, shared_and_router_bytes, routed_flops_per_token) = match &model.moe {
             Some(m) => {
                 let params_per_expert = 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_moe_layers);
-                let fixed = (3.0 * d * f64::from(m.shared_intermediate_size) + d * f64::from(m.num_experts)) * f64::from(m.num_moe_layers);
+                let shared = 3.0 * d * f64::from(m.shared_intermediate_size) * f64::from(m.num_moe_layers);
+                let router = d * f64::from(m.num_experts) * f64::from(m.num_moe_layers);
                 let k = f64::from(m.experts_per_token);
-                (params_per_expert * wbpp, Some((f64::from(m.num_experts), k)), fixed, 2.0 * k * params_per_expert)
+                (
+                    params_per_expert * wbpp.routed_experts,
+                    Some((f64::from(m.num_experts), k)),
+                    shared * wbpp.shared_experts + router * bpp,
+                    2.0 * k * params_per_expert * scale.routed_experts,
+                )
             }
             None => (0.0, None, 0.0, 0.0),
         };
         let lm_head_params = f64::from(model.vocab_size) * d;
-        let dense_params = l * model.attention_params_per_layer()
-            + f64::from(model.num_dense_layers()) * model.dense_ffn_params()
-            + moe_fixed_params
-            + lm_head_params;
+        let weight_bytes_dense = l * model.attention_params_per_layer() * wbpp.attention
+            + f64::from(model.num_dense_layers()) * model.dense_ffn_params() * wbpp.dense_ffn
+            + shared_and_router_bytes
+            + lm_head_params * wbpp.lm_head;
+        let linear = PerWeightClass { lm_head: 0.0, ..gemm_flops };
         let tp_n = f64::from(tp.max(1));
         Roofline {
-            linear_flops_per_token: model.linear_flops_per_token(),
-            lm_head_flops: model.lm_head_flops(),
+            linear_flops_per_token: linear.weighted_sum(&scale),
+            lm_head_flops: gemm_flops.lm_head * scale.lm_head,
             attn_flops_per_ctx_token: l * 4.0 * h * dh,
             vector_flops_per_ctx_token: l * 5.0 * h,
             vector_flops_per_token: l * 2.0 * d,
-            weight_bytes_dense: dense_params * wbpp,
+            weight_bytes_dense,
             expert_bytes,
             moe,
             tiles: MoeTiles::of(model, gpu, tp, false),
@@ -113,7 +123,7 @@ impl Roofline {
             activation_bytes_per_token: l * d * bpp,
             allreduce_bytes_per_token: if tp > 1 { 2.0 * l * d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
             tp: tp_n,
-            peak_flops: gpu.peak_flops(model.fp8_weights),
+            peak_flops: gpu.peak_flops(),
             mfu_prefill: gpu.mfu_prefill,
             mfu_decode: gpu.mfu_decode,
             hbm_bytes_per_s: gpu.hbm_bytes_per_s(),

@@ -130,8 +130,9 @@ impl TrainedPhysicsBasis {
     /// `routed_scale` (tile padding, times the busiest rank's skew under
     /// expert parallelism).
     fn ffn_flops(&self, tokens: f64, routed_scale: f64) -> f64 {
-        let m = &self.dims;
-        m.n_moe * tokens * (m.k_eff() * m.dff_moe * routed_scale + m.dff_shared) * 6.0 * m.d / m.tp + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp
+        let (m, g) = (&self.dims, &self.dims.gemm_scale);
+        m.n_moe * tokens * (m.k_eff() * m.dff_moe * routed_scale * g.routed_experts + m.dff_shared * g.shared_experts) * 6.0 * m.d / m.tp
+            + m.n_dense * tokens * 6.0 * m.d * m.dff / m.tp * g.dense_ffn
     }
 
     /// The eleven basis values of a step, in coefficient order.
@@ -142,7 +143,7 @@ impl TrainedPhysicsBasis {
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
         let routed_scale = routed_skew * m.tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, s.tokens()));
-        let lm_head_flops_per_row = 2.0 * m.lm_head_params();
+        let lm_head_flops_per_row = 2.0 * m.lm_head_params() * m.gemm_scale.lm_head;
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
                 + m.l * m.attention_flops_per_layer(s.prefill_attention_work)
@@ -157,11 +158,12 @@ impl TrainedPhysicsBasis {
         );
         let t_pf_kv = m.memory_us(m.kv_bytes(s.t_pf));
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
-        let weight_params = m.projection_params()
-            + m.n_moe * (m.experts_touched(s.tokens()) * weight_skew * m.dff_moe + m.dff_shared) * 3.0 * m.d / m.tp
-            + m.n_dense * 3.0 * m.d * m.dff / m.tp
-            + m.lm_head_params();
-        let t_w = m.memory_us(weight_params * m.wbpp);
+        let w = &m.wbpp;
+        let weight_bytes = m.projection_params() * w.attention
+            + m.n_moe * (m.experts_touched(s.tokens()) * weight_skew * m.dff_moe * w.routed_experts + m.dff_shared * w.shared_experts) * 3.0 * m.d / m.tp
+            + m.n_dense * 3.0 * m.d * m.dff / m.tp * w.dense_ffn
+            + m.lm_head_params() * w.lm_head;
+        let t_w = m.memory_us(weight_bytes);
         let ring = if m.tp > 1.0 { 2.0 * (m.tp - 1.0) / m.tp } else { 0.0 };
         let volume = |layers: f64| m.allreduce_us(layers * s.tokens() * m.d * m.bpp * ring);
         let (t_moe_ar, t_dispatch) = match (m.is_moe(), self.expert_parallel.is_some()) {
