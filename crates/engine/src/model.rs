@@ -115,6 +115,49 @@ pub struct MlaConfig {
     pub kv_lora_rank: u32,
     /// Width of the decoupled rotary key (`qk_rope_head_dim`).
     pub qk_rope_head_dim: u32,
+    /// Width of the compressed query (`q_lora_rank`); None when the query is
+    /// projected from the hidden state directly (DeepSeek-V2-Lite).
+    pub q_lora_rank: Option<u32>,
+    /// Per-head width of the non-rotary query and key (`qk_nope_head_dim`).
+    pub qk_nope_head_dim: u32,
+    /// Per-head width of the value (`v_head_dim`).
+    pub v_head_dim: u32,
+}
+
+impl MlaConfig {
+    /// Parameters of one layer's attention projections, for hidden size
+    /// `d` and `heads` heads.
+    fn projection_params(&self, d: f64, heads: f64) -> MlaProjections {
+        let (nope, rope, v, kv_lora) = (f64::from(self.qk_nope_head_dim), f64::from(self.qk_rope_head_dim), f64::from(self.v_head_dim), f64::from(self.kv_lora_rank));
+        let q_out = heads * (nope + rope);
+        MlaProjections {
+            q_a: self.q_lora_rank.map_or(0.0, |r| d * f64::from(r)),
+            q_b: self.q_lora_rank.map_or(d * q_out, |r| f64::from(r) * q_out),
+            kv_a: d * (kv_lora + rope),
+            kv_b: kv_lora * heads * (nope + v),
+            o: heads * v * d,
+        }
+    }
+}
+
+/// One layer's latent-attention projection parameters, by vLLM's module names.
+struct MlaProjections {
+    /// `q_a_proj`: the query's down-projection (0 without `q_lora_rank`).
+    q_a: f64,
+    /// `q_b_proj` (or `q_proj` without `q_lora_rank`): every head's query.
+    q_b: f64,
+    /// `kv_a_proj_with_mqa`: the latent and the rotary key.
+    kv_a: f64,
+    /// `kv_b_proj`: the latent up-projected to every head's key and value.
+    kv_b: f64,
+    /// `o_proj`.
+    o: f64,
+}
+
+impl MlaProjections {
+    fn total(&self) -> f64 {
+        self.q_a + self.q_b + self.kv_a + self.kv_b + self.o
+    }
 }
 
 /// The kinds of weights a quantized checkpoint may store at different
@@ -464,6 +507,20 @@ impl ModelConfig {
             let experts = self.moe.as_ref().map_or(1.0, |m| f64::from(m.num_experts));
             return module(WeightClass::RoutedExperts, if one_expert { ffn_share / experts } else { ffn_share });
         }
+        if let Some(mla) = &self.mla
+            && words.iter().any(|w| w.contains("attn") || w.contains("attention"))
+        {
+            let p = mla.projection_params(f64::from(self.hidden_size), f64::from(self.num_attention_heads));
+            let share = match last {
+                "q_a_proj" => p.q_a,
+                "q_b_proj" | "q_proj" => p.q_b,
+                "kv_a_proj_with_mqa" => p.kv_a,
+                "kv_b_proj" => p.kv_b,
+                "o_proj" => p.o,
+                _ => p.total(),
+            } / p.total();
+            return module(WeightClass::Attention, share);
+        }
         if words.iter().any(|w| w.contains("attn") || w.contains("attention")) {
             let (q, kv) = (self.q_dim(), self.kv_dim());
             let share = match last {
@@ -608,10 +665,16 @@ impl ModelConfig {
             (Some(m), None, None) => m.expert_intermediate_size,
         };
         let mla = match positive_u32(obj, &["kv_lora_rank"], "kv_lora_rank")? {
-            Some(kv_lora_rank) => Some(MlaConfig {
-                kv_lora_rank,
-                qk_rope_head_dim: positive_u32(obj, &["qk_rope_head_dim"], "qk_rope_head_dim")?.unwrap_or(64),
-            }),
+            Some(kv_lora_rank) => {
+                let qk_nope_head_dim = positive_u32(obj, &["qk_nope_head_dim"], "qk_nope_head_dim")?.unwrap_or(head_dim);
+                Some(MlaConfig {
+                    kv_lora_rank,
+                    qk_rope_head_dim: positive_u32(obj, &["qk_rope_head_dim"], "qk_rope_head_dim")?.unwrap_or(64),
+                    q_lora_rank: positive_u32(obj, &["q_lora_rank"], "q_lora_rank")?,
+                    qk_nope_head_dim,
+                    v_head_dim: positive_u32(obj, &["v_head_dim"], "v_head_dim")?.unwrap_or(qk_nope_head_dim),
+                })
+            }
             None => None,
         };
 
@@ -711,10 +774,42 @@ impl ModelConfig {
         f64::from(self.num_kv_heads) * f64::from(self.head_dim)
     }
 
-    /// Parameters of one layer's attention block (q, k, v, o projections).
+    /// Parameters of one layer's attention block: the q, k, v, o
+    /// projections, or latent attention's ([`MlaConfig`]: the query's, the
+    /// latent's down- and up-projections, and o).
     pub fn attention_params_per_layer(&self) -> f64 {
         let d = f64::from(self.hidden_size);
-        2.0 * d * self.q_dim() + 2.0 * d * self.kv_dim()
+        match &self.mla {
+            Some(m) => {
+                m.projection_params(d, f64::from(self.num_attention_heads)).total()
+            }
+            None => 2.0 * d * self.q_dim() + 2.0 * d * self.kv_dim(),
+        }
+    }
+
+    /// FLOPs of attention scores per query·key pair and head, over 4: the
+    /// mean of the query·key and the weight·value widths. dH for ordinary
+    /// attention. Latent attention (vLLM's MLA backends) runs prefill as
+    /// ordinary attention over keys and values up-projected from the
+    /// latent, (qk_nope + qk_rope + v)/2, and decode over the latent itself
+    /// with the up-projections absorbed into the query and output,
+    /// (2·kv_lora + qk_rope)/2. Returns (prefill, decode).
+    pub fn attention_pair_width(&self) -> (f64, f64) {
+        match &self.mla {
+            Some(m) => (
+                f64::from(m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim) / 2.0,
+                f64::from(2 * m.kv_lora_rank + m.qk_rope_head_dim) / 2.0,
+            ),
+            None => (f64::from(self.head_dim), f64::from(self.head_dim)),
+        }
+    }
+
+    /// Parameters per layer that latent attention applies again to every
+    /// cached token of a prefill's context: `kv_b_proj` up-projects the
+    /// cached latents to keys and values (vLLM's MLA prefill); 0 for
+    /// ordinary attention, whose cache holds the keys and values.
+    pub fn context_upprojection_params_per_layer(&self) -> f64 {
+        self.mla.as_ref().map_or(0.0, |m| m.projection_params(f64::from(self.hidden_size), f64::from(self.num_attention_heads)).kv_b)
     }
 
     /// Parameters of one dense SwiGLU FFN (gate, up, down: 3·d·dFF).
@@ -1021,6 +1116,26 @@ mod tests {
         let one = scout.named_module("language_model.model.layers.5.feed_forward.experts.3.down_proj").unwrap();
         assert_eq!((one.class, one.layer, one.share), (WeightClass::RoutedExperts, Some(5), 1.0 / 3.0 / 16.0));
         assert_eq!(scout.named_module("language_model.model.layers.5.feed_forward.router"), None);
+    }
+
+    /// Latent attention's projections, counted as vLLM's MLA modules hold
+    /// them, give the published sizes: DeepSeek-V2-Lite 15.7 B parameters,
+    /// GLM-5 744 B (less its sparse-attention indexer and its
+    /// multi-token-prediction layer, which BLIS does not count).
+    #[test]
+    fn latent_attention_counts_match_the_published_sizes() {
+        let lite = ModelConfig::from_hf_json(include_str!("../../../data/models/deepseek-ai/DeepSeek-V2-Lite.json")).unwrap();
+        // q_proj 2048·16·192, kv_a 2048·576, kv_b 512·16·256, o 16·128·2048.
+        assert_eq!(lite.attention_params_per_layer(), 6_291_456.0 + 1_179_648.0 + 2_097_152.0 + 4_194_304.0);
+        assert!((lite.total_params() / 1e9 - 15.7).abs() < 0.05, "{}", lite.total_params());
+        assert_eq!(lite.attention_pair_width(), ((128.0 + 64.0 + 128.0) / 2.0, (2.0 * 512.0 + 64.0) / 2.0));
+        assert_eq!(lite.context_upprojection_params_per_layer(), 2_097_152.0);
+        let kv_b = lite.named_module("model.layers.4.self_attn.kv_b_proj").unwrap();
+        assert_eq!((kv_b.class, kv_b.share), (WeightClass::Attention, 2_097_152.0 / lite.attention_params_per_layer()));
+        let glm = ModelConfig::from_hf_json(include_str!("../../../data/models/zai-org/GLM-5.2-FP8.json")).unwrap();
+        assert!((glm.total_params() / 1e9 - 744.0).abs() < 2.0, "{}", glm.total_params());
+        let plain = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
+        assert_eq!((plain.attention_pair_width(), plain.context_upprojection_params_per_layer()), ((128.0, 128.0), 0.0));
     }
 
     /// `--quantization fp8` quantizes a half-precision checkpoint at load to

@@ -16,8 +16,15 @@ pub(crate) struct Dims {
     pub d: f64,
     /// H: attention heads.
     pub h: f64,
-    /// dH: head dimension.
-    pub dh: f64,
+    /// dH of a prefill's attention scores: the head dimension, or latent
+    /// attention's mean query·key and value width
+    /// ([`ModelConfig::attention_pair_width`]).
+    pub dh_prefill: f64,
+    /// dH of a decode's attention scores (latent attention: over the latent).
+    pub dh_decode: f64,
+    /// Parameters per layer and GPU that latent attention applies to every
+    /// cached token of a prefill's context (`kv_b_proj`; 0 for ordinary attention).
+    pub upprojection_params: f64,
     /// Q/K/V/O projection parameters of one layer, 2·d·(H·dH) + 2·d·dKV
     /// (dKV = KVH·dH): what the formulas write d·(2d + 2dKV), assuming H·dH = d.
     pub attention_params: f64,
@@ -87,7 +94,9 @@ impl Dims {
             l: f64::from(model.num_layers),
             d: f64::from(model.hidden_size),
             h: f64::from(model.num_attention_heads),
-            dh: f64::from(model.head_dim),
+            dh_prefill: model.attention_pair_width().0,
+            dh_decode: model.attention_pair_width().1,
+            upprojection_params: model.context_upprojection_params_per_layer() / f64::from(tp.max(1)),
             attention_params: model.attention_params_per_layer(),
             dff: f64::from(model.intermediate_size),
             dff_moe,
@@ -147,9 +156,22 @@ impl Dims {
         self.vocab * self.d / self.tp
     }
 
-    /// Attention-score FLOPs per layer per GPU for `work` query·key pairs: 4·(H/tp)·work·dH.
-    pub fn attention_flops_per_layer(&self, work: f64) -> f64 {
-        4.0 * (self.h / self.tp) * work * self.dh
+    /// Attention-score FLOPs per layer per GPU of a prefill's `work`
+    /// query·key pairs: 4·(H/tp)·work·dH.
+    pub fn prefill_attention_flops_per_layer(&self, work: f64) -> f64 {
+        4.0 * (self.h / self.tp) * work * self.dh_prefill
+    }
+
+    /// Attention-score FLOPs per layer per GPU of decodes' `work`
+    /// query·key pairs: 4·(H/tp)·work·dH (latent attention's latent width).
+    pub fn decode_attention_flops_per_layer(&self, work: f64) -> f64 {
+        4.0 * (self.h / self.tp) * work * self.dh_decode
+    }
+
+    /// FLOPs over all layers, per GPU, of latent attention up-projecting the
+    /// `context` cached tokens of a step's prefills (0 for ordinary attention).
+    pub fn context_upprojection_flops(&self, context: f64) -> f64 {
+        self.l * 2.0 * self.upprojection_params * context * self.gemm_scale.attention
     }
 
     /// KV bytes per GPU for `tokens` tokens over all layers: L·2·(KVH/tp)·dH·tokens·BPP
@@ -195,6 +217,8 @@ pub(crate) struct StepSums {
     pub prefill_attention_work: f64,
     /// Σ_j c_j over decode entries (c_j = tokens already in the KV cache).
     pub decode_context: f64,
+    /// Σ_i p_i over prefill entries (p_i = tokens already in the KV cache).
+    pub prefill_context: f64,
     /// B: requests in the batch.
     pub batch: f64,
 }
@@ -210,6 +234,7 @@ impl StepSums {
             } else {
                 let t = f64::from(e.new_tokens);
                 s.t_pf += t;
+                s.prefill_context += f64::from(e.computed_tokens);
                 s.prefill_attention_work += t * (f64::from(e.prompt_tokens) + t / 2.0);
             }
         }

@@ -17,6 +17,8 @@ use crate::time::Micros;
 /// flops     = n · linear_flops_per_token + L · 4·H·n·ctx·dH       GEMMs (2 FLOPs per weight, SwiGLU = 3 matrices)
 ///           + L · (5·H·n·ctx + 2·n·d)                             softmax, RoPE, norms
 ///           + 2·d·V per sampled token                             LM head
+///           + L · 2·kv_b·p per prefill (latent attention)         the cached latents up-projected
+///             (latent attention's dH: ModelConfig::attention_pair_width, for prefill and for decode)
 /// compute   = Σ prefill flops / (tp·peak·MFU_prefill) + Σ decode flops / (tp·peak·MFU_decode)
 /// bytes     = weights read once (MoE: N·(1 − ((N−k)/N)^T) experts for T tokens, LM head included) / tp
 ///           + Σ [KV bytes per token · (n + p) + L·d·BPP·n] / tp
@@ -41,7 +43,10 @@ use crate::time::Micros;
 pub struct Roofline {
     linear_flops_per_token: f64,
     lm_head_flops: f64,
-    attn_flops_per_ctx_token: f64,
+    /// Attention-score FLOPs per new token and context token of a prefill, and of a decode.
+    attn_flops_per_ctx_token: (f64, f64),
+    /// FLOPs per cached context token of a prefill (latent attention's up-projection).
+    upprojection_flops_per_ctx_token: f64,
     vector_flops_per_ctx_token: f64,
     vector_flops_per_token: f64,
     weight_bytes_dense: f64,
@@ -77,7 +82,7 @@ impl Roofline {
         let l = f64::from(model.num_layers);
         let d = f64::from(model.hidden_size);
         let h = f64::from(model.num_attention_heads);
-        let dh = f64::from(model.head_dim);
+        let (dh_prefill, dh_decode) = model.attention_pair_width();
         let bpp = model.dtype_bytes;
         // FLOPs at half precision's speed (8-bit float GEMMs count less), bytes at each class's precision.
         let scale = gpu.gemm_time_scales(&model.weights);
@@ -108,7 +113,8 @@ impl Roofline {
         Roofline {
             linear_flops_per_token: linear.weighted_sum(&scale),
             lm_head_flops: gemm_flops.lm_head * scale.lm_head,
-            attn_flops_per_ctx_token: l * 4.0 * h * dh,
+            attn_flops_per_ctx_token: (l * 4.0 * h * dh_prefill, l * 4.0 * h * dh_decode),
+            upprojection_flops_per_ctx_token: l * 2.0 * model.context_upprojection_params_per_layer() * scale.attention,
             vector_flops_per_ctx_token: l * 5.0 * h,
             vector_flops_per_token: l * 2.0 * d,
             weight_bytes_dense,
@@ -162,8 +168,11 @@ impl LatencyModel for Roofline {
             let n = f64::from(e.new_tokens);
             let p = f64::from(e.computed_tokens);
             let ctx = if e.new_tokens > 1 { p + (n - 1.0) / 2.0 } else { p };
-            let mut flops = n * (self.linear_flops_per_token + self.vector_flops_per_token)
-                + n * ctx * (self.attn_flops_per_ctx_token + self.vector_flops_per_ctx_token);
+            let attn = if e.is_decode() { self.attn_flops_per_ctx_token.1 } else { self.attn_flops_per_ctx_token.0 };
+            let mut flops = n * (self.linear_flops_per_token + self.vector_flops_per_token) + n * ctx * (attn + self.vector_flops_per_ctx_token);
+            if !e.is_decode() {
+                flops += p * self.upprojection_flops_per_ctx_token;
+            }
             if e.context_tokens() >= e.prompt_tokens {
                 flops += self.lm_head_flops;
             }

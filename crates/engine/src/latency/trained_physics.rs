@@ -146,13 +146,14 @@ impl TrainedPhysicsBasis {
         let lm_head_flops_per_row = 2.0 * m.lm_head_params() * m.gemm_scale.lm_head;
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
-                + m.l * m.attention_flops_per_layer(s.prefill_attention_work)
+                + m.l * m.prefill_attention_flops_per_layer(s.prefill_attention_work)
                 + self.ffn_flops(s.t_pf, routed_scale)
-                + (s.batch - s.t_dc) * lm_head_flops_per_row,
+                + (s.batch - s.t_dc) * lm_head_flops_per_row
+                + m.context_upprojection_flops(s.prefill_context),
         );
         let t_dc_c = m.compute_us(
             m.projection_flops(s.t_dc)
-                + m.l * m.attention_flops_per_layer(s.decode_context)
+                + m.l * m.decode_attention_flops_per_layer(s.decode_context)
                 + self.ffn_flops(s.t_dc, routed_scale)
                 + s.t_dc * lm_head_flops_per_row,
         );
@@ -445,7 +446,8 @@ mod tests {
 
     /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
     /// shared experts (dFF 2816 in all) and one dense layer (dFF 10944). One
-    /// more decode token (at context 1) adds its projections, its attention,
+    /// more decode token (at context 1) adds its projections, its attention
+    /// (over the latent, as vLLM's MLA decode runs it),
     /// the shared experts' and the dense layer's FFN, [26·2816 + 10944]·6·2048
     /// = 1 034 158 080 FLOPs, one LM head row, 2·102400·2048 = 419 430 400,
     /// and its routed experts, 26·6·1408·6·2048 per routed row, in tiles:
@@ -461,7 +463,8 @@ mod tests {
             basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[1]
         };
         let projections = 27.0 * 2.0 * lite.attention_params_per_layer();
-        let attention = 27.0 * 4.0 * 16.0 * f64::from(lite.head_dim);
+        // Decode attends over the 512-wide latent and 64-wide rotary key of its one context token: 2·576 + 2·512 per head.
+        let attention = 27.0 * 16.0 * (2.0 * 576.0 + 2.0 * 512.0);
         // vLLM ships no tuned config for E = 64, N = 1408 on the H100: its default, 16 rows up to 64 tokens.
         assert_eq!(basis.dims.tiles, Some(MoeTiles::Untuned { experts: 64 }));
         let routed_rows = |n: f64| n * MoeTiles::Untuned { experts: 64 }.padding_factor(64.0, 6.0, n);
@@ -471,6 +474,26 @@ mod tests {
         let want = (projections + attention + 1_034_158_080.0 + 419_430_400.0 + routed) / 989.5e12 * 1e6;
         let got = t_dc_c(2) - t_dc_c(1);
         assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+    }
+
+    /// A latent-attention prefill up-projects its cached context's latents to
+    /// keys and values (`kv_b_proj`, 512·16·(128 + 128) weights per layer)
+    /// before attending to them; an ordinary model's cache holds them already.
+    #[test]
+    fn latent_attention_prefills_upproject_their_cached_context() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let t_pf_c = |model: &str, tp: u32, cached: u32| {
+            let m = ModelConfig::from_hf_json(find_model(model).unwrap().config_json).unwrap();
+            let entries = [BatchEntry { computed_tokens: cached, new_tokens: 256, prompt_tokens: 2048 }];
+            TrainedPhysicsBasis::new(&m, &h100, tp).features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[0]
+        };
+        let lite = "deepseek-ai/DeepSeek-V2-Lite";
+        let want = 27.0 * 2.0 * (512.0 * 16.0 * 256.0) * 1000.0 / 989.5e12 * 1e6;
+        let got = t_pf_c(lite, 1, 1000) - t_pf_c(lite, 1, 0);
+        assert!((got - want).abs() <= 1e-9 * want, "{got} vs {want}");
+        // Sharded over the heads at TP 2.
+        assert!(((t_pf_c(lite, 2, 1000) - t_pf_c(lite, 2, 0)) - want / 2.0).abs() <= 1e-9 * want);
+        assert_eq!(t_pf_c("meta-llama/Llama-2-7b-hf", 1, 1000), t_pf_c("meta-llama/Llama-2-7b-hf", 1, 0));
     }
 
     #[test]

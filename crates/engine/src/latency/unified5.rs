@@ -42,10 +42,10 @@ impl Unified5Basis {
         let (ffn_scale, ffn_wbpp) = if m.is_moe() { (m.gemm_scale.routed_experts, m.wbpp.routed_experts) } else { (m.gemm_scale.dense_ffn, m.wbpp.dense_ffn) };
         let ffn_per_token = m.l * m.k_eff() * 6.0 * m.d * m.dff_moe / m.tp * ffn_scale;
         let t_pf_compute = m.compute_us(
-            m.projection_flops(s.t_pf) + m.l * m.attention_flops_per_layer(s.prefill_attention_work) + s.t_pf * ffn_per_token,
+            m.projection_flops(s.t_pf) + m.l * m.prefill_attention_flops_per_layer(s.prefill_attention_work) + s.t_pf * ffn_per_token,
         );
         let t_dc_compute =
-            m.compute_us(m.projection_flops(s.t_dc) + m.l * m.attention_flops_per_layer(s.decode_context) + s.t_dc * ffn_per_token);
+            m.compute_us(m.projection_flops(s.t_dc) + m.l * m.decode_attention_flops_per_layer(s.decode_context) + s.t_dc * ffn_per_token);
         let n_eff = if m.is_moe() { m.n_experts.min(m.k.max(s.tokens() * m.k)) } else { 1.0 };
         let weight_bytes = m.projection_params() * m.wbpp.attention + m.l * n_eff * 3.0 * m.d * m.dff_moe / m.tp * ffn_wbpp;
         let t_memory = m.memory_us(weight_bytes + m.kv_bytes(s.t_pf) + m.kv_bytes(s.decode_context + s.t_dc));
