@@ -72,16 +72,18 @@ const MODEL_CONFIGS_SEARCH_DEPTH: usize = 4;
 
 /// The `config.json` of `model_id` (or of its part after the last '/') in a
 /// `model_configs/` directory within [`MODEL_CONFIGS_SEARCH_DEPTH`] parents
-/// of `dir`, matched case-insensitively: the layout the ground truth ships.
+/// of `dir`, matched case-insensitively, under the model's name or its
+/// current one ([`catalog::current_model_name`]): the layout the ground truth ships.
 fn find_sibling_model_config(dir: &std::path::Path, model_id: &str) -> Option<PathBuf> {
-    let short = model_id.rsplit('/').next().unwrap_or(model_id);
+    let short = |id: &str| id.rsplit('/').next().unwrap_or(id).to_string();
+    let names = [short(model_id), short(&catalog::current_model_name(model_id))];
     dir.ancestors().skip(1).take(MODEL_CONFIGS_SEARCH_DEPTH).find_map(|parent| {
         let mut entries: Vec<_> = std::fs::read_dir(parent.join(MODEL_CONFIGS_DIR)).ok()?.flatten().map(|e| e.path()).collect();
         entries.sort();
         entries.into_iter().find_map(|e| {
             let name = e.file_name()?.to_str()?;
             let config = e.join("config.json");
-            (name.eq_ignore_ascii_case(short) && config.is_file()).then_some(config)
+            (names.iter().any(|n| name.eq_ignore_ascii_case(n)) && config.is_file()).then_some(config)
         })
     })
 }

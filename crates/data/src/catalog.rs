@@ -37,12 +37,32 @@ pub const MODELS: &[BundledModel] = models![
 ];
 
 /// Finds a bundled model by HuggingFace id or by the part after the `/`,
-/// ignoring ASCII case (`meta-llama/llama-3.1-8b-instruct`, `Llama-2-7b-hf`).
+/// ignoring ASCII case (`meta-llama/llama-3.1-8b-instruct`, `Llama-2-7b-hf`),
+/// under its current name or a former one ([`current_model_name`]).
 pub fn find_model(name: &str) -> Option<BundledModel> {
-    let name = name.trim();
+    let name = current_model_name(name.trim());
     MODELS.iter().copied().find(|m| {
-        m.id.eq_ignore_ascii_case(name) || m.id.rsplit('/').next().is_some_and(|short| short.eq_ignore_ascii_case(name))
+        m.id.eq_ignore_ascii_case(&name) || m.id.rsplit('/').next().is_some_and(|short| short.eq_ignore_ascii_case(&name))
     })
+}
+
+/// Model names HuggingFace has since changed, and what they became; the
+/// Hub redirects the former ones, so vLLM serves either.
+const RENAMED_MODELS: [(&str, &str); 1] = [("Meta-Llama-3.1-", "Llama-3.1-")];
+
+/// `name` (an id or the part of one after its `/`) under the model's
+/// current HuggingFace name: `meta-llama/Meta-Llama-3.1-8B-Instruct` is
+/// `meta-llama/Llama-3.1-8B-Instruct`. Other names are returned as they are.
+pub fn current_model_name(name: &str) -> String {
+    let (org, short) = name.rsplit_once('/').map_or(("", name), |(o, s)| (o, s));
+    let renamed = RENAMED_MODELS.iter().find_map(|(former, current)| {
+        short.get(..former.len()).filter(|p| p.eq_ignore_ascii_case(former)).map(|_| format!("{current}{}", &short[former.len()..]))
+    });
+    match (renamed, org) {
+        (Some(short), "") => short,
+        (Some(short), org) => format!("{org}/{short}"),
+        (None, _) => name.to_string(),
+    }
 }
 
 /// Bundled model ids that contain `name` (or the part of it after the last
@@ -264,6 +284,20 @@ mod tests {
         assert_eq!(similar_models("Meta-Llama/LLAMA-2"), ["meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf"]);
         assert!(similar_models("gpt-9").is_empty());
         assert!(similar_models("b").is_empty(), "too short to suggest anything");
+    }
+
+    /// HuggingFace renamed Meta-Llama-3.1-* to Llama-3.1-*; experiment
+    /// records from before use the former name. Llama 3 (not 3.1) kept its
+    /// name and is another model.
+    #[test]
+    fn renamed_models_are_found_under_their_former_names() {
+        for former in ["meta-llama/Meta-Llama-3.1-8B-Instruct", "meta-llama-3.1-8b-instruct", "META-LLAMA/meta-llama-3.1-8b-instruct"] {
+            assert_eq!(find_model(former).map(|m| m.id), Some("meta-llama/Llama-3.1-8B-Instruct"), "{former}");
+        }
+        assert_eq!(find_model("Meta-Llama-3.1-70B-Instruct").map(|m| m.id), Some("meta-llama/Llama-3.1-70B-Instruct"));
+        assert_eq!(current_model_name("meta-llama/Meta-Llama-3-8B"), "meta-llama/Meta-Llama-3-8B");
+        assert!(find_model("meta-llama/Meta-Llama-3-8B").is_none());
+        assert_eq!(current_model_name("é/Meta-Llama"), "é/Meta-Llama", "shorter than the former prefix");
     }
 
     #[test]

@@ -239,6 +239,13 @@ fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
     std::fs::copy(llama2_7b, configs.join("config.json")).unwrap();
     assert_eq!(predictions(&clone, &[]), bundled, "same architecture, same predictions");
     std::fs::remove_dir_all(&configs).unwrap();
+    // Under the model's current HuggingFace name when the run records a former one (Meta-Llama-3.1-* is now Llama-3.1-*).
+    let renamed = experiment_of(&tmp.0.join("runs/h100-renamed"), "exp", "acme/Meta-Llama-3.1-7b-Clone");
+    let configs = tmp.0.join("runs/model_configs/llama-3.1-7b-clone");
+    std::fs::create_dir_all(&configs).unwrap();
+    std::fs::copy(llama2_7b, configs.join("config.json")).unwrap();
+    assert_eq!(predictions(&renamed, &[]), bundled);
+    std::fs::remove_dir_all(&configs).unwrap();
 
     // The flags: a config.json, and the GPU as NVIDIA's datasheet gives it (with sparsity).
     let sheet = tmp.0.join("h100-sxm.json");
