@@ -82,6 +82,9 @@ pub struct ServerFacts {
     /// Tensor-parallel degree.
     #[serde(default)]
     pub tensor_parallel_size: Option<u32>,
+    /// `--data-parallel-size`: engine replicas behind vLLM's load balancer.
+    #[serde(default)]
+    pub data_parallel_size: Option<u32>,
     /// GPU KV blocks the server allocated.
     #[serde(default)]
     pub num_gpu_blocks: Option<u64>,
@@ -163,8 +166,8 @@ impl TryFrom<serde_json::Value> for CpuOffloadFact {
 }
 
 /// The keys of `server-facts.yaml` that BLIS reads.
-const SERVER_FACT_KEYS: [&str; 16] = [
-    "hardware", "tensor_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "quantization", "gpu_memory_utilization", "enable_prefix_caching",
+const SERVER_FACT_KEYS: [&str; 17] = [
+    "hardware", "tensor_parallel_size", "data_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "quantization", "gpu_memory_utilization", "enable_prefix_caching",
     "enable_chunked_prefill", "async_scheduling", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
     "status", "cpu_offload",
 ];

@@ -9,11 +9,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use blis_cluster::policy::PolicyBundle;
+use blis_cluster::{Cluster, ClusterConfig};
 use blis_data::catalog;
 use blis_engine::driver::run_single;
-use blis_engine::instance::{Fanout, Instance, Observer};
+use blis_engine::instance::{Fanout, Instance, InstanceStats, Observer};
 use blis_engine::latency::LatencyModel;
-use blis_engine::request::RequestRecord;
+use blis_engine::request::{Labels, RequestRecord};
+use blis_engine::time::Micros;
 use blis_engine::vllm::RECORDED_ASYNC_SCHEDULING;
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
@@ -40,6 +43,9 @@ pub struct Setup {
     /// Whether the GPU was named (`server-facts.yaml`'s `hardware`, or
     /// `--hardware-config`), else the default GPU was assumed.
     pub gpu_named: bool,
+    /// Engine replicas of the server (`--data-parallel-size`), each a copy
+    /// of `server`'s instance behind vLLM's load balancer.
+    pub data_parallel_size: u32,
     /// Mean prompt length the server saw (successful rows of
     /// `requests.csv`, else the stages' mean prompt lengths), to which the
     /// data generator's prompts are scaled; `None` when nothing recorded it.
@@ -119,6 +125,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     let facts = KnobValues {
         hardware: f.hardware.clone(),
         tp: f.tensor_parallel_size,
+        data_parallel_size: f.data_parallel_size,
         num_gpu_blocks: f.num_gpu_blocks,
         block_size: f.block_size,
         kv_cache_dtype: f.kv_cache_dtype.clone(),
@@ -167,7 +174,11 @@ impl Setup {
         server.instance.client_timeout = Some(exp.workload.client_timeout());
         let measured_prompt_tokens = measured_prompt_tokens(exp);
         let gpu_named = exp.facts.hardware.is_some() || defs.gpu.is_some();
-        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, measured_prompt_tokens })
+        let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
+        if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
+            return Err(unreproducible(format!("server-facts.yaml data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
+        }
+        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, data_parallel_size, measured_prompt_tokens })
     }
 }
 
@@ -238,7 +249,6 @@ pub fn simulate(
     extra: &mut dyn Observer,
 ) -> Result<Simulated, ExperimentError> {
     let unreproducible = |message: String| ExperimentError::Unreproducible { path: exp.dir.clone(), message };
-    let instance = Instance::new(0, setup.server.instance.clone(), latency).map_err(|e| unreproducible(e.to_string()))?;
     let run = reproduction(exp, setup);
     let (mean_output_tokens, fixed_output) = match exp.requests.as_deref().and_then(recorded_outputs) {
         Some(outputs) => (outputs.iter().map(|&n| f64::from(n)).sum::<f64>() / outputs.len() as f64, true),
@@ -251,10 +261,40 @@ pub fn simulate(
     let mut workload = blis_workload::open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed, ..OpenOptions::default() })
         .map_err(|e| unreproducible(e.to_string()))?;
     let mut client = ClientObserver::new(exp.stages.len(), workload.expected_requests as usize, token_gaps);
-    let (_, instance) = run_single(instance, workload.stream.as_mut(), None, &mut Fanout::new(vec![&mut client, extra]));
-    let stats = instance.stats();
-    let prefix_hit_rate = if stats.prefix_query_tokens > 0 { stats.prefix_hit_tokens as f64 / stats.prefix_query_tokens as f64 } else { 0.0 };
-    Ok(Simulated { client, csv_row_of, steps: stats.steps, preemptions: stats.preemptions, moe_kernel_compiles: stats.moe_kernel_compiles, prefix_hit_rate, mean_output_tokens, fixed_output })
+    let mut observers = Fanout::new(vec![&mut client, extra]);
+    let stats: Vec<InstanceStats> = if setup.data_parallel_size > 1 {
+        let config = ClusterConfig {
+            num_instances: setup.data_parallel_size,
+            instance: setup.server.instance.clone(),
+            latency,
+            policies: PolicyBundle::vllm_data_parallel(),
+            admission_latency: Micros::ZERO,
+            routing_latency: Micros::ZERO,
+            labels: Labels::default(),
+            counterfactual_k: 0,
+            autoscale: None,
+            pd: None,
+        };
+        let mut cluster = Cluster::new(config).map_err(|e| unreproducible(e.to_string()))?;
+        cluster.run(workload.stream.as_mut(), None, &mut observers);
+        cluster.instances().iter().map(|i| i.stats().clone()).collect()
+    } else {
+        let instance = Instance::new(0, setup.server.instance.clone(), latency).map_err(|e| unreproducible(e.to_string()))?;
+        vec![run_single(instance, workload.stream.as_mut(), None, &mut observers).1.stats().clone()]
+    };
+    let sum = |count: fn(&InstanceStats) -> u64| stats.iter().map(count).sum::<u64>();
+    let (hits, queried) = (sum(|s| s.prefix_hit_tokens), sum(|s| s.prefix_query_tokens));
+    let prefix_hit_rate = if queried > 0 { hits as f64 / queried as f64 } else { 0.0 };
+    Ok(Simulated {
+        client,
+        csv_row_of,
+        steps: sum(|s| s.steps),
+        preemptions: sum(|s| s.preemptions),
+        moe_kernel_compiles: sum(|s| s.moe_kernel_compiles),
+        prefix_hit_rate,
+        mean_output_tokens,
+        fixed_output,
+    })
 }
 
 /// An observer that ignores everything.

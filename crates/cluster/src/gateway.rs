@@ -330,6 +330,7 @@ impl Gateway<'_> {
         }
         self.book.dispatched.in_flight[i] += 1;
         self.book.dispatched.pending[i] += 1;
+        self.store.on_routed(i);
         let disaggregate = self.pd.as_mut().map(|pd| pd.decider.disaggregate(uncached_tokens(pd, &req, &cx.instances()[i])));
         let (req, target) = match (disaggregate, self.pd.as_mut()) {
             (Some(true), Some(pd)) => {
@@ -367,6 +368,7 @@ impl Gateway<'_> {
         }
         self.book.dispatched.in_flight[p as usize] += 1;
         self.book.dispatched.pending[p as usize] += 1;
+        self.store.on_routed(p as usize);
         p
     }
 
@@ -476,7 +478,7 @@ impl Gateway<'_> {
     fn after_instance_event(&mut self, i: usize, reported: bool, instances: &[Instance], now: Micros) {
         self.book.anomalies.settle();
         if reported {
-            self.store.on_report(i, &instances[i], now);
+            self.store.on_report(i, &instances[i], now, &self.book.dispatched);
         }
     }
 
@@ -493,7 +495,7 @@ impl Gateway<'_> {
             cx.schedule_background(due, EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
             return;
         }
-        self.store.refresh(field, cx.instances(), now);
+        self.store.refresh(field, cx.instances(), now, &self.book.dispatched);
         cx.schedule_background(now + interval, EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
     }
 

@@ -45,6 +45,12 @@ pub struct InstanceSnapshot {
     /// Requests the router sent there that have not arrived yet, i.e. still
     /// within the routing latency (always current).
     pub pending: u32,
+    /// Requests the router sent there that `queue_depth` does not count yet:
+    /// those sent since it was read, and those in transit when it was read
+    /// (always current; `pending` when `queue_depth` is immediate). What
+    /// vLLM's data-parallel load balancer adds to the waiting counts its
+    /// coordinator last published.
+    pub routed_unseen: u32,
 }
 
 impl InstanceSnapshot {
@@ -181,6 +187,8 @@ pub(crate) struct Dispatched {
 #[derive(Copy, Clone, Debug, Default)]
 struct Readings {
     queue_depth: u32,
+    /// Routed there and not counted by `queue_depth` ([`InstanceSnapshot::routed_unseen`]).
+    routed_unseen: u32,
     batch_size: u32,
     kv_utilization: f64,
     as_of: [Micros; 3],
@@ -208,18 +216,21 @@ impl SnapshotStore {
         };
         for f in FIELDS {
             for (i, inst) in instances.iter().enumerate() {
-                store.capture(f, i, inst, Micros::ZERO);
+                store.capture(f, i, inst, Micros::ZERO, 0);
             }
         }
         store
     }
 
-    fn capture(&mut self, f: Field, i: usize, inst: &Instance, at: Micros) {
+    /// Reads field `f` of instance `i` as of `at`, when `pending` requests
+    /// routed there are still in transit.
+    fn capture(&mut self, f: Field, i: usize, inst: &Instance, at: Micros, pending: u32) {
         let r = &mut self.cached[i];
         r.as_of[f as usize] = at;
         match f {
             Field::QueueDepth => {
                 r.queue_depth = inst.queue_depth();
+                r.routed_unseen = pending;
                 let p = &mut self.profiles[i];
                 p.clear();
                 p.extend(inst.waiting_priorities());
@@ -250,24 +261,30 @@ impl SnapshotStore {
             self.view.resize(i + 1, InstanceSnapshot::default());
         }
         for f in FIELDS {
-            self.capture(f, i, inst, now);
+            self.capture(f, i, inst, now, 0);
         }
     }
 
-    /// Re-reads field `f` of every instance, as of `at`.
-    pub fn refresh(&mut self, f: Field, instances: &[Instance], at: Micros) {
+    /// Re-reads field `f` of every instance, as of `at` (`dispatched`: what
+    /// the router has sent each).
+    pub fn refresh(&mut self, f: Field, instances: &[Instance], at: Micros, dispatched: &Dispatched) {
         for (i, inst) in instances.iter().enumerate() {
-            self.capture(f, i, inst, at);
+            self.capture(f, i, inst, at, dispatched.pending[i]);
         }
     }
 
     /// Instance `i` answered (a request finished): refreshes its on-demand fields.
-    pub fn on_report(&mut self, i: usize, inst: &Instance, now: Micros) {
+    pub fn on_report(&mut self, i: usize, inst: &Instance, now: Micros, dispatched: &Dispatched) {
         for f in FIELDS {
             if self.modes[f as usize] == Refresh::OnDemand {
-                self.capture(f, i, inst, now);
+                self.capture(f, i, inst, now, dispatched.pending[i]);
             }
         }
+    }
+
+    /// The router sent a request to instance `i`.
+    pub fn on_routed(&mut self, i: usize) {
+        self.cached[i].routed_unseen = self.cached[i].routed_unseen.saturating_add(1);
     }
 
     /// Assembles the snapshots of the `candidates` (instance ids) for a
@@ -292,10 +309,10 @@ impl SnapshotStore {
                 }
                 live
             };
-            let queue_depth = if read(Field::QueueDepth) {
-                inst.queue_depth()
+            let (queue_depth, routed_unseen) = if read(Field::QueueDepth) {
+                (inst.queue_depth(), dispatched.pending[i])
             } else {
-                r.queue_depth
+                (r.queue_depth, r.routed_unseen)
             };
             let batch_size = if read(Field::BatchSize) {
                 inst.batch_size()
@@ -315,6 +332,7 @@ impl SnapshotStore {
                 kv_utilization,
                 in_flight: dispatched.in_flight[i],
                 pending: dispatched.pending[i],
+                routed_unseen,
             });
         }
     }

@@ -173,6 +173,7 @@ impl ClusterSetup {
             apply_slo_targets(text, &mut bundle.slo_targets)?;
             origins.slo_targets = "--slo-targets".to_string();
         }
+        let data_parallel = data_parallel(k, &mut bundle, &mut origins, report)?;
         if let Some(text) = &k.snapshot_refresh.value {
             bundle.snapshots.apply_overrides(text, "--snapshot-refresh").map_err(|e| invalid!("--snapshot-refresh {text:?}: {}", e.message))?;
             origins.snapshots = "--snapshot-refresh".to_string();
@@ -221,10 +222,18 @@ impl ClusterSetup {
         if pools.is_some() && autoscale.is_some() {
             return Err(invalid!("--prefill-instances/--decode-instances cannot be autoscaled yet; drop --autoscale-policy (and the policy file's autoscale section)"));
         }
-        let num_instances = match (&autoscale, &pools) {
-            (Some(a), _) => a.1,
-            (None, Some(p)) => p.decode_instances,
-            (None, None) => k.num_instances.value.unwrap_or(1),
+        if let Some(n) = data_parallel
+            && (pools.is_some() || autoscale.is_some())
+        {
+            return Err(invalid!(
+                "--data-parallel-size {n}: one server's engine replicas; a disaggregated or autoscaled deployment sizes its own instances (drop --data-parallel-size)"
+            ));
+        }
+        let num_instances = match (&autoscale, &pools, data_parallel) {
+            (Some(a), _, _) => a.1,
+            (None, Some(p), _) => p.decode_instances,
+            (None, None, Some(n)) => n,
+            (None, None, None) => k.num_instances.value.unwrap_or(1),
         };
         let (instance, step_model, pd) = match pools {
             Some(p) => (p.decode_instance, p.decode_latency, Some(p.pd)),
@@ -259,3 +268,32 @@ impl ClusterSetup {
     }
 }
 
+
+/// vLLM's `--data-parallel-size N`: N instances behind vLLM's internal load
+/// balancer ([`PolicyBundle::vllm_data_parallel`]'s routing and snapshot
+/// refresh) where no flag or policy file chose them. None without the
+/// knob; an error when `--num-instances` says another count.
+fn data_parallel(k: &Knobs, bundle: &mut PolicyBundle, origins: &mut Origins, report: &mut ConfigReport) -> Result<Option<u32>, ScenarioError> {
+    let Some(n) = k.data_parallel_size.value else { return Ok(None) };
+    if n == 0 || n > blis_cluster::MAX_INSTANCES {
+        return Err(invalid!("--data-parallel-size {n}: must be between 1 and {}", blis_cluster::MAX_INSTANCES));
+    }
+    if k.num_instances.source != Source::Default && k.num_instances.value != Some(n) {
+        return Err(invalid!(
+            "--data-parallel-size {n} and --num-instances {}: both count the engine replicas; give one",
+            k.num_instances.value.unwrap_or(1)
+        ));
+    }
+    let vllm = PolicyBundle::vllm_data_parallel();
+    if origins.routing.is_empty() {
+        bundle.routing = vllm.routing;
+        origins.routing = "--data-parallel-size".to_string();
+    }
+    if origins.snapshots.is_empty() {
+        let s = vllm.snapshots;
+        bundle.snapshots = s;
+        origins.snapshots = "--data-parallel-size".to_string();
+        report_entry(report, "snapshot-refresh", &format!("queue-depth={},batch-size={}", s.queue_depth, s.batch_size), Source::Derived);
+    }
+    Ok(Some(n))
+}

@@ -191,6 +191,11 @@ knob_table! {
     hardware_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Model and hardware");
     /// Tensor-parallel degree: GPUs per instance. [default: 1]
     tp: u32 = Some(1), alias "tensor-parallel-size", flag(long, value_name = "N", help_heading = "Model and hardware");
+    /// Engine replicas of one server (vLLM --data-parallel-size), each on --tp GPUs, behind
+    /// vLLM's own load balancer: --routing-policy vllm-dp on queue and batch counts read every
+    /// 100 ms, unless --routing-policy or --snapshot-refresh say otherwise. Instead of
+    /// --num-instances. [default: 1]
+    data_parallel_size: u32 = None, flag(long, value_name = "N", help_heading = "Model and hardware");
 
     // ── Server (vLLM flags) ──────────────────────────────────────────────
     /// Maximum requests in the running batch (vLLM --max-num-seqs). [default: vLLM's for the GPU:

@@ -306,3 +306,32 @@ fn the_summary_shows_each_pools_hardware() {
 fn csv_rows(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
     text.lines().map(|l| l.split(',').map(str::to_string).collect())
 }
+
+/// vLLM's `--data-parallel-size N` is N instances behind vLLM's own load
+/// balancer (`vllm-dp` on counts read every 100 ms): the same run as those
+/// spelled out, and the report says where they came from. A routing or
+/// refresh the user chose stays theirs; a contradicting instance count, or
+/// an autoscaled or disaggregated deployment, is refused.
+#[test]
+fn data_parallel_size_is_instances_behind_vllms_load_balancer() {
+    let (_, dp) = run_json(&["--data-parallel-size", "3"]);
+    let spelled = ["--num-instances", "3", "--routing-policy", "vllm-dp", "--snapshot-refresh", "queue-depth=periodic:100ms,batch-size=periodic:100ms"];
+    let (_, explicit) = run_json(&spelled);
+    assert_eq!((&dp["latency_ms"], &dp["cluster"]["num_instances"]), (&explicit["latency_ms"], &explicit["cluster"]["num_instances"]));
+    assert_eq!(dp["cluster"]["num_instances"], 3);
+    let config = &dp["config"];
+    assert_eq!((&config["routing-policy"]["value"], &config["routing-policy"]["source"]), (&Value::from("vllm-dp"), &Value::from("derived")), "{config}");
+    assert_eq!(config["snapshot-refresh"]["value"], "queue-depth=periodic:100ms,batch-size=periodic:100ms");
+    let (_, chosen) = run_json(&["--data-parallel-size", "3", "--routing-policy", "round-robin"]);
+    let (_, rr) = run_json(&["--num-instances", "3", "--routing-policy", "round-robin"]);
+    assert_eq!(chosen["latency_ms"], rr["latency_ms"]);
+    assert!(dp["latency_ms"] != rr["latency_ms"]);
+    for (extra, needle) in [
+        (&["--num-instances", "2"][..], "both count the engine replicas"),
+        (&["--prefill-instances", "1", "--decode-instances", "2"][..], "drop --data-parallel-size"),
+        (&["--autoscale-policy", "queue-depth"][..], "drop --data-parallel-size"),
+    ] {
+        let args = [&MODEL[..], &["--data-parallel-size", "3"], extra].concat();
+        crate::assert_refused(&blis(&args), &format!("{extra:?}"), needle);
+    }
+}

@@ -342,3 +342,37 @@ fn an_expert_parallel_server_fact_is_simulated() {
     assert!(out.status.success() && !stderr(&out).contains("enable_expert_parallel"), "a fact BLIS reads: {}", stderr(&out));
     assert_ne!(predictions(&dir, &[]), tensor_parallel);
 }
+
+/// A server recorded with `data_parallel_size: 2` runs two engines behind
+/// vLLM's load balancer. At a load where every request finds both idle, the
+/// balancer sends them all to the first engine (the lowest rank wins ties),
+/// so the predictions are the one-engine server's; under the shared
+/// Llama-2-7B run's 20 req/s, two engines queue less than one.
+#[test]
+fn data_parallel_servers_are_simulated_as_engines_behind_vllms_balancer() {
+    let tmp = TempDir::new("validate-dp");
+    let with_dp = |dir: &std::path::Path| {
+        let facts = dir.join("server-facts.yaml");
+        let text = std::fs::read_to_string(&facts).unwrap();
+        std::fs::write(&facts, format!("{text}data_parallel_size: 2\n")).unwrap();
+    };
+    let idle = write_experiment(&tmp.0.join("one"), "exp", true);
+    let one = predictions(&idle, &[]);
+    with_dp(&idle);
+    assert_eq!(predictions(&idle, &[]), one);
+
+    let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general");
+    let busy = tmp.0.join("busy/exp");
+    std::fs::create_dir_all(busy.join("results")).unwrap();
+    for f in ["exp-config.yaml", "server-facts.yaml", "profile.yaml", "requests.csv", "results/config.yaml", "results/stage_0_lifecycle_metrics.json", "results/stage_1_lifecycle_metrics.json", "results/summary_lifecycle_metrics.json"] {
+        std::fs::copy(format!("{shared}/{f}"), busy.join(f)).unwrap();
+    }
+    let e2e_mean = |rows: &[String], stage: &str| -> f64 {
+        let row = rows.iter().find(|r| r.starts_with(&format!("active,{stage},e2e_mean_ms,"))).unwrap_or_else(|| panic!("{rows:?}"));
+        row.split(',').nth(3).unwrap().parse().unwrap()
+    };
+    let single = predictions(&busy, &[]);
+    with_dp(&busy);
+    let dual = predictions(&busy, &[]);
+    assert!(e2e_mean(&dual, "1") < 0.97 * e2e_mean(&single, "1"), "DP 2 {} ms vs DP 1 {} ms", e2e_mean(&dual, "1"), e2e_mean(&single, "1"));
+}

@@ -25,12 +25,14 @@ use std::collections::BTreeMap;
 
 use serde_json::Value;
 
-use super::{AdmissionSpec, PrioritySpec, RoutingSpec, SchedulerSpec};
+use blis_engine::time::Micros;
+
+use super::{AdmissionSpec, NoParams, PrioritySpec, RoutingSpec, SchedulerSpec};
 use crate::autoscale::section::{AutoscaleSection, NodePoolSection, node_pools_from_value};
 use crate::error::ConfigError;
 use crate::pd::PoolsSection;
 use crate::slo::SloTargets;
-use crate::snapshot::Observability;
+use crate::snapshot::{Observability, Refresh};
 
 /// Every control-plane choice of a run.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -109,7 +111,23 @@ fn section<'v>(v: &'v Value, path: &str) -> Result<(&'v str, Option<&'v Value>),
     }
 }
 
+/// How often vLLM's data-parallel coordinator publishes each engine's
+/// waiting and running counts to its load balancer (`stats_update_interval_ms`).
+pub const VLLM_DP_PUBLISH_INTERVAL: Micros = Micros(100_000);
+
 impl PolicyBundle {
+    /// What one vLLM server with `--data-parallel-size` > 1 runs in front of
+    /// its engines: `vllm-dp` routing on queue and batch counts read every
+    /// [`VLLM_DP_PUBLISH_INTERVAL`]; every other policy the default.
+    pub fn vllm_data_parallel() -> PolicyBundle {
+        let published = Refresh::Periodic(VLLM_DP_PUBLISH_INTERVAL);
+        PolicyBundle {
+            routing: RoutingSpec::VllmDp(NoParams {}),
+            snapshots: Observability { queue_depth: published, batch_size: published, ..Observability::default() },
+            ..PolicyBundle::default()
+        }
+    }
+
     /// Reads a bundle document; sections left out keep their defaults.
     pub fn from_value(doc: &Value) -> Result<(PolicyBundle, SectionsSet), ConfigError> {
         let Value::Object(map) = doc else {

@@ -6,7 +6,12 @@
 //! `prefix-affinity` (min_match_blocks): the instance with the longest
 //! router-index prefix match (least loaded among equals), least-loaded when
 //! no instance matches enough; `always-busiest` (pathological: the most
-//! loaded instance). Equal scores go to the lowest instance id.
+//! loaded instance); `vllm-dp` (vLLM's internal data-parallel load
+//! balancer, `DPLBAsyncMPClient`: the smallest 4·waiting + running, waiting
+//! counting the requests sent since the counts were read; run it with
+//! queue-depth and batch-size refreshed `periodic:100ms`, the interval at
+//! which vLLM's coordinator publishes them, as `--data-parallel-size`
+//! does). Equal scores go to the lowest instance id.
 //!
 //! Scorers of `weighted` (all in [0, 1], higher = preferred):
 //!
@@ -228,6 +233,8 @@ policy_kind! {
         "prefix-affinity" => PrefixAffinity(PrefixAffinityParams),
         /// Pathological: largest effective load.
         "always-busiest" => AlwaysBusiest(NoParams),
+        /// vLLM's data-parallel load balancer: smallest 4·waiting + running.
+        "vllm-dp" => VllmDp(NoParams),
     }
 }
 
@@ -261,6 +268,7 @@ impl RoutingSpec {
             RoutingSpec::RoundRobin(_) => (Box::new(RoundRobin { next: 0 }), vec![]),
             RoutingSpec::LeastLoaded(_) => (Box::new(ByLoad { busiest: false }), vec![LOAD]),
             RoutingSpec::AlwaysBusiest(_) => (Box::new(ByLoad { busiest: true }), vec![LOAD]),
+            RoutingSpec::VllmDp(_) => (Box::new(VllmDp), vec!["waiting", "running"]),
             RoutingSpec::PrefixAffinity(q) => {
                 check(q.min_match_blocks >= 1, &p, "min_match_blocks", q.min_match_blocks, "at least 1")?;
                 (Box::new(PrefixAffinity { min_match: q.min_match_blocks }), vec!["prefix_match_blocks", LOAD])
@@ -320,6 +328,28 @@ impl RoutingPolicy for ByLoad {
             let load = f64::from(s.effective_load());
             sheet.set(i, 0, load);
             sheet.totals[i] = sign * load;
+        }
+        argmax(snaps.len(), |i| sheet.totals[i]) as u32
+    }
+}
+
+/// vLLM's `DPLBAsyncMPClient.get_core_engine_for_request` with one API
+/// server: the engine with the smallest `waiting · 4 + running`, from the
+/// counts the coordinator last published plus, for waiting, every request
+/// sent since (its local increments); the first in rank order among equals.
+struct VllmDp;
+
+/// How much more vLLM's data-parallel load balancer weighs a waiting request than a running one.
+const VLLM_DP_WAITING_WEIGHT: f64 = 4.0;
+
+impl RoutingPolicy for VllmDp {
+    fn route(&mut self, _req: &Request, view: &ClusterView<'_>, sheet: &mut ScoreSheet) -> u32 {
+        let snaps = view.snapshots();
+        for (i, s) in snaps.iter().enumerate() {
+            let (waiting, running) = (f64::from(s.queue_depth + s.routed_unseen), f64::from(s.batch_size));
+            sheet.set(i, 0, waiting);
+            sheet.set(i, 1, running);
+            sheet.totals[i] = -(VLLM_DP_WAITING_WEIGHT * waiting + running);
         }
         argmax(snaps.len(), |i| sheet.totals[i]) as u32
     }
@@ -395,6 +425,6 @@ mod tests {
         assert!(e.message.contains("unknown field `scorer`"), "{e}");
         let e = RoutingSpec::parse("fastest", None, "routing").unwrap_err();
         assert_eq!(e.path, "routing.type");
-        assert!(e.message.contains("round-robin, least-loaded, weighted, prefix-affinity, always-busiest"), "{e}");
+        assert!(e.message.contains("round-robin, least-loaded, weighted, prefix-affinity, always-busiest, vllm-dp"), "{e}");
     }
 }

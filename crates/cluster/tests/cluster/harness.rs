@@ -6,6 +6,7 @@ use std::sync::Arc;
 use blis_cluster::fitness::FitnessWeights;
 use blis_cluster::metrics::ClusterSummary;
 use blis_cluster::policy::PolicyBundle;
+use blis_cluster::snapshot::InstanceSnapshot;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig};
 use blis_engine::driver::RunEnd;
@@ -116,6 +117,8 @@ impl Observer for Recorder {
 pub struct Decisions {
     pub routed_to: Vec<u32>,
     pub routed_at: Vec<(u64, Micros)>,
+    /// What each routing decision saw of its candidates.
+    pub snapshots: Vec<Vec<InstanceSnapshot>>,
     pub admissions: u64,
 }
 
@@ -126,6 +129,7 @@ impl DecisionSink for Decisions {
     fn routing(&mut self, d: &RoutingTrace<'_>) {
         self.routed_to.push(d.chosen);
         self.routed_at.push((d.request.id.0, d.time));
+        self.snapshots.push(d.snapshots.to_vec());
     }
 }
 

@@ -26,6 +26,7 @@ fn policies() -> impl Strategy<Value = serde_json::Value> {
         Just(json!("round-robin")),
         Just(json!("least-loaded")),
         Just(json!("always-busiest")),
+        Just(json!("vllm-dp")),
         Just(json!("prefix-affinity")),
         Just(json!({"type": "weighted", "params": {"scorers": {"prefix-affinity": 2, "precise-prefix": 1, "queue-depth": 3, "kv-utilization": 1, "load-balance": 1, "active-requests": 1}}})),
     ];

@@ -4,6 +4,8 @@ use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::time::Micros;
 use serde_json::json;
 
+use blis_cluster::snapshot::InstanceSnapshot;
+
 use crate::harness::{Load, Outcome, bundle, config, instance, llama_h100, run, spec_blackbox};
 
 #[test]
@@ -83,4 +85,48 @@ fn the_router_counts_what_it_dispatched_even_before_instances_see_it() {
 fn always_busiest_sends_a_burst_to_one_instance() {
     let o = run(config(4, instance(500, 8, 512), spec_blackbox(), bundle(json!({"routing": "always-busiest"})), Default::default()), burst(8), None);
     assert_eq!(o.decisions.routed_to, [0; 8]);
+}
+
+/// vLLM's data-parallel load balancer, re-derived from each decision's
+/// trace: the router's unseen counts are the requests it sent each
+/// instance after the last 100 ms reading of its queue (the refresh at
+/// `k·100 ms`, k ≥ 1, sees everything routed at that instant; the first
+/// reading is taken before anything happens), and every decision
+/// is the smallest 4·(queue + unseen) + running, the lowest id among
+/// equals. Least-loaded on the same stale readings decides differently.
+#[test]
+fn vllm_dp_balances_on_stale_counts_plus_what_it_sent_since() {
+    let load = Load { rate: 250.0, requests: 3000, prompt: 512, output: 128, prefix: 0, groups: 1, seed: 4 };
+    let go = |routing: &str| {
+        let (requests, labels) = load.requests(None);
+        let doc = json!({"routing": routing, "snapshots": {"queue_depth": "periodic:100ms", "batch_size": "periodic:100ms"}});
+        run(config(8, instance(8000, 64, 4096), spec_blackbox(), bundle(doc), labels), requests, None)
+    };
+    let (dp, least) = (go("vllm-dp"), go("least-loaded"));
+    let d = &dp.decisions;
+    let unseen = |sent: Micros, now: Micros| match (now.0 - 1) / 100_000 * 100_000 {
+        0 => true,
+        reading => sent.0 > reading,
+    };
+    for (k, (snaps, &(_, t))) in d.snapshots.iter().zip(&d.routed_at).enumerate() {
+        for s in snaps {
+            let sent_since = (0..k).filter(|&j| d.routed_to[j] == s.instance && unseen(d.routed_at[j].1, t)).count() as u32;
+            assert_eq!(s.routed_unseen, sent_since, "decision {k} at {t:?}, instance {}", s.instance);
+        }
+        let score = |s: &InstanceSnapshot| 4 * (s.queue_depth + s.routed_unseen) + s.batch_size;
+        let best = snaps.iter().min_by_key(|s| (score(s), s.instance)).unwrap();
+        assert_eq!(d.routed_to[k], best.instance, "decision {k}");
+    }
+    let differ = d.routed_to.iter().zip(&least.decisions.routed_to).filter(|(a, b)| a != b).count();
+    assert!(differ > 1000, "only {differ} of 3000 decisions differ from least-loaded's");
+    // Counting what it sent since the last reading, it does not herd as least-loaded does.
+    let hol = |o: &Outcome| o.cluster.anomalies.hol_blocking_events;
+    assert!(hol(&dp) * 5 < hol(&least), "HOL vllm-dp {} least-loaded {}", hol(&dp), hol(&least));
+}
+
+#[test]
+fn vllm_dp_spreads_a_burst_its_stale_readings_do_not_see() {
+    let doc = json!({"routing": "vllm-dp", "snapshots": {"queue_depth": "periodic:100ms", "batch_size": "periodic:100ms"}});
+    let o = run(config(4, instance(500, 8, 512), spec_blackbox(), bundle(doc), Default::default()), burst(8), None);
+    assert_eq!(o.decisions.routed_to, [0, 1, 2, 3, 0, 1, 2, 3]);
 }
