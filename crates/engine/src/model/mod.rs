@@ -14,6 +14,11 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+mod weights;
+
+pub use weights::{PerWeightClass, QuantFormat, WeightClass, WeightPrecision};
+use weights::quantized_weights;
+
 /// Why a `config.json` could not be used.
 #[derive(Debug, Error, PartialEq)]
 pub enum ModelConfigError {
@@ -160,160 +165,6 @@ impl MlaProjections {
     }
 }
 
-/// The kinds of weights a quantized checkpoint may store at different
-/// precisions. Embeddings are not among them: vLLM never quantizes them,
-/// and a step gathers only its tokens' rows.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-pub enum WeightClass {
-    /// Q/K/V/O projections of every layer.
-    Attention,
-    /// Gate, up and down projections of the dense FFN layers.
-    DenseFfn,
-    /// The routed experts of the MoE layers (with their routers).
-    RoutedExperts,
-    /// The always-active shared experts of the MoE layers.
-    SharedExperts,
-    /// The LM head.
-    LmHead,
-}
-
-impl WeightClass {
-    /// Every class, in the order of [`PerWeightClass`]'s fields.
-    pub const ALL: [WeightClass; 5] =
-        [WeightClass::Attention, WeightClass::DenseFfn, WeightClass::RoutedExperts, WeightClass::SharedExperts, WeightClass::LmHead];
-}
-
-/// One value for each [`WeightClass`].
-#[derive(Copy, Clone, Debug, Default, PartialEq)]
-pub struct PerWeightClass<T> {
-    /// [`WeightClass::Attention`]'s.
-    pub attention: T,
-    /// [`WeightClass::DenseFfn`]'s.
-    pub dense_ffn: T,
-    /// [`WeightClass::RoutedExperts`]'s.
-    pub routed_experts: T,
-    /// [`WeightClass::SharedExperts`]'s.
-    pub shared_experts: T,
-    /// [`WeightClass::LmHead`]'s.
-    pub lm_head: T,
-}
-
-impl PerWeightClass<f64> {
-    /// Σ over classes of this value times `other`'s.
-    pub fn weighted_sum(&self, other: &PerWeightClass<f64>) -> f64 {
-        WeightClass::ALL.iter().map(|&c| self.get(c) * other.get(c)).sum()
-    }
-}
-
-impl<T> PerWeightClass<T> {
-    /// The value `f` gives each class.
-    pub fn from_fn(mut f: impl FnMut(WeightClass) -> T) -> PerWeightClass<T> {
-        PerWeightClass {
-            attention: f(WeightClass::Attention),
-            dense_ffn: f(WeightClass::DenseFfn),
-            routed_experts: f(WeightClass::RoutedExperts),
-            shared_experts: f(WeightClass::SharedExperts),
-            lm_head: f(WeightClass::LmHead),
-        }
-    }
-
-    /// The value of `class`.
-    pub fn get(&self, class: WeightClass) -> &T {
-        match class {
-            WeightClass::Attention => &self.attention,
-            WeightClass::DenseFfn => &self.dense_ffn,
-            WeightClass::RoutedExperts => &self.routed_experts,
-            WeightClass::SharedExperts => &self.shared_experts,
-            WeightClass::LmHead => &self.lm_head,
-        }
-    }
-
-    fn get_mut(&mut self, class: WeightClass) -> &mut T {
-        match class {
-            WeightClass::Attention => &mut self.attention,
-            WeightClass::DenseFfn => &mut self.dense_ffn,
-            WeightClass::RoutedExperts => &mut self.routed_experts,
-            WeightClass::SharedExperts => &mut self.shared_experts,
-            WeightClass::LmHead => &mut self.lm_head,
-        }
-    }
-}
-
-/// A quantized weight format.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct QuantFormat {
-    /// Bytes per weight: 1 for 8-bit, 0.5 for 4-bit.
-    pub bytes_per_param: f64,
-    /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
-    /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
-    /// (GPTQ, AWQ, compressed-tensors int) are taken as dequantised to half
-    /// precision for the product (Marlin's W8A16 and W4A16 kernels).
-    pub fp8: bool,
-}
-
-/// How a checkpoint stores its weights: in half precision, or partly in a
-/// quantized format. As vLLM loads it, the LM head stays in half precision
-/// (only GPTQ's `lm_head: true` quantizes it), and so do the modules a
-/// checkpoint's `ignore` / `modules_to_not_convert` / `ignored_layers` list
-/// names (Llama-4-Scout's FP8 checkpoint keeps all its attention in BF16).
-///
-/// Guarantees: every share is in [0, 1], and all are 0 without a format.
-#[derive(Copy, Clone, Debug, PartialEq)]
-pub struct WeightPrecision {
-    half_bytes: f64,
-    format: Option<QuantFormat>,
-    quantized_share: PerWeightClass<f64>,
-}
-
-impl WeightPrecision {
-    /// Every weight in half precision (`half_bytes` per weight).
-    pub fn half(half_bytes: f64) -> WeightPrecision {
-        WeightPrecision { half_bytes, format: None, quantized_share: PerWeightClass::default() }
-    }
-
-    /// Every weight but the LM head in `format`, less the shares of each
-    /// class `kept_half` says stay in half precision (each clamped to [0, 1]).
-    fn quantized(half_bytes: f64, format: QuantFormat, kept_half: PerWeightClass<f64>) -> WeightPrecision {
-        let quantized_share = PerWeightClass::from_fn(|c| 1.0 - kept_half.get(c).clamp(0.0, 1.0));
-        WeightPrecision { half_bytes, format: Some(format), quantized_share }
-    }
-
-    /// The quantized format, if any weights are in one.
-    pub fn format(&self) -> Option<QuantFormat> {
-        self.format
-    }
-
-    /// The share of `class`'s weights stored in the quantized format.
-    pub fn quantized_share(&self, class: WeightClass) -> f64 {
-        *self.quantized_share.get(class)
-    }
-
-    /// Mean bytes per weight of `class`.
-    pub fn bytes_per_param(&self, class: WeightClass) -> f64 {
-        match self.format {
-            None => self.half_bytes,
-            Some(f) => {
-                let share = self.quantized_share(class);
-                share * f.bytes_per_param + (1.0 - share) * self.half_bytes
-            }
-        }
-    }
-
-    /// The share of `class`'s weights that are 8-bit floats, multiplied at
-    /// the GPU's FP8 peak.
-    pub fn fp8_share(&self, class: WeightClass) -> f64 {
-        match self.format {
-            Some(f) if f.fp8 => self.quantized_share(class),
-            _ => 0.0,
-        }
-    }
-
-    /// Bytes per weight of the whole model in half precision.
-    pub fn half_bytes(&self) -> f64 {
-        self.half_bytes
-    }
-}
-
 /// The architecture facts BLIS needs about a model.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelConfig {
@@ -416,188 +267,6 @@ fn derived_max_model_len(obj: &Map<String, Value>) -> Result<u32, ModelConfigErr
 
 fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'static str) -> Result<u32, ModelConfigError> {
     positive_u32(obj, names, names[0])?.ok_or(ModelConfigError::Missing { field: names[0], aliases })
-}
-
-/// What a `quantization_config` says of the weights: its `quant_method`
-/// (lower-case), and the quantized format if it names a precision: 8-bit
-/// floats (an FP8 method or format, or compressed-tensors weights of type
-/// float), or integers (GPTQ, AWQ, compressed-tensors int).
-fn quantized_weights(q: &Value) -> (Option<String>, Option<QuantFormat>) {
-    let method = q.get("quant_method").and_then(Value::as_str).map(str::to_ascii_lowercase);
-    (method.clone(), quant_format(q, method.as_deref().unwrap_or("")))
-}
-
-/// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
-fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
-    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
-    let bytes = |b: u64| match b {
-        8 => Some(1.0),
-        4 => Some(0.5),
-        _ => None,
-    };
-    let format = |bytes_per_param: f64, float: bool| QuantFormat { bytes_per_param, fp8: float && bytes_per_param == 1.0 };
-    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes) {
-        return Some(format(b, fp8_named));
-    }
-    // compressed-tensors: every group quantises weights to the same width and type in practice.
-    let group = q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")));
-    if let Some(w) = group
-        && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
-    {
-        return Some(format(b, w.get("type").and_then(Value::as_str) == Some("float") || fp8_named));
-    }
-    if fp8_named {
-        Some(format(1.0, true))
-    } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
-        Some(format(0.5, false))
-    } else {
-        None
-    }
-}
-
-/// The keys of a `quantization_config` that list modules left in half
-/// precision: compressed-tensors' `ignore`, Hugging Face's (FP8, AWQ)
-/// `modules_to_not_convert`, vLLM FP8's `ignored_layers`.
-const KEPT_HALF_KEYS: [&str; 3] = ["ignore", "modules_to_not_convert", "ignored_layers"];
-
-/// Words in a module name that place it outside the language model (a
-/// multimodal checkpoint's vision tower or projector).
-const NOT_LANGUAGE_MODEL: [&str; 6] = ["vision", "visual", "image", "audio", "multi_modal", "mm_projector"];
-
-/// A module an ignore list names, as a share of its class's weights.
-#[derive(Debug, PartialEq)]
-struct NamedModule {
-    class: WeightClass,
-    /// The layer, or None for every layer.
-    layer: Option<u32>,
-    /// The share of one layer's weights of the class (of one expert's, for a
-    /// numbered expert: the share is then divided among the experts).
-    share: f64,
-}
-
-impl ModelConfig {
-    /// What a module name means for precision, read by its words as vLLM's
-    /// model code names modules (`model.layers.3.self_attn.q_proj`,
-    /// `block_sparse_moe.experts.0.w1`, `mlp.shared_expert.down_proj`,
-    /// `lm_head`); None for routers, norms, embeddings, the vision tower and
-    /// names it cannot place.
-    fn named_module(&self, name: &str) -> Option<NamedModule> {
-        let words: Vec<&str> = name.split('.').collect();
-        if words.iter().any(|w| NOT_LANGUAGE_MODEL.iter().any(|n| w.contains(n))) {
-            return None;
-        }
-        let last = *words.last()?;
-        let layer = words.windows(2).find(|w| ["layers", "layer", "h", "blocks"].contains(&w[0])).and_then(|w| w[1].parse().ok());
-        let ffn_share = match last {
-            "gate_proj" | "up_proj" | "down_proj" | "w1" | "w2" | "w3" => 1.0 / 3.0,
-            "gate_up_proj" | "w13" => 2.0 / 3.0,
-            "fc1" | "fc2" | "c_fc" | "c_proj" | "dense_h_to_4h" | "dense_4h_to_h" => 0.5,
-            _ => 1.0,
-        };
-        let module = |class, share| Some(NamedModule { class, layer, share });
-        if words.contains(&"lm_head") {
-            return module(WeightClass::LmHead, 1.0);
-        }
-        if words.iter().any(|w| w.starts_with("shared_expert")) {
-            return module(WeightClass::SharedExperts, ffn_share);
-        }
-        if let Some(i) = words.iter().position(|w| *w == "experts") {
-            let one_expert = words.get(i + 1).is_some_and(|w| w.parse::<u32>().is_ok());
-            let experts = self.moe.as_ref().map_or(1.0, |m| f64::from(m.num_experts));
-            return module(WeightClass::RoutedExperts, if one_expert { ffn_share / experts } else { ffn_share });
-        }
-        if let Some(mla) = &self.mla
-            && words.iter().any(|w| w.contains("attn") || w.contains("attention"))
-        {
-            let p = mla.projection_params(f64::from(self.hidden_size), f64::from(self.num_attention_heads));
-            let share = match last {
-                "q_a_proj" => p.q_a,
-                "q_b_proj" | "q_proj" => p.q_b,
-                "kv_a_proj_with_mqa" => p.kv_a,
-                "kv_b_proj" => p.kv_b,
-                "o_proj" => p.o,
-                _ => p.total(),
-            } / p.total();
-            return module(WeightClass::Attention, share);
-        }
-        if words.iter().any(|w| w.contains("attn") || w.contains("attention")) {
-            let (q, kv) = (self.q_dim(), self.kv_dim());
-            let share = match last {
-                "q_proj" | "query" | "o_proj" | "out_proj" | "dense" | "c_proj" => q,
-                "k_proj" | "v_proj" | "key" | "value" => kv,
-                "qkv_proj" | "query_key_value" | "c_attn" | "Wqkv" | "W_pack" => q + 2.0 * kv,
-                _ => 2.0 * q + 2.0 * kv,
-            } / (2.0 * q + 2.0 * kv);
-            return module(WeightClass::Attention, share);
-        }
-        let in_ffn = words.iter().any(|w| ["mlp", "feed_forward", "ffn", "block_sparse_moe"].contains(w));
-        (in_ffn && !["gate", "router"].contains(&last)).then_some(NamedModule { class: WeightClass::DenseFfn, layer, share: ffn_share })
-    }
-
-    /// Module names of every class, in the Llama naming, that a `re:`
-    /// ignore entry is matched against.
-    fn canonical_module_names(&self) -> Vec<String> {
-        let mut names = vec!["lm_head".to_string()];
-        for i in 0..self.num_layers {
-            let mut ffn = |prefix: &str| names.extend(["gate_proj", "up_proj", "down_proj"].map(|p| format!("model.layers.{i}.{prefix}.{p}")));
-            ffn("mlp");
-            if self.moe.is_some() {
-                ffn("mlp.experts");
-                ffn("mlp.shared_experts");
-            }
-            names.extend(["q_proj", "k_proj", "v_proj", "o_proj"].map(|p| format!("model.layers.{i}.self_attn.{p}")));
-        }
-        names
-    }
-
-    /// The share of each class of weights a checkpoint's
-    /// `quantization_config` leaves in half precision: the LM head (unless
-    /// GPTQ's `lm_head` is true), and what its [`KEPT_HALF_KEYS`] lists
-    /// name. An entry prefixed `re:` is a regular expression matched from
-    /// the start of a module name, as compressed-tensors matches it.
-    fn kept_in_half_precision(&self, q: &Value) -> Result<PerWeightClass<f64>, ModelConfigError> {
-        let mut names: Vec<String> = Vec::new();
-        for key in KEPT_HALF_KEYS {
-            for entry in q.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-                match entry.strip_prefix("re:") {
-                    None => names.push(entry.to_string()),
-                    Some(pattern) => {
-                        let re = regex::Regex::new(&format!("^(?:{pattern})")).map_err(|_| ModelConfigError::Invalid {
-                            field: "quantization_config.ignore",
-                            value: entry.to_string(),
-                            reason: "a `re:` entry must be a regular expression",
-                        })?;
-                        names.extend(self.canonical_module_names().into_iter().filter(|n| re.is_match(n)));
-                    }
-                }
-            }
-        }
-        // A module named twice counts once; each (class, layer) at most whole.
-        names.sort_unstable();
-        names.dedup();
-        let mut modules: Vec<NamedModule> = names.iter().filter_map(|n| self.named_module(n)).collect();
-        modules.sort_by_key(|m| (m.class as u8, m.layer));
-        let mut per_layer: Vec<(WeightClass, Option<u32>, f64)> = Vec::new();
-        for m in modules {
-            match per_layer.last_mut() {
-                Some((class, layer, share)) if (*class, *layer) == (m.class, m.layer) => *share = (*share + m.share).min(1.0),
-                _ => per_layer.push((m.class, m.layer, m.share.min(1.0))),
-            }
-        }
-        let moe_layers = self.moe.as_ref().map_or(0, |m| m.num_moe_layers);
-        let layers = PerWeightClass { attention: self.num_layers, dense_ffn: self.num_dense_layers(), routed_experts: moe_layers, shared_experts: moe_layers, lm_head: 1 };
-        let mut kept = PerWeightClass::default();
-        for (class, layer, share) in per_layer {
-            let n = f64::from(*layers.get(class));
-            if n > 0.0 {
-                *kept.get_mut(class) += if layer.is_some() && class != WeightClass::LmHead { share / n } else { share };
-            }
-        }
-        let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
-        kept.lm_head = if lm_head_quantized { 0.0 } else { 1.0 };
-        Ok(kept)
-    }
 }
 
 impl ModelConfig {
@@ -1059,72 +728,13 @@ mod tests {
         assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
     }
 
-    /// A quantized checkpoint's weight bytes, counted by an independent sum
-    /// of its parts: the LM head and embeddings stay in half precision as
-    /// vLLM loads them (GPTQ's `lm_head: true` aside), and so does what its
-    /// ignore list names.
-    #[test]
-    fn quantized_checkpoints_keep_the_lm_head_and_ignored_modules_in_half_precision() {
-        let plain = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
-        assert_eq!(plain.weights, WeightPrecision::half(2.0));
-        assert_eq!(plain.weight_bytes(), plain.total_params() * 2.0, "half precision is every parameter at 2 bytes, exactly");
-        let (l, d, v) = (80.0, 8192.0, 32000.0);
-        let attention = l * (2.0 * d * d + 2.0 * d * 1024.0);
-        let ffn = l * 3.0 * d * 28672.0;
-        let rest = plain.total_params() - attention - ffn; // embeddings, LM head, norms
-        let with_quant = |q: &str| {
-            let json = LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1);
-            ModelConfig::from_hf_json(&json).unwrap()
-        };
-        let close = |a: f64, b: f64| (a - b).abs() <= 1e-9 * b;
-        let fp8 = with_quant(r#"{"quant_method":"fp8"}"#);
-        assert!(close(fp8.weight_bytes(), attention + ffn + rest * 2.0), "{}", fp8.weight_bytes());
-        assert_eq!((fp8.weights.bytes_per_param(WeightClass::LmHead), fp8.weights.fp8_share(WeightClass::LmHead)), (2.0, 0.0));
-        assert_eq!((fp8.weights.bytes_per_param(WeightClass::Attention), fp8.weights.fp8_share(WeightClass::Attention)), (1.0, 1.0));
-        // GPTQ may quantize its LM head too.
-        let gptq = with_quant(r#"{"quant_method":"gptq","bits":4,"lm_head":true}"#);
-        assert!(close(gptq.weight_bytes(), (attention + ffn + v * d) * 0.5 + (rest - v * d) * 2.0));
-        // Every layer's q and k projections, by name (k counted once though named twice), and layer 0's MLP.
-        let names: Vec<String> = (0..80)
-            .flat_map(|i| [format!(r#""model.layers.{i}.self_attn.q_proj""#), format!(r#""model.layers.{i}.self_attn.k_proj""#)])
-            .chain([r#""model.layers.7.self_attn.k_proj""#.to_string(), r#""model.layers.0.mlp""#.to_string(), r#""lm_head""#.to_string()])
-            .collect();
-        let partial = with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"float"}}}}}},"ignore":[{}]}}"#, names.join(",")));
-        let kept_attention = l * (d * d + d * 1024.0);
-        let kept_ffn = 3.0 * d * 28672.0;
-        let expected = (attention - kept_attention + ffn - kept_ffn) + (kept_attention + kept_ffn + rest) * 2.0;
-        assert!(close(partial.weight_bytes(), expected), "{} vs {expected}", partial.weight_bytes());
-        // The same with regular expressions, and a vision tower's modules are not the language model's.
-        let regex = with_quant(
-            r#"{"quant_method":"fp8","ignored_layers":["re:.*self_attn\\.[qk]_proj$","re:model\\.layers\\.0\\.mlp\\..*","vision_model.layers.3.self_attn.o_proj"]}"#,
-        );
-        assert!(close(regex.weight_bytes(), expected), "{} vs {expected}", regex.weight_bytes());
-        let bad = LLAMA2_70B.replacen('{', r#"{"quantization_config":{"quant_method":"fp8","ignore":["re:(unclosed"]},"#, 1);
-        assert!(ModelConfig::from_hf_json(&bad).unwrap_err().to_string().contains("quantization_config.ignore"));
-    }
-
-    /// Llama-4-Scout's FP8 checkpoint: experts and shared experts in FP8,
-    /// every layer's attention, the routers and the LM head in BF16.
-    #[test]
-    fn llama4_scout_fp8_keeps_its_attention_in_bf16() {
-        let scout = ModelConfig::from_hf_json(include_str!("../../../data/models/RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")).unwrap();
-        let w = &scout.weights;
-        let classes = [WeightClass::Attention, WeightClass::RoutedExperts, WeightClass::SharedExperts, WeightClass::LmHead];
-        assert_eq!(classes.map(|c| (w.bytes_per_param(c), w.fp8_share(c))), [(2.0, 0.0), (1.0, 1.0), (1.0, 1.0), (2.0, 0.0)]);
-        assert_eq!(scout.num_dense_layers(), 0, "every layer is MoE");
-        // A numbered expert is one expert's share of its layer.
-        let one = scout.named_module("language_model.model.layers.5.feed_forward.experts.3.down_proj").unwrap();
-        assert_eq!((one.class, one.layer, one.share), (WeightClass::RoutedExperts, Some(5), 1.0 / 3.0 / 16.0));
-        assert_eq!(scout.named_module("language_model.model.layers.5.feed_forward.router"), None);
-    }
-
     /// Latent attention's projections, counted as vLLM's MLA modules hold
     /// them, give the published sizes: DeepSeek-V2-Lite 15.7 B parameters,
     /// GLM-5 744 B (less its sparse-attention indexer and its
     /// multi-token-prediction layer, which BLIS does not count).
     #[test]
     fn latent_attention_counts_match_the_published_sizes() {
-        let lite = ModelConfig::from_hf_json(include_str!("../../../data/models/deepseek-ai/DeepSeek-V2-Lite.json")).unwrap();
+        let lite = ModelConfig::from_hf_json(include_str!("../../../../data/models/deepseek-ai/DeepSeek-V2-Lite.json")).unwrap();
         // q_proj 2048·16·192, kv_a 2048·576, kv_b 512·16·256, o 16·128·2048.
         assert_eq!(lite.attention_params_per_layer(), 6_291_456.0 + 1_179_648.0 + 2_097_152.0 + 4_194_304.0);
         assert!((lite.total_params() / 1e9 - 15.7).abs() < 0.05, "{}", lite.total_params());
@@ -1132,7 +742,7 @@ mod tests {
         assert_eq!(lite.context_upprojection_params_per_layer(), 2_097_152.0);
         let kv_b = lite.named_module("model.layers.4.self_attn.kv_b_proj").unwrap();
         assert_eq!((kv_b.class, kv_b.share), (WeightClass::Attention, 2_097_152.0 / lite.attention_params_per_layer()));
-        let glm = ModelConfig::from_hf_json(include_str!("../../../data/models/zai-org/GLM-5.2-FP8.json")).unwrap();
+        let glm = ModelConfig::from_hf_json(include_str!("../../../../data/models/zai-org/GLM-5.2-FP8.json")).unwrap();
         assert!((glm.total_params() / 1e9 - 744.0).abs() < 2.0, "{}", glm.total_params());
         let plain = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
         assert_eq!((plain.attention_pair_width(), plain.context_upprojection_params_per_layer()), ((128.0, 128.0), 0.0));
@@ -1210,7 +820,7 @@ mod tests {
         assert!(matches!(ModelConfig::from_hf_json("{"), Err(ModelConfigError::NotJson(_))));
     }
 
-    const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,
+    pub(super) const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,
         "num_hidden_layers":80,"num_key_value_heads":8,"vocab_size":32000,"torch_dtype":"float16"}"#;
 
     #[test]
