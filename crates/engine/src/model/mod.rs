@@ -229,6 +229,10 @@ fn positive_u32(obj: &Map<String, Value>, names: &[&str], canonical: &'static st
     }
 }
 
+/// The most layers a config may have: far above any real model's (the
+/// deepest have a few hundred), low enough that per-layer work stays small.
+const MAX_LAYERS: u32 = 100_000;
+
 /// vLLM's model length when a config names none.
 const DEFAULT_DERIVED_MAX_MODEL_LEN: u32 = 2048;
 
@@ -292,6 +296,9 @@ impl ModelConfig {
             .unwrap_or("unknown")
             .to_string();
         let num_layers = required_u32(obj, &["num_hidden_layers", "n_layer", "num_layers"], "n_layer, num_layers")?;
+        if num_layers > MAX_LAYERS {
+            return Err(ModelConfigError::Invalid { field: "num_hidden_layers", value: num_layers.to_string(), reason: "must be at most 100000" });
+        }
         let hidden_size = required_u32(obj, &["hidden_size", "n_embd", "d_model"], "n_embd, d_model")?;
         let num_attention_heads = required_u32(obj, &["num_attention_heads", "n_head"], "n_head")?;
         let num_kv_heads = positive_u32(obj, &["num_key_value_heads", "num_kv_heads", "multi_query_group_num"], "num_key_value_heads")?
@@ -818,6 +825,12 @@ mod tests {
         assert!(e.to_string().contains("hidden_size"), "{e}");
         assert!(matches!(ModelConfig::from_hf_json("[1]"), Err(ModelConfigError::NotJson(_))));
         assert!(matches!(ModelConfig::from_hf_json("{"), Err(ModelConfigError::NotJson(_))));
+        // Absurdly deep models are refused before any per-layer work (a `re:` ignore entry is matched layer by layer).
+        let deep = LLAMA2_70B.replace(r#""num_hidden_layers":80"#, r#""num_hidden_layers":400000000,"quantization_config":{"quant_method":"fp8","ignore":["re:.*"]}"#);
+        assert_eq!(
+            ModelConfig::from_hf_json(&deep).unwrap_err(),
+            ModelConfigError::Invalid { field: "num_hidden_layers", value: "400000000".into(), reason: "must be at most 100000" }
+        );
     }
 
     pub(super) const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,

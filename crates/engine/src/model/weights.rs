@@ -302,20 +302,30 @@ impl ModelConfig {
     /// the start of a module name, as compressed-tensors matches it.
     pub(super) fn kept_in_half_precision(&self, q: &Value) -> Result<PerWeightClass<f64>, ModelConfigError> {
         let mut names: Vec<String> = Vec::new();
+        let mut patterns = Vec::new();
         for key in KEPT_HALF_KEYS {
             for entry in q.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
                 match entry.strip_prefix("re:") {
                     None => names.push(entry.to_string()),
                     Some(pattern) => {
-                        let re = regex::Regex::new(&format!("^(?:{pattern})")).map_err(|_| ModelConfigError::Invalid {
+                        regex::Regex::new(pattern).map_err(|_| ModelConfigError::Invalid {
                             field: "quantization_config.ignore",
                             value: entry.to_string(),
                             reason: "a `re:` entry must be a regular expression",
                         })?;
-                        names.extend(self.canonical_module_names().into_iter().filter(|n| re.is_match(n)));
+                        patterns.push(format!("^(?:{pattern})"));
                     }
                 }
             }
+        }
+        if !patterns.is_empty() {
+            // One pass over the canonical names, whatever the number of patterns.
+            let set = regex::RegexSet::new(&patterns).map_err(|_| ModelConfigError::Invalid {
+                field: "quantization_config.ignore",
+                value: format!("{} `re:` entries", patterns.len()),
+                reason: "its regular expressions together must fit regex's size limit",
+            })?;
+            names.extend(self.canonical_module_names().into_iter().filter(|n| set.is_match(n)));
         }
         // A module named twice counts once; each (class, layer) at most whole.
         names.sort_unstable();
