@@ -385,6 +385,14 @@ impl GpuSpec {
         }
     }
 
+    /// How long `model`'s attention-score products take on this GPU,
+    /// relative to half precision: FP8's time where vLLM attends in FP8
+    /// ([`crate::vllm::attends_in_fp8`]), else 1.
+    pub fn attention_time_scale(&self, model: &ModelConfig) -> f64 {
+        let fp8 = crate::vllm::attends_in_fp8(model.fp8_kv_cache(), model.mla.is_some(), self.compute_capability);
+        if fp8 { self.gemm_time_scale(1.0) } else { 1.0 }
+    }
+
     /// [`GpuSpec::gemm_time_scale`] of each class of `weights`.
     pub fn gemm_time_scales(&self, weights: &WeightPrecision) -> PerWeightClass<f64> {
         PerWeightClass::from_fn(|c| self.gemm_time_scale(weights.fp8_share(c)))

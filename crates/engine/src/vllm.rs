@@ -114,6 +114,15 @@ pub fn mla_block_size(compute_capability: Option<f64>) -> Option<u32> {
     }
 }
 
+/// Whether vLLM's attention backend multiplies attention scores in FP8 on
+/// a GPU of `compute_capability`: with an FP8 KV cache, FlashAttention 3
+/// (Hopper and later) quantizes the query and runs both products on FP8
+/// tensor cores. Latent attention (FlashMLA) and older GPUs' backends
+/// dequantize the cache and attend in half precision.
+pub fn attends_in_fp8(fp8_kv_cache: bool, latent_attention: bool, compute_capability: Option<f64>) -> bool {
+    fp8_kv_cache && !latent_attention && compute_capability.is_some_and(|cc| cc >= 9.0)
+}
+
 /// Async scheduling became vLLM's default late in 2025 (vLLM #27614): a
 /// server recorded since then that does not say ran with it.
 pub const RECORDED_ASYNC_SCHEDULING: bool = true;

@@ -22,6 +22,8 @@ pub(crate) struct Dims {
     pub dh_prefill: f64,
     /// dH of a decode's attention scores (latent attention: over the latent).
     pub dh_decode: f64,
+    /// Attention-score time relative to half precision ([`GpuSpec::attention_time_scale`]).
+    pub attention_scale: f64,
     /// Parameters per layer and GPU that latent attention applies to every
     /// cached token of a prefill's context (`kv_b_proj`; 0 for ordinary attention).
     pub upprojection_params: f64,
@@ -96,6 +98,7 @@ impl Dims {
             h: f64::from(model.num_attention_heads),
             dh_prefill: model.attention_pair_width().0,
             dh_decode: model.attention_pair_width().1,
+            attention_scale: gpu.attention_time_scale(model),
             upprojection_params: model.context_upprojection_params_per_layer() / f64::from(tp.max(1)),
             attention_params: model.attention_params_per_layer(),
             dff: f64::from(model.intermediate_size),
@@ -157,15 +160,16 @@ impl Dims {
     }
 
     /// Attention-score FLOPs per layer per GPU of a prefill's `work`
-    /// query·key pairs: 4·(H/tp)·work·dH.
+    /// query·key pairs: 4·(H/tp)·work·dH, at half precision's speed.
     pub fn prefill_attention_flops_per_layer(&self, work: f64) -> f64 {
-        4.0 * (self.h / self.tp) * work * self.dh_prefill
+        4.0 * (self.h / self.tp) * work * self.dh_prefill * self.attention_scale
     }
 
     /// Attention-score FLOPs per layer per GPU of decodes' `work`
-    /// query·key pairs: 4·(H/tp)·work·dH (latent attention's latent width).
+    /// query·key pairs: 4·(H/tp)·work·dH (latent attention's latent width),
+    /// at half precision's speed.
     pub fn decode_attention_flops_per_layer(&self, work: f64) -> f64 {
-        4.0 * (self.h / self.tp) * work * self.dh_decode
+        4.0 * (self.h / self.tp) * work * self.dh_decode * self.attention_scale
     }
 
     /// FLOPs over all layers, per GPU, of latent attention up-projecting the

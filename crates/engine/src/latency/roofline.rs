@@ -83,6 +83,7 @@ impl Roofline {
         let d = f64::from(model.hidden_size);
         let h = f64::from(model.num_attention_heads);
         let (dh_prefill, dh_decode) = model.attention_pair_width();
+        let attention_scale = gpu.attention_time_scale(model);
         let bpp = model.dtype_bytes;
         // FLOPs at half precision's speed (8-bit float GEMMs count less), bytes at each class's precision.
         let scale = gpu.gemm_time_scales(&model.weights);
@@ -113,7 +114,7 @@ impl Roofline {
         Roofline {
             linear_flops_per_token: linear.weighted_sum(&scale),
             lm_head_flops: gemm_flops.lm_head * scale.lm_head,
-            attn_flops_per_ctx_token: (l * 4.0 * h * dh_prefill, l * 4.0 * h * dh_decode),
+            attn_flops_per_ctx_token: (l * 4.0 * h * dh_prefill * attention_scale, l * 4.0 * h * dh_decode * attention_scale),
             upprojection_flops_per_ctx_token: l * 2.0 * model.context_upprojection_params_per_layer() * scale.attention,
             vector_flops_per_ctx_token: l * 5.0 * h,
             vector_flops_per_token: l * 2.0 * d,

@@ -496,6 +496,29 @@ mod tests {
         assert_eq!(t_pf_c("meta-llama/Llama-2-7b-hf", 1, 1000), t_pf_c("meta-llama/Llama-2-7b-hf", 1, 0));
     }
 
+    /// With an FP8 KV cache, FlashAttention 3 attends on FP8 tensor cores:
+    /// on an H100 (1 979 over 989.5 TFLOP/s) a decode's attention-score
+    /// FLOPs take half as long; an A100's backend and latent attention
+    /// dequantize and attend in half precision.
+    #[test]
+    fn an_fp8_kv_cache_attends_in_fp8_on_hopper() {
+        let attention_us = |model: &str, gpu: &str, fp8: bool| {
+            let m = ModelConfig::from_hf_json(find_model(model).unwrap().config_json).unwrap();
+            let m = if fp8 { m.with_kv_cache_dtype("fp8".parse().unwrap()) } else { m };
+            let basis = TrainedPhysicsBasis::new(&m, &find_gpu(gpu).unwrap().spec(), 1);
+            let t_dc_c = |context: u32| {
+                let entries = [BatchEntry { computed_tokens: context, new_tokens: 1, prompt_tokens: 1 }];
+                basis.features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[1]
+            };
+            t_dc_c(1001) - t_dc_c(1)
+        };
+        let (llama, lite) = ("meta-llama/Llama-2-7b-hf", "deepseek-ai/DeepSeek-V2-Lite");
+        let (half, fp8) = (attention_us(llama, "H100", false), attention_us(llama, "H100", true));
+        assert!((fp8 - half / 2.0).abs() <= 1e-9 * half, "{fp8} vs {half}");
+        assert_eq!(attention_us(llama, "A100-80GB", true), attention_us(llama, "A100-80GB", false));
+        assert_eq!(attention_us(lite, "H100", true), attention_us(lite, "H100", false));
+    }
+
     #[test]
     fn dense_tp1_has_no_allreduce_and_interleaved_moe_counts_its_layers() {
         let h100 = find_gpu("H100").unwrap().spec();

@@ -583,6 +583,11 @@ impl ModelConfig {
         }
     }
 
+    /// Whether its KV cache stores each element in one byte (an FP8 cache).
+    pub fn fp8_kv_cache(&self) -> bool {
+        self.kv_dtype_bytes < 2.0
+    }
+
     /// This model served with its KV cache stored as `dtype` (vLLM
     /// `--kv-cache-dtype`): only the cache's element size changes.
     pub fn with_kv_cache_dtype(self, dtype: crate::vllm::KvCacheDtype) -> ModelConfig {
