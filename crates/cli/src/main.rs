@@ -83,9 +83,30 @@ enum Command {
 }
 
 fn list_models() {
+    use blis_engine::model::ModelConfig;
     println!("Bundled models (--model, case-insensitive; the part after '/' also works):");
+    let width = blis_data::catalog::MODELS.iter().map(|m| m.id.len()).max().unwrap_or(0);
+    println!("  {:<width$}  {:>8}  {:>9}  {:<18}  {:>9}  layout", "id", "params", "weights", "quantization", "context");
     for m in blis_data::catalog::MODELS {
-        println!("  {}", m.id);
+        let Ok(c) = ModelConfig::from_hf_json(m.config_json) else {
+            println!("  {}", m.id);
+            continue;
+        };
+        let mut layout = match &c.moe {
+            Some(moe) => format!("MoE, {} experts, {} per token", moe.num_experts, moe.experts_per_token),
+            None => "dense".to_string(),
+        };
+        if c.mla.is_some() {
+            layout += ", latent attention";
+        }
+        println!(
+            "  {:<width$}  {:>6.1} B  {:>5.1} GiB  {:<18}  {:>9}  {layout}",
+            m.id,
+            c.total_params() / 1e9,
+            c.weight_bytes() / f64::from(1u32 << 30),
+            c.quant_method.as_deref().unwrap_or("none"),
+            c.derived_max_model_len,
+        );
     }
     println!("Bundled GPUs (--hardware; any name of the board works, e.g. as nvidia-smi prints it):");
     let width = blis_data::catalog::GPUS.iter().map(|g| g.name.len()).max().unwrap_or(0);

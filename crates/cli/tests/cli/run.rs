@@ -316,6 +316,22 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
     assert!(!stderr(&blis(&args)).contains("warning: coefficients"));
 }
 
+/// `blis models` sizes each bundled model as vLLM loads it: Llama-2-7B's
+/// 6.74 B half-precision parameters are 12.6 GiB; Llama-4-Scout FP8's experts
+/// take one byte each, its attention, embeddings and LM head two.
+#[test]
+fn models_lists_sizes_as_vllm_loads_them() {
+    let out = blis(&["models"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let text = stdout(&out);
+    let row = |id: &str| text.lines().find(|l| l.trim_start().starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{id}: {text}")).to_string();
+    let llama = row("meta-llama/Llama-2-7b-hf");
+    assert!(llama.contains("6.7 B") && llama.contains("12.6 GiB") && llama.contains("none") && llama.contains("dense"), "{llama}");
+    let scout = row("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic");
+    assert!(scout.contains("107.8 B") && scout.contains("105.1 GiB") && scout.contains("compressed-tensors") && scout.contains("MoE, 16 experts, 1 per token"), "{scout}");
+    assert!(row("deepseek-ai/DeepSeek-V2-Lite").ends_with("latent attention"));
+}
+
 /// `blis models | head -1` panicked in `println!` ("failed printing to
 /// stdout: Broken pipe"); `blis workload list | head` printed an error. A
 /// closed pipe now ends the process quietly by SIGPIPE, as for any Unix
