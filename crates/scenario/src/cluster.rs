@@ -268,7 +268,6 @@ impl ClusterSetup {
     }
 }
 
-
 /// vLLM's `--data-parallel-size N`: N instances behind vLLM's internal load
 /// balancer ([`PolicyBundle::vllm_data_parallel`]'s routing and snapshot
 /// refresh) where no flag or policy file chose them. None without the
