@@ -49,6 +49,7 @@ impl TraceWriter {
                 kv_utilization: s.kv_utilization,
                 in_flight: s.in_flight,
                 pending: s.pending,
+                routed_unseen: s.routed_unseen,
                 snapshot_age_us: (d.time - s.timestamp).as_us(),
                 estimated_ttft_ms: d.counterfactual.map(|cf| cf.estimated_ttft_ms[i]),
             })
@@ -122,6 +123,7 @@ struct Candidate {
     kv_utilization: f64,
     in_flight: u32,
     pending: u32,
+    routed_unseen: u32,
     snapshot_age_us: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     estimated_ttft_ms: Option<f64>,

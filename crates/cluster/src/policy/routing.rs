@@ -323,11 +323,11 @@ struct ByLoad {
 impl RoutingPolicy for ByLoad {
     fn route(&mut self, _req: &Request, view: &ClusterView<'_>, sheet: &mut ScoreSheet) -> u32 {
         let snaps = view.snapshots();
-        let sign = if self.busiest { 1.0 } else { -1.0 };
         for (i, s) in snaps.iter().enumerate() {
             let load = f64::from(s.effective_load());
             sheet.set(i, 0, load);
-            sheet.totals[i] = sign * load;
+            // 0 − load, not −load: an idle instance scores 0, not −0, in traces.
+            sheet.totals[i] = if self.busiest { load } else { 0.0 - load };
         }
         argmax(snaps.len(), |i| sheet.totals[i]) as u32
     }
@@ -349,7 +349,8 @@ impl RoutingPolicy for VllmDp {
             let (waiting, running) = (f64::from(s.queue_depth + s.routed_unseen), f64::from(s.batch_size));
             sheet.set(i, 0, waiting);
             sheet.set(i, 1, running);
-            sheet.totals[i] = -(VLLM_DP_WAITING_WEIGHT * waiting + running);
+            // 0 − score, not −score: an idle engine scores 0, not −0, in traces.
+            sheet.totals[i] = 0.0 - (VLLM_DP_WAITING_WEIGHT * waiting + running);
         }
         argmax(snaps.len(), |i| sheet.totals[i]) as u32
     }
@@ -374,7 +375,7 @@ impl RoutingPolicy for PrefixAffinity {
         let affinity = longest >= self.min_match;
         for i in 0..snaps.len() {
             let eligible = !affinity || sheet.component(i, 0) == f64::from(longest);
-            sheet.totals[i] = if eligible { -sheet.component(i, 1) } else { f64::NEG_INFINITY };
+            sheet.totals[i] = if eligible { 0.0 - sheet.component(i, 1) } else { f64::NEG_INFINITY };
         }
         argmax(snaps.len(), |i| sheet.totals[i]) as u32
     }
