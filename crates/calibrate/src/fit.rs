@@ -349,27 +349,42 @@ pub const HEADLINE: [Metric; 5] = [Metric::E2eMean, Metric::E2eP90, Metric::E2eP
 struct StepRecorder<'a> {
     basis: &'a dyn FeatureBasis,
     scratch: Vec<f64>,
+    /// Each instance's steps, by instance id (one for a single server, one
+    /// per engine of a data-parallel one).
+    timelines: Vec<Timeline>,
+    records: Vec<RequestRecord>,
+}
+
+/// The steps of one instance.
+#[derive(Default)]
+struct Timeline {
     /// Start and end of every step.
     spans: Vec<(Micros, Micros)>,
     /// Cumulative features at the end of every step, `k` per step.
     cumulative: Vec<f64>,
     loads: Vec<InstanceLoad>,
-    records: Vec<RequestRecord>,
 }
 
 impl<'a> StepRecorder<'a> {
     fn new(basis: &'a dyn FeatureBasis) -> StepRecorder<'a> {
         let k = basis.beta_names().len();
-        StepRecorder { basis, scratch: vec![0.0; k], spans: Vec::new(), cumulative: Vec::new(), loads: Vec::new(), records: Vec::new() }
+        StepRecorder { basis, scratch: vec![0.0; k], timelines: Vec::new(), records: Vec::new() }
     }
 
     fn k(&self) -> usize {
         self.scratch.len()
     }
 
-    /// Σ f over steps up to time `t`, the step containing `t` pro rata.
-    fn integral(&self, t: Micros, out: &mut [f64]) {
-        let k = self.k();
+    /// The steps of `instance` (a record's; None: a single server's).
+    fn timeline(&self, instance: Option<u32>) -> Option<&Timeline> {
+        self.timelines.get(instance.unwrap_or(0) as usize)
+    }
+}
+
+impl Timeline {
+    /// Σ f over steps up to time `t`, the step containing `t` pro rata
+    /// (`k` features per step).
+    fn integral(&self, k: usize, t: Micros, out: &mut [f64]) {
         // Index of the first step starting after t.
         let after = self.spans.partition_point(|&(start, _)| start <= t);
         out.iter_mut().for_each(|x| *x = 0.0);
@@ -407,13 +422,18 @@ impl Observer for StepRecorder<'_> {
     fn on_step(&mut self, step: &StepEvent<'_>) {
         let k = self.k();
         self.basis.step_features(&step.batch, &mut self.scratch);
-        let len = self.cumulative.len();
-        for j in 0..k {
-            let before = if len >= k { self.cumulative[len - k + j] } else { 0.0 };
-            self.cumulative.push(before + self.scratch[j]);
+        let i = step.instance as usize;
+        if i >= self.timelines.len() {
+            self.timelines.resize_with(i + 1, Timeline::default);
         }
-        self.spans.push((step.start, step.start + step.duration));
-        self.loads.push(step.batch.load);
+        let t = &mut self.timelines[i];
+        let len = t.cumulative.len();
+        for j in 0..k {
+            let before = if len >= k { t.cumulative[len - k + j] } else { 0.0 };
+            t.cumulative.push(before + self.scratch[j]);
+        }
+        t.spans.push((step.start, step.start + step.duration));
+        t.loads.push(step.batch.load);
     }
 }
 
@@ -462,12 +482,13 @@ fn stage_rows(run: &dyn Measured, experiment: usize, basis: &dyn FeatureBasis, s
         if stage >= stages {
             continue;
         }
+        let Some(timeline) = rec.timeline(r.instance) else { continue };
         let first_step_end = first - emission - per_token;
         let last_step_end = last - emission - Micros(per_token.0.saturating_mul(u64::from(r.output_tokens)));
-        rec.integral(enqueued, &mut c_enq);
-        rec.integral(first_step_end, &mut c_first);
-        rec.integral(last_step_end, &mut c_last);
-        let arrival = QueueingInput { prompt_tokens: r.input_tokens, prefix_hit_tokens: r.cached_prompt_tokens, load: rec.load_at(r.arrival) };
+        timeline.integral(nb, enqueued, &mut c_enq);
+        timeline.integral(nb, first_step_end, &mut c_first);
+        timeline.integral(nb, last_step_end, &mut c_last);
+        let arrival = QueueingInput { prompt_tokens: r.input_tokens, prefix_hit_tokens: r.cached_prompt_tokens, load: timeline.load_at(r.arrival) };
         basis.alpha_features(&arrival, r.output_tokens, &mut u_ttft, &mut u_e2e);
         let ttft_row: Vec<f64> = u_ttft.iter().copied().chain((0..nb).map(|j| c_first[j] - c_enq[j])).collect();
         let e2e_row: Vec<f64> = u_e2e.iter().copied().chain((0..nb).map(|j| c_last[j] - c_enq[j])).collect();
@@ -800,6 +821,32 @@ mod tests {
     fn server(hardware: &str) -> Server {
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), hardware: Some(hardware.into()), ..Default::default() };
         blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server
+    }
+
+    /// A data-parallel server's engines step independently: the features a
+    /// request integrates are its own engine's, whatever the other's steps.
+    #[test]
+    fn each_engine_has_its_own_step_timeline() {
+        use blis_engine::latency::{BatchEntry, StepBatch};
+        let h100 = server("H100");
+        let basis = ModelKind::TrainedPhysics.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
+        let mut rec = StepRecorder::new(basis.as_ref());
+        let mut step = |instance: u32, start: u64, decodes: usize| {
+            let entries = vec![BatchEntry { computed_tokens: 100, new_tokens: 1, prompt_tokens: 100 }; decodes];
+            let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+            let ids = vec![blis_engine::request::RequestId(0); decodes];
+            rec.on_step(&StepEvent { instance, start: Micros(start), duration: Micros(10_000), batch, requests: &ids });
+        };
+        // Engine 0 steps a batch of 1 at 0 and 10 ms; engine 1 a batch of 50 in between.
+        step(0, 0, 1);
+        step(1, 5_000, 50);
+        step(0, 10_000, 1);
+        let batch_feature = basis.beta_names().iter().position(|n| *n == "per_request_us").unwrap();
+        let mut out = vec![0.0; basis.beta_names().len()];
+        rec.timeline(Some(0)).unwrap().integral(out.len(), Micros(20_000), &mut out);
+        assert_eq!(out[batch_feature], 2.0, "two steps of one request each");
+        rec.timeline(Some(1)).unwrap().integral(out.len(), Micros(20_000), &mut out);
+        assert_eq!(out[batch_feature], 50.0);
     }
 
     /// trained-physics's per-layer overhead expects what the training GPU's
