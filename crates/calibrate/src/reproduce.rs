@@ -15,8 +15,7 @@ use blis_data::catalog;
 use blis_engine::driver::run_single;
 use blis_engine::instance::{Fanout, Instance, InstanceStats, Observer};
 use blis_engine::latency::LatencyModel;
-use blis_engine::request::{Labels, RequestRecord};
-use blis_engine::time::Micros;
+use blis_engine::request::RequestRecord;
 use blis_engine::vllm::RECORDED_ASYNC_SCHEDULING;
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
@@ -263,18 +262,7 @@ pub fn simulate(
     let mut client = ClientObserver::new(exp.stages.len(), workload.expected_requests as usize, token_gaps);
     let mut observers = Fanout::new(vec![&mut client, extra]);
     let stats: Vec<InstanceStats> = if setup.data_parallel_size > 1 {
-        let config = ClusterConfig {
-            num_instances: setup.data_parallel_size,
-            instance: setup.server.instance.clone(),
-            latency,
-            policies: PolicyBundle::vllm_data_parallel(),
-            admission_latency: Micros::ZERO,
-            routing_latency: Micros::ZERO,
-            labels: Labels::default(),
-            counterfactual_k: 0,
-            autoscale: None,
-            pd: None,
-        };
+        let config = ClusterConfig::fixed(setup.data_parallel_size, setup.server.instance.clone(), latency, PolicyBundle::vllm_data_parallel());
         let mut cluster = Cluster::new(config).map_err(|e| unreproducible(e.to_string()))?;
         cluster.run(workload.stream.as_mut(), None, &mut observers);
         cluster.instances().iter().map(|i| i.stats().clone()).collect()

@@ -22,7 +22,6 @@ use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::latency::{LatencyModel, Roofline};
 use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
-use blis_engine::request::Labels;
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::driver::IterWorkload;
 use blis_engine::time::Micros;
@@ -47,18 +46,7 @@ fn weighted() -> serde_json::Value {
 /// Runs one simulation; returns completed requests.
 fn simulate(n: u32, routing: serde_json::Value, spec: &SyntheticSpec) -> u64 {
     let (latency, instance) = llama_h100();
-    let mut cluster = Cluster::new(ClusterConfig {
-        num_instances: n,
-        instance,
-        latency,
-        policies: policies(routing),
-        admission_latency: Micros::ZERO,
-        routing_latency: Micros::ZERO,
-        labels: Labels::default(),
-        counterfactual_k: 0,
-        autoscale: None,
-        pd: None,
-    })
+    let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(routing)))
     .unwrap();
     let mut metrics = Collector::default();
     cluster.run(&mut IterWorkload::new(spec.generate()), None, &mut metrics);
@@ -91,18 +79,7 @@ fn routing_cost(c: &mut Criterion) {
     for n in [2u32, 8, 32, 128] {
         for prefix in [128u32, 512, 2048, 8192] {
             let (latency, instance) = llama_h100();
-            let mut cluster = Cluster::new(ClusterConfig {
-                num_instances: n,
-                instance,
-                latency,
-                policies: policies(weighted()),
-                admission_latency: Micros::ZERO,
-                routing_latency: Micros::ZERO,
-                labels: Labels::default(),
-                counterfactual_k: 0,
-                autoscale: None,
-                pd: None,
-            })
+            let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(weighted())))
             .unwrap();
             // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.
             let warm = spec(20.0 * f64::from(n), u64::from(40 * n), prefix, 4, 64, 2000);

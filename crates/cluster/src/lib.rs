@@ -35,11 +35,9 @@
 //!     moe_kernel_warmup: None,
 //! };
 //! let policies = PolicyBundle { routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(), ..Default::default() };
-//! let mut cluster = Cluster::new(ClusterConfig {
-//!     num_instances: 4, instance, latency: Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] }),
-//!     policies, admission_latency: Micros::ZERO, routing_latency: Micros(100),
-//!     labels: Labels::default(), counterfactual_k: 0, autoscale: None, pd: None,
-//! }).unwrap();
+//! let latency = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] });
+//! let config = ClusterConfig { routing_latency: Micros(100), ..ClusterConfig::fixed(4, instance, latency, policies) };
+//! let mut cluster = Cluster::new(config).unwrap();
 //! let reqs = (0..40).map(|i| Request {
 //!     id: RequestId(i), arrival: Micros::from_ms(i), prompt: TokenSeq::synthetic(i, 100),
 //!     max_output_tokens: 20, output_seed: i, meta: RequestMeta::default(),

@@ -63,6 +63,26 @@ pub struct ClusterConfig {
     pub pd: Option<PdConfig>,
 }
 
+impl ClusterConfig {
+    /// `num_instances` identical instances under `policies`, with decisions
+    /// taking no time, no tenants or classes named, no counterfactuals, no
+    /// autoscaling and no disaggregation; set those fields after.
+    pub fn fixed(num_instances: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, policies: PolicyBundle) -> ClusterConfig {
+        ClusterConfig {
+            num_instances,
+            instance,
+            latency,
+            policies,
+            admission_latency: Micros::ZERO,
+            routing_latency: Micros::ZERO,
+            labels: Labels::default(),
+            counterfactual_k: 0,
+            autoscale: None,
+            pd: None,
+        }
+    }
+}
+
 /// N instances behind a gateway, on one clock; `'s` is the lifetime of the
 /// decision sink, if decisions are traced.
 pub struct Cluster<'s> {

@@ -81,18 +81,7 @@ pub fn bundle(doc: serde_json::Value) -> PolicyBundle {
 }
 
 pub fn config(n: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, policies: PolicyBundle, labels: Labels) -> ClusterConfig {
-    ClusterConfig {
-        num_instances: n,
-        instance,
-        latency,
-        policies,
-        admission_latency: Micros::ZERO,
-        routing_latency: Micros::ZERO,
-        labels,
-        counterfactual_k: 0,
-        autoscale: None,
-        pd: None,
-    }
+    ClusterConfig { labels, ..ClusterConfig::fixed(n, instance, latency, policies) }
 }
 
 /// Every record and token, in the order they happened.
