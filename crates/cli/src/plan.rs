@@ -26,7 +26,6 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
-use blis_engine::model::PerWeightClass;
 use blis_scenario::Scenario;
 use blis_scenario::deployment::Deployment;
 use blis_scenario::knobs::{KnobValues, Knobs};
@@ -263,10 +262,10 @@ impl Roofline {
         let (m, g, tp) = (&d.server.model, &d.server.gpu, f64::from(d.server.tp));
         // GEMM FLOPs at half precision's speed (8-bit float ones count less),
         // and the bytes of the weights one token's step reads.
-        let gemm = PerWeightClass { lm_head: 0.0, ..m.gemm_flops_per_token_by_class() };
+        let gemm = m.stack_gemm_flops_per_token_by_class();
         let flops_per_token = gemm.weighted_sum(&g.gemm_time_scales(&m.weights));
         let peak = g.peak_flops() * tp;
-        let active_bytes = gemm.weighted_sum(&PerWeightClass::from_fn(|c| m.weights.bytes_per_param(c) / 2.0));
+        let active_bytes = gemm.weighted_sum(&m.weights.bytes_per_param_by_class()) / 2.0;
         let seats = f64::from(d.server.instance.scheduler.max_num_seqs);
         let step_min_s = active_bytes / (g.hbm_bytes_per_s() * tp);
         Some(Roofline {

@@ -92,12 +92,13 @@ impl Dims {
             ),
             None => (f64::from(model.intermediate_size), 0.0, 0.0, 0.0, 0.0),
         };
+        let (dh_prefill, dh_decode) = model.attention_pair_width();
         Dims {
             l: f64::from(model.num_layers),
             d: f64::from(model.hidden_size),
             h: f64::from(model.num_attention_heads),
-            dh_prefill: model.attention_pair_width().0,
-            dh_decode: model.attention_pair_width().1,
+            dh_prefill,
+            dh_decode,
             attention_scale: gpu.attention_time_scale(model),
             upprojection_params: model.context_upprojection_params_per_layer() / f64::from(tp.max(1)),
             attention_params: model.attention_params_per_layer(),
@@ -111,7 +112,7 @@ impl Dims {
             n_dense: f64::from(model.num_dense_layers()),
             interleaved_moe: model.moe.as_ref().is_some_and(|m| m.interleaved),
             bpp: model.dtype_bytes,
-            wbpp: PerWeightClass::from_fn(|c| model.weights.bytes_per_param(c)),
+            wbpp: model.weights.bytes_per_param_by_class(),
             gemm_scale: gpu.gemm_time_scales(&model.weights),
             kv_bytes_per_token: model.kv_bytes_per_token_per_gpu(tp),
             tp: f64::from(tp.max(1)),

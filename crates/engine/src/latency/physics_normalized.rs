@@ -131,12 +131,12 @@ impl PhysicsConstants {
         };
         // Each class's FLOPs at half precision's speed, its bytes at its own precision.
         let mlp_class = if model.moe.is_some() { WeightClass::RoutedExperts } else { WeightClass::DenseFfn };
-        let (scale, wbpp) = (gpu.gemm_time_scales(&model.weights), |c| model.weights.bytes_per_param(c));
+        let (scale, wbpp) = (gpu.gemm_time_scales(&model.weights), model.weights.bytes_per_param_by_class());
         let flops_attn_linear = 4.0 * h * (h + kv_dim) * scale.attention;
         let flops_mlp = proj * 2.0 * h * width * moe_factor * scale.get(mlp_class);
         let flops_linear_per_token = l * (flops_attn_linear + flops_mlp) + 2.0 * h * f64::from(model.vocab_size) * scale.lm_head;
-        let weight_bytes_attn = (2.0 * h * h + 2.0 * h * kv_dim) * wbpp(WeightClass::Attention);
-        let weight_bytes_mlp_unit = proj * h * width * wbpp(mlp_class);
+        let weight_bytes_attn = (2.0 * h * h + 2.0 * h * kv_dim) * wbpp.attention;
+        let weight_bytes_mlp_unit = proj * h * width * wbpp.get(mlp_class);
         let weight_bytes_total = l * (weight_bytes_attn + weight_bytes_mlp_unit * moe_weight_factor);
         let dtype = model.dtype_bytes;
         let hw_peak_flops = gpu.peak_flops() / tp_f;

@@ -6,7 +6,7 @@ use super::expert_load::ExpertLoad;
 use super::moe_tiles::MoeTiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
-use crate::model::{ModelConfig, PerWeightClass};
+use crate::model::ModelConfig;
 use crate::time::Micros;
 
 /// Per-request work, per layer, is GEMMs + attention + vector ops; the step
@@ -87,7 +87,7 @@ impl Roofline {
         let bpp = model.dtype_bytes;
         // FLOPs at half precision's speed (8-bit float GEMMs count less), bytes at each class's precision.
         let scale = gpu.gemm_time_scales(&model.weights);
-        let wbpp = PerWeightClass::from_fn(|c| model.weights.bytes_per_param(c));
+        let wbpp = model.weights.bytes_per_param_by_class();
         let gemm_flops = model.gemm_flops_per_token_by_class();
         let (expert_bytes, moe, shared_and_router_bytes, routed_flops_per_token) = match &model.moe {
             Some(m) => {
@@ -109,10 +109,9 @@ impl Roofline {
             + f64::from(model.num_dense_layers()) * model.dense_ffn_params() * wbpp.dense_ffn
             + shared_and_router_bytes
             + lm_head_params * wbpp.lm_head;
-        let linear = PerWeightClass { lm_head: 0.0, ..gemm_flops };
         let tp_n = f64::from(tp.max(1));
         Roofline {
-            linear_flops_per_token: linear.weighted_sum(&scale),
+            linear_flops_per_token: model.stack_gemm_flops_per_token_by_class().weighted_sum(&scale),
             lm_head_flops: gemm_flops.lm_head * scale.lm_head,
             attn_flops_per_ctx_token: (l * 4.0 * h * dh_prefill * attention_scale, l * 4.0 * h * dh_decode * attention_scale),
             upprojection_flops_per_ctx_token: l * 2.0 * model.context_upprojection_params_per_layer() * scale.attention,

@@ -583,9 +583,10 @@ impl ModelConfig {
         }
     }
 
-    /// Whether its KV cache stores each element in one byte (an FP8 cache).
+    /// Whether its KV cache stores each element in fewer bytes than its
+    /// activations (an FP8 cache).
     pub fn fp8_kv_cache(&self) -> bool {
-        self.kv_dtype_bytes < 2.0
+        self.kv_dtype_bytes < self.dtype_bytes
     }
 
     /// This model served with its KV cache stored as `dtype` (vLLM
@@ -625,8 +626,15 @@ impl ModelConfig {
     /// weight (attention projections, dense FFN, the `k` routed experts plus
     /// shared experts and router of MoE layers).
     pub fn linear_flops_per_token(&self) -> f64 {
-        let f = self.gemm_flops_per_token_by_class();
+        let f = self.stack_gemm_flops_per_token_by_class();
         f.attention + f.dense_ffn + f.routed_experts + f.shared_experts
+    }
+
+    /// [`ModelConfig::gemm_flops_per_token_by_class`] through the
+    /// transformer stack: the LM head's (one row per sampled token, not
+    /// per token) counted as 0.
+    pub fn stack_gemm_flops_per_token_by_class(&self) -> PerWeightClass<f64> {
+        PerWeightClass { lm_head: 0.0, ..self.gemm_flops_per_token_by_class() }
     }
 
     /// GEMM FLOPs per token of each class of weights: 2 per active weight

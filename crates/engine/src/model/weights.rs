@@ -147,6 +147,11 @@ impl WeightPrecision {
         }
     }
 
+    /// [`WeightPrecision::bytes_per_param`] of every class.
+    pub fn bytes_per_param_by_class(&self) -> PerWeightClass<f64> {
+        PerWeightClass::from_fn(|c| self.bytes_per_param(c))
+    }
+
     /// The share of `class`'s weights that are 8-bit floats, multiplied at
     /// the GPU's FP8 peak.
     pub fn fp8_share(&self, class: WeightClass) -> f64 {
