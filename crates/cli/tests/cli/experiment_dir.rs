@@ -50,6 +50,14 @@ pub fn stage_json(e2e_s: f64, ttft_s: f64, count: u64) -> String {
     )
 }
 
+/// Rewrites the `server-facts.yaml` of the experiment in `dir` as `edit`
+/// makes its text.
+pub fn edit_server_facts(dir: &Path, edit: impl FnOnce(&str) -> String) {
+    let facts = dir.join("server-facts.yaml");
+    let text = std::fs::read_to_string(&facts).unwrap();
+    std::fs::write(&facts, edit(&text)).unwrap();
+}
+
 /// Writes a two-stage Llama-2-7B experiment of 10 + 10 requests (8 output
 /// tokens each) under `root/name`; with `csv`, a requests.csv too.
 pub fn write_experiment(root: &Path, name: &str, csv: bool) -> PathBuf {

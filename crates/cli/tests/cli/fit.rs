@@ -4,7 +4,7 @@ use std::path::PathBuf;
 
 use blis_data::coefficients::CoefficientSet;
 
-use crate::experiment_dir::{TempDir, blis, stderr, stdout, write_experiment};
+use crate::experiment_dir::{TempDir, blis, edit_server_facts, stderr, stdout, write_experiment};
 
 #[test]
 fn fits_a_loadable_deterministic_coefficient_file_with_provenance() {
@@ -62,9 +62,7 @@ fn holding_out_the_only_model_is_refused() {
 fn an_experiment_the_server_refuses_entirely_is_not_fitted() {
     let tmp = TempDir::new("fit-refused");
     let dir = write_experiment(&tmp.0, "exp", false);
-    let facts = dir.join("server-facts.yaml");
-    let text = std::fs::read_to_string(&facts).unwrap();
-    std::fs::write(&facts, format!("{text}max_model_len: 32\nmax_num_batched_tokens: 128\n")).unwrap();
+    edit_server_facts(&dir, |text| format!("{text}max_model_len: 32\nmax_num_batched_tokens: 128\n"));
     let out_file = tmp.0.join("out.yaml");
     let out = blis(&["fit", tmp.0.to_str().unwrap(), "--refine-evals", "0", "--output", out_file.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));

@@ -1,6 +1,6 @@
 //! `blis validate` end to end.
 
-use crate::experiment_dir::{TempDir, blis, stage_json, stderr, stdout, write_experiment};
+use crate::experiment_dir::{TempDir, blis, edit_server_facts, stage_json, stderr, stdout, write_experiment};
 
 #[test]
 fn validates_a_directory_of_experiments_and_writes_every_output() {
@@ -299,9 +299,7 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
 fn an_unrecorded_gpu_is_assumed_out_loud() {
     let tmp = TempDir::new("validate-no-gpu");
     let dir = write_experiment(&tmp.0, "exp", true);
-    let facts = dir.join("server-facts.yaml");
-    let text = std::fs::read_to_string(&facts).unwrap();
-    std::fs::write(&facts, text.lines().filter(|l| !l.starts_with("hardware:")).map(|l| format!("{l}\n")).collect::<String>()).unwrap();
+    edit_server_facts(&dir, |text| text.lines().filter(|l| !l.starts_with("hardware:")).map(|l| format!("{l}\n")).collect());
     let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
     assert_eq!(err.matches("server-facts.yaml: no hardware; simulating H100, BLIS's default GPU").count(), 1, "{err}");
     let a100 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json");
@@ -315,13 +313,12 @@ fn an_unrecorded_gpu_is_assumed_out_loud() {
 fn an_fp8_kv_cache_server_fact_is_simulated() {
     let tmp = TempDir::new("validate-kv-dtype");
     let dir = experiment_of(&tmp.0, "fp8", "meta-llama/Llama-2-7b-hf");
-    let facts = dir.join("server-facts.yaml");
     let half = predictions(&dir, &[]);
-    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "kv_cache_dtype: fp8\n").unwrap();
+    edit_server_facts(&dir, |text| format!("{text}kv_cache_dtype: fp8\n"));
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("kv_cache_dtype"), "a fact BLIS reads: {}", stderr(&out));
     assert_ne!(predictions(&dir, &[]), half);
-    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap().replace("kv_cache_dtype: fp8", "kv_cache_dtype: fp4")).unwrap();
+    edit_server_facts(&dir, |text| text.replace("kv_cache_dtype: fp8", "kv_cache_dtype: fp4"));
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(!out.status.success() && stderr(&out).contains("kv-cache-dtype `fp4`"), "{}", stderr(&out));
 }
@@ -334,10 +331,9 @@ fn an_expert_parallel_server_fact_is_simulated() {
     let dir = experiment_of(&tmp.0, "moe", "mistralai/Mixtral-8x7B-v0.1");
     let cfg = dir.join("exp-config.yaml");
     std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("tensor_parallelism: 1", "tensor_parallelism: 2")).unwrap();
-    let facts = dir.join("server-facts.yaml");
-    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "tensor_parallel_size: 2\n").unwrap();
+    edit_server_facts(&dir, |text| format!("{text}tensor_parallel_size: 2\n"));
     let tensor_parallel = predictions(&dir, &[]);
-    std::fs::write(&facts, std::fs::read_to_string(&facts).unwrap() + "enable_expert_parallel: true\n").unwrap();
+    edit_server_facts(&dir, |text| format!("{text}enable_expert_parallel: true\n"));
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("enable_expert_parallel"), "a fact BLIS reads: {}", stderr(&out));
     assert_ne!(predictions(&dir, &[]), tensor_parallel);
@@ -351,11 +347,7 @@ fn an_expert_parallel_server_fact_is_simulated() {
 #[test]
 fn data_parallel_servers_are_simulated_as_engines_behind_vllms_balancer() {
     let tmp = TempDir::new("validate-dp");
-    let with_dp = |dir: &std::path::Path| {
-        let facts = dir.join("server-facts.yaml");
-        let text = std::fs::read_to_string(&facts).unwrap();
-        std::fs::write(&facts, format!("{text}data_parallel_size: 2\n")).unwrap();
-    };
+    let with_dp = |dir: &std::path::Path| edit_server_facts(dir, |text| format!("{text}data_parallel_size: 2\n"));
     let idle = write_experiment(&tmp.0.join("one"), "exp", true);
     let one = predictions(&idle, &[]);
     with_dp(&idle);
