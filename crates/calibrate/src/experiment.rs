@@ -7,7 +7,8 @@
 //!   exp-config.yaml                     server knobs: model, tensor_parallelism, max_model_len, max_num_batched_tokens, max_num_seqs
 //!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
 //!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
-//!                                        (and, when recorded, output_tokens: what the server generated)
+//!                                        (and, when recorded, output_tokens: what the server generated;
+//!                                        output_tokens_retokenized: the answer re-tokenised, read for dataset runs)
 //!   results/config.yaml                 the inference-perf configuration actually used
 //!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
 //!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
@@ -28,7 +29,8 @@ use serde::de::DeserializeOwned;
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
-use crate::requests::{RequestRow, read_requests, recorded_outputs};
+use crate::lengths::LengthStats;
+use crate::requests::{RequestRow, read_requests};
 
 /// `exp-config.yaml`: the server knobs of the run.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -226,17 +228,30 @@ pub struct Successes {
     /// Prompt lengths (tokens, as the server reported them), as inference-perf
     /// named them until 2026.
     #[serde(default)]
-    prompt_len: Option<Percentiles>,
+    prompt_len: Option<LengthStats>,
     /// The same under its newer name (some versions write both).
     #[serde(default)]
-    prompt_tokens: Option<Percentiles>,
+    prompt_tokens: Option<LengthStats>,
+    /// Output lengths (tokens of the re-tokenised answers), as inference-perf
+    /// named them until 2026.
+    #[serde(default)]
+    output_len: Option<LengthStats>,
+    /// The same under its newer name.
+    #[serde(default)]
+    output_tokens: Option<LengthStats>,
 }
 
 impl Successes {
     /// Prompt lengths (tokens, as the server reported them): `prompt_tokens`,
     /// or `prompt_len` in reports before 2026.
-    pub fn prompt_tokens(&self) -> Option<&Percentiles> {
+    pub fn prompt_tokens(&self) -> Option<&LengthStats> {
         self.prompt_tokens.as_ref().or(self.prompt_len.as_ref())
+    }
+
+    /// Output lengths (tokens of the re-tokenised answers): `output_tokens`,
+    /// or `output_len` in reports before 2026.
+    pub fn output_tokens(&self) -> Option<&LengthStats> {
+        self.output_tokens.as_ref().or(self.output_len.as_ref())
     }
 }
 
@@ -280,7 +295,7 @@ impl Lifecycle {
 
     /// Checks what a client can have measured: counts whose sum fits, latencies
     /// in [0, 1e8] s, time to first token no longer than the whole request,
-    /// prompt lengths and rates that are non-negative numbers.
+    /// prompt and output lengths and rates that are non-negative numbers.
     fn check(&self) -> Result<(), String> {
         if self.successes.count.checked_add(self.failures.count).is_none() {
             return Err(format!("successes.count {} + failures.count {}: the sum overflows", self.successes.count, self.failures.count));
@@ -305,7 +320,8 @@ impl Lifecycle {
                 ));
             }
         }
-        for (name, p) in [("prompt_tokens", &self.successes.prompt_tokens), ("prompt_len", &self.successes.prompt_len)] {
+        let s = &self.successes;
+        for (name, p) in [("prompt_tokens", &s.prompt_tokens), ("prompt_len", &s.prompt_len), ("output_tokens", &s.output_tokens), ("output_len", &s.output_len)] {
             if let Some(p) = p {
                 p.check(&format!("successes.{name}"), f64::from(u32::MAX))?;
             }
@@ -422,7 +438,7 @@ pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
 
 /// An inference-perf report file of the run.
 #[derive(Copy, Clone, Debug)]
-enum Report {
+pub(crate) enum Report {
     /// `stage_N_lifecycle_metrics.json`.
     Stage(usize),
     /// `summary_lifecycle_metrics.json`.
@@ -443,7 +459,7 @@ fn report_name(workload: &InferencePerfConfig, report: Report) -> String {
 }
 
 /// [`report_name`] in `dir`.
-fn report_path(dir: &Path, workload: &InferencePerfConfig, report: Report) -> PathBuf {
+pub(crate) fn report_path(dir: &Path, workload: &InferencePerfConfig, report: Report) -> PathBuf {
     dir.join(report_name(workload, report))
 }
 
@@ -529,8 +545,9 @@ impl Experiment {
     /// server's facts are what ran, so they are simulated; the other value
     /// is named so the user can tell which file is stale. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
-    /// `max_tokens` BLIS generates, and a multi-turn run replayed from its
-    /// recorded requests, whose rounds lack their conversations' context.
+    /// `max_tokens` BLIS generates, a multi-turn run replayed from its
+    /// recorded requests, whose rounds lack their conversations' context,
+    /// and a dataset run's lengths that were not recorded exactly.
     pub fn warnings(&self) -> Vec<String> {
         let (f, c) = (&self.facts, &self.exp_config);
         let unknown = f.other.keys().map(|k| {
@@ -549,7 +566,7 @@ impl Experiment {
             )),
             _ => None,
         });
-        let outputs_recorded = self.requests.as_deref().and_then(recorded_outputs).is_some();
+        let outputs_recorded = self.recorded_outputs().is_some();
         let eos = (!self.workload.ignore_eos && !outputs_recorded).then(|| {
             format!(
                 "{}: server.ignore_eos is false: the real server may have stopped requests before max_tokens; \
@@ -564,7 +581,7 @@ impl Experiment {
                 self.dir.display()
             )
         });
-        unknown.chain(disagreements).chain(eos).chain(multi_turn).collect()
+        unknown.chain(disagreements).chain(eos).chain(multi_turn).chain(self.dataset_warning()).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

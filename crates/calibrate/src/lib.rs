@@ -45,6 +45,7 @@ pub mod error;
 pub mod experiment;
 pub mod fit;
 pub mod kernels;
+pub mod lengths;
 pub mod live;
 pub mod observed;
 pub mod optimize;

@@ -11,7 +11,8 @@
 //! first streamed chunk's time in `computed_metrics.time_to_first_token`,
 //! `info.response_metrics.chunk_times` or `info.output_token_times`
 //! (whichever the version wrote), and in 2026 versions the server's own
-//! count of generated tokens in `info.response_metrics.server_usage`.
+//! count of generated tokens in `info.response_metrics.server_usage`
+//! (older versions: the re-tokenised answer's length in `info.output_tokens`).
 //! Entries carry no stage: stages run one
 //! after another, so in send order the first `sent(0)` entries are stage
 //! 0's, the next `sent(1)` stage 1's, and so on.
@@ -44,6 +45,9 @@ struct Entry {
 struct Info {
     #[serde(default)]
     input_tokens: Option<u32>,
+    /// The answer re-tokenised by the client (versions before 2026).
+    #[serde(default)]
+    output_tokens: Option<u32>,
     #[serde(default)]
     request_metrics: Option<RequestMetrics>,
     #[serde(default)]
@@ -161,6 +165,7 @@ pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, Experime
                 e2e_ms: ok.then(|| ms(e.end_time - e.start_time)),
                 ttft_ms: if ok { e.time_to_first_token().map(ms) } else { None },
                 output_tokens: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref()?.server_usage.as_ref()?.completion_tokens) } else { None },
+                output_tokens_retokenized: if ok { e.info.as_ref().and_then(|i| i.output_tokens) } else { None },
             };
             check_row(&row).map(|()| row).map_err(|m| format(format!("entry {index} in send order: {m}")))
         })

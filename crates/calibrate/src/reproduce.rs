@@ -19,13 +19,12 @@ use blis_engine::request::RequestRecord;
 use blis_engine::vllm::RECORDED_ASYNC_SCHEDULING;
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
-use blis_workload::inference_perf::{RecordedSend, Reproduction};
+use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};
 use blis_workload::{OpenOptions, WorkloadInput};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
 use crate::experiment::{CpuOffloadFact, Experiment};
-use crate::requests::recorded_outputs;
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
 /// beyond any GPU); bounds memory on absurd input.
@@ -45,10 +44,11 @@ pub struct Setup {
     /// Engine replicas of the server (`--data-parallel-size`), each a copy
     /// of `server`'s instance behind vLLM's load balancer.
     pub data_parallel_size: u32,
-    /// Mean prompt length the server saw (successful rows of
-    /// `requests.csv`, else the stages' mean prompt lengths), to which the
-    /// data generator's prompts are scaled; `None` when nothing recorded it.
-    pub measured_prompt_tokens: Option<f64>,
+    /// What the run's records say of its lengths
+    /// ([`Experiment::measured_lengths`]): the mean prompt length the
+    /// server saw, to which the data generator's prompts are scaled, and a
+    /// dataset run's length distributions.
+    pub measured: MeasuredLengths,
 }
 
 /// Model and GPU definitions for experiments BLIS does not bundle: given
@@ -171,24 +171,19 @@ impl Setup {
         let mut server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new())
             .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
         server.instance.client_timeout = Some(exp.workload.client_timeout());
-        let measured_prompt_tokens = measured_prompt_tokens(exp);
+        if exp.is_dataset_run()
+            && let Err(message) = exp.length_distributions()
+        {
+            return Err(unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured")));
+        }
+        let measured = exp.measured_lengths();
         let gpu_named = exp.facts.hardware.is_some() || defs.gpu.is_some();
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
             return Err(unreproducible(format!("server-facts.yaml data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
         }
-        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, data_parallel_size, measured_prompt_tokens })
+        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, data_parallel_size, measured })
     }
-}
-
-/// Mean prompt length the server saw: over the successful rows of
-/// `requests.csv`, else over the stages' mean prompt lengths.
-fn measured_prompt_tokens(exp: &Experiment) -> Option<f64> {
-    let measured: Vec<f64> = match &exp.requests {
-        Some(rows) => rows.iter().filter(|r| r.has_error == 0 && r.input_tokens > 0).map(|r| f64::from(r.input_tokens)).collect(),
-        None => exp.stages.iter().filter_map(|s| s.successes.prompt_tokens().map(|p| p.mean)).collect(),
-    };
-    (!measured.is_empty()).then(|| measured.iter().sum::<f64>() / measured.len() as f64)
 }
 
 /// The simulated counterpart of an experiment.
@@ -228,12 +223,12 @@ fn reproduction(exp: &Experiment, setup: &Setup) -> Reproduction {
                 stage: r.stage,
                 send_us: r.arrival_time_us,
                 input_tokens: r.input_tokens,
-                output_tokens: r.output_tokens,
+                output_tokens: exp.generated_tokens(r),
                 failed: r.has_error != 0,
             })
             .collect()
     });
-    Reproduction { config: exp.workload.clone(), measured_prompt_tokens: setup.measured_prompt_tokens, recorded }
+    Reproduction { config: exp.workload.clone(), measured: setup.measured.clone(), recorded }
 }
 
 /// Simulates `exp` on `setup` with `latency`, deterministic in `seed`;
@@ -249,10 +244,10 @@ pub fn simulate(
 ) -> Result<Simulated, ExperimentError> {
     let unreproducible = |message: String| ExperimentError::Unreproducible { path: exp.dir.clone(), message };
     let run = reproduction(exp, setup);
-    let (mean_output_tokens, fixed_output) = match exp.requests.as_deref().and_then(recorded_outputs) {
+    let (mean_output_tokens, fixed_output) = match exp.recorded_outputs() {
         Some(outputs) => (outputs.iter().map(|&n| f64::from(n)).sum::<f64>() / outputs.len() as f64, true),
         None => {
-            let prompts = run.prompts(seed);
+            let prompts = run.prompts(seed).map_err(|e| unreproducible(e.to_string()))?;
             (prompts.mean_output_tokens(), prompts.fixed_output())
         }
     };

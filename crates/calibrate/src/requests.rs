@@ -30,18 +30,14 @@ pub struct RequestRow {
     /// Client-side time to first token, ms (empty for failures).
     #[serde(default)]
     pub ttft_ms: Option<f64>,
-    /// Tokens the server generated, when recorded (an `output_tokens`
-    /// column; `output_tokens_retokenized` is re-tokenised text and not read).
+    /// Tokens the server generated, when recorded (an `output_tokens` column).
     #[serde(default)]
     pub output_tokens: Option<u32>,
-}
-
-/// The generated length of every successful request, when all of them
-/// were recorded: the replay generates exactly those.
-pub fn recorded_outputs(rows: &[RequestRow]) -> Option<Vec<u32>> {
-    let successes = || rows.iter().filter(|r| r.has_error == 0);
-    successes().next()?;
-    successes().map(|r| r.output_tokens).collect()
+    /// Tokens of the answer's text as the client re-tokenised it, when
+    /// recorded: read only for dataset runs (see
+    /// [`Experiment::generated_tokens`](crate::experiment::Experiment::generated_tokens)).
+    #[serde(default)]
+    pub output_tokens_retokenized: Option<u32>,
 }
 
 pub(crate) fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {

@@ -48,6 +48,10 @@ pub enum WorkloadError {
         /// What is wrong.
         source: crate::inference_perf::InferencePerfError,
     },
+    /// A recorded inference-perf run that cannot be reproduced (the caller
+    /// names the run).
+    #[error("{0}")]
+    Reproduction(crate::inference_perf::InferencePerfError),
     /// A trace file whose extension names no format BLIS reads.
     #[error("{}: unknown trace format {extension:?}; allowed: .csv (trace v2), .jsonl (Mooncake)", path.display())]
     UnknownTraceFormat {

@@ -23,7 +23,7 @@ use blis_engine::time::Micros;
 
 use crate::concurrency::ConcurrencyLimited;
 use crate::error::WorkloadError;
-use crate::inference_perf::{InferencePerfConfig, Reproduction, Stage, looks_like_inference_perf};
+use crate::inference_perf::{InferencePerfConfig, InferencePerfError, MeasuredLengths, Reproduction, Stage, looks_like_inference_perf};
 use crate::labels::LabelMix;
 use crate::mooncake::MooncakeReplay;
 use crate::network::ClientLatency;
@@ -122,14 +122,15 @@ pub fn open(input: &WorkloadInput, options: &OpenOptions) -> Result<OpenedWorklo
             let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
             if looks_like_inference_perf(&text) {
                 let cfg = InferencePerfConfig::from_yaml_str(&text).map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
-                inference_perf(Reproduction { config: cfg, measured_prompt_tokens: None, recorded: None }, options.seed)
+                inference_perf(Reproduction { config: cfg, measured: MeasuredLengths::default(), recorded: None }, options.seed)
+                    .map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?
             } else {
                 from_spec(spec::parse_file(path, &text)?, &options.overrides)?
             }
         }
         WorkloadInput::Builtin(name) => from_spec(spec::load(name)?, &options.overrides)?,
         WorkloadInput::Trace(path) => trace(path, options)?,
-        WorkloadInput::InferencePerf(run) => inference_perf((**run).clone(), options.seed),
+        WorkloadInput::InferencePerf(run) => inference_perf((**run).clone(), options.seed).map_err(WorkloadError::Reproduction)?,
     };
     if let Some(limit) = options.max_concurrency {
         w.stream = Box::new(ConcurrencyLimited::new(w.stream, limit));
@@ -175,7 +176,7 @@ fn from_plan(plan: Plan, kind: Opened) -> OpenedWorkload {
 /// An inference-perf run as inference-perf issues it: shared-prefix, random
 /// or synthetic prompts cycled per stage, stages one after another, its
 /// client timeout; or, with recorded sends, exactly those.
-fn inference_perf(run: Reproduction, seed: u64) -> OpenedWorkload {
+fn inference_perf(run: Reproduction, seed: u64) -> Result<OpenedWorkload, InferencePerfError> {
     let cfg = &run.config;
     let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
     let expected = match &run.recorded {
@@ -183,7 +184,7 @@ fn inference_perf(run: Reproduction, seed: u64) -> OpenedWorkload {
         None => stages.iter().sum(),
     };
     let labels = Labels { clients: vec!["inference-perf".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
-    OpenedWorkload {
+    Ok(OpenedWorkload {
         kind: Opened::InferencePerf { stages: cfg.load.stages.iter().map(Stage::describe).collect() },
         plan: None,
         labels,
@@ -196,8 +197,8 @@ fn inference_perf(run: Reproduction, seed: u64) -> OpenedWorkload {
         client_latency: None,
         client_timeout: Some(cfg.client_timeout()),
         warnings: Vec::new(),
-        stream: run.stream(seed),
-    }
+        stream: run.stream(seed)?,
+    })
 }
 
 fn trace(path: &Path, options: &OpenOptions) -> Result<OpenedWorkload, WorkloadError> {

@@ -9,21 +9,7 @@ use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
 use blis_engine::request::Outcome;
 
-use crate::{Copied, copy_experiment, simulate_dir};
-
-const SOURCE: &str = "20260217-231439-llama-2-7b-tp1-general";
-
-const SHARED_PREFIX_DATA: &str = "  type: shared_prefix
-  path: null
-  input_distribution: null
-  output_distribution: null
-  shared_prefix:
-    num_groups: 10
-    num_prompts_per_group: 10
-    system_prompt_len: 100
-    question_len: 447
-    output_len: 248
-";
+use crate::{Copied, GENERAL_DATA, copy_general_with_data, simulate_dir};
 
 /// A copy of the shipped run under a fresh directory, its data section
 /// replaced by a `kind` generator (outputs normal around 248 in 200..=300);
@@ -36,17 +22,10 @@ fn drawn_copy(kind: &str, csv: bool) -> Copied {
     copy_with_data(kind, &drawn, csv)
 }
 
-/// A copy of the shipped run under a fresh directory, its data section
-/// replaced by `data`; without `csv`, its requests.csv removed.
+/// A copy of the shipped run with its data section replaced by `data`;
+/// without `csv`, its requests.csv removed.
 fn copy_with_data(tag: &str, data: &str, csv: bool) -> Copied {
-    copy_experiment(SOURCE, tag, |rel, text| match rel {
-        "requests.csv" if !csv => None,
-        "results/config.yaml" => {
-            assert!(text.contains(SHARED_PREFIX_DATA), "the shipped config changed");
-            Some((rel.into(), text.replace(SHARED_PREFIX_DATA, data)))
-        }
-        _ => Some((rel.into(), text)),
-    })
+    copy_general_with_data(tag, data, |rel, text| (csv || rel != "requests.csv").then_some(text))
 }
 
 #[test]
@@ -106,7 +85,7 @@ fn drawn_outputs_are_compared_per_stage_not_per_request() {
 /// process it can, and does not.
 #[test]
 fn a_multi_turn_replay_warns_that_its_context_is_missing() {
-    let multi_turn = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: 248\n    enable_multi_turn_chat: true");
+    let multi_turn = GENERAL_DATA.replace("output_len: 248", "output_len: 248\n    enable_multi_turn_chat: true");
     for csv in [true, false] {
         let copied = copy_with_data("multi-turn", &multi_turn, csv);
         let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
@@ -120,7 +99,7 @@ fn a_multi_turn_replay_warns_that_its_context_is_missing() {
 /// prompts generate alike), warns about nothing, and is compared per stage.
 #[test]
 fn shared_prefix_length_distributions_are_reproduced() {
-    let spread = SHARED_PREFIX_DATA.replace("output_len: 248", "output_len: {type: normal, mean: 248, std_dev: 25, min: 150, max: 350}");
+    let spread = GENERAL_DATA.replace("output_len: 248", "output_len: {type: normal, mean: 248, std_dev: 25, min: 150, max: 350}");
     let copied = copy_with_data("spread", &spread, false);
     let (_, sim, records) = simulate_dir(&copied.dir);
     assert!(!sim.fixed_output);

@@ -1,6 +1,7 @@
 //! Integration tests of blis-calibrate on the experiments shipped in
 //! `validation/vllm-h100`, built into one binary.
 
+mod dataset;
 mod drawn;
 mod reports;
 mod vendored;
@@ -47,6 +48,35 @@ pub fn copy_experiment(source: &str, tag: &str, place: impl Fn(&str, String) -> 
         }
     }
     Copied { root, dir: dst }
+}
+
+/// The shipped Llama-2-7B general run, whose data section the `drawn` and
+/// `dataset` tests rewrite.
+pub const GENERAL: &str = "20260217-231439-llama-2-7b-tp1-general";
+
+/// The data section of [`GENERAL`]'s `results/config.yaml`.
+pub const GENERAL_DATA: &str = "  type: shared_prefix
+  path: null
+  input_distribution: null
+  output_distribution: null
+  shared_prefix:
+    num_groups: 10
+    num_prompts_per_group: 10
+    system_prompt_len: 100
+    question_len: 447
+    output_len: 248
+";
+
+/// A copy of [`GENERAL`] with its data section replaced by `data`, every
+/// other file passed through `edit` (relative path, text; `None` leaves it out).
+pub fn copy_general_with_data(tag: &str, data: &str, edit: impl Fn(&str, String) -> Option<String>) -> Copied {
+    copy_experiment(GENERAL, tag, |rel, text| match rel {
+        "results/config.yaml" => {
+            assert!(text.contains(GENERAL_DATA), "the shipped config changed");
+            Some((rel.into(), text.replace(GENERAL_DATA, data)))
+        }
+        _ => edit(rel, text).map(|t| (rel.into(), t)),
+    })
 }
 
 /// Every finished request's record.

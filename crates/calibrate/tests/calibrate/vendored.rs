@@ -44,7 +44,7 @@ fn all_twelve_experiments_load_with_the_documented_deployments() {
         assert!([247, 248, 251, 1448].contains(&fixed(&sp.output_len)), "{}", e.name);
         // Prompts ~5 % longer than configured after re-tokenisation.
         let nominal = f64::from(fixed(&sp.system_prompt_len) + fixed(&sp.question_len));
-        let real = c.setup.measured_prompt_tokens.unwrap();
+        let real = c.setup.measured.prompt_mean_tokens.unwrap();
         assert!(real > nominal && real < 1.1 * nominal, "{}: {real} vs {nominal}", e.name);
         assert!(e.requests.as_ref().is_some_and(|r| r.len() as u64 == e.stages.iter().map(|s| s.sent()).sum::<u64>()));
     }

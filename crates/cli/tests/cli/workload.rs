@@ -261,6 +261,21 @@ fn inference_perf_synthetic_and_random_configs_run_with_their_length_distributio
     }
 }
 
+/// A dataset configuration (`shareGPT`) says nothing of its lengths, so
+/// `blis run` refuses it in one line that says where it does work.
+#[test]
+fn an_inference_perf_dataset_config_is_refused_with_what_to_do_instead() {
+    let dir = scratch("inference-perf-dataset");
+    let spec = dir.join("sharegpt.yaml");
+    let synthetic = std::fs::read_to_string(example("inference-perf-synthetic.yaml")).unwrap();
+    std::fs::write(&spec, synthetic.replace("type: synthetic", "type: shareGPT")).unwrap();
+    let out = blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", spec.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2));
+    let e = stderr(&out);
+    assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+    assert!(e.contains("sharegpt.yaml") && e.contains("`data.type` = shareGPT") && e.contains("blis validate"), "{e}");
+}
+
 /// inference-perf's `shared_prefix` generator with its lengths drawn from
 /// distributions (the newer spelling): outputs follow theirs (the mean of
 /// 320 prompts' draws within 3 %, about three standard errors), every

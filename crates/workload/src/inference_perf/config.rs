@@ -46,6 +46,16 @@ pub enum InferencePerfError {
         /// What BLIS accepts.
         allowed: &'static str,
     },
+    /// A dataset run asked for without the records that give its lengths.
+    #[error(
+        "field `data.type` = {dataset}: its prompt and output lengths are the dataset's text as its tokenizer counted it, which BLIS does not have; \
+         reproduce a recorded run instead (`blis validate` on its result directory, whose reports give the lengths), \
+         or describe the lengths with data.type random and input_distribution / output_distribution"
+    )]
+    DatasetLengths {
+        /// `data.type` as inference-perf names it.
+        dataset: &'static str,
+    },
     /// A value outside its range.
     #[error("field `{field}` = {value}: {reason}")]
     Invalid {
@@ -415,6 +425,41 @@ pub enum Data {
     /// `synthetic`: prompt n is the first `input[n]` tokens of one fixed
     /// text, so every two prompts share their common length as a prefix.
     Synthetic(IoLengths),
+    /// A dataset inference-perf reads and tokenises itself: natural-text
+    /// prompts, each sent once, whose lengths only the run's records know.
+    Dataset(Dataset),
+}
+
+/// The datasets inference-perf samples prompts from. Its
+/// `input_distribution` and `output_distribution` only filter which entries
+/// it sends; the lengths come from the dataset's text as the tokenizer
+/// counts it, so BLIS takes them from the run's records (see
+/// [`super::MeasuredLengths`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Dataset {
+    /// `shareGPT`: first user turn and first answer of ShareGPT conversations.
+    ShareGpt,
+    /// `cnn_dailymail`: news articles to summarise.
+    CnnDailyMail,
+    /// `billsum_conversations`: bills to summarise.
+    BillsumConversations,
+    /// `infinity_instruct`: instruction-following conversations.
+    InfinityInstruct,
+}
+
+impl Dataset {
+    /// Every dataset, in the order error messages list them.
+    pub const ALL: [Dataset; 4] = [Dataset::ShareGpt, Dataset::CnnDailyMail, Dataset::BillsumConversations, Dataset::InfinityInstruct];
+
+    /// The name inference-perf's `data.type` gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Dataset::ShareGpt => "shareGPT",
+            Dataset::CnnDailyMail => "cnn_dailymail",
+            Dataset::BillsumConversations => "billsum_conversations",
+            Dataset::InfinityInstruct => "infinity_instruct",
+        }
+    }
 }
 
 /// `data.input_distribution` and `data.output_distribution`.
@@ -536,7 +581,7 @@ impl InferencePerfConfig {
     pub fn shared_prefix(&self) -> Option<&SharedPrefix> {
         match &self.data {
             Data::SharedPrefix(sp) => Some(sp),
-            Data::Random(_) | Data::Synthetic(_) => None,
+            Data::Random(_) | Data::Synthetic(_) | Data::Dataset(_) => None,
         }
     }
 
@@ -642,7 +687,14 @@ impl Data {
             },
             "random" => Ok(Data::Random(lengths(raw)?)),
             "synthetic" => Ok(Data::Synthetic(lengths(raw)?)),
-            _ => Err(InferencePerfError::Unsupported { field: "data.type", value: raw.kind, allowed: "shared_prefix, random, synthetic" }),
+            kind => match Dataset::ALL.into_iter().find(|d| d.name() == kind) {
+                Some(dataset) => Ok(Data::Dataset(dataset)),
+                None => Err(InferencePerfError::Unsupported {
+                    field: "data.type",
+                    value: raw.kind,
+                    allowed: "shared_prefix, random, synthetic, shareGPT, cnn_dailymail, billsum_conversations, infinity_instruct",
+                }),
+            },
         }
     }
 }

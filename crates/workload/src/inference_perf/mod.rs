@@ -1,7 +1,7 @@
 //! inference-perf (kubernetes-sigs/inference-perf) as BLIS reproduces it:
 //! its run configuration (`results/config.yaml`), the prompts of its
-//! `shared_prefix`, `random` and `synthetic` data generators, and its load
-//! stages.
+//! `shared_prefix`, `random` and `synthetic` data generators and of its
+//! datasets, and its load stages.
 //!
 //! What inference-perf does, and what this module mirrors (inference-perf
 //! between b81afa4 and ad40050, late 2025):
@@ -31,23 +31,33 @@
 //!   and spreads it the same way over that second. Stages run one after
 //!   another: the next starts `interval` s after every request of the
 //!   previous one finished.
+//! * **Datasets** (`shareGPT`, `cnn_dailymail`, `billsum_conversations`,
+//!   `infinity_instruct`): natural text read from the dataset, each entry
+//!   sent once, its lengths as the tokenizer counts them (`max_tokens` =
+//!   the dataset answer's length, for completions). BLIS has neither the
+//!   text nor the tokenizer, so it reproduces only recorded runs: each
+//!   request's prompt length as recorded, and what no record gives drawn
+//!   from the lengths the run's reports measured ([`measured`]).
 //! * **Outputs**: `max_tokens` = the prompt's output length (or the drawn
 //!   one) with `ignore_eos`, so every successful request generates exactly that.
 //! * **Client timeout**: `load.request_timeout`, else aiohttp's default total
 //!   timeout of 300 s.
 //!
 //! Reading order: [`config`] (the configuration and its checks),
+//! [`measured`] (what a recorded run's reports say of its lengths),
 //! [`prompts`] (what the n-th request of a stage sends), [`timers`] (when),
 //! [`staged`] (the whole run, lazily, stage after stage), [`recorded`] (a
 //! recorded run's exact sends, as `blis validate` replays them).
 
 pub mod config;
+pub mod measured;
 pub mod prompts;
 pub mod recorded;
 pub mod staged;
 pub mod timers;
 
 pub use config::*;
+pub use measured::{MeasuredLengths, QuantileTable};
 pub use prompts::{SharedPrefixPrompts, StagePrompts};
 pub use recorded::{RecordedSend, Reproduction};
 pub use staged::StagedWorkload;

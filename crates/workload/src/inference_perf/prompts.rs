@@ -1,11 +1,13 @@
 //! What the n-th request of a stage sends: the prompts and `max_tokens` of
-//! inference-perf's `shared_prefix`, `random` and `synthetic` data generators.
+//! inference-perf's `shared_prefix`, `random` and `synthetic` data
+//! generators, and of its datasets as a recorded run measured them.
 
 use blis_engine::request::{RequestId, TokenRun, TokenSeq};
 use blis_engine::rng::{mix64, subsystem_rng, subsystem_seed};
 use rand::RngExt;
 
-use super::config::{Data, IoLengths, SharedPrefix};
+use super::config::{Data, InferencePerfError, IoLengths, SharedPrefix};
+use super::measured::{MeasuredLengths, QuantileTable};
 use crate::io_distribution::{LengthDistribution, Sampler};
 
 /// One prompt of a shared-prefix set.
@@ -144,6 +146,21 @@ pub enum StagePrompts {
         /// Seed of `random` prompts' tokens, mixed with the request id.
         tokens_seed: u64,
     },
+    /// A dataset's: every prompt sent once, of fresh tokens; each request's
+    /// prompt and output lengths drawn independently (by its id) from the
+    /// run's measured distributions.
+    Dataset {
+        /// Prompt lengths.
+        input: QuantileTable,
+        /// Output lengths (`max_tokens`).
+        output: QuantileTable,
+        /// Seed of the prompt-length draws, mixed with the request id.
+        input_seed: u64,
+        /// Seed of the output-length draws, mixed with the request id.
+        output_seed: u64,
+        /// Seed of the prompts' tokens, mixed with the request id.
+        tokens_seed: u64,
+    },
 }
 
 /// `measured` over `nominal` when both make a positive finite ratio, else 1:
@@ -154,13 +171,16 @@ fn length_scale(measured: Option<f64>, nominal: f64) -> f64 {
 }
 
 impl StagePrompts {
-    /// The prompts of `data`, deterministic in `seed`. `measured_prompt_tokens`
-    /// is the mean prompt length the server saw, when known: inference-perf
-    /// decodes random tokens to text and the server re-tokenises it, so real
-    /// prompts come out a few percent longer than configured, and the
-    /// prompts (shared-prefix token counts, drawn input lengths) are scaled
-    /// to that mean.
-    pub fn new(data: &Data, measured_prompt_tokens: Option<f64>, seed: u64) -> StagePrompts {
+    /// The prompts of `data`, deterministic in `seed`. `measured` is what
+    /// the run's reports say of its lengths, when it was recorded: the mean
+    /// prompt length the server saw (inference-perf decodes random tokens to
+    /// text and the server re-tokenises it, so real prompts come out a few
+    /// percent longer than configured, and generated prompts, shared-prefix
+    /// token counts and drawn input lengths, are scaled to that mean), and
+    /// the length distributions a dataset's requests are drawn from, without
+    /// which a dataset cannot be reproduced.
+    pub fn new(data: &Data, measured: &MeasuredLengths, seed: u64) -> Result<StagePrompts, InferencePerfError> {
+        let measured_prompt_tokens = measured.prompt_mean_tokens;
         let cycle = |d: &LengthDistribution, stream: &str| {
             let count = d.total_count.unwrap_or(1) as usize;
             d.draw(Sampler::IoDistribution, count, &mut subsystem_rng(seed, stream)).into_iter().map(|n| n.max(1)).collect::<Vec<u32>>()
@@ -176,11 +196,21 @@ impl StagePrompts {
                 tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
             }
         };
-        match data {
+        Ok(match data {
             Data::SharedPrefix(sp) => StagePrompts::Shared(SharedPrefixPrompts::new(sp, measured_prompt_tokens, seed)),
             Data::Random(io) => drawn(io, false),
             Data::Synthetic(io) => drawn(io, true),
-        }
+            Data::Dataset(dataset) => match (&measured.prompt, &measured.output) {
+                (Some(input), Some(output)) => StagePrompts::Dataset {
+                    input: input.clone(),
+                    output: output.clone(),
+                    input_seed: subsystem_seed(seed, "inference-perf/dataset-input-lengths"),
+                    output_seed: subsystem_seed(seed, "inference-perf/dataset-output-lengths"),
+                    tokens_seed: subsystem_seed(seed, "inference-perf/random-tokens"),
+                },
+                _ => return Err(InferencePerfError::DatasetLengths { dataset: dataset.name() }),
+            },
+        })
     }
 
     /// Prompt and `max_tokens` of request `n` of a stage, whose id is `id`
@@ -194,6 +224,10 @@ impl StagePrompts {
                 let stream = text_seed.unwrap_or_else(|| mix64(tokens_seed ^ id.0));
                 (TokenSeq::synthetic(stream, len), output[(n % output.len() as u64) as usize])
             }
+            StagePrompts::Dataset { input, output, input_seed, output_seed, tokens_seed } => {
+                let len = input_tokens.unwrap_or_else(|| input.tokens_for(input_seed ^ id.0)).max(1);
+                (TokenSeq::synthetic(mix64(tokens_seed ^ id.0), len), output.tokens_for(output_seed ^ id.0))
+            }
         }
     }
 
@@ -204,39 +238,48 @@ impl StagePrompts {
     /// recur, so they promise nothing.
     pub fn own_prompt_from(&self) -> Option<u32> {
         match self {
-            StagePrompts::Drawn { text_seed: None, .. } => Some(0),
+            StagePrompts::Drawn { text_seed: None, .. } | StagePrompts::Dataset { .. } => Some(0),
             _ => None,
         }
     }
 
     /// Requests after which prompts recur with the same length: the prompt
-    /// count of a shared prefix, `total_count` of drawn input lengths.
-    pub fn prompt_cycle(&self) -> u64 {
+    /// count of a shared prefix, `total_count` of drawn input lengths;
+    /// `None` for a dataset, whose prompts never recur.
+    pub fn prompt_cycle(&self) -> Option<u64> {
         match self {
-            StagePrompts::Shared(prompts) => prompts.len() as u64,
-            StagePrompts::Drawn { input, .. } => input.len() as u64,
+            StagePrompts::Shared(prompts) => Some(prompts.len() as u64),
+            StagePrompts::Drawn { input, .. } => Some(input.len() as u64),
+            StagePrompts::Dataset { .. } => None,
         }
     }
 
-    /// `max_tokens` of each request of the cycle.
-    fn output_lengths(&self) -> Box<dyn Iterator<Item = u32> + '_> {
+    /// `max_tokens` of each request of the cycle (`None` for a dataset, whose
+    /// lengths do not cycle).
+    fn output_lengths(&self) -> Option<Box<dyn Iterator<Item = u32> + '_>> {
         match self {
-            StagePrompts::Shared(prompts) => Box::new(prompts.prompts.iter().map(|e| e.output_tokens)),
-            StagePrompts::Drawn { output, .. } => Box::new(output.iter().copied()),
+            StagePrompts::Shared(prompts) => Some(Box::new(prompts.prompts.iter().map(|e| e.output_tokens))),
+            StagePrompts::Drawn { output, .. } => Some(Box::new(output.iter().copied())),
+            StagePrompts::Dataset { .. } => None,
         }
     }
 
     /// Whether every request has the same `max_tokens`, so that a recorded
     /// request's output length is known.
     pub fn fixed_output(&self) -> bool {
-        let mut lengths = self.output_lengths();
-        let first = lengths.next();
-        lengths.all(|n| Some(n) == first)
+        self.output_lengths().is_some_and(|mut lengths| {
+            let first = lengths.next();
+            lengths.all(|n| Some(n) == first)
+        })
     }
 
-    /// Mean `max_tokens` over the cycle of requests.
+    /// Mean `max_tokens` over the cycle of requests (a dataset's: of its
+    /// measured output-length distribution).
     pub fn mean_output_tokens(&self) -> f64 {
-        let (count, sum) = self.output_lengths().fold((0u64, 0.0), |(c, s), n| (c + 1, s + f64::from(n)));
+        if let StagePrompts::Dataset { output, .. } = self {
+            return output.mean().max(1.0);
+        }
+        let (count, sum) = self.output_lengths().into_iter().flatten().fold((0u64, 0.0), |(c, s), n| (c + 1, s + f64::from(n)));
         sum / count.max(1) as f64
     }
 }

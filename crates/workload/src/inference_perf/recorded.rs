@@ -11,7 +11,8 @@ use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, outpu
 use blis_engine::rng::subsystem_seed;
 use blis_engine::time::Micros;
 
-use super::config::InferencePerfConfig;
+use super::config::{InferencePerfConfig, InferencePerfError};
+use super::measured::MeasuredLengths;
 use super::prompts::StagePrompts;
 use super::staged::StagedWorkload;
 use crate::RequestSource;
@@ -35,23 +36,24 @@ pub struct RecordedSend {
     pub failed: bool,
 }
 
-/// An inference-perf run to reproduce: its configuration, the mean prompt
-/// length its server measured, and the requests it recorded.
+/// An inference-perf run to reproduce: its configuration, what its
+/// reports measured of its lengths, and the requests it recorded.
 #[derive(Clone, Debug)]
 pub struct Reproduction {
     /// The configuration it ran.
     pub config: InferencePerfConfig,
-    /// The mean prompt length the server saw, to which the data generator's
-    /// prompts are scaled (see [`StagePrompts::new`]).
-    pub measured_prompt_tokens: Option<f64>,
+    /// What its reports say of its lengths (see [`StagePrompts::new`]);
+    /// default for a configuration that never ran.
+    pub measured: MeasuredLengths,
     /// The requests it sent, as recorded (any order).
     pub recorded: Option<Vec<RecordedSend>>,
 }
 
 impl Reproduction {
-    /// What the run's data generator sends, deterministic in `seed`.
-    pub fn prompts(&self, seed: u64) -> StagePrompts {
-        StagePrompts::new(&self.config.data, self.measured_prompt_tokens, seed)
+    /// What the run's data generator sends, deterministic in `seed`; an
+    /// error for a dataset whose lengths `measured` does not give.
+    pub fn prompts(&self, seed: u64) -> Result<StagePrompts, InferencePerfError> {
+        StagePrompts::new(&self.config.data, &self.measured, seed)
     }
 
     /// The recorded sends in the order they were sent: for each simulated
@@ -64,28 +66,29 @@ impl Reproduction {
     }
 
     /// The request stream, deterministic in `seed`.
-    pub(crate) fn stream(&self, seed: u64) -> Box<dyn RequestSource> {
-        let prompts = self.prompts(seed);
-        match &self.recorded {
+    pub(crate) fn stream(&self, seed: u64) -> Result<Box<dyn RequestSource>, InferencePerfError> {
+        let prompts = self.prompts(seed)?;
+        Ok(match &self.recorded {
             Some(sends) => {
                 let requests = self.recorded_requests(sends, &prompts, seed);
                 let caps = self.config.load.stages.iter().map(|s| s.concurrency).collect();
                 Box::new(RecordedRun { requests: requests.into(), caps, gate: ConcurrencyGate::new(None) })
             }
             None => Box::new(StagedWorkload::with_prompts(&self.config, prompts, seed)),
-        }
+        })
     }
 
     /// The recorded requests as sent: exact send times and prompt lengths;
     /// request n of a stage is the data generator's request n (shared
     /// prefix: prompt n mod count; random and synthetic: lengths n mod
-    /// total_count, so `max_tokens` is drawn, not known), and a success whose
-    /// generated length was recorded generates exactly that. Failed sends
-    /// record no length; they get the length the same prompt had elsewhere in
-    /// the run, else the generator's own. Ids follow the send order.
+    /// total_count, so `max_tokens` is drawn, not known; a dataset: lengths
+    /// drawn from the measured distributions), and a success whose generated
+    /// length was recorded generates exactly that. Failed sends record no
+    /// length; they get the length the same prompt had elsewhere in the run
+    /// (prompts that recur), else the generator's own. Ids follow the send order.
     fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64) -> Vec<Request> {
         let order = self.send_order();
-        let count = prompts.prompt_cycle();
+        let cycle = prompts.prompt_cycle();
         let mut in_stage = vec![0u64; self.config.load.stages.len()];
         let positions: Vec<u64> = order
             .iter()
@@ -95,10 +98,12 @@ impl Reproduction {
                 in_stage[s] - 1
             })
             .collect();
-        let mut known_len = vec![None; count as usize];
-        for (&i, &n) in order.iter().zip(&positions) {
-            if sends[i].input_tokens > 0 {
-                known_len[(n % count) as usize].get_or_insert(sends[i].input_tokens);
+        let mut known_len = vec![None; cycle.unwrap_or(0) as usize];
+        if let Some(count) = cycle {
+            for (&i, &n) in order.iter().zip(&positions) {
+                if sends[i].input_tokens > 0 {
+                    known_len[(n % count) as usize].get_or_insert(sends[i].input_tokens);
+                }
             }
         }
         let content_seed = subsystem_seed(seed, "replay/outputs");
@@ -108,7 +113,7 @@ impl Reproduction {
             .enumerate()
             .map(|(id, (&i, &n))| {
                 let send = &sends[i];
-                let len = if send.input_tokens > 0 { Some(send.input_tokens) } else { known_len[(n % count) as usize] };
+                let len = if send.input_tokens > 0 { Some(send.input_tokens) } else { cycle.and_then(|count| known_len[(n % count) as usize]) };
                 let id = RequestId(id as u64);
                 let (prompt, drawn_output) = prompts.nth(n, id, len);
                 let max_output_tokens = send.output_tokens.filter(|_| !send.failed).unwrap_or(drawn_output);

@@ -8,7 +8,8 @@ use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, Token
 use blis_engine::rng::{SimRng, subsystem_rng, subsystem_seed};
 use blis_engine::time::Micros;
 
-use super::config::{InferencePerfConfig, LoadKind, STAGE_START_OFFSET_S, Stage};
+use super::config::{InferencePerfConfig, InferencePerfError, LoadKind, STAGE_START_OFFSET_S, Stage};
+use super::measured::MeasuredLengths;
 use super::prompts::StagePrompts;
 use super::timers::StageTimer;
 use crate::concurrency::ConcurrencyGate;
@@ -57,10 +58,10 @@ pub struct StagedWorkload {
 }
 
 impl StagedWorkload {
-    /// The run of `cfg`, deterministic in `seed`, its prompts scaled to
-    /// `measured_prompt_tokens` when given (see [`StagePrompts::new`]).
-    pub fn new(cfg: &InferencePerfConfig, measured_prompt_tokens: Option<f64>, seed: u64) -> StagedWorkload {
-        StagedWorkload::with_prompts(cfg, StagePrompts::new(&cfg.data, measured_prompt_tokens, seed), seed)
+    /// The run of `cfg`, deterministic in `seed`, its prompts as `measured`
+    /// says (see [`StagePrompts::new`]).
+    pub fn new(cfg: &InferencePerfConfig, measured: &MeasuredLengths, seed: u64) -> Result<StagedWorkload, InferencePerfError> {
+        Ok(StagedWorkload::with_prompts(cfg, StagePrompts::new(&cfg.data, measured, seed)?, seed))
     }
 
     /// The run of `cfg` sending `prompts` (built by [`StagePrompts::new`]

@@ -124,7 +124,7 @@ fn drawn_shared_prefix_lengths_follow_their_distributions() {
         .replace("question_len: 466", "question_len: {mean: 400, std_dev: 100, min: 100, max: 700}")
         .replace("output_len: 247", "output_len: {type: lognormal, mean: 250, std_dev: 60, min: 20, max: 2000}");
     let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-    let StagePrompts::Shared(p) = StagePrompts::new(&c.data, None, 11) else { panic!("shared prefix") };
+    let StagePrompts::Shared(p) = StagePrompts::new(&c.data, &MeasuredLengths::default(), 11).unwrap() else { panic!("shared prefix") };
     let mut system_of_group = BTreeMap::new();
     let (mut questions, mut outputs) = (Vec::new(), Vec::new());
     for n in 0..p.len() as u64 {
@@ -147,7 +147,7 @@ fn drawn_shared_prefix_lengths_follow_their_distributions() {
     // Scaled to a measured mean 10 % above the drawn one.
     let StagePrompts::Shared(p) = &sp else { unreachable!() };
     let drawn_mean = (0..p.len() as u64).map(|n| f64::from(p.prompt(n, None).len())).sum::<f64>() / p.len() as f64;
-    let StagePrompts::Shared(scaled) = StagePrompts::new(&c.data, Some(1.1 * drawn_mean), 11) else { unreachable!() };
+    let StagePrompts::Shared(scaled) = StagePrompts::new(&c.data, &MeasuredLengths { prompt_mean_tokens: Some(1.1 * drawn_mean), ..MeasuredLengths::default() }, 11).unwrap() else { unreachable!() };
     let scaled_mean = (0..scaled.len() as u64).map(|n| f64::from(scaled.prompt(n, None).len())).sum::<f64>() / scaled.len() as f64;
     assert!((scaled_mean / drawn_mean - 1.1).abs() < 1e-3, "{scaled_mean} vs {drawn_mean}");
 }
@@ -174,7 +174,7 @@ fn parses_the_effective_config_and_its_defaults() {
 
 #[test]
 fn rejects_what_it_cannot_reproduce_with_the_field_named() {
-    let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: shareGPT")).unwrap_err();
+    let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: mock")).unwrap_err();
     assert!(e.to_string().contains("data.type") && e.to_string().contains("random, synthetic"), "{e}");
     let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: random")).unwrap_err();
     assert!(e.to_string().contains("data.input_distribution"), "{e}");
@@ -322,7 +322,7 @@ fn finish(r: &Request, at: Micros) -> RequestRecord {
 #[test]
 fn next_stage_starts_after_the_previous_drains() {
     let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-    let mut w = StagedWorkload::new(&c, Some(1.05 * 566.0), 3);
+    let mut w = StagedWorkload::new(&c, &MeasuredLengths { prompt_mean_tokens: Some(1.05 * 566.0), ..MeasuredLengths::default() }, 3).unwrap();
     let mut stage0 = Vec::new();
     while let Some(r) = w.next_request() {
         stage0.push(r);
@@ -347,7 +347,7 @@ fn next_stage_starts_after_the_previous_drains() {
 
 /// Drives a workload as a server with a fixed service time would:
 /// requests finish `service` after they are sent, in time order.
-fn drive(w: &mut StagedWorkload, service: Micros) -> Vec<Request> {
+fn drive(w: &mut (impl Workload + ?Sized), service: Micros) -> Vec<Request> {
     let mut sent: Vec<Request> = Vec::new();
     let mut running: std::collections::BTreeMap<(Micros, u64), Request> = Default::default();
     loop {
@@ -384,7 +384,7 @@ fn stage_request_counts_equal_rate_times_duration() {
             .replace("rate: 10.0\n    duration: 600", "rate: 20.0\n    duration: 15")
             .replace("output_len: 247", &format!("output_len: 247\n    enable_multi_turn_chat: {multi_turn}"));
         let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-        let mut w = StagedWorkload::new(&c, None, 9);
+        let mut w = StagedWorkload::new(&c, &MeasuredLengths::default(), 9).unwrap();
         let sent = drive(&mut w, Micros::from_ms(300));
         let per_stage = |s: u32| sent.iter().filter(|r| r.meta.stage == s).count();
         assert_eq!((per_stage(0), per_stage(1)), (240, 300), "{load}, multi-turn {multi_turn}");
@@ -402,8 +402,8 @@ fn multi_turn_rounds_wait_for_the_previous_round_and_accumulate_context() {
     let drawn = fixed.replace("question_len: 466", "question_len: {mean: 466, std_dev: 100, min: 1, max: 1000}").replace("output_len: 247", "output_len: {mean: 247, std_dev: 50, min: 1, max: 500}");
     for text in [fixed, drawn] {
         let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-        let StagePrompts::Shared(prompts) = StagePrompts::new(&c.data, None, 4) else { panic!("shared prefix") };
-        let mut w = StagedWorkload::new(&c, None, 4);
+        let StagePrompts::Shared(prompts) = StagePrompts::new(&c.data, &MeasuredLengths::default(), 4).unwrap() else { panic!("shared prefix") };
+        let mut w = StagedWorkload::new(&c, &MeasuredLengths::default(), 4).unwrap();
         // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
         let service = Micros::from_secs(3);
         let sent = drive(&mut w, service);
@@ -441,7 +441,7 @@ fn a_concurrent_load_keeps_each_stage_within_its_concurrency() {
     assert_eq!(c.load.stages.iter().map(|s| (s.num_requests(), s.concurrency)).collect::<Vec<_>>(), [(120, Some(4)), (90, Some(16))]);
     assert_eq!(c.load.stages[0].offered_rate(), None);
     assert_eq!(c.load.stages[0].describe(), "120 requests, 4 at a time");
-    let mut w = StagedWorkload::new(&c, None, 2);
+    let mut w = StagedWorkload::new(&c, &MeasuredLengths::default(), 2).unwrap();
     let service = Micros::from_ms(700);
     let sent = drive(&mut w, service);
     assert_eq!(sent.len(), 210);
@@ -487,7 +487,7 @@ fn drawn_config(data_type: &str) -> InferencePerfConfig {
 fn random_prompts_cycle_their_lengths_but_never_their_tokens() {
     let c = drawn_config("random");
     assert!(c.shared_prefix().is_none());
-    let sent = drive(&mut StagedWorkload::new(&c, None, 5), Micros::from_ms(100));
+    let sent = drive(&mut StagedWorkload::new(&c, &MeasuredLengths::default(), 5).unwrap(), Micros::from_ms(100));
     assert_eq!(sent.len(), 120);
     assert!(sent.iter().all(|r| (50..=400).contains(&r.prompt.len()) && (5..=60).contains(&r.max_output_tokens)));
     // Entry n mod total_count: request 3 and 33 have the same lengths, yet different tokens.
@@ -499,7 +499,7 @@ fn random_prompts_cycle_their_lengths_but_never_their_tokens() {
 
 #[test]
 fn synthetic_prompts_are_prefixes_of_one_text() {
-    let sent = drive(&mut StagedWorkload::new(&drawn_config("synthetic"), None, 5), Micros::from_ms(100));
+    let sent = drive(&mut StagedWorkload::new(&drawn_config("synthetic"), &MeasuredLengths::default(), 5).unwrap(), Micros::from_ms(100));
     let first = sent[0].prompt.runs()[0].clone();
     for r in &sent {
         match (&r.prompt.runs()[0], &first) {
@@ -514,4 +514,93 @@ fn distribution_errors_name_the_field() {
     let text = "data:\n  type: synthetic\n  input_distribution:\n    mean: 5000\n  output_distribution: {}\nload:\n  stages:\n  - {rate: 1, duration: 1}\napi: {}\n";
     let e = InferencePerfConfig::from_yaml_str(&text.replace("api: {}\n", "api:\n  type: completion\n")).unwrap_err();
     assert!(e.to_string().contains("data.input_distribution") && e.to_string().contains("mean: 5000"), "{e}");
+}
+
+/// A one-stage `shareGPT` run of 120 requests (a dataset: its lengths come
+/// from the run's records, not from the configuration).
+fn dataset_config() -> InferencePerfConfig {
+    let text = "api:\n  type: chat\n  streaming: true\ndata:\n  type: shareGPT\n  path: /data/ShareGPT_V3_unfiltered_cleaned_split.json\n  \
+                input_distribution: {min: 4, max: 4000}\nload:\n  type: poisson\n  stages:\n  - rate: 20\n    duration: 6\n";
+    InferencePerfConfig::from_yaml_str(text).unwrap()
+}
+
+/// What a report's percentiles say of a shareGPT run: prompts 20–1 800
+/// tokens (median 200), answers 5–900 (median 250).
+fn dataset_lengths() -> MeasuredLengths {
+    MeasuredLengths {
+        prompt_mean_tokens: Some(300.0),
+        prompt: Some(QuantileTable::new(vec![(0.0, 20.0), (0.5, 200.0), (0.9, 700.0), (1.0, 1800.0)]).unwrap()),
+        output: Some(QuantileTable::new(vec![(0.0, 5.0), (0.5, 250.0), (1.0, 900.0)]).unwrap()),
+    }
+}
+
+#[test]
+fn every_dataset_inference_perf_names_is_read() {
+    for dataset in Dataset::ALL {
+        let c = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", &format!("type: {}", dataset.name()))).unwrap();
+        assert_eq!(c.data, Data::Dataset(dataset));
+    }
+    let e = InferencePerfConfig::from_yaml_str(&CONFIG.replace("type: shared_prefix", "type: visionarena")).unwrap_err().to_string();
+    assert!(e.contains("data.type") && e.contains("visionarena") && e.contains("shareGPT, cnn_dailymail"), "{e}");
+}
+
+/// Without measured lengths a dataset cannot be sent, and the error says
+/// what to do; with them, each request draws its own lengths within the
+/// measured range, its prompt of fresh tokens that promise nothing shared.
+#[test]
+fn dataset_requests_draw_lengths_from_what_the_run_measured() {
+    let c = dataset_config();
+    let e = StagedWorkload::new(&c, &MeasuredLengths::default(), 5).err().unwrap().to_string();
+    assert!(e.contains("data.type") && e.contains("shareGPT") && e.contains("blis validate") && e.contains("data.type random"), "{e}");
+    let sent = drive(&mut StagedWorkload::new(&c, &dataset_lengths(), 5).unwrap(), Micros::from_ms(100));
+    assert_eq!(sent.len(), 120);
+    assert!(sent.iter().all(|r| (20..=1800).contains(&r.prompt.len()) && (5..=900).contains(&r.max_output_tokens)));
+    assert!(sent.iter().all(|r| r.meta.own_prompt_from == Some(0)));
+    let streams: std::collections::BTreeSet<_> = sent.iter().map(|r| format!("{:?}", r.prompt.runs()[0])).collect();
+    assert_eq!(streams.len(), sent.len(), "a prompt is sent once");
+    let median = |mut v: Vec<u32>| {
+        v.sort_unstable();
+        v[v.len() / 2]
+    };
+    let (inputs, outputs): (Vec<u32>, Vec<u32>) = sent.iter().map(|r| (r.prompt.len(), r.max_output_tokens)).unzip();
+    assert!((100..=320).contains(&median(inputs.clone())), "median prompt {} (measured 200)", median(inputs));
+    assert!((130..=380).contains(&median(outputs.clone())), "median output {} (measured 250)", median(outputs));
+    // Deterministic in the seed, different across seeds.
+    let again = drive(&mut StagedWorkload::new(&c, &dataset_lengths(), 5).unwrap(), Micros::from_ms(100));
+    assert_eq!(sent, again);
+    let other = drive(&mut StagedWorkload::new(&c, &dataset_lengths(), 6).unwrap(), Micros::from_ms(100));
+    assert_ne!(sent.iter().map(|r| r.prompt.len()).collect::<Vec<_>>(), other.iter().map(|r| r.prompt.len()).collect::<Vec<_>>());
+}
+
+/// A recorded dataset run keeps each send's recorded prompt and output
+/// length; a failed send, which recorded neither, draws both (its prompt
+/// never recurs, so no other send's length stands in for it).
+#[test]
+fn a_recorded_dataset_run_keeps_what_was_recorded() {
+    let sends: Vec<RecordedSend> = (0..40u64)
+        .map(|i| RecordedSend {
+            index: i,
+            stage: 0,
+            send_us: i * 50_000,
+            input_tokens: if i % 10 == 9 { 0 } else { 30 + i as u32 },
+            output_tokens: (i % 10 != 9).then_some(7 + i as u32),
+            failed: i % 10 == 9,
+        })
+        .collect();
+    let run = Reproduction { config: dataset_config(), measured: dataset_lengths(), recorded: Some(sends.clone()) };
+    let mut stream = run.stream(1).unwrap();
+    let sent = drive(stream.as_mut(), Micros::from_ms(100));
+    assert_eq!(sent.len(), 40);
+    for (r, s) in sent.iter().zip(&sends) {
+        assert_eq!(r.arrival, Micros(s.send_us));
+        if s.failed {
+            assert!((20..=1800).contains(&r.prompt.len()) && (5..=900).contains(&r.max_output_tokens), "{r:?}");
+        } else {
+            assert_eq!((r.prompt.len(), r.max_output_tokens), (s.input_tokens, s.output_tokens.unwrap()));
+        }
+    }
+    let prompts = run.prompts(1).unwrap();
+    assert_eq!(prompts.prompt_cycle(), None);
+    assert!(!prompts.fixed_output());
+    assert!((prompts.mean_output_tokens() - dataset_lengths().output.unwrap().mean()).abs() < 1e-9);
 }

@@ -9,7 +9,7 @@ use std::path::Path;
 use blis_engine::driver::Workload;
 use blis_engine::request::{Outcome, Request, RequestRecord, extend_block_hashes};
 use blis_engine::time::Micros;
-use blis_workload::inference_perf::{InferencePerfConfig, Reproduction};
+use blis_workload::inference_perf::{InferencePerfConfig, MeasuredLengths, Reproduction};
 use blis_workload::labels::{LabelMix, Mix};
 use blis_workload::plan::Plan;
 use blis_workload::spec::parse;
@@ -157,7 +157,7 @@ fn inference_perf_random_prompts_are_their_own() {
     let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/inference-perf-synthetic.yaml")).unwrap();
     for (data, promised) in [("synthetic", false), ("random", true)] {
         let config = InferencePerfConfig::from_yaml_str(&text.replace("type: synthetic", &format!("type: {data}"))).unwrap();
-        let run = Reproduction { config, measured_prompt_tokens: None, recorded: None };
+        let run = Reproduction { config, measured: MeasuredLengths::default(), recorded: None };
         let mut opened = open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed: 3, ..OpenOptions::default() }).unwrap();
         let reqs: Vec<Request> = drain(opened.stream.as_mut(), Micros::from_ms(50)).into_iter().take(400).collect();
         assert_eq!(own_prompts_are_own(&reqs, 16).unwrap(), if promised { reqs.len() } else { 0 }, "{data}");
@@ -175,7 +175,7 @@ fn an_inference_perf_file_runs_as_the_reproduction_of_its_configuration() {
     let options = OpenOptions { seed: 7, ..OpenOptions::default() };
     let mut from_file = open(&WorkloadInput::File(profile().to_path_buf()), &options).unwrap();
     let config = InferencePerfConfig::from_yaml_str(&std::fs::read_to_string(profile()).unwrap()).unwrap();
-    let run = Reproduction { config, measured_prompt_tokens: None, recorded: None };
+    let run = Reproduction { config, measured: MeasuredLengths::default(), recorded: None };
     let mut reproduced = open(&WorkloadInput::InferencePerf(Box::new(run)), &options).unwrap();
     let service = Micros::from_ms(800);
     let a = drain(from_file.stream.as_mut(), service);
