@@ -56,3 +56,4 @@ pub mod reproduce;
 pub mod requests;
 pub mod stats;
 pub mod suite;
+pub mod vllm_log;

@@ -1,10 +1,12 @@
 //! `blis convert servegen`: import a ServeGen data directory as a spec.
 //! `blis convert otel`: turn vLLM's OpenTelemetry traces into a trace v2.
+//! `blis convert vllm-log`: read a vLLM server's startup log as `server-facts.yaml`.
 
 use std::path::PathBuf;
 
 use anyhow::Context;
 use blis_calibrate::otel::OtelTrace;
+use blis_calibrate::vllm_log::LoggedServer;
 use blis_workload::servegen::{ServeGenOptions, convert};
 use blis_workload::spec::to_yaml;
 use blis_workload::trace_v2::{COLUMNS, Row, TraceHeader, header_path, trace_csv};
@@ -25,6 +27,25 @@ pub enum ConvertCommand {
     #[command(after_help = "Examples:\n  blis convert otel --path traces.jsonl --output traces/server1 --model meta-llama/Llama-3.1-8B-Instruct --hardware H100\n  \
     blis fit --trace traces/server1 -o server1.yaml")]
     Otel(OtelArgs),
+    /// Read a vLLM server's startup log as the `server-facts.yaml` of an experiment directory (what
+    /// inference-perf does not record: KV blocks, parallelism, scheduler limits, caching, quantization).
+    #[command(after_help = "Examples:\n  blis convert vllm-log --path vllm.log --hardware H100-SXM-80GB --output my-run/server-facts.yaml\n  \
+    blis validate my-run")]
+    VllmLog(VllmLogArgs),
+}
+
+/// `blis convert vllm-log`.
+#[derive(clap::Args, Debug)]
+pub struct VllmLogArgs {
+    /// The server's log (what `vllm serve` printed from its start).
+    #[arg(long, value_name = "FILE")]
+    path: PathBuf,
+    /// The file to write. [default: standard output]
+    #[arg(long, short, value_name = "PATH")]
+    output: Option<PathBuf>,
+    /// The GPU the server ran on (the log does not name it), written as `hardware`.
+    #[arg(long, value_name = "GPU")]
+    hardware: Option<String>,
 }
 
 /// `blis convert otel`.
@@ -78,7 +99,31 @@ pub fn execute(cmd: ConvertCommand) -> anyhow::Result<()> {
     match cmd {
         ConvertCommand::Servegen(a) => servegen(a),
         ConvertCommand::Otel(a) => otel(a),
+        ConvertCommand::VllmLog(a) => vllm_log(a),
     }
+}
+
+/// `blis convert vllm-log`: the facts the log gives, the GPU from
+/// `--hardware` (a warning when BLIS does not bundle it), notes on what
+/// BLIS does not simulate on standard error.
+fn vllm_log(a: VllmLogArgs) -> anyhow::Result<()> {
+    let text = blis_data::textfile::read(&a.path).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
+    let server = LoggedServer::read(&text).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
+    let unknown_gpu = a.hardware.as_deref().filter(|g| blis_data::catalog::find_gpu(g).is_none()).map(|g| {
+        format!("--hardware {g}: {}; `blis validate` will need --hardware-config for it", blis_data::catalog::unknown_gpu(g))
+    });
+    warn(&server.notes().into_iter().chain(unknown_gpu).collect::<Vec<_>>());
+    let yaml = server.server_facts_yaml(&a.path.display().to_string(), a.hardware.as_deref());
+    match &a.output {
+        Some(path) => {
+            let mut file = AtomicFile::create("output", path)?;
+            std::io::Write::write_all(file.writer(), yaml.as_bytes()).context("writing the server facts")?;
+            file.commit()?;
+            eprintln!("wrote {}{}", path.display(), if a.hardware.is_none() { " (no --hardware: set `hardware` there)" } else { "" });
+        }
+        None => print!("{yaml}"),
+    }
+    Ok(())
 }
 
 /// `blis convert otel`: one trace row per request that arrived, in order

@@ -1,0 +1,433 @@
+//! A vLLM server's startup log read as `server-facts.yaml`: what inference-perf
+//! does not record about the server, and the log does.
+//!
+//! The lines read (vLLM 0.7 to 0.19 write them; each is optional):
+//!
+//! ```text
+//! ... non-default args: {'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_num_seqs': 128, 'gpu_memory_utilization': 0.9, ...}
+//! ... Using max model len 4096
+//! ... Chunked prefill is enabled with max_num_batched_tokens=2048.
+//! ... Forcing kv cache block size to 64 for FlashMLA backend.
+//! ... Asynchronous scheduling is enabled.
+//! ... Initializing a V1 LLM engine (v0.11.0) with config: model='...', max_seq_len=4096, tensor_parallel_size=2,
+//!     pipeline_parallel_size=1, data_parallel_size=1, quantization=None, enforce_eager=False, kv_cache_dtype=auto, ...,
+//!     enable_prefix_caching=True, chunked_prefill_enabled=True, ...
+//! ... GPU KV cache size: 119,392 tokens          (V1; V0 wrote "# GPU blocks: 7462, # CPU blocks: 2048")
+//! ```
+//!
+//! The engine's configuration line gives the settings in effect; the
+//! non-default arguments give what it does not (`max_num_seqs`,
+//! `block_size`, `gpu_memory_utilization`, expert parallelism, a CPU KV
+//! tier). Python literals are read as Python writes them: quoted strings,
+//! numbers, `True` / `False` / `None`, and nested lists, dicts and
+//! constructor calls kept whole.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+/// vLLM's default KV block size, when the log names none.
+pub const DEFAULT_BLOCK_SIZE: u32 = 16;
+
+/// A Python literal from a log line: what BLIS reads of it.
+#[derive(Clone, Debug, PartialEq)]
+pub enum PyValue {
+    /// `True` / `False`.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A float.
+    Float(f64),
+    /// A quoted string (unquoted here), or a bare word (`auto`, `torch.bfloat16`).
+    Str(String),
+    /// `None`.
+    None,
+    /// Anything else (a list, dict or constructor call), as written.
+    Other(String),
+}
+
+impl PyValue {
+    fn parse(raw: &str) -> PyValue {
+        let raw = raw.trim();
+        match raw {
+            "True" => return PyValue::Bool(true),
+            "False" => return PyValue::Bool(false),
+            "None" => return PyValue::None,
+            _ => {}
+        }
+        if let Ok(i) = raw.parse::<i64>() {
+            return PyValue::Int(i);
+        }
+        if let Ok(f) = raw.parse::<f64>() {
+            return PyValue::Float(f);
+        }
+        if let Some(s) = unquote(raw) {
+            return PyValue::Str(s);
+        }
+        if raw.starts_with(['[', '{', '(']) || raw.contains('(') {
+            return PyValue::Other(raw.to_string());
+        }
+        PyValue::Str(raw.to_string())
+    }
+
+    fn as_u32(&self) -> Option<u32> {
+        match self {
+            PyValue::Int(i) => u32::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+
+    fn as_f64(&self) -> Option<f64> {
+        match self {
+            PyValue::Int(i) => Some(*i as f64),
+            PyValue::Float(f) => Some(*f),
+            _ => None,
+        }
+    }
+
+    fn as_bool(&self) -> Option<bool> {
+        match self {
+            PyValue::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// A setting's name: a string, `None` as absent.
+    fn as_name(&self) -> Option<&str> {
+        match self {
+            PyValue::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+/// A quoted Python string's contents (backslash escapes resolved), or
+/// `None` when `raw` is not one quoted string.
+fn unquote(raw: &str) -> Option<String> {
+    let quote = raw.chars().next().filter(|c| *c == '\'' || *c == '"')?;
+    let body = raw.strip_prefix(quote)?.strip_suffix(quote)?;
+    let mut out = String::new();
+    let mut chars = body.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => out.push(chars.next()?),
+            c if c == quote => return None,
+            c => out.push(c),
+        }
+    }
+    Some(out)
+}
+
+/// `text` split at each top-level `sep`: not inside quotes, brackets,
+/// braces, parentheses or `<...>` reprs.
+fn split_top_level(text: &str, sep: char) -> Vec<&str> {
+    let (mut parts, mut depth, mut quote, mut start, mut escaped) = (Vec::new(), 0i32, None::<char>, 0, false);
+    for (i, c) in text.char_indices() {
+        if let Some(q) = quote {
+            match c {
+                _ if escaped => escaped = false,
+                '\\' => escaped = true,
+                _ if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '\'' | '"' => quote = Some(c),
+            '[' | '{' | '(' | '<' => depth += 1,
+            ']' | '}' | ')' | '>' => depth -= 1,
+            _ if c == sep && depth == 0 => {
+                parts.push(&text[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&text[start..]);
+    parts
+}
+
+/// The `{'key': value, ...}` of a `non-default args:` line.
+fn python_dict(text: &str) -> BTreeMap<String, PyValue> {
+    let inner = text.trim().strip_prefix('{').and_then(|t| t.trim_end().strip_suffix('}')).unwrap_or("");
+    split_top_level(inner, ',')
+        .into_iter()
+        .filter_map(|item| {
+            let (key, value) = item.split_once(':')?;
+            Some((unquote(key.trim())?, PyValue::parse(value)))
+        })
+        .collect()
+}
+
+/// The `key=value, ...` of the engine's configuration line.
+fn keyword_list(text: &str) -> BTreeMap<String, PyValue> {
+    split_top_level(text, ',')
+        .into_iter()
+        .filter_map(|item| {
+            let (key, value) = item.split_once('=')?;
+            let key = key.trim();
+            key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_').then(|| (key.to_string(), PyValue::parse(value)))
+        })
+        .collect()
+}
+
+/// The first run of digits (commas allowed between them) in `text`, as a number.
+fn leading_number(text: &str) -> Option<u64> {
+    let digits: String = text.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
+    digits.parse().ok()
+}
+
+/// What a vLLM startup log says about its server.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct LoggedServer {
+    /// vLLM's version, from the engine's configuration line.
+    pub vllm_version: Option<String>,
+    /// The model served (a HuggingFace id or a local path).
+    pub model: Option<String>,
+    /// `--tensor-parallel-size`.
+    pub tensor_parallel_size: Option<u32>,
+    /// `--pipeline-parallel-size`.
+    pub pipeline_parallel_size: Option<u32>,
+    /// `--data-parallel-size`.
+    pub data_parallel_size: Option<u32>,
+    /// `--max-model-len` in effect.
+    pub max_model_len: Option<u32>,
+    /// `--max-num-batched-tokens` in effect.
+    pub max_num_batched_tokens: Option<u32>,
+    /// `--max-num-seqs`, when set.
+    pub max_num_seqs: Option<u32>,
+    /// KV block size, when set or forced.
+    pub block_size: Option<u32>,
+    /// KV cache capacity in tokens (V1's "GPU KV cache size").
+    pub kv_cache_tokens: Option<u64>,
+    /// KV blocks (V0's "# GPU blocks").
+    pub gpu_blocks: Option<u64>,
+    /// `--gpu-memory-utilization`, when set.
+    pub gpu_memory_utilization: Option<f64>,
+    /// `--kv-cache-dtype`, when not `auto`.
+    pub kv_cache_dtype: Option<String>,
+    /// `--quantization`, when a method was used.
+    pub quantization: Option<String>,
+    /// Prefix caching on.
+    pub enable_prefix_caching: Option<bool>,
+    /// Chunked prefill on.
+    pub enable_chunked_prefill: Option<bool>,
+    /// Asynchronous scheduling on.
+    pub async_scheduling: Option<bool>,
+    /// `--enable-expert-parallel`.
+    pub enable_expert_parallel: Option<bool>,
+    /// Whether KV blocks were offloaded to CPU memory (a `kv_offloading_size`
+    /// or an offloading KV connector among the arguments).
+    pub cpu_offload: Option<bool>,
+    /// `--enforce-eager`.
+    pub enforce_eager: Option<bool>,
+}
+
+impl LoggedServer {
+    /// Reads `text`, a vLLM server log; an error when it has none of the
+    /// lines above (not a vLLM log, or one cut before the engine started).
+    pub fn read(text: &str) -> Result<LoggedServer, String> {
+        let mut s = LoggedServer::default();
+        let (mut args, mut engine) = (BTreeMap::new(), BTreeMap::new());
+        let mut seen = false;
+        for line in text.lines() {
+            let after = |marker: &str| line.find(marker).map(|i| &line[i + marker.len()..]);
+            if let Some(rest) = after("non-default args: ") {
+                args.extend(python_dict(rest));
+            } else if let Some(rest) = after("Initializing a V1 LLM engine (v").or(after("Initializing a V0 LLM engine (v")).or(after("Initializing an LLM engine (v")) {
+                if engine.is_empty() {
+                    let (version, config) = rest.split_once(')').unwrap_or((rest, ""));
+                    s.vllm_version = Some(version.to_string());
+                    engine = keyword_list(config.trim_start().strip_prefix("with config:").unwrap_or(config));
+                }
+            } else if let Some(rest) = after("Using max model len ") {
+                s.max_model_len = s.max_model_len.or(leading_number(rest).and_then(|n| u32::try_from(n).ok()));
+            } else if let Some(rest) = after("Chunked prefill is enabled with max_num_batched_tokens=") {
+                s.max_num_batched_tokens = s.max_num_batched_tokens.or(leading_number(rest).and_then(|n| u32::try_from(n).ok()));
+            } else if let Some(rest) = after("Forcing kv cache block size to ") {
+                s.block_size = leading_number(rest).and_then(|n| u32::try_from(n).ok()).or(s.block_size);
+            } else if line.contains("Asynchronous scheduling is enabled") {
+                s.async_scheduling = Some(true);
+            } else if let Some(rest) = after("GPU KV cache size: ") {
+                s.kv_cache_tokens = s.kv_cache_tokens.or(leading_number(rest));
+            } else if let Some(rest) = after("# GPU blocks: ").or(after("# cuda blocks: ")) {
+                s.gpu_blocks = s.gpu_blocks.or(leading_number(rest));
+            } else {
+                continue;
+            }
+            seen = true;
+        }
+        if !seen {
+            return Err("no vLLM startup line found (\"non-default args\", \"Initializing a V1 LLM engine\", \"GPU KV cache size\", ...)".into());
+        }
+        let get = |key: &str| engine.get(key).or(args.get(key));
+        s.model = get("model").and_then(|v| v.as_name()).map(str::to_string);
+        s.tensor_parallel_size = get("tensor_parallel_size").and_then(PyValue::as_u32);
+        s.pipeline_parallel_size = get("pipeline_parallel_size").and_then(PyValue::as_u32);
+        s.data_parallel_size = get("data_parallel_size").and_then(PyValue::as_u32);
+        s.max_model_len = engine.get("max_seq_len").and_then(PyValue::as_u32).or(s.max_model_len).or(args.get("max_model_len").and_then(PyValue::as_u32));
+        s.max_num_batched_tokens = s.max_num_batched_tokens.or(args.get("max_num_batched_tokens").and_then(PyValue::as_u32));
+        s.max_num_seqs = args.get("max_num_seqs").and_then(PyValue::as_u32);
+        s.block_size = s.block_size.or(args.get("block_size").and_then(PyValue::as_u32));
+        s.gpu_memory_utilization = args.get("gpu_memory_utilization").and_then(PyValue::as_f64);
+        s.kv_cache_dtype = get("kv_cache_dtype").and_then(|v| v.as_name()).filter(|d| *d != "auto").map(str::to_string);
+        s.quantization = get("quantization").and_then(|v| v.as_name()).map(str::to_string);
+        s.enable_prefix_caching = get("enable_prefix_caching").and_then(PyValue::as_bool);
+        s.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(args.get("enable_chunked_prefill")).and_then(PyValue::as_bool);
+        s.async_scheduling = args.get("async_scheduling").and_then(PyValue::as_bool).or(s.async_scheduling);
+        s.enable_expert_parallel = args.get("enable_expert_parallel").and_then(PyValue::as_bool);
+        s.enforce_eager = get("enforce_eager").and_then(PyValue::as_bool);
+        let offloading_connector = args.get("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
+        let offloading_size = args.get("kv_offloading_size").and_then(PyValue::as_f64).is_some_and(|g| g > 0.0);
+        s.cpu_offload = (!engine.is_empty() || !args.is_empty()).then_some(offloading_connector || offloading_size);
+        Ok(s)
+    }
+
+    /// The KV block count: V0's blocks, else V1's capacity in tokens over
+    /// the block size (`max_model_len` tokens per request over its blocks,
+    /// as vLLM computes the capacity it logs).
+    pub fn num_gpu_blocks(&self) -> Option<u64> {
+        let block = u64::from(self.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
+        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.max_model_len.map(u64::from) {
+            Some(len) if len > 0 && len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
+            _ => tokens.div_ceil(block),
+        });
+        self.gpu_blocks.or(from_tokens)
+    }
+
+    /// Things the log says that BLIS does not simulate, one line each.
+    pub fn notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if let Some(pp) = self.pipeline_parallel_size.filter(|&pp| pp > 1) {
+            notes.push(format!("pipeline_parallel_size {pp}: BLIS does not simulate pipeline parallelism: the server is simulated with tensor parallelism alone"));
+        }
+        if self.enforce_eager == Some(true) {
+            notes.push("enforce_eager: BLIS's coefficients are fitted on servers running CUDA graphs; an eager server's small decode steps are slower".into());
+        }
+        if self.kv_cache_tokens.is_some() && self.block_size.is_none() {
+            notes.push(format!("no block size in the log: num_gpu_blocks assumes vLLM's default of {DEFAULT_BLOCK_SIZE} tokens"));
+        }
+        notes
+    }
+
+    /// The facts as `server-facts.yaml` text: a header naming `source`, each
+    /// fact the log gave, `hardware` (the log never names the GPU) from the
+    /// caller or as a comment to fill in.
+    pub fn server_facts_yaml(&self, source: &str, hardware: Option<&str>) -> String {
+        let mut y = String::new();
+        let _ = writeln!(y, "# Facts about the vLLM server, read from {source} by `blis convert vllm-log`");
+        if let Some(v) = &self.vllm_version {
+            let _ = writeln!(y, "# vLLM {v}{}", self.model.as_ref().map_or(String::new(), |m| format!(", model {m}")));
+        }
+        match hardware {
+            Some(h) => _ = writeln!(y, "hardware: {h}"),
+            None => _ = writeln!(y, "# hardware:   (the log does not name the GPU: set it, e.g. H100-SXM-80GB)"),
+        }
+        let mut put = |key: &str, value: Option<String>| {
+            if let Some(v) = value {
+                let _ = writeln!(y, "{key}: {v}");
+            }
+        };
+        put("tensor_parallel_size", self.tensor_parallel_size.map(|v| v.to_string()));
+        put("data_parallel_size", self.data_parallel_size.filter(|&d| d > 1).map(|v| v.to_string()));
+        put("num_gpu_blocks", self.num_gpu_blocks().map(|v| v.to_string()));
+        put("block_size", self.block_size.map(|v| v.to_string()));
+        put("kv_cache_dtype", self.kv_cache_dtype.clone());
+        put("quantization", self.quantization.clone());
+        put("gpu_memory_utilization", self.gpu_memory_utilization.map(|v| v.to_string()));
+        put("enable_prefix_caching", self.enable_prefix_caching.map(|v| v.to_string()));
+        put("enable_chunked_prefill", self.enable_chunked_prefill.map(|v| v.to_string()));
+        put("async_scheduling", self.async_scheduling.map(|v| v.to_string()));
+        put("enable_expert_parallel", self.enable_expert_parallel.map(|v| v.to_string()));
+        put("max_num_seqs", self.max_num_seqs.map(|v| v.to_string()));
+        put("max_num_batched_tokens", self.max_num_batched_tokens.map(|v| v.to_string()));
+        put("max_model_len", self.max_model_len.map(|v| v.to_string()));
+        put("cpu_offload", self.cpu_offload.map(|v| v.to_string()));
+        y
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A V1 server's startup, in the shape vLLM 0.11 writes it (trimmed).
+    const V1_LOG: &str = "\
+(APIServer pid=7) INFO 11-20 10:00:01 [utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'host': '0.0.0.0', \
+'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 4096, 'served_model_name': ['llama', 'l,8b'], 'tensor_parallel_size': 2, \
+'gpu_memory_utilization': 0.85, 'max_num_seqs': 128, 'kv_transfer_config': KVTransferConfig(kv_connector='OffloadingConnector', kv_role='kv_both')}
+(APIServer pid=7) INFO 11-20 10:00:01 [model.py:1510] Using max model len 4096
+(APIServer pid=7) INFO 11-20 10:00:02 [scheduler.py:205] Chunked prefill is enabled with max_num_batched_tokens=2048.
+(APIServer pid=7) INFO 11-20 10:00:02 [vllm.py:790] Asynchronous scheduling is enabled.
+(EngineCore_DP0 pid=9) INFO 11-20 10:00:09 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-8B-Instruct', \
+speculative_config=None, tokenizer='meta-llama/Llama-3.1-8B-Instruct', dtype=torch.bfloat16, max_seq_len=4096, tensor_parallel_size=2, \
+pipeline_parallel_size=1, data_parallel_size=1, quantization=fp8, enforce_eager=False, kv_cache_dtype=fp8_e4m3, \
+structured_outputs_config=StructuredOutputsConfig(backend='auto', reasoning_parser=''), seed=0, enable_prefix_caching=True, \
+chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': <CUDAGraphMode.FULL_AND_PIECEWISE: (2, 1)>, 'sizes': [1, 2]}
+(EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
+(EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 29.15x
+";
+
+    #[test]
+    fn a_v1_log_gives_the_settings_in_effect() {
+        let s = LoggedServer::read(V1_LOG).unwrap();
+        assert_eq!(s.vllm_version.as_deref(), Some("0.11.0"));
+        assert_eq!(s.model.as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
+        assert_eq!((s.tensor_parallel_size, s.pipeline_parallel_size, s.data_parallel_size), (Some(2), Some(1), Some(1)));
+        assert_eq!((s.max_model_len, s.max_num_batched_tokens, s.max_num_seqs), (Some(4096), Some(2048), Some(128)));
+        assert_eq!(s.kv_cache_tokens, Some(119_392));
+        assert_eq!(s.num_gpu_blocks(), Some(7462), "119 392 tokens / 16");
+        assert_eq!((s.kv_cache_dtype.as_deref(), s.quantization.as_deref()), (Some("fp8_e4m3"), Some("fp8")));
+        assert_eq!((s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling), (Some(true), Some(true), Some(true)));
+        assert_eq!((s.gpu_memory_utilization, s.cpu_offload, s.enforce_eager), (Some(0.85), Some(true), Some(false)));
+        assert_eq!(s.notes().len(), 1, "{:?}", s.notes());
+    }
+
+    #[test]
+    fn the_facts_written_are_what_server_facts_yaml_reads() {
+        let s = LoggedServer::read(V1_LOG).unwrap();
+        let yaml = s.server_facts_yaml("server.log", Some("H100-SXM-80GB"));
+        let facts: crate::experiment::ServerFacts = blis_data::yaml::from_str(&yaml).unwrap();
+        assert!(facts.other.is_empty(), "every key written is one server-facts.yaml reads: {:?}", facts.other);
+        assert_eq!(facts.hardware.as_deref(), Some("H100-SXM-80GB"));
+        assert_eq!((facts.tensor_parallel_size, facts.num_gpu_blocks, facts.max_num_seqs), (Some(2), Some(7462), Some(128)));
+        assert_eq!(facts.cpu_offload.map(|c| c.may_be_on()), Some(true));
+        let unnamed = s.server_facts_yaml("server.log", None);
+        assert!(unnamed.contains("# hardware:") && !unnamed.contains("\nhardware:"), "{unnamed}");
+    }
+
+    #[test]
+    fn v0_blocks_forced_block_sizes_and_partial_blocks() {
+        let v0 = "INFO 05-01 [llm_engine.py:100] Initializing an LLM engine (v0.6.3) with config: model='m', max_seq_len=2048, \
+                  tensor_parallel_size=1, pipeline_parallel_size=2, enforce_eager=True\nINFO 05-01 [executor_base.py:111] # GPU blocks: 7462, # CPU blocks: 2048\n";
+        let s = LoggedServer::read(v0).unwrap();
+        assert_eq!((s.gpu_blocks, s.num_gpu_blocks(), s.cpu_offload), (Some(7462), Some(7462), Some(false)));
+        let notes = s.notes().join("\n");
+        assert!(notes.contains("pipeline_parallel_size 2") && notes.contains("enforce_eager"), "{notes}");
+        // FlashMLA's forced 64-token blocks; a max_model_len that is no whole number of blocks.
+        let mla = "INFO [cuda.py:160] Forcing kv cache block size to 64 for FlashMLA backend.\nINFO Using max model len 1000\n\
+                   INFO GPU KV cache size: 100,000 tokens\n";
+        let s = LoggedServer::read(mla).unwrap();
+        assert_eq!(s.block_size, Some(64));
+        // 1 000 tokens take 16 blocks of 64: capacity = blocks / 16 × 1 000.
+        assert_eq!(s.num_gpu_blocks(), Some(1600));
+    }
+
+    #[test]
+    fn python_literals_split_only_at_the_top_level() {
+        let d = python_dict("{'a': 'x, y', 'b': [1, {'c': 2}], 'd': None, 'e': \"it's\", 'f': -3, 'g': 1e-3}");
+        assert_eq!(d["a"], PyValue::Str("x, y".into()));
+        assert_eq!(d["b"], PyValue::Other("[1, {'c': 2}]".into()));
+        assert_eq!((d["d"].clone(), d["e"].clone(), d["f"].clone(), d["g"].clone()), (PyValue::None, PyValue::Str("it's".into()), PyValue::Int(-3), PyValue::Float(1e-3)));
+        let k = keyword_list(" model='a=b', x=f(1, 2), mode=<Mode.FULL: (2, 1)>, dtype=torch.bfloat16");
+        assert_eq!(k["model"], PyValue::Str("a=b".into()));
+        assert_eq!(k["dtype"], PyValue::Str("torch.bfloat16".into()));
+        assert_eq!(k.len(), 4);
+    }
+
+    #[test]
+    fn other_text_is_refused() {
+        let e = LoggedServer::read("hello\nworld\n").unwrap_err();
+        assert!(e.contains("no vLLM startup line"), "{e}");
+        assert!(LoggedServer::read("").is_err());
+    }
+}
