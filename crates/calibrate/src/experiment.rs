@@ -6,6 +6,8 @@
 //! <experiment>/
 //!   exp-config.yaml                     server knobs: model, tensor_parallelism, max_model_len, max_num_batched_tokens, max_num_seqs
 //!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
+//!   vllm.log                 (optional) the server's startup log, read for the facts server-facts.yaml does not give
+//!                                        (see crate::vllm_log)
 //!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
 //!                                        (and, when recorded, output_tokens: what the server generated;
 //!                                        output_tokens_retokenized: the answer re-tokenised, read for dataset runs)
@@ -23,13 +25,14 @@ use std::path::{Path, PathBuf};
 
 use blis_engine::time::MAX_SPAN_S;
 use blis_workload::inference_perf::InferencePerfConfig;
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
 use crate::lengths::LengthStats;
+use crate::vllm_log::LoggedServer;
 use crate::requests::{RequestRow, read_requests};
 
 /// `exp-config.yaml`: the server knobs of the run.
@@ -56,7 +59,7 @@ fn one() -> u32 {
 }
 
 /// Whether a run is judged on latency or on predicting its overload.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Status {
     /// Sub-saturation: latencies are compared.
@@ -76,59 +79,59 @@ impl Status {
 }
 
 /// `server-facts.yaml`: facts the server log records and inference-perf does not.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Deserialize, Serialize)]
 pub struct ServerFacts {
     /// GPU name (a bundled GPU or alias, e.g. `H100-SXM-80GB`).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<String>,
     /// Tensor-parallel degree.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor_parallel_size: Option<u32>,
     /// `--data-parallel-size`: engine replicas behind vLLM's load balancer.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_parallel_size: Option<u32>,
     /// GPU KV blocks the server allocated.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub num_gpu_blocks: Option<u64>,
     /// Tokens per KV block.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub block_size: Option<u32>,
     /// `--kv-cache-dtype` (`auto`, `fp8`, ...).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kv_cache_dtype: Option<String>,
     /// `--quantization` (`fp8`, ...).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantization: Option<String>,
     /// `--gpu-memory-utilization`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gpu_memory_utilization: Option<f64>,
     /// Prefix caching on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_prefix_caching: Option<bool>,
     /// Chunked prefill on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_chunked_prefill: Option<bool>,
     /// `--async-scheduling` on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub async_scheduling: Option<bool>,
     /// `--enable-expert-parallel` on.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub enable_expert_parallel: Option<bool>,
     /// `--max-num-seqs`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_num_seqs: Option<u32>,
     /// `--max-num-batched-tokens`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_num_batched_tokens: Option<u32>,
     /// `--max-model-len`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_model_len: Option<u32>,
     /// `active` or `overload-excluded`.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<Status>,
     /// Whether the server offloaded KV blocks to CPU memory: `true`,
     /// `false`, or `unknown` (on for some runs of a batch, capacity not recorded).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_offload: Option<CpuOffloadFact>,
     /// Keys BLIS does not read (a typo, or a fact it does not simulate).
     #[serde(flatten)]
@@ -136,8 +139,8 @@ pub struct ServerFacts {
 }
 
 /// `cpu_offload` in `server-facts.yaml`.
-#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(try_from = "serde_json::Value")]
+#[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(try_from = "serde_json::Value", into = "serde_json::Value")]
 pub enum CpuOffloadFact {
     /// The server offloaded KV blocks to CPU memory.
     On,
@@ -151,6 +154,16 @@ impl CpuOffloadFact {
     /// Whether a CPU tier may have been on (`true` or `unknown`).
     pub fn may_be_on(self) -> bool {
         self != CpuOffloadFact::Off
+    }
+}
+
+impl From<CpuOffloadFact> for serde_json::Value {
+    fn from(f: CpuOffloadFact) -> serde_json::Value {
+        match f {
+            CpuOffloadFact::On => true.into(),
+            CpuOffloadFact::Off => false.into(),
+            CpuOffloadFact::Unknown => "unknown".into(),
+        }
     }
 }
 
@@ -361,7 +374,15 @@ pub struct Experiment {
     /// Per-request measurements, in send order: `requests.csv`, else
     /// inference-perf's `per_request_lifecycle_metrics.json`.
     pub requests: Option<Vec<RequestRow>>,
+    /// The server's startup log (`vllm.log`), when the directory has one:
+    /// facts `server-facts.yaml` does not give are read from it.
+    pub log: Option<LoggedServer>,
+    /// Why a `vllm.log` present was not read (no vLLM startup line in it).
+    pub log_unread: Option<String>,
 }
+
+/// The server log an experiment directory may hold beside its facts.
+pub const SERVER_LOG: &str = "vllm.log";
 
 fn read(path: &Path) -> Result<String, ExperimentError> {
     blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))
@@ -488,7 +509,16 @@ impl Experiment {
         } else {
             None
         };
-        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests };
+        let log_path = dir.join(SERVER_LOG);
+        let (log, log_unread) = if log_path.is_file() {
+            match LoggedServer::read(&read(&log_path)?) {
+                Ok(log) => (Some(log), None),
+                Err(e) => (None, Some(format!("{}: {e}; not read", log_path.display()))),
+            }
+        } else {
+            (None, None)
+        };
+        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests, log, log_unread };
         exp.check()?;
         Ok(exp)
     }
@@ -498,10 +528,11 @@ impl Experiment {
         if self.exp_config.tensor_parallelism == 0 {
             return bad(self.dir.join("exp-config.yaml"), "field `tensor_parallelism` = 0: must be at least 1".into());
         }
-        if let Some(u) = self.facts.gpu_memory_utilization
+        let utilization = |f: &ServerFacts| f.gpu_memory_utilization;
+        if let Some(u) = self.fact(utilization)
             && !(u > 0.0 && u <= 1.0)
         {
-            return bad(self.dir.join("server-facts.yaml"), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
+            return bad(self.dir.join(self.fact_file(utilization)), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
         let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.dir, &self.workload, Report::Stage(i)), s));
         let summary_file = self.summary.iter().map(|s| (report_path(&self.dir, &self.workload, Report::Summary), s));
@@ -530,6 +561,17 @@ impl Experiment {
         Ok(())
     }
 
+    /// A fact about the server: `server-facts.yaml`'s, else its log's
+    /// ([`SERVER_LOG`]): what a person wrote down wins over what was read.
+    pub fn fact<T>(&self, get: impl Fn(&ServerFacts) -> Option<T>) -> Option<T> {
+        get(&self.facts).or_else(|| self.log.as_ref().and_then(|l| get(&l.facts)))
+    }
+
+    /// The file [`Experiment::fact`] takes a fact from, for messages.
+    pub fn fact_file<T>(&self, get: impl Fn(&ServerFacts) -> Option<T>) -> &'static str {
+        if get(&self.facts).is_some() || self.log.is_none() { "server-facts.yaml" } else { SERVER_LOG }
+    }
+
     /// The run's status: `server-facts.yaml`'s, else overload-excluded when
     /// any stage lost more than 10 % of its requests.
     pub fn status(&self) -> Status {
@@ -541,31 +583,35 @@ impl Experiment {
     /// What the user should know before trusting a comparison, one line
     /// each: keys of `server-facts.yaml` BLIS does not read (a typo there
     /// would silently change the simulated server), and settings that it
-    /// and `exp-config.yaml` both record with different values. The
-    /// server's facts are what ran, so they are simulated; the other value
-    /// is named so the user can tell which file is stale. Also a run
+    /// (or the server log) and `exp-config.yaml` both record with different
+    /// values. The server's facts are what ran, so they are simulated; the
+    /// other value is named so the user can tell which file is stale. What
+    /// the server log says BLIS does not simulate, or that it could not be
+    /// read. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
     /// `max_tokens` BLIS generates, a multi-turn run replayed from its
     /// recorded requests, whose rounds lack their conversations' context,
     /// and a dataset run's lengths that were not recorded exactly.
     pub fn warnings(&self) -> Vec<String> {
-        let (f, c) = (&self.facts, &self.exp_config);
-        let unknown = f.other.keys().map(|k| {
+        let c = &self.exp_config;
+        let unknown = self.facts.other.keys().map(|k| {
             format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
         });
-        let pairs = [
-            ("tensor_parallel_size", f.tensor_parallel_size, "tensor_parallelism", Some(c.tensor_parallelism)),
-            ("max_num_seqs", f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
-            ("max_num_batched_tokens", f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),
-            ("max_model_len", f.max_model_len, "max_model_len", c.max_model_len),
+        let pairs: [(&str, fn(&ServerFacts) -> Option<u32>, &str, Option<u32>); 4] = [
+            ("tensor_parallel_size", |f| f.tensor_parallel_size, "tensor_parallelism", Some(c.tensor_parallelism)),
+            ("max_num_seqs", |f| f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
+            ("max_num_batched_tokens", |f| f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),
+            ("max_model_len", |f| f.max_model_len, "max_model_len", c.max_model_len),
         ];
-        let disagreements = pairs.into_iter().filter_map(|(fact, ran, config, asked)| match (ran, asked) {
+        let disagreements = pairs.into_iter().filter_map(|(fact, get, config, asked)| match (self.fact(get), asked) {
             (Some(ran), Some(asked)) if ran != asked => Some(format!(
-                "{}: server-facts.yaml {fact} = {ran} but exp-config.yaml {config} = {asked}; simulating the server's {ran}",
-                self.dir.display()
+                "{}: {} {fact} = {ran} but exp-config.yaml {config} = {asked}; simulating the server's {ran}",
+                self.dir.display(),
+                self.fact_file(get)
             )),
             _ => None,
         });
+        let log = self.log.iter().flat_map(|l| l.notes().into_iter().map(|n| format!("{}: {n}", self.dir.join(SERVER_LOG).display())));
         let outputs_recorded = self.recorded_outputs().is_some();
         let eos = (!self.workload.ignore_eos && !outputs_recorded).then(|| {
             format!(
@@ -581,12 +627,12 @@ impl Experiment {
                 self.dir.display()
             )
         });
-        unknown.chain(disagreements).chain(eos).chain(multi_turn).chain(self.dataset_warning()).collect()
+        unknown.chain(disagreements).chain(log).chain(self.log_unread.clone()).chain(eos).chain(multi_turn).chain(self.dataset_warning()).collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).
     pub fn tp(&self) -> u32 {
-        self.facts.tensor_parallel_size.unwrap_or(self.exp_config.tensor_parallelism)
+        self.fact(|f| f.tensor_parallel_size).unwrap_or(self.exp_config.tensor_parallelism)
     }
 }
 

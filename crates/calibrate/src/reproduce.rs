@@ -24,7 +24,7 @@ use blis_workload::{OpenOptions, WorkloadInput};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
-use crate::experiment::{CpuOffloadFact, Experiment};
+use crate::experiment::{CpuOffloadFact, Experiment, SERVER_LOG, ServerFacts};
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
 /// beyond any GPU); bounds memory on absurd input.
@@ -94,8 +94,9 @@ fn find_sibling_model_config(dir: &std::path::Path, model_id: &str) -> Option<Pa
 }
 
 /// The experiment's knobs, as layers: the command line's definitions, then
-/// `server-facts.yaml`, then `exp-config.yaml`, then what a server recorded
-/// without saying ran with; each layer with how errors name it.
+/// `server-facts.yaml`, then the server log, then `exp-config.yaml`, then
+/// what a server recorded without saying ran with; each layer with how
+/// errors name it.
 fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Source, String)>, String> {
     let id = exp.exp_config.model.as_str();
     let model_config = match &defs.model {
@@ -109,8 +110,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
             )
         })?),
     };
-    let f = &exp.facts;
-    let kv_offloading_size = defs.kv_offloading_size.filter(|_| f.cpu_offload.is_some_and(CpuOffloadFact::may_be_on));
+    let kv_offloading_size = defs.kv_offloading_size.filter(|_| exp.fact(|f| f.cpu_offload).is_some_and(CpuOffloadFact::may_be_on));
     let given = KnobValues {
         model_config,
         hardware_config: defs.gpu.clone(),
@@ -118,10 +118,31 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         moe_kernel_compile: defs.moe_kernel_compile.clone(),
         ..KnobValues::default()
     };
-    if let Some(b) = f.num_gpu_blocks.filter(|&b| b > MAX_GPU_BLOCKS) {
-        return Err(format!("server-facts.yaml num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported"));
+    let blocks = |f: &ServerFacts| f.num_gpu_blocks;
+    if let Some(b) = exp.fact(blocks).filter(|&b| b > MAX_GPU_BLOCKS) {
+        return Err(format!("{} num_gpu_blocks = {b}: at most {MAX_GPU_BLOCKS} are supported", exp.fact_file(blocks)));
     }
-    let facts = KnobValues {
+    let c = &exp.exp_config;
+    let exp_config = KnobValues {
+        model: Some(c.model.clone()),
+        tp: Some(c.tensor_parallelism),
+        max_model_len: c.max_model_len,
+        max_num_batched_tokens: c.max_num_batched_tokens,
+        max_num_seqs: c.max_num_seqs,
+        ..KnobValues::default()
+    };
+    let recorded_defaults = KnobValues { async_scheduling: Some(RECORDED_ASYNC_SCHEDULING), ..KnobValues::default() };
+    let log = exp.log.iter().map(|l| (fact_knobs(&l.facts), Source::File, SERVER_LOG.to_string()));
+    Ok([(given, Source::Flag, String::new()), (fact_knobs(&exp.facts), Source::File, "server-facts.yaml".into())]
+        .into_iter()
+        .chain(log)
+        .chain([(exp_config, Source::File, "exp-config.yaml".into()), (recorded_defaults, Source::Default, String::new())])
+        .collect())
+}
+
+/// The knobs a server's facts set.
+fn fact_knobs(f: &ServerFacts) -> KnobValues {
+    KnobValues {
         hardware: f.hardware.clone(),
         tp: f.tensor_parallel_size,
         data_parallel_size: f.data_parallel_size,
@@ -138,23 +159,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         max_num_batched_tokens: f.max_num_batched_tokens,
         max_model_len: f.max_model_len,
         ..KnobValues::default()
-    };
-    let c = &exp.exp_config;
-    let exp_config = KnobValues {
-        model: Some(c.model.clone()),
-        tp: Some(c.tensor_parallelism),
-        max_model_len: c.max_model_len,
-        max_num_batched_tokens: c.max_num_batched_tokens,
-        max_num_seqs: c.max_num_seqs,
-        ..KnobValues::default()
-    };
-    let recorded_defaults = KnobValues { async_scheduling: Some(RECORDED_ASYNC_SCHEDULING), ..KnobValues::default() };
-    Ok(vec![
-        (given, Source::Flag, String::new()),
-        (facts, Source::File, "server-facts.yaml".into()),
-        (exp_config, Source::File, "exp-config.yaml".into()),
-        (recorded_defaults, Source::Default, String::new()),
-    ])
+    }
 }
 
 impl Setup {
@@ -177,12 +182,13 @@ impl Setup {
             return Err(unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured")));
         }
         let measured = exp.measured_lengths();
-        let gpu_named = exp.facts.hardware.is_some() || defs.gpu.is_some();
+        let gpu_named = exp.fact(|f| f.hardware.clone()).is_some() || defs.gpu.is_some();
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
-            return Err(unreproducible(format!("server-facts.yaml data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
+            let file = exp.fact_file(|f| f.data_parallel_size);
+            return Err(unreproducible(format!("{file} data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
         }
-        Ok(Setup { server, blocks_from_server: exp.facts.num_gpu_blocks.is_some(), gpu_named, data_parallel_size, measured })
+        Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, measured })
     }
 }
 

@@ -25,6 +25,8 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use crate::experiment::{CpuOffloadFact, ServerFacts};
+
 /// vLLM's default KV block size, when the log names none.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
 
@@ -183,43 +185,26 @@ pub struct LoggedServer {
     pub vllm_version: Option<String>,
     /// The model served (a HuggingFace id or a local path).
     pub model: Option<String>,
-    /// `--tensor-parallel-size`.
-    pub tensor_parallel_size: Option<u32>,
     /// `--pipeline-parallel-size`.
     pub pipeline_parallel_size: Option<u32>,
-    /// `--data-parallel-size`.
-    pub data_parallel_size: Option<u32>,
-    /// `--max-model-len` in effect.
-    pub max_model_len: Option<u32>,
-    /// `--max-num-batched-tokens` in effect.
-    pub max_num_batched_tokens: Option<u32>,
-    /// `--max-num-seqs`, when set.
-    pub max_num_seqs: Option<u32>,
-    /// KV block size, when set or forced.
-    pub block_size: Option<u32>,
+    /// `--enforce-eager`.
+    pub enforce_eager: Option<bool>,
     /// KV cache capacity in tokens (V1's "GPU KV cache size").
     pub kv_cache_tokens: Option<u64>,
     /// KV blocks (V0's "# GPU blocks").
     pub gpu_blocks: Option<u64>,
-    /// `--gpu-memory-utilization`, when set.
-    pub gpu_memory_utilization: Option<f64>,
-    /// `--kv-cache-dtype`, when not `auto`.
-    pub kv_cache_dtype: Option<String>,
-    /// `--quantization`, when a method was used.
-    pub quantization: Option<String>,
-    /// Prefix caching on.
-    pub enable_prefix_caching: Option<bool>,
-    /// Chunked prefill on.
-    pub enable_chunked_prefill: Option<bool>,
-    /// Asynchronous scheduling on.
-    pub async_scheduling: Option<bool>,
-    /// `--enable-expert-parallel`.
-    pub enable_expert_parallel: Option<bool>,
-    /// Whether KV blocks were offloaded to CPU memory (a `kv_offloading_size`
-    /// or an offloading KV connector among the arguments).
-    pub cpu_offload: Option<bool>,
-    /// `--enforce-eager`.
-    pub enforce_eager: Option<bool>,
+    /// The facts as `server-facts.yaml` keys: each the log gave; `hardware`
+    /// only when a kernel configuration's `device_name` names a bundled GPU
+    /// (the fused-MoE and block-FP8 tuning files vLLM reports loading).
+    pub facts: ServerFacts,
+}
+
+/// The bundled GPU a `device_name=NVIDIA_H100_80GB_HBM3` of a kernel
+/// configuration file names, if any.
+fn device_gpu(line: &str) -> Option<&'static str> {
+    let name = line.split("device_name=").nth(1)?;
+    let name: String = name.chars().take_while(|c| !matches!(c, ',' | '.' | ' ' | '/')).collect();
+    blis_data::catalog::find_gpu(&name.replace('_', " ")).map(|g| g.name)
 }
 
 impl LoggedServer {
@@ -228,9 +213,11 @@ impl LoggedServer {
     pub fn read(text: &str) -> Result<LoggedServer, String> {
         let mut s = LoggedServer::default();
         let (mut args, mut engine) = (BTreeMap::new(), BTreeMap::new());
-        let mut seen = false;
+        let (mut seen, mut max_len, mut budget, mut forced_block, mut async_on, mut gpu) = (false, None, None, None, None, None);
+        let number = |rest: &str| leading_number(rest).and_then(|n| u32::try_from(n).ok());
         for line in text.lines() {
             let after = |marker: &str| line.find(marker).map(|i| &line[i + marker.len()..]);
+            gpu = gpu.or_else(|| device_gpu(line));
             if let Some(rest) = after("non-default args: ") {
                 args.extend(python_dict(rest));
             } else if let Some(rest) = after("Initializing a V1 LLM engine (v").or(after("Initializing a V0 LLM engine (v")).or(after("Initializing an LLM engine (v")) {
@@ -240,13 +227,13 @@ impl LoggedServer {
                     engine = keyword_list(config.trim_start().strip_prefix("with config:").unwrap_or(config));
                 }
             } else if let Some(rest) = after("Using max model len ") {
-                s.max_model_len = s.max_model_len.or(leading_number(rest).and_then(|n| u32::try_from(n).ok()));
+                max_len = max_len.or(number(rest));
             } else if let Some(rest) = after("Chunked prefill is enabled with max_num_batched_tokens=") {
-                s.max_num_batched_tokens = s.max_num_batched_tokens.or(leading_number(rest).and_then(|n| u32::try_from(n).ok()));
+                budget = budget.or(number(rest));
             } else if let Some(rest) = after("Forcing kv cache block size to ") {
-                s.block_size = leading_number(rest).and_then(|n| u32::try_from(n).ok()).or(s.block_size);
+                forced_block = number(rest).or(forced_block);
             } else if line.contains("Asynchronous scheduling is enabled") {
-                s.async_scheduling = Some(true);
+                async_on = Some(true);
             } else if let Some(rest) = after("GPU KV cache size: ") {
                 s.kv_cache_tokens = s.kv_cache_tokens.or(leading_number(rest));
             } else if let Some(rest) = after("# GPU blocks: ").or(after("# cuda blocks: ")) {
@@ -260,34 +247,38 @@ impl LoggedServer {
             return Err("no vLLM startup line found (\"non-default args\", \"Initializing a V1 LLM engine\", \"GPU KV cache size\", ...)".into());
         }
         let get = |key: &str| engine.get(key).or(args.get(key));
+        let arg = |key: &str| args.get(key);
         s.model = get("model").and_then(|v| v.as_name()).map(str::to_string);
-        s.tensor_parallel_size = get("tensor_parallel_size").and_then(PyValue::as_u32);
         s.pipeline_parallel_size = get("pipeline_parallel_size").and_then(PyValue::as_u32);
-        s.data_parallel_size = get("data_parallel_size").and_then(PyValue::as_u32);
-        s.max_model_len = engine.get("max_seq_len").and_then(PyValue::as_u32).or(s.max_model_len).or(args.get("max_model_len").and_then(PyValue::as_u32));
-        s.max_num_batched_tokens = s.max_num_batched_tokens.or(args.get("max_num_batched_tokens").and_then(PyValue::as_u32));
-        s.max_num_seqs = args.get("max_num_seqs").and_then(PyValue::as_u32);
-        s.block_size = s.block_size.or(args.get("block_size").and_then(PyValue::as_u32));
-        s.gpu_memory_utilization = args.get("gpu_memory_utilization").and_then(PyValue::as_f64);
-        s.kv_cache_dtype = get("kv_cache_dtype").and_then(|v| v.as_name()).filter(|d| *d != "auto").map(str::to_string);
-        s.quantization = get("quantization").and_then(|v| v.as_name()).map(str::to_string);
-        s.enable_prefix_caching = get("enable_prefix_caching").and_then(PyValue::as_bool);
-        s.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(args.get("enable_chunked_prefill")).and_then(PyValue::as_bool);
-        s.async_scheduling = args.get("async_scheduling").and_then(PyValue::as_bool).or(s.async_scheduling);
-        s.enable_expert_parallel = args.get("enable_expert_parallel").and_then(PyValue::as_bool);
         s.enforce_eager = get("enforce_eager").and_then(PyValue::as_bool);
-        let offloading_connector = args.get("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
-        let offloading_size = args.get("kv_offloading_size").and_then(PyValue::as_f64).is_some_and(|g| g > 0.0);
-        s.cpu_offload = (!engine.is_empty() || !args.is_empty()).then_some(offloading_connector || offloading_size);
+        let offloading_connector = arg("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
+        let offloading_size = arg("kv_offloading_size").and_then(PyValue::as_f64).is_some_and(|g| g > 0.0);
+        let f = &mut s.facts;
+        f.hardware = gpu.map(str::to_string);
+        f.tensor_parallel_size = get("tensor_parallel_size").and_then(PyValue::as_u32);
+        f.data_parallel_size = get("data_parallel_size").and_then(PyValue::as_u32).filter(|&d| d > 1);
+        f.max_model_len = engine.get("max_seq_len").and_then(PyValue::as_u32).or(max_len).or(arg("max_model_len").and_then(PyValue::as_u32));
+        f.max_num_batched_tokens = budget.or(arg("max_num_batched_tokens").and_then(PyValue::as_u32));
+        f.max_num_seqs = arg("max_num_seqs").and_then(PyValue::as_u32);
+        f.block_size = forced_block.or(arg("block_size").and_then(PyValue::as_u32));
+        f.gpu_memory_utilization = arg("gpu_memory_utilization").and_then(PyValue::as_f64);
+        f.kv_cache_dtype = get("kv_cache_dtype").and_then(|v| v.as_name()).filter(|d| *d != "auto").map(str::to_string);
+        f.quantization = get("quantization").and_then(|v| v.as_name()).map(str::to_string);
+        f.enable_prefix_caching = get("enable_prefix_caching").and_then(PyValue::as_bool);
+        f.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(arg("enable_chunked_prefill")).and_then(PyValue::as_bool);
+        f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on);
+        f.enable_expert_parallel = arg("enable_expert_parallel").and_then(PyValue::as_bool);
+        f.cpu_offload = (!engine.is_empty() || !args.is_empty()).then_some(if offloading_connector || offloading_size { CpuOffloadFact::On } else { CpuOffloadFact::Off });
+        s.facts.num_gpu_blocks = s.num_gpu_blocks();
         Ok(s)
     }
 
     /// The KV block count: V0's blocks, else V1's capacity in tokens over
     /// the block size (`max_model_len` tokens per request over its blocks,
     /// as vLLM computes the capacity it logs).
-    pub fn num_gpu_blocks(&self) -> Option<u64> {
-        let block = u64::from(self.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
-        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.max_model_len.map(u64::from) {
+    fn num_gpu_blocks(&self) -> Option<u64> {
+        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
+        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.facts.max_model_len.map(u64::from) {
             Some(len) if len > 0 && len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
             _ => tokens.div_ceil(block),
         });
@@ -303,46 +294,26 @@ impl LoggedServer {
         if self.enforce_eager == Some(true) {
             notes.push("enforce_eager: BLIS's coefficients are fitted on servers running CUDA graphs; an eager server's small decode steps are slower".into());
         }
-        if self.kv_cache_tokens.is_some() && self.block_size.is_none() {
+        if self.kv_cache_tokens.is_some() && self.gpu_blocks.is_none() && self.facts.block_size.is_none() {
             notes.push(format!("no block size in the log: num_gpu_blocks assumes vLLM's default of {DEFAULT_BLOCK_SIZE} tokens"));
         }
         notes
     }
 
-    /// The facts as `server-facts.yaml` text: a header naming `source`, each
-    /// fact the log gave, `hardware` (the log never names the GPU) from the
-    /// caller or as a comment to fill in.
+    /// The facts as `server-facts.yaml` text: a header naming `source` and
+    /// the server, then each fact; `hardware` overrides the log's, and
+    /// without either a comment asks for it.
     pub fn server_facts_yaml(&self, source: &str, hardware: Option<&str>) -> String {
         let mut y = String::new();
         let _ = writeln!(y, "# Facts about the vLLM server, read from {source} by `blis convert vllm-log`");
         if let Some(v) = &self.vllm_version {
             let _ = writeln!(y, "# vLLM {v}{}", self.model.as_ref().map_or(String::new(), |m| format!(", model {m}")));
         }
-        match hardware {
-            Some(h) => _ = writeln!(y, "hardware: {h}"),
-            None => _ = writeln!(y, "# hardware:   (the log does not name the GPU: set it, e.g. H100-SXM-80GB)"),
+        let facts = ServerFacts { hardware: hardware.map(str::to_string).or(self.facts.hardware.clone()), ..self.facts.clone() };
+        if facts.hardware.is_none() {
+            let _ = writeln!(y, "# hardware:   (the log does not name the GPU: set it, e.g. H100-SXM-80GB)");
         }
-        let mut put = |key: &str, value: Option<String>| {
-            if let Some(v) = value {
-                let _ = writeln!(y, "{key}: {v}");
-            }
-        };
-        put("tensor_parallel_size", self.tensor_parallel_size.map(|v| v.to_string()));
-        put("data_parallel_size", self.data_parallel_size.filter(|&d| d > 1).map(|v| v.to_string()));
-        put("num_gpu_blocks", self.num_gpu_blocks().map(|v| v.to_string()));
-        put("block_size", self.block_size.map(|v| v.to_string()));
-        put("kv_cache_dtype", self.kv_cache_dtype.clone());
-        put("quantization", self.quantization.clone());
-        put("gpu_memory_utilization", self.gpu_memory_utilization.map(|v| v.to_string()));
-        put("enable_prefix_caching", self.enable_prefix_caching.map(|v| v.to_string()));
-        put("enable_chunked_prefill", self.enable_chunked_prefill.map(|v| v.to_string()));
-        put("async_scheduling", self.async_scheduling.map(|v| v.to_string()));
-        put("enable_expert_parallel", self.enable_expert_parallel.map(|v| v.to_string()));
-        put("max_num_seqs", self.max_num_seqs.map(|v| v.to_string()));
-        put("max_num_batched_tokens", self.max_num_batched_tokens.map(|v| v.to_string()));
-        put("max_model_len", self.max_model_len.map(|v| v.to_string()));
-        put("cpu_offload", self.cpu_offload.map(|v| v.to_string()));
-        y
+        y + &serde_yaml_ng::to_string(&facts).unwrap_or_else(|e| panic!("server facts always serialise: {e}"))
     }
 }
 
@@ -372,13 +343,15 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         let s = LoggedServer::read(V1_LOG).unwrap();
         assert_eq!(s.vllm_version.as_deref(), Some("0.11.0"));
         assert_eq!(s.model.as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
-        assert_eq!((s.tensor_parallel_size, s.pipeline_parallel_size, s.data_parallel_size), (Some(2), Some(1), Some(1)));
-        assert_eq!((s.max_model_len, s.max_num_batched_tokens, s.max_num_seqs), (Some(4096), Some(2048), Some(128)));
+        let f = &s.facts;
+        assert_eq!((f.tensor_parallel_size, s.pipeline_parallel_size, f.data_parallel_size), (Some(2), Some(1), None));
+        assert_eq!((f.max_model_len, f.max_num_batched_tokens, f.max_num_seqs), (Some(4096), Some(2048), Some(128)));
         assert_eq!(s.kv_cache_tokens, Some(119_392));
-        assert_eq!(s.num_gpu_blocks(), Some(7462), "119 392 tokens / 16");
-        assert_eq!((s.kv_cache_dtype.as_deref(), s.quantization.as_deref()), (Some("fp8_e4m3"), Some("fp8")));
-        assert_eq!((s.enable_prefix_caching, s.enable_chunked_prefill, s.async_scheduling), (Some(true), Some(true), Some(true)));
-        assert_eq!((s.gpu_memory_utilization, s.cpu_offload, s.enforce_eager), (Some(0.85), Some(true), Some(false)));
+        assert_eq!(f.num_gpu_blocks, Some(7462), "119 392 tokens / 16");
+        assert_eq!((f.kv_cache_dtype.as_deref(), f.quantization.as_deref()), (Some("fp8_e4m3"), Some("fp8")));
+        assert_eq!((f.enable_prefix_caching, f.enable_chunked_prefill, f.async_scheduling), (Some(true), Some(true), Some(true)));
+        assert_eq!((f.gpu_memory_utilization, f.cpu_offload, s.enforce_eager), (Some(0.85), Some(CpuOffloadFact::On), Some(false)));
+        assert_eq!(f.hardware, None, "a dense model's log names no device");
         assert_eq!(s.notes().len(), 1, "{:?}", s.notes());
     }
 
@@ -400,16 +373,32 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         let v0 = "INFO 05-01 [llm_engine.py:100] Initializing an LLM engine (v0.6.3) with config: model='m', max_seq_len=2048, \
                   tensor_parallel_size=1, pipeline_parallel_size=2, enforce_eager=True\nINFO 05-01 [executor_base.py:111] # GPU blocks: 7462, # CPU blocks: 2048\n";
         let s = LoggedServer::read(v0).unwrap();
-        assert_eq!((s.gpu_blocks, s.num_gpu_blocks(), s.cpu_offload), (Some(7462), Some(7462), Some(false)));
+        assert_eq!((s.gpu_blocks, s.facts.num_gpu_blocks, s.facts.cpu_offload), (Some(7462), Some(7462), Some(CpuOffloadFact::Off)));
         let notes = s.notes().join("\n");
         assert!(notes.contains("pipeline_parallel_size 2") && notes.contains("enforce_eager"), "{notes}");
         // FlashMLA's forced 64-token blocks; a max_model_len that is no whole number of blocks.
         let mla = "INFO [cuda.py:160] Forcing kv cache block size to 64 for FlashMLA backend.\nINFO Using max model len 1000\n\
                    INFO GPU KV cache size: 100,000 tokens\n";
         let s = LoggedServer::read(mla).unwrap();
-        assert_eq!(s.block_size, Some(64));
+        assert_eq!(s.facts.block_size, Some(64));
         // 1 000 tokens take 16 blocks of 64: capacity = blocks / 16 × 1 000.
-        assert_eq!(s.num_gpu_blocks(), Some(1600));
+        assert_eq!(s.facts.num_gpu_blocks, Some(1600));
+    }
+
+    /// A MoE server's log names its GPU in the tuning file it loads.
+    #[test]
+    fn a_kernel_configs_device_name_gives_the_gpu() {
+        let line = |device: &str| {
+            format!("(EngineCore_DP0 pid=9) INFO [fused_moe.py:700] Using configuration from /vllm/configs/E=8,N=7168,device_name={device}.json for MoE layer.\n")
+        };
+        for (device, want) in [("NVIDIA_H100_80GB_HBM3", Some("H100")), ("NVIDIA_A100-SXM4-80GB", Some("A100-80GB")), ("NVIDIA_B300_SXM6", None)] {
+            let s = LoggedServer::read(&format!("{V1_LOG}{}", line(device))).unwrap();
+            assert_eq!(s.facts.hardware.as_deref(), want, "{device}");
+        }
+        let s = LoggedServer::read(&format!("{V1_LOG}{}", line("NVIDIA_H100_80GB_HBM3"))).unwrap();
+        let yaml = s.server_facts_yaml("vllm.log", None);
+        assert!(yaml.contains("\nhardware: H100\n") && !yaml.contains("# hardware:"), "{yaml}");
+        assert!(s.server_facts_yaml("vllm.log", Some("H200")).contains("\nhardware: H200\n"), "--hardware wins");
     }
 
     #[test]

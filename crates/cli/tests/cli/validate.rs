@@ -413,3 +413,30 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
     let out = blis(&["convert", "vllm-log", "--path", tmp.0.join("missing.log").to_str().unwrap()]);
     assert!(out.status.code() == Some(2) && stderr(&out).contains("missing.log"), "{}", stderr(&out));
 }
+
+/// A `vllm.log` in the experiment directory is read for the facts
+/// `server-facts.yaml` does not give (here the KV block count), and
+/// `server-facts.yaml` wins where both do; what the log says that BLIS
+/// does not simulate, and a setting it contradicts, are warned about.
+#[test]
+fn a_server_log_beside_the_experiment_fills_in_its_facts() {
+    let tmp = TempDir::new("validate-log-beside");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let hand_written = predictions(&dir, &[]);
+    edit_server_facts(&dir, |text| text.replace("num_gpu_blocks: 7462\n", ""));
+    let derived = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(derived.contains("no num_gpu_blocks"), "{derived}");
+    std::fs::write(dir.join("vllm.log"), VLLM_LOG).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && !stderr(&out).contains("no num_gpu_blocks"), "{}", stderr(&out));
+    assert_eq!(predictions(&dir, &[]), hand_written, "the log's 119 392 tokens are the 7 462 blocks");
+    // server-facts.yaml wins; the log's own contradiction of exp-config.yaml is named.
+    edit_server_facts(&dir, |text| format!("{text}num_gpu_blocks: 7462\n"));
+    std::fs::write(dir.join("vllm.log"), VLLM_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 64").replace("enforce_eager=False", "enforce_eager=True")).unwrap();
+    let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(err.contains("vllm.log max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128"), "{err}");
+    assert!(err.contains("vllm.log: enforce_eager"), "{err}");
+    std::fs::write(dir.join("vllm.log"), "no startup here\n").unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && stderr(&out).contains("vllm.log: no vLLM startup line found") && stderr(&out).contains("not read"), "{}", stderr(&out));
+}
