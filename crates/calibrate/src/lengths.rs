@@ -1,75 +1,16 @@
 //! What a recorded run says of its requests' lengths: the prompt and output
-//! length statistics of its lifecycle reports ([`LengthStats`]), and the
+//! length statistics of its lifecycle reports as distributions, and the
 //! generated length of each recorded request. A run of generated prompts
 //! (`shared_prefix`, `random`, `synthetic`) needs only the mean prompt length
 //! the server saw; a dataset run (`shareGPT`, …) needs the distributions,
 //! because nothing else says how long its requests were.
 
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use blis_workload::inference_perf::{Data, MeasuredLengths, QuantileTable};
-use serde::{Deserialize, Deserializer};
 
-use crate::experiment::{Experiment, Report, Successes, report_path};
+use crate::experiment::{Experiment, LengthStats, Report, Successes, report_path};
 use crate::requests::RequestRow;
-
-/// A lifecycle report's statistics of a length (`prompt_len`, `output_len`):
-/// its mean and whichever of `min`, `pN`, `median`, `max` it wrote, as
-/// `(probability, value)` pairs.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct LengthStats {
-    /// Mean, tokens.
-    pub mean: f64,
-    /// The percentiles written, as (probability in [0, 1], tokens), in the
-    /// order of their keys.
-    pub quantiles: Vec<(f64, f64)>,
-}
-
-/// The probability a report key names: `min` 0, `max` 1, `median` 0.5,
-/// `pN` N/100 (`p0.1`, `p99.9`, …); `None` for other keys (`mean`, `std`).
-fn key_probability(key: &str) -> Option<f64> {
-    match key {
-        "min" => Some(0.0),
-        "max" => Some(1.0),
-        "median" => Some(0.5),
-        _ => key.strip_prefix('p')?.parse::<f64>().ok().filter(|p| (0.0..=100.0).contains(p)).map(|p| p / 100.0),
-    }
-}
-
-impl<'de> Deserialize<'de> for LengthStats {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<LengthStats, D::Error> {
-        #[derive(Deserialize)]
-        struct Raw {
-            mean: f64,
-            #[serde(flatten)]
-            rest: BTreeMap<String, serde_json::Value>,
-        }
-        let raw = Raw::deserialize(d)?;
-        let quantiles = raw.rest.iter().filter_map(|(k, v)| Some((key_probability(k)?, v.as_f64()?))).collect();
-        Ok(LengthStats { mean: raw.mean, quantiles })
-    }
-}
-
-impl LengthStats {
-    /// The first value that is not a token count in `[0, max]`, as an error
-    /// message naming `field`.
-    pub(crate) fn check(&self, field: &str, max: f64) -> Result<(), String> {
-        let values = std::iter::once(("mean".to_string(), self.mean)).chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
-        for (name, v) in values {
-            if !(v.is_finite() && (0.0..=max).contains(&v)) {
-                return Err(format!("field `{field}.{name}` = {v:?}: must be a number in [0, {max:e}]"));
-            }
-        }
-        Ok(())
-    }
-
-    /// The distribution its percentiles describe (an error without `min`
-    /// and `max`, or with percentiles out of order).
-    pub fn table(&self) -> Result<QuantileTable, String> {
-        QuantileTable::new(self.quantiles.clone())
-    }
-}
 
 impl Experiment {
     /// Whether the run sent a dataset's prompts (`shareGPT`, …), whose

@@ -43,6 +43,7 @@ pub mod compare;
 pub mod distribution;
 pub mod error;
 pub mod experiment;
+pub mod facts;
 pub mod fit;
 pub mod kernels;
 pub mod lengths;

@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use crate::experiment::{CpuOffloadFact, ServerFacts};
+use crate::facts::{CpuOffloadFact, ServerFacts};
 
 /// vLLM's default KV block size, when the log names none.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -359,7 +359,7 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
     fn the_facts_written_are_what_server_facts_yaml_reads() {
         let s = LoggedServer::read(V1_LOG).unwrap();
         let yaml = s.server_facts_yaml("server.log", Some("H100-SXM-80GB"));
-        let facts: crate::experiment::ServerFacts = blis_data::yaml::from_str(&yaml).unwrap();
+        let facts: ServerFacts = blis_data::yaml::from_str(&yaml).unwrap();
         assert!(facts.other.is_empty(), "every key written is one server-facts.yaml reads: {:?}", facts.other);
         assert_eq!(facts.hardware.as_deref(), Some("H100-SXM-80GB"));
         assert_eq!((facts.tensor_parallel_size, facts.num_gpu_blocks, facts.max_num_seqs), (Some(2), Some(7462), Some(128)));
