@@ -193,6 +193,9 @@ pub struct LoggedServer {
     pub kv_cache_tokens: Option<u64>,
     /// KV blocks (V0's "# GPU blocks").
     pub gpu_blocks: Option<u64>,
+    /// Engine configuration lines: more than one per data-parallel rank
+    /// means the log holds several server starts, of which the first is read.
+    pub engine_starts: u32,
     /// The facts as `server-facts.yaml` keys: each the log gave; `hardware`
     /// only when a kernel configuration's `device_name` names a bundled GPU
     /// (the fused-MoE and block-FP8 tuning files vLLM reports loading).
@@ -219,8 +222,11 @@ impl LoggedServer {
             let after = |marker: &str| line.find(marker).map(|i| &line[i + marker.len()..]);
             gpu = gpu.or_else(|| device_gpu(line));
             if let Some(rest) = after("non-default args: ") {
-                args.extend(python_dict(rest));
+                if args.is_empty() {
+                    args = python_dict(rest);
+                }
             } else if let Some(rest) = after("Initializing a V1 LLM engine (v").or(after("Initializing a V0 LLM engine (v")).or(after("Initializing an LLM engine (v")) {
+                s.engine_starts += 1;
                 if engine.is_empty() {
                     let (version, config) = rest.split_once(')').unwrap_or((rest, ""));
                     s.vllm_version = Some(version.to_string());
@@ -293,6 +299,10 @@ impl LoggedServer {
         }
         if self.enforce_eager == Some(true) {
             notes.push("enforce_eager: BLIS's coefficients are fitted on servers running CUDA graphs; an eager server's small decode steps are slower".into());
+        }
+        let ranks = self.facts.data_parallel_size.unwrap_or(1);
+        if self.engine_starts > ranks {
+            notes.push(format!("{} engine starts for {ranks} data-parallel rank(s): the log holds several server starts; the first is read", self.engine_starts));
         }
         if self.kv_cache_tokens.is_some() && self.gpu_blocks.is_none() && self.facts.block_size.is_none() {
             notes.push(format!("no block size in the log: num_gpu_blocks assumes vLLM's default of {DEFAULT_BLOCK_SIZE} tokens"));
@@ -411,6 +421,16 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!(k["model"], PyValue::Str("a=b".into()));
         assert_eq!(k["dtype"], PyValue::Str("torch.bfloat16".into()));
         assert_eq!(k.len(), 4);
+    }
+
+    /// A log of two server starts is read for its first, and says so.
+    #[test]
+    fn a_restarted_server_is_read_for_its_first_start() {
+        let second = V1_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 256").replace("tensor_parallel_size=2", "tensor_parallel_size=4");
+        let s = LoggedServer::read(&format!("{V1_LOG}{second}")).unwrap();
+        assert_eq!((s.facts.max_num_seqs, s.facts.tensor_parallel_size, s.engine_starts), (Some(128), Some(2), 2));
+        assert!(s.notes().iter().any(|n| n.contains("2 engine starts")), "{:?}", s.notes());
+        assert!(!LoggedServer::read(V1_LOG).unwrap().notes().iter().any(|n| n.contains("engine starts")));
     }
 
     #[test]

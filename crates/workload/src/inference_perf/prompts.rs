@@ -233,9 +233,9 @@ impl StagePrompts {
 
     /// Where a prompt's own tokens begin
     /// ([`RequestMeta::own_prompt_from`](blis_engine::request::RequestMeta::own_prompt_from)):
-    /// `random` data draws every prompt from a stream keyed by its request;
-    /// `synthetic` prompts are prefixes of one text and shared-prefix prompts
-    /// recur, so they promise nothing.
+    /// `random` data and datasets draw every prompt from a stream keyed by
+    /// its request; `synthetic` prompts are prefixes of one text and
+    /// shared-prefix prompts recur, so they promise nothing.
     pub fn own_prompt_from(&self) -> Option<u32> {
         match self {
             StagePrompts::Drawn { text_seed: None, .. } | StagePrompts::Dataset { .. } => Some(0),
