@@ -76,7 +76,8 @@ pub struct LengthDistribution {
     /// Skewness parameter of a skew normal.
     pub skew: f64,
     /// How many lengths `random` and `synthetic` data draw (then cycle);
-    /// not read for shared-prefix lengths. Null in newer versions' defaults.
+    /// not read for shared-prefix lengths. Unset (null, inference-perf's
+    /// default since late 2025), a run's largest stage's requests plus one.
     pub total_count: Option<u32>,
     /// Shape.
     #[serde(rename = "type")]
@@ -92,7 +93,7 @@ impl Default for LengthDistribution {
             std_dev: 200.0,
             variance: None,
             skew: 0.0,
-            total_count: Some(1000),
+            total_count: None,
             shape: LengthShape::Normal,
         }
     }
@@ -223,7 +224,7 @@ mod tests {
     use proptest::prelude::*;
 
     fn dist(shape: LengthShape, min: u32, max: u32, mean: f64, std_dev: f64) -> LengthDistribution {
-        LengthDistribution { min, max, mean, std_dev, shape, ..LengthDistribution::default() }
+        LengthDistribution { min, max, mean, std_dev, shape, total_count: Some(1000), ..LengthDistribution::default() }
     }
 
     fn moments(v: &[u32]) -> (f64, f64) {
@@ -289,9 +290,11 @@ mod tests {
 
     #[test]
     fn inference_perfs_defaults_and_refusals() {
-        let d: LengthDistribution = blis_data::yaml::from_str("mean: 100\nstd_dev: 0\n").unwrap();
+        let d: LengthDistribution = blis_data::yaml::from_str("mean: 100\nstd_dev: 0\ntotal_count: 1000\n").unwrap();
         assert_eq!((d.min, d.max, d.total_count, d.shape), (10, 1024, Some(1000), LengthShape::Normal));
         assert_eq!(d.problem(Sampler::IoDistribution), None);
+        let unset: LengthDistribution = blis_data::yaml::from_str("mean: 100\n").unwrap();
+        assert_eq!(unset.total_count, None, "the run's stages set it (inference_perf::config)");
         let d: LengthDistribution = blis_data::yaml::from_str("type: skew_normal\nskew: 2\ntotal_count: null\n").unwrap();
         assert_eq!((d.shape, d.skew, d.total_count), (LengthShape::SkewNormal, 2.0, None));
         assert_eq!(d.problem(Sampler::SharedPrefix), None);
@@ -323,7 +326,7 @@ mod tests {
         ) {
             let shape = [LengthShape::Normal, LengthShape::SkewNormal, LengthShape::Lognormal, LengthShape::Uniform, LengthShape::Poisson][shape_i];
             let sampler = if shared_prefix { Sampler::SharedPrefix } else { Sampler::IoDistribution };
-            let d = LengthDistribution { min, max: min + span, mean, std_dev, skew, shape, ..LengthDistribution::default() };
+            let d = LengthDistribution { min, max: min + span, mean, std_dev, skew, shape, total_count: Some(200), ..LengthDistribution::default() };
             prop_assume!(d.problem(sampler).is_none());
             let v = d.draw(sampler, 200, &mut subsystem_rng(seed, "t"));
             prop_assert_eq!(v.len(), 200);

@@ -10,7 +10,7 @@ use blis_engine::time::{MAX_SPAN_S, Micros};
 use serde::Deserialize;
 use thiserror::Error;
 
-use crate::io_distribution::{LengthDistribution, LengthShape, Sampler};
+use crate::io_distribution::{LengthDistribution, LengthShape, MAX_TOTAL_COUNT, Sampler};
 
 /// aiohttp's default total timeout, which inference-perf uses when
 /// `load.request_timeout` is null.
@@ -559,7 +559,8 @@ impl InferencePerfConfig {
     pub fn from_yaml_str(text: &str) -> Result<InferencePerfConfig, InferencePerfError> {
         let raw: RawConfig = blis_data::yaml::from_str(text).map_err(|e| InferencePerfError::Parse(e.to_string()))?;
         let report_file_prefix = raw.report_file_prefix().unwrap_or_default();
-        let data = Data::from_raw(raw.data)?;
+        let load = Load::from_raw(raw.load)?;
+        let data = Data::from_raw(raw.data, &load)?;
         if !matches!(raw.api.kind.as_str(), "completion" | "chat") {
             return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
         }
@@ -568,7 +569,7 @@ impl InferencePerfConfig {
             api: raw.api.kind,
             streaming: raw.api.streaming,
             data,
-            load: Load::from_raw(raw.load)?,
+            load,
             ignore_eos: server.ignore_eos,
             model_name: server.model_name,
             report_file_prefix,
@@ -656,9 +657,12 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
     Ok(())
 }
 
-/// A distribution random and synthetic data need, present and drawable.
-fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> Result<LengthDistribution, InferencePerfError> {
-    let d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+/// A distribution random and synthetic data need, present and drawable;
+/// a `total_count` left unset becomes `default_count`, as inference-perf
+/// sets it.
+fn checked_distribution(field: &'static str, d: Option<LengthDistribution>, default_count: u32) -> Result<LengthDistribution, InferencePerfError> {
+    let mut d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+    d.total_count = d.total_count.or(Some(default_count));
     match d.problem(Sampler::IoDistribution) {
         Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason }),
         None => Ok(d),
@@ -666,14 +670,19 @@ fn checked_distribution(field: &'static str, d: Option<LengthDistribution>) -> R
 }
 
 impl Data {
-    fn from_raw(raw: RawData) -> Result<Data, InferencePerfError> {
+    /// `raw` checked; `load` is the run's, whose largest stage sets the
+    /// `total_count` of drawn lengths that leave it unset (inference-perf's
+    /// requests of its largest stage plus one: no length recurs).
+    fn from_raw(raw: RawData, load: &Load) -> Result<Data, InferencePerfError> {
         if raw.multimodal.is_some() {
             return Err(InferencePerfError::Unsupported { field: "data.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
         }
+        let largest_stage = load.stages.iter().map(Stage::num_requests).max().unwrap_or(0);
+        let default_count = u32::try_from(largest_stage + 1).unwrap_or(MAX_TOTAL_COUNT).min(MAX_TOTAL_COUNT);
         let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
             Ok(IoLengths {
-                input: checked_distribution("data.input_distribution", raw.input_distribution)?,
-                output: checked_distribution("data.output_distribution", raw.output_distribution)?,
+                input: checked_distribution("data.input_distribution", raw.input_distribution, default_count)?,
+                output: checked_distribution("data.output_distribution", raw.output_distribution, default_count)?,
             })
         };
         match raw.kind.as_str() {

@@ -604,3 +604,25 @@ fn a_recorded_dataset_run_keeps_what_was_recorded() {
     assert!(!prompts.fixed_output());
     assert!((prompts.mean_output_tokens() - dataset_lengths().output.unwrap().mean()).abs() < 1e-9);
 }
+
+/// A `total_count` left unset (omitted, or null as inference-perf writes
+/// its default) is the largest stage's request count plus one, as
+/// inference-perf sets it: no drawn length recurs within a stage.
+#[test]
+fn an_unset_total_count_covers_the_largest_stage() {
+    let drawn = drawn_config("random");
+    for unset in ["", "\n    total_count: null"] {
+        let text = format!(
+            "api:\n  type: completion\ndata:\n  type: random\n  input_distribution:\n    min: 50\n    max: 400\n    mean: 200\n    std_dev: 80{unset}\n  \
+             output_distribution:\n    min: 5\n    max: 60\n    mean: 20\n    std_dev: 10{unset}\nload:\n  type: poisson\n  stages:\n  \
+             - {{rate: 20, duration: 6}}\n  - {{rate: 5, duration: 2}}\n"
+        );
+        let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+        let Data::Random(io) = &c.data else { panic!("random") };
+        assert_eq!((io.input.total_count, io.output.total_count), (Some(121), Some(121)), "{unset:?}");
+        let prompts = StagePrompts::new(&c.data, &MeasuredLengths::default(), 5).unwrap();
+        assert_eq!(prompts.prompt_cycle(), Some(121));
+    }
+    let Data::Random(io) = &drawn.data else { panic!("random") };
+    assert_eq!(io.input.total_count, Some(30), "a count given stays");
+}
