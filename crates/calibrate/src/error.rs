@@ -25,7 +25,10 @@ pub enum ExperimentError {
     #[error("{0}")]
     Workload(String),
     /// Nothing under a path looks like an experiment.
-    #[error("{}: no experiment directory (one holding results/config.yaml) at or below this path", path.display())]
+    #[error(
+        "{}: no experiment directory (one holding results/config.yaml, or inference-perf's output: config.yaml beside stage_0_lifecycle_metrics.json) at or below this path",
+        path.display()
+    )]
     NoExperiments {
         /// The path searched.
         path: PathBuf,

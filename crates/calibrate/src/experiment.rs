@@ -291,8 +291,13 @@ pub struct Experiment {
     pub name: String,
     /// Directory.
     pub dir: PathBuf,
-    /// Server knobs.
+    /// Where its inference-perf reports are ([`results_dir`]).
+    pub results: PathBuf,
+    /// Server knobs: `exp-config.yaml`'s, or without that file the model
+    /// [`Experiment::model_from`] names and nothing else.
     pub exp_config: ExpConfig,
+    /// Where the model comes from.
+    pub model_from: ModelFrom,
     /// Server facts (defaults when the file is absent).
     pub facts: ServerFacts,
     /// The inference-perf configuration used.
@@ -309,6 +314,37 @@ pub struct Experiment {
     pub log: Option<LoggedServer>,
     /// Why a `vllm.log` present was not read (no vLLM startup line in it).
     pub log_unread: Option<String>,
+}
+
+/// Where an experiment's model comes from.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+pub enum ModelFrom {
+    /// `exp-config.yaml`, which also gives the server's knobs.
+    ExpConfig,
+    /// The inference-perf configuration's `server.model_name` (no `exp-config.yaml`).
+    ServerModelName,
+    /// The server log's model (no `exp-config.yaml`, no `server.model_name`).
+    Log,
+}
+
+impl ModelFrom {
+    /// The file it is in.
+    pub fn file(self) -> &'static str {
+        match self {
+            ModelFrom::ExpConfig => "exp-config.yaml",
+            ModelFrom::ServerModelName => "config.yaml",
+            ModelFrom::Log => SERVER_LOG,
+        }
+    }
+
+    /// How messages name it.
+    pub fn describe(self) -> &'static str {
+        match self {
+            ModelFrom::ExpConfig => "exp-config.yaml model",
+            ModelFrom::ServerModelName => "config.yaml server.model_name",
+            ModelFrom::Log => "vllm.log model",
+        }
+    }
 }
 
 /// The server log an experiment directory may hold beside its facts.
@@ -333,9 +369,26 @@ fn format_error(path: &Path, e: &serde_path_to_error::Error<serde_json::Error>) 
     ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) })
 }
 
-/// Whether `dir` looks like an experiment directory.
+/// Where the inference-perf reports of the experiment in `dir` are:
+/// `dir/results/` (the layout of `validation/`), or `dir` itself when it is
+/// inference-perf's own output directory (its `config.yaml` beside a
+/// `stage_0_lifecycle_metrics.json`, under any report prefix).
+pub fn results_dir(dir: &Path) -> Option<PathBuf> {
+    let nested = dir.join("results");
+    if nested.join("config.yaml").is_file() {
+        return Some(nested);
+    }
+    let has_stage_report = || {
+        std::fs::read_dir(dir).is_ok_and(|entries| {
+            entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("stage_0_lifecycle_metrics.json"))
+        })
+    };
+    (dir.join("config.yaml").is_file() && has_stage_report()).then(|| dir.to_path_buf())
+}
+
+/// Whether `dir` looks like an experiment directory ([`results_dir`]).
 pub fn is_experiment_dir(dir: &Path) -> bool {
-    dir.join("results").join("config.yaml").is_file()
+    results_dir(dir).is_some()
 }
 
 /// The experiment directories `path` names: itself if it is one, else every
@@ -398,40 +451,39 @@ pub(crate) enum Report {
     PerRequest,
 }
 
-/// `report` relative to the experiment: `results/` and its name, prefixed
-/// as the run's storage configured.
+/// The file name of `report`, prefixed as the run's storage configured.
 fn report_name(workload: &InferencePerfConfig, report: Report) -> String {
     let name = match report {
         Report::Stage(i) => format!("stage_{i}_lifecycle_metrics.json"),
         Report::Summary => "summary_lifecycle_metrics.json".into(),
         Report::PerRequest => "per_request_lifecycle_metrics.json".into(),
     };
-    format!("results/{}{name}", workload.report_file_prefix)
+    format!("{}{name}", workload.report_file_prefix)
 }
 
-/// [`report_name`] in `dir`.
-pub(crate) fn report_path(dir: &Path, workload: &InferencePerfConfig, report: Report) -> PathBuf {
-    dir.join(report_name(workload, report))
+/// [`report_name`] in the reports directory `results`.
+pub(crate) fn report_path(results: &Path, workload: &InferencePerfConfig, report: Report) -> PathBuf {
+    results.join(report_name(workload, report))
 }
 
 impl Experiment {
     /// Loads and checks an experiment directory.
     pub fn load(dir: &Path) -> Result<Experiment, ExperimentError> {
         let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
-        let exp_config: ExpConfig = yaml(&dir.join("exp-config.yaml"))?;
+        let results = results_dir(dir).unwrap_or_else(|| dir.join("results"));
         let facts_path = dir.join("server-facts.yaml");
         let facts: ServerFacts = if facts_path.is_file() { yaml(&facts_path)? } else { ServerFacts::default() };
-        let config_path = dir.join("results").join("config.yaml");
+        let config_path = results.join("config.yaml");
         let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::File(DataError::Format { path: config_path.clone(), message: e.to_string() }))?;
         let mut stages = Vec::new();
         for i in 0..workload.load.stages.len() {
-            stages.push(json::<Lifecycle>(&report_path(dir, &workload, Report::Stage(i)))?);
+            stages.push(json::<Lifecycle>(&report_path(&results, &workload, Report::Stage(i)))?);
         }
-        let summary_path = report_path(dir, &workload, Report::Summary);
+        let summary_path = report_path(&results, &workload, Report::Summary);
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
-        let per_request_path = report_path(dir, &workload, Report::PerRequest);
+        let per_request_path = report_path(&results, &workload, Report::PerRequest);
         let requests = if csv_path.is_file() {
             Some(read_requests(&csv_path, stages.len())?)
         } else if per_request_path.is_file() {
@@ -448,7 +500,27 @@ impl Experiment {
         } else {
             (None, None)
         };
-        let exp = Experiment { name, dir: dir.to_path_buf(), exp_config, facts, workload, stages, summary, requests, log, log_unread };
+        let exp_config_path = dir.join("exp-config.yaml");
+        let (exp_config, model_from) = if exp_config_path.is_file() {
+            (yaml(&exp_config_path)?, ModelFrom::ExpConfig)
+        } else {
+            let (model, from) = match (&workload.model_name, log.as_ref().and_then(|l| l.model.clone())) {
+                (Some(m), _) => (m.clone(), ModelFrom::ServerModelName),
+                (None, Some(m)) => (m, ModelFrom::Log),
+                (None, None) => {
+                    return Err(ExperimentError::File(DataError::Io {
+                        path: exp_config_path,
+                        message: format!(
+                            "not found, and neither {} (server.model_name) nor a {SERVER_LOG} names the model; write one: `model: <HuggingFace id>`",
+                            config_path.display()
+                        ),
+                    }));
+                }
+            };
+            (ExpConfig { model, tensor_parallelism: 1, max_model_len: None, max_num_batched_tokens: None, max_num_seqs: None }, from)
+        };
+        let exp =
+            Experiment { name, dir: dir.to_path_buf(), results, exp_config, model_from, facts, workload, stages, summary, requests, log, log_unread };
         exp.check()?;
         Ok(exp)
     }
@@ -464,8 +536,8 @@ impl Experiment {
         {
             return bad(self.dir.join(self.fact_file(utilization)), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
-        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.dir, &self.workload, Report::Stage(i)), s));
-        let summary_file = self.summary.iter().map(|s| (report_path(&self.dir, &self.workload, Report::Summary), s));
+        let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.results, &self.workload, Report::Stage(i)), s));
+        let summary_file = self.summary.iter().map(|s| (report_path(&self.results, &self.workload, Report::Summary), s));
         for (path, lifecycle) in stage_files.chain(summary_file) {
             if let Err(message) = lifecycle.check() {
                 return bad(path, message);
@@ -482,13 +554,23 @@ impl Experiment {
                     format!(
                         "{n} rows for stage {i}, but {} counts {} requests (successes + failures); \
                          requests.csv must have one row per request",
-                        report_name(&self.workload, Report::Stage(i)),
+                        self.relative(&report_path(&self.results, &self.workload, Report::Stage(i))).display(),
                         s.sent()
                     ),
                 );
             }
         }
         Ok(())
+    }
+
+    /// `path` relative to the experiment directory, for messages.
+    fn relative<'a>(&self, path: &'a Path) -> &'a Path {
+        path.strip_prefix(&self.dir).unwrap_or(path)
+    }
+
+    /// The tensor-parallel degree `exp-config.yaml` records (`None` without the file).
+    pub fn exp_config_tp(&self) -> Option<u32> {
+        (self.model_from == ModelFrom::ExpConfig).then_some(self.exp_config.tensor_parallelism)
     }
 
     /// A fact about the server: `server-facts.yaml`'s, else its log's
@@ -528,7 +610,7 @@ impl Experiment {
             format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
         });
         let pairs: [(&str, fn(&ServerFacts) -> Option<u32>, &str, Option<u32>); 4] = [
-            ("tensor_parallel_size", |f| f.tensor_parallel_size, "tensor_parallelism", Some(c.tensor_parallelism)),
+            ("tensor_parallel_size", |f| f.tensor_parallel_size, "tensor_parallelism", self.exp_config_tp()),
             ("max_num_seqs", |f| f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
             ("max_num_batched_tokens", |f| f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),
             ("max_model_len", |f| f.max_model_len, "max_model_len", c.max_model_len),
@@ -547,7 +629,7 @@ impl Experiment {
             format!(
                 "{}: server.ignore_eos is false: the real server may have stopped requests before max_tokens; \
                  BLIS generates max_tokens for every request",
-                self.dir.join("results").join("config.yaml").display()
+                self.results.join("config.yaml").display()
             )
         });
         let multi_turn = (self.requests.is_some() && self.workload.shared_prefix().is_some_and(|sp| sp.enable_multi_turn_chat)).then(|| {

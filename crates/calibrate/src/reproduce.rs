@@ -60,6 +60,8 @@ pub struct Definitions {
     pub model: Option<PathBuf>,
     /// A GPU spec used for every experiment instead of the GPU its `server-facts.yaml` names.
     pub gpu: Option<PathBuf>,
+    /// A bundled GPU's name, used for every experiment instead of the GPU its facts name.
+    pub gpu_name: Option<String>,
     /// CPU KV tier (GiB, `--kv-offloading-size`) given to every experiment
     /// whose `server-facts.yaml` says `cpu_offload: true` or `unknown`.
     pub kv_offloading_size: Option<f64>,
@@ -104,8 +106,9 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         None if catalog::find_model(id).is_some() => None,
         None => Some(find_sibling_model_config(&exp.dir, id).ok_or_else(|| {
             format!(
-                "exp-config.yaml model `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
+                "{} `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
                  the experiment; bundled: {}; or pass --model-config PATH",
+                exp.model_from.describe(),
                 catalog::model_ids()
             )
         })?),
@@ -114,6 +117,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     let given = KnobValues {
         model_config,
         hardware_config: defs.gpu.clone(),
+        hardware: defs.gpu_name.clone(),
         kv_offloading_size,
         moe_kernel_compile: defs.moe_kernel_compile.clone(),
         ..KnobValues::default()
@@ -125,7 +129,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     let c = &exp.exp_config;
     let exp_config = KnobValues {
         model: Some(c.model.clone()),
-        tp: Some(c.tensor_parallelism),
+        tp: exp.exp_config_tp(),
         max_model_len: c.max_model_len,
         max_num_batched_tokens: c.max_num_batched_tokens,
         max_num_seqs: c.max_num_seqs,
@@ -136,7 +140,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     Ok([(given, Source::Flag, String::new()), (fact_knobs(&exp.facts), Source::File, "server-facts.yaml".into())]
         .into_iter()
         .chain(log)
-        .chain([(exp_config, Source::File, "exp-config.yaml".into()), (recorded_defaults, Source::Default, String::new())])
+        .chain([(exp_config, Source::File, exp.model_from.file().into()), (recorded_defaults, Source::Default, String::new())])
         .collect())
 }
 
@@ -182,7 +186,7 @@ impl Setup {
             return Err(unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured")));
         }
         let measured = exp.measured_lengths();
-        let gpu_named = exp.fact(|f| f.hardware.clone()).is_some() || defs.gpu.is_some();
+        let gpu_named = exp.fact(|f| f.hardware.clone()).is_some() || defs.gpu.is_some() || defs.gpu_name.is_some();
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
             let file = exp.fact_file(|f| f.data_parallel_size);

@@ -77,7 +77,7 @@ impl Suite {
             .flat_map(|c| {
                 let assumed_gpu = (!c.setup.gpu_named).then(|| {
                     format!(
-                        "{}: no hardware; simulating {}, BLIS's default GPU (record the GPU as `hardware:` there, or pass --hardware-config)",
+                        "{}: no hardware; simulating {}, BLIS's default GPU (record the GPU as `hardware:` there, or pass --hardware NAME or --hardware-config PATH)",
                         c.experiment.dir.join("server-facts.yaml").display(),
                         c.setup.server.gpu_name
                     )

@@ -1,5 +1,5 @@
-//! `--model-config` and `--hardware-config` of `blis validate` and `blis
-//! fit`: a model or GPU BLIS does not bundle, used for every experiment;
+//! `--model-config`, `--hardware-config` and `--hardware` of `blis validate`
+//! and `blis fit`: a model or GPU used for every experiment;
 //! and the server facts they may override for every experiment
 //! (`--kv-offloading-size`, `--moe-kernel-compile`).
 
@@ -22,6 +22,10 @@ pub struct DefinitionArgs {
     /// experiment instead of the GPU its server-facts.yaml names.
     #[arg(long, value_name = "PATH")]
     pub hardware_config: Option<PathBuf>,
+    /// A bundled GPU, by name (`A100-80GB`, `L40S`, …), used for every experiment instead of the GPU its
+    /// server facts name: for runs whose facts or log do not record it.
+    #[arg(long, value_name = "GPU", conflicts_with = "hardware_config")]
+    pub hardware: Option<String>,
     /// CPU KV tier (GiB, as `blis run --kv-offloading-size`) for every experiment whose
     /// server-facts.yaml says cpu_offload: true or unknown. [default: none]
     #[arg(long, value_name = "GIB", allow_negative_numbers = true)]
@@ -43,6 +47,9 @@ impl DefinitionArgs {
                 flags += &format!(" {flag} {}", p.display());
             }
         }
+        if let Some(gpu) = &self.hardware {
+            flags += &format!(" --hardware {gpu}");
+        }
         if let Some(gib) = self.kv_offloading_size {
             flags += &format!(" --kv-offloading-size {gib}");
         }
@@ -61,6 +68,9 @@ impl DefinitionArgs {
         if let Some(path) = &self.hardware_config {
             load_gpu_spec(path)?;
         }
+        if let Some(gpu) = self.hardware.as_deref().filter(|g| blis_data::catalog::find_gpu(g).is_none()) {
+            return Err(BadInput(format!("--hardware {gpu}: {}", blis_data::catalog::unknown_gpu(gpu))));
+        }
         if let Some(gib) = self.kv_offloading_size.filter(|g| !(g.is_finite() && *g > 0.0)) {
             return Err(BadInput(format!("--kv-offloading-size {gib}: must be a positive number of GiB")));
         }
@@ -70,6 +80,7 @@ impl DefinitionArgs {
         Ok(Definitions {
             model: self.model_config.clone(),
             gpu: self.hardware_config.clone(),
+            gpu_name: self.hardware.clone(),
             kv_offloading_size: self.kv_offloading_size,
             moe_kernel_compile: self.moe_kernel_compile.clone(),
         })

@@ -162,3 +162,42 @@ fn recorded_output_lengths_are_generated_exactly() {
     let mean = rows.iter().filter(|r| r.has_error == 0).map(|r| f64::from(length_of(r.index))).sum::<f64>() / rows.iter().filter(|r| r.has_error == 0).count() as f64;
     assert!((sim.mean_output_tokens - mean).abs() < 1e-9, "{} vs {mean}", sim.mean_output_tokens);
 }
+
+/// inference-perf's own output directory (its config.yaml beside the
+/// reports, no `results/`), with nothing but the server's `vllm.log` beside
+/// it, validates to the rows of the hand-assembled experiment: the model
+/// from `server.model_name`, the server's knobs and KV blocks from the log.
+/// Without a model anywhere, the error names the file to write.
+#[test]
+fn an_inference_perf_output_directory_with_its_server_log_validates() {
+    const LOG: &str = "\
+(APIServer pid=7) INFO 02-17 23:10:01 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-2-7b-hf', 'max_model_len': 4096, \
+'max_num_seqs': 128, 'max_num_batched_tokens': 2048, 'enable_prefix_caching': True}
+(EngineCore_DP0 pid=9) INFO 02-17 23:10:09 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-2-7b-hf', \
+max_seq_len=4096, tensor_parallel_size=1, pipeline_parallel_size=1, quantization=None, enable_prefix_caching=True, chunked_prefill_enabled=True
+(EngineCore_DP0 pid=9) INFO 02-17 23:11:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
+";
+    let rows = |dir: &std::path::Path| {
+        let suite = Suite::load(&[dir.to_path_buf()], &Definitions::default()).unwrap();
+        let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
+        c.rows.iter().map(|r| format!("{:?} {:?} {} {}", r.stage, r.metric, r.predicted, r.actual)).collect::<Vec<_>>()
+    };
+    let assembled = copy_experiment(SOURCE, "assembled", |rel, text| (rel != "requests.csv").then(|| (rel.into(), text)));
+    let bare = copy_experiment(SOURCE, "bare", |rel, text| rel.strip_prefix("results/").map(|name| (name.to_string(), text)));
+    std::fs::write(bare.dir.join("vllm.log"), LOG).unwrap();
+    assert!(!bare.dir.join("results").exists() && !bare.dir.join("exp-config.yaml").exists());
+    let want = rows(&assembled.dir);
+    assert!(want.len() > 20);
+    assert_eq!(rows(&bare.dir), want);
+    let exp = blis_calibrate::experiment::Experiment::load(&bare.dir).unwrap();
+    assert_eq!((exp.results.as_path(), exp.model_from), (bare.dir.as_path(), blis_calibrate::experiment::ModelFrom::ServerModelName));
+    // Found as an experiment below a directory, too.
+    assert_eq!(blis_calibrate::experiment::discover(bare.dir.parent().unwrap()).unwrap(), vec![bare.dir.clone()]);
+
+    let unnamed = copy_experiment(SOURCE, "unnamed", |rel, text| {
+        let text = if rel == "results/config.yaml" { text.replace("  model_name: meta-llama/Llama-2-7b-hf\n", "") } else { text };
+        rel.strip_prefix("results/").map(|name| (name.to_string(), text))
+    });
+    let e = Suite::load(std::slice::from_ref(&unnamed.dir), &Definitions::default()).err().unwrap().to_string();
+    assert!(e.contains("exp-config.yaml") && e.contains("not found") && e.contains("model"), "{e}");
+}

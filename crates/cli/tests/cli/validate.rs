@@ -305,6 +305,14 @@ fn an_unrecorded_gpu_is_assumed_out_loud() {
     let a100 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json");
     let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q", "--hardware-config", a100]));
     assert!(!err.contains("no hardware"), "{err}");
+    // A bundled GPU by name is the same GPU as its file.
+    let by_name = blis(&["validate", dir.to_str().unwrap(), "-q", "--hardware", "A100-80GB"]);
+    assert!(by_name.status.success() && !stderr(&by_name).contains("no hardware"), "{}", stderr(&by_name));
+    assert_eq!(predictions(&dir, &["--hardware", "A100-80GB"]), predictions(&dir, &["--hardware-config", a100]));
+    assert_ne!(predictions(&dir, &["--hardware", "A100-80GB"]), predictions(&dir, &[]));
+    let unknown = blis(&["validate", dir.to_str().unwrap(), "-q", "--hardware", "B300"]);
+    assert_eq!(unknown.status.code(), Some(2));
+    assert!(stderr(&unknown).trim_end().lines().count() == 1 && stderr(&unknown).contains("--hardware B300: unknown GPU"), "{}", stderr(&unknown));
 }
 
 /// `kv_cache_dtype: fp8` in `server-facts.yaml` is read: the server's
