@@ -599,7 +599,7 @@ impl Experiment {
     /// values. The server's facts are what ran, so they are simulated; the
     /// other value is named so the user can tell which file is stale. What
     /// the server log says BLIS does not simulate, or that it could not be
-    /// read. Also a run
+    /// read; a run that measured another engine than vLLM. Also a run
     /// without `ignore_eos`, whose real outputs may be shorter than the
     /// `max_tokens` BLIS generates, a multi-turn run replayed from its
     /// recorded requests, whose rounds lack their conversations' context,
@@ -639,7 +639,21 @@ impl Experiment {
                 self.dir.display()
             )
         });
-        unknown.chain(disagreements).chain(log).chain(self.log_unread.clone()).chain(eos).chain(multi_turn).chain(self.dataset_warning()).collect()
+        let engine = self.workload.server_type.as_deref().filter(|t| *t != "vllm").map(|t| {
+            format!(
+                "{}: server.type = {t}: BLIS simulates vLLM's engine; this run measured another",
+                self.results.join("config.yaml").display()
+            )
+        });
+        unknown
+            .chain(disagreements)
+            .chain(log)
+            .chain(self.log_unread.clone())
+            .chain(engine)
+            .chain(eos)
+            .chain(multi_turn)
+            .chain(self.dataset_warning())
+            .collect()
     }
 
     /// Tensor-parallel degree (server facts win over the experiment config).

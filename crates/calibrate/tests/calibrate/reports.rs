@@ -201,3 +201,20 @@ max_seq_len=4096, tensor_parallel_size=1, pipeline_parallel_size=1, quantization
     let e = Suite::load(std::slice::from_ref(&unnamed.dir), &Definitions::default()).err().unwrap().to_string();
     assert!(e.contains("exp-config.yaml") && e.contains("not found") && e.contains("model"), "{e}");
 }
+
+/// A run that measured another engine (inference-perf's `server.type`) is
+/// simulated as vLLM, and the warning says so; a vLLM run warns of nothing.
+#[test]
+fn a_run_of_another_engine_is_warned_about() {
+    let sglang = copy_experiment(SOURCE, "sglang", |rel, text| match rel {
+        "results/config.yaml" => {
+            assert!(text.contains("  type: vllm\n"), "the shipped config changed");
+            Some((rel.into(), text.replace("  type: vllm\n", "  type: sglang\n")))
+        }
+        _ => Some((rel.into(), text)),
+    });
+    let exp = blis_calibrate::experiment::Experiment::load(&sglang.dir).unwrap();
+    assert!(exp.warnings().iter().any(|w| w.contains("server.type = sglang")), "{:?}", exp.warnings());
+    let vllm = blis_calibrate::experiment::Experiment::load(&copy_experiment(SOURCE, "vllm", |rel, text| Some((rel.into(), text))).dir).unwrap();
+    assert!(vllm.warnings().iter().all(|w| !w.contains("server.type")), "{:?}", vllm.warnings());
+}

@@ -489,6 +489,8 @@ struct RawServer {
     ignore_eos: bool,
     #[serde(default)]
     model_name: Option<String>,
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
 }
 
 /// One `storage` backend: only the prefix of its report file names is read.
@@ -548,6 +550,9 @@ pub struct InferencePerfConfig {
     pub ignore_eos: bool,
     /// `server.model_name`.
     pub model_name: Option<String>,
+    /// `server.type`: the serving engine the run measured (`vllm`,
+    /// `sglang`, `tgi`, `mock`), when recorded.
+    pub server_type: Option<String>,
     /// `storage.*.report_file_prefix`: what inference-perf put before each
     /// report file name (`{prefix}stage_0_lifecycle_metrics.json`); empty when unset.
     pub report_file_prefix: String,
@@ -572,6 +577,7 @@ impl InferencePerfConfig {
             load,
             ignore_eos: server.ignore_eos,
             model_name: server.model_name,
+            server_type: server.kind,
             report_file_prefix,
         };
         cfg.validate()?;
