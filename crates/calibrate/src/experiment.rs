@@ -62,11 +62,12 @@ fn one() -> u32 {
 
 /// A lifecycle report's statistics of a length (`prompt_len`, `output_len`):
 /// its mean and whichever of `min`, `pN`, `median`, `max` it wrote, as
-/// `(probability, value)` pairs.
+/// `(probability, value)` pairs. Other keys (`total`, `cached`) are not read.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct LengthStats {
-    /// Mean, tokens.
-    pub mean: f64,
+    /// Mean, tokens (absent where no request succeeded: 2026 reports write
+    /// only the totals then).
+    pub mean: Option<f64>,
     /// The percentiles written, as (probability in [0, 1], tokens), in the
     /// order of their keys.
     pub quantiles: Vec<(f64, f64)>,
@@ -87,7 +88,8 @@ impl<'de> Deserialize<'de> for LengthStats {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<LengthStats, D::Error> {
         #[derive(Deserialize)]
         struct Raw {
-            mean: f64,
+            #[serde(default)]
+            mean: Option<f64>,
             #[serde(flatten)]
             rest: BTreeMap<String, serde_json::Value>,
         }
@@ -101,7 +103,7 @@ impl LengthStats {
     /// The first value that is not a token count in `[0, max]`, as an error
     /// message naming `field`.
     pub(crate) fn check(&self, field: &str, max: f64) -> Result<(), String> {
-        let values = std::iter::once(("mean".to_string(), self.mean)).chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
+        let values = self.mean.map(|m| ("mean".to_string(), m)).into_iter().chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
         for (name, v) in values {
             if !(v.is_finite() && (0.0..=max).contains(&v)) {
                 return Err(format!("field `{field}.{name}` = {v:?}: must be a number in [0, {max:e}]"));

@@ -12,7 +12,8 @@
 //! `info.response_metrics.chunk_times` or `info.output_token_times`
 //! (whichever the version wrote), and in 2026 versions the server's own
 //! count of generated tokens in `info.response_metrics.server_usage`
-//! (older versions: the re-tokenised answer's length in `info.output_tokens`).
+//! (the re-tokenised answer's length: `info.response_metrics.output_tokens`,
+//! or `info.output_tokens` in older versions).
 //! Entries carry no stage: stages run one
 //! after another, so in send order the first `sent(0)` entries are stage
 //! 0's, the next `sent(1)` stage 1's, and so on.
@@ -77,6 +78,9 @@ struct ResponseMetrics {
     /// output counts are re-tokenised text).
     #[serde(default)]
     server_usage: Option<ServerUsage>,
+    /// The answer re-tokenised by the client (2026 versions).
+    #[serde(default)]
+    output_tokens: Option<u32>,
 }
 
 #[derive(Deserialize)]
@@ -165,7 +169,7 @@ pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, Experime
                 e2e_ms: ok.then(|| ms(e.end_time - e.start_time)),
                 ttft_ms: if ok { e.time_to_first_token().map(ms) } else { None },
                 output_tokens: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref()?.server_usage.as_ref()?.completion_tokens) } else { None },
-                output_tokens_retokenized: if ok { e.info.as_ref().and_then(|i| i.output_tokens) } else { None },
+                output_tokens_retokenized: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref().and_then(|m| m.output_tokens).or(i.output_tokens)) } else { None },
             };
             check_row(&row).map(|()| row).map_err(|m| format(format!("entry {index} in send order: {m}")))
         })
@@ -196,7 +200,7 @@ mod tests {
         let json = r#"[
           {"start_time": 100.5, "end_time": 101.0, "request": "{}", "response": "data: x",
            "info": {"request_metrics": {"text": {"input_tokens": 600}}, "input_tokens": 1,
-                    "response_metrics": {"chunk_times": [100.6, 100.7], "output_token_times": [],
+                    "response_metrics": {"chunk_times": [100.6, 100.7], "output_token_times": [], "output_tokens": 95,
                                          "server_usage": {"prompt_tokens": 600, "completion_tokens": 97}}}, "error": null},
           {"start_time": 100.0, "end_time": 100.9,
            "info": {"input_tokens": 512, "output_tokens": 4, "output_token_times": [100.25, 100.5, 100.9]}, "error": null},
@@ -209,6 +213,8 @@ mod tests {
         let got: Vec<(u64, u32, u64, u32, u8)> = r.iter().map(|r| (r.index, r.stage, r.arrival_time_us, r.input_tokens, r.has_error)).collect();
         assert_eq!(got, [(0, 0, 0, 512, 0), (1, 0, 500_000, 600, 0), (2, 1, 2_000_000, 300, 0), (3, 1, 3_000_000, 0, 1)]);
         assert_eq!(r.iter().map(|r| r.output_tokens).collect::<Vec<_>>(), [None, Some(97), None, None], "only the server's count is read");
+        // The client's re-tokenised count, where each version put it (a failure has none).
+        assert_eq!(r.iter().map(|r| r.output_tokens_retokenized).collect::<Vec<_>>(), [Some(4), Some(95), None, None]);
         let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() / 1e6);
         assert_eq!(r.iter().map(|r| (ms(r.e2e_ms), ms(r.ttft_ms))).collect::<Vec<_>>(), [
             (Some(900.0), Some(250.0)),
