@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use blis_engine::time::MAX_SPAN_S;
-use blis_workload::inference_perf::{InferencePerfConfig, QuantileTable};
+use blis_workload::inference_perf::{InferencePerfConfig, QuantileTable, Stage, Sweep};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
@@ -210,11 +210,22 @@ pub struct Failures {
 /// One `stage_N_lifecycle_metrics.json` (or the summary).
 #[derive(Clone, Debug, Default, PartialEq, Deserialize)]
 pub struct Lifecycle {
+    /// What the load generator did.
+    #[serde(default)]
+    pub load_summary: Option<LoadSummary>,
     /// Successful requests.
     pub successes: Successes,
     /// Failed requests.
     #[serde(default)]
     pub failures: Failures,
+}
+
+/// `load_summary` of a lifecycle report.
+#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
+pub struct LoadSummary {
+    /// The stage's rate as configured (or, for a sweep, as generated), req/s.
+    #[serde(default)]
+    pub requested_rate: Option<f64>,
 }
 
 impl Percentiles {
@@ -451,6 +462,27 @@ pub(crate) enum Report {
     Summary,
     /// `per_request_lifecycle_metrics.json`.
     PerRequest,
+    /// `stage_-1_lifecycle_metrics.json`: a sweep's saturation probe.
+    Probe,
+}
+
+/// The stages a sweep ran: each report's `load_summary.requested_rate` for
+/// the sweep's `stage_duration` (`path` names report `i` in errors).
+fn sweep_stages(sweep: &Sweep, reports: &[Lifecycle], path: impl Fn(usize) -> PathBuf) -> Result<Vec<Stage>, ExperimentError> {
+    reports
+        .iter()
+        .enumerate()
+        .map(|(i, l)| match l.load_summary.as_ref().and_then(|s| s.requested_rate) {
+            Some(rate) if rate.is_finite() && rate > 0.0 => Ok(Stage { rate, duration: sweep.stage_duration, concurrency: None }),
+            other => Err(ExperimentError::File(DataError::Format {
+                path: path(i),
+                message: format!(
+                    "field `load_summary.requested_rate` = {}: a sweep's stage rates are read from it, and must be positive",
+                    other.map_or("null".into(), |r| r.to_string())
+                ),
+            })),
+        })
+        .collect()
 }
 
 /// The file name of `report`, prefixed as the run's storage configured.
@@ -459,6 +491,7 @@ fn report_name(workload: &InferencePerfConfig, report: Report) -> String {
         Report::Stage(i) => format!("stage_{i}_lifecycle_metrics.json"),
         Report::Summary => "summary_lifecycle_metrics.json".into(),
         Report::PerRequest => "per_request_lifecycle_metrics.json".into(),
+        Report::Probe => "stage_-1_lifecycle_metrics.json".into(),
     };
     format!("{}{name}", workload.report_file_prefix)
 }
@@ -476,12 +509,23 @@ impl Experiment {
         let facts_path = dir.join("server-facts.yaml");
         let facts: ServerFacts = if facts_path.is_file() { yaml(&facts_path)? } else { ServerFacts::default() };
         let config_path = results.join("config.yaml");
-        let workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
+        let mut workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::File(DataError::Format { path: config_path.clone(), message: e.to_string() }))?;
+        let stage_path = |workload: &InferencePerfConfig, i| report_path(&results, workload, Report::Stage(i));
+        let stage_count = match &workload.load.sweep {
+            // The stages a sweep generated: its reports, the first always.
+            Some(sweep) => (1..sweep.num_stages as usize).take_while(|&i| stage_path(&workload, i).is_file()).count() + 1,
+            None => workload.load.stages.len(),
+        };
         let mut stages = Vec::new();
-        for i in 0..workload.load.stages.len() {
-            stages.push(json::<Lifecycle>(&report_path(&results, &workload, Report::Stage(i)))?);
+        for i in 0..stage_count {
+            stages.push(json::<Lifecycle>(&stage_path(&workload, i))?);
         }
+        if let Some(sweep) = workload.load.sweep.clone() {
+            workload.load.stages = sweep_stages(&sweep, &stages, |i| stage_path(&workload, i))?;
+        }
+        let probe_path = report_path(&results, &workload, Report::Probe);
+        let probe_sent = if workload.load.sweep.is_some() && probe_path.is_file() { json::<Lifecycle>(&probe_path)?.sent() } else { 0 };
         let summary_path = report_path(&results, &workload, Report::Summary);
         let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
@@ -489,7 +533,7 @@ impl Experiment {
         let requests = if csv_path.is_file() {
             Some(read_requests(&csv_path, stages.len())?)
         } else if per_request_path.is_file() {
-            Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>())?)
+            Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>(), probe_sent)?)
         } else {
             None
         };
@@ -647,8 +691,18 @@ impl Experiment {
                 self.results.join("config.yaml").display()
             )
         });
+        let sweep = self.workload.load.sweep.as_ref().map(|s| {
+            format!(
+                "{}: a sweep: its {} stages' rates are read from their reports; the saturation probe before them ({} requests within 5 s) \
+                 is not simulated, so the first stage starts on a server the probe had not warmed",
+                self.dir.display(),
+                self.stages.len(),
+                s.probe_requests
+            )
+        });
         unknown
             .chain(disagreements)
+            .chain(sweep)
             .chain(log)
             .chain(self.log_unread.clone())
             .chain(engine)

@@ -135,7 +135,9 @@ impl Entry {
 
 /// The rows of the report at `path`, in send order, assigned to stages by
 /// the requests each stage sent (`stage_sent`, from its lifecycle report).
-pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, ExperimentError> {
+/// `probe_sent` requests of a sweep's saturation probe may precede them:
+/// when the report holds them too, the earliest that many are left out.
+pub fn read(path: &Path, stage_sent: &[u64], probe_sent: u64) -> Result<Vec<RequestRow>, ExperimentError> {
     let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
     let format = |message: String| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message });
     let de = &mut serde_json::Deserializer::from_str(&text);
@@ -144,13 +146,18 @@ pub fn read(path: &Path, stage_sent: &[u64]) -> Result<Vec<RequestRow>, Experime
         return Err(format(format!("entry {i}: start_time {} / end_time {}: must be numbers of seconds", e.start_time, e.end_time)));
     }
     let total: u64 = stage_sent.iter().sum();
-    if entries.len() as u64 != total {
-        return Err(format(format!(
-            "{} entries, but the stage reports count {total} requests (successes + failures); the report must have one entry per request",
-            entries.len()
-        )));
-    }
+    let probe = match entries.len() as u64 {
+        n if n == total => 0,
+        n if probe_sent > 0 && n == total + probe_sent => probe_sent,
+        n => {
+            return Err(format(format!(
+                "{n} entries, but the stage reports count {total} requests (successes + failures){}; the report must have one entry per request",
+                if probe_sent > 0 { format!(" and the sweep's probe {probe_sent}") } else { String::new() }
+            )));
+        }
+    };
     entries.sort_by(|a, b| a.start_time.total_cmp(&b.start_time));
+    entries.drain(..probe as usize);
     let first_send = entries.first().map_or(0.0, |e| e.start_time);
     let stage_of = stage_sent.iter().enumerate().flat_map(|(s, &n)| std::iter::repeat_n(s as u32, n as usize));
     entries
@@ -188,7 +195,7 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("per_request_lifecycle_metrics.json");
         std::fs::write(&path, json).unwrap();
-        let r = read(&path, stages);
+        let r = read(&path, stages, 0);
         std::fs::remove_dir_all(&dir).unwrap();
         r
     }

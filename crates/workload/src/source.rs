@@ -178,6 +178,7 @@ fn from_plan(plan: Plan, kind: Opened) -> OpenedWorkload {
 /// client timeout; or, with recorded sends, exactly those.
 fn inference_perf(run: Reproduction, seed: u64) -> Result<OpenedWorkload, InferencePerfError> {
     let cfg = &run.config;
+    cfg.check_runnable()?;
     let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
     let expected = match &run.recorded {
         Some(sends) => sends.len() as u64,

@@ -218,3 +218,59 @@ fn a_run_of_another_engine_is_warned_about() {
     let vllm = blis_calibrate::experiment::Experiment::load(&copy_experiment(SOURCE, "vllm", |rel, text| Some((rel.into(), text))).dir).unwrap();
     assert!(vllm.warnings().iter().all(|w| !w.contains("server.type")), "{:?}", vllm.warnings());
 }
+
+/// A sweep (`load.sweep`, no stages in the configuration) is reproduced
+/// with the stages its reports record: here the roleplay run recast as a
+/// one-stage sweep validates to the original's rows. Its per-request
+/// report, holding the saturation probe's requests before the stage's (as
+/// its `stage_-1` report counts them), replays the stage's alone; the
+/// warning names the probe it does not simulate.
+#[test]
+fn a_sweep_replays_the_stages_its_reports_record() {
+    let as_sweep = |rel: &str, text: String| match rel {
+        "results/config.yaml" => {
+            let stages = "  stages:\n  - rate: 6.0\n    duration: 1200\n  sweep: null\n";
+            assert!(text.contains(stages), "the shipped config changed");
+            let sweep = "  stages: []\n  sweep:\n    type: linear\n    num_requests: 30\n    timeout: 60\n    num_stages: 3\n    stage_duration: 1200\n";
+            Some(text.replace(stages, sweep))
+        }
+        _ => Some(text),
+    };
+    let original = copy_experiment(SOURCE, "original", |rel, text| Some((rel.into(), text)));
+    let sweep = copy_experiment(SOURCE, "sweep", |rel, text| as_sweep(rel, text).map(|t| (rel.into(), t)));
+    let validate = |dir: &std::path::Path| {
+        let suite = Suite::load(&[dir.to_path_buf()], &Definitions::default()).unwrap();
+        suite.validate(&CoefficientSet::default_set(), 0).unwrap().remove(0)
+    };
+    let want = validate(&original.dir);
+    assert_eq!(validate(&sweep.dir).rows, want.rows);
+    let exp = blis_calibrate::experiment::Experiment::load(&sweep.dir).unwrap();
+    assert_eq!(exp.workload.load.stages.len(), 1, "one stage report of the three the sweep asked for");
+    assert!(exp.warnings().iter().any(|w| w.contains("a sweep") && w.contains("30 requests")), "{:?}", exp.warnings());
+
+    // inference-perf's per-request report, the probe's 30 entries first.
+    let probed = copy_experiment(SOURCE, "probed", |rel, text| match rel {
+        "requests.csv" => {
+            let mut entries: Vec<serde_json::Value> = serde_json::from_str(&per_request_report(&text)).unwrap();
+            entries.extend((0..30).map(|k| {
+                let start = 4990.0 + f64::from(k) * 0.1;
+                serde_json::json!({"start_time": start, "end_time": start + 1.0, "info": {"input_tokens": 700, "output_token_times": [start + 0.05]}, "error": null})
+            }));
+            Some(("results/per_request_lifecycle_metrics.json".into(), serde_json::to_string(&entries).unwrap()))
+        }
+        "results/stage_0_lifecycle_metrics.json" => Some((rel.into(), text)),
+        _ => as_sweep(rel, text).map(|t| (rel.into(), t)),
+    });
+    let stage0 = std::fs::read_to_string(probed.dir.join("results/stage_0_lifecycle_metrics.json")).unwrap();
+    let mut probe: serde_json::Value = serde_json::from_str(&stage0).unwrap();
+    probe["successes"]["count"] = 30.into();
+    probe["failures"]["count"] = 0.into();
+    std::fs::write(probed.dir.join("results/stage_-1_lifecycle_metrics.json"), probe.to_string()).unwrap();
+    let replayed = validate(&probed.dir);
+    assert_eq!(replayed.rows, want.rows);
+    assert_eq!(replayed.requests.map(|r| r.matched), want.requests.map(|r| r.matched));
+    // Without the probe's report, its entries are one too many.
+    std::fs::remove_file(probed.dir.join("results/stage_-1_lifecycle_metrics.json")).unwrap();
+    let e = Suite::load(std::slice::from_ref(&probed.dir), &Definitions::default()).err().unwrap().to_string();
+    assert!(e.contains("per_request_lifecycle_metrics.json") && e.contains("entries"), "{e}");
+}

@@ -337,6 +337,45 @@ pub struct Load {
     pub stages: Vec<Stage>,
     /// Client timeout, seconds (null: aiohttp's 300 s).
     pub request_timeout: Option<f64>,
+    /// `sweep`: stages generated at run time from a saturation probe; the
+    /// configuration's own stages are then empty, and a recorded run's
+    /// stages are read from its reports.
+    pub sweep: Option<Sweep>,
+}
+
+/// `load.sweep`: inference-perf first sends a probe burst to measure where
+/// the server saturates, then runs `num_stages` stages of `stage_duration`
+/// at rates spread up to that point (which only the run's reports record).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Sweep {
+    /// Requests of the probe burst (sent within 5 s).
+    pub probe_requests: u64,
+    /// Stages generated.
+    pub num_stages: u32,
+    /// Seconds of each generated stage.
+    pub stage_duration: f64,
+}
+
+#[derive(Deserialize)]
+struct RawSweep {
+    #[serde(default = "default_probe_requests")]
+    num_requests: u64,
+    #[serde(default = "default_sweep_stages")]
+    num_stages: u32,
+    #[serde(default = "default_stage_duration")]
+    stage_duration: f64,
+}
+
+fn default_probe_requests() -> u64 {
+    2000
+}
+
+fn default_sweep_stages() -> u32 {
+    5
+}
+
+fn default_stage_duration() -> f64 {
+    180.0
 }
 
 #[derive(Deserialize)]
@@ -345,20 +384,31 @@ struct RawLoad {
     kind: LoadKind,
     #[serde(default = "default_interval")]
     interval: f64,
+    #[serde(default)]
     stages: Vec<RawStage>,
     #[serde(default)]
     request_timeout: Option<f64>,
     #[serde(default)]
-    sweep: Option<serde::de::IgnoredAny>,
+    sweep: Option<RawSweep>,
 }
 
 impl Load {
     /// The stages as inference-perf runs them: a concurrent stage becomes
     /// `num_requests` requests within one second, capped at its concurrency.
     fn from_raw(raw: RawLoad) -> Result<Load, InferencePerfError> {
-        if raw.sweep.is_some() {
-            return Err(InferencePerfError::Unsupported { field: "load.sweep", value: "set".into(), allowed: "null (list the stages the sweep would run)" });
-        }
+        let sweep = match raw.sweep {
+            None => None,
+            Some(_) if raw.kind == LoadKind::Concurrent => {
+                return Err(InferencePerfError::Invalid { field: "load.sweep".into(), value: "set".into(), reason: "not valid for a concurrent load" });
+            }
+            Some(s) => {
+                if !(s.stage_duration > 0.0 && s.stage_duration <= MAX_SPAN_S) || s.num_stages == 0 {
+                    let value = format!("{{num_stages: {}, stage_duration: {}}}", s.num_stages, s.stage_duration);
+                    return Err(InferencePerfError::Invalid { field: "load.sweep".into(), value, reason: "needs at least one stage of (0, 1e8] seconds" });
+                }
+                Some(Sweep { probe_requests: s.num_requests, num_stages: s.num_stages, stage_duration: s.stage_duration })
+            }
+        };
         let stages = raw
             .stages
             .iter()
@@ -392,7 +442,10 @@ impl Load {
                 }
             })
             .collect::<Result<Vec<Stage>, InferencePerfError>>()?;
-        Ok(Load { kind: raw.kind, interval: raw.interval, stages, request_timeout: raw.request_timeout })
+        // A sweep replaces the configured stages (checked all the same, as
+        // inference-perf checks them) with those it generates.
+        let stages = if sweep.is_some() { Vec::new() } else { stages };
+        Ok(Load { kind: raw.kind, interval: raw.interval, stages, request_timeout: raw.request_timeout, sweep })
     }
 }
 
@@ -596,7 +649,7 @@ impl InferencePerfConfig {
         if let Some(sp) = self.shared_prefix() {
             validate_shared_prefix(sp)?;
         }
-        if self.load.stages.is_empty() {
+        if self.load.stages.is_empty() && self.load.sweep.is_none() {
             return Err(InferencePerfError::Invalid { field: "load.stages".into(), value: "[]".into(), reason: "needs at least one stage" });
         }
         let mut total_requests = 0.0;
@@ -624,6 +677,21 @@ impl InferencePerfConfig {
             && !(t > 0.0 && t <= MAX_SPAN_S)
         {
             return Err(InferencePerfError::Invalid { field: "load.request_timeout".into(), value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
+        }
+        Ok(())
+    }
+
+    /// Whether the configuration can be run as it is: a sweep's stages are
+    /// known only once a run has measured the server, so a sweep whose
+    /// stages were not filled in from a recorded run's reports cannot.
+    pub fn check_runnable(&self) -> Result<(), InferencePerfError> {
+        if self.load.stages.is_empty() {
+            return Err(InferencePerfError::Invalid {
+                field: "load.sweep".into(),
+                value: "set".into(),
+                reason: "a sweep's stage rates come from the server's saturation point measured at run time: list them under load.stages \
+                         to run this configuration (blis validate reproduces a recorded sweep from its stage reports)",
+            });
         }
         Ok(())
     }

@@ -469,8 +469,6 @@ fn concurrent_and_rate_stages_refuse_each_others_fields() {
     assert!(e.contains("load.stages[0].concurrency_level") && e.contains("only a concurrent load"), "{e}");
     let e = err(InferencePerfConfig::from_yaml_str(&CONFIG.replace("rate: 5.0\n", "")));
     assert!(e.contains("load.stages[0].rate") && e.contains("required"), "{e}");
-    let e = err(InferencePerfConfig::from_yaml_str(&CONFIG.replace("interval: 1.0", "interval: 1.0\n  sweep: {type: linear}")));
-    assert!(e.contains("load.sweep") && e.contains("not supported"), "{e}");
 }
 
 /// A one-stage configuration of `data_type` with inference-perf's distribution fields.
@@ -625,4 +623,29 @@ fn an_unset_total_count_covers_the_largest_stage() {
     }
     let Data::Random(io) = &drawn.data else { panic!("random") };
     assert_eq!(io.input.total_count, Some(30), "a count given stays");
+}
+
+/// A sweep replaces the configured stages with those it generates at run
+/// time: parsed, it has none, and cannot be run until a recorded run's
+/// reports fill them in; inference-perf's refusals are BLIS's.
+#[test]
+fn a_sweep_has_no_stages_until_a_run_records_them() {
+    let sweep = CONFIG.replace("  num_workers: 224", "  sweep: {type: linear, num_stages: 4, stage_duration: 120}\n  num_workers: 224");
+    let c = InferencePerfConfig::from_yaml_str(&sweep).unwrap();
+    assert!(c.load.stages.is_empty());
+    assert_eq!(c.load.sweep, Some(Sweep { probe_requests: 2000, num_stages: 4, stage_duration: 120.0 }));
+    let e = c.check_runnable().unwrap_err().to_string();
+    assert!(e.contains("load.sweep") && e.contains("load.stages") && e.contains("blis validate"), "{e}");
+    let run = Reproduction { config: c.clone(), measured: MeasuredLengths::default(), recorded: None };
+    assert!(crate::open(&crate::WorkloadInput::InferencePerf(Box::new(run)), &crate::OpenOptions::default()).is_err());
+    let mut filled = c;
+    filled.load.stages = vec![Stage { rate: 3.0, duration: 120.0, concurrency: None }];
+    assert_eq!(filled.check_runnable(), Ok(()));
+    for bad in [sweep.replace("stage_duration: 120", "stage_duration: 0"), sweep.replace("num_stages: 4", "num_stages: 0")] {
+        let e = InferencePerfConfig::from_yaml_str(&bad).unwrap_err().to_string();
+        assert!(e.contains("load.sweep") && e.contains("at least one stage"), "{e}");
+    }
+    let concurrent = "load:\n  type: concurrent\n  stages: []\n  sweep: {type: linear}\n";
+    let e = InferencePerfConfig::from_yaml_str(&format!("{}{concurrent}", &CONFIG[..CONFIG.find("load:").unwrap()])).unwrap_err().to_string();
+    assert!(e.contains("load.sweep") && e.contains("concurrent"), "{e}");
 }
