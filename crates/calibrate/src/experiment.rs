@@ -404,7 +404,8 @@ pub fn is_experiment_dir(dir: &Path) -> bool {
     results_dir(dir).is_some()
 }
 
-/// The experiment directories `path` names: itself if it is one, else every
+/// The experiment directories `path` names: itself if it is one (or its
+/// parent, when `path` is an experiment's `results/`), else every
 /// experiment directory below it, sorted by path.
 ///
 /// Directory symlinks are followed (a folder of links to experiments kept
@@ -414,6 +415,11 @@ pub fn is_experiment_dir(dir: &Path) -> bool {
 /// adds experiments from outside it; an experiment reached by two paths is
 /// reported once, under the first in path order.
 pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
+    // The `results/` of an experiment stands for the experiment, whose
+    // exp-config.yaml and server facts are beside it.
+    if let Some(parent) = path.parent().filter(|p| path.file_name().is_some_and(|n| n == "results") && p.join("results/config.yaml").is_file()) {
+        return Ok(vec![parent.to_path_buf()]);
+    }
     if is_experiment_dir(path) {
         return Ok(vec![path.to_path_buf()]);
     }

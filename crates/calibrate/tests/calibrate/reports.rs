@@ -191,8 +191,10 @@ max_seq_len=4096, tensor_parallel_size=1, pipeline_parallel_size=1, quantization
     assert_eq!(rows(&bare.dir), want);
     let exp = blis_calibrate::experiment::Experiment::load(&bare.dir).unwrap();
     assert_eq!((exp.results.as_path(), exp.model_from), (bare.dir.as_path(), blis_calibrate::experiment::ModelFrom::ServerModelName));
-    // Found as an experiment below a directory, too.
+    // Found as an experiment below a directory, too; an experiment's own
+    // results/ stands for the experiment.
     assert_eq!(blis_calibrate::experiment::discover(bare.dir.parent().unwrap()).unwrap(), vec![bare.dir.clone()]);
+    assert_eq!(blis_calibrate::experiment::discover(&assembled.dir.join("results")).unwrap(), vec![assembled.dir.clone()]);
 
     let unnamed = copy_experiment(SOURCE, "unnamed", |rel, text| {
         let text = if rel == "results/config.yaml" { text.replace("  model_name: meta-llama/Llama-2-7b-hf\n", "") } else { text };
