@@ -18,8 +18,10 @@
 //! The engine's configuration line gives the settings in effect; the
 //! non-default arguments give what it does not (`max_num_seqs`,
 //! `block_size`, `gpu_memory_utilization`, expert parallelism, a CPU KV
-//! tier). Python literals are read as Python writes them: quoted strings,
-//! numbers, `True` / `False` / `None`, and nested lists, dicts and
+//! tier) and the `--quantization` flag (the engine line's `quantization`
+//! is also a pre-quantized checkpoint's own method). Python literals are
+//! read as Python writes them: quoted strings, numbers, `True` / `False` /
+//! `None`, and nested lists, dicts and
 //! constructor calls kept whole.
 
 use std::collections::BTreeMap;
@@ -269,7 +271,9 @@ impl LoggedServer {
         f.block_size = forced_block.or(arg("block_size").and_then(PyValue::as_u32));
         f.gpu_memory_utilization = arg("gpu_memory_utilization").and_then(PyValue::as_f64);
         f.kv_cache_dtype = get("kv_cache_dtype").and_then(|v| v.as_name()).filter(|d| *d != "auto").map(str::to_string);
-        f.quantization = get("quantization").and_then(|v| v.as_name()).map(str::to_string);
+        // The flag only: the engine line's `quantization` is also a
+        // pre-quantized checkpoint's own method, which its config.json gives.
+        f.quantization = arg("quantization").and_then(|v| v.as_name()).map(str::to_string);
         f.enable_prefix_caching = get("enable_prefix_caching").and_then(PyValue::as_bool);
         f.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(arg("enable_chunked_prefill")).and_then(PyValue::as_bool);
         f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on);
@@ -335,7 +339,7 @@ mod tests {
     const V1_LOG: &str = "\
 (APIServer pid=7) INFO 11-20 10:00:01 [utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-3.1-8B-Instruct', 'host': '0.0.0.0', \
 'model': 'meta-llama/Llama-3.1-8B-Instruct', 'max_model_len': 4096, 'served_model_name': ['llama', 'l,8b'], 'tensor_parallel_size': 2, \
-'gpu_memory_utilization': 0.85, 'max_num_seqs': 128, 'kv_transfer_config': KVTransferConfig(kv_connector='OffloadingConnector', kv_role='kv_both')}
+'gpu_memory_utilization': 0.85, 'max_num_seqs': 128, 'quantization': 'fp8', 'kv_transfer_config': KVTransferConfig(kv_connector='OffloadingConnector', kv_role='kv_both')}
 (APIServer pid=7) INFO 11-20 10:00:01 [model.py:1510] Using max model len 4096
 (APIServer pid=7) INFO 11-20 10:00:02 [scheduler.py:205] Chunked prefill is enabled with max_num_batched_tokens=2048.
 (APIServer pid=7) INFO 11-20 10:00:02 [vllm.py:790] Asynchronous scheduling is enabled.
@@ -347,6 +351,14 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
 (EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
 (EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 29.15x
 ";
+
+    /// A pre-quantized checkpoint's method in the engine line is not the
+    /// `--quantization` flag (its config.json says how it is stored).
+    #[test]
+    fn a_checkpoints_own_quantization_is_not_a_flag() {
+        let prequantized = V1_LOG.replace(", 'quantization': 'fp8'", "").replace("quantization=fp8", "quantization=compressed-tensors");
+        assert_eq!(LoggedServer::read(&prequantized).unwrap().facts.quantization, None);
+    }
 
     #[test]
     fn a_v1_log_gives_the_settings_in_effect() {
