@@ -287,8 +287,9 @@ impl LoggedServer {
     /// the block size (`max_model_len` tokens per request over its blocks,
     /// as vLLM computes the capacity it logs).
     fn num_gpu_blocks(&self) -> Option<u64> {
-        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
-        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.facts.max_model_len.map(u64::from) {
+        // A block size of 0 (no log vLLM writes) converts nothing; server-facts.yaml's checks name it.
+        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE)).max(1);
+        let from_tokens = self.kv_cache_tokens.filter(|_| self.facts.block_size != Some(0)).map(|tokens| match self.facts.max_model_len.map(u64::from) {
             Some(len) if len > 0 && len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
             _ => tokens.div_ceil(block),
         });
@@ -443,6 +444,16 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!((s.facts.max_num_seqs, s.facts.tensor_parallel_size, s.engine_starts), (Some(128), Some(2), 2));
         assert!(s.notes().iter().any(|n| n.contains("2 engine starts")), "{:?}", s.notes());
         assert!(!LoggedServer::read(V1_LOG).unwrap().notes().iter().any(|n| n.contains("engine starts")));
+    }
+
+    /// A block size of 0 is written as read (validation refuses it, naming
+    /// the field), never divided by.
+    #[test]
+    fn a_zero_block_size_converts_no_blocks() {
+        for log in ["INFO non-default args: {'block_size': 0}\nINFO GPU KV cache size: 1,000 tokens\n", "INFO Forcing kv cache block size to 0 for X\nINFO Using max model len 100\nINFO GPU KV cache size: 1,000 tokens\n"] {
+            let s = LoggedServer::read(log).unwrap();
+            assert_eq!((s.facts.block_size, s.facts.num_gpu_blocks), (Some(0), None), "{log}");
+        }
     }
 
     #[test]
