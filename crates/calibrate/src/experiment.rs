@@ -472,6 +472,40 @@ pub(crate) enum Report {
     Probe,
 }
 
+/// The server log in `dir`, when there is one: read, or why it was not
+/// (no vLLM startup line in it).
+fn server_log(dir: &Path) -> Result<(Option<LoggedServer>, Option<String>), ExperimentError> {
+    let path = dir.join(SERVER_LOG);
+    if !path.is_file() {
+        return Ok((None, None));
+    }
+    Ok(match LoggedServer::read(&read(&path)?) {
+        Ok(log) => (Some(log), None),
+        Err(e) => (None, Some(format!("{}: {e}; not read", path.display()))),
+    })
+}
+
+/// `exp-config.yaml` in `dir`; without it, the model the run's
+/// configuration (`config_path`) or server log names, and no knobs.
+fn exp_config(dir: &Path, config_path: &Path, workload: &InferencePerfConfig, log: Option<&LoggedServer>) -> Result<(ExpConfig, ModelFrom), ExperimentError> {
+    let path = dir.join("exp-config.yaml");
+    if path.is_file() {
+        return Ok((yaml(&path)?, ModelFrom::ExpConfig));
+    }
+    let (model, from) = match (&workload.model_name, log.and_then(|l| l.model.clone())) {
+        (Some(m), _) => (m.clone(), ModelFrom::ServerModelName),
+        (None, Some(m)) => (m, ModelFrom::Log),
+        (None, None) => {
+            let message = format!(
+                "not found, and neither {} (server.model_name) nor a {SERVER_LOG} names the model; write one: `model: <HuggingFace id>`",
+                config_path.display()
+            );
+            return Err(ExperimentError::File(DataError::Io { path, message }));
+        }
+    };
+    Ok((ExpConfig { model, tensor_parallelism: 1, max_model_len: None, max_num_batched_tokens: None, max_num_seqs: None }, from))
+}
+
 /// The stages a sweep ran: each report's `load_summary.requested_rate` for
 /// the sweep's `stage_duration` (`path` names report `i` in errors).
 fn sweep_stages(sweep: &Sweep, reports: &[Lifecycle], path: impl Fn(usize) -> PathBuf) -> Result<Vec<Stage>, ExperimentError> {
@@ -543,34 +577,8 @@ impl Experiment {
         } else {
             None
         };
-        let log_path = dir.join(SERVER_LOG);
-        let (log, log_unread) = if log_path.is_file() {
-            match LoggedServer::read(&read(&log_path)?) {
-                Ok(log) => (Some(log), None),
-                Err(e) => (None, Some(format!("{}: {e}; not read", log_path.display()))),
-            }
-        } else {
-            (None, None)
-        };
-        let exp_config_path = dir.join("exp-config.yaml");
-        let (exp_config, model_from) = if exp_config_path.is_file() {
-            (yaml(&exp_config_path)?, ModelFrom::ExpConfig)
-        } else {
-            let (model, from) = match (&workload.model_name, log.as_ref().and_then(|l| l.model.clone())) {
-                (Some(m), _) => (m.clone(), ModelFrom::ServerModelName),
-                (None, Some(m)) => (m, ModelFrom::Log),
-                (None, None) => {
-                    return Err(ExperimentError::File(DataError::Io {
-                        path: exp_config_path,
-                        message: format!(
-                            "not found, and neither {} (server.model_name) nor a {SERVER_LOG} names the model; write one: `model: <HuggingFace id>`",
-                            config_path.display()
-                        ),
-                    }));
-                }
-            };
-            (ExpConfig { model, tensor_parallelism: 1, max_model_len: None, max_num_batched_tokens: None, max_num_seqs: None }, from)
-        };
+        let (log, log_unread) = server_log(dir)?;
+        let (exp_config, model_from) = exp_config(dir, &config_path, &workload, log.as_ref())?;
         let exp =
             Experiment { name, dir: dir.to_path_buf(), results, exp_config, model_from, facts, workload, stages, summary, requests, log, log_unread };
         exp.check()?;

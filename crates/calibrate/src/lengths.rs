@@ -30,7 +30,7 @@ impl Experiment {
     /// The prompt and output length distributions of the run's successful
     /// requests, from its reports; an error message naming the file and
     /// field when they do not give them.
-    pub(crate) fn length_distributions(&self) -> Result<(QuantileTable, QuantileTable), String> {
+    fn length_distributions(&self) -> Result<(QuantileTable, QuantileTable), String> {
         let (path, successes) = self.run_successes().ok_or_else(|| format!("{}: no report has successful requests", self.dir.display()))?;
         let table = |stats: Option<&LengthStats>, field: &str| {
             let problem = match stats {
@@ -48,18 +48,21 @@ impl Experiment {
     /// What the run's reports and records say of its lengths: the mean
     /// prompt length the server saw (over the successful rows of
     /// `requests.csv`, else over the stages' means), and for a dataset run
-    /// the length distributions.
-    pub fn measured_lengths(&self) -> MeasuredLengths {
+    /// the length distributions, without which it is an error naming the
+    /// report and field.
+    pub fn measured_lengths(&self) -> Result<MeasuredLengths, String> {
         let prompts: Vec<f64> = match &self.requests {
             Some(rows) => rows.iter().filter(|r| r.has_error == 0 && r.input_tokens > 0).map(|r| f64::from(r.input_tokens)).collect(),
             None => self.stages.iter().filter_map(|s| s.successes.prompt_tokens()?.mean).collect(),
         };
         let prompt_mean_tokens = (!prompts.is_empty()).then(|| prompts.iter().sum::<f64>() / prompts.len() as f64);
-        let (prompt, output) = match self.length_distributions() {
-            Ok((p, o)) if self.is_dataset_run() => (Some(p), Some(o)),
-            _ => (None, None),
+        let (prompt, output) = if self.is_dataset_run() {
+            let (p, o) = self.length_distributions()?;
+            (Some(p), Some(o))
+        } else {
+            (None, None)
         };
-        MeasuredLengths { prompt_mean_tokens, prompt, output }
+        Ok(MeasuredLengths { prompt_mean_tokens, prompt, output })
     }
 
     /// What request `row` generated, as far as its record says: the

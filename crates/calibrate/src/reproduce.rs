@@ -180,12 +180,9 @@ impl Setup {
         let mut server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new())
             .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
         server.instance.client_timeout = Some(exp.workload.client_timeout());
-        if exp.is_dataset_run()
-            && let Err(message) = exp.length_distributions()
-        {
-            return Err(unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured")));
-        }
-        let measured = exp.measured_lengths();
+        let measured = exp.measured_lengths().map_err(|message| {
+            unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured"))
+        })?;
         let gpu_named = exp.fact(|f| f.hardware.clone()).is_some() || defs.gpu.is_some() || defs.gpu_name.is_some();
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
