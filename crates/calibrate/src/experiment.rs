@@ -571,7 +571,7 @@ impl Experiment {
         let csv_path = dir.join("requests.csv");
         let per_request_path = report_path(&results, &workload, Report::PerRequest);
         let requests = if csv_path.is_file() {
-            Some(read_requests(&csv_path, stages.len())?)
+            Some(read_requests(&csv_path, stages.len(), workload.load.sweep.is_some())?)
         } else if per_request_path.is_file() {
             Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>(), probe_sent)?)
         } else {

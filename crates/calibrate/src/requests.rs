@@ -40,24 +40,38 @@ pub struct RequestRow {
     pub output_tokens_retokenized: Option<u32>,
 }
 
-pub(crate) fn read_requests(path: &Path, num_stages: usize) -> Result<Vec<RequestRow>, ExperimentError> {
+/// The rows of `requests.csv` at `path`, checked: every stage in
+/// `0..num_stages`. A sweep's rows of stage −1 (its saturation probe, which
+/// is not compared) are left out when `sweep` is set, and the send times of
+/// the rows kept are then counted from the first of them.
+pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Result<Vec<RequestRow>, ExperimentError> {
+    let csv_error = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
     let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?);
+    let headers = reader.headers().map_err(|e| csv_error(1, e.to_string()))?.clone();
+    let stage_column = headers.iter().position(|h| h == "stage");
     let mut rows = Vec::new();
-    for (i, row) in reader.deserialize::<RequestRow>().enumerate() {
+    for (i, record) in reader.records().enumerate() {
         let line = i + 2;
-        let row = row.map_err(|e| ExperimentError::Csv { path: path.to_path_buf(), line, message: e.to_string() })?;
-        if row.stage as usize >= num_stages {
-            return Err(ExperimentError::Csv {
-                path: path.to_path_buf(),
-                line,
-                message: format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages),
-            });
+        let record = record.map_err(|e| csv_error(line, e.to_string()))?;
+        if let Some(stage) = stage_column.and_then(|c| record.get(c)).filter(|s| s.trim() == "-1") {
+            if !sweep {
+                return Err(csv_error(line, format!("field `stage` = {stage}: stage -1 is a sweep's probe, and results/config.yaml sets no load.sweep")));
+            }
+            continue;
         }
-        check_row(&row).map_err(|message| ExperimentError::Csv { path: path.to_path_buf(), line, message })?;
+        let row: RequestRow = record.deserialize(Some(&headers)).map_err(|e| csv_error(line, e.to_string()))?;
+        if row.stage as usize >= num_stages {
+            return Err(csv_error(line, format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages)));
+        }
+        check_row(&row).map_err(|message| csv_error(line, message))?;
         rows.push(row);
     }
     if rows.is_empty() {
-        return Err(ExperimentError::Csv { path: path.to_path_buf(), line: 1, message: "no requests".into() });
+        return Err(csv_error(1, "no requests".into()));
+    }
+    if sweep {
+        let first_send = rows.iter().map(|r| r.arrival_time_us).min().unwrap_or(0);
+        rows.iter_mut().for_each(|r| r.arrival_time_us -= first_send);
     }
     Ok(rows)
 }

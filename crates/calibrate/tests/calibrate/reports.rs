@@ -275,4 +275,35 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     std::fs::remove_file(probed.dir.join("results/stage_-1_lifecycle_metrics.json")).unwrap();
     let e = Suite::load(std::slice::from_ref(&probed.dir), &Definitions::default()).err().unwrap().to_string();
     assert!(e.contains("per_request_lifecycle_metrics.json") && e.contains("entries"), "{e}");
+
+    // A harness's requests.csv with the probe's rows (stage -1) first, every
+    // send time counted from the probe's first: the stage's rows alone.
+    let with_probe_rows = |text: &str| {
+        let (header, rows) = text.split_once('\n').unwrap();
+        let probe: String = (0..30).map(|k| format!("{k},-1,{},700,250,0,900.0,40.0\n", k * 100_000)).collect();
+        let shifted: String = rows
+            .lines()
+            .map(|line| {
+                let mut f: Vec<String> = line.split(',').map(str::to_string).collect();
+                f[0] = (f[0].parse::<u64>().unwrap() + 30).to_string();
+                f[2] = (f[2].parse::<u64>().unwrap() + 65_000_000).to_string();
+                f.join(",") + "\n"
+            })
+            .collect();
+        format!("{header}\n{probe}{shifted}")
+    };
+    let csv_probed = copy_experiment(SOURCE, "csv-probed", |rel, text| match rel {
+        "requests.csv" => Some((rel.into(), with_probe_rows(&text))),
+        _ => as_sweep(rel, text).map(|t| (rel.into(), t)),
+    });
+    let replayed = validate(&csv_probed.dir);
+    assert_eq!(replayed.rows, want.rows);
+    assert_eq!(replayed.requests.map(|r| r.matched), want.requests.map(|r| r.matched));
+    // A run that was no sweep has no stage -1.
+    let not_sweep = copy_experiment(SOURCE, "csv-not-sweep", |rel, text| match rel {
+        "requests.csv" => Some((rel.into(), with_probe_rows(&text))),
+        _ => Some((rel.into(), text)),
+    });
+    let e = Suite::load(std::slice::from_ref(&not_sweep.dir), &Definitions::default()).err().unwrap().to_string();
+    assert!(e.contains("requests.csv:2:") && e.contains("stage` = -1") && e.contains("load.sweep"), "{e}");
 }
