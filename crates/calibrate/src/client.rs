@@ -23,6 +23,7 @@ use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::percentile_sorted;
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
+use blis_workload::inference_perf::PROBE_STAGE;
 
 /// Gap between an SSE data line and the blank line after it (µs), as the
 /// client observes it: the two arrive in one TCP segment (measured 4–5 µs).
@@ -263,9 +264,24 @@ impl ClientObserver {
     }
 }
 
+impl ClientObserver {
+    /// Keeps a finished request's emptied gap list for the next request.
+    fn recycle(&mut self, mut gaps: Vec<u64>) {
+        if gaps.capacity() > 0 {
+            gaps.clear();
+            self.spare_gaps.push(gaps);
+        }
+    }
+}
+
 impl Observer for ClientObserver {
     fn on_finish(&mut self, r: &RequestRecord) {
         let gaps = self.pending_gaps.get_mut(r.id.0 as usize).map(std::mem::take).unwrap_or_default();
+        if r.meta.stage == PROBE_STAGE {
+            // A sweep's probe: no report counts it.
+            self.recycle(gaps);
+            return;
+        }
         let stage = r.meta.stage as usize;
         if stage >= self.stages.len() {
             self.stages.resize(stage + 1, ClientStage::default());
@@ -277,11 +293,7 @@ impl Observer for ClientObserver {
         {
             *slot = Some(Latency { ttft_ms: t.as_ms_f64(), e2e_ms: e.as_ms_f64() });
         }
-        if gaps.capacity() > 0 {
-            let mut spare = gaps;
-            spare.clear();
-            self.spare_gaps.push(spare);
-        }
+        self.recycle(gaps);
     }
 
     fn observes_tokens(&self) -> bool {

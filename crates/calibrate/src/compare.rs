@@ -380,9 +380,9 @@ fn request_pairs(exp: &Experiment, sim: &Simulated) -> Vec<RequestPair> {
     sim.csv_row_of
         .iter()
         .enumerate()
-        .map(|(id, &row)| {
-            let real = &rows[row];
-            RequestPair {
+        .filter_map(|(id, &row)| {
+            let real = &rows[row?];
+            Some(RequestPair {
                 index: real.index,
                 stage: real.stage,
                 send_s: real.arrival_time_us as f64 / 1e6,
@@ -392,7 +392,7 @@ fn request_pairs(exp: &Experiment, sim: &Simulated) -> Vec<RequestPair> {
                     _ => None,
                 },
                 predicted: sim.client.per_request.get(id).copied().flatten(),
-            }
+            })
         })
         .collect()
 }

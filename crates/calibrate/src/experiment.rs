@@ -705,13 +705,13 @@ impl Experiment {
                 self.results.join("config.yaml").display()
             )
         });
-        let sweep = self.workload.load.sweep.as_ref().map(|s| {
+        // The burst probe is simulated before the stages; the closed-loop ladder is not.
+        let sweep = self.workload.load.sweep.as_ref().filter(|s| s.closed_loop_probe).map(|_| {
             format!(
-                "{}: a sweep: its {} stages' rates are read from their reports; the saturation probe before them ({} requests within 5 s) \
-                 is not simulated, so the first stage starts on a server the probe had not warmed",
-                self.dir.display(),
+                "{}: load.sweep.probe: the closed-loop capacity probe before the {} stages is not simulated, \
+                 so the first stage starts on a server the probe had not warmed",
+                self.results.join("config.yaml").display(),
                 self.stages.len(),
-                s.probe_requests
             )
         });
         unknown

@@ -326,7 +326,8 @@ impl Measured for Case {
             sim.csv_row_of
                 .iter()
                 .enumerate()
-                .filter_map(|(id, &i)| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
+                .filter_map(|(id, &i)| Some((id, i?)))
+                .filter_map(|(id, i)| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
                     (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => Some((id as u64, RealLatency { stage: rows[i].stage, ttft_us: t * 1e3, e2e_us: e * 1e3 })),
                     _ => None,
                 })

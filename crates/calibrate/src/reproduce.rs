@@ -198,8 +198,9 @@ impl Setup {
 pub struct Simulated {
     /// What the client saw.
     pub client: ClientObserver,
-    /// For each simulated request id, its row in `requests.csv` (replays only).
-    pub csv_row_of: Vec<usize>,
+    /// For each simulated request id, its row in `requests.csv` (replays
+    /// only; `None` for a sweep's simulated probe).
+    pub csv_row_of: Vec<Option<usize>>,
     /// Scheduler steps executed.
     pub steps: u64,
     /// Requests preempted.
@@ -258,7 +259,7 @@ pub fn simulate(
             (prompts.mean_output_tokens(), prompts.fixed_output())
         }
     };
-    let csv_row_of = run.send_order();
+    let csv_row_of = run.send_order(seed);
     let mut workload = blis_workload::open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed, ..OpenOptions::default() })
         .map_err(|e| unreproducible(e.to_string()))?;
     let mut client = ClientObserver::new(exp.stages.len(), workload.expected_requests as usize, token_gaps);

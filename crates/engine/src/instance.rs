@@ -696,14 +696,14 @@ impl Instance {
             },
         });
         self.stats.overheads_clamped += u64::from(delay >= crate::latency::MAX_STEP);
-        let (id, arrival) = (live.req.id, live.req.arrival);
+        let (id, give_up) = (live.req.id, give_up_time(self.cfg.client_timeout, &live.req));
         self.arriving += 1;
         self.live_count += 1;
         self.events.push(now + delay, EventClass::InstanceArrival, InstEvent::Enqueue(slot));
-        if let Some(timeout) = self.cfg.client_timeout {
+        if let Some(give_up) = give_up {
             // A request held up on its way (a shaping delay, a re-route) may
             // arrive after its client gave up: it times out at once.
-            self.events.push((arrival + timeout).max(now), EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
+            self.events.push(give_up.max(now), EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
         }
         Some(slot)
     }
@@ -1021,10 +1021,7 @@ impl Instance {
         let live = &self.slots[slot as usize];
         let finished = match outcome {
             Outcome::Completed => live.last_token.unwrap_or(now) + completion,
-            Outcome::TimedOut => match self.cfg.client_timeout {
-                Some(t) => live.req.arrival + t,
-                None => now,
-            },
+            Outcome::TimedOut => give_up_time(self.cfg.client_timeout, &live.req).unwrap_or(now),
             Outcome::Dropped(_) | Outcome::Rejected(_) => now,
         };
         let record = RequestRecord {
@@ -1677,6 +1674,17 @@ impl Instance {
             tiers.assert_consistent();
         }
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
+    }
+}
+
+
+/// When `req`'s client gives up on it: `client_timeout` after the send, or
+/// its cancellation ([`RequestMeta::cancel_at`]), whichever is earlier.
+fn give_up_time(client_timeout: Option<Micros>, req: &Request) -> Option<Micros> {
+    let timeout = client_timeout.map(|t| req.arrival + t);
+    match (timeout, req.meta.cancel_at) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
     }
 }
 

@@ -261,6 +261,11 @@ pub struct RequestMeta {
     pub priority: f64,
     /// Absolute deadline, when the workload gives one.
     pub deadline: Option<Micros>,
+    /// When the client abandons the request if it has not finished by
+    /// then, besides its own timeout (a load generator cancelling what is
+    /// left of a stage, as inference-perf's sweep probe does): it ends
+    /// [`Outcome::TimedOut`] at the earlier of the two.
+    pub cancel_at: Option<Micros>,
     /// Multi-turn session id and 0-based round, for session workloads.
     pub session: Option<(u64, u32)>,
     /// The workload's guarantee that the prompt's tokens from this position

@@ -179,11 +179,7 @@ fn from_plan(plan: Plan, kind: Opened) -> OpenedWorkload {
 fn inference_perf(run: Reproduction, seed: u64) -> Result<OpenedWorkload, InferencePerfError> {
     let cfg = &run.config;
     cfg.check_runnable()?;
-    let stages: Vec<u64> = cfg.load.stages.iter().map(Stage::num_requests).collect();
-    let expected = match &run.recorded {
-        Some(sends) => sends.len() as u64,
-        None => stages.iter().sum(),
-    };
+    let expected = run.expected_requests(seed);
     let labels = Labels { clients: vec!["inference-perf".into()], tenants: vec!["default".into()], slo_classes: vec!["default".into()] };
     Ok(OpenedWorkload {
         kind: Opened::InferencePerf { stages: cfg.load.stages.iter().map(Stage::describe).collect() },

@@ -58,7 +58,7 @@ fn a_dataset_run_generates_its_re_tokenised_answers() {
     let rows = exp.requests.as_ref().unwrap();
     let (mut exact, mut drawn) = (0, 0);
     for r in records.iter().filter(|r| r.outcome == Outcome::Completed) {
-        let row = &rows[sim.csv_row_of[r.id.0 as usize]];
+        let row = &rows[sim.csv_row_of[r.id.0 as usize].expect("no probe: every request replays a row")];
         assert_eq!(r.input_tokens, row.input_tokens);
         match row.output_tokens_retokenized {
             Some(n) if n > 0 => {

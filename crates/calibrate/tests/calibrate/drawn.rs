@@ -36,7 +36,7 @@ fn a_random_run_replays_recorded_sends_and_prompt_lengths_with_drawn_outputs() {
     assert!(!sim.fixed_output);
     let mut outputs = Vec::new();
     for (r, &row) in records.iter().zip(&sim.csv_row_of) {
-        let real = &rows[row];
+        let real = &rows[row.expect("no probe: every request replays a row")];
         assert_eq!(r.arrival.as_us(), real.arrival_time_us, "request {}", r.id.0);
         if real.input_tokens > 0 {
             assert_eq!(r.input_tokens, real.input_tokens, "request {}", r.id.0);

@@ -6,6 +6,7 @@
 
 use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::reproduce::Definitions;
+use blis_calibrate::compare::{Metric, StageLabel};
 use blis_calibrate::suite::Suite;
 use blis_engine::request::Outcome;
 
@@ -154,7 +155,7 @@ fn recorded_output_lengths_are_generated_exactly() {
     let rows = exp.requests.as_ref().unwrap();
     let mut checked = 0;
     for r in records.iter().filter(|r| r.outcome == Outcome::Completed) {
-        let row = &rows[sim.csv_row_of[r.id.0 as usize]];
+        let row = &rows[sim.csv_row_of[r.id.0 as usize].expect("no probe: every request replays a row")];
         assert_eq!(r.output_tokens, length_of(row.index), "request {}", r.id.0);
         checked += 1;
     }
@@ -223,23 +224,28 @@ fn a_run_of_another_engine_is_warned_about() {
 
 /// A sweep (`load.sweep`, no stages in the configuration) is reproduced
 /// with the stages its reports record: here the roleplay run recast as a
-/// one-stage sweep validates to the original's rows. Its per-request
-/// report, holding the saturation probe's requests before the stage's (as
-/// its `stage_-1` report counts them), replays the stage's alone; the
-/// warning names the probe it does not simulate.
+/// one-stage sweep. Without a probe (`num_requests: 0`) it validates to the
+/// original's rows. With one, the probe is simulated first: its requests
+/// are in no row, and the stage's are compared as before, on a server the
+/// probe warmed. Its per-request report, holding the probe's requests
+/// before the stage's (as its `stage_-1` report counts them), replays the
+/// stage's.
 #[test]
 fn a_sweep_replays_the_stages_its_reports_record() {
-    let as_sweep = |rel: &str, text: String| match rel {
-        "results/config.yaml" => {
-            let stages = "  stages:\n  - rate: 6.0\n    duration: 1200\n  sweep: null\n";
-            assert!(text.contains(stages), "the shipped config changed");
-            let sweep = "  stages: []\n  sweep:\n    type: linear\n    num_requests: 30\n    timeout: 60\n    num_stages: 3\n    stage_duration: 1200\n";
-            Some(text.replace(stages, sweep))
+    let as_sweep = |probe: &'static str| {
+        move |rel: &str, text: String| match rel {
+            "results/config.yaml" => {
+                let stages = "  stages:\n  - rate: 6.0\n    duration: 1200\n  sweep: null\n";
+                assert!(text.contains(stages), "the shipped config changed");
+                let sweep = format!("  stages: []\n  sweep:\n    type: linear\n    {probe}\n    num_stages: 3\n    stage_duration: 1200\n");
+                Some(text.replace(stages, &sweep))
+            }
+            _ => Some(text),
         }
-        _ => Some(text),
     };
+    let (no_probe, probe) = (as_sweep("num_requests: 0"), as_sweep("num_requests: 30\n    timeout: 60"));
     let original = copy_experiment(SOURCE, "original", |rel, text| Some((rel.into(), text)));
-    let sweep = copy_experiment(SOURCE, "sweep", |rel, text| as_sweep(rel, text).map(|t| (rel.into(), t)));
+    let sweep = copy_experiment(SOURCE, "sweep", |rel, text| no_probe(rel, text).map(|t| (rel.into(), t)));
     let validate = |dir: &std::path::Path| {
         let suite = Suite::load(&[dir.to_path_buf()], &Definitions::default()).unwrap();
         suite.validate(&CoefficientSet::default_set(), 0).unwrap().remove(0)
@@ -248,7 +254,7 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     assert_eq!(validate(&sweep.dir).rows, want.rows);
     let exp = blis_calibrate::experiment::Experiment::load(&sweep.dir).unwrap();
     assert_eq!(exp.workload.load.stages.len(), 1, "one stage report of the three the sweep asked for");
-    assert!(exp.warnings().iter().any(|w| w.contains("a sweep") && w.contains("30 requests")), "{:?}", exp.warnings());
+    assert!(exp.warnings().iter().all(|w| !w.contains("sweep")), "the burst probe is simulated: {:?}", exp.warnings());
 
     // inference-perf's per-request report, the probe's 30 entries first.
     let probed = copy_experiment(SOURCE, "probed", |rel, text| match rel {
@@ -261,20 +267,40 @@ fn a_sweep_replays_the_stages_its_reports_record() {
             Some(("results/per_request_lifecycle_metrics.json".into(), serde_json::to_string(&entries).unwrap()))
         }
         "results/stage_0_lifecycle_metrics.json" => Some((rel.into(), text)),
-        _ => as_sweep(rel, text).map(|t| (rel.into(), t)),
+        _ => probe(rel, text).map(|t| (rel.into(), t)),
     });
     let stage0 = std::fs::read_to_string(probed.dir.join("results/stage_0_lifecycle_metrics.json")).unwrap();
-    let mut probe: serde_json::Value = serde_json::from_str(&stage0).unwrap();
-    probe["successes"]["count"] = 30.into();
-    probe["failures"]["count"] = 0.into();
-    std::fs::write(probed.dir.join("results/stage_-1_lifecycle_metrics.json"), probe.to_string()).unwrap();
+    let mut probe_report: serde_json::Value = serde_json::from_str(&stage0).unwrap();
+    probe_report["successes"]["count"] = 30.into();
+    probe_report["failures"]["count"] = 0.into();
+    std::fs::write(probed.dir.join("results/stage_-1_lifecycle_metrics.json"), probe_report.to_string()).unwrap();
     let replayed = validate(&probed.dir);
-    assert_eq!(replayed.rows, want.rows);
+    let measured = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().map(|r| (r.stage.clone(), r.metric, r.actual)).collect::<Vec<_>>();
+    assert_eq!(measured(&replayed.rows), measured(&want.rows), "the same stage, compared to the same measurements");
     assert_eq!(replayed.requests.map(|r| r.matched), want.requests.map(|r| r.matched));
+    let ttft = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().find(|r| r.metric == Metric::TtftMean).unwrap().predicted;
+    assert!(ttft(&replayed.rows) < ttft(&want.rows), "the probe's prompts are cached when the stage sends them again");
     // Without the probe's report, its entries are one too many.
     std::fs::remove_file(probed.dir.join("results/stage_-1_lifecycle_metrics.json")).unwrap();
     let e = Suite::load(std::slice::from_ref(&probed.dir), &Definitions::default()).err().unwrap().to_string();
     assert!(e.contains("per_request_lifecycle_metrics.json") && e.contains("entries"), "{e}");
+
+    // Without per-request records, the probe and the stage are what an
+    // explicit first stage of 30 requests in 5 s, then the stage, would be.
+    let unrecorded = copy_experiment(SOURCE, "unrecorded", |rel, text| (rel != "requests.csv").then(|| probe(rel, text).map(|t| (rel.into(), t))).flatten());
+    let explicit = copy_experiment(SOURCE, "explicit", |rel, text| match rel {
+        "requests.csv" => None,
+        "results/config.yaml" => Some((rel.into(), text.replace("  interval: 1.0\n", "  interval: 0.0\n").replace("  stages:\n  - rate: 6.0", "  stages:\n  - rate: 6.0\n    duration: 5\n  - rate: 6.0"))),
+        "results/stage_0_lifecycle_metrics.json" => Some(("results/stage_1_lifecycle_metrics.json".into(), text)),
+        _ => Some((rel.into(), text)),
+    });
+    std::fs::copy(explicit.dir.join("results/stage_1_lifecycle_metrics.json"), explicit.dir.join("results/stage_0_lifecycle_metrics.json")).unwrap();
+    let predicted = |rows: &[blis_calibrate::compare::MetricRow], stage: u32| {
+        rows.iter().filter(|r| r.stage == StageLabel::Stage(stage)).map(|r| (r.metric, r.predicted)).collect::<Vec<_>>()
+    };
+    let (unrecorded, explicit) = (validate(&unrecorded.dir), validate(&explicit.dir));
+    assert!(!predicted(&unrecorded.rows, 0).is_empty());
+    assert_eq!(predicted(&unrecorded.rows, 0), predicted(&explicit.rows, 1));
 
     // A harness's requests.csv with the probe's rows (stage -1) first, every
     // send time counted from the probe's first: the stage's rows alone.
@@ -294,7 +320,7 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     };
     let csv_probed = copy_experiment(SOURCE, "csv-probed", |rel, text| match rel {
         "requests.csv" => Some((rel.into(), with_probe_rows(&text))),
-        _ => as_sweep(rel, text).map(|t| (rel.into(), t)),
+        _ => no_probe(rel, text).map(|t| (rel.into(), t)),
     });
     let replayed = validate(&csv_probed.dir);
     assert_eq!(replayed.rows, want.rows);

@@ -70,11 +70,12 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
 }
 
 fn workload() -> impl Strategy<Value = Vec<Request>> {
-    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3, any::<bool>()), 1..50).prop_map(|rows| {
+    // Some requests are cancelled by their client (RequestMeta::cancel_at) a while after they are sent.
+    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3, any::<bool>(), prop::option::weighted(0.2, 0u64..400_000)), 1..50).prop_map(|rows| {
         let mut t = 0;
         rows.into_iter()
             .enumerate()
-            .map(|(i, (gap, group, len, out, prio, own))| {
+            .map(|(i, (gap, group, len, out, prio, own, cancel))| {
                 t += gap;
                 let mut prompt = TokenSeq::new();
                 if group > 0 {
@@ -89,7 +90,12 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
                     prompt,
                     max_output_tokens: out,
                     output_seed: 1 << 40 | i as u64,
-                    meta: RequestMeta { priority: f64::from(prio), own_prompt_from: own.then_some(shared), ..Default::default() },
+                    meta: RequestMeta {
+                        priority: f64::from(prio),
+                        own_prompt_from: own.then_some(shared),
+                        cancel_at: cancel.map(|after| Micros(t + after)),
+                        ..Default::default()
+                    },
                 }
             })
             .collect()

@@ -180,6 +180,33 @@ fn client_timeout_aborts_and_frees_the_request() {
     assert_eq!(run.instance.kv().num_used_blocks(), 0);
 }
 
+/// A cancelled request ends at its cancellation when that comes before its
+/// client's timeout, and at the timeout otherwise; one cancelled after it
+/// finished is unaffected.
+#[test]
+fn a_cancellation_ends_a_request_like_an_earlier_timeout() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [10_000.0, 0.0, 0.0] });
+    let cancelled = |id, cancel_ms| {
+        let mut r = req(id, 0, TokenSeq::synthetic(id + 1, 16), 100);
+        r.meta.cancel_at = Some(Micros::from_ms(cancel_ms));
+        r
+    };
+    for (timeout_ms, cancel_ms, want_ms) in [(None, 30, 30), (Some(50), 30, 30), (Some(20), 30, 20)] {
+        let mut c = cfg(1000, 1, 4096, false);
+        c.client_timeout = timeout_ms.map(Micros::from_ms);
+        let run = run_checked(c, model.clone(), vec![cancelled(0, cancel_ms), cancelled(1, 5_000)], None);
+        run.assert_conservation();
+        let (r0, r1) = (&run.rec.records[&RequestId(0)], &run.rec.records[&RequestId(1)]);
+        assert_eq!((r0.outcome, r0.finished), (Outcome::TimedOut, Micros::from_ms(want_ms)), "timeout {timeout_ms:?}, cancel {cancel_ms} ms");
+        match timeout_ms {
+            // R1 ran after R0 gave up: 100 tokens of 10 ms end well before its cancellation at 5 s.
+            None => assert_eq!(r1.outcome, Outcome::Completed),
+            Some(t) => assert_eq!((r1.outcome, r1.finished), (Outcome::TimedOut, Micros::from_ms(t))),
+        }
+        assert_eq!(run.instance.kv().num_used_blocks(), 0);
+    }
+}
+
 #[test]
 fn an_abandoned_request_is_aborted_and_its_blocks_freed() {
     use blis_engine::instance::Instance;

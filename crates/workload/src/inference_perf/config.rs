@@ -348,18 +348,47 @@ pub struct Load {
 /// at rates spread up to that point (which only the run's reports record).
 #[derive(Clone, Debug, PartialEq)]
 pub struct Sweep {
-    /// Requests of the probe burst (sent within 5 s).
+    /// Requests of the probe burst (sent within [`PROBE_DURATION_S`]).
     pub probe_requests: u64,
+    /// `timeout`: seconds after the probe starts sending when the client
+    /// cancels whatever of it has not finished.
+    pub probe_timeout_s: f64,
+    /// `probe` is set: newer inference-perf measures the server with a
+    /// closed-loop concurrency ladder instead of the burst, which BLIS does
+    /// not simulate.
+    pub closed_loop_probe: bool,
     /// Stages generated.
     pub num_stages: u32,
     /// Seconds of each generated stage.
     pub stage_duration: f64,
 }
 
+/// Seconds over which a sweep's probe burst sends its requests.
+pub const PROBE_DURATION_S: f64 = 5.0;
+
+/// [`RequestMeta::stage`](blis_engine::request::RequestMeta::stage) of a
+/// sweep's probe requests (inference-perf's stage −1), which no stage
+/// report counts.
+pub const PROBE_STAGE: u32 = u32::MAX;
+
+impl Sweep {
+    /// The probe burst as a stage (`num_requests` at `num_requests / 5` req/s
+    /// for 5 s, as inference-perf runs it), or `None` when there is none to
+    /// simulate (no requests, or the closed-loop probe).
+    pub fn probe_stage(&self) -> Option<Stage> {
+        (self.probe_requests > 0 && !self.closed_loop_probe)
+            .then(|| Stage { rate: self.probe_requests as f64 / PROBE_DURATION_S, duration: PROBE_DURATION_S, concurrency: None })
+    }
+}
+
 #[derive(Deserialize)]
 struct RawSweep {
     #[serde(default = "default_probe_requests")]
     num_requests: u64,
+    #[serde(default = "default_probe_timeout")]
+    timeout: f64,
+    #[serde(default)]
+    probe: Option<serde::de::IgnoredAny>,
     #[serde(default = "default_sweep_stages")]
     num_stages: u32,
     #[serde(default = "default_stage_duration")]
@@ -368,6 +397,10 @@ struct RawSweep {
 
 fn default_probe_requests() -> u64 {
     2000
+}
+
+fn default_probe_timeout() -> f64 {
+    60.0
 }
 
 fn default_sweep_stages() -> u32 {
@@ -406,7 +439,20 @@ impl Load {
                     let value = format!("{{num_stages: {}, stage_duration: {}}}", s.num_stages, s.stage_duration);
                     return Err(InferencePerfError::Invalid { field: "load.sweep".into(), value, reason: "needs at least one stage of (0, 1e8] seconds" });
                 }
-                Some(Sweep { probe_requests: s.num_requests, num_stages: s.num_stages, stage_duration: s.stage_duration })
+                if s.num_requests as f64 > MAX_RUN_REQUESTS {
+                    let value = s.num_requests.to_string();
+                    return Err(InferencePerfError::Invalid { field: "load.sweep.num_requests".into(), value, reason: "the probe sends at most 10^7 requests" });
+                }
+                if !(s.timeout > 0.0 && s.timeout <= MAX_SPAN_S) {
+                    return Err(InferencePerfError::Invalid { field: "load.sweep.timeout".into(), value: format!("{:?}", s.timeout), reason: "must be in (0, 1e8] seconds" });
+                }
+                Some(Sweep {
+                    probe_requests: s.num_requests,
+                    probe_timeout_s: s.timeout,
+                    closed_loop_probe: s.probe.is_some(),
+                    num_stages: s.num_stages,
+                    stage_duration: s.stage_duration,
+                })
             }
         };
         let stages = raw

@@ -8,13 +8,14 @@ use std::collections::VecDeque;
 
 use blis_engine::driver::Workload;
 use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, output_stream_seed};
-use blis_engine::rng::subsystem_seed;
+use blis_engine::rng::{subsystem_rng, subsystem_seed};
 use blis_engine::time::Micros;
 
-use super::config::{InferencePerfConfig, InferencePerfError};
+use super::config::{InferencePerfConfig, InferencePerfError, PROBE_STAGE, STAGE_START_OFFSET_S, Stage};
 use super::measured::MeasuredLengths;
 use super::prompts::StagePrompts;
 use super::staged::StagedWorkload;
+use super::timers::StageTimer;
 use crate::RequestSource;
 use crate::concurrency::ConcurrencyGate;
 use crate::error::WorkloadError;
@@ -56,13 +57,26 @@ impl Reproduction {
         StagePrompts::new(&self.config.data, &self.measured, seed)
     }
 
-    /// The recorded sends in the order they were sent: for each simulated
-    /// request id, the index of its entry in `recorded` (empty without recorded sends).
-    pub fn send_order(&self) -> Vec<usize> {
+    /// For each simulated request id, the index of the entry of `recorded`
+    /// it replays, `None` for a sweep's probe (simulated, not replayed):
+    /// the probe's requests first, then the recorded sends in the order they
+    /// were sent. Empty without recorded sends. `seed` is the stream's.
+    pub fn send_order(&self, seed: u64) -> Vec<Option<usize>> {
         let Some(sends) = &self.recorded else { return Vec::new() };
         let mut order: Vec<usize> = (0..sends.len()).collect();
         order.sort_by_key(|&i| (sends[i].send_us, sends[i].index));
-        order
+        let probe = self.probe_sends(seed).map_or(0, |(sends, _)| sends.len());
+        std::iter::repeat_n(None, probe).chain(order.into_iter().map(Some)).collect()
+    }
+
+    /// Requests the stream sends in all, deterministic in `seed`: the
+    /// recorded ones, or the configured stages', and a sweep's probe.
+    pub fn expected_requests(&self, seed: u64) -> u64 {
+        let stages = match &self.recorded {
+            Some(sends) => sends.len() as u64,
+            None => self.config.load.stages.iter().map(Stage::num_requests).sum(),
+        };
+        stages + self.probe_sends(seed).map_or(0, |(sends, _)| sends.len() as u64)
     }
 
     /// The request stream, deterministic in `seed`.
@@ -70,12 +84,57 @@ impl Reproduction {
         let prompts = self.prompts(seed)?;
         Ok(match &self.recorded {
             Some(sends) => {
-                let requests = self.recorded_requests(sends, &prompts, seed);
+                let (mut requests, stage_zero) = match self.probe_sends(seed) {
+                    Some((probe, cancel_at)) => (
+                        self.probe_requests(&probe, cancel_at, &prompts, seed),
+                        // Stage 0 starts after the probe has ended, as
+                        // inference-perf starts it: one second for the
+                        // cancelled probe's clean-up, one for the stage's start.
+                        cancel_at + Micros::from_secs(1) + Micros::from_secs_f64(STAGE_START_OFFSET_S).unwrap_or(Micros::ZERO),
+                    ),
+                    None => (Vec::new(), Micros::ZERO),
+                };
+                requests.extend(self.recorded_requests(sends, &prompts, seed, requests.len() as u64, stage_zero));
                 let caps = self.config.load.stages.iter().map(|s| s.concurrency).collect();
                 Box::new(RecordedRun { requests: requests.into(), caps, gate: ConcurrencyGate::new(None) })
             }
             None => Box::new(StagedWorkload::with_prompts(&self.config, prompts, seed)),
         })
+    }
+
+    /// When a sweep's probe burst sends its requests before the recorded
+    /// stages, as inference-perf's timer sends them (1 s after the probe
+    /// starts at 0), and when its client cancels them (`timeout` after the
+    /// start; nothing is sent from then on). `None` without a probe.
+    fn probe_sends(&self, seed: u64) -> Option<(Vec<Micros>, Micros)> {
+        let sweep = self.config.load.sweep.as_ref()?;
+        let stage = sweep.probe_stage()?;
+        let start = Micros::from_secs_f64(STAGE_START_OFFSET_S).unwrap_or(Micros::ZERO);
+        let cancel_at = start + Micros::from_secs_f64(sweep.probe_timeout_s).unwrap_or(Micros::MAX);
+        // The stream the staged run draws its probe from first: both paths send the same probe.
+        let mut rng = subsystem_rng(seed, "inference-perf/arrivals");
+        let mut timer = StageTimer::new(self.config.load.kind, &stage, &mut rng);
+        let mut sends = Vec::new();
+        while let Some(send) = timer.peek().map(|offset| start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX)).filter(|&t| t < cancel_at) {
+            sends.push(send);
+            timer.advance(&mut rng);
+        }
+        Some((sends, cancel_at))
+    }
+
+    /// The probe's requests, sent at `sends`: ids from 0, the data
+    /// generator's first prompts, each cancelled at `cancel_at`.
+    fn probe_requests(&self, sends: &[Micros], cancel_at: Micros, prompts: &StagePrompts, seed: u64) -> Vec<Request> {
+        let content_seed = subsystem_seed(seed, "replay/probe-outputs");
+        let meta = RequestMeta { stage: PROBE_STAGE, own_prompt_from: prompts.own_prompt_from(), cancel_at: Some(cancel_at), ..RequestMeta::default() };
+        (0u64..)
+            .zip(sends)
+            .map(|(n, &arrival)| {
+                let id = RequestId(n);
+                let (prompt, max_output_tokens) = prompts.nth(n, id, None);
+                Request { id, arrival, prompt, max_output_tokens, output_seed: output_stream_seed(id, content_seed), meta }
+            })
+            .collect()
     }
 
     /// The recorded requests as sent: exact send times and prompt lengths;
@@ -85,9 +144,10 @@ impl Reproduction {
     /// drawn from the measured distributions), and a success whose generated
     /// length was recorded generates exactly that. Failed sends record no
     /// length; they get the length the same prompt had elsewhere in the run
-    /// (prompts that recur), else the generator's own. Ids follow the send order.
-    fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64) -> Vec<Request> {
-        let order = self.send_order();
+    /// (prompts that recur), else the generator's own. Ids follow the send
+    /// order from `first_id`; send times count from `time_zero`.
+    fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64, first_id: u64, time_zero: Micros) -> Vec<Request> {
+        let order: Vec<usize> = self.send_order(seed).into_iter().flatten().collect();
         let cycle = prompts.prompt_cycle();
         let mut in_stage = vec![0u64; self.config.load.stages.len()];
         let positions: Vec<u64> = order
@@ -114,12 +174,12 @@ impl Reproduction {
             .map(|(id, (&i, &n))| {
                 let send = &sends[i];
                 let len = if send.input_tokens > 0 { Some(send.input_tokens) } else { cycle.and_then(|count| known_len[(n % count) as usize]) };
-                let id = RequestId(id as u64);
+                let id = RequestId(first_id + id as u64);
                 let (prompt, drawn_output) = prompts.nth(n, id, len);
                 let max_output_tokens = send.output_tokens.filter(|_| !send.failed).unwrap_or(drawn_output);
                 Request {
                     id,
-                    arrival: Micros(send.send_us),
+                    arrival: time_zero + Micros(send.send_us),
                     prompt,
                     max_output_tokens,
                     output_seed: output_stream_seed(id, content_seed),

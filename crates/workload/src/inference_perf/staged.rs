@@ -8,7 +8,7 @@ use blis_engine::request::{Request, RequestId, RequestMeta, RequestRecord, Token
 use blis_engine::rng::{SimRng, subsystem_rng, subsystem_seed};
 use blis_engine::time::Micros;
 
-use super::config::{InferencePerfConfig, InferencePerfError, LoadKind, STAGE_START_OFFSET_S, Stage};
+use super::config::{InferencePerfConfig, InferencePerfError, LoadKind, PROBE_STAGE, STAGE_START_OFFSET_S, Stage};
 use super::measured::MeasuredLengths;
 use super::prompts::StagePrompts;
 use super::timers::StageTimer;
@@ -33,10 +33,16 @@ struct Conversation {
 /// stage, `max_tokens` per request as the data generator sets it, `meta.stage` set. With
 /// multi-turn chat, request `n` is a round of user `n mod prompts`, sent
 /// when its timer fires or, if the user's previous round is still running,
-/// when that round finishes; `meta.session` is `(user, round)`.
+/// when that round finishes; `meta.session` is `(user, round)`. A sweep
+/// first sends its probe burst ([`Sweep::probe_stage`](super::Sweep::probe_stage), stage
+/// [`PROBE_STAGE`]), whose requests the client cancels `timeout` after the
+/// probe starts; stage 0 starts when the probe has drained.
 pub struct StagedWorkload {
     kind: LoadKind,
+    /// The stages run, the probe's first when there is one.
     stages: Vec<Stage>,
+    /// The probe's cancellation, after its start, when `stages[0]` is a probe.
+    probe_timeout: Option<Micros>,
     interval: Micros,
     prompts: StagePrompts,
     rng: SimRng,
@@ -71,9 +77,11 @@ impl StagedWorkload {
             (StagePrompts::Shared(prompts), Some(sp)) if sp.enable_multi_turn_chat => Some(vec![Conversation::default(); prompts.len()]),
             _ => None,
         };
+        let probe = cfg.load.sweep.as_ref().and_then(|s| Some((s.probe_stage()?, s.probe_timeout_s)));
         let mut w = StagedWorkload {
             kind: cfg.load.kind,
-            stages: cfg.load.stages.clone(),
+            stages: probe.iter().map(|(stage, _)| stage.clone()).chain(cfg.load.stages.iter().cloned()).collect(),
+            probe_timeout: probe.map(|(_, timeout_s)| Micros::from_secs_f64(timeout_s).unwrap_or(Micros::MAX)),
             interval: Micros::from_secs_f64(cfg.load.interval).unwrap_or(Micros::ZERO),
             prompts,
             rng: subsystem_rng(seed, "inference-perf/arrivals"),
@@ -99,29 +107,52 @@ impl StagedWorkload {
         self.timer = StageTimer::new(self.kind, &self.stages[stage], &mut self.rng);
         self.next_in_stage = 0;
         self.gate.set_limit(self.stages[stage].concurrency);
+        // A stage that sends nothing (a probe cancelled before its first
+        // send) has nothing to drain: the next one starts with it.
+        if self.stage_sent_everything() && stage + 1 < self.stages.len() {
+            self.begin_stage(stage + 1, start);
+        }
+    }
+
+    /// `meta.stage` of the requests of `self.stages[stage]`.
+    fn label(&self, stage: usize) -> u32 {
+        match (self.probe_timeout, stage) {
+            (Some(_), 0) => PROBE_STAGE,
+            (Some(_), s) => s as u32 - 1,
+            (None, s) => s as u32,
+        }
+    }
+
+    /// When the client cancels what is left of the current stage: the
+    /// probe's timeout after its start; `None` for other stages.
+    fn cancel_at(&self) -> Option<Micros> {
+        self.probe_timeout.filter(|_| self.label(self.stage) == PROBE_STAGE).map(|timeout| self.stage_start + timeout)
     }
 
     fn stage_sent_everything(&self) -> bool {
-        self.timer.peek().is_none()
+        self.next_timer().is_none()
     }
 
-    /// Send time of the stage's next timer event.
+    /// Send time of the stage's next timer event; none once the stage is
+    /// cancelled (the requests a cancelled probe had yet to send are never sent).
     fn next_timer(&self) -> Option<Micros> {
         let offset = self.timer.peek()?;
-        Some(self.stage_start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX))
+        let send = self.stage_start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX);
+        self.cancel_at().is_none_or(|cancel| send < cancel).then_some(send)
     }
 
     /// Multi-turn: timer events of busy users are parked until their round
     /// finishes, so the next send is the next free user's or a released one.
     fn park_busy_users(&mut self) {
+        let stage = self.label(self.stage);
         while let Some(t) = self.next_timer() {
             let Some(convs) = self.conversations.as_mut() else { return };
             let user = self.next_in_stage % convs.len();
             if !convs[user].busy {
                 return;
             }
-            convs[user].blocked.push_back((t, self.stage as u32));
-            *self.outstanding.entry(self.stage as u32).or_default() += 1;
+            convs[user].blocked.push_back((t, stage));
+            *self.outstanding.entry(stage).or_default() += 1;
             self.timer.advance(&mut self.rng);
             self.next_in_stage += 1;
         }
@@ -158,7 +189,8 @@ impl StagedWorkload {
         };
         // Sessions come only with shared-prefix prompts, which promise nothing.
         let own_prompt_from = self.prompts.own_prompt_from();
-        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, own_prompt_from, ..RequestMeta::default() } }
+        let cancel_at = self.cancel_at().filter(|_| stage == PROBE_STAGE);
+        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, own_prompt_from, cancel_at, ..RequestMeta::default() } }
     }
 
     /// When the next request is due: its timer fired, or (multi-turn) its
@@ -190,7 +222,7 @@ impl Workload for StagedWorkload {
         let n = self.next_in_stage as u64;
         self.timer.advance(&mut self.rng);
         self.next_in_stage += 1;
-        let stage = self.stage as u32;
+        let stage = self.label(self.stage);
         *self.outstanding.entry(stage).or_default() += 1;
         Some(self.request(sent, n, stage))
     }
@@ -212,9 +244,11 @@ impl Workload for StagedWorkload {
         if let Some(left) = self.outstanding.get_mut(&record.meta.stage) {
             *left = left.saturating_sub(1);
         }
-        let drained = self.outstanding.get(&(self.stage as u32)).is_none_or(|&n| n == 0);
+        let drained = self.outstanding.get(&self.label(self.stage)).is_none_or(|&n| n == 0);
         if drained && self.stage_sent_everything() && self.ready.is_empty() && self.stage + 1 < self.stages.len() {
-            self.begin_stage(self.stage + 1, record.finished + self.interval);
+            // inference-perf waits `interval` after a stage, not after the probe.
+            let pause = if self.label(self.stage) == PROBE_STAGE { Micros::ZERO } else { self.interval };
+            self.begin_stage(self.stage + 1, record.finished + pause);
         }
     }
 }

@@ -346,8 +346,10 @@ fn next_stage_starts_after_the_previous_drains() {
 }
 
 /// Drives a workload as a server with a fixed service time would:
-/// requests finish `service` after they are sent, in time order.
+/// requests finish `service` after they are sent (or when their client
+/// cancels them, if earlier), in time order.
 fn drive(w: &mut (impl Workload + ?Sized), service: Micros) -> Vec<Request> {
+    let ends = |r: &Request| (r.arrival + service).min(r.meta.cancel_at.unwrap_or(Micros::MAX));
     let mut sent: Vec<Request> = Vec::new();
     let mut running: std::collections::BTreeMap<(Micros, u64), Request> = Default::default();
     loop {
@@ -357,12 +359,12 @@ fn drive(w: &mut (impl Workload + ?Sized), service: Micros) -> Vec<Request> {
             (None, None) => return sent,
             (Some(t), Some((d, _))) if t < d => {
                 let r = w.next_request().unwrap();
-                running.insert((r.arrival + service, r.id.0), r.clone());
+                running.insert((ends(&r), r.id.0), r.clone());
                 sent.push(r);
             }
             (Some(_), None) => {
                 let r = w.next_request().unwrap();
-                running.insert((r.arrival + service, r.id.0), r.clone());
+                running.insert((ends(&r), r.id.0), r.clone());
                 sent.push(r);
             }
             (_, Some(key)) => {
@@ -633,7 +635,7 @@ fn a_sweep_has_no_stages_until_a_run_records_them() {
     let sweep = CONFIG.replace("  num_workers: 224", "  sweep: {type: linear, num_stages: 4, stage_duration: 120}\n  num_workers: 224");
     let c = InferencePerfConfig::from_yaml_str(&sweep).unwrap();
     assert!(c.load.stages.is_empty());
-    assert_eq!(c.load.sweep, Some(Sweep { probe_requests: 2000, num_stages: 4, stage_duration: 120.0 }));
+    assert_eq!(c.load.sweep, Some(Sweep { probe_requests: 2000, probe_timeout_s: 60.0, closed_loop_probe: false, num_stages: 4, stage_duration: 120.0 }));
     let e = c.check_runnable().unwrap_err().to_string();
     assert!(e.contains("load.sweep") && e.contains("load.stages") && e.contains("blis validate"), "{e}");
     let run = Reproduction { config: c.clone(), measured: MeasuredLengths::default(), recorded: None };
@@ -648,4 +650,109 @@ fn a_sweep_has_no_stages_until_a_run_records_them() {
     let concurrent = "load:\n  type: concurrent\n  stages: []\n  sweep: {type: linear}\n";
     let e = InferencePerfConfig::from_yaml_str(&format!("{}{concurrent}", &CONFIG[..CONFIG.find("load:").unwrap()])).unwrap_err().to_string();
     assert!(e.contains("load.sweep") && e.contains("concurrent"), "{e}");
+    for (bad, field) in [
+        ("num_stages: 4", "num_stages: 4, num_requests: 100000000000"),
+        ("num_stages: 4", "num_stages: 4, timeout: 0"),
+        ("num_stages: 4", "num_stages: 4, timeout: .nan"),
+    ]
+    .map(|(from, to)| (sweep.replace(from, to), if to.contains("timeout") { "load.sweep.timeout" } else { "load.sweep.num_requests" }))
+    {
+        let e = InferencePerfConfig::from_yaml_str(&bad).unwrap_err().to_string();
+        assert!(e.contains(field) && e.lines().count() == 1, "{e}");
+    }
+}
+
+/// The probe burst a sweep sends first, as a stage: `num_requests` within
+/// 5 s; none for the closed-loop ladder (`probe`) or zero requests.
+#[test]
+fn a_sweeps_probe_is_its_requests_within_five_seconds() {
+    let sweep = |fields: &str| {
+        let yaml = CONFIG.replace("  num_workers: 224", &format!("  sweep: {{type: linear{fields}}}\n  num_workers: 224"));
+        InferencePerfConfig::from_yaml_str(&yaml).unwrap().load.sweep.unwrap()
+    };
+    let default = sweep("");
+    assert_eq!((default.probe_requests, default.probe_timeout_s), (2000, 60.0), "inference-perf's defaults");
+    let probe = default.probe_stage().unwrap();
+    assert_eq!((probe.rate, probe.duration, probe.num_requests()), (400.0, 5.0, 2000));
+    for n in [1u64, 3, 7, 33, 999] {
+        assert_eq!(sweep(&format!(", num_requests: {n}, timeout: 20")).probe_stage().unwrap().num_requests(), n);
+    }
+    assert_eq!(sweep(", num_requests: 0").probe_stage(), None);
+    let ladder = sweep(", probe: {start_concurrency: 4}");
+    assert!(ladder.closed_loop_probe && ladder.probe_stage().is_none());
+}
+
+/// A sweep over the stages `stages`, its probe `probe` (sweep fields).
+fn sweep_config(probe: &str, stages: Vec<Stage>) -> InferencePerfConfig {
+    let text = CONFIG.replace("  num_workers: 224", &format!("  sweep: {{type: linear, {probe}}}\n  num_workers: 224"));
+    let mut c = InferencePerfConfig::from_yaml_str(&text).unwrap();
+    c.load.stages = stages;
+    c
+}
+
+/// A sweep first sends its probe burst (stage −1): `num_requests` within
+/// 5 s from 1 s, at the times an explicit first stage of that rate would
+/// be sent, each cancelled `timeout` after the probe's start; stage 0
+/// starts once the probe has drained, without the interval, its prompts
+/// from the start of the cycle. A timeout shorter than the burst sends
+/// only what came before it.
+#[test]
+fn a_sweep_sends_its_probe_first_and_cancels_what_is_left_at_its_timeout() {
+    let stage = Stage { rate: 8.0, duration: 30.0, concurrency: None };
+    let c = sweep_config("num_requests: 50, timeout: 20", vec![stage.clone()]);
+    let sent = drive(&mut StagedWorkload::new(&c, &MeasuredLengths::default(), 4).unwrap(), Micros::from_secs(30));
+    let (probe, stage0): (Vec<&Request>, Vec<&Request>) = sent.iter().partition(|r| r.meta.stage == PROBE_STAGE);
+    assert_eq!((probe.len(), stage0.len()), (50, 240));
+    let cancel = Micros::from_secs(21);
+    assert!(probe.iter().all(|r| r.meta.cancel_at == Some(cancel) && (Micros::from_secs(1)..=Micros::from_secs(6)).contains(&r.arrival)));
+    assert!(stage0.iter().all(|r| r.meta.stage == 0 && r.meta.cancel_at.is_none()));
+    // Every probe request ends at the cancellation (30 s of service is longer): stage 0 starts then, plus its 1 s.
+    assert!(stage0[0].arrival > cancel + Micros::from_secs(1), "{:?}", stage0[0].arrival);
+    assert_eq!(stage0[0].prompt, probe[0].prompt, "stage 0 restarts the prompt cycle");
+
+    // The same sends as an explicit first stage of 10 req/s for 5 s.
+    let mut explicit = c.clone();
+    explicit.load.sweep = None;
+    explicit.load.stages = vec![Stage { rate: 10.0, duration: 5.0, concurrency: None }, stage];
+    let reference = drive(&mut StagedWorkload::new(&explicit, &MeasuredLengths::default(), 4).unwrap(), Micros::from_secs(30));
+    let first: Vec<(Micros, u32)> = reference.iter().filter(|r| r.meta.stage == 0).map(|r| (r.arrival, r.prompt.len())).collect();
+    assert_eq!(probe.iter().map(|r| (r.arrival, r.prompt.len())).collect::<Vec<_>>(), first);
+
+    // A 2 s timeout: the probe sends what falls before 3 s, and nothing after.
+    let short = sweep_config("num_requests: 50, timeout: 2", vec![Stage { rate: 8.0, duration: 30.0, concurrency: None }]);
+    let sent = drive(&mut StagedWorkload::new(&short, &MeasuredLengths::default(), 4).unwrap(), Micros::from_secs(30));
+    let probe: Vec<&Request> = sent.iter().filter(|r| r.meta.stage == PROBE_STAGE).collect();
+    assert_eq!(probe.len(), first.iter().filter(|(t, _)| *t < Micros::from_secs(3)).count());
+    assert!((12..=30).contains(&probe.len()), "about 2 s of 10 req/s: {}", probe.len());
+    // The closed-loop probe is not simulated: stage 0 comes first.
+    let ladder = sweep_config("probe: {start_concurrency: 2}", vec![Stage { rate: 8.0, duration: 30.0, concurrency: None }]);
+    let sent = drive(&mut StagedWorkload::new(&ladder, &MeasuredLengths::default(), 4).unwrap(), Micros::from_secs(30));
+    assert!(sent.len() == 240 && sent.iter().all(|r| r.meta.stage == 0));
+}
+
+/// A recorded sweep replays its stages' sends after the probe, which it
+/// simulates as the staged run sends it (the same times and prompts): the
+/// probe's requests take the first ids, no recorded row, and the recorded
+/// sends follow two seconds after the probe's cancellation.
+#[test]
+fn a_recorded_sweep_replays_its_stages_after_the_simulated_probe() {
+    let stage = Stage { rate: 8.0, duration: 30.0, concurrency: None };
+    let c = sweep_config("num_requests: 40, timeout: 60", vec![stage]);
+    let sends: Vec<RecordedSend> =
+        (0..20u64).map(|i| RecordedSend { index: i, stage: 0, send_us: (19 - i) * 100_000, input_tokens: 600, output_tokens: None, failed: false }).collect();
+    let run = Reproduction { config: c.clone(), measured: MeasuredLengths::default(), recorded: Some(sends) };
+    let order = run.send_order(7);
+    assert_eq!(order.len(), 60);
+    assert!(order[..40].iter().all(Option::is_none));
+    assert_eq!(order[40..].iter().map(|i| i.unwrap()).collect::<Vec<_>>(), (0..20).rev().collect::<Vec<_>>(), "recorded sends in send order");
+    assert_eq!(run.expected_requests(7), 60);
+    let sent = drive(run.stream(7).unwrap().as_mut(), Micros::from_secs(1));
+    assert_eq!(sent.iter().map(|r| r.id.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
+    let staged = drive(&mut StagedWorkload::new(&c, &MeasuredLengths::default(), 7).unwrap(), Micros::from_secs(1));
+    let probe = |rs: &[Request]| rs.iter().filter(|r| r.meta.stage == PROBE_STAGE).map(|r| (r.arrival, r.prompt.clone(), r.meta.cancel_at)).collect::<Vec<_>>();
+    assert_eq!(probe(&sent), probe(&staged));
+    assert_eq!(probe(&sent).len(), 40);
+    let zero = Micros::from_secs(1 + 60 + 2);
+    assert_eq!(sent[40..].iter().map(|r| r.arrival).collect::<Vec<_>>(), (0..20u64).map(|i| zero + Micros(i * 100_000)).collect::<Vec<_>>());
+    assert!(sent[40..].iter().all(|r| r.meta.stage == 0 && r.prompt.len() == 600));
 }
