@@ -16,7 +16,7 @@ use blis_workload::trace_v2::trace_csv;
 use serde_json::{Map, Value};
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, refuse_overwriting_inputs, write_json};
+use crate::output::{AtomicFile, out, outln, refuse_overwriting_inputs, write_json};
 use crate::plot::PlotDir;
 
 /// Compare a recorded trace (blis observe) with its simulated replay (blis replay).
@@ -171,15 +171,15 @@ pub fn execute(args: CalibrateArgs) -> anyhow::Result<()> {
     let plot_dir = args.plots.as_deref().map(PlotDir::create).transpose()?;
     let matched = match_requests(&real, &sim);
     let report = compare(&csv.display().to_string(), &real, &sim, &matched, args.seed, args.resamples);
-    print!("{}", table(&report));
+    out!("{}", table(&report))?;
     let (report, matched) = match &args.refit {
         None => (report, matched),
         Some(path) => {
             let (after, after_matched) = refit(&args, &csv, &real, &sim, path)?;
-            println!("after refitting on this trace (coefficients in {}):", path.display());
-            print!("{}", table(&after));
+            outln!("after refitting on this trace (coefficients in {}):", path.display())?;
+            out!("{}", table(&after))?;
             let lines: Vec<String> = ["e2e", "ttft", "tpot"].iter().filter_map(|m| moved(m, &report, &after)).collect();
-            println!("refit: {}", lines.join(", "));
+            outln!("refit: {}", lines.join(", "))?;
             (after, after_matched)
         }
     };

@@ -12,7 +12,7 @@ use blis_workload::spec::to_yaml;
 use blis_workload::trace_v2::{COLUMNS, Row, TraceHeader, header_path, trace_csv};
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, output_dir, warn, write_checked_spec};
+use crate::output::{AtomicFile, out, output_dir, warn, write_checked_spec};
 
 /// `blis convert` subcommands.
 #[derive(clap::Subcommand, Debug)]
@@ -121,7 +121,7 @@ fn vllm_log(a: VllmLogArgs) -> anyhow::Result<()> {
             file.commit()?;
             eprintln!("wrote {}{}", path.display(), if a.hardware.is_none() { " (no --hardware: set `hardware` there)" } else { "" });
         }
-        None => print!("{yaml}"),
+        None => out!("{yaml}")?,
     }
     Ok(())
 }

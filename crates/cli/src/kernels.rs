@@ -13,7 +13,7 @@ use blis_engine::hardware::{KernelEfficiency, Link};
 use serde::Serialize;
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, write_json};
+use crate::output::{AtomicFile, outln, write_json};
 
 /// Fit GEMM efficiencies that carry across GPUs, and each GPU's all-reduce latency and bus efficiency per link, on measured kernel profiles.
 #[derive(clap::Args, Debug)]
@@ -109,15 +109,15 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     let all_reduce_fits = fit_all_reduces(&curves, link_bytes_per_s);
     let all_reduce = check_all_reduce(&curves, &all_reduce_fits, link_bytes_per_s);
 
-    println!("GEMM (QKV, O, MLP up, MLP down) on {} measurements, {} GPUs:", samples.len(), peaks.len());
-    println!(
+    outln!("GEMM (QKV, O, MLP up, MLP down) on {} measurements, {} GPUs:", samples.len(), peaks.len())?;
+    outln!(
         "  fitted on all: compute efficiency {:.3} of the BF16 peak, memory efficiency {:.3} of the bandwidth, {:.1} µs per kernel, {}-token tiles",
         gemm.compute_efficiency, gemm.memory_efficiency, gemm.launch_us, gemm.tile_tokens
-    );
-    println!("  {:<8} {:>8} {:>12} {:>12} {:>14}   {:<40}", "GPU", "samples", "in-sample", "held out", "held-out p90", "fit without it (η, μ, t0, tile), bias");
+    )?;
+    outln!("  {:<8} {:>8} {:>12} {:>12} {:>14}   {:<40}", "GPU", "samples", "in-sample", "held out", "held-out p90", "fit without it (η, μ, t0, tile), bias")?;
     for h in &held_out {
         let m = &h.model;
-        println!(
+        outln!(
             "  {:<8} {:>8} {:>12} {:>12} {:>14}   {:.3}, {:.3}, {:.1} µs, {}; {}",
             h.gpu,
             h.errors.samples,
@@ -129,24 +129,24 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
             m.launch_us,
             m.tile_tokens,
             pct(h.errors.median_signed)
-        );
+        )?;
     }
-    println!("  (median |predicted / measured − 1|; bias: median signed error of the held-out GPU)");
-    println!(
+    outln!("  (median |predicted / measured − 1|; bias: median signed error of the held-out GPU)")?;
+    outln!(
         "All-reduce within one node (messages ≥ 1 MiB), a ring: latency + 2(n − 1) steps + bytes·2(n − 1)/n at a share of the link's datasheet bandwidth, \
          fitted on the absolute relative error:"
-    );
-    println!("  {:<10} {:<7} {:>16} {:>12} {:>12}", "GPU", "link", "bus efficiency", "latency", "per step");
+    )?;
+    outln!("  {:<10} {:<7} {:>16} {:>12} {:>12}", "GPU", "link", "bus efficiency", "latency", "per step")?;
     for f in &all_reduce_fits {
         let e = &f.efficiency;
-        println!("  {:<10} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us);
+        outln!("  {:<10} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us)?;
     }
-    println!("  (GPU{PCIE_CARD_SUFFIX}: the PCIe cards of a box bridged in pairs; their NVLink is the bridge)");
-    println!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias");
+    outln!("  (GPU{PCIE_CARD_SUFFIX}: the PCIe cards of a box bridged in pairs; their NVLink is the bridge)")?;
+    outln!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias")?;
     let show = |e: &ErrorSummary| format!("{} ({})", abs_pct(e.median_abs), abs_pct(e.p90_abs));
     for c in &all_reduce {
         let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {}, {}", show(e), pct(e.median_signed)));
-        println!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other);
+        outln!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other)?;
     }
     let mut layer_checks = BTreeMap::new();
     let mut efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
@@ -167,36 +167,36 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     let fitted = LayerTerms::fit(&all_layers, &peaks);
     let layers_held_out = if peaks.contains_key(REFERENCE_GPU) { layers_leave_one_gpu_out(&layers, &peaks, REFERENCE_GPU) } else { Vec::new() };
     if peaks.contains_key(REFERENCE_GPU) {
-        println!(
+        outln!(
             "Trained-physics layer terms fitted on the profiles (all GPUs): β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs",
             fitted.prefill_compute, fitted.decode_compute, fitted.weights, fitted.per_layer_us
-        );
+        )?;
         for h in &layers_held_out {
             let t = &h.terms;
             let errors: Vec<String> = h.checks.iter().map(|c| format!("{} {} ({})", c.regime, abs_pct(c.absolute.median_abs), pct(c.absolute.median_signed))).collect();
-            println!(
+            outln!(
                 "  without {:<5} β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs; on it: {}",
                 h.gpu, t.prefill_compute, t.decode_compute, t.weights, t.per_layer_us, errors.join(", ")
-            );
+            )?;
         }
-        println!("A layer outside attention and communication (4 projections + norms, rotary, activation, add; {} measurements):", layers.len());
-        println!("  {:<28} {:<6} {:<8} {:>16} {:>30}", "coefficients", "GPU", "regime", "bias (|error|)", "scaling from h100 (|error|, p90)");
+        outln!("A layer outside attention and communication (4 projections + norms, rotary, activation, add; {} measurements):", layers.len())?;
+        outln!("  {:<28} {:<6} {:<8} {:>16} {:>30}", "coefficients", "GPU", "regime", "bias (|error|)", "scaling from h100 (|error|, p90)")?;
         for (name, terms) in std::iter::once(("kernel-fit".to_string(), fitted)).chain(sets) {
             let checks = check_layers(&layers, &peaks, &terms, REFERENCE_GPU);
             for c in &checks {
                 let scaling = c.scaling.as_ref().map_or("—".to_string(), |e| format!("{} ({}, {})", pct(e.median_signed), abs_pct(e.median_abs), abs_pct(e.p90_abs)));
-                println!("  {:<28} {:<6} {:<8} {:>16} {:>30}", name, c.gpu, c.regime, format!("{} ({})", pct(c.absolute.median_signed), abs_pct(c.absolute.median_abs)), scaling);
+                outln!("  {:<28} {:<6} {:<8} {:>16} {:>30}", name, c.gpu, c.regime, format!("{} ({})", pct(c.absolute.median_signed), abs_pct(c.absolute.median_abs)), scaling)?;
             }
             layer_checks.insert(name, (terms, checks));
         }
-        println!("  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)");
-        println!("Each GPU's kernels alone ({}-token tiles), what carries a set fitted on one GPU to another:", gemm.tile_tokens);
-        println!("  {:<8} {:>18} {:>18} {:>22}", "GPU", "GEMM compute η", "GEMM memory μ", "layer overhead (µs)");
+        outln!("  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)")?;
+        outln!("Each GPU's kernels alone ({}-token tiles), what carries a set fitted on one GPU to another:", gemm.tile_tokens)?;
+        outln!("  {:<8} {:>18} {:>18} {:>22}", "GPU", "GEMM compute η", "GEMM memory μ", "layer overhead (µs)")?;
         for (gpu, e) in &efficiencies {
-            println!("  {:<8} {:>18.3} {:>18.3} {:>22.1}", gpu, e.gemm_compute, e.gemm_memory, e.layer_overhead_us);
+            outln!("  {:<8} {:>18.3} {:>18.3} {:>22.1}", gpu, e.gemm_compute, e.gemm_memory, e.layer_overhead_us)?;
         }
-        println!("Sets carried from h100 by those efficiencies (peaks × η, μ ratios; β5 × overhead ratio), and by the other GPUs' mean (as a GPU nobody profiled):");
-        println!("  {:<28} {:<6} {:<8} {:>30} {:>30}", "coefficients", "GPU", "regime", "scaling, measured (|error|)", "scaling, unprofiled (|error|)");
+        outln!("Sets carried from h100 by those efficiencies (peaks × η, μ ratios; β5 × overhead ratio), and by the other GPUs' mean (as a GPU nobody profiled):")?;
+        outln!("  {:<28} {:<6} {:<8} {:>30} {:>30}", "coefficients", "GPU", "regime", "scaling, measured (|error|)", "scaling, unprofiled (|error|)")?;
         for (name, (terms, _)) in &layer_checks {
             if name == "kernel-fit" {
                 continue;
@@ -210,7 +210,7 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
             for c in measured.iter().filter(|c| c.scaling.is_some()) {
                 let blind = unprofiled.iter().find(|u| u.gpu == c.gpu && u.regime == c.regime).and_then(|u| u.scaling.as_ref());
                 let show = |e: Option<&ErrorSummary>| e.map_or("—".to_string(), |e| format!("{} ({})", pct(e.median_signed), abs_pct(e.median_abs)));
-                println!("  {:<28} {:<6} {:<8} {:>30} {:>30}", name, c.gpu, c.regime, show(c.scaling.as_ref()), show(blind));
+                outln!("  {:<28} {:<6} {:<8} {:>30} {:>30}", name, c.gpu, c.regime, show(c.scaling.as_ref()), show(blind))?;
             }
             carried.insert(name.clone(), (measured, unprofiled));
         }

@@ -82,14 +82,15 @@ enum Command {
     Compose(compose::ComposeArgs),
 }
 
-fn list_models() {
+fn list_models() -> anyhow::Result<()> {
+    use crate::output::outln;
     use blis_engine::model::ModelConfig;
-    println!("Bundled models (--model, case-insensitive; the part after '/' also works):");
+    outln!("Bundled models (--model, case-insensitive; the part after '/' also works):")?;
     let width = blis_data::catalog::MODELS.iter().map(|m| m.id.len()).max().unwrap_or(0);
-    println!("  {:<width$}  {:>8}  {:>9}  {:<18}  {:>9}  layout", "id", "params", "weights", "quantization", "context");
+    outln!("  {:<width$}  {:>8}  {:>9}  {:<18}  {:>9}  layout", "id", "params", "weights", "quantization", "context")?;
     for m in blis_data::catalog::MODELS {
         let Ok(c) = ModelConfig::from_hf_json(m.config_json) else {
-            println!("  {}", m.id);
+            outln!("  {}", m.id)?;
             continue;
         };
         let mut layout = match &c.moe {
@@ -99,21 +100,22 @@ fn list_models() {
         if c.mla.is_some() {
             layout += ", latent attention";
         }
-        println!(
+        outln!(
             "  {:<width$}  {:>6.1} B  {:>5.1} GiB  {:<18}  {:>9}  {layout}",
             m.id,
             c.total_params() / 1e9,
             c.weight_bytes() / f64::from(1u32 << 30),
             c.quant_method.as_deref().unwrap_or("none"),
             c.derived_max_model_len,
-        );
+        )?;
     }
-    println!("Bundled GPUs (--hardware; any name of the board works, e.g. as nvidia-smi prints it):");
+    outln!("Bundled GPUs (--hardware; any name of the board works, e.g. as nvidia-smi prints it):")?;
     let width = blis_data::catalog::GPUS.iter().map(|g| g.name.len()).max().unwrap_or(0);
     for g in blis_data::catalog::GPUS {
         let spec = g.spec();
-        println!("  {:<width$} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib);
+        outln!("  {:<width$} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib)?;
     }
+    Ok(())
 }
 
 /// Parses the command line; usage errors become one line on stderr and exit
@@ -168,10 +170,7 @@ fn main() {
         Command::Validate(args) => validate::execute(*args),
         Command::Fit(args) => fit::execute(*args),
         Command::Kernels(args) => kernels::execute(*args),
-        Command::Models => {
-            list_models();
-            Ok(())
-        }
+        Command::Models => list_models(),
         Command::Workload(cmd) => workload_cmd::execute(cmd),
         Command::Convert(cmd) => convert::execute(cmd),
         Command::Compose(args) => compose::execute(args),

@@ -356,6 +356,25 @@ pub fn write_checked_spec(output: &Path, comment: &str, yaml: &str) -> anyhow::R
     file.commit()
 }
 
+/// Writes `text` to stdout: an error (a full disk, a closed file) instead
+/// of `print!`'s panic.
+pub fn write_stdout(text: std::fmt::Arguments<'_>) -> anyhow::Result<()> {
+    std::io::stdout().lock().write_fmt(text).context("writing to stdout")
+}
+
+/// `print!` that returns [`write_stdout`]'s error instead of panicking.
+macro_rules! out {
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!($($arg)*)) };
+}
+pub(crate) use out;
+
+/// `println!` that returns [`write_stdout`]'s error instead of panicking.
+macro_rules! outln {
+    () => { $crate::output::write_stdout(format_args!("\n")) };
+    ($($arg:tt)*) => { $crate::output::write_stdout(format_args!("{}\n", format_args!($($arg)*))) };
+}
+pub(crate) use outln;
+
 /// Writes a report as pretty JSON to `output`, or stdout.
 pub fn write_json<T: serde::Serialize>(report: &T, output: Option<&mut AtomicFile>) -> anyhow::Result<()> {
     let json = serde_json::to_string_pretty(report).context("serialising the report")?;

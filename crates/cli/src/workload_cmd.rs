@@ -13,7 +13,7 @@ use blis_workload::stats::{GroupStats, WorkloadStats};
 use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
 
 use crate::error::{BadInput, bad_input};
-use crate::output::{AtomicFile, refuse_overwriting_inputs};
+use crate::output::{AtomicFile, out, outln, refuse_overwriting_inputs};
 use blis_scenario::workload::blame_override;
 
 use crate::output::{rate_text, warn};
@@ -98,15 +98,14 @@ pub fn execute(cmd: WorkloadCommand) -> anyhow::Result<()> {
         WorkloadCommand::Generate(a) => generate(a),
         WorkloadCommand::Stats(a) => stats(a),
         WorkloadCommand::List => {
-            let mut out = std::io::stdout().lock();
             for b in BUILTINS {
                 let description = spec::load(&b.reference()).ok().and_then(|l| l.spec.description).unwrap_or_default();
-                writeln!(out, "{:<26}{description}", b.reference())?;
+                outln!("{:<26}{description}", b.reference())?;
             }
             Ok(())
         }
         WorkloadCommand::Show { name } => match blis_workload::builtin::lookup(&name).map_err(|e| bad_input!("{e}"))? {
-            Some(b) => Ok(write!(std::io::stdout().lock(), "{}", b.yaml)?),
+            Some(b) => out!("{}", b.yaml),
             None => Err(bad_input!("{name}: expected preset:NAME or scenario:NAME (`blis workload list`)").into()),
         },
     }
@@ -174,10 +173,8 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let svg = crate::plot::workload::workload_svg(&plan, &s).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?;
     plot_file.writer().write_all(svg.as_bytes()).context("writing --plot")?;
     plot_file.commit()?;
-    let mut out = std::io::stdout().lock();
-    write!(out, "{text}")?;
-    writeln!(out, "plot: {}", plot_path.display())?;
-    Ok(())
+    out!("{text}")?;
+    outln!("plot: {}", plot_path.display())
 }
 
 fn length_cells(c: &IntCounts) -> String {

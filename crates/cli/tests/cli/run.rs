@@ -350,6 +350,24 @@ fn writing_into_a_closed_pipe_ends_quietly() {
     }
 }
 
+/// A stdout that cannot be written (a full disk: `/dev/full`) made
+/// `blis models` and `blis convert vllm-log` panic in `println!`; every
+/// command now ends with one line naming stdout, exit status 1.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_full_stdout_is_an_error_not_a_panic() {
+    let dir = scratch("full-stdout");
+    let log = dir.join("vllm.log");
+    std::fs::write(&log, "INFO 05-01 12:00:00 [core.py:75] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-3.1-8B-Instruct', tensor_parallel_size=1\n").unwrap();
+    for args in [&["models"][..], &["convert", "vllm-log", "--path", log.to_str().unwrap()], &["workload", "list"]] {
+        let full = std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_blis")).args(args).stdout(full).output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("panicked") && err.contains("stdout") && err.trim_end().lines().count() == 1, "{args:?}: {err}");
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {err}");
+    }
+}
+
 /// CPU and disk tiers through the CLI: the report's per-tier section adds up,
 /// the per-request CSV gains the load columns and agrees with the report,
 /// and the KV events file is byte-identical across runs and balances: a
