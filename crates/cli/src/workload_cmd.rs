@@ -124,6 +124,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     let mut rows = 0u64;
     let mut w = TraceWriter::new(csv.writer()).context("writing --output")?;
     for g in plan.generator() {
+        g.check_span().map_err(|e| bad_input!("{}: {e}", a.spec))?;
         w.write(&plan, &g, None).context("writing --output")?;
         rows += 1;
     }
@@ -168,7 +169,7 @@ fn stats(a: StatsArgs) -> anyhow::Result<()> {
     });
     refuse_overwriting_inputs(&[("plot", Some(&plot_path))], &[("spec", Some(Path::new(&a.spec)))])?;
     let mut plot_file = AtomicFile::create("plot", &plot_path)?;
-    let s = WorkloadStats::collect(&plan, 120);
+    let s = WorkloadStats::collect(&plan, 120).map_err(|e| bad_input!("{}: {e}", a.spec))?;
     let text = stats_table(&loaded, &plan, &s);
     let svg = crate::plot::workload::workload_svg(&plan, &s).map_err(|e| anyhow::anyhow!("drawing the plot: {e}"))?;
     plot_file.writer().write_all(svg.as_bytes()).context("writing --plot")?;

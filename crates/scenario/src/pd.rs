@@ -151,10 +151,7 @@ fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport
     if k.pd_decider.value.is_none() {
         report_entry(report, "pd-decider", &decider_name, Source::Default);
     }
-    let gb_per_s = k.pd_transfer_bandwidth.value.unwrap_or(DEFAULT_TRANSFER_GB_PER_S);
-    if !(gb_per_s.is_finite() && gb_per_s > 0.0 && gb_per_s <= 1e6) {
-        return Err(invalid!("--pd-transfer-bandwidth {gb_per_s}: must be a positive number of GB/s (at most 1e6)"));
-    }
+    let gb_per_s = crate::tiers::bandwidth("--pd-transfer-bandwidth", k.pd_transfer_bandwidth.value.unwrap_or(DEFAULT_TRANSFER_GB_PER_S))?;
     let latency = match &k.pd_transfer_latency.value {
         Some(text) => parse_duration(text).map_err(|e| invalid!("--pd-transfer-latency {e}"))?,
         None => DEFAULT_TRANSFER_LATENCY,

@@ -68,12 +68,13 @@ fn capacity_blocks(what: &str, blocks: Option<u64>, gib: Option<f64>, block_byte
     }
 }
 
-/// A positive bandwidth in GB/s, at most 10⁶.
-fn bandwidth(what: &str, gb_per_s: f64) -> Result<f64, ScenarioError> {
-    if gb_per_s.is_finite() && gb_per_s > 0.0 && gb_per_s <= 1e6 {
+/// A link bandwidth in GB/s, in [10⁻⁶, 10⁶] (a kB/s to a PB/s: slower
+/// links would push transfers past the simulated clock's span).
+pub(crate) fn bandwidth(what: &str, gb_per_s: f64) -> Result<f64, ScenarioError> {
+    if gb_per_s.is_finite() && (1e-6..=1e6).contains(&gb_per_s) {
         Ok(gb_per_s)
     } else {
-        Err(invalid!("{what} {gb_per_s:?}: must be a positive number of GB/s (at most 1e6)"))
+        Err(invalid!("{what} {gb_per_s:?}: must be a number of GB/s in [1e-6, 1e6]"))
     }
 }
 

@@ -79,6 +79,14 @@ pub enum WorkloadError {
 }
 
 impl WorkloadError {
+    /// [`WorkloadError::ArrivalPastSpan`] for request `request` arriving at
+    /// `t`, when that is after
+    /// [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN); `None` otherwise.
+    pub fn past_span(request: u64, t: blis_engine::time::Micros) -> Option<WorkloadError> {
+        use blis_engine::time::Micros;
+        (t > Micros::MAX_SPAN).then(|| WorkloadError::ArrivalPastSpan { request, arrival_s: (t < Micros(u64::MAX)).then(|| t.as_secs_f64()) })
+    }
+
     /// A [`WorkloadError::Spec`] error.
     pub fn spec(source_name: impl Into<String>, key_path: impl Into<String>, message: impl Into<String>) -> WorkloadError {
         WorkloadError::Spec { source_name: source_name.into(), key_path: key_path.into(), message: message.into() }

@@ -34,6 +34,15 @@ pub struct GeneratedRequest {
     pub prefix_group: Option<u32>,
 }
 
+impl GeneratedRequest {
+    /// An error when the request arrives after
+    /// [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN), where
+    /// simulated time stops meaning anything (as [`crate::WithinSpan`] ends a run).
+    pub fn check_span(&self) -> Result<(), crate::error::WorkloadError> {
+        crate::error::WorkloadError::past_span(self.request.id.0, self.request.arrival).map_or(Ok(()), Err)
+    }
+}
+
 /// A later round waiting for its arrival time.
 struct FollowUp {
     arrival: Micros,

@@ -141,8 +141,7 @@ impl blis_engine::driver::Workload for WithinSpan {
             return Some(t);
         }
         let request = self.inner.next_request().map_or(u64::MAX, |r| r.id.0);
-        let arrival_s = (t < blis_engine::time::Micros(u64::MAX)).then(|| t.as_secs_f64());
-        self.error = Some(error::WorkloadError::ArrivalPastSpan { request, arrival_s });
+        self.error = error::WorkloadError::past_span(request, t);
         None
     }
 

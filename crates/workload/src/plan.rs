@@ -408,7 +408,7 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
         ctx.check((1..=MAX_REQUESTS).contains(&n), "num_requests", format!("{n} must be in [1, 1e12]"))?;
     }
     if let Some(h) = s.horizon {
-        ctx.check(h >= 1, "horizon", "must be at least 1 µs")?;
+        ctx.check((1..=Micros::MAX_SPAN.as_us()).contains(&h), "horizon", format!("{h} µs must be in [1, 1e14] µs (1e8 s, the simulated clock's limit)"))?;
     }
     ctx.check(!s.clients.is_empty(), "clients", "at least one client is needed")?;
 
@@ -541,7 +541,7 @@ fn build_network(ctx: &Ctx, c: &ClientSpec, p: &str) -> Result<Option<NetworkMod
         Some(n) => {
             ctx.check(n.rtt_ms.is_finite() && (0.0..=60_000.0).contains(&n.rtt_ms), &format!("{p}.network.rtt_ms"), format!("{} must be in [0, 60000] ms", fmt_num(n.rtt_ms)))?;
             if let Some(b) = n.bandwidth_mbps {
-                ctx.check(b.is_finite() && b > 0.0, &format!("{p}.network.bandwidth_mbps"), format!("{} must be > 0", fmt_num(b)))?;
+                ctx.check(b.is_finite() && (1e-3..=1e7).contains(&b), &format!("{p}.network.bandwidth_mbps"), format!("{} must be in [1e-3, 1e7] Mbit/s", fmt_num(b)))?;
             }
             Some(NetworkModel::new(n.rtt_ms, n.bandwidth_mbps))
         }
@@ -560,6 +560,7 @@ fn build_windows(ctx: &mut Ctx, c: &ClientSpec, p: &str, horizon_us: f64) -> Res
             for (j, w) in l.windows.iter().enumerate() {
                 let wp = format!("{p}.lifecycle.windows[{j}]");
                 ctx.check(w.start_us < w.end_us, &format!("{wp}.end_us"), format!("{} must be after start_us {}", w.end_us, w.start_us))?;
+                ctx.check(w.end_us <= Micros::MAX_SPAN.as_us(), &format!("{wp}.end_us"), format!("{} µs must be at most 1e14 µs (1e8 s, the simulated clock's limit)", w.end_us))?;
                 ctx.check(j == 0 || w.start_us >= prev_end, &format!("{wp}.start_us"), format!("{} overlaps the previous window (ending at {prev_end}); windows must be in increasing time", w.start_us))?;
                 prev_end = w.end_us;
                 let scale = w.rate_scale.unwrap_or(1.0);

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use blis_engine::metrics::IntCounts;
 use blis_engine::time::Micros;
 
+use crate::error::WorkloadError;
 use crate::generator::GeneratedRequest;
 use crate::plan::Plan;
 
@@ -96,10 +97,12 @@ pub struct WorkloadStats {
 }
 
 impl WorkloadStats {
-    /// Measures `plan`'s requests, with a timeline of `bins` bins.
-    pub fn collect(plan: &Plan, bins: usize) -> WorkloadStats {
+    /// Measures `plan`'s requests, with a timeline of `bins` bins; an
+    /// error at the first request arriving after the simulated clock's span.
+    pub fn collect(plan: &Plan, bins: usize) -> Result<WorkloadStats, WorkloadError> {
         let mut s = WorkloadStats { clients: vec![GroupStats::default(); plan.clients.len()], ..WorkloadStats::default() };
         for r in plan.generator() {
+            r.check_span()?;
             let c = &plan.clients[r.request.meta.client as usize];
             let prefix = r.prefix_group.and_then(|g| c.prefixes.get(g as usize));
             let prefix_len = prefix.map_or(0, |p| p.1.len());
@@ -118,7 +121,7 @@ impl WorkloadStats {
             counts[r.request.meta.client as usize][b] += 1;
         }
         s.timeline = Timeline { bin, counts };
-        s
+        Ok(s)
     }
 }
 
@@ -136,7 +139,7 @@ mod tests {
   - {id: b, arrival: {process: poisson}, input_distribution: {type: constant, params: {value: 50}}, output_distribution: {type: constant, params: {value: 7}}}
 ";
         let plan = parse(text, "t", Path::new(".")).unwrap().plan().unwrap();
-        let s = WorkloadStats::collect(&plan, 50);
+        let s = WorkloadStats::collect(&plan, 50).unwrap();
         assert_eq!(s.total.requests, s.clients.iter().map(|c| c.requests).sum::<u64>());
         assert_eq!(s.span, Micros(100_000_000));
         // 75/s and 25/s over 100 s; counts over thousands are within a few percent

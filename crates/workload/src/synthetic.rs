@@ -120,6 +120,9 @@ fn check(ok: bool, flag: &'static str, value: impl ToString, allowed: &'static s
     if ok { Ok(()) } else { Err(SpecError { flag, value: value.to_string(), allowed }) }
 }
 
+/// Most shared-prefix groups: each is held for the whole run.
+const MAX_PREFIX_GROUPS: u32 = 1_000_000;
+
 impl SyntheticSpec {
     /// Checks every parameter.
     pub fn validate(&self) -> Result<(), SpecError> {
@@ -128,7 +131,7 @@ impl SyntheticSpec {
         check((1..=MAX_REQUESTS).contains(&self.num_requests), "num-requests", self.num_requests, "must be in [1, 1e12]")?;
         self.prompt.validate(LengthRole::Prompt)?;
         self.output.validate(LengthRole::Output)?;
-        check(self.prefix_groups >= 1, "prefix-groups", self.prefix_groups, "must be at least 1")?;
+        check((1..=MAX_PREFIX_GROUPS).contains(&self.prefix_groups), "prefix-groups", self.prefix_groups, "must be in [1, 1e6]")?;
         Ok(())
     }
 

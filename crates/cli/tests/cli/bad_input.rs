@@ -369,7 +369,9 @@ fn bad_kv_offloading_settings() {
         ("kvo-tier-cpu-link", vec!["--kv-tiers", "cpu:8:20"], "--kv-transfer-bandwidth"),
         ("kvo-tier-syntax", vec!["--kv-tiers", "disk"], "MEDIUM:SIZE"),
         ("kvo-bandwidth-zero", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "0"], "--kv-transfer-bandwidth"),
-        ("kvo-bandwidth-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "-3"], "positive number of GB/s"),
+        ("kvo-bandwidth-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "-3"], "GB/s in [1e-6, 1e6]"),
+        ("kvo-bandwidth-tiny", vec!["--kv-cpu-blocks", "100", "--kv-transfer-bandwidth", "1e-300"], "GB/s in [1e-6, 1e6]"),
+        ("kvo-tier-tiny-bandwidth", vec!["--kv-tiers", "remote:1:1e-300:0"], "bandwidth_gb_s"),
         ("kvo-latency-negative", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "-5us"], "--kv-transfer-latency"),
         ("kvo-latency-unit", vec!["--kv-cpu-blocks", "100", "--kv-transfer-latency", "5 parsecs"], "unknown unit"),
         ("kvo-without-tier", vec!["--kv-transfer-bandwidth", "25"], "need a tier"),
@@ -488,4 +490,43 @@ fn bad_pools_sections_name_the_file_and_field() {
         ("bad-latency", "pools: {prefill: {instances: 1}, decode: {instances: 1}, transfer_latency: soon}\n", "pools.transfer_latency"),
         ("bad-decider", "pools: {prefill: {instances: 1}, decode: {instances: 1}, decider: coin}\n", "allowed: always, never, prefix-threshold"),
     ]);
+}
+
+/// Values that parse but that no machine or clock can hold were accepted:
+/// a billion prefix groups aborted on a 48 GB allocation, a spec horizon of
+/// u64::MAX µs never ended, a 1e-300 GB/s link reported transfers of 1e8 s,
+/// a 1e-300 Mbit/s client network latencies of 1.8e16 ms, and `workload
+/// generate` wrote arrivals of u64::MAX µs that `blis run` then refused.
+#[test]
+fn values_beyond_what_a_run_can_hold_are_refused() {
+    let dir = scratch("beyond");
+    for (name, extra, needle) in [
+        ("prefix-groups", vec!["--prefix-tokens", "10", "--prefix-groups", "1e9"], "--prefix-groups"),
+        ("pd-bandwidth", vec!["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "1e-300"], "--pd-transfer-bandwidth"),
+    ] {
+        let e = rejected(name, &with_model(&extra));
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+    let client = "clients:\n- id: a\n  input_distribution: {type: constant, params: {value: 100}}\n  output_distribution: {type: constant, params: {value: 10}}\n";
+    for (name, spec, needle) in [
+        ("horizon", format!("aggregate_rate: 10\nhorizon: 18446744073709551615\n{client}"), "horizon"),
+        ("window", format!("aggregate_rate: 10\nnum_requests: 5\n{client}  lifecycle: {{windows: [{{start_us: 0, end_us: 18446744073709551615}}]}}\n"), "end_us"),
+        ("network", format!("aggregate_rate: 10\nnum_requests: 5\n{client}  network: {{rtt_ms: 1, bandwidth_mbps: 1.0e-300}}\n"), "bandwidth_mbps"),
+    ] {
+        let path = write(&dir, &format!("{name}.yaml"), spec);
+        // Without --num-requests, which would replace the spec's bounds.
+        let e = rejected(name, &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &path]);
+        assert!(e.contains(needle) && e.contains(&format!("{name}.yaml")), "{name}: {e}");
+    }
+    let csv = dir.join("slow.csv");
+    for cmd in ["generate", "stats"] {
+        let mut args = vec!["workload", cmd, "--spec", "preset:chatbot", "--rate", "1e-300", "--num-requests", "3"];
+        let plot = dir.join("slow.svg");
+        match cmd {
+            "generate" => args.extend(["-o", csv.to_str().unwrap()]),
+            _ => args.extend(["--plot", plot.to_str().unwrap()]),
+        }
+        assert_refused(&blis(&args), cmd, "after the latest simulated time");
+        assert!(!csv.exists() && !plot.exists(), "{cmd} wrote a file");
+    }
 }
