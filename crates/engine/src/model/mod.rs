@@ -359,7 +359,7 @@ impl ModelConfig {
         // model dtype by default.
         let dtype_bytes = 2.0;
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
-        let (quant_method, format) = quant.map_or((None, None), quantized_weights);
+        let (quant_method, format) = quant.map(quantized_weights).transpose()?.unwrap_or((None, None));
 
         let mut config = ModelConfig {
             architecture,
@@ -746,6 +746,17 @@ mod tests {
         let group = |kind: &str| format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#);
         assert_eq!(quantized(&group("int")), (1.0, false));
         assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
+        // A width without a kernel was read as another one (bits 0 as 4-bit GPTQ).
+        for (q, field) in [
+            (r#"{"quant_method":"gptq","bits":0}"#, "quantization_config.bits"),
+            (r#"{"quant_method":"gptq","bits":3}"#, "quantization_config.bits"),
+            (r#"{"quant_method":"awq","bits":"4"}"#, "quantization_config.bits"),
+            (&group("int").replace("\"num_bits\":8", "\"num_bits\":2"), "num_bits"),
+        ] {
+            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#);
+            let e = ModelConfig::from_hf_json(&json).unwrap_err().to_string();
+            assert!(e.contains(field) && e.contains("4- and 8-bit"), "{q}: {e}");
+        }
     }
 
     /// Latent attention's projections, counted as vLLM's MLA modules hold

@@ -171,9 +171,23 @@ impl WeightPrecision {
 /// (lower-case), and the quantized format if it names a precision: 8-bit
 /// floats (an FP8 method or format, or compressed-tensors weights of type
 /// float), or integers (GPTQ, AWQ, compressed-tensors int).
-pub(super) fn quantized_weights(q: &Value) -> (Option<String>, Option<QuantFormat>) {
+pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<QuantFormat>), ModelConfigError> {
+    // A width the kernels do not have would silently read as another one.
+    for (field, bits) in [("quantization_config.bits", q.get("bits")), ("quantization_config.config_groups.*.weights.num_bits", group_weights(q).and_then(|w| w.get("num_bits")))] {
+        if let Some(b) = bits
+            && !b.as_u64().is_some_and(|b| b == 4 || b == 8)
+        {
+            return Err(ModelConfigError::Invalid { field, value: b.to_string(), reason: "BLIS simulates 4- and 8-bit weights" });
+        }
+    }
     let method = q.get("quant_method").and_then(Value::as_str).map(str::to_ascii_lowercase);
-    (method.clone(), quant_format(q, method.as_deref().unwrap_or("")))
+    Ok((method.clone(), quant_format(q, method.as_deref().unwrap_or(""))))
+}
+
+/// The weights section of a compressed-tensors config's first group
+/// (every group quantises weights to the same width and type in practice).
+fn group_weights(q: &Value) -> Option<&Value> {
+    q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")))
 }
 
 /// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
@@ -189,9 +203,7 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
     if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes) {
         return Some(format(b, fp8_named));
     }
-    // compressed-tensors: every group quantises weights to the same width and type in practice.
-    let group = q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")));
-    if let Some(w) = group
+    if let Some(w) = group_weights(q)
         && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
     {
         return Some(format(b, w.get("type").and_then(Value::as_str) == Some("float") || fp8_named));
