@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use blis_engine::time::MAX_SPAN_S;
+use blis_workload::limits::MAX_RATE_PER_S;
 use blis_workload::inference_perf::{InferencePerfConfig, QuantileTable, Stage, Sweep};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
@@ -105,9 +106,7 @@ impl LengthStats {
     pub(crate) fn check(&self, field: &str, max: f64) -> Result<(), String> {
         let values = self.mean.map(|m| ("mean".to_string(), m)).into_iter().chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
         for (name, v) in values {
-            if !(v.is_finite() && (0.0..=max).contains(&v)) {
-                return Err(format!("field `{field}.{name}` = {v:?}: must be a number in [0, {max:e}]"));
-            }
+            in_range(&format!("{field}.{name}"), v, max)?;
         }
         Ok(())
     }
@@ -133,6 +132,10 @@ pub struct Percentiles {
     /// 99th percentile (absent in older reports).
     #[serde(default)]
     pub p99: Option<f64>,
+    /// Its other statistics (`min`, `p0.1`, …, `max`, `std`), read only to
+    /// check that its percentiles do not decrease.
+    #[serde(flatten)]
+    others: BTreeMap<String, serde_json::Value>,
 }
 
 /// `successes.latency` of a lifecycle report.
@@ -226,20 +229,58 @@ pub struct LoadSummary {
     /// The stage's rate as configured (or, for a sweep, as generated), req/s.
     #[serde(default)]
     pub requested_rate: Option<f64>,
+    /// Requests sent per second of `send_duration`.
+    #[serde(default)]
+    pub achieved_rate: Option<f64>,
+    /// Requests sent.
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// Seconds from the first send to the last.
+    #[serde(default)]
+    pub send_duration: Option<f64>,
+}
+
+impl LoadSummary {
+    /// The first rate outside `[0, MAX_RATE_PER_S]` or duration outside
+    /// `[0, MAX_SPAN_S]`, as an error message.
+    fn check(&self) -> Result<(), String> {
+        for (name, rate) in [("requested_rate", self.requested_rate), ("achieved_rate", self.achieved_rate)] {
+            if let Some(r) = rate {
+                in_range(&format!("load_summary.{name}"), r, MAX_RATE_PER_S)?;
+            }
+        }
+        self.send_duration.map_or(Ok(()), |d| in_range("load_summary.send_duration", d, MAX_SPAN_S))
+    }
+}
+
+/// `value` of `field` as an error message unless it is a number in `[0, max]`.
+fn in_range(field: &str, value: f64, max: f64) -> Result<(), String> {
+    if value.is_finite() && (0.0..=max).contains(&value) {
+        Ok(())
+    } else {
+        Err(format!("field `{field}` = {value:?}: must be a number in [0, {max:e}]"))
+    }
 }
 
 impl Percentiles {
-    /// The first value outside `[0, max]` (or not a number), as an error
-    /// message naming `field`.
+    /// The first value outside `[0, max]` (or not a number), or the first
+    /// percentile lower than one below it (`min` ≤ `p0.1` ≤ … ≤ `max`), as an
+    /// error message naming `field`.
     fn check(&self, field: &str, max: f64) -> Result<(), String> {
-        for (name, v) in [("mean", Some(self.mean)), ("median", self.median), ("p90", self.p90), ("p99", self.p99)] {
-            if let Some(v) = v
-                && !(v.is_finite() && (0.0..=max).contains(&v))
-            {
-                return Err(format!("field `{field}.{name}` = {v:?}: must be a number in [0, {max:e}]"));
-            }
+        in_range(&format!("{field}.mean"), self.mean, max)?;
+        let named = [("median", self.median), ("p90", self.p90), ("p99", self.p99)].into_iter().filter_map(|(k, v)| Some((k, v?)));
+        let others = self.others.iter().filter_map(|(k, v)| Some((k.as_str(), v.as_f64()?)));
+        let mut percentiles: Vec<(f64, &str, f64)> = named.chain(others).filter_map(|(k, v)| Some((key_probability(k)?, k, v))).collect();
+        for &(_, name, v) in &percentiles {
+            in_range(&format!("{field}.{name}"), v, max)?;
         }
-        Ok(())
+        percentiles.sort_by(|a, b| a.0.total_cmp(&b.0));
+        match percentiles.windows(2).find(|w| w[1].2 < w[0].2) {
+            Some([(_, low, low_v), (_, high, high_v)]) => Err(format!(
+                "field `{field}.{high}` = {high_v:?} is below `{field}.{low}` = {low_v:?}: percentiles cannot decrease (min ≤ median ≤ p90 ≤ p99 ≤ max)"
+            )),
+            _ => Ok(()),
+        }
     }
 }
 
@@ -250,8 +291,10 @@ impl Lifecycle {
     }
 
     /// Checks what a client can have measured: counts whose sum fits, latencies
-    /// in [0, 1e8] s, time to first token no longer than the whole request,
-    /// prompt and output lengths and rates that are non-negative numbers.
+    /// in [0, 1e8] s with percentiles that do not decrease, time to first
+    /// token no longer than the whole request, prompt and output lengths
+    /// that are non-negative numbers, rates in [0, 1e6] req/s and a send
+    /// duration in [0, 1e8] s.
     fn check(&self) -> Result<(), String> {
         if self.successes.count.checked_add(self.failures.count).is_none() {
             return Err(format!("successes.count {} + failures.count {}: the sum overflows", self.successes.count, self.failures.count));
@@ -282,12 +325,10 @@ impl Lifecycle {
                 p.check(&format!("successes.{name}"), f64::from(u32::MAX))?;
             }
         }
-        if let Some(r) = self.successes.throughput.as_ref().and_then(|t| t.requests_per_sec)
-            && !(r.is_finite() && r >= 0.0)
-        {
-            return Err(format!("field `successes.throughput.requests_per_sec` = {r:?}: must be a non-negative number"));
+        if let Some(r) = self.successes.throughput.as_ref().and_then(|t| t.requests_per_sec) {
+            in_range("successes.throughput.requests_per_sec", r, MAX_RATE_PER_S)?;
         }
-        Ok(())
+        self.load_summary.as_ref().map_or(Ok(()), LoadSummary::check)
     }
 
     /// Failed / sent (0 when nothing was sent).
@@ -363,6 +404,14 @@ impl ModelFrom {
 /// The server log an experiment directory may hold beside its facts.
 pub const SERVER_LOG: &str = "vllm.log";
 
+/// Whether something is at `path`: an optional file of an experiment is
+/// absent only when nothing is there, so that a directory, a dangling link
+/// or an unreadable entry in its place fails to be read, naming the path,
+/// instead of passing for a missing file.
+fn present(path: &Path) -> bool {
+    !matches!(path.symlink_metadata(), Err(e) if e.kind() == std::io::ErrorKind::NotFound)
+}
+
 fn read(path: &Path) -> Result<String, ExperimentError> {
     blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))
 }
@@ -388,7 +437,7 @@ fn format_error(path: &Path, e: &serde_path_to_error::Error<serde_json::Error>) 
 /// `stage_0_lifecycle_metrics.json`, under any report prefix).
 pub fn results_dir(dir: &Path) -> Option<PathBuf> {
     let nested = dir.join("results");
-    if nested.join("config.yaml").is_file() {
+    if present(&nested.join("config.yaml")) {
         return Some(nested);
     }
     let has_stage_report = || {
@@ -396,7 +445,7 @@ pub fn results_dir(dir: &Path) -> Option<PathBuf> {
             entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("stage_0_lifecycle_metrics.json"))
         })
     };
-    (dir.join("config.yaml").is_file() && has_stage_report()).then(|| dir.to_path_buf())
+    (present(&dir.join("config.yaml")) && has_stage_report()).then(|| dir.to_path_buf())
 }
 
 /// Whether `dir` looks like an experiment directory ([`results_dir`]).
@@ -417,7 +466,7 @@ pub fn is_experiment_dir(dir: &Path) -> bool {
 pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     // The `results/` of an experiment stands for the experiment, whose
     // exp-config.yaml and server facts are beside it.
-    if let Some(parent) = path.parent().filter(|p| path.file_name().is_some_and(|n| n == "results") && p.join("results/config.yaml").is_file()) {
+    if let Some(parent) = path.parent().filter(|p| path.file_name().is_some_and(|n| n == "results") && present(&p.join("results/config.yaml"))) {
         return Ok(vec![parent.to_path_buf()]);
     }
     if is_experiment_dir(path) {
@@ -476,7 +525,7 @@ pub(crate) enum Report {
 /// (no vLLM startup line in it).
 fn server_log(dir: &Path) -> Result<(Option<LoggedServer>, Option<String>), ExperimentError> {
     let path = dir.join(SERVER_LOG);
-    if !path.is_file() {
+    if !present(&path) {
         return Ok((None, None));
     }
     Ok(match LoggedServer::read(&read(&path)?) {
@@ -489,7 +538,7 @@ fn server_log(dir: &Path) -> Result<(Option<LoggedServer>, Option<String>), Expe
 /// configuration (`config_path`) or server log names, and no knobs.
 fn exp_config(dir: &Path, config_path: &Path, workload: &InferencePerfConfig, log: Option<&LoggedServer>) -> Result<(ExpConfig, ModelFrom), ExperimentError> {
     let path = dir.join("exp-config.yaml");
-    if path.is_file() {
+    if present(&path) {
         return Ok((yaml(&path)?, ModelFrom::ExpConfig));
     }
     let (model, from) = match (&workload.model_name, log.and_then(|l| l.model.clone())) {
@@ -547,14 +596,14 @@ impl Experiment {
         let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         let results = results_dir(dir).unwrap_or_else(|| dir.join("results"));
         let facts_path = dir.join("server-facts.yaml");
-        let facts: ServerFacts = if facts_path.is_file() { yaml(&facts_path)? } else { ServerFacts::default() };
+        let facts: ServerFacts = if present(&facts_path) { yaml(&facts_path)? } else { ServerFacts::default() };
         let config_path = results.join("config.yaml");
         let mut workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::File(DataError::Format { path: config_path.clone(), message: e.to_string() }))?;
         let stage_path = |workload: &InferencePerfConfig, i| report_path(&results, workload, Report::Stage(i));
         let stage_count = match &workload.load.sweep {
             // The stages a sweep generated: its reports, the first always.
-            Some(sweep) => (1..sweep.num_stages as usize).take_while(|&i| stage_path(&workload, i).is_file()).count() + 1,
+            Some(sweep) => (1..sweep.num_stages as usize).take_while(|&i| present(&stage_path(&workload, i))).count() + 1,
             None => workload.load.stages.len(),
         };
         let mut stages = Vec::new();
@@ -565,14 +614,14 @@ impl Experiment {
             workload.load.stages = sweep_stages(&sweep, &stages, |i| stage_path(&workload, i))?;
         }
         let probe_path = report_path(&results, &workload, Report::Probe);
-        let probe_sent = if workload.load.sweep.is_some() && probe_path.is_file() { json::<Lifecycle>(&probe_path)?.sent() } else { 0 };
+        let probe_sent = if workload.load.sweep.is_some() && present(&probe_path) { json::<Lifecycle>(&probe_path)?.sent() } else { 0 };
         let summary_path = report_path(&results, &workload, Report::Summary);
-        let summary = if summary_path.is_file() { Some(json(&summary_path)?) } else { None };
+        let summary = if present(&summary_path) { Some(json(&summary_path)?) } else { None };
         let csv_path = dir.join("requests.csv");
         let per_request_path = report_path(&results, &workload, Report::PerRequest);
-        let requests = if csv_path.is_file() {
+        let requests = if present(&csv_path) {
             Some(read_requests(&csv_path, stages.len(), workload.load.sweep.is_some())?)
-        } else if per_request_path.is_file() {
+        } else if present(&per_request_path) {
             Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>(), probe_sent)?)
         } else {
             None
@@ -587,8 +636,15 @@ impl Experiment {
 
     fn check(&self) -> Result<(), ExperimentError> {
         let bad = |path: PathBuf, message: String| Err(ExperimentError::File(DataError::Format { path, message }));
-        if self.exp_config.tensor_parallelism == 0 {
-            return bad(self.dir.join("exp-config.yaml"), "field `tensor_parallelism` = 0: must be at least 1".into());
+        let c = &self.exp_config;
+        let counts = [
+            ("tensor_parallelism", Some(c.tensor_parallelism)),
+            ("max_model_len", c.max_model_len),
+            ("max_num_batched_tokens", c.max_num_batched_tokens),
+            ("max_num_seqs", c.max_num_seqs),
+        ];
+        if let Some((field, _)) = counts.iter().find(|(_, v)| *v == Some(0)) {
+            return bad(self.dir.join("exp-config.yaml"), format!("field `{field}` = 0: must be at least 1"));
         }
         let utilization = |f: &ServerFacts| f.gpu_memory_utilization;
         if let Some(u) = self.fact(utilization)

@@ -170,7 +170,13 @@ fn csv_error(path: &Path, row: usize, message: String) -> KernelProfileError {
 }
 
 impl<'a> ProfileCsv<'a> {
+    /// Refuses a file with a header but no data rows (an interrupted
+    /// profiling run), which would otherwise drop its section silently or
+    /// leave nothing to average.
     fn open(path: &'a Path, text: &'a str) -> Result<ProfileCsv<'a>, KernelProfileError> {
+        if text.lines().skip(1).all(|l| l.trim().is_empty()) {
+            return Err(csv_error(path, 0, "no data rows, only a header: profile again, or remove the file".into()));
+        }
         let mut reader = csv::Reader::from_reader(text.as_bytes());
         let headers = reader.headers().map_err(|e| csv_error(path, 0, e.to_string()))?.clone();
         Ok(ProfileCsv { path, headers, reader })
@@ -1080,6 +1086,8 @@ mod tests {
             let want = 20.0 * (b / 2048.0f64).powf(slope);
             assert!((c.time_us(b) / want - 1.0).abs() < 1e-9, "{b}");
         }
+        let header_only = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n");
+        assert_eq!(header_only.unwrap_err().to_string(), "n/all_reduce.csv, row 0: no data rows, only a header: profile again, or remove the file");
         let bad = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n");
         assert_eq!(bad.unwrap_err().to_string(), "n/all_reduce.csv, row 1: column `time_stats.all_reduce.median`: `-1` is not a positive number");
     }

@@ -21,7 +21,7 @@ impl Experiment {
 
     /// The report whose lengths describe the whole run, and its successes:
     /// the summary, else the stage with the most successes.
-    fn run_successes(&self) -> Option<(PathBuf, &Successes)> {
+    pub(crate) fn run_successes(&self) -> Option<(PathBuf, &Successes)> {
         let summary = self.summary.as_ref().filter(|s| s.successes.count > 0).map(|s| (Report::Summary, &s.successes));
         let stage = self.stages.iter().enumerate().max_by_key(|(_, s)| s.successes.count).map(|(i, s)| (Report::Stage(i), &s.successes));
         summary.or(stage).filter(|(_, s)| s.count > 0).map(|(report, s)| (report_path(&self.results, &self.workload, report), s))

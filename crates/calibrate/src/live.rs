@@ -11,7 +11,10 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
+use blis_cluster::policy::admission::RejectReason;
 use blis_engine::metrics::percentile_sorted;
+use blis_engine::request::DropReason;
+use blis_engine::time::MAX_SPAN_S;
 use blis_workload::trace_v2::{Row, Status, TraceHeader, TraceReplay, header_path, header_time_scale};
 use serde::{Deserialize, Serialize};
 
@@ -80,10 +83,41 @@ impl SimDocument {
     pub fn load(path: &Path) -> Result<SimDocument, ExperimentError> {
         let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
-        serde_path_to_error::deserialize(de).map_err(|e| {
+        let doc: SimDocument = serde_path_to_error::deserialize(de).map_err(|e| {
             let message = format!("{} (expected the JSON `blis replay --output` writes)", blis_data::locate::located_message(&e));
             ExperimentError::File(DataError::Format { path: path.to_path_buf(), message })
-        })
+        })?;
+        doc.replay.check().map_err(|message| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message }))?;
+        Ok(doc)
+    }
+}
+
+impl ReplayDetail {
+    /// Why these results are not ones `blis replay` can have written, as an
+    /// error message naming the field: no request, an outcome it does not
+    /// write, two results for one request, a TTFT longer than the E2E.
+    fn check(&self) -> Result<(), String> {
+        if self.requests.is_empty() {
+            return Err("field `replay.requests` is empty: the replay simulated no request".into());
+        }
+        let outcomes: Vec<&str> =
+            ["completed", "timed_out"].into_iter().chain(DropReason::ALL.map(DropReason::as_str)).chain(RejectReason::ALL.map(RejectReason::as_str)).collect();
+        let mut ids = std::collections::BTreeSet::new();
+        for (i, r) in self.requests.iter().enumerate() {
+            let field = format!("replay.requests[{i}]");
+            if !outcomes.contains(&r.outcome.as_str()) {
+                return Err(format!("field `{field}.outcome` = {:?}: not one of {}", r.outcome, outcomes.join(", ")));
+            }
+            if !ids.insert(r.request_id) {
+                return Err(format!("field `{field}.request_id` = {}: a second result for this request", r.request_id));
+            }
+            if let (Some(ttft), Some(e2e)) = (r.ttft_us, r.e2e_us)
+                && ttft > e2e
+            {
+                return Err(format!("field `{field}.ttft_us` = {ttft}: longer than its e2e_us {e2e}"));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -159,6 +193,8 @@ impl RealTrace {
         let mut record = csv::StringRecord::new();
         let mut counts = RequestCounts::default();
         let mut requests = Vec::new();
+        // Send and last-chunk time of each kept request, which its chunks fall between.
+        let mut spans = BTreeMap::new();
         let (mut first_send, mut last_end, mut output_tokens) = (u64::MAX, 0u64, 0u64);
         loop {
             let line = reader.position().line();
@@ -177,14 +213,19 @@ impl RealTrace {
                     let (Some(send), Some(last)) = (row.send_time_us, row.last_chunk_time_us) else {
                         return Err(csv_err(csv_path, line, "an ok row needs send_time_us and last_chunk_time_us (was the trace recorded by `blis observe`?)"));
                     };
+                    check_times(send, row.first_chunk_time_us, last).map_err(|m| csv_err(csv_path, line, m))?;
                     first_send = first_send.min(send);
                     last_end = last_end.max(last);
+                    if last_end - first_send > MAX_SPAN_US {
+                        return Err(csv_err(csv_path, line, format!("its times are more than {MAX_SPAN_S:e} s from another row's: a send_time_us or last_chunk_time_us is wrong")));
+                    }
                     if row.request_id < warm_up {
                         counts.excluded_warm_up += 1;
                         continue;
                     }
                     output_tokens += u64::from(row.output_tokens);
-                    let scaled = |a: u64, b: u64| b.saturating_sub(a) as f64 * time_scale;
+                    spans.insert(row.request_id, (send, last));
+                    let scaled = |a: u64, b: u64| (b - a) as f64 * time_scale;
                     requests.push(RealRequest {
                         request_id: row.request_id,
                         ttft_us: row.streaming.then_some(()).and(row.first_chunk_time_us).map(|f| scaled(send, f)),
@@ -202,35 +243,71 @@ impl RealTrace {
             ));
         }
         requests.sort_by_key(|r| r.request_id);
-        let itl_us = Self::chunk_gaps(csv_path, &requests, time_scale)?;
+        let itl_us = Self::chunk_gaps(csv_path, &spans, time_scale)?;
         let duration_s = if last_end > first_send { (last_end - first_send) as f64 * time_scale / 1e6 } else { 0.0 };
         Ok(RealTrace { header, time_scale, requests, itl_us, counts, duration_s, output_tokens })
     }
 
     /// Gaps between consecutive chunks of the kept requests, from
-    /// `PREFIX.chunks.csv` (rows `request_id,chunk_index,time_us`).
-    fn chunk_gaps(csv_path: &Path, kept: &[RealRequest], time_scale: f64) -> Result<Vec<f64>, ExperimentError> {
+    /// `PREFIX.chunks.csv` (rows `request_id,chunk_index,time_us`); `spans`
+    /// gives each kept request's send and last-chunk times, between which
+    /// its chunks must fall, in order.
+    fn chunk_gaps(csv_path: &Path, spans: &BTreeMap<u64, (u64, u64)>, time_scale: f64) -> Result<Vec<f64>, ExperimentError> {
         let mut name = csv_path.file_stem().map(|n| n.to_os_string()).unwrap_or_default();
         name.push(".chunks.csv");
         let path = csv_path.with_file_name(name);
         let Ok(file) = blis_data::textfile::open(&path) else { return Ok(Vec::new()) };
-        let ids: std::collections::BTreeSet<u64> = kept.iter().map(|r| r.request_id).collect();
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
         let mut gaps = Vec::new();
         let mut reader = csv::Reader::from_reader(file);
         for (i, rec) in reader.records().enumerate() {
-            let rec = rec.map_err(|e| csv_err(&path, i as u64 + 2, e.to_string()))?;
-            let field = |k: usize| rec.get(k).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| csv_err(&path, i as u64 + 2, format!("column {} is not an integer", k + 1)));
+            let line = i as u64 + 2;
+            let rec = rec.map_err(|e| csv_err(&path, line, e.to_string()))?;
+            let field = |k: usize| rec.get(k).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| csv_err(&path, line, format!("column {} is not an integer", k + 1)));
             let (id, t) = (field(0)?, field(2)?);
-            if !ids.contains(&id) {
-                continue;
+            let Some(&(send, end)) = spans.get(&id) else { continue };
+            if !(send..=end).contains(&t) {
+                return Err(csv_err(&path, line, format!("field `time_us` = {t}: outside request {id}'s send_time_us {send} .. last_chunk_time_us {end} in {}", csv_path.display())));
             }
             if let Some(prev) = last.insert(id, t) {
-                gaps.push(t.saturating_sub(prev) as f64 * time_scale);
+                if t < prev {
+                    return Err(csv_err(&path, line, format!("field `time_us` = {t}: before request {id}'s previous chunk at {prev}")));
+                }
+                gaps.push((t - prev) as f64 * time_scale);
             }
         }
         Ok(gaps)
     }
+}
+
+/// [`MAX_SPAN_S`] in µs: the longest a request, or a trace, may take.
+const MAX_SPAN_US: u64 = MAX_SPAN_S as u64 * 1_000_000;
+
+/// An ok row's times as an error message naming the field, unless they
+/// are in order (send ≤ first chunk ≤ last chunk) and the request took at
+/// most [`MAX_SPAN_S`].
+fn check_times(send_us: u64, first_chunk_us: Option<u64>, last_chunk_us: u64) -> Result<(), String> {
+    if let Some(first) = first_chunk_us {
+        if first < send_us {
+            return Err(format!("field `first_chunk_time_us` = {first}: before send_time_us {send_us}"));
+        }
+        if last_chunk_us < first {
+            return Err(format!("field `last_chunk_time_us` = {last_chunk_us}: before first_chunk_time_us {first}"));
+        }
+    }
+    match last_chunk_us.checked_sub(send_us) {
+        None => Err(format!("field `last_chunk_time_us` = {last_chunk_us}: before send_time_us {send_us}")),
+        Some(took) if took > MAX_SPAN_US => Err(format!("field `last_chunk_time_us` = {last_chunk_us}: more than {MAX_SPAN_S:e} s after send_time_us {send_us}")),
+        Some(_) => Ok(()),
+    }
+}
+
+/// A warning when the replay compared is of another trace than the one
+/// recorded (paths compared once resolved, so `./t.csv` is `t.csv`).
+fn other_trace(trace: &str, replayed: &str) -> Option<String> {
+    let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| Path::new(p).to_path_buf());
+    (resolved(trace) != resolved(replayed))
+        .then(|| format!("The replay (--sim) is of the trace {replayed}, not {trace}: its requests are matched by id with another recording's."))
 }
 
 /// Real and simulated quantiles, in ms.
@@ -526,6 +603,7 @@ pub fn compare(trace_name: &str, real: &RealTrace, sim: &SimDocument, matched: &
     {
         warnings.push("The load generator saturated during the recording (median schedule delay > 10 ms): arrivals were later than planned.".into());
     }
+    warnings.extend(other_trace(trace_name, &sim.replay.trace));
     if real.itl_us.is_empty() {
         warnings.push("No chunk timestamps (PREFIX.chunks.csv) or no streaming requests: ITL is not compared.".into());
     }
@@ -574,5 +652,73 @@ mod tests {
         assert!((m.error_pct.p50 - 10.0).abs() < 1e-9);
         assert_eq!(m.qq_ms.len(), 100);
         assert_eq!(m.quality, Quality::Good); // MAPE 10 is not < 10
+    }
+
+    /// Fuzzing found out-of-order trace times clamped to zero latencies.
+    #[test]
+    fn trace_times_out_of_order_are_refused_naming_the_field() {
+        assert_eq!(check_times(100, Some(150), 200), Ok(()));
+        assert_eq!(check_times(100, None, 100), Ok(()));
+        for (send, first, last, field) in [
+            (100, Some(50), 200, "first_chunk_time_us"),
+            (100, Some(150), 120, "last_chunk_time_us"),
+            (18_000_000_000_000_000_000, None, 200, "last_chunk_time_us"),
+            (0, None, u64::MAX, "last_chunk_time_us"),
+        ] {
+            let e = check_times(send, first, last).unwrap_err();
+            assert!(e.starts_with(&format!("field `{field}`")), "{e}");
+        }
+    }
+
+    /// Fuzzing found chunk rows at u64::MAX or going backwards counted as gaps.
+    #[test]
+    fn chunks_outside_their_request_or_backwards_are_refused_with_the_line() {
+        let dir = std::env::temp_dir().join(format!("blis-live-chunks-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let csv = dir.join("t.csv");
+        let spans = BTreeMap::from([(1, (100, 200))]);
+        let gaps = |rows: &str| {
+            std::fs::write(dir.join("t.chunks.csv"), format!("request_id,chunk_index,time_us\n{rows}")).unwrap();
+            RealTrace::chunk_gaps(&csv, &spans, 1.0).map_err(|e| e.to_string())
+        };
+        assert_eq!(gaps("1,0,110\n1,1,130\n2,0,5\n"), Ok(vec![20.0]), "request 2 is not kept");
+        let backwards = gaps("1,0,150\n1,1,120\n").unwrap_err();
+        assert!(backwards.contains("t.chunks.csv:3") && backwards.contains("before request 1's previous chunk"), "{backwards}");
+        let huge = gaps(&format!("1,0,{}\n", u64::MAX)).unwrap_err();
+        assert!(huge.contains("t.chunks.csv:2") && huge.contains("outside request 1's"), "{huge}");
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_replay_of_another_trace_is_warned_about() {
+        assert_eq!(other_trace("traces/a.csv", "traces/./a.csv"), None);
+        let w = other_trace("traces/a.csv", "traces/b.csv").unwrap();
+        assert!(w.contains("traces/b.csv") && w.contains("traces/a.csv"), "{w}");
+    }
+
+    /// Fuzzing found replays `blis replay` cannot have written compared as if real.
+    #[test]
+    fn impossible_replay_results_are_refused_naming_the_field() {
+        let ok = |id: u64| ReplayedRequest {
+            request_id: id,
+            outcome: "completed".into(),
+            arrival_us: 0,
+            ttft_us: Some(10),
+            e2e_us: Some(20),
+            input_tokens: 1,
+            output_tokens: 1,
+        };
+        let detail = |requests| ReplayDetail { requests, ..ReplayDetail::default() };
+        assert_eq!(detail(vec![ok(0), ok(1)]).check(), Ok(()));
+        let cases = [
+            (vec![], "replay.requests"),
+            (vec![ok(0), ReplayedRequest { outcome: "exploded".into(), ..ok(1) }], "replay.requests[1].outcome"),
+            (vec![ok(0), ok(0)], "replay.requests[1].request_id"),
+            (vec![ReplayedRequest { ttft_us: Some(30), ..ok(0) }], "replay.requests[0].ttft_us"),
+        ];
+        for (requests, field) in cases {
+            let e = detail(requests).check().unwrap_err();
+            assert!(e.starts_with(&format!("field `{field}`")), "{e}");
+        }
     }
 }

@@ -25,6 +25,7 @@ use blis_workload::{OpenOptions, WorkloadInput};
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
 use crate::experiment::{CpuOffloadFact, Experiment, SERVER_LOG, ServerFacts};
+use crate::requests::RequestRow;
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
 /// beyond any GPU); bounds memory on absurd input.
@@ -183,6 +184,9 @@ impl Setup {
         let measured = exp.measured_lengths().map_err(|message| {
             unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured"))
         })?;
+        if let Some(why) = unservable(exp, &server) {
+            return Err(unreproducible(why));
+        }
         let gpu_named = exp.fact(|f| f.hardware.clone()).is_some() || defs.gpu.is_some() || defs.gpu_name.is_some();
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
@@ -191,6 +195,52 @@ impl Setup {
         }
         Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, measured })
     }
+}
+
+/// Why `server` could not have served the run `exp` recorded, naming the
+/// files and fields: a KV cache the server reported too small for one
+/// request of the model length, with which vLLM does not start
+/// (`check_enough_kv_cache_memory`; one block is its null block), or a
+/// request recorded as served that is longer than the model length, which
+/// vLLM refuses.
+fn unservable(exp: &Experiment, server: &Server) -> Option<String> {
+    let max_model_len = server.instance.scheduler.max_model_len;
+    let length_file = if exp.fact(|f| f.max_model_len).is_some() {
+        exp.fact_file(|f| f.max_model_len)
+    } else if exp.exp_config.max_model_len.is_some() {
+        "exp-config.yaml"
+    } else {
+        "the model's config.json"
+    };
+    let model_len = format!("max_model_len = {max_model_len} ({length_file})");
+    let blocks = |f: &ServerFacts| f.num_gpu_blocks;
+    if exp.fact(blocks).is_some() {
+        let kv_tokens = server.instance.num_gpu_blocks.saturating_sub(1).saturating_mul(u64::from(server.instance.block_size));
+        if kv_tokens < u64::from(max_model_len) {
+            return Some(format!(
+                "{} num_gpu_blocks = {} of {} tokens hold {kv_tokens} tokens besides vLLM's null block, fewer than one request of {model_len}: \
+                 vLLM does not start with such a KV cache; correct num_gpu_blocks or max_model_len",
+                exp.fact_file(blocks),
+                server.instance.num_gpu_blocks,
+                server.instance.block_size
+            ));
+        }
+    }
+    let longest_prompt = exp.run_successes().and_then(|(path, s)| Some((path, s.prompt_tokens()?.quantiles.iter().map(|&(_, v)| v).fold(0.0, f64::max))));
+    if let Some((path, prompt)) = longest_prompt.filter(|&(_, p)| p > f64::from(max_model_len)) {
+        return Some(format!(
+            "{} records a successful prompt of {prompt} tokens, longer than {model_len}, which vLLM refuses; correct max_model_len",
+            path.display()
+        ));
+    }
+    let tokens = |r: &RequestRow| u64::from(r.input_tokens) + u64::from(exp.generated_tokens(r).unwrap_or(0));
+    exp.requests.iter().flatten().filter(|r| r.has_error == 0).find(|r| tokens(r) > u64::from(max_model_len)).map(|r| {
+        format!(
+            "recorded request {} succeeded with {} tokens (prompt and output), more than {model_len}, which vLLM refuses; correct max_model_len",
+            r.index,
+            tokens(r)
+        )
+    })
 }
 
 /// The simulated counterpart of an experiment.
