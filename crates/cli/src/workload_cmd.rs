@@ -14,7 +14,6 @@ use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
 
 use crate::error::{BadInput, bad_input};
 use crate::output::{AtomicFile, out, outln, refuse_overwriting_inputs};
-use blis_scenario::workload::blame_override;
 
 use crate::output::{rate_text, warn};
 
@@ -80,8 +79,7 @@ pub struct StatsArgs {
 fn plan(reference: &str, o: &SpecOverrides) -> Result<(LoadedSpec, Plan), BadInput> {
     let mut loaded = spec::load(reference).map_err(|e| bad_input!("{e}"))?;
     let overrides = Overrides { aggregate_rate: o.rate, seed: o.seed, num_requests: o.num_requests, default_num_requests: Some(1000) };
-    loaded.apply(&overrides);
-    let plan = loaded.plan().map_err(|e| blame_override(e, &overrides))?;
+    let plan = loaded.plan_with(&overrides).map_err(|e| bad_input!("{e}"))?;
     warn(&plan.warnings);
     Ok((loaded, plan))
 }

@@ -64,22 +64,6 @@ pub fn overrides(k: &Knobs) -> Overrides {
     Overrides { aggregate_rate: k.rate.explicit(), seed: k.seed.explicit(), num_requests: k.num_requests.explicit(), default_num_requests: k.num_requests.value }
 }
 
-/// A spec's validation error, blamed on the knob that overrode the value
-/// when one did: `--num-requests 0` is not the spec file's mistake.
-pub fn blame_override(e: WorkloadError, o: &Overrides) -> ScenarioError {
-    if let WorkloadError::Spec { key_path, message, .. } = &e {
-        let flag = match key_path.as_str() {
-            "aggregate_rate" if o.aggregate_rate.is_some() => Some("rate"),
-            "num_requests" if o.num_requests.is_some() => Some("num-requests"),
-            _ => None,
-        };
-        if let Some(flag) = flag {
-            return invalid!("--{flag}: {message}");
-        }
-    }
-    invalid!("{e}")
-}
-
 /// Refuses synthetic-only knobs (and `extra`) that were given explicitly,
 /// and drops them from the report since they do not apply.
 fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[&str]) -> Result<(), ScenarioError> {
@@ -145,7 +129,6 @@ pub fn open(k: &Knobs, config: &mut ConfigReport) -> Result<OpenedWorkload, Scen
     let opened = blis_workload::open(&input, &options).map_err(|e| match (e, &input) {
         (e @ (WorkloadError::UnknownTraceFormat { .. } | WorkloadError::EmptyTrace { .. }), _) => invalid!("--trace {e}"),
         (e @ WorkloadError::InferencePerf { .. }, _) => invalid!("--workload-spec {e}"),
-        (e, WorkloadInput::File(_) | WorkloadInput::Builtin(_)) => blame_override(e, &options.overrides),
         (e, _) => invalid!("{e}"),
     })?;
     match &opened.kind {

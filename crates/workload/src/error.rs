@@ -19,6 +19,15 @@ pub enum WorkloadError {
         /// What is wrong and what is allowed.
         message: String,
     },
+    /// A value a command-line override put in a spec was refused: the
+    /// flag's mistake, not the file's (`--num-requests 0`).
+    #[error("--{flag}: {message}")]
+    Overridden {
+        /// The flag, without dashes.
+        flag: &'static str,
+        /// What is wrong and what is allowed.
+        message: String,
+    },
     /// A file could not be read.
     #[error("cannot read {path}: {source}")]
     Read {

@@ -51,9 +51,15 @@ fn parse_line(text: &str, line_no: u64, last: &mut Micros) -> Result<Parsed, Str
     if text.trim().is_empty() {
         return Ok(Parsed::Blank);
     }
+    const EXPECTED: &str = r#"expected {"timestamp": ms, "input_length": n, "output_length": n, "hash_ids": [..]}"#;
+    // serde would read a JSON array by position, and name its own types for `null`.
+    if !text.trim_start().starts_with('{') {
+        let start: String = text.trim().chars().take(40).collect();
+        return Err(format!("`{start}` is not a JSON object; {EXPECTED}"));
+    }
     let l: Line = serde_json::from_str(text).map_err(|e| {
         let m = e.to_string();
-        format!("{}; expected {{\"timestamp\": ms, \"input_length\": n, \"output_length\": n, \"hash_ids\": [..]}}", m.split(" at line ").next().unwrap_or(&m))
+        format!("{}; {EXPECTED}", m.split(" at line ").next().unwrap_or(&m))
     })?;
     let arrival = Micros::from_ms_f64(l.timestamp)
         .filter(|&t| t <= Micros::MAX_SPAN)
@@ -200,7 +206,10 @@ mod tests {
             ("{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1}\n{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1}\n", ":2: timestamp 4 ms is before"),
             ("{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"session\": 3}\n", ":1: unknown field `session`"),
             ("{\"timestamp\": -1, \"input_length\": 1, \"output_length\": 1}\n", ":1: timestamp -1 must be"),
-            ("not json\n", ":1: expected"),
+            ("not json\n", ":1: `not json` is not a JSON object; expected"),
+            // An array was read by position, `null` named serde's own struct.
+            ("[5000, 700, 30]\n", ":1: `[5000, 700, 30]` is not a JSON object"),
+            ("null\n", ":1: `null` is not a JSON object"),
         ] {
             let p = write("bad", text);
             let e = MooncakeReplay::open(&p, None).err().expect("rejected").to_string();

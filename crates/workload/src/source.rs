@@ -150,8 +150,7 @@ pub fn open(input: &WorkloadInput, options: &OpenOptions) -> Result<OpenedWorklo
 
 fn from_spec(mut loaded: spec::LoadedSpec, overrides: &Overrides) -> Result<OpenedWorkload, WorkloadError> {
     let bounds_requests = loaded.spec.num_requests.is_some();
-    loaded.apply(overrides);
-    Ok(from_plan(loaded.plan()?, Opened::Spec { bounds_requests }))
+    Ok(from_plan(loaded.plan_with(overrides)?, Opened::Spec { bounds_requests }))
 }
 
 fn from_plan(plan: Plan, kind: Opened) -> OpenedWorkload {

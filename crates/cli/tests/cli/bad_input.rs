@@ -316,6 +316,13 @@ fn a_bad_override_of_a_spec_is_blamed_on_the_flag_not_the_spec() {
     assert!(e.starts_with("error: --num-requests 0: must be in [1, 1e12]"), "{e}");
     let e = rejected("override-blame-rate", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--rate", "1e7"]);
     assert!(e.starts_with("error: --rate: 10000000 must be in (0, 1000000]"), "{e}");
+    // The spec's own unreadable value is the file's, whatever the flag replaces it with.
+    let dir = scratch("override-blame-spec");
+    let spec = write(&dir, "minus.yaml", "aggregate_rate: 5\nnum_requests: -1\nclients:\n- id: a\n");
+    let e = rejected("override-blame-file", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec, "--num-requests", "50"]);
+    assert!(e.contains("minus.yaml: num_requests") && !e.contains("--num-requests"), "{e}");
+    let e = stderr(&blis(&["workload", "stats", "--spec", &spec, "--num-requests", "50"]));
+    assert!(e.contains("minus.yaml: num_requests") && !e.contains("--num-requests"), "{e}");
 }
 
 #[test]
