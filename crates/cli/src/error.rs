@@ -1,7 +1,7 @@
 //! Errors the CLI reports, and their exit codes: 0 success, 1 a failure while
 //! running (an output file could not be written), 2 bad input (flags, files,
-//! values), 3 the server `blis observe` drove failed too many requests (the
-//! trace is still written in full). Every error prints as one line.
+//! values), 3 the server `blis observe` drove failed (unreachable, no model
+//! list, or too many failed requests). Every error prints as one line.
 
 use std::fmt;
 

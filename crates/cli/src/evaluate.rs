@@ -47,6 +47,8 @@ pub fn execute(args: EvaluateArgs) -> anyhow::Result<()> {
         Some(path) => vec![(KnobValues::load(path)?, format!("--config {}", path.display()))],
         None => Vec::new(),
     };
+    // A flag or file the scenario cannot run with is the caller's error, not every candidate's.
+    blis_scenario::evaluate::check(&args.knobs, &files)?;
     let output = args.output.as_deref().map(|p| crate::output::AtomicFile::create("output", p)).transpose()?;
     let results: Vec<serde_json::Value> = args.candidate.par_iter().map(|c| blis_scenario::evaluate::evaluate(c, &args.knobs, &files, args.excerpts)).collect();
     let text = serde_json::to_string_pretty(&results).context("rendering the results")?;

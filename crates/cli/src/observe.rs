@@ -5,14 +5,15 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use blis_net::client::Target;
-use blis_net::observe::{ObserveConfig, TraceFiles, observe};
+use blis_engine::time::MAX_SPAN_S;
+use blis_net::observe::{ObserveConfig, ObserveError, TraceFiles, observe};
 use blis_net::serve::openai::Api;
 use blis_scenario::Scenario;
 use blis_scenario::knobs::KnobValues;
 
 use blis_net::load::LoadSummary;
 
-use crate::error::{ServerFailed, bad_input};
+use crate::error::{BadInput, ServerFailed, bad_input};
 use crate::output::{rate_text, warn};
 
 /// Which OpenAI endpoint to drive.
@@ -67,8 +68,8 @@ pub struct ObserveArgs {
     #[arg(long, value_name = "URL", help_heading = "Observe")]
     pub prometheus_url: Option<String>,
 
-    /// Scrape interval, milliseconds.
-    #[arg(long, default_value_t = 1000, value_name = "MS", help_heading = "Observe")]
+    /// Scrape interval, milliseconds, from 10 to 3600000 (an hour).
+    #[arg(long, default_value_t = 1000, value_name = "MS", value_parser = clap::value_parser!(u64).range(10..=3_600_000), help_heading = "Observe")]
     pub scrape_interval_ms: u64,
 
     /// Server facts to record in the trace header (a YAML of vLLM flag names, e.g. max-num-seqs: 128,
@@ -117,6 +118,17 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let plan = opened.plan.ok_or_else(|| {
         bad_input!("--workload-spec {name}: an inference-perf configuration is run by inference-perf itself; `blis observe` sends BLIS workload specs, built-ins and the synthetic flags")
     })?;
+    // As `blis run` refuses arrivals past the simulated clock's end, a
+    // schedule longer than that is refused here before anything is sent.
+    let span_s = plan.expected_requests() as f64 / plan.aggregate_rate;
+    if span_s > MAX_SPAN_S {
+        return Err(bad_input!(
+            "--rate {:e}: {} requests at this rate take about {span_s:.1e} s, longer than the {MAX_SPAN_S:e} s a schedule may span; raise the rate or send fewer requests",
+            plan.aggregate_rate,
+            plan.expected_requests()
+        )
+        .into());
+    }
     warn(&opened.warnings);
     // The header's `server:` section: the --server-config file (same schema
     // as --config, unknown keys refused) plus the served model name.
@@ -148,22 +160,30 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
         max_concurrency: max_concurrency as usize,
         trace_prefix: args.trace_output.clone(),
         prometheus_url: args.prometheus_url.clone(),
-        scrape_interval: Duration::from_millis(args.scrape_interval_ms.max(10)),
+        scrape_interval: Duration::from_millis(args.scrape_interval_ms),
         warm_up_requests: args.warm_up,
         server,
         workload_name: name,
     };
     let files = TraceFiles::new(&args.trace_output);
-    crate::output::print_warnings();
-    eprintln!(
-        "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
-        plan.expected_requests(),
-        rate_text(plan.aggregate_rate),
-        args.server_url,
-        args.api,
-        files.csv.display()
-    );
-    let summary = observe(&plan, config, blis_net::observe::ctrl_c())?;
+    let announce = || {
+        crate::output::print_warnings();
+        eprintln!(
+            "blis observe: {} requests ({} req/s) against {} ({:?} API); writing {}",
+            plan.expected_requests(),
+            rate_text(plan.aggregate_rate),
+            args.server_url,
+            args.api,
+            files.csv.display()
+        );
+    };
+    let summary = observe(&plan, config, blis_net::observe::ctrl_c(), announce).map_err(|e| match e {
+        // A model the server does not serve is bad input (exit 2); a server
+        // that cannot be reached or does not list its models failed (exit 3).
+        ObserveError::UnknownModel { .. } => anyhow::Error::new(BadInput(e.to_string())),
+        ObserveError::Unreachable { .. } | ObserveError::ModelList { .. } => ServerFailed(e.to_string()).into(),
+        other => other.into(),
+    })?;
     let s = &summary.load;
     let lg = &summary.load_generator;
     eprintln!(

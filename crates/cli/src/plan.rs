@@ -63,8 +63,8 @@ pub struct PlanArgs {
     #[arg(long, value_name = "PATH", help_heading = "Plan")]
     pub report: Option<PathBuf>,
 
-    /// Candidates simulated at once. [default: the number of cores]
-    #[arg(long, value_name = "N", help_heading = "Plan")]
+    /// Candidates simulated at once, 1 to 1024. [default: the number of cores]
+    #[arg(long, value_name = "N", value_parser = crate::sweep::parse_jobs, help_heading = "Plan")]
     pub jobs: Option<usize>,
 }
 
@@ -104,6 +104,11 @@ enum Limit {
     CompletedMin,
 }
 
+/// Most candidates a plan may enumerate (gpus × tp × replicas × knob
+/// points): each is kept in memory and checked, and most are simulated, so
+/// a larger plan is a typo or a job for `blis sweep --shard`.
+const MAX_CANDIDATES: u128 = 100_000;
+
 const METRICS: [&str; 4] = ["ttft", "tpot", "itl", "e2e"];
 const STATS: [&str; 5] = ["mean", "p50", "p90", "p95", "p99"];
 
@@ -119,7 +124,8 @@ impl Limit {
         Some(Limit::Latency { metric: METRICS.into_iter().find(|m| *m == metric)?, stat: STATS.into_iter().find(|s| *s == stat)? })
     }
 
-    /// The report's value of this statistic.
+    /// The report's value of this statistic; NaN for a latency nothing
+    /// measured (no request completed), which meets no limit.
     fn value(self, r: &RunReport) -> f64 {
         let s = &r.summary;
         match self {
@@ -134,6 +140,7 @@ impl Limit {
                     _ => &l.e2e,
                 };
                 match stat {
+                    _ if d.count == 0 => f64::NAN,
                     "mean" => d.mean,
                     "p50" => d.p50,
                     "p90" => d.p90,
@@ -205,10 +212,20 @@ impl Plan {
                 if let Some(taken) = grid.columns().find(set_by_the_plan) {
                     return Err(bad_input!("{origin}: knobs.{taken}: set by gpus, tp and replicas"));
                 }
-                grid.check_knobs(origin)?;
                 Some(grid)
             }
         };
+        let sizes = [file.gpus.len() as u128, file.tp.len() as u128, file.replicas.len() as u128, knobs.as_ref().map_or(1, |g| u128::from(g.points))];
+        let candidates: u128 = sizes.iter().product();
+        if candidates > MAX_CANDIDATES {
+            return Err(bad_input!(
+                "{origin}: {} gpus × {} tp × {} replicas × {} knob points = {candidates} candidates, more than the {MAX_CANDIDATES} a plan may have; narrow the lists (or sweep them with `blis sweep --shard`)",
+                sizes[0], sizes[1], sizes[2], sizes[3]
+            ));
+        }
+        if let Some(grid) = &knobs {
+            grid.check_knobs(origin)?;
+        }
         Ok(Plan { slo, gpus: file.gpus, tp: file.tp, replicas: file.replicas, knobs })
     }
 }
@@ -316,7 +333,10 @@ fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], d
     }
     for (k, (name, limit, bound)) in plan.slo.iter().enumerate() {
         let better = |a: f64, b: f64| if matches!(limit, Limit::Latency { .. }) { a < b } else { a > b };
-        let &(best, values) = simulated.iter().reduce(|a, b| if better(b.1[k], a.1[k]) { b } else { a }).expect("not empty");
+        // NaN (a latency no completed request measured) is the worst value.
+        let Some(&(best, values)) = simulated.iter().filter(|(_, v)| !v[k].is_nan()).reduce(|a, b| if better(b.1[k], a.1[k]) { b } else { a }) else {
+            return format!("no candidate meets {name} {bound}: no simulated candidate completed a request");
+        };
         if !limit.holds(values[k], *bound) {
             return format!("no candidate meets {name} {bound}: the best reaches {:.1} ({}); the limit binds", values[k], describe(&candidates[best]));
         }
@@ -324,6 +344,9 @@ fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], d
     let misses = |values: &Vec<f64>| plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).count();
     let &(closest, values) = simulated.iter().min_by_key(|(i, v)| (misses(v), *i)).expect("not empty");
     let missed: Vec<String> = plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).map(|((n, _, b), v)| format!("{n} {v:.1} (limit {b})")).collect();
+    if missed.is_empty() {
+        return format!("no candidate meets the SLO: the only ones within every limit, such as {}, complete no request", describe(&candidates[closest]));
+    }
     format!("no candidate meets every limit at once (each alone is met by some); the closest, {}, misses {}", describe(&candidates[closest]), missed.join(", "))
 }
 
@@ -374,7 +397,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
             }
         })
         .collect();
-    let jobs = args.jobs.unwrap_or_else(rayon::current_num_threads).max(1);
+    let jobs = args.jobs.unwrap_or_else(rayon::current_num_threads);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().context("starting the worker threads")?;
     let verdicts: Vec<Verdict> = pool.install(|| {
         candidates
@@ -387,7 +410,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 Ok(_) => match run_point(&point_of(c), &flags, &base) {
                     Ok(r) => {
                         let values: Vec<f64> = plan.slo.iter().map(|(_, l, _)| l.value(&r)).collect();
-                        let meets = plan.slo.iter().zip(&values).all(|((_, l, bound), &v)| l.holds(v, *bound));
+                        // A deployment that completes nothing is never the answer, whatever completed_min allows.
+                        let meets = r.summary.requests.completed > 0 && plan.slo.iter().zip(&values).all(|((_, l, bound), &v)| l.holds(v, *bound));
                         Verdict::Simulated(values, meets)
                     }
                     Err(e) => Verdict::Failed(e),
@@ -419,7 +443,7 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 Verdict::DoesNotFit(why) => ("does-not-fit", empty(), String::new(), why.clone()),
                 Verdict::Roofline(why) => ("roofline", empty(), String::new(), why.clone()),
                 Verdict::Failed(why) => ("failed", empty(), String::new(), why.clone()),
-                Verdict::Simulated(values, meets) => ("simulated", values.iter().map(f64::to_string).collect(), meets.to_string(), String::new()),
+                Verdict::Simulated(values, meets) => ("simulated", values.iter().map(|v| if v.is_nan() { String::new() } else { v.to_string() }).collect(), meets.to_string(), String::new()),
             };
             row.push(status.into());
             row.extend(values);

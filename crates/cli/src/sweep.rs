@@ -55,8 +55,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "I/N", value_parser = parse_shard, help_heading = "Sweep")]
     pub shard: Option<(u64, u64)>,
 
-    /// Points simulated at once. [default: the number of cores]
-    #[arg(long, value_name = "N", help_heading = "Sweep")]
+    /// Points simulated at once, 1 to 1024. [default: the number of cores]
+    #[arg(long, value_name = "N", value_parser = parse_jobs, help_heading = "Sweep")]
     pub jobs: Option<usize>,
 
     /// Also write every row of --output, in point order, as a typed Parquet file here once the sweep ends.
@@ -87,26 +87,55 @@ fn parse_shard(text: &str) -> Result<(u64, u64), String> {
     Ok((i, n))
 }
 
-/// The points an existing output already holds, after checking its header;
-/// a last line cut short by an interruption is removed.
-fn resume(path: &Path, header: &str) -> Result<std::collections::BTreeSet<u64>, BadInput> {
-    let Ok(text) = std::fs::read_to_string(path) else { return Ok(Default::default()) };
-    if text.is_empty() {
-        return Ok(Default::default());
+/// Most worker threads `--jobs` may ask for.
+const MAX_JOBS: usize = 1024;
+
+/// Reads `--jobs` (of `blis sweep` and `blis plan`): a whole number of worker threads in 1..=[`MAX_JOBS`].
+pub fn parse_jobs(text: &str) -> Result<usize, String> {
+    match text.trim().parse::<usize>() {
+        Ok(n) if (1..=MAX_JOBS).contains(&n) => Ok(n),
+        _ => Err(format!("`{text}`: expected a whole number of worker threads from 1 to {MAX_JOBS}")),
     }
-    if text.lines().next() != Some(header) {
-        return Err(bad_input!("--output {}: exists with other columns (another grid?); remove it or choose another file", path.display()));
-    }
+}
+
+/// What an existing `--output` already holds: the points of its complete
+/// rows, after checking that it is this grid's CSV (its header, and each
+/// row's knob values equal to the grid's at its point), and whether it has
+/// a header at all. A last line cut short by an interruption is removed.
+fn resume(path: &Path, header: &str, grid: &Grid) -> Result<(std::collections::BTreeSet<u64>, bool), BadInput> {
+    let refuse = |why: String| bad_input!("--output {}: {why}; remove it to start over, or choose another file", path.display());
+    let bytes = match std::fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
+        Err(e) => return Err(bad_input!("--output {}: {e}", path.display())),
+    };
+    let text = String::from_utf8(bytes).map_err(|_| refuse("exists and is not text (not UTF-8), so not a sweep's CSV".into()))?;
+    // Only whole lines count: a row (or header) cut short is dropped.
     let complete = text.rfind('\n').map_or(0, |i| i + 1);
+    let our_header = if complete == 0 { header.starts_with(text.as_str()) } else { text.lines().next() == Some(header) };
+    if !our_header {
+        return Err(refuse("exists with other columns (another grid?)".into()));
+    }
     if complete < text.len() {
         let file = OpenOptions::new().write(true).open(path).map_err(|e| bad_input!("--output {}: {e}", path.display()))?;
         file.set_len(complete as u64).map_err(|e| bad_input!("--output {}: {e}", path.display()))?;
     }
-    text[..complete]
-        .lines()
-        .skip(1)
-        .map(|l| l.split(',').next().unwrap_or("").parse::<u64>().map_err(|_| bad_input!("--output {}: a row without a point number: `{l}`", path.display())))
-        .collect()
+    if complete == 0 {
+        return Ok(Default::default());
+    }
+    let mut done = std::collections::BTreeSet::new();
+    let mut rows = csv::ReaderBuilder::new().has_headers(true).from_reader(&text.as_bytes()[..complete]);
+    for record in rows.records() {
+        let record = record.map_err(|e| refuse(format!("not a sweep's CSV: {e}")))?;
+        let point = record.get(0).and_then(|p| p.parse::<u64>().ok()).filter(|&p| p < grid.points);
+        let point = point.ok_or_else(|| refuse(format!("a row without a point number of this grid: `{}`", record.iter().collect::<Vec<_>>().join(","))))?;
+        let expected: Vec<String> = grid.point(point).values().map(blis_scenario::sweep::cell).collect();
+        if let Some((column, (held, wanted))) = grid.columns().zip(record.iter().skip(1).zip(&expected)).find(|(_, (held, wanted))| held != wanted) {
+            return Err(refuse(format!("point {point} has {column} {held}, the grid now gives {wanted} (the grid changed since it was written)")));
+        }
+        done.insert(point);
+    }
+    Ok((done, true))
 }
 
 /// Reads the YAML file a `flag` names (`origin`: how errors name it) and
@@ -124,18 +153,19 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     let (origin, raw, base) = read_inputs("--grid", &args.grid, args.base.as_deref())?;
     let grid = Grid::parse(raw, &origin)?;
     grid.check_knobs(&origin)?;
+    grid.check_scenarios(&origin, &args.knobs, &base)?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
-    let done = resume(&args.output, &header)?;
+    let (done, has_header) = resume(&args.output, &header, &grid)?;
     // Outputs that cannot be created are refused before anything runs.
     let create = |flag, path: &Option<PathBuf>| path.as_deref().map(|p| crate::output::AtomicFile::create(flag, p)).transpose();
     let (parquet, plot, report) = (create("parquet", &args.parquet)?, create("plot", &args.plot)?, create("report", &args.report)?);
     let (shard, shards) = args.shard.unwrap_or((0, 1));
     let todo: Vec<u64> = (shard..grid.points).step_by(shards as usize).filter(|i| !done.contains(i)).collect();
     let mut out = OpenOptions::new().create(true).append(true).open(&args.output).map_err(|e| bad_input!("--output {}: {e}", args.output.display()))?;
-    if done.is_empty() {
+    if !has_header {
         writeln!(out, "{header}").context("writing --output")?;
     }
-    let jobs = args.jobs.unwrap_or_else(rayon::current_num_threads).max(1);
+    let jobs = args.jobs.unwrap_or_else(rayon::current_num_threads);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().context("starting the worker threads")?;
     let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(todo.len() as u64);

@@ -68,6 +68,24 @@ pub enum ObserveError {
         /// The models the server lists at `/v1/models`.
         served: Vec<String>,
     },
+    /// The server did not answer `GET /v1/models` (nothing listens, a
+    /// timeout, a TLS failure): nothing was sent.
+    #[error("cannot reach {url}: {message}")]
+    Unreachable {
+        /// The `/v1/models` URL.
+        url: String,
+        /// Why.
+        message: String,
+    },
+    /// The server's `/v1/models` answer is not a list of models (an error
+    /// status, not JSON, `data` not a list of `{id}`): nothing was sent.
+    #[error("{url}: {message}; expected an OpenAI model list, {{\"data\": [{{\"id\": \"MODEL\"}}]}}")]
+    ModelList {
+        /// The `/v1/models` URL.
+        url: String,
+        /// What is wrong with the answer.
+        message: String,
+    },
     /// No HTTP client can be built for a URL (for `https://`: no trusted
     /// root certificates on this system).
     #[error("{url}: cannot set up an HTTP client: {message}")]
@@ -327,15 +345,15 @@ pub struct ObserveSummary {
 
 /// Runs `plan` against the server until it ends or `interrupt` resolves,
 /// writing the trace files. Blocking: it runs its own async runtime.
+/// `started` is called once the server's `/v1/models` answered, before any
+/// file is written or request sent (to announce the run).
 pub fn observe(
     plan: &WorkloadPlan,
     mut config: ObserveConfig,
     interrupt: impl std::future::Future<Output = ()> + Send + 'static,
+    started: impl FnOnce(),
 ) -> Result<ObserveSummary, ObserveError> {
     let files = TraceFiles::new(&config.trace_prefix);
-    if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
-    }
     let client = |url: &str, builder: reqwest::ClientBuilder| {
         builder.build().map_err(|e| ObserveError::Client { url: url.to_string(), message: crate::client::with_causes(&e) })
     };
@@ -343,7 +361,7 @@ pub fn observe(
     let http = client(base, crate::client::http_builder(base).pool_max_idle_per_host(config.max_concurrency))?;
     let scraper_http = config.prometheus_url.as_deref().map(|url| client(url, crate::client::http_builder(url))).transpose()?;
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(io_err(&files.csv))?;
-    let discovered = runtime.block_on(discover(&http, &config.target));
+    let discovered = runtime.block_on(discover(&http, &config.target))?;
     let mut server = match config.server.clone() {
         Some(Value::Object(m)) => m,
         _ => Mapping::new(),
@@ -356,6 +374,10 @@ pub fn observe(
     }
     if let Some(scale) = discovered.time_scale {
         server.insert("time-scale".to_string(), Value::from(scale));
+    }
+    started();
+    if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(io_err(dir))?;
     }
     let clock = RunClock::start();
     let mut header = TraceHeader::generated(plan, &config.workload_name);
@@ -397,42 +419,63 @@ pub fn observe(
 /// What `GET /v1/models` told us.
 #[derive(Default)]
 struct Discovered {
-    models: Vec<String>,
+    /// The served model names; `None` when the server has no `/v1/models` (HTTP 404).
+    models: Option<Vec<String>>,
     time_scale: Option<f64>,
 }
 
 impl Discovered {
-    /// How the server spells `asked`: `None` when it lists no models or
+    /// How the server spells `asked`: `None` when it has no model list or
     /// lists `asked` itself, the listed name when exactly one differs from
     /// it only in case (BLIS's model ids are case-insensitive, vLLM's are
-    /// not), an error when none matches.
+    /// not), an error when none matches (an empty list included).
     fn spelling_of(&self, asked: &str, url: &str) -> Result<Option<String>, ObserveError> {
-        if self.models.is_empty() || self.models.iter().any(|m| m == asked) {
+        let Some(models) = &self.models else { return Ok(None) };
+        if models.iter().any(|m| m == asked) {
             return Ok(None);
         }
-        let mut same = self.models.iter().filter(|m| m.eq_ignore_ascii_case(asked));
+        let mut same = models.iter().filter(|m| m.eq_ignore_ascii_case(asked));
         match (same.next(), same.next()) {
             (Some(m), None) => Ok(Some(m.clone())),
-            _ => Err(ObserveError::UnknownModel { url: url.to_string(), asked: asked.to_string(), served: self.models.clone() }),
+            _ => Err(ObserveError::UnknownModel { url: url.to_string(), asked: asked.to_string(), served: models.clone() }),
         }
+    }
+
+    /// Reads a `/v1/models` answer (`url` names it in errors): `data`, a
+    /// list of `{id}` (and, from `blis serve`, `blis_time_scale`).
+    fn parse(body: &[u8], url: &str) -> Result<Discovered, ObserveError> {
+        let malformed = |message: &str| ObserveError::ModelList { url: url.to_string(), message: message.to_string() };
+        let v: Value = serde_json::from_slice(body).map_err(|_| malformed("the answer is not JSON"))?;
+        let data = v.get("data").and_then(Value::as_array).ok_or_else(|| malformed("the answer has no `data` list"))?;
+        let models = data.iter().map(|m| m.get("id").and_then(Value::as_str).map(str::to_string)).collect::<Option<Vec<_>>>();
+        Ok(Discovered {
+            models: Some(models.ok_or_else(|| malformed("an entry of `data` has no string `id`"))?),
+            time_scale: data.iter().find_map(|m| m.get("blis_time_scale").and_then(Value::as_f64)),
+        })
     }
 }
 
-/// Server discovery (spec §8): the served model names and, for `blis
-/// serve`, its time scale. A server without `/v1/models` yields nothing.
-async fn discover(http: &reqwest::Client, target: &Target) -> Discovered {
+/// Server discovery (spec §8), before anything is sent: the served model
+/// names and, for `blis serve`, its time scale. A server without
+/// `/v1/models` (HTTP 404) yields nothing; one that cannot be reached, or
+/// answers with another error or with something other than a model list,
+/// is an error.
+async fn discover(http: &reqwest::Client, target: &Target) -> Result<Discovered, ObserveError> {
     let url = format!("{}/v1/models", target.base_url.trim_end_matches('/'));
-    let mut req = http.get(url).timeout(Duration::from_secs(10));
+    let mut req = http.get(&url).timeout(Duration::from_secs(10));
     if let Some(key) = &target.api_key {
         req = req.bearer_auth(key);
     }
-    let Ok(resp) = req.send().await else { return Discovered::default() };
-    let Ok(v) = resp.json::<serde_json::Value>().await else { return Discovered::default() };
-    let data = v.get("data").and_then(serde_json::Value::as_array).cloned().unwrap_or_default();
-    Discovered {
-        models: data.iter().filter_map(|m| m.get("id").and_then(serde_json::Value::as_str).map(str::to_string)).collect(),
-        time_scale: data.iter().find_map(|m| m.get("blis_time_scale").and_then(serde_json::Value::as_f64)),
+    let unreachable = |e: reqwest::Error| ObserveError::Unreachable { url: url.clone(), message: crate::client::with_causes(&e) };
+    let resp = req.send().await.map_err(unreachable)?;
+    let status = resp.status();
+    if status == reqwest::StatusCode::NOT_FOUND {
+        return Ok(Discovered::default());
     }
+    if !status.is_success() {
+        return Err(ObserveError::ModelList { url, message: format!("HTTP {status}") });
+    }
+    Discovered::parse(&resp.bytes().await.map_err(unreachable)?, &url)
 }
 
 #[cfg(test)]
@@ -450,15 +493,28 @@ mod tests {
     }
 
     #[test]
+    fn a_model_list_that_is_not_one_is_an_error_naming_the_url() {
+        let url = "http://h/v1/models";
+        for (body, needle) in [("{\"data\": 5}", "no `data` list"), ("{}", "no `data` list"), ("<html>", "not JSON"), ("{\"data\": [{\"name\": \"m\"}]}", "no string `id`")] {
+            let err = Discovered::parse(body.as_bytes(), url).err().unwrap_or_else(|| panic!("{body} accepted")).to_string();
+            assert!(err.starts_with(url) && err.contains(needle), "{body}: {err}");
+        }
+        let empty = Discovered::parse(b"{\"data\": []}", url).unwrap();
+        assert!(empty.spelling_of("m", url).is_err(), "a server that lists no model serves none");
+        let listed = Discovered::parse(b"{\"data\": [{\"id\": \"m\", \"blis_time_scale\": 2.0}]}", url).unwrap();
+        assert_eq!((listed.spelling_of("m", url).unwrap(), listed.time_scale), (None, Some(2.0)));
+    }
+
+    #[test]
     fn the_model_is_sent_as_the_server_spells_it() {
-        let d = Discovered { models: vec!["meta-llama/Llama-3.1-8B-Instruct".into(), "other".into()], time_scale: None };
+        let d = Discovered { models: Some(vec!["meta-llama/Llama-3.1-8B-Instruct".into(), "other".into()]), time_scale: None };
         let url = "http://h";
         assert_eq!(d.spelling_of("meta-llama/Llama-3.1-8B-Instruct", url).unwrap(), None);
         assert_eq!(d.spelling_of("meta-llama/llama-3.1-8b-instruct", url).unwrap().as_deref(), Some("meta-llama/Llama-3.1-8B-Instruct"));
         let err = d.spelling_of("qwen", url).unwrap_err().to_string();
         assert!(err.contains("\"qwen\"") && err.contains("other") && err.contains("--model"), "{err}");
         assert_eq!(Discovered::default().spelling_of("anything", url).unwrap(), None, "a server without /v1/models takes any name");
-        let twins = Discovered { models: vec!["MODEL".into(), "model".into()], time_scale: None };
+        let twins = Discovered { models: Some(vec!["MODEL".into(), "model".into()]), time_scale: None };
         assert!(twins.spelling_of("Model", url).is_err(), "two spellings: ambiguous");
         assert_eq!(twins.spelling_of("model", url).unwrap(), None);
     }

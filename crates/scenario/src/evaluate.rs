@@ -17,10 +17,11 @@ use std::collections::BinaryHeap;
 use std::path::Path;
 
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
+use blis_engine::metrics::Distribution;
 use serde_json::{Value, json};
 
 use crate::knobs::KnobValues;
-use crate::{Outputs, Scenario};
+use crate::{Outputs, Scenario, ScenarioError};
 
 /// Fitness weights when the scenario gives none: goodput first, then the
 /// tails users feel.
@@ -72,17 +73,37 @@ impl DecisionSink for Excerpts {
     }
 }
 
+/// The scenario of `values` over `files` with `policy` as its policy file,
+/// scored by [`DEFAULT_WEIGHTS`] unless they give weights.
+fn scenario(policy: Option<&Path>, values: &KnobValues, files: &[(KnobValues, String)]) -> Scenario {
+    let mut given = values.clone();
+    given.policy_config = policy.map(Path::to_path_buf);
+    if given.fitness_weights.is_none() && files.iter().all(|(f, _)| f.fitness_weights.is_none()) {
+        given.fitness_weights = Some(DEFAULT_WEIGHTS.to_string());
+    }
+    Scenario::from_values(&given, files.to_vec())
+}
+
+/// Checks, without simulating, that the scenario of `values` (and its
+/// `files`) resolves with the default policies: an error here is the
+/// caller's (a flag or file), not any candidate's, and should stop the
+/// evaluation before a candidate runs.
+pub fn check(values: &KnobValues, files: &[(KnobValues, String)]) -> Result<(), ScenarioError> {
+    scenario(None, values, files).check()
+}
+
+/// A latency statistic of `d`, or null when nothing was measured (no
+/// request completed), never 0.
+fn measured(d: &Distribution, stat: f64) -> Value {
+    if d.count == 0 { Value::Null } else { json!(stat) }
+}
+
 /// Runs `candidate` (a policy file) on the scenario of `values` (and its
 /// `files`), returning `{candidate, score, fitness, metrics, anomalies,
 /// trace, error}`; see the module documentation.
 pub fn evaluate(candidate: &Path, values: &KnobValues, files: &[(KnobValues, String)], excerpts: usize) -> Value {
     let name = candidate.display().to_string();
-    let mut given = values.clone();
-    given.policy_config = Some(candidate.to_path_buf());
-    if given.fitness_weights.is_none() && files.iter().all(|(f, _)| f.fitness_weights.is_none()) {
-        given.fitness_weights = Some(DEFAULT_WEIGHTS.to_string());
-    }
-    let scenario = Scenario::from_values(&given, files.to_vec());
+    let scenario = scenario(Some(candidate), values, files);
     let mut sink = Excerpts { keep: excerpts, worst: BinaryHeap::new(), decisions: 0 };
     let report = scenario
         .resolve()
@@ -103,9 +124,9 @@ pub fn evaluate(candidate: &Path, values: &KnobValues, files: &[(KnobValues, Str
                     "injected": s.requests.injected,
                     "completed": s.requests.completed,
                     "throughput_rps": s.throughput.requests_per_s,
-                    "ttft_p99_ms": s.latency_ms.ttft.p99,
-                    "itl_p99_ms": s.latency_ms.itl.p99,
-                    "e2e_p99_ms": s.latency_ms.e2e.p99,
+                    "ttft_p99_ms": measured(&s.latency_ms.ttft, s.latency_ms.ttft.p99),
+                    "itl_p99_ms": measured(&s.latency_ms.itl, s.latency_ms.itl.p99),
+                    "e2e_p99_ms": measured(&s.latency_ms.e2e, s.latency_ms.e2e.p99),
                     "slo_attainment": r.cluster.goodput.slo_attainment,
                     "load_imbalance": r.cluster.load_balance.imbalance_max_over_mean,
                     "routing_decisions": sink.decisions,

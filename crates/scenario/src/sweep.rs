@@ -15,6 +15,7 @@
 //! file over the defaults; its row is what `blis run` with those knobs
 //! reports (same seed, same numbers).
 
+use blis_engine::metrics::Distribution;
 use serde_json::{Map, Value};
 
 use crate::error::{ScenarioError, invalid};
@@ -108,6 +109,51 @@ impl Grid {
         Ok(())
     }
 
+    /// Checks, without simulating, that the flags over `base` and every
+    /// grid value describe a scenario that resolves: each value with the
+    /// other axes at their first value, or failing that with one other axis
+    /// at any of its values (so a value that runs only beside a later value
+    /// of another axis passes). A value that resolves in none of these is
+    /// refused, naming the grid file and the value; an error about a flag or
+    /// the base file names that instead. `origin` names the grid file.
+    pub fn check_scenarios(&self, origin: &str, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<(), ScenarioError> {
+        // The point with the given (axis, step) pairs and every other axis at its first step.
+        let check = |steps: Vec<(usize, usize)>| scenario_of(&self.point(self.index_of(&steps)), flags, base).and_then(|sc| sc.check());
+        for (a, (_, steps)) in self.axes.iter().enumerate() {
+            for s in 0..steps.len() {
+                let beside_others = self.axes.iter().enumerate().filter(|&(b, _)| b != a).flat_map(|(b, (_, other))| (1..other.len()).map(move |t| vec![(a, s), (b, t)]));
+                let mut tries = std::iter::once(vec![(a, s)]).chain(beside_others).map(&check);
+                let Some(Err(first)) = tries.next() else { continue };
+                if !tries.any(|r| r.is_ok()) {
+                    return Err(self.blame(origin, a, s, first));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The index of the point with the given `(axis, step)` pairs and every other axis at its first step.
+    fn index_of(&self, steps: &[(usize, usize)]) -> u64 {
+        self.axes.iter().enumerate().fold(0, |index, (a, (_, axis))| {
+            let step = steps.iter().find(|(b, _)| *b == a).map_or(0, |&(_, s)| s);
+            index * axis.len() as u64 + step as u64
+        })
+    }
+
+    /// `err`, met checking step `s` of axis `a`, as one line: an error
+    /// naming a swept knob by its flag (`--rate -5: ...`) names the grid
+    /// file instead (`--grid g.yaml: rate -5: ...`), one naming another flag
+    /// or a file passes unchanged, and any other names the grid file and the value.
+    fn blame(&self, origin: &str, a: usize, s: usize, err: ScenarioError) -> ScenarioError {
+        let Some(rest) = err.0.strip_prefix("--") else {
+            let (names, steps) = &self.axes[a];
+            let values: Vec<String> = names.iter().zip(&steps[s]).map(|(n, v)| format!("{n} {}", cell(v))).collect();
+            return invalid!("{origin}: {}: {err}", values.join(", "));
+        };
+        let name = rest.split([' ', ':', ',', '=']).next().unwrap_or_default();
+        if self.columns().any(|c| c.replace('_', "-") == name) { invalid!("{origin}: {rest}") } else { err }
+    }
+
     /// The knob names, one column each, in axis order.
     pub fn columns(&self) -> impl Iterator<Item = &str> {
         self.axes.iter().flat_map(|(names, _)| names.iter().map(String::as_str))
@@ -142,12 +188,18 @@ pub fn field(text: &str) -> String {
     if text.contains([',', '"', '\n', '\r']) { format!("\"{}\"", text.replace('"', "\"\"")) } else { text.to_string() }
 }
 
-/// A knob value as a CSV field (strings bare, anything else as JSON).
-fn value_field(v: &Value) -> String {
-    field(&match v {
+/// A knob value as a CSV cell's text (strings bare, anything else as JSON), before quoting.
+pub fn cell(v: &Value) -> String {
+    match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
-    })
+    }
+}
+
+/// A latency statistic as a CSV field: empty, not 0, when nothing was
+/// measured (no request of the point completed).
+fn latency_field(d: &Distribution, stat: f64) -> String {
+    if d.count == 0 { String::new() } else { stat.to_string() }
 }
 
 /// The metrics of `r`, as the row's fields after the knob values (the
@@ -164,12 +216,12 @@ fn metric_fields(r: &RunReport) -> String {
         s.requests.timed_out.to_string(),
         s.throughput.requests_per_s.to_string(),
         s.throughput.output_tokens_per_s.to_string(),
-        l.ttft.p50.to_string(),
-        l.ttft.p99.to_string(),
-        l.itl.p50.to_string(),
-        l.itl.p99.to_string(),
-        l.e2e.p50.to_string(),
-        l.e2e.p99.to_string(),
+        latency_field(&l.ttft, l.ttft.p50),
+        latency_field(&l.ttft, l.ttft.p99),
+        latency_field(&l.itl, l.itl.p50),
+        latency_field(&l.itl, l.itl.p99),
+        latency_field(&l.e2e, l.e2e.p50),
+        latency_field(&l.e2e, l.e2e.p99),
         r.cluster.goodput.slo_attainment.to_string(),
         r.cluster.goodput.requests_per_s.to_string(),
         a.map_or(String::new(), |a| a.gpu_hours.to_string()),
@@ -183,17 +235,21 @@ fn metric_fields(r: &RunReport) -> String {
 /// defaults, as `blis run` would; the error is the one line `blis run`
 /// would print.
 pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<RunReport, String> {
-    let values = KnobValues::from_yaml(Value::Object(point.clone()), "the grid").map_err(|e| e.0)?.or(flags.clone());
-    let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
-    let resolved = scenario.resolve().map_err(|e| e.0)?;
+    let resolved = scenario_of(point, flags, base).and_then(|s| s.resolve()).map_err(|e| e.0)?;
     crate::simulate(resolved, Outputs::default()).map_err(|e| e.0)
+}
+
+/// The scenario of one point: its knob values over `flags` over `base` over the defaults.
+fn scenario_of(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<Scenario, ScenarioError> {
+    let values = KnobValues::from_yaml(Value::Object(point.clone()), "the grid")?.or(flags.clone());
+    Ok(Scenario::from_values(&values, base.iter().cloned().collect()))
 }
 
 /// Point `index`'s CSV row (as `blis sweep` writes it): its number, its
 /// knob values (`point`, in column order, from [`Grid::point`]), then its
 /// metrics, or the error that stopped it in the `error` column.
 pub fn row(index: u64, point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> String {
-    let knobs: Vec<String> = point.values().map(value_field).collect();
+    let knobs: Vec<String> = point.values().map(|v| field(&cell(v))).collect();
     let results = match run_point(point, flags, base) {
         Ok(report) => metric_fields(&report),
         Err(e) => format!("{}{}", ",".repeat(METRIC_COLUMNS.matches(',').count()), field(&e)),
@@ -234,6 +290,45 @@ mod tests {
         ] {
             let e = Grid::parse(grid, "g").unwrap_err().0;
             assert!(e.contains(needle), "{e}");
+        }
+    }
+
+    fn llama() -> KnobValues {
+        KnobValues { model: Some("meta-llama/llama-3.1-8b-instruct".into()), num_requests: Some(20), ..KnobValues::default() }
+    }
+
+    #[test]
+    fn every_grid_value_is_checked_by_resolving_its_scenario() {
+        let check = |grid: Value, flags: &KnobValues| Grid::parse(grid, "g").unwrap().check_scenarios("--grid g", flags, &None).map_err(|e| e.0);
+        for (grid, needle) in [
+            (json!({"axes": {"seed": [1, 2], "rate": [5, -5]}}), "--grid g: rate -5"),
+            (json!({"axes": {"rate": [0]}}), "--grid g: rate 0"),
+            (json!({"axes": {"max-num-seqs": [0]}}), "--grid g: max-num-seqs"),
+            (json!({"axes": {"hardware": ["B900"]}}), "--grid g: hardware B900"),
+            (json!({"axes": {"model": ["nope"]}}), "--grid g: model nope"),
+            (json!({"axes": {"seed": [1, 2]}, "zip": [{"coefficients": ["/nonexistent.yaml"]}]}), "/nonexistent.yaml"),
+        ] {
+            let e = check(grid.clone(), &llama()).unwrap_err();
+            assert!(e.starts_with("--grid g: ") && e.contains(needle), "{grid}: {e}");
+        }
+        let bad_flag = KnobValues { slo_targets: Some("foo".into()), ..llama() };
+        let e = check(json!({"axes": {"rate": [5]}}), &bad_flag).unwrap_err();
+        assert!(e.starts_with("--slo-targets \"foo\""), "a flag's error names the flag: {e}");
+        // Each value runs beside some value of the other axis; the one
+        // point that cannot run is the sweep's to report in its row.
+        check(json!({"axes": {"max-num-seqs": [16, 4096], "max-num-batched-tokens": [2048, 8192]}}), &llama()).unwrap();
+    }
+
+    #[test]
+    fn a_point_that_completes_nothing_has_no_latencies() {
+        let grid = Grid::parse(json!({"axes": {"max-model-len": [10]}}), "g").unwrap();
+        let line = row(0, &grid.point(0), &llama(), &None);
+        let header: Vec<&str> = ["point", "max-model-len"].into_iter().chain(METRIC_COLUMNS.split(',')).collect();
+        let cells: Vec<&str> = line.split(',').collect();
+        let col = |name: &str| cells[header.iter().position(|h| *h == name).unwrap()];
+        assert_eq!((col("completed"), col("error")), ("0", ""), "{line}");
+        for latency in ["ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms", "e2e_p50_ms", "e2e_p99_ms"] {
+            assert_eq!(col(latency), "", "{latency}: {line}");
         }
     }
 

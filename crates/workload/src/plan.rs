@@ -19,7 +19,7 @@ use crate::generator::Generator;
 use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_REQUESTS, MAX_ROUNDS, fmt_num};
 use crate::network::NetworkModel;
 use crate::synthetic::{ArrivalProcess, SyntheticSpec};
-use crate::spec::{ArrivalSpec, Category, ClientSpec, ContextGrowth, DistKind, DistSpec, LoadedSpec, ProcessKind, WorkloadSpec};
+use crate::spec::{ArrivalSpec, Category, ClientSpec, ContextGrowth, DistKind, DistSpec, LoadedSpec, Overrides, ProcessKind, WorkloadSpec};
 
 /// The client name of the synthetic workload.
 pub const SYNTHETIC_CLIENT: &str = "synthetic";
@@ -391,6 +391,21 @@ impl LoadedSpec {
     pub fn plan(&self) -> Result<Plan, WorkloadError> {
         let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default(), samplers: BTreeMap::new(), warnings: Vec::new() };
         build(&mut ctx, &self.spec)
+    }
+
+    /// Applies `o` and plans the spec; a refused value that `o` put there is
+    /// [`WorkloadError::Overridden`], blaming the flag instead of the file.
+    pub fn plan_with(&mut self, o: &Overrides) -> Result<Plan, WorkloadError> {
+        self.apply(o);
+        self.plan().map_err(|e| match e {
+            WorkloadError::Spec { key_path, message, .. } if key_path == "aggregate_rate" && o.aggregate_rate.is_some() => {
+                WorkloadError::Overridden { flag: "rate", message }
+            }
+            WorkloadError::Spec { key_path, message, .. } if key_path == "num_requests" && o.num_requests.is_some() => {
+                WorkloadError::Overridden { flag: "num-requests", message }
+            }
+            e => e,
+        })
     }
 }
 

@@ -399,21 +399,6 @@ impl LoadedSpec {
             s.num_requests = o.default_num_requests;
         }
     }
-
-    /// Applies `o` and plans the spec; a refused value that `o` put there is
-    /// [`WorkloadError::Overridden`], blaming the flag instead of the file.
-    pub fn plan_with(&mut self, o: &Overrides) -> Result<crate::plan::Plan, WorkloadError> {
-        self.apply(o);
-        self.plan().map_err(|e| match e {
-            WorkloadError::Spec { key_path, message, .. } if key_path == "aggregate_rate" && o.aggregate_rate.is_some() => {
-                WorkloadError::Overridden { flag: "rate", message }
-            }
-            WorkloadError::Spec { key_path, message, .. } if key_path == "num_requests" && o.num_requests.is_some() => {
-                WorkloadError::Overridden { flag: "num-requests", message }
-            }
-            e => e,
-        })
-    }
 }
 
 /// Parses spec text. `source_name` names it in errors.

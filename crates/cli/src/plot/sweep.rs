@@ -110,9 +110,9 @@ mod tests {
 
     #[test]
     fn rows_with_errors_are_left_out_and_cost_is_used_when_every_row_has_one() {
-        let csv = "point,rate,gpus,cost_usd,ttft_p99_ms,goodput_rps,error\n0,1,2,,10,1,\n1,2,4,,5,2,\n2,3,,,,,boom\n";
+        let csv = "point,rate,gpus,cost_usd,ttft_p99_ms,goodput_rps,error\n0,1,2,,10,1,\n1,2,4,,5,2,\n2,3,,,,,boom\n3,4,1,,,0,\n";
         let (pts, x) = points(csv);
-        assert_eq!((pts.len(), x), (2, "GPUs"));
+        assert_eq!((pts.len(), x), (2, "GPUs"), "a point without latencies (nothing completed) is not drawn, let alone on the frontier");
         let priced = "point,gpus,cost_usd,ttft_p99_ms,goodput_rps,error\n0,2,1.5,10,1,\n";
         assert_eq!(points(priced), (vec![(1.5, 10.0, 1.0, 0)], "cost ($)"));
         assert!(pareto("t", csv).unwrap().contains("<svg"));

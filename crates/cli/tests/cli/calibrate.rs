@@ -152,8 +152,9 @@ fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete(
 }
 
 /// Issue 27, defect 5: `blis observe` exited 0 when nothing listened on the
-/// port ("0 ok, 50 errors"). Now: exit 3 with one error line, and the trace
-/// still has a row per request.
+/// port ("0 ok, 50 errors"), and then ran the whole schedule with every
+/// request failing. Now its first question, `/v1/models`, fails: exit 3
+/// with one error line naming the URL, nothing sent, nothing written.
 #[test]
 fn observe_exits_3_when_the_server_is_unreachable() {
     let dir = scratch("unreachable");
@@ -161,14 +162,67 @@ fn observe_exits_3_when_the_server_is_unreachable() {
     let url = format!("http://127.0.0.1:{port}");
     let prefix = dir.join("run");
     let out = blis(&[
-        "observe", "--server-url", &url, "--model", "m", "--rate", "1000", "--num-requests", "50",
+        "observe", "--server-url", &url, "--model", "m", "--rate", "1", "--num-requests", "1000",
         "--prompt-tokens", "8", "--output-tokens", "4", "--trace-output", prefix.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
-    let last = stderr(&out).lines().last().unwrap_or_default().to_string();
-    assert!(last.starts_with("error: no request succeeded (50 errors") && last.contains(&url), "{last}");
-    let rows: Vec<csv::StringRecord> = csv::Reader::from_path(dir.join("run.csv")).unwrap().records().map(Result::unwrap).collect();
-    assert_eq!(rows.len(), 50);
+    let err = stderr(&out);
+    let last = err.lines().last().unwrap_or_default().to_string();
+    assert!(last.starts_with(&format!("error: cannot reach {url}/v1/models")), "{err}");
+    assert!(crate::is_empty_dir(&dir), "nothing is written");
+}
+
+/// A server that answers one HTTP request per connection with `body`
+/// (status 200, JSON), on a thread; its URL.
+fn fixed_answer_server(body: &'static str) -> String {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for mut conn in listener.incoming().flatten() {
+            let mut request = [0u8; 4096];
+            let _ = conn.read(&mut request);
+            let _ = write!(conn, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+        }
+    });
+    url
+}
+
+/// A `/v1/models` answer that is not a model list stops `blis observe`
+/// before it sends anything (exit 3, naming the URL); a model the server
+/// does not list, or a server that lists none, is bad input (exit 2).
+#[test]
+fn observe_stops_at_a_malformed_model_list_or_an_unlisted_model() {
+    let dir = scratch("model-list");
+    let prefix = dir.join("run");
+    let observe = |url: &str, model: &str| {
+        blis(&["observe", "--server-url", url, "--model", model, "--rate", "1", "--num-requests", "1000", "--trace-output", prefix.to_str().unwrap()])
+    };
+    for body in ["{\"data\": 5}", "not json"] {
+        let url = fixed_answer_server(body);
+        let out = observe(&url, "m");
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(3), "{body}: {err}");
+        assert!(err.lines().last().unwrap_or_default().starts_with(&format!("error: {url}/v1/models: ")), "{body}: {err}");
+    }
+    crate::assert_refused(&observe(&fixed_answer_server("{\"data\": []}"), "m"), "no models listed", "not \"m\"");
+    let server = Server::start(&[]);
+    crate::assert_refused(&observe(&server.url, "nope"), "unlisted model", "pass one of them as --model");
+    assert!(crate::is_empty_dir(&dir), "nothing is written");
+}
+
+/// A schedule longer than the simulated clock's span (1e8 s), and a scrape
+/// interval outside 10 ms to an hour, are refused before connecting.
+#[test]
+fn observe_refuses_endless_schedules_and_scrape_intervals() {
+    let dir = scratch("observe-bounds");
+    let prefix = dir.join("run");
+    for (extra, needle) in [(&["--rate", "1e-9", "--num-requests", "2"][..], "--rate 1e-9"), (&["--scrape-interval-ms", "0"], "--scrape-interval-ms")] {
+        let mut args = vec!["observe", "--server-url", "http://127.0.0.1:9", "--model", "m", "--trace-output", prefix.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        crate::assert_refused(&blis(&args), needle, needle);
+    }
+    assert!(crate::is_empty_dir(&dir), "nothing is written");
 }
 
 /// Killing the server mid-run leaves a valid trace: every row parses, the
@@ -243,8 +297,8 @@ fn tls_proxy(rt: &tokio::runtime::Runtime, upstream: &str, cert_path: &std::path
 
 /// `blis observe` speaks TLS: through an HTTPS terminator whose certificate
 /// the client trusts (SSL_CERT_FILE, as for an internal CA) every request
-/// succeeds; trusting another CA instead, every one fails naming the
-/// certificate; with no trusted roots at all, observe refuses to start.
+/// succeeds; trusting another CA instead, it stops before sending, naming
+/// the certificate; with no trusted roots at all, observe refuses to start.
 #[test]
 fn observe_reaches_an_https_server_and_checks_its_certificate() {
     let dir = scratch("tls");
@@ -274,10 +328,13 @@ fn observe_reaches_an_https_server_and_checks_its_certificate() {
     let trusted = observe("trusted", &cert, 0);
     assert_eq!(trusted.len(), 20);
     assert!(trusted.iter().all(|(status, _)| status == "ok"), "{trusted:?}");
-    // Every request failed: exit 3, after writing the trace in full.
-    let untrusted = observe("untrusted", &other_ca, 3);
-    assert_eq!(untrusted.len(), 20);
-    assert!(untrusted.iter().all(|(status, m)| status == "error" && m.to_lowercase().contains("certificate")), "{untrusted:?}");
+    // The certificate is refused at the first question, /v1/models: exit 3
+    // with one line naming the URL and the certificate, nothing sent or written.
+    let out = command(&dir.join("untrusted"), &other_ca);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.trim_end().lines().count() == 1 && err.contains(&url) && err.to_lowercase().contains("certificate"), "{err}");
+    assert!(!dir.join("untrusted.csv").exists(), "nothing is written when the server cannot be reached");
     let out = command(&dir.join("no-roots"), &dir.join("no-such-bundle.pem"));
     assert!(!out.status.success());
     assert!(stderr(&out).contains(&url) && stderr(&out).contains("No CA certificates"), "{}", stderr(&out));

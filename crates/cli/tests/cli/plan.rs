@@ -75,6 +75,72 @@ fn bad_plans_are_refused_before_anything_runs() {
     }
 }
 
+/// A plan of absurdly many candidates is refused at once (it used to
+/// take gigabytes before printing anything).
+#[test]
+fn a_plan_of_too_many_candidates_is_refused_up_front() {
+    let dir = scratch("plan-huge");
+    let list = |from: u32| format!("[{}]", (from..from + 1000).map(|n| n.to_string()).collect::<Vec<_>>().join(", "));
+    let plan = format!(
+        "slo: {{ttft_p99_ms: 500}}\ngpus: [{{hardware: H100, gpu_hour_cost: 1}}]\nreplicas: {}\nknobs:\n  max-num-seqs: {}\n  max-num-batched-tokens: {}\n",
+        list(1),
+        list(1),
+        list(2048)
+    );
+    let p = dir.join("huge.yaml");
+    std::fs::write(&p, plan).unwrap();
+    let mut args = vec!["plan"];
+    args.extend_from_slice(WORKLOAD);
+    args.extend_from_slice(&["--plan", p.to_str().unwrap()]);
+    assert_refused(&blis(&args), "1e9 candidates", "= 1000000000 candidates, more than the 100000");
+}
+
+/// A candidate that completes nothing (every request longer than its
+/// max-model-len is dropped) has no latencies and is never the answer,
+/// even when the plan lets requests go uncompleted.
+#[test]
+fn a_candidate_that_completes_nothing_is_never_the_answer() {
+    let dir = scratch("plan-nothing");
+    let plan = "slo: {ttft_p99_ms: 100000, completed_min: 0}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-model-len: [10, 4096]}\n";
+    let p = dir.join("p.yaml");
+    std::fs::write(&p, plan).unwrap();
+    let csv = dir.join("p.csv");
+    let mut args = vec!["plan"];
+    args.extend_from_slice(WORKLOAD);
+    args.extend_from_slice(&["--plan", p.to_str().unwrap(), "--output", csv.to_str().unwrap()]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stdout(&out).contains("cheapest meeting the SLO: 1 × H100 TP 1 (max-model-len 4096)"), "{}", stdout(&out));
+    let rows = rows(&std::fs::read_to_string(&csv).unwrap());
+    assert_eq!((rows[0]["max-model-len"].as_str(), rows[0]["ttft_p99_ms"].as_str(), rows[0]["meets_slo"].as_str()), ("10", "", "false"), "{:?}", rows[0]);
+    // Only the candidate that completes nothing: no answer.
+    std::fs::write(&p, plan.replace("[10, 4096]", "[10]")).unwrap();
+    assert_refused(&blis(&args), "nothing completes", "no simulated candidate completed a request");
+}
+
+/// A flag or file the scenario cannot run with is refused before any
+/// candidate runs, not blamed on every candidate.
+#[test]
+fn evaluate_refuses_scenario_errors_before_any_candidate_runs() {
+    let dir = scratch("evaluate-bad");
+    let c = dir.join("c.yaml");
+    std::fs::write(&c, "routing: {type: least-loaded}\n").unwrap();
+    for (flag, value) in [
+        ("--rate", "-1"),
+        ("--num-instances", "0"),
+        ("--tp", "3"),
+        ("--slo-targets", "foo"),
+        ("--fitness-weights", "goodput:-1"),
+        ("--fitness-weights", "foo:1"),
+        ("--fitness-weights", "goodput:NaN"),
+        ("--model", "nope"),
+    ] {
+        let mut args = vec!["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "40", "--candidate", c.to_str().unwrap()];
+        args.extend_from_slice(&[flag, value]);
+        assert_refused(&blis(&args), &format!("{flag} {value}"), flag);
+    }
+}
+
 /// `blis evaluate`: one result per candidate in order; a pathological
 /// policy scores below a sane one, a broken one scores 0 with its error,
 /// and the excerpts quote the worst routing decisions.

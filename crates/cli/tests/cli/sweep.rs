@@ -114,20 +114,89 @@ fn bad_grids_and_a_foreign_output_are_refused_before_anything_runs() {
     assert_eq!(std::fs::read_to_string(&foreign).unwrap(), "id,something\n1,2\n", "left untouched");
 }
 
-/// A point whose knobs cannot run gets its error in the row; the others run.
+/// A point whose values each run beside others but not together gets its
+/// error in the row; the others run.
 #[test]
 fn a_failing_point_records_its_error_and_the_sweep_goes_on() {
     let dir = scratch("sweep-error");
     let g = dir.join("g.yaml");
-    std::fs::write(&g, "axes: {tp: [1, 3]}\n").unwrap();
+    std::fs::write(&g, "axes: {max-num-seqs: [16, 4096], max-num-batched-tokens: [2048, 8192]}\n").unwrap();
     let out = dir.join("o.csv");
     let mut args = BASE.to_vec();
     args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap()]);
-    assert!(blis(&args).status.success());
+    let o = blis(&args);
+    assert!(o.status.success(), "{}", stderr(&o));
     let csv = std::fs::read_to_string(out).unwrap();
     let rows: Vec<&str> = csv.lines().skip(1).collect();
-    assert!(rows[0].starts_with("0,1,1,300,300,") && rows[0].ends_with(','), "{}", rows[0]);
-    assert!(rows[1].starts_with("1,3,,,") && rows[1].contains("--tp 3"), "{}", rows[1]);
+    assert!(rows[0].starts_with("0,16,2048,1,300,300,") && rows[0].ends_with(','), "{}", rows[0]);
+    assert!(rows[2].starts_with("2,4096,2048,,,") && rows[2].contains("--max-num-batched-tokens"), "{}", rows[2]);
+    assert!(rows[3].starts_with("3,4096,8192,1,300,300,") && rows[3].ends_with(','), "{}", rows[3]);
+}
+
+/// Every grid value, and the flags, are checked by building the scenario
+/// they describe before anything runs: one line naming the grid and the
+/// value, exit 2, nothing written.
+#[test]
+fn grid_values_and_flags_that_cannot_run_are_refused_before_anything_runs() {
+    let dir = scratch("sweep-bad-values");
+    for (name, grid, flags, needle) in [
+        ("rate-negative", "axes: {rate: [5, -5]}\n", &[][..], "g.yaml: rate -5"),
+        ("rate-zero", "axes: {rate: [0]}\n", &[], "g.yaml: rate 0"),
+        ("seats", "axes: {max-num-seqs: [0]}\n", &[], "g.yaml: max-num-seqs"),
+        ("gpu", "axes: {hardware: [B900]}\n", &[], "g.yaml: hardware B900"),
+        ("model", "axes: {model: [nope]}\n", &[], "g.yaml: model nope"),
+        ("coefficients", "axes: {coefficients: [/nonexistent.yaml]}\n", &[], "/nonexistent.yaml"),
+        ("tp", "axes: {tp: [1, 3]}\n", &[], "g.yaml: tp 3"),
+        ("instances", "axes: {num-instances: [0]}\n", &[], "g.yaml: num-instances 0"),
+        ("flag", "axes: {rate: [5]}\n", &["--slo-targets", "foo"], "--slo-targets"),
+    ] {
+        let g = dir.join(format!("{name}.g.yaml"));
+        std::fs::write(&g, grid).unwrap();
+        let out = dir.join(format!("{name}.csv"));
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+        args.extend_from_slice(flags);
+        assert_refused(&blis(&args), name, needle);
+        assert!(!out.exists(), "{name}: wrote an output");
+    }
+}
+
+/// Resuming refuses a file that is not this grid's CSV: not UTF-8, or rows
+/// whose knob values the grid no longer gives; a header with a cut first
+/// row resumes to one header.
+#[test]
+fn resuming_refuses_files_that_are_not_this_grids_csv() {
+    let dir = scratch("sweep-resume-safety");
+    let whole = sweep(&dir, "whole.csv", &[]);
+    let header_and_a_bit = format!("{}\n{}", whole.lines().next().unwrap(), &whole.lines().nth(1).unwrap()[..6]);
+    std::fs::write(dir.join("cut.csv"), header_and_a_bit).unwrap();
+    assert_eq!(sweep(&dir, "cut.csv", &[]), whole, "one header, every row");
+    let changed = whole.replacen("\n0,5,", "\n0,7,", 1);
+    let grid = dir.join("grid.yaml");
+    for (name, bytes, needle) in [("binary.csv", vec![0xff, 0xfe, 0x00, 0x80], "not UTF-8"), ("changed.csv", changed.into_bytes(), "point 0 has rate 7, the grid now gives 5")] {
+        let path = dir.join(name);
+        std::fs::write(&path, &bytes).unwrap();
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", grid.to_str().unwrap(), "--output", path.to_str().unwrap()]);
+        assert_refused(&blis(&args), name, needle);
+        assert!(stderr(&blis(&args)).contains("remove it to start over"));
+        assert_eq!(std::fs::read(&path).unwrap(), bytes, "{name}: left untouched");
+    }
+}
+
+/// `--jobs 0` is refused, for `blis sweep` as for `blis plan`.
+#[test]
+fn zero_jobs_are_refused() {
+    let dir = scratch("sweep-jobs");
+    let g = dir.join("g.yaml");
+    std::fs::write(&g, GRID).unwrap();
+    let out = dir.join("o.csv");
+    let mut args = BASE.to_vec();
+    args.extend_from_slice(&["--grid", g.to_str().unwrap(), "--output", out.to_str().unwrap(), "--jobs", "0"]);
+    assert_refused(&blis(&args), "sweep --jobs 0", "from 1 to 1024");
+    assert!(!out.exists());
+    let plan = ["plan", "--model", "meta-llama/llama-3.1-8b-instruct", "--plan", g.to_str().unwrap(), "--jobs", "0"];
+    assert_refused(&blis(&plan), "plan --jobs 0", "from 1 to 1024");
 }
 
 /// The example in `examples/sweep/` runs (flags win over its base file).
