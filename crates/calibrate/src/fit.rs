@@ -38,7 +38,7 @@ use std::sync::Arc;
 use blis_engine::hardware::KernelEfficiency;
 use blis_engine::instance::{Observer, StepEvent};
 use blis_engine::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
-use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, ModelKind, QueueingInput};
+use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, MAX_STEP, ModelKind, QueueingInput};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 use rayon::prelude::*;
@@ -125,14 +125,21 @@ pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEffi
     })
 }
 
-/// [`priors`] with `overrides` applied by coefficient name.
+/// [`priors`] with `overrides` applied by coefficient name; an error for a
+/// name the model lacks, or one given twice.
 pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>, overrides: &[PriorOverride]) -> Result<Option<Vec<(f64, f64)>>, FitError> {
     if overrides.is_empty() {
         return Ok(priors(kind, basis, gpu));
     }
     let mut p = priors(kind, basis, gpu).ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
     let names: Vec<&str> = basis.alpha_names().iter().chain(basis.beta_names()).copied().collect();
-    for o in overrides {
+    for (k, o) in overrides.iter().enumerate() {
+        if let Some(first) = overrides[..k].iter().find(|f| f.name == o.name) {
+            return Err(FitError::Invalid(format!(
+                "--prior {}: given twice ({}:{} and {}:{}); give each coefficient one prior",
+                o.name, first.mean, first.scale, o.mean, o.scale
+            )));
+        }
         let i = names.iter().position(|n| *n == o.name).ok_or_else(|| FitError::Invalid(format!("--prior {}: {kind} has no coefficient of that name; it has {}", o.name, names.join(", "))))?;
         p[i] = (o.mean, o.scale);
     }
@@ -182,10 +189,41 @@ pub struct FitOptions {
 pub struct PriorOverride {
     /// α or β name, as the coefficient file's model names it.
     pub name: String,
-    /// Expected value.
+    /// Expected value, in [0, [`PRIOR_MAX`]].
     pub mean: f64,
-    /// Scale of a plausible deviation (> 0).
+    /// Scale of a plausible deviation, in [[`PRIOR_SCALE_MIN`], [`PRIOR_MAX`]].
     pub scale: f64,
+}
+
+/// The largest prior mean or scale: a coefficient is a multiple of a time
+/// at peak or a time in µs, and no term of a step can usefully exceed the
+/// longest step ([`MAX_STEP`], one hour).
+pub const PRIOR_MAX: f64 = MAX_STEP.as_us() as f64;
+
+/// The smallest prior scale: a millionth of a µs or of peak efficiency pins
+/// a coefficient already, and a finer one overflows the prior penalty.
+pub const PRIOR_SCALE_MIN: f64 = 1e-6;
+
+impl std::str::FromStr for PriorOverride {
+    type Err = String;
+
+    /// Parses `NAME=MEAN:SCALE` (`--prior`): coefficients are non-negative,
+    /// so MEAN is in [0, [`PRIOR_MAX`]], and SCALE in [[`PRIOR_SCALE_MIN`], [`PRIOR_MAX`]].
+    fn from_str(text: &str) -> Result<PriorOverride, String> {
+        let bad = || {
+            format!(
+                "{text:?}: expected NAME=MEAN:SCALE with MEAN in [0, {PRIOR_MAX:e}] and SCALE in [{PRIOR_SCALE_MIN:e}, {PRIOR_MAX:e}] \
+                 (a coefficient is non-negative and no term exceeds a one-hour step), e.g. weights=1.27:0.03"
+            )
+        };
+        let (name, rest) = text.split_once('=').ok_or_else(bad)?;
+        let (mean, scale) = rest.split_once(':').ok_or_else(bad)?;
+        let (mean, scale): (f64, f64) = (mean.trim().parse().map_err(|_| bad())?, scale.trim().parse().map_err(|_| bad())?);
+        if name.trim().is_empty() || !(0.0..=PRIOR_MAX).contains(&mean) || !(PRIOR_SCALE_MIN..=PRIOR_MAX).contains(&scale) {
+            return Err(bad());
+        }
+        Ok(PriorOverride { name: name.trim().to_string(), mean, scale })
+    }
 }
 
 /// The result of a fit.
@@ -881,6 +919,22 @@ mod tests {
         let u5 = ModelKind::Unified5.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
         assert_eq!(priors(ModelKind::Unified5, u5.as_ref(), Some(kernels)), priors(ModelKind::Unified5, u5.as_ref(), None));
         let o = PriorOverride { name: "per_layer_us".into(), mean: 30.0, scale: 1.0 };
-        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o]).unwrap().unwrap()[layer], (30.0, 1.0));
+        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o.clone()]).unwrap().unwrap()[layer], (30.0, 1.0));
+        let twice = PriorOverride { mean: 31.0, ..o.clone() };
+        let Err(FitError::Invalid(e)) = with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o, twice]) else { panic!("a name given twice") };
+        assert!(e.contains("--prior per_layer_us: given twice (30:1 and 31:1)"), "{e}");
+    }
+
+    /// Fuzzing: `weights=1e308:1e-308` made the prior penalty infinite and
+    /// still wrote a set. Means are non-negative and scales positive, both
+    /// within a step's range.
+    #[test]
+    fn priors_out_of_physical_range_are_refused() {
+        assert_eq!("weights=1.27:0.03".parse(), Ok(PriorOverride { name: "weights".into(), mean: 1.27, scale: 0.03 }));
+        assert!("per_step_us=0:100".parse::<PriorOverride>().is_ok(), "a zero mean is the overheads' default");
+        for bad in ["weights=1e308:1e-308", "weights=1:1e-308", "weights=-1:1", "weights=1:0", "weights=1:-1", "weights=inf:1", "weights=1:NaN", "weights=4e9:1", "=1:1", "weights"] {
+            let e = bad.parse::<PriorOverride>().unwrap_err();
+            assert!(e.contains("expected NAME=MEAN:SCALE with MEAN in [0, 3.6e9] and SCALE in [1e-6, 3.6e9]"), "{bad}: {e}");
+        }
     }
 }

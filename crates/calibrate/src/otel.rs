@@ -52,7 +52,7 @@ use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel,
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::warmup::MoeKernelCache;
-use blis_engine::time::Micros;
+use blis_engine::time::{MAX_SPAN_S, Micros};
 use serde_json::{Value, json};
 
 use crate::error::ExperimentError;
@@ -668,9 +668,10 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
         let id = id as u64;
         match e.get("name").and_then(Value::as_str) {
             Some("step.BATCH_SUMMARY") => {
+                // A step takes some time, and no longer than the simulated clock spans.
                 let duration_us = field("step.duration_us")
-                    .filter(|d| d.is_finite() && *d >= 0.0)
-                    .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not a non-negative number"))?;
+                    .filter(|d| *d > 0.0 && *d <= Micros::MAX_SPAN.as_us() as f64)
+                    .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not in (0, {MAX_SPAN_S:e} s] (in µs: at most {})", Micros::MAX_SPAN.as_us()))?;
                 let start_ns = field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
                 let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
                 s.start_us = (start_ns / 1e3) as u64;
@@ -1121,6 +1122,24 @@ mod tests {
         let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
         let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap_err();
         assert!(err.contains("no step after the first 10"), "{err}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Fuzzing: durations of 0 or i64::MAX µs were read, and fitted to a
+    /// 100 % step-time error or blamed on missing snapshots. A step takes
+    /// some time and at most the simulated clock's span: the file, line and
+    /// field are named.
+    #[test]
+    fn impossible_step_durations_are_refused_naming_the_line() {
+        let dir = std::env::temp_dir().join(format!("blis-otel-duration-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("t.jsonl");
+        for duration in ["0", "9223372036854775807", "100000000000001", "-5"] {
+            let line = LINE.replace('\n', "").replace(r#"{"intValue":"1234"}"#, &format!(r#"{{"intValue":"{duration}"}}"#));
+            std::fs::write(&path, format!("\n{line}\n")).unwrap();
+            let e = OtelTrace::load(&path).unwrap_err().to_string();
+            assert!(e.contains("t.jsonl:2: step 7: `step.duration_us`") && e.contains("(0, 1e8 s]"), "{duration}: {e}");
+        }
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -29,7 +29,7 @@ use crate::requests::RequestRow;
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
 /// beyond any GPU); bounds memory on absurd input.
-const MAX_GPU_BLOCKS: u64 = 100_000_000;
+pub(crate) const MAX_GPU_BLOCKS: u64 = 100_000_000;
 
 /// The deployment and workload constants of one experiment, resolved.
 #[derive(Clone, Debug)]

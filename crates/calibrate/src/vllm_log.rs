@@ -27,7 +27,14 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use blis_cluster::MAX_INSTANCES;
+use blis_data::catalog;
+use blis_engine::kv::VLLM_BLOCK_SIZES;
+use blis_engine::model::ModelConfig;
+use blis_engine::vllm::{KV_CACHE_DTYPES, KvCacheDtype};
+
 use crate::facts::{CpuOffloadFact, ServerFacts};
+use crate::reproduce::MAX_GPU_BLOCKS;
 
 /// vLLM's default KV block size, when the log names none.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;
@@ -60,6 +67,10 @@ impl PyValue {
         }
         if let Ok(i) = raw.parse::<i64>() {
             return PyValue::Int(i);
+        }
+        // Python's integers have no bound: one beyond i64 is kept as written, not rounded to a float.
+        if raw.strip_prefix('-').unwrap_or(raw).bytes().all(|b| b.is_ascii_digit()) && !raw.is_empty() {
+            return PyValue::Other(raw.to_string());
         }
         if let Ok(f) = raw.parse::<f64>() {
             return PyValue::Float(f);
@@ -100,6 +111,19 @@ impl PyValue {
         match self {
             PyValue::Str(s) => Some(s),
             _ => None,
+        }
+    }
+}
+
+impl std::fmt::Display for PyValue {
+    /// The value as the log wrote it (a string unquoted).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PyValue::Bool(b) => f.write_str(if *b { "True" } else { "False" }),
+            PyValue::Int(i) => write!(f, "{i}"),
+            PyValue::Float(x) => write!(f, "{x}"),
+            PyValue::Str(t) | PyValue::Other(t) => f.write_str(t),
+            PyValue::None => f.write_str("None"),
         }
     }
 }
@@ -150,16 +174,20 @@ fn split_top_level(text: &str, sep: char) -> Vec<&str> {
     parts
 }
 
-/// The `{'key': value, ...}` of a `non-default args:` line.
-fn python_dict(text: &str) -> BTreeMap<String, PyValue> {
-    let inner = text.trim().strip_prefix('{').and_then(|t| t.trim_end().strip_suffix('}')).unwrap_or("");
-    split_top_level(inner, ',')
-        .into_iter()
-        .filter_map(|item| {
-            let (key, value) = item.split_once(':')?;
-            Some((unquote(key.trim())?, PyValue::parse(value)))
-        })
-        .collect()
+/// The `{'key': value, ...}` of a `non-default args:` line; `None` when
+/// the text is not one whole dict (a line cut short lacks its closing `}`,
+/// and its last value may be cut too).
+fn python_dict(text: &str) -> Option<BTreeMap<String, PyValue>> {
+    let inner = text.trim().strip_prefix('{').and_then(|t| t.trim_end().strip_suffix('}'))?;
+    Some(
+        split_top_level(inner, ',')
+            .into_iter()
+            .filter_map(|item| {
+                let (key, value) = item.split_once(':')?;
+                Some((unquote(key.trim())?, PyValue::parse(value)))
+            })
+            .collect(),
+    )
 }
 
 /// The `key=value, ...` of the engine's configuration line.
@@ -174,10 +202,49 @@ fn keyword_list(text: &str) -> BTreeMap<String, PyValue> {
         .collect()
 }
 
-/// The first run of digits (commas allowed between them) in `text`, as a number.
-fn leading_number(text: &str) -> Option<u64> {
-    let digits: String = text.trim_start().chars().take_while(|c| c.is_ascii_digit() || *c == ',').filter(|c| *c != ',').collect();
-    digits.parse().ok()
+/// The number a log line states at the start of `text`: its first word,
+/// without a trailing `,` or `.` and without thousands separators (vLLM's
+/// `{:,}`: groups of exactly three digits after the first). A word that is
+/// no number stays a string, for [`count`] to name.
+fn stated_number(text: &str) -> PyValue {
+    let word = text.split_whitespace().next().unwrap_or("").trim_end_matches([',', '.']);
+    let groups: Vec<&str> = word.trim_start_matches('-').split(',').collect();
+    let grouped = groups.len() > 1
+        && groups.iter().all(|g| g.bytes().all(|b| b.is_ascii_digit()))
+        && (1..=3).contains(&groups[0].len())
+        && groups[1..].iter().all(|g| g.len() == 3);
+    PyValue::parse(&if grouped { word.replace(',', "") } else { word.to_string() })
+}
+
+/// `value` as a whole number in `min..=max`, or why it is not one.
+fn count(value: &PyValue, min: u64, max: u64) -> Result<u64, String> {
+    match value {
+        PyValue::Int(i) => u64::try_from(*i).ok().filter(|n| (min..=max).contains(n)),
+        _ => None,
+    }
+    .ok_or_else(|| format!("not a whole number from {min} to {max}"))
+}
+
+/// `value` checked by `check`; `None`, with a note in `remarks` naming
+/// `key`, the value and why, when the check refuses it.
+fn usable<T>(remarks: &mut Vec<String>, key: &str, value: Option<&PyValue>, check: impl FnOnce(&PyValue) -> Result<T, String>) -> Option<T> {
+    let value = value?;
+    check(value).map_err(|why| remarks.push(format!("{key} {value}: {why}; ignored"))).ok()
+}
+
+/// The first of the `values` a line states, with a note in `remarks` when
+/// a later one differs (`what` names the line).
+fn first_stated<'a>(remarks: &mut Vec<String>, what: &str, values: &'a [PyValue]) -> Option<&'a PyValue> {
+    let first = values.first()?;
+    if let Some(other) = values.iter().find(|v| *v != first) {
+        remarks.push(format!("{what}: logged as {first} and later as {other}; the first is read"));
+    }
+    Some(first)
+}
+
+/// `value` as a `u32` count from 1 (sequences, tokens).
+fn positive_u32(value: &PyValue) -> Result<u32, String> {
+    count(value, 1, u64::from(u32::MAX)).map(|n| n as u32)
 }
 
 /// What a vLLM startup log says about its server.
@@ -202,6 +269,9 @@ pub struct LoggedServer {
     /// only when a kernel configuration's `device_name` names a bundled GPU
     /// (the fused-MoE and block-FP8 tuning files vLLM reports loading).
     pub facts: ServerFacts,
+    /// What reading found wrong, one line each: a value stated that BLIS
+    /// cannot use (left out of `facts`), a line stated twice differently.
+    remarks: Vec<String>,
 }
 
 /// The bundled GPU a `device_name=NVIDIA_H100_80GB_HBM3` of a kernel
@@ -215,18 +285,21 @@ fn device_gpu(line: &str) -> Option<&'static str> {
 impl LoggedServer {
     /// Reads `text`, a vLLM server log; an error when it has none of the
     /// lines above (not a vLLM log, or one cut before the engine started).
+    /// A value the log states that BLIS cannot use (`block_size: 7`, a
+    /// negative count, a utilisation above 1, a tensor-parallel degree that
+    /// does not shard a bundled model's heads) is left out of the facts,
+    /// with a note saying so ([`LoggedServer::notes`]): what is read passes
+    /// the checks `blis validate` applies to `server-facts.yaml`.
     pub fn read(text: &str) -> Result<LoggedServer, String> {
         let mut s = LoggedServer::default();
-        let (mut args, mut engine) = (BTreeMap::new(), BTreeMap::new());
+        let (mut args_line, mut engine) = (None, BTreeMap::new());
         let (mut seen, mut max_len, mut budget, mut forced_block, mut async_on, mut gpu) = (false, None, None, None, None, None);
-        let number = |rest: &str| leading_number(rest).and_then(|n| u32::try_from(n).ok());
+        let (mut kv_tokens, mut gpu_blocks) = (Vec::new(), Vec::new());
         for line in text.lines() {
             let after = |marker: &str| line.find(marker).map(|i| &line[i + marker.len()..]);
             gpu = gpu.or_else(|| device_gpu(line));
             if let Some(rest) = after("non-default args: ") {
-                if args.is_empty() {
-                    args = python_dict(rest);
-                }
+                args_line = args_line.or_else(|| Some(python_dict(rest)));
             } else if let Some(rest) = after("Initializing a V1 LLM engine (v").or(after("Initializing a V0 LLM engine (v")).or(after("Initializing an LLM engine (v")) {
                 s.engine_starts += 1;
                 if engine.is_empty() {
@@ -235,17 +308,17 @@ impl LoggedServer {
                     engine = keyword_list(config.trim_start().strip_prefix("with config:").unwrap_or(config));
                 }
             } else if let Some(rest) = after("Using max model len ") {
-                max_len = max_len.or(number(rest));
+                max_len = max_len.or_else(|| Some(stated_number(rest)));
             } else if let Some(rest) = after("Chunked prefill is enabled with max_num_batched_tokens=") {
-                budget = budget.or(number(rest));
+                budget = budget.or_else(|| Some(stated_number(rest)));
             } else if let Some(rest) = after("Forcing kv cache block size to ") {
-                forced_block = number(rest).or(forced_block);
+                forced_block = Some(stated_number(rest));
             } else if line.contains("Asynchronous scheduling is enabled") {
                 async_on = Some(true);
             } else if let Some(rest) = after("GPU KV cache size: ") {
-                s.kv_cache_tokens = s.kv_cache_tokens.or(leading_number(rest));
+                kv_tokens.push(stated_number(rest));
             } else if let Some(rest) = after("# GPU blocks: ").or(after("# cuda blocks: ")) {
-                s.gpu_blocks = s.gpu_blocks.or(leading_number(rest));
+                gpu_blocks.push(stated_number(rest));
             } else {
                 continue;
             }
@@ -254,23 +327,46 @@ impl LoggedServer {
         if !seen {
             return Err("no vLLM startup line found (\"non-default args\", \"Initializing a V1 LLM engine\", \"GPU KV cache size\", ...)".into());
         }
-        let get = |key: &str| engine.get(key).or(args.get(key));
-        let arg = |key: &str| args.get(key);
+        let remarks = &mut s.remarks;
+        let args_whole = !matches!(args_line, Some(None));
+        if !args_whole {
+            remarks.push("non-default args: the line ends before its closing `}` (cut short?); its settings are ignored".into());
+        }
+        let args = args_line.flatten().unwrap_or_default();
+        // `None` is a setting left unset.
+        let get = |key: &str| engine.get(key).or(args.get(key)).filter(|v| **v != PyValue::None);
+        let arg = |key: &str| args.get(key).filter(|v| **v != PyValue::None);
         s.model = get("model").and_then(|v| v.as_name()).map(str::to_string);
         s.pipeline_parallel_size = get("pipeline_parallel_size").and_then(PyValue::as_u32);
         s.enforce_eager = get("enforce_eager").and_then(PyValue::as_bool);
-        let offloading_connector = arg("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
-        let offloading_size = arg("kv_offloading_size").and_then(PyValue::as_f64).is_some_and(|g| g > 0.0);
+        // A bundled model's heads decide which degrees shard it, as `blis validate` checks.
+        let model = s.model.as_deref().and_then(catalog::find_model).and_then(|m| Some((m.id, ModelConfig::from_hf_json(m.config_json).ok()?)));
         let f = &mut s.facts;
         f.hardware = gpu.map(str::to_string);
-        f.tensor_parallel_size = get("tensor_parallel_size").and_then(PyValue::as_u32);
-        f.data_parallel_size = get("data_parallel_size").and_then(PyValue::as_u32).filter(|&d| d > 1);
-        f.max_model_len = engine.get("max_seq_len").and_then(PyValue::as_u32).or(max_len).or(arg("max_model_len").and_then(PyValue::as_u32));
-        f.max_num_batched_tokens = budget.or(arg("max_num_batched_tokens").and_then(PyValue::as_u32));
-        f.max_num_seqs = arg("max_num_seqs").and_then(PyValue::as_u32);
-        f.block_size = forced_block.or(arg("block_size").and_then(PyValue::as_u32));
-        f.gpu_memory_utilization = arg("gpu_memory_utilization").and_then(PyValue::as_f64);
-        f.kv_cache_dtype = get("kv_cache_dtype").and_then(|v| v.as_name()).filter(|d| *d != "auto").map(str::to_string);
+        f.tensor_parallel_size = usable(remarks, "tensor_parallel_size", get("tensor_parallel_size"), |v| {
+            let tp = positive_u32(v)?;
+            match &model {
+                Some((id, m)) => m.check_tensor_parallel(tp).map(|()| tp).map_err(|e| format!("{id}: {e}")),
+                None => Ok(tp),
+            }
+        });
+        let ranks = |v: &PyValue| count(v, 1, u64::from(MAX_INSTANCES)).map(|n| n as u32);
+        f.data_parallel_size = usable(remarks, "data_parallel_size", get("data_parallel_size"), ranks).filter(|&d| d > 1);
+        f.max_model_len = usable(remarks, "max_model_len", engine.get("max_seq_len").or(max_len.as_ref()).or(arg("max_model_len")), positive_u32);
+        f.max_num_batched_tokens = usable(remarks, "max_num_batched_tokens", budget.as_ref().or(arg("max_num_batched_tokens")), positive_u32);
+        f.max_num_seqs = usable(remarks, "max_num_seqs", arg("max_num_seqs"), positive_u32);
+        let block_stated = forced_block.as_ref().or(arg("block_size"));
+        f.block_size = usable(remarks, "block_size", block_stated, |v| {
+            VLLM_BLOCK_SIZES.into_iter().find(|&b| *v == PyValue::Int(i64::from(b))).ok_or_else(|| format!("vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"))
+        });
+        f.gpu_memory_utilization = usable(remarks, "gpu_memory_utilization", arg("gpu_memory_utilization"), |v| {
+            v.as_f64().filter(|&u| u > 0.0 && u <= 1.0).ok_or_else(|| "must be in (0, 1]".to_string())
+        });
+        f.kv_cache_dtype = usable(remarks, "kv_cache_dtype", get("kv_cache_dtype"), |v| {
+            let name = v.as_name().unwrap_or_default();
+            name.parse::<KvCacheDtype>().map(|_| name.to_string()).map_err(|_| format!("allowed: {KV_CACHE_DTYPES}"))
+        })
+        .filter(|d| d != "auto");
         // The flag only: the engine line's `quantization` is also a
         // pre-quantized checkpoint's own method, which its config.json gives.
         f.quantization = arg("quantization").and_then(|v| v.as_name()).map(str::to_string);
@@ -278,27 +374,71 @@ impl LoggedServer {
         f.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(arg("enable_chunked_prefill")).and_then(PyValue::as_bool);
         f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on);
         f.enable_expert_parallel = arg("enable_expert_parallel").and_then(PyValue::as_bool);
-        f.cpu_offload = (!engine.is_empty() || !args.is_empty()).then_some(if offloading_connector || offloading_size { CpuOffloadFact::On } else { CpuOffloadFact::Off });
-        s.facts.num_gpu_blocks = s.num_gpu_blocks();
+        let offloading_connector = arg("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
+        let offloading_size = usable(remarks, "kv_offloading_size", arg("kv_offloading_size"), |v| {
+            v.as_f64().filter(|g| g.is_finite() && *g >= 0.0).ok_or_else(|| "must be a number of GiB, at least 0".to_string())
+        });
+        // Off only where the log says so: a size it states but BLIS cannot read, or a cut argument line, says nothing.
+        let offloading_known = args_whole && offloading_size.is_some() == arg("kv_offloading_size").is_some();
+        f.cpu_offload = if offloading_connector || offloading_size.is_some_and(|g| g > 0.0) {
+            Some(CpuOffloadFact::On)
+        } else {
+            ((!engine.is_empty() || !args.is_empty()) && offloading_known).then_some(CpuOffloadFact::Off)
+        };
+        let count_all = |v: &PyValue| count(v, 0, u64::MAX);
+        let tokens = first_stated(remarks, "GPU KV cache size", &kv_tokens);
+        s.kv_cache_tokens = usable(remarks, "GPU KV cache size", tokens, count_all);
+        let blocks = first_stated(remarks, "# GPU blocks", &gpu_blocks);
+        s.gpu_blocks = usable(remarks, "# GPU blocks", blocks, count_all);
+        s.facts.num_gpu_blocks = match s.num_gpu_blocks(block_stated.is_some()) {
+            Ok(blocks) => blocks,
+            Err(why) => {
+                s.remarks.push(why);
+                None
+            }
+        };
         Ok(s)
     }
 
     /// The KV block count: V0's blocks, else V1's capacity in tokens over
     /// the block size (`max_model_len` tokens per request over its blocks,
-    /// as vLLM computes the capacity it logs).
-    fn num_gpu_blocks(&self) -> Option<u64> {
-        // A block size of 0 (no log vLLM writes) converts nothing; server-facts.yaml's checks name it.
-        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE)).max(1);
-        let from_tokens = self.kv_cache_tokens.filter(|_| self.facts.block_size != Some(0)).map(|tokens| match self.facts.max_model_len.map(u64::from) {
-            Some(len) if len > 0 && len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
+    /// as vLLM computes the capacity it logs). An error when the blocks are
+    /// of a size the log states but BLIS cannot use (`block_size_stated`
+    /// with no block size read), or are a count `blis validate` refuses:
+    /// more than it supports, or too few to hold one request of
+    /// `max_model_len` besides vLLM's null block (vLLM does not start then).
+    fn num_gpu_blocks(&self, block_size_stated: bool) -> Result<Option<u64>, String> {
+        if self.gpu_blocks.is_none() && self.kv_cache_tokens.is_none() {
+            return Ok(None);
+        }
+        if block_size_stated && self.facts.block_size.is_none() {
+            return Err("the KV cache size is ignored: it counts blocks of the block size ignored above".into());
+        }
+        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
+        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.facts.max_model_len.map(u64::from) {
+            Some(len) if len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
             _ => tokens.div_ceil(block),
         });
-        self.gpu_blocks.or(from_tokens)
+        let Some(blocks) = self.gpu_blocks.or(from_tokens) else { return Ok(None) };
+        let len = u64::from(self.facts.max_model_len.unwrap_or(1));
+        let kv_tokens = blocks.saturating_sub(1).saturating_mul(block);
+        if blocks > MAX_GPU_BLOCKS {
+            Err(format!("num_gpu_blocks {blocks}: at most {MAX_GPU_BLOCKS} are supported; ignored"))
+        } else if kv_tokens < len {
+            Err(format!(
+                "num_gpu_blocks {blocks}: blocks of {block} tokens that hold {kv_tokens} tokens besides vLLM's null block, fewer than one request of {len} tokens, \
+                 and vLLM does not start with such a cache; ignored"
+            ))
+        } else {
+            Ok(Some(blocks))
+        }
     }
 
-    /// Things the log says that BLIS does not simulate, one line each.
+    /// Things the log says that BLIS does not simulate or cannot use, one
+    /// line each: values left out of the facts, then settings simulated
+    /// differently from the server.
     pub fn notes(&self) -> Vec<String> {
-        let mut notes = Vec::new();
+        let mut notes = self.remarks.clone();
         if let Some(pp) = self.pipeline_parallel_size.filter(|&pp| pp > 1) {
             notes.push(format!("pipeline_parallel_size {pp}: BLIS does not simulate pipeline parallelism: the server is simulated with tensor parallelism alone"));
         }
@@ -309,7 +449,7 @@ impl LoggedServer {
         if self.engine_starts > ranks {
             notes.push(format!("{} engine starts for {ranks} data-parallel rank(s): the log holds several server starts; the first is read", self.engine_starts));
         }
-        if self.kv_cache_tokens.is_some() && self.gpu_blocks.is_none() && self.facts.block_size.is_none() {
+        if self.facts.num_gpu_blocks.is_some() && self.gpu_blocks.is_none() && self.facts.block_size.is_none() {
             notes.push(format!("no block size in the log: num_gpu_blocks assumes vLLM's default of {DEFAULT_BLOCK_SIZE} tokens"));
         }
         notes
@@ -426,7 +566,8 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
 
     #[test]
     fn python_literals_split_only_at_the_top_level() {
-        let d = python_dict("{'a': 'x, y', 'b': [1, {'c': 2}], 'd': None, 'e': \"it's\", 'f': -3, 'g': 1e-3}");
+        let d = python_dict("{'a': 'x, y', 'b': [1, {'c': 2}], 'd': None, 'e': \"it's\", 'f': -3, 'g': 1e-3}").unwrap();
+        assert_eq!(python_dict("{'a': 1, 'b': 2"), None, "a dict cut short");
         assert_eq!(d["a"], PyValue::Str("x, y".into()));
         assert_eq!(d["b"], PyValue::Other("[1, {'c': 2}]".into()));
         assert_eq!((d["d"].clone(), d["e"].clone(), d["f"].clone(), d["g"].clone()), (PyValue::None, PyValue::Str("it's".into()), PyValue::Int(-3), PyValue::Float(1e-3)));
@@ -446,14 +587,90 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert!(!LoggedServer::read(V1_LOG).unwrap().notes().iter().any(|n| n.contains("engine starts")));
     }
 
-    /// A block size of 0 is written as read (validation refuses it, naming
-    /// the field), never divided by.
+    /// A block size vLLM does not accept (0, 7: no log vLLM writes) is
+    /// left out with a note, and so are the KV blocks counted in it, never
+    /// divided by.
     #[test]
-    fn a_zero_block_size_converts_no_blocks() {
-        for log in ["INFO non-default args: {'block_size': 0}\nINFO GPU KV cache size: 1,000 tokens\n", "INFO Forcing kv cache block size to 0 for X\nINFO Using max model len 100\nINFO GPU KV cache size: 1,000 tokens\n"] {
+    fn an_unusable_block_size_converts_no_blocks() {
+        for log in [
+            "INFO non-default args: {'block_size': 0}\nINFO GPU KV cache size: 1,000 tokens\n",
+            "INFO Forcing kv cache block size to 0 for X\nINFO Using max model len 100\nINFO GPU KV cache size: 1,000 tokens\n",
+            "INFO Forcing kv cache block size to 7 for X\nINFO # GPU blocks: 7462\n",
+        ] {
             let s = LoggedServer::read(log).unwrap();
-            assert_eq!((s.facts.block_size, s.facts.num_gpu_blocks), (Some(0), None), "{log}");
+            assert_eq!((s.facts.block_size, s.facts.num_gpu_blocks), (None, None), "{log}");
+            let notes = s.notes().join("\n");
+            assert!(notes.contains("block_size ") && notes.contains("vLLM accepts [1, 8, 16") && notes.contains("KV cache size is ignored"), "{notes}");
         }
+    }
+
+    /// Fuzzing found values BLIS cannot use dropped without a word, or
+    /// written where `blis validate` then refused them: each is now left
+    /// out, with a note naming the value.
+    #[test]
+    fn values_blis_cannot_use_are_noted_and_not_read() {
+        let cases: [(&str, &str, &str); 20] = [
+            ("tensor_parallel_size=2", "tensor_parallel_size=-1", "tensor_parallel_size -1"),
+            ("tensor_parallel_size=2", "tensor_parallel_size=abc", "tensor_parallel_size abc"),
+            ("tensor_parallel_size=2", "tensor_parallel_size=99999999999999999999", "tensor_parallel_size 99999999999999999999"),
+            ("tensor_parallel_size=2", "tensor_parallel_size=0", "tensor_parallel_size 0"),
+            ("tensor_parallel_size=2", "tensor_parallel_size=3", "attention heads are not divisible by tensor-parallel size 3"),
+            ("tensor_parallel_size=2", "tensor_parallel_size=1000", "tensor_parallel_size 1000"),
+            ("data_parallel_size=1", "data_parallel_size=0", "data_parallel_size 0"),
+            ("max_seq_len=4096", "max_seq_len=-1", "max_model_len -1"),
+            ("max_seq_len=4096", "max_seq_len=0", "max_model_len 0"),
+            ("'max_num_seqs': 128", "'max_num_seqs': -5", "max_num_seqs -5"),
+            ("'max_num_seqs': 128", "'max_num_seqs': 0", "max_num_seqs 0"),
+            ("'max_num_seqs': 128", "'max_num_seqs': 128, 'block_size': -16", "block_size -16"),
+            ("'gpu_memory_utilization': 0.85", "'gpu_memory_utilization': nan", "gpu_memory_utilization NaN: must be in (0, 1]"),
+            ("'gpu_memory_utilization': 0.85", "'gpu_memory_utilization': 5.0", "gpu_memory_utilization 5: must be in (0, 1]"),
+            ("kv_cache_dtype=fp8_e4m3", "kv_cache_dtype=int2", "kv_cache_dtype int2: allowed: auto"),
+            ("119,392 tokens", "-5 tokens", "GPU KV cache size -5"),
+            ("119,392 tokens", "123456789012345678901234567 tokens", "GPU KV cache size 123456789012345678901234567"),
+            ("119,392 tokens", "1,1,9 tokens", "GPU KV cache size 1,1,9"),
+            ("119,392 tokens", "0 tokens", "num_gpu_blocks 0: blocks of 16 tokens"),
+            ("119,392 tokens", "9,999,999,999,999 tokens", "at most 100000000 are supported"),
+        ];
+        for (from, to, note) in cases {
+            let log = V1_LOG.replace(from, to);
+            assert_ne!(log, V1_LOG, "{from}");
+            let s = LoggedServer::read(&log).unwrap();
+            let notes = s.notes().join("\n");
+            assert!(notes.contains(note) && notes.contains("ignored"), "{to}: {notes}");
+            let f = &s.facts;
+            let read = [f.tensor_parallel_size.is_some(), f.max_model_len.is_some(), f.max_num_seqs.is_some(), f.gpu_memory_utilization.is_some()];
+            let field = ["tensor_parallel_size", "max_model_len", "max_num_seqs", "gpu_memory_utilization"].iter().position(|k| note.starts_with(k));
+            assert!(field.is_none_or(|i| !read[i]), "{to}: not read");
+            assert!(!note.contains("KV cache") || f.num_gpu_blocks.is_none(), "{to}");
+        }
+    }
+
+    /// A negative or NaN CPU tier size says nothing about offloading (not
+    /// `cpu_offload: false`), nor does a cut argument line, whose other
+    /// keys are not read either.
+    #[test]
+    fn an_unreadable_offloading_size_or_a_cut_argument_line_leaves_cpu_offload_unsaid() {
+        for size in ["-4", "nan"] {
+            let log = format!("INFO non-default args: {{'kv_offloading_size': {size}}}\nINFO Initializing a V1 LLM engine (v0.11.0) with config: model='m'\n");
+            let s = LoggedServer::read(&log).unwrap();
+            assert_eq!(s.facts.cpu_offload, None, "{size}");
+            assert!(s.notes().iter().any(|n| n.starts_with("kv_offloading_size ")), "{:?}", s.notes());
+        }
+        let cut = V1_LOG.replace("kv_role='kv_both')}", "kv_role='kv_both')");
+        let s = LoggedServer::read(&cut).unwrap();
+        assert_eq!((s.facts.max_num_seqs, s.facts.cpu_offload, s.facts.tensor_parallel_size), (None, None, Some(2)));
+        assert!(s.notes().iter().any(|n| n.contains("closing `}`")), "{:?}", s.notes());
+    }
+
+    /// Two different KV cache sizes: the first is read, and a note says so.
+    #[test]
+    fn two_different_kv_cache_sizes_are_noted() {
+        let log = format!("{V1_LOG}INFO GPU KV cache size: 120,000 tokens\n");
+        let s = LoggedServer::read(&log).unwrap();
+        assert_eq!(s.kv_cache_tokens, Some(119_392));
+        assert!(s.notes().iter().any(|n| n.contains("logged as 119392 and later as 120000")), "{:?}", s.notes());
+        let same = format!("{V1_LOG}INFO GPU KV cache size: 119,392 tokens\n");
+        assert!(!LoggedServer::read(&same).unwrap().notes().iter().any(|n| n.contains("logged as")));
     }
 
     #[test]

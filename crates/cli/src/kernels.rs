@@ -10,6 +10,8 @@ use blis_calibrate::kernels::{
 };
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::hardware::{KernelEfficiency, Link};
+use blis_scenario::Scenario;
+use blis_scenario::knobs::KnobValues;
 use serde::Serialize;
 
 use crate::error::bad_input;
@@ -76,17 +78,35 @@ fn sets(names: &[String]) -> anyhow::Result<Vec<(String, LayerTerms)>> {
             };
             let terms = (set.latency_model == "trained-physics").then(|| LayerTerms::of_trained_physics(&set.beta)).flatten();
             let terms = terms.ok_or_else(|| bad_input!("--coefficients {n}: a {} set; the layer check reads trained-physics β", set.latency_model))?;
+            check_as_simulated(&set).map_err(|e| bad_input!("--coefficients {n}: {e}"))?;
             Ok((n.clone(), terms))
         })
         .collect()
 }
 
-fn pct(x: f64) -> String {
-    format!("{:+.1}%", 100.0 * x)
+/// Checks `set` as `blis validate` and `blis replay` do before simulating
+/// with it ([`CoefficientSet::latency_model`]: every α and β present and
+/// finite), on a server of the reference GPU; the error names the coefficient.
+fn check_as_simulated(set: &CoefficientSet) -> anyhow::Result<()> {
+    let given = KnobValues { model: Some(CHECK_MODEL.into()), hardware: Some(REFERENCE_GPU.into()), ..KnobValues::default() };
+    let s = Scenario::from_values(&given, Vec::new()).resolve()?.deployment.server;
+    set.latency_model(&s.model, &s.gpu, s.tp, &s.instance).map_err(anyhow::Error::msg)?;
+    Ok(())
 }
 
+/// The model of the server [`check_as_simulated`] builds: one the profiles
+/// measure; the check does not depend on it.
+const CHECK_MODEL: &str = "meta-llama/Llama-2-7b-hf";
+
+/// A signed error as a percentage; "—" when it could not be computed (a
+/// set that predicts no time, or an infinite one, gives 0/0 or ∞/∞).
+fn pct(x: f64) -> String {
+    if x.is_finite() { format!("{:+.1}%", 100.0 * x) } else { "—".into() }
+}
+
+/// An absolute error as a percentage; "—" when it could not be computed.
 fn abs_pct(x: f64) -> String {
-    format!("{:.1}%", 100.0 * x)
+    if x.is_finite() { format!("{:.1}%", 100.0 * x) } else { "—".into() }
 }
 
 /// Runs `blis kernels`.

@@ -439,7 +439,7 @@ fn malformed_otel_traces_are_one_line_errors() {
         (
             "negative.jsonl",
             "{\"resourceSpans\":[{\"scopeSpans\":[{\"scope\":{\"name\":\"vllm.scheduler.step\"},\"spans\":[{\"events\":[{\"name\":\"step.BATCH_SUMMARY\",\"attributes\":[{\"key\":\"step.id\",\"value\":{\"intValue\":\"3\"}},{\"key\":\"step.duration_us\",\"value\":{\"doubleValue\":-5}}]}]}]}]}]}\n",
-            "step 3: `step.duration_us` missing or not a non-negative number",
+            "step 3: `step.duration_us` missing or not in (0, 1e8 s]",
         ),
     ];
     for (name, text, message) in cases {
@@ -475,11 +475,14 @@ fn a_prior_anchors_its_coefficient_and_bad_priors_are_refused() {
         ("per_layer_us=30:0", "expected NAME=MEAN:SCALE"),
         ("per_layer_us=NaN:1", "expected NAME=MEAN:SCALE"),
         ("per_layer_us", "expected NAME=MEAN:SCALE"),
+        ("per_layer_us=1e308:1e-308", "MEAN in [0, 3.6e9] and SCALE in [1e-6, 3.6e9]"),
     ] {
         let out = blis(&[&base[..], &["--prior", prior]].concat());
         assert_eq!(out.status.code(), Some(2), "{prior}: {}", stderr(&out));
         assert!(stderr(&out).contains(message), "{prior}: {}", stderr(&out));
     }
+    let twice = blis(&[&base[..], &["--prior", "per_layer_us=1:1", "--prior", "per_layer_us=2:1"]].concat());
+    crate::assert_refused(&twice, "--prior twice", "--prior per_layer_us: given twice (1:1 and 2:1)");
     let blackbox = blis(&["fit", dir, "--latency-model", "blackbox", "--prior", "per_step_us=1:1"]);
     assert_eq!(blackbox.status.code(), Some(2), "{}", stderr(&blackbox));
     assert!(stderr(&blackbox).contains("blackbox is fitted without priors"), "{}", stderr(&blackbox));

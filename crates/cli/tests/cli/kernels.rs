@@ -103,3 +103,33 @@ fn bad_profile_trees_are_refused_in_one_line() {
     std::fs::write(&csv, format!("{HEADER}\n0.1,0.1,0.1,0.1,32,32,4096,11008,True,-5,1\n")).unwrap();
     assert_refused(&blis(&["kernels", bad.to_str().unwrap()]), "negative tokens", "row 1: column `num_tokens`: `-5` is not a positive number");
 }
+
+/// Fuzzing: a set with a NaN β printed rows of `NaN%` where `blis validate`
+/// refuses it, and sets with β = 1e300 or all zero (which validate takes)
+/// printed `NaN%` where an error cannot be computed. The first is refused
+/// as validate refuses it; the others print "—" there.
+#[test]
+fn sets_that_time_nothing_print_no_nan() {
+    let dir = write_profiles("kernels-nan", &["a40", "h100"]);
+    let bundled = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
+    let beta = |each: &str| {
+        let (head, rest) = bundled.split_once("beta:\n").unwrap();
+        let provenance = &rest[rest.find("provenance:").unwrap()..];
+        format!("{head}beta:\n{}{provenance}", format!("- {each}\n").repeat(12))
+    };
+    let write = |name: &str, text: String| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    let nan = write("beta_nan.yaml", beta(".nan"));
+    assert_refused(&blis(&["kernels", dir.to_str().unwrap(), "--coefficients", &nan]), "NaN β", "beta_nan.yaml: trained-physics beta coefficient 0 (prefill_compute) = NaN is not a finite number");
+    for (name, each) in [("huge.yaml", "1e300"), ("zero.yaml", "0.0")] {
+        let path = write(name, beta(each));
+        let out = blis(&["kernels", dir.to_str().unwrap(), "--coefficients", &path]);
+        assert!(out.status.success(), "{each}: {}", stderr(&out));
+        let text = stdout(&out);
+        assert!(!text.contains("NaN") && !text.contains("inf"), "{each}: {text}");
+        assert!(text.lines().any(|l| l.contains(name) && l.contains('—')), "{each}: {text}");
+    }
+}

@@ -422,6 +422,36 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
     assert!(out.status.code() == Some(2) && stderr(&out).contains("missing.log"), "{}", stderr(&out));
 }
 
+/// Fuzzing: `blis convert vllm-log` wrote values the log states that
+/// `blis validate` then refused (TP 3 for a model of 32 heads, blocks of 7
+/// tokens, a utilisation of 5, no sequences). Each is now left out with a
+/// note on standard error, and what is written validates.
+#[test]
+fn a_vllm_log_converts_only_what_validate_accepts() {
+    let tmp = TempDir::new("validate-vllm-log-strict");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let log = tmp.0.join("vllm.log");
+    let bad = VLLM_LOG
+        .replace("tensor_parallel_size=1", "tensor_parallel_size=3")
+        .replace("'max_num_seqs': 128", "'max_num_seqs': 0, 'gpu_memory_utilization': 5.0");
+    std::fs::write(&log, format!("{bad}INFO Forcing kv cache block size to 7 for X backend.\n")).unwrap();
+    let facts = dir.join("server-facts.yaml");
+    let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "H100", "--output", facts.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let (written, notes) = (std::fs::read_to_string(&facts).unwrap(), stderr(&out));
+    for (key, note) in [
+        ("tensor_parallel_size", "tensor_parallel_size 3: meta-llama/Llama-2-7b-hf: 32 attention heads are not divisible by tensor-parallel size 3"),
+        ("max_num_seqs", "max_num_seqs 0: not a whole number from 1"),
+        ("gpu_memory_utilization", "gpu_memory_utilization 5: must be in (0, 1]; ignored"),
+        ("block_size", "block_size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens; ignored"),
+        ("num_gpu_blocks", "the KV cache size is ignored"),
+    ] {
+        assert!(!written.contains(&format!("{key}:")) && notes.contains(note), "{key}: {written}\n{notes}");
+    }
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+}
+
 /// A `vllm.log` in the experiment directory is read for the facts
 /// `server-facts.yaml` does not give (here the KV block count), and
 /// `server-facts.yaml` wins where both do; what the log says that BLIS
