@@ -138,6 +138,8 @@ fn sweep_row(py: Python<'_>, base: &str, point: &str, index: u64, base_path: Opt
 fn evaluate(py: Python<'_>, candidates: Vec<String>, text: &str, path: Option<&str>, excerpts: usize) -> PyResult<Vec<String>> {
     let (values, file) = layers(text, path, "--config").map_err(err)?;
     let files: Vec<_> = file.into_iter().collect();
+    // A scenario that cannot run is the caller's error, not a score of 0 for every candidate.
+    blis_scenario::evaluate::check(&values, &files).map_err(|e| err(e.to_string()))?;
     Ok(py.detach(|| candidates.iter().map(|c| blis_scenario::evaluate::evaluate(Path::new(c), &values, &files, excerpts).to_string()).collect()))
 }
 

@@ -6,6 +6,8 @@ import json
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import blis
 from blis.search import BLISAdapter, BLISEvaluator
 
@@ -35,6 +37,12 @@ def test_evaluate_from_python_equals_blis_evaluate(tmp_path):
     assert py[0]["score"] > py[1]["score"] > py[2]["score"] == 0.0
     assert "unknown policy `nonsense`" in py[2]["error"]
     assert len(py[1]["trace"]) == 2 and "above the least loaded" in py[1]["trace"][0]
+
+
+def test_a_scenario_that_cannot_run_raises_instead_of_scoring_every_candidate_0(tmp_path):
+    a = write(tmp_path, "a.yaml", "routing: {type: round-robin}\n")
+    with pytest.raises(blis.BlisError, match="rate"):
+        blis.search.evaluate([a], {**SCENARIO, "rate": -1})
 
 
 def test_openevolve_evaluator_returns_combined_score_and_artifacts(tmp_path):
