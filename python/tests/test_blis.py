@@ -119,13 +119,14 @@ def test_a_sweeps_parquet_file_holds_its_csv_rows_typed(tmp_path):
     pandas = pytest.importorskip("pandas")
     pytest.importorskip("pyarrow")
     grid = tmp_path / "g.yaml"
-    grid.write_text("axes:\n  rate: [5, 40]\n  routing-policy: [round-robin, least-loaded]\n  tp: [1, 3]\n")
+    # max-num-seqs 4096 runs only with the 8192-token budget: its points with 2048 fail.
+    grid.write_text("axes:\n  rate: [5, 40]\n  routing-policy: [round-robin, least-loaded]\n  max-num-seqs: [16, 4096]\n  max-num-batched-tokens: [2048, 8192]\n")
     csv, parquet = tmp_path / "s.csv", tmp_path / "s.parquet"
     done = cli("sweep", "--model", MODEL, "--num-requests", "150", "--num-instances", "2", "--grid", str(grid),
                "--output", str(csv), "--parquet", str(parquet), "-q")
     assert done.returncode == 0, done.stderr
     a, b = pandas.read_csv(csv), pandas.read_parquet(parquet)
-    assert list(a.columns) == list(b.columns) and len(a) == len(b) == 8
+    assert list(a.columns) == list(b.columns) and len(a) == len(b) == 16
     assert str(b["point"].dtype) == "int64" and str(b["rate"].dtype) == "float64" and str(b["ttft_p99_ms"].dtype) == "float64"
     for column in a.columns:
         assert a[column].isna().tolist() == b[column].isna().tolist(), column
@@ -135,4 +136,4 @@ def test_a_sweeps_parquet_file_holds_its_csv_rows_typed(tmp_path):
             assert x.astype(float).tolist() == y.astype(float).tolist(), column
         else:
             assert x.tolist() == y.tolist(), column
-    assert b["error"].notna().sum() == 4, "the tp 3 points carry their error"
+    assert b["error"].notna().sum() == 4, "the 4096-seat points of a 2048-token budget carry their error"
