@@ -290,8 +290,8 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
             match ev {
                 SseEvent::Done => done = true,
                 SseEvent::Data(data) => {
-                    let Ok(v) = serde_json::from_str::<Value>(&data) else {
-                        x.error_message = format!("invalid JSON in stream: {}", data.chars().take(120).collect::<String>());
+                    let Some(v) = serde_json::from_str::<Value>(&data).ok().filter(Value::is_object) else {
+                        x.error_message = format!("not a JSON object in stream: {}", data.chars().take(120).collect::<String>());
                         return x;
                     };
                     if let Some(e) = v.get("error") {
@@ -312,6 +312,10 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
     }
     if !done {
         x.error_message = "stream ended without [DONE]".into();
+        return x;
+    }
+    if x.chunk_times_us.is_empty() {
+        x.error_message = "the stream carried no generated text (no choices[].text or delta.content)".into();
         return x;
     }
     x.status = ExchangeStatus::Ok;

@@ -279,6 +279,46 @@ mod client {
         assert_eq!((x.status, x.http_status), (ExchangeStatus::Error, None));
         srv.stop().await.unwrap();
     }
+
+    /// A server that answers every connection with `sse` as a 200 event stream.
+    async fn fixed_stream_server(sse: &'static str) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        tokio::spawn(async move {
+            while let Ok((mut conn, _)) = listener.accept().await {
+                let mut request = vec![0u8; 65536];
+                let _ = conn.read(&mut request).await;
+                let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", sse.len());
+                let _ = conn.write_all(format!("{head}{sse}").as_bytes()).await;
+            }
+        });
+        base
+    }
+
+    /// A stream that ends with [DONE] but carried no text, or whose events
+    /// are JSON but no chunk objects, was recorded as a success with no
+    /// chunk and no first-token time.
+    #[tokio::test]
+    async fn a_stream_without_generated_text_is_an_error() {
+        let http = blis_net::client::http_builder("http://").build().unwrap();
+        let clock = RunClock::start();
+        for (sse, needle) in [
+            ("data: 123\n\ndata: [DONE]\n\n", "not a JSON object in stream: 123"),
+            ("data: null\n\ndata: [DONE]\n\n", "not a JSON object in stream: null"),
+            ("data: {\"choices\":[{\"text\":5,\"index\":\"x\"}]}\n\ndata: [DONE]\n\n", "no generated text"),
+            ("data: [DONE]\n\n", "no generated text"),
+        ] {
+            let t = target(&fixed_stream_server(sse).await, Api::Completions, true);
+            let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 3), &clock).await;
+            assert_eq!(x.status, ExchangeStatus::Error, "{sse:?}");
+            assert!(x.error_message.contains(needle), "{sse:?}: {}", x.error_message);
+        }
+        let ok = fixed_stream_server("data: {\"choices\":[{\"text\":\"hi\",\"index\":0}]}\n\ndata: [DONE]\n\n").await;
+        let t = target(&ok, Api::Completions, true);
+        let x = send(&http, &t, &request_body(&t, &PromptContent::Text("x".into()), 3), &clock).await;
+        assert_eq!((x.status, x.chunk_times_us.len()), (ExchangeStatus::Ok, 1), "{}", x.error_message);
+    }
 }
 
 /// `--kv-events-config`: a real ZeroMQ subscriber on loopback receives the
