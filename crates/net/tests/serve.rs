@@ -117,6 +117,13 @@ async fn bad_requests_get_openai_error_json() {
     assert!(r.json::<Value>().await.unwrap()["error"]["message"].is_string());
     let r = client.get(format!("{base}/v2/nothing")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
+    // A known route asked with another method got an empty 405.
+    for (method, path) in [(reqwest::Method::GET, "/v1/completions"), (reqwest::Method::DELETE, "/v1/chat/completions"), (reqwest::Method::POST, "/v1/models")] {
+        let r = client.request(method.clone(), format!("{base}{path}")).send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 405, "{method} {path}");
+        let e: Value = r.json().await.unwrap();
+        assert!(e["error"]["message"].as_str().is_some_and(|m| m.contains(method.as_str())), "{method} {path}: {e}");
+    }
     // The server still serves after all that, and, as vLLM does, serves its
     // model to a request that names none.
     let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "ok", "max_tokens": 2})).send().await.unwrap();

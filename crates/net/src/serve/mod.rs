@@ -281,6 +281,11 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         .route("/health", get(|State(s): State<Arc<AppState>>| async move { s.health.status() }))
         .route("/metrics", get(prometheus))
         .route("/reset_prefix_cache", post(reset_prefix_cache))
+        // A known route asked with another method: an error body like every other, not an empty 405.
+        .method_not_allowed_fallback(|method: axum::http::Method| async move {
+            let message = format!("method {method} is not allowed on this route");
+            error_response(&ApiError { status: StatusCode::METHOD_NOT_ALLOWED, message, kind: "invalid_request_error", param: None })
+        })
         .fallback(|| async { error_response(&ApiError { status: StatusCode::NOT_FOUND, message: "no such route".into(), kind: "invalid_request_error", param: None }) })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state);

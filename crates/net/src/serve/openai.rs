@@ -74,6 +74,32 @@ fn flag(body: &Value, param: &'static str) -> Result<bool, ApiError> {
     }
 }
 
+/// The sampling parameters vLLM checks (`SamplingParams._verify_args`),
+/// each with the values it accepts: a request outside them gets vLLM's 400,
+/// though the simulated server samples nothing.
+const SAMPLING_PARAMS: [(&str, fn(f64) -> bool, &str); 7] = [
+    ("temperature", |v| v >= 0.0, "a number ≥ 0"),
+    ("top_p", |v| v > 0.0 && v <= 1.0, "a number in (0, 1]"),
+    ("top_k", |v| v.fract() == 0.0 && (v == -1.0 || v >= 0.0), "-1, 0 (no limit) or a positive integer"),
+    ("min_p", |v| (0.0..=1.0).contains(&v), "a number in [0, 1]"),
+    ("presence_penalty", |v| (-2.0..=2.0).contains(&v), "a number in [-2, 2]"),
+    ("frequency_penalty", |v| (-2.0..=2.0).contains(&v), "a number in [-2, 2]"),
+    ("repetition_penalty", |v| v > 0.0, "a number > 0"),
+];
+
+/// Refuses sampling parameters vLLM would refuse ([`SAMPLING_PARAMS`]);
+/// null means the default.
+fn check_sampling(body: &Value) -> Result<(), ApiError> {
+    for (param, accepts, allowed) in SAMPLING_PARAMS {
+        match body.get(param) {
+            None | Some(Value::Null) => {}
+            Some(v) if v.as_f64().is_some_and(accepts) => {}
+            Some(v) => return Err(ApiError::invalid(param, format!("`{param}` must be {allowed}, got {v}"))),
+        }
+    }
+    Ok(())
+}
+
 fn prompt_ids(prompt: &Value) -> Result<Vec<u32>, ApiError> {
     let bad = || ApiError::invalid("prompt", "`prompt` must be a string, a list of token ids, or a one-element list of either");
     match prompt {
@@ -156,18 +182,16 @@ impl GenerationRequest {
             None | Some(Value::Null) => None,
             Some(v) => Some(positive_u32(v, max_tokens_param)?),
         };
+        check_sampling(body)?;
+        let stream = flag(body, "stream")?;
         let include_usage = match body.get("stream_options") {
             None | Some(Value::Null) => false,
+            Some(o) if !o.is_object() => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, got {o}"))),
+            // As vLLM: "Stream options can only be defined when `stream=True`."
+            Some(_) if !stream => return Err(ApiError::invalid("stream_options", "`stream_options` can only be given with `stream: true`")),
             Some(o) => flag(o, "include_usage")?,
         };
-        Ok(GenerationRequest {
-            api,
-            prompt,
-            max_tokens,
-            ignore_eos: flag(body, "ignore_eos")?,
-            stream: flag(body, "stream")?,
-            include_usage,
-        })
+        Ok(GenerationRequest { api, prompt, max_tokens, ignore_eos: flag(body, "ignore_eos")?, stream, include_usage })
     }
 }
 
@@ -281,6 +305,14 @@ mod tests {
             (Api::Chat, json!({"model": "m", "messages": []}), "messages"),
             (Api::Chat, json!({"model": "m", "messages": [{"content": "x"}]}), "messages"),
             (Api::Completions, json!([1]), "body"),
+            // Sampling parameters vLLM refuses (the simulated server samples nothing, but answers as vLLM does).
+            (Api::Completions, json!({"model": "m", "prompt": "x", "temperature": "hot"}), "temperature"),
+            (Api::Completions, json!({"model": "m", "prompt": "x", "temperature": -3}), "temperature"),
+            (Api::Chat, json!({"model": "m", "messages": [{"role": "user", "content": "x"}], "top_p": 0}), "top_p"),
+            (Api::Completions, json!({"model": "m", "prompt": "x", "top_k": 2.5}), "top_k"),
+            (Api::Completions, json!({"model": "m", "prompt": "x", "presence_penalty": 3}), "presence_penalty"),
+            (Api::Completions, json!({"model": "m", "prompt": "x", "stream": true, "stream_options": "x"}), "stream_options"),
+            (Api::Completions, json!({"model": "m", "prompt": "x", "stream_options": {"include_usage": true}}), "stream_options"),
         ] {
             let e = parse(api, body.clone()).unwrap_err();
             assert_eq!(e.param, Some(param), "{body}");
