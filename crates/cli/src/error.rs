@@ -41,6 +41,62 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
     }
 }
 
+/// `message` with serde's Rust type names in plain words: "expected struct
+/// Offer" says "expected a mapping of fields", "expected f64" "expected a
+/// number", "cannot deserialize null into string; use Option<String>"
+/// "null is not allowed here, expected a string". Other text is unchanged.
+pub fn plain_types(message: &str) -> String {
+    const TYPES: [(&str, &str); 12] = [
+        ("f64", "a number"),
+        ("f32", "a number"),
+        ("u64", "a non-negative integer"),
+        ("u32", "a non-negative integer"),
+        ("u16", "a non-negative integer"),
+        ("u8", "a non-negative integer"),
+        ("usize", "a non-negative integer"),
+        ("i64", "an integer"),
+        ("i32", "an integer"),
+        ("bool", "true or false"),
+        ("string", "a string"),
+        ("String", "a string"),
+    ];
+    let mut out = String::with_capacity(message.len());
+    let mut rest = message;
+    while let Some(at) = ["expected ", "cannot deserialize null into "].iter().filter_map(|k| rest.find(k).map(|i| (i, *k))).min() {
+        let (i, key) = at;
+        out.push_str(&rest[..i]);
+        let after = &rest[i + key.len()..];
+        let word_len = after.find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(after.len());
+        let (word, tail) = after.split_at(word_len);
+        let plain = match word {
+            "struct" => {
+                let name_len = tail.trim_start().find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(tail.trim_start().len());
+                rest = &tail.trim_start()[name_len..];
+                out.push_str(if key == "expected " { "expected a mapping of fields" } else { "null is not allowed here, expected a mapping of fields" });
+                continue;
+            }
+            _ => TYPES.iter().find(|(t, _)| *t == word).map(|(t, plain)| (t.len(), *plain)),
+        };
+        match plain {
+            Some((len, plain)) => {
+                out.push_str(if key == "expected " { "expected " } else { "null is not allowed here, expected " });
+                out.push_str(plain);
+                rest = &after[len..];
+                // serde's hint that names a Rust type.
+                if let Some(hint) = rest.strip_prefix("; use Option<").and_then(|r| r.split_once('>')) {
+                    rest = hint.1;
+                }
+            }
+            None => {
+                out.push_str(key);
+                rest = after;
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 /// Longest run of digits (with an optional point) an error line prints as
 /// written; longer numbers are the full decimal expansions serde gives of
 /// values such as `1e300`, and read better in exponent form.
@@ -121,6 +177,23 @@ pub fn one_line(message: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    /// serde's Rust type names, as the fuzzing pass met them, in plain words; other text unchanged.
+    #[test]
+    fn rust_type_names_become_plain_words() {
+        for (said, plain) in [
+            ("field `gpus[0]`: invalid type: string \"H100\", expected struct Offer", "field `gpus[0]`: invalid type: string \"H100\", expected a mapping of fields"),
+            ("invalid type: null, expected struct PlanFile", "invalid type: null, expected a mapping of fields"),
+            ("clients[0].id: cannot deserialize null into string; use Option<String> at line 2 column 7", "clients[0].id: null is not allowed here, expected a string at line 2 column 7"),
+            ("routing.params.scorers.queue-depth: invalid type: null, expected f64", "routing.params.scorers.queue-depth: invalid type: null, expected a number"),
+            ("category: externally tagged enum expected scalar or mapping", "category: externally tagged enum expected scalar or mapping"),
+            ("`-1` is not a valid u64 at line 2", "`-1` is not a valid u64 at line 2"),
+            ("expected a string, got 5; expected one of: a, b", "expected a string, got 5; expected one of: a, b"),
+            ("field x: expected u32", "field x: expected a non-negative integer"),
+        ] {
+            assert_eq!(super::plain_types(said), plain);
+        }
+    }
+
     use super::*;
 
     /// Issue 27: an exit-2 error line could be 5 MiB (a CSV header cell

@@ -181,7 +181,7 @@ fn main() {
     match result {
         Ok(()) => output::print_warnings(),
         Err(err) => {
-            eprintln!("error: {}", error::one_line(&error::tidy_numbers(&format!("{err:#}"))));
+            eprintln!("error: {}", error::one_line(&error::tidy_numbers(&error::plain_types(&format!("{err:#}")))));
             std::process::exit(error::exit_code(&err));
         }
     }
