@@ -215,7 +215,7 @@ fn unservable(exp: &Experiment, server: &Server) -> Option<String> {
     let model_len = format!("max_model_len = {max_model_len} ({length_file})");
     let blocks = |f: &ServerFacts| f.num_gpu_blocks;
     if exp.fact(blocks).is_some() {
-        let kv_tokens = server.instance.num_gpu_blocks.saturating_sub(1).saturating_mul(u64::from(server.instance.block_size));
+        let kv_tokens = blis_engine::kv::request_kv_tokens(server.instance.num_gpu_blocks, server.instance.block_size);
         if kv_tokens < u64::from(max_model_len) {
             return Some(format!(
                 "{} num_gpu_blocks = {} of {} tokens hold {kv_tokens} tokens besides vLLM's null block, fewer than one request of {model_len}: \

@@ -414,14 +414,15 @@ impl LoggedServer {
         if block_size_stated && self.facts.block_size.is_none() {
             return Err("the KV cache size is ignored: it counts blocks of the block size ignored above".into());
         }
-        let block = u64::from(self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE));
+        let block_size = self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
+        let block = u64::from(block_size);
         let from_tokens = self.kv_cache_tokens.map(|tokens| match self.facts.max_model_len.map(u64::from) {
             Some(len) if len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
             _ => tokens.div_ceil(block),
         });
         let Some(blocks) = self.gpu_blocks.or(from_tokens) else { return Ok(None) };
         let len = u64::from(self.facts.max_model_len.unwrap_or(1));
-        let kv_tokens = blocks.saturating_sub(1).saturating_mul(block);
+        let kv_tokens = blis_engine::kv::request_kv_tokens(blocks, block_size);
         if blocks > MAX_GPU_BLOCKS {
             Err(format!("num_gpu_blocks {blocks}: at most {MAX_GPU_BLOCKS} are supported; ignored"))
         } else if kv_tokens < len {

@@ -222,10 +222,8 @@ impl Server {
             None => {
                 let sizing = KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
                 let b = hardware::kv_budget(&model, &gpu, &sizing).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"))?;
-                // vLLM refuses to start a server whose KV cache cannot hold
-                // one request of the model length (`check_enough_kv_cache_memory`);
-                // one block is its null block.
-                let kv_tokens = b.blocks.saturating_sub(1).saturating_mul(u64::from(block_size));
+                // vLLM refuses to start a server whose KV cache cannot hold one request of the model length.
+                let kv_tokens = blis_engine::kv::request_kv_tokens(b.blocks, block_size);
                 if kv_tokens < u64::from(max_model_len) {
                     return Err(invalid!(
                         "{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; lower --max-model-len (to at most {kv_tokens}), or raise the TP degree or --gpu-memory-utilization"

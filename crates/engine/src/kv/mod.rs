@@ -87,6 +87,14 @@ impl Block {
     }
 }
 
+/// Tokens a cache of `num_gpu_blocks` blocks of `block_size` tokens holds
+/// for requests: block 0 is vLLM's null block. vLLM refuses to start when
+/// this is less than one request of `max_model_len`
+/// (`check_enough_kv_cache_memory`).
+pub fn request_kv_tokens(num_gpu_blocks: u64, block_size: u32) -> u64 {
+    num_gpu_blocks.saturating_sub(1).saturating_mul(u64::from(block_size))
+}
+
 /// Invalid cache geometry.
 #[derive(Debug, Error, PartialEq)]
 pub enum KvConfigError {

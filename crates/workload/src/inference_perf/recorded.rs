@@ -63,10 +63,8 @@ impl Reproduction {
     /// were sent. Empty without recorded sends. `seed` is the stream's.
     pub fn send_order(&self, seed: u64) -> Vec<Option<usize>> {
         let Some(sends) = &self.recorded else { return Vec::new() };
-        let mut order: Vec<usize> = (0..sends.len()).collect();
-        order.sort_by_key(|&i| (sends[i].send_us, sends[i].index));
         let probe = self.probe_sends(seed).map_or(0, |(sends, _)| sends.len());
-        std::iter::repeat_n(None, probe).chain(order.into_iter().map(Some)).collect()
+        std::iter::repeat_n(None, probe).chain(recorded_order(sends).into_iter().map(Some)).collect()
     }
 
     /// Requests the stream sends in all, deterministic in `seed`: the
@@ -147,7 +145,7 @@ impl Reproduction {
     /// (prompts that recur), else the generator's own. Ids follow the send
     /// order from `first_id`; send times count from `time_zero`.
     fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64, first_id: u64, time_zero: Micros) -> Vec<Request> {
-        let order: Vec<usize> = self.send_order(seed).into_iter().flatten().collect();
+        let order = recorded_order(sends);
         let cycle = prompts.prompt_cycle();
         let mut in_stage = vec![0u64; self.config.load.stages.len()];
         let positions: Vec<u64> = order
@@ -188,6 +186,13 @@ impl Reproduction {
             })
             .collect()
     }
+}
+
+/// The indices of `sends` in the order they were sent (ties by position).
+fn recorded_order(sends: &[RecordedSend]) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..sends.len()).collect();
+    order.sort_by_key(|&i| (sends[i].send_us, sends[i].index));
+    order
 }
 
 /// Recorded requests, each sent at its recorded time through its stage's
