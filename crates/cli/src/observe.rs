@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use blis_net::client::Target;
+use blis_net::client::{Target, check_api_key, check_http_url};
 use blis_engine::time::MAX_SPAN_S;
 use blis_net::observe::{ObserveConfig, ObserveError, TraceFiles, observe};
 use blis_net::serve::openai::Api;
@@ -40,7 +40,7 @@ pub struct ObserveArgs {
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
 
-    /// Base URL of the server, e.g. http://127.0.0.1:8000.
+    /// Base URL of the server (http:// or https://), e.g. http://127.0.0.1:8000.
     #[arg(long, value_name = "URL", help_heading = "Observe")]
     pub server_url: String,
 
@@ -56,7 +56,7 @@ pub struct ObserveArgs {
     #[arg(long, default_value_t = 300.0, value_name = "SECONDS", allow_negative_numbers = true, help_heading = "Observe")]
     pub timeout: f64,
 
-    /// Bearer token for the server [default: $OPENAI_API_KEY when set].
+    /// Bearer token for the server, without control characters (line breaks) [default: $OPENAI_API_KEY when set].
     #[arg(long, value_name = "KEY", help_heading = "Observe")]
     pub api_key: Option<String>,
 
@@ -64,7 +64,7 @@ pub struct ObserveArgs {
     #[arg(long, help_heading = "Observe")]
     pub no_stream: bool,
 
-    /// Prometheus endpoint to scrape during the run, e.g. http://127.0.0.1:8000/metrics.
+    /// Prometheus endpoint (http:// or https://) to scrape during the run, e.g. http://127.0.0.1:8000/metrics.
     #[arg(long, value_name = "URL", help_heading = "Observe")]
     pub prometheus_url: Option<String>,
 
@@ -105,9 +105,20 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     }
     let timeout = Duration::from_micros(blis_scenario::deployment::seconds("timeout", args.timeout)?.as_us());
     let max_concurrency = blis_scenario::workload::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
-    if !(args.server_url.starts_with("http://") || args.server_url.starts_with("https://")) {
-        return Err(bad_input!("--server-url {}: expected an http:// URL", args.server_url).into());
+    // Checked here, not per request: a URL or key that cannot be sent would
+    // fail every request, and the run would blame the server.
+    check_http_url(&args.server_url).map_err(|e| bad_input!("--server-url {}: {e}", args.server_url))?;
+    if let Some(url) = &args.prometheus_url {
+        check_http_url(url).map_err(|e| bad_input!("--prometheus-url {url}: {e}"))?;
     }
+    let api_key = match &args.api_key {
+        Some(key) => Some((key.clone(), "--api-key")),
+        None => std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty()).map(|k| (k, "$OPENAI_API_KEY (the default of --api-key)")),
+    };
+    if let Some((key, source)) = &api_key {
+        check_api_key(key).map_err(|e| bad_input!("{source}: {e}"))?;
+    }
+    let api_key = api_key.map(|(key, _)| key);
     // The same workload `blis run` would simulate with these knobs.
     let opened = blis_scenario::workload::open(knobs, &mut knobs.report())?;
     let name = match (&knobs.workload_spec.value, &knobs.workload.value) {
@@ -153,7 +164,7 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
                 ApiKind::Completions => Api::Completions,
                 ApiKind::Chat => Api::Chat,
             },
-            api_key: args.api_key.clone().or_else(|| std::env::var("OPENAI_API_KEY").ok().filter(|k| !k.is_empty())),
+            api_key,
             streaming: !args.no_stream,
             timeout,
         },

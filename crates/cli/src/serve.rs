@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use blis_net::kv_events::KvEventsConfig;
 use blis_net::serve::{ServeConfig, ServeTimeouts, StartError, run_until_interrupted};
 use blis_scenario::Scenario;
+use blis_scenario::count::parse_count;
 use blis_scenario::deployment::Deployment;
 use blis_scenario::knobs::KnobValues;
 
@@ -44,20 +45,21 @@ pub struct ServeArgs {
     #[arg(long, value_name = "NAME", help_heading = "Server")]
     pub served_model_name: Option<String>,
 
-    /// Largest request body accepted, bytes.
-    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", help_heading = "Server")]
-    pub max_body_bytes: usize,
+    /// Largest request body accepted, bytes, from 1 to 1Gi (e.g. 4Mi or 1e6); a request declaring a larger
+    /// Content-Length is answered 413 at once.
+    #[arg(long, default_value_t = 4 << 20, value_name = "BYTES", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
+    pub max_body_bytes: u64,
 
     /// Close a connection whose request head is still incomplete this long after it was accepted or the head began.
-    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.header_read_ms, value_name = "MS", help_heading = "Server")]
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.header_read_ms, value_name = "MS", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
     pub header_timeout_ms: u64,
 
     /// Answer 408 and close the connection when a request body is still incomplete this long after its head.
-    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.body_read_ms, value_name = "MS", help_heading = "Server")]
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.body_read_ms, value_name = "MS", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
     pub body_timeout_ms: u64,
 
     /// Close a kept-alive connection that sends no new request for this long.
-    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.keep_alive_idle_ms, value_name = "MS", help_heading = "Server")]
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.keep_alive_idle_ms, value_name = "MS", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
     pub idle_timeout_ms: u64,
 
     /// Publish KV-cache events as vLLM does: its --kv-events-config JSON, e.g.
@@ -67,7 +69,7 @@ pub struct ServeArgs {
     pub kv_events_config: Option<String>,
 
     /// On Ctrl-C, let requests in flight run on this long, then end them (streams with an error event and [DONE]).
-    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.shutdown_grace_ms, value_name = "MS", help_heading = "Server")]
+    #[arg(long, default_value_t = ServeTimeouts::DEFAULT.shutdown_grace_ms, value_name = "MS", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
     pub shutdown_grace_ms: u64,
 }
 
@@ -98,7 +100,8 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
         failure_rate: args.failure_rate,
         seed: knobs.seed.value.unwrap_or(0),
         natural_output: Some(natural_output),
-        max_body_bytes: args.max_body_bytes,
+        // Beyond usize (a 32-bit host): over the limit, which start() refuses naming the flag.
+        max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),
         timeouts: ServeTimeouts {
             header_read_ms: args.header_timeout_ms,
             body_read_ms: args.body_timeout_ms,
@@ -118,12 +121,48 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
             deployment.latency.name(),
             deployment.server.tp,
             deployment.server.gpu_name,
-            deployment.server.instance.num_gpu_blocks,
-            args.time_scale
+            grouped(deployment.server.instance.num_gpu_blocks),
+            readable(args.time_scale)
         );
     })
     .map_err(|e| match e {
         StartError::Config(c) => anyhow::Error::new(bad_input!("{c}")),
         StartError::Io(io) => anyhow::Error::new(bad_input!("cannot listen on {addr}: {io}")),
     })
+}
+
+/// `n` with thousands separators: `1,234,567`.
+fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, d) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(d);
+    }
+    out
+}
+
+/// `x` as written in the flag's range, (0, 1e6]: plainly (`0.5`, `1000000`),
+/// or in exponent form below 0.001, where the plain form runs to hundreds of
+/// digits (`1e-300`).
+fn readable(x: f64) -> String {
+    if x >= 1e-3 { x.to_string() } else { format!("{x:e}") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fuzzing finding: the banner printed huge block counts and tiny time scales digit by digit.
+    #[test]
+    fn banner_numbers_are_readable() {
+        for (n, text) in [(0, "0"), (999, "999"), (1_000, "1,000"), (29_000, "29,000"), (1_234_567, "1,234,567"), (u64::MAX, "18,446,744,073,709,551,615")] {
+            assert_eq!(grouped(n), text);
+        }
+        for (x, text) in [(1.0, "1"), (0.5, "0.5"), (1e6, "1000000"), (0.001, "0.001"), (1e-300, "1e-300"), (2.5e-7, "2.5e-7")] {
+            assert_eq!(readable(x), text);
+        }
+    }
 }

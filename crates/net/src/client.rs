@@ -28,6 +28,31 @@ pub fn http_builder(url: &str) -> reqwest::ClientBuilder {
     if url.starts_with("https://") { builder } else { builder.tls_certs_only([]) }
 }
 
+/// Why `url` cannot be requested, if it cannot: it must parse as a URL
+/// whose scheme is `http` or `https` and that names a host. Checked before
+/// a run, so a typo is not reported per request as a server failure.
+pub fn check_http_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("not a valid URL ({e}); expected http://HOST[:PORT][/PATH] or https://…"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!("scheme `{}` is not supported; expected http:// or https://", parsed.scheme()));
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err("names no host; expected http://HOST[:PORT][/PATH]".into());
+    }
+    Ok(())
+}
+
+/// Why `key` cannot be sent as a bearer token, if it cannot: an HTTP header
+/// value holds no control characters (a line break, say) other than tab.
+/// The message never echoes the key.
+pub fn check_api_key(key: &str) -> Result<(), String> {
+    if reqwest::header::HeaderValue::from_str(&format!("Bearer {key}")).is_ok() {
+        return Ok(());
+    }
+    let (at, c) = key.char_indices().find(|&(_, c)| c.is_control() && c != '\t').unwrap_or((0, '\0'));
+    Err(format!("contains the control character {c:?} at byte {at}, which an HTTP header cannot carry (a pasted line break?)"))
+}
+
 /// Wall-clock time of a run: µs since the Unix epoch, read from a monotonic
 /// clock anchored once at the start so intervals never go backwards.
 #[derive(Copy, Clone, Debug)]
@@ -340,5 +365,36 @@ mod tests {
         assert_eq!(date(59), "1970-03-01");
         assert_eq!(date(11_016), "2000-02-29");
         assert_eq!(date(20_502), "2026-02-18");
+    }
+
+    /// Fuzzing finding: such URLs failed every request, and the run blamed the server.
+    #[test]
+    fn urls_that_cannot_be_requested_are_named_before_a_run() {
+        for ok in ["http://127.0.0.1:8000", "https://h.example/v1/", "http://[::1]:8000/metrics", "HTTP://host"] {
+            assert_eq!(check_http_url(ok), Ok(()), "{ok}");
+        }
+        for (bad, why) in [
+            ("notaurl", "not a valid URL"),
+            ("http://[::1", "not a valid URL (invalid IPv6"),
+            ("http://", "not a valid URL"),
+            ("http://h:99999", "invalid port"),
+            ("ftp://h/x", "scheme `ftp`"),
+            ("file:///etc/passwd", "scheme `file`"),
+            ("", "not a valid URL"),
+        ] {
+            let err = check_http_url(bad).unwrap_err();
+            assert!(err.contains(why) && err.contains("http://"), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn an_api_key_with_a_control_character_is_refused_without_echoing_it() {
+        for ok in ["sk-abc123", "", "with space", "tab\there", "ünïcode"] {
+            assert_eq!(check_api_key(ok), Ok(()), "{ok:?}");
+        }
+        for (bad, at) in [("secret\n", "'\\n' at byte 6"), ("sec\rret", "'\\r' at byte 3"), ("\0x", "'\\0' at byte 0"), ("a\u{7f}", "'\\u{7f}' at byte 1")] {
+            let err = check_api_key(bad).unwrap_err();
+            assert!(err.contains(at) && !err.contains("secret") && !err.contains("sec\r"), "{bad:?}: {err}");
+        }
     }
 }

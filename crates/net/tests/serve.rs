@@ -195,7 +195,8 @@ async fn settings_that_would_fail_at_the_first_request_are_refused_at_start() {
         (ServeConfig { natural_output: Some(inverted), ..config(0.0) }, "--output-tokens-max 1: must be ≥ the minimum"),
         (ServeConfig { natural_output: Some(LengthSpec { stdev: f64::NAN, ..inverted }), ..config(0.0) }, "--output-tokens-stdev NaN"),
         (ServeConfig { model_name: String::new(), ..config(0.0) }, "--served-model-name"),
-        (ServeConfig { max_body_bytes: 0, ..config(0.0) }, "--max-body-bytes 0"),
+        (ServeConfig { max_body_bytes: 0, ..config(0.0) }, "--max-body-bytes 0: must be from 1 to 1073741824"),
+        (ServeConfig { max_body_bytes: blis_net::serve::MAX_BODY_BYTES + 1, ..config(0.0) }, "--max-body-bytes 1073741825: must be from 1"),
         (config(1.5), "--failure-rate 1.5"),
     ];
     for (cfg, want) in cases {

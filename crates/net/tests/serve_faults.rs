@@ -198,6 +198,37 @@ async fn a_stalled_request_body_gets_408_after_the_body_timeout_and_its_connecti
     srv.stop().await.unwrap();
 }
 
+/// Fuzzing finding: a `Content-Length` over `--max-body-bytes` waited out
+/// the body timeout (30 s here) for a 408. It is answered 413 from the head
+/// alone: only the head is sent, and the response arrives (the server then
+/// closes the connection, whose body it never read). With `Expect:
+/// 100-continue` the client is told 413 instead of being asked to send.
+#[tokio::test]
+async fn a_declared_body_over_the_limit_gets_413_at_once_without_the_body_being_sent() {
+    let _shared = EXCLUSIVE.read().await;
+    let (srv, base) = server(1000.0, ServeTimeouts::DEFAULT).await;
+    let limit = config(1000.0, ServeTimeouts::DEFAULT).max_body_bytes;
+    for (path, expect) in [("/v1/completions", ""), ("/v1/chat/completions", "expect: 100-continue\r\n")] {
+        let mut tcp = TcpStream::connect(srv.local_addr).await.unwrap();
+        let head = format!("POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n{expect}content-length: {}\r\n\r\n", limit + 1);
+        tcp.write_all(head.as_bytes()).await.unwrap();
+        let response = String::from_utf8(read_until_closed(&mut tcp).await).unwrap();
+        assert!(response.starts_with("HTTP/1.1 413"), "{path}: {response}");
+        let body: Value = serde_json::from_str(&response[response.find("\r\n\r\n").unwrap() + 4..]).unwrap();
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(&(limit + 1).to_string()) && message.contains("--max-body-bytes"), "{message}");
+        assert_eq!(body["error"]["code"], 413);
+    }
+    // A declared length at the limit is read as usual (here: not JSON, 400).
+    let mut tcp = TcpStream::connect(srv.local_addr).await.unwrap();
+    let request = format!("POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-length: {limit}\r\n\r\n{}", "x".repeat(limit));
+    let response = raw_exchange(&mut tcp, &request).await;
+    assert!(response.starts_with("HTTP/1.1 400"), "{response}");
+    let body = stream_to_end(&http(), &base, 3).await;
+    assert!(complete(&body, 3), "{body}");
+    srv.stop().await.unwrap();
+}
+
 #[tokio::test]
 async fn clients_that_disconnect_mid_stream_are_aborted_and_leak_nothing_while_others_are_served() {
     let _shared = EXCLUSIVE.read().await;

@@ -12,6 +12,7 @@ mod kernels;
 mod memory;
 mod plan;
 mod run;
+mod serve_observe;
 mod sweep;
 mod validate;
 mod workload;

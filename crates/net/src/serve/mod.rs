@@ -49,6 +49,10 @@ use openai::{Api, ApiError, GenerationRequest, ResponseId};
 
 use crate::tokenize::output_token_text;
 
+/// The largest [`ServeConfig::max_body_bytes`], 1 GiB: a request body is
+/// buffered whole, and no prompt comes near it.
+pub const MAX_BODY_BYTES: usize = 1 << 30;
+
 /// Everything `blis serve` needs.
 #[derive(Clone)]
 pub struct ServeConfig {
@@ -67,7 +71,8 @@ pub struct ServeConfig {
     /// Output length when the client does not set `ignore_eos` (capped by
     /// `max_tokens`); `None` means every request generates `max_tokens`.
     pub natural_output: Option<LengthSpec>,
-    /// Largest accepted request body, bytes.
+    /// Largest accepted request body, bytes, from 1 to [`MAX_BODY_BYTES`];
+    /// a request declaring a longer one is answered 413 without being read.
     pub max_body_bytes: usize,
     /// How long clients may take, and how long shutdown waits.
     pub timeouts: ServeTimeouts,
@@ -129,9 +134,10 @@ pub enum ServeConfigError {
     /// An empty served model name (no client could name it).
     #[error("--served-model-name: must not be empty")]
     EmptyModelName,
-    /// A body limit of 0 bytes (every request would be refused).
-    #[error("--max-body-bytes 0: must be at least 1")]
-    ZeroBodyLimit,
+    /// A body limit of 0 bytes (every request would be refused) or over
+    /// [`MAX_BODY_BYTES`] (a client could make the server buffer that much).
+    #[error("--max-body-bytes {0}: must be from 1 to {MAX_BODY_BYTES} (1Gi) bytes")]
+    BodyLimit(usize),
     /// A connection timeout of 0 ms (every connection would be closed at once); names its flag.
     #[error("{0} 0: must be at least 1 ms")]
     ZeroTimeout(&'static str),
@@ -151,6 +157,7 @@ struct AppState {
     failure_rate: f64,
     seed: u64,
     natural_output: Option<LengthSpec>,
+    max_body_bytes: usize,
     body_read_timeout: Duration,
     /// Followed by handlers to end their responses at shutdown.
     stage: watch::Receiver<Stage>,
@@ -236,8 +243,8 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     if config.model_name.is_empty() {
         return Err(ServeConfigError::EmptyModelName.into());
     }
-    if config.max_body_bytes == 0 {
-        return Err(ServeConfigError::ZeroBodyLimit.into());
+    if !(1..=MAX_BODY_BYTES).contains(&config.max_body_bytes) {
+        return Err(ServeConfigError::BodyLimit(config.max_body_bytes).into());
     }
     if let Some(flag) = config.timeouts.zero_timeout() {
         return Err(ServeConfigError::ZeroTimeout(flag).into());
@@ -270,6 +277,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         failure_rate: config.failure_rate,
         seed: config.seed,
         natural_output: config.natural_output,
+        max_body_bytes: config.max_body_bytes,
         body_read_timeout: Duration::from_millis(config.timeouts.body_read_ms),
         health: Health { sim_alive, stage: stage.clone() },
         stage,
@@ -375,7 +383,17 @@ async fn chat_completions(State(s): State<Arc<AppState>>, request: Request) -> R
 }
 
 /// The request body, within the body read timeout and the body limit; else the error response.
+/// A body whose `Content-Length` is over the limit is refused with 413 at
+/// once, unread (a client that waits for `100 Continue`, or is slow to send,
+/// would otherwise wait out the body timeout for a 408).
 async fn read_body(s: &AppState, request: Request) -> Result<Bytes, Response> {
+    if let Some(declared) = declared_length(&request).filter(|&n| n > s.max_body_bytes as u64) {
+        let message = format!("the request body is {declared} bytes, more than the {} bytes this server accepts (--max-body-bytes)", s.max_body_bytes);
+        let mut response = error_response(&ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, message, kind: "invalid_request_error", param: None });
+        // The body is never read: do not read it as a next request.
+        response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
+        return Err(response);
+    }
     match tokio::time::timeout(s.body_read_timeout, Bytes::from_request(request, &())).await {
         Ok(Ok(body)) => Ok(body),
         Ok(Err(rejection)) => {
@@ -389,6 +407,12 @@ async fn read_body(s: &AppState, request: Request) -> Result<Bytes, Response> {
             Err(response)
         }
     }
+}
+
+/// The request's `Content-Length`, when it declares one that is a number
+/// (hyper refuses a malformed one before any handler runs).
+fn declared_length(request: &Request) -> Option<u64> {
+    request.headers().get(header::CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// What a handler waiting on the simulation gets next.

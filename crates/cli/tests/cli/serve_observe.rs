@@ -1,0 +1,122 @@
+//! `blis serve` and `blis observe` flags a fuzzing pass found mishandled:
+//! each is refused up front with one line naming the flag (exit 2), or
+//! accepted as the help says.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::{assert_refused, blis, is_empty_dir, scratch};
+
+const MODEL: &str = "meta-llama/llama-3.1-8b-instruct";
+
+/// A `blis serve` child process on an ephemeral port; killed on drop.
+struct Server {
+    child: Child,
+    /// The first stderr line: the start-up banner.
+    banner: String,
+}
+
+impl Server {
+    fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blis"))
+            .args(["serve", "--model", MODEL, "--port", "0"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("blis serve starts");
+        let mut banner = String::new();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut banner).unwrap();
+        Server { child, banner }
+    }
+
+    /// `HOST:PORT` from the banner.
+    fn addr(&self) -> &str {
+        self.banner.split("listening on http://").nth(1).unwrap_or_else(|| panic!("no address in {:?}", self.banner)).trim()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Fuzzing finding: `--max-body-bytes 1e6` was refused although the help
+/// says counts may be written so. It is read as 1 000 000: a request that
+/// declares one byte more is answered 413 from its head alone (the body is
+/// never sent), with an OpenAI error body naming the flag. The banner's
+/// block count has thousands separators.
+#[test]
+fn serve_reads_max_body_bytes_as_a_count_and_answers_413_from_the_declared_length() {
+    let server = Server::start(&["--max-body-bytes", "1e6"]);
+    let blocks = server.banner.split(" KV blocks").next().and_then(|s| s.rsplit(", ").next()).unwrap_or_default();
+    assert!(blocks.contains(',') && blocks.replace(',', "").parse::<u64>().is_ok(), "{}", server.banner);
+    let mut tcp = TcpStream::connect(server.addr()).unwrap();
+    // A guard against a hang only: the answer comes from the head.
+    tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 1000001\r\n\r\n").unwrap();
+    let mut response = String::new();
+    tcp.read_to_string(&mut response).expect("the server answers and closes the connection");
+    assert!(response.starts_with("HTTP/1.1 413"), "{response}");
+    assert!(response.contains("the request body is 1000001 bytes, more than the 1000000 bytes this server accepts (--max-body-bytes)"), "{response}");
+}
+
+#[test]
+fn serve_refuses_body_limits_that_are_not_whole_counts_in_range() {
+    for (value, needle) in [
+        ("1.5", "`1.5` is not a whole number"),
+        ("-1", "`-1` is not a whole number"),
+        ("1e-3", "is not a whole number"),
+        ("1e30", "too large"),
+        ("0", "--max-body-bytes 0: must be from 1 to 1073741824 (1Gi) bytes"),
+        ("2Gi", "--max-body-bytes 2147483648: must be from 1 to 1073741824"),
+    ] {
+        let out = blis(&["serve", "--model", MODEL, "--port", "0", "--max-body-bytes", value]);
+        assert_refused(&out, value, needle);
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--max-body-bytes"), "{value}");
+    }
+    let out = blis(&["serve", "--model", MODEL, "--port", "0", "--idle-timeout-ms", "2.5"]);
+    assert_refused(&out, "--idle-timeout-ms 2.5", "--idle-timeout-ms");
+}
+
+/// Fuzzing findings: an unusable `--prometheus-url` was silently ignored,
+/// and an unparsable `--server-url` or an `--api-key` that cannot be a
+/// header value failed every request, the run blaming the server (exit 3).
+/// Each is refused before anything is sent or written, naming its flag;
+/// nothing listens at the server URL, so any request would make it exit 3.
+#[test]
+fn observe_refuses_urls_and_api_keys_that_cannot_be_sent() {
+    let dir = scratch("observe-urls-and-keys");
+    let prefix = dir.join("t");
+    let prefix = prefix.to_str().unwrap();
+    let observe = |extra: &[&str], key_env: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blis"));
+        cmd.args(["observe", "--model", "m", "--rate", "1", "--num-requests", "3", "--trace-output", prefix]).args(extra);
+        match key_env {
+            Some(key) => cmd.env("OPENAI_API_KEY", key),
+            None => cmd.env_remove("OPENAI_API_KEY"),
+        };
+        cmd.output().expect("the blis binary runs")
+    };
+    let down = "http://127.0.0.1:9";
+    for (extra, key_env, needle) in [
+        (&["--server-url", down, "--prometheus-url", "notaurl"][..], None, "--prometheus-url notaurl: not a valid URL"),
+        (&["--server-url", down, "--prometheus-url", "ftp://h/metrics"], None, "--prometheus-url ftp://h/metrics: scheme `ftp`"),
+        (&["--server-url", "http://[::1"], None, "--server-url http://[::1: not a valid URL (invalid IPv6"),
+        (&["--server-url", "http://h:99999"], None, "--server-url http://h:99999: not a valid URL (invalid port"),
+        (&["--server-url", "localhost:8000"], None, "--server-url localhost:8000: scheme `localhost`"),
+        (&["--server-url", down, "--api-key", "sk-secret\nX-Injected: 1"], None, "--api-key: contains the control character '\\n' at byte 9"),
+        (&["--server-url", down], Some("sk-secret\r"), "$OPENAI_API_KEY (the default of --api-key): contains the control character '\\r'"),
+    ] {
+        let out = observe(extra, key_env);
+        assert_refused(&out, needle, needle);
+        assert!(!String::from_utf8_lossy(&out.stderr).contains("secret"), "the key is echoed: {extra:?}");
+        assert!(is_empty_dir(&dir), "{extra:?}: left a file behind");
+    }
+    // A valid URL that nothing serves still reaches the server check (exit 3).
+    let out = observe(&["--server-url", down, "--prometheus-url", "http://127.0.0.1:9/metrics", "--api-key", "sk-ok"], None);
+    assert_eq!(out.status.code(), Some(3), "{}", String::from_utf8_lossy(&out.stderr));
+}
