@@ -423,12 +423,8 @@ fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
 
 fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| format_error(path, &e))
-}
-
-/// A parse error naming the field, unless it concerns the whole document.
-fn format_error(path: &Path, e: &serde_path_to_error::Error<serde_json::Error>) -> ExperimentError {
-    ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::located_message(e) })
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
+        .map_err(|e| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::json_message(&text, &e) }))
 }
 
 /// Where the inference-perf reports of the experiment in `dir` are:

@@ -22,6 +22,7 @@ use crate::distribution::{Interval, KsTest, bootstrap_mape_pearson, ks_two_sampl
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
+use crate::requests::csv_message;
 use crate::stats::{ape, mean, pearson};
 
 /// One replayed request, as `blis replay` writes it and calibration reads it.
@@ -203,7 +204,7 @@ impl RealTrace {
                 Ok(true) => {}
                 Err(e) => return Err(csv_err(csv_path, line, e.to_string())),
             }
-            let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| csv_err(csv_path, line, e.to_string()))?;
+            let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| csv_err(csv_path, line, csv_message(&e, &headers, &record)))?;
             counts.total += 1;
             match Status::parse(row.status).map_err(|m| csv_err(csv_path, line, m))? {
                 Status::Error => counts.error += 1,
@@ -260,10 +261,15 @@ impl RealTrace {
         let mut last: BTreeMap<u64, u64> = BTreeMap::new();
         let mut gaps = Vec::new();
         let mut reader = csv::Reader::from_reader(file);
+        let headers = reader.headers().map_err(|e| csv_err(&path, 1, e.to_string()))?.clone();
         for (i, rec) in reader.records().enumerate() {
             let line = i as u64 + 2;
             let rec = rec.map_err(|e| csv_err(&path, line, e.to_string()))?;
-            let field = |k: usize| rec.get(k).and_then(|v| v.parse::<u64>().ok()).ok_or_else(|| csv_err(&path, line, format!("column {} is not an integer", k + 1)));
+            let field = |k: usize| {
+                let raw = rec.get(k).unwrap_or_default();
+                let name = headers.get(k).map_or_else(|| format!("column {}", k + 1), |h| format!("field `{h}`"));
+                raw.parse::<u64>().map_err(|_| csv_err(&path, line, format!("{name} = `{raw}`: not a whole number")))
+            };
             let (id, t) = (field(0)?, field(2)?);
             let Some(&(send, end)) = spans.get(&id) else { continue };
             if !(send..=end).contains(&t) {

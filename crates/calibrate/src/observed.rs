@@ -13,6 +13,7 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use blis_data::catalog;
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::instance::{Fanout, Observer};
 use blis_engine::request::{Outcome, RequestRecord};
@@ -51,12 +52,12 @@ pub struct HeaderKnobs {
 }
 
 impl HeaderKnobs {
-    /// The knobs of `header`.
-    pub fn of(header: &TraceHeader) -> Result<HeaderKnobs, ScenarioError> {
+    /// The knobs of `header`, read from the file at `path` (named in errors).
+    pub fn of(header: &TraceHeader, path: &Path) -> Result<HeaderKnobs, ScenarioError> {
+        let origin = format!("trace header {}", path.display());
         let mut map = Map::new();
         let (mut matched, mut ignored) = (Vec::new(), Vec::new());
         let known = |k: &str| KnobValues::from_yaml(Value::Object(Map::from_iter([(k.to_string(), Value::Null)])), "").is_ok();
-        let shown = |v: &Value| serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string();
         if let Some(Value::Object(server)) = &header.server {
             for (key, v) in server {
                 let key = key.as_str();
@@ -72,11 +73,11 @@ impl HeaderKnobs {
                 }
             }
         }
-        if let Some(gpu) = header.hardware.as_ref().and_then(|h| h.get("gpu")).filter(|g| !g.is_null())
+        if let Some(gpu) = header_gpu(header, &origin)?
             && !map.contains_key("hardware")
         {
-            matched.push(format!("hardware={}", shown(gpu)));
-            map.insert("hardware".to_string(), gpu.clone());
+            matched.push(format!("hardware={gpu}"));
+            map.insert("hardware".to_string(), Value::String(gpu));
         }
         // The recording client's cap on requests in flight holds in the replay too: a
         // request is sent at its recorded time, or later if the simulated server
@@ -85,8 +86,44 @@ impl HeaderKnobs {
             matched.push(format!("max-concurrency={}", shown(cap)));
             map.insert("max-concurrency".to_string(), cap.clone());
         }
-        let values = KnobValues::from_yaml(Value::Object(map), "trace header `server:`")?;
+        let values = KnobValues::from_yaml(Value::Object(map), &format!("{origin} `server:`"))?;
         Ok(HeaderKnobs { values, matched, ignored })
+    }
+
+    /// A warning when a replay simulates `simulated`, a model other than
+    /// the one the header records (names compared as the catalog finds
+    /// them, so `meta-llama/llama-3.1-8b-instruct` is
+    /// `meta-llama/Llama-3.1-8B-Instruct`); `origin` names the header.
+    pub fn other_model(&self, origin: &str, simulated: &str) -> Option<String> {
+        let recorded = self.values.model.as_deref()?;
+        let id = |name: &str| catalog::find_model(name).map_or_else(|| name.to_ascii_lowercase(), |m| m.id.to_string());
+        (id(recorded) != id(simulated)).then(|| format!("{origin} records model {recorded}, but the replay simulates {simulated}: its latencies are another model's"))
+    }
+}
+
+/// A value as one line of YAML.
+fn shown(v: &Value) -> String {
+    serde_yaml_ng::to_string(v).unwrap_or_default().trim().to_string()
+}
+
+/// The GPU a header's `hardware:` section names: its `gpu` entry, or the
+/// section itself when it is a name (`hardware: H100`, as `server:` and
+/// `--server-config` spell it). Anything else is refused, not ignored: a
+/// number or a list names no GPU, and dropping it would simulate the default one.
+fn header_gpu(header: &TraceHeader, origin: &str) -> Result<Option<String>, ScenarioError> {
+    let allowed = || format!("bundled: {}", catalog::gpu_names());
+    match &header.hardware {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(name)) => Ok(Some(name.clone())),
+        Some(Value::Object(section)) => match section.get("gpu") {
+            None | Some(Value::Null) => Ok(None),
+            Some(Value::String(name)) => Ok(Some(name.clone())),
+            Some(other) => Err(ScenarioError(format!("{origin}: field `hardware.gpu` = {other}: must be a GPU name ({})", allowed()))),
+        },
+        Some(other) => Err(ScenarioError(format!(
+            "{origin}: field `hardware` = {other}: must be a mapping naming the GPU (`hardware: {{gpu: H100}}`) or a GPU name ({})",
+            allowed()
+        ))),
     }
 }
 
@@ -135,7 +172,7 @@ impl ObservedRun {
                 ),
             ));
         }
-        let header = HeaderKnobs::of(&real.header).map_err(|e| unreproducible(csv, e))?;
+        let header = HeaderKnobs::of(&real.header, &header_path(csv)).map_err(|e| unreproducible(csv, e))?;
         let given = KnobValues { trace: Some(csv.to_path_buf()), ..given.clone() };
         let header_origin = format!("trace header {}", header_path(csv).display());
         let scenario = Scenario::from_values(&given, vec![(header.values.clone(), header_origin.clone())]);
@@ -280,7 +317,7 @@ mod tests {
             "trace_version: 2\nserver:\n  type: vllm\n  model: meta-llama/Llama-3.1-8B-Instruct\n  tensor_parallel: 2\n  max_num_seqs: 64\n  quantization: null\n  enforce_eager: false\nhardware:\n  gpu: H100\n  gpu_count: 2\n",
         )
         .unwrap();
-        let HeaderKnobs { values: file, matched, ignored } = HeaderKnobs::of(&header).unwrap();
+        let HeaderKnobs { values: file, matched, ignored } = HeaderKnobs::of(&header, Path::new("t.header.yaml")).unwrap();
         assert_eq!(file.tp, Some(2));
         assert_eq!(file.max_num_seqs, Some(64));
         assert_eq!(file.hardware.as_deref(), Some("H100"));
@@ -289,8 +326,23 @@ mod tests {
         assert_eq!(ignored, ["server.type", "server.enforce-eager"]);
         assert_eq!(file.max_concurrency, None, "no load generator, no cap");
         let recorded: TraceHeader = blis_data::yaml::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
-        let HeaderKnobs { values: file, matched, .. } = HeaderKnobs::of(&recorded).unwrap();
+        let HeaderKnobs { values: file, matched, .. } = HeaderKnobs::of(&recorded, Path::new("t.header.yaml")).unwrap();
         assert_eq!(file.max_concurrency, Some(8));
         assert!(matched.contains(&"max-concurrency=8".to_string()), "{matched:?}");
+    }
+
+    /// Fuzzing found `hardware: 5` (and `hardware: A100`) silently ignored,
+    /// the replay then simulating the default GPU. A name is the GPU, as
+    /// `hardware.gpu` is; anything else is refused naming the header.
+    #[test]
+    fn a_scalar_hardware_section_is_the_gpu_name_or_refused() {
+        let of = |hardware: &str| HeaderKnobs::of(&blis_data::yaml::from_str(&format!("trace_version: 2\nhardware: {hardware}\n")).unwrap(), Path::new("t.header.yaml"));
+        let named = of("A100-80GB").unwrap();
+        assert_eq!((named.values.hardware.as_deref(), named.matched), (Some("A100-80GB"), vec!["hardware=A100-80GB".to_string()]));
+        for (bad, field) in [("5", "hardware"), ("[H100]", "hardware"), ("true", "hardware"), ("{gpu: 5}", "hardware.gpu"), ("{gpu: [H100]}", "hardware.gpu")] {
+            let e = of(bad).unwrap_err().0;
+            assert!(e.starts_with(&format!("trace header t.header.yaml: field `{field}` = ")) && e.contains("H100, A100-80GB"), "{bad}: {e}");
+        }
+        assert_eq!(of("{gpu_count: 2}").unwrap().values.hardware, None, "no GPU named: the default");
     }
 }

@@ -141,7 +141,7 @@ pub fn read(path: &Path, stage_sent: &[u64], probe_sent: u64) -> Result<Vec<Requ
     let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
     let format = |message: String| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message });
     let de = &mut serde_json::Deserializer::from_str(&text);
-    let mut entries: Vec<Entry> = serde_path_to_error::deserialize(de).map_err(|e| format(blis_data::locate::located_message(&e)))?;
+    let mut entries: Vec<Entry> = serde_path_to_error::deserialize(de).map_err(|e| format(blis_data::locate::json_message(&text, &e)))?;
     if let Some((i, e)) = entries.iter().enumerate().find(|(_, e)| !(e.start_time.is_finite() && e.end_time.is_finite())) {
         return Err(format(format!("entry {i}: start_time {} / end_time {}: must be numbers of seconds", e.start_time, e.end_time)));
     }

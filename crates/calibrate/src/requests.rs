@@ -59,7 +59,7 @@ pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Resu
             }
             continue;
         }
-        let row: RequestRow = record.deserialize(Some(&headers)).map_err(|e| csv_error(line, e.to_string()))?;
+        let row: RequestRow = record.deserialize(Some(&headers)).map_err(|e| csv_error(line, csv_message(&e, &headers, &record)))?;
         if row.stage as usize >= num_stages {
             return Err(csv_error(line, format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages)));
         }
@@ -74,6 +74,22 @@ pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Resu
         rows.iter_mut().for_each(|r| r.arrival_time_us -= first_send);
     }
     Ok(rows)
+}
+
+/// A CSV error as one line naming the column by its header name and the
+/// value it holds (``field `e2e_ms` = `abc`: invalid float literal``), where
+/// the csv crate names it by position; other errors as they are.
+pub(crate) fn csv_message(e: &csv::Error, headers: &csv::StringRecord, record: &csv::StringRecord) -> String {
+    match e.kind() {
+        csv::ErrorKind::Deserialize { err, .. } => match err.field().map(|i| i as usize) {
+            Some(i) => {
+                let name = headers.get(i).map_or_else(|| format!("column {}", i + 1), |h| format!("field `{h}`"));
+                format!("{name} = `{}`: {}", record.get(i).unwrap_or_default(), err.kind())
+            }
+            None => err.kind().to_string(),
+        },
+        _ => e.to_string(),
+    }
 }
 
 /// What a client can have recorded for one request: a send time within

@@ -84,13 +84,6 @@ impl PyValue {
         PyValue::Str(raw.to_string())
     }
 
-    fn as_u32(&self) -> Option<u32> {
-        match self {
-            PyValue::Int(i) => u32::try_from(*i).ok(),
-            _ => None,
-        }
-    }
-
     fn as_f64(&self) -> Option<f64> {
         match self {
             PyValue::Int(i) => Some(*i as f64),
@@ -337,7 +330,8 @@ impl LoggedServer {
         let get = |key: &str| engine.get(key).or(args.get(key)).filter(|v| **v != PyValue::None);
         let arg = |key: &str| args.get(key).filter(|v| **v != PyValue::None);
         s.model = get("model").and_then(|v| v.as_name()).map(str::to_string);
-        s.pipeline_parallel_size = get("pipeline_parallel_size").and_then(PyValue::as_u32);
+        let ranks = |v: &PyValue| count(v, 1, u64::from(MAX_INSTANCES)).map(|n| n as u32);
+        s.pipeline_parallel_size = usable(remarks, "pipeline_parallel_size", get("pipeline_parallel_size"), ranks);
         s.enforce_eager = get("enforce_eager").and_then(PyValue::as_bool);
         // A bundled model's heads decide which degrees shard it, as `blis validate` checks.
         let model = s.model.as_deref().and_then(catalog::find_model).and_then(|m| Some((m.id, ModelConfig::from_hf_json(m.config_json).ok()?)));
@@ -350,7 +344,6 @@ impl LoggedServer {
                 None => Ok(tp),
             }
         });
-        let ranks = |v: &PyValue| count(v, 1, u64::from(MAX_INSTANCES)).map(|n| n as u32);
         f.data_parallel_size = usable(remarks, "data_parallel_size", get("data_parallel_size"), ranks).filter(|&d| d > 1);
         f.max_model_len = usable(remarks, "max_model_len", engine.get("max_seq_len").or(max_len.as_ref()).or(arg("max_model_len")), positive_u32);
         f.max_num_batched_tokens = usable(remarks, "max_num_batched_tokens", budget.as_ref().or(arg("max_num_batched_tokens")), positive_u32);

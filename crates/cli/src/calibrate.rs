@@ -18,6 +18,7 @@ use serde_json::{Map, Value};
 use crate::error::bad_input;
 use crate::output::{AtomicFile, out, outln, refuse_overwriting_inputs, write_json};
 use crate::plot::PlotDir;
+use crate::replay::RecordedServer;
 
 /// Compare a recorded trace (blis observe) with its simulated replay (blis replay).
 #[derive(clap::Args, Debug)]
@@ -120,18 +121,43 @@ pub fn table(c: &CalibrationReport) -> String {
 /// The knobs the replay was given (flags and files, not defaults or derived
 /// values), from its report's `config`.
 fn replay_knobs(sim: &SimDocument) -> anyhow::Result<KnobValues> {
+    replay_knobs_where(sim, |_, source| matches!(source, "flag" | "file"))
+}
+
+/// The knobs of the replay's `config` whose name and source `keep` takes.
+fn replay_knobs_where(sim: &SimDocument, keep: impl Fn(&str, &str) -> bool) -> anyhow::Result<KnobValues> {
     let given: Map<String, Value> = sim
         .config
         .iter()
-        .filter(|(_, v)| matches!(v.get("source").and_then(Value::as_str), Some("flag" | "file")))
+        .filter(|(k, v)| keep(k, v.get("source").and_then(Value::as_str).unwrap_or_default()))
         .filter_map(|(k, v)| Some((k.clone(), v.get("value")?.clone())))
         .collect();
     Ok(KnobValues::from_yaml(Value::Object(given), "--sim config").map_err(|e| bad_input!("{e}"))?)
 }
 
+/// The knobs that choose the step-time model: the replay's business, not
+/// the trace's, and left out of the check of the header (a coefficient file
+/// the replay read need not be at hand to compare its results).
+const LATENCY_KNOBS: [&str; 4] = ["latency-model", "coefficients", "alpha-coeffs", "beta-coeffs"];
+
+/// The trace at `csv` checked as `blis replay` checks it, under the flags
+/// the replay was given (from `sim`'s `config`, read from `sim_path`) and,
+/// for knobs the header does not record, the values the replay took from
+/// its `--config`: a header the replay refuses (`tp: 0`, a model BLIS does
+/// not know, `hardware: 5`) is refused here. Returns the warning when the
+/// replay simulated another model than the header records.
+fn check_trace(sim: &SimDocument, sim_path: &Path, csv: &Path) -> anyhow::Result<Option<String>> {
+    let recorded = RecordedServer::read(csv)?;
+    let in_header = recorded.knobs.values.keys();
+    let flags = replay_knobs_where(sim, |k, source| source == "flag" && k != "trace" && !LATENCY_KNOBS.contains(&k))?;
+    let config = replay_knobs_where(sim, |k, source| source == "file" && !in_header.iter().any(|h| h == k) && !LATENCY_KNOBS.contains(&k))?;
+    crate::replay::check(&recorded.replay(&flags, vec![(config, format!("--sim {} config", sim_path.display()))], csv))?;
+    Ok(recorded.other_model(sim.config.get("model").and_then(|m| m.get("value")).and_then(Value::as_str)))
+}
+
 /// `--refit`: fits the replay's latency model on the trace, writes the set
-/// to `path`, replays with it and returns the new comparison.
-fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, path: &Path) -> anyhow::Result<(CalibrationReport, Matched)> {
+/// to `output` (opened at `path`), replays with it and returns the new comparison.
+fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, path: &Path, output: AtomicFile) -> anyhow::Result<(CalibrationReport, Matched)> {
     let given = replay_knobs(sim)?;
     let chosen = choose_coefficients(given.latency_model.as_deref(), given.coefficients.as_deref(), given.alpha_coeffs.as_deref(), given.beta_coeffs.as_deref())
         .map_err(|e| bad_input!("--sim config: {e}"))?;
@@ -144,7 +170,7 @@ fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, 
     let mut set = outcome.set;
     set.provenance.command = Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));
     set.provenance.fitted_at = Some(crate::fit::today_utc());
-    crate::fit::write_set(&set, Some(AtomicFile::create("refit", path)?))?;
+    crate::fit::write_set(&set, Some(output))?;
     let header = run.header();
     let (report, replay, _) = crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched.clone(), header.ignored.clone(), true)?;
     let refitted = crate::replay::sim_document(&report, &replay)?;
@@ -167,21 +193,26 @@ pub fn execute(args: CalibrateArgs) -> anyhow::Result<()> {
     let real = RealTrace::load(&csv, args.warm_up).map_err(|e| bad_input!("{e}"))?;
     let sim = SimDocument::load(&args.sim).map_err(|e| bad_input!("{e}"))?;
     refuse_overwriting_inputs(&[("refit", args.refit.as_deref())], &[("trace", Some(&csv)), ("sim", Some(&args.sim))])?;
+    let other_model = check_trace(&sim, &args.sim, &csv)?;
+    // Every output is opened before the work, so an unusable path fails now, not after a refit.
+    let refit_file = args.refit.as_deref().map(|p| AtomicFile::create("refit", p)).transpose()?;
     let mut report_file = args.report.as_deref().map(|p| AtomicFile::create("report", p)).transpose()?;
     let plot_dir = args.plots.as_deref().map(PlotDir::create).transpose()?;
     let matched = match_requests(&real, &sim);
-    let report = compare(&csv.display().to_string(), &real, &sim, &matched, args.seed, args.resamples);
+    let mut report = compare(&csv.display().to_string(), &real, &sim, &matched, args.seed, args.resamples);
+    report.warnings.extend(other_model.clone());
     out!("{}", table(&report))?;
-    let (report, matched) = match &args.refit {
-        None => (report, matched),
-        Some(path) => {
-            let (after, after_matched) = refit(&args, &csv, &real, &sim, path)?;
+    let (report, matched) = match (&args.refit, refit_file) {
+        (Some(path), Some(file)) => {
+            let (mut after, after_matched) = refit(&args, &csv, &real, &sim, path, file)?;
+            after.warnings.extend(other_model);
             outln!("after refitting on this trace (coefficients in {}):", path.display())?;
             out!("{}", table(&after))?;
             let lines: Vec<String> = ["e2e", "ttft", "tpot"].iter().filter_map(|m| moved(m, &report, &after)).collect();
             outln!("refit: {}", lines.join(", "))?;
             (after, after_matched)
         }
+        _ => (report, matched),
     };
     if let Some(f) = report_file.as_mut() {
         write_json(&report, Some(f))?;

@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use blis_calibrate::reproduce::Definitions;
 use blis_engine::time::parse_duration;
 use blis_scenario::deployment::{load_gpu_spec, load_model_config};
+use blis_scenario::tiers::MAX_TIER_GIB;
 
 use crate::error::BadInput;
 
@@ -73,6 +74,9 @@ impl DefinitionArgs {
         }
         if let Some(gib) = self.kv_offloading_size.filter(|g| !(g.is_finite() && *g > 0.0)) {
             return Err(BadInput(format!("--kv-offloading-size {gib}: must be a positive number of GiB")));
+        }
+        if let Some(gib) = self.kv_offloading_size.filter(|g| *g > MAX_TIER_GIB) {
+            return Err(BadInput(format!("--kv-offloading-size {gib:e}: must be at most {MAX_TIER_GIB:e} GiB (a PiB of host memory)")));
         }
         if let Some(text) = &self.moe_kernel_compile {
             parse_duration(text).map_err(|e| BadInput(format!("--moe-kernel-compile {e}")))?;

@@ -81,26 +81,67 @@ impl Observer for Detail {
     }
 }
 
+/// What a trace header records of its server, as `blis replay` reads it:
+/// shared with `blis calibrate`, which checks a trace as the replay does.
+pub struct RecordedServer {
+    /// The header's knobs.
+    pub knobs: HeaderKnobs,
+    /// The header file.
+    pub path: PathBuf,
+}
+
+impl RecordedServer {
+    /// Reads the header of the trace `csv`. A header that cannot be read,
+    /// or whose sections are unusable, is bad input naming the file.
+    pub fn read(csv: &Path) -> anyhow::Result<RecordedServer> {
+        let path = header_path(csv);
+        let header = TraceHeader::load(&path).map_err(|e| bad_input!("{e}"))?;
+        let knobs = HeaderKnobs::of(&header, &path).map_err(|e| bad_input!("{e}"))?;
+        Ok(RecordedServer { knobs, path })
+    }
+
+    /// The replay of `csv`: `given` (flags) over `files` (`--config`,
+    /// highest first) over the header's knobs.
+    pub fn replay(&self, given: &KnobValues, mut files: Vec<(KnobValues, String)>, csv: &Path) -> Scenario {
+        files.push((self.knobs.values.clone(), format!("trace header {}", self.path.display())));
+        Scenario::from_values(&KnobValues { trace: Some(csv.to_path_buf()), ..given.clone() }, files)
+    }
+
+    /// The warning when a replay simulates `simulated`, another model than the header records.
+    pub fn other_model(&self, simulated: Option<&str>) -> Option<String> {
+        self.knobs.other_model(&format!("trace header {}", self.path.display()), simulated?)
+    }
+}
+
+/// Everything checked before a replay's first simulated event (model, GPU,
+/// server knobs, the trace's rows), as one bad-input line naming the flag
+/// or the file (the trace header included) the offending value came from.
+pub fn check(scenario: &Scenario) -> anyhow::Result<()> {
+    scenario.check().map_err(|e| crate::knobs::blame(e.into(), scenario))
+}
+
 /// Runs `blis replay`.
-pub fn execute(mut args: ReplayArgs) -> anyhow::Result<()> {
+pub fn execute(args: ReplayArgs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(&Knobs::layered(&[(&args.knobs, Source::Flag)]), "replay")?;
     let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
     let csv = trace_csv(&trace);
     refuse_overwriting_inputs(&[("output", args.output.as_deref())], &[("trace", Some(&csv)), ("config", args.config.as_deref())])?;
-    let hp = header_path(&csv);
-    let header = TraceHeader::load(&hp).map_err(|e| bad_input!("{e}"))?;
-    let HeaderKnobs { values: from_header, matched, ignored } = HeaderKnobs::of(&header).map_err(|e| bad_input!("{e}"))?;
-    if !ignored.is_empty() {
-        warn(&[format!("{}: not simulated, ignored: {}", hp.display(), ignored.join(", "))]);
-    }
     let mut files = Vec::new();
     if let Some(path) = &args.config {
         files.push((KnobValues::load(path)?, format!("--config {}", path.display())));
     }
-    files.push((from_header, format!("trace header {}", hp.display())));
-    args.knobs.trace = Some(csv.clone());
-    let scenario = Scenario::from_values(&args.knobs, files);
-    replay_with(&args, &scenario, &csv, matched, ignored).map_err(|e| crate::knobs::blame(e, &scenario))
+    let recorded = RecordedServer::read(&csv)?;
+    let scenario = recorded.replay(&args.knobs, files, &csv);
+    let HeaderKnobs { matched, ignored, .. } = &recorded.knobs;
+    let mut warnings = Vec::new();
+    if !ignored.is_empty() {
+        warnings.push(format!("{}: not simulated, ignored: {}", recorded.path.display(), ignored.join(", ")));
+    }
+    warnings.extend(recorded.other_model(scenario.knobs.model.value.as_deref()));
+    if !warnings.is_empty() {
+        warn(&warnings);
+    }
+    replay_with(&args, &scenario, &csv, matched.clone(), ignored.clone()).map_err(|e| crate::knobs::blame(e, &scenario))
 }
 
 /// Simulates `scenario` (a trace replay) and collects the per-request

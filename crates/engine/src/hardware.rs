@@ -210,6 +210,11 @@ fn located<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T
     })
 }
 
+/// The memory a GPU may have, GiB: from a small inference board (a T4 has
+/// 16, the smallest datacenter parts 4) to far above any board's (the
+/// largest carry a few hundred); outside it a spec is a typo.
+const MEMORY_GIB: (f64, f64) = (4.0, 4096.0);
+
 /// MFU assumed for a GPU given only by its datasheet: H100 SXM's published factors.
 const DATASHEET_MFU: (f64, f64) = (0.45, 0.30);
 
@@ -266,7 +271,8 @@ impl GpuSpec {
             Err(crate::shallow_json::ObjectError::Syntax(e)) => return Err(GpuSpecParseError::Format(format!("not JSON: {e}"))),
             Err(crate::shallow_json::ObjectError::NotObject) => return Err(GpuSpecParseError::Format("not a JSON object".into())),
         };
-        let spec = if value.get("compute").is_some() {
+        let value_is_datasheet = value.get("compute").is_some();
+        let spec = if value_is_datasheet {
             let d: Datasheet = located(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
             let dense = if d.compute.with_sparsity { 0.5 } else { 1.0 };
             let pcie_gb_s = d.interconnect.pcie_bandwidth_gb_s.ok_or_else(|| {
@@ -295,7 +301,20 @@ impl GpuSpec {
         } else {
             located(value).map_err(GpuSpecParseError::Format)?
         };
-        spec.validate()?;
+        spec.validate().map_err(|mut e| {
+            // Name a datasheet's own fields where it gave the value as it is.
+            if value_is_datasheet {
+                let sheet = [
+                    ("memory_gib", "memory.capacity_gb"),
+                    ("hbm_tb_s", "memory.bandwidth_tb_s"),
+                    ("nvlink_gb_s", "interconnect.nvlink_bandwidth_gb_s"),
+                    ("nvlink_domain_gpus", "interconnect.nvlink_domain_gpus"),
+                    ("pcie_gb_s", "interconnect.pcie_bandwidth_gb_s"),
+                ];
+                e.field = sheet.iter().find(|(ours, _)| *ours == e.field).map_or(e.field, |(_, theirs)| theirs);
+            }
+            e
+        })?;
         Ok(spec)
     }
 
@@ -315,6 +334,9 @@ impl GpuSpec {
             {
                 return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
             }
+        }
+        if !(MEMORY_GIB.0..=MEMORY_GIB.1).contains(&self.memory_gib) {
+            return Err(GpuSpecError { field: "memory_gib", value: self.memory_gib, reason: "must be a number of GiB in [4, 4096] (what accelerator boards carry)" });
         }
         if let Some(v) = self.compute_capability
             && !(1.0..100.0).contains(&v)
@@ -638,7 +660,15 @@ mod tests {
         let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace(r#", "pcie_bandwidth_gb_s": 128"#, "")).unwrap_err();
         assert!(e.to_string().contains("interconnect.pcie_bandwidth_gb_s"), "{e}");
         let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("3.9", "-3.9")).unwrap_err();
-        assert!(matches!(e, GpuSpecParseError::Invalid(GpuSpecError { field: "hbm_tb_s", .. })), "{e}");
+        // A datasheet's error names the datasheet's field.
+        assert!(matches!(e, GpuSpecParseError::Invalid(GpuSpecError { field: "memory.bandwidth_tb_s", .. })), "{e}");
+        // Memory no board carries is refused in either shape (fuzzing: 1 GiB and 1e6 GiB passed).
+        for (memory, shown) in [("1", "1"), ("1e6", "1000000")] {
+            let e = GpuSpec::from_json(&own.replace("\"memory_gib\": 48.0", &format!("\"memory_gib\": {memory}"))).unwrap_err();
+            assert_eq!(e.to_string(), format!("GPU spec field `memory_gib` = {shown} is invalid: must be a number of GiB in [4, 4096] (what accelerator boards carry)"));
+            let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("\"capacity_gb\": 94", &format!("\"capacity_gb\": {memory}"))).unwrap_err();
+            assert!(e.to_string().starts_with(&format!("GPU spec field `memory.capacity_gb` = {shown} is invalid")), "{e}");
+        }
         let e = GpuSpec::from_json(r#"{"name": "x", "compute": {}}"#).unwrap_err();
         assert!(e.to_string().contains("bf16_tensor_core"), "{e}");
         assert!(matches!(GpuSpec::from_json("{"), Err(GpuSpecParseError::Format(_))));

@@ -29,6 +29,11 @@ const DISK_LINK: (f64, Micros) = (5.0, Micros(100));
 /// Mooncake, …).
 const REMOTE_LINK: (f64, Micros) = (12.5, Micros(500));
 
+/// The largest KV tier, GiB: a PiB (about a million GiB), beyond any host
+/// memory, disk or store one instance offloads to; larger sizes are typos
+/// (`1e30`), which would otherwise saturate the block count.
+pub const MAX_TIER_GIB: f64 = 1e6;
+
 /// The store policy `--kv-offloading-backend` names.
 fn backend(k: &Knobs, tiers: &[TierConfig], block_size: u32, report: &mut ConfigReport) -> Result<StorePolicy, ScenarioError> {
     let lmcache = StorePolicy::PromptChunks { chunk_blocks: (LMCACHE_CHUNK_TOKENS / block_size).max(1) };
@@ -58,6 +63,9 @@ fn capacity_blocks(what: &str, blocks: Option<u64>, gib: Option<f64>, block_byte
         (None, Some(gib)) => {
             if !(gib.is_finite() && gib > 0.0) {
                 return Err(invalid!("{what}: size {gib:?} GiB must be a positive number"));
+            }
+            if gib > MAX_TIER_GIB {
+                return Err(invalid!("{what}: size {gib:e} GiB: must be at most {MAX_TIER_GIB:e} GiB (a PiB)"));
             }
             let n = (gib * (1u64 << 30) as f64 / block_bytes).floor();
             if n < 1.0 {
@@ -93,6 +101,9 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
         (None, Some(gib)) => {
             if !(gib.is_finite() && gib > 0.0) {
                 return Err(invalid!("--kv-offloading-size {gib:?}: must be a positive number of GiB"));
+            }
+            if gib > MAX_TIER_GIB {
+                return Err(invalid!("--kv-offloading-size {gib:e}: must be at most {MAX_TIER_GIB:e} GiB (a PiB of host memory)"));
             }
             let what = format!("--kv-offloading-size {gib}");
             let blocks = capacity_blocks(&what, None, Some(gib), block_bytes).map_err(|_| {

@@ -80,3 +80,27 @@ fn a_server_that_could_not_have_served_the_run_is_refused_naming_the_fact() {
         assert!(e.contains("server-facts.yaml") && e.contains(named), "{e}");
     }
 }
+
+/// Fuzzing found that a `requests.csv` value of the wrong type was named by
+/// the csv crate's column number ("field 6"); the error names the column
+/// by its header name, with the value and the line.
+#[test]
+fn a_malformed_requests_csv_value_is_named_by_its_column() {
+    let e = load_error("csv-column", "requests.csv", "0,0,0,794,251,0,2190.385073000016,", "0,0,0,794,251,0,abc,");
+    assert!(e.contains("requests.csv:2: field `e2e_ms` = `abc`: "), "{e}");
+    assert!(!e.contains("field 6"), "{e}");
+}
+
+/// Fuzzing found that NaN or Infinity in an inference-perf report (which
+/// Python's json module writes, but JSON has no such numbers) gave serde's
+/// bare "expected value" naming only the enclosing object: the error names
+/// the file, the field, its line and the token.
+#[test]
+fn nan_or_infinity_in_a_report_is_refused_naming_the_field() {
+    let file = "results/stage_0_lifecycle_metrics.json";
+    for (token, tag) in [("NaN", "nan"), ("Infinity", "inf"), ("-Infinity", "neg-inf")] {
+        let e = load_error(tag, file, "\"mean\": 0.0004162728194008499", &format!("\"mean\": {token}"));
+        let expected = format!("stage_0_lifecycle_metrics.json: field `load_summary.schedule_delay.mean` = {token} at line 5 column ");
+        assert!(e.contains(&expected) && e.contains("no NaN or Infinity"), "{token}: {e}");
+    }
+}

@@ -423,3 +423,91 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     assert!((r["metrics"]["e2e"]["mape"].as_f64().unwrap() - mapes[1]).abs() < 0.01, "the report is the refitted comparison");
     assert!(blis_data::coefficients::CoefficientSet::load(&refit).unwrap().provenance.command.is_some_and(|c| c.starts_with("blis calibrate")));
 }
+
+/// A recorded trace written by hand (no server): 20 streamed requests of
+/// 128 prompt and 16 output tokens, 50 ms apart, at `prefix` (its CSV and a
+/// header recording Llama-3.1-8B on one GPU).
+fn hand_written_trace(prefix: &std::path::Path) -> String {
+    let mut csv = String::from(
+        "request_id,client_id,tenant_id,slo_class,session_id,round_index,prefix_group,streaming,input_tokens,output_tokens,text_tokens,\
+         image_tokens,audio_tokens,video_tokens,reason_ratio,arrival_time_us,send_time_us,first_chunk_time_us,last_chunk_time_us,num_chunks,status,error_message\n",
+    );
+    for i in 0..20u64 {
+        let send = 1_000_000 + i * 50_000;
+        csv += &format!("{i},c,default,default,,0,,true,128,16,128,0,0,0,0.0,{},{send},{},{},16,ok,\n", i * 50_000, send + 20_000, send + 110_000);
+    }
+    std::fs::write(prefix.with_extension("csv"), csv).unwrap();
+    let header = "trace_version: 2\nmode: real\nserver:\n  model: meta-llama/Llama-3.1-8B-Instruct\n  tp: 1\nload_generator:\n  start_unix_us: 1000000\n";
+    std::fs::write(prefix.with_extension("header.yaml"), header).unwrap();
+    header.to_string()
+}
+
+/// Fuzzing found that `blis calibrate` compared a trace whose header `blis
+/// replay` refuses (`tp: 0`, a model BLIS does not know), and that both
+/// ignored a `hardware:` section that was a number. Calibrate now checks
+/// the header with replay's own code, under the replay's flags; a GPU name
+/// in place of the section is the GPU; a replay of another model than the
+/// header records is warned about by both commands.
+#[test]
+fn calibrate_checks_the_trace_header_as_replay_does_and_warns_of_another_model() {
+    let dir = scratch("header-check");
+    let prefix = dir.join("run");
+    let good = hand_written_trace(&prefix);
+    let (trace, header) = (prefix.to_str().unwrap(), prefix.with_extension("header.yaml"));
+    let sim = dir.join("sim.json");
+    run_ok(&["replay", "--trace", trace, "--output", sim.to_str().unwrap(), "-q"]);
+    let cases = [
+        (good.replace("tp: 1", "tp: 0"), "tp 0: must be between 1 and 64"),
+        (good.replace("meta-llama/Llama-3.1-8B-Instruct", "acme/unknown"), "model acme/unknown: no bundled config.json"),
+        (format!("{good}hardware: 5\n"), "field `hardware` = 5: must be a mapping naming the GPU (`hardware: {gpu: H100}`) or a GPU name (bundled: H100, "),
+        (format!("{good}hardware: {{gpu: [H100]}}\n"), "field `hardware.gpu` = [\"H100\"]: must be a GPU name (bundled: H100, "),
+    ];
+    let named = format!("trace header {}", header.display());
+    for (text, needle) in &cases {
+        std::fs::write(&header, text).unwrap();
+        for out in [blis(&["replay", "--trace", trace, "-q"]), blis(&["calibrate", "--trace", trace, "--sim", sim.to_str().unwrap()])] {
+            crate::assert_refused(&out, needle, needle);
+            assert!(stderr(&out).starts_with(&format!("error: {named}")), "{}", stderr(&out));
+        }
+    }
+    // A GPU name in place of the section is the GPU.
+    std::fs::write(&header, format!("{good}hardware: A100-80GB\n")).unwrap();
+    let on_a100 = dir.join("a100.json");
+    run_ok(&["replay", "--trace", trace, "--output", on_a100.to_str().unwrap(), "-q"]);
+    let replayed: Value = serde_json::from_str(&std::fs::read_to_string(&on_a100).unwrap()).unwrap();
+    assert_eq!(replayed["config"]["hardware"]["value"], "A100-80GB", "{}", replayed["config"]);
+
+    // Another model than the header's: a warning from the replay and in the calibration.
+    std::fs::write(&header, &good).unwrap();
+    let other = dir.join("other.json");
+    let out = blis(&["replay", "--trace", trace, "--model", "meta-llama/Llama-2-7b-hf", "--output", other.to_str().unwrap(), "-q"]);
+    let warning = "records model meta-llama/Llama-3.1-8B-Instruct, but the replay simulates meta-llama/Llama-2-7b-hf";
+    assert!(out.status.success() && stderr(&out).contains(&format!("warning: {named} {warning}")), "{}", stderr(&out));
+    let report = dir.join("calib.json");
+    let table = run_ok(&["calibrate", "--trace", trace, "--sim", other.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    assert!(table.contains(warning), "{table}");
+    assert!(std::fs::read_to_string(&report).unwrap().contains(warning));
+    // The same model spelt in lower case is no other model.
+    let out = blis(&["replay", "--trace", trace, "--model", "meta-llama/llama-3.1-8b-instruct", "--output", other.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && !stderr(&out).contains("records model"), "{}", stderr(&out));
+    assert!(!run_ok(&["calibrate", "--trace", trace, "--sim", other.to_str().unwrap()]).contains("records model"));
+}
+
+/// Fuzzing found that `blis calibrate --refit PATH` failed only after the
+/// comparison and the whole fit when PATH could not be written (a
+/// directory, under a file, in a missing directory). It is opened first:
+/// one error line, nothing printed or written.
+#[test]
+fn an_unusable_refit_path_is_refused_before_any_work() {
+    let dir = scratch("refit-path");
+    let prefix = dir.join("run");
+    hand_written_trace(&prefix);
+    let sim = dir.join("sim.json");
+    run_ok(&["replay", "--trace", prefix.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"]);
+    std::fs::write(dir.join("file"), "").unwrap();
+    for (refit, why) in [(dir.clone(), "Is a directory"), (dir.join("file/set.yaml"), "Not a directory"), (dir.join("missing/set.yaml"), "No such file or directory")] {
+        let out = blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--refit", refit.to_str().unwrap()]);
+        crate::assert_refused(&out, why, &format!("--refit {}: cannot create: {why}", refit.display()));
+        assert!(out.stdout.is_empty(), "nothing compared: {}", crate::stdout(&out));
+    }
+}

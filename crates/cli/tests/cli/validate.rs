@@ -162,6 +162,11 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     let out = blis(&["validate", dir.to_str().unwrap(), "--kv-offloading-size", "-1"]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("--kv-offloading-size -1: must be a positive number of GiB"), "{}", stderr(&out));
+    // Fuzzing: 1e30 GiB passed and gave a saturated CPU block count; a PiB is the most any host offloads to.
+    for command in ["validate", "fit"] {
+        let out = blis(&[command, dir.to_str().unwrap(), "--kv-offloading-size", "1e30"]);
+        crate::assert_refused(&out, command, "--kv-offloading-size 1e30: must be at most 1e6 GiB");
+    }
 
     let out = blis(&["validate", tmp.0.join("nowhere").to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
@@ -424,8 +429,9 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
 
 /// Fuzzing: `blis convert vllm-log` wrote values the log states that
 /// `blis validate` then refused (TP 3 for a model of 32 heads, blocks of 7
-/// tokens, a utilisation of 5, no sequences). Each is now left out with a
-/// note on standard error, and what is written validates.
+/// tokens, a utilisation of 5, no sequences), and dropped a pipeline degree
+/// of 0 silently. Each is now left out with a note on standard error, and
+/// what is written validates.
 #[test]
 fn a_vllm_log_converts_only_what_validate_accepts() {
     let tmp = TempDir::new("validate-vllm-log-strict");
@@ -433,6 +439,7 @@ fn a_vllm_log_converts_only_what_validate_accepts() {
     let log = tmp.0.join("vllm.log");
     let bad = VLLM_LOG
         .replace("tensor_parallel_size=1", "tensor_parallel_size=3")
+        .replace("pipeline_parallel_size=1", "pipeline_parallel_size=0")
         .replace("'max_num_seqs': 128", "'max_num_seqs': 0, 'gpu_memory_utilization': 5.0");
     std::fs::write(&log, format!("{bad}INFO Forcing kv cache block size to 7 for X backend.\n")).unwrap();
     let facts = dir.join("server-facts.yaml");
@@ -445,6 +452,8 @@ fn a_vllm_log_converts_only_what_validate_accepts() {
         ("gpu_memory_utilization", "gpu_memory_utilization 5: must be in (0, 1]; ignored"),
         ("block_size", "block_size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens; ignored"),
         ("num_gpu_blocks", "the KV cache size is ignored"),
+        // Not a fact, but a degree the log states and BLIS cannot read: a note, not silence.
+        ("pipeline_parallel_size", "pipeline_parallel_size 0: not a whole number from 1 to 1024; ignored"),
     ] {
         assert!(!written.contains(&format!("{key}:")) && notes.contains(note), "{key}: {written}\n{notes}");
     }

@@ -43,6 +43,20 @@ pub enum ModelConfigError {
         /// What is allowed.
         reason: &'static str,
     },
+    /// A count that must divide another does not.
+    #[error("field `{field}` = {value} does not divide `{of}` = {total}: {why}")]
+    NotDivisor {
+        /// Field name of the divisor.
+        field: &'static str,
+        /// Its value.
+        value: u32,
+        /// Field name of the count it must divide.
+        of: &'static str,
+        /// That count.
+        total: u32,
+        /// Why it must.
+        why: &'static str,
+    },
 }
 
 /// Why a model cannot be split over a tensor-parallel degree, with vLLM's
@@ -276,9 +290,8 @@ fn required_u32(obj: &Map<String, Value>, names: &[&'static str], aliases: &'sta
 impl ModelConfig {
     /// Parses the text of a HuggingFace `config.json`.
     ///
-    /// Guarantees: every count is positive; `num_kv_heads` divides nothing
-    /// implicitly (it is only required to be ≤ `num_attention_heads`); a MoE
-    /// model has `experts_per_token ≤ num_experts`.
+    /// Guarantees: every count is positive; `num_kv_heads` divides
+    /// `num_attention_heads`; a MoE model has `experts_per_token ≤ num_experts`.
     pub fn from_hf_json(text: &str) -> Result<ModelConfig, ModelConfigError> {
         // Read shallowly: memory about the text's size, whatever it carries.
         let root = crate::shallow_json::object(text, &["text_config"]).map_err(|e| match e {
@@ -308,6 +321,17 @@ impl ModelConfig {
                 field: "num_key_value_heads",
                 value: num_kv_heads.to_string(),
                 reason: "must not exceed num_attention_heads",
+            });
+        }
+        // Grouped-query attention: every KV head serves the same number of
+        // query heads (HF's `repeat_kv`, vLLM's attention layer asserts it).
+        if num_attention_heads % num_kv_heads != 0 {
+            return Err(ModelConfigError::NotDivisor {
+                field: "num_key_value_heads",
+                value: num_kv_heads,
+                of: "num_attention_heads",
+                total: num_attention_heads,
+                why: "grouped-query attention shares each KV head among an equal number of query heads",
             });
         }
         let head_dim = match positive_u32(obj, &["head_dim"], "head_dim")? {
@@ -855,6 +879,12 @@ mod tests {
             ModelConfig::from_hf_json(&deep).unwrap_err(),
             ModelConfigError::Invalid { field: "num_hidden_layers", value: "400000000".into(), reason: "must be at most 100000" }
         );
+        // KV heads that do not divide the query heads (fuzzing found 64 over 6 accepted).
+        let e = ModelConfig::from_hf_json(&LLAMA2_70B.replace(r#""num_key_value_heads":8"#, r#""num_key_value_heads":6"#)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "field `num_key_value_heads` = 6 does not divide `num_attention_heads` = 64: grouped-query attention shares each KV head among an equal number of query heads"
+        );
     }
 
     pub(super) const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,
@@ -869,10 +899,10 @@ mod tests {
         }
         assert_eq!(m.check_tensor_parallel(3), Err(TensorParallelError::HeadsNotDivisible { heads: 64, tp: 3 }));
         assert_eq!(m.check_tensor_parallel(0), Err(TensorParallelError::HeadsNotDivisible { heads: 64, tp: 0 }));
-        // 24 heads, 16 KV heads: tp 12 and 24 divide the heads, but 12 does not
+        // 48 heads, 16 KV heads: tp 12 and 24 divide the heads, but 12 does not
         // divide 16 and 24 is not a multiple of it.
         let odd = ModelConfig::from_hf_json(
-            r#"{"hidden_size":1536,"num_hidden_layers":2,"num_attention_heads":24,"num_key_value_heads":16,"intermediate_size":64,"vocab_size":10}"#,
+            r#"{"hidden_size":1536,"num_hidden_layers":2,"num_attention_heads":48,"num_key_value_heads":16,"intermediate_size":64,"vocab_size":10}"#,
         )
         .unwrap();
         assert_eq!(odd.check_tensor_parallel(8), Ok(()));
