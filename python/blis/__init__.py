@@ -71,7 +71,9 @@ class Result:
 
     def __repr__(self) -> str:
         r = self.report["requests"]
-        return f"<blis.Result: {r['completed']} of {r['injected']} requests completed, TTFT p99 {self.report['latency_ms']['ttft']['p99']:.1f} ms>"
+        p99 = self.report["latency_ms"]["ttft"]["p99"]
+        ttft = "no TTFT (nothing completed)" if p99 is None else f"TTFT p99 {p99:.1f} ms"
+        return f"<blis.Result: {r['completed']} of {r['injected']} requests completed, {ttft}>"
 
 
 def run(scenario: Scenario, *, requests: bool = True) -> Result:
@@ -101,7 +103,7 @@ def sweep(base: Scenario, grid: Union[Mapping[str, Any], str, "os.PathLike[str]"
             grid_text = f.read()
     else:
         grid_text = grid
-    header, points = _blis.grid_points(grid_text)
+    header, points = _blis.grid_points(grid_text, base_text, base_path)
     if backend == "local":
         with ThreadPoolExecutor(max_workers=jobs or os.cpu_count() or 1) as pool:
             rows = list(pool.map(lambda ip: _blis.sweep_row(base_text, ip[1], ip[0], base_path), enumerate(points)))

@@ -108,12 +108,17 @@ fn run(py: Python<'_>, text: &str, path: Option<&str>, requests: bool) -> PyResu
 }
 
 /// A grid (YAML or JSON text, `blis sweep --grid`'s schema): its CSV header
-/// and, per point, its knob values as JSON, in point order.
+/// and, per point, its knob values as JSON, in point order. Every axis
+/// value is checked against `base` (a scenario as [`run`] takes it) first,
+/// as `blis sweep` does, so a value no point can run with is one error.
 #[pyfunction]
-fn grid_points(text: &str) -> PyResult<(String, Vec<String>)> {
+#[pyo3(signature = (text, base, base_path=None))]
+fn grid_points(text: &str, base: &str, base_path: Option<&str>) -> PyResult<(String, Vec<String>)> {
     let raw: Value = blis_data::yaml::from_str(text).map_err(|e| err(format!("the grid: not valid YAML: {e}")))?;
     let grid = Grid::parse(raw, "the grid").map_err(|e| err(e.0))?;
     grid.check_knobs("the grid").map_err(|e| err(e.0))?;
+    let (flags, file) = layers(base, base_path, "--base").map_err(err)?;
+    grid.check_scenarios("the grid", &flags, &file).map_err(|e| err(e.to_string()))?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
     let points = (0..grid.points).map(|i| Value::Object(grid.point(i)).to_string()).collect();
     Ok((header, points))

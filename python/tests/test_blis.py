@@ -113,6 +113,9 @@ def test_unknown_backends_and_bad_grids_are_refused():
         blis.sweep(BASE, GRID, backend="spark")
     with pytest.raises(blis.BlisError, match="ratee"):
         blis.sweep(BASE, {"axes": {"ratee": [1]}})
+    # A value no point can run with is one error before anything runs, as in `blis sweep`.
+    with pytest.raises(blis.BlisError, match=r"rate.*-1"):
+        blis.sweep(BASE, {"axes": {"rate": [5, -1]}})
 
 
 def test_a_sweeps_parquet_file_holds_its_csv_rows_typed(tmp_path):

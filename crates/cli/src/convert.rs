@@ -7,6 +7,8 @@ use std::path::PathBuf;
 use anyhow::Context;
 use blis_calibrate::otel::OtelTrace;
 use blis_calibrate::vllm_log::LoggedServer;
+use blis_scenario::count::parse_count;
+use blis_workload::limits::MAX_RATE_PER_S;
 use blis_workload::servegen::{ServeGenOptions, convert};
 use blis_workload::spec::to_yaml;
 use blis_workload::trace_v2::{COLUMNS, Row, TraceHeader, header_path, trace_csv};
@@ -81,16 +83,16 @@ pub struct ServeGenArgs {
     #[arg(long, short, value_name = "PATH")]
     output: PathBuf,
     /// Start of the imported span, seconds into the data. [default: 0]
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_count::<u64>, allow_negative_numbers = true)]
     span_start: Option<u64>,
     /// End of the imported span, seconds into the data. [default: the end of the data]
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = parse_count::<u64>, allow_negative_numbers = true)]
     span_end: Option<u64>,
     /// The spec's aggregate_rate. [default: the data's mean rate over the span]
     #[arg(long, value_name = "REQ_PER_S", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// The spec's seed. [default: 42]
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count::<u64>, allow_negative_numbers = true)]
     seed: Option<u64>,
 }
 
@@ -224,9 +226,9 @@ fn otel(a: OtelArgs) -> anyhow::Result<()> {
 /// `blis convert servegen`.
 fn servegen(a: ServeGenArgs) -> anyhow::Result<()> {
     if let Some(r) = a.rate
-        && !(r.is_finite() && r > 0.0)
+        && !(r.is_finite() && r > 0.0 && r <= MAX_RATE_PER_S)
     {
-        return Err(bad_input!("--rate {r}: must be a positive number of requests per second").into());
+        return Err(bad_input!("--rate {r}: must be a positive number of requests per second, at most {MAX_RATE_PER_S:e}").into());
     }
     let opts = ServeGenOptions { span_start_s: a.span_start, span_end_s: a.span_end, aggregate_rate: a.rate, seed: a.seed };
     let (spec, warnings) = convert(&a.path, &output_dir(&a.output), &opts).map_err(|e| bad_input!("{e}"))?;

@@ -156,10 +156,26 @@ fn die_quietly_on_closed_pipes() {
     }
 }
 
+/// Makes Ctrl-C, SIGTERM and SIGHUP remove the outputs being written
+/// before the process ends (exit code 130, as a shell reports an
+/// interrupted command), so a stopped command leaves no partial file.
+/// `serve` and `observe` handle these signals themselves, to shut down
+/// gracefully.
+fn clean_up_when_stopped() {
+    // The handler runs on ctrlc's own thread, not in signal context. If it
+    // cannot be installed, the default disposition (end at once) stays.
+    let _ = ctrlc::set_handler(|| {
+        output::discard_open_outputs();
+        eprintln!("error: stopped by a signal; outputs not yet complete were removed");
+        std::process::exit(130);
+    });
+}
+
 fn main() {
     let cli = parse_cli();
     if !matches!(cli.command, Command::Serve(_) | Command::Observe(_)) {
         die_quietly_on_closed_pipes();
+        clean_up_when_stopped();
     }
     let result = match cli.command {
         Command::Run(args) => run::execute(*args),

@@ -30,8 +30,25 @@ pub struct AtomicFile {
 }
 
 /// The regular-file outputs open in this process, by [`file_identity`],
-/// with the flag that named each: two outputs of one command must differ.
-static OPEN_OUTPUTS: Mutex<Vec<(PathBuf, String)>> = Mutex::new(Vec::new());
+/// with the flag that named each (two outputs of one command must differ)
+/// and the temporary file being written.
+static OPEN_OUTPUTS: Mutex<Vec<OpenOutput>> = Mutex::new(Vec::new());
+
+/// One entry of [`OPEN_OUTPUTS`].
+struct OpenOutput {
+    id: PathBuf,
+    flag: String,
+    tmp: PathBuf,
+}
+
+/// Removes the temporary file of every output still open: for a command
+/// stopped by a signal, which runs no destructor, so that it leaves no
+/// `.NAME.blis-tmp` behind.
+pub fn discard_open_outputs() {
+    for open in OPEN_OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner).iter() {
+        let _ = std::fs::remove_file(&open.tmp);
+    }
+}
 
 /// What `path` names, independent of spelling: the canonical path of the
 /// file, or of its directory joined with its name when it does not exist yet.
@@ -73,11 +90,12 @@ impl AtomicFile {
             let name = dest.file_name().ok_or_else(|| bad_input!("--{flag} {}: not a file path", dest.display()))?;
             let id = file_identity(dest);
             let mut open = OPEN_OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-            if let Some((_, other)) = open.iter().find(|(p, _)| *p == id) {
-                return Err(bad_input!("--{flag} {}: is also the path of --{other}; give each output its own file", dest.display()));
+            if let Some(other) = open.iter().find(|o| o.id == id) {
+                return Err(bad_input!("--{flag} {}: is also the path of --{}; give each output its own file", dest.display(), other.flag));
             }
-            open.push((id.clone(), flag.to_string()));
-            (Some(dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy()))), Some(id))
+            let tmp = dest.with_file_name(format!(".{}.blis-tmp", name.to_string_lossy()));
+            open.push(OpenOutput { id: id.clone(), flag: flag.to_string(), tmp: tmp.clone() });
+            (Some(tmp), Some(id))
         };
         let open_path = tmp.as_deref().unwrap_or(dest);
         match File::create(open_path) {
@@ -110,7 +128,7 @@ impl AtomicFile {
 fn release(claim: Option<&Path>) {
     if let Some(id) = claim {
         let mut open = OPEN_OUTPUTS.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
-        if let Some(i) = open.iter().position(|(p, _)| p == id) {
+        if let Some(i) = open.iter().position(|o| o.id == id) {
             open.swap_remove(i);
         }
     }

@@ -26,6 +26,7 @@ use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use blis_cluster::autoscale::MAX_GPU_HOUR_COST;
 use blis_scenario::Scenario;
 use blis_scenario::deployment::Deployment;
 use blis_scenario::knobs::{KnobValues, Knobs};
@@ -197,12 +198,23 @@ impl Plan {
             return Err(bad_input!("{origin}: gpus, tp and replicas each need at least one entry"));
         }
         for (i, g) in file.gpus.iter().enumerate() {
-            if !(g.gpu_hour_cost.is_finite() && g.gpu_hour_cost >= 0.0) {
-                return Err(bad_input!("{origin}: gpus[{i}].gpu_hour_cost {}: must be a non-negative number of dollars", g.gpu_hour_cost));
+            if !(g.gpu_hour_cost.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&g.gpu_hour_cost)) {
+                return Err(bad_input!("{origin}: gpus[{i}].gpu_hour_cost {}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars", g.gpu_hour_cost));
             }
         }
         if let Some(bad) = file.tp.iter().chain(&file.replicas).find(|&&n| n == 0) {
             return Err(bad_input!("{origin}: tp and replicas must be at least 1, got {bad}"));
+        }
+        let canonical = |name: &str| blis_data::catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
+        for (i, g) in file.gpus.iter().enumerate() {
+            if let Some(first) = file.gpus[..i].iter().position(|f| canonical(&f.hardware) == canonical(&g.hardware)) {
+                return Err(bad_input!("{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay", g.hardware));
+            }
+        }
+        for (key, list) in [("tp", &file.tp), ("replicas", &file.replicas)] {
+            if let Some(i) = (1..list.len()).find(|&i| list[..i].contains(&list[i])) {
+                return Err(bad_input!("{origin}: {key}[{i}] {}: listed twice; each value once", list[i]));
+            }
         }
         let knobs = match file.knobs {
             None => None,

@@ -82,6 +82,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
         blis_scenario::simulate(resolved, Outputs { observers, decisions: trace.as_mut().map(|t| t as &mut dyn DecisionSink) })?
     };
     progress.finish();
+    if report.summary.requests.injected == 0 {
+        warn(&[String::from("no request arrived within the workload's span (its horizon or windows): is its rate too low? Every latency is empty")]);
+    }
     if let Some(c) = csv {
         c.commit()?;
     }

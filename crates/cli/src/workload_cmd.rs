@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use blis_engine::metrics::IntCounts;
+use blis_scenario::count::parse_count;
 use blis_workload::builtin::BUILTINS;
 use blis_workload::plan::Plan;
 use blis_workload::spec::{self, LoadedSpec, Overrides};
@@ -40,10 +41,10 @@ pub struct SpecOverrides {
     #[arg(long, value_name = "REQ_PER_S", allow_negative_numbers = true)]
     rate: Option<f64>,
     /// Replace the spec's num_requests (and ignore its horizon); 1000 when the spec bounds neither.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count::<u64>, allow_negative_numbers = true)]
     num_requests: Option<u64>,
     /// Replace the spec's seed.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_count::<u64>, allow_negative_numbers = true)]
     seed: Option<u64>,
 }
 

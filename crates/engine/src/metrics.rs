@@ -231,9 +231,10 @@ impl IntCounts {
     }
 }
 
-/// Summary of one distribution. Empty distributions report `count: 0` and
-/// zeros elsewhere (JSON has no NaN).
-#[derive(Clone, Debug, PartialEq, Serialize)]
+/// Summary of one distribution. Empty distributions hold `count: 0` and
+/// zeros elsewhere, and serialize those statistics as `null` (JSON has no
+/// NaN, and a 0 ms latency would read as a measurement).
+#[derive(Clone, Debug, PartialEq)]
 pub struct Distribution {
     /// Number of samples.
     pub count: u64,
@@ -251,6 +252,19 @@ pub struct Distribution {
     pub p99: f64,
     /// Largest sample.
     pub max: f64,
+}
+
+impl Serialize for Distribution {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeStruct;
+        let stat = |v: f64| (self.count > 0).then_some(v);
+        let mut out = serializer.serialize_struct("Distribution", 8)?;
+        out.serialize_field("count", &self.count)?;
+        for (name, v) in [("mean", self.mean), ("min", self.min), ("p50", self.p50), ("p90", self.p90), ("p95", self.p95), ("p99", self.p99), ("max", self.max)] {
+            out.serialize_field(name, &stat(v))?;
+        }
+        out.end()
+    }
 }
 
 impl Distribution {

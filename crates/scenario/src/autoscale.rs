@@ -3,7 +3,7 @@
 //! defaults; each node pool resolved to a server (its GPU's KV capacity and
 //! step-time model) as vLLM would run the deployment's model there.
 
-use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, NodePoolSection, PoolConfig, Span};
+use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, PoolConfig, Span};
 use blis_engine::time::{Micros, parse_duration};
 
 use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
@@ -94,6 +94,15 @@ pub fn resolve(
         _ => k.num_instances.value.unwrap_or(1),
     };
     let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
+    let limit = blis_cluster::MAX_INSTANCES;
+    for (flag, key, knob, n) in [("min-instances", "min_replicas", &k.min_instances, min), ("max-instances", "max_replicas", &k.max_instances, max)] {
+        if n > limit {
+            return Err(match knob.value {
+                Some(_) => invalid!("--{flag} {n}: must be at most {limit} replicas"),
+                None => file(format!("autoscale.{key}: {n}: must be at most {limit} replicas")),
+            });
+        }
+    }
     if min > max {
         return Err(invalid!("--min-instances {min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"));
     }
@@ -155,9 +164,9 @@ fn resolve_pools(
 ) -> Result<Vec<PoolConfig>, ScenarioError> {
     let cost = k.gpu_hour_cost.value;
     if let Some(c) = cost
-        && !(c.is_finite() && (0.0..=1e6).contains(&c))
+        && !(c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c))
     {
-        return Err(invalid!("--gpu-hour-cost {c}: must be a price in [0, 1e6] dollars"));
+        return Err(invalid!("--gpu-hour-cost {c}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"));
     }
     let provisioning = delay("provisioning-delay", &k.provisioning_delay)?;
     let loading = delay("loading-delay", &k.loading_delay)?;

@@ -79,9 +79,14 @@ fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundl
 /// Parses `class.metric=ms,...` into per-class targets over `base`.
 fn apply_slo_targets(text: &str, base: &mut std::collections::BTreeMap<String, SloTargets>) -> Result<(), ScenarioError> {
     let flag = |m: String| invalid!("--slo-targets {text:?}: {m}");
+    let mut seen = Vec::new();
     for part in text.split(',') {
         let (key, value) = part.split_once('=').ok_or_else(|| flag(format!("`{part}` is not CLASS.METRIC=MS (e.g. realtime.ttft_ms=200)")))?;
         let (class, metric) = key.trim().rsplit_once('.').ok_or_else(|| flag(format!("`{key}` is not CLASS.METRIC")))?;
+        if seen.contains(&(class, metric)) {
+            return Err(flag(format!("`{}` is given twice", key.trim())));
+        }
+        seen.push((class, metric));
         let ms: f64 = value.trim().parse().map_err(|_| flag(format!("`{}` is not a number of milliseconds", value.trim())))?;
         let t = base.entry(class.to_string()).or_default();
         match metric {

@@ -116,10 +116,21 @@ fn resolve_model(k: &Knobs) -> Result<(String, ModelConfig), ScenarioError> {
     Ok((bundled.id.to_string(), model))
 }
 
+/// The GPU: `--hardware-config`'s file, or the bundled `--hardware`. When
+/// both are given, the one given at higher precedence (a flag over a file)
+/// wins; both at the same level is ambiguous and refused.
 fn resolve_gpu(k: &Knobs) -> Result<(String, GpuSpec), ScenarioError> {
     if let Some(path) = &k.hardware_config.value {
-        let gpu = load_gpu_spec(path)?;
-        return Ok((gpu.name.clone(), gpu));
+        let named = k.hardware.source;
+        if named == k.hardware_config.source {
+            let gpu = k.hardware.value.as_deref().unwrap_or_default();
+            let place = if named == Source::Flag { "as flags" } else { "in the same file" };
+            return Err(invalid!("--hardware {gpu} and --hardware-config {}: both given {place}; pass one", path.display()));
+        }
+        if !(named == Source::Flag && k.hardware_config.source == Source::File) {
+            let gpu = load_gpu_spec(path)?;
+            return Ok((gpu.name.clone(), gpu));
+        }
     }
     let name = required(&k.hardware, "--hardware is required")?;
     let g = catalog::find_gpu(&name)
@@ -302,6 +313,15 @@ impl Deployment {
             report_entry(report, "latency-model", &chosen.set.latency_model, Source::Derived);
         }
         report_entry(report, "coefficients", &chosen.origin, Source::Derived);
+        if k.alpha_coeffs.value.is_some() {
+            let negative: Vec<String> = chosen.set.alpha.iter().enumerate().filter(|(_, a)| **a < 0.0).map(|(i, a)| format!("α{i} = {a}")).collect();
+            if !negative.is_empty() {
+                warnings.push(format!(
+                    "--alpha-coeffs: {} negative; a request's overhead that sums below 0 µs is taken as 0, never as negative time",
+                    negative.join(", ")
+                ));
+            }
+        }
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, server.tp, &chosen.origin) {
             warnings.push(w);
         }

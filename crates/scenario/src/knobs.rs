@@ -114,7 +114,7 @@ macro_rules! knob_table {
         pub struct KnobValues {
             $(
                 $(#[doc = $doc])*
-                #[cfg_attr(feature = "clap", arg(value_parser = <$ty as KnobValue>::value_parser(), $($arg)* $(, visible_alias = $alias)?))]
+                #[cfg_attr(feature = "clap", arg(value_parser = <$ty as KnobValue>::value_parser(), allow_negative_numbers = <$ty as KnobValue>::IS_COUNT, $($arg)* $(, visible_alias = $alias)?))]
                 #[serde(default)]
                 pub $name: Option<$ty>,
             )*

@@ -121,11 +121,11 @@ impl LengthDistribution {
             return Some(("min", self.min.to_string(), "must not exceed max"));
         }
         if let Some(v) = self.variance {
-            if self.std_dev > 0.0 {
-                return Some(("variance", v.to_string(), "give either std_dev or variance, not both (std_dev defaults to 200: set it to 0)"));
-            }
             if !(v.is_finite() && v >= 0.0) {
                 return Some(("variance", v.to_string(), "must be a finite number ≥ 0"));
+            }
+            if self.std_dev > 0.0 {
+                return Some(("variance", v.to_string(), "give either std_dev or variance, not both (std_dev defaults to 200: set it to 0)"));
             }
         }
         if !self.mean.is_finite() {
@@ -313,6 +313,9 @@ mod tests {
         let v: LengthDistribution = blis_data::yaml::from_str("variance: 100\n").unwrap();
         assert_eq!(sp(v.clone()), Some("variance"));
         assert_eq!(sp(LengthDistribution { std_dev: 0.0, ..v }), None);
+        // An impossible variance is named for what it is, even beside the default std_dev.
+        let negative: LengthDistribution = blis_data::yaml::from_str("variance: -4\n").unwrap();
+        assert_eq!(negative.problem(Sampler::SharedPrefix).map(|p| p.2), Some("must be a finite number ≥ 0"));
         assert_eq!(sp(LengthDistribution { skew: f64::INFINITY, ..LengthDistribution::default() }), Some("skew"));
         let typo = blis_data::yaml::from_str::<LengthDistribution>("std_deviation: 5\n").unwrap_err().to_string();
         assert!(typo.contains("unknown field `std_deviation`") && typo.contains("std_dev"), "{typo}");

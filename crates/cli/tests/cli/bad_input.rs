@@ -67,6 +67,14 @@ fn malformed_and_incomplete_model_configs() {
     assert!(e.contains("num_hidden_layers"), "{e}");
     let e = rejected("missing-config", &["--model-config", dir.join("nope.json").to_str().unwrap()]);
     assert!(e.contains("nope.json"), "{e}");
+    // Fuzzing: 5 KV heads for 32 query heads was accepted; grouped-query attention needs a divisor.
+    let ungrouped = write(
+        &dir,
+        "ungrouped.json",
+        r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 5, "intermediate_size": 11008, "vocab_size": 32000}"#,
+    );
+    let e = rejected("kv-heads-not-dividing", &["--model-config", &ungrouped]);
+    assert!(e.contains("ungrouped.json") && e.contains("field `num_key_value_heads` = 5 does not divide `num_attention_heads` = 32"), "{e}");
 }
 
 #[test]
@@ -81,6 +89,9 @@ fn bad_rates_and_lengths() {
         ("output-negative", "--output-tokens", "-1", "--output-tokens"),
         ("stdev-negative", "--prompt-tokens-stdev", "-2", "--prompt-tokens-stdev"),
         ("requests-zero", "--num-requests", "0", "--num-requests"),
+        // A negative count is the count's error, not clap's "unexpected argument".
+        ("seqs-negative", "--max-num-seqs", "-5", "invalid value '-5' for '--max-num-seqs <N>': `-5` is not a whole number"),
+        ("seed-negative", "--seed", "-1", "invalid value '-1' for '--seed <N>'"),
         ("horizon-negative", "--horizon", "-1", "--horizon"),
         ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
         ("horizon-huge", "--horizon", "1e15", "in [1e-6, 1e8]"),
@@ -161,6 +172,16 @@ fn bad_server_knobs() {
         let field = if name == "kernels-memory" { "kernels.gemm_memory" } else { "kernels.layer_overhead_us" };
         assert!(e.contains(field) && e.contains(path.to_str().unwrap()), "{e}");
     }
+    // Fuzzing: a GPU of 1 GiB, or of a million, was accepted; memory is bounded to what boards carry.
+    for (name, memory) in [("memory-tiny", "1"), ("memory-huge", "1e6")] {
+        let path = sheet_dir.join(format!("{name}.json"));
+        std::fs::write(&path, spec.replace("\"memory_gib\": 48.0", &format!("\"memory_gib\": {memory}"))).unwrap();
+        let e = rejected(name, &with_model(&["--hardware-config", path.to_str().unwrap()]));
+        assert!(e.contains(path.to_str().unwrap()) && e.contains("field `memory_gib`") && e.contains("in [4, 4096]"), "{e}");
+    }
+    let a40 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A40.json");
+    let e = rejected("two-gpus", &with_model(&["--hardware", "L40S", "--hardware-config", a40]));
+    assert!(e.contains("--hardware L40S and --hardware-config") && e.contains("pass one"), "{e}");
     let e = rejected("too-big", &["--model", "meta-llama/Llama-3.1-70B-Instruct", "--hardware", "L40S"]);
     assert!(e.contains("does not fit"), "{e}");
     let e = rejected("no-chunk", &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]));
@@ -345,6 +366,8 @@ fn bad_autoscaling_settings() {
         ("as-slowdown", vec!["--autoscale-policy", "threshold", "--warmup-slowdown", "0.5"], "[1, 100]"),
         ("as-cost", vec!["--autoscale-policy", "threshold", "--gpu-hour-cost", "-2"], "--gpu-hour-cost"),
         ("as-without-policy", vec!["--max-instances", "4"], "needs autoscaling"),
+        ("as-min-beyond-limit", vec!["--autoscale-policy", "threshold", "--min-instances", "1025"], "--min-instances 1025: must be at most 1024"),
+        ("as-max-beyond-limit", vec!["--autoscale-policy", "threshold", "--max-instances", "2000"], "--max-instances 2000: must be at most 1024"),
         ("as-initial-outside", vec!["--autoscale-policy", "threshold", "--num-instances", "9", "--max-instances", "4"], "--num-instances 9"),
         ("as-plot-without", vec!["--plot-timeline", "/nonexistent-dir/x.svg"], "--plot-timeline"),
     ] {

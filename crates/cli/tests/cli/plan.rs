@@ -58,8 +58,11 @@ fn bad_plans_are_refused_before_anything_runs() {
     for (name, plan, needle) in [
         ("metric", "slo: {ttft_p98_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\n", "slo.ttft_p98_ms"),
         ("price", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: -1}]\nreplicas: [1]\n", "gpu_hour_cost -1"),
+        ("price-absurd", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1e300}]\nreplicas: [1]\n", "gpu_hour_cost 1e300: must be a price in [0, 1e6] dollars"),
         ("field", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nbudget: 3\n", "budget"),
         ("knob", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-num-seqz: [1]}\n", "max-num-seqz"),
+        ("same-gpu", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}, {hardware: h100, gpu_hour_cost: 2}]\nreplicas: [1]\n", "gpus[1].hardware h100: the same GPU as gpus[0]"),
+        ("tp-twice", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\ntp: [1, 2, 1]\nreplicas: [1]\n", "tp[2] 1: listed twice"),
         // Infeasible plans name what binds.
         ("binds", "slo: {itl_p99_ms: 1000, ttft_p99_ms: 0.01}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1, 2]\n", "no candidate meets ttft_p99_ms 0.01: the best reaches"),
         ("all-pruned", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: L40S, gpu_hour_cost: 1}]\nreplicas: [1]\n", "cannot carry the rate even at peak"),

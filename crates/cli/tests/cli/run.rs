@@ -103,6 +103,20 @@ fn step_times_outside_one_microsecond_to_one_hour_are_clamped_counted_and_flagge
     assert_eq!(j["batch"]["overheads_clamped"], 0);
 }
 
+/// A negative α cannot make time run backwards: overheads below 0 are 0,
+/// and the run says so when the flag gave one.
+#[test]
+fn negative_alpha_flags_are_named_in_a_warning() {
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["-q", "--latency-model", "blackbox", "--alpha-coeffs=-100,0.5,0", "--beta-coeffs", "5000,0,1"]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning: --alpha-coeffs: α0 = -100 negative;"), "{}", stderr(&out));
+    args.truncate(args.len() - 3);
+    args.extend_from_slice(&["--alpha-coeffs", "100,0.5,0", "--beta-coeffs", "5000,0,1"]);
+    assert!(!stderr(&blis(&args)).contains("warning"), "no warning without a negative α");
+}
+
 /// An α of 1e300 µs of queueing delay is clamped to one hour per request,
 /// counted and flagged; the bundled coefficients clamp nothing.
 #[test]
@@ -156,6 +170,51 @@ fn config_file_values_have_source_file_and_flags_override_them() {
     assert_eq!(j["config"]["max-num-batched-tokens"]["value"], 1024);
     assert_eq!(j["config"]["seed"]["source"], "flag");
     assert_eq!(j["seed"], 9);
+}
+
+/// A run stopped by SIGTERM while writing its outputs removes them: no
+/// `.NAME.blis-tmp` is left, and the exit code is 130. The run reads its
+/// trace from a FIFO, so it is stopped exactly while blocked reading,
+/// after its outputs were opened (opening the FIFO's write end returns
+/// once the run has opened the read end).
+#[cfg(unix)]
+#[test]
+fn a_run_stopped_by_a_signal_leaves_no_partial_output() {
+    let dir = scratch("sigterm");
+    let fifo = dir.join("t.csv");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_blis"))
+        .args(["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--trace", "t.csv", "--output", "out.json", "--requests-csv", "r.csv"])
+        .current_dir(&dir)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let writer = std::fs::OpenOptions::new().write(true).open(&fifo).unwrap();
+    assert!(dir.join(".out.json.blis-tmp").exists(), "the output is open");
+    // SAFETY: kill(2) on the pid of a child not yet waited for.
+    assert_eq!(unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) }, 0);
+    let out = child.wait_with_output().unwrap();
+    drop(writer);
+    assert_eq!(out.status.code(), Some(130), "{}", stderr(&out));
+    assert!(stderr(&out).contains("stopped by a signal"), "{}", stderr(&out));
+    let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(left, vec![std::ffi::OsString::from("t.csv")], "only the FIFO remains");
+}
+
+/// `--hardware` and `--hardware-config` at different levels: the flag wins
+/// over the config file, whichever of the two the flag is.
+#[test]
+fn a_gpu_flag_overrides_a_gpu_in_the_config_file_either_way() {
+    let dir = scratch("gpu-precedence");
+    let a40 = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A40.json");
+    let named = dir.join("named.yaml");
+    std::fs::write(&named, "hardware: L40S\n").unwrap();
+    let (_, j) = run_json(&["--config", named.to_str().unwrap(), "--hardware-config", a40]);
+    assert_eq!(j["deployment"]["hardware"], "NVIDIA A40 48GB");
+    let file = dir.join("file.yaml");
+    std::fs::write(&file, format!("hardware-config: {a40}\n")).unwrap();
+    let (_, j) = run_json(&["--config", file.to_str().unwrap(), "--hardware", "L40S"]);
+    assert_eq!(j["deployment"]["hardware"], "L40S");
 }
 
 /// Counts may be written as vLLM reads them (32k, 16Ki) or as 1e3, in a

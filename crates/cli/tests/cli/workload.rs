@@ -124,6 +124,28 @@ fn servegen_directories_convert_to_runnable_specs() {
     assert_eq!(strip(&regenerated), strip(&examples_dir.join("servegen-language.yaml")));
 }
 
+/// A spec so slow that nothing arrives within its horizon runs, says so,
+/// and reports no latency rather than 0 ms.
+#[test]
+fn a_run_where_nothing_arrives_warns_and_reports_null_latencies() {
+    let spec = scratch("nothing-arrives").join("w.yaml");
+    ok(&["convert", "servegen", "--path", &example("servegen/language-mini"), "--rate", "1e-9", "--output", spec.to_str().unwrap()]);
+    let mut args = vec!["run", "-q", "--format", "json", "--workload-spec", spec.to_str().unwrap()];
+    args.extend_from_slice(MODEL);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("warning: no request arrived within the workload's span"), "{}", stderr(&out));
+    let j: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(j["requests"]["injected"], 0);
+    for metric in ["ttft", "tpot", "itl", "e2e", "scheduling_delay"] {
+        let d = &j["latency_ms"][metric];
+        assert_eq!(d["count"], 0, "{metric}");
+        for stat in ["mean", "min", "p50", "p90", "p95", "p99", "max"] {
+            assert!(d[stat].is_null(), "{metric}.{stat}: {}", d[stat]);
+        }
+    }
+}
+
 #[test]
 fn compose_merges_specs_into_a_runnable_one() {
     let dir = scratch("compose");
@@ -209,6 +231,10 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
     assert!(e.contains("category: is reasoning but"), "{e}");
     let e = rejected("stats-bad", &["workload", "stats", "--spec", &nan_rate], "--plot", "p.svg");
     assert!(e.contains("aggregate_rate"), "{e}");
+    let e = rejected("generate-negative-seed", &["workload", "generate", "--spec", &example("language.yaml"), "--seed", "-1"], "--output", "t.csv");
+    assert!(e.contains("'--seed <N>': `-1` is not a whole number"), "{e}");
+    let e = rejected("convert-negative-start", &["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-start", "-5"], "--output", "w.yaml");
+    assert!(e.contains("'--span-start <SECONDS>': `-5` is not a whole number"), "{e}");
 }
 
 /// An inference-perf profile works as-is as a workload spec: each stage

@@ -83,6 +83,10 @@ impl DrainPolicy {
     }
 }
 
+/// The highest price of one GPU-hour BLIS accepts, dollars: far above any
+/// real one, and small enough that every cost it sums stays readable.
+pub const MAX_GPU_HOUR_COST: f64 = 1e6;
+
 /// A fresh replica's warm-up: its first `duration` of steps take `slowdown`
 /// times as long (JIT compilation, CUDA-graph capture). With
 /// `route_while_warming` false it serves nothing until warm instead ("capture
@@ -130,7 +134,8 @@ pub struct PoolConfig {
     pub min_nodes: u32,
     /// Nodes never requested beyond this.
     pub max_nodes: u32,
-    /// Price of one GPU for an hour, in dollars (`None`: costs are not reported).
+    /// Price of one GPU for an hour, in dollars, at most
+    /// [`MAX_GPU_HOUR_COST`] (`None`: costs are not reported).
     pub cost_per_gpu_hour: Option<f64>,
     /// From requesting a node to its being up.
     pub provisioning_delay: Delay,
@@ -267,11 +272,11 @@ impl AutoscaleConfig {
             )?;
             if let Some(c) = p.cost_per_gpu_hour {
                 check(
-                    c.is_finite() && (0.0..=1e6).contains(&c),
+                    c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c),
                     &at,
                     "cost_per_gpu_hour",
                     c,
-                    "a price in [0, 1e6] dollars",
+                    &format!("a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"),
                 )?;
             }
             capacity += u64::from(p.max_nodes) * u64::from(p.replicas_per_node());

@@ -326,8 +326,10 @@ impl AdmissionSpec {
             AdmissionSpec::RateLimit(q) => {
                 check(q.max_requests >= 1, &p, "max_requests", q.max_requests, "at least 1")?;
                 positive(&p, "window_ms", q.window_ms)?;
-                let window = Micros::from_ms_f64(q.window_ms).filter(|&w| w > Micros::ZERO);
-                let window = window.ok_or_else(|| ConfigError::new(format!("{p}.window_ms"), format!("{}: must be at least 0.001 ms", q.window_ms)))?;
+                let window = Micros::from_ms_f64(q.window_ms).filter(|&w| w > Micros::ZERO && w <= Micros::MAX_SPAN);
+                let window = window.ok_or_else(|| {
+                    ConfigError::new(format!("{p}.window_ms"), format!("{}: must be in [0.001, {:e}] ms (the simulated clock counts microseconds)", q.window_ms, MAX_SPAN_S * 1e3))
+                })?;
                 let shaping = Shaping::build(&p, q.on_limit, q.max_delay_ms)?;
                 Box::new(RateLimit { max: q.max_requests as usize, window, shaping, admitted: VecDeque::new() })
             }

@@ -798,7 +798,7 @@ impl Data {
             return Err(InferencePerfError::Unsupported { field: "data.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
         }
         let largest_stage = load.stages.iter().map(Stage::num_requests).max().unwrap_or(0);
-        let default_count = u32::try_from(largest_stage + 1).unwrap_or(MAX_TOTAL_COUNT).min(MAX_TOTAL_COUNT);
+        let default_count = u32::try_from(largest_stage.saturating_add(1)).unwrap_or(MAX_TOTAL_COUNT).min(MAX_TOTAL_COUNT);
         let lengths = |raw: RawData| -> Result<IoLengths, InferencePerfError> {
             Ok(IoLengths {
                 input: checked_distribution("data.input_distribution", raw.input_distribution, default_count)?,
