@@ -154,6 +154,12 @@ impl Server {
         if let Some(method) = &k.quantization.value {
             model = model.with_quantization(method).map_err(|e| invalid!("--quantization {e}"))?;
         }
+        if let (Some(method), None) = (&model.quant_method, model.weights.format()) {
+            warnings.push(format!(
+                "{model_name}: quantization_config.quant_method `{method}` gives no weight width BLIS knows (no bits, num_bits or FP8 format): \
+                 its weights are sized and timed in half precision"
+            ));
+        }
         let tp = required(&k.tp, "--tp is required")?;
         if !(1..=64).contains(&tp) {
             return Err(invalid!("--tp {tp}: must be between 1 and 64"));

@@ -201,6 +201,23 @@ fn a_run_stopped_by_a_signal_leaves_no_partial_output() {
     assert_eq!(left, vec![std::ffi::OsString::from("t.csv")], "only the FIFO remains");
 }
 
+/// A checkpoint quantized by a method whose width BLIS cannot read runs in
+/// half precision, and the run says so; a method it reads does not warn.
+#[test]
+fn a_quantization_method_of_unknown_width_is_named_in_a_warning() {
+    let dir = scratch("unknown-quant");
+    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let warns = |method: &str| {
+        let path = dir.join(format!("{method}.json"));
+        std::fs::write(&path, config.replacen('{', &format!(r#"{{"quantization_config": {{"quant_method": "{method}"}},"#), 1)).unwrap();
+        let out = blis(&["run", "-q", "--model-config", path.to_str().unwrap(), "--num-requests", "20"]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out).contains(&format!("quant_method `{method}` gives no weight width BLIS knows"))
+    };
+    assert!(warns("mxfp4"));
+    assert!(!warns("fp8"));
+}
+
 /// `--hardware` and `--hardware-config` at different levels: the flag wins
 /// over the config file, whichever of the two the flag is.
 #[test]
