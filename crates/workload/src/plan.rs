@@ -344,7 +344,10 @@ fn build_process(ctx: &Ctx, a: &ArrivalSpec, path: &str) -> Result<Process, Work
         (ProcessKind::Gamma | ProcessKind::Weibull, None) => ctx.err(&cv_path, "missing; gamma and weibull need the CV of their gaps"),
         (ProcessKind::Gamma, Some(cv)) => {
             ctx.check(cv.is_finite() && cv > 0.0 && cv <= 100.0, &cv_path, format!("{} must be in (0, 100]", fmt_num(cv)))?;
-            Process::gamma(cv).map_or_else(|| ctx.err(&cv_path, "cannot build a gamma distribution"), Ok)
+            Process::gamma(cv).map_or_else(
+                || ctx.err(&cv_path, format!("{}: too small for a gamma distribution (its shape 1/cv² overflows); for evenly spaced arrivals use process: constant", fmt_num(cv))),
+                Ok,
+            )
         }
         (ProcessKind::Weibull, Some(cv)) => {
             ctx.check(cv.is_finite() && (0.01..=100.0).contains(&cv), &cv_path, format!("{} must be in [0.01, 100]", fmt_num(cv)))?;
@@ -688,6 +691,7 @@ mod tests {
             ("- id: a\n", "- id: a\n    arrival: {process: gamma}\n", "clients[0].arrival.cv: missing"),
             ("- id: a\n", "- id: a\n    arrival: {process: poisson, cv: 2}\n", "clients[0].arrival.cv: applies to gamma and weibull only"),
             ("- id: a\n", "- id: a\n    arrival: {process: weibull, cv: 0}\n", "clients[0].arrival.cv: 0 must be in [0.01, 100]"),
+            ("- id: a\n", "- id: a\n    arrival: {process: gamma, cv: 1e-300}\n", "clients[0].arrival.cv: 1e-300: too small for a gamma distribution"),
             ("- id: a\n", "- id: a\n    prefix_group: sys\n", "clients[0].prefix_length: missing"),
             ("- id: a\n", "- id: a\n    multimodal: {}\n", "clients[0].multimodal: only for category multimodal"),
             ("- id: a\n", "- id: a\n    multi_turn: {max_rounds: 0}\n", "clients[0].multi_turn.max_rounds: 0 must be in [1,"),
