@@ -85,11 +85,26 @@ fn scenario(policy: Option<&Path>, values: &KnobValues, files: &[(KnobValues, St
 }
 
 /// Checks, without simulating, that the scenario of `values` (and its
-/// `files`) resolves with the default policies: an error here is the
-/// caller's (a flag or file), not any candidate's, and should stop the
-/// evaluation before a candidate runs.
+/// `files`) resolves with the default policies, and draws its arrivals
+/// once (all of an open-loop workload's; a closed loop's first ones, which
+/// wait on no completion): an error here is the caller's (a flag or file,
+/// or a rate so low that arrivals pass the end of simulated time), not any
+/// candidate's, and should stop the evaluation before a candidate runs.
 pub fn check(values: &KnobValues, files: &[(KnobValues, String)]) -> Result<(), ScenarioError> {
-    scenario(None, values, files).check()
+    let scenario = scenario(None, values, files);
+    scenario.check()?;
+    let mut resolved = scenario.resolve()?;
+    let stream = resolved.workload.stream.as_mut();
+    while let Some(arrival) = stream.peek_arrival() {
+        if resolved.horizon.is_some_and(|end| arrival > end) {
+            break;
+        }
+        stream.next_request();
+    }
+    match stream.take_error() {
+        Some(e) => Err(crate::workload_failed(&e)),
+        None => Ok(()),
+    }
 }
 
 /// A latency statistic of `d`, or null when nothing was measured (no

@@ -165,6 +165,11 @@ pub struct Outputs<'a> {
     pub decisions: Option<&'a mut dyn DecisionSink>,
 }
 
+/// The error of a workload that failed while streaming.
+pub(crate) fn workload_failed(e: &blis_workload::error::WorkloadError) -> ScenarioError {
+    invalid!("reading the workload: {e}")
+}
+
 /// Simulates a resolved scenario (always as a cluster: one instance behind
 /// the pass-through policies by default) and reports. Deterministic: the
 /// same scenario gives the same report, byte for byte.
@@ -183,7 +188,7 @@ pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunR
         sim.run(workload.stream.as_mut(), horizon, &mut Fanout::new(observers))
     };
     if let Some(e) = workload.stream.take_error() {
-        return Err(invalid!("reading the workload: {e}"));
+        return Err(workload_failed(&e));
     }
     let summary = sim.summary(&end);
     let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());

@@ -142,6 +142,9 @@ fn evaluate_refuses_scenario_errors_before_any_candidate_runs() {
         args.extend_from_slice(&[flag, value]);
         assert_refused(&blis(&args), &format!("{flag} {value}"), flag);
     }
+    // Arrivals past the end of simulated time are found before any candidate runs.
+    let args = ["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "40", "--rate", "1e-9", "--candidate", c.to_str().unwrap()];
+    assert_refused(&blis(&args), "rate 1e-9", "the arrival rate is too low");
 }
 
 /// `blis evaluate`: one result per candidate in order; a pathological
