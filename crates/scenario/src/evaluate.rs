@@ -91,9 +91,8 @@ fn scenario(policy: Option<&Path>, values: &KnobValues, files: &[(KnobValues, St
 /// or a rate so low that arrivals pass the end of simulated time), not any
 /// candidate's, and should stop the evaluation before a candidate runs.
 pub fn check(values: &KnobValues, files: &[(KnobValues, String)]) -> Result<(), ScenarioError> {
-    let scenario = scenario(None, values, files);
-    scenario.check()?;
-    let mut resolved = scenario.resolve()?;
+    let mut resolved = scenario(None, values, files).resolve()?;
+    resolved.cluster.build(None)?;
     let stream = resolved.workload.stream.as_mut();
     while let Some(arrival) = stream.peek_arrival() {
         if resolved.horizon.is_some_and(|end| arrival > end) {

@@ -1,41 +1,11 @@
 //! The observe → replay → calibrate loop against `blis serve` as a real
 //! peer over loopback HTTP.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
 use serde_json::Value;
 
-use crate::{blis, scratch, stderr};
-
-/// A `blis serve` child process on an ephemeral port; killed on drop.
-struct Server {
-    child: Child,
-    url: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_blis"))
-            .args(["serve", "--model", "meta-llama/llama-3.1-8b-instruct", "--port", "0", "--seed", "5"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("blis serve starts");
-        // The first stderr line announces the bound address.
-        let mut line = String::new();
-        BufReader::new(child.stderr.take().unwrap()).read_line(&mut line).unwrap();
-        let url = line.split("listening on ").nth(1).expect("address announced").trim().to_string();
-        Server { child, url }
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
+use crate::{Server, blis, scratch, stderr};
 
 fn run_ok(args: &[&str]) -> String {
     let out = blis(args);

@@ -17,12 +17,52 @@ mod sweep;
 mod validate;
 mod workload;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
 
 /// Runs `blis` with `args`.
 pub fn blis(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_blis")).args(args).output().expect("the blis binary runs")
+}
+
+/// A `blis serve` child process of Llama-3.1-8B (seed 5) on an ephemeral
+/// port; killed on drop.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// The first stderr line: the start-up banner.
+    pub banner: String,
+    /// The base URL the banner announces (`http://HOST:PORT`).
+    pub url: String,
+}
+
+impl Server {
+    /// Starts `blis serve` with `extra` flags and waits for its banner.
+    pub fn start(extra: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_blis"))
+            .args(["serve", "--model", "meta-llama/llama-3.1-8b-instruct", "--port", "0", "--seed", "5"])
+            .args(extra)
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("blis serve starts");
+        let mut banner = String::new();
+        BufReader::new(child.stderr.take().unwrap()).read_line(&mut banner).unwrap();
+        let url = banner.split("listening on ").nth(1).unwrap_or_else(|| panic!("no address in {banner:?}")).trim().to_string();
+        Server { child, banner, url }
+    }
+
+    /// `HOST:PORT`, for a raw TCP connection.
+    pub fn addr(&self) -> &str {
+        self.url.trim_start_matches("http://")
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 /// A fresh scratch directory for one test.

@@ -2,47 +2,14 @@
 //! each is refused up front with one line naming the flag (exit 2), or
 //! accepted as the help says.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::Duration;
 
-use crate::{assert_refused, blis, is_empty_dir, scratch};
+use crate::{Server, assert_refused, blis, is_empty_dir, scratch};
 
 const MODEL: &str = "meta-llama/llama-3.1-8b-instruct";
-
-/// A `blis serve` child process on an ephemeral port; killed on drop.
-struct Server {
-    child: Child,
-    /// The first stderr line: the start-up banner.
-    banner: String,
-}
-
-impl Server {
-    fn start(extra: &[&str]) -> Server {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_blis"))
-            .args(["serve", "--model", MODEL, "--port", "0"])
-            .args(extra)
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("blis serve starts");
-        let mut banner = String::new();
-        BufReader::new(child.stderr.take().unwrap()).read_line(&mut banner).unwrap();
-        Server { child, banner }
-    }
-
-    /// `HOST:PORT` from the banner.
-    fn addr(&self) -> &str {
-        self.banner.split("listening on http://").nth(1).unwrap_or_else(|| panic!("no address in {:?}", self.banner)).trim()
-    }
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// Fuzzing finding: `--max-body-bytes 1e6` was refused although the help
 /// says counts may be written so. It is read as 1 000 000: a request that
