@@ -205,9 +205,8 @@ impl Plan {
         if let Some(bad) = file.tp.iter().chain(&file.replicas).find(|&&n| n == 0) {
             return Err(bad_input!("{origin}: tp and replicas must be at least 1, got {bad}"));
         }
-        let canonical = |name: &str| blis_data::catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
         for (i, g) in file.gpus.iter().enumerate() {
-            if let Some(first) = file.gpus[..i].iter().position(|f| canonical(&f.hardware) == canonical(&g.hardware)) {
+            if let Some(first) = file.gpus[..i].iter().position(|f| blis_data::catalog::same_gpu(&f.hardware, &g.hardware)) {
                 return Err(bad_input!("{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay", g.hardware));
             }
         }

@@ -243,6 +243,14 @@ pub fn find_gpu(name: &str) -> Option<BundledGpu> {
     })
 }
 
+/// Whether two names name the same GPU: the same bundled board
+/// ([`find_gpu`]), or, for boards BLIS does not bundle, the same name up
+/// to case.
+pub fn same_gpu(a: &str, b: &str) -> bool {
+    let board = |name: &str| find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
+    board(a) == board(b)
+}
+
 /// `gpu` (a spec from a file: a vendor datasheet, a hand-written spec)
 /// with what the bundled board of its name knows and the file does not
 /// say: the measured kernel efficiencies, the compute capability and the

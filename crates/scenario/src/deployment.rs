@@ -409,11 +409,10 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
 /// name or alias).
 pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, tp: u32, origin: &str) -> Option<String> {
     let fitted_on = set.provenance.hardware.as_deref()?;
-    let canonical = |name: &str| catalog::find_gpu(name).map_or_else(|| name.to_ascii_lowercase(), |g| g.name.to_ascii_lowercase());
-    if canonical(fitted_on) == canonical(simulated) {
+    if catalog::same_gpu(fitted_on, simulated) {
         return None;
     }
-    let profiled = catalog::PROFILED_GPUS.iter().any(|p| canonical(p) == canonical(simulated));
+    let profiled = catalog::PROFILED_GPUS.iter().any(|p| catalog::same_gpu(p, simulated));
     let how = match (set.carry_to(gpu), blis_data::coefficients::kernels_of(gpu)) {
         (Some(c), Some(k)) => format!(
             "carried there by the two GPUs' kernel efficiencies (compute peak ×{:.3}, bandwidth ×{:.3}, per-layer overhead ×{:.3}; {simulated}'s {})",
