@@ -706,7 +706,8 @@ impl Experiment {
 
     /// What the user should know before trusting a comparison, one line
     /// each: keys of `server-facts.yaml` BLIS does not read (a typo there
-    /// would silently change the simulated server), and settings that it
+    /// would silently change the simulated server) and keys of the run's
+    /// `config.yaml` no inference-perf version has, and settings that it
     /// (or the server log) and `exp-config.yaml` both record with different
     /// values. The server's facts are what ran, so they are simulated; the
     /// other value is named so the user can tell which file is stale. What
@@ -766,7 +767,10 @@ impl Experiment {
                 self.stages.len(),
             )
         });
+        let config = self.results.join("config.yaml");
+        let config_unknown = self.workload.unknown_keys.iter().map(|k| format!("{}: {k}", config.display()));
         unknown
+            .chain(config_unknown)
             .chain(disagreements)
             .chain(sweep)
             .chain(log)

@@ -296,6 +296,12 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
+    // A misspelt key of inference-perf's configuration keeps its default, as in inference-perf, and is named.
+    let config = dir.join("results/config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replace("  interval: 1.0", "  intervall: 1.0")).unwrap();
+    let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(err.contains("config.yaml: unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"), "{err}");
 }
 
 /// An experiment that does not record its GPU is simulated on the default

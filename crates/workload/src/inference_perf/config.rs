@@ -655,6 +655,10 @@ pub struct InferencePerfConfig {
     /// `storage.*.report_file_prefix`: what inference-perf put before each
     /// report file name (`{prefix}stage_0_lifecycle_metrics.json`); empty when unset.
     pub report_file_prefix: String,
+    /// One line per key no inference-perf version has in a section BLIS
+    /// reads (ignored, as inference-perf ignores it), naming the key it is
+    /// closest to: for the user to see, since a misspelt key leaves a default.
+    pub unknown_keys: Vec<String>,
 }
 
 impl InferencePerfConfig {
@@ -678,6 +682,7 @@ impl InferencePerfConfig {
             model_name: server.model_name,
             server_type: server.kind,
             report_file_prefix,
+            unknown_keys: super::keys::unknown_keys(text),
         };
         cfg.validate()?;
         Ok(cfg)

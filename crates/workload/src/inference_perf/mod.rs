@@ -50,6 +50,7 @@
 //! recorded run's exact sends, as `blis validate` replays them).
 
 pub mod config;
+mod keys;
 pub mod measured;
 pub mod prompts;
 pub mod recorded;

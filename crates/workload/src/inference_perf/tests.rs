@@ -170,6 +170,16 @@ fn parses_the_effective_config_and_its_defaults() {
     assert_eq!(c.report_file_prefix, "");
     let prefixed = CONFIG.replace("    path: /tmp", "    path: /tmp\n    report_file_prefix: run7_\n  google_cloud_storage: null");
     assert_eq!(InferencePerfConfig::from_yaml_str(&prefixed).unwrap().report_file_prefix, "run7_");
+    assert_eq!(c.unknown_keys, Vec::<String>::new());
+}
+
+/// A misspelt key is ignored, as inference-perf ignores it, leaving the
+/// default in place; the configuration names it.
+#[test]
+fn a_misspelt_key_keeps_the_default_and_is_named() {
+    let c = InferencePerfConfig::from_yaml_str(&CONFIG.replace("  interval: 1.0", "  intervall: 7.0")).unwrap();
+    assert_eq!(c.load.interval, 1.0);
+    assert_eq!(c.unknown_keys, ["unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"]);
 }
 
 #[test]
