@@ -656,20 +656,36 @@ impl Experiment {
             }
         }
         if let Some(rows) = &self.requests {
-            let mut per_stage = vec![0u64; self.stages.len()];
+            // (rows, rows with has_error) per stage.
+            let mut per_stage = vec![(0u64, 0u64); self.stages.len()];
             for r in rows {
-                per_stage[r.stage as usize] += 1;
+                let counts = &mut per_stage[r.stage as usize];
+                *counts = (counts.0 + 1, counts.1 + u64::from(r.has_error != 0));
             }
-            if let Some((i, (&n, s))) = per_stage.iter().zip(&self.stages).enumerate().find(|(_, (n, s))| **n != s.sent()) {
-                return bad(
-                    self.dir.join("requests.csv"),
-                    format!(
-                        "{n} rows for stage {i}, but {} counts {} requests (successes + failures); \
-                         requests.csv must have one row per request",
-                        self.relative(&report_path(&self.results, &self.workload, Report::Stage(i))).display(),
-                        s.sent()
-                    ),
-                );
+            let report = |i| self.relative(&report_path(&self.results, &self.workload, Report::Stage(i))).display().to_string();
+            for (i, (&(n, errors), s)) in per_stage.iter().zip(&self.stages).enumerate() {
+                if n != s.sent() {
+                    return bad(
+                        self.dir.join("requests.csv"),
+                        format!(
+                            "{n} rows for stage {i}, but {} counts {} requests (successes + failures); \
+                             requests.csv must have one row per request",
+                            report(i),
+                            s.sent()
+                        ),
+                    );
+                }
+                if errors != s.failures.count {
+                    return bad(
+                        self.dir.join("requests.csv"),
+                        format!(
+                            "stage {i}: {errors} of its rows with has_error = 1, but {} counts {} failures: \
+                             the two files do not describe the same run",
+                            report(i),
+                            s.failures.count
+                        ),
+                    );
+                }
             }
         }
         Ok(())

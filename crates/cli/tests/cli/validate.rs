@@ -143,6 +143,8 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     let truncated: String = good.lines().take(15).map(|l| format!("{l}\n")).collect();
     std::fs::write(&requests, truncated).unwrap();
     check("truncated", "4 rows for stage 1, but results/stage_1_lifecycle_metrics.json counts 10 requests");
+    std::fs::write(&requests, good.replacen(",0,80,25", ",1,80,25", 1)).unwrap();
+    check("errors the report does not count", "stage 0: 1 of its rows with has_error = 1, but results/stage_0_lifecycle_metrics.json counts 0 failures");
     std::fs::write(&requests, good).unwrap();
 
     let exp = dir.join("exp-config.yaml");
