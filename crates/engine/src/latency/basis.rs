@@ -5,7 +5,7 @@
 use super::StepBatch;
 use super::moe_tiles::MoeTiles;
 use crate::hardware::GpuSpec;
-use crate::model::{ModelConfig, PerWeightClass};
+use crate::model::{AttentionMix, ModelConfig, PerWeightClass};
 
 /// Notation of `latency-formulas.md`, as `f64`, for one deployment.
 #[derive(Clone, Debug, PartialEq)]
@@ -77,6 +77,9 @@ pub(crate) struct Dims {
     /// The tiles with whole experts spread over the GPUs (expert
     /// parallelism), which `with_expert_parallel` puts in `tiles`.
     pub tiles_expert_parallel: Option<MoeTiles>,
+    /// How much of the context local-attention layers read
+    /// ([`ModelConfig::attention_mix`]; `None`: every layer reads all of it).
+    pub attention_mix: Option<AttentionMix>,
 }
 
 impl Dims {
@@ -122,6 +125,7 @@ impl Dims {
             allreduce_latency_scale: gpu.allreduce_latency_scale(tp.max(1)),
             tiles: MoeTiles::of(model, gpu, tp, false),
             tiles_expert_parallel: MoeTiles::of(model, gpu, tp, true),
+            attention_mix: model.attention_mix(),
         }
     }
 
@@ -218,9 +222,12 @@ pub(crate) struct StepSums {
     pub t_pf: f64,
     /// T_dc: decode requests (one token each).
     pub t_dc: f64,
-    /// Σ_i t_i·(s_i + t_i/2) over prefill entries (s_i = prompt length).
+    /// Σ_i t_i·(s_i + t_i/2) over prefill entries (s_i = prompt length),
+    /// each scaled by what its local-attention layers read
+    /// ([`AttentionMix::prefill_scale`]).
     pub prefill_attention_work: f64,
-    /// Σ_j c_j over decode entries (c_j = tokens already in the KV cache).
+    /// Σ_j c_j over decode entries (c_j = tokens already in the KV cache),
+    /// each as its local-attention layers read it ([`AttentionMix::decode_context`]).
     pub decode_context: f64,
     /// Σ_i p_i over prefill entries (p_i = tokens already in the KV cache).
     pub prefill_context: f64,
@@ -229,18 +236,19 @@ pub(crate) struct StepSums {
 }
 
 impl StepSums {
-    /// One pass over the entries.
-    pub fn of(batch: &StepBatch<'_>) -> StepSums {
+    /// One pass over the entries, attention work blended by `mix`.
+    pub fn of(batch: &StepBatch<'_>, mix: Option<&AttentionMix>) -> StepSums {
         let mut s = StepSums { batch: batch.entries.len() as f64, ..StepSums::default() };
         for e in batch.entries {
             if e.is_decode() {
                 s.t_dc += 1.0;
-                s.decode_context += f64::from(e.computed_tokens);
+                s.decode_context += mix.map_or(f64::from(e.computed_tokens), |m| m.decode_context(e.computed_tokens));
             } else {
                 let t = f64::from(e.new_tokens);
                 s.t_pf += t;
                 s.prefill_context += f64::from(e.computed_tokens);
-                s.prefill_attention_work += t * (f64::from(e.prompt_tokens) + t / 2.0);
+                let work = t * (f64::from(e.prompt_tokens) + t / 2.0);
+                s.prefill_attention_work += mix.map_or(work, |m| work * m.prefill_scale(e.computed_tokens, e.new_tokens));
             }
         }
         s

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
-use crate::model::{ModelConfig, WeightClass};
+use crate::model::{AttentionMix, ModelConfig, WeightClass};
 use crate::scheduler::InstanceConfig;
 use crate::time::Micros;
 
@@ -304,12 +304,14 @@ pub fn beta_features(c: &PhysicsConstants, b: &BetaInput) -> [f64; BETA_LEN] {
 pub struct PhysicsNormalizedBasis {
     /// Derived constants.
     pub constants: PhysicsConstants,
+    /// How much of the context local-attention layers read (`None`: all of it).
+    attention_mix: Option<AttentionMix>,
 }
 
 impl PhysicsNormalizedBasis {
     /// Builds the basis for `model` on `tp` GPUs of type `gpu`, served with `instance`'s knobs.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> PhysicsNormalizedBasis {
-        PhysicsNormalizedBasis { constants: PhysicsConstants::new(model, gpu, tp, VllmKnobs::of(instance)) }
+        PhysicsNormalizedBasis { constants: PhysicsConstants::new(model, gpu, tp, VllmKnobs::of(instance)), attention_mix: model.attention_mix() }
     }
 
     /// The spec's `AlphaInput` of a simulated arrival.
@@ -337,12 +339,13 @@ impl PhysicsNormalizedBasis {
             if e.is_decode() {
                 b.decode_tokens += new;
                 b.num_decode_reqs += 1.0;
-                b.decode_context_tokens += f64::from(e.context_tokens());
+                b.decode_context_tokens += self.attention_mix.map_or(f64::from(e.context_tokens()), |m| m.decode_context(e.computed_tokens) + new);
                 b.sum_decode_kv_blocks += f64::from(e.context_tokens().div_ceil(block));
             } else {
                 b.prefill_tokens += new;
                 b.num_prefill_reqs += 1.0;
-                b.sum_prefill_attn_work += f64::from(e.context_tokens()) * new;
+                let work = f64::from(e.context_tokens()) * new;
+                b.sum_prefill_attn_work += self.attention_mix.map_or(work, |m| work * m.prefill_scale(e.computed_tokens, e.new_tokens));
             }
         }
         b

@@ -6,7 +6,7 @@ use super::expert_load::ExpertLoad;
 use super::moe_tiles::MoeTiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
-use crate::model::ModelConfig;
+use crate::model::{AttentionMix, ModelConfig};
 use crate::time::Micros;
 
 /// Per-request work, per layer, is GEMMs + attention + vector ops; the step
@@ -33,6 +33,11 @@ use crate::time::Micros;
 /// mean (`latency::expert_load`), as trained-physics does. The routed
 /// experts' FLOPs also include the fused MoE kernel's tile padding P for the
 /// step's tokens (`latency::moe_tiles`), as trained-physics's do.
+///
+/// Layers with local attention (sliding windows, Llama-4's chunks) read only
+/// their span: the context terms (attention FLOPs, vector ops per context
+/// token, KV reads) count what each entry reads averaged over the layers
+/// ([`AttentionMix`]), as every latency model's do.
 ///
 /// Deviations from the spec's concrete form, chosen because they are the
 /// physics: the FFN counts SwiGLU's three matrices (the spec's reference
@@ -74,6 +79,8 @@ pub struct Roofline {
     moe_layers: f64,
     /// One layer's all-reduce bytes per token and GPU: d·BPP·2(tp − 1)/tp (0 at tp = 1).
     d_bpp_ring: f64,
+    /// How much of the context local-attention layers read (`None`: all of it).
+    attention_mix: Option<AttentionMix>,
 }
 
 impl Roofline {
@@ -136,6 +143,7 @@ impl Roofline {
             interconnect_bytes_per_s: gpu.link_bytes_per_s(tp),
             moe_layers: model.moe.as_ref().map_or(0.0, |m| f64::from(m.num_moe_layers)),
             d_bpp_ring: if tp > 1 { d * bpp * 2.0 * (tp_n - 1.0) / tp_n } else { 0.0 },
+            attention_mix: model.attention_mix(),
         }
     }
 
@@ -168,6 +176,12 @@ impl LatencyModel for Roofline {
             let n = f64::from(e.new_tokens);
             let p = f64::from(e.computed_tokens);
             let ctx = if e.new_tokens > 1 { p + (n - 1.0) / 2.0 } else { p };
+            // What local-attention layers read, averaged over the layers.
+            let (ctx, p_read) = match &self.attention_mix {
+                None => (ctx, p),
+                Some(mix) if e.is_decode() => (mix.decode_context(e.computed_tokens), mix.decode_context(e.computed_tokens)),
+                Some(mix) => (ctx * mix.prefill_scale(e.computed_tokens, e.new_tokens), mix.decode_context(e.computed_tokens)),
+            };
             let attn = if e.is_decode() { self.attn_flops_per_ctx_token.1 } else { self.attn_flops_per_ctx_token.0 };
             let mut flops = n * (self.linear_flops_per_token + self.vector_flops_per_token) + n * ctx * (attn + self.vector_flops_per_ctx_token);
             if !e.is_decode() {
@@ -182,7 +196,7 @@ impl LatencyModel for Roofline {
             } else {
                 flops_pf += flops;
             }
-            dyn_bytes += self.kv_bytes_per_token * (n + p) + self.activation_bytes_per_token * n;
+            dyn_bytes += self.kv_bytes_per_token * (n + p_read) + self.activation_bytes_per_token * n;
             tokens += n;
         }
         let (assignment_skew, expert_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));

@@ -138,7 +138,7 @@ impl TrainedPhysicsBasis {
     /// The eleven basis values of a step, in coefficient order.
     pub fn features(&self, batch: &StepBatch<'_>) -> [f64; BETA_LEN] {
         let m = &self.dims;
-        let s = StepSums::of(batch);
+        let s = StepSums::of(batch, m.attention_mix.as_ref());
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
@@ -494,6 +494,36 @@ mod tests {
         // Sharded over the heads at TP 2.
         assert!(((t_pf_c(lite, 2, 1000) - t_pf_c(lite, 2, 0)) - want / 2.0).abs() <= 1e-9 * want);
         assert_eq!(t_pf_c("meta-llama/Llama-2-7b-hf", 1, 1000), t_pf_c("meta-llama/Llama-2-7b-hf", 1, 0));
+    }
+
+    /// Llama-4 Scout attends within chunks of 8 192 tokens in 36 of its 48
+    /// layers: a decode at 100 000 tokens reads 100 000 in 12 layers and
+    /// 100 000 mod 8 192 = 1 696 in 36, so its attention FLOPs and KV reads
+    /// are those of a full-attention model at 12/48·100 000 + 36/48·1 696.
+    /// Within the first chunk nothing changes.
+    #[test]
+    fn llama4_decodes_attend_within_their_chunk_in_three_layers_of_four() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        assert_eq!(scout.local_attention.map(|l| l.layers), Some(36));
+        let all_full = ModelConfig { local_attention: None, ..scout.clone() };
+        // One decode (new = 1, past a 1-token prompt) or one prefill chunk ending the prompt.
+        let features = |m: &ModelConfig, computed: u32, new: u32| {
+            let prompt_tokens = if new == 1 { 1 } else { computed + new };
+            let entries = [BatchEntry { computed_tokens: computed, new_tokens: new, prompt_tokens }];
+            TrainedPhysicsBasis::new(m, &h100, 4).features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })
+        };
+        // Decode attention FLOPs (index 1) and KV reads (index 9): linear in the context read.
+        let attended = 0.25 * 100_000.0 + 0.75 * 1_696.0;
+        for index in [1, 9] {
+            let (at, base, per_token) = (features(&scout, 100_000, 1)[index], features(&all_full, 1, 1)[index], features(&all_full, 2, 1)[index] - features(&all_full, 1, 1)[index]);
+            let read = 1.0 + (at - base) / per_token;
+            assert!((read - attended).abs() < 1e-6 * attended, "feature {index}: {read} tokens read, not {attended}");
+        }
+        assert_eq!(features(&scout, 8_000, 1), features(&all_full, 8_000, 1));
+        assert_eq!(features(&scout, 0, 8_192), features(&all_full, 0, 8_192));
+        // A prefill chunk past the first chunk of 8 192 attends to less.
+        assert!(features(&scout, 16_384, 2_048)[0] < features(&all_full, 16_384, 2_048)[0]);
     }
 
     /// With an FP8 KV cache, FlashAttention 3 attends on FP8 tensor cores:

@@ -37,7 +37,7 @@ impl Unified5Basis {
     /// The five basis values of a step, in µs (β4's and β5's are L and B).
     pub fn features(&self, batch: &StepBatch<'_>) -> [f64; 5] {
         let m = &self.dims;
-        let s = StepSums::of(batch);
+        let s = StepSums::of(batch, m.attention_mix.as_ref());
         // The formula takes every layer's FFN as the (routed) experts'.
         let (ffn_scale, ffn_wbpp) = if m.is_moe() { (m.gemm_scale.routed_experts, m.wbpp.routed_experts) } else { (m.gemm_scale.dense_ffn, m.wbpp.dense_ffn) };
         let ffn_per_token = m.l * m.k_eff() * 6.0 * m.d * m.dff_moe / m.tp * ffn_scale;

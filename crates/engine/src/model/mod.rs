@@ -14,8 +14,10 @@
 use serde_json::{Map, Value};
 use thiserror::Error;
 
+mod attention;
 mod weights;
 
+pub use attention::{AttentionMix, AttentionSpan, LocalAttention};
 pub use weights::{PerWeightClass, QuantFormat, WeightClass, WeightPrecision};
 use weights::quantized_weights;
 
@@ -226,6 +228,10 @@ pub struct ModelConfig {
     pub moe: Option<MoeConfig>,
     /// Present for multi-head latent attention models.
     pub mla: Option<MlaConfig>,
+    /// Layers that read only a window or chunk of the context (sliding
+    /// windows, Llama-4's chunked attention); `None` when every layer reads
+    /// all of it.
+    pub local_attention: Option<LocalAttention>,
 }
 
 /// Looks up the first present alias; `null` counts as absent.
@@ -385,6 +391,7 @@ impl ModelConfig {
         let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
         let (quant_method, format) = quant.map(quantized_weights).transpose()?.unwrap_or((None, None));
 
+        let local_attention = LocalAttention::from_config(obj, num_layers, &architecture);
         let mut config = ModelConfig {
             architecture,
             num_layers,
@@ -402,6 +409,7 @@ impl ModelConfig {
             derived_max_model_len,
             moe,
             mla,
+            local_attention,
         };
         if let (Some(q), Some(format)) = (quant, format) {
             config.weights = WeightPrecision::quantized(dtype_bytes, format, config.kept_in_half_precision(q)?);
@@ -485,6 +493,12 @@ impl ModelConfig {
             }
             None => 2.0 * d * self.q_dim() + 2.0 * d * self.kv_dim(),
         }
+    }
+
+    /// How the layers' attention blends, for the latency models: `None`
+    /// when every layer reads its whole context.
+    pub fn attention_mix(&self) -> Option<AttentionMix> {
+        self.local_attention.map(|local| AttentionMix::new(local, self.num_layers))
     }
 
     /// FLOPs of attention scores per query·key pair and head, over 4: the
