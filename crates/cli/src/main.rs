@@ -100,6 +100,9 @@ fn list_models() -> anyhow::Result<()> {
         if c.mla.is_some() {
             layout += ", latent attention";
         }
+        if let Some(local) = c.local_attention {
+            layout += &format!(", {} in {} of {} layers", local.span, local.layers, c.num_layers);
+        }
         outln!(
             "  {:<width$}  {:>6.1} B  {:>5.1} GiB  {:<18}  {:>9}  {layout}",
             m.id,

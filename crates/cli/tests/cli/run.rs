@@ -404,7 +404,7 @@ fn models_lists_sizes_as_vllm_loads_them() {
     let llama = row("meta-llama/Llama-2-7b-hf");
     assert!(llama.contains("6.7 B") && llama.contains("12.6 GiB") && llama.contains("none") && llama.contains("dense"), "{llama}");
     let scout = row("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic");
-    assert!(scout.contains("107.8 B") && scout.contains("105.1 GiB") && scout.contains("compressed-tensors") && scout.contains("MoE, 16 experts, 1 per token"), "{scout}");
+    assert!(scout.contains("107.8 B") && scout.contains("105.1 GiB") && scout.contains("compressed-tensors") && scout.contains("MoE, 16 experts, 1 per token, chunked attention of 8192 in 36 of 48 layers"), "{scout}");
     assert!(row("deepseek-ai/DeepSeek-V2-Lite").ends_with("latent attention"));
 }
 

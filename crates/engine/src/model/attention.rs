@@ -58,6 +58,16 @@ impl AttentionSpan {
     }
 }
 
+impl std::fmt::Display for AttentionSpan {
+    /// `sliding window of 4096` or `chunked attention of 8192`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AttentionSpan::Sliding { window_tokens } => write!(f, "sliding window of {window_tokens}"),
+            AttentionSpan::Chunked { chunk_tokens } => write!(f, "chunked attention of {chunk_tokens}"),
+        }
+    }
+}
+
 /// Some of a model's layers use local attention.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub struct LocalAttention {
