@@ -179,8 +179,10 @@ impl LatencyModel for Roofline {
             // What local-attention layers read, averaged over the layers.
             let (ctx, p_read) = match &self.attention_mix {
                 None => (ctx, p),
-                Some(mix) if e.is_decode() => (mix.decode_context(e.computed_tokens), mix.decode_context(e.computed_tokens)),
-                Some(mix) => (ctx * mix.prefill_scale(e.computed_tokens, e.new_tokens), mix.decode_context(e.computed_tokens)),
+                Some(mix) => {
+                    let read = mix.decode_context(e.computed_tokens);
+                    (if e.is_decode() { read } else { ctx * mix.prefill_scale(e.computed_tokens, e.new_tokens) }, read)
+                }
             };
             let attn = if e.is_decode() { self.attn_flops_per_ctx_token.1 } else { self.attn_flops_per_ctx_token.0 };
             let mut flops = n * (self.linear_flops_per_token + self.vector_flops_per_token) + n * ctx * (attn + self.vector_flops_per_ctx_token);
@@ -225,6 +227,23 @@ mod tests {
     use super::*;
     use crate::latency::{BatchEntry, InstanceLoad};
     use crate::testdata::{find_gpu, find_model};
+
+    /// Llama-4 Scout's chunked layers read within their chunk: a long
+    /// decode batch and a prefill past the first chunk cost less than with
+    /// every layer attending to everything; within the first chunk, the same.
+    #[test]
+    fn llama4_chunked_layers_cost_less_past_the_first_chunk() {
+        let h100 = find_gpu("H100").unwrap().spec();
+        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let all_full = ModelConfig { local_attention: None, ..scout.clone() };
+        let step = |m: &ModelConfig, entries: &[BatchEntry]| Roofline::new(m, &h100, 4).step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 });
+        let decodes = |context: u32| vec![BatchEntry { computed_tokens: context, new_tokens: 1, prompt_tokens: 1 }; 64];
+        let prefill = |computed: u32| [BatchEntry { computed_tokens: computed, new_tokens: 2048, prompt_tokens: computed + 2048 }];
+        assert!(step(&scout, &decodes(100_000)) < step(&all_full, &decodes(100_000)));
+        assert!(step(&scout, &prefill(60_000)) < step(&all_full, &prefill(60_000)));
+        assert_eq!(step(&scout, &decodes(8_000)), step(&all_full, &decodes(8_000)));
+        assert_eq!(step(&scout, &prefill(4_096)), step(&all_full, &prefill(4_096)));
+    }
 
     /// Mixtral-8x7B on two H100s, expert-parallel: the all-to-all is in
     /// both variants below, so the step's excess over the same model
