@@ -214,8 +214,9 @@ fn a_quantization_method_of_unknown_width_is_named_in_a_warning() {
         assert!(out.status.success(), "{}", stderr(&out));
         stderr(&out).contains(&format!("quant_method `{method}` gives no weight width BLIS knows"))
     };
-    assert!(warns("mxfp4"));
+    assert!(warns("hqq"));
     assert!(!warns("fp8"));
+    assert!(!warns("mxfp4"));
 }
 
 /// `--hardware` and `--hardware-config` at different levels: the flag wins

@@ -90,7 +90,8 @@ impl<T> PerWeightClass<T> {
 /// A quantized weight format.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct QuantFormat {
-    /// Bytes per weight: 1 for 8-bit, 0.5 for 4-bit.
+    /// Bytes per weight: 1 for 8-bit, 0.5 for 4-bit, 0.53125 for MXFP4
+    /// (4-bit with a scale per 32).
     pub bytes_per_param: f64,
     /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
     /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
@@ -170,7 +171,7 @@ impl WeightPrecision {
 /// What a `quantization_config` says of the weights: its `quant_method`
 /// (lower-case), and the quantized format if it names a precision: 8-bit
 /// floats (an FP8 method or format, or compressed-tensors weights of type
-/// float), or integers (GPTQ, AWQ, compressed-tensors int).
+/// float), MXFP4 (gpt-oss), or integers (GPTQ, AWQ, compressed-tensors int).
 pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<QuantFormat>), ModelConfigError> {
     // A width the kernels do not have would silently read as another one.
     for (field, bits) in [("quantization_config.bits", q.get("bits")), ("quantization_config.config_groups.*.weights.num_bits", group_weights(q).and_then(|w| w.get("num_bits")))] {
@@ -189,6 +190,10 @@ pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<Qua
 fn group_weights(q: &Value) -> Option<&Value> {
     q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")))
 }
+
+/// Bytes per MXFP4 weight: a 4-bit value plus its share of the 8-bit
+/// scale of each block of 32, (32·4 + 8)/32 bits.
+const MXFP4_BYTES_PER_PARAM: f64 = (32.0 * 4.0 + 8.0) / 32.0 / 8.0;
 
 /// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
 fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
@@ -210,6 +215,10 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
     }
     if fp8_named {
         Some(format(1.0, true))
+    } else if method == "mxfp4" {
+        // OCP microscaling: 4-bit floats with one 8-bit scale per 32, which
+        // Hopper and older GPUs dequantise to half precision for the product.
+        Some(format(MXFP4_BYTES_PER_PARAM, false))
     } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
         Some(format(0.5, false))
     } else {
@@ -375,6 +384,37 @@ impl ModelConfig {
 mod tests {
     use super::*;
     use crate::model::tests::LLAMA2_70B;
+
+    /// gpt-oss-20b's `config.json` (its architecture fields and
+    /// `quantization_config` as published; 24 layers alternating 128-token
+    /// sliding windows and full attention).
+    const GPT_OSS_20B: &str = r#"{"architectures":["GptOssForCausalLM"],"experts_per_token":4,"head_dim":64,"hidden_size":2880,
+        "intermediate_size":2880,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention",
+        "full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention",
+        "sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention",
+        "full_attention","sliding_attention","full_attention","sliding_attention","full_attention"],"max_position_embeddings":131072,
+        "num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,"num_key_value_heads":8,"num_local_experts":32,
+        "quantization_config":{"modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"],
+        "quant_method":"mxfp4"},"rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,"factor":32.0,"original_max_position_embeddings":4096,
+        "rope_type":"yarn","truncate":false},"sliding_window":128,"tie_word_embeddings":false,"torch_dtype":"bfloat16","vocab_size":201088}"#;
+
+    /// MXFP4 (gpt-oss): the experts take 4.25 bits per weight, attention,
+    /// routers, embeddings and LM head stay in BF16, as `modules_to_not_convert`
+    /// says. OpenAI's model card gives 20.91 B parameters and a 12.8 GiB
+    /// checkpoint; counted here from the architecture alone.
+    #[test]
+    fn gpt_oss_mxfp4_experts_take_four_and_a_quarter_bits() {
+        let m = ModelConfig::from_hf_json(GPT_OSS_20B).unwrap();
+        assert_eq!(m.weights.format(), Some(QuantFormat { bytes_per_param: 0.53125, fp8: false }));
+        assert_eq!(m.weights.bytes_per_param(WeightClass::RoutedExperts), 0.53125);
+        assert_eq!(m.weights.bytes_per_param(WeightClass::Attention), 2.0);
+        assert_eq!(m.weights.bytes_per_param(WeightClass::LmHead), 2.0);
+        let params_b = m.total_params() / 1e9;
+        assert!((params_b - 20.91).abs() < 0.02 * 20.91, "{params_b} B parameters");
+        let gib = m.weight_bytes() / f64::from(1u32 << 30);
+        assert!((gib - 12.8).abs() < 0.02 * 12.8, "{gib} GiB");
+        assert_eq!(m.local_attention.map(|l| (l.span, l.layers)), Some((crate::model::AttentionSpan::Sliding { window_tokens: 128 }, 12)));
+    }
 
     /// A quantized checkpoint's weight bytes, counted by an independent sum
     /// of its parts: the LM head and embeddings stay in half precision as
