@@ -323,31 +323,46 @@ impl ModelConfig {
 
     /// The share of each class of weights a checkpoint's
     /// `quantization_config` leaves in half precision: the LM head (unless
-    /// GPTQ's `lm_head` is true), and what its [`KEPT_HALF_KEYS`] lists
-    /// name. An entry prefixed `re:` is a regular expression matched from
-    /// the start of a module name, as compressed-tensors matches it.
+    /// GPTQ's `lm_head` is true), what its [`KEPT_HALF_KEYS`] lists name,
+    /// and what compressed-tensors' `config_groups` do not target. An entry
+    /// prefixed `re:` is a regular expression matched from the start of a
+    /// module name, as compressed-tensors matches it.
     pub(super) fn kept_in_half_precision(&self, q: &Value) -> Result<PerWeightClass<f64>, ModelConfigError> {
+        let listed = KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str));
+        let mut kept = self.named_shares(listed, "quantization_config.ignore")?;
+        if let Some(targets) = narrow_targets(q) {
+            // Ignore lists name modules within the targets, so the two add up.
+            let targeted = self.named_shares(targets.into_iter(), "quantization_config.config_groups.*.targets")?;
+            kept = PerWeightClass::from_fn(|c| (kept.get(c) + 1.0 - targeted.get(c)).clamp(0.0, 1.0));
+        }
+        let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
+        kept.lm_head = if lm_head_quantized { 0.0 } else { 1.0 };
+        Ok(kept)
+    }
+
+    /// The share of each class of weights that `entries` name: module
+    /// names, or `re:` patterns matched against every canonical module
+    /// name. `field` names the list in errors.
+    fn named_shares<'a>(&self, entries: impl Iterator<Item = &'a str>, field: &'static str) -> Result<PerWeightClass<f64>, ModelConfigError> {
         let mut names: Vec<String> = Vec::new();
         let mut patterns = Vec::new();
-        for key in KEPT_HALF_KEYS {
-            for entry in q.get(key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str) {
-                match entry.strip_prefix("re:") {
-                    None => names.push(entry.to_string()),
-                    Some(pattern) => {
-                        regex::Regex::new(pattern).map_err(|_| ModelConfigError::Invalid {
-                            field: "quantization_config.ignore",
-                            value: entry.to_string(),
-                            reason: "a `re:` entry must be a regular expression",
-                        })?;
-                        patterns.push(format!("^(?:{pattern})"));
-                    }
+        for entry in entries {
+            match entry.strip_prefix("re:") {
+                None => names.push(entry.to_string()),
+                Some(pattern) => {
+                    regex::Regex::new(pattern).map_err(|_| ModelConfigError::Invalid {
+                        field,
+                        value: entry.to_string(),
+                        reason: "a `re:` entry must be a regular expression",
+                    })?;
+                    patterns.push(format!("^(?:{pattern})"));
                 }
             }
         }
         if !patterns.is_empty() {
             // One pass over the canonical names, whatever the number of patterns.
             let set = regex::RegexSet::new(&patterns).map_err(|_| ModelConfigError::Invalid {
-                field: "quantization_config.ignore",
+                field,
                 value: format!("{} `re:` entries", patterns.len()),
                 reason: "its regular expressions together must fit regex's size limit",
             })?;
@@ -367,17 +382,28 @@ impl ModelConfig {
         }
         let moe_layers = self.moe.as_ref().map_or(0, |m| m.num_moe_layers);
         let layers = PerWeightClass { attention: self.num_layers, dense_ffn: self.num_dense_layers(), routed_experts: moe_layers, shared_experts: moe_layers, lm_head: 1 };
-        let mut kept = PerWeightClass::default();
+        // Layers' worth of each class named, divided once: 80 whole layers of 80 are exactly 1.
+        let mut named_layers = PerWeightClass::<f64>::default();
         for (class, layer, share) in per_layer {
             let n = f64::from(*layers.get(class));
-            if n > 0.0 {
-                *kept.get_mut(class) += if layer.is_some() && class != WeightClass::LmHead { share / n } else { share };
-            }
+            *named_layers.get_mut(class) += if layer.is_some() && class != WeightClass::LmHead { share } else { share * n };
         }
-        let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
-        kept.lm_head = if lm_head_quantized { 0.0 } else { 1.0 };
-        Ok(kept)
+        Ok(PerWeightClass::from_fn(|c| {
+            let n = f64::from(*layers.get(c));
+            if n > 0.0 { named_layers.get(c) / n } else { 0.0 }
+        }))
     }
+}
+
+/// The modules compressed-tensors' `config_groups` quantize, when narrower
+/// than every linear layer: their `targets`, module names or `re:`
+/// patterns. `None` without groups or when a target is a layer class
+/// (`Linear`, by its capital), which takes every linear layer.
+fn narrow_targets(q: &Value) -> Option<Vec<&str>> {
+    let groups = q.get("config_groups")?.as_object()?;
+    let targets: Vec<&str> = groups.values().filter_map(|g| g.get("targets")?.as_array()).flatten().filter_map(Value::as_str).collect();
+    let is_class = |t: &str| t.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+    (!targets.is_empty() && !targets.iter().any(|t| is_class(t))).then_some(targets)
 }
 
 #[cfg(test)]
@@ -414,6 +440,28 @@ mod tests {
         let gib = m.weight_bytes() / f64::from(1u32 << 30);
         assert!((gib - 12.8).abs() < 0.02 * 12.8, "{gib} GiB");
         assert_eq!(m.local_attention.map(|l| (l.span, l.layers)), Some((crate::model::AttentionSpan::Sliding { window_tokens: 128 }, 12)));
+    }
+
+    /// compressed-tensors quantizes only what its groups target: a layer
+    /// class (`Linear`) takes every linear layer, module patterns only those
+    /// they match (here the MLPs), and the ignore list is kept out of them.
+    #[test]
+    fn compressed_tensors_quantizes_only_its_targets() {
+        let with_targets = |targets: &str, ignore: &str| {
+            let q = format!(
+                r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"targets":{targets},"weights":{{"num_bits":8,"type":"float"}}}}}},"ignore":{ignore}}}"#
+            );
+            let m = ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap();
+            (m.weights.bytes_per_param(WeightClass::Attention), m.weights.bytes_per_param(WeightClass::DenseFfn))
+        };
+        assert_eq!(with_targets(r#"["Linear"]"#, "[]"), (1.0, 1.0));
+        assert_eq!(with_targets(r#"["re:.*mlp.*"]"#, "[]"), (2.0, 1.0));
+        assert_eq!(with_targets(r#"["re:.*self_attn.*", "re:.*mlp.*"]"#, "[]"), (1.0, 1.0));
+        // Every MLP targeted but the first 40 of 80 layers' ignored: half the FFN stays in half precision.
+        let first_half: Vec<String> = (0..40).map(|i| format!(r#""model.layers.{i}.mlp.gate_proj","model.layers.{i}.mlp.up_proj","model.layers.{i}.mlp.down_proj""#)).collect();
+        let (attention, ffn) = with_targets(r#"["re:.*mlp.*"]"#, &format!("[{}]", first_half.join(",")));
+        assert_eq!(attention, 2.0);
+        assert!((ffn - 1.5).abs() < 1e-12, "{ffn}");
     }
 
     /// A quantized checkpoint's weight bytes, counted by an independent sum
