@@ -331,9 +331,13 @@ impl ModelConfig {
         let listed = KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str));
         let mut kept = self.named_shares(listed, "quantization_config.ignore")?;
         if let Some(targets) = narrow_targets(q) {
-            // Ignore lists name modules within the targets, so the two add up.
             let targeted = self.named_shares(targets.into_iter(), "quantization_config.config_groups.*.targets")?;
-            kept = PerWeightClass::from_fn(|c| (kept.get(c) + 1.0 - targeted.get(c)).clamp(0.0, 1.0));
+            // Targets that match none of the names BLIS knows (patterns in
+            // another model's naming) are taken as every linear layer, not none.
+            if WeightClass::ALL.iter().any(|&c| *targeted.get(c) > 0.0) {
+                // Ignore lists name modules within the targets, so the two add up.
+                kept = PerWeightClass::from_fn(|c| (kept.get(c) + 1.0 - targeted.get(c)).clamp(0.0, 1.0));
+            }
         }
         let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
         kept.lm_head = if lm_head_quantized { 0.0 } else { 1.0 };
@@ -457,6 +461,8 @@ mod tests {
         assert_eq!(with_targets(r#"["Linear"]"#, "[]"), (1.0, 1.0));
         assert_eq!(with_targets(r#"["re:.*mlp.*"]"#, "[]"), (2.0, 1.0));
         assert_eq!(with_targets(r#"["re:.*self_attn.*", "re:.*mlp.*"]"#, "[]"), (1.0, 1.0));
+        // A pattern in a naming BLIS does not know matches nothing it knows: every layer, as before.
+        assert_eq!(with_targets(r#"["re:.*block_sparse_moe.*"]"#, "[]"), (1.0, 1.0));
         // Every MLP targeted but the first 40 of 80 layers' ignored: half the FFN stays in half precision.
         let first_half: Vec<String> = (0..40).map(|i| format!(r#""model.layers.{i}.mlp.gate_proj","model.layers.{i}.mlp.up_proj","model.layers.{i}.mlp.down_proj""#)).collect();
         let (attention, ffn) = with_targets(r#"["re:.*mlp.*"]"#, &format!("[{}]", first_half.join(",")));
