@@ -528,7 +528,7 @@ impl Gateway<'_> {
             let i = slot as usize;
             let inst = &cx.instances()[i];
             self.store.reset(i, inst, now);
-            self.prefix.reset(i, inst.kv().usable_blocks());
+            self.prefix.reset(i, inst.kv().capacity_blocks());
             let d = &mut self.book.dispatched;
             if i >= d.in_flight.len() {
                 d.in_flight.resize(i + 1, 0);

@@ -32,7 +32,7 @@
 //!         enable_chunked_prefill: true, long_prefill_token_threshold: 0,
 //!         queue_policy: QueuePolicy::Fcfs, preemption: PreemptionVictim::Tail, async_scheduling: false },
 //!     num_gpu_blocks: 1000, block_size: 16, enable_prefix_caching: true, client_timeout: None, offload: None, kv_transfer: None, kv_events: false, expert_parallel: false,
-//!     moe_kernel_warmup: None,
+//!     hybrid_kv: None, moe_kernel_warmup: None,
 //! };
 //! let policies = PolicyBundle { routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(), ..Default::default() };
 //! let latency = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] });

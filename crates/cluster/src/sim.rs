@@ -150,7 +150,7 @@ impl<'s> Cluster<'s> {
         let store = SnapshotStore::new(cfg.policies.snapshots, &instances);
         let mut prefix = PrefixIndex::new(0, 1);
         for (i, inst) in instances.iter().enumerate() {
-            prefix.reset(i, inst.kv().usable_blocks());
+            prefix.reset(i, inst.kv().capacity_blocks());
         }
         let p = &cfg.policies;
         let keep_prefix_index = p.routing.uses_prefix_index() || p.admission.uses_prefix_index() || cfg.counterfactual_k > 0;

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::model::{ModelConfig, PerWeightClass, WeightPrecision};
+use crate::kv::KvGroups;
+use crate::model::{AttentionSpan, ModelConfig, PerWeightClass, WeightPrecision};
 
 /// One GPU model's datasheet figures (dense, no sparsity) plus the roofline
 /// efficiency factors. Bundled specs live in `data/hardware/*.json`; users can
@@ -551,6 +552,8 @@ pub struct KvSizing {
     pub max_num_batched_tokens: u32,
     /// `--max-num-seqs`: the rows of the profiling sampler pass.
     pub max_num_seqs: u32,
+    /// vLLM's hybrid KV cache manager is on (its default; [`kv_groups`]).
+    pub hybrid_kv: bool,
 }
 
 impl KvSizing {
@@ -565,8 +568,40 @@ impl KvSizing {
             block_size_tokens: d.block_size,
             max_num_batched_tokens: batch.max_num_batched_tokens,
             max_num_seqs: batch.max_num_seqs,
+            hybrid_kv: true,
         }
     }
+}
+
+/// How vLLM groups `model`'s attention layers in its KV cache, and the
+/// layers of each group (`kv_cache_utils._get_kv_cache_groups_uniform_page_size`).
+///
+/// With the hybrid manager on (`hybrid`) and both sliding-window and
+/// full-attention layers, the group size is the smaller count, or the larger
+/// when it is under 1.25 times the smaller; each kind fills
+/// ⌈layers / size⌉ groups, the last padded. A model whose layers all slide
+/// has one sliding-window group whatever `hybrid` says (vLLM's specs are
+/// then uniform). Everything else, chunked local attention included (vLLM
+/// turns the manager off for it by default), is one full-attention group of
+/// every layer.
+pub fn kv_groups(model: &ModelConfig, hybrid: bool) -> (KvGroups, u32) {
+    let all = model.num_layers.max(1);
+    let Some(local) = model.local_attention else { return (KvGroups::FULL, all) };
+    let AttentionSpan::Sliding { window_tokens } = local.span else { return (KvGroups::FULL, all) };
+    let (sliding, full) = (local.layers.min(all), all - local.layers.min(all));
+    if full == 0 {
+        return (KvGroups { full: 0, sliding: 1, window_tokens }, all);
+    }
+    if !hybrid {
+        return (KvGroups::FULL, all);
+    }
+    let (small, large) = (sliding.min(full), sliding.max(full));
+    let size = if f64::from(large) < f64::from(small) * 1.25 { large } else { small };
+    let groups = KvGroups { full: full.div_ceil(size), sliding: sliding.div_ceil(size), window_tokens };
+    if groups.count() > KvGroups::MAX_GROUPS {
+        return (KvGroups::FULL, all);
+    }
+    (groups, size)
 }
 
 /// How vLLM's memory profiler (`Worker.determine_available_memory`) splits
@@ -584,9 +619,13 @@ pub struct KvBudget {
     pub non_torch_gib: f64,
     /// What is left for the KV cache: requested − weights − activation peak − non-torch.
     pub kv_cache_gib: f64,
-    /// floor(KV cache bytes / (KV bytes per token per GPU · block_size)).
+    /// floor(KV cache bytes / (KV bytes per token per GPU of one group's
+    /// layers · block_size)).
     #[serde(skip)]
     pub blocks: u64,
+    /// How the layers are grouped ([`kv_groups`]).
+    #[serde(skip)]
+    pub groups: KvGroups,
 }
 
 /// The memory budget of a vLLM instance and the number of KV blocks it
@@ -595,8 +634,11 @@ pub struct KvBudget {
 /// ```text
 /// requested = memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization
 /// KV bytes  = requested − weight bytes / tp − profiling activation peak − non-torch memory
-/// blocks    = floor(KV bytes / (KV bytes per token per GPU · block_size))
+/// blocks    = floor(KV bytes / (KV bytes per token per GPU · block_size · layers per group / layers))
 /// ```
+///
+/// A block holds one KV cache group's layers ([`kv_groups`]): every layer
+/// but for a model with sliding-window layers under the hybrid manager.
 ///
 /// The activation peak is [`ModelConfig::profile_activation_bytes_per_gpu`]
 /// at `--max-num-batched-tokens` and `--max-num-seqs`; non-torch memory is
@@ -614,13 +656,15 @@ pub fn kv_budget(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Resul
     let activation_peak_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;
     let non_torch_gib = NON_TORCH_GIB[usize::from(tp > 1)];
     let kv_cache_gib = requested_gib - weights_gib - activation_peak_gib - non_torch_gib;
-    let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * f64::from(sizing.block_size_tokens);
+    let (groups, group_layers) = kv_groups(model, sizing.hybrid_kv);
+    let group_share = f64::from(group_layers) / f64::from(model.num_layers.max(1));
+    let block_bytes = model.kv_bytes_per_token_per_gpu(tp) * group_share * f64::from(sizing.block_size_tokens);
     let blocks = (kv_cache_gib * GIB / block_bytes).floor();
     if blocks < 2.0 {
         let reserves_gib = activation_peak_gib + non_torch_gib;
         return Err(CapacityError::DoesNotFit { weights_gib, reserves_gib, available_gib: requested_gib, reported_gib });
     }
-    Ok(KvBudget { requested_gib, weights_gib, activation_peak_gib, non_torch_gib, kv_cache_gib, blocks: blocks as u64 })
+    Ok(KvBudget { requested_gib, weights_gib, activation_peak_gib, non_torch_gib, kv_cache_gib, blocks: blocks as u64, groups })
 }
 
 /// Number of KV blocks a vLLM instance allocates: [`kv_budget`]'s blocks.
@@ -694,6 +738,40 @@ mod tests {
         let bridged = GpuSpec::from_json(&sheet).unwrap();
         assert_eq!((bridged.allreduce_link(2), bridged.allreduce_link(4)), (Link::NvLink, Link::Pcie));
         assert_eq!(GpuSpec::from_json(H100_NVL_DATASHEET).unwrap().allreduce_link(8), Link::NvLink, "an HGX board's 8 when the sheet says nothing");
+    }
+
+    /// vLLM's grouping (`_get_kv_cache_groups_uniform_page_size`) of the
+    /// layer mixes models ship with, from gpt-oss-20b's `config.json` with
+    /// its `layer_types` rewritten.
+    #[test]
+    fn layers_are_grouped_as_vllm_groups_them() {
+        let gpt_oss: serde_json::Value = serde_json::from_str(include_str!("../tests/fixtures/gpt-oss-20b.json")).unwrap();
+        let with_layers = |sliding: usize, full: usize| {
+            let mut cfg = gpt_oss.clone();
+            let types: Vec<&str> = std::iter::repeat_n("sliding_attention", sliding).chain(std::iter::repeat_n("full_attention", full)).collect();
+            cfg["layer_types"] = serde_json::json!(types);
+            cfg["num_hidden_layers"] = serde_json::json!(sliding + full);
+            ModelConfig::from_hf_json(&cfg.to_string()).unwrap()
+        };
+        let groups = |m: &ModelConfig, hybrid| kv_groups(m, hybrid);
+        let g = |full, sliding| KvGroups { full, sliding, window_tokens: 128 };
+        // gpt-oss: 12 + 12 layers, two groups of 12.
+        assert_eq!(groups(&with_layers(12, 12), true), (g(1, 1), 12));
+        // Gemma-3-27B's 52 sliding and 10 full: groups of 10, the last sliding one padded.
+        assert_eq!(groups(&with_layers(52, 10), true), (g(1, 6), 10));
+        // Nearly balanced (gpt-oss with an EAGLE layer): the larger count, padded.
+        assert_eq!(groups(&with_layers(12, 13), true), (g(1, 1), 13));
+        // Off, or every layer sliding: one group of every layer.
+        assert_eq!(groups(&with_layers(12, 12), false), (KvGroups::FULL, 24));
+        assert_eq!(groups(&with_layers(24, 0), false), (g(0, 1), 24));
+        // Chunked local attention (Llama-4): vLLM keeps the manager off by default.
+        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        assert!(scout.local_attention.is_some());
+        assert_eq!(groups(&scout, true), (KvGroups::FULL, scout.num_layers));
+        // A block of one group's 12 layers is half a block of all 24: twice the blocks.
+        let h100 = find_gpu("H100").unwrap().spec();
+        let blocks = |hybrid_kv| kv_budget(&with_layers(12, 12), &h100, &KvSizing { hybrid_kv, ..KvSizing::defaults(1, &h100) }).unwrap().blocks;
+        assert!(blocks(true).abs_diff(2 * blocks(false)) <= 1, "{} vs {}", blocks(true), blocks(false));
     }
 
     #[test]

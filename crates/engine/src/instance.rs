@@ -431,7 +431,7 @@ impl Instance {
     /// An idle instance with an empty cache.
     pub fn new(id: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>) -> Result<Instance, InstanceConfigError> {
         cfg.validate()?;
-        let kv = KvCache::new(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching)?;
+        let kv = KvCache::grouped(cfg.num_gpu_blocks, cfg.block_size, cfg.enable_prefix_caching, cfg.kv_groups())?;
         let mut kv = kv;
         let mut tiers = cfg.offload.as_ref().map(|o| OffloadTiers::new(o, cfg.block_size)).transpose()?;
         if cfg.kv_events {
@@ -586,7 +586,7 @@ impl Instance {
         let s = &self.cfg.scheduler;
         if total > u64::from(s.max_model_len) {
             Some(DropReason::ExceedsMaxModelLen)
-        } else if total.div_ceil(u64::from(self.cfg.block_size)) > u64::from(self.kv.usable_blocks()) {
+        } else if self.kv.groups().peak_blocks(total, s.max_num_batched_tokens, self.cfg.block_size) > u64::from(self.kv.usable_blocks()) {
             Some(DropReason::ExceedsKvCapacity)
         } else {
             None
@@ -795,8 +795,7 @@ impl Instance {
                 // Reuse the old slot's buffers.
                 let mut table = std::mem::take(&mut old.table);
                 let mut hashes = std::mem::take(&mut old.hashes);
-                table.blocks.clear();
-                table.num_cached = 0;
+                table.clear();
                 hashes.clear();
                 *old = fresh(req, table, hashes);
                 slot
@@ -1067,7 +1066,7 @@ impl Instance {
         // bounded by the requests it holds, not by the most it ever held.
         live.req.prompt = TokenSeq::new();
         if self.free_slots.len() >= self.cfg.scheduler.max_num_seqs as usize {
-            live.table.blocks = Vec::new();
+            live.table.shrink();
             live.hashes = Vec::new();
         }
         self.free_slots.push(slot);
@@ -1524,6 +1523,7 @@ impl Instance {
     /// prefix hits in `hit_scratch` are taken too.
     fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
         let live = &mut self.slots[slot as usize];
+        self.kv.release_skipped(&mut live.table, live.num_computed);
         let need = live.num_computed + n;
         let cache_upto = live.cacheable_tokens(need);
         if !with_hits && self.kv.holds(&live.table, need, cache_upto) {
@@ -1669,6 +1669,9 @@ impl Instance {
     /// request-accounting identity `live = arriving + incoming + waiting + running`.
     pub fn assert_consistent(&self) {
         self.kv.assert_consistent();
+        let tables = self.slots.iter().map(|l| &l.table).chain(self.held.iter().map(|(_, t)| t)).chain(&self.spare_tables);
+        let held: u64 = tables.map(|t| self.kv.assert_table(t)).sum();
+        assert_eq!(held, self.kv.total_refs(), "the tables' entries are not the blocks' reference counts");
         assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32 + self.loading + self.landed.len() as u32);
         if let Some(tiers) = &self.tiers {
             tiers.assert_consistent();
@@ -1709,7 +1712,7 @@ mod tests {
         while inst.process_next(&mut c).is_some() {}
         assert_eq!(inst.slots.len(), 100, "every request of the burst had its own slot");
         assert!(inst.slots.iter().all(|l| l.req.prompt.runs().is_empty()));
-        let holding = inst.slots.iter().filter(|l| l.table.blocks.capacity() > 0 || l.hashes.capacity() > 0).count();
+        let holding = inst.slots.iter().filter(|l| l.table.has_capacity() || l.hashes.capacity() > 0).count();
         assert!(holding <= 4, "{holding} free slots hold buffers");
     }
 }

@@ -87,10 +87,26 @@ pub struct InstanceConfig {
     /// reach them by an all-to-all instead of the layer's all-reduce. No
     /// effect on a dense model or at TP 1.
     pub expert_parallel: bool,
+    /// vLLM's hybrid KV cache manager, for a model with sliding-window
+    /// layers: `num_gpu_blocks` then counts blocks of one group's layers.
+    /// `None`: one group of every layer (every other model).
+    pub hybrid_kv: Option<HybridKv>,
     /// How the server compiles its fused-MoE kernels on first use
     /// ([`crate::warmup::MoeKernelCache`]); `None` for a dense model or a
     /// server whose Triton cache is warm.
     pub moe_kernel_warmup: Option<crate::warmup::MoeKernelWarmup>,
+}
+
+/// vLLM's hybrid KV cache manager for a model with sliding-window layers
+/// ([`crate::kv::KvGroups`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct HybridKv {
+    /// How the layers are grouped.
+    pub groups: crate::kv::KvGroups,
+    /// The blocks vLLM allocates when the manager is off (KV events or a KV
+    /// connector are configured, or `--disable-hybrid-kv-cache-manager`):
+    /// one group of every layer, sliding-window ones keeping every token.
+    pub unified_blocks: u64,
 }
 
 /// A configuration that cannot run.
@@ -132,6 +148,10 @@ pub enum InstanceConfigError {
     /// The CPU tier cannot be built.
     #[error(transparent)]
     Offload(#[from] crate::kv::offload::OffloadConfigError),
+    /// vLLM turns its hybrid KV cache manager off with KV events or a KV
+    /// connector ([`InstanceConfig::disable_hybrid_kv`]).
+    #[error("the hybrid KV cache manager cannot run with {0}, as in vLLM; turn it off first")]
+    HybridKv(&'static str),
     /// A P/D transfer bandwidth that is not a positive finite number.
     #[error("the KV transfer bandwidth must be a positive number of bytes per second, got {0}")]
     TransferBandwidth(f64),
@@ -163,7 +183,23 @@ impl InstanceConfig {
             kv_transfer: None,
             kv_events: false,
             expert_parallel: false,
+            hybrid_kv: None,
             moe_kernel_warmup: None,
+        }
+    }
+
+    /// How the KV cache's layers are grouped: the hybrid manager's groups, or
+    /// one full-attention group.
+    pub fn kv_groups(&self) -> crate::kv::KvGroups {
+        self.hybrid_kv.map_or(crate::kv::KvGroups::FULL, |h| h.groups)
+    }
+
+    /// Turns vLLM's hybrid KV cache manager off, as vLLM does when KV events
+    /// or a KV connector (offloading, P/D) are configured: one group of every
+    /// layer, with the blocks that leaves. No-op when it is off.
+    pub fn disable_hybrid_kv(&mut self) {
+        if let Some(h) = self.hybrid_kv.take() {
+            self.num_gpu_blocks = h.unified_blocks;
         }
     }
 
@@ -191,6 +227,15 @@ impl InstanceConfig {
         }
         if let Some(o) = &self.offload {
             o.validate()?;
+        }
+        if let Some(h) = &self.hybrid_kv {
+            let with = [(self.kv_events, "KV events"), (self.offload.is_some(), "KV offloading"), (self.kv_transfer.is_some(), "a P/D KV transfer")];
+            if let Some((_, what)) = with.iter().find(|(on, _)| *on) {
+                return Err(InstanceConfigError::HybridKv(what));
+            }
+            if h.unified_blocks < 2 {
+                return Err(crate::kv::KvConfigError::TooFewBlocks(h.unified_blocks).into());
+            }
         }
         if let Some(t) = &self.kv_transfer {
             if !t.link.is_valid() {

@@ -10,10 +10,10 @@ use std::sync::Arc;
 use blis_data::catalog;
 use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
 use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
-use blis_engine::kv::VLLM_BLOCK_SIZES;
+use blis_engine::kv::{KvGroups, VLLM_BLOCK_SIZES};
 use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
 use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
 use blis_engine::vllm::ALLOW_LONG_MAX_MODEL_LEN;
@@ -234,22 +234,37 @@ impl Server {
                 batch.max_num_seqs
             }
         };
-        let (num_gpu_blocks, kv_budget) = match k.num_gpu_blocks.value {
-            Some(b) => (b, None),
+        let offload = crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?;
+        // vLLM turns its hybrid KV cache manager off with a KV connector.
+        let hybrid = !required(&k.disable_hybrid_kv_cache_manager, "--disable-hybrid-kv-cache-manager is required")? && offload.is_none();
+        let sizing = KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs, hybrid_kv: hybrid };
+        let budget = |hybrid_kv: bool| hardware::kv_budget(&model, &gpu, &KvSizing { hybrid_kv, ..sizing }).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"));
+        let (groups, group_layers) = hardware::kv_groups(&model, hybrid);
+        let (num_gpu_blocks, kv_budget, unified_blocks) = match k.num_gpu_blocks.value {
+            Some(b) => (b, None, b),
             None => {
-                let sizing = KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs };
-                let b = hardware::kv_budget(&model, &gpu, &sizing).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"))?;
+                let b = budget(hybrid)?;
                 // vLLM refuses to start a server whose KV cache cannot hold one request of the model length.
-                let kv_tokens = blis_engine::kv::request_kv_tokens(b.blocks, block_size);
-                if kv_tokens < u64::from(max_model_len) {
-                    return Err(invalid!(
-                        "{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; lower --max-model-len (to at most {kv_tokens}), or raise the TP degree or --gpu-memory-utilization"
-                    ));
+                let usable = b.blocks.saturating_sub(1);
+                let needed = groups.peak_blocks(u64::from(max_model_len), max_num_batched_tokens, block_size);
+                if needed > usable {
+                    let kv_tokens = groups.longest_request(usable, max_num_batched_tokens, block_size);
+                    let hint = format!("lower --max-model-len (to at most {kv_tokens}), or raise the TP degree or --gpu-memory-utilization");
+                    return Err(if groups == KvGroups::FULL {
+                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; {hint}")
+                    } else {
+                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache's {} blocks ({groups} groups) hold fewer than the {needed} one request of --max-model-len {max_model_len} needs, so vLLM would not start; {hint}", b.blocks.saturating_sub(1))
+                    });
                 }
                 report_entry(report, "num-gpu-blocks", &b.blocks, Source::Derived);
-                (b.blocks, Some(b))
+                let unified = if groups.full > 0 && groups != KvGroups::FULL { budget(false)?.blocks } else { b.blocks };
+                (b.blocks, Some(b), unified)
             }
         };
+        let hybrid_kv = (groups != KvGroups::FULL).then_some(HybridKv { groups, unified_blocks });
+        if hybrid_kv.is_some() {
+            report_entry(report, "kv-cache-groups", &format!("{groups}, {group_layers} layers each"), Source::Derived);
+        }
 
         // On only where it changes something, so that what reads the instance need not ask again.
         let mut expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
@@ -287,10 +302,11 @@ impl Server {
             block_size,
             enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
             client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
-            offload: crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?,
+            offload,
             kv_transfer: None,
             kv_events: false,
             expert_parallel,
+            hybrid_kv,
             moe_kernel_warmup,
         };
         instance.validate().map_err(|e| invalid!("{e}"))?;

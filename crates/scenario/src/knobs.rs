@@ -232,6 +232,10 @@ knob_table! {
     /// Spread a MoE model's experts whole over the --tp GPUs and route tokens to them by an
     /// all-to-all (vLLM --enable-expert-parallel); no effect on dense models. [default: false]
     enable_expert_parallel: bool = Some(false), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
+    /// Turn off vLLM's hybrid KV cache manager (vLLM --disable-hybrid-kv-cache-manager): a model
+    /// with sliding-window and full-attention layers then keeps every token's KV in all of them.
+    /// KV offloading, P/D and KV events turn it off too, as in vLLM. [default: false]
+    disable_hybrid_kv_cache_manager: bool = Some(false), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
     /// What a server with a cold Triton cache stalls the first time a step needs a fused-MoE
     /// kernel config it has not compiled yet (MoE models; vLLM compiles one per tuned config on
     /// first use): a duration (950ms, 1s) or seconds; 0 for a server whose cache is warm.

@@ -105,13 +105,24 @@ pub struct ResolvedScenario {
 impl ResolvedScenario {
     /// Makes every instance (of every node pool) record vLLM's KV events
     /// and hand them to observers ([`blis_engine::instance::Observer::on_kv_events`]).
+    /// vLLM turns its hybrid KV cache manager off to publish KV events, and
+    /// so does this.
     pub fn record_kv_events(&mut self) {
-        self.deployment.server.instance.kv_events = true;
-        self.cluster.config.instance.kv_events = true;
-        if let Some(a) = &mut self.cluster.config.autoscale {
-            for p in &mut a.pools {
-                p.instance.kv_events = true;
+        if self.deployment.server.instance.hybrid_kv.is_some() {
+            self.deployment.server.instance.disable_hybrid_kv();
+            self.config.remove("kv-cache-groups");
+            if self.deployment.server.kv_budget.is_some() {
+                knobs::report_entry(&mut self.config, "num-gpu-blocks", &self.deployment.server.instance.num_gpu_blocks, knobs::Source::Derived);
             }
+        }
+        let record = |instance: &mut blis_engine::scheduler::InstanceConfig| {
+            instance.disable_hybrid_kv();
+            instance.kv_events = true;
+        };
+        record(&mut self.deployment.server.instance);
+        record(&mut self.cluster.config.instance);
+        if let Some(a) = &mut self.cluster.config.autoscale {
+            a.pools.iter_mut().for_each(|p| record(&mut p.instance));
         }
     }
 }

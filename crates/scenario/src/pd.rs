@@ -66,6 +66,8 @@ fn other_knobs(k: &Knobs) -> [(&'static str, bool); 14] {
 /// One pool: the deployment's knobs with the pool's GPU, TP and batch knobs.
 fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option<u32>>, seqs: &Knob<Option<u32>>, tokens: &Knob<Option<u32>>, long_context: LongContext, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
     let mut pk = k.clone();
+    // vLLM turns its hybrid KV cache manager off under a KV connector (NIXL).
+    pk.disable_hybrid_kv_cache_manager = Knob { value: Some(true), source: Source::Derived };
     if let Some(hw) = &hardware.value {
         pk.hardware = Knob { value: Some(hw.clone()), source: Source::Flag };
         pk.hardware_config = Knob { value: None, source: Source::Default };

@@ -2,7 +2,7 @@
 
 use serde_json::Value;
 
-use crate::{blis, scratch, stderr, stdout};
+use crate::{blis, json_of, scratch, stderr, stdout};
 
 const SMALL: &[&str] = &["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "200", "--rate", "20"];
 
@@ -613,4 +613,49 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let (_, tp2) = run_json(&["--tp", "2"]);
     assert_eq!(dense["latency_ms"], tp2["latency_ms"]);
     assert_ne!(plain["latency_ms"], tp2["latency_ms"]);
+}
+
+/// vLLM's hybrid KV cache manager: gpt-oss-20b's 12 sliding-window layers
+/// (128 tokens) form one group and its 12 full-attention layers another, so
+/// a block holds 12 layers, not 24: twice the blocks, of which a long
+/// request's sliding group keeps only its window's. At 24 requests of
+/// 20 000 tokens in flight in 15 GiB of KV memory the hybrid cache holds
+/// them all; with the manager off (the flag, KV offloading, KV events, P/D,
+/// as in vLLM) the cache is the one-group cache and they are preempted.
+#[test]
+fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/gpt-oss-20b.json");
+    let base = [
+        "run", "--model", "openai/gpt-oss-20b", "--model-config", config, "--prompt-tokens", "20000", "--output-tokens", "500", "--rate", "100",
+        "--max-concurrency", "24", "--num-requests", "48", "--gpu-memory-utilization", "0.4", "--format", "json",
+    ];
+    let (_, hybrid) = json_of(&base, &[]);
+    let (_, off) = json_of(&base, &["--disable-hybrid-kv-cache-manager"]);
+    let blocks = |j: &Value| j["deployment"]["num_gpu_blocks"].as_u64().unwrap();
+    let preemptions = |j: &Value| j["kv_cache"]["preemptions"].as_u64().unwrap();
+    assert!(blocks(&hybrid).abs_diff(2 * blocks(&off)) <= 1, "{} vs {}", blocks(&hybrid), blocks(&off));
+    assert_eq!(hybrid["config"]["kv-cache-groups"]["value"], "1 full-attention + 1 sliding-window (128 tokens), 12 layers each");
+    assert!(off["config"].get("kv-cache-groups").is_none());
+    // 24 × (1 282 full + ≤ 9 window blocks) fit in the hybrid cache: no preemption, and a peak under 80 %.
+    assert_eq!(preemptions(&hybrid), 0);
+    assert!(hybrid["kv_cache"]["utilization_peak"].as_f64().unwrap() < 0.8, "{}", hybrid["kv_cache"]);
+    assert!(preemptions(&off) > 0, "{}", off["kv_cache"]);
+    let ttft = |j: &Value| j["latency_ms"]["ttft"]["mean"].as_f64().unwrap();
+    assert!(ttft(&hybrid) < ttft(&off), "hybrid TTFT {} ms vs {} ms", ttft(&hybrid), ttft(&off));
+    // vLLM turns the manager off with a KV connector or KV events.
+    let dir = scratch("hybrid-kv-events");
+    let events = dir.join("events.jsonl");
+    for extra in [&["--kv-offloading-size", "4"][..], &["--kv-events-output", events.to_str().unwrap()]] {
+        let (_, j) = json_of(&base, extra);
+        assert_eq!((blocks(&j), &j["config"]["num-gpu-blocks"]["value"]), (blocks(&off), &off["config"]["num-gpu-blocks"]["value"]), "{extra:?}");
+        assert!(j["config"].get("kv-cache-groups").is_none(), "{extra:?}");
+    }
+    let (_, pd) = json_of(&base, &["--prefill-instances", "1", "--decode-instances", "1"]);
+    for pool in ["prefill-pool", "decode-pool"] {
+        assert_eq!(pd["config"][pool]["value"]["num_gpu_blocks"].as_u64(), Some(blocks(&off)), "{pool}");
+    }
+    // A dense model is unchanged by the flag.
+    let (_, dense) = run_json(&[]);
+    let (_, dense_off) = run_json(&["--disable-hybrid-kv-cache-manager"]);
+    assert_eq!((&dense["deployment"], &dense["latency_ms"]), (&dense_off["deployment"], &dense_off["latency_ms"]));
 }

@@ -16,6 +16,15 @@
 //!   to zero stay findable until they are popped for reuse (LRU eviction).
 //! * Like vLLM, block 0 is reserved as the null block, so a cache of
 //!   `num_gpu_blocks` has `num_gpu_blocks − 1` usable blocks.
+//! * A model with sliding-window layers is served by vLLM's hybrid KV cache
+//!   manager ([`KvGroups`]): its layers form groups of equal size that take
+//!   blocks from the one pool, a request holding an entry per `block_size`
+//!   tokens in every group. A sliding-window group releases the blocks that
+//!   slid out of its window (`remove_skipped_blocks`, their entries become
+//!   the null block), and a prefix hits only where the full-attention groups
+//!   hold all of it and the sliding groups its last window
+//!   (`HybridKVCacheCoordinator.find_longest_cache_hit`). With one
+//!   full-attention group (every other model) this is the cache above.
 //!
 //! Layout: a block is 16 bytes, four to a cache line: its hash, and either
 //! its free-queue links or its reference count (a block is in the queue
@@ -95,6 +104,92 @@ pub fn request_kv_tokens(num_gpu_blocks: u64, block_size: u32) -> u64 {
     num_gpu_blocks.saturating_sub(1).saturating_mul(u64::from(block_size))
 }
 
+/// How vLLM's KV cache manager splits a model's attention layers into
+/// groups of equal size that take blocks from one pool
+/// (`kv_cache_utils.get_kv_cache_groups`): the full-attention groups first,
+/// then the sliding-window ones. A block holds `block_size` tokens of one
+/// group's layers, so a request holds an entry per `block_size` tokens in
+/// every group; a sliding-window group's entries before its window are the
+/// null block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvGroups {
+    /// Groups of full-attention layers.
+    pub full: u32,
+    /// Groups of sliding-window layers.
+    pub sliding: u32,
+    /// Positions a sliding-window layer reads, its own included (W ≥ 1;
+    /// unused without sliding groups).
+    pub window_tokens: u32,
+}
+
+impl KvGroups {
+    /// Every layer in one full-attention group: every model without
+    /// sliding-window layers, and every model when vLLM's hybrid KV cache
+    /// manager is off.
+    pub const FULL: KvGroups = KvGroups { full: 1, sliding: 0, window_tokens: 0 };
+
+    /// Most groups a cache takes (Gemma-3's 5 : 1 pattern makes 7).
+    pub const MAX_GROUPS: u32 = 64;
+
+    /// How many groups.
+    pub fn count(self) -> u32 {
+        self.full + self.sliding
+    }
+
+    /// Blocks a request of `tokens` tokens holds at most, its prompt
+    /// computed in chunks of at most `chunk_tokens`: every full-attention
+    /// group holds all its tokens, a sliding-window group at most
+    /// [`KvGroups::window_peak`].
+    pub fn peak_blocks(self, tokens: u64, chunk_tokens: u32, block_size: u32) -> u64 {
+        let all = tokens.div_ceil(u64::from(block_size.max(1)));
+        u64::from(self.full) * all + u64::from(self.sliding) * all.min(self.window_peak(chunk_tokens, block_size))
+    }
+
+    /// Blocks one sliding-window group holds at most for a request: a
+    /// window and a chunk, ⌈(W − 1 + chunk) / block⌉ + 1 (vLLM's
+    /// `SlidingWindowSpec.max_memory_usage_bytes`).
+    pub fn window_peak(self, chunk_tokens: u32, block_size: u32) -> u64 {
+        (u64::from(self.window_tokens.max(1)) - 1 + u64::from(chunk_tokens)).div_ceil(u64::from(block_size.max(1))) + 1
+    }
+
+    /// The most tokens of one request whose [`KvGroups::peak_blocks`] fit in
+    /// `usable_blocks` (with full-attention groups; without, what fits were
+    /// the windows not a bound).
+    pub fn longest_request(self, usable_blocks: u64, chunk_tokens: u32, block_size: u32) -> u64 {
+        let block = u64::from(block_size.max(1));
+        if self.full == 0 {
+            return usable_blocks / u64::from(self.sliding.max(1)) * block;
+        }
+        let windows = u64::from(self.sliding) * self.window_peak(chunk_tokens, block_size);
+        usable_blocks.saturating_sub(windows) / u64::from(self.full) * block
+    }
+
+    fn validate(self) -> Result<(), KvConfigError> {
+        if self.count() == 0 || self.count() > Self::MAX_GROUPS || (self.sliding > 0 && self.window_tokens == 0) {
+            return Err(KvConfigError::Groups(self));
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Display for KvGroups {
+    /// `1 full-attention + 6 sliding-window (1024 tokens)`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} full-attention", self.full)?;
+        if self.sliding > 0 {
+            write!(f, " + {} sliding-window ({} tokens)", self.sliding, self.window_tokens)?;
+        }
+        Ok(())
+    }
+}
+
+/// The content key of a block of `group` whose tokens hash to `hash`: vLLM
+/// keys its cached blocks by (hash, group); group 0's key is the hash
+/// itself, so a single-group cache (and its KV events) is unchanged.
+fn group_key(hash: u64, group: u32) -> u64 {
+    if group == 0 { hash } else { (hash ^ u64::from(group).wrapping_mul(0x9E37_79B9_7F4A_7C15)).rotate_left(23) }
+}
+
 /// Invalid cache geometry.
 #[derive(Debug, Error, PartialEq)]
 pub enum KvConfigError {
@@ -104,6 +199,9 @@ pub enum KvConfigError {
     /// Fewer than two blocks (one is the reserved null block).
     #[error("the KV cache needs at least 2 blocks (one is reserved), got {0}")]
     TooFewBlocks(u64),
+    /// No group, too many, or sliding groups without a window.
+    #[error("invalid KV cache groups ({0}): between 1 and 64 groups, sliding-window groups with a window of at least 1 token")]
+    Groups(KvGroups),
     /// More blocks than can be indexed.
     #[error("at most {max} KV blocks are supported, got {got}", max = u32::MAX - 1)]
     TooManyBlocks {
@@ -112,20 +210,52 @@ pub enum KvConfigError {
     },
 }
 
-/// A request's block table: the blocks holding its tokens, in order.
+/// A request's block table: the blocks holding its tokens, in order, one
+/// list per KV cache group ([`KvGroups`]), all of the same length.
 #[derive(Clone, Debug, Default)]
 pub struct BlockTable {
-    /// Block ids, one per `block_size` tokens.
+    /// The first group's block ids, one per `block_size` tokens (`u32::MAX`:
+    /// the null block, a sliding-window entry before the window).
     pub blocks: Vec<u32>,
-    /// How many leading blocks are registered in the prefix-cache index.
+    /// How many leading entries are registered in the prefix-cache index.
     pub num_cached: u32,
+    /// The other groups' lists (empty with one group).
+    others: Vec<Vec<u32>>,
+    /// Leading entries of the sliding-window groups that are the null block.
+    skipped: u32,
 }
 
 impl BlockTable {
     /// Empties the table, keeping its allocation.
-    fn clear(&mut self) {
+    pub fn clear(&mut self) {
         self.blocks.clear();
+        self.others.iter_mut().for_each(Vec::clear);
         self.num_cached = 0;
+        self.skipped = 0;
+    }
+
+    /// Empties the table and gives its memory back.
+    pub fn shrink(&mut self) {
+        *self = BlockTable::default();
+    }
+
+    /// Whether the table holds memory (for tests of slot reuse).
+    pub fn has_capacity(&self) -> bool {
+        self.blocks.capacity() > 0 || !self.others.is_empty()
+    }
+
+    fn group_mut(&mut self, group: u32) -> &mut Vec<u32> {
+        match group {
+            0 => &mut self.blocks,
+            g => &mut self.others[g as usize - 1],
+        }
+    }
+
+    fn group(&self, group: u32) -> &[u32] {
+        match group {
+            0 => &self.blocks,
+            g => &self.others[g as usize - 1],
+        }
     }
 }
 
@@ -151,14 +281,29 @@ pub struct KvCache {
     index: BlockIndex,
     block_size: u32,
     prefix_caching: bool,
+    groups: KvGroups,
+    /// Blocks of a sliding-window group a prefix hit must end with:
+    /// ⌈(W − 1) / block_size⌉ (vLLM's `sliding_window_contiguous_blocks`).
+    window_blocks: u32,
+    /// Bit `b` is set when block `b` is registered under a group other than
+    /// the first (its evictions are not KV events); empty with one group.
+    other_group: Vec<u64>,
     /// Changes to the prefix index since the last [`KvCache::take_changes`],
     /// when recording ([`KvCache::record_changes`]).
     changes: Option<Vec<CacheChange>>,
 }
 
 impl KvCache {
-    /// A cache of `num_gpu_blocks` blocks of `block_size` tokens, all free.
+    /// A cache of `num_gpu_blocks` blocks of `block_size` tokens, all free,
+    /// for one full-attention group.
     pub fn new(num_gpu_blocks: u64, block_size: u32, prefix_caching: bool) -> Result<KvCache, KvConfigError> {
+        KvCache::grouped(num_gpu_blocks, block_size, prefix_caching, KvGroups::FULL)
+    }
+
+    /// A cache of `num_gpu_blocks` blocks of `block_size` tokens, all free,
+    /// shared by `groups`.
+    pub fn grouped(num_gpu_blocks: u64, block_size: u32, prefix_caching: bool, groups: KvGroups) -> Result<KvCache, KvConfigError> {
+        groups.validate()?;
         if block_size == 0 {
             return Err(KvConfigError::ZeroBlockSize);
         }
@@ -180,8 +325,23 @@ impl KvCache {
             index: BlockIndex::new(),
             block_size,
             prefix_caching,
+            groups,
+            window_blocks: (groups.window_tokens.max(1) - 1).div_ceil(block_size),
+            other_group: Vec::new(),
             changes: None,
         })
+    }
+
+    /// How the cache's layers are grouped.
+    pub fn groups(&self) -> KvGroups {
+        self.groups
+    }
+
+    /// Usable blocks per group: what the cache holds of one request's
+    /// tokens, in blocks, were it all full attention (vLLM logs this times
+    /// the block size as its KV cache size in tokens).
+    pub fn capacity_blocks(&self) -> u32 {
+        self.usable / self.groups.count()
     }
 
     /// From now on, records every block registered in or evicted from the
@@ -235,21 +395,62 @@ impl KvCache {
 
     /// vLLM `get_computed_blocks`: the longest run of leading blocks whose
     /// hashes are cached, capped so that at least one of the `num_tokens`
-    /// tokens is left to compute. Pushes the hit blocks onto `out` and returns
-    /// the number of hit tokens. Returns 0 when prefix caching is off.
+    /// tokens is left to compute. Pushes the hit blocks onto `out`, group
+    /// after group (a sliding-window group's entries before its window as
+    /// `u32::MAX`, the null block), and returns the number of hit tokens.
+    /// Returns 0 when prefix caching is off.
     pub fn find_cached_prefix(&self, block_hashes: &[u64], num_tokens: u32, out: &mut Vec<u32>) -> u32 {
         out.clear();
         if !self.prefix_caching || num_tokens == 0 {
             return 0;
         }
-        let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
-        for &h in block_hashes.iter().take(max_blocks) {
-            match self.lookup(h) {
-                Some(b) => out.push(b),
-                None => break,
+        if self.groups == KvGroups::FULL {
+            let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
+            for &h in block_hashes.iter().take(max_blocks) {
+                match self.lookup(h) {
+                    Some(b) => out.push(b),
+                    None => break,
+                }
+            }
+            return out.len() as u32 * self.block_size;
+        }
+        let (hit, first_live) = self.longest_hit(block_hashes, num_tokens);
+        for group in 0..self.groups.count() {
+            let sliding = group >= self.groups.full;
+            for (i, &h) in block_hashes[..hit].iter().enumerate() {
+                let b = if sliding && i < first_live { NIL } else { self.lookup(group_key(h, group)).expect("a hit block is indexed") };
+                out.push(b);
             }
         }
-        out.len() as u32 * self.block_size
+        hit as u32 * self.block_size
+    }
+
+    /// vLLM's `HybridKVCacheCoordinator.find_longest_cache_hit`: the leading
+    /// blocks every full-attention group holds, cut to where the
+    /// sliding-window groups all hold the [`KvCache::window_blocks`] blocks
+    /// before the cut (or, lacking such a run, to the run they hold from the
+    /// start). Returns the hit in blocks and the first of them a
+    /// sliding-window group needs.
+    fn longest_hit(&self, block_hashes: &[u64], num_tokens: u32) -> (usize, usize) {
+        let max_blocks = (((num_tokens - 1) / self.block_size) as usize).min(block_hashes.len());
+        let held_by = |i: usize, groups: std::ops::Range<u32>| groups.into_iter().all(|g| self.lookup(group_key(block_hashes[i], g)).is_some());
+        let (full, sliding) = (0..self.groups.full, self.groups.full..self.groups.count());
+        let hit = (0..max_blocks).take_while(|&i| held_by(i, full.clone())).count();
+        if sliding.is_empty() {
+            return (hit, 0);
+        }
+        let mut run = 0;
+        for i in (0..hit).rev() {
+            if !held_by(i, sliding.clone()) {
+                run = 0;
+                continue;
+            }
+            run += 1;
+            if run >= self.window_blocks as usize {
+                return (i + run, i);
+            }
+        }
+        (run, 0)
     }
 
     /// The block holding content `h`, if the prefix index has it (it may be
@@ -269,6 +470,9 @@ impl KvCache {
     pub fn cached_prefix_tokens(&self, block_hashes: &[u64], num_tokens: u32) -> u32 {
         if !self.prefix_caching || num_tokens == 0 {
             return 0;
+        }
+        if self.groups != KvGroups::FULL {
+            return self.longest_hit(block_hashes, num_tokens).0 as u32 * self.block_size;
         }
         let max_blocks = ((num_tokens - 1) / self.block_size) as usize;
         let hits = block_hashes.iter().take(max_blocks).take_while(|&&h| self.lookup(h).is_some()).count();
@@ -314,25 +518,70 @@ impl KvCache {
 
     /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
     fn take_blocks(&mut self, table: &mut BlockTable, num_tokens_need_slot: u32, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
+        let groups = self.groups.count() as usize;
+        debug_assert_eq!(new_computed.len() % groups, 0, "hits of every group");
+        let hits = new_computed.len() / groups;
         let required = self.blocks_for(num_tokens_need_slot) as usize;
-        let have = table.blocks.len() + new_computed.len();
-        let num_new = required.saturating_sub(have);
-        let evictable_hits = new_computed.iter().filter(|&&b| self.blocks[b as usize].ref_cnt() == 0).count();
-        if num_new + evictable_hits > self.num_free as usize {
+        let num_new = required.saturating_sub(table.blocks.len() + hits);
+        let evictable_hits = new_computed.iter().filter(|&&b| b != NIL && self.blocks[b as usize].ref_cnt() == 0).count();
+        if groups * num_new + evictable_hits > self.num_free as usize {
             return false;
         }
-        table.blocks.reserve(new_computed.len() + num_new);
-        for &b in new_computed {
-            self.touch(b);
-            table.blocks.push(b);
+        if table.others.len() + 1 < groups {
+            table.others.resize_with(groups - 1, Vec::new);
         }
-        for _ in 0..num_new {
-            let b = self.pop_free();
-            table.blocks.push(b);
+        if table.blocks.is_empty() && hits > 0 && self.groups.sliding > 0 {
+            let first_sliding = &new_computed[self.groups.full as usize * hits..][..hits];
+            table.skipped = first_sliding.iter().take_while(|&&b| b == NIL).count() as u32;
+        }
+        // Every hit is held before any block is popped, so none is evicted.
+        for group in 0..groups as u32 {
+            let list = table.group_mut(group);
+            list.reserve(hits + num_new);
+            for &b in &new_computed[group as usize * hits..][..hits] {
+                if b != NIL {
+                    self.touch(b);
+                }
+                table.group_mut(group).push(b);
+            }
+        }
+        for group in 0..groups as u32 {
+            for _ in 0..num_new {
+                let b = self.pop_free();
+                table.group_mut(group).push(b);
+            }
         }
         self.cache_full_blocks(table, block_hashes, num_tokens_to_cache);
         self.debug_check();
         true
+    }
+
+    /// vLLM `remove_skipped_blocks`: a request that has computed
+    /// `num_computed_tokens` tokens no longer needs, in a sliding-window
+    /// group, the blocks wholly before its window (positions below
+    /// `num_computed_tokens − W + 1`): they are freed, last first, into the
+    /// cache (still findable) and their entries become the null block. A
+    /// no-op without sliding-window groups; O(1) when nothing slid out.
+    #[inline]
+    pub fn release_skipped(&mut self, table: &mut BlockTable, num_computed_tokens: u32) {
+        if self.groups.sliding == 0 {
+            return;
+        }
+        let Some(first_needed) = (num_computed_tokens + 1).checked_sub(self.groups.window_tokens) else { return };
+        let upto = ((first_needed / self.block_size) as usize).min(table.blocks.len());
+        let from = table.skipped as usize;
+        if upto <= from {
+            return;
+        }
+        for group in self.groups.full..self.groups.count() {
+            for i in (from..upto).rev() {
+                let b = std::mem::replace(&mut table.group_mut(group)[i], NIL);
+                debug_assert_ne!(b, NIL, "a null entry inside the window");
+                self.release(b);
+            }
+        }
+        table.skipped = upto as u32;
+        self.debug_check();
     }
 
     /// vLLM `reset_prefix_cache`: forgets every cached block's content, so
@@ -343,59 +592,103 @@ impl KvCache {
             return false;
         }
         self.hashed.iter_mut().for_each(|w| *w = 0);
+        self.other_group.clear();
         self.index = BlockIndex::new();
         self.debug_check();
         true
     }
 
-    /// vLLM `free`: releases the request's blocks in reverse order, so its
-    /// tail blocks are evicted before its prefix. Cached blocks stay findable.
+    /// vLLM `free`: releases the request's blocks group after group, each in
+    /// reverse order, so its tail blocks are evicted before its prefix.
+    /// Cached blocks stay findable.
     pub fn free(&mut self, table: &mut BlockTable) {
-        for i in (0..table.blocks.len()).rev() {
-            let b = table.blocks[i];
-            let blk = &mut self.blocks[b as usize];
-            let refs = blk.ref_cnt();
-            debug_assert!(refs > 0, "double free of block {b}");
-            if refs > 1 {
-                blk.hold(refs - 1);
-            } else {
-                self.num_used -= 1;
-                self.push_free_tail(b);
+        for group in 0..self.groups.count() {
+            for i in (0..table.blocks.len()).rev() {
+                let b = table.group(group)[i];
+                if b != NIL {
+                    self.release(b);
+                }
             }
         }
         table.clear();
         self.debug_check();
     }
 
+    /// Drops one holder of block `b`; the last returns it to the free queue.
+    fn release(&mut self, b: u32) {
+        let blk = &mut self.blocks[b as usize];
+        let refs = blk.ref_cnt();
+        debug_assert!(refs > 0, "double free of block {b}");
+        if refs > 1 {
+            blk.hold(refs - 1);
+        } else {
+            self.num_used -= 1;
+            self.push_free_tail(b);
+        }
+    }
+
     /// [`KvCache::free`], forgetting the content of the blocks no other
     /// request holds: they leave the prefix index (a `Removed` change each)
     /// and are reused like never-cached blocks.
     pub fn free_uncached(&mut self, table: &mut BlockTable) {
-        for &b in &table.blocks {
-            if self.blocks[b as usize].ref_cnt() == 1 && self.is_hashed(b) {
-                self.set_hashed(b, false);
-                let hash = self.blocks[b as usize].hash;
-                self.index.remove_if_points_to(hash, b);
-                if let Some(c) = &mut self.changes {
-                    c.push(CacheChange::Removed { hash });
+        for group in 0..self.groups.count() {
+            for i in 0..table.blocks.len() {
+                let b = table.group(group)[i];
+                if b != NIL && self.blocks[b as usize].ref_cnt() == 1 && self.is_hashed(b) {
+                    self.forget(b);
                 }
             }
         }
         self.free(table);
     }
 
+    /// Takes block `b`'s content out of the prefix index (a `Removed`
+    /// change when it was the first group's).
+    fn forget(&mut self, b: u32) {
+        self.set_hashed(b, false);
+        let hash = self.blocks[b as usize].hash;
+        self.index.remove_if_points_to(hash, b);
+        let first_group = !self.in_other_group(b);
+        self.set_other_group(b, false);
+        if let (Some(c), true) = (&mut self.changes, first_group) {
+            c.push(CacheChange::Removed { hash });
+        }
+    }
+
+    fn in_other_group(&self, b: u32) -> bool {
+        self.other_group.get(b as usize / 64).is_some_and(|w| w >> (b % 64) & 1 == 1)
+    }
+
+    fn set_other_group(&mut self, b: u32, on: bool) {
+        if self.groups.count() == 1 {
+            return;
+        }
+        let word = b as usize / 64;
+        if self.other_group.len() <= word {
+            self.other_group.resize(word + 1, 0);
+        }
+        let bit = 1 << (b % 64);
+        if on { self.other_group[word] |= bit } else { self.other_group[word] &= !bit }
+    }
+
     /// vLLM `cache_full_blocks`: registers the request's full blocks covering
-    /// its first `num_tokens` tokens in the prefix index (hashes from
-    /// `block_hashes`, which must cover them). Blocks already registered are
-    /// skipped. No-op without prefix caching.
+    /// its first `num_tokens` tokens in the prefix index, in every group
+    /// (hashes from `block_hashes`, which must cover them). Blocks already
+    /// registered, and null entries, are skipped. No-op without prefix
+    /// caching.
     pub fn cache_full_blocks(&mut self, table: &mut BlockTable, block_hashes: &[u64], num_tokens: u32) {
         if !self.prefix_caching {
             return;
         }
         let num_full = ((num_tokens / self.block_size) as usize).min(table.blocks.len()).min(block_hashes.len());
         let start = (table.num_cached as usize).min(num_full);
-        for (i, (&b, &h)) in table.blocks[start..num_full].iter().zip(&block_hashes[start..num_full]).enumerate() {
-            if !self.is_hashed(b) {
+        for group in 0..self.groups.count() {
+            for index in start..num_full {
+                let b = table.group(group)[index];
+                if b == NIL || self.is_hashed(b) {
+                    continue;
+                }
+                let h = group_key(block_hashes[index], group);
                 self.blocks[b as usize].hash = h;
                 let blocks = &self.blocks;
                 // A block whose content another block already registered
@@ -406,8 +699,9 @@ impl KvCache {
                     continue;
                 }
                 self.set_hashed(b, true);
-                if let Some(c) = &mut self.changes {
-                    let index = start + i;
+                if group > 0 {
+                    self.set_other_group(b, true);
+                } else if let Some(c) = &mut self.changes {
                     c.push(CacheChange::Stored { hash: h, parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
                 }
             }
@@ -452,12 +746,7 @@ impl KvCache {
         self.unlink_free(b);
         // Evict: the block's old content is no longer findable (one probe).
         if self.is_hashed(b) {
-            self.set_hashed(b, false);
-            let hash = self.blocks[b as usize].hash;
-            self.index.remove_if_points_to(hash, b);
-            if let Some(c) = &mut self.changes {
-                c.push(CacheChange::Removed { hash });
-            }
+            self.forget(b);
         }
         self.blocks[b as usize].hold(1);
         self.num_used += 1;
@@ -528,6 +817,38 @@ impl KvCache {
     /// content. O(blocks); for tests.
     pub fn hashed_blocks(&self) -> u64 {
         self.hashed.iter().map(|w| u64::from(w.count_ones())).sum()
+    }
+
+    /// Checks one request's table, for tests: every group's list as long as
+    /// the first, full-attention entries all blocks, a sliding-window
+    /// group's entries the null block exactly before its window, every
+    /// block held. Returns the blocks it holds.
+    pub fn assert_table(&self, table: &BlockTable) -> u64 {
+        if table.blocks.is_empty() {
+            assert!(table.others.iter().all(Vec::is_empty) && table.num_cached == 0, "an empty table with entries");
+            return 0;
+        }
+        assert_eq!(table.others.len() + 1, self.groups.count() as usize, "a table of another number of groups");
+        let mut held = 0;
+        for group in 0..self.groups.count() {
+            let list = table.group(group);
+            assert_eq!(list.len(), table.blocks.len(), "group {group}'s list is not as long as the first");
+            for (i, &b) in list.iter().enumerate() {
+                let skipped = group >= self.groups.full && i < table.skipped as usize;
+                assert_eq!(b == NIL, skipped, "group {group} entry {i}: null exactly before the window ({} skipped)", table.skipped);
+                if b != NIL {
+                    assert!(self.blocks[b as usize].ref_cnt() > 0, "group {group} entry {i}: block {b} is free");
+                    held += 1;
+                }
+            }
+        }
+        held
+    }
+
+    /// Σ of the blocks' reference counts: the entries of every table
+    /// holding them. O(blocks); for tests.
+    pub fn total_refs(&self) -> u64 {
+        self.blocks.iter().map(|b| u64::from(b.ref_cnt())).sum()
     }
 
     /// Full O(blocks) consistency check, for tests: conservation, the free
@@ -672,8 +993,111 @@ mod tests {
         kv.assert_consistent();
     }
 
+    /// gpt-oss's shape: one full-attention and one sliding-window group, a
+    /// window of 33 tokens (a hit must end with ⌈32 / 16⌉ = 2 sliding blocks).
+    fn hybrid(blocks: u64) -> KvCache {
+        KvCache::grouped(blocks, 16, true, KvGroups { full: 1, sliding: 1, window_tokens: 33 }).unwrap()
+    }
+
+    /// A request takes a block per 16 tokens in every group; once its
+    /// tokens are computed the sliding-window group frees the blocks before
+    /// the window, which stay findable.
+    #[test]
+    fn a_sliding_window_group_frees_what_slid_out() {
+        let mut kv = hybrid(41); // 40 usable
+        let h = hashes(10);
+        let mut a = BlockTable::default();
+        assert!(kv.allocate_slots(&mut a, 160, &[], &h, 160));
+        assert_eq!(kv.num_used_blocks(), 20, "10 blocks in each group");
+        assert_eq!(kv.assert_table(&a), 20);
+        // 160 computed: positions from 128 on are in the window, blocks 0–7 are not.
+        kv.release_skipped(&mut a, 160);
+        assert_eq!((kv.num_used_blocks(), kv.assert_table(&a)), (12, 12));
+        assert_eq!(a.others[0][..8], [NIL; 8]);
+        kv.release_skipped(&mut a, 160); // idempotent
+        assert_eq!(kv.num_used_blocks(), 12);
+        // Growing by one block: one more in each group.
+        assert!(kv.allocate_slots(&mut a, 161, &[], &h, 160));
+        assert_eq!(kv.num_used_blocks(), 14);
+        kv.free(&mut a);
+        assert_eq!(kv.num_used_blocks(), 0);
+        kv.assert_consistent();
+        // The same prompt hits 9 blocks (the 10th holds its last token):
+        // every full-attention block, and the window's two before the cut.
+        let mut hits = Vec::new();
+        assert_eq!(kv.find_cached_prefix(&h, 160, &mut hits), 144);
+        assert_eq!(kv.cached_prefix_tokens(&h, 160), 144);
+        assert_eq!(hits.len(), 18);
+        assert!(hits[..9].iter().all(|&b| b != NIL));
+        assert_eq!(hits[9..16], [NIL; 7]);
+        assert!(hits[16..].iter().all(|&b| b != NIL));
+        let mut b = BlockTable::default();
+        assert!(kv.allocate_slots(&mut b, 160, &hits, &h, 160));
+        assert_eq!((b.skipped, kv.num_used_blocks(), kv.assert_table(&b)), (7, 10 + 3, 13));
+        assert_eq!(kv.total_refs(), 13);
+        kv.free(&mut b);
+        kv.assert_consistent();
+    }
+
+    /// The full-attention groups bound the hit; within it the
+    /// sliding-window groups need the window's blocks before the cut, else
+    /// the hit falls back to the last place where they have them.
+    #[test]
+    fn a_hybrid_hit_needs_the_window_before_its_end() {
+        let mut kv = hybrid(100);
+        let h = hashes(10);
+        let mut a = BlockTable::default();
+        assert!(kv.allocate_slots(&mut a, 160, &[], &h, 160));
+        // Drop the sliding group's blocks 6 and 7 from the index, as if evicted.
+        for i in [6, 7] {
+            let b = a.others[0][i];
+            kv.forget(b);
+        }
+        let mut hits = Vec::new();
+        // The full group holds 9 blocks; the sliding group's last two-block
+        // run before block 9 ends at 6 (blocks 4, 5).
+        assert_eq!(kv.find_cached_prefix(&h, 160, &mut hits), 96);
+        assert_eq!(hits[6..][..4], [NIL; 4]);
+        // A prompt of three blocks: its two hit blocks are a full window.
+        assert_eq!(kv.cached_prefix_tokens(&h[..3], 48), 32);
+        // Without the first block in the sliding group there is no run at all.
+        let first = a.others[0][0];
+        kv.forget(first);
+        assert_eq!(kv.cached_prefix_tokens(&h[..2], 32), 0, "a one-block run that is not a window, not from the start");
+        kv.free(&mut a);
+        kv.assert_consistent();
+    }
+
+    /// Hits and new blocks are taken for every group or none: a request
+    /// whose groups do not all fit takes nothing.
+    #[test]
+    fn hybrid_allocation_is_all_or_nothing() {
+        let mut kv = hybrid(12); // 11 usable
+        let mut a = BlockTable::default();
+        assert!(!kv.allocate_slots(&mut a, 96, &[], &[], 0), "6 blocks in each group is 12");
+        assert_eq!((kv.num_used_blocks(), a.blocks.len()), (0, 0));
+        assert!(kv.allocate_slots(&mut a, 80, &[], &[], 0));
+        assert_eq!(kv.num_free_blocks(), 1);
+        kv.free(&mut a);
+        kv.assert_consistent();
+    }
+
+    #[test]
+    fn peak_blocks_bound_what_a_request_holds() {
+        let g = KvGroups { full: 1, sliding: 2, window_tokens: 128 };
+        // 10 000 tokens in 2 048-token chunks: 625 full blocks, ⌈2175 / 16⌉ + 1 = 137 per window group.
+        assert_eq!(g.peak_blocks(10_000, 2048, 16), 625 + 2 * 137);
+        assert_eq!(g.peak_blocks(100, 2048, 16), 3 * 7, "a short request holds all its blocks everywhere");
+        assert_eq!(KvGroups::FULL.peak_blocks(100, 2048, 16), 7);
+        assert_eq!(g.longest_request(625 + 2 * 137, 2048, 16), 10_000);
+        assert_eq!(KvGroups::FULL.longest_request(10, 512, 16), 160);
+    }
+
     #[test]
     fn bad_geometry_is_rejected() {
+        let bad = KvGroups { full: 1, sliding: 1, window_tokens: 0 };
+        assert_eq!(KvCache::grouped(10, 16, true, bad).err(), Some(KvConfigError::Groups(bad)));
+        assert!(KvCache::grouped(10, 16, true, KvGroups { full: 0, sliding: 0, window_tokens: 4 }).is_err());
         assert_eq!(KvCache::new(10, 0, true).err(), Some(KvConfigError::ZeroBlockSize));
         assert_eq!(KvCache::new(1, 16, true).err(), Some(KvConfigError::TooFewBlocks(1)));
     }

@@ -10,10 +10,8 @@
 //! what local layers read relative to full ones, so that a model whose
 //! layers are all full reads exactly what it did before.
 //!
-//! The KV cache is sized as for full attention: vLLM's hybrid KV cache
-//! manager can keep only a window's blocks for sliding-window layers, and
-//! whether it does for chunked layers depends on the vLLM version; BLIS's
-//! capacity is the conservative one.
+//! What the KV cache keeps of them is [`crate::kv::KvGroups`]' business
+//! (vLLM's hybrid KV cache manager; [`crate::hardware::kv_groups`]).
 
 use serde_json::{Map, Value};
 

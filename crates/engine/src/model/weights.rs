@@ -418,15 +418,7 @@ mod tests {
     /// gpt-oss-20b's `config.json` (its architecture fields and
     /// `quantization_config` as published; 24 layers alternating 128-token
     /// sliding windows and full attention).
-    const GPT_OSS_20B: &str = r#"{"architectures":["GptOssForCausalLM"],"experts_per_token":4,"head_dim":64,"hidden_size":2880,
-        "intermediate_size":2880,"layer_types":["sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention",
-        "full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention",
-        "sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention","full_attention","sliding_attention",
-        "full_attention","sliding_attention","full_attention","sliding_attention","full_attention"],"max_position_embeddings":131072,
-        "num_attention_heads":64,"num_experts_per_tok":4,"num_hidden_layers":24,"num_key_value_heads":8,"num_local_experts":32,
-        "quantization_config":{"modules_to_not_convert":["model.layers.*.self_attn","model.layers.*.mlp.router","model.embed_tokens","lm_head"],
-        "quant_method":"mxfp4"},"rope_scaling":{"beta_fast":32.0,"beta_slow":1.0,"factor":32.0,"original_max_position_embeddings":4096,
-        "rope_type":"yarn","truncate":false},"sliding_window":128,"tie_word_embeddings":false,"torch_dtype":"bfloat16","vocab_size":201088}"#;
+    const GPT_OSS_20B: &str = include_str!("../../tests/fixtures/gpt-oss-20b.json");
 
     /// MXFP4 (gpt-oss): the experts take 4.25 bits per weight, attention,
     /// routers, embeddings and LM head stay in BF16, as `modules_to_not_convert`

@@ -2,7 +2,8 @@
 //! keep every invariant (KV conservation after every event — checked by the
 //! harness —, batch limits, clock monotonicity, request conservation, each
 //! request terminating exactly once with all its tokens), with and without
-//! a CPU tier below the GPU cache.
+//! a CPU tier below the GPU cache, and with the hybrid KV cache manager's
+//! sliding-window groups.
 
 use std::sync::Arc;
 
@@ -11,7 +12,8 @@ use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, T
 use blis_engine::kv::transfer::KvTransferConfig;
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq};
-use blis_engine::scheduler::{InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::kv::KvGroups;
+use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
 use blis_engine::warmup::MoeKernelWarmup;
 use proptest::prelude::*;
@@ -32,8 +34,13 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         prop::option::of((1e6f64..1e11, 0u64..2_000)),
         // A MoE server with a cold Triton cache: compile stall, experts, experts per token.
         prop::option::of((1u64..2_000_000, 2u32..64, 1u32..8)),
+        // vLLM's hybrid KV cache manager: full-attention and sliding-window groups, the window.
+        prop::option::weighted(0.3, (0u32..3, 1u32..4, 1u32..200)),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer, moe)| {
+        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer, moe, hybrid)| {
+            let hybrid_kv = hybrid.map(|(full, sliding, window_tokens)| HybridKv { groups: KvGroups { full, sliding, window_tokens }, unified_blocks: blocks });
+            // vLLM turns the hybrid manager off with KV events or a KV connector.
+            let (kv_events, offload, transfer) = if hybrid_kv.is_some() { (false, None, None) } else { (kv_events, offload, transfer) };
             InstanceConfig {
                 scheduler: SchedulerConfig {
                     max_num_seqs: seqs,
@@ -64,6 +71,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
                 kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(latency_us) }, block_bytes: 1 << 16 }),
                 kv_events,
                 expert_parallel: false,
+                hybrid_kv,
                 moe_kernel_warmup: moe.map(|(compile_us, experts, k)| MoeKernelWarmup { compile: Micros(compile_us), experts, experts_per_token: k.min(experts) }),
             }
         })

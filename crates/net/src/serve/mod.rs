@@ -252,6 +252,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     let mut instance_config = config.instance.clone();
     let (publisher, kv_events_endpoint) = match config.kv_events.as_ref().filter(|k| k.publishes()) {
         Some(k) => {
+            instance_config.disable_hybrid_kv();
             instance_config.kv_events = true;
             let (p, endpoint) = crate::kv_events::Publisher::start(k).await.map_err(StartError::Io)?;
             (Some(p), Some(endpoint))
@@ -259,7 +260,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
         None => (None, None),
     };
     let instance = Instance::new(0, instance_config, config.latency.clone()).map_err(ServeConfigError::from)?;
-    let kv_capacity_tokens = u64::from(instance.kv().usable_blocks()) * u64::from(config.instance.block_size);
+    let kv_capacity_tokens = u64::from(instance.kv().capacity_blocks()) * u64::from(config.instance.block_size);
     let listener = tokio::net::TcpListener::bind(addr).await.map_err(StartError::Io)?;
     let local_addr = listener.local_addr().map_err(StartError::Io)?;
     let (tx, rx) = std_mpsc::channel();
