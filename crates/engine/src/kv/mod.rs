@@ -1082,6 +1082,71 @@ mod tests {
         kv.assert_consistent();
     }
 
+    proptest::proptest! {
+        /// The hybrid hit against a brute force: the full-attention groups'
+        /// leading run, then the latest end n within it such that the
+        /// sliding-window groups hold all of [n − window blocks, n), else
+        /// their run from the start; every group's blocks from random
+        /// requests, evictions and forgotten blocks.
+        #[test]
+        fn hybrid_hits_match_a_brute_force(
+            full in 0u32..3, sliding in 1u32..3, window in 2u32..80, blocks in 8u64..60,
+            ops in proptest::collection::vec((0u64..4, 1u32..12, 0u8..3), 1..30),
+        ) {
+            let block = 8;
+            let mut kv = KvCache::grouped(blocks, block, true, KvGroups { full, sliding, window_tokens: window }).unwrap();
+            // Four prompts that share their first blocks in pairs.
+            let prompt = |p: u64| -> Vec<u64> { (0..12u64).map(|i| if i < 4 { 100 + p / 2 * 10 + i } else { 1000 * (p + 1) + i }).collect() };
+            let mut live: Vec<BlockTable> = Vec::new();
+            for (p, len, action) in ops {
+                let h = prompt(p);
+                match action {
+                    0 if !live.is_empty() => { let mut t = live.remove(0); kv.free(&mut t); }
+                    1 if !live.is_empty() => {
+                        let t = &live[0];
+                        if let Some(&b) = t.group(full + sliding - 1).iter().rev().find(|&&b| b != NIL) && kv.is_hashed(b) { kv.forget(b); }
+                    }
+                    _ => {
+                        let mut hits = Vec::new();
+                        kv.find_cached_prefix(&h, len * block, &mut hits);
+                        let mut t = BlockTable::default();
+                        if kv.allocate_slots(&mut t, len * block, &hits, &h, len * block) {
+                            kv.release_skipped(&mut t, len * block);
+                            live.push(t);
+                        }
+                    }
+                }
+                kv.assert_consistent();
+                for q in 0..4 {
+                    let h = prompt(q);
+                    for len in 1..=12u32 {
+                        let held = |i: usize, groups: std::ops::Range<u32>| groups.into_iter().all(|g| kv.lookup(group_key(h[i], g)).is_some());
+                        let max_blocks = ((len * block - 1) / block) as usize;
+                        let full_len = (0..max_blocks).take_while(|&i| held(i, 0..full)).count();
+                        let need = (window - 1).div_ceil(block) as usize;
+                        let sliding_groups = full..full + sliding;
+                        let ends_window = |n: usize| (n - need..n).all(|i| held(i, sliding_groups.clone()));
+                        let (want, first_live) = match (need..=full_len).rev().find(|&n| ends_window(n)) {
+                            Some(n) => (n, n - need),
+                            None => ((0..full_len).take_while(|&i| held(i, sliding_groups.clone())).count(), 0),
+                        };
+                        proptest::prop_assert_eq!(kv.cached_prefix_tokens(&h, len * block), want as u32 * block, "prompt {} of {} blocks", q, len);
+                        // The hit blocks: each group's, null before the window in the sliding ones.
+                        let mut hits = Vec::new();
+                        kv.find_cached_prefix(&h, len * block, &mut hits);
+                        let expected: Vec<u32> = (0..full + sliding)
+                            .flat_map(|g| (0..want).map(move |i| (g, i)))
+                            .map(|(g, i)| if g >= full && i < first_live { NIL } else { kv.lookup(group_key(h[i], g)).unwrap() })
+                            .collect();
+                        proptest::prop_assert_eq!(hits, expected);
+                    }
+                }
+            }
+            for mut t in live { kv.free(&mut t); }
+            proptest::prop_assert_eq!(kv.num_used_blocks(), 0);
+        }
+    }
+
     #[test]
     fn peak_blocks_bound_what_a_request_holds() {
         let g = KvGroups { full: 1, sliding: 2, window_tokens: 128 };
