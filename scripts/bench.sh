@@ -25,6 +25,12 @@ echo
   --prompt-tokens 512 --output-tokens 256 --kv-offloading-size 64 --kv-tiers disk:512 --output /dev/null 2>&1 \
   | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=100000, LMCache 64 GiB CPU + 512 GiB disk: /"
 echo
+# A sliding-window model under vLLM's hybrid KV cache manager (gpt-oss-20b:
+# a full-attention and a 128-token sliding-window group, each taking blocks).
+./target/release/blis run --model openai/gpt-oss-20b --model-config crates/engine/tests/fixtures/gpt-oss-20b.json \
+  --rate 25 --num-requests 100000 --prompt-tokens 512 --output-tokens 256 --output /dev/null 2>&1 \
+  | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=100000, gpt-oss-20b, hybrid KV groups: /"
+echo
 # Closed loop: 100 000 requests through 100 connections (a rate far above
 # what the server sustains, so every request waits for a slot).
 ./target/release/blis run --model meta-llama/llama-3.1-8b-instruct --rate 1000 --max-concurrency 100 --num-requests 100000 \

@@ -47,7 +47,11 @@ pub fn table(report: &RunReport) -> String {
     };
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
-    let hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
+    let mut hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
+    // vLLM's hybrid KV cache manager: the blocks are shared by groups of layers.
+    if let Some(groups) = report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()) {
+        let _ = write!(hardware, "; KV cache groups: {groups}");
+    }
     match (report.cluster.num_instances, &report.cluster.autoscaling, &report.cluster.pd) {
         (_, _, Some(pd)) => {
             // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).

@@ -636,6 +636,8 @@ fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
     assert!(blocks(&hybrid).abs_diff(2 * blocks(&off)) <= 1, "{} vs {}", blocks(&hybrid), blocks(&off));
     assert_eq!(hybrid["config"]["kv-cache-groups"]["value"], "1 full-attention + 1 sliding-window (128 tokens), 12 layers each");
     assert!(off["config"].get("kv-cache-groups").is_none());
+    let table = stdout(&blis(&base[..base.len() - 2]));
+    assert!(table.contains("KV blocks; KV cache groups: 1 full-attention + 1 sliding-window (128 tokens), 12 layers each"), "{table}");
     // 24 × (1 282 full + ≤ 9 window blocks) fit in the hybrid cache: no preemption, and a peak under 80 %.
     assert_eq!(preemptions(&hybrid), 0);
     assert!(hybrid["kv_cache"]["utilization_peak"].as_f64().unwrap() < 0.8, "{}", hybrid["kv_cache"]);
