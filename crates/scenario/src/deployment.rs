@@ -253,7 +253,7 @@ impl Server {
                     return Err(if groups == KvGroups::FULL {
                         invalid!("{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; {hint}")
                     } else {
-                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache's {} blocks ({groups} groups) hold fewer than the {needed} one request of --max-model-len {max_model_len} needs, so vLLM would not start; {hint}", b.blocks.saturating_sub(1))
+                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache's {usable} blocks, shared by {groups} groups, are fewer than the {needed} one request of --max-model-len {max_model_len} holds at its peak, so vLLM would not start; {hint}")
                     });
                 }
                 report_entry(report, "num-gpu-blocks", &b.blocks, Source::Derived);
