@@ -1521,6 +1521,7 @@ impl Instance {
 
     /// KV allocation for `n` more tokens of `slot`; on first admission the
     /// prefix hits in `hit_scratch` are taken too.
+    #[inline(always)]
     fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
         let live = &mut self.slots[slot as usize];
         self.kv.release_skipped(&mut live.table, live.num_computed);
@@ -1530,6 +1531,14 @@ impl Instance {
             live.allocated_tokens = need;
             return true; // most decode steps
         }
+        self.take_blocks(slot, need, cache_upto, with_hits)
+    }
+
+    /// [`Instance::allocate`] when blocks may be taken or registered: for
+    /// `slot` to hold `need` tokens, its first `cache_upto` in the index.
+    #[inline(never)]
+    fn take_blocks(&mut self, slot: u32, need: u32, cache_upto: u32, with_hits: bool) -> bool {
+        let live = &mut self.slots[slot as usize];
         // Hashes must cover every full block entered in the prefix index.
         if self.kv.prefix_caching() && (cache_upto / self.kv.block_size()) as usize > live.hashes.len() {
             extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);

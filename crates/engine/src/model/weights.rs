@@ -91,7 +91,7 @@ impl<T> PerWeightClass<T> {
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct QuantFormat {
     /// Bytes per weight: 1 for 8-bit, 0.5 for 4-bit, 0.53125 for MXFP4
-    /// (4-bit with a scale per 32).
+    /// (4-bit with a scale per 32), 0.5625 for NVFP4 (a scale per 16).
     pub bytes_per_param: f64,
     /// Whether the weights are 8-bit floats, which vLLM multiplies in FP8
     /// where the GPU has FP8 tensor cores. Integer 8- and 4-bit weights
@@ -171,7 +171,9 @@ impl WeightPrecision {
 /// What a `quantization_config` says of the weights: its `quant_method`
 /// (lower-case), and the quantized format if it names a precision: 8-bit
 /// floats (an FP8 method or format, or compressed-tensors weights of type
-/// float), MXFP4 (gpt-oss), or integers (GPTQ, AWQ, compressed-tensors int).
+/// float), MXFP4 (gpt-oss), NVFP4 (ModelOpt, compressed-tensors
+/// `nvfp4-pack-quantized`), or integers (GPTQ, AWQ, compressed-tensors int);
+/// NVIDIA ModelOpt's by its `quant_algo`.
 pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<QuantFormat>), ModelConfigError> {
     // A width the kernels do not have would silently read as another one.
     for (field, bits) in [("quantization_config.bits", q.get("bits")), ("quantization_config.config_groups.*.weights.num_bits", group_weights(q).and_then(|w| w.get("num_bits")))] {
@@ -195,8 +197,35 @@ fn group_weights(q: &Value) -> Option<&Value> {
 /// scale of each block of 32, (32·4 + 8)/32 bits.
 const MXFP4_BYTES_PER_PARAM: f64 = (32.0 * 4.0 + 8.0) / 32.0 / 8.0;
 
+/// Bytes per NVFP4 weight: a 4-bit float plus its share of the FP8 (E4M3)
+/// scale of each block of 16, (16·4 + 8)/16 bits.
+const NVFP4_BYTES_PER_PARAM: f64 = (16.0 * 4.0 + 8.0) / 16.0 / 8.0;
+
+/// The weight format of NVIDIA ModelOpt's `quant_algo` (`FP8`,
+/// `FP8_PER_CHANNEL_PER_TOKEN`, `NVFP4`, `W4A16_NVFP4`, `W4A8_AWQ`, …), as
+/// vLLM's `modelopt` method loads it. `None` for `MIXED_PRECISION` (a width
+/// per layer) and algorithms it does not name.
+fn modelopt_format(algo: &str) -> Option<QuantFormat> {
+    let algo = algo.to_ascii_uppercase();
+    if algo.contains("NVFP4") || algo.contains("FP4") {
+        // Hopper and older GPUs run it as W4A16 (Marlin): half-precision products.
+        Some(QuantFormat { bytes_per_param: NVFP4_BYTES_PER_PARAM, fp8: false })
+    } else if algo.starts_with("FP8") {
+        Some(QuantFormat { bytes_per_param: 1.0, fp8: true })
+    } else if algo.contains("INT4") || algo.starts_with("W4") {
+        Some(QuantFormat { bytes_per_param: 0.5, fp8: false })
+    } else if algo.contains("INT8") || algo.starts_with("W8") {
+        Some(QuantFormat { bytes_per_param: 1.0, fp8: false })
+    } else {
+        None
+    }
+}
+
 /// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
 fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
+    if method.starts_with("modelopt") {
+        return q.get("quant_algo").and_then(Value::as_str).and_then(modelopt_format);
+    }
     let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
     let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
     let bytes = |b: u64| match b {
@@ -211,7 +240,15 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
     if let Some(w) = group_weights(q)
         && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
     {
-        return Some(format(b, w.get("type").and_then(Value::as_str) == Some("float") || fp8_named));
+        let float = w.get("type").and_then(Value::as_str) == Some("float");
+        // 4-bit floats with an 8-bit scale per block: NVFP4 (blocks of 16,
+        // `nvfp4-pack-quantized`) and MXFP4 (blocks of 32).
+        match (float && b == 0.5).then(|| w.get("group_size").and_then(Value::as_u64)).flatten() {
+            Some(16) => return Some(format(NVFP4_BYTES_PER_PARAM, false)),
+            Some(32) => return Some(format(MXFP4_BYTES_PER_PARAM, false)),
+            _ => {}
+        }
+        return Some(format(b, float || fp8_named));
     }
     if fp8_named {
         Some(format(1.0, true))
@@ -227,9 +264,10 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
 }
 
 /// The keys of a `quantization_config` that list modules left in half
-/// precision: compressed-tensors' `ignore`, Hugging Face's (FP8, AWQ)
-/// `modules_to_not_convert`, vLLM FP8's `ignored_layers`.
-const KEPT_HALF_KEYS: [&str; 3] = ["ignore", "modules_to_not_convert", "ignored_layers"];
+/// precision: compressed-tensors' and ModelOpt's `ignore`, Hugging Face's
+/// (FP8, AWQ) `modules_to_not_convert`, vLLM FP8's `ignored_layers`,
+/// ModelOpt's older `exclude_modules`.
+const KEPT_HALF_KEYS: [&str; 4] = ["ignore", "modules_to_not_convert", "ignored_layers", "exclude_modules"];
 
 /// Words in a module name that place it outside the language model (a
 /// multimodal checkpoint's vision tower or projector).
@@ -436,6 +474,31 @@ mod tests {
         let gib = m.weight_bytes() / f64::from(1u32 << 30);
         assert!((gib - 12.8).abs() < 0.02 * 12.8, "{gib} GiB");
         assert_eq!(m.local_attention.map(|l| (l.span, l.layers)), Some((crate::model::AttentionSpan::Sliding { window_tokens: 128 }, 12)));
+    }
+
+    /// NVIDIA ModelOpt checkpoints (`quant_method: modelopt`) by their
+    /// `quant_algo`: FP8 is one byte multiplied at the FP8 peak, NVFP4 a
+    /// 4-bit float plus an FP8 scale per 16 (4.5 bits), what `ignore` or the
+    /// older `exclude_modules` names (with `*` wildcards) stays in BF16; a
+    /// per-layer `MIXED_PRECISION` map names no one width. compressed-tensors'
+    /// 4-bit floats in blocks of 16 are NVFP4 too.
+    #[test]
+    fn modelopt_checkpoints_take_the_width_of_their_algorithm() {
+        let with = |q: &str| ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap();
+        let fp8 = with(r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}"#);
+        assert_eq!(fp8.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }));
+        assert_eq!((fp8.weights.bytes_per_param(WeightClass::Attention), fp8.weights.fp8_share(WeightClass::DenseFfn)), (1.0, 1.0));
+        assert_eq!(fp8.weights.bytes_per_param(WeightClass::LmHead), 2.0);
+        let nvfp4 = with(r#"{"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"ignore":["lm_head","model.layers.*.self_attn*"]}"#);
+        assert_eq!(nvfp4.weights.format(), Some(QuantFormat { bytes_per_param: 0.5625, fp8: false }));
+        assert_eq!((nvfp4.weights.bytes_per_param(WeightClass::DenseFfn), nvfp4.weights.bytes_per_param(WeightClass::Attention)), (0.5625, 2.0));
+        assert_eq!(with(r#"{"quant_method":"modelopt","quant_algo":"W4A16_NVFP4"}"#).weights.format().unwrap().bytes_per_param, 0.5625);
+        assert_eq!(with(r#"{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{}}"#).weights.format(), None);
+        let ct = |group: u32| {
+            let q = format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"targets":["Linear"],"weights":{{"num_bits":4,"type":"float","group_size":{group}}}}}}}}}"#);
+            with(&q).weights.format().unwrap().bytes_per_param
+        };
+        assert_eq!((ct(16), ct(32), ct(128)), (0.5625, 0.53125, 0.5));
     }
 
     /// compressed-tensors quantizes only what its groups target: a layer
