@@ -411,8 +411,12 @@ impl ModelConfig {
             mla,
             local_attention,
         };
-        if let (Some(q), Some(format)) = (quant, format) {
-            config.weights = WeightPrecision::quantized(dtype_bytes, format, config.kept_in_half_precision(q)?);
+        if let Some(q) = quant {
+            if let Some(parts) = config.mixed_precision(q)? {
+                config.weights = WeightPrecision::mixed(dtype_bytes, &parts);
+            } else if let Some(format) = format {
+                config.weights = WeightPrecision::quantized(dtype_bytes, format, config.kept_in_half_precision(q)?);
+            }
         }
         Ok(config)
     }

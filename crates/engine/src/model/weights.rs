@@ -106,46 +106,68 @@ pub struct QuantFormat {
 /// checkpoint's `ignore` / `modules_to_not_convert` / `ignored_layers` list
 /// names (Llama-4-Scout's FP8 checkpoint keeps all its attention in BF16).
 ///
-/// Guarantees: every share is in [0, 1], and all are 0 without a format.
+/// A checkpoint may store parts of its weights in different formats
+/// (compressed-tensors groups of different widths, ModelOpt's
+/// `MIXED_PRECISION`): each format has its share of every class.
+///
+/// Guarantees: every share is in [0, 1], a class's shares sum to at most 1,
+/// and there are none without a format.
 #[derive(Copy, Clone, Debug, PartialEq)]
 pub struct WeightPrecision {
     half_bytes: f64,
-    format: Option<QuantFormat>,
-    quantized_share: PerWeightClass<f64>,
+    /// The formats, the checkpoint's main one first, each with its shares.
+    parts: [Option<(QuantFormat, PerWeightClass<f64>)>; MAX_FORMATS],
 }
+
+/// Most distinct weight formats one checkpoint is read with.
+const MAX_FORMATS: usize = 3;
 
 impl WeightPrecision {
     /// Every weight in half precision (`half_bytes` per weight).
     pub fn half(half_bytes: f64) -> WeightPrecision {
-        WeightPrecision { half_bytes, format: None, quantized_share: PerWeightClass::default() }
+        WeightPrecision { half_bytes, parts: [None; MAX_FORMATS] }
     }
 
     /// Every weight but the LM head in `format`, less the shares of each
     /// class `kept_half` says stay in half precision (each clamped to [0, 1]).
     pub(super) fn quantized(half_bytes: f64, format: QuantFormat, kept_half: PerWeightClass<f64>) -> WeightPrecision {
-        let quantized_share = PerWeightClass::from_fn(|c| 1.0 - kept_half.get(c).clamp(0.0, 1.0));
-        WeightPrecision { half_bytes, format: Some(format), quantized_share }
+        let share = PerWeightClass::from_fn(|c| 1.0 - kept_half.get(c).clamp(0.0, 1.0));
+        WeightPrecision::mixed(half_bytes, &[(format, share)])
     }
 
-    /// The quantized format, if any weights are in one.
+    /// Weights in several formats, each with the share of every class it
+    /// holds; an earlier part takes a class first (later shares are cut to
+    /// what is left), parts of one format are merged, and formats past the
+    /// third are left in half precision.
+    pub(super) fn mixed(half_bytes: f64, parts: &[(QuantFormat, PerWeightClass<f64>)]) -> WeightPrecision {
+        let mut out = WeightPrecision::half(half_bytes);
+        let mut taken = PerWeightClass::<f64>::default();
+        for (format, share) in parts {
+            let share = PerWeightClass::from_fn(|c| share.get(c).clamp(0.0, 1.0).min(1.0 - taken.get(c)).max(0.0));
+            let slot = out.parts.iter().position(|p| p.is_none_or(|(f, _)| f == *format));
+            let Some(slot) = slot else { continue };
+            let (_, held) = out.parts[slot].get_or_insert((*format, PerWeightClass::default()));
+            *held = PerWeightClass::from_fn(|c| held.get(c) + share.get(c));
+            taken = PerWeightClass::from_fn(|c| taken.get(c) + share.get(c));
+        }
+        out
+    }
+
+    /// The quantized format, if any weights are in one: the main one of a
+    /// checkpoint with several.
     pub fn format(&self) -> Option<QuantFormat> {
-        self.format
+        self.parts[0].map(|(f, _)| f)
     }
 
-    /// The share of `class`'s weights stored in the quantized format.
+    /// The share of `class`'s weights stored in a quantized format.
     pub fn quantized_share(&self, class: WeightClass) -> f64 {
-        *self.quantized_share.get(class)
+        self.parts.iter().flatten().map(|(_, share)| share.get(class)).sum()
     }
 
     /// Mean bytes per weight of `class`.
     pub fn bytes_per_param(&self, class: WeightClass) -> f64 {
-        match self.format {
-            None => self.half_bytes,
-            Some(f) => {
-                let share = self.quantized_share(class);
-                share * f.bytes_per_param + (1.0 - share) * self.half_bytes
-            }
-        }
+        let quantized: f64 = self.parts.iter().flatten().map(|(f, share)| share.get(class) * f.bytes_per_param).sum();
+        quantized + (1.0 - self.quantized_share(class)) * self.half_bytes
     }
 
     /// [`WeightPrecision::bytes_per_param`] of every class.
@@ -156,10 +178,7 @@ impl WeightPrecision {
     /// The share of `class`'s weights that are 8-bit floats, multiplied at
     /// the GPU's FP8 peak.
     pub fn fp8_share(&self, class: WeightClass) -> f64 {
-        match self.format {
-            Some(f) if f.fp8 => self.quantized_share(class),
-            _ => 0.0,
-        }
+        self.parts.iter().flatten().filter(|(f, _)| f.fp8).map(|(_, share)| share.get(class)).sum()
     }
 
     /// Bytes per weight of the whole model in half precision.
@@ -176,7 +195,9 @@ impl WeightPrecision {
 /// NVIDIA ModelOpt's by its `quant_algo`.
 pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<QuantFormat>), ModelConfigError> {
     // A width the kernels do not have would silently read as another one.
-    for (field, bits) in [("quantization_config.bits", q.get("bits")), ("quantization_config.config_groups.*.weights.num_bits", group_weights(q).and_then(|w| w.get("num_bits")))] {
+    let groups = q.get("config_groups").and_then(Value::as_object).into_iter().flat_map(|g| g.values());
+    let group_bits = groups.filter_map(|g| g.get("weights")?.get("num_bits")).map(|b| ("quantization_config.config_groups.*.weights.num_bits", Some(b)));
+    for (field, bits) in std::iter::once(("quantization_config.bits", q.get("bits"))).chain(group_bits) {
         if let Some(b) = bits
             && !b.as_u64().is_some_and(|b| b == 4 || b == 8)
         {
@@ -221,43 +242,61 @@ fn modelopt_format(algo: &str) -> Option<QuantFormat> {
     }
 }
 
+/// Whether a `quantization_config` of `method` names 8-bit floats (its
+/// method or its `fmt`).
+fn fp8_named(q: &Value, method: &str) -> bool {
+    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+    method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2")
+}
+
+/// Bytes per weight of a width BLIS simulates (8 or 4 bits).
+fn bytes_of_bits(bits: u64) -> Option<f64> {
+    match bits {
+        8 => Some(1.0),
+        4 => Some(0.5),
+        _ => None,
+    }
+}
+
+/// A format of `bytes_per_param`, multiplied in FP8 when it is 8-bit floats.
+fn width(bytes_per_param: f64, float: bool) -> QuantFormat {
+    QuantFormat { bytes_per_param, fp8: float && bytes_per_param == 1.0 }
+}
+
+/// The format of a compressed-tensors group's `weights` section:
+/// `num_bits` of `type` (`float` or int); 4-bit floats with an 8-bit scale
+/// per block are NVFP4 (blocks of 16, `nvfp4-pack-quantized`) and MXFP4
+/// (blocks of 32).
+fn group_format(w: &Value, fp8_named: bool) -> Option<QuantFormat> {
+    let b = w.get("num_bits").and_then(Value::as_u64).and_then(bytes_of_bits)?;
+    let float = w.get("type").and_then(Value::as_str) == Some("float");
+    Some(match (float && b == 0.5).then(|| w.get("group_size").and_then(Value::as_u64)).flatten() {
+        Some(16) => width(NVFP4_BYTES_PER_PARAM, false),
+        Some(32) => width(MXFP4_BYTES_PER_PARAM, false),
+        _ => width(b, float || fp8_named),
+    })
+}
+
 /// The quantized format of a `quantization_config` of `method` ([`quantized_weights`]).
 fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
     if method.starts_with("modelopt") {
         return q.get("quant_algo").and_then(Value::as_str).and_then(modelopt_format);
     }
-    let fmt = q.get("fmt").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
-    let fp8_named = method.contains("fp8") || fmt.starts_with("e4m3") || fmt.starts_with("e5m2");
-    let bytes = |b: u64| match b {
-        8 => Some(1.0),
-        4 => Some(0.5),
-        _ => None,
-    };
-    let format = |bytes_per_param: f64, float: bool| QuantFormat { bytes_per_param, fp8: float && bytes_per_param == 1.0 };
-    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes) {
-        return Some(format(b, fp8_named));
+    let fp8_named = fp8_named(q, method);
+    if let Some(b) = q.get("bits").and_then(Value::as_u64).and_then(bytes_of_bits) {
+        return Some(width(b, fp8_named));
     }
-    if let Some(w) = group_weights(q)
-        && let Some(b) = w.get("num_bits").and_then(Value::as_u64).and_then(bytes)
-    {
-        let float = w.get("type").and_then(Value::as_str) == Some("float");
-        // 4-bit floats with an 8-bit scale per block: NVFP4 (blocks of 16,
-        // `nvfp4-pack-quantized`) and MXFP4 (blocks of 32).
-        match (float && b == 0.5).then(|| w.get("group_size").and_then(Value::as_u64)).flatten() {
-            Some(16) => return Some(format(NVFP4_BYTES_PER_PARAM, false)),
-            Some(32) => return Some(format(MXFP4_BYTES_PER_PARAM, false)),
-            _ => {}
-        }
-        return Some(format(b, float || fp8_named));
+    if let Some(f) = group_weights(q).and_then(|w| group_format(w, fp8_named)) {
+        return Some(f);
     }
     if fp8_named {
-        Some(format(1.0, true))
+        Some(width(1.0, true))
     } else if method == "mxfp4" {
         // OCP microscaling: 4-bit floats with one 8-bit scale per 32, which
         // Hopper and older GPUs dequantise to half precision for the product.
-        Some(format(MXFP4_BYTES_PER_PARAM, false))
+        Some(width(MXFP4_BYTES_PER_PARAM, false))
     } else if method.contains("awq") || method.contains("gptq") || method.contains("int4") {
-        Some(format(0.5, false))
+        Some(width(0.5, false))
     } else {
         None
     }
@@ -382,6 +421,72 @@ impl ModelConfig {
         Ok(kept)
     }
 
+    /// The formats of a checkpoint whose weights take several widths, each
+    /// with its share of every class, or `None` when they take one:
+    /// compressed-tensors `config_groups` of different widths (each its
+    /// `targets`, the first group taking a module first), or ModelOpt's
+    /// `MIXED_PRECISION` (`quantized_layers`: a `quant_algo` per module).
+    /// What the ignore lists name stays in half precision, taken from the
+    /// parts in proportion, and so does the LM head unless `lm_head` is true.
+    pub(super) fn mixed_precision(&self, q: &Value) -> Result<Option<Vec<(QuantFormat, PerWeightClass<f64>)>>, ModelConfigError> {
+        let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
+        // (format, the modules it holds: names, `re:` patterns, or a class such as `Linear`).
+        let mut named: Vec<(QuantFormat, Vec<&str>)> = Vec::new();
+        if method.starts_with("modelopt") {
+            if q.get("quant_algo").and_then(Value::as_str).is_none_or(|a| !a.eq_ignore_ascii_case("MIXED_PRECISION")) {
+                return Ok(None);
+            }
+            let Some(layers) = q.get("quantized_layers").and_then(Value::as_object) else { return Ok(None) };
+            for (module, spec) in layers {
+                let Some(format) = spec.get("quant_algo").and_then(Value::as_str).and_then(modelopt_format) else { continue };
+                match named.iter_mut().find(|(f, _)| *f == format) {
+                    Some((_, modules)) => modules.push(module),
+                    None => named.push((format, vec![module])),
+                }
+            }
+        } else if let Some(groups) = q.get("config_groups").and_then(Value::as_object) {
+            let fp8_named = fp8_named(q, &method);
+            for group in groups.values() {
+                let Some(format) = group.get("weights").and_then(|w| group_format(w, fp8_named)) else { continue };
+                let targets = group.get("targets").and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str);
+                match named.iter_mut().find(|(f, _)| *f == format) {
+                    Some((_, modules)) => modules.extend(targets),
+                    None => named.push((format, targets.collect())),
+                }
+            }
+            if named.len() < 2 {
+                return Ok(None);
+            }
+        } else {
+            return Ok(None);
+        }
+        let is_class = |t: &str| t.chars().next().is_some_and(|c| c.is_ascii_uppercase());
+        // As compressed-tensors matches them, a module's name or pattern wins over its class.
+        named.sort_by_key(|(_, modules)| modules.iter().any(|m| is_class(m)));
+        let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
+        let mut taken = PerWeightClass::<f64>::default();
+        let mut parts = Vec::new();
+        for (format, modules) in named {
+            let mut share = if modules.iter().any(|m| is_class(m)) {
+                PerWeightClass::from_fn(|_| 1.0)
+            } else {
+                self.named_shares(modules.into_iter(), "quantization_config.config_groups.*.targets")?
+            };
+            if !lm_head_quantized {
+                share.lm_head = 0.0;
+            }
+            // A module an earlier part holds is that part's.
+            share = PerWeightClass::from_fn(|c| share.get(c).min(1.0 - taken.get(c)).max(0.0));
+            taken = PerWeightClass::from_fn(|c| taken.get(c) + share.get(c));
+            parts.push((format, share));
+        }
+        let listed = KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str));
+        let kept = self.named_shares(listed, "quantization_config.ignore")?;
+        // Ignore lists name modules within the parts: each keeps its proportion of what is left.
+        let scale = PerWeightClass::from_fn(|c| if *taken.get(c) > 0.0 { (taken.get(c) - kept.get(c)).max(0.0) / taken.get(c) } else { 0.0 });
+        Ok(Some(parts.into_iter().map(|(f, share)| (f, PerWeightClass::from_fn(|c| share.get(c) * scale.get(c)))).collect()))
+    }
+
     /// The share of each class of weights that `entries` name: module
     /// names, or `re:` patterns matched against every canonical module
     /// name. `field` names the list in errors.
@@ -499,6 +604,42 @@ mod tests {
             with(&q).weights.format().unwrap().bytes_per_param
         };
         assert_eq!((ct(16), ct(32), ct(128)), (0.5625, 0.53125, 0.5));
+    }
+
+    /// Checkpoints with several widths: compressed-tensors groups (a
+    /// module's name or pattern winning over its class, ignore lists taken
+    /// from the parts) and ModelOpt's per-layer `MIXED_PRECISION`.
+    #[test]
+    fn mixed_precision_checkpoints_give_each_class_its_width() {
+        let with = |q: &str| ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap();
+        let ct = |groups: &str, ignore: &str| with(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{{groups}}},"ignore":{ignore}}}"#));
+        let w8_attention = r#""a":{"targets":["re:.*self_attn.*"],"weights":{"num_bits":8,"type":"float"}}"#;
+        let by_class = |m: &ModelConfig| {
+            let w = &m.weights;
+            (w.bytes_per_param(WeightClass::Attention), w.bytes_per_param(WeightClass::DenseFfn), w.bytes_per_param(WeightClass::LmHead), w.fp8_share(WeightClass::Attention), w.fp8_share(WeightClass::DenseFfn))
+        };
+        let mlp_w4 = r#""b":{"targets":["re:.*mlp.*"],"weights":{"num_bits":4,"type":"int"}}"#;
+        assert_eq!(by_class(&ct(&format!("{w8_attention},{mlp_w4}"), "[]")), (1.0, 0.5, 2.0, 1.0, 0.0));
+        // Every Linear in 4 bits but attention, which its pattern puts in FP8.
+        let linear_w4 = r#""b":{"targets":["Linear"],"weights":{"num_bits":4,"type":"int"}}"#;
+        let m = ct(&format!("{linear_w4},{w8_attention}"), r#"["lm_head"]"#);
+        assert_eq!(by_class(&m), (1.0, 0.5, 2.0, 1.0, 0.0));
+        assert_eq!(m.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }), "the named part first");
+        // Layer 0's attention ignored: 79 of 80 layers' attention in FP8.
+        let m = ct(&format!("{w8_attention},{mlp_w4}"), r#"["model.layers.0.self_attn"]"#);
+        assert!((m.weights.fp8_share(WeightClass::Attention) - 79.0 / 80.0).abs() < 1e-12, "{:?}", m.weights);
+        // ModelOpt: NVFP4 MLPs, FP8 attention, layer by layer.
+        let layers: Vec<String> = (0..80)
+            .flat_map(|i| {
+                let mlp = ["gate_proj", "up_proj", "down_proj"].map(|p| format!(r#""model.layers.{i}.mlp.{p}":{{"quant_algo":"W4A16_NVFP4"}}"#));
+                let attn = ["q_proj", "k_proj", "v_proj", "o_proj"].map(|p| format!(r#""model.layers.{i}.self_attn.{p}":{{"quant_algo":"FP8"}}"#));
+                mlp.into_iter().chain(attn)
+            })
+            .collect();
+        let m = with(&format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{}}}}}"#, layers.join(",")));
+        let (attention, ffn, lm_head, fp8_attention, fp8_ffn) = by_class(&m);
+        assert!((attention - 1.0).abs() < 1e-12 && (ffn - 0.5625).abs() < 1e-12, "{attention} {ffn}");
+        assert_eq!((lm_head, fp8_attention, fp8_ffn), (2.0, 1.0, 0.0));
     }
 
     /// compressed-tensors quantizes only what its groups target: a layer
