@@ -405,7 +405,7 @@ impl ModelConfig {
     /// prefixed `re:` is a regular expression matched from the start of a
     /// module name, as compressed-tensors matches it.
     pub(super) fn kept_in_half_precision(&self, q: &Value) -> Result<PerWeightClass<f64>, ModelConfigError> {
-        let listed = KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str));
+        let listed = kept_half_list(q);
         let mut kept = self.named_shares(listed, "quantization_config.ignore")?;
         if let Some(targets) = narrow_targets(q) {
             let targeted = self.named_shares(targets.into_iter(), "quantization_config.config_groups.*.targets")?;
@@ -460,14 +460,13 @@ impl ModelConfig {
         } else {
             return Ok(None);
         }
-        let is_class = |t: &str| t.chars().next().is_some_and(|c| c.is_ascii_uppercase());
         // As compressed-tensors matches them, a module's name or pattern wins over its class.
-        named.sort_by_key(|(_, modules)| modules.iter().any(|m| is_class(m)));
+        named.sort_by_key(|(_, modules)| modules.iter().any(|m| is_layer_class(m)));
         let lm_head_quantized = q.get("lm_head").and_then(Value::as_bool) == Some(true);
         let mut taken = PerWeightClass::<f64>::default();
         let mut parts = Vec::new();
         for (format, modules) in named {
-            let mut share = if modules.iter().any(|m| is_class(m)) {
+            let mut share = if modules.iter().any(|m| is_layer_class(m)) {
                 PerWeightClass::from_fn(|_| 1.0)
             } else {
                 self.named_shares(modules.into_iter(), "quantization_config.config_groups.*.targets")?
@@ -480,7 +479,7 @@ impl ModelConfig {
             taken = PerWeightClass::from_fn(|c| taken.get(c) + share.get(c));
             parts.push((format, share));
         }
-        let listed = KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str));
+        let listed = kept_half_list(q);
         let kept = self.named_shares(listed, "quantization_config.ignore")?;
         // Ignore lists name modules within the parts: each keeps its proportion of what is left.
         let scale = PerWeightClass::from_fn(|c| if *taken.get(c) > 0.0 { (taken.get(c) - kept.get(c)).max(0.0) / taken.get(c) } else { 0.0 });
@@ -542,6 +541,17 @@ impl ModelConfig {
     }
 }
 
+/// Whether a compressed-tensors target names a layer class (`Linear`, by
+/// its capital) rather than modules.
+fn is_layer_class(target: &str) -> bool {
+    target.chars().next().is_some_and(|c| c.is_ascii_uppercase())
+}
+
+/// The modules a `quantization_config`'s [`KEPT_HALF_KEYS`] lists name.
+fn kept_half_list(q: &Value) -> impl Iterator<Item = &str> {
+    KEPT_HALF_KEYS.iter().flat_map(|key| q.get(*key).and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str))
+}
+
 /// The modules compressed-tensors' `config_groups` quantize, when narrower
 /// than every linear layer: their `targets`, module names or `re:`
 /// patterns. `None` without groups or when a target is a layer class
@@ -549,8 +559,7 @@ impl ModelConfig {
 fn narrow_targets(q: &Value) -> Option<Vec<&str>> {
     let groups = q.get("config_groups")?.as_object()?;
     let targets: Vec<&str> = groups.values().filter_map(|g| g.get("targets")?.as_array()).flatten().filter_map(Value::as_str).collect();
-    let is_class = |t: &str| t.chars().next().is_some_and(|c| c.is_ascii_uppercase());
-    (!targets.is_empty() && !targets.iter().any(|t| is_class(t))).then_some(targets)
+    (!targets.is_empty() && !targets.iter().any(|t| is_layer_class(t))).then_some(targets)
 }
 
 #[cfg(test)]
