@@ -240,7 +240,8 @@ impl BlockTable {
     }
 
     /// Whether the table holds memory (for tests of slot reuse).
-    pub fn has_capacity(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn has_capacity(&self) -> bool {
         self.blocks.capacity() > 0 || !self.others.is_empty()
     }
 
