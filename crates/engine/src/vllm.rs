@@ -37,7 +37,8 @@ pub const DEFAULTS: ServerDefaults = ServerDefaults {
 /// in GPU memory and how many bytes a decode step's attention reads.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
 pub enum KvCacheDtype {
-    /// `auto`: the model's dtype (half precision).
+    /// `auto`: the model's dtype (half precision), or FP8 where the
+    /// checkpoint quantises its KV cache.
     Auto,
     /// `bfloat16`, `float16`: two bytes.
     Half,
@@ -64,10 +65,11 @@ impl std::str::FromStr for KvCacheDtype {
 }
 
 impl KvCacheDtype {
-    /// Bytes of one cache element for a model computing in `model_dtype_bytes`.
-    pub fn bytes(self, model_dtype_bytes: f64) -> f64 {
+    /// Bytes of one cache element for a model whose `auto` cache stores
+    /// elements of `auto_bytes`.
+    pub fn bytes(self, auto_bytes: f64) -> f64 {
         match self {
-            KvCacheDtype::Auto => model_dtype_bytes,
+            KvCacheDtype::Auto => auto_bytes,
             KvCacheDtype::Half => 2.0,
             KvCacheDtype::Fp8 => 1.0,
         }

@@ -16,7 +16,7 @@ use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
 use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
-use blis_engine::vllm::ALLOW_LONG_MAX_MODEL_LEN;
+use blis_engine::vllm::{ALLOW_LONG_MAX_MODEL_LEN, KvCacheDtype};
 
 use crate::error::{ScenarioError, invalid};
 use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
@@ -150,7 +150,12 @@ impl Server {
         let (model_name, model) = resolve_model(k)?;
         let (gpu_name, gpu) = resolve_gpu(k)?;
         let kv_cache_dtype = required(&k.kv_cache_dtype, "--kv-cache-dtype is required")?;
-        let mut model = model.with_kv_cache_dtype(kv_cache_dtype.parse().map_err(|e| invalid!("--kv-cache-dtype {e}"))?);
+        let dtype = kv_cache_dtype.parse().map_err(|e| invalid!("--kv-cache-dtype {e}"))?;
+        // vLLM resolves `auto` to what the checkpoint quantised its cache to.
+        if dtype == KvCacheDtype::Auto && model.fp8_kv_checkpoint {
+            report_entry(report, "kv-cache-dtype", &"fp8_e4m3", Source::Derived);
+        }
+        let mut model = model.with_kv_cache_dtype(dtype);
         if let Some(method) = &k.quantization.value {
             model = model.with_quantization(method).map_err(|e| invalid!("--quantization {e}"))?;
         }

@@ -219,6 +219,39 @@ fn a_quantization_method_of_unknown_width_is_named_in_a_warning() {
     assert!(!warns("mxfp4"));
 }
 
+/// A ModelOpt checkpoint that quantises its KV cache to FP8 is served with
+/// an FP8 cache under `--kv-cache-dtype auto`, as vLLM resolves it: the
+/// report says so, and the cache holds the blocks of an explicit `fp8`
+/// cache, twice those of a `bfloat16` one less a block's rounding; a
+/// dtype given wins.
+#[test]
+fn a_checkpoint_quantising_its_kv_cache_to_fp8_sizes_the_auto_cache_in_fp8() {
+    let dir = scratch("modelopt-kv");
+    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let write = |name: &str, kv_algo: &str| {
+        let path = dir.join(name);
+        let q = format!(r#"{{"quantization_config": {{"quant_method": "modelopt", "quant_algo": "FP8"{kv_algo}, "exclude_modules": ["lm_head"]}},"#);
+        std::fs::write(&path, config.replacen('{', &q, 1)).unwrap();
+        path.to_str().unwrap().to_string()
+    };
+    let (fp8_kv, half_kv) = (write("fp8-kv.json", r#", "kv_cache_quant_algo": "FP8""#), write("half-kv.json", ""));
+    let run = |path: &str, extra: &[&str]| {
+        let mut args = vec!["run", "-q", "--model-config", path, "--num-requests", "20", "--format", "json"];
+        args.extend_from_slice(extra);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        serde_json::from_str::<Value>(&stdout(&out)).unwrap()
+    };
+    let blocks = |j: &Value| j["deployment"]["num_gpu_blocks"].as_u64().unwrap();
+    let auto = run(&fp8_kv, &[]);
+    assert_eq!(auto["config"]["kv-cache-dtype"], serde_json::json!({ "value": "fp8_e4m3", "source": "derived" }));
+    assert_eq!(blocks(&auto), blocks(&run(&half_kv, &["--kv-cache-dtype", "fp8"])));
+    let half = run(&fp8_kv, &["--kv-cache-dtype", "bfloat16"]);
+    assert_eq!(half["config"]["kv-cache-dtype"]["value"], "bfloat16");
+    assert_eq!(blocks(&half), blocks(&run(&half_kv, &[])));
+    assert!(blocks(&auto).abs_diff(2 * blocks(&half)) <= 1, "{} vs 2 × {}", blocks(&auto), blocks(&half));
+}
+
 /// `--hardware` and `--hardware-config` at different levels: the flag wins
 /// over the config file, whichever of the two the flag is.
 #[test]

@@ -19,7 +19,7 @@ mod weights;
 
 pub use attention::{AttentionMix, AttentionSpan, LocalAttention};
 pub use weights::{PerWeightClass, QuantFormat, WeightClass, WeightPrecision};
-use weights::quantized_weights;
+use weights::{flattened_modelopt, fp8_kv_cache_checkpoint, quantized_weights};
 
 /// Why a `config.json` could not be used.
 #[derive(Debug, Error, PartialEq)]
@@ -208,6 +208,10 @@ pub struct ModelConfig {
     /// Bytes per KV-cache element: BPP unless the server stores its cache in
     /// another dtype ([`ModelConfig::with_kv_cache_dtype`]).
     pub kv_dtype_bytes: f64,
+    /// The checkpoint quantises its KV cache to 8-bit floats (NVIDIA
+    /// ModelOpt's `kv_cache_quant_algo: FP8`), which vLLM stores when
+    /// `--kv-cache-dtype` is `auto`.
+    pub fp8_kv_checkpoint: bool,
     /// The quantization method of the weights: the checkpoint's
     /// `quantization_config.quant_method` (lower-case), or the method the
     /// server applied at load ([`ModelConfig::with_quantization`]); None for
@@ -388,8 +392,10 @@ impl ModelConfig {
         // irrelevant here: vLLM computes in bf16/fp16 and stores KV in the
         // model dtype by default.
         let dtype_bytes = 2.0;
-        let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"]));
+        let quant = field(root, &["quantization_config"]).or_else(|| field(obj, &["quantization_config"])).map(flattened_modelopt);
+        let quant = quant.as_deref();
         let (quant_method, format) = quant.map(quantized_weights).transpose()?.unwrap_or((None, None));
+        let fp8_kv_checkpoint = quant.is_some_and(fp8_kv_cache_checkpoint);
 
         let local_attention = LocalAttention::from_config(obj, num_layers, &architecture);
         let mut config = ModelConfig {
@@ -403,7 +409,8 @@ impl ModelConfig {
             vocab_size,
             tie_word_embeddings,
             dtype_bytes,
-            kv_dtype_bytes: dtype_bytes,
+            kv_dtype_bytes: if fp8_kv_checkpoint { 1.0 } else { dtype_bytes },
+            fp8_kv_checkpoint,
             quant_method,
             weights: WeightPrecision::half(dtype_bytes),
             derived_max_model_len,
@@ -632,9 +639,12 @@ impl ModelConfig {
     }
 
     /// This model served with its KV cache stored as `dtype` (vLLM
-    /// `--kv-cache-dtype`): only the cache's element size changes.
+    /// `--kv-cache-dtype`): only the cache's element size changes. `auto`
+    /// stores the model's dtype, or FP8 for a checkpoint whose KV cache is
+    /// quantised ([`ModelConfig::fp8_kv_checkpoint`]).
     pub fn with_kv_cache_dtype(self, dtype: crate::vllm::KvCacheDtype) -> ModelConfig {
-        ModelConfig { kv_dtype_bytes: dtype.bytes(self.dtype_bytes), ..self }
+        let auto_bytes = if self.fp8_kv_checkpoint { 1.0 } else { self.dtype_bytes };
+        ModelConfig { kv_dtype_bytes: dtype.bytes(auto_bytes), ..self }
     }
 
     /// Bytes of KV cache one token occupies, summed over all layers, with

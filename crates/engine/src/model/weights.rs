@@ -2,6 +2,8 @@
 //! format for some classes of weights and half precision for the rest, read
 //! from `quantization_config` as vLLM loads it.
 
+use std::borrow::Cow;
+
 use serde_json::Value;
 
 use super::{ModelConfig, ModelConfigError};
@@ -139,7 +141,7 @@ impl WeightPrecision {
     /// holds; an earlier part takes a class first (later shares are cut to
     /// what is left), parts of one format are merged, and formats past the
     /// third are left in half precision.
-    pub(super) fn mixed(half_bytes: f64, parts: &[(QuantFormat, PerWeightClass<f64>)]) -> WeightPrecision {
+    pub(super) fn mixed(half_bytes: f64, parts: &[FormatPart]) -> WeightPrecision {
         let mut out = WeightPrecision::half(half_bytes);
         let mut taken = PerWeightClass::<f64>::default();
         for (format, share) in parts {
@@ -213,6 +215,9 @@ pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<Qua
 fn group_weights(q: &Value) -> Option<&Value> {
     q.get("config_groups").and_then(Value::as_object).and_then(|groups| groups.values().find_map(|g| g.get("weights")))
 }
+
+/// A format and the share of each class of weights stored in it.
+pub(super) type FormatPart = (QuantFormat, PerWeightClass<f64>);
 
 /// Bytes per MXFP4 weight: a 4-bit value plus its share of the 8-bit
 /// scale of each block of 32, (32·4 + 8)/32 bits.
@@ -299,6 +304,48 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
         Some(width(0.5, false))
     } else {
         None
+    }
+}
+
+/// A `quantization_config` in the shape of ModelOpt's `hf_quant_config.json`
+/// (`producer.name: modelopt`, the settings under `quantization`), flattened
+/// to the shape NVIDIA's newer `config.json` files carry (`quant_method:
+/// modelopt`, `quant_algo`, `kv_cache_quant_algo`, `exclude_modules` at the
+/// top), as vLLM reads both; any other config unchanged.
+pub(super) fn flattened_modelopt(q: &Value) -> Cow<'_, Value> {
+    let producer = q.get("producer").and_then(|p| p.get("name")).and_then(Value::as_str);
+    let method = q.get("quant_method").and_then(Value::as_str);
+    let modelopt = producer.is_some_and(|p| p.eq_ignore_ascii_case("modelopt")) || method.is_some_and(|m| m.to_ascii_lowercase().starts_with("modelopt"));
+    match (q.as_object(), q.get("quantization").and_then(Value::as_object)) {
+        (Some(outer), Some(inner)) if modelopt => {
+            let mut flat = outer.clone();
+            flat.remove("quantization");
+            flat.extend(inner.iter().map(|(k, v)| (k.clone(), v.clone())));
+            flat.entry("quant_method").or_insert_with(|| Value::from("modelopt"));
+            Cow::Owned(Value::Object(flat))
+        }
+        _ => Cow::Borrowed(q),
+    }
+}
+
+/// Whether a (flattened) `quantization_config` quantises the KV cache to
+/// 8-bit floats, which vLLM's `--kv-cache-dtype auto` then stores
+/// (`resolve_kv_cache_dtype_string`: ModelOpt's `kv_cache_quant_algo: FP8`,
+/// or a static 8-bit float `kv_cache_scheme`, become `fp8_e4m3`). vLLM
+/// reads this of ModelOpt checkpoints only and falls back to the model's
+/// dtype for any other algorithm; a compressed-tensors `kv_cache_scheme`
+/// gives its scales but needs `--kv-cache-dtype fp8` to be used.
+pub(super) fn fp8_kv_cache_checkpoint(q: &Value) -> bool {
+    let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("");
+    if !method.to_ascii_lowercase().starts_with("modelopt") {
+        return false;
+    }
+    match q.get("kv_cache_scheme").filter(|v| !v.is_null()).or_else(|| q.get("kv_cache_quant_algo")) {
+        Some(Value::String(algo)) => algo.eq_ignore_ascii_case("fp8"),
+        Some(scheme @ Value::Object(_)) => {
+            scheme.get("dynamic") == Some(&Value::Bool(false)) && scheme.get("num_bits").and_then(Value::as_u64) == Some(8) && scheme.get("type").and_then(Value::as_str) == Some("float")
+        }
+        _ => false,
     }
 }
 
@@ -428,7 +475,7 @@ impl ModelConfig {
     /// `MIXED_PRECISION` (`quantized_layers`: a `quant_algo` per module).
     /// What the ignore lists name stays in half precision, taken from the
     /// parts in proportion, and so does the LM head unless `lm_head` is true.
-    pub(super) fn mixed_precision(&self, q: &Value) -> Result<Option<Vec<(QuantFormat, PerWeightClass<f64>)>>, ModelConfigError> {
+    pub(super) fn mixed_precision(&self, q: &Value) -> Result<Option<Vec<FormatPart>>, ModelConfigError> {
         let method = q.get("quant_method").and_then(Value::as_str).unwrap_or("").to_ascii_lowercase();
         // (format, the modules it holds: names, `re:` patterns, or a class such as `Linear`).
         let mut named: Vec<(QuantFormat, Vec<&str>)> = Vec::new();
@@ -567,6 +614,11 @@ mod tests {
     use super::*;
     use crate::model::tests::LLAMA2_70B;
 
+    /// Llama-2-70B's config with `quantization_config` `q`.
+    fn with_quant(q: &str) -> ModelConfig {
+        ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap()
+    }
+
     /// gpt-oss-20b's `config.json` (its architecture fields and
     /// `quantization_config` as published; 24 layers alternating 128-token
     /// sliding windows and full attention).
@@ -598,21 +650,54 @@ mod tests {
     /// 4-bit floats in blocks of 16 are NVFP4 too.
     #[test]
     fn modelopt_checkpoints_take_the_width_of_their_algorithm() {
-        let with = |q: &str| ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap();
-        let fp8 = with(r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}"#);
+        let fp8 = with_quant(r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}"#);
         assert_eq!(fp8.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }));
         assert_eq!((fp8.weights.bytes_per_param(WeightClass::Attention), fp8.weights.fp8_share(WeightClass::DenseFfn)), (1.0, 1.0));
         assert_eq!(fp8.weights.bytes_per_param(WeightClass::LmHead), 2.0);
-        let nvfp4 = with(r#"{"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"ignore":["lm_head","model.layers.*.self_attn*"]}"#);
+        let nvfp4 = with_quant(r#"{"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"ignore":["lm_head","model.layers.*.self_attn*"]}"#);
         assert_eq!(nvfp4.weights.format(), Some(QuantFormat { bytes_per_param: 0.5625, fp8: false }));
         assert_eq!((nvfp4.weights.bytes_per_param(WeightClass::DenseFfn), nvfp4.weights.bytes_per_param(WeightClass::Attention)), (0.5625, 2.0));
-        assert_eq!(with(r#"{"quant_method":"modelopt","quant_algo":"W4A16_NVFP4"}"#).weights.format().unwrap().bytes_per_param, 0.5625);
-        assert_eq!(with(r#"{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{}}"#).weights.format(), None);
+        assert_eq!(with_quant(r#"{"quant_method":"modelopt","quant_algo":"W4A16_NVFP4"}"#).weights.format().unwrap().bytes_per_param, 0.5625);
+        assert_eq!(with_quant(r#"{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{}}"#).weights.format(), None);
         let ct = |group: u32| {
             let q = format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"targets":["Linear"],"weights":{{"num_bits":4,"type":"float","group_size":{group}}}}}}}}}"#);
-            with(&q).weights.format().unwrap().bytes_per_param
+            with_quant(&q).weights.format().unwrap().bytes_per_param
         };
         assert_eq!((ct(16), ct(32), ct(128)), (0.5625, 0.53125, 0.5));
+    }
+
+    /// ModelOpt's KV cache quantisation sets what vLLM's `auto` cache
+    /// stores: FP8 for `kv_cache_quant_algo: FP8` (any case) or a static
+    /// 8-bit float `kv_cache_scheme`, in `config.json`'s flat shape or
+    /// `hf_quant_config.json`'s nested one (whose weights are read too); any
+    /// other algorithm, or another method's scheme, leaves the model's
+    /// dtype; a `--kv-cache-dtype` given wins.
+    #[test]
+    fn modelopt_kv_cache_quantisation_sets_what_auto_stores() {
+        let kv_bytes = |q: &str| with_quant(q).kv_dtype_bytes;
+        for fp8 in [
+            r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"FP8"}"#,
+            r#"{"quant_method":"modelopt","quant_algo":"NVFP4","kv_cache_quant_algo":"fp8"}"#,
+            r#"{"quant_method":"modelopt_fp4","kv_cache_scheme":{"dynamic":false,"num_bits":8,"type":"float"}}"#,
+        ] {
+            assert_eq!(kv_bytes(fp8), 1.0, "{fp8}");
+        }
+        for half in [
+            r#"{"quant_method":"modelopt","quant_algo":"FP8"}"#,
+            r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":"NVFP4"}"#,
+            r#"{"quant_method":"modelopt","quant_algo":"FP8","kv_cache_quant_algo":null}"#,
+            r#"{"quant_method":"modelopt","kv_cache_scheme":{"dynamic":true,"num_bits":8,"type":"float"}}"#,
+            r#"{"quant_method":"compressed-tensors","kv_cache_scheme":{"dynamic":false,"num_bits":8,"type":"float"}}"#,
+            r#"{"quant_method":"fp8","kv_cache_quant_algo":"FP8"}"#,
+        ] {
+            assert_eq!(kv_bytes(half), 2.0, "{half}");
+        }
+        let nested = with_quant(r#"{"producer":{"name":"modelopt","version":"0.19.0"},"quantization":{"quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}}"#);
+        assert_eq!((nested.kv_dtype_bytes, nested.quant_method.as_deref()), (1.0, Some("modelopt")));
+        assert_eq!((nested.weights.bytes_per_param(WeightClass::Attention), nested.weights.bytes_per_param(WeightClass::LmHead)), (1.0, 2.0));
+        use crate::vllm::KvCacheDtype;
+        let dtype = |d: KvCacheDtype| nested.clone().with_kv_cache_dtype(d).kv_dtype_bytes;
+        assert_eq!((dtype(KvCacheDtype::Auto), dtype(KvCacheDtype::Half), dtype(KvCacheDtype::Fp8)), (1.0, 2.0, 1.0));
     }
 
     /// Checkpoints with several widths: compressed-tensors groups (a
@@ -620,8 +705,7 @@ mod tests {
     /// from the parts) and ModelOpt's per-layer `MIXED_PRECISION`.
     #[test]
     fn mixed_precision_checkpoints_give_each_class_its_width() {
-        let with = |q: &str| ModelConfig::from_hf_json(&LLAMA2_70B.replacen('{', &format!(r#"{{"quantization_config":{q},"#), 1)).unwrap();
-        let ct = |groups: &str, ignore: &str| with(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{{groups}}},"ignore":{ignore}}}"#));
+        let ct = |groups: &str, ignore: &str| with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{{groups}}},"ignore":{ignore}}}"#));
         let w8_attention = r#""a":{"targets":["re:.*self_attn.*"],"weights":{"num_bits":8,"type":"float"}}"#;
         let by_class = |m: &ModelConfig| {
             let w = &m.weights;
@@ -645,7 +729,7 @@ mod tests {
                 mlp.into_iter().chain(attn)
             })
             .collect();
-        let m = with(&format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{}}}}}"#, layers.join(",")));
+        let m = with_quant(&format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{}}}}}"#, layers.join(",")));
         let (attention, ffn, lm_head, fp8_attention, fp8_ffn) = by_class(&m);
         assert!((attention - 1.0).abs() < 1e-12 && (ffn - 0.5625).abs() < 1e-12, "{attention} {ffn}");
         assert_eq!((lm_head, fp8_attention, fp8_ffn), (2.0, 1.0, 0.0));
