@@ -285,7 +285,7 @@ impl Roofline {
         if k.workload_spec.value.is_some() || k.trace.value.is_some() || k.workload.value.is_some() {
             return None;
         }
-        let (rate, prompt, output) = (k.rate.value?, f64::from(k.prompt_tokens.value?), f64::from(k.output_tokens.value?));
+        let (rate, prompt, output) = (k.rate.value?, k.prompt_tokens.value?, k.output_tokens.value?);
         let prefix = k.prefix_tokens.value.map_or(0.0, f64::from);
         let (m, g, tp) = (&d.server.model, &d.server.gpu, f64::from(d.server.tp));
         // GEMM FLOPs at half precision's speed (8-bit float ones count less),

@@ -275,7 +275,7 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     probe_report["failures"]["count"] = 0.into();
     std::fs::write(probed.dir.join("results/stage_-1_lifecycle_metrics.json"), probe_report.to_string()).unwrap();
     let replayed = validate(&probed.dir);
-    let measured = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().map(|r| (r.stage.clone(), r.metric, r.actual)).collect::<Vec<_>>();
+    let measured = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().map(|r| (r.stage, r.metric, r.actual)).collect::<Vec<_>>();
     assert_eq!(measured(&replayed.rows), measured(&want.rows), "the same stage, compared to the same measurements");
     assert_eq!(replayed.requests.map(|r| r.matched), want.requests.map(|r| r.matched));
     let ttft = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().find(|r| r.metric == Metric::TtftMean).unwrap().predicted;

@@ -333,7 +333,7 @@ fn data_parallel_size_is_instances_behind_vllms_load_balancer() {
         (&["--prefill-instances", "1", "--decode-instances", "2"][..], "drop --data-parallel-size"),
         (&["--autoscale-policy", "queue-depth"][..], "drop --data-parallel-size"),
     ] {
-        let args = [&MODEL[..], &["--data-parallel-size", "3"], extra].concat();
+        let args = [MODEL, &["--data-parallel-size", "3"], extra].concat();
         crate::assert_refused(&blis(&args), &format!("{extra:?}"), needle);
     }
 }

@@ -80,7 +80,7 @@ impl StagedWorkload {
         let probe = cfg.load.sweep.as_ref().and_then(|s| Some((s.probe_stage()?, s.probe_timeout_s)));
         let mut w = StagedWorkload {
             kind: cfg.load.kind,
-            stages: probe.iter().map(|(stage, _)| stage.clone()).chain(cfg.load.stages.iter().cloned()).collect(),
+            stages: probe.iter().map(|(stage, _)| *stage).chain(cfg.load.stages.iter().cloned()).collect(),
             probe_timeout: probe.map(|(_, timeout_s)| Micros::from_secs_f64(timeout_s).unwrap_or(Micros::MAX)),
             interval: Micros::from_secs_f64(cfg.load.interval).unwrap_or(Micros::ZERO),
             prompts,

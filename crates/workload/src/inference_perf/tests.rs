@@ -709,7 +709,7 @@ fn sweep_config(probe: &str, stages: Vec<Stage>) -> InferencePerfConfig {
 #[test]
 fn a_sweep_sends_its_probe_first_and_cancels_what_is_left_at_its_timeout() {
     let stage = Stage { rate: 8.0, duration: 30.0, concurrency: None };
-    let c = sweep_config("num_requests: 50, timeout: 20", vec![stage.clone()]);
+    let c = sweep_config("num_requests: 50, timeout: 20", vec![stage]);
     let sent = drive(&mut StagedWorkload::new(&c, &MeasuredLengths::default(), 4).unwrap(), Micros::from_secs(30));
     let (probe, stage0): (Vec<&Request>, Vec<&Request>) = sent.iter().partition(|r| r.meta.stage == PROBE_STAGE);
     assert_eq!((probe.len(), stage0.len()), (50, 240));
