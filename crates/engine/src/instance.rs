@@ -202,8 +202,9 @@ enum Status {
 
 /// A request on the instance, laid out for the step loop, which visits every
 /// running request at every step: what a decode step reads or writes lies in
-/// the first three cache lines — the request (its labels, length, id and
-/// output count; 128 bytes) and the progress fields up to the block table —
+/// the first four cache lines — the request (its labels, length, id and
+/// output count; 152 bytes) and the progress fields (the allocation's
+/// among them) up to the block table —
 /// and the rest is read about once per request. With many instances the
 /// running requests do not stay in the L1 cache between two steps of one
 /// instance, so the lines a step touches per request are what it pays.
@@ -215,6 +216,12 @@ struct Live {
     status: Status,
     aborted: bool,
     in_step: bool,
+    /// Tokens past this are the request's own: see `cacheable_tokens`.
+    cacheable_upto: u32,
+    /// Tokens its last allocation (or landed load) covered: vLLM enters
+    /// their full blocks in the prefix index then, computed or not, so a
+    /// preemption in the same step leaves them findable.
+    allocated_tokens: u32,
     /// Offloading only: the computed tokens at which what it may store
     /// next changes (the next block boundary or the prompt's end); 0 after
     /// a store was put off or the request was preempted.
@@ -229,12 +236,6 @@ struct Live {
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
-    /// Tokens past this are the request's own: see `cacheable_tokens`.
-    cacheable_upto: u32,
-    /// Tokens its last allocation (or landed load) covered: vLLM enters
-    /// their full blocks in the prefix index then, computed or not, so a
-    /// preemption in the same step leaves them findable.
-    allocated_tokens: u32,
     // Offloading only: leading full blocks offered to the tiers; the first
     // block that is private (only this request can contain it: stored
     // unindexed, `u32::MAX` for none) and the tiers' clock before the first
