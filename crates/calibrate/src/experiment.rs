@@ -648,6 +648,12 @@ impl Experiment {
         {
             return bad(self.dir.join(self.fact_file(utilization)), format!("field `gpu_memory_utilization` = {u:?}: must be in (0, 1]"));
         }
+        let concurrency = |f: &ServerFacts| f.max_concurrency;
+        if let Some(c) = self.fact(concurrency)
+            && !(c.is_finite() && c > 0.0)
+        {
+            return bad(self.dir.join(self.fact_file(concurrency)), format!("field `max_concurrency` = {c:?}: must be a positive number"));
+        }
         let stage_files = self.stages.iter().enumerate().map(|(i, s)| (report_path(&self.results, &self.workload, Report::Stage(i)), s));
         let summary_file = self.summary.iter().map(|s| (report_path(&self.results, &self.workload, Report::Summary), s));
         for (path, lifecycle) in stage_files.chain(summary_file) {

@@ -175,11 +175,30 @@ impl Setup {
     /// [`Definitions`] and the bundled catalogue say.
     pub fn of(exp: &Experiment, defs: &Definitions) -> Result<Setup, ExperimentError> {
         let unreproducible = |message: String| ExperimentError::Unreproducible { path: exp.dir.clone(), message };
-        let layers = layers(exp, defs).map_err(unreproducible)?;
-        let knobs = Knobs::layered(&layers.iter().map(|(values, source, _)| (values, *source)).collect::<Vec<_>>());
-        let files: FileOrigins = layers.iter().filter(|(_, _, name)| !name.is_empty()).map(|(values, _, name)| (values.keys(), name.clone())).collect();
-        let mut server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new())
-            .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
+        let mut layers = layers(exp, defs).map_err(unreproducible)?;
+        let resolve = |layers: &[(KnobValues, Source, String)]| {
+            let knobs = Knobs::layered(&layers.iter().map(|(values, source, _)| (values, *source)).collect::<Vec<_>>());
+            let files: FileOrigins = layers.iter().filter(|(_, _, name)| !name.is_empty()).map(|(values, _, name)| (values.keys(), name.clone())).collect();
+            let server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new()).map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
+            Ok::<_, ExperimentError>((knobs, server))
+        };
+        let (mut knobs, mut server) = resolve(&layers)?;
+        // A grouped KV cache's logged size stands for more blocks than one group's.
+        if let Some(hybrid) = server.instance.hybrid_kv {
+            let facts = std::iter::once(&exp.facts).chain(exp.log.iter().map(|l| &l.facts));
+            let s = &server.instance;
+            if let Some((i, pool)) = facts.enumerate().find(|(_, f)| f.num_gpu_blocks.is_some()).and_then(|(i, f)| {
+                Some((i, f.grouped_pool_blocks(hybrid.groups, s.block_size, s.scheduler.max_model_len, s.scheduler.max_num_batched_tokens)?))
+            }) {
+                // Layer 0 holds the flags; the facts follow in the same order.
+                if pool > MAX_GPU_BLOCKS {
+                    let file = &layers[1 + i].2;
+                    return Err(unreproducible(format!("{file} kv_cache_tokens: a pool of {pool} KV blocks; at most {MAX_GPU_BLOCKS} are supported")));
+                }
+                layers[1 + i].0.num_gpu_blocks = Some(pool);
+                (knobs, server) = resolve(&layers)?;
+            }
+        }
         server.instance.client_timeout = Some(exp.workload.client_timeout());
         let measured = exp.measured_lengths().map_err(|message| {
             unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured"))

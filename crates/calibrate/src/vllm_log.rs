@@ -33,7 +33,7 @@ use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::model::ModelConfig;
 use blis_engine::vllm::{KV_CACHE_DTYPES, KvCacheDtype};
 
-use crate::facts::{CpuOffloadFact, ServerFacts};
+use crate::facts::{CpuOffloadFact, ServerFacts, one_group_blocks};
 use crate::reproduce::MAX_GPU_BLOCKS;
 
 /// vLLM's default KV block size, when the log names none.
@@ -255,6 +255,8 @@ pub struct LoggedServer {
     pub kv_cache_tokens: Option<u64>,
     /// KV blocks (V0's "# GPU blocks").
     pub gpu_blocks: Option<u64>,
+    /// V1's "Maximum concurrency for N tokens per request".
+    pub max_concurrency: Option<f64>,
     /// Engine configuration lines: more than one per data-parallel rank
     /// means the log holds several server starts, of which the first is read.
     pub engine_starts: u32,
@@ -287,7 +289,7 @@ impl LoggedServer {
         let mut s = LoggedServer::default();
         let (mut args_line, mut engine) = (None, BTreeMap::new());
         let (mut seen, mut max_len, mut budget, mut forced_block, mut async_on, mut gpu) = (false, None, None, None, None, None);
-        let (mut kv_tokens, mut gpu_blocks) = (Vec::new(), Vec::new());
+        let (mut kv_tokens, mut gpu_blocks, mut concurrency) = (Vec::new(), Vec::new(), Vec::new());
         for line in text.lines() {
             let after = |marker: &str| line.find(marker).map(|i| &line[i + marker.len()..]);
             gpu = gpu.or_else(|| device_gpu(line));
@@ -310,6 +312,8 @@ impl LoggedServer {
                 async_on = Some(true);
             } else if let Some(rest) = after("GPU KV cache size: ") {
                 kv_tokens.push(stated_number(rest));
+            } else if let Some(rest) = after("Maximum concurrency for ").and_then(|r| r.split_once("per request: ")) {
+                concurrency.push(stated_number(rest.1.split_whitespace().next().unwrap_or("").trim_end_matches('x')));
             } else if let Some(rest) = after("# GPU blocks: ").or(after("# cuda blocks: ")) {
                 gpu_blocks.push(stated_number(rest));
             } else {
@@ -383,6 +387,10 @@ impl LoggedServer {
         s.kv_cache_tokens = usable(remarks, "GPU KV cache size", tokens, count_all);
         let blocks = first_stated(remarks, "# GPU blocks", &gpu_blocks);
         s.gpu_blocks = usable(remarks, "# GPU blocks", blocks, count_all);
+        let stated = first_stated(remarks, "Maximum concurrency", &concurrency);
+        s.max_concurrency = usable(remarks, "Maximum concurrency", stated, |v| {
+            v.as_f64().filter(|c| c.is_finite() && *c > 0.0).ok_or_else(|| "must be a positive number".to_string())
+        });
         s.facts.num_gpu_blocks = match s.num_gpu_blocks(block_stated.is_some()) {
             Ok(blocks) => blocks,
             Err(why) => {
@@ -390,6 +398,10 @@ impl LoggedServer {
                 None
             }
         };
+        // V1's tokens, from which the blocks were read, for a grouped cache's pool.
+        if s.facts.num_gpu_blocks.is_some() && s.gpu_blocks.is_none() {
+            (s.facts.kv_cache_tokens, s.facts.max_concurrency) = (s.kv_cache_tokens, s.max_concurrency);
+        }
         Ok(s)
     }
 
@@ -409,10 +421,7 @@ impl LoggedServer {
         }
         let block_size = self.facts.block_size.unwrap_or(DEFAULT_BLOCK_SIZE);
         let block = u64::from(block_size);
-        let from_tokens = self.kv_cache_tokens.map(|tokens| match self.facts.max_model_len.map(u64::from) {
-            Some(len) if len % block != 0 => (tokens as f64 * len.div_ceil(block) as f64 / len as f64).round() as u64,
-            _ => tokens.div_ceil(block),
-        });
+        let from_tokens = self.kv_cache_tokens.map(|tokens| one_group_blocks(tokens, block_size, self.facts.max_model_len));
         let Some(blocks) = self.gpu_blocks.or(from_tokens) else { return Ok(None) };
         let len = u64::from(self.facts.max_model_len.unwrap_or(1));
         let kv_tokens = blis_engine::kv::request_kv_tokens(blocks, block_size);
@@ -505,6 +514,7 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!((f.max_model_len, f.max_num_batched_tokens, f.max_num_seqs), (Some(4096), Some(2048), Some(128)));
         assert_eq!(s.kv_cache_tokens, Some(119_392));
         assert_eq!(f.num_gpu_blocks, Some(7462), "119 392 tokens / 16");
+        assert_eq!((f.kv_cache_tokens, f.max_concurrency), (Some(119_392), Some(29.15)), "kept for a grouped cache's pool");
         assert_eq!((f.kv_cache_dtype.as_deref(), f.quantization.as_deref()), (Some("fp8_e4m3"), Some("fp8")));
         assert_eq!((f.enable_prefix_caching, f.enable_chunked_prefill, f.async_scheduling), (Some(true), Some(true), Some(true)));
         assert_eq!((f.gpu_memory_utilization, f.cpu_offload, s.enforce_eager), (Some(0.85), Some(CpuOffloadFact::On), Some(false)));
@@ -531,6 +541,7 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
                   tensor_parallel_size=1, pipeline_parallel_size=2, enforce_eager=True\nINFO 05-01 [executor_base.py:111] # GPU blocks: 7462, # CPU blocks: 2048\n";
         let s = LoggedServer::read(v0).unwrap();
         assert_eq!((s.gpu_blocks, s.facts.num_gpu_blocks, s.facts.cpu_offload), (Some(7462), Some(7462), Some(CpuOffloadFact::Off)));
+        assert_eq!(s.facts.kv_cache_tokens, None, "V0 states its blocks");
         let notes = s.notes().join("\n");
         assert!(notes.contains("pipeline_parallel_size 2") && notes.contains("enforce_eager"), "{notes}");
         // FlashMLA's forced 64-token blocks; a max_model_len that is no whole number of blocks.

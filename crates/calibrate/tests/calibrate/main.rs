@@ -3,6 +3,7 @@
 
 mod dataset;
 mod drawn;
+mod logged;
 mod refused;
 mod reports;
 mod vendored;

@@ -104,3 +104,13 @@ fn nan_or_infinity_in_a_report_is_refused_naming_the_field() {
         assert!(e.contains(&expected) && e.contains("no NaN or Infinity"), "{token}: {e}");
     }
 }
+
+/// A logged maximum concurrency that cannot be true is refused, naming the
+/// file and field, instead of choosing how the cache size was logged.
+#[test]
+fn a_maximum_concurrency_that_is_no_positive_number_is_refused() {
+    for bad in ["-3", "0", ".nan", ".inf"] {
+        let e = load_error("concurrency", "server-facts.yaml", "block_size: 16\n", &format!("block_size: 16\nmax_concurrency: {bad}\n"));
+        assert!(e.contains("server-facts.yaml") && e.contains("`max_concurrency`") && e.contains("must be a positive number"), "{bad}: {e}");
+    }
+}
