@@ -214,7 +214,8 @@ pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunR
             tp: server.tp,
             latency_model: deployment.latency.name().to_string(),
             coefficients: deployment.coefficients.clone(),
-            num_gpu_blocks: server.instance.num_gpu_blocks,
+            // A disaggregated deployment's instances run under a KV connector: the decode pool's.
+            num_gpu_blocks: if cluster.config.pd.is_some() { cluster.config.instance.num_gpu_blocks } else { server.instance.num_gpu_blocks },
             kv_memory_per_gpu: server.kv_budget,
         },
         config,

@@ -49,7 +49,8 @@ pub struct DeploymentInfo {
     pub latency_model: String,
     /// Where the latency model's coefficients came from.
     pub coefficients: String,
-    /// KV blocks per instance.
+    /// KV blocks per instance (of the decode pool under P/D; the prefill
+    /// pool's are in `config`'s `prefill-pool`).
     pub num_gpu_blocks: u64,
     /// How one GPU's memory was split, GiB, when the block count was derived.
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -689,6 +689,7 @@ fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
     for pool in ["prefill-pool", "decode-pool"] {
         assert_eq!(pd["config"][pool]["value"]["num_gpu_blocks"].as_u64(), Some(blocks(&off)), "{pool}");
     }
+    assert_eq!(blocks(&pd), blocks(&off), "the deployment's instances are the pools'");
     // A dense model is unchanged by the flag.
     let (_, dense) = run_json(&[]);
     let (_, dense_off) = run_json(&["--disable-hybrid-kv-cache-manager"]);
