@@ -29,7 +29,7 @@ use crate::kv::offload::{LoadTicket, OffloadStats, OffloadTiers, PrivateRun};
 use crate::kv::transfer::{KvTransferStats, Link};
 use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
-use crate::request::{DropReason, Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
+use crate::request::{DropReason, Outcome, PromptHashMemo, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
 use crate::warmup::MoeKernelCache;
 use crate::time::Micros;
@@ -202,20 +202,21 @@ enum Status {
 
 /// A request on the instance, laid out for the step loop, which visits every
 /// running request at every step: what a decode step reads or writes lies in
-/// the first four cache lines — the request (its labels, length, id and
-/// output count; 152 bytes) and the progress fields (the allocation's
-/// among them) up to the block table —
-/// and the rest is read about once per request. With many instances the
-/// running requests do not stay in the L1 cache between two steps of one
-/// instance, so the lines a step touches per request are what it pays.
+/// the first cache line (the progress fields, with copies of the request's
+/// length, output budget and id) and the second (the block table), and the
+/// rest, the request itself among it, is read about once per request. With
+/// many running requests, or many instances, they do not stay in the L1
+/// cache between two steps of one instance, so the lines a step touches per
+/// request are what it pays.
 #[repr(C, align(64))]
 struct Live {
-    req: Request,
     num_computed: u32,
     num_output: u32,
-    status: Status,
-    aborted: bool,
-    in_step: bool,
+    /// `req.prompt_tokens()`, `req.max_output_tokens` and `req.id` (below),
+    /// copied beside the progress fields: `req` does not change while the
+    /// slot holds it.
+    prompt_tokens: u32,
+    max_output_tokens: u32,
     /// Tokens past this are the request's own: see `cacheable_tokens`.
     cacheable_upto: u32,
     /// Tokens its last allocation (or landed load) covered: vLLM enters
@@ -226,8 +227,19 @@ struct Live {
     /// next changes (the next block boundary or the prompt's end); 0 after
     /// a store was put off or the request was preempted.
     store_due_tokens: u32,
+    status: Status,
+    aborted: bool,
+    in_step: bool,
+    /// Its prompt was computed by a prefill instance and is still to be
+    /// pulled (P/D): cleared when the pull starts.
+    remote_prompt: bool,
+    /// It is a P/D prefill: when it completes, its blocks are held for the
+    /// decode instance's pull ([`Instance::release_kv`]).
+    hold_kv: bool,
+    id: RequestId,
     last_token: Option<Micros>,
     table: BlockTable,
+    req: Request,
     // Read when blocks fill up, at scheduling and at the end.
     hashes: Vec<u64>,
     key: WaitKey,
@@ -247,17 +259,14 @@ struct Live {
     load: Option<LoadTicket>,
     loaded_tokens: u32,
     load_wait: Micros,
-    /// Its prompt was computed by a prefill instance and is still to be
-    /// pulled (P/D): cleared when the pull starts.
-    remote_prompt: bool,
-    /// It is a P/D prefill: when it completes, its blocks are held for the
-    /// decode instance's pull ([`Instance::release_kv`]).
-    hold_kv: bool,
 }
+
+// The step loop's two cache lines, as the layout above promises.
+const _: () = assert!(std::mem::offset_of!(Live, table) == 64 && std::mem::size_of::<BlockTable>() <= 64);
 
 impl Live {
     fn num_tokens(&self) -> u32 {
-        self.req.prompt_tokens() + self.num_output
+        self.prompt_tokens + self.num_output
     }
 
     /// How many of the first `need` tokens to enter in the prefix index when
@@ -278,7 +287,7 @@ impl Live {
     /// covered is entered already), so that holding them back changes no
     /// later hit.
     fn indexed_on_preemption(&self) -> u32 {
-        self.num_computed.max(self.allocated_tokens.min(self.req.prompt_tokens()))
+        self.num_computed.max(self.allocated_tokens.min(self.prompt_tokens))
     }
 }
 
@@ -298,7 +307,6 @@ enum InstEvent {
     /// A load from the CPU tier landed.
     Loaded(u32),
     Step,
-    Timeout(u32, RequestId),
 }
 
 /// Counters accumulated over a run.
@@ -389,6 +397,12 @@ pub struct Instance {
     kv_events: Vec<KvEvent>,
     kv_changes: Vec<CacheChange>,
     events: EventQueue<InstEvent>,
+    /// Client deadlines `(slot, id)`, apart from `events`: one per request
+    /// with a timeout, they would make every step's event cost a pop from a
+    /// queue as long as the requests of the last timeout. They are all of
+    /// class `RequestCompletion`, which no other event has, so the two
+    /// queues interleave as one would.
+    timeouts: EventQueue<(u32, RequestId)>,
     slots: Vec<Live>,
     free_slots: Vec<u32>,
     waiting: WaitQueue,
@@ -411,6 +425,8 @@ pub struct Instance {
     step_preempted: u32,
     step_pending: bool,
     hit_scratch: Vec<u32>,
+    /// Block hashes of recent prompts and their shared heads.
+    prompt_memo: PromptHashMemo,
     /// For a CPU-tier load: whether the GPU held each loaded block's content.
     on_gpu_scratch: Vec<bool>,
     // Wait-queue changes made while forming the step in flight, reported by `on_step_boundary`.
@@ -445,6 +461,7 @@ impl Instance {
         let transfer_link = cfg.kv_transfer.map(|t| Link::new(t.link));
         let kv_transfer = cfg.kv_transfer.map(|_| KvTransferStats::default());
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
+        let prompt_memo = PromptHashMemo::new(cfg.block_size);
         let moe_kernels = cfg.moe_kernel_warmup.map(|w| MoeKernelCache::after_startup(w, cfg.scheduler.max_num_seqs, cfg.scheduler.max_num_batched_tokens));
         Ok(Instance {
             id,
@@ -458,6 +475,7 @@ impl Instance {
             kv_events: Vec::new(),
             kv_changes: Vec::new(),
             events: EventQueue::new(),
+            timeouts: EventQueue::new(),
             slots: Vec::new(),
             free_slots: Vec::new(),
             waiting,
@@ -475,6 +493,7 @@ impl Instance {
             step_preempted: 0,
             step_pending: false,
             hit_scratch: Vec::new(),
+            prompt_memo,
             on_gpu_scratch: Vec::new(),
             queue_log: Vec::new(),
             preemption_ema: 0.0,
@@ -502,7 +521,10 @@ impl Instance {
 
     /// Key of its next event, if it has one.
     pub fn next_event(&self) -> Option<EventKey> {
-        self.events.peek_key()
+        match (self.events.peek_key(), self.timeouts.peek_key()) {
+            (Some(e), Some(t)) => Some(e.min(t)),
+            (e, t) => e.or(t),
+        }
     }
 
     /// Requests in the wait queue (including those still being handed over).
@@ -681,7 +703,7 @@ impl Instance {
                     given.clear();
                     debug_assert_eq!(live.hashes.len() as u32, live.req.prompt_tokens() / self.kv.block_size(), "hashes of another prompt");
                 }
-                None => extend_block_hashes(&live.req.prompt, live.req.output_seed, 0, self.kv.block_size(), &mut live.hashes),
+                None => self.prompt_memo.prompt_hashes(&live.req.prompt, &mut live.hashes),
             }
             prefix_hit_tokens = self.kv.find_cached_prefix(&live.hashes, live.req.prompt_tokens(), &mut self.hit_scratch);
         }
@@ -704,38 +726,49 @@ impl Instance {
         if let Some(give_up) = give_up {
             // A request held up on its way (a shaping delay, a re-route) may
             // arrive after its client gave up: it times out at once.
-            self.events.push(give_up.max(now), EventClass::RequestCompletion, InstEvent::Timeout(slot, id));
+            self.timeouts.push(give_up.max(now), EventClass::RequestCompletion, (slot, id));
         }
         Some(slot)
     }
 
     /// Processes the next event; returns its time, or `None` if there is none.
     pub fn process_next(&mut self, obs: &mut dyn Observer) -> Option<Micros> {
-        let (key, ev) = self.events.pop()?;
-        self.advance_clock(key.time);
-        match ev {
-            InstEvent::Enqueue(slot) => self.on_enqueue(slot, obs),
-            InstEvent::Loaded(slot) => self.on_loaded(slot, obs),
-            InstEvent::Step => self.on_step_boundary(obs),
-            InstEvent::Timeout(slot, id) => self.on_timeout(slot, id, obs),
-        }
+        let timeout_first = match (self.events.peek_key(), self.timeouts.peek_key()) {
+            (Some(e), Some(t)) => t < e,
+            (e, t) => e.is_none() && t.is_some(),
+        };
+        let time = if timeout_first {
+            let (key, (slot, id)) = self.timeouts.pop()?;
+            self.advance_clock(key.time);
+            self.on_timeout(slot, id, obs);
+            key.time
+        } else {
+            let (key, ev) = self.events.pop()?;
+            self.advance_clock(key.time);
+            match ev {
+                InstEvent::Enqueue(slot) => self.on_enqueue(slot, obs),
+                InstEvent::Loaded(slot) => self.on_loaded(slot, obs),
+                InstEvent::Step => self.on_step_boundary(obs),
+            }
+            key.time
+        };
         self.discard_stale_timeouts();
-        Some(key.time)
+        Some(time)
     }
 
-    /// Drops the client-timeout events at the head of the queue whose
-    /// request already ended (or was already aborted), which
+    /// Drops the client deadlines at the head of `timeouts` whose request
+    /// already ended (or was already aborted), which
     /// [`Instance::on_timeout`] would ignore: the next event is always one
     /// that does something, so an idle instance has no event, and a finished
     /// request's deadline cannot move the clock (or the end of a run) past
     /// the last thing that happened. Amortised O(log n) per request.
     fn discard_stale_timeouts(&mut self) {
-        while let Some((_, &InstEvent::Timeout(slot, id))) = self.events.peek() {
-            let live = self.slots.get(slot as usize).is_some_and(|l| l.req.id == id && !l.aborted);
+        while let Some((_, &(slot, id))) = self.timeouts.peek() {
+            let live = self.slots.get(slot as usize).is_some_and(|l| l.id == id && !l.aborted);
             if live {
                 break;
             }
-            self.events.pop();
+            self.timeouts.pop();
         }
     }
 
@@ -762,7 +795,10 @@ impl Instance {
         // indexed.
         let cacheable_upto = if self.cfg.kv_events { own_from.max(prompt) } else { own_from };
         let private_from_block = if self.cfg.kv_events { u32::MAX } else { own_from / self.kv.block_size() };
-        let fresh = |req, table, hashes| Live {
+        let fresh = |req: Request, table, hashes| Live {
+            prompt_tokens: req.prompt_tokens(),
+            max_output_tokens: req.max_output_tokens,
+            id: req.id,
             req,
             status: Status::Arriving,
             key,
@@ -879,7 +915,7 @@ impl Instance {
     /// Unknown or already finished ids are ignored. O(requests on the instance).
     pub fn abandon(&mut self, id: RequestId, now: Micros, obs: &mut dyn Observer) {
         self.advance_clock(now);
-        if let Some(slot) = self.slots.iter().position(|l| l.req.id == id && !l.aborted) {
+        if let Some(slot) = self.slots.iter().position(|l| l.id == id && !l.aborted) {
             self.on_timeout(slot as u32, id, obs);
         }
         self.discard_stale_timeouts();
@@ -888,7 +924,7 @@ impl Instance {
     fn on_timeout(&mut self, slot: u32, id: RequestId, obs: &mut dyn Observer) {
         let Some(live) = self.slots.get_mut(slot as usize) else { return };
         // A finished request's slot is marked aborted until reused; a reused slot has another id.
-        if live.req.id != id || live.aborted {
+        if live.id != id || live.aborted {
             return;
         }
         match live.status {
@@ -972,9 +1008,9 @@ impl Instance {
             }
             live.last_token = Some(time);
             if tokens_observed {
-                obs.on_token(&TokenEvent { id: live.req.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
+                obs.on_token(&TokenEvent { id: live.id, meta: live.req.meta, instance: self.id, index: live.num_output, time, gap });
             }
-            if live.num_output >= live.req.max_output_tokens {
+            if live.num_output >= live.max_output_tokens {
                 any_finished = true;
             }
         }
@@ -993,7 +1029,7 @@ impl Instance {
                 }
                 let outcome = if live.aborted {
                     Some(Outcome::TimedOut)
-                } else if live.num_output >= live.req.max_output_tokens {
+                } else if live.num_output >= live.max_output_tokens {
                     Some(Outcome::Completed)
                 } else {
                     None
@@ -1473,7 +1509,7 @@ impl Instance {
             if live.num_computed < live.store_due_tokens {
                 continue;
             }
-            let (computed, prompt) = (live.num_computed, live.req.prompt_tokens());
+            let (computed, prompt) = (live.num_computed, live.prompt_tokens);
             let next_boundary = (computed / block_size + 1).saturating_mul(block_size);
             live.store_due_tokens = if computed < prompt { next_boundary.min(prompt) } else { next_boundary };
             let storable = policy.storable_blocks(computed, prompt, block_size);
@@ -1513,8 +1549,8 @@ impl Instance {
     /// (vLLM `_update_after_schedule`).
     fn push_scheduled(&mut self, slot: u32, n: u32) {
         let live = &mut self.slots[slot as usize];
-        self.entries.push(BatchEntry { computed_tokens: live.num_computed, new_tokens: n, prompt_tokens: live.req.prompt_tokens() });
-        self.entry_ids.push(live.req.id);
+        self.entries.push(BatchEntry { computed_tokens: live.num_computed, new_tokens: n, prompt_tokens: live.prompt_tokens });
+        self.entry_ids.push(live.id);
         self.scheduled.push((slot, n));
         live.num_computed += n;
         live.in_step = true;

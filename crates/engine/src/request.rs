@@ -183,6 +183,103 @@ pub fn extend_block_hashes(
     }
 }
 
+/// Slots of [`PromptHashMemo`]: how many recurring prompts and shared
+/// prompt heads it remembers at once.
+const PROMPT_MEMO_SLOTS: u64 = 256;
+
+/// The block hashes of recently seen synthetic prompts and of their leading
+/// runs, so that a prompt seen before (a dataset cycled through, a
+/// benchmark's fixed prompt set) is not hashed again, and one that starts
+/// with a run seen before (a shared system prompt) hashes only what follows
+/// it: a prompt's block `k` covers its first `(k + 1) · block_size` tokens,
+/// so every full block inside a run sequence hashes the same in every prompt
+/// that starts with it. Direct-mapped by the runs (`PROMPT_MEMO_SLOTS`
+/// slots, the latest of a slot wins, entries compared run by run), so its
+/// memory is bounded and it allocates only while its slots fill.
+/// Guarantees: [`PromptHashMemo::prompt_hashes`] gives exactly what
+/// [`extend_block_hashes`] gives for the prompt.
+#[derive(Debug)]
+pub struct PromptHashMemo {
+    block_size: u32,
+    slots: Vec<MemoEntry>,
+}
+
+/// A synthetic run's identity: `(seed, offset, len)`.
+type RunId = (u64, u32, u32);
+
+#[derive(Debug, Default)]
+struct MemoEntry {
+    /// The leading runs of a prompt (empty: a slot no prompt has taken).
+    runs: Vec<RunId>,
+    /// The hashes of the full blocks inside them.
+    hashes: Vec<u64>,
+}
+
+impl PromptHashMemo {
+    /// An empty memo for prompts cut into `block_size`-token blocks.
+    pub fn new(block_size: u32) -> PromptHashMemo {
+        PromptHashMemo::with_slots(block_size, PROMPT_MEMO_SLOTS)
+    }
+
+    fn with_slots(block_size: u32, slots: u64) -> PromptHashMemo {
+        PromptHashMemo { block_size, slots: (0..slots).map(|_| MemoEntry::default()).collect() }
+    }
+
+    /// Appends to the empty `hashes` the hashes of every full block of
+    /// `prompt`, as `extend_block_hashes(prompt, _, 0, block_size, hashes)`.
+    pub fn prompt_hashes(&mut self, prompt: &TokenSeq, hashes: &mut Vec<u64>) {
+        debug_assert!(hashes.is_empty(), "hashes of a prompt start from its first block");
+        let id = |run: &TokenRun| match *run {
+            TokenRun::Synthetic { seed, offset, len } => Some((seed, offset, len)),
+            TokenRun::Explicit(_) => None,
+        };
+        let runs = prompt.runs();
+        if runs.is_empty() || !runs.iter().all(|r| id(r).is_some()) {
+            return extend_block_hashes(prompt, 0, 0, self.block_size, hashes);
+        }
+        let whole = self.slot_of(runs);
+        if self.slots[whole].holds(runs) {
+            return hashes.extend_from_slice(&self.slots[whole].hashes);
+        }
+        let head = &runs[..1];
+        let head_slot = self.slot_of(head);
+        let head_blocks = (runs[0].len() / self.block_size) as usize;
+        let head_known = runs.len() > 1 && self.slots[head_slot].holds(head);
+        if head_known {
+            hashes.extend_from_slice(&self.slots[head_slot].hashes);
+        }
+        extend_block_hashes(prompt, 0, 0, self.block_size, hashes);
+        if runs.len() > 1 && !head_known && head_blocks > 0 {
+            self.slots[head_slot].take(head, &hashes[..head_blocks], id);
+        }
+        self.slots[whole].take(runs, hashes, id);
+    }
+
+    fn slot_of(&self, runs: &[TokenRun]) -> usize {
+        let mut h = 0x7072_6f6d_7074;
+        for run in runs {
+            if let TokenRun::Synthetic { seed, offset, len } = *run {
+                h = mix64(h ^ seed ^ (u64::from(offset) << 32 | u64::from(len)));
+            }
+        }
+        (h % self.slots.len() as u64) as usize
+    }
+}
+
+impl MemoEntry {
+    fn holds(&self, runs: &[TokenRun]) -> bool {
+        self.runs.len() == runs.len()
+            && self.runs.iter().zip(runs).all(|(&(seed, offset, len), run)| *run == TokenRun::Synthetic { seed, offset, len })
+    }
+
+    fn take(&mut self, runs: &[TokenRun], hashes: &[u64], id: impl Fn(&TokenRun) -> Option<RunId>) {
+        self.runs.clear();
+        self.runs.extend(runs.iter().filter_map(id));
+        self.hashes.clear();
+        self.hashes.extend_from_slice(hashes);
+    }
+}
+
 fn start_block(parent: u64) -> u64 {
     mix64(parent ^ 0x626c_6f63_6b00)
 }
@@ -523,6 +620,29 @@ mod tests {
         round2.push(TokenRun::synthetic(3, 20));
         let r2 = hashes(&round2, 43, 0, 16);
         assert_eq!(r2[..r1.len()], r1[..]);
+    }
+
+    proptest::proptest! {
+        /// Whatever prompts came before (recurring ones, shared heads,
+        /// explicit ids, slots taken by other prompts), the memo hashes a
+        /// prompt exactly as hashing it from scratch does.
+        #[test]
+        fn the_prompt_memo_hashes_as_hashing_from_scratch(
+            prompts in proptest::collection::vec(proptest::collection::vec((0u64..3, 0u32..2, proptest::sample::select(vec![0u32, 5, 16, 33]), proptest::bool::weighted(0.1)), 1..4), 1..40),
+            block_size in proptest::sample::select(vec![1u32, 4, 16]),
+            slots in 1u64..5,
+        ) {
+            let mut memo = PromptHashMemo::with_slots(block_size, slots);
+            for runs in prompts {
+                let mut seq = TokenSeq::new();
+                for (seed, offset, len, explicit) in runs {
+                    seq.push(if explicit { TokenRun::Explicit((0..len).map(|t| t ^ seed as u32).collect::<Vec<u32>>().into()) } else { TokenRun::Synthetic { seed, offset, len } });
+                }
+                let mut got = Vec::new();
+                memo.prompt_hashes(&seq, &mut got);
+                proptest::prop_assert_eq!(got, hashes(&seq, 0, 0, block_size));
+            }
+        }
     }
 
     #[test]

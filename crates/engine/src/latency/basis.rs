@@ -236,20 +236,31 @@ pub(crate) struct StepSums {
 }
 
 impl StepSums {
-    /// One pass over the entries, attention work blended by `mix`.
+    /// One pass over the entries, attention work blended by `mix`. Token
+    /// counts are summed as integers: every partial sum is far below 2⁵³, so
+    /// this is exactly their sum in `f64`, entry by entry, without a chain
+    /// of floating-point additions per entry.
     pub fn of(batch: &StepBatch<'_>, mix: Option<&AttentionMix>) -> StepSums {
         let mut s = StepSums { batch: batch.entries.len() as f64, ..StepSums::default() };
+        let (mut decodes, mut decode_context, mut prefill_tokens, mut prefill_context) = (0u64, 0u64, 0u64, 0u64);
         for e in batch.entries {
             if e.is_decode() {
-                s.t_dc += 1.0;
-                s.decode_context += mix.map_or(f64::from(e.computed_tokens), |m| m.decode_context(e.computed_tokens));
+                decodes += 1;
+                match mix {
+                    None => decode_context += u64::from(e.computed_tokens),
+                    Some(m) => s.decode_context += m.decode_context(e.computed_tokens),
+                }
             } else {
+                prefill_tokens += u64::from(e.new_tokens);
+                prefill_context += u64::from(e.computed_tokens);
                 let t = f64::from(e.new_tokens);
-                s.t_pf += t;
-                s.prefill_context += f64::from(e.computed_tokens);
                 let work = t * (f64::from(e.prompt_tokens) + t / 2.0);
                 s.prefill_attention_work += mix.map_or(work, |m| work * m.prefill_scale(e.computed_tokens, e.new_tokens));
             }
+        }
+        (s.t_dc, s.t_pf, s.prefill_context) = (decodes as f64, prefill_tokens as f64, prefill_context as f64);
+        if mix.is_none() {
+            s.decode_context = decode_context as f64;
         }
         s
     }
@@ -257,5 +268,34 @@ impl StepSums {
     /// T_pf + T_dc.
     pub fn tokens(&self) -> f64 {
         self.t_pf + self.t_dc
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::latency::BatchEntry;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The integer sums are exactly the floating-point sums, entry by entry.
+        #[test]
+        fn step_sums_are_the_per_entry_sums(entries in proptest::collection::vec((0u32..2_000_000, 1u32..8192, 1u32..2_000_000), 0..600)) {
+            let entries: Vec<BatchEntry> = entries.into_iter().map(|(computed_tokens, new_tokens, prompt_tokens)| BatchEntry { computed_tokens, new_tokens, prompt_tokens }).collect();
+            let batch = StepBatch { entries: &entries, load: Default::default(), preempted: 0 };
+            let mut want = StepSums { batch: entries.len() as f64, ..StepSums::default() };
+            for e in &entries {
+                if e.is_decode() {
+                    want.t_dc += 1.0;
+                    want.decode_context += f64::from(e.computed_tokens);
+                } else {
+                    let t = f64::from(e.new_tokens);
+                    want.t_pf += t;
+                    want.prefill_context += f64::from(e.computed_tokens);
+                    want.prefill_attention_work += t * (f64::from(e.prompt_tokens) + t / 2.0);
+                }
+            }
+            prop_assert_eq!(StepSums::of(&batch, None), want);
+        }
     }
 }
