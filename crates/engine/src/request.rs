@@ -187,6 +187,12 @@ pub fn extend_block_hashes(
 /// prompt heads it remembers at once.
 const PROMPT_MEMO_SLOTS: u64 = 256;
 
+/// The longest prompt (or first run) [`PromptHashMemo`] keeps, in blocks:
+/// with its slots, at most 1 MiB of hashes per instance however long the
+/// prompts. Longer ones are hashed each time, at a cost that is small
+/// beside their prefill.
+const PROMPT_MEMO_MAX_BLOCKS: usize = 512;
+
 /// The block hashes of recently seen synthetic prompts and of their leading
 /// runs, so that a prompt seen before (a dataset cycled through, a
 /// benchmark's fixed prompt set) is not hashed again, and one that starts
@@ -194,13 +200,15 @@ const PROMPT_MEMO_SLOTS: u64 = 256;
 /// it: a prompt's block `k` covers its first `(k + 1) · block_size` tokens,
 /// so every full block inside a run sequence hashes the same in every prompt
 /// that starts with it. Direct-mapped by the runs (`PROMPT_MEMO_SLOTS`
-/// slots, the latest of a slot wins, entries compared run by run), so its
-/// memory is bounded and it allocates only while its slots fill.
+/// slots, the latest of a slot wins, entries compared run by run, none
+/// longer than `PROMPT_MEMO_MAX_BLOCKS`), so its memory is bounded and it
+/// allocates only while its slots fill and grow.
 /// Guarantees: [`PromptHashMemo::prompt_hashes`] gives exactly what
 /// [`extend_block_hashes`] gives for the prompt.
 #[derive(Debug)]
 pub struct PromptHashMemo {
     block_size: u32,
+    max_blocks: usize,
     slots: Vec<MemoEntry>,
 }
 
@@ -218,11 +226,11 @@ struct MemoEntry {
 impl PromptHashMemo {
     /// An empty memo for prompts cut into `block_size`-token blocks.
     pub fn new(block_size: u32) -> PromptHashMemo {
-        PromptHashMemo::with_slots(block_size, PROMPT_MEMO_SLOTS)
+        PromptHashMemo::with_slots(block_size, PROMPT_MEMO_SLOTS, PROMPT_MEMO_MAX_BLOCKS)
     }
 
-    fn with_slots(block_size: u32, slots: u64) -> PromptHashMemo {
-        PromptHashMemo { block_size, slots: (0..slots).map(|_| MemoEntry::default()).collect() }
+    fn with_slots(block_size: u32, slots: u64, max_blocks: usize) -> PromptHashMemo {
+        PromptHashMemo { block_size, max_blocks, slots: (0..slots).map(|_| MemoEntry::default()).collect() }
     }
 
     /// Appends to the empty `hashes` the hashes of every full block of
@@ -249,10 +257,12 @@ impl PromptHashMemo {
             hashes.extend_from_slice(&self.slots[head_slot].hashes);
         }
         extend_block_hashes(prompt, 0, 0, self.block_size, hashes);
-        if runs.len() > 1 && !head_known && head_blocks > 0 {
+        if runs.len() > 1 && !head_known && (1..=self.max_blocks).contains(&head_blocks) {
             self.slots[head_slot].take(head, &hashes[..head_blocks], id);
         }
-        self.slots[whole].take(runs, hashes, id);
+        if hashes.len() <= self.max_blocks {
+            self.slots[whole].take(runs, hashes, id);
+        }
     }
 
     fn slot_of(&self, runs: &[TokenRun]) -> usize {
@@ -624,15 +634,17 @@ mod tests {
 
     proptest::proptest! {
         /// Whatever prompts came before (recurring ones, shared heads,
-        /// explicit ids, slots taken by other prompts), the memo hashes a
-        /// prompt exactly as hashing it from scratch does.
+        /// explicit ids, slots taken by other prompts, prompts too long to
+        /// keep), the memo hashes a prompt exactly as hashing it from
+        /// scratch does.
         #[test]
         fn the_prompt_memo_hashes_as_hashing_from_scratch(
             prompts in proptest::collection::vec(proptest::collection::vec((0u64..3, 0u32..2, proptest::sample::select(vec![0u32, 5, 16, 33]), proptest::bool::weighted(0.1)), 1..4), 1..40),
             block_size in proptest::sample::select(vec![1u32, 4, 16]),
             slots in 1u64..5,
+            max_blocks in 0usize..40,
         ) {
-            let mut memo = PromptHashMemo::with_slots(block_size, slots);
+            let mut memo = PromptHashMemo::with_slots(block_size, slots, max_blocks);
             for runs in prompts {
                 let mut seq = TokenSeq::new();
                 for (seed, offset, len, explicit) in runs {
