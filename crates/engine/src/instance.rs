@@ -203,8 +203,9 @@ enum Status {
 /// A request on the instance, laid out for the step loop, which visits every
 /// running request at every step: what a decode step reads or writes lies in
 /// the first cache line (the progress fields, with copies of the request's
-/// length, output budget and id) and the second (the block table), and the
-/// rest, the request itself among it, is read about once per request. With
+/// length, output budget and id, and the room its blocks leave); the block
+/// table, in the second, is read when the request needs a block, and the
+/// rest, the request itself among it, about once per request. With
 /// many running requests, or many instances, they do not stay in the L1
 /// cache between two steps of one instance, so the lines a step touches per
 /// request are what it pays.
@@ -227,6 +228,12 @@ struct Live {
     /// next changes (the next block boundary or the prompt's end); 0 after
     /// a store was put off or the request was preempted.
     store_due_tokens: u32,
+    /// Tokens the block table holds slots for with nothing to allocate or
+    /// register ([`KvCache::room_tokens`]), so that most decode steps
+    /// allocate without reading the table; set when an allocation succeeds,
+    /// 0 when the table is freed or `cacheable_upto` grows, so never more
+    /// than the table's room.
+    room_tokens: u32,
     status: Status,
     aborted: bool,
     in_step: bool,
@@ -261,7 +268,7 @@ struct Live {
     load_wait: Micros,
 }
 
-// The step loop's two cache lines, as the layout above promises.
+// The step loop's cache line, and the block table's, as the layout above promises.
 const _: () = assert!(std::mem::offset_of!(Live, table) == 64 && std::mem::size_of::<BlockTable>() <= 64);
 
 impl Live {
@@ -817,6 +824,7 @@ impl Instance {
             store_due_tokens: 0,
             cacheable_upto,
             allocated_tokens: 0,
+            room_tokens: 0,
             stored_blocks: 0,
             private_from_block,
             private_since: None,
@@ -1093,6 +1101,7 @@ impl Instance {
     fn release(&mut self, slot: u32) {
         let live = &mut self.slots[slot as usize];
         self.kv.free(&mut live.table);
+        live.room_tokens = 0;
         live.aborted = true; // the slot is dead until reused
         live.status = Status::Free;
         live.in_step = false;
@@ -1563,10 +1572,15 @@ impl Instance {
         let live = &mut self.slots[slot as usize];
         self.kv.release_skipped(&mut live.table, live.num_computed);
         let need = live.num_computed + n;
+        if !with_hits && need <= live.room_tokens {
+            live.allocated_tokens = need;
+            return true; // most decode steps
+        }
         let cache_upto = live.cacheable_tokens(need);
         if !with_hits && self.kv.holds(&live.table, need, cache_upto) {
             live.allocated_tokens = need;
-            return true; // most decode steps
+            live.room_tokens = self.kv.room_tokens(&live.table, live.cacheable_upto);
+            return true;
         }
         self.take_blocks(slot, need, cache_upto, with_hits)
     }
@@ -1584,6 +1598,7 @@ impl Instance {
         let ok = self.kv.allocate_slots(&mut live.table, need, hits, &live.hashes, cache_upto);
         if ok {
             live.allocated_tokens = need;
+            live.room_tokens = self.kv.room_tokens(&live.table, live.cacheable_upto);
         }
         self.note_kv_changes(slot);
         ok
@@ -1687,6 +1702,7 @@ impl Instance {
         self.kv.free(&mut live.table);
         live.num_computed = 0;
         live.allocated_tokens = 0;
+        live.room_tokens = 0;
         live.stored_blocks = 0;
         live.store_due_tokens = 0;
         live.preemptions += 1;

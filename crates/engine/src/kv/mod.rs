@@ -517,6 +517,18 @@ impl KvCache {
             && (!self.prefix_caching || u64::from(num_tokens_to_cache) < (u64::from(table.num_cached) + 1) * block)
     }
 
+    /// The most tokens `need` for which `holds(table, need, need.min(cacheable_upto))`:
+    /// while a request's tokens stay within it, allocating for them changes
+    /// nothing (until the table is freed or `cacheable_upto` grows).
+    pub fn room_tokens(&self, table: &BlockTable, cacheable_upto: u32) -> u32 {
+        let block = u64::from(self.block_size);
+        let slots = table.blocks.len() as u64 * block;
+        // The first token whose block would have to be registered.
+        let unregistered = (u64::from(table.num_cached) + 1) * block;
+        let room = if self.prefix_caching && u64::from(cacheable_upto) >= unregistered { slots.min(unregistered - 1) } else { slots };
+        room.min(u64::from(u32::MAX)) as u32
+    }
+
     /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
     fn take_blocks(&mut self, table: &mut BlockTable, num_tokens_need_slot: u32, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
         let groups = self.groups.count() as usize;
@@ -891,6 +903,27 @@ mod tests {
 
     fn hashes(n: u64) -> Vec<u64> {
         (1..=n).map(|i| i * 1000).collect()
+    }
+
+    proptest::proptest! {
+        /// Allocating up to the room changes nothing (`holds`), and one
+        /// token more would.
+        #[test]
+        fn room_is_exactly_where_holding_ends(
+            block_size in proptest::sample::select(vec![1u32, 4, 16]),
+            blocks in 0usize..20,
+            cached in 0u32..20,
+            cacheable_upto in 0u32..400,
+            prefix_caching: bool,
+        ) {
+            let kv = KvCache::new(64, block_size, prefix_caching).unwrap();
+            let table = BlockTable { blocks: vec![1; blocks], num_cached: cached.min(blocks as u32), ..BlockTable::default() };
+            let room = kv.room_tokens(&table, cacheable_upto);
+            for need in [0, room / 2, room.saturating_sub(1), room] {
+                proptest::prop_assert!(kv.holds(&table, need, need.min(cacheable_upto)), "need {} within room {}", need, room);
+            }
+            proptest::prop_assert!(!kv.holds(&table, room + 1, (room + 1).min(cacheable_upto)), "room {} is not all", room);
+        }
     }
 
     #[test]
