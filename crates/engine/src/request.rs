@@ -215,6 +215,13 @@ pub struct PromptHashMemo {
 /// A synthetic run's identity: `(seed, offset, len)`.
 type RunId = (u64, u32, u32);
 
+fn run_id(run: &TokenRun) -> Option<RunId> {
+    match *run {
+        TokenRun::Synthetic { seed, offset, len } => Some((seed, offset, len)),
+        TokenRun::Explicit(_) => None,
+    }
+}
+
 #[derive(Debug, Default)]
 struct MemoEntry {
     /// The leading runs of a prompt (empty: a slot no prompt has taken).
@@ -237,12 +244,8 @@ impl PromptHashMemo {
     /// `prompt`, as `extend_block_hashes(prompt, _, 0, block_size, hashes)`.
     pub fn prompt_hashes(&mut self, prompt: &TokenSeq, hashes: &mut Vec<u64>) {
         debug_assert!(hashes.is_empty(), "hashes of a prompt start from its first block");
-        let id = |run: &TokenRun| match *run {
-            TokenRun::Synthetic { seed, offset, len } => Some((seed, offset, len)),
-            TokenRun::Explicit(_) => None,
-        };
         let runs = prompt.runs();
-        if runs.is_empty() || !runs.iter().all(|r| id(r).is_some()) {
+        if runs.is_empty() || !runs.iter().all(|r| run_id(r).is_some()) {
             return extend_block_hashes(prompt, 0, 0, self.block_size, hashes);
         }
         let whole = self.slot_of(runs);
@@ -258,19 +261,17 @@ impl PromptHashMemo {
         }
         extend_block_hashes(prompt, 0, 0, self.block_size, hashes);
         if runs.len() > 1 && !head_known && (1..=self.max_blocks).contains(&head_blocks) {
-            self.slots[head_slot].take(head, &hashes[..head_blocks], id);
+            self.slots[head_slot].take(head, &hashes[..head_blocks]);
         }
         if hashes.len() <= self.max_blocks {
-            self.slots[whole].take(runs, hashes, id);
+            self.slots[whole].take(runs, hashes);
         }
     }
 
     fn slot_of(&self, runs: &[TokenRun]) -> usize {
         let mut h = 0x7072_6f6d_7074;
-        for run in runs {
-            if let TokenRun::Synthetic { seed, offset, len } = *run {
-                h = mix64(h ^ seed ^ (u64::from(offset) << 32 | u64::from(len)));
-            }
+        for (seed, offset, len) in runs.iter().filter_map(run_id) {
+            h = mix64(h ^ seed ^ (u64::from(offset) << 32 | u64::from(len)));
         }
         (h % self.slots.len() as u64) as usize
     }
@@ -278,13 +279,12 @@ impl PromptHashMemo {
 
 impl MemoEntry {
     fn holds(&self, runs: &[TokenRun]) -> bool {
-        self.runs.len() == runs.len()
-            && self.runs.iter().zip(runs).all(|(&(seed, offset, len), run)| *run == TokenRun::Synthetic { seed, offset, len })
+        self.runs.len() == runs.len() && self.runs.iter().zip(runs).all(|(&id, run)| run_id(run) == Some(id))
     }
 
-    fn take(&mut self, runs: &[TokenRun], hashes: &[u64], id: impl Fn(&TokenRun) -> Option<RunId>) {
+    fn take(&mut self, runs: &[TokenRun], hashes: &[u64]) {
         self.runs.clear();
-        self.runs.extend(runs.iter().filter_map(id));
+        self.runs.extend(runs.iter().filter_map(run_id));
         self.hashes.clear();
         self.hashes.extend_from_slice(hashes);
     }
