@@ -740,27 +740,21 @@ impl Instance {
 
     /// Processes the next event; returns its time, or `None` if there is none.
     pub fn process_next(&mut self, obs: &mut dyn Observer) -> Option<Micros> {
-        let timeout_first = match (self.events.peek_key(), self.timeouts.peek_key()) {
-            (Some(e), Some(t)) => t < e,
-            (e, t) => e.is_none() && t.is_some(),
-        };
-        let time = if timeout_first {
-            let (key, (slot, id)) = self.timeouts.pop()?;
-            self.advance_clock(key.time);
-            self.on_timeout(slot, id, obs);
-            key.time
-        } else {
-            let (key, ev) = self.events.pop()?;
-            self.advance_clock(key.time);
+        let next = self.next_event()?;
+        self.advance_clock(next.time);
+        if self.timeouts.peek_key() == Some(next) {
+            if let Some((_, (slot, id))) = self.timeouts.pop() {
+                self.on_timeout(slot, id, obs);
+            }
+        } else if let Some((_, ev)) = self.events.pop() {
             match ev {
                 InstEvent::Enqueue(slot) => self.on_enqueue(slot, obs),
                 InstEvent::Loaded(slot) => self.on_loaded(slot, obs),
                 InstEvent::Step => self.on_step_boundary(obs),
             }
-            key.time
-        };
+        }
         self.discard_stale_timeouts();
-        Some(time)
+        Some(next.time)
     }
 
     /// Drops the client deadlines at the head of `timeouts` whose request
