@@ -420,8 +420,9 @@ pub struct Instance {
     arriving: u32,
     /// Requests loading their prefix from the CPU tier.
     loading: u32,
-    /// Requests whose prefix landed, in landing order; admitted before the wait queue.
-    landed: VecDeque<u32>,
+    /// Requests whose prefix landed, with when, in landing order; admitted
+    /// before the wait queue once the scheduler can see them.
+    landed: VecDeque<(u32, Micros)>,
     // The step in flight: (slot, new tokens) and the entries handed to the latency model.
     scheduled: Vec<(u32, u32)>,
     entries: Vec<BatchEntry>,
@@ -936,7 +937,7 @@ impl Instance {
                 self.finish(slot, Outcome::TimedOut, obs);
             }
             Status::Landed => {
-                self.landed.retain(|&s| s != slot);
+                self.landed.retain(|&(s, _)| s != slot);
                 self.finish(slot, Outcome::TimedOut, obs);
             }
             Status::Waiting => {
@@ -958,13 +959,14 @@ impl Instance {
     fn on_step_boundary(&mut self, obs: &mut dyn Observer) {
         self.step_pending = false;
         // Under async scheduling the step starting now was formed when the
-        // completed one started: it sees requests enqueued before that.
-        let cutoff = if self.scheduled.is_empty() { self.now } else { self.step_start };
+        // completed one started: it sees requests enqueued, and loads landed,
+        // before that.
+        let cutoff = if self.cfg.scheduler.async_scheduling && !self.scheduled.is_empty() { self.step_start } else { self.now };
         if !self.scheduled.is_empty() {
             self.complete_step(obs);
         }
         self.admit_incoming(cutoff);
-        self.start_step();
+        self.start_step(cutoff);
         self.publish_kv_events(obs);
         for &(slot, change) in &self.queue_log {
             let live = &self.slots[slot as usize];
@@ -1149,7 +1151,7 @@ impl Instance {
                     self.release(slot);
                 }
                 Status::Landed => {
-                    self.landed.retain(|&s| s != slot);
+                    self.landed.retain(|&(s, _)| s != slot);
                     self.live_count -= 1;
                     self.release(slot);
                 }
@@ -1177,18 +1179,22 @@ impl Instance {
     }
 
     /// Forms the next batch and starts it, or goes idle when there is no work.
-    fn start_step(&mut self) {
+    /// Loads that landed after `visible_until` wait for a later step, unless
+    /// nothing else can run.
+    fn start_step(&mut self, mut visible_until: Micros) {
         loop {
-            let preempted = self.schedule();
+            let preempted = self.schedule(visible_until);
             let preempted_share = f64::from(preempted) / self.running.len().max(1) as f64;
             self.preemption_ema = PREEMPTION_EMA_GAMMA * preempted_share + (1.0 - PREEMPTION_EMA_GAMMA) * self.preemption_ema;
             if !self.scheduled.is_empty() {
                 self.step_preempted = preempted;
                 break;
             }
-            // Nothing ran. Requests held back by async scheduling are
-            // scheduled at once when there is nothing else to run.
-            if !self.incoming.is_empty() {
+            // Nothing ran. Requests and loads held back by async scheduling
+            // are scheduled at once when there is nothing else to run (vLLM's
+            // engine runs an empty step, which reports finished loads too).
+            if !self.incoming.is_empty() || self.landed.back().is_some_and(|&(_, at)| at > visible_until) {
+                visible_until = self.now;
                 self.admit_incoming(self.now);
                 continue;
             }
@@ -1234,8 +1240,11 @@ impl Instance {
     }
 
     /// One vLLM v1 scheduling pass. Fills `scheduled`/`entries`; returns the
-    /// number of requests preempted.
-    fn schedule(&mut self) -> u32 {
+    /// number of requests preempted. Landed loads count from
+    /// `visible_until` on: vLLM learns of a finished load from the output of
+    /// the step that ran while it finished, which the async scheduler reads
+    /// only after forming the next step.
+    fn schedule(&mut self, visible_until: Micros) -> u32 {
         let now = self.now;
         let s = self.cfg.scheduler.clone();
         let mut budget = s.max_num_batched_tokens;
@@ -1296,8 +1305,8 @@ impl Instance {
         if preempted == 0 {
             while budget > 0 && self.running.len() < s.max_num_seqs as usize {
                 let (slot, landed) = match self.landed.front() {
-                    Some(&slot) => (slot, true),
-                    None => match self.waiting.peek() {
+                    Some(&(slot, at)) if at <= visible_until => (slot, true),
+                    _ => match self.waiting.peek() {
                         Some(slot) => (slot, false),
                         None => break,
                     },
@@ -1490,7 +1499,7 @@ impl Instance {
         }
         live.status = Status::Landed;
         obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: self.now, change: QueueChange::Enqueued });
-        self.landed.push_back(slot);
+        self.landed.push_back((slot, self.now));
         self.wake();
     }
 
@@ -1718,7 +1727,7 @@ impl Instance {
 
     /// Priorities of waiting requests in admission order (for anomaly checks).
     pub fn waiting_priorities(&self) -> impl Iterator<Item = f64> + '_ {
-        self.landed.iter().copied().chain(self.waiting.iter()).map(|slot| self.slots[slot as usize].req.meta.priority)
+        self.landed.iter().map(|&(slot, _)| slot).chain(self.waiting.iter()).map(|slot| self.slots[slot as usize].req.meta.priority)
     }
 
     /// Debug aid for tests: full KV consistency check plus the

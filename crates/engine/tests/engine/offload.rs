@@ -188,3 +188,36 @@ fn a_router_sees_the_gpu_hit_and_the_tier_run_after_it() {
     let no_tier = run(None, vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 160, 1)]);
     assert_eq!(no_tier.instance.cached_prefix_by_tier(&hashes(7), 160), (16, [0, 0, 0]));
 }
+
+/// When a landed load joins a step. R0 stores P (160 tokens) at 2600; R1
+/// (240 tokens, 10 000–13 400) evicts P's GPU blocks; R3 (a 16-token
+/// prompt, 40 tokens out) runs from 19 000 (a 1160 µs prefill, then
+/// 1100 µs decode steps), and R2 sends P at 20 000, while R3's prefill
+/// runs. P's ten blocks load from the CPU in 200 µs, and R2's step then
+/// computes its last token (1110 µs with R3's decode).
+///
+/// * Synchronous scheduling: R2 is seen at 20 160 and loads until 20 360,
+///   during R3's decode step 20 160–21 260, whose output reports the load:
+///   R2 runs 21 260–22 370, TTFT 2370.
+/// * Async scheduling: R2 arrived while a step ran, so the step formed at
+///   20 160 cannot see it; it is seen at 21 260 and loads until 21 460,
+///   during the step 21 260–22 360. The step after it (22 360–23 460) was
+///   formed before that step's output arrived, so R2 runs 23 460–24 570,
+///   TTFT 4570: vLLM's scheduler learns of a finished load only from the
+///   output of the step it finished in.
+#[test]
+fn a_landed_load_joins_the_first_step_formed_after_the_step_it_landed_in() {
+    let ttft = |async_scheduling: bool| {
+        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
+        let mut cfg = InstanceConfig { offload: Some(tier(100, 100.0, 100)), ..InstanceConfig::basic(8, 4096, 10_000, 17) };
+        cfg.scheduler.async_scheduling = async_scheduling;
+        let reqs = vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 240, 1), req(3, 19_000, 9, 16, 40), req(2, 20_000, 7, 160, 1)];
+        let run = run_checked(cfg, model, reqs, None);
+        run.assert_conservation();
+        let r2 = &run.rec.records[&RequestId(2)];
+        assert_eq!(r2.loaded_prompt_tokens, 160, "async {async_scheduling}");
+        r2.ttft().unwrap()
+    };
+    assert_eq!(ttft(false), Micros(2370));
+    assert_eq!(ttft(true), Micros(4570));
+}
