@@ -3,7 +3,7 @@
 //! traffic, static weight traffic, tensor-parallel all-reduce volume, and
 //! per-layer, per-request and per-step overheads.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use super::basis::{Dims, StepSums};
 use super::expert_load::ExpertLoad;
@@ -98,12 +98,48 @@ pub struct TrainedPhysicsBasis {
     /// With MoE layers expert-parallel (vLLM `--enable-expert-parallel` on
     /// a MoE model at TP > 1), how unevenly they load the ranks.
     expert_parallel: Option<ExpertLoad>,
+    /// A MoE model's per-token-count terms, computed once per count.
+    moe_terms: Option<MoeTermsMemo>,
+}
+
+/// The terms of a MoE step that depend only on its token count, the tile
+/// padding P and the experts touched nEff (a `powf` and a tail sum each),
+/// memoised by count: a run's steps take a few hundred distinct counts,
+/// each many times. Counts beyond [`MoeTermsMemo::COUNTS`] are computed on
+/// every call. Filled lazily, so it is the function's values exactly.
+#[derive(Clone, Debug)]
+struct MoeTermsMemo {
+    by_tokens: Box<[OnceLock<(f64, f64)>]>,
+}
+
+impl MoeTermsMemo {
+    /// Token counts memoised: 0 ..= 8191 (vLLM's token budgets are at most
+    /// a few thousand on the shared runs' servers).
+    const COUNTS: usize = 8192;
+
+    fn new() -> MoeTermsMemo {
+        MoeTermsMemo { by_tokens: (0..Self::COUNTS).map(|_| OnceLock::new()).collect() }
+    }
 }
 
 impl TrainedPhysicsBasis {
     /// Builds the basis for `model` on `tp` GPUs of type `gpu`.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32) -> TrainedPhysicsBasis {
-        TrainedPhysicsBasis { dims: Dims::new(model, gpu, tp), expert_parallel: None }
+        let dims = Dims::new(model, gpu, tp);
+        let moe_terms = dims.is_moe().then(MoeTermsMemo::new);
+        TrainedPhysicsBasis { dims, expert_parallel: None, moe_terms }
+    }
+
+    /// A step of `tokens` tokens: (tile padding P, experts touched nEff);
+    /// (1, 0) for a dense model.
+    fn moe_terms(&self, tokens: f64) -> (f64, f64) {
+        let m = &self.dims;
+        let compute = || (m.tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, tokens)), m.experts_touched(tokens));
+        match &self.moe_terms {
+            None => (1.0, 0.0),
+            Some(memo) if tokens >= 0.0 && tokens < MoeTermsMemo::COUNTS as f64 && tokens.fract() == 0.0 => *memo.by_tokens[tokens as usize].get_or_init(compute),
+            Some(_) => compute(),
+        }
     }
 
     /// The basis with MoE layers expert-parallel when `on` (vLLM
@@ -122,6 +158,7 @@ impl TrainedPhysicsBasis {
         self.expert_parallel = (on && m.is_moe() && m.tp > 1.0).then(|| ExpertLoad::new(m.n_experts, m.k, m.tp as u32));
         if self.expert_parallel.is_some() {
             self.dims.tiles = self.dims.tiles_expert_parallel;
+            self.moe_terms = self.moe_terms.as_ref().map(|_| MoeTermsMemo::new());
         }
         self
     }
@@ -142,7 +179,8 @@ impl TrainedPhysicsBasis {
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
         let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
-        let routed_scale = routed_skew * m.tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, s.tokens()));
+        let (padding, experts_touched) = self.moe_terms(s.tokens());
+        let routed_scale = routed_skew * padding;
         let lm_head_flops_per_row = 2.0 * m.lm_head_params() * m.gemm_scale.lm_head;
         let t_pf_c = m.compute_us(
             m.projection_flops(s.t_pf)
@@ -161,7 +199,7 @@ impl TrainedPhysicsBasis {
         let t_dc_kv = m.memory_us(m.kv_bytes(s.decode_context + s.t_dc));
         let w = &m.wbpp;
         let weight_bytes = m.projection_params() * w.attention
-            + m.n_moe * (m.experts_touched(s.tokens()) * weight_skew * m.dff_moe * w.routed_experts + m.dff_shared * w.shared_experts) * 3.0 * m.d / m.tp
+            + m.n_moe * (experts_touched * weight_skew * m.dff_moe * w.routed_experts + m.dff_shared * w.shared_experts) * 3.0 * m.d / m.tp
             + m.n_dense * 3.0 * m.d * m.dff / m.tp * w.dense_ffn
             + m.lm_head_params() * w.lm_head;
         let t_w = m.memory_us(weight_bytes);
@@ -300,6 +338,22 @@ mod tests {
     use crate::latency::moe_tiles::MoeTiles;
     use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
+
+    /// The memoised MoE terms are the functions' values, for counts inside
+    /// the memo (asked twice), beyond it and between integers.
+    #[test]
+    fn memoised_moe_terms_are_the_computed_ones() {
+        let model = ModelConfig::from_hf_json(find_model("mistralai/Mixtral-8x7B-v0.1").unwrap().config_json).unwrap();
+        let basis = TrainedPhysicsBasis::new(&model, &find_gpu("H100").unwrap().spec(), 2);
+        let m = &basis.dims;
+        let tiles = m.tiles.expect("Mixtral on H100 has tuned tiles");
+        for tokens in [0.0, 1.0, 7.0, 302.0, 302.0, 2048.0, 8191.0, 8192.0, 20_000.0, 2.5] {
+            let want = (tiles.padding_factor(m.n_experts, m.k, tokens), m.experts_touched(tokens));
+            assert_eq!(basis.moe_terms(tokens), want, "{tokens} tokens");
+        }
+        let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
+        assert_eq!(TrainedPhysicsBasis::new(&dense, &find_gpu("H100").unwrap().spec(), 1).moe_terms(302.0), (1.0, 0.0));
+    }
 
     /// Mixtral-8x7B (L 32, d 4096, H 32, KVH 8, dH 128, dKV 1024, dFF 14336,
     /// N 8, k 2) on two H100s (F 989.5e12, W 3.35e12, W_ar = 0.771 of NVLink's
