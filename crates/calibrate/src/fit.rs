@@ -495,8 +495,8 @@ struct Row {
 /// (regression dilution). Teacher forcing assumes the simulated batch
 /// compositions resemble the real ones, so requests (or stages) whose
 /// simulated E2E is off by more than [`COMPOSITION_MISMATCH`]× are left out
-/// of the round.
-fn stage_rows(run: &dyn Measured, experiment: usize, basis: &dyn FeatureBasis, set: &CoefficientSet, seed: u64) -> Result<Vec<Row>, ExperimentError> {
+/// of the round. Returns the simulation's comparison with the run too.
+fn stage_rows<'r>(run: &'r dyn Measured, experiment: usize, basis: &dyn FeatureBasis, set: &CoefficientSet, seed: u64) -> Result<(Replayed<'r>, Vec<Row>), ExperimentError> {
     let latency = run.latency(set)?;
     let mut rec = StepRecorder::new(basis);
     let replayed = run.replay(set, seed, &mut rec)?;
@@ -586,7 +586,7 @@ fn stage_rows(run: &dyn Measured, experiment: usize, basis: &dyn FeatureBasis, s
             }
         }
     }
-    Ok(rows)
+    Ok((replayed, rows))
 }
 
 /// APEs of the E2E means and of the TTFT means of a run's stages.
@@ -667,21 +667,33 @@ fn solve_linear(kind: ModelKind, rows: &[Row], n: usize, priors: Option<&[(f64, 
 /// stages of the active ones, plus [`SATURATION_WEIGHT`] × the mean failure
 /// fraction error (percentage points) over the stages of the overloaded ones.
 fn objective(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<f64, ExperimentError> {
-    let parts: Vec<(StageApes, Vec<f64>)> = runs
+    objective_and_rows(runs, &[], set, seed).map(|(loss, _)| loss)
+}
+
+/// [`objective`], with the stage-one equations of the runs `rows_of` names
+/// (`(index in runs, experiment, basis)`) taken from the same simulations:
+/// one equation set per entry of `rows_of`, in its order.
+fn objective_and_rows(runs: &[&dyn Measured], rows_of: &[(usize, usize, &dyn FeatureBasis)], set: &CoefficientSet, seed: u64) -> Result<(f64, Vec<Vec<Row>>), ExperimentError> {
+    let mut parts: Vec<(StageApes, Vec<f64>, Option<Vec<Row>>)> = runs
         .par_iter()
-        .map(|r| {
-            let replayed = r.replay(set, seed, &mut crate::reproduce::NoObserver)?;
+        .enumerate()
+        .map(|(i, r)| {
+            let (replayed, rows) = match rows_of.iter().find(|(at, _, _)| *at == i) {
+                Some(&(_, experiment, basis)) => stage_rows(*r, experiment, basis, set, seed).map(|(replayed, rows)| (replayed, Some(rows)))?,
+                None => (r.replay(set, seed, &mut crate::reproduce::NoObserver)?, None),
+            };
             if r.active() {
-                return Ok((stage_apes(&replayed), Vec::new()));
+                return Ok((stage_apes(&replayed), Vec::new(), rows));
             }
             let failure_errors = replayed.stages.iter().map(|s| (s.sim_failure - s.real_failure).abs() * 100.0).collect();
-            Ok(((Vec::new(), Vec::new()), failure_errors))
+            Ok(((Vec::new(), Vec::new()), failure_errors, rows))
         })
         .collect::<Result<_, ExperimentError>>()?;
+    let rows: Vec<Vec<Row>> = rows_of.iter().map(|&(at, _, _)| parts[at].2.take().unwrap_or_default()).collect();
     let active: Vec<StageApes> = parts.iter().map(|p| p.0.clone()).collect();
     let failure_errors: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
     let saturation = if failure_errors.is_empty() { 0.0 } else { SATURATION_WEIGHT * crate::stats::mean(&failure_errors) };
-    Ok(loss(&active) + saturation)
+    Ok((loss(&active) + saturation, rows))
 }
 
 /// Gives a trained-physics set fitted without expert-parallel runs, whose
@@ -753,32 +765,52 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     let mut current: Vec<f64> = if same_kind(&opts.start) { opts.start.alpha.iter().chain(&opts.start.beta).copied().collect() } else { Vec::new() };
     let mut current_loss = f64::INFINITY;
     let mut composition = opts.start.clone();
-    for round in 0..opts.linear_rounds.max(1) {
-        let results = train
-            .par_iter()
-            .zip(&bases)
-            .enumerate()
-            .map(|(i, (r, basis))| stage_rows(*r, i, basis.as_ref(), &composition, opts.seed))
-            .collect::<Result<Vec<_>, ExperimentError>>()?;
+    let rounds = opts.linear_rounds.max(1);
+    // Where each training run is among the scored ones: a scored simulation
+    // with coefficients the next round starts from gives that round's equations.
+    let rows_of: Vec<(usize, usize, &dyn FeatureBasis)> = train
+        .iter()
+        .zip(&bases)
+        .enumerate()
+        .map(|(i, (t, basis))| (scored.iter().position(|s| std::ptr::addr_eq(*s, *t)).expect("every training run is scored"), i, basis.as_ref()))
+        .collect();
+    let mut next_rows: Option<Vec<Vec<Row>>> = None;
+    for round in 0..rounds {
+        let results = match next_rows.take() {
+            Some(rows) => rows,
+            None if !current.is_empty() => {
+                // The start set's objective and its equations, from one simulation of each run.
+                let (loss, rows) = objective_and_rows(&scored, &rows_of, &composition, opts.seed)?;
+                current_loss = loss + prior_penalty(&current, priors);
+                rows
+            }
+            None => train
+                .par_iter()
+                .zip(&bases)
+                .enumerate()
+                .map(|(i, (r, basis))| stage_rows(*r, i, basis.as_ref(), &composition, opts.seed).map(|(_, rows)| rows))
+                .collect::<Result<Vec<_>, ExperimentError>>()?,
+        };
         if let Some((run, _)) = train.iter().zip(&results).find(|(_, rows)| rows.is_empty()) {
             return Err(FitError::Invalid(format!(
                 "{}: gives the fit nothing to learn from: either the simulated server ran no step for it (every request refused: are its prompts longer than max_model_len?), or every simulated request is more than {COMPOSITION_MISMATCH}× off the measured one (start from coefficients closer to this run's with --start)",
                 run.origin().display()
             )));
         }
-        if !current.is_empty() && current_loss.is_infinite() {
-            current_loss = objective(&scored, &set_of(opts.kind, &current[..na], &current[na..]), opts.seed)? + prior_penalty(&current, priors);
-        }
         let rows: Vec<Row> = results.into_iter().flatten().collect();
         let solution = solve_linear(opts.kind, &rows, na + nb, priors);
         let steps: &[f64] = if current.is_empty() { &[1.0] } else { &[1.0, 0.5, 0.25] };
+        // A candidate's simulations give the next round's equations, if there is one.
+        let rows_wanted: &[(usize, usize, &dyn FeatureBasis)] = if round + 1 < rounds { &rows_of } else { &[] };
         let mut improved = false;
         for &t in steps {
             let candidate: Vec<f64> = if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
-            let score = objective(&scored, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)? + prior_penalty(&candidate, priors);
+            let (loss, candidate_rows) = objective_and_rows(&scored, rows_wanted, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)?;
+            let score = loss + prior_penalty(&candidate, priors);
             progress(format!("stage 1, round {}, step {t}: fitting objective {score:.3}", round + 1));
             if score < current_loss {
                 (current, current_loss, improved) = (candidate, score, true);
+                next_rows = (round + 1 < rounds).then_some(candidate_rows);
                 break;
             }
         }
