@@ -951,7 +951,7 @@ mod tests {
         let u5 = ModelKind::Unified5.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
         assert_eq!(priors(ModelKind::Unified5, u5.as_ref(), Some(kernels)), priors(ModelKind::Unified5, u5.as_ref(), None));
         let o = PriorOverride { name: "per_layer_us".into(), mean: 30.0, scale: 1.0 };
-        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o.clone()]).unwrap().unwrap()[layer], (30.0, 1.0));
+        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), std::slice::from_ref(&o)).unwrap().unwrap()[layer], (30.0, 1.0));
         let twice = PriorOverride { mean: 31.0, ..o.clone() };
         let Err(FitError::Invalid(e)) = with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o, twice]) else { panic!("a name given twice") };
         assert!(e.contains("--prior per_layer_us: given twice (30:1 and 31:1)"), "{e}");

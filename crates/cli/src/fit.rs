@@ -220,21 +220,6 @@ pub(crate) fn write_set(set: &CoefficientSet, mut output: Option<AtomicFile>) ->
     Ok(())
 }
 
-#[cfg(test)]
-mod tests {
-    use super::is_calendar_date;
-
-    #[test]
-    fn fitted_at_takes_calendar_dates_only() {
-        for ok in ["2026-11-21", "2024-02-29", "2000-02-29", "1999-12-31"] {
-            assert!(is_calendar_date(ok), "{ok}");
-        }
-        for bad in ["yesterday", "2026-13-45", "2026-02-29", "1900-02-29", "2026-04-31", "2026-1-01", "2026-11-21\n", "+026-11-21", "2026-00-10"] {
-            assert!(!is_calendar_date(bad), "{bad:?}");
-        }
-    }
-}
-
 /// `blis fit --otel`: teacher-forced least squares on a journey and step trace.
 fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> {
     let mut trace = OtelTrace::load(path).map_err(|e| bad_input!("--otel {e}"))?;
@@ -324,4 +309,19 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     // The trace's steps come from one server, which `--otel` cannot describe as expert-parallel.
     blis_calibrate::fit::tie_unseen_expert_dispatch(&mut set, false);
     write_set(&set, output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::is_calendar_date;
+
+    #[test]
+    fn fitted_at_takes_calendar_dates_only() {
+        for ok in ["2026-11-21", "2024-02-29", "2000-02-29", "1999-12-31"] {
+            assert!(is_calendar_date(ok), "{ok}");
+        }
+        for bad in ["yesterday", "2026-13-45", "2026-02-29", "1900-02-29", "2026-04-31", "2026-1-01", "2026-11-21\n", "+026-11-21", "2026-00-10"] {
+            assert!(!is_calendar_date(bad), "{bad:?}");
+        }
+    }
 }
