@@ -1240,8 +1240,8 @@ impl Instance {
     }
 
     /// One vLLM v1 scheduling pass. Fills `scheduled`/`entries`; returns the
-    /// number of requests preempted. Landed loads count from
-    /// `visible_until` on: vLLM learns of a finished load from the output of
+    /// number of requests preempted. A landed load joins only if it landed
+    /// by `visible_until`: vLLM learns of a finished load from the output of
     /// the step that ran while it finished, which the async scheduler reads
     /// only after forming the next step.
     fn schedule(&mut self, visible_until: Micros) -> u32 {
