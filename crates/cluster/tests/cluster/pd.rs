@@ -77,6 +77,23 @@ fn ttft_is_prefill_then_transfer_then_one_decode_step() {
     assert_eq!(ttft_slow, ttft0 + Micros(262_144) - wait0);
 }
 
+/// An idle decode engine picks a pull up as soon as it lands, async
+/// scheduling or not (vLLM polls finished transfers with empty steps): the
+/// hand-off, pull and first step take exactly as long either way.
+#[test]
+fn an_idle_decode_engine_takes_a_landed_pull_at_once_under_async_scheduling() {
+    let link = LinkConfig { bytes_per_s: 1e9, latency: Micros(700) };
+    let ttft = |async_scheduling: bool| {
+        let mut cfg = instance(1000, 8, 4096);
+        cfg.scheduler.async_scheduling = async_scheduling;
+        let out = run(pd_config(1, 1, cfg, spec_blackbox(), link, PdDecider::Always), one_request(1024, 8), None);
+        let r = out.rec.records[0].clone();
+        assert_eq!(r.first_scheduled, Some(r.pd.expect("disaggregated").prefill_finished + r.kv_load_wait), "async {async_scheduling}");
+        r.ttft().unwrap()
+    };
+    assert_eq!(ttft(true), ttft(false));
+}
+
 fn mixed_load(requests: u64, seed: u64) -> Vec<Request> {
     // Shared 512-token system prompts in 8 groups, so deciders and prefix scorers have something to see.
     Load { rate: 40.0, requests, prompt: 300, output: 40, prefix: 512, groups: 8, seed }.requests(None).0

@@ -221,3 +221,22 @@ fn a_landed_load_joins_the_first_step_formed_after_the_step_it_landed_in() {
     assert_eq!(ttft(false), Micros(2370));
     assert_eq!(ttft(true), Micros(4570));
 }
+
+/// The case above with async scheduling, R3 generating 3 tokens: its last
+/// decode step (21 260–22 360) is the one R2's load lands in (21 460). The
+/// step after it has nothing else to run, so R2 need not wait for another
+/// step's output (vLLM's engine runs an empty step, whose output reports
+/// the load): it runs at once, 22 360–23 370 (a 1-token step, 1010 µs),
+/// TTFT 3370.
+#[test]
+fn a_load_that_lands_in_the_last_step_runs_right_after_it() {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
+    let mut cfg = InstanceConfig { offload: Some(tier(100, 100.0, 100)), ..InstanceConfig::basic(8, 4096, 10_000, 17) };
+    cfg.scheduler.async_scheduling = true;
+    let reqs = vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 240, 1), req(3, 19_000, 9, 16, 3), req(2, 20_000, 7, 160, 1)];
+    let run = run_checked(cfg, model, reqs, None);
+    run.assert_conservation();
+    assert_eq!(run.rec.records[&RequestId(3)].finished, Micros(22_360));
+    let r2 = &run.rec.records[&RequestId(2)];
+    assert_eq!((r2.loaded_prompt_tokens, r2.first_scheduled, r2.ttft()), (160, Some(Micros(22_360)), Some(Micros(3370))));
+}
