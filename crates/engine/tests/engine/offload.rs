@@ -189,6 +189,20 @@ fn a_router_sees_the_gpu_hit_and_the_tier_run_after_it() {
     assert_eq!(no_tier.instance.cached_prefix_by_tier(&hashes(7), 160), (16, [0, 0, 0]));
 }
 
+/// The runs of the two tests below (their timelines are in their
+/// comments): R0 stores P, R1 evicts it from the GPU, R3 (a 16-token
+/// prompt, `r3_out` tokens out) keeps the server stepping, and R2 sends P
+/// again at 20 000, loading it from a 17-block GPU's CPU tier.
+fn landing_during_r3(async_scheduling: bool, r3_out: u32) -> Checked {
+    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
+    let mut cfg = InstanceConfig { offload: Some(tier(100, 100.0, 100)), ..InstanceConfig::basic(8, 4096, 10_000, 17) };
+    cfg.scheduler.async_scheduling = async_scheduling;
+    let reqs = vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 240, 1), req(3, 19_000, 9, 16, r3_out), req(2, 20_000, 7, 160, 1)];
+    let run = run_checked(cfg, model, reqs, None);
+    run.assert_conservation();
+    run
+}
+
 /// When a landed load joins a step. R0 stores P (160 tokens) at 2600; R1
 /// (240 tokens, 10 000–13 400) evicts P's GPU blocks; R3 (a 16-token
 /// prompt, 40 tokens out) runs from 19 000 (a 1160 µs prefill, then
@@ -208,12 +222,7 @@ fn a_router_sees_the_gpu_hit_and_the_tier_run_after_it() {
 #[test]
 fn a_landed_load_joins_the_first_step_formed_after_the_step_it_landed_in() {
     let ttft = |async_scheduling: bool| {
-        let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
-        let mut cfg = InstanceConfig { offload: Some(tier(100, 100.0, 100)), ..InstanceConfig::basic(8, 4096, 10_000, 17) };
-        cfg.scheduler.async_scheduling = async_scheduling;
-        let reqs = vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 240, 1), req(3, 19_000, 9, 16, 40), req(2, 20_000, 7, 160, 1)];
-        let run = run_checked(cfg, model, reqs, None);
-        run.assert_conservation();
+        let run = landing_during_r3(async_scheduling, 40);
         let r2 = &run.rec.records[&RequestId(2)];
         assert_eq!(r2.loaded_prompt_tokens, 160, "async {async_scheduling}");
         r2.ttft().unwrap()
@@ -230,12 +239,7 @@ fn a_landed_load_joins_the_first_step_formed_after_the_step_it_landed_in() {
 /// TTFT 3370.
 #[test]
 fn a_load_that_lands_in_the_last_step_runs_right_after_it() {
-    let model = Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] });
-    let mut cfg = InstanceConfig { offload: Some(tier(100, 100.0, 100)), ..InstanceConfig::basic(8, 4096, 10_000, 17) };
-    cfg.scheduler.async_scheduling = true;
-    let reqs = vec![req(0, 0, 7, 160, 1), req(1, 10_000, 8, 240, 1), req(3, 19_000, 9, 16, 3), req(2, 20_000, 7, 160, 1)];
-    let run = run_checked(cfg, model, reqs, None);
-    run.assert_conservation();
+    let run = landing_during_r3(true, 3);
     assert_eq!(run.rec.records[&RequestId(3)].finished, Micros(22_360));
     let r2 = &run.rec.records[&RequestId(2)];
     assert_eq!((r2.loaded_prompt_tokens, r2.first_scheduled, r2.ttft()), (160, Some(Micros(22_360)), Some(Micros(3370))));
