@@ -16,7 +16,6 @@ use blis_engine::driver::run_single;
 use blis_engine::instance::{Fanout, Instance, InstanceStats, Observer};
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::RequestRecord;
-use blis_engine::vllm::RECORDED_ASYNC_SCHEDULING;
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
 use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};
@@ -136,12 +135,11 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         max_num_seqs: c.max_num_seqs,
         ..KnobValues::default()
     };
-    let recorded_defaults = KnobValues { async_scheduling: Some(RECORDED_ASYNC_SCHEDULING), ..KnobValues::default() };
     let log = exp.log.iter().map(|l| (fact_knobs(&l.facts), Source::File, SERVER_LOG.to_string()));
     Ok([(given, Source::Flag, String::new()), (fact_knobs(&exp.facts), Source::File, "server-facts.yaml".into())]
         .into_iter()
         .chain(log)
-        .chain([(exp_config, Source::File, exp.model_from.file().into()), (recorded_defaults, Source::Default, String::new())])
+        .chain([(exp_config, Source::File, exp.model_from.file().into())])
         .collect())
 }
 

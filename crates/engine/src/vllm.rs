@@ -21,14 +21,15 @@ pub struct ServerDefaults {
     pub long_prefill_token_threshold: u32,
 }
 
-/// vLLM v1's defaults (vLLM 0.9–0.11 online serving): what `blis run` uses
-/// when a knob is not given.
+/// vLLM v1's defaults for online serving, as of vLLM releases since late
+/// 2025 (async scheduling on by default since vLLM #27614): what every BLIS
+/// command uses when a knob is not given.
 pub const DEFAULTS: ServerDefaults = ServerDefaults {
     block_size: 16,
     gpu_memory_utilization: 0.9,
     enable_chunked_prefill: true,
     enable_prefix_caching: true,
-    async_scheduling: false,
+    async_scheduling: true,
     long_prefill_token_threshold: 0,
 };
 
@@ -124,10 +125,6 @@ pub fn mla_block_size(compute_capability: Option<f64>) -> Option<u32> {
 pub fn attends_in_fp8(fp8_kv_cache: bool, latent_attention: bool, compute_capability: Option<f64>) -> bool {
     fp8_kv_cache && !latent_attention && compute_capability.is_some_and(|cc| cc >= 9.0)
 }
-
-/// Async scheduling became vLLM's default late in 2025 (vLLM #27614): a
-/// server recorded since then that does not say ran with it.
-pub const RECORDED_ASYNC_SCHEDULING: bool = true;
 
 /// The environment variable with which vLLM accepts a `--max-model-len`
 /// longer than the model's config allows.

@@ -15,12 +15,12 @@ fn run_ok(args: &[&str]) -> String {
 
 /// 200 requests at 40 req/s against `blis serve --time-scale 2` (about 5 s
 /// of wall time), replayed and calibrated. Observed on this machine
-/// (release build): E2E MAPE ≈ 0.4–0.6 %, TTFT MAPE ≈ 9–11 %, the replay
+/// (release build): E2E MAPE ≈ 0.2–0.4 %, TTFT MAPE ≈ 4–6 %, the replay
 /// under-predicting. The residual is not the simulator (the server and the
 /// replay run the same engine): it is the client's view — HTTP, JSON and
 /// socket time between the client's send timestamp and the server's
 /// arrival, and timer jitter, about 1 ms of wall time doubled by the time
-/// scale — which is a visible share of a ~22 ms TTFT and negligible in a
+/// scale — which is a visible share of a ~34 ms TTFT and negligible in a
 /// ~450 ms E2E. The server paces itself by the wall clock, so these numbers
 /// depend on how busy the machine is (a loaded CI run gave E2E MAPE 2.3 %
 /// and a Pearson r below 0.9 over E2Es that differ by little); the bounds
@@ -338,8 +338,8 @@ fn mean_real_e2e_ms(prefix: &std::path::Path, time_scale: f64) -> f64 {
 /// B (4× the prompt, 3× the output, a quarter of the rate), recorded on the
 /// same server, within 3 % mean E2E. `blis calibrate --refit` closes the
 /// same loop on A and shows the error drop. Observed on this machine: the
-/// bundled H100 set is 11.9 % off on B, the recovered one 0.5 %; the refit
-/// takes A's E2E MAPE from 12.2 % to 0.6 %. The server paces itself by the
+/// bundled H100 set is 13.0 % off on B, the recovered one 0.2–0.6 %; the
+/// refit takes A's E2E MAPE from 13.1 % to 0.7 %. The server paces itself by the
 /// wall clock, so the bound leaves room for a loaded machine; a fit that
 /// learnt nothing stays near 12 %.
 #[test]

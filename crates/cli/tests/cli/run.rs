@@ -373,6 +373,25 @@ fn help_documents_every_flag_in_groups() {
     }
 }
 
+/// Async scheduling is on by default, as in vLLM since late 2025: the
+/// default run is the run with `--async-scheduling` (all but the knob's
+/// source), and
+/// `--no-async-scheduling` lets a request that arrives during a step join
+/// the next step instead of the one after, so its TTFT is shorter.
+#[test]
+fn async_scheduling_is_on_by_default_and_can_be_turned_off() {
+    let (_, d) = run_json(&[]);
+    let (_, given) = run_json(&["--async-scheduling"]);
+    let (_, off) = run_json(&["--no-async-scheduling"]);
+    let without_config = |j: &Value| j.as_object().unwrap().iter().filter(|(k, _)| *k != "config").map(|(k, v)| (k.clone(), v.clone())).collect::<serde_json::Map<_, _>>();
+    assert_eq!(without_config(&d), without_config(&given));
+    assert_eq!(given["config"]["async-scheduling"]["source"], "flag");
+    assert_eq!((&d["config"]["async-scheduling"]["value"], &d["config"]["async-scheduling"]["source"]), (&Value::Bool(true), &Value::from("default")));
+    assert_eq!(off["config"]["async-scheduling"]["value"], false);
+    let ttft = |j: &Value| j["latency_ms"]["ttft"]["mean"].as_f64().unwrap();
+    assert!(ttft(&off) < ttft(&d), "sync {} ms, async {} ms", ttft(&off), ttft(&d));
+}
+
 #[test]
 fn caching_and_chunking_can_be_switched_off() {
     let (_, on) = run_json(&["--prefix-tokens", "256"]);
