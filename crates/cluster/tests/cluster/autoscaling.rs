@@ -69,7 +69,14 @@ fn autoscale(policy: &str, params: serde_json::Value, min: u32, max: u32, pools:
 }
 
 fn cluster_config(initial: u32, auto: AutoscaleConfig) -> ClusterConfig {
-    let mut cfg = config(initial, instance(4000, 16, 2048), spec_blackbox(), PolicyBundle::default(), Labels::default());
+    cluster_config_scheduled(initial, auto, false)
+}
+
+/// [`cluster_config`], with or without async scheduling.
+fn cluster_config_scheduled(initial: u32, auto: AutoscaleConfig, async_scheduling: bool) -> ClusterConfig {
+    let mut inst = instance(4000, 16, 2048);
+    inst.scheduler.async_scheduling = async_scheduling;
+    let mut cfg = config(initial, inst, spec_blackbox(), PolicyBundle::default(), Labels::default());
     cfg.autoscale = Some(auto);
     cfg
 }
@@ -168,6 +175,7 @@ proptest! {
         loading_s in 0u64..20,
         warm_s in 0u64..15,
         route_while_warming in any::<bool>(),
+        async_scheduling in any::<bool>(),
         seed in 0u64..1000,
     ) {
         let max = (min + extra).max(1);
@@ -179,7 +187,7 @@ proptest! {
         }
         let requests = phases(&[(2.0, 40), (40.0, 40), (1.0, 60), (30.0, 30)], seed);
         let n = requests.len();
-        let out = run(cluster_config(min.max(1), auto), requests);
+        let out = run(cluster_config_scheduled(min.max(1), auto, async_scheduling), requests);
         assert_each_once(n, &out.rec);
         prop_assert!(out.watch.routed_to_unready.is_empty(), "routed before ready: {:?}", &out.watch.routed_to_unready[..1]);
         prop_assert!(out.watch.most_counted <= max, "{} replicas counted, max {max}", out.watch.most_counted);

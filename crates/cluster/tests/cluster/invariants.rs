@@ -54,6 +54,7 @@ proptest! {
         timeout_ms in prop::option::of(300u64..3_000),
         seed in 0u64..1_000,
         blocks in prop_oneof![Just(60u64), Just(4000u64)],
+        async_scheduling in any::<bool>(),
     ) {
         let load = Load { rate: 80.0, requests: 120, prompt: 200, output: 24, prefix: 64, groups: 3, seed };
         let mix = LabelMix {
@@ -65,6 +66,7 @@ proptest! {
         let requests: Vec<_> = mix.apply(load.spec().generate(), seed).collect();
         let mut inst = instance(blocks, 4, 256);
         inst.client_timeout = timeout_ms.map(Micros::from_ms);
+        inst.scheduler.async_scheduling = async_scheduling;
         let mut cfg = crate::harness::config(n, inst, spec_blackbox(), bundle(doc), labels);
         cfg.admission_latency = Micros(admission_latency_us);
         cfg.routing_latency = Micros(routing_latency_us);

@@ -101,16 +101,21 @@ fn mixed_load(requests: u64, seed: u64) -> Vec<Request> {
 
 /// Every request ends exactly once, on a decode instance or (local or
 /// failed prefill) where it ran; the books of both pools balance; no decode
-/// step comes before a request's KV landed; same input, same run.
+/// step comes before a request's KV landed; same input, same run; with and
+/// without async scheduling.
 #[test]
 fn every_request_ends_once_and_runs_are_deterministic() {
     let link = LinkConfig { bytes_per_s: 2e9, latency: Micros(300) };
-    for decider in [PdDecider::Always, PdDecider::PrefixThreshold(400), PdDecider::Never] {
-        let cfg = || pd_config(2, 3, instance(4000, 16, 2048), spec_blackbox(), link, decider);
+    for (decider, async_scheduling) in [PdDecider::Always, PdDecider::PrefixThreshold(400), PdDecider::Never].into_iter().flat_map(|d| [(d, false), (d, true)]) {
+        let cfg = || {
+            let mut inst = instance(4000, 16, 2048);
+            inst.scheduler.async_scheduling = async_scheduling;
+            pd_config(2, 3, inst, spec_blackbox(), link, decider)
+        };
         let reqs = mixed_load(400, 3);
         let a = run(cfg(), reqs.clone(), None);
         let ids: BTreeSet<u64> = a.rec.records.iter().map(|r| r.id.0).collect();
-        assert_eq!((a.rec.records.len(), ids.len()), (400, 400), "{decider:?}: every request ends exactly once");
+        assert_eq!((a.rec.records.len(), ids.len()), (400, 400), "{decider:?} async {async_scheduling}: every request ends exactly once");
         assert_eq!(a.run.requests.completed, 400);
         assert_eq!(a.run.requests.injected, 400);
         let pd = a.cluster.pd.as_ref().unwrap();
@@ -135,7 +140,7 @@ fn every_request_ends_once_and_runs_are_deterministic() {
             PdDecider::PrefixThreshold(_) => assert!(pd.requests.local > 0 && pd.requests.disaggregated > 0, "{:?}", pd.requests),
         }
         let b = run(cfg(), reqs, None);
-        assert_eq!(a.rec.records, b.rec.records, "{decider:?}: not deterministic");
+        assert_eq!(a.rec.records, b.rec.records, "{decider:?} async {async_scheduling}: not deterministic");
         assert_eq!(a.cluster, b.cluster);
     }
 }
