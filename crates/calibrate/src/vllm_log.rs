@@ -235,6 +235,15 @@ fn first_stated<'a>(remarks: &mut Vec<String>, what: &str, values: &'a [PyValue]
     Some(first)
 }
 
+/// Whether vLLM `version` ("0.11.0", "0.13.1.dev42+g…") schedules
+/// asynchronously when not told: from 0.14 (January 2026, vLLM #27614) on;
+/// `None` for a version that does not start with two numbers.
+fn async_scheduling_by_default(version: &str) -> Option<bool> {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+    let (major, minor) = (parts.next()??, parts.next()??);
+    Some((major, minor) >= (0, 14))
+}
+
 /// `value` as a `u32` count from 1 (sequences, tokens).
 fn positive_u32(value: &PyValue) -> Result<u32, String> {
     count(value, 1, u64::from(u32::MAX)).map(|n| n as u32)
@@ -369,7 +378,9 @@ impl LoggedServer {
         f.quantization = arg("quantization").and_then(|v| v.as_name()).map(str::to_string);
         f.enable_prefix_caching = get("enable_prefix_caching").and_then(PyValue::as_bool);
         f.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(arg("enable_chunked_prefill")).and_then(PyValue::as_bool);
-        f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on);
+        // The flag, else the line a server with it on logs, else what the
+        // server's version did by default.
+        f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on).or_else(|| s.vllm_version.as_deref().and_then(async_scheduling_by_default));
         f.enable_expert_parallel = arg("enable_expert_parallel").and_then(PyValue::as_bool);
         let offloading_connector = arg("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
         let offloading_size = usable(remarks, "kv_offloading_size", arg("kv_offloading_size"), |v| {
@@ -520,6 +531,23 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!((f.gpu_memory_utilization, f.cpu_offload, s.enforce_eager), (Some(0.85), Some(CpuOffloadFact::On), Some(false)));
         assert_eq!(f.hardware, None, "a dense model's log names no device");
         assert_eq!(s.notes().len(), 1, "{:?}", s.notes());
+    }
+
+    /// A server that does not say whether it scheduled asynchronously did
+    /// what its version did by default: off before vLLM 0.14, on since.
+    #[test]
+    fn async_scheduling_follows_the_flag_the_log_line_or_the_versions_default() {
+        let no_line = V1_LOG.replace("Asynchronous scheduling is enabled.", "");
+        assert!(!no_line.contains("Asynchronous scheduling") && !no_line.contains("'async_scheduling'"), "the fixture states it only in that line");
+        let read = |log: &str| LoggedServer::read(log).unwrap().facts.async_scheduling;
+        assert_eq!(read(V1_LOG), Some(true), "the line");
+        assert_eq!(read(&no_line), Some(false), "0.11.0 did not by default");
+        assert_eq!(read(&no_line.replace("(v0.11.0)", "(v0.14.1)")), Some(true));
+        assert_eq!(read(&no_line.replace("(v0.11.0)", "(v0.13.1.dev42+g1234567)")), Some(false));
+        assert_eq!(read(&no_line.replace("(v0.11.0)", "(v1.0.0)")), Some(true));
+        assert_eq!(read(&no_line.replace("(v0.11.0)", "(vunknown)")), None, "no version: the default");
+        let flagged = no_line.replace("'model': 'meta-llama/Llama-3.1-8B-Instruct'", "'model': 'meta-llama/Llama-3.1-8B-Instruct', 'async_scheduling': True");
+        assert_eq!(read(&flagged), Some(true), "the flag");
     }
 
     #[test]

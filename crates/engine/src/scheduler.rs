@@ -49,7 +49,7 @@ pub struct SchedulerConfig {
     pub enable_chunked_prefill: bool,
     /// `--long-prefill-token-threshold`: cap on one request's tokens per step (0 = off).
     pub long_prefill_token_threshold: u32,
-    /// `--async-scheduling` (vLLM's default since late 2025): the next step is
+    /// `--async-scheduling` (vLLM's default since 0.14, January 2026): the next step is
     /// scheduled while the current one runs, so a request entering the wait
     /// queue during a step can join only the step after next.
     pub async_scheduling: bool,

@@ -21,9 +21,9 @@ pub struct ServerDefaults {
     pub long_prefill_token_threshold: u32,
 }
 
-/// vLLM v1's defaults for online serving, as of vLLM releases since late
-/// 2025 (async scheduling on by default since vLLM #27614): what every BLIS
-/// command uses when a knob is not given.
+/// vLLM v1's defaults for online serving, as of vLLM 0.14 (January 2026,
+/// which turned async scheduling on by default: vLLM #27614): what every
+/// BLIS command uses when a knob is not given.
 pub const DEFAULTS: ServerDefaults = ServerDefaults {
     block_size: 16,
     gpu_memory_utilization: 0.9,

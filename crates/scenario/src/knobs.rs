@@ -228,7 +228,7 @@ knob_table! {
     enable_prefix_caching: bool = Some(DEFAULTS.enable_prefix_caching), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
     /// Schedule the next step while the current one runs (vLLM --async-scheduling):
     /// requests arriving during a step join the step after next; --no-async-scheduling (or
-    /// =false) for a server that runs without it. [default: true, as in vLLM since late 2025]
+    /// =false) for a server that runs without it. [default: true, as in vLLM since 0.14]
     async_scheduling: bool = Some(DEFAULTS.async_scheduling), flag(long, num_args = 0..=1, default_missing_value = "true", value_name = "BOOL", help_heading = "Server (vLLM flags)");
     /// Spread a MoE model's experts whole over the --tp GPUs and route tokens to them by an
     /// all-to-all (vLLM --enable-expert-parallel); no effect on dense models. [default: false]

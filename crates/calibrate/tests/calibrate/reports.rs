@@ -167,14 +167,16 @@ fn recorded_output_lengths_are_generated_exactly() {
 /// inference-perf's own output directory (its config.yaml beside the
 /// reports, no `results/`), with nothing but the server's `vllm.log` beside
 /// it, validates to the rows of the hand-assembled experiment: the model
-/// from `server.model_name`, the server's knobs and KV blocks from the log.
-/// Without a model anywhere, the error names the file to write.
+/// from `server.model_name`, the server's knobs and KV blocks from the log
+/// (a vLLM 0.14 or later, which scheduled asynchronously without being
+/// told, as the shared runs did). Without a model anywhere, the error names
+/// the file to write.
 #[test]
 fn an_inference_perf_output_directory_with_its_server_log_validates() {
     const LOG: &str = "\
 (APIServer pid=7) INFO 02-17 23:10:01 [utils.py:233] non-default args: {'model': 'meta-llama/Llama-2-7b-hf', 'max_model_len': 4096, \
 'max_num_seqs': 128, 'max_num_batched_tokens': 2048, 'enable_prefix_caching': True}
-(EngineCore_DP0 pid=9) INFO 02-17 23:10:09 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-2-7b-hf', \
+(EngineCore_DP0 pid=9) INFO 02-17 23:10:09 [core.py:77] Initializing a V1 LLM engine (v0.15.1) with config: model='meta-llama/Llama-2-7b-hf', \
 max_seq_len=4096, tensor_parallel_size=1, pipeline_parallel_size=1, quantization=None, enable_prefix_caching=True, chunked_prefill_enabled=True
 (EngineCore_DP0 pid=9) INFO 02-17 23:11:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
 ";

@@ -373,7 +373,7 @@ fn help_documents_every_flag_in_groups() {
     }
 }
 
-/// Async scheduling is on by default, as in vLLM since late 2025: the
+/// Async scheduling is on by default, as in vLLM since 0.14: the
 /// default run is the run with `--async-scheduling` (all but the knob's
 /// source), and
 /// `--no-async-scheduling` lets a request that arrives during a step join

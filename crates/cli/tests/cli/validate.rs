@@ -390,13 +390,14 @@ fn data_parallel_servers_are_simulated_as_engines_behind_vllms_balancer() {
     assert!(e2e_mean(&dual, "1") < 0.97 * e2e_mean(&single, "1"), "DP 2 {} ms vs DP 1 {} ms", e2e_mean(&dual, "1"), e2e_mean(&single, "1"));
 }
 
-/// A vLLM startup log in the shape vLLM 0.11 writes it (trimmed), of the
-/// server [`write_experiment`] records.
+/// A vLLM startup log in the shape vLLM 0.11 to 0.15 write it (trimmed), of
+/// the server [`write_experiment`] records: a 0.15, which schedules
+/// asynchronously without being told.
 const VLLM_LOG: &str = "\
 (APIServer pid=7) INFO 11-20 10:00:01 [utils.py:233] non-default args: {'model_tag': 'meta-llama/Llama-2-7b-hf', 'model': 'meta-llama/Llama-2-7b-hf', \
 'max_model_len': 4096, 'max_num_seqs': 128, 'max_num_batched_tokens': 2048, 'enable_prefix_caching': True}
 (APIServer pid=7) INFO 11-20 10:00:02 [scheduler.py:205] Chunked prefill is enabled with max_num_batched_tokens=2048.
-(EngineCore_DP0 pid=9) INFO 11-20 10:00:09 [core.py:77] Initializing a V1 LLM engine (v0.11.0) with config: model='meta-llama/Llama-2-7b-hf', \
+(EngineCore_DP0 pid=9) INFO 11-20 10:00:09 [core.py:77] Initializing a V1 LLM engine (v0.15.1) with config: model='meta-llama/Llama-2-7b-hf', \
 dtype=torch.float16, max_seq_len=4096, tensor_parallel_size=1, pipeline_parallel_size=1, data_parallel_size=1, quantization=None, \
 enforce_eager=False, kv_cache_dtype=auto, seed=0, enable_prefix_caching=True, chunked_prefill_enabled=True, pooler_config=None
 (EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
@@ -417,10 +418,15 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
     let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "H100-SXM-80GB", "--output", facts.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let written = std::fs::read_to_string(&facts).unwrap();
-    assert!(written.contains("num_gpu_blocks: 7462\n") && written.contains("hardware: H100-SXM-80GB\n") && written.contains("# vLLM 0.11.0"), "{written}");
+    assert!(written.contains("num_gpu_blocks: 7462\n") && written.contains("hardware: H100-SXM-80GB\n") && written.contains("# vLLM 0.15.1"), "{written}");
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("unknown key"), "{}", stderr(&out));
     assert_eq!(predictions(&dir, &[]), hand_written);
+    // A server from before vLLM 0.14 that did not ask for it ran without.
+    std::fs::write(&log, VLLM_LOG.replace("(v0.15.1)", "(v0.11.0)")).unwrap();
+    let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap()]);
+    assert!(stdout(&out).contains("async_scheduling: false\n"), "{}", stdout(&out));
+    std::fs::write(&log, VLLM_LOG).unwrap();
 
     let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "B300"]);
     assert!(out.status.success(), "{}", stderr(&out));
