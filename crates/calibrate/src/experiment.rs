@@ -744,7 +744,8 @@ impl Experiment {
         let unknown = self.facts.other.keys().map(|k| {
             format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
         });
-        let pairs: [(&str, fn(&ServerFacts) -> Option<u32>, &str, Option<u32>); 4] = [
+        type Fact = fn(&ServerFacts) -> Option<u32>;
+        let pairs: [(&str, Fact, &str, Option<u32>); 4] = [
             ("tensor_parallel_size", |f| f.tensor_parallel_size, "tensor_parallelism", self.exp_config_tp()),
             ("max_num_seqs", |f| f.max_num_seqs, "max_num_seqs", c.max_num_seqs),
             ("max_num_batched_tokens", |f| f.max_num_batched_tokens, "max_num_batched_tokens", c.max_num_batched_tokens),

@@ -502,9 +502,20 @@ fn dir_name(path: &Path) -> String {
     path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
 }
 
+/// What `root/compute` of a kernel-profile directory holds.
+#[derive(Clone, Debug)]
+pub struct ComputeProfiles {
+    /// Every GEMM sample, in path order (never empty).
+    pub samples: Vec<GemmSample>,
+    /// Every decode layer, in path order.
+    pub layers: Vec<LayerSample>,
+    /// Each profiled GPU's spec peaks, by its directory name.
+    pub peaks: BTreeMap<String, Peaks>,
+}
+
 /// Every GEMM sample under `root/compute`, every layer, and the spec of
 /// each GPU, in path order.
-pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, Vec<LayerSample>, BTreeMap<String, Peaks>), KernelProfileError> {
+pub fn read_compute_profiles(root: &Path) -> Result<ComputeProfiles, KernelProfileError> {
     let compute = root.join("compute");
     let mut samples = Vec::new();
     let mut layers = Vec::new();
@@ -525,7 +536,7 @@ pub fn read_compute_profiles(root: &Path) -> Result<(Vec<GemmSample>, Vec<LayerS
     if samples.is_empty() {
         return Err(KernelProfileError::Empty(root.to_path_buf()));
     }
-    Ok((samples, layers, peaks))
+    Ok(ComputeProfiles { samples, layers, peaks })
 }
 
 /// The portable GEMM model; see the module documentation.

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
     AllReduceCheck, AllReduceFit, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
-    PCIE_CARD_SUFFIX, efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    ComputeProfiles, PCIE_CARD_SUFFIX, efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
 };
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::hardware::{KernelEfficiency, Link};
@@ -116,7 +116,7 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     }
     let json = args.json.as_deref().map(|p| AtomicFile::create("json", p)).transpose()?;
     let sets = sets(&args.coefficients)?;
-    let (samples, layers, peaks) = read_compute_profiles(&args.dir).map_err(|e| bad_input!("{e}"))?;
+    let ComputeProfiles { samples, layers, peaks } = read_compute_profiles(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let curves = read_all_reduce(&args.dir).map_err(|e| bad_input!("{e}"))?;
     let all: Vec<_> = samples.iter().collect();
     let gemm = fit_gemm(&all, &peaks);

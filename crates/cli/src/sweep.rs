@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, row};
+use blis_scenario::sweep::{BaseKnobs, Grid, METRIC_COLUMNS, field, row};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::Value;
@@ -140,7 +140,7 @@ fn resume(path: &Path, header: &str, grid: &Grid) -> Result<(std::collections::B
 
 /// Reads the YAML file a `flag` names (`origin`: how errors name it) and
 /// the `--base` knob file, if any: what `blis sweep` and `blis plan` start from.
-pub fn read_inputs(flag: &str, path: &Path, base: Option<&Path>) -> Result<(String, Value, Option<(KnobValues, String)>), BadInput> {
+pub fn read_inputs(flag: &str, path: &Path, base: Option<&Path>) -> Result<(String, Value, Option<BaseKnobs>), BadInput> {
     let origin = format!("{flag} {}", path.display());
     let text = blis_data::textfile::read(path).map_err(|e| bad_input!("cannot read {origin}: {e}"))?;
     let raw: Value = blis_data::yaml::from_str(&text).map_err(|e| bad_input!("{origin}: not valid YAML: {e}"))?;

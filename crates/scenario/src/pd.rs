@@ -63,8 +63,29 @@ fn other_knobs(k: &Knobs) -> [(&'static str, bool); 14] {
     ]
 }
 
+/// A pool of a disaggregated deployment.
+#[derive(Copy, Clone, Debug, PartialEq, Eq)]
+enum PoolRole {
+    Prefill,
+    Decode,
+}
+
+impl PoolRole {
+    /// Its name in errors and reports.
+    fn name(self) -> &'static str {
+        match self {
+            PoolRole::Prefill => "prefill",
+            PoolRole::Decode => "decode",
+        }
+    }
+}
+
 /// One pool: the deployment's knobs with the pool's GPU, TP and batch knobs.
-fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option<u32>>, seqs: &Knob<Option<u32>>, tokens: &Knob<Option<u32>>, long_context: LongContext, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+fn pool(k: &Knobs, role: PoolRole, long_context: LongContext, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+    let (hardware, tp, seqs, tokens) = match role {
+        PoolRole::Prefill => (&k.prefill_hardware, &k.prefill_tp, &k.prefill_max_num_seqs, &k.prefill_max_num_batched_tokens),
+        PoolRole::Decode => (&k.decode_hardware, &k.decode_tp, &k.decode_max_num_seqs, &k.decode_max_num_batched_tokens),
+    };
     let mut pk = k.clone();
     // vLLM turns its hybrid KV cache manager off under a KV connector (NIXL).
     pk.disable_hybrid_kv_cache_manager = Knob { value: Some(true), source: Source::Derived };
@@ -81,7 +102,7 @@ fn pool(k: &Knobs, name: &str, hardware: &Knob<Option<String>>, tp: &Knob<Option
     if tokens.value.is_some() {
         pk.max_num_batched_tokens = tokens.clone();
     }
-    Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {name} pool: {e}"))
+    Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {} pool: {e}", role.name()))
 }
 
 /// Fills the P/D knobs no flag set from the policy file's `pools:` section.
@@ -168,8 +189,8 @@ fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport
     let prefill_routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
         .map_err(|e| invalid!("--prefill-routing-scorers {scorers_text:?}: {}", e.message))?;
 
-    let p = pool(k, "prefill", &k.prefill_hardware, &k.prefill_tp, &k.prefill_max_num_seqs, &k.prefill_max_num_batched_tokens, long_context, warnings)?;
-    let d = pool(k, "decode", &k.decode_hardware, &k.decode_tp, &k.decode_max_num_seqs, &k.decode_max_num_batched_tokens, long_context, warnings)?;
+    let p = pool(k, PoolRole::Prefill, long_context, warnings)?;
+    let d = pool(k, PoolRole::Decode, long_context, warnings)?;
     let block_bytes = (d.server.model.kv_bytes_per_token_per_gpu(d.server.tp) * f64::from(d.server.instance.block_size)).ceil() as u64;
     let mut decode_instance = d.server.instance.clone();
     decode_instance.kv_transfer = Some(KvTransferConfig { link: LinkConfig { bytes_per_s: gb_per_s * 1e9, latency }, block_bytes });

@@ -23,6 +23,9 @@ use crate::knobs::KnobValues;
 use crate::report::RunReport;
 use crate::{Outputs, Scenario};
 
+/// A knob file every point starts from (`--base`), and how errors name it.
+pub type BaseKnobs = (KnobValues, String);
+
 /// Most points a grid may have.
 const MAX_POINTS: u64 = 10_000_000;
 
@@ -116,7 +119,7 @@ impl Grid {
     /// of another axis passes). A value that resolves in none of these is
     /// refused, naming the grid file and the value; an error about a flag or
     /// the base file names that instead. `origin` names the grid file.
-    pub fn check_scenarios(&self, origin: &str, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<(), ScenarioError> {
+    pub fn check_scenarios(&self, origin: &str, flags: &KnobValues, base: &Option<BaseKnobs>) -> Result<(), ScenarioError> {
         // The point with the given (axis, step) pairs and every other axis at its first step.
         let check = |steps: Vec<(usize, usize)>| scenario_of(&self.point(self.index_of(&steps)), flags, base).and_then(|sc| sc.check());
         for (a, (_, steps)) in self.axes.iter().enumerate() {
@@ -234,13 +237,13 @@ fn metric_fields(r: &RunReport) -> String {
 /// Simulates one point: its knob values over `flags` over `base` over the
 /// defaults, as `blis run` would; the error is the one line `blis run`
 /// would print.
-pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<RunReport, String> {
+pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<BaseKnobs>) -> Result<RunReport, String> {
     let resolved = scenario_of(point, flags, base).and_then(|s| s.resolve()).map_err(|e| e.0)?;
     crate::simulate(resolved, Outputs::default()).map_err(|e| e.0)
 }
 
 /// The scenario of one point: its knob values over `flags` over `base` over the defaults.
-fn scenario_of(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> Result<Scenario, ScenarioError> {
+fn scenario_of(point: &Map<String, Value>, flags: &KnobValues, base: &Option<BaseKnobs>) -> Result<Scenario, ScenarioError> {
     let values = KnobValues::from_yaml(Value::Object(point.clone()), "the grid")?.or(flags.clone());
     Ok(Scenario::from_values(&values, base.iter().cloned().collect()))
 }
@@ -248,7 +251,7 @@ fn scenario_of(point: &Map<String, Value>, flags: &KnobValues, base: &Option<(Kn
 /// Point `index`'s CSV row (as `blis sweep` writes it): its number, its
 /// knob values (`point`, in column order, from [`Grid::point`]), then its
 /// metrics, or the error that stopped it in the `error` column.
-pub fn row(index: u64, point: &Map<String, Value>, flags: &KnobValues, base: &Option<(KnobValues, String)>) -> String {
+pub fn row(index: u64, point: &Map<String, Value>, flags: &KnobValues, base: &Option<BaseKnobs>) -> String {
     let knobs: Vec<String> = point.values().map(|v| field(&cell(v))).collect();
     let results = match run_point(point, flags, base) {
         Ok(report) => metric_fields(&report),

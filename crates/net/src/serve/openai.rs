@@ -74,10 +74,13 @@ fn flag(body: &Value, param: &'static str) -> Result<bool, ApiError> {
     }
 }
 
+/// Whether a sampling parameter's value is one vLLM accepts.
+type Accepts = fn(f64) -> bool;
+
 /// The sampling parameters vLLM checks (`SamplingParams._verify_args`),
 /// each with the values it accepts: a request outside them gets vLLM's 400,
 /// though the simulated server samples nothing.
-const SAMPLING_PARAMS: [(&str, fn(f64) -> bool, &str); 7] = [
+const SAMPLING_PARAMS: [(&str, Accepts, &str); 7] = [
     ("temperature", |v| v >= 0.0, "a number ≥ 0"),
     ("top_p", |v| v > 0.0 && v <= 1.0, "a number in (0, 1]"),
     ("top_k", |v| v.fract() == 0.0 && (v == -1.0 || v >= 0.0), "-1, 0 (no limit) or a positive integer"),

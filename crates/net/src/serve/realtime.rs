@@ -34,8 +34,8 @@ pub enum StreamEvent {
         /// 1-based token index.
         index: u32,
     },
-    /// The request ended.
-    Finished(RequestRecord),
+    /// The request ended (boxed: a token event, far more common, stays small).
+    Finished(Box<RequestRecord>),
 }
 
 /// A message from the HTTP side to the simulation thread.
@@ -62,7 +62,7 @@ pub enum Command {
 
 enum Emitted {
     Token(RequestId, u32),
-    Finished(RequestRecord),
+    Finished(Box<RequestRecord>),
 }
 
 /// Collects what the instance emits while processing events.
@@ -78,7 +78,7 @@ struct Buffer {
 impl Observer for Buffer {
     fn on_finish(&mut self, record: &RequestRecord) {
         self.metrics.record(record);
-        self.out.push((record.finished, Emitted::Finished(record.clone())));
+        self.out.push((record.finished, Emitted::Finished(Box::new(record.clone()))));
     }
 
     fn on_token(&mut self, token: &TokenEvent) {
