@@ -10,7 +10,7 @@ use std::path::Path;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{Grid, METRIC_COLUMNS, field, row};
+use blis_scenario::sweep::{BaseKnobs, Grid, METRIC_COLUMNS, field, row};
 use blis_scenario::{Outputs, Scenario};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -27,7 +27,7 @@ fn err(message: impl Into<String>) -> PyErr {
 /// of the file at `path` (a file layer named `flag path`, as the CLI names
 /// `--config` and `--base` files: its relative paths are relative to its
 /// folder, and errors name it).
-fn layers(text: &str, path: Option<&str>, flag: &str) -> Result<(KnobValues, Option<(KnobValues, String)>), String> {
+fn layers(text: &str, path: Option<&str>, flag: &str) -> Result<(KnobValues, Option<BaseKnobs>), String> {
     Ok(match path {
         Some(p) => (KnobValues::default(), Some((KnobValues::load(Path::new(p)).map_err(|e| e.0)?, format!("{flag} {p}")))),
         None => {
