@@ -47,7 +47,10 @@
 //! load does not first move every block of the request to the LRU tail
 //! (`touch`), only the blocks it loads; a block loaded from disk is not
 //! promoted into host memory; two requests may load the same block at once
-//! (vLLM ≥ 0.13 makes the second wait).
+//! (vLLM ≥ 0.13 makes the second wait); a block is findable once its copy
+//! lands, where vLLM's native connector waits for the storing request to
+//! finish (or be preempted) with all its stores landed (`complete_store` on
+//! `finished_sending`).
 //!
 //! **Links** are first-come, first-served channels ([`super::transfer`]).
 //! Every GPU of a
