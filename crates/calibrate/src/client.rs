@@ -344,7 +344,7 @@ mod tests {
             instance: Some(0),
             outcome,
             arrival: Micros(arrival),
-            enqueued: None,
+            enqueued: None, queued: None,
             first_scheduled: None,
             first_token: Some(Micros(first)),
             last_token: Some(Micros(last)),

@@ -252,6 +252,7 @@ struct Live {
     key: WaitKey,
     first_token: Option<Micros>,
     enqueued: Option<Micros>,
+    queued: Option<Micros>,
     first_scheduled: Option<Micros>,
     cached_prompt_tokens: u32,
     preemptions: u32,
@@ -429,6 +430,8 @@ pub struct Instance {
     /// The request of each of `entries`, for [`StepEvent::requests`].
     entry_ids: Vec<RequestId>,
     step_start: Micros,
+    /// When the step in flight ends (meaningful while `scheduled` is not empty).
+    step_end: Micros,
     step_load: InstanceLoad,
     step_preempted: u32,
     step_pending: bool,
@@ -497,6 +500,7 @@ impl Instance {
             entries: Vec::new(),
             entry_ids: Vec::new(),
             step_start: Micros::ZERO,
+            step_end: Micros::ZERO,
             step_load: InstanceLoad::default(),
             step_preempted: 0,
             step_pending: false,
@@ -809,6 +813,7 @@ impl Instance {
             table,
             hashes,
             enqueued: None,
+            queued: None,
             first_scheduled: None,
             first_token: None,
             last_token: None,
@@ -879,6 +884,9 @@ impl Instance {
             return;
         }
         live.status = Status::Waiting;
+        // A synchronous engine busy with a step adds it to the scheduler
+        // (vLLM's `QUEUED`) when its loop comes round, at the step's end.
+        live.queued = Some(if self.scheduled.is_empty() { now } else { self.step_end });
         let key = live.key;
         obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: now, change: QueueChange::Enqueued });
         self.waiting.push_new(key, slot);
@@ -893,6 +901,7 @@ impl Instance {
             let live = &mut self.slots[slot as usize];
             if live.enqueued.is_some_and(|e| e <= cutoff) {
                 live.status = Status::Waiting;
+                live.queued = Some(self.now);
                 let key = live.key;
                 self.waiting.push_new(key, slot);
                 self.queue_log.push((slot, QueueChange::Enqueued));
@@ -1071,6 +1080,7 @@ impl Instance {
             outcome,
             arrival: live.req.arrival,
             enqueued: live.enqueued,
+            queued: live.queued,
             first_scheduled: live.first_scheduled,
             first_token: live.first_token,
             last_token: live.last_token,
@@ -1235,8 +1245,9 @@ impl Instance {
         s.busy += duration;
         s.steps_clamped += u64::from(duration <= crate::latency::MIN_STEP || duration >= crate::latency::MAX_STEP);
         self.step_start = self.now;
+        self.step_end = self.now + duration;
         self.step_pending = true;
-        self.events.push(self.now + duration, EventClass::StepCompletion, InstEvent::Step);
+        self.events.push(self.step_end, EventClass::StepCompletion, InstEvent::Step);
     }
 
     /// One vLLM v1 scheduling pass. Fills `scheduled`/`entries`; returns the

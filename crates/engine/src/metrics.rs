@@ -800,7 +800,7 @@ mod tests {
         for (id, tenant) in [(0, 1), (1, 0), (2, 1)] {
             let meta = RequestMeta { tenant: TenantId(tenant), ..RequestMeta::default() };
             b.on_finish(&RequestRecord {
-                id: RequestId(id), meta, instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0), enqueued: None,
+                id: RequestId(id), meta, instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0), enqueued: None, queued: None,
                 first_scheduled: None, first_token: Some(Micros(10 * id + 5)), last_token: Some(Micros(100)),
                 finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO, pd: None,
             });

@@ -477,8 +477,15 @@ pub struct RequestRecord {
     pub outcome: Outcome,
     /// When the client sent it.
     pub arrival: Micros,
-    /// When it entered the instance's wait queue (after the arrival-to-queue delay).
+    /// When it reached the instance's engine (after the arrival-to-queue
+    /// delay): its wait-queue entry, or under async scheduling its input
+    /// queue's, when a step was running.
     pub enqueued: Option<Micros>,
+    /// When it entered the scheduler's wait queue (vLLM's `QUEUED` event, at
+    /// `add_request`): `enqueued`, or under async scheduling, for a request
+    /// that reached the engine while a step ran, the step boundary that
+    /// took it from the input queue.
+    pub queued: Option<Micros>,
     /// When it was first scheduled.
     pub first_scheduled: Option<Micros>,
     /// When its first output token reached the API.
@@ -532,6 +539,7 @@ impl RequestRecord {
             outcome,
             arrival: req.arrival,
             enqueued: None,
+            queued: None,
             first_scheduled: None,
             first_token: None,
             last_token: None,
@@ -567,10 +575,10 @@ impl RequestRecord {
         }
     }
 
-    /// Queue time: from entering the wait queue to first being scheduled
-    /// (vLLM's `request_queue_time`).
+    /// Queue time: from entering the scheduler's wait queue to first being
+    /// scheduled (vLLM's `request_queue_time`).
     pub fn scheduling_delay(&self) -> Option<Micros> {
-        match (self.enqueued, self.first_scheduled) {
+        match (self.queued, self.first_scheduled) {
             (Some(q), Some(s)) => Some(s - q),
             _ => None,
         }

@@ -172,7 +172,7 @@ impl Plan<GeneratedRequest> for SessionPlan<'_> {
             instance: Some(0),
             outcome: if ok { EngineOutcome::Completed } else { EngineOutcome::TimedOut },
             arrival: r.arrival,
-            enqueued: None,
+            enqueued: None, queued: None,
             first_scheduled: None,
             first_token: None,
             last_token: None,

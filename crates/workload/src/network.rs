@@ -114,7 +114,7 @@ mod tests {
         let net = NetworkModel::new(2.0, Some(8.0));
         let r = RequestRecord {
             id: RequestId(0), meta: RequestMeta::default(), instance: Some(0), outcome: Outcome::Completed, arrival: Micros(1000),
-            enqueued: None, first_scheduled: None, first_token: Some(Micros(6000)), last_token: Some(Micros(9000)),
+            enqueued: None, queued: None, first_scheduled: None, first_token: Some(Micros(6000)), last_token: Some(Micros(9000)),
             finished: Micros(10_000), input_tokens: 100, output_tokens: 50, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO, pd: None,
         };
         assert_eq!(net.client_ttft(&r), Some(Micros(5000 + 2000 + 400)));

@@ -32,6 +32,13 @@ pub struct Recorder {
 impl Observer for Recorder {
     fn on_finish(&mut self, r: &RequestRecord) {
         assert!(self.records.insert(r.id, r.clone()).is_none(), "request {:?} finished twice", r.id);
+        // Its life in order: it reaches the engine, then the scheduler, then
+        // a step; a request is queued once it reached the engine.
+        let times = [Some(r.arrival), r.enqueued, r.queued, r.first_scheduled];
+        let known: Vec<Micros> = times.iter().flatten().copied().collect();
+        assert!(known.windows(2).all(|w| w[0] <= w[1]), "{:?}: arrival, enqueued, queued, first scheduled out of order: {times:?}", r.id);
+        assert!(r.queued.is_none() || r.enqueued.is_some(), "{:?} queued before reaching the engine", r.id);
+        assert!(r.first_scheduled.is_none() || r.queued.is_some(), "{:?} scheduled without being queued", r.id);
         // Only a client timeout ends a request while it waits.
         if self.waiting.remove(&r.id).is_some() {
             assert_eq!(r.outcome, Outcome::TimedOut, "{:?} finished while waiting", r.id);

@@ -40,7 +40,9 @@ fn hand_computed_two_request_timeline() {
     assert_eq!((r0.ttft(), r0.e2e()), (Some(Micros(2157)), Some(Micros(4971))));
     assert_eq!((r1.ttft(), r1.e2e()), (Some(Micros(3257)), Some(Micros(4464))));
     assert_eq!((r0.enqueued, r1.enqueued), (Some(Micros(150)), Some(Micros(600))));
-    assert_eq!(r1.scheduling_delay(), Some(Micros(1550)));
+    // The engine, busy with R0's step, adds R1 to its scheduler when that
+    // step ends (vLLM's QUEUED), and schedules it at once: queue time 0.
+    assert_eq!((r1.queued, r1.scheduling_delay()), (Some(Micros(2150)), Some(Micros::ZERO)));
     assert_eq!(run.rec.steps.iter().map(|s| (s.0.as_us(), s.1.as_us())).collect::<Vec<_>>(), [(150, 2000), (2150, 1600), (3750, 1200)]);
     // Wait-queue events: R0 waits 150 → 150, R1 waits 600 → 2150.
     use blis_engine::instance::QueueChange::{Enqueued, Scheduled};
@@ -271,7 +273,10 @@ fn emission_delay_shifts_tokens_once_and_per_token_overhead_accumulates() {
 /// steps [0, 1000), [1000, 2000), [2000, 3000). R1 (1 token) arrives at 500,
 /// during the first step. Synchronously it joins the step at 1000 (token at
 /// 2000); with async scheduling the step at 1000 was formed at 0, so R1
-/// joins the step at 2000 (token at 3000). R0 is unaffected.
+/// joins the step at 2000 (token at 3000). R0 is unaffected. Either way R1
+/// reaches the scheduler (vLLM's `QUEUED`) when the engine's loop comes
+/// round, at the boundary that lets it into a step, so its queue time
+/// (vLLM's `request_queue_time`) is 0.
 #[test]
 fn async_scheduling_delays_admission_by_one_step() {
     for (async_scheduling, r1_token) in [(false, 2000), (true, 3000)] {
@@ -283,5 +288,10 @@ fn async_scheduling_delays_admission_by_one_step() {
         run.assert_conservation();
         assert_eq!(run.rec.tokens[&RequestId(0)], [Micros(1000), Micros(2000), Micros(3000)]);
         assert_eq!(run.rec.tokens[&RequestId(1)], [Micros(r1_token)], "async_scheduling = {async_scheduling}");
+        let r1 = &run.rec.records[&RequestId(1)];
+        let boundary = Micros(r1_token - 1000);
+        assert_eq!((r1.enqueued, r1.queued, r1.first_scheduled), (Some(Micros(500)), Some(boundary), Some(boundary)), "async_scheduling = {async_scheduling}");
+        assert_eq!(r1.scheduling_delay(), Some(Micros::ZERO));
+        assert_eq!(run.rec.records[&RequestId(0)].scheduling_delay(), Some(Micros::ZERO), "R0 found the engine idle");
     }
 }

@@ -314,7 +314,7 @@ fn finish(r: &Request, at: Micros) -> RequestRecord {
         instance: Some(0),
         outcome: Outcome::Completed,
         arrival: r.arrival,
-        enqueued: None,
+        enqueued: None, queued: None,
         first_scheduled: None,
         first_token: None,
         last_token: None,
