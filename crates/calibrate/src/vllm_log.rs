@@ -31,7 +31,7 @@ use blis_cluster::MAX_INSTANCES;
 use blis_data::catalog;
 use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::model::ModelConfig;
-use blis_engine::vllm::{KV_CACHE_DTYPES, KvCacheDtype};
+use blis_engine::vllm::{ASYNC_SCHEDULING_DEFAULT_SINCE, KV_CACHE_DTYPES, KvCacheDtype};
 
 use crate::facts::{CpuOffloadFact, ServerFacts, one_group_blocks};
 use crate::reproduce::MAX_GPU_BLOCKS;
@@ -236,12 +236,12 @@ fn first_stated<'a>(remarks: &mut Vec<String>, what: &str, values: &'a [PyValue]
 }
 
 /// Whether vLLM `version` ("0.11.0", "0.13.1.dev42+g…") schedules
-/// asynchronously when not told: from 0.14 (January 2026, vLLM #27614) on;
+/// asynchronously when not told ([`ASYNC_SCHEDULING_DEFAULT_SINCE`] on);
 /// `None` for a version that does not start with two numbers.
 fn async_scheduling_by_default(version: &str) -> Option<bool> {
     let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
     let (major, minor) = (parts.next()??, parts.next()??);
-    Some((major, minor) >= (0, 14))
+    Some((major, minor) >= ASYNC_SCHEDULING_DEFAULT_SINCE)
 }
 
 /// `value` as a `u32` count from 1 (sequences, tokens).

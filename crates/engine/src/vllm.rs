@@ -21,9 +21,13 @@ pub struct ServerDefaults {
     pub long_prefill_token_threshold: u32,
 }
 
-/// vLLM v1's defaults for online serving, as of vLLM 0.14 (January 2026,
-/// which turned async scheduling on by default: vLLM #27614): what every
-/// BLIS command uses when a knob is not given.
+/// The first vLLM release (major, minor) that schedules asynchronously when
+/// not told: 0.14, January 2026 (vLLM #27614). Older servers did not.
+pub const ASYNC_SCHEDULING_DEFAULT_SINCE: (u32, u32) = (0, 14);
+
+/// vLLM v1's defaults for online serving, as of the release
+/// [`ASYNC_SCHEDULING_DEFAULT_SINCE`] names: what every BLIS command uses
+/// when a knob is not given.
 pub const DEFAULTS: ServerDefaults = ServerDefaults {
     block_size: 16,
     gpu_memory_utilization: 0.9,
