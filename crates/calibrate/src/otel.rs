@@ -39,9 +39,13 @@
 //! tokens spread by the cv² the rich steps show
 //! ([`TracedStep::approximate_batch`]), and weighs half. α: every request whose journey is
 //! complete gives two equations, its API-side time to first response and
-//! to departure minus the core-side time the steps account for
-//! (`FIRST_TOKEN − QUEUED`, `FINISHED − QUEUED`), and a third, `QUEUED −
-//! ARRIVED`, for models that price the arrival-to-queue delay apart.
+//! to departure minus the engine-side time the simulated engine accounts for
+//! (`FIRST_TOKEN − HANDOFF_TO_CORE`, `FINISHED − HANDOFF_TO_CORE`), and a
+//! third, `HANDOFF_TO_CORE − ARRIVED`, for models that price the delay
+//! before the engine apart. The engine side starts at the hand-off, not at
+//! `QUEUED`: the wait between the two (the engine loop finishing its step,
+//! under async scheduling the next one too) is simulated, not α's. A journey
+//! without a hand-off is timed from `QUEUED`, and counted.
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
@@ -119,7 +123,11 @@ fn event(name: &str, t: Micros, mut attributes: Vec<Value>) -> Value {
 /// Each instance is its own OpenTelemetry resource, as each vLLM server of
 /// a deployment exports its own: `service.instance.id` is the instance's
 /// index, its steps are numbered from 0, and a request's journey belongs to
-/// the instance that finished it. Under prefill/decode disaggregation the
+/// the instance that finished it. A journey's `HANDOFF_TO_CORE` is when
+/// the request reached the engine's input queue
+/// ([`RequestRecord::enqueued`]) and its `QUEUED` when the scheduler took it
+/// in ([`RequestRecord::queued`]), as vLLM stamps them. Under
+/// prefill/decode disaggregation the
 /// resource also says its pool, as vLLM's `kv_role`
 /// (`vllm.kv_role`: `kv_producer` for the prefill pool, `kv_consumer` for
 /// the decode pool).
@@ -284,7 +292,9 @@ impl<W: Write> Observer for OtelWriter<W> {
     }
 
     fn on_finish(&mut self, r: &RequestRecord) {
-        let (Outcome::Completed, Some(queued), Some(scheduled), Some(first), Some(last)) = (r.outcome, r.enqueued, r.first_scheduled, r.first_token, r.last_token) else {
+        let (Outcome::Completed, Some(handoff), Some(queued), Some(scheduled), Some(first), Some(last)) =
+            (r.outcome, r.enqueued, r.queued, r.first_scheduled, r.first_token, r.last_token)
+        else {
             return;
         };
         let core_first = first - self.emission - self.per_token;
@@ -321,7 +331,7 @@ impl<W: Write> Observer for OtelWriter<W> {
             r.finished,
             vec![
                 event("ARRIVED", r.arrival, progress("WAITING")),
-                event("HANDOFF_TO_CORE", queued, progress("WAITING")),
+                event("HANDOFF_TO_CORE", handoff, progress("WAITING")),
                 event("FIRST_RESPONSE", first, progress("DECODE")),
                 event("DEPARTED", r.finished, progress("DECODE")),
             ],
@@ -805,6 +815,10 @@ pub struct StepFit {
     pub prefill_cv2: Option<f64>,
     /// Requests whose journey gave α equations.
     pub journeys_used: usize,
+    /// Of those, journeys without `HANDOFF_TO_CORE`, timed from `QUEUED`
+    /// instead: their α equations include the wait for the engine's loop
+    /// to take the request in, which the simulated engine adds again.
+    pub journeys_without_handoff: usize,
     /// Mean absolute percentage error of the fitted step times.
     pub step_mape: f64,
 }
@@ -897,7 +911,7 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let mut u_e2e = vec![0.0; na];
     let mut u_queue = vec![0.0; na];
     let mut alpha_rows: Vec<(Vec<f64>, f64)> = Vec::new();
-    let mut used = 0usize;
+    let (mut used, mut without_handoff) = (0usize, 0usize);
     // The queue state a request arrived to: the last step its server started by then.
     let mut loads: BTreeMap<&str, Vec<(f64, InstanceLoad)>> = BTreeMap::new();
     for s in &trace.steps {
@@ -907,7 +921,19 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         server.sort_by(|a, b| a.0.total_cmp(&b.0));
     }
     for j in trace.journeys.values() {
-        let Some([arrived, queued, first_token, finished, first_response, departed]) = j.times_us(["ARRIVED", "QUEUED", "FIRST_TOKEN", "FINISHED", "FIRST_RESPONSE", "DEPARTED"]) else {
+        // The request reaches the engine at its hand-off; from there on the
+        // simulated engine times it, its wait for the engine loop to take it
+        // into the scheduler (`QUEUED`) included. A journey without one is
+        // timed from `QUEUED`, which puts that wait in α.
+        const TIMES: [&str; 6] = ["ARRIVED", "HANDOFF_TO_CORE", "FIRST_TOKEN", "FINISHED", "FIRST_RESPONSE", "DEPARTED"];
+        let times = j.times_us(TIMES).or_else(|| {
+            let mut from_queued = TIMES;
+            from_queued[1] = "QUEUED";
+            let t = j.times_us(from_queued);
+            without_handoff += usize::from(t.is_some());
+            t
+        });
+        let Some([arrived, entered, first_token, finished, first_response, departed]) = times else {
             continue;
         };
         let server = loads.get(j.instance.as_str()).map_or(&[][..], Vec::as_slice);
@@ -916,10 +942,10 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         let input = QueueingInput { prompt_tokens: j.prompt_tokens, prefix_hit_tokens: 0, load };
         basis.alpha_features(&input, j.generated_tokens(), &mut u_ttft, &mut u_e2e);
         if basis.alpha_queueing_features(&input, &mut u_queue) {
-            alpha_rows.push((u_queue.clone(), queued - arrived));
+            alpha_rows.push((u_queue.clone(), entered - arrived));
         }
-        let ttft_rest = (first_response - arrived) - (first_token - queued);
-        let e2e_rest = (departed - arrived) - (finished - queued);
+        let ttft_rest = (first_response - arrived) - (first_token - entered);
+        let e2e_rest = (departed - arrived) - (finished - entered);
         alpha_rows.push((u_ttft.clone(), ttft_rest));
         alpha_rows.push((u_e2e.clone(), e2e_rest));
         used += 1;
@@ -938,7 +964,18 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         }
         LeastSquares::new(&rows, na).nnls()
     };
-    Ok(StepFit { alpha, beta, steps_used: rows.len(), steps_approximated: approximated, steps_without_batch: without, steps_compiling: compiling, prefill_cv2, journeys_used: used, step_mape })
+    Ok(StepFit {
+        alpha,
+        beta,
+        steps_used: rows.len(),
+        steps_approximated: approximated,
+        steps_without_batch: without,
+        steps_compiling: compiling,
+        prefill_cv2,
+        journeys_used: used,
+        journeys_without_handoff: without_handoff,
+        step_mape,
+    })
 }
 
 #[cfg(test)]

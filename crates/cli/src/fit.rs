@@ -271,6 +271,12 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         found.journeys_used,
         found.step_mape
     );
+    if found.journeys_without_handoff > 0 {
+        eprintln!(
+            "warning: {} of {} journeys have no HANDOFF_TO_CORE and are timed from QUEUED: α takes in their wait for the engine loop, which the simulation adds again",
+            found.journeys_without_handoff, found.journeys_used
+        );
+    }
     if found.steps_approximated > 0 {
         match found.prefill_cv2 {
             Some(cv2) => eprintln!("           rebuilt steps spread their prefill tokens by cv² = {cv2:.3}, from the steps with snapshots"),
