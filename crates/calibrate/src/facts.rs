@@ -108,7 +108,7 @@ pub enum CpuOffloadFact {
     On,
     /// It did not.
     Off,
-    /// Some runs of the batch did; which ones, and the capacity, were not recorded.
+    /// Not recorded: the server may have offloaded KV blocks.
     Unknown,
 }
 
