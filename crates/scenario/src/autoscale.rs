@@ -4,7 +4,7 @@
 //! step-time model) as vLLM would run the deployment's model there.
 
 use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, PoolConfig, Span};
-use blis_engine::time::{Micros, parse_duration};
+use blis_engine::time::{Micros, format_duration, parse_duration};
 
 use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
 use crate::error::{ScenarioError, invalid};
@@ -112,10 +112,14 @@ pub fn resolve(
     if k.num_instances.source == Source::Default {
         report_entry(report, "num-instances", &initial, Source::Derived);
     }
-    let interval = duration("autoscale-interval", &k.autoscale_interval)?.or(s.interval.map(|s| s.0)).unwrap_or(Micros::from_secs(30));
-    if interval == Micros::ZERO {
-        return Err(invalid!("--autoscale-interval must be longer than 0 (e.g. 30s)"));
-    }
+    let interval = match duration("autoscale-interval", &k.autoscale_interval)? {
+        Some(t) if t < AutoscaleConfig::MIN_INTERVAL => {
+            return Err(invalid!("--autoscale-interval {}: must be at least 1ms (e.g. 30s)", format_duration(t)));
+        }
+        Some(t) => t,
+        // A file's interval is checked with the rest of its section.
+        None => s.interval.map_or(Micros::from_secs(30), |s| s.0),
+    };
     let drain = match k.drain_policy.value.as_deref() {
         Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!("--drain-policy {e}"))?,
         None => s.drain.unwrap_or_default(),

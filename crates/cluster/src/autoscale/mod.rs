@@ -187,6 +187,14 @@ pub struct AutoscaleConfig {
 }
 
 impl AutoscaleConfig {
+    /// The shortest interval between scrapes: a millisecond, far below what
+    /// any autoscaler runs at (Kubernetes' HPA syncs every 15 s), above
+    /// which a simulated day stays tens of millions of ticks.
+    pub const MIN_INTERVAL: Micros = Micros(1_000);
+    /// The most scrapes taken but not yet seen by a decision
+    /// (`scrape_delay / interval`), which the autoscaler holds in memory.
+    pub const MAX_SCRAPES_IN_FLIGHT: u64 = 100_000;
+
     /// Checks the bounds and every pool against `initial` replicas; errors
     /// name the `autoscale` / `node_pools` field.
     pub fn validate(&self, initial: u32) -> Result<(), ConfigError> {
@@ -206,11 +214,22 @@ impl AutoscaleConfig {
             &format!("at most max_replicas ({})", self.max_replicas),
         )?;
         check(
-            self.interval > Micros::ZERO,
+            self.interval >= Self::MIN_INTERVAL,
             a,
             "interval",
             blis_engine::time::format_duration(self.interval),
-            "longer than 0",
+            "at least 1ms",
+        )?;
+        check(
+            self.scrape_delay.0 / self.interval.0 <= Self::MAX_SCRAPES_IN_FLIGHT,
+            a,
+            "scrape_delay",
+            blis_engine::time::format_duration(self.scrape_delay),
+            &format!(
+                "at most {} intervals of {} (every scrape is kept until the decisions see it)",
+                Self::MAX_SCRAPES_IN_FLIGHT,
+                blis_engine::time::format_duration(self.interval)
+            ),
         )?;
         check(
             (self.min_replicas..=self.max_replicas).contains(&initial),

@@ -4,6 +4,7 @@
 //! [`Actions`], what to schedule and which requests to route again.
 
 use std::collections::VecDeque;
+use std::marker::PhantomData;
 
 use blis_engine::driver::Fleet;
 use blis_engine::instance::{Evict, Instance, InstanceStats};
@@ -149,7 +150,10 @@ pub(crate) struct Autoscaler {
     last_scrape: Option<(Micros, Counters)>,
     latest: ScaleMetrics,
     mean_prompt_tokens: f64,
-    history: VecDeque<(Micros, u32)>,
+    /// The lowest recommendation of the scale-up window.
+    lowest: WindowExtreme<Lowest>,
+    /// The highest recommendation of the scale-down window.
+    highest: WindowExtreme<Highest>,
     last_change: Option<(Micros, bool)>,
     trace: bool,
     ticks: u64,
@@ -163,6 +167,58 @@ pub(crate) struct Autoscaler {
     rerouted: u64,
     peak_replicas: u32,
     timeline: Vec<TimelinePoint>,
+}
+
+/// Which extreme a [`WindowExtreme`] keeps.
+trait Extreme {
+    /// Whether a value `kept` can no longer be the window's extreme once
+    /// the `newer` value (which stays in the window longer) is in it.
+    fn dominated(kept: u32, newer: u32) -> bool;
+}
+
+/// The lowest value (the scale-up window's).
+#[derive(Default)]
+struct Lowest;
+
+impl Extreme for Lowest {
+    fn dominated(kept: u32, newer: u32) -> bool {
+        kept >= newer
+    }
+}
+
+/// The highest value (the scale-down window's).
+#[derive(Default)]
+struct Highest;
+
+impl Extreme for Highest {
+    fn dominated(kept: u32, newer: u32) -> bool {
+        kept <= newer
+    }
+}
+
+/// The extreme of the values of a sliding time window, in O(1) amortised
+/// per value: a monotonic queue of the values that may still become the
+/// extreme. They are distinct replica counts, so it holds at most
+/// `max_replicas + 1` of them however many decisions the window spans.
+#[derive(Default)]
+struct WindowExtreme<E> {
+    kept: VecDeque<(Micros, u32)>,
+    extreme: PhantomData<E>,
+}
+
+impl<E: Extreme> WindowExtreme<E> {
+    /// Adds `value` at `now` (times never decrease) and returns the extreme
+    /// of the values added no more than `window` before `now`, it included.
+    fn push(&mut self, now: Micros, value: u32, window: Micros) -> u32 {
+        while self.kept.back().is_some_and(|&(_, v)| E::dominated(v, value)) {
+            self.kept.pop_back();
+        }
+        self.kept.push_back((now, value));
+        while self.kept.front().is_some_and(|&(t, _)| t + window < now) {
+            self.kept.pop_front();
+        }
+        self.kept.front().map_or(value, |&(_, v)| v)
+    }
 }
 
 impl Autoscaler {
@@ -194,7 +250,8 @@ impl Autoscaler {
             last_scrape: None,
             latest: ScaleMetrics::default(),
             mean_prompt_tokens: 0.0,
-            history: VecDeque::new(),
+            lowest: WindowExtreme::default(),
+            highest: WindowExtreme::default(),
             last_change: None,
             trace,
             ticks: 0,
@@ -509,23 +566,8 @@ impl Autoscaler {
         }
         // Kubernetes HPA's stabilisation: up to the lowest recommendation of
         // the up window, down to the highest of the down window.
-        self.history.push_back((now, bounded));
-        let horizon = self.cfg.scale_up_window.max(self.cfg.scale_down_window);
-        while self
-            .history
-            .front()
-            .is_some_and(|&(t, _)| t + horizon < now)
-        {
-            self.history.pop_front();
-        }
-        let within = |w: Micros| {
-            self.history
-                .iter()
-                .filter(move |&&(t, _)| t + w >= now)
-                .map(|&(_, r)| r)
-        };
-        let up = within(self.cfg.scale_up_window).min().unwrap_or(bounded);
-        let down = within(self.cfg.scale_down_window).max().unwrap_or(bounded);
+        let up = self.lowest.push(now, bounded, self.cfg.scale_up_window);
+        let down = self.highest.push(now, bounded, self.cfg.scale_down_window);
         let mut desired = current.max(up).min(down);
         if desired != bounded && constraint == Constraint::None {
             constraint = Constraint::Stabilized;
@@ -945,6 +987,33 @@ impl Autoscaler {
             goodput_per_dollar: per(met_slo as f64),
             pools,
             timeline: self.timeline.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// The stabilisation windows' extremes equal the brute-force min and
+        /// max over every recommendation of the window, and the queues stay
+        /// within the distinct values.
+        #[test]
+        fn window_extremes_match_a_scan(steps in prop::collection::vec((0u64..5_000, 0u32..12), 1..300), window_us in 0u64..20_000) {
+            let window = Micros(window_us);
+            let (mut lowest, mut highest) = (WindowExtreme::<Lowest>::default(), WindowExtreme::<Highest>::default());
+            let mut all: Vec<(Micros, u32)> = Vec::new();
+            let mut now = Micros::ZERO;
+            for (dt, value) in steps {
+                now = now + Micros(dt);
+                all.push((now, value));
+                let within = all.iter().filter(|&&(t, _)| t + window >= now).map(|&(_, v)| v);
+                prop_assert_eq!(lowest.push(now, value, window), within.clone().min().unwrap());
+                prop_assert_eq!(highest.push(now, value, window), within.max().unwrap());
+                prop_assert!(lowest.kept.len() <= 12 && highest.kept.len() <= 12);
+            }
         }
     }
 }
