@@ -47,11 +47,9 @@ pub fn table(report: &RunReport) -> String {
     };
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
-    let mut hardware = format!("{} × {} (TP {}), {} KV blocks", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
     // vLLM's hybrid KV cache manager: the blocks are shared by groups of layers.
-    if let Some(groups) = report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()) {
-        let _ = write!(hardware, "; KV cache groups: {groups}");
-    }
+    let groups = report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()).map_or(String::new(), |g| format!("; KV cache groups: {g}"));
+    let hardware = format!("{} × {} (TP {}), {} KV blocks{groups}", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
     match (report.cluster.num_instances, &report.cluster.autoscaling, &report.cluster.pd) {
         (_, _, Some(pd)) => {
             // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).
@@ -66,12 +64,20 @@ pub fn table(report: &RunReport) -> String {
                 );
             }
         }
-        (_, Some(a), None) if a.pools.len() > 1 => line(&mut out, "Hardware (per replica; pools below):", hardware),
-        (_, Some(_), None) => line(&mut out, "Hardware (per replica, autoscaled):", hardware),
+        // Each node pool's own GPU and cache, which its section may set apart from the deployment's.
+        (_, Some(a), None) => {
+            for p in &a.pools {
+                let key = if a.pools.len() > 1 { format!("Hardware (pool {}, per replica):", p.name) } else { "Hardware (per replica, autoscaled):".to_string() };
+                line(&mut out, &key, format!("{} × {}, {} KV blocks{groups}", p.gpus_per_replica, p.hardware, p.num_gpu_blocks));
+            }
+        }
         (1, None, None) => line(&mut out, "Hardware:", hardware),
         (n, None, None) => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
     }
-    if let Some(b) = d.kv_memory_per_gpu.as_ref().filter(|_| report.cluster.pd.is_none()) {
+    // The deployment's memory budget, unless every replica runs elsewhere
+    // (P/D pools, or node pools of another GPU or width).
+    let pools_differ = report.cluster.autoscaling.as_ref().is_some_and(|a| a.pools.iter().any(|p| (p.hardware.as_str(), p.gpus_per_replica) != (d.hardware.as_str(), d.tp)));
+    if let Some(b) = d.kv_memory_per_gpu.as_ref().filter(|_| report.cluster.pd.is_none() && !pools_differ) {
         line(
             &mut out,
             "KV cache per GPU (GiB, derived):",

@@ -86,3 +86,24 @@ fn the_timeline_plot_and_the_trace_are_written() {
         assert!(decision.get(field).is_some(), "{field} missing: {decision}");
     }
 }
+
+/// A node pool of another GPU and width than `--hardware`/`--tp` is what
+/// runs: the summary names the pool's GPU, its GPUs per replica and its
+/// cache (the blocks a plain run of that GPU and TP derives), not the
+/// deployment's, and leaves out the deployment's memory budget.
+#[test]
+fn the_summary_shows_the_node_pools_hardware() {
+    let dir = scratch("autoscale-pool-hardware");
+    let policy = dir.join("a40.yaml");
+    std::fs::write(&policy, "autoscale: {type: fixed, min_replicas: 1, max_replicas: 1}\nnode_pools: [{name: p, hardware: A40, tp: 2}]\n").unwrap();
+    let (_, j) = run(&["--policy-config", policy.to_str().unwrap()]);
+    let (_, plain) = run(&["--hardware", "A40", "--tp", "2"]);
+    let pool = &j["cluster"]["autoscaling"]["pools"][0];
+    assert_eq!(pool["num_gpu_blocks"], plain["deployment"]["num_gpu_blocks"], "{pool}");
+    let out = blis(&["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "20", "--policy-config", policy.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let table = stdout(&out);
+    let line = table.lines().find(|l| l.starts_with("Hardware")).unwrap();
+    assert_eq!(line.split_whitespace().collect::<Vec<_>>().join(" "), format!("Hardware (per replica, autoscaled): 2 × A40, {} KV blocks", pool["num_gpu_blocks"]));
+    assert!(!table.contains("KV cache per GPU"), "{table}");
+}

@@ -144,6 +144,8 @@ pub struct PoolReport {
     pub hardware: String,
     /// GPUs per replica.
     pub gpus_per_replica: u32,
+    /// KV blocks of each of its replicas.
+    pub num_gpu_blocks: u64,
     /// Replicas started in it (the initial ones included).
     pub replicas_started: u32,
     /// Nodes requested (the initial ones included).

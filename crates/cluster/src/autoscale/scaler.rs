@@ -950,6 +950,7 @@ impl Autoscaler {
                 name: pool.name.clone(),
                 hardware: pool.hardware.clone(),
                 gpus_per_replica: pool.gpus_per_replica,
+                num_gpu_blocks: pool.instance.num_gpu_blocks,
                 replicas_started: a.replicas_started,
                 nodes_requested: a.nodes_requested,
                 replica_seconds: replica_us as f64 / 1e6,
