@@ -24,7 +24,8 @@ pub struct DefinitionArgs {
     #[arg(long, value_name = "PATH")]
     pub hardware_config: Option<PathBuf>,
     /// A bundled GPU, by name (`A100-80GB`, `L40S`, …), used for every experiment instead of the GPU its
-    /// server facts name: for runs whose facts or log do not record it.
+    /// server facts name: for runs whose facts or log do not record it. With `fit --otel`: the traced
+    /// server's GPU [default there: H100].
     #[arg(long, value_name = "GPU", conflicts_with = "hardware_config")]
     pub hardware: Option<String>,
     /// CPU KV tier (GiB, as `blis run --kv-offloading-size`) for every experiment whose

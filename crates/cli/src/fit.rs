@@ -44,10 +44,6 @@ pub struct FitArgs {
     #[arg(long, value_name = "ID", requires = "otel")]
     pub model: Option<String>,
 
-    /// With --otel: the GPU. [default: H100]
-    #[arg(long, value_name = "GPU", requires = "otel")]
-    pub hardware: Option<String>,
-
     /// With --otel: the tensor-parallel degree. [default: 1]
     #[arg(long, value_name = "N", requires = "otel")]
     pub tp: Option<u32>,
@@ -146,6 +142,12 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     if let Some(path) = &args.otel {
         return fit_otel(&args, kind, path);
     }
+    // clap waives `requires = "otel"` when --otel would conflict with the
+    // directories given, so these are checked here.
+    let otel_only = [("--model", args.model.is_some()), ("--tp", args.tp.is_some()), ("--otel-instance", args.otel_instance.is_some())];
+    if let Some((flag, _)) = otel_only.iter().find(|(_, given)| *given) {
+        return Err(bad_input!("{flag} is for --otel: an experiment directory's or trace's own records name its model, TP and server").into());
+    }
     let start = match &args.start {
         Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
         None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
@@ -242,7 +244,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     let model = args.model.clone().or_else(|| trace.model.clone()).ok_or_else(|| bad_input!("--otel {}: the trace names no model (gen_ai.request.model); pass --model", path.display()))?;
     let given = KnobValues {
         model: Some(model),
-        hardware: args.hardware.clone(),
+        hardware: args.definitions.hardware.clone(),
         tp: args.tp,
         model_config: args.definitions.model_config.clone(),
         hardware_config: args.definitions.hardware_config.clone(),
@@ -287,10 +289,8 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         }
     }
     let mut command = format!("blis fit --otel {} --latency-model {kind} --model {}", path.display(), server.model_name);
-    for (flag, value) in [("--hardware", args.hardware.clone()), ("--tp", args.tp.map(|t| t.to_string()))] {
-        if let Some(v) = value {
-            command += &format!(" {flag} {v}");
-        }
+    if let Some(tp) = args.tp {
+        command += &format!(" --tp {tp}");
     }
     if let Some(id) = &args.otel_instance {
         command += &format!(" --otel-instance {id}");

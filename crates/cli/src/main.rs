@@ -217,4 +217,25 @@ mod tests {
     fn the_command_line_definition_is_consistent() {
         knobs::hide_unused(Cli::command()).debug_assert();
     }
+
+    /// clap checks its definitions only in debug builds, and the tests run
+    /// in release: two arguments of one command sharing a name (`fit` had
+    /// two `--hardware`) would parse as one of them, unnoticed.
+    #[test]
+    fn no_two_arguments_of_a_command_share_a_name() {
+        fn check(cmd: &clap::Command, path: &str) {
+            let mut names = std::collections::BTreeSet::new();
+            for a in cmd.get_arguments() {
+                let long = a.get_long().into_iter().chain(a.get_all_aliases().into_iter().flatten()).map(|l| format!("--{l}"));
+                let short = a.get_short().into_iter().chain(a.get_all_short_aliases().into_iter().flatten()).map(|c| format!("-{c}"));
+                for name in std::iter::once(format!("id {}", a.get_id())).chain(long).chain(short) {
+                    assert!(names.insert(name.clone()), "`{path}` has two arguments named {name}");
+                }
+            }
+            for sub in cmd.get_subcommands() {
+                check(sub, &format!("{path} {}", sub.get_name()));
+            }
+        }
+        check(&knobs::hide_unused(Cli::command()), "blis");
+    }
 }

@@ -442,7 +442,7 @@ fn a_clusters_otel_trace_is_fitted_per_server() {
     assert!(one.status.success(), "{}", stderr(&one));
     assert!(stderr(&one).contains("steps of 1 server ") && !stderr(&one).contains("warning"), "{}", stderr(&one));
     let set = CoefficientSet::load(&fitted).unwrap();
-    assert!(set.provenance.command.as_deref().is_some_and(|c| c.contains("--hardware A100-80GB --otel-instance 2")), "{:?}", set.provenance.command);
+    assert!(set.provenance.command.as_deref().is_some_and(|c| c.contains(" --hardware A100-80GB") && c.contains(" --otel-instance 2")), "{:?}", set.provenance.command);
     let missing = fit(&["--otel-instance", "7"]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("--otel-instance 7: ") && stderr(&missing).contains("it has 0, 1, 2"), "{}", stderr(&missing));
@@ -474,6 +474,16 @@ fn malformed_otel_traces_are_one_line_errors() {
     let missing = blis(&["fit", "--otel", tmp.0.join("missing.jsonl").to_str().unwrap()]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("missing.jsonl"), "{}", stderr(&missing));
+    // The server flags of --otel are refused for directories and traces,
+    // whose own records name the server (clap alone let them through).
+    let dir = write_experiment(&tmp.0, "exp", false);
+    for flag in [["--tp", "2"], ["--model", "x/y"], ["--otel-instance", "0"]] {
+        let out = blis(&["fit", dir.to_str().unwrap(), "--rounds", "1", "--refine-evals", "0", flag[0], flag[1]]);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("{} is for --otel", flag[0])), "{}", stderr(&out));
+    }
+    let out = blis(&["fit", dir.to_str().unwrap(), "--hardware", "nope"]);
+    assert!(stderr(&out).contains("--hardware nope: unknown GPU"), "{}", stderr(&out));
 }
 
 /// `--prior NAME=MEAN:SCALE` replaces one coefficient's prior: a tight one
