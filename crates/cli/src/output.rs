@@ -417,7 +417,7 @@ pub fn warn(warnings: &[String]) {
 pub fn print_warnings() {
     let held = std::mem::take(&mut *HELD_WARNINGS.lock().unwrap_or_else(std::sync::PoisonError::into_inner));
     for w in held {
-        eprintln!("warning: {w}");
+        eprintln!("warning: {}", crate::error::tidy_numbers(&w));
     }
 }
 

@@ -221,6 +221,11 @@ impl CoefficientSet {
             None => resolved,
         };
         match kind.basis(model, &seen, tp, instance) {
+            None if !(self.alpha.is_empty() && self.beta.is_empty()) => Err(format!(
+                "{kind} takes no coefficients (it times every step from the GPU's peaks), but alpha has {} and beta {}; leave both out",
+                self.alpha.len(),
+                self.beta.len()
+            )),
             None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
             Some(basis) => {
                 let mut beta = self.beta.clone();

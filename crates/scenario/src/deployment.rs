@@ -349,6 +349,22 @@ impl Deployment {
                 ));
             }
         }
+        // A fitted trained-physics or unified-5 set is non-negative (times
+        // and rates); a file with negative terms was edited or made elsewhere.
+        let physical = [ModelKind::TrainedPhysics.name(), ModelKind::Unified5.name()].contains(&chosen.set.latency_model.as_str());
+        if let (Some(path), true) = (&k.coefficients.value, physical) {
+            let alpha = chosen.set.alpha.iter().enumerate().filter(|(_, a)| **a < 0.0).map(|(i, a)| format!("α{i} = {a}"));
+            let beta = chosen.set.beta.iter().enumerate().filter(|(_, b)| **b < 0.0).map(|(i, b)| format!("β{i} = {b}"));
+            let negative: Vec<String> = alpha.chain(beta).collect();
+            if !negative.is_empty() {
+                warnings.push(format!(
+                    "--coefficients {}: {} negative; {}'s terms are times and rates, which blis fit keeps ≥ 0, and a step or overhead that sums below 0 µs is taken as 0",
+                    path.display(),
+                    negative.join(", "),
+                    chosen.set.latency_model
+                ));
+            }
+        }
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, server.tp, &chosen.origin) {
             warnings.push(w);
         }

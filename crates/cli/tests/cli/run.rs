@@ -106,7 +106,7 @@ fn step_times_outside_one_microsecond_to_one_hour_are_clamped_counted_and_flagge
 /// A negative α cannot make time run backwards: overheads below 0 are 0,
 /// and the run says so when the flag gave one.
 #[test]
-fn negative_alpha_flags_are_named_in_a_warning() {
+fn negative_alpha_flags_and_files_are_named_in_a_warning() {
     let mut args = SMALL.to_vec();
     args.extend_from_slice(&["-q", "--latency-model", "blackbox", "--alpha-coeffs=-100,0.5,0", "--beta-coeffs", "5000,0,1"]);
     let out = blis(&args);
@@ -115,6 +115,25 @@ fn negative_alpha_flags_are_named_in_a_warning() {
     args.truncate(args.len() - 3);
     args.extend_from_slice(&["--alpha-coeffs", "100,0.5,0", "--beta-coeffs", "5000,0,1"]);
     assert!(!stderr(&blis(&args)).contains("warning"), "no warning without a negative α");
+    // A trained-physics file with negative terms says so too (blis fit keeps them ≥ 0), in exponent form.
+    let dir = crate::scratch("negative-file");
+    let bundled = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
+    let mut set: serde_json::Value = serde_yaml_ng::from_str(&bundled).unwrap();
+    set["alpha"][0] = (-1e30).into();
+    set["beta"][1] = (-2.0).into();
+    let file = dir.join("negative.yaml");
+    std::fs::write(&file, serde_yaml_ng::to_string(&set).unwrap()).unwrap();
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["-q", "--coefficients", file.to_str().unwrap()]);
+    let out = blis(&args);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("negative.yaml: α0 = -1e30, β1 = -2 negative; trained-physics's terms"), "{}", stderr(&out));
+    // roofline times steps from the GPU's peaks: coefficients given to it are refused, not ignored.
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--latency-model", "roofline", "--alpha-coeffs", "1,2,3", "--beta-coeffs", "1,2,3"]);
+    let out = blis(&args);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("roofline takes no coefficients"), "{}", stderr(&out));
 }
 
 /// An α of 1e300 µs of queueing delay is clamped to one hour per request,
