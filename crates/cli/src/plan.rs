@@ -206,6 +206,9 @@ impl Plan {
             return Err(bad_input!("{origin}: tp and replicas must be at least 1, got {bad}"));
         }
         for (i, g) in file.gpus.iter().enumerate() {
+            if blis_data::catalog::find_gpu(&g.hardware).is_none() {
+                return Err(bad_input!("{origin}: gpus[{i}].hardware {}: {}", g.hardware, blis_data::catalog::unknown_gpu(&g.hardware)));
+            }
             if let Some(first) = file.gpus[..i].iter().position(|f| blis_data::catalog::same_gpu(&f.hardware, &g.hardware)) {
                 return Err(bad_input!("{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay", g.hardware));
             }
@@ -334,12 +337,18 @@ fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], d
     let simulated: Vec<(usize, &Vec<f64>)> = verdicts.iter().enumerate().filter_map(|(i, v)| if let Verdict::Simulated(values, _) = v { Some((i, values)) } else { None }).collect();
     if simulated.is_empty() {
         let pruned = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
+        // One reason, so that a knob no candidate can take reads as that.
+        let example = verdicts.iter().zip(candidates).find_map(|(v, c)| match v {
+            Verdict::DoesNotFit(why) | Verdict::Roofline(why) | Verdict::Failed(why) => Some(format!("; the first, {}: {why}", describe(c))),
+            Verdict::Simulated(..) => None,
+        });
         return format!(
-            "no candidate can meet the SLO: of {}, {} do not fit, {} cannot carry the rate even at peak, {} failed; offer more GPUs, replicas or larger TP",
+            "no candidate can meet the SLO: of {}, {} do not fit, {} cannot carry the rate even at peak, {} failed{}; offer more GPUs, replicas or larger TP",
             candidates.len(),
             pruned(|v| matches!(v, Verdict::DoesNotFit(_))),
             pruned(|v| matches!(v, Verdict::Roofline(_))),
-            pruned(|v| matches!(v, Verdict::Failed(_)))
+            pruned(|v| matches!(v, Verdict::Failed(_))),
+            example.unwrap_or_default()
         );
     }
     for (k, (name, limit, bound)) in plan.slo.iter().enumerate() {
@@ -585,6 +594,7 @@ mod tests {
             (json!({"gpus": []}), "at least one entry"),
             (json!({"gpus": [{"hardware": "H100", "gpu_hour_cost": -1}]}), "gpu_hour_cost -1"),
             (json!({"gpus": [{"hardware": "H100", "price": 1}]}), "unknown field `price`"),
+            (json!({"gpus": [{"hardware": "NOPE", "gpu_hour_cost": 1}]}), "gpus[0].hardware NOPE: unknown GPU; allowed: H100"),
             (json!({"replicas": [0]}), "at least 1"),
             (json!({"knobs": {"tp": [1, 2]}}), "knobs.tp: set by gpus"),
             (json!({"knobs": {"tensor_parallel_size": [1, 2]}}), "knobs.tensor_parallel_size: set by gpus"),

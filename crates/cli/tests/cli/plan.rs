@@ -66,6 +66,9 @@ fn bad_plans_are_refused_before_anything_runs() {
         // Infeasible plans name what binds.
         ("binds", "slo: {itl_p99_ms: 1000, ttft_p99_ms: 0.01}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1, 2]\n", "no candidate meets ttft_p99_ms 0.01: the best reaches"),
         ("all-pruned", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: L40S, gpu_hour_cost: 1}]\nreplicas: [1]\n", "cannot carry the rate even at peak"),
+        ("gpu", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: NOPE, gpu_hour_cost: 1}]\nreplicas: [1]\n", "gpus[0].hardware NOPE: unknown GPU"),
+        // A knob value no candidate can take says why, not only how many failed.
+        ("knob-value", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {gpu-memory-utilization: [5]}\n", "the first, 1 × H100 TP 1 (gpu-memory-utilization 5): --gpu-memory-utilization 5.0: must be in (0, 1]"),
     ] {
         let p = dir.join(format!("{name}.yaml"));
         std::fs::write(&p, plan).unwrap();
