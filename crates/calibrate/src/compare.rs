@@ -298,11 +298,16 @@ pub struct ExperimentComparison {
     pub moe_kernel_compiles: u64,
     /// The saturated service rate, for overload-excluded runs with recorded requests.
     pub saturated: Option<SaturatedRate>,
+    /// Requests each stage sent in the real run (successes + failures).
+    pub measured_sent: Vec<u64>,
 }
 
 /// Failure fraction above which a run counts as overloaded (the rule that
 /// classifies the real runs).
 pub const OVERLOAD_FAILURE_FRACTION: f64 = 0.1;
+/// Relative difference in requests sent above which a stage's simulation
+/// is said not to reproduce its run ([`ExperimentComparison::warnings`]).
+pub const SENT_TOLERANCE: f64 = 0.1;
 /// Served / offered rate below which a simulated stage is saturated.
 pub const SATURATION_SERVED_FRACTION: f64 = 0.9;
 
@@ -352,7 +357,27 @@ impl ExperimentComparison {
             preemptions: sim.preemptions,
             moe_kernel_compiles: sim.moe_kernel_compiles,
             saturated,
+            measured_sent: exp.stages.iter().map(|l| l.successes.count.saturating_add(l.failures.count)).collect(),
         }
+    }
+
+    /// A line per stage whose simulation sent more than 10 % more or fewer
+    /// requests than the run did: its configuration (rate, duration, stage
+    /// list) does not describe what was measured, so its errors compare
+    /// different workloads.
+    pub fn warnings(&self) -> Vec<String> {
+        self.predicted_stages
+            .iter()
+            .zip(&self.measured_sent)
+            .enumerate()
+            .filter(|&(_, (p, &m))| m > 0 && p.sent.abs_diff(m) > 1 && p.sent.abs_diff(m) as f64 > SENT_TOLERANCE * m as f64)
+            .map(|(i, (p, m))| {
+                format!(
+                    "{} stage {i}: the simulation sent {} requests where the run sent {m}; results/config.yaml does not describe the load that was measured",
+                    self.name, p.sent
+                )
+            })
+            .collect()
     }
 
     /// The APE of `metric` per stage (not the summary).

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use blis_calibrate::compare::{Metric, aggregate};
+use blis_calibrate::compare::{ExperimentComparison, Metric, aggregate};
 use blis_calibrate::report::{CSV_HEADER, REQUESTS_CSV_HEADER, ReportContext, csv_rows, markdown, request_csv_rows, text};
 use blis_calibrate::suite::Suite;
 
@@ -89,6 +89,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let (comparisons, unsimulated) = suite.validate_each(&chosen.set, args.seed);
     failed.extend(unsimulated);
+    warn(&comparisons.iter().flat_map(ExperimentComparison::warnings).collect::<Vec<_>>());
     let wall_s = started.elapsed().as_secs_f64();
     // One broken experiment must not hide the others: each failure is
     // reported, the rest are compared, and the exit code says it happened.

@@ -501,3 +501,22 @@ fn a_server_log_beside_the_experiment_fills_in_its_facts() {
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && stderr(&out).contains("vllm.log: no vLLM startup line found") && stderr(&out).contains("not read"), "{}", stderr(&out));
 }
+
+/// A load configuration that does not describe the run (here stage 0 lasts
+/// a tenth of its 5 s, so 1 request is simulated against the 10 its report
+/// counts) is compared all the same, with a warning naming the stage; the
+/// configuration as written warns of nothing.
+#[test]
+fn a_stage_whose_simulation_sends_other_requests_than_the_run_is_warned_about() {
+    let tmp = TempDir::new("validate-sent");
+    let dir = write_experiment(&tmp.0, "exp", false);
+    let ok = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(ok.status.success() && !stderr(&ok).contains("warning"), "{}", stderr(&ok));
+    let config = dir.join("results/config.yaml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(&config, text.replacen("duration: 5\n", "duration: 0.5\n", 1)).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains("exp stage 0: the simulation sent 1 requests where the run sent 10"), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("stage 1:"), "{}", stderr(&out));
+}
