@@ -101,7 +101,7 @@ fn bad_profile_trees_are_refused_in_one_line() {
     let bad = write_profiles("kernels-bad", &["h100"]);
     let csv = bad.join("compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv");
     std::fs::write(&csv, format!("{HEADER}\n0.1,0.1,0.1,0.1,32,32,4096,11008,True,-5,1\n")).unwrap();
-    assert_refused(&blis(&["kernels", bad.to_str().unwrap()]), "negative tokens", "row 1: column `num_tokens`: `-5` is not a positive number");
+    assert_refused(&blis(&["kernels", bad.to_str().unwrap()]), "negative tokens", "row 1: column `num_tokens`: `-5` is not a whole number from 1 to 16777216");
 }
 
 /// Fuzzing: a set with a NaN β printed rows of `NaN%` where `blis validate`
