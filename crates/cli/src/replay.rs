@@ -124,6 +124,13 @@ pub fn check(scenario: &Scenario) -> anyhow::Result<()> {
 pub fn execute(args: ReplayArgs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(&Knobs::layered(&[(&args.knobs, Source::Flag)]), "replay")?;
     let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
+    if trace.extension().is_some_and(|e| e == "jsonl") {
+        return Err(bad_input!(
+            "--trace {}: replay reads a trace v2 (its header records the server and the send times); simulate a Mooncake JSONL with `blis run --trace FILE`",
+            trace.display()
+        )
+        .into());
+    }
     let csv = trace_csv(&trace);
     refuse_overwriting_inputs(&[("output", args.output.as_deref())], &[("trace", Some(&csv)), ("config", args.config.as_deref())])?;
     let mut files = Vec::new();

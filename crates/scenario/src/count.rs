@@ -43,6 +43,9 @@ pub fn parse_count<T: Count>(text: &str) -> Result<T, String> {
 }
 
 fn parse_u64(s: &str) -> Result<u64, String> {
+    if s.starts_with('-') && s.len() > 1 {
+        return Err(format!("`{s}` is negative: a count is 0 or more, {FORMS}"));
+    }
     if s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
         return s.parse().map_err(|_| format!("{s} is too large"));
     }
@@ -136,6 +139,7 @@ mod tests {
             assert!(parse_count::<u64>(bad).is_err(), "{bad:?} accepted");
         }
         assert!(err("1e400").contains("a whole number such as"), "{}", err("1e400"));
+        assert!(err("-1").starts_with("`-1` is negative"), "{}", err("-1"));
         assert!(parse_count::<u64>("99999999999999999999").unwrap_err().contains("too large"));
     }
 

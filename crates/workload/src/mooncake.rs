@@ -48,6 +48,8 @@ enum Parsed {
 }
 
 fn parse_line(text: &str, line_no: u64, last: &mut Micros) -> Result<Parsed, String> {
+    // A file saved with a byte-order mark, as the YAML and CSV readers allow.
+    let text = if line_no == 1 { text.strip_prefix('\u{feff}').unwrap_or(text) } else { text };
     if text.trim().is_empty() {
         return Ok(Parsed::Blank);
     }
@@ -215,5 +217,8 @@ mod tests {
             let e = MooncakeReplay::open(&p, None).err().expect("rejected").to_string();
             assert!(e.contains(needle), "{needle}: {e}");
         }
+        // A byte-order mark opens the file, not a line that is not JSON.
+        let p = write("bom", "\u{feff}{\"timestamp\": 0, \"input_length\": 10, \"output_length\": 2}\n");
+        assert_eq!(MooncakeReplay::open(&p, None).unwrap().1.requests, 1);
     }
 }

@@ -644,6 +644,12 @@ fn build_reasoning(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) -
         None => None,
         Some((m, mp)) => {
             ctx.check((1..=MAX_ROUNDS).contains(&m.max_rounds), &format!("{mp}.max_rounds"), format!("{} must be in [1, {MAX_ROUNDS}]", m.max_rounds))?;
+            let think_us = m.think_time_us.unwrap_or(0);
+            ctx.check(
+                think_us <= Micros::MAX_SPAN.as_us(),
+                &format!("{mp}.think_time_us"),
+                format!("{think_us} µs must be at most 1e14 µs (1e8 s, the simulated clock's limit)"),
+            )?;
             Some(MultiTurn {
                 max_rounds: m.max_rounds,
                 think_time: Micros(m.think_time_us.unwrap_or(0)),
@@ -695,6 +701,7 @@ mod tests {
             ("- id: a\n", "- id: a\n    prefix_group: sys\n", "clients[0].prefix_length: missing"),
             ("- id: a\n", "- id: a\n    multimodal: {}\n", "clients[0].multimodal: only for category multimodal"),
             ("- id: a\n", "- id: a\n    multi_turn: {max_rounds: 0}\n", "clients[0].multi_turn.max_rounds: 0 must be in [1,"),
+            ("- id: a\n", "- id: a\n    multi_turn: {max_rounds: 2, think_time_us: 18446744073709551615}\n", "clients[0].multi_turn.think_time_us: 18446744073709551615 µs must be at most 1e14"),
             ("- id: a\n", "- id: a\n    lifecycle: {windows: [{start_us: 5, end_us: 5}]}\n", "clients[0].lifecycle.windows[0].end_us: 5 must be after"),
             ("- id: a\n", "- id: a\n    arrival: {bursty: {interval_us: 10, duration_us: 20}}\n", "clients[0].arrival.bursty.duration_us: 20 must be in (0, interval_us)"),
             ("- id: a\n", "- id: a\n    network: {rtt_ms: -1}\n", "clients[0].network.rtt_ms: -1 must be"),

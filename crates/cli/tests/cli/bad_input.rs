@@ -90,7 +90,7 @@ fn bad_rates_and_lengths() {
         ("stdev-negative", "--prompt-tokens-stdev", "-2", "--prompt-tokens-stdev"),
         ("requests-zero", "--num-requests", "0", "--num-requests"),
         // A negative count is the count's error, not clap's "unexpected argument".
-        ("seqs-negative", "--max-num-seqs", "-5", "invalid value '-5' for '--max-num-seqs <N>': `-5` is not a whole number"),
+        ("seqs-negative", "--max-num-seqs", "-5", "invalid value '-5' for '--max-num-seqs <N>': `-5` is negative: a count is 0 or more, a whole number such as"),
         ("seed-negative", "--seed", "-1", "invalid value '-1' for '--seed <N>'"),
         ("horizon-negative", "--horizon", "-1", "--horizon"),
         ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
@@ -570,4 +570,14 @@ fn values_beyond_what_a_run_can_hold_are_refused() {
         assert_refused(&blis(&args), cmd, "after the latest simulated time");
         assert!(!csv.exists() && !plot.exists(), "{cmd} wrote a file");
     }
+}
+
+/// `blis replay` reads a trace v2 only: a Mooncake file (which `blis run
+/// --trace` reads) is refused as such, not as a missing header.
+#[test]
+fn replay_refuses_a_mooncake_file_by_what_it_is() {
+    let mooncake = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/mooncake-sample.jsonl");
+    let out = blis(&["replay", "--model", "meta-llama/llama-3.1-8b-instruct", "--trace", mooncake]);
+    assert_refused(&out, "replay-mooncake", "replay reads a trace v2");
+    assert!(stderr(&out).contains("blis run --trace FILE"), "{}", stderr(&out));
 }
