@@ -61,7 +61,7 @@ pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Resu
         }
         let row: RequestRow = record.deserialize(Some(&headers)).map_err(|e| csv_error(line, csv_message(&e, &headers, &record)))?;
         if row.stage as usize >= num_stages {
-            return Err(csv_error(line, format!("field `stage` = {}: results/ has stages 0..{}", row.stage, num_stages)));
+            return Err(csv_error(line, format!("field `stage` = {}: results/ has stages 0 to {}", row.stage, num_stages.saturating_sub(1))));
         }
         check_row(&row).map_err(|message| csv_error(line, message))?;
         rows.push(row);

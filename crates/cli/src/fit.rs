@@ -251,7 +251,12 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         moe_kernel_compile: args.definitions.moe_kernel_compile.clone(),
         ..KnobValues::default()
     };
-    let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{e}"))?.deployment.server;
+    // A model the trace named is blamed on the trace, not on a flag not given.
+    let blame = |e: String| match &args.model {
+        Some(_) => e,
+        None => e.replacen("--model ", &format!("--otel {}: the trace's gen_ai.request.model ", path.display()), 1),
+    };
+    let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{}", blame(e.to_string())))?.deployment.server;
     let basis = kind.basis(&server.model, &server.gpu, server.tp, &server.instance).ok_or_else(|| bad_input!("--latency-model {kind}: has no coefficients to fit"))?;
     let priors = with_overrides(kind, basis.as_ref(), server.gpu.kernels.as_ref(), &args.prior)
         .map_err(|e| bad_input!("{e}"))?

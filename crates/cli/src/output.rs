@@ -368,6 +368,9 @@ pub fn output_dir(output: &Path) -> PathBuf {
 pub fn write_checked_spec(output: &Path, comment: &str, yaml: &str) -> anyhow::Result<()> {
     let text = format!("{comment}{yaml}");
     let dir = output_dir(output);
+    if !dir.is_dir() {
+        return Err(bad_input!("--output {}: the directory {} does not exist", output.display(), dir.display()).into());
+    }
     parse(&text, &output.display().to_string(), &dir).and_then(|l| l.plan()).map_err(|e| bad_input!("the written spec would not load: {e}"))?;
     let mut file = AtomicFile::create("output", output)?;
     file.writer().write_all(text.as_bytes()).context("writing --output")?;

@@ -246,7 +246,20 @@ impl Server {
         let budget = |hybrid_kv: bool| hardware::kv_budget(&model, &gpu, &KvSizing { hybrid_kv, ..sizing }).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"));
         let (groups, group_layers) = hardware::kv_groups(&model, hybrid);
         let (num_gpu_blocks, kv_budget, unified_blocks) = match k.num_gpu_blocks.value {
-            Some(b) => (b, None, b),
+            Some(b) => {
+                // vLLM's override is taken as it is, and allocated: a cache that outgrows the
+                // memory left beside the weights would not start.
+                if let Ok(fits) = budget(hybrid)
+                    && b > fits.blocks.saturating_mul(OVERRIDE_SLACK)
+                {
+                    warnings.push(format!(
+                        "--num-gpu-blocks {b}: more than {OVERRIDE_SLACK} × the {} blocks {model_name} leaves room for on {tp} × {gpu_name} at --gpu-memory-utilization {util} \
+                         ({:.1} GiB per GPU for the KV cache); vLLM would allocate them and run out of memory",
+                        fits.blocks, fits.kv_cache_gib
+                    ));
+                }
+                (b, None, b)
+            }
             None => {
                 let b = budget(hybrid)?;
                 // vLLM refuses to start a server whose KV cache cannot hold one request of the model length.
@@ -323,6 +336,11 @@ impl Server {
         set.latency_model(&self.model, &self.gpu, self.tp, &self.instance).map_err(|e| invalid!("coefficients ({origin}): {e}"))
     }
 }
+
+/// How many times the blocks the memory holds `--num-gpu-blocks` may ask for
+/// before a warning: BLIS's memory accounting is an estimate, and a recorded
+/// server's real count may exceed it somewhat.
+const OVERRIDE_SLACK: u64 = 2;
 
 impl Deployment {
     /// [`Server::resolve`] and the latency model the knobs choose

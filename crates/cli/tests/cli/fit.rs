@@ -182,6 +182,12 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     // timed from QUEUED, with a warning: that wait then lands in α and the
     // simulation adds it again. Observed: α0 2.0 → 11.6 ms, α3 40 → 271 µs,
     // TTFT +13.7 % on the other workload.
+    // A model the trace names but BLIS does not know is blamed on the trace.
+    let unknown = tmp.0.join("unknown-model.jsonl");
+    std::fs::write(&unknown, std::fs::read_to_string(&otel).unwrap().replace("\"meta-llama/Llama-3.1-8B-Instruct\"", "\"acme/x\"")).unwrap();
+    let out = blis(&["fit", "--otel", unknown.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("unknown-model.jsonl: the trace's gen_ai.request.model acme/x: no bundled config.json"), "{}", stderr(&out));
     let no_handoff = tmp.0.join("no-handoff.jsonl");
     let text: String = std::fs::read_to_string(&otel).unwrap().lines().map(|l| l.replace(r#""name":"HANDOFF_TO_CORE""#, r#""name":"SOMETHING_ELSE""#) + "\n").collect();
     std::fs::write(&no_handoff, text).unwrap();

@@ -733,3 +733,20 @@ fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
     let (_, dense_off) = run_json(&["--disable-hybrid-kv-cache-manager"]);
     assert_eq!((&dense["deployment"], &dense["latency_ms"]), (&dense_off["deployment"], &dense_off["latency_ms"]));
 }
+
+/// `--num-gpu-blocks` overrides the memory model, as vLLM's
+/// `--num-gpu-blocks-override` does; one far beyond what the GPU's memory
+/// leaves for the cache is simulated, with a warning naming that room.
+#[test]
+fn a_block_override_beyond_the_memory_is_warned_about() {
+    let warned = |blocks: &str| {
+        let mut args = SMALL.to_vec();
+        args.extend_from_slice(&["-q", "--num-gpu-blocks", blocks]);
+        let out = blis(&args);
+        assert!(out.status.success(), "{}", stderr(&out));
+        stderr(&out)
+    };
+    let err = warned("4294967294");
+    assert!(err.contains("--num-gpu-blocks 4294967294: more than 2 × the 27517 blocks") && err.contains("run out of memory"), "{err}");
+    assert!(!warned("50000").contains("warning"));
+}

@@ -35,7 +35,7 @@ fn serve_reads_max_body_bytes_as_a_count_and_answers_413_from_the_declared_lengt
 fn serve_refuses_body_limits_that_are_not_whole_counts_in_range() {
     for (value, needle) in [
         ("1.5", "`1.5` is not a whole number"),
-        ("-1", "`-1` is not a whole number"),
+        ("-1", "`-1` is negative: a count is 0 or more"),
         ("1e-3", "is not a whole number"),
         ("1e30", "too large"),
         ("0", "--max-body-bytes 0: must be from 1 to 1073741824 (1Gi) bytes"),

@@ -232,9 +232,9 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
     let e = rejected("stats-bad", &["workload", "stats", "--spec", &nan_rate], "--plot", "p.svg");
     assert!(e.contains("aggregate_rate"), "{e}");
     let e = rejected("generate-negative-seed", &["workload", "generate", "--spec", &example("language.yaml"), "--seed", "-1"], "--output", "t.csv");
-    assert!(e.contains("'--seed <N>': `-1` is not a whole number"), "{e}");
+    assert!(e.contains("'--seed <N>': `-1` is negative: a count is 0 or more"), "{e}");
     let e = rejected("convert-negative-start", &["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-start", "-5"], "--output", "w.yaml");
-    assert!(e.contains("'--span-start <SECONDS>': `-5` is not a whole number"), "{e}");
+    assert!(e.contains("'--span-start <SECONDS>': `-5` is negative: a count is 0 or more"), "{e}");
 }
 
 /// An inference-perf profile works as-is as a workload spec: each stage
