@@ -5,9 +5,10 @@
 //! `config.json` or GPU spec padded with a large unknown field (an
 //! `id2label` table, a pasted tensor) would cost gigabytes to read through
 //! it. [`object`] splits the top level into borrowed raw slices first and
-//! builds a `Value` only for fields of at most [`MAX_FIELD_BYTES`]; larger
-//! fields keep their key with a `null` value, so a "missing field" or
-//! "unknown field" check still sees them.
+//! builds a `Value` only for fields of at most [`MAX_FIELD_BYTES`] and for
+//! strings (which cost about their text); larger arrays and objects keep
+//! their key with a `null` value, so a "missing field" or "unknown field"
+//! check still sees them.
 
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -36,7 +37,8 @@ pub fn object(text: &str, nested: &[&str]) -> Result<Map<String, Value>, ObjectE
     let mut map = Map::new();
     for (key, raw) in raw {
         let json = raw.get();
-        let value = if json.len() <= MAX_FIELD_BYTES {
+        // A string costs about its text, so it is read whatever its length.
+        let value = if json.len() <= MAX_FIELD_BYTES || json.starts_with('"') {
             serde_json::from_str(json).map_err(|e| ObjectError::Syntax(e.to_string()))?
         } else if nested.contains(&key.as_str()) && json.starts_with('{') {
             Value::Object(object(json, &[])?)
@@ -77,7 +79,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn small_fields_are_values_large_ones_null_and_nested_ones_read_alike() {
+    fn small_fields_and_strings_are_values_large_ones_null_and_nested_ones_read_alike() {
         let big = format!("[{}]", vec!["1"; MAX_FIELD_BYTES].join(","));
         let text = format!(r#"{{"a": 1, "junk": {big}, "text_config": {{"b": [2, 3], "junk2": {big}}}, "a": 4}}"#);
         let m = object(&text, &["text_config"]).unwrap();
@@ -85,6 +87,9 @@ mod tests {
         assert_eq!(m["junk"], Value::Null);
         assert_eq!(m["text_config"]["b"], serde_json::json!([2, 3]));
         assert_eq!(m["text_config"]["junk2"], Value::Null);
+        // A long string is read as it is (it costs its text), not as null.
+        let name = "x".repeat(MAX_FIELD_BYTES + 10);
+        assert_eq!(object(&format!(r#"{{"name": "{name}"}}"#), &[]).unwrap()["name"], name.as_str());
         // Small documents read exactly as serde_json reads them.
         let small = r#"{"x": {"y": [1.5, "z", null, true]}, "n": -3}"#;
         assert_eq!(Value::Object(object(small, &[]).unwrap()), serde_json::from_str::<Value>(small).unwrap());
