@@ -375,7 +375,14 @@ impl<'s> Cluster<'s> {
 fn pd_instances(cfg: &ClusterConfig, inst_cfg: &InstanceConfig) -> Result<Vec<Instance>, ClusterError> {
     let pd = cfg.pd.as_ref().expect("called with P/D");
     if pd.prefill_instances == 0 || pd.prefill_instances + cfg.num_instances > MAX_INSTANCES {
-        return Err(ConfigError::new("pd.prefill_instances", format!("{}: must be between 1 and {} with the decode pool", pd.prefill_instances, MAX_INSTANCES - cfg.num_instances.min(MAX_INSTANCES - 1))).into());
+        return Err(ConfigError::new(
+            "pd.prefill_instances",
+            format!(
+                "{}: the prefill and decode pools ({} decode instances) may have at most {MAX_INSTANCES} instances together",
+                pd.prefill_instances, cfg.num_instances
+            ),
+        )
+        .into());
     }
     if inst_cfg.kv_transfer.is_none() {
         return Err(ConfigError::new("pd", "the decode pool's instances need a KV transfer link").into());

@@ -164,12 +164,19 @@ impl Observability {
     }
 
     /// Applies `field=mode,field=mode` overrides (the `--snapshot-refresh` syntax).
+    /// Each field at most once, as `--routing-scorers` takes each scorer once.
     pub fn apply_overrides(&mut self, text: &str, path: &str) -> Result<(), ConfigError> {
+        let mut seen: Vec<String> = Vec::new();
         for part in text.split(',') {
             let (name, mode) = part
                 .split_once('=')
                 .ok_or_else(|| ConfigError::new(path, format!("`{part}` is not FIELD=MODE (e.g. kv-utilization=periodic:100ms)")))?;
+            let field = name.trim().replace('_', "-");
+            if seen.contains(&field) {
+                return Err(ConfigError::new(path, format!("{field} given twice; give each field once")));
+            }
             self.set(name.trim(), mode, path)?;
+            seen.push(field);
         }
         Ok(())
     }
@@ -377,5 +384,7 @@ mod tests {
         let e = o.apply_overrides("kv=immediate", "--snapshot-refresh").unwrap_err();
         assert!(e.message.contains("queue-depth, batch-size, kv-utilization"), "{e}");
         assert!(o.apply_overrides("kv-utilization", "--snapshot-refresh").is_err());
+        let twice = o.apply_overrides("queue-depth=immediate,queue_depth=on-demand", "--snapshot-refresh").unwrap_err();
+        assert!(twice.message.contains("queue-depth given twice"), "{}", twice.message);
     }
 }

@@ -507,6 +507,8 @@ fn bad_pd_deployments_are_refused() {
         ("pd-threshold-without-decider", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefix-threshold", "5"], "--pd-decider prefix-threshold"),
         ("pd-and-num-instances", &["--prefill-instances", "1", "--decode-instances", "1", "--num-instances", "3"], "--num-instances"),
         ("pd-unknown-prefill-scorer", &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "magic:1"], "magic"),
+        ("pd-nan-prefill-scorer", &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "queue-depth:NaN"], "weight of `queue-depth` must be a finite number, got `NaN`"),
+        ("pd-too-many", &["--prefill-instances", "1000", "--decode-instances", "1000"], "1000: the prefill and decode pools (1000 decode instances) may have at most 1024 instances together"),
         (
             "pd-decode-kv-too-small",
             &["--prefill-instances", "1", "--decode-instances", "1", "--decode-hardware", "L40S", "--gpu-memory-utilization", "0.55"],

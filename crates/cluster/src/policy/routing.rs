@@ -183,7 +183,7 @@ pub fn parse_scorer_list(text: &str) -> Result<BTreeMap<String, f64>, String> {
     let mut out = BTreeMap::new();
     for part in text.split(',') {
         let (name, w) = part.split_once(':').ok_or_else(|| format!("`{part}` is not SCORER:WEIGHT (e.g. prefix-affinity:4,queue-depth:3)"))?;
-        let w: f64 = w.trim().parse().map_err(|_| format!("weight of `{}` must be a number, got `{}`", name.trim(), w.trim()))?;
+        let w: f64 = w.trim().parse().ok().filter(|w: &f64| w.is_finite()).ok_or_else(|| format!("weight of `{}` must be a finite number, got `{}`", name.trim(), w.trim()))?;
         if out.insert(name.trim().to_string(), w).is_some() {
             return Err(format!("`{}` appears twice", name.trim()));
         }
