@@ -211,11 +211,14 @@ fn stated_number(text: &str) -> PyValue {
 
 /// `value` as a whole number in `min..=max`, or why it is not one.
 fn count(value: &PyValue, min: u64, max: u64) -> Result<u64, String> {
+    let whole = |f: f64| f.is_finite() && f.fract() == 0.0;
     match value {
-        PyValue::Int(i) => u64::try_from(*i).ok().filter(|n| (min..=max).contains(n)),
-        _ => None,
+        PyValue::Int(i) => u64::try_from(*i).ok().filter(|n| (min..=max).contains(n)).ok_or_else(|| format!("out of range: must be from {min} to {max}")),
+        // An integer beyond i64 reads as a word of digits (or, written as a float, a whole float).
+        PyValue::Float(f) if whole(*f) => Err(format!("out of range: must be from {min} to {max}")),
+        PyValue::Str(t) | PyValue::Other(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => Err(format!("out of range: must be from {min} to {max}")),
+        _ => Err(format!("not a whole number from {min} to {max}")),
     }
-    .ok_or_else(|| format!("not a whole number from {min} to {max}"))
 }
 
 /// `value` checked by `check`; `None`, with a note in `remarks` naming
@@ -393,7 +396,7 @@ impl LoggedServer {
         } else {
             ((!engine.is_empty() || !args.is_empty()) && offloading_known).then_some(CpuOffloadFact::Off)
         };
-        let count_all = |v: &PyValue| count(v, 0, u64::MAX);
+        let count_all = |v: &PyValue| count(v, 0, i64::MAX as u64);
         let tokens = first_stated(remarks, "GPU KV cache size", &kv_tokens);
         s.kv_cache_tokens = usable(remarks, "GPU KV cache size", tokens, count_all);
         let blocks = first_stated(remarks, "# GPU blocks", &gpu_blocks);
@@ -506,6 +509,17 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
 (EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1087] GPU KV cache size: 119,392 tokens
 (EngineCore_DP0 pid=9) INFO 11-20 10:01:10 [kv_cache_utils.py:1091] Maximum concurrency for 4,096 tokens per request: 29.15x
 ";
+
+    /// A stated size no server has is ignored with a remark that says so,
+    /// not one that names the very value as the limit.
+    #[test]
+    fn an_absurd_stated_cache_size_is_out_of_range() {
+        let huge = V1_LOG.replace("GPU KV cache size: 119,392 tokens", "GPU KV cache size: 18446744073709551615 tokens");
+        let s = LoggedServer::read(&huge).unwrap();
+        assert_eq!(s.kv_cache_tokens, None);
+        let remark = s.notes().into_iter().find(|n| n.contains("GPU KV cache size")).unwrap_or_default();
+        assert!(remark.contains("out of range: must be from 0 to 9223372036854775807"), "{:?}", s.notes());
+    }
 
     /// A pre-quantized checkpoint's method in the engine line is not the
     /// `--quantization` flag (its config.json says how it is stored).
