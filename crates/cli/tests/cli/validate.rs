@@ -462,12 +462,12 @@ fn a_vllm_log_converts_only_what_validate_accepts() {
     let (written, notes) = (std::fs::read_to_string(&facts).unwrap(), stderr(&out));
     for (key, note) in [
         ("tensor_parallel_size", "tensor_parallel_size 3: meta-llama/Llama-2-7b-hf: 32 attention heads are not divisible by tensor-parallel size 3"),
-        ("max_num_seqs", "max_num_seqs 0: not a whole number from 1"),
+        ("max_num_seqs", "max_num_seqs 0: out of range: must be from 1"),
         ("gpu_memory_utilization", "gpu_memory_utilization 5: must be in (0, 1]; ignored"),
         ("block_size", "block_size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens; ignored"),
         ("num_gpu_blocks", "the KV cache size is ignored"),
         // Not a fact, but a degree the log states and BLIS cannot read: a note, not silence.
-        ("pipeline_parallel_size", "pipeline_parallel_size 0: not a whole number from 1 to 1024; ignored"),
+        ("pipeline_parallel_size", "pipeline_parallel_size 0: out of range: must be from 1 to 1024; ignored"),
     ] {
         assert!(!written.contains(&format!("{key}:")) && notes.contains(note), "{key}: {written}\n{notes}");
     }
