@@ -707,7 +707,11 @@ impl InferencePerfConfig {
         for (i, s) in self.load.stages.iter().enumerate() {
             let invalid = |name: &str, value: f64, reason| InferencePerfError::Invalid { field: format!("load.stages[{i}].{name}"), value: format!("{value:?}"), reason };
             if !(s.rate.is_finite() && s.rate > 0.0) {
-                return Err(invalid("rate", s.rate, "must be a positive number"));
+                // A concurrent stage's rate is its request count.
+                return Err(match s.concurrency {
+                    Some(_) => invalid("num_requests", s.rate, "must be at least 1"),
+                    None => invalid("rate", s.rate, "must be a positive number"),
+                });
             }
             if !(s.duration > 0.0 && s.duration <= MAX_SPAN_S) {
                 return Err(invalid("duration", s.duration, "must be in (0, 1e8] seconds"));
@@ -764,18 +768,21 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
             return Err(InferencePerfError::Invalid { field: field.into(), value: "0".into(), reason: "must be at least 1" });
         }
     }
-    let longest = sp.system_prompt_len.upper_bound() + sp.question_len.upper_bound();
-    if longest > u64::from(MAX_PROMPT_TOKENS) {
+    let (system, question) = (sp.system_prompt_len.upper_bound(), sp.question_len.upper_bound());
+    if system + question > u64::from(MAX_PROMPT_TOKENS) {
+        // The larger part is the one to blame.
+        let (field, value) = if system >= question { ("system_prompt_len", system) } else { ("question_len", question) };
         return Err(InferencePerfError::Invalid {
-            field: "data.shared_prefix.question_len".into(),
-            value: longest.to_string(),
+            field: format!("data.shared_prefix.{field}"),
+            value: value.to_string(),
             reason: "the longest system_prompt_len + question_len must be at most 10^7 tokens",
         });
     }
     if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
+        let (field, value) = if sp.num_groups >= sp.num_prompts_per_group { ("num_groups", sp.num_groups) } else { ("num_prompts_per_group", sp.num_prompts_per_group) };
         return Err(InferencePerfError::Invalid {
-            field: "data.shared_prefix.num_prompts_per_group".into(),
-            value: sp.num_prompts_per_group.to_string(),
+            field: format!("data.shared_prefix.{field}"),
+            value: value.to_string(),
             reason: "num_groups × num_prompts_per_group must be at most 10^6",
         });
     }

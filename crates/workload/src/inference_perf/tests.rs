@@ -99,7 +99,16 @@ fn ambiguous_or_unreproducible_lengths_are_refused_with_the_field_named() {
     let e = with_shared_prefix("multimodal: {image: {count: 1}}").unwrap_err().to_string();
     assert!(e.contains("data.shared_prefix.multimodal") && e.contains("not supported"), "{e}");
     let e = err(&CONFIG.replace("question_len: 466", "question_len: {type: fixed, mean: 2e7}"));
-    assert!(e.contains("10^7 tokens"), "{e}");
+    assert!(e.contains("data.shared_prefix.question_len") && e.contains("10^7 tokens"), "{e}");
+    // The larger of two parts that overflow together is the one named.
+    let e = err(&CONFIG.replace("system_prompt_len: 100", "system_prompt_len: 4294967295"));
+    assert!(e.contains("field `data.shared_prefix.system_prompt_len` = 4294967295") && e.contains("10^7 tokens"), "{e}");
+    let e = err(&CONFIG.replace("num_groups: 10", "num_groups: 4294967295"));
+    assert!(e.contains("field `data.shared_prefix.num_groups` = 4294967295") && e.contains("10^6"), "{e}");
+    // A concurrent stage of no requests names its request count.
+    let concurrent = "api:\n  type: completion\ndata:\n  type: shared_prefix\n  shared_prefix: {}\nload:\n  type: concurrent\n  stages:\n  - {num_requests: 0, concurrency_level: 4}\n";
+    let e = err(concurrent);
+    assert!(e.contains("load.stages[0].num_requests") && e.contains("must be at least 1"), "{e}");
 }
 
 /// inference-perf's defaults for an unset shared-prefix field.
