@@ -96,6 +96,10 @@ fn parse_trace(path: &Path) -> Result<Vec<TraceRow>, WorkloadError> {
                     other => return Err(WorkloadError::line(path, n, format!("pattern {other:?} is unknown; allowed: Gamma, Weibull, or empty"))),
                 };
                 let shape = if f.len() == 6 { Some(num(4, "shape")?).filter(|s| *s > 0.0) } else { None };
+                if f.len() == 6 {
+                    // Not used (the rate fixes it), but a column that is no number is a broken file.
+                    num(5, "scale")?;
+                }
                 Some((kind, shape))
             }
         };
@@ -421,6 +425,9 @@ mod tests {
         let e = convert(&dir, &dir, &ServeGenOptions::default()).unwrap_err().to_string();
         assert!(e.contains("chunk-1-trace.csv:1:") && e.contains("Gamma, Weibull"), "{e}");
         std::fs::remove_file(dir.join("chunk-1-dataset.json")).unwrap();
+        std::fs::write(dir.join("chunk-1-trace.csv"), "0,1.0,1.0,Gamma,1,abc\n").unwrap();
+        let e = convert(&dir, &dir, &ServeGenOptions::default()).unwrap_err().to_string();
+        assert!(e.contains("chunk-1-trace.csv:1:") && e.contains("scale \"abc\" is not a finite number ≥ 0"), "{e}");
         std::fs::write(dir.join("chunk-1-trace.csv"), "0,1.0,1.0,Gamma,1,1\n").unwrap();
         assert!(convert(&dir, &dir, &ServeGenOptions::default()).unwrap_err().to_string().contains("no matching chunk-1-dataset.json"));
     }

@@ -150,6 +150,12 @@ impl TraceHeader {
         {
             return Err(WorkloadError::spec(name, "time_unit", format!("{u:?} is not supported; allowed: microseconds")));
         }
+        if let Some(m) = h.mode.as_deref().filter(|m| !["real", "generated"].contains(m)) {
+            return Err(WorkloadError::spec(name, "mode", format!("{m:?} is not a mode; allowed: real, generated")));
+        }
+        if let Some(server) = h.server.as_ref().filter(|s| !s.is_object()) {
+            return Err(WorkloadError::spec(name, "server", format!("{server} is not a map of server knobs (max-num-seqs: 256, ...)")));
+        }
         if let Some((key, v)) = recorded_time_scale(&h)
             && !v.as_f64().is_some_and(|x| x > 0.0 && x <= 1e6)
         {

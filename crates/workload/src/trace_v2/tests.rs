@@ -199,3 +199,25 @@ fn bad_rows_name_file_line_and_column() {
     assert_eq!(info.requests, 10);
     assert!(info.warnings.iter().any(|w| w.contains("1 rows with status error")), "{:?}", info.warnings);
 }
+
+/// A header's version, unit, mode and server section are checked when it
+/// is read: a mode or server section BLIS cannot use is refused by field.
+#[test]
+fn bad_headers_name_the_field() {
+    let dir = scratch("bad-header");
+    let case = |name: &str, text: &str| -> String {
+        let p = dir.join(format!("{name}.header.yaml"));
+        std::fs::write(&p, text).unwrap();
+        TraceHeader::load(&p).map(|_| String::new()).unwrap_or_else(|e| e.to_string())
+    };
+    assert_eq!(case("ok", "trace_version: 2\nmode: real\nserver: {max-num-seqs: 8}\n"), "");
+    for (name, text, needle) in [
+        ("version", "trace_version: 3\n", "trace_version"),
+        ("unit", "trace_version: 2\ntime_unit: seconds\n", "allowed: microseconds"),
+        ("mode", "trace_version: 2\nmode: fake\n", "\"fake\" is not a mode; allowed: real, generated"),
+        ("server", "trace_version: 2\nserver: [1, 2, 3]\n", "server"),
+    ] {
+        let e = case(name, text);
+        assert!(e.contains(needle), "{name}: {e}");
+    }
+}
