@@ -213,6 +213,9 @@ fn located<T: serde::de::DeserializeOwned>(value: serde_json::Value) -> Result<T
 
 /// The memory a GPU may have, GiB: from a small inference board (a T4 has
 /// 16, the smallest datacenter parts 4) to far above any board's (the
+/// The longest fixed cost of a kernel or collective a GPU spec may give, µs.
+const MAX_FIXED_COST_US: f64 = 1e6;
+
 /// largest carry a few hundred); outside it a spec is a typo.
 const MEMORY_GIB: (f64, f64) = (4.0, 4096.0);
 
@@ -319,21 +322,23 @@ impl GpuSpec {
         Ok(spec)
     }
 
-    /// Checks every figure is finite and positive and every efficiency is in (0, 1].
+    /// Checks every figure is finite, positive and below an absurd bound,
+    /// and every efficiency is in (0, 1].
     pub fn validate(&self) -> Result<(), GpuSpecError> {
+        // Upper bounds a thousand times above today's boards: a typo, not a GPU.
         let positive = [
-            ("bf16_tflops", Some(self.bf16_tflops)),
-            ("fp8_tflops", self.fp8_tflops),
-            ("hbm_tb_s", Some(self.hbm_tb_s)),
-            ("memory_gib", Some(self.memory_gib)),
-            ("nvlink_gb_s", self.nvlink_gb_s),
-            ("pcie_gb_s", Some(self.pcie_gb_s)),
+            ("bf16_tflops", Some(self.bf16_tflops), 1e6, "must be a positive number of TFLOP/s, at most 1e6"),
+            ("fp8_tflops", self.fp8_tflops, 1e6, "must be a positive number of TFLOP/s, at most 1e6"),
+            ("hbm_tb_s", Some(self.hbm_tb_s), 1e4, "must be a positive number of TB/s, at most 1e4"),
+            ("memory_gib", Some(self.memory_gib), f64::INFINITY, "must be a positive number"),
+            ("nvlink_gb_s", self.nvlink_gb_s, 1e6, "must be a positive number of GB/s, at most 1e6"),
+            ("pcie_gb_s", Some(self.pcie_gb_s), 1e6, "must be a positive number of GB/s, at most 1e6"),
         ];
-        for (field, value) in positive {
+        for (field, value, max, reason) in positive {
             if let Some(v) = value
-                && !(v.is_finite() && v > 0.0)
+                && !(v.is_finite() && v > 0.0 && v <= max)
             {
-                return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
+                return Err(GpuSpecError { field, value: v, reason });
             }
         }
         if !(MEMORY_GIB.0..=MEMORY_GIB.1).contains(&self.memory_gib) {
@@ -367,9 +372,9 @@ impl GpuSpec {
         ];
         for (field, v) in fixed_costs {
             if let Some(v) = v
-                && !(v.is_finite() && v > 0.0)
+                && !(v.is_finite() && v > 0.0 && v <= MAX_FIXED_COST_US)
             {
-                return Err(GpuSpecError { field, value: v, reason: "must be a positive number" });
+                return Err(GpuSpecError { field, value: v, reason: "must be a positive number of µs, at most 1e6 (a second)" });
             }
         }
         let hops = [
@@ -706,6 +711,9 @@ mod tests {
         let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("3.9", "-3.9")).unwrap_err();
         // A datasheet's error names the datasheet's field.
         assert!(matches!(e, GpuSpecParseError::Invalid(GpuSpecError { field: "memory.bandwidth_tb_s", .. })), "{e}");
+        // Peaks a thousand times any board's are refused (fuzzing: 1e308 TFLOP/s passed).
+        let e = GpuSpec::from_json(&own.replace("\"bf16_tflops\": 362.05", "\"bf16_tflops\": 1e308")).unwrap_err();
+        assert!(e.to_string().contains("`bf16_tflops` = ") && e.to_string().contains("at most 1e6"), "{e}");
         // Memory no board carries is refused in either shape (fuzzing: 1 GiB and 1e6 GiB passed).
         for (memory, shown) in [("1", "1"), ("1e6", "1000000")] {
             let e = GpuSpec::from_json(&own.replace("\"memory_gib\": 48.0", &format!("\"memory_gib\": {memory}"))).unwrap_err();

@@ -360,9 +360,10 @@ impl ModelConfig {
         let dense_ffn = positive_u32(obj, &["intermediate_size_mlp"], "intermediate_size_mlp")?;
         let vocab_size = required_u32(obj, &["vocab_size", "padded_vocab_size"], "padded_vocab_size")?;
         let derived_max_model_len = derived_max_model_len(obj)?;
-        let tie_word_embeddings = field(obj, &["tie_word_embeddings"]).or_else(|| field(root, &["tie_word_embeddings"]))
-            .and_then(Value::as_bool)
-            .unwrap_or(false);
+        let tie_word_embeddings = match field(obj, &["tie_word_embeddings"]).or_else(|| field(root, &["tie_word_embeddings"])) {
+            None => false,
+            Some(v) => v.as_bool().ok_or_else(|| ModelConfigError::Invalid { field: "tie_word_embeddings", value: v.to_string(), reason: "must be true or false" })?,
+        };
 
         let moe = Self::parse_moe(obj, num_layers, ffn)?;
         let intermediate_size = match (&moe, dense_ffn, ffn) {
@@ -913,6 +914,9 @@ mod tests {
             e.to_string(),
             "field `num_key_value_heads` = 6 does not divide `num_attention_heads` = 64: grouped-query attention shares each KV head among an equal number of query heads"
         );
+        // Whether the LM head shares the embedding's weights is a boolean, not any value (fuzzing: "abc" read as false).
+        let e = ModelConfig::from_hf_json(&LLAMA2_70B.replace(r#""vocab_size":32000"#, r#""vocab_size":32000,"tie_word_embeddings":"abc""#)).unwrap_err();
+        assert!(e.to_string().contains("tie_word_embeddings") && e.to_string().contains("true or false"), "{e}");
     }
 
     pub(super) const LLAMA2_70B: &str = r#"{"hidden_size":8192,"intermediate_size":28672,"num_attention_heads":64,
