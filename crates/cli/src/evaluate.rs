@@ -50,7 +50,15 @@ pub fn execute(args: EvaluateArgs) -> anyhow::Result<()> {
     // A flag or file the scenario cannot run with is the caller's error, not every candidate's.
     blis_scenario::evaluate::check(&args.knobs, &files)?;
     let output = args.output.as_deref().map(|p| crate::output::AtomicFile::create("output", p)).transpose()?;
-    let results: Vec<serde_json::Value> = args.candidate.par_iter().map(|c| blis_scenario::evaluate::evaluate(c, &args.knobs, &files, args.excerpts)).collect();
+    let mut results: Vec<serde_json::Value> = args.candidate.par_iter().map(|c| blis_scenario::evaluate::evaluate(c, &args.knobs, &files, args.excerpts)).collect();
+    // A broken candidate's error reads as `blis run` would print it for the same file.
+    let readable = |m: &str| crate::error::tidy_numbers(&crate::error::plain_types(m));
+    for r in &mut results {
+        if let Some(e) = r["error"].as_str().map(readable) {
+            r["trace"] = serde_json::json!([format!("the candidate did not run: {e}")]);
+            r["error"] = e.into();
+        }
+    }
     let text = serde_json::to_string_pretty(&results).context("rendering the results")?;
     match output {
         Some(mut file) => {

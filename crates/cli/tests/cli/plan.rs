@@ -162,9 +162,10 @@ fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
         p.to_str().unwrap().to_string()
     };
     let (good, busiest, broken) = (write("g.yaml", "routing: {type: least-loaded}\n"), write("b.yaml", "routing: {type: always-busiest}\n"), write("x.yaml", "routing: {type: nope}\n"));
+    let typed = write("t.yaml", "pools: 5\n");
     let out = blis(&[
         "evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-instances", "3", "--rate", "40", "--num-requests", "600",
-        "--candidate", &good, "--candidate", &busiest, "--candidate", &broken, "--excerpts", "3",
+        "--candidate", &good, "--candidate", &busiest, "--candidate", &broken, "--candidate", &typed, "--excerpts", "3",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -172,6 +173,10 @@ fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
     assert!(scores[0] > scores[1] && scores[2] == 0.0, "{scores:?}");
     assert_eq!(v[1]["trace"].as_array().unwrap().len(), 3);
     assert!(v[2]["error"].as_str().unwrap().contains("unknown policy `nope`"));
+    // A candidate's error reads as `blis run` prints it: types in words, not Rust's names.
+    let typed_error = v[3]["error"].as_str().unwrap();
+    assert!(typed_error.contains("pools: invalid type: integer `5`, expected a mapping of fields"), "{typed_error}");
+    assert!(v[3]["trace"][0].as_str().unwrap().ends_with(typed_error), "{}", v[3]["trace"]);
     let refused = blis(&["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--policy-config", &good, "--candidate", &good]);
     assert_refused(&refused, "evaluate --policy-config", "each --candidate is the policy file");
 }
