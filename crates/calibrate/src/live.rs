@@ -117,6 +117,13 @@ impl ReplayDetail {
             {
                 return Err(format!("field `{field}.ttft_us` = {ttft}: longer than its e2e_us {e2e}"));
             }
+            // A completed request has an end to end time the simulated clock can hold.
+            let span = blis_engine::time::Micros::MAX_SPAN.as_us();
+            match (r.outcome.as_str(), r.e2e_us) {
+                ("completed", None) => return Err(format!("field `{field}.e2e_us` is missing: a completed request has one")),
+                (_, Some(e2e)) if e2e > span => return Err(format!("field `{field}.e2e_us` = {e2e}: longer than the simulated clock's 1e14 µs")),
+                _ => {}
+            }
         }
         Ok(())
     }
@@ -721,6 +728,8 @@ mod tests {
             (vec![ok(0), ReplayedRequest { outcome: "exploded".into(), ..ok(1) }], "replay.requests[1].outcome"),
             (vec![ok(0), ok(0)], "replay.requests[1].request_id"),
             (vec![ReplayedRequest { ttft_us: Some(30), ..ok(0) }], "replay.requests[0].ttft_us"),
+            (vec![ReplayedRequest { e2e_us: Some(u64::MAX), ..ok(0) }], "replay.requests[0].e2e_us"),
+            (vec![ReplayedRequest { e2e_us: None, ..ok(0) }], "replay.requests[0].e2e_us"),
         ];
         for (requests, field) in cases {
             let e = detail(requests).check().unwrap_err();
