@@ -536,6 +536,12 @@ fn attributes(v: Option<&Value>) -> BTreeMap<String, f64> {
     out
 }
 
+/// A token count an attribute gives: a whole number in `[0, 2^30]`, the
+/// longest sequence BLIS simulates; anything else is not read.
+fn token_count(v: f64) -> Option<u32> {
+    (v.fract() == 0.0 && (0.0..=f64::from(1u32 << 30)).contains(&v)).then_some(v as u32)
+}
+
 fn string_attribute(v: Option<&Value>, key: &str) -> Option<String> {
     v?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key)).and_then(|a| {
         let val = a.get("value")?;
@@ -657,8 +663,8 @@ fn read_request_span(span: &Value, instance: &str, journeys: &mut BTreeMap<Strin
             j.epoch_ns.insert(name.into(), t);
         }
     }
-    j.prompt_tokens = a.get("gen_ai.usage.prompt_tokens").map_or(0, |&p| p as u32);
-    j.output_tokens = a.get("gen_ai.usage.completion_tokens").map_or(0, |&d| d as u32);
+    j.prompt_tokens = a.get("gen_ai.usage.prompt_tokens").and_then(|&p| token_count(p)).unwrap_or(0);
+    j.output_tokens = a.get("gen_ai.usage.completion_tokens").and_then(|&d| token_count(d)).unwrap_or(0);
 }
 
 impl TracedStep {
@@ -730,11 +736,11 @@ fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Jo
     let j = journeys.entry(id).or_default();
     j.instance = instance.to_string();
     let usage = attributes(span_attributes);
-    if let Some(&p) = usage.get("gen_ai.usage.prompt_tokens") {
-        j.prompt_tokens = p as u32;
+    if let Some(p) = usage.get("gen_ai.usage.prompt_tokens").and_then(|&p| token_count(p)) {
+        j.prompt_tokens = p;
     }
-    if let Some(&d) = usage.get("gen_ai.usage.completion_tokens") {
-        j.output_tokens = d as u32;
+    if let Some(d) = usage.get("gen_ai.usage.completion_tokens").and_then(|&d| token_count(d)) {
+        j.output_tokens = d;
     }
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
         let Some(name) = e.get("name").and_then(Value::as_str).map(journey_event_name) else { continue };
@@ -745,14 +751,14 @@ fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Jo
             j.epoch_ns.insert(name.to_string(), t);
         }
         let a = attributes(e.get("attributes"));
-        if let Some(&p) = a.get("prefill_total_tokens").or_else(|| a.get("prefill.total_tokens")) {
-            j.prompt_tokens = p as u32;
+        if let Some(p) = a.get("prefill_total_tokens").or_else(|| a.get("prefill.total_tokens")).and_then(|&p| token_count(p)) {
+            j.prompt_tokens = p;
         }
-        if let Some(&d) = a.get("decode_max_tokens").or_else(|| a.get("decode.max_tokens")) {
-            j.output_tokens = d as u32;
+        if let Some(d) = a.get("decode_max_tokens").or_else(|| a.get("decode.max_tokens")).and_then(|&d| token_count(d)) {
+            j.output_tokens = d;
         }
-        if let Some(&d) = a.get("decode.done_tokens").or_else(|| a.get("decode_done_tokens")) {
-            j.done_tokens = j.done_tokens.max(d as u32);
+        if let Some(d) = a.get("decode.done_tokens").or_else(|| a.get("decode_done_tokens")).and_then(|&d| token_count(d)) {
+            j.done_tokens = j.done_tokens.max(d);
         }
     }
 }

@@ -147,6 +147,24 @@ fn otel(a: OtelArgs) -> anyhow::Result<()> {
         )
         .into());
     }
+    // What a trace v2 row must hold, checked before anything is written.
+    let first = requests[0].arrival_us;
+    if let Some((i, r)) = requests.iter().enumerate().find(|(_, r)| r.prompt_tokens == 0) {
+        return Err(bad_input!(
+            "--path {}: request {i} (in order of arrival, at {} µs) has no prompt token count in [1, 2^30] (prefill_total_tokens, prefill.total_tokens or gen_ai.usage.prompt_tokens)",
+            a.path.display(),
+            r.arrival_us
+        )
+        .into());
+    }
+    if let Some((i, r)) = requests.iter().enumerate().find(|(_, r)| r.arrival_us - first > blis_engine::time::Micros::MAX_SPAN.as_us()) {
+        return Err(bad_input!(
+            "--path {}: request {i} arrives {} µs after the first, beyond the simulated clock's 1e14 µs (1e8 s)",
+            a.path.display(),
+            r.arrival_us - first
+        )
+        .into());
+    }
     let model = a.model.clone().or_else(|| trace.model.clone());
     let mut server = serde_json::Map::new();
     if let Some(m) = &model {

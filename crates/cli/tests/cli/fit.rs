@@ -299,6 +299,24 @@ fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
     let out = blis(&["convert", "otel", "--path", otel.to_str().unwrap(), "-o", prefix.to_str().unwrap(), "--hardware", "H100"]);
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stderr(&out).contains("300 requests (0 did not complete)"), "{}", stderr(&out));
+    // A prompt count no request has (here -1 on every event) is not read as 0 tokens or 2^32 − 1: the
+    // conversion stops, naming the attributes it looked for.
+    let negative = tmp.0.join("negative.jsonl");
+    let text = std::fs::read_to_string(&otel).unwrap();
+    const KEY: &str = r#""key":"prefill_total_tokens","value":{"intValue":""#;
+    assert!(text.contains(KEY));
+    let (mut bad, mut rest) = (String::new(), text.as_str());
+    while let Some(i) = rest.find(KEY) {
+        bad += &rest[..i + KEY.len()];
+        bad += "-1";
+        rest = &rest[i + KEY.len()..];
+        rest = &rest[rest.find('"').unwrap()..];
+    }
+    bad += rest;
+    std::fs::write(&negative, bad).unwrap();
+    let out = blis(&["convert", "otel", "--path", negative.to_str().unwrap(), "-o", tmp.0.join("traces/negative").to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("has no prompt token count in [1, 2^30]"), "{}", stderr(&out));
     let sim = tmp.0.join("sim.json");
     let out = blis(&["replay", "--trace", prefix.to_str().unwrap(), "--coefficients", hidden.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"]);
     assert!(out.status.success(), "{}", stderr(&out));
