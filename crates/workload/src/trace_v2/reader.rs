@@ -206,6 +206,9 @@ fn open_csv(path: &Path) -> Result<(csv::Reader<LineCapped<File>>, csv::StringRe
         if !COLUMNS.contains(&h) {
             return Err(WorkloadError::line(path, 1, format!("unknown column {h:?} (column {}); allowed: {}", i + 1, COLUMNS.join(", "))));
         }
+        if headers.iter().take(i).any(|earlier| earlier == h) {
+            return Err(WorkloadError::line(path, 1, format!("column {h:?} is given twice (column {}); give each column once", i + 1)));
+        }
     }
     for c in COLUMNS {
         if !headers.iter().any(|h| h == c) {

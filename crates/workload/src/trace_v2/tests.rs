@@ -171,6 +171,10 @@ fn bad_rows_name_file_line_and_column() {
     let e = case("status.csv", &bad);
     assert!(e.contains("status.csv:4:") && e.contains("column status"), "{e}");
     let mut bad = lines.clone();
+    bad[0] = bad[0].replacen("status", "num_chunks", 1);
+    let e = case("twice.csv", &bad);
+    assert!(e.contains("twice.csv:1:") && e.contains("column \"num_chunks\" is given twice"), "{e}");
+    let mut bad = lines.clone();
     bad[0] = bad[0].replace("num_chunks", "chunks");
     let e = case("column.csv", &bad);
     assert!(e.contains("column.csv:1:") && e.contains("unknown column \"chunks\""), "{e}");
