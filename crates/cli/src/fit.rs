@@ -133,6 +133,11 @@ fn is_calendar_date(date: &str) -> bool {
 /// Runs `blis fit`.
 pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     let kind: ModelKind = args.latency_model.parse().map_err(|e| bad_input!("--latency-model: {e}"))?;
+    // Each round or evaluation simulates every experiment once (about a second for the shared runs).
+    const MAX_SIMULATIONS: usize = 100_000;
+    if args.rounds > MAX_SIMULATIONS || args.refine_evals > MAX_SIMULATIONS {
+        return Err(bad_input!("--rounds {} --refine-evals {}: each must be at most {MAX_SIMULATIONS} (each simulates every experiment once)", args.rounds, args.refine_evals).into());
+    }
     if args.rounds == 0 {
         return Err(bad_input!("--rounds 0: must be at least 1 (each round simulates, then fits)").into());
     }

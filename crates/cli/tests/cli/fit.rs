@@ -508,6 +508,10 @@ fn malformed_otel_traces_are_one_line_errors() {
     }
     let out = blis(&["fit", dir.to_str().unwrap(), "--hardware", "nope"]);
     assert!(stderr(&out).contains("--hardware nope: unknown GPU"), "{}", stderr(&out));
+    // A budget no fit finishes is refused up front (fuzzing: 18446744073709551615 evaluations ran on).
+    let out = blis(&["fit", dir.to_str().unwrap(), "--refine-evals", "18446744073709551615"]);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("each must be at most 100000"), "{}", stderr(&out));
 }
 
 /// `--prior NAME=MEAN:SCALE` replaces one coefficient's prior: a tight one
