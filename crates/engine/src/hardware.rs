@@ -272,8 +272,7 @@ impl GpuSpec {
         // Read shallowly: memory about the text's size, whatever it carries.
         let value = match crate::shallow_json::object(text, &[]) {
             Ok(map) => serde_json::Value::Object(map),
-            Err(crate::shallow_json::ObjectError::Syntax(e)) => return Err(GpuSpecParseError::Format(format!("not JSON: {e}"))),
-            Err(crate::shallow_json::ObjectError::NotObject) => return Err(GpuSpecParseError::Format("not a JSON object".into())),
+            Err(e) => return Err(GpuSpecParseError::Format(e.to_string())),
         };
         let value_is_datasheet = value.get("compute").is_some();
         let spec = if value_is_datasheet {
@@ -711,6 +710,9 @@ mod tests {
         let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("3.9", "-3.9")).unwrap_err();
         // A datasheet's error names the datasheet's field.
         assert!(matches!(e, GpuSpecParseError::Invalid(GpuSpecError { field: "memory.bandwidth_tb_s", .. })), "{e}");
+        // A field given twice is refused, not read as its last value.
+        let e = GpuSpec::from_json(&own.replacen('{', "{\"bf16_tflops\": 1,", 1)).unwrap_err();
+        assert!(e.to_string().contains("field `bf16_tflops` is given twice"), "{e}");
         // Peaks a thousand times any board's are refused (fuzzing: 1e308 TFLOP/s passed).
         let e = GpuSpec::from_json(&own.replace("\"bf16_tflops\": 362.05", "\"bf16_tflops\": 1e308")).unwrap_err();
         assert!(e.to_string().contains("`bf16_tflops` = ") && e.to_string().contains("at most 1e6"), "{e}");

@@ -23,11 +23,24 @@ pub enum ObjectError {
     Syntax(String),
     /// JSON, but the top level is not an object.
     NotObject,
+    /// A top-level field given twice (JSON parsers disagree on which wins).
+    Duplicate(String),
+}
+
+impl std::fmt::Display for ObjectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ObjectError::Syntax(e) => write!(f, "not JSON: {e}"),
+            ObjectError::NotObject => f.write_str("not a JSON object"),
+            ObjectError::Duplicate(key) => write!(f, "field `{key}` is given twice; give each field once"),
+        }
+    }
 }
 
 /// The top-level object of `text`, fields over [`MAX_FIELD_BYTES`] as
 /// `null`; `nested` names fields that are objects to read the same way
-/// (a multimodal config's `text_config`) instead.
+/// (a multimodal config's `text_config`) instead. A field given twice is
+/// an error, as the YAML readers make it.
 pub fn object(text: &str, nested: &[&str]) -> Result<Map<String, Value>, ObjectError> {
     let raw: Vec<(String, &RawValue)> = match serde_json::from_str::<RawFields<'_>>(text) {
         Ok(RawFields(fields)) => fields,
@@ -45,13 +58,16 @@ pub fn object(text: &str, nested: &[&str]) -> Result<Map<String, Value>, ObjectE
         } else {
             Value::Null
         };
+        if map.contains_key(&key) {
+            return Err(ObjectError::Duplicate(key));
+        }
         map.insert(key, value);
     }
     Ok(map)
 }
 
-/// The fields of a JSON object as borrowed raw text, in order (a repeated
-/// key: the last wins when inserted into a map, as with `Value`).
+/// The fields of a JSON object as borrowed raw text, in order, repeats
+/// included.
 struct RawFields<'a>(Vec<(String, &'a RawValue)>);
 
 impl<'de: 'a, 'a> serde::Deserialize<'de> for RawFields<'a> {
@@ -81,9 +97,10 @@ mod tests {
     #[test]
     fn small_fields_and_strings_are_values_large_ones_null_and_nested_ones_read_alike() {
         let big = format!("[{}]", vec!["1"; MAX_FIELD_BYTES].join(","));
-        let text = format!(r#"{{"a": 1, "junk": {big}, "text_config": {{"b": [2, 3], "junk2": {big}}}, "a": 4}}"#);
+        let text = format!(r#"{{"a": 4, "junk": {big}, "text_config": {{"b": [2, 3], "junk2": {big}}}}}"#);
         let m = object(&text, &["text_config"]).unwrap();
         assert_eq!(m["a"], 4);
+        assert!(matches!(object(r#"{"a": 1, "b": 2, "a": 4}"#, &[]), Err(ObjectError::Duplicate(k)) if k == "a"));
         assert_eq!(m["junk"], Value::Null);
         assert_eq!(m["text_config"]["b"], serde_json::json!([2, 3]));
         assert_eq!(m["text_config"]["junk2"], Value::Null);

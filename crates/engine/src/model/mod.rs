@@ -27,6 +27,9 @@ pub enum ModelConfigError {
     /// The text is not JSON, or not a JSON object.
     #[error("not a JSON object: {0}")]
     NotJson(String),
+    /// A top-level field appears twice (JSON parsers differ on which counts).
+    #[error("field `{0}` is given twice; give each field once")]
+    DuplicateField(String),
     /// A required field is absent (under any of its alias names).
     #[error("missing field `{field}` (also accepted: {aliases})")]
     Missing {
@@ -307,6 +310,7 @@ impl ModelConfig {
         let root = crate::shallow_json::object(text, &["text_config"]).map_err(|e| match e {
             crate::shallow_json::ObjectError::Syntax(e) => ModelConfigError::NotJson(e),
             crate::shallow_json::ObjectError::NotObject => ModelConfigError::NotJson("top level is not an object".into()),
+            crate::shallow_json::ObjectError::Duplicate(key) => ModelConfigError::DuplicateField(key),
         })?;
         let root = &root;
         // Multimodal wrappers (Llama-4, Qwen-VL) keep the language model under `text_config`.
@@ -914,6 +918,9 @@ mod tests {
             e.to_string(),
             "field `num_key_value_heads` = 6 does not divide `num_attention_heads` = 64: grouped-query attention shares each KV head among an equal number of query heads"
         );
+        // A field given twice is refused, not read as its last value (fuzzing: a second num_hidden_layers won).
+        let twice = LLAMA2_70B.replacen('{', r#"{"num_hidden_layers":100000,"#, 1);
+        assert_eq!(ModelConfig::from_hf_json(&twice).unwrap_err(), ModelConfigError::DuplicateField("num_hidden_layers".into()));
         // Whether the LM head shares the embedding's weights is a boolean, not any value (fuzzing: "abc" read as false).
         let e = ModelConfig::from_hf_json(&LLAMA2_70B.replace(r#""vocab_size":32000"#, r#""vocab_size":32000,"tie_word_embeddings":"abc""#)).unwrap_err();
         assert!(e.to_string().contains("tie_word_embeddings") && e.to_string().contains("true or false"), "{e}");
