@@ -95,7 +95,16 @@ impl<'de> Deserialize<'de> for LengthStats {
             rest: BTreeMap<String, serde_json::Value>,
         }
         let raw = Raw::deserialize(d)?;
-        let quantiles = raw.rest.iter().filter_map(|(k, v)| Some((key_probability(k)?, v.as_f64()?))).collect();
+        let mut quantiles = Vec::new();
+        for (k, v) in &raw.rest {
+            let Some(p) = key_probability(k) else { continue };
+            match v {
+                serde_json::Value::Number(n) => quantiles.push((p, n.as_f64().unwrap_or(f64::NAN))),
+                // A percentile no request gave.
+                serde_json::Value::Null => {}
+                other => return Err(serde::de::Error::custom(format!("`{k}` = {other}: not a number of tokens"))),
+            }
+        }
         Ok(LengthStats { mean: raw.mean, quantiles })
     }
 }

@@ -116,6 +116,9 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     check("negative rate", "requests_per_sec");
     std::fs::write(&stage0, good.replace("\"failures\": {\"count\": 0", "\"failures\": {\"count\": 18446744073709551615")).unwrap();
     check("count overflow", "failures.count");
+    // A length percentile that is no number (fuzzing: ignored silently).
+    std::fs::write(&stage0, good.replace("\"prompt_len\": {\"mean\": 63.0}", "\"prompt_len\": {\"mean\": 63.0, \"p99\": \"xyz\"}")).unwrap();
+    check("length percentile", "field `successes.prompt_len`: `p99` = \"xyz\": not a number of tokens");
     std::fs::write(&stage0, good).unwrap();
     let summary = dir.join("results/summary_lifecycle_metrics.json");
     std::fs::write(&summary, stage_json(-0.08, 0.025, 20)).unwrap();
