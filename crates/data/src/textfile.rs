@@ -20,6 +20,9 @@ use std::path::Path;
 /// Largest file [`read`] accepts: 256 MiB.
 pub const MAX_WHOLE_FILE_BYTES: u64 = 256 << 20;
 
+/// How much of a file [`read`] looks at for NUL bytes before reading the rest.
+const BINARY_SNIFF_BYTES: u64 = 64 << 10;
+
 /// Longest line a reader from [`open`] passes on: 16 MiB.
 pub const MAX_LINE_BYTES: usize = 16 << 20;
 
@@ -31,16 +34,29 @@ pub const MAX_BRACKET_DEPTH: usize = 1000;
 /// Reads `path` whole as UTF-8 text.
 ///
 /// Errors (kind [`io::ErrorKind::InvalidData`]) when the file is larger than
-/// [`MAX_WHOLE_FILE_BYTES`], is not UTF-8, or nests brackets deeper than
+/// [`MAX_WHOLE_FILE_BYTES`], has a NUL byte in its first 64 KiB (a binary
+/// file), is not UTF-8, or nests brackets deeper than
 /// [`MAX_BRACKET_DEPTH`]; the message gives the size, byte offset or line.
 /// Reads at most one byte past the limit, so endless files end too.
 pub fn read(path: &Path) -> io::Result<String> {
+    read_capped(File::open(path)?, MAX_WHOLE_FILE_BYTES)
+}
+
+/// [`read`] of any reader, with a limit of `limit_bytes`.
+fn read_capped(source: impl Read, limit_bytes: u64) -> io::Result<String> {
+    let mut source = source.take(limit_bytes + 1);
+    // A binary file (`/dev/zero`, an image) shows itself in its first bytes:
+    // refused there, not after reading the whole limit.
     let mut bytes = Vec::new();
-    File::open(path)?.take(MAX_WHOLE_FILE_BYTES + 1).read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_WHOLE_FILE_BYTES {
+    (&mut source).take(BINARY_SNIFF_BYTES).read_to_end(&mut bytes)?;
+    if let Some(at) = bytes.iter().position(|&b| b == 0) {
+        return Err(invalid(format!("not a text file (a NUL byte at offset {at})")));
+    }
+    source.read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > limit_bytes {
         return Err(invalid(format!(
             "larger than {} MiB, the most BLIS reads of a configuration or data file; is it the right file?",
-            MAX_WHOLE_FILE_BYTES >> 20
+            limit_bytes >> 20
         )));
     }
     let text = String::from_utf8(bytes)
@@ -149,11 +165,18 @@ mod tests {
         {
             let e = read(Path::new("/dev/zero")).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::InvalidData);
-            assert!(e.to_string().contains("larger than 256 MiB"), "{e}");
+            assert!(e.to_string().contains("not a text file (a NUL byte at offset 0)"), "{e}");
             let mut reader = open(Path::new("/dev/zero")).unwrap();
             let e = io::copy(&mut reader, &mut io::sink()).unwrap_err();
             assert!(e.to_string().contains("a line is longer than 16 MiB"), "{e}");
         }
+    }
+
+    #[test]
+    fn text_beyond_the_limit_is_refused_after_reading_one_byte_past_it() {
+        let e = read_capped(io::repeat(b'a'), 1 << 20).unwrap_err();
+        assert!(e.to_string().contains("larger than 1 MiB"), "{e}");
+        assert_eq!(read_capped(io::repeat(b'a').take(1 << 20), 1 << 20).unwrap().len(), 1 << 20);
     }
 
     #[test]
