@@ -29,6 +29,9 @@ pub fn synthetic_spec(k: &Knobs) -> Result<SyntheticSpec, ScenarioError> {
         "constant" => ArrivalProcess::Constant,
         other => return Err(invalid!("--arrival {other}: unknown; allowed: poisson, constant")),
     };
+    if let (Some(groups), 0) = (k.prefix_groups.explicit(), k.prefix_tokens.value.unwrap_or(0)) {
+        return Err(invalid!("--prefix-groups {groups} needs --prefix-tokens N: the groups differ by the shared prefix they put before each prompt"));
+    }
     let spec = SyntheticSpec {
         rate_per_s: k.rate.value.unwrap_or(f64::NAN),
         arrival,

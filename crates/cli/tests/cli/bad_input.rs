@@ -102,6 +102,8 @@ fn bad_rates_and_lengths() {
         ("rate-huge", "--rate", "1e300", "--rate 1e300: must be a positive number of requests per second, at most 1e6"),
         ("prompt-huge", "--prompt-tokens", "1e300", "--prompt-tokens 1e300: must be a number of tokens in [1, 2^30]"),
         ("stdev-huge", "--output-tokens-stdev", "1e300", "--output-tokens-stdev 1e300: must be in [0, 2^30]"),
+        // Groups of no prefix change nothing: said, not ignored.
+        ("prefix-groups-alone", "--prefix-groups", "5", "--prefix-groups 5 needs --prefix-tokens N"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
         assert!(e.contains(needle), "{name}: {e}");
