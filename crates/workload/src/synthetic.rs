@@ -48,13 +48,18 @@ impl LengthSpec {
     }
 
     /// Checks that the mean is a number of tokens ≥ 1, the deviation ≥ 0 and
-    /// 1 ≤ min ≤ max — what [`LengthSpec::sample`] needs; errors name `role`'s flags.
+    /// 1 ≤ min ≤ mean ≤ max (to the token) — what [`LengthSpec::sample`]
+    /// needs; errors name `role`'s flags.
     pub fn validate(&self, role: LengthRole) -> Result<(), SpecError> {
         let [mean, stdev, min, max] = role.flags();
         check(self.mean.is_finite() && (1.0..=MAX_TOKENS).contains(&self.mean), mean, fmt_num(self.mean), "must be a number of tokens in [1, 2^30]")?;
         check(self.stdev.is_finite() && (0.0..=MAX_TOKENS).contains(&self.stdev), stdev, fmt_num(self.stdev), "must be in [0, 2^30]")?;
         check(self.min >= 1, min, self.min, "must be ≥ 1")?;
-        check(self.min <= self.max, max, self.max, "must be ≥ the minimum")
+        check(self.min <= self.max, max, self.max, "must be ≥ the minimum")?;
+        // A bound past the mean clamps most draws (every one without a
+        // deviation) to itself: a length no one asked for.
+        check(f64::from(self.min) <= self.mean.ceil(), min, self.min, "must be at most the mean length")?;
+        check(f64::from(self.max) >= self.mean.floor(), max, self.max, "must be at least the mean length")
     }
 
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.

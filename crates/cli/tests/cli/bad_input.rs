@@ -104,6 +104,9 @@ fn bad_rates_and_lengths() {
         ("stdev-huge", "--output-tokens-stdev", "1e300", "--output-tokens-stdev 1e300: must be in [0, 2^30]"),
         // Groups of no prefix change nothing: said, not ignored.
         ("prefix-groups-alone", "--prefix-groups", "5", "--prefix-groups 5 needs --prefix-tokens N"),
+        // A bound past the mean makes every length the bound (the default means: 512 prompt, 256 output tokens).
+        ("min-above-mean", "--prompt-tokens-min", "1000", "--prompt-tokens-min 1000: must be at most the mean length"),
+        ("max-below-mean", "--output-tokens-max", "10", "--output-tokens-max 10: must be at least the mean length"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
         assert!(e.contains(needle), "{name}: {e}");
