@@ -269,15 +269,22 @@ fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
     assert_eq!(flagged, bundled);
 }
 
+/// The test experiment under `tmp` (without requests.csv), checked to
+/// validate without a warning, so that a test's edit is what warns.
+fn experiment_that_warns_of_nothing(tmp: &TempDir) -> std::path::PathBuf {
+    let dir = write_experiment(&tmp.0, "exp", false);
+    let quiet = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(quiet.status.success() && !stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+    dir
+}
+
 /// When the server's recorded facts and the experiment config disagree, the
 /// facts are simulated and the disagreement is printed, naming both values;
 /// a fact BLIS cannot read (a typo) is named too.
 #[test]
 fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warned_about() {
     let tmp = TempDir::new("validate-disagree");
-    let dir = write_experiment(&tmp.0, "exp", false);
-    let quiet = blis(&["validate", dir.to_str().unwrap(), "-q"]);
-    assert!(quiet.status.success() && !stderr(&quiet).contains("warning"), "{}", stderr(&quiet));
+    let dir = experiment_that_warns_of_nothing(&tmp);
     let facts = dir.join("server-facts.yaml");
     let text = std::fs::read_to_string(&facts).unwrap();
     // Run on another GPU than the set was fitted on: said once, as `blis run` says it.
@@ -512,9 +519,7 @@ fn a_server_log_beside_the_experiment_fills_in_its_facts() {
 #[test]
 fn a_stage_whose_simulation_sends_other_requests_than_the_run_is_warned_about() {
     let tmp = TempDir::new("validate-sent");
-    let dir = write_experiment(&tmp.0, "exp", false);
-    let ok = blis(&["validate", dir.to_str().unwrap(), "-q"]);
-    assert!(ok.status.success() && !stderr(&ok).contains("warning"), "{}", stderr(&ok));
+    let dir = experiment_that_warns_of_nothing(&tmp);
     let config = dir.join("results/config.yaml");
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replacen("duration: 5\n", "duration: 0.5\n", 1)).unwrap();
