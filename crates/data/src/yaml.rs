@@ -152,6 +152,17 @@ fn message(e: &serde_saphyr::Error, text: &str) -> String {
     match (inner, scalar_at(text, inner)) {
         (serde_saphyr::Error::InvalidScalar { ty, .. }, Some(found)) => return format!("`{found}` is not a valid {ty}"),
         (serde_saphyr::Error::NonFiniteFloat { .. }, Some(found)) => return format!("`{found}` is not a finite number"),
+        (serde_saphyr::Error::Unexpected { expected, .. }, _) => {
+            let wanted = match *expected {
+                "string scalar" => Some("a single value (a number, word or boolean)"),
+                "sequence start" => Some("a list"),
+                "mapping start" => Some("a mapping (`key: value` pairs)"),
+                _ => None,
+            };
+            if let Some(wanted) = wanted {
+                return format!("expected {wanted}, found {}", found_at(text, inner));
+            }
+        }
         _ => {}
     }
     if is_over_budget(e) {
@@ -201,6 +212,23 @@ fn is_over_budget(e: &serde_saphyr::Error) -> bool {
     )
 }
 
+/// What an error points at where something else was expected: a scalar's
+/// text, or the kind of collection (a flow or block sequence starts with `[`
+/// or `- `, anything else that is not a scalar is a mapping).
+fn found_at(text: &str, e: &serde_saphyr::Error) -> String {
+    let start = e.location().and_then(|l| l.span().byte_offset()).and_then(|o| usize::try_from(o).ok());
+    let is_list = |rest: &str| rest.starts_with('[') || rest.strip_prefix('-').is_some_and(|r| r.is_empty() || r.starts_with(char::is_whitespace));
+    let is_block_mapping = |rest: &str| !rest.starts_with(['"', '\'']) && rest.lines().next().is_some_and(|line| line.contains(": ") || line.ends_with(':'));
+    match start.and_then(|o| text.get(o..)).map(str::trim_start) {
+        Some(rest) if is_list(rest) => "a list".to_string(),
+        Some(rest) if rest.starts_with('{') || is_block_mapping(rest) => "a mapping".to_string(),
+        _ => match scalar_at(text, e) {
+            Some(scalar) => format!("`{scalar}`"),
+            None => "a list or mapping".to_string(),
+        },
+    }
+}
+
 /// The text of the scalar an error points at, if it is one short line.
 fn scalar_at<'t>(text: &'t str, e: &serde_saphyr::Error) -> Option<&'t str> {
     let span = e.location()?.span();
@@ -234,6 +262,24 @@ mod tests {
         assert!(e.to_string().contains("unknown field `zz`"), "{e}");
         let e = from_str::<Doc>("b: []\n").unwrap_err();
         assert_eq!(e.to_string(), "missing field `a` at line 1 column 1");
+        let e = from_str::<Doc>("a: [1, 2]\n").unwrap_err();
+        assert_eq!(e.to_string(), "field `a`: expected a single value (a number, word or boolean), found a list at line 1 column 4");
+        let e = from_str::<Doc>("a:\n  - 1\n").unwrap_err();
+        assert!(e.to_string().ends_with("found a list at line 2 column 3"), "{e}");
+        let e = from_str::<Doc>("a: {x: 1}\n").unwrap_err();
+        assert!(e.to_string().ends_with("found a mapping at line 1 column 4"), "{e}");
+        let e = from_str::<Doc>("a:\n  x: 1\n").unwrap_err();
+        assert!(e.message.ends_with("found a mapping"), "{e}");
+        let e = from_str::<Doc>("a: 1\nb: 5\n").unwrap_err();
+        assert_eq!(e.to_string(), "field `b`: expected a list, found `5` at line 2 column 4");
+        let e = from_str::<Doc>("a: 1\nb: {x: 1}\n").unwrap_err();
+        assert!(e.to_string().ends_with("expected a list, found a mapping at line 2 column 4"), "{e}");
+        let e = from_str::<Vec<Doc>>("- [1]\n").unwrap_err();
+        assert!(e.to_string().ends_with("expected a mapping (`key: value` pairs), found a list at line 1 column 3"), "{e}");
+        let e = from_str::<Vec<Doc>>("- -5\n").unwrap_err();
+        assert!(e.to_string().ends_with("found `-5` at line 1 column 3"), "{e}");
+        let e = from_str::<Doc>("a: 1\nb: 'x: y'\n").unwrap_err();
+        assert!(e.to_string().ends_with("expected a list, found `'x: y'` at line 2 column 4"), "{e}");
         let e = from_str::<Doc>("a: 1\na: 2\n").unwrap_err();
         assert_eq!((e.path.as_str(), e.message.as_str()), (".", "duplicate mapping key: a"));
         let e = from_str::<Doc>("a: 1\n---\na: 2\n").unwrap_err();
