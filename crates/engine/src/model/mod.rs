@@ -317,11 +317,18 @@ impl ModelConfig {
         let text_cfg = root.get("text_config").and_then(Value::as_object);
         let obj = text_cfg.unwrap_or(root);
 
-        let architecture = field(root, &["architectures"])
-            .and_then(|a| a.get(0))
-            .and_then(Value::as_str)
-            .unwrap_or("unknown")
-            .to_string();
+        let architecture = match field(root, &["architectures"]) {
+            None => "unknown",
+            Some(Value::Array(classes)) if classes.iter().all(Value::is_string) => classes.first().and_then(Value::as_str).unwrap_or("unknown"),
+            Some(other) => {
+                return Err(ModelConfigError::Invalid {
+                    field: "architectures",
+                    value: other.to_string().chars().take(60).collect(),
+                    reason: "must be a list of model class names, e.g. [\"LlamaForCausalLM\"]",
+                });
+            }
+        }
+        .to_string();
         let num_layers = required_u32(obj, &["num_hidden_layers", "n_layer", "num_layers"], "n_layer, num_layers")?;
         if num_layers > MAX_LAYERS {
             return Err(ModelConfigError::Invalid { field: "num_hidden_layers", value: num_layers.to_string(), reason: "must be at most 100000" });
@@ -756,6 +763,17 @@ mod tests {
     const LLAMA2_7B: &str = r#"{"architectures":["LlamaForCausalLM"],"hidden_size":4096,"intermediate_size":11008,
         "num_attention_heads":32,"num_hidden_layers":32,"num_key_value_heads":32,"vocab_size":32000,
         "max_position_embeddings":4096,"torch_dtype":"float16","tie_word_embeddings":false}"#;
+
+    #[test]
+    fn architectures_must_be_a_list_of_class_names() {
+        let with = |v: &str| ModelConfig::from_hf_json(&LLAMA2_7B.replacen(r#"["LlamaForCausalLM"]"#, v, 1));
+        assert_eq!(with(r#"[]"#).unwrap().architecture, "unknown");
+        assert_eq!(with("null").unwrap().architecture, "unknown");
+        for bad in ["0", r#""LlamaForCausalLM""#, "[1]", r#"{"a": 1}"#] {
+            let e = with(bad).unwrap_err();
+            assert!(matches!(e, ModelConfigError::Invalid { field: "architectures", .. }), "{bad}: {e}");
+        }
+    }
 
     #[test]
     fn llama2_7b_counts_match_the_published_size() {
