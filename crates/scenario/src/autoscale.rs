@@ -55,6 +55,32 @@ fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, Sce
     })
 }
 
+/// The knobs a node pool's replicas resolve with: the deployment's, with
+/// the pool's GPU and tensor-parallel degree where the pool sets them.
+fn pool_knobs(k: &Knobs, p: &NodePoolSection) -> Knobs {
+    let mut pk = k.clone();
+    if let Some(hw) = &p.hardware {
+        pk.hardware = Knob { value: Some(hw.clone()), source: Source::File };
+        pk.hardware_config = Knob { value: None, source: Source::Default };
+    }
+    if let Some(tp) = p.tp {
+        pk.tp = Knob { value: Some(tp), source: Source::File };
+    }
+    pk
+}
+
+/// The knobs the deployment itself resolves with when node pools run its
+/// replicas: the first pool's (`None` without pools, or when
+/// `--autoscale-policy none` turns them off). The report's `deployment`
+/// then describes replicas that run, and a deployment that fits only at the
+/// pools' TP degree (a 70B model whose pools run TP 4, at the default
+/// `--tp 1`) is not refused for the flags' width.
+pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<Knobs> {
+    let first = pools.first()?;
+    let autoscaled = k.autoscale_policy.value.as_deref() != Some("none");
+    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| pool_knobs(k, first))
+}
+
 /// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no
 /// cost accounting) unless a flag or the policy file asks for it. Returns
 /// the config and the initial replica count. Derived values go to `report`.
@@ -197,14 +223,7 @@ fn resolve_pools(
     let mut pools = Vec::new();
     for (i, p) in written.pools.iter().enumerate() {
         let at = format!("{}node_pools[{i}] ({})", if written.origin.is_empty() { String::new() } else { format!("{}: ", written.origin) }, p.name);
-        let mut pk = k.clone();
-        if let Some(hw) = &p.hardware {
-            pk.hardware = Knob { value: Some(hw.clone()), source: Source::File };
-            pk.hardware_config = Knob { value: None, source: Source::Default };
-        }
-        if let Some(tp) = p.tp {
-            pk.tp = Knob { value: Some(tp), source: Source::File };
-        }
+        let pk = pool_knobs(k, p);
         let mut scratch = ConfigReport::new();
         let server = Server::resolve(&pk, long_context, &mut scratch, warnings).map_err(|e| invalid!("{at}: {e}"))?;
         let chosen = choose_coefficients(

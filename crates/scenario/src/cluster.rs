@@ -7,6 +7,7 @@ use std::path::Path;
 use blis_cluster::fitness::FitnessWeights;
 use blis_cluster::policy::routing::parse_scorer_list;
 use blis_cluster::policy::scheduler::Preemption;
+use blis_cluster::policy::bundle::SectionsSet;
 use blis_cluster::policy::{AdmissionSpec, PolicyBundle, PrioritySpec, RoutingSpec, SchedulerSpec};
 use blis_cluster::slo::SloTargets;
 use blis_cluster::trace::DecisionSink;
@@ -68,8 +69,17 @@ pub struct ClusterSetup {
     origins: Origins,
 }
 
+/// The `--policy-config` file's sections and which of them it sets; the
+/// defaults (nothing set) without one.
+pub fn policy_config(k: &Knobs) -> Result<(PolicyBundle, SectionsSet), ScenarioError> {
+    match &k.policy_config.value {
+        Some(path) => load_bundle(path),
+        None => Ok((PolicyBundle::default(), SectionsSet::default())),
+    }
+}
+
 /// Reads a `--policy-config` file.
-fn load_bundle(path: &Path) -> Result<(PolicyBundle, blis_cluster::policy::bundle::SectionsSet), ScenarioError> {
+fn load_bundle(path: &Path) -> Result<(PolicyBundle, SectionsSet), ScenarioError> {
     let name = path.display();
     let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
     let doc: Value = blis_data::yaml::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
@@ -120,10 +130,13 @@ fn override_section<S: Clone>(
 
 impl ClusterSetup {
     /// Resolves policies and control-plane knobs for a workload whose
-    /// requests carry `labels`; adds the chosen policies to `report` with
-    /// their sources.
+    /// requests carry `labels`, over the sections of the policy file
+    /// ([`policy_config`]); adds the chosen policies to `report` with their
+    /// sources.
+    #[allow(clippy::too_many_arguments)]
     pub fn resolve(
         k: &Knobs,
+        policy: (PolicyBundle, SectionsSet),
         d: &Deployment,
         long_context: LongContext,
         report: &mut ConfigReport,
@@ -132,10 +145,7 @@ impl ClusterSetup {
         labels: &Labels,
     ) -> Result<ClusterSetup, ScenarioError> {
         let mut origins = Origins::default();
-        let (mut bundle, set) = match &k.policy_config.value {
-            Some(path) => load_bundle(path)?,
-            None => (PolicyBundle::default(), Default::default()),
-        };
+        let (mut bundle, set) = policy;
         let file_origin = k.policy_config.value.as_ref().map(|p| format!("--policy-config {}", p.display())).unwrap_or_default();
         for (is_set, origin) in [
             (set.admission, &mut origins.admission),

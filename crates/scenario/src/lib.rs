@@ -151,9 +151,12 @@ impl Scenario {
 
     fn resolve_knobs(&self) -> Result<ResolvedScenario, ScenarioError> {
         let k = &self.knobs;
-        let mut config = k.report();
+        let policy = cluster::policy_config(k)?;
+        // Node pools run the replicas: the deployment is the first pool's.
+        let pool_knobs = autoscale::deployment_knobs(k, &policy.0.node_pools);
+        let mut config = pool_knobs.as_ref().unwrap_or(k).report();
         let mut warnings = Vec::new();
-        let mut deployment = Deployment::resolve(k, self.long_context, &mut config, &mut warnings)?;
+        let mut deployment = Deployment::resolve(pool_knobs.as_ref().unwrap_or(k), self.long_context, &mut config, &mut warnings)?;
         let workload = workload::open(k, &mut config)?;
         warnings.extend(workload.warnings.iter().cloned());
         let instance = &mut deployment.server.instance;
@@ -162,7 +165,7 @@ impl Scenario {
             report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
         }
         let horizon = k.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
-        let cluster = ClusterSetup::resolve(k, &deployment, self.long_context, &mut config, &mut warnings, self.trace_decisions, &workload.labels)?;
+        let cluster = ClusterSetup::resolve(k, policy, &deployment, self.long_context, &mut config, &mut warnings, self.trace_decisions, &workload.labels)?;
         Ok(ResolvedScenario { deployment, cluster, seed: workload.seed, workload, horizon, config, warnings })
     }
 }

@@ -89,8 +89,9 @@ fn the_timeline_plot_and_the_trace_are_written() {
 
 /// A node pool of another GPU and width than `--hardware`/`--tp` is what
 /// runs: the summary names the pool's GPU, its GPUs per replica and its
-/// cache (the blocks a plain run of that GPU and TP derives), not the
-/// deployment's, and leaves out the deployment's memory budget.
+/// cache (the blocks a plain run of that GPU and TP derives), and the JSON
+/// report's `deployment` is the pool's, as a plain run of its GPU and TP
+/// reports it.
 #[test]
 fn the_summary_shows_the_node_pools_hardware() {
     let dir = scratch("autoscale-pool-hardware");
@@ -100,10 +101,31 @@ fn the_summary_shows_the_node_pools_hardware() {
     let (_, plain) = run(&["--hardware", "A40", "--tp", "2"]);
     let pool = &j["cluster"]["autoscaling"]["pools"][0];
     assert_eq!(pool["num_gpu_blocks"], plain["deployment"]["num_gpu_blocks"], "{pool}");
+    assert_eq!(j["deployment"], plain["deployment"]);
+    for knob in ["hardware", "tp"] {
+        assert_eq!((&j["config"][knob]["value"], j["config"][knob]["source"].as_str()), (&plain["config"][knob]["value"], Some("file")));
+    }
     let out = blis(&["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "20", "--policy-config", policy.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
     let line = table.lines().find(|l| l.starts_with("Hardware")).unwrap();
     assert_eq!(line.split_whitespace().collect::<Vec<_>>().join(" "), format!("Hardware (per replica, autoscaled): 2 × A40, {} KV blocks", pool["num_gpu_blocks"]));
-    assert!(!table.contains("KV cache per GPU"), "{table}");
+    assert!(table.contains("KV cache per GPU (GiB, derived):"), "{table}");
+}
+
+/// The deployment is resolved at the node pools' width: a model that fits
+/// only at TP 4 runs on pools of TP 4 without `--tp 4`, and is refused
+/// without them.
+#[test]
+fn a_model_that_fits_only_at_the_pools_width_runs() {
+    let dir = scratch("autoscale-pool-width");
+    let policy = dir.join("tp4.yaml");
+    std::fs::write(&policy, "autoscale: {type: fixed, min_replicas: 1, max_replicas: 1}\nnode_pools: [{name: p, tp: 4}]\n").unwrap();
+    let base = ["run", "--model", "meta-llama/llama-3.1-70b-instruct", "--num-requests", "20", "--quiet"];
+    let refused = blis(&base);
+    assert!(!refused.status.success() && stderr(&refused).contains("does not fit"), "{}", stderr(&refused));
+    let out = blis(&[&base[..], &["--policy-config", policy.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", stderr(&out));
+    let off = blis(&[&base[..], &["--policy-config", policy.to_str().unwrap(), "--autoscale-policy", "none"]].concat());
+    assert!(stderr(&off).contains("does not fit"), "pools turned off leave the flags' width: {}", stderr(&off));
 }
