@@ -12,6 +12,7 @@
 //! * relative `file` paths are rewritten relative to the output directory;
 //! * all parts must have the same category.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 
 use crate::error::WorkloadError;
@@ -65,6 +66,10 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
     let mut total_rate = 0.0;
     let mut horizon: Option<u64> = None;
     let mut num_requests: Option<u64> = Some(0);
+    // Ids taken so far, and the next suffix to try after each renamed base:
+    // composing one file many times stays linear in its clients.
+    let mut taken: BTreeSet<String> = BTreeSet::new();
+    let mut next_suffix: BTreeMap<String, u64> = BTreeMap::new();
     for part in parts {
         // Only valid parts are composed, so the sums below are meaningful.
         part.plan()?;
@@ -90,12 +95,20 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
             let mut c = c.clone();
             c.rate_fraction = Some(rate * c.rate_fraction.unwrap_or(1.0) / fractions);
             c.seed = Some(c.seed.unwrap_or(s.seed.unwrap_or(DEFAULT_SEED)));
-            let taken = |id: &str| out.clients.iter().any(|o| o.id == id);
-            if taken(&c.id) {
+            if taken.contains(&c.id) {
                 // `stem.id`, else `stem.id.2`, `stem.id.3`, …: the same file
                 // composed three times still gets distinct ids.
                 let base = format!("{stem}.{}", c.id);
-                let new_id = std::iter::once(base.clone()).chain((2u64..).map(|n| format!("{base}.{n}"))).find(|id| !taken(id)).unwrap_or(base);
+                let new_id = match taken.contains(&base) {
+                    false => base,
+                    true => {
+                        let n = next_suffix.entry(base.clone()).or_insert(2);
+                        while taken.contains(&format!("{base}.{n}")) {
+                            *n += 1;
+                        }
+                        format!("{base}.{n}")
+                    }
+                };
                 warnings.push(format!("{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's", part.source_name, c.id));
                 c.id = new_id;
             }
@@ -107,6 +120,7 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
                     *f = relative_path(&abs, out_dir);
                 }
             }
+            taken.insert(c.id.clone());
             out.clients.push(c);
         }
     }
@@ -174,6 +188,33 @@ mod tests {
         assert_eq!(c.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["x", "a.x", "a.x.2"]);
         assert_eq!(warnings.len(), 2);
         LoadedSpec { spec: c, source_name: "c".into(), base_dir: ".".into() }.plan().unwrap();
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(64))]
+        /// Renaming matches the rule written in one brute-force scan per
+        /// candidate (`a.ID`, else the first free `a.ID.N`, N from 2), for
+        /// ids that clash with earlier renames too, and every id is distinct.
+        #[test]
+        fn renamed_ids_are_the_first_free_and_distinct(parts in proptest::collection::vec(proptest::sample::subsequence(vec!["x", "y", "a.x", "a.x.2", "a.x.3", "a.y"], 1..=3), 1..8)) {
+            let specs: Vec<LoadedSpec> = parts.iter().map(|ids| {
+                let clients: Vec<String> = ids.iter().map(|id| format!("{{id: {id:?}, input_distribution: {{type: constant, params: {{value: 1}}}}, output_distribution: {{type: constant, params: {{value: 1}}}}}}")).collect();
+                spec("a.yaml", &format!("aggregate_rate: 1\nnum_requests: 1\nclients: [{}]\n", clients.join(", ")), Path::new("."))
+            }).collect();
+            let (c, _) = compose(&specs, Path::new(".")).unwrap();
+            let mut want: Vec<String> = Vec::new();
+            for id in parts.iter().flatten() {
+                let taken = |x: &str| want.iter().any(|w| w == x);
+                let base = format!("a.{id}");
+                let new_id = match taken(id) {
+                    false => id.to_string(),
+                    true => std::iter::once(base.clone()).chain((2u64..).map(|n| format!("{base}.{n}"))).find(|x| !taken(x)).unwrap(),
+                };
+                want.push(new_id);
+            }
+            proptest::prop_assert_eq!(c.clients.iter().map(|c| c.id.clone()).collect::<Vec<_>>(), want.clone());
+            proptest::prop_assert_eq!(want.iter().collect::<BTreeSet<_>>().len(), want.len());
+        }
     }
 
     #[test]
