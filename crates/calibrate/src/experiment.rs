@@ -8,6 +8,8 @@
 //!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
 //!   vllm.log                 (optional) the server's startup log, read for the facts server-facts.yaml does not give
 //!                                        (see crate::vllm_log)
+//!   normalized.json          (optional) the shared ground truth's one-file summary, read for the facts neither
+//!                                        of the two gives (see crate::normalized)
 //!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
 //!                                        (and, when recorded, output_tokens: what the server generated;
 //!                                        output_tokens_retokenized: the answer re-tokenised, read for dataset runs)
@@ -35,6 +37,7 @@ use blis_data::DataError;
 use crate::error::ExperimentError;
 pub use crate::facts::{CpuOffloadFact, ServerFacts, Status};
 use crate::facts::SERVER_FACT_KEYS;
+use crate::normalized::NORMALIZED;
 use crate::vllm_log::LoggedServer;
 use crate::requests::{RequestRow, read_requests};
 
@@ -377,6 +380,9 @@ pub struct Experiment {
     pub log: Option<LoggedServer>,
     /// Why a `vllm.log` present was not read (no vLLM startup line in it).
     pub log_unread: Option<String>,
+    /// The facts `normalized.json` records, when the directory has one:
+    /// read for what neither `server-facts.yaml` nor the log gives.
+    pub normalized: Option<ServerFacts>,
 }
 
 /// Where an experiment's model comes from.
@@ -633,8 +639,26 @@ impl Experiment {
         };
         let (log, log_unread) = server_log(dir)?;
         let (exp_config, model_from) = exp_config(dir, &config_path, &workload, log.as_ref())?;
-        let exp =
-            Experiment { name, dir: dir.to_path_buf(), results, exp_config, model_from, facts, workload, stages, summary, requests, log, log_unread };
+        let normalized_path = dir.join(NORMALIZED);
+        let normalized = match present(&normalized_path) {
+            true => Some(crate::normalized::facts(&read(&normalized_path)?).map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?),
+            false => None,
+        };
+        let exp = Experiment {
+            name,
+            dir: dir.to_path_buf(),
+            results,
+            exp_config,
+            model_from,
+            facts,
+            workload,
+            stages,
+            summary,
+            requests,
+            log,
+            log_unread,
+            normalized,
+        };
         exp.check()?;
         Ok(exp)
     }
@@ -716,23 +740,56 @@ impl Experiment {
         (self.model_from == ModelFrom::ExpConfig).then_some(self.exp_config.tensor_parallelism)
     }
 
-    /// A fact about the server: `server-facts.yaml`'s, else its log's
-    /// ([`SERVER_LOG`]): what a person wrote down wins over what was read.
+    /// Where the server's facts come from, first wins: `server-facts.yaml`
+    /// (what a person wrote down), the log ([`SERVER_LOG`], what was read
+    /// from the server), `normalized.json` ([`NORMALIZED`]); with the file
+    /// each is in.
+    pub fn fact_sources(&self) -> impl Iterator<Item = (&ServerFacts, &'static str)> {
+        std::iter::once((&self.facts, "server-facts.yaml"))
+            .chain(self.log.iter().map(|l| (&l.facts, SERVER_LOG)))
+            .chain(self.normalized.iter().map(|n| (n, NORMALIZED)))
+    }
+
+    /// A fact about the server, from the first of [`Experiment::fact_sources`] that gives it.
     pub fn fact<T>(&self, get: impl Fn(&ServerFacts) -> Option<T>) -> Option<T> {
-        get(&self.facts).or_else(|| self.log.as_ref().and_then(|l| get(&l.facts)))
+        self.fact_sources().find_map(|(f, _)| get(f))
     }
 
-    /// The file [`Experiment::fact`] takes a fact from, for messages.
+    /// The file [`Experiment::fact`] takes a fact from, for messages
+    /// (`server-facts.yaml`, where to write it, when none gives it).
     pub fn fact_file<T>(&self, get: impl Fn(&ServerFacts) -> Option<T>) -> &'static str {
-        if get(&self.facts).is_some() || self.log.is_none() { "server-facts.yaml" } else { SERVER_LOG }
+        self.fact_sources().find(|(f, _)| get(f).is_some()).map_or("server-facts.yaml", |(_, file)| file)
     }
 
-    /// The run's status: `server-facts.yaml`'s, else overload-excluded when
-    /// any stage lost more than 10 % of its requests.
+    /// The run's status: its facts' ([`Experiment::fact`]), else
+    /// overload-excluded when any stage lost more than 10 % of its requests.
     pub fn status(&self) -> Status {
-        self.facts.status.unwrap_or_else(|| {
+        self.fact(|f| f.status).unwrap_or_else(|| {
             if self.stages.iter().any(|s| s.failure_fraction() > 0.1) { Status::OverloadExcluded } else { Status::Active }
         })
+    }
+
+    /// The facts a later source ([`Experiment::fact_sources`]) records with
+    /// another value than the one simulated: the GPU (by the catalogue's
+    /// name, so spellings of one GPU agree), the tensor-parallel degree, the
+    /// block count and size. One line each, naming both files and values.
+    fn stale_facts(&self) -> Vec<String> {
+        let gpu = |name: &str| blis_data::catalog::find_gpu(name).map_or_else(|| name.to_string(), |g| g.name.to_string());
+        let facts: [(&str, &dyn Fn(&ServerFacts) -> Option<String>); 4] = [
+            ("hardware", &|f| f.hardware.as_deref().map(gpu)),
+            ("tensor_parallel_size", &|f| f.tensor_parallel_size.map(|v| v.to_string())),
+            ("num_gpu_blocks", &|f| f.num_gpu_blocks.map(|v| v.to_string())),
+            ("block_size", &|f| f.block_size.map(|v| v.to_string())),
+        ];
+        let mut lines = Vec::new();
+        for (key, get) in facts {
+            let mut given = self.fact_sources().filter_map(|(f, file)| Some((get(f)?, file)));
+            let Some((used, used_file)) = given.next() else { continue };
+            for (other, file) in given.filter(|(v, _)| *v != used) {
+                lines.push(format!("{}: {file} {key} = {other} but {used_file} {key} = {used}; simulating {used}", self.dir.display()));
+            }
+        }
+        lines
     }
 
     /// What the user should know before trusting a comparison, one line
@@ -740,7 +797,8 @@ impl Experiment {
     /// would silently change the simulated server) and keys of the run's
     /// `config.yaml` no inference-perf version has, and settings that it
     /// (or the server log) and `exp-config.yaml` both record with different
-    /// values. The server's facts are what ran, so they are simulated; the
+    /// values, or two of the files that record the server's facts do
+    /// ([`Experiment::fact_sources`]). The server's facts are what ran, so they are simulated; the
     /// other value is named so the user can tell which file is stale. What
     /// the server log says BLIS does not simulate, or that it could not be
     /// read; a run that measured another engine than vLLM. Also a run
@@ -769,6 +827,7 @@ impl Experiment {
             _ => None,
         });
         let log = self.log.iter().flat_map(|l| l.notes().into_iter().map(|n| format!("{}: {n}", self.dir.join(SERVER_LOG).display())));
+        let stale = self.stale_facts();
         let outputs_recorded = self.recorded_outputs().is_some();
         let eos = (!self.workload.ignore_eos && !outputs_recorded).then(|| {
             format!(
@@ -804,6 +863,7 @@ impl Experiment {
         unknown
             .chain(config_unknown)
             .chain(disagreements)
+            .chain(stale)
             .chain(sweep)
             .chain(log)
             .chain(self.log_unread.clone())

@@ -48,6 +48,7 @@ pub mod fit;
 pub mod kernels;
 pub mod lengths;
 pub mod live;
+pub mod normalized;
 pub mod observed;
 pub mod optimize;
 pub mod otel;

@@ -23,7 +23,7 @@ use blis_workload::{OpenOptions, WorkloadInput};
 
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
-use crate::experiment::{CpuOffloadFact, Experiment, SERVER_LOG, ServerFacts};
+use crate::experiment::{CpuOffloadFact, Experiment, ServerFacts};
 use crate::requests::RequestRow;
 
 /// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
@@ -135,12 +135,8 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         max_num_seqs: c.max_num_seqs,
         ..KnobValues::default()
     };
-    let log = exp.log.iter().map(|l| (fact_knobs(&l.facts), Source::File, SERVER_LOG.to_string()));
-    Ok([(given, Source::Flag, String::new()), (fact_knobs(&exp.facts), Source::File, "server-facts.yaml".into())]
-        .into_iter()
-        .chain(log)
-        .chain([(exp_config, Source::File, exp.model_from.file().into())])
-        .collect())
+    let facts = exp.fact_sources().map(|(f, file)| (fact_knobs(f), Source::File, file.to_string()));
+    Ok(std::iter::once((given, Source::Flag, String::new())).chain(facts).chain([(exp_config, Source::File, exp.model_from.file().into())]).collect())
 }
 
 /// The knobs a server's facts set.
@@ -183,7 +179,7 @@ impl Setup {
         let (mut knobs, mut server) = resolve(&layers)?;
         // A grouped KV cache's logged size stands for more blocks than one group's.
         if let Some(hybrid) = server.instance.hybrid_kv {
-            let facts = std::iter::once(&exp.facts).chain(exp.log.iter().map(|l| &l.facts));
+            let facts = exp.fact_sources().map(|(f, _)| f);
             let s = &server.instance;
             if let Some((i, pool)) = facts.enumerate().find(|(_, f)| f.num_gpu_blocks.is_some()).and_then(|(i, f)| {
                 Some((i, f.grouped_pool_blocks(hybrid.groups, s.block_size, s.scheduler.max_model_len, s.scheduler.max_num_batched_tokens)?))

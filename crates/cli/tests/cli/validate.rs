@@ -512,6 +512,40 @@ fn a_server_log_beside_the_experiment_fills_in_its_facts() {
     assert!(out.status.success() && stderr(&out).contains("vllm.log: no vLLM startup line found") && stderr(&out).contains("not read"), "{}", stderr(&out));
 }
 
+/// A `normalized.json` beside the experiment (the shared ground truth's
+/// summary) gives the facts `server-facts.yaml` lacks: without that file the
+/// run is simulated on the GPU and block count the summary records, exactly
+/// as with it; a fact both give is `server-facts.yaml`'s; a bad field is
+/// named.
+#[test]
+fn a_normalized_summary_beside_the_experiment_fills_in_its_facts() {
+    let tmp = TempDir::new("validate-normalized");
+    let dir = write_experiment(&tmp.0, "exp", true);
+    let hand_written = predictions(&dir, &[]);
+    std::fs::remove_file(dir.join("server-facts.yaml")).unwrap();
+    let bare = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(bare.contains("no num_gpu_blocks") && bare.contains("no hardware"), "{bare}");
+    let summary = r#"{"name": "exp", "hardware": "A100", "hardware_detail": "NVIDIA A100-SXM4-80GB (a note)", "tp": 1, "status": "active",
+        "vllm_config_known": {"kv_blocks_total_gpu": 7462, "block_size": 16, "gpu_memory_utilization": null, "cpu_kv_offload": null}}"#;
+    std::fs::write(dir.join("normalized.json"), summary.replace(r#""A100", "hardware_detail": "NVIDIA A100-SXM4-80GB"#, r#""H100", "hardware_detail": "NVIDIA H100 80GB HBM3 SXM"#)).unwrap();
+    let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    assert!(out.status.success() && !stderr(&out).contains("warning"), "{}", stderr(&out));
+    assert_eq!(predictions(&dir, &[]), hand_written);
+    std::fs::write(dir.join("normalized.json"), summary).unwrap();
+    assert_eq!(predictions(&dir, &[]), predictions(&dir, &["--hardware", "A100-80GB"]));
+    assert_ne!(predictions(&dir, &[]), hand_written, "the summary's A100 is simulated");
+    std::fs::write(dir.join("server-facts.yaml"), "hardware: H100-SXM-80GB\n").unwrap();
+    assert_eq!(predictions(&dir, &[]), hand_written, "server-facts.yaml's GPU wins");
+    let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(err.contains("normalized.json hardware = A100-80GB but server-facts.yaml hardware = H100; simulating H100"), "{err}");
+    std::fs::write(dir.join("server-facts.yaml"), "hardware: NVIDIA A100-SXM4-80GB\n").unwrap();
+    assert!(!stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"])).contains("normalized.json hardware"), "two spellings of one GPU agree");
+    std::fs::write(dir.join("normalized.json"), summary.replace("7462", "\"many\"")).unwrap();
+    let bad = blis(&["validate", dir.to_str().unwrap(), "-q"]);
+    let err = stderr(&bad);
+    assert!(!bad.status.success() && err.contains("normalized.json") && err.contains("vllm_config_known.kv_blocks_total_gpu"), "{err}");
+}
+
 /// A load configuration that does not describe the run (here stage 0 lasts
 /// a tenth of its 5 s, so 1 request is simulated against the 10 its report
 /// counts) is compared all the same, with a warning naming the stage; the

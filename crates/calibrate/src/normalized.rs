@@ -1,0 +1,157 @@
+//! The server facts a `normalized.json` records: the one-file summary the
+//! shared ground truth keeps beside each inference-perf run (its
+//! `vllm_config_known`, `hardware`, `tp` and `status`). An experiment
+//! directory that has one reads from it what neither `server-facts.yaml`
+//! nor `vllm.log` gives, so a run delivered without `server-facts.yaml` is
+//! still simulated on its own GPU, block count and offloading.
+//!
+//! What is read, as `server-facts.yaml` keys:
+//!
+//! | `normalized.json` | fact |
+//! | --- | --- |
+//! | `hardware`, else `hardware_detail` up to ` (` (the first a bundled GPU name) | `hardware` |
+//! | `vllm_config_known.tensor_parallel_size`, else `tp` | `tensor_parallel_size` |
+//! | `vllm_config_known.{max_num_seqs, max_num_batched_tokens, max_model_len}`, else the top-level ones | the same |
+//! | `vllm_config_known.kv_blocks_total_gpu` | `num_gpu_blocks` |
+//! | `vllm_config_known.block_size`, `gpu_memory_utilization` | the same |
+//! | `vllm_config_known.cpu_kv_offload`: `true`, `false`, `null` (not recorded) | `cpu_offload`: `true`, `false`, `unknown` |
+//! | `vllm_config_known.{prefix_caching, chunked_prefill}` when `true`/`false` (a note is no fact) | `enable_prefix_caching`, `enable_chunked_prefill` |
+//! | `status`: `active`, `overload-excluded` | `status` |
+//!
+//! Every other field is left alone; a field read with the wrong type is an
+//! error naming it.
+
+use serde::{Deserialize, Deserializer};
+use serde_json::Value;
+
+use crate::facts::{CpuOffloadFact, ServerFacts, Status};
+
+/// The file name.
+pub const NORMALIZED: &str = "normalized.json";
+
+/// The top level of `normalized.json`, as far as it is read.
+#[derive(Deserialize, Default)]
+struct Normalized {
+    #[serde(default)]
+    hardware: Option<String>,
+    #[serde(default)]
+    hardware_detail: Option<String>,
+    #[serde(default)]
+    tp: Option<u32>,
+    #[serde(default)]
+    max_num_seqs: Option<u32>,
+    #[serde(default)]
+    max_num_batched_tokens: Option<u32>,
+    #[serde(default)]
+    max_model_len: Option<u32>,
+    #[serde(default)]
+    status: Option<Status>,
+    #[serde(default)]
+    vllm_config_known: Option<Known>,
+}
+
+/// `vllm_config_known`, as far as it is read.
+#[derive(Deserialize, Default)]
+struct Known {
+    #[serde(default)]
+    tensor_parallel_size: Option<u32>,
+    #[serde(default)]
+    max_num_seqs: Option<u32>,
+    #[serde(default)]
+    max_num_batched_tokens: Option<u32>,
+    #[serde(default)]
+    max_model_len: Option<u32>,
+    #[serde(default)]
+    kv_blocks_total_gpu: Option<u64>,
+    #[serde(default)]
+    block_size: Option<u32>,
+    #[serde(default)]
+    gpu_memory_utilization: Option<f64>,
+    #[serde(default, deserialize_with = "offload")]
+    cpu_kv_offload: Option<CpuOffloadFact>,
+    #[serde(default)]
+    prefix_caching: Option<Value>,
+    #[serde(default)]
+    chunked_prefill: Option<Value>,
+}
+
+/// `cpu_kv_offload`: a boolean, or `null` for "not recorded".
+fn offload<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CpuOffloadFact>, D::Error> {
+    match Option::<bool>::deserialize(d)? {
+        Some(true) => Ok(Some(CpuOffloadFact::On)),
+        Some(false) => Ok(Some(CpuOffloadFact::Off)),
+        None => Ok(Some(CpuOffloadFact::Unknown)),
+    }
+}
+
+/// The facts the text of a `normalized.json` records (see the module
+/// documentation); an error names the field that could not be read.
+pub fn facts(text: &str) -> Result<ServerFacts, String> {
+    let n: Normalized = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
+        .map_err(|e| blis_data::locate::json_message(text, &e))?;
+    let k = n.vllm_config_known.unwrap_or_default();
+    // The short name may be one the catalogue does not know (`ampere-big`) where the detail is (`NVIDIA A100-SXM4-80GB (...)`).
+    let detail = n.hardware_detail.as_deref().and_then(|d| d.split(" (").next()).map(str::trim).filter(|d| !d.is_empty());
+    let known = |name: &&str| blis_data::catalog::find_gpu(name).is_some();
+    let hardware = n.hardware.as_deref().filter(known).or(detail.filter(known)).or(n.hardware.as_deref()).map(str::to_string);
+    Ok(ServerFacts {
+        hardware,
+        tensor_parallel_size: k.tensor_parallel_size.or(n.tp),
+        max_num_seqs: k.max_num_seqs.or(n.max_num_seqs),
+        max_num_batched_tokens: k.max_num_batched_tokens.or(n.max_num_batched_tokens),
+        max_model_len: k.max_model_len.or(n.max_model_len),
+        num_gpu_blocks: k.kv_blocks_total_gpu,
+        block_size: k.block_size,
+        gpu_memory_utilization: k.gpu_memory_utilization,
+        cpu_offload: k.cpu_kv_offload,
+        enable_prefix_caching: k.prefix_caching.as_ref().and_then(Value::as_bool),
+        enable_chunked_prefill: k.chunked_prefill.as_ref().and_then(Value::as_bool),
+        status: n.status,
+        ..ServerFacts::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_shared_layout_is_read() {
+        let text = r#"{"name": "x", "hardware": "H100", "hardware_detail": "NVIDIA H100 80GB HBM3 SXM (per a README)", "tp": 2,
+            "max_model_len": 4096, "status": "overload-excluded", "stages": [{"rate": 4}],
+            "vllm_config_known": {"tensor_parallel_size": 2, "kv_blocks_total_gpu": 27510, "block_size": 16,
+              "gpu_memory_utilization": null, "cpu_kv_offload": true, "prefix_caching": "vLLM V1 default (enabled) assumed; not recorded",
+              "chunked_prefill": false, "vllm_version": null}}"#;
+        let f = facts(text).unwrap();
+        assert_eq!(f.hardware.as_deref(), Some("H100"));
+        assert_eq!((f.tensor_parallel_size, f.max_model_len, f.num_gpu_blocks, f.block_size), (Some(2), Some(4096), Some(27510), Some(16)));
+        assert_eq!((f.gpu_memory_utilization, f.cpu_offload, f.status), (None, Some(CpuOffloadFact::On), Some(Status::OverloadExcluded)));
+        assert_eq!((f.enable_prefix_caching, f.enable_chunked_prefill), (None, Some(false)));
+        let unrecorded = facts(r#"{"vllm_config_known": {"cpu_kv_offload": null}}"#).unwrap();
+        assert_eq!(unrecorded.cpu_offload, Some(CpuOffloadFact::Unknown));
+        assert_eq!(facts("{}").unwrap(), ServerFacts::default());
+    }
+
+    #[test]
+    fn the_detail_names_the_gpu_the_short_name_does_not() {
+        let f = facts(r#"{"hardware": "ampere-big", "hardware_detail": "NVIDIA A100-SXM4-80GB (8 per node)"}"#).unwrap();
+        assert_eq!(f.hardware.as_deref(), Some("NVIDIA A100-SXM4-80GB"));
+        // Neither known: the short name stays, for the error to name.
+        let f = facts(r#"{"hardware": "Z9", "hardware_detail": "a card"}"#).unwrap();
+        assert_eq!(f.hardware.as_deref(), Some("Z9"));
+    }
+
+    #[test]
+    fn a_field_of_the_wrong_type_is_named() {
+        for (text, field) in [
+            (r#"{"vllm_config_known": {"kv_blocks_total_gpu": "many"}}"#, "vllm_config_known.kv_blocks_total_gpu"),
+            (r#"{"vllm_config_known": {"cpu_kv_offload": "yes"}}"#, "vllm_config_known.cpu_kv_offload"),
+            (r#"{"status": "fine"}"#, "status"),
+            (r#"{"tp": -1}"#, "tp"),
+        ] {
+            let e = facts(text).unwrap_err();
+            assert!(e.contains(field), "{text}: {e}");
+        }
+        assert!(facts("[1]").is_err());
+    }
+}
