@@ -37,7 +37,7 @@ use blis_data::DataError;
 use crate::error::ExperimentError;
 pub use crate::facts::{CpuOffloadFact, ServerFacts, Status};
 use crate::facts::SERVER_FACT_KEYS;
-use crate::normalized::NORMALIZED;
+use crate::normalized::{NORMALIZED, NormalizedRun};
 use crate::vllm_log::LoggedServer;
 use crate::requests::{RequestRow, read_requests};
 
@@ -380,9 +380,9 @@ pub struct Experiment {
     pub log: Option<LoggedServer>,
     /// Why a `vllm.log` present was not read (no vLLM startup line in it).
     pub log_unread: Option<String>,
-    /// The facts `normalized.json` records, when the directory has one:
-    /// read for what neither `server-facts.yaml` nor the log gives.
-    pub normalized: Option<ServerFacts>,
+    /// What `normalized.json` records, when the directory has one: its
+    /// facts are read for what neither `server-facts.yaml` nor the log gives.
+    pub normalized: Option<NormalizedRun>,
 }
 
 /// Where an experiment's model comes from.
@@ -641,7 +641,7 @@ impl Experiment {
         let (exp_config, model_from) = exp_config(dir, &config_path, &workload, log.as_ref())?;
         let normalized_path = dir.join(NORMALIZED);
         let normalized = match present(&normalized_path) {
-            true => Some(crate::normalized::facts(&read(&normalized_path)?).map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?),
+            true => Some(crate::normalized::read(&read(&normalized_path)?).map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?),
             false => None,
         };
         let exp = Experiment {
@@ -747,7 +747,7 @@ impl Experiment {
     pub fn fact_sources(&self) -> impl Iterator<Item = (&ServerFacts, &'static str)> {
         std::iter::once((&self.facts, "server-facts.yaml"))
             .chain(self.log.iter().map(|l| (&l.facts, SERVER_LOG)))
-            .chain(self.normalized.iter().map(|n| (n, NORMALIZED)))
+            .chain(self.normalized.iter().map(|n| (&n.facts, NORMALIZED)))
     }
 
     /// A fact about the server, from the first of [`Experiment::fact_sources`] that gives it.

@@ -18,6 +18,10 @@
 //! | `vllm_config_known.{prefix_caching, chunked_prefill}` when `true`/`false` (a note is no fact) | `enable_prefix_caching`, `enable_chunked_prefill` |
 //! | `status`: `active`, `overload-excluded` | `status` |
 //!
+//! Its `config_json_dir` and `model_short` also name the run's model
+//! configuration under a `model_configs/` directory above it, where the
+//! model's own short name does not.
+//!
 //! Every other field is left alone; a field read with the wrong type is an
 //! error naming it.
 
@@ -47,7 +51,21 @@ struct Normalized {
     #[serde(default)]
     status: Option<Status>,
     #[serde(default)]
+    config_json_dir: Option<String>,
+    #[serde(default)]
+    model_short: Option<String>,
+    #[serde(default)]
     vllm_config_known: Option<Known>,
+}
+
+/// What a `normalized.json` says about its run's server.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NormalizedRun {
+    /// The server's facts, as `server-facts.yaml` keys.
+    pub facts: ServerFacts,
+    /// Names of the model's directory under a `model_configs/` above the
+    /// run (`config_json_dir`, then `model_short`), as given.
+    pub model_config_dirs: Vec<String>,
 }
 
 /// `vllm_config_known`, as far as it is read.
@@ -84,9 +102,9 @@ fn offload<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CpuOffloadFact>, D:
     }
 }
 
-/// The facts the text of a `normalized.json` records (see the module
+/// What the text of a `normalized.json` records (see the module
 /// documentation); an error names the field that could not be read.
-pub fn facts(text: &str) -> Result<ServerFacts, String> {
+pub fn read(text: &str) -> Result<NormalizedRun, String> {
     let n: Normalized = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
         .map_err(|e| blis_data::locate::json_message(text, &e))?;
     let k = n.vllm_config_known.unwrap_or_default();
@@ -94,7 +112,7 @@ pub fn facts(text: &str) -> Result<ServerFacts, String> {
     let detail = n.hardware_detail.as_deref().and_then(|d| d.split(" (").next()).map(str::trim).filter(|d| !d.is_empty());
     let known = |name: &&str| blis_data::catalog::find_gpu(name).is_some();
     let hardware = n.hardware.as_deref().filter(known).or(detail.filter(known)).or(n.hardware.as_deref()).map(str::to_string);
-    Ok(ServerFacts {
+    let facts = ServerFacts {
         hardware,
         tensor_parallel_size: k.tensor_parallel_size.or(n.tp),
         max_num_seqs: k.max_num_seqs.or(n.max_num_seqs),
@@ -108,12 +126,17 @@ pub fn facts(text: &str) -> Result<ServerFacts, String> {
         enable_chunked_prefill: k.chunked_prefill.as_ref().and_then(Value::as_bool),
         status: n.status,
         ..ServerFacts::default()
-    })
+    };
+    Ok(NormalizedRun { facts, model_config_dirs: n.config_json_dir.into_iter().chain(n.model_short).filter(|d| !d.is_empty()).collect() })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn facts(text: &str) -> Result<ServerFacts, String> {
+        read(text).map(|n| n.facts)
+    }
 
     #[test]
     fn the_shared_layout_is_read() {
@@ -129,7 +152,9 @@ mod tests {
         assert_eq!((f.enable_prefix_caching, f.enable_chunked_prefill), (None, Some(false)));
         let unrecorded = facts(r#"{"vllm_config_known": {"cpu_kv_offload": null}}"#).unwrap();
         assert_eq!(unrecorded.cpu_offload, Some(CpuOffloadFact::Unknown));
-        assert_eq!(facts("{}").unwrap(), ServerFacts::default());
+        assert_eq!(read("{}").unwrap(), NormalizedRun::default());
+        let dirs = read(r#"{"config_json_dir": "Mixtral-8x7B-v0.1", "model_short": "mixtral-8x7b"}"#).unwrap().model_config_dirs;
+        assert_eq!(dirs, ["Mixtral-8x7B-v0.1", "mixtral-8x7b"]);
     }
 
     #[test]

@@ -80,10 +80,11 @@ const MODEL_CONFIGS_SEARCH_DEPTH: usize = 4;
 /// The `config.json` of `model_id` (or of its part after the last '/') in a
 /// `model_configs/` directory within [`MODEL_CONFIGS_SEARCH_DEPTH`] parents
 /// of `dir`, matched case-insensitively, under the model's name or its
-/// current one ([`catalog::current_model_name`]): the layout the ground truth ships.
-fn find_sibling_model_config(dir: &std::path::Path, model_id: &str) -> Option<PathBuf> {
+/// current one ([`catalog::current_model_name`]) or one of `also` (what a
+/// `normalized.json` names it): the layout the ground truth ships.
+fn find_sibling_model_config(dir: &std::path::Path, model_id: &str, also: &[String]) -> Option<PathBuf> {
     let short = |id: &str| id.rsplit('/').next().unwrap_or(id).to_string();
-    let names = [short(model_id), short(&catalog::current_model_name(model_id))];
+    let names: Vec<String> = [short(model_id), short(&catalog::current_model_name(model_id))].into_iter().chain(also.iter().cloned()).collect();
     dir.ancestors().skip(1).take(MODEL_CONFIGS_SEARCH_DEPTH).find_map(|parent| {
         let mut entries: Vec<_> = std::fs::read_dir(parent.join(MODEL_CONFIGS_DIR)).ok()?.flatten().map(|e| e.path()).collect();
         entries.sort();
@@ -104,7 +105,7 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     let model_config = match &defs.model {
         Some(path) => Some(path.clone()),
         None if catalog::find_model(id).is_some() => None,
-        None => Some(find_sibling_model_config(&exp.dir, id).ok_or_else(|| {
+        None => Some(find_sibling_model_config(&exp.dir, id, exp.normalized.as_ref().map_or(&[], |n| &n.model_config_dirs)).ok_or_else(|| {
             format!(
                 "{} `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
                  the experiment; bundled: {}; or pass --model-config PATH",

@@ -256,6 +256,15 @@ fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
     std::fs::copy(llama2_7b, configs.join("config.json")).unwrap();
     assert_eq!(predictions(&renamed, &[]), bundled);
     std::fs::remove_dir_all(&configs).unwrap();
+    // Under the directory a normalized.json beside the run names (its config_json_dir).
+    let configs = tmp.0.join("runs/model_configs/clone-7b");
+    std::fs::create_dir_all(&configs).unwrap();
+    std::fs::copy(llama2_7b, configs.join("config.json")).unwrap();
+    assert!(!blis(&["validate", clone.to_str().unwrap(), "-q"]).status.success(), "no name matches clone-7b");
+    std::fs::write(clone.join("normalized.json"), r#"{"config_json_dir": "Clone-7B"}"#).unwrap();
+    assert_eq!(predictions(&clone, &[]), bundled);
+    std::fs::remove_dir_all(&configs).unwrap();
+    std::fs::remove_file(clone.join("normalized.json")).unwrap();
 
     // The flags: a config.json, and the GPU as NVIDIA's datasheet gives it (with sparsity).
     let sheet = tmp.0.join("h100-sxm.json");
