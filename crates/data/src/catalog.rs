@@ -27,11 +27,19 @@ pub const MODELS: &[BundledModel] = models![
     "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
     "codellama/CodeLlama-34b-Instruct-hf",
     "deepseek-ai/DeepSeek-V2-Lite",
+    "meta-llama/Llama-2-70b-chat-hf",
     "meta-llama/Llama-2-70b-hf",
+    "meta-llama/Llama-2-7b-chat-hf",
     "meta-llama/Llama-2-7b-hf",
+    "meta-llama/Llama-3.1-70B",
     "meta-llama/Llama-3.1-70B-Instruct",
+    "meta-llama/Llama-3.1-8B",
     "meta-llama/Llama-3.1-8B-Instruct",
+    "meta-llama/Llama-3.3-70B-Instruct",
     "mistralai/Mistral-Nemo-Instruct-2407",
+    "mistralai/Mixtral-8x22B-Instruct-v0.1",
+    "mistralai/Mixtral-8x22B-v0.1",
+    "mistralai/Mixtral-8x7B-Instruct-v0.1",
     "mistralai/Mixtral-8x7B-v0.1",
     "zai-org/GLM-5.2-FP8",
 ];
@@ -288,8 +296,11 @@ mod tests {
 
     #[test]
     fn similar_models_are_the_bundled_ids_containing_the_name() {
-        assert_eq!(similar_models("llama-3.1-8b"), ["meta-llama/Llama-3.1-8B-Instruct"]);
-        assert_eq!(similar_models("Meta-Llama/LLAMA-2"), ["meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-hf"]);
+        assert_eq!(similar_models("llama-3.1-8"), ["meta-llama/Llama-3.1-8B", "meta-llama/Llama-3.1-8B-Instruct"]);
+        assert_eq!(
+            similar_models("Meta-Llama/LLAMA-2"),
+            ["meta-llama/Llama-2-70b-chat-hf", "meta-llama/Llama-2-70b-hf", "meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b-hf"]
+        );
         assert!(similar_models("gpt-9").is_empty());
         assert!(similar_models("b").is_empty(), "too short to suggest anything");
     }

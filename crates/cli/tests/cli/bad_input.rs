@@ -46,7 +46,7 @@ fn unknown_flag() {
 fn unknown_model_lists_the_bundled_ones_or_suggests_the_close_ones() {
     let e = rejected("unknown-model", &["--model", "acme/gpt-9"]);
     assert!(e.contains("acme/gpt-9") && e.contains("meta-llama/Llama-3.1-8B-Instruct") && e.contains("--model-config"), "{e}");
-    let e = rejected("close-model", &["--model", "llama-3.1-8b"]);
+    let e = rejected("close-model", &["--model", "llama-3.1-8b-inst"]);
     assert!(e.contains("did you mean meta-llama/Llama-3.1-8B-Instruct?") && !e.contains("Qwen"), "{e}");
 }
 
