@@ -105,13 +105,18 @@ fn offload<'de, D: Deserializer<'de>>(d: D) -> Result<Option<CpuOffloadFact>, D:
 /// What the text of a `normalized.json` records (see the module
 /// documentation); an error names the field that could not be read.
 pub fn read(text: &str) -> Result<NormalizedRun, String> {
+    // serde reads a struct from a sequence too (`[]` would be every default).
+    if !text.trim_start_matches('\u{feff}').trim_start().starts_with('{') {
+        return Err("the top level is not a JSON object".into());
+    }
     let n: Normalized = serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(text))
         .map_err(|e| blis_data::locate::json_message(text, &e))?;
     let k = n.vllm_config_known.unwrap_or_default();
     // The short name may be one the catalogue does not know (`ampere-big`) where the detail is (`NVIDIA A100-SXM4-80GB (...)`).
     let detail = n.hardware_detail.as_deref().and_then(|d| d.split(" (").next()).map(str::trim).filter(|d| !d.is_empty());
     let known = |name: &&str| blis_data::catalog::find_gpu(name).is_some();
-    let hardware = n.hardware.as_deref().filter(known).or(detail.filter(known)).or(n.hardware.as_deref()).map(str::to_string);
+    let hardware = n.hardware.as_deref().map(str::trim).filter(|h| !h.is_empty());
+    let hardware = hardware.filter(known).or(detail.filter(known)).or(hardware).map(str::to_string);
     let facts = ServerFacts {
         hardware,
         tensor_parallel_size: k.tensor_parallel_size.or(n.tp),
@@ -177,6 +182,9 @@ mod tests {
             let e = facts(text).unwrap_err();
             assert!(e.contains(field), "{text}: {e}");
         }
-        assert!(facts("[1]").is_err());
+        for not_an_object in ["[1]", "[]", "null", ""] {
+            assert_eq!(facts(not_an_object).unwrap_err(), "the top level is not a JSON object");
+        }
+        assert_eq!(facts(r#"{"hardware": " ", "hardware_detail": ""}"#).unwrap().hardware, None);
     }
 }

@@ -246,6 +246,7 @@ impl Server {
         let budget = |hybrid_kv: bool| hardware::kv_budget(&model, &gpu, &KvSizing { hybrid_kv, ..sizing }).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"));
         let (groups, group_layers) = hardware::kv_groups(&model, hybrid);
         let (num_gpu_blocks, kv_budget, unified_blocks) = match k.num_gpu_blocks.value {
+            Some(b) if b < 2 => return Err(invalid!("--num-gpu-blocks {b}: the KV cache needs at least 2 blocks (one is vLLM's reserved null block)")),
             Some(b) => {
                 // vLLM's override is taken as it is, and allocated: a cache that outgrows the
                 // memory left beside the weights would not start.
