@@ -150,7 +150,8 @@ fn message(e: &serde_saphyr::Error, text: &str) -> String {
     let text_bytes = text.len();
     let inner = innermost(e);
     match (inner, scalar_at(text, inner)) {
-        (serde_saphyr::Error::InvalidScalar { ty, .. }, Some(found)) => return format!("`{found}` is not a valid {ty}"),
+        (serde_saphyr::Error::InvalidScalar { ty, .. }, Some(found)) => return format!("`{found}` is {}", kind_of_scalar(ty)),
+        (serde_saphyr::Error::InvalidBooleanStrict { .. }, Some(found)) => return format!("`{found}` is not a boolean: write true or false"),
         (serde_saphyr::Error::NonFiniteFloat { .. }, Some(found)) => return format!("`{found}` is not a finite number"),
         (serde_saphyr::Error::Unexpected { expected, .. }, _) => {
             let wanted = match *expected {
@@ -191,6 +192,22 @@ fn message(e: &serde_saphyr::Error, text: &str) -> String {
     match said.split_once(", set DuplicateKeyPolicy") {
         Some((head, _)) => head.to_string(),
         None => said,
+    }
+}
+
+/// What a scalar that did not parse as serde's type `ty` is not, in
+/// words: `u32` is "not a whole number from 0 to 4294967295".
+fn kind_of_scalar(ty: &str) -> String {
+    let unsigned = |max: u32| format!("not a whole number from 0 to {max}");
+    match ty {
+        "u8" => unsigned(u8::MAX.into()),
+        "u16" => unsigned(u16::MAX.into()),
+        "u32" => unsigned(u32::MAX.into()),
+        "u64" | "usize" | "u128" => "not a non-negative whole number".to_string(),
+        "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "not a whole number (or out of range)".to_string(),
+        "floating point" | "f32" | "f64" => "not a finite number".to_string(),
+        "char" => "not a single character".to_string(),
+        other => format!("not a valid {other}"),
     }
 }
 
@@ -255,9 +272,11 @@ mod tests {
     #[test]
     fn errors_name_the_key_path_and_position() {
         let e = from_str::<Doc>("a: 1\nb: [1, x]\n").unwrap_err();
-        assert_eq!(e.to_string(), "field `b[1]`: `x` is not a valid floating point at line 2 column 8");
+        assert_eq!(e.to_string(), "field `b[1]`: `x` is not a finite number at line 2 column 8");
         let e = from_str::<Doc>("a: -1e-300\n").unwrap_err();
-        assert_eq!(e.to_string(), "field `a`: `-1e-300` is not a valid u32 at line 1 column 4");
+        assert_eq!(e.to_string(), "field `a`: `-1e-300` is not a whole number from 0 to 4294967295 at line 1 column 4");
+        let e = from_str::<Doc>("a: 1\non: 1\n").unwrap_err();
+        assert_eq!(e.to_string(), "field `on`: `1` is not a boolean: write true or false at line 2 column 5");
         let e = from_str::<Doc>("a: 1\nzz: 3\n").unwrap_err();
         assert!(e.to_string().contains("unknown field `zz`"), "{e}");
         let e = from_str::<Doc>("b: []\n").unwrap_err();

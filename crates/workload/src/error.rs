@@ -6,11 +6,17 @@ use std::path::Path;
 
 use thiserror::Error;
 
+/// `path: ` before a message about the value at key path `path`; nothing
+/// for the whole document (`.`).
+fn located(key_path: &str) -> String {
+    if key_path == "." { String::new() } else { format!("{key_path}: ") }
+}
+
 /// Why a workload could not be loaded, built or read.
 #[derive(Debug, Error)]
 pub enum WorkloadError {
     /// A spec (or a file it references) has a bad or missing value.
-    #[error("{source_name}: {key_path}: {message}")]
+    #[error("{source_name}: {}{message}", located(key_path))]
     Spec {
         /// The spec file, or `preset:NAME` for a built-in.
         source_name: String,

@@ -461,7 +461,7 @@ mod tests {
         assert!(e.starts_with("w.yaml: clients[0].input_distribution.type: unknown variant `zipf`"), "{e}");
         assert!(e.contains("pareto_lognormal"), "{e}");
         let e = err("num_requests: -4\n");
-        assert!(e.starts_with("w.yaml: num_requests: `-4` is not a valid u64"), "{e}");
+        assert!(e.starts_with("w.yaml: num_requests: `-4` is not a non-negative whole number"), "{e}");
         let e = err("- 1\n");
         assert!(e.contains("expected a mapping"), "{e}");
         let e = err("clients: [\n");

@@ -289,7 +289,7 @@ fn numbers_in_error_lines_stay_short() {
     let dir = scratch("short-numbers");
     let spec = write(&dir, "tiny.yaml", "aggregate_rate: 5\nhorizon: 1e-300\nclients: []\n");
     let e = rejected("spec-tiny-horizon", &with_model(&["--workload-spec", &spec]));
-    assert!(e.contains("`1e-300` is not a valid u64") && e.len() < 200, "{e}");
+    assert!(e.contains("`1e-300` is not a non-negative whole number") && e.len() < 200, "{e}");
 }
 
 /// A bad value from a `--config` file is blamed on the file and its key,
