@@ -69,16 +69,24 @@ fn pool_knobs(k: &Knobs, p: &NodePoolSection) -> Knobs {
     pk
 }
 
+/// How errors name pool `i` of the file `origin` names (`--policy-config
+/// f.yaml: node_pools[0] (h100)`).
+fn pool_origin(origin: &str, i: usize, p: &NodePoolSection) -> String {
+    format!("{}node_pools[{i}] ({})", if origin.is_empty() { String::new() } else { format!("{origin}: ") }, p.name)
+}
+
 /// The knobs the deployment itself resolves with when node pools run its
-/// replicas: the first pool's (`None` without pools, or when
-/// `--autoscale-policy none` turns them off). The report's `deployment`
-/// then describes replicas that run, and a deployment that fits only at the
-/// pools' TP degree (a 70B model whose pools run TP 4, at the default
-/// `--tp 1`) is not refused for the flags' width.
-pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<Knobs> {
+/// replicas: the first pool's, with how errors name that pool (`None`
+/// without pools, or when `--autoscale-policy none` turns them off). The
+/// report's `deployment` then describes replicas that run, and a
+/// deployment that fits only at the pools' TP degree (a 70B model whose
+/// pools run TP 4, at the default `--tp 1`) is not refused for the flags'
+/// width.
+pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<(Knobs, String)> {
     let first = pools.first()?;
     let autoscaled = k.autoscale_policy.value.as_deref() != Some("none");
-    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| pool_knobs(k, first))
+    let origin = k.policy_config.value.as_ref().map(|p| format!("--policy-config {}", p.display())).unwrap_or_default();
+    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| (pool_knobs(k, first), pool_origin(&origin, 0, first)))
 }
 
 /// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no
@@ -222,7 +230,7 @@ fn resolve_pools(
     }
     let mut pools = Vec::new();
     for (i, p) in written.pools.iter().enumerate() {
-        let at = format!("{}node_pools[{i}] ({})", if written.origin.is_empty() { String::new() } else { format!("{}: ", written.origin) }, p.name);
+        let at = pool_origin(written.origin, i, p);
         let pk = pool_knobs(k, p);
         let mut scratch = ConfigReport::new();
         let server = Server::resolve(&pk, long_context, &mut scratch, warnings).map_err(|e| invalid!("{at}: {e}"))?;

@@ -153,10 +153,13 @@ impl Scenario {
         let k = &self.knobs;
         let policy = cluster::policy_config(k)?;
         // Node pools run the replicas: the deployment is the first pool's.
-        let pool_knobs = autoscale::deployment_knobs(k, &policy.0.node_pools);
-        let mut config = pool_knobs.as_ref().unwrap_or(k).report();
+        let first_pool = autoscale::deployment_knobs(k, &policy.0.node_pools);
+        let mut config = first_pool.as_ref().map_or(k, |(pk, _)| pk).report();
         let mut warnings = Vec::new();
-        let mut deployment = Deployment::resolve(pool_knobs.as_ref().unwrap_or(k), self.long_context, &mut config, &mut warnings)?;
+        let mut deployment = match &first_pool {
+            Some((pk, at)) => Deployment::resolve(pk, self.long_context, &mut config, &mut warnings).map_err(|e| invalid!("{at}: {e}"))?,
+            None => Deployment::resolve(k, self.long_context, &mut config, &mut warnings)?,
+        };
         let workload = workload::open(k, &mut config)?;
         warnings.extend(workload.warnings.iter().cloned());
         let instance = &mut deployment.server.instance;
