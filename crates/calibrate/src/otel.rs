@@ -51,7 +51,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, Write};
 use std::path::Path;
 
-use blis_engine::instance::{Observer, StepEvent};
+use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
 use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
@@ -126,7 +126,14 @@ fn event(name: &str, t: Micros, mut attributes: Vec<Value>) -> Value {
 /// the instance that finished it. A journey's `HANDOFF_TO_CORE` is when
 /// the request reached the engine's input queue
 /// ([`RequestRecord::enqueued`]) and its `QUEUED` when the scheduler took it
-/// in ([`RequestRecord::queued`]), as vLLM stamps them. Under
+/// in ([`RequestRecord::queued`]), as vLLM stamps them. Its first
+/// `SCHEDULED` says `schedule.kind` `FIRST`; each preemption on that
+/// instance adds a `PREEMPTED` and, once it runs again, a `SCHEDULED` of
+/// kind `RESUME`, every event carrying the preemptions so far
+/// (`num_preemptions`). Completed requests end with `FINISHED` of
+/// `finish.status` `length` (BLIS generates every requested token); a
+/// request the client gave up on after the scheduler took it in ends with
+/// `finish.status` `aborted`, at the time it was aborted. Under
 /// prefill/decode disaggregation the
 /// resource also says its pool, as vLLM's `kv_role`
 /// (`vllm.kv_role`: `kv_producer` for the prefill pool, `kv_consumer` for
@@ -143,6 +150,16 @@ pub struct OtelWriter<W: Write> {
     steps: Vec<u64>,
     /// Spans not yet written: (instance, scope, span), in emission order.
     pending: Vec<(u32, Scope, Value)>,
+    /// Requests in flight by (id, instance): whether they have run there,
+    /// and their preemptions there (when, and when they resumed).
+    in_flight: BTreeMap<(u64, u32), Lifecycle>,
+}
+
+/// What the writer remembers of a request on an instance until it ends.
+#[derive(Default)]
+struct Lifecycle {
+    scheduled: bool,
+    preemptions: Vec<(Micros, Option<Micros>)>,
 }
 
 /// The instrumentation scopes the writer emits, in the order a line lists them.
@@ -177,6 +194,7 @@ impl<W: Write> OtelWriter<W> {
             prefill_instances: None,
             steps: Vec::new(),
             pending: Vec::new(),
+            in_flight: BTreeMap::new(),
         }
     }
 
@@ -291,24 +309,76 @@ impl<W: Write> Observer for OtelWriter<W> {
         self.flush_spans(false);
     }
 
+    fn on_queue(&mut self, q: &QueueEvent) {
+        let life = self.in_flight.entry((q.id.0, q.instance)).or_default();
+        match q.change {
+            QueueChange::Enqueued if life.scheduled => life.preemptions.push((q.time, None)),
+            QueueChange::Enqueued => {}
+            QueueChange::Scheduled => {
+                if let Some((_, resumed @ None)) = life.preemptions.last_mut() {
+                    *resumed = Some(q.time);
+                }
+                life.scheduled = true;
+            }
+        }
+    }
+
     fn on_finish(&mut self, r: &RequestRecord) {
-        let (Outcome::Completed, Some(handoff), Some(queued), Some(scheduled), Some(first), Some(last)) =
-            (r.outcome, r.enqueued, r.queued, r.first_scheduled, r.first_token, r.last_token)
-        else {
-            return;
-        };
-        let core_first = first - self.emission - self.per_token;
-        let core_last = last - self.emission - Micros(self.per_token.0.saturating_mul(u64::from(r.output_tokens)));
         let id = r.id.0;
+        let instance = r.instance.unwrap_or(0);
+        let mut preemptions = Vec::new();
+        while let Some((&(held, on), _)) = self.in_flight.range((id, 0)..=(id, u32::MAX)).next() {
+            let life = self.in_flight.remove(&(held, on)).unwrap_or_default();
+            if on == instance {
+                preemptions = life.preemptions;
+            }
+        }
+        let status = match r.outcome {
+            Outcome::Completed => "length",
+            Outcome::TimedOut => "aborted",
+            Outcome::Dropped(_) | Outcome::Rejected(_) => return,
+        };
+        let (Some(handoff), Some(queued)) = (r.enqueued, r.queued) else { return };
+        let done = status == "length";
+        if done && (r.first_scheduled.is_none() || r.first_token.is_none() || r.last_token.is_none()) {
+            return;
+        }
+        let core_first = r.first_token.map(|first| first - self.emission - self.per_token);
+        let core_end = match r.last_token.filter(|_| done) {
+            Some(last) => last - self.emission - Micros(self.per_token.0.saturating_mul(u64::from(r.output_tokens))),
+            None => r.finished,
+        };
         let trace_id = format!("{id:032x}");
-        let progress = |phase: &str| {
+        let progress = |phase: &str, preempted: usize| {
             vec![
                 attr("phase", phase),
                 attr("prefill_total_tokens", r.input_tokens),
                 attr("decode_max_tokens", r.output_tokens),
-                attr("num_preemptions", r.preemptions),
+                attr("num_preemptions", preempted as u64),
             ]
         };
+        let with = |mut attributes: Vec<Value>, key: &str, value: &str| {
+            attributes.push(attr(key, value));
+            attributes
+        };
+        let preempted_by = |t: Micros| preemptions.iter().take_while(|(p, _)| *p <= t).count();
+        let mut core = vec![(queued, event("QUEUED", queued, progress("WAITING", 0)))];
+        if let Some(scheduled) = r.first_scheduled {
+            core.push((scheduled, event("SCHEDULED", scheduled, with(progress("PREFILL", 0), "schedule.kind", "FIRST"))));
+        }
+        for (i, &(at, resumed)) in preemptions.iter().enumerate() {
+            core.push((at, event("PREEMPTED", at, progress("WAITING", i + 1))));
+            if let Some(resumed) = resumed {
+                core.push((resumed, event("SCHEDULED", resumed, with(progress("PREFILL", i + 1), "schedule.kind", "RESUME"))));
+            }
+        }
+        if let Some(t) = core_first {
+            core.push((t, event("FIRST_TOKEN", t, progress("DECODE", preempted_by(t)))));
+        }
+        let phase = if core_first.is_some() { "DECODE" } else { "WAITING" };
+        core.push((core_end, event("FINISHED", core_end, with(progress(phase, preemptions.len()), "finish.status", status))));
+        // Stable: events at one time keep the order above.
+        core.sort_by_key(|(t, _)| *t);
         let span = |name: &str, span_id: u64, start: Micros, end: Micros, events: Vec<Value>| {
             json!({
                 "traceId": trace_id,
@@ -320,39 +390,14 @@ impl<W: Write> Observer for OtelWriter<W> {
                 "events": events,
             })
         };
-        let instance = r.instance.unwrap_or(0);
-        self.pending.push((
-            instance,
-            Scope::Api,
-            span(
-            "llm_request",
-            2 * id,
-            r.arrival,
-            r.finished,
-            vec![
-                event("ARRIVED", r.arrival, progress("WAITING")),
-                event("HANDOFF_TO_CORE", handoff, progress("WAITING")),
-                event("FIRST_RESPONSE", first, progress("DECODE")),
-                event("DEPARTED", r.finished, progress("DECODE")),
-            ],
-            ),
-        ));
-        self.pending.push((
-            instance,
-            Scope::Core,
-            span(
-            "llm_core",
-            2 * id + 1,
-            queued,
-            core_last,
-            vec![
-                event("QUEUED", queued, progress("WAITING")),
-                event("SCHEDULED", scheduled, progress("PREFILL")),
-                event("FIRST_TOKEN", core_first, progress("DECODE")),
-                event("FINISHED", core_last, progress("DECODE")),
-            ],
-            ),
-        ));
+        let all = preemptions.len();
+        let mut api = vec![event("ARRIVED", r.arrival, progress("WAITING", 0)), event("HANDOFF_TO_CORE", handoff, progress("WAITING", 0))];
+        if let Some(first) = r.first_token {
+            api.push(event("FIRST_RESPONSE", first, progress("DECODE", core_first.map_or(all, preempted_by))));
+        }
+        api.push(event("DEPARTED", r.finished, progress(phase, all)));
+        self.pending.push((instance, Scope::Api, span("llm_request", 2 * id, r.arrival, r.finished, api)));
+        self.pending.push((instance, Scope::Core, span("llm_core", 2 * id + 1, queued, core_end, core.into_iter().map(|(_, e)| e).collect())));
         self.flush_spans(false);
     }
 }
@@ -461,13 +506,25 @@ pub struct Journey {
     pub done_tokens: u32,
     /// Event name → its monotonic time, ns: `ts.monotonic_ns`, else
     /// `ts.monotonic` or `event.ts.monotonic` (an integer is ns, a double
-    /// seconds, as vLLM's `time.monotonic()` writes it).
+    /// seconds, as vLLM's `time.monotonic()` writes it). An event that
+    /// recurs (`SCHEDULED` after each preemption) keeps its earliest time.
     pub events_ns: BTreeMap<String, u64>,
-    /// Event name → the event's `timeUnixNano` (wall clock), ns.
+    /// Event name → the event's `timeUnixNano` (wall clock), ns, earliest
+    /// like [`Journey::events_ns`].
     pub epoch_ns: BTreeMap<String, u64>,
+    /// The `finish.status` its `FINISHED` event gives (`stopped`, `length`,
+    /// `aborted`, ...), when one does.
+    pub finish_status: Option<String>,
 }
 
 impl Journey {
+    /// Whether it ended with its answer: its `FINISHED` says `stopped` or
+    /// `length`, or says nothing (a trace without the attribute). An
+    /// aborted request's times are not a served request's.
+    pub fn served(&self) -> bool {
+        self.finish_status.as_deref().is_none_or(|s| s == "stopped" || s == "length")
+    }
+
     /// Tokens generated: `done_tokens` where an event counted them, else `output_tokens`.
     pub fn generated_tokens(&self) -> u32 {
         if self.done_tokens > 0 { self.done_tokens } else { self.output_tokens }
@@ -621,7 +678,7 @@ impl OtelTrace {
             .filter_map(|j| {
                 let at = |name: &str| j.epoch_ns.get(name).map(|ns| ns / 1000);
                 let arrival_us = at("ARRIVED")?;
-                let done = at("FIRST_RESPONSE").zip(at("DEPARTED")).filter(|(first, last)| arrival_us <= *first && first <= last);
+                let done = at("FIRST_RESPONSE").zip(at("DEPARTED")).filter(|(first, last)| j.served() && arrival_us <= *first && first <= last);
                 Some(ClientView { arrival_us, done, prompt_tokens: j.prompt_tokens, output_tokens: j.generated_tokens() })
             })
             .collect();
@@ -744,11 +801,17 @@ fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Jo
     }
     for e in span.get("events").and_then(Value::as_array).into_iter().flatten() {
         let Some(name) = e.get("name").and_then(Value::as_str).map(journey_event_name) else { continue };
+        // An event that recurs keeps its first time: a preempted request is
+        // SCHEDULED again when it resumes, but α ends at its first scheduling.
+        let earliest = |clock: &mut BTreeMap<String, u64>, t: u64| {
+            let first = clock.entry(name.to_string()).or_insert(t);
+            *first = (*first).min(t);
+        };
         if let Some(t) = monotonic_ns(e.get("attributes")) {
-            j.events_ns.insert(name.to_string(), t);
+            earliest(&mut j.events_ns, t);
         }
         if let Some(t) = time_ns(e.get("timeUnixNano")) {
-            j.epoch_ns.insert(name.to_string(), t);
+            earliest(&mut j.epoch_ns, t);
         }
         let a = attributes(e.get("attributes"));
         if let Some(p) = a.get("prefill_total_tokens").or_else(|| a.get("prefill.total_tokens")).and_then(|&p| token_count(p)) {
@@ -759,6 +822,9 @@ fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Jo
         }
         if let Some(d) = a.get("decode.done_tokens").or_else(|| a.get("decode_done_tokens")).and_then(|&d| token_count(d)) {
             j.done_tokens = j.done_tokens.max(d);
+        }
+        if name == "FINISHED" {
+            j.finish_status = string_attribute(e.get("attributes"), "finish.status").or(j.finish_status.take());
         }
     }
 }
@@ -931,6 +997,9 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         // simulated engine times it, its wait for the engine loop to take it
         // into the scheduler (`QUEUED`) included. A journey without one is
         // timed from `QUEUED`, which puts that wait in α.
+        if !j.served() {
+            continue;
+        }
         const TIMES: [&str; 6] = ["ARRIVED", "HANDOFF_TO_CORE", "FIRST_TOKEN", "FINISHED", "FIRST_RESPONSE", "DEPARTED"];
         let times = j.times_us(TIMES).or_else(|| {
             let mut from_queued = TIMES;
@@ -1003,7 +1072,8 @@ mod tests {
         {"scope":{"name":"vllm.api"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[
           {"name":"ARRIVED","timeUnixNano":"1000","attributes":[{"key":"prefill_total_tokens","value":{"intValue":"100"}}]},
           {"name":"DEPARTED","timeUnixNano":"99000","attributes":[{"key":"ts.monotonic","value":{"intValue":"98000"}},{"key":"decode_max_tokens","value":{"intValue":"5"}}]}]}]},
-        {"scope":{"name":"vllm.scheduler"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[{"name":"QUEUED","timeUnixNano":"3000"}]}]},
+        {"scope":{"name":"vllm.scheduler"},"spans":[{"attributes":[{"key":"request.id","value":{"stringValue":"cmpl-1"}}],"events":[{"name":"QUEUED","timeUnixNano":"3000"},
+          {"name":"SCHEDULED","timeUnixNano":"8000"},{"name":"PREEMPTED","timeUnixNano":"7000"},{"name":"SCHEDULED","timeUnixNano":"5000"}]}]},
         {"scope":{"name":"http.server"},"spans":[{"events":[{"name":"step.BATCH_SUMMARY"}]}]}]}]}"#;
 
     /// Two prefill requests share 101 tokens (51 + 50); three decode
@@ -1066,7 +1136,7 @@ mod tests {
     /// own output reads back with the same batch.
     #[test]
     fn snapshots_name_their_requests() {
-        use blis_engine::instance::{Observer, StepEvent};
+        use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
         use blis_engine::request::RequestId;
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency);
@@ -1097,7 +1167,7 @@ mod tests {
     /// deployment say their role; a trace can be cut down to one server.
     #[test]
     fn each_instance_is_its_own_server() {
-        use blis_engine::instance::{Observer, StepEvent};
+        use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
         use blis_engine::request::RequestId;
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency).with_prefill_pool(1);
@@ -1156,7 +1226,11 @@ mod tests {
         let j = &t.journeys["cmpl-1"];
         assert_eq!((j.prompt_tokens, j.output_tokens), (100, 5));
         assert_eq!(j.events_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("DEPARTED", 98000)], "ts.monotonic is ns");
-        assert_eq!(j.epoch_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(), [("ARRIVED", 1000), ("DEPARTED", 99000), ("QUEUED", 3000)]);
+        assert_eq!(
+            j.epoch_ns.iter().map(|(k, v)| (k.as_str(), *v)).collect::<Vec<_>>(),
+            [("ARRIVED", 1000), ("DEPARTED", 99000), ("PREEMPTED", 7000), ("QUEUED", 3000), ("SCHEDULED", 5000)],
+            "a request SCHEDULED again after a preemption keeps its first scheduling, in whatever order the events come"
+        );
         assert_eq!(j.times_us(["ARRIVED", "QUEUED"]), Some([1.0, 3.0]), "one clock for all: the wall clock when the monotonic one lacks an event");
         assert_eq!(j.times_us(["DEPARTED"]), Some([98.0]), "the monotonic clock where it has them all");
         // One step is within the warm-up: nothing to fit, said plainly.

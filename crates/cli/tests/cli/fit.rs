@@ -125,6 +125,64 @@ fn mean_e2e_ttft(coefficients: &str) -> (f64, f64) {
     (r["latency_ms"]["e2e"]["mean"].as_f64().unwrap(), r["latency_ms"]["ttft"]["mean"].as_f64().unwrap())
 }
 
+/// A run that preempts (a small KV cache) and whose client gives up on some
+/// requests: each preemption is a `PREEMPTED` and, when the request runs
+/// again, a `SCHEDULED` of kind `RESUME`, as many as the report counts;
+/// every journey's events are in time order with `num_preemptions` never
+/// falling; completed journeys end `length`, abandoned ones `aborted`. The
+/// fit leaves the aborted journeys out of α, which it still recovers.
+#[test]
+fn preemptions_and_aborts_are_in_the_otel_trace_and_do_not_bias_alpha() {
+    let tmp = TempDir::new("fit-otel-preempt");
+    let run = [
+        "--model", "meta-llama/llama-3.1-8b-instruct", "--num-gpu-blocks", "600", "--prompt-tokens", "1024", "--output-tokens", "512", "--rate", "4",
+        "--num-requests", "200", "--client-timeout", "60", "--seed", "3", "--format", "json", "-q",
+    ];
+    let (_, otel, report) = record_otel(&tmp, &run);
+    let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+    let (completed, timed_out) = (report["requests"]["completed"].as_u64().unwrap(), report["requests"]["timed_out"].as_u64().unwrap());
+    let preemptions = report["kv_cache"]["preemptions"].as_u64().unwrap();
+    assert!(preemptions > 10 && timed_out > 5 && completed > 100, "the run preempts and aborts: {}", report["requests"]);
+    let mut counts: std::collections::BTreeMap<String, u64> = Default::default();
+    for line in std::fs::read_to_string(&otel).unwrap().lines() {
+        let line: serde_json::Value = serde_json::from_str(line).unwrap();
+        for scope in line["resourceSpans"].as_array().unwrap().iter().flat_map(|r| r["scopeSpans"].as_array().unwrap()) {
+            if scope["scope"]["name"] != "vllm.scheduler" {
+                continue;
+            }
+            for span in scope["spans"].as_array().unwrap() {
+                let events = span["events"].as_array().unwrap();
+                let attr = |e: &serde_json::Value, key: &str| e["attributes"].as_array().unwrap().iter().find(|a| a["key"] == key).map(|a| a["value"].clone());
+                let mut last = (0u64, 0u64);
+                for e in events {
+                    let t: u64 = e["timeUnixNano"].as_str().unwrap().parse().unwrap();
+                    let n: u64 = attr(e, "num_preemptions").unwrap()["intValue"].as_str().unwrap().parse().unwrap();
+                    assert!(t >= last.0 && n >= last.1, "{span}");
+                    last = (t, n);
+                    let name = e["name"].as_str().unwrap();
+                    let kind = match name {
+                        "SCHEDULED" => format!("SCHEDULED {}", attr(e, "schedule.kind").unwrap()["stringValue"].as_str().unwrap()),
+                        "FINISHED" => format!("FINISHED {}", attr(e, "finish.status").unwrap()["stringValue"].as_str().unwrap()),
+                        _ => name.to_string(),
+                    };
+                    *counts.entry(kind).or_default() += 1;
+                }
+            }
+        }
+    }
+    let count = |k: &str| counts.get(k).copied().unwrap_or(0);
+    assert_eq!((count("PREEMPTED"), count("FINISHED length"), count("FINISHED aborted")), (preemptions, completed, timed_out), "{counts:?}");
+    assert!(count("SCHEDULED RESUME") <= preemptions && count("SCHEDULED RESUME") > 0, "{counts:?}");
+    let fitted = tmp.0.join("fitted.yaml");
+    let out = blis(&["fit", "--otel", otel.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(stderr(&out).contains(&format!("α on {completed} journeys")), "{}", stderr(&out));
+    let set = CoefficientSet::load(&fitted).unwrap();
+    for (got, want) in set.alpha.iter().zip([2000.0, 0.0, 2500.0, 40.0]) {
+        assert!((got - want).abs() < 1.0, "α {:?}", set.alpha);
+    }
+}
+
 /// Issue 26: a synthetic OTLP/JSON journey and step trace written by the
 /// simulator from known coefficients (`blis run --otel-output`) is fitted by
 /// teacher forcing. α is identified exactly (the journey separates the
