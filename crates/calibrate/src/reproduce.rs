@@ -44,6 +44,12 @@ pub struct Setup {
     /// Engine replicas of the server (`--data-parallel-size`), each a copy
     /// of `server`'s instance behind vLLM's load balancer.
     pub data_parallel_size: u32,
+    /// Where a file gives both the server's KV block count and the cache
+    /// size it logged (`kv_cache_tokens`) and the two disagree by more
+    /// than a block (one group's reading, [`crate::facts::one_group_blocks`];
+    /// a model whose cache vLLM groups is read from the size instead): one
+    /// line each, naming the file and both counts.
+    pub block_count_notes: Vec<String>,
     /// What the run's records say of its lengths
     /// ([`Experiment::measured_lengths`]): the mean prompt length the
     /// server saw, to which the data generator's prompts are scaled, and a
@@ -162,6 +168,24 @@ fn fact_knobs(f: &ServerFacts) -> KnobValues {
     }
 }
 
+/// [`Setup::block_count_notes`] of a server whose layers all attend fully.
+fn block_count_notes(exp: &Experiment, server: &Server) -> Vec<String> {
+    let (block_size, len) = (server.instance.block_size, server.instance.scheduler.max_model_len);
+    exp.fact_sources()
+        .filter_map(|(f, file)| {
+            let (tokens, blocks) = (f.kv_cache_tokens?, f.num_gpu_blocks?);
+            let read = crate::facts::one_group_blocks(tokens, block_size, Some(len));
+            (read.abs_diff(blocks) > 1).then(|| {
+                format!(
+                    "{}: {file} num_gpu_blocks = {blocks} but its kv_cache_tokens = {tokens} are {read} blocks of {block_size} tokens; simulating {} blocks",
+                    exp.dir.display(),
+                    server.instance.num_gpu_blocks
+                )
+            })
+        })
+        .collect()
+}
+
 impl Setup {
     /// Resolves `exp`'s deployment: server facts over `exp-config.yaml` over
     /// vLLM's defaults (async scheduling on, as servers recorded since late
@@ -207,7 +231,11 @@ impl Setup {
             let file = exp.fact_file(|f| f.data_parallel_size);
             return Err(unreproducible(format!("{file} data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
         }
-        Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, measured })
+        let block_count_notes = match server.instance.hybrid_kv {
+            Some(_) => Vec::new(),
+            None => block_count_notes(exp, &server),
+        };
+        Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, block_count_notes, measured })
     }
 }
 

@@ -69,8 +69,8 @@ impl Suite {
 
     /// What the user should know about the cases before trusting the
     /// comparison: each experiment's [`Experiment::warnings`], whether its
-    /// GPU had to be assumed, and whether its KV block count had to be
-    /// derived, in case order.
+    /// GPU had to be assumed, whether its KV block count had to be derived,
+    /// and block counts its files contradict, in case order.
     pub fn warnings(&self) -> Vec<String> {
         self.cases
             .iter()
@@ -90,7 +90,7 @@ impl Suite {
                         c.setup.server.instance.num_gpu_blocks
                     )
                 });
-                c.experiment.warnings().into_iter().chain(assumed_gpu).chain(derived)
+                c.experiment.warnings().into_iter().chain(assumed_gpu).chain(derived).chain(c.setup.block_count_notes.iter().cloned())
             })
             .collect()
     }

@@ -325,6 +325,23 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(err.contains("config.yaml: unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"), "{err}");
 }
 
+/// A block count and a logged cache size that disagree (a hand-edited
+/// count, or facts of two servers) are named; the count is simulated.
+#[test]
+fn a_block_count_its_cache_size_contradicts_is_warned_about() {
+    let tmp = TempDir::new("validate-kv-tokens");
+    let dir = experiment_that_warns_of_nothing(&tmp);
+    let facts = dir.join("server-facts.yaml");
+    let text = std::fs::read_to_string(&facts).unwrap();
+    let with = |tokens: u64| {
+        std::fs::write(&facts, format!("{text}kv_cache_tokens: {tokens}\n")).unwrap();
+        stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]))
+    };
+    assert!(!with(7462 * 16).contains("warning"), "7462 blocks of 16 tokens agree");
+    let err = with(13712 * 16);
+    assert!(err.contains("server-facts.yaml num_gpu_blocks = 7462 but its kv_cache_tokens = 219392 are 13712 blocks of 16 tokens; simulating 7462 blocks"), "{err}");
+}
+
 /// An experiment that does not record its GPU is simulated on the default
 /// one, and validate says so, unless `--hardware-config` names the GPU.
 #[test]
