@@ -291,17 +291,17 @@ knob_table! {
     prompt_tokens: f64 = Some(512.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
     /// Standard deviation of the prompt length; 0 = fixed. [default: 0]
     prompt_tokens_stdev: f64 = Some(0.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
-    /// Smallest prompt length drawn. [default: 1]
+    /// Smallest prompt length drawn, at most the mean (--prompt-tokens). [default: 1]
     prompt_tokens_min: u32 = Some(1), flag(long, value_name = "TOKENS", help_heading = "Workload");
-    /// Largest prompt length drawn. [default: unbounded]
+    /// Largest prompt length drawn, at least the mean (--prompt-tokens). [default: unbounded]
     prompt_tokens_max: u32 = Some(u32::MAX), flag(long, value_name = "TOKENS", help_heading = "Workload");
     /// Mean output length in tokens (generated in full, as with ignore_eos). [default: 256]
     output_tokens: f64 = Some(256.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
     /// Standard deviation of the output length; 0 = fixed. [default: 0]
     output_tokens_stdev: f64 = Some(0.0), flag(long, value_name = "TOKENS", allow_negative_numbers = true, help_heading = "Workload");
-    /// Smallest output length drawn. [default: 1]
+    /// Smallest output length drawn, at most the mean (--output-tokens). [default: 1]
     output_tokens_min: u32 = Some(1), flag(long, value_name = "TOKENS", help_heading = "Workload");
-    /// Largest output length drawn. [default: unbounded]
+    /// Largest output length drawn, at least the mean (--output-tokens). [default: unbounded]
     output_tokens_max: u32 = Some(u32::MAX), flag(long, value_name = "TOKENS", help_heading = "Workload");
     /// Length of a shared prompt prefix prepended to every prompt; 0 = none. [default: 0]
     prefix_tokens: u32 = Some(0), flag(long, value_name = "TOKENS", help_heading = "Workload");

@@ -58,8 +58,11 @@ impl LengthSpec {
         check(self.min <= self.max, max, self.max, "must be ≥ the minimum")?;
         // A bound past the mean clamps most draws (every one without a
         // deviation) to itself: a length no one asked for.
-        check(f64::from(self.min) <= self.mean.ceil(), min, self.min, "must be at most the mean length")?;
-        check(f64::from(self.max) >= self.mean.floor(), max, self.max, "must be at least the mean length")
+        let the_mean = || format!("the mean length (--{mean} {})", fmt_num(self.mean));
+        if f64::from(self.min) > self.mean.ceil() {
+            return check(false, min, self.min, format!("must be at most {}", the_mean()));
+        }
+        check(f64::from(self.max) >= self.mean.floor(), max, self.max, format!("must be at least {}", the_mean()))
     }
 
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
@@ -118,11 +121,11 @@ pub struct SpecError {
     /// Offending value as text.
     pub value: String,
     /// What is allowed.
-    pub allowed: &'static str,
+    pub allowed: String,
 }
 
-fn check(ok: bool, flag: &'static str, value: impl ToString, allowed: &'static str) -> Result<(), SpecError> {
-    if ok { Ok(()) } else { Err(SpecError { flag, value: value.to_string(), allowed }) }
+fn check(ok: bool, flag: &'static str, value: impl ToString, allowed: impl Into<String>) -> Result<(), SpecError> {
+    if ok { Ok(()) } else { Err(SpecError { flag, value: value.to_string(), allowed: allowed.into() }) }
 }
 
 /// Most shared-prefix groups: each is held for the whole run.

@@ -105,8 +105,8 @@ fn bad_rates_and_lengths() {
         // Groups of no prefix change nothing: said, not ignored.
         ("prefix-groups-alone", "--prefix-groups", "5", "--prefix-groups 5 needs --prefix-tokens N"),
         // A bound past the mean makes every length the bound (the default means: 512 prompt, 256 output tokens).
-        ("min-above-mean", "--prompt-tokens-min", "1000", "--prompt-tokens-min 1000: must be at most the mean length"),
-        ("max-below-mean", "--output-tokens-max", "10", "--output-tokens-max 10: must be at least the mean length"),
+        ("min-above-mean", "--prompt-tokens-min", "1000", "--prompt-tokens-min 1000: must be at most the mean length (--prompt-tokens 512)"),
+        ("max-below-mean", "--output-tokens-max", "10", "--output-tokens-max 10: must be at least the mean length (--output-tokens 256)"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
         assert!(e.contains(needle), "{name}: {e}");
