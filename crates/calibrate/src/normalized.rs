@@ -33,28 +33,20 @@ use crate::facts::{CpuOffloadFact, ServerFacts, Status};
 /// The file name.
 pub const NORMALIZED: &str = "normalized.json";
 
-/// The top level of `normalized.json`, as far as it is read.
+/// The top level of `normalized.json`, as far as it is read; a field left
+/// out is `None`.
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct Normalized {
-    #[serde(default)]
     hardware: Option<String>,
-    #[serde(default)]
     hardware_detail: Option<String>,
-    #[serde(default)]
     tp: Option<u32>,
-    #[serde(default)]
     max_num_seqs: Option<u32>,
-    #[serde(default)]
     max_num_batched_tokens: Option<u32>,
-    #[serde(default)]
     max_model_len: Option<u32>,
-    #[serde(default)]
     status: Option<Status>,
-    #[serde(default)]
     config_json_dir: Option<String>,
-    #[serde(default)]
     model_short: Option<String>,
-    #[serde(default)]
     vllm_config_known: Option<Known>,
 }
 
@@ -70,26 +62,18 @@ pub struct NormalizedRun {
 
 /// `vllm_config_known`, as far as it is read.
 #[derive(Deserialize, Default)]
+#[serde(default)]
 struct Known {
-    #[serde(default)]
     tensor_parallel_size: Option<u32>,
-    #[serde(default)]
     max_num_seqs: Option<u32>,
-    #[serde(default)]
     max_num_batched_tokens: Option<u32>,
-    #[serde(default)]
     max_model_len: Option<u32>,
-    #[serde(default)]
     kv_blocks_total_gpu: Option<u64>,
-    #[serde(default)]
     block_size: Option<u32>,
-    #[serde(default)]
     gpu_memory_utilization: Option<f64>,
-    #[serde(default, deserialize_with = "offload")]
+    #[serde(deserialize_with = "offload")]
     cpu_kv_offload: Option<CpuOffloadFact>,
-    #[serde(default)]
     prefix_caching: Option<Value>,
-    #[serde(default)]
     chunked_prefill: Option<Value>,
 }
 
