@@ -11,7 +11,7 @@ use blis_workload::builtin::BUILTINS;
 use blis_workload::plan::Plan;
 use blis_workload::spec::{self, LoadedSpec, Overrides};
 use blis_workload::stats::{GroupStats, WorkloadStats};
-use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path};
+use blis_workload::trace_v2::{TraceHeader, TraceWriter, header_path, trace_csv};
 
 use crate::error::{BadInput, bad_input};
 use crate::output::{AtomicFile, out, outln, refuse_overwriting_inputs};
@@ -55,7 +55,8 @@ pub struct GenerateArgs {
     /// The spec: a YAML file, or preset:NAME / scenario:NAME.
     #[arg(long, value_name = "SPEC")]
     spec: String,
-    /// Trace CSV to write; the header goes to NAME.header.yaml beside it.
+    /// Trace to write: NAME.csv (given as NAME or NAME.csv, as `--trace` reads it), the header
+    /// NAME.header.yaml beside it; a device such as /dev/null is written as it is, without a header.
     #[arg(long, short, value_name = "PATH")]
     output: PathBuf,
     #[command(flatten)]
@@ -115,10 +116,11 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
     if let Some(n) = sessions_note(&plan) {
         warn(&[n]);
     }
-    let header_out = header_path(&a.output);
-    refuse_overwriting_inputs(&[("output", Some(&a.output)), ("output", Some(&header_out))], &[("spec", Some(Path::new(&a.spec)))])?;
     let special = std::fs::metadata(&a.output).is_ok_and(|m| !m.is_file());
-    let mut csv = AtomicFile::create("output", &a.output)?;
+    let output = if special { a.output.clone() } else { trace_csv(&a.output) };
+    let header_out = header_path(&output);
+    refuse_overwriting_inputs(&[("output", Some(&output)), ("output", Some(&header_out))], &[("spec", Some(Path::new(&a.spec)))])?;
+    let mut csv = AtomicFile::create("output", &output)?;
     let mut header = if special { None } else { Some((AtomicFile::create("output", &header_out)?, header_out)) };
     let mut rows = 0u64;
     let mut w = TraceWriter::new(csv.writer()).context("writing --output")?;
@@ -139,7 +141,7 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         }
         None => String::new(),
     };
-    eprintln!("wrote {rows} requests to {}{header_note}", a.output.display());
+    eprintln!("wrote {rows} requests to {}{header_note}", output.display());
     if let Some(note) = short_of_count(&plan, rows) {
         warn(&[note]);
     }

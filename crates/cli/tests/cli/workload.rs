@@ -90,6 +90,12 @@ fn a_generated_trace_replays_as_the_spec_runs() {
     }
     let (_, capped) = run_json(&["--trace", csv.to_str().unwrap(), "--num-requests", "40"]);
     assert_eq!(capped["requests"]["injected"], 40);
+    // A name without .csv is a prefix, as `--trace` and `blis replay --trace` read it.
+    let prefix = dir.join("run1");
+    ok(&["workload", "generate", "--spec", "preset:multidoc", "--num-requests", "250", "--output", prefix.to_str().unwrap()]);
+    assert!(dir.join("run1.csv").is_file() && dir.join("run1.header.yaml").is_file() && !prefix.exists());
+    let replayed = blis(&["replay", "--trace", prefix.to_str().unwrap(), "--model", "qwen/qwen2.5-7b-instruct", "-q"]);
+    assert!(replayed.status.success(), "{}", stderr(&replayed));
 }
 
 #[test]
