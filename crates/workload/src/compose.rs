@@ -49,8 +49,12 @@ fn dists_mut(c: &mut ClientSpec) -> Vec<&mut DistSpec> {
     v
 }
 
+/// Renamed clients named one by one in the warnings; the rest are counted.
+pub const MAX_RENAME_WARNINGS: usize = 10;
+
 /// Composes `parts` into one spec whose relative paths resolve from
-/// `out_dir` (an absolute directory). Returns the spec and warnings.
+/// `out_dir` (an absolute directory). Returns the spec and warnings (a
+/// line per renamed client up to [`MAX_RENAME_WARNINGS`], then a count).
 pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Vec<String>), WorkloadError> {
     let Some(first) = parts.first() else {
         return Err(WorkloadError::spec("compose", ".", "nothing to compose: give at least one --from"));
@@ -70,6 +74,7 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
     // composing one file many times stays linear in its clients.
     let mut taken: BTreeSet<String> = BTreeSet::new();
     let mut next_suffix: BTreeMap<String, u64> = BTreeMap::new();
+    let mut renamed = 0usize;
     for part in parts {
         // Only valid parts are composed, so the sums below are meaningful.
         part.plan()?;
@@ -109,7 +114,10 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
                         format!("{base}.{n}")
                     }
                 };
-                warnings.push(format!("{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's", part.source_name, c.id));
+                renamed += 1;
+                if renamed <= MAX_RENAME_WARNINGS {
+                    warnings.push(format!("{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's", part.source_name, c.id));
+                }
                 c.id = new_id;
             }
             for d in dists_mut(&mut c) {
@@ -123,6 +131,9 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
             taken.insert(c.id.clone());
             out.clients.push(c);
         }
+    }
+    if renamed > MAX_RENAME_WARNINGS {
+        warnings.push(format!("{} more clients renamed the same way", renamed - MAX_RENAME_WARNINGS));
     }
     let mixed = parts.iter().any(|p| p.spec.horizon.is_some()) && parts.iter().any(|p| p.spec.horizon.is_none());
     if mixed {
@@ -184,10 +195,15 @@ mod tests {
     #[test]
     fn ids_taken_twice_get_numbered() {
         let a = spec("a.yaml", "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n", Path::new("."));
-        let (c, warnings) = compose(&[a.clone(), a.clone(), a], Path::new(".")).unwrap();
+        let (c, warnings) = compose(&[a.clone(), a.clone(), a.clone()], Path::new(".")).unwrap();
         assert_eq!(c.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["x", "a.x", "a.x.2"]);
         assert_eq!(warnings.len(), 2);
         LoadedSpec { spec: c, source_name: "c".into(), base_dir: ".".into() }.plan().unwrap();
+        // Past ten renames, the rest are counted.
+        let (c, warnings) = compose(&vec![a; 25], Path::new(".")).unwrap();
+        assert_eq!(c.clients.len(), 25);
+        assert_eq!(warnings.len(), MAX_RENAME_WARNINGS + 1);
+        assert_eq!(warnings.last().unwrap(), "14 more clients renamed the same way");
     }
 
     proptest::proptest! {
