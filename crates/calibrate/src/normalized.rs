@@ -16,6 +16,7 @@
 //! | `vllm_config_known.block_size`, `gpu_memory_utilization` | the same |
 //! | `vllm_config_known.cpu_kv_offload`: `true`, `false`, `null` (not recorded) | `cpu_offload`: `true`, `false`, `unknown` |
 //! | `vllm_config_known.{prefix_caching, chunked_prefill}` when `true`/`false` (a note is no fact) | `enable_prefix_caching`, `enable_chunked_prefill` |
+//! | `vllm_config_known.async_scheduling` when `true`/`false`, else the default of its `vllm_version` (on since 0.14) | `async_scheduling` |
 //! | `status`: `active`, `overload-excluded` | `status` |
 //!
 //! Its `config_json_dir` and `model_short` also name the run's model
@@ -75,6 +76,8 @@ struct Known {
     cpu_kv_offload: Option<CpuOffloadFact>,
     prefix_caching: Option<Value>,
     chunked_prefill: Option<Value>,
+    async_scheduling: Option<Value>,
+    vllm_version: Option<Value>,
 }
 
 /// `cpu_kv_offload`: a boolean, or `null` for "not recorded".
@@ -113,6 +116,9 @@ pub fn read(text: &str) -> Result<NormalizedRun, String> {
         cpu_offload: k.cpu_kv_offload,
         enable_prefix_caching: k.prefix_caching.as_ref().and_then(Value::as_bool),
         enable_chunked_prefill: k.chunked_prefill.as_ref().and_then(Value::as_bool),
+        async_scheduling: k.async_scheduling.as_ref().and_then(Value::as_bool).or_else(|| {
+            k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::vllm_log::async_scheduling_by_default)
+        }),
         status: n.status,
         ..ServerFacts::default()
     };
@@ -139,6 +145,11 @@ mod tests {
         assert_eq!((f.tensor_parallel_size, f.max_model_len, f.num_gpu_blocks, f.block_size), (Some(2), Some(4096), Some(27510), Some(16)));
         assert_eq!((f.gpu_memory_utilization, f.cpu_offload, f.status), (None, Some(CpuOffloadFact::On), Some(Status::OverloadExcluded)));
         assert_eq!((f.enable_prefix_caching, f.enable_chunked_prefill), (None, Some(false)));
+        assert_eq!(f.async_scheduling, None, "vllm_version null: not recorded");
+        let version = |v: &str| facts(&format!(r#"{{"vllm_config_known": {{"vllm_version": "{v}"}}}}"#)).unwrap().async_scheduling;
+        assert_eq!((version("0.11.0"), version("v0.14.1"), version("unknown")), (Some(false), Some(true), None));
+        let said = facts(r#"{"vllm_config_known": {"vllm_version": "0.11.0", "async_scheduling": true}}"#).unwrap();
+        assert_eq!(said.async_scheduling, Some(true), "the recorded setting wins over the version's default");
         let unrecorded = facts(r#"{"vllm_config_known": {"cpu_kv_offload": null}}"#).unwrap();
         assert_eq!(unrecorded.cpu_offload, Some(CpuOffloadFact::Unknown));
         assert_eq!(read("{}").unwrap(), NormalizedRun::default());

@@ -240,9 +240,10 @@ fn first_stated<'a>(remarks: &mut Vec<String>, what: &str, values: &'a [PyValue]
 
 /// Whether vLLM `version` ("0.11.0", "0.13.1.dev42+g…") schedules
 /// asynchronously when not told ([`ASYNC_SCHEDULING_DEFAULT_SINCE`] on);
-/// `None` for a version that does not start with two numbers.
-fn async_scheduling_by_default(version: &str) -> Option<bool> {
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
+/// `None` for a version that does not start with two numbers (after an
+/// optional `v`).
+pub(crate) fn async_scheduling_by_default(version: &str) -> Option<bool> {
+    let mut parts = version.trim().trim_start_matches('v').split('.').map(|p| p.parse::<u32>().ok());
     let (major, minor) = (parts.next()??, parts.next()??);
     Some((major, minor) >= ASYNC_SCHEDULING_DEFAULT_SINCE)
 }
