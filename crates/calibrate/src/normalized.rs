@@ -17,14 +17,17 @@
 //! | `vllm_config_known.cpu_kv_offload`: `true`, `false`, `null` (not recorded) | `cpu_offload`: `true`, `false`, `unknown` |
 //! | `vllm_config_known.{prefix_caching, chunked_prefill}` when `true`/`false` (a note is no fact) | `enable_prefix_caching`, `enable_chunked_prefill` |
 //! | `vllm_config_known.async_scheduling` when `true`/`false`, else the default of its `vllm_version` (on since 0.14) | `async_scheduling` |
+//! | `vllm_config_known.{enable_prefix_caching, enable_chunked_prefill, enable_expert_parallel}` when `true`/`false` | the same |
+//! | `vllm_config_known.{kv_cache_dtype, quantization}` when strings, `data_parallel_size` when a count | the same |
 //! | `status`: `active`, `overload-excluded` | `status` |
 //!
 //! Its `config_json_dir` and `model_short` also name the run's model
 //! configuration under a `model_configs/` directory above it, where the
 //! model's own short name does not.
 //!
-//! Every other field is left alone; a field read with the wrong type is an
-//! error naming it.
+//! Every other field is left alone. A field of the shared layout read with
+//! the wrong type is an error naming it; the vLLM flag names, which the
+//! shared files do not carry, are read only when they have the flag's type.
 
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
@@ -78,6 +81,12 @@ struct Known {
     chunked_prefill: Option<Value>,
     async_scheduling: Option<Value>,
     vllm_version: Option<Value>,
+    enable_prefix_caching: Option<Value>,
+    enable_chunked_prefill: Option<Value>,
+    enable_expert_parallel: Option<Value>,
+    kv_cache_dtype: Option<Value>,
+    quantization: Option<Value>,
+    data_parallel_size: Option<Value>,
 }
 
 /// `cpu_kv_offload`: a boolean, or `null` for "not recorded".
@@ -114,8 +123,12 @@ pub fn read(text: &str) -> Result<NormalizedRun, String> {
         block_size: k.block_size,
         gpu_memory_utilization: k.gpu_memory_utilization,
         cpu_offload: k.cpu_kv_offload,
-        enable_prefix_caching: k.prefix_caching.as_ref().and_then(Value::as_bool),
-        enable_chunked_prefill: k.chunked_prefill.as_ref().and_then(Value::as_bool),
+        enable_prefix_caching: k.enable_prefix_caching.as_ref().or(k.prefix_caching.as_ref()).and_then(Value::as_bool),
+        enable_chunked_prefill: k.enable_chunked_prefill.as_ref().or(k.chunked_prefill.as_ref()).and_then(Value::as_bool),
+        enable_expert_parallel: k.enable_expert_parallel.as_ref().and_then(Value::as_bool),
+        kv_cache_dtype: k.kv_cache_dtype.as_ref().and_then(Value::as_str).map(str::to_string),
+        quantization: k.quantization.as_ref().and_then(Value::as_str).map(str::to_string),
+        data_parallel_size: k.data_parallel_size.as_ref().and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
         async_scheduling: k.async_scheduling.as_ref().and_then(Value::as_bool).or_else(|| {
             k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::vllm_log::async_scheduling_by_default)
         }),
@@ -150,6 +163,9 @@ mod tests {
         assert_eq!((version("0.11.0"), version("v0.14.1"), version("unknown")), (Some(false), Some(true), None));
         let said = facts(r#"{"vllm_config_known": {"vllm_version": "0.11.0", "async_scheduling": true}}"#).unwrap();
         assert_eq!(said.async_scheduling, Some(true), "the recorded setting wins over the version's default");
+        let flags = facts(r#"{"vllm_config_known": {"enable_expert_parallel": true, "kv_cache_dtype": "fp8", "quantization": null, "data_parallel_size": 2, "enable_chunked_prefill": false}}"#).unwrap();
+        assert_eq!((flags.enable_expert_parallel, flags.kv_cache_dtype.as_deref(), flags.quantization, flags.data_parallel_size), (Some(true), Some("fp8"), None, Some(2)));
+        assert_eq!(flags.enable_chunked_prefill, Some(false));
         let unrecorded = facts(r#"{"vllm_config_known": {"cpu_kv_offload": null}}"#).unwrap();
         assert_eq!(unrecorded.cpu_offload, Some(CpuOffloadFact::Unknown));
         assert_eq!(read("{}").unwrap(), NormalizedRun::default());
