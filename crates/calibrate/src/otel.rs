@@ -1136,7 +1136,7 @@ mod tests {
     /// own output reads back with the same batch.
     #[test]
     fn snapshots_name_their_requests() {
-        use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
+        use blis_engine::instance::{Observer, StepEvent};
         use blis_engine::request::RequestId;
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency);
@@ -1167,7 +1167,7 @@ mod tests {
     /// deployment say their role; a trace can be cut down to one server.
     #[test]
     fn each_instance_is_its_own_server() {
-        use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
+        use blis_engine::instance::{Observer, StepEvent};
         use blis_engine::request::RequestId;
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency).with_prefill_pool(1);

@@ -55,8 +55,9 @@ pub struct GenerateArgs {
     /// The spec: a YAML file, or preset:NAME / scenario:NAME.
     #[arg(long, value_name = "SPEC")]
     spec: String,
-    /// Trace to write: NAME.csv (given as NAME or NAME.csv, as `--trace` reads it), the header
-    /// NAME.header.yaml beside it; a device such as /dev/null is written as it is, without a header.
+    /// Trace CSV to write (a name without an extension is a prefix: run1 writes run1.csv, as
+    /// `--trace run1` reads it); the header goes to NAME.header.yaml beside it. A device such as
+    /// /dev/null is written as it is, without a header.
     #[arg(long, short, value_name = "PATH")]
     output: PathBuf,
     #[command(flatten)]
@@ -117,7 +118,8 @@ fn generate(a: GenerateArgs) -> anyhow::Result<()> {
         warn(&[n]);
     }
     let special = std::fs::metadata(&a.output).is_ok_and(|m| !m.is_file());
-    let output = if special { a.output.clone() } else { trace_csv(&a.output) };
+    // A bare name is a prefix, as `--trace` reads it; a name with an extension is the file.
+    let output = if special || a.output.extension().is_some() { a.output.clone() } else { trace_csv(&a.output) };
     let header_out = header_path(&output);
     refuse_overwriting_inputs(&[("output", Some(&output)), ("output", Some(&header_out))], &[("spec", Some(Path::new(&a.spec)))])?;
     let mut csv = AtomicFile::create("output", &output)?;
