@@ -168,8 +168,12 @@ fn fact_knobs(f: &ServerFacts) -> KnobValues {
     }
 }
 
-/// [`Setup::block_count_notes`] of a server whose layers all attend fully.
+/// [`Setup::block_count_notes`]: none for a server whose KV cache vLLM
+/// groups (its logged size is the grouped pool's, read instead).
 fn block_count_notes(exp: &Experiment, server: &Server) -> Vec<String> {
+    if server.instance.hybrid_kv.is_some() {
+        return Vec::new();
+    }
     let (block_size, len) = (server.instance.block_size, server.instance.scheduler.max_model_len);
     exp.fact_sources()
         .filter_map(|(f, file)| {
@@ -231,10 +235,7 @@ impl Setup {
             let file = exp.fact_file(|f| f.data_parallel_size);
             return Err(unreproducible(format!("{file} data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
         }
-        let block_count_notes = match server.instance.hybrid_kv {
-            Some(_) => Vec::new(),
-            None => block_count_notes(exp, &server),
-        };
+        let block_count_notes = block_count_notes(exp, &server);
         Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, block_count_notes, measured })
     }
 }
