@@ -85,7 +85,7 @@ fn pool_origin(origin: &str, i: usize, p: &NodePoolSection) -> String {
 pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<(Knobs, String)> {
     let first = pools.first()?;
     let autoscaled = k.autoscale_policy.value.as_deref() != Some("none");
-    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| (pool_knobs(k, first), pool_origin(&crate::cluster::policy_origin(k), 0, first)))
+    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| (pool_knobs(k, first), pool_origin(&k.policy_origin(), 0, first)))
 }
 
 /// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no

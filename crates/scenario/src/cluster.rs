@@ -78,12 +78,6 @@ pub fn policy_config(k: &Knobs) -> Result<(PolicyBundle, SectionsSet), ScenarioE
     }
 }
 
-/// How errors name the `--policy-config` file (`--policy-config f.yaml`;
-/// empty without one).
-pub(crate) fn policy_origin(k: &Knobs) -> String {
-    k.policy_config.value.as_ref().map(|p| format!("--policy-config {}", p.display())).unwrap_or_default()
-}
-
 /// Reads a `--policy-config` file.
 fn load_bundle(path: &Path) -> Result<(PolicyBundle, SectionsSet), ScenarioError> {
     let name = path.display();
@@ -152,7 +146,7 @@ impl ClusterSetup {
     ) -> Result<ClusterSetup, ScenarioError> {
         let mut origins = Origins::default();
         let (mut bundle, set) = policy;
-        let file_origin = policy_origin(k);
+        let file_origin = k.policy_origin();
         for (is_set, origin) in [
             (set.admission, &mut origins.admission),
             (set.priority, &mut origins.priority),

@@ -497,6 +497,14 @@ impl KnobValues {
 /// and how messages name it (`--config run.yaml`).
 pub type FileOrigins = Vec<(Vec<String>, String)>;
 
+impl Knobs {
+    /// How errors name the `--policy-config` file (`--policy-config
+    /// f.yaml`; empty without one).
+    pub fn policy_origin(&self) -> String {
+        self.policy_config.value.as_ref().map(|p| format!("--policy-config {}", p.display())).unwrap_or_default()
+    }
+}
+
 /// An error that names a knob by its flag (`--rate -1: ...`) when the value
 /// came from a file, not the command line, is reworded to name the file and
 /// its key (`--config run.yaml: rate -1: ...`); any other passes unchanged.
