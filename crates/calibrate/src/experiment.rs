@@ -366,6 +366,8 @@ pub struct Experiment {
     pub model_from: ModelFrom,
     /// Server facts (defaults when the file is absent).
     pub facts: ServerFacts,
+    /// Whether the directory has a `server-facts.yaml`.
+    pub facts_present: bool,
     /// The inference-perf configuration used.
     pub workload: InferencePerfConfig,
     /// Per-stage measurements, by stage index.
@@ -607,7 +609,8 @@ impl Experiment {
         let name = dir.file_name().map_or_else(|| dir.display().to_string(), |n| n.to_string_lossy().into_owned());
         let results = results_dir(dir).unwrap_or_else(|| dir.join("results"));
         let facts_path = dir.join("server-facts.yaml");
-        let facts: ServerFacts = if present(&facts_path) { yaml(&facts_path)? } else { ServerFacts::default() };
+        let facts_present = present(&facts_path);
+        let facts: ServerFacts = if facts_present { yaml(&facts_path)? } else { ServerFacts::default() };
         let config_path = results.join("config.yaml");
         let mut workload = InferencePerfConfig::from_yaml_str(&read(&config_path)?)
             .map_err(|e| ExperimentError::File(DataError::Format { path: config_path.clone(), message: e.to_string() }))?;
@@ -651,6 +654,7 @@ impl Experiment {
             exp_config,
             model_from,
             facts,
+            facts_present,
             workload,
             stages,
             summary,
@@ -759,6 +763,22 @@ impl Experiment {
     /// (`server-facts.yaml`, where to write it, when none gives it).
     pub fn fact_file<T>(&self, get: impl Fn(&ServerFacts) -> Option<T>) -> &'static str {
         self.fact_sources().find(|(f, _)| get(f).is_some()).map_or("server-facts.yaml", |(_, file)| file)
+    }
+
+    /// Where a fact that none of [`Experiment::fact_sources`] gives is
+    /// missing, for warnings: `DIR/server-facts.yaml: no KEY` when the
+    /// directory has that file (where the fact belongs), else the directory;
+    /// either way naming the other fact files that were read and lack it.
+    pub fn missing_fact(&self, key: &str) -> String {
+        let others: Vec<&str> = self.fact_sources().skip(1).map(|(_, file)| file).collect();
+        let also = match others.as_slice() {
+            [] => String::new(),
+            files => format!(" ({} gives none either)", files.join(" and ")),
+        };
+        match self.facts_present {
+            true => format!("{}: no {key}{also}", self.dir.join("server-facts.yaml").display()),
+            false => format!("{}: no server-facts.yaml, so no {key}{also}", self.dir.display()),
+        }
     }
 
     /// The run's status: its facts' ([`Experiment::fact`]), else

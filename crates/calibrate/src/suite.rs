@@ -77,16 +77,16 @@ impl Suite {
             .flat_map(|c| {
                 let assumed_gpu = (!c.setup.gpu_named).then(|| {
                     format!(
-                        "{}: no hardware; simulating {}, BLIS's default GPU (record the GPU as `hardware:` there, or pass --hardware NAME or --hardware-config PATH)",
-                        c.experiment.dir.join("server-facts.yaml").display(),
+                        "{}; simulating {}, BLIS's default GPU (record the GPU as `hardware:` in server-facts.yaml, or pass --hardware NAME or --hardware-config PATH)",
+                        c.experiment.missing_fact("hardware"),
                         c.setup.server.gpu_name
                     )
                 });
                 let derived = (!c.setup.blocks_from_server).then(|| {
                     format!(
-                        "{}: no num_gpu_blocks; simulating {} KV blocks derived as vLLM's memory profiler would (the server \
+                        "{}; simulating {} KV blocks derived as vLLM's memory profiler would (the server \
                          log's \"GPU KV cache size\" in tokens over the block size is the real count)",
-                        c.experiment.dir.join("server-facts.yaml").display(),
+                        c.experiment.missing_fact("num_gpu_blocks"),
                         c.setup.server.instance.num_gpu_blocks
                     )
                 });

@@ -557,6 +557,10 @@ fn a_normalized_summary_beside_the_experiment_fills_in_its_facts() {
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("warning"), "{}", stderr(&out));
     assert_eq!(predictions(&dir, &[]), hand_written);
+    // A summary without the block count: the warning names the files read, not a server-facts.yaml that is not there.
+    std::fs::write(dir.join("normalized.json"), summary.replace("7462", "null")).unwrap();
+    let unknown = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
+    assert!(unknown.contains("exp: no server-facts.yaml, so no num_gpu_blocks (normalized.json gives none either); simulating 7472 KV blocks"), "{unknown}");
     std::fs::write(dir.join("normalized.json"), summary).unwrap();
     assert_eq!(predictions(&dir, &[]), predictions(&dir, &["--hardware", "A100-80GB"]));
     assert_ne!(predictions(&dir, &[]), hand_written, "the summary's A100 is simulated");
