@@ -43,6 +43,7 @@ use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 use rayon::prelude::*;
 
+use blis_data::catalog;
 use blis_data::coefficients::{CoefficientSet, Provenance};
 use blis_scenario::deployment::Server;
 use crate::compare::{ExperimentComparison, Metric};
@@ -712,8 +713,37 @@ pub fn tie_unseen_expert_dispatch(set: &mut CoefficientSet, saw_expert_parallel:
     }
 }
 
-fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64]) -> CoefficientSet {
-    CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance: Provenance::default() }
+/// A candidate set, in terms of the GPU `hardware` (runs on others are
+/// simulated with it carried there).
+fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64], hardware: &str) -> CoefficientSet {
+    let provenance = Provenance { hardware: Some(hardware.to_string()), ..Provenance::default() };
+    CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance }
+}
+
+/// The GPU a fit's coefficients are in terms of, why that one (for the
+/// progress line), and the GPUs its runs were measured on (by name,
+/// without repeats). It is the start set's GPU
+/// where BLIS knows that GPU's kernel efficiencies, so that every run is
+/// seen through them as the fitted set will see it and the fit starts
+/// from coefficients in the same terms (an A100 run fitted in the A100's
+/// own terms from the bundled H100 set recovered a hidden set 17 % off;
+/// in the H100's, 0.2 %: `docs/fidelity.md`); else the GPU most runs ran
+/// on (the first by name on a tie).
+fn fit_frame(train: &[&dyn Measured], start: &CoefficientSet) -> (String, &'static str, Vec<String>) {
+    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+    for r in train {
+        *counts.entry(r.server().gpu_name.as_str()).or_default() += 1;
+    }
+    let measured: Vec<String> = counts.keys().map(|g| g.to_string()).collect();
+    let profiled = start.provenance.hardware.as_deref().filter(|g| catalog::find_gpu(g).is_some_and(|b| b.spec().kernels.is_some()));
+    let (frame, why) = match profiled {
+        Some(g) => (measured.iter().find(|m| catalog::same_gpu(m, g)).cloned().unwrap_or_else(|| g.to_string()), "the start set's GPU"),
+        None => {
+            let most = counts.values().copied().max().unwrap_or(0);
+            (counts.iter().find(|(_, n)| **n == most).map_or_else(String::new, |(g, _)| g.to_string()), "the GPU most runs ran on")
+        }
+    };
+    (frame, why, measured)
 }
 
 /// Mean APE per headline metric over the stages of `runs`.
@@ -744,16 +774,26 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     if train.is_empty() {
         return Err(FitError::Invalid("no active experiment left to train on".into()));
     }
+    // Runs on several GPUs are fitted in the terms of one, the others seen
+    // through their kernel efficiencies as the fitted set will see them.
+    let (reference, why, measured_on) = fit_frame(&train, &opts.start);
+    let carried: Vec<&str> = measured_on.iter().map(String::as_str).filter(|g| !catalog::same_gpu(g, &reference)).collect();
+    if !carried.is_empty() {
+        progress(format!("fitting in {reference}'s terms ({why}); runs on {} seen through their kernel efficiencies", carried.join(" and ")));
+    }
+    let frame = set_of(opts.kind, &[], &[], &reference);
     let bases: Vec<Box<dyn FeatureBasis>> = train
         .iter()
         .map(|r| {
             let s = r.server();
-            opts.kind.basis(&s.model, &s.gpu, s.tp, &s.instance).ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
+            let unreproducible = |message| FitError::from(ExperimentError::Unreproducible { path: r.origin().to_path_buf(), message });
+            frame.basis(&s.model, &s.gpu, s.tp, &s.instance).map_err(unreproducible)?.ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
         })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
-    // The kernel profiles' per-layer overhead anchors the fit where every training run is on one profiled GPU.
-    let kernels = train[0].server().gpu.kernels.as_ref().filter(|k| train.iter().all(|r| r.server().gpu.kernels.as_ref() == Some(*k)));
+    // The kernel profiles' per-layer overhead anchors the fit: that of the GPU in whose terms it fits.
+    let frame_kernels = catalog::find_gpu(&reference).and_then(|g| g.spec().kernels);
+    let kernels = train.iter().find(|r| r.server().gpu_name == reference).map_or(frame_kernels.as_ref(), |r| r.server().gpu.kernels.as_ref());
     let priors = with_overrides(opts.kind, bases[0].as_ref(), kernels, &opts.prior_overrides)?;
     let priors = priors.as_deref();
 
@@ -805,7 +845,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         let mut improved = false;
         for &t in steps {
             let candidate: Vec<f64> = if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
-            let (loss, candidate_rows) = objective_and_rows(&scored, rows_wanted, &set_of(opts.kind, &candidate[..na], &candidate[na..]), opts.seed)?;
+            let (loss, candidate_rows) = objective_and_rows(&scored, rows_wanted, &set_of(opts.kind, &candidate[..na], &candidate[na..], &reference), opts.seed)?;
             let score = loss + prior_penalty(&candidate, priors);
             progress(format!("stage 1, round {}, step {t}: fitting objective {score:.3}", round + 1));
             if score < current_loss {
@@ -817,7 +857,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         if !improved {
             break;
         }
-        composition = set_of(opts.kind, &current[..na], &current[na..]);
+        composition = set_of(opts.kind, &current[..na], &current[na..], &reference);
         progress(format!("stage 1: α = {:?}, β = {:?}", &current[..na], &current[na..]));
     }
     if current.is_empty() {
@@ -848,7 +888,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
                 c[i] = if nonneg { v.max(0.0) } else { v };
             }
             evals += 1;
-            match objective(&scored, &set_of(opts.kind, &c[..na], &c[na..]), opts.seed).map(|v| v + prior_penalty(&c, priors)) {
+            match objective(&scored, &set_of(opts.kind, &c[..na], &c[na..], &reference), opts.seed).map(|v| v + prior_penalty(&c, priors)) {
                 Ok(v) => {
                     if v < best.1 {
                         best = (c, v);
@@ -868,13 +908,14 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         progress(format!("stage 2: {evals} evaluations, fitting objective {:.3}", best.1));
     }
     let (coefficients, final_loss) = best;
-    let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..]);
+    let mut set = set_of(opts.kind, &coefficients[..na], &coefficients[na..], &reference);
     tie_unseen_expert_dispatch(&mut set, train.iter().any(|r| r.server().instance.expert_parallel));
     let train_loss = objective(&train, &set, opts.seed)?;
     let holdout_runs: Vec<&dyn Measured> = runs.iter().copied().filter(|r| r.active() && holdout(*r)).collect();
     set.provenance = Provenance {
         source: "blis fit".into(),
-        hardware: Some(train.iter().map(|r| r.server().gpu_name.as_str()).collect::<std::collections::BTreeSet<_>>().into_iter().collect::<Vec<_>>().join(", ")),
+        measured_on: if carried.is_empty() { Vec::new() } else { measured_on.clone() },
+        hardware: Some(reference),
         fitted_on: train.iter().map(|r| r.name().to_string()).collect(),
         holdout: holdout_runs.iter().map(|r| r.name().to_string()).collect(),
         loss: Some(train_loss),

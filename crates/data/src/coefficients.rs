@@ -8,6 +8,7 @@
 //! provenance:                          # optional; only `hardware` affects the simulation (see CoefficientSet::carry_to)
 //!   source: blis fit                   # or e.g. "published: latency-formulas.md §3"
 //!   hardware: H100
+//!   measured_on: [A100-80GB, H100]     # where that is not just `hardware` (a fit in `hardware`'s terms of runs on other GPUs)
 //!   fitted_on: [experiment, ...]
 //!   holdout: [experiment, ...]
 //!   fitted_at: 2026-03-01
@@ -26,7 +27,7 @@ use std::sync::Arc;
 
 use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
 use blis_engine::latency::trained_physics::{PUBLISHED_ALPHA_LEN, PUBLISHED_BETA_LEN};
-use blis_engine::latency::{LatencyModel, ModelKind, Roofline, TrainedPhysics};
+use blis_engine::latency::{CoefficientError, FeatureBasis, LatencyModel, ModelKind, QueueingInput, Roofline, StepBatch, TrainedPhysics};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
@@ -46,6 +47,48 @@ pub fn kernels_of(gpu: &GpuSpec) -> Option<KernelEfficiency> {
 /// scaled by the per-layer overhead ratio when a set is carried to another GPU.
 const FIXED_COST_BETAS: [&str; 2] = ["per_layer_us", "allreduce_call_us"];
 
+/// A feature basis as a set carried to another GPU sees it
+/// ([`CoefficientSet::basis`]): each β's feature times that β's carry factor
+/// (the per-layer overhead ratio for [`FIXED_COST_BETAS`], else 1), and each
+/// β times its factor in the model, so that features · β is the carried
+/// model's step time for fitting and simulating alike.
+struct CarriedBasis {
+    inner: Box<dyn FeatureBasis>,
+    /// Factor of each β, in [`FeatureBasis::beta_names`] order.
+    scale: Vec<f64>,
+}
+
+impl FeatureBasis for CarriedBasis {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn alpha_names(&self) -> &'static [&'static str] {
+        self.inner.alpha_names()
+    }
+    fn beta_names(&self) -> &'static [&'static str] {
+        self.inner.beta_names()
+    }
+    fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {
+        self.inner.step_features(batch, out);
+        out.iter_mut().zip(&self.scale).for_each(|(f, s)| *f *= s);
+    }
+    fn alpha_features(&self, arrival: &QueueingInput, output_tokens: u32, ttft: &mut [f64], e2e: &mut [f64]) {
+        self.inner.alpha_features(arrival, output_tokens, ttft, e2e);
+    }
+    fn alpha_queueing_features(&self, arrival: &QueueingInput, out: &mut [f64]) -> bool {
+        self.inner.alpha_queueing_features(arrival, out)
+    }
+    fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel> {
+        let carried: Vec<f64> = beta.iter().zip(&self.scale).map(|(b, s)| b * s).collect();
+        self.inner.with_coefficients_unchecked(alpha, &carried)
+    }
+    fn with_coefficients(&self, alpha: &[f64], beta: &[f64]) -> Result<Arc<dyn LatencyModel>, CoefficientError> {
+        // The checks name the coefficients as given, before the carry.
+        self.inner.with_coefficients(alpha, beta)?;
+        Ok(self.with_coefficients_unchecked(alpha, beta))
+    }
+}
+
 /// Where a coefficient set came from.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -53,9 +96,16 @@ pub struct Provenance {
     /// "blis fit", or the publication the numbers come from.
     #[serde(default)]
     pub source: String,
-    /// GPU the data was measured on.
+    /// GPU the data was measured on: the set prices work in its terms, and
+    /// is carried to any other ([`CoefficientSet::carry_to`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hardware: Option<String>,
+    /// The GPUs the fit's runs were measured on, where that is not just
+    /// `hardware` (runs on other GPUs, fitted in `hardware`'s terms through
+    /// their kernel efficiencies): what the set was fitted on rather than
+    /// extrapolates to. Empty: `hardware`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub measured_on: Vec<String>,
     /// Experiments the set was fitted on.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fitted_on: Vec<String>,
@@ -206,13 +256,34 @@ impl CoefficientSet {
     }
 
     /// The latency model of these coefficients for one deployment; the error
-    /// says which coefficient is wrong.
-    /// A set fitted on one GPU (`provenance.hardware`) times another as
-    /// carried there ([`CoefficientSet::carry_to`]). The basis sees `gpu`
-    /// with the kernel efficiencies [`kernels_of`] gives it, the same the
-    /// carry goes by: a datasheet of a bundled GPU prices its collectives
-    /// with that GPU's measured all-reduce, not the unmeasured mean.
+    /// says which coefficient is wrong. A set fitted on one GPU
+    /// (`provenance.hardware`) times another as carried there
+    /// ([`CoefficientSet::basis`]).
     pub fn latency_model(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Arc<dyn LatencyModel>, String> {
+        let kind = self.kind()?;
+        match self.basis(model, gpu, tp, instance)? {
+            None if !(self.alpha.is_empty() && self.beta.is_empty()) => Err(format!(
+                "{kind} takes no coefficients (it times every step from the GPU's peaks), but alpha has {} and beta {}; leave both out",
+                self.alpha.len(),
+                self.beta.len()
+            )),
+            None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
+            Some(basis) => basis.with_coefficients(&self.alpha, &self.beta).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// The feature basis of this set's model for one deployment, as the set
+    /// sees it (`None` for roofline, which has no coefficients). On a GPU
+    /// the set was not fitted on, the basis sees the GPU carried there
+    /// ([`CoefficientSet::carry_to`]) and scales the fixed kernel costs
+    /// (per layer, per collective) by the per-layer overhead ratio. The
+    /// GPU comes with the kernel efficiencies [`kernels_of`] gives it, the
+    /// same the carry goes by: a datasheet of a bundled GPU prices its
+    /// collectives with that GPU's measured all-reduce, not the unmeasured
+    /// mean. Features · β are the step time of
+    /// [`CoefficientSet::latency_model`], which is what lets `blis fit`
+    /// learn one set from runs on several GPUs.
+    pub fn basis(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Option<Box<dyn FeatureBasis>>, String> {
         let kind = self.kind()?;
         let carry = self.carry_to(gpu);
         let resolved = GpuSpec { kernels: kernels_of(gpu), ..gpu.clone() };
@@ -220,25 +291,14 @@ impl CoefficientSet {
             Some(c) => resolved.carried(c),
             None => resolved,
         };
-        match kind.basis(model, &seen, tp, instance) {
-            None if !(self.alpha.is_empty() && self.beta.is_empty()) => Err(format!(
-                "{kind} takes no coefficients (it times every step from the GPU's peaks), but alpha has {} and beta {}; leave both out",
-                self.alpha.len(),
-                self.beta.len()
-            )),
-            None => Ok(Arc::new(Roofline::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
-            Some(basis) => {
-                let mut beta = self.beta.clone();
-                if let Some(c) = carry {
-                    for (b, name) in beta.iter_mut().zip(basis.beta_names()) {
-                        if FIXED_COST_BETAS.contains(name) {
-                            *b *= c.per_layer;
-                        }
-                    }
-                }
-                basis.with_coefficients(&self.alpha, &beta).map_err(|e| e.to_string())
+        let Some(basis) = kind.basis(model, &seen, tp, instance) else { return Ok(None) };
+        Ok(Some(match carry {
+            Some(c) => {
+                let scale = basis.beta_names().iter().map(|name| if FIXED_COST_BETAS.contains(name) { c.per_layer } else { 1.0 }).collect();
+                Box::new(CarriedBasis { inner: basis, scale })
             }
-        }
+            None => basis,
+        }))
     }
 
     /// How this set is carried to `gpu` when it was fitted on another GPU:
@@ -341,6 +401,36 @@ mod tests {
         let mean = crate::catalog::unprofiled_kernels();
         assert_eq!(set.carry_to(&unprofiled).unwrap().memory, mean.gemm_memory / kh.gemm_memory);
         assert_eq!(anonymous.carry_to(&a100), None);
+    }
+
+    /// What `blis fit` learns from: the carried basis's features · β are
+    /// the carried model's step time, on the GPU the set is in terms of
+    /// and on one it is carried to, so a fit on runs on several GPUs
+    /// solves for the β the simulation will use. Neither is the uncarried
+    /// A100's.
+    #[test]
+    fn a_carried_basis_prices_a_step_as_the_carried_model_does() {
+        use blis_engine::latency::{BatchEntry, InstanceLoad, StepBatch};
+        let set = CoefficientSet::default_set();
+        let model = ModelConfig::from_hf_json(find_model("Mixtral-8x7B-v0.1").unwrap().config_json).unwrap();
+        let entries: Vec<BatchEntry> = (0..40).map(|i| BatchEntry { computed_tokens: 300 + 7 * i, new_tokens: if i < 2 { 200 } else { 1 }, prompt_tokens: 350 }).collect();
+        let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
+        let priced = |set: &CoefficientSet, gpu: &GpuSpec| {
+            let basis = set.basis(&model, gpu, 2, &instance()).unwrap().unwrap();
+            let mut f = vec![0.0; basis.beta_names().len()];
+            basis.step_features(&batch, &mut f);
+            let by_features: f64 = f.iter().zip(&set.beta).map(|(f, b)| f * b).sum();
+            (by_features, set.latency_model(&model, gpu, 2, &instance()).unwrap().step_time(&batch).as_us() as f64)
+        };
+        let (h100, a100) = (find_gpu("H100").unwrap().spec(), find_gpu("A100-80GB").unwrap().spec());
+        let anonymous = CoefficientSet { provenance: Provenance::default(), ..set.clone() };
+        for gpu in [&h100, &a100] {
+            let (by_features, simulated) = priced(&set, gpu);
+            assert!((by_features - simulated).abs() <= 1.0, "{}: {by_features} µs by features, {simulated} µs simulated", gpu.name);
+        }
+        let (carried, _) = priced(&set, &a100);
+        let (uncarried, _) = priced(&anonymous, &a100);
+        assert!(carried > 1.05 * uncarried, "carried {carried} µs, by the A100's peaks alone {uncarried} µs");
     }
 
     /// A trained-physics file with the published formula's eleven β prices

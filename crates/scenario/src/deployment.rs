@@ -461,15 +461,23 @@ pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alp
 /// efficiencies of both GPUs, but the α and per-step overheads are absolute,
 /// so the prediction extrapolates. At `tp` > 1 it also says which link the
 /// all-reduces cross and at what measured bus bandwidth, beside the GPU the
-/// set was fitted on. `None` when the set names no GPU or the same one (by
-/// name or alias).
+/// set was fitted on. `None` when the set names no GPU, or was measured on
+/// this one (by name or alias): its `hardware`, or one of its
+/// `measured_on` when a fit on several GPUs, or on another than the one
+/// it is in terms of, names them.
 pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, tp: u32, origin: &str) -> Option<String> {
     let fitted_on = set.provenance.hardware.as_deref()?;
-    if catalog::same_gpu(fitted_on, simulated) {
+    let measured = &set.provenance.measured_on;
+    if measured.iter().map(String::as_str).chain(measured.is_empty().then_some(fitted_on)).any(|m| catalog::same_gpu(m, simulated)) {
         return None;
     }
+    let (measured_on, overheads) = match measured.as_slice() {
+        [] => (fitted_on.to_string(), format!("{fitted_on}'s")),
+        gpus => (format!("{} (in {fitted_on}'s terms)", gpus.join(" and ")), String::from("those of the servers measured")),
+    };
     let profiled = catalog::PROFILED_GPUS.iter().any(|p| catalog::same_gpu(p, simulated));
     let how = match (set.carry_to(gpu), blis_data::coefficients::kernels_of(gpu)) {
+        (None, _) if catalog::same_gpu(fitted_on, simulated) => format!("they are in {simulated}'s terms, so nothing is carried"),
         (Some(c), Some(k)) => format!(
             "carried there by the two GPUs' kernel efficiencies (compute peak ×{:.3}, bandwidth ×{:.3}, per-layer overhead ×{:.3}; {simulated}'s {})",
             c.compute,
@@ -493,6 +501,6 @@ pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, t
         String::new()
     };
     Some(format!(
-        "coefficients ({origin}) were fitted on {fitted_on} measurements; timing {simulated} with them extrapolates: {how}{links}; per-step and host overheads stay {fitted_on}'s"
+        "coefficients ({origin}) were fitted on {measured_on} measurements; timing {simulated} with them extrapolates: {how}{links}; per-step and host overheads stay {overheads}"
     ))
 }
