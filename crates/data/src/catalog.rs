@@ -263,10 +263,14 @@ pub fn same_gpu(a: &str, b: &str) -> bool {
 /// with what the bundled board of its name knows and the file does not
 /// say: the measured kernel efficiencies, the compute capability and the
 /// device name, which pick vLLM's kernels (KV block size of latent
-/// attention, fused-MoE tiles). A spec of a board BLIS does not bundle is
-/// returned as it is.
+/// attention, fused-MoE tiles), and, for the same memory, what CUDA
+/// reports of it. A spec of a board BLIS does not bundle is returned as it
+/// is.
 pub fn completed(mut gpu: GpuSpec) -> GpuSpec {
     if let Some(bundled) = find_gpu(&gpu.name).map(|g| g.spec()) {
+        if gpu.memory_gib == bundled.memory_gib {
+            gpu.cuda_memory_gib = gpu.cuda_memory_gib.or(bundled.cuda_memory_gib);
+        }
         gpu.kernels = gpu.kernels.or(bundled.kernels);
         gpu.compute_capability = gpu.compute_capability.or(bundled.compute_capability);
         gpu.torch_device_name = gpu.torch_device_name.or(bundled.torch_device_name);
@@ -477,6 +481,26 @@ mod tests {
         assert_eq!(completed(own).compute_capability, Some(9.5));
         let other = GpuSpec { name: "B200".into(), ..bare };
         assert_eq!(completed(other.clone()), other);
+    }
+
+    /// A 48 GB GDDR6 card (ECC on) hands vLLM 44.52 GiB, not 48 · 0.99025:
+    /// its KV budget starts there, a datasheet of the same board learns it
+    /// from BLIS's file, one of other memory does not, and an HBM board
+    /// keeps the 0.99025 share.
+    #[test]
+    fn gddr6_cards_budget_the_memory_cuda_reports_with_ecc_on() {
+        let (l40s, h100) = (find_gpu("L40S").unwrap().spec(), find_gpu("H100").unwrap().spec());
+        let m = ModelConfig::from_hf_json(find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
+        let budget = |gpu: &GpuSpec| blis_engine::hardware::kv_budget(&m, gpu, &KvSizing::defaults(1, gpu)).unwrap();
+        assert_eq!(l40s.cuda_memory_gib, Some(44.52));
+        assert!((budget(&l40s).requested_gib - 44.52 * 0.9).abs() < 1e-9, "{:?}", budget(&l40s));
+        assert!((budget(&h100).requested_gib - 80.0 * 0.99025 * 0.9).abs() < 1e-9, "{:?}", budget(&h100));
+        let sheet = GpuSpec { cuda_memory_gib: None, kernels: None, ..l40s.clone() };
+        assert_eq!(budget(&completed(sheet.clone())), budget(&l40s));
+        let other = GpuSpec { memory_gib: 24.0, ..sheet };
+        assert_eq!(completed(other).cuda_memory_gib, None, "another memory is another board");
+        let e = GpuSpec { cuda_memory_gib: Some(50.0), ..l40s }.validate().unwrap_err();
+        assert_eq!((e.field, e.reason), ("cuda_memory_gib", "must be a positive number of GiB, at most memory_gib"));
     }
 
     /// A name of a chip BLIS bundles, but of another board, lists that

@@ -23,6 +23,14 @@ pub struct GpuSpec {
     pub hbm_tb_s: f64,
     /// Memory capacity, GiB.
     pub memory_gib: f64,
+    /// The memory CUDA reports as the device's total, GiB: what vLLM
+    /// multiplies by `--gpu-memory-utilization`. Absent: memory_gib ·
+    /// 0.99025, as on HBM boards (an 80 GiB H100 reports 79.22 GiB). A
+    /// GDDR6 card with ECC on (the default on data-centre cards) gives
+    /// 1/16 of its memory to the ECC codes: a 48 GB L40S or A40 reports
+    /// about 44.5 GiB.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cuda_memory_gib: Option<f64>,
     /// NVLink bandwidth per GPU, GB/s (absent for PCIe-only parts).
     #[serde(default)]
     pub nvlink_gb_s: Option<f64>,
@@ -292,6 +300,7 @@ impl GpuSpec {
                 fp8_tflops: d.compute.fp8_tensor_core.map(|f| f * dense),
                 hbm_tb_s: d.memory.bandwidth_tb_s,
                 memory_gib: d.memory.capacity_gb,
+                cuda_memory_gib: None,
                 nvlink_gb_s: d.interconnect.nvlink_bandwidth_gb_s,
                 nvlink_domain_gpus: d.interconnect.nvlink_domain_gpus,
                 pcie_gb_s,
@@ -342,6 +351,11 @@ impl GpuSpec {
         }
         if !(MEMORY_GIB.0..=MEMORY_GIB.1).contains(&self.memory_gib) {
             return Err(GpuSpecError { field: "memory_gib", value: self.memory_gib, reason: "must be a number of GiB in [4, 4096] (what accelerator boards carry)" });
+        }
+        if let Some(v) = self.cuda_memory_gib
+            && !(v.is_finite() && v > 0.0 && v <= self.memory_gib)
+        {
+            return Err(GpuSpecError { field: "cuda_memory_gib", value: v, reason: "must be a positive number of GiB, at most memory_gib" });
         }
         if let Some(v) = self.compute_capability
             && !(1.0..100.0).contains(&v)
@@ -489,7 +503,13 @@ impl GpuSpec {
     /// vLLM's `--max-num-seqs` and `--max-num-batched-tokens` when neither is
     /// given on this GPU ([`crate::vllm::batch_defaults`]).
     pub fn batch_defaults(&self) -> crate::vllm::BatchDefaults {
-        crate::vllm::batch_defaults(&self.name, self.memory_gib)
+        crate::vllm::batch_defaults(&self.name, self.reported_memory_gib())
+    }
+
+    /// The memory CUDA reports as the device's total, GiB
+    /// ([`GpuSpec::cuda_memory_gib`], else memory_gib · 0.99025).
+    pub fn reported_memory_gib(&self) -> f64 {
+        self.cuda_memory_gib.unwrap_or(self.memory_gib * CUDA_REPORTED_MEMORY_FRACTION)
     }
 
     /// An all-reduce of `tp` GPUs' fixed latency over the same GPU's NVLink
@@ -533,9 +553,10 @@ fn does_not_fit_advice(weights_gib: f64, available_gib: f64, reported_gib: f64) 
     }
 }
 
-/// Share of a GPU's nominal memory that CUDA reports as its total and vLLM
-/// multiplies by `--gpu-memory-utilization`: an 80 GiB H100 reports 79.22 GiB
-/// (vLLM's memory-profiling log, vllm-project/vllm#12126).
+/// Share of an HBM GPU's nominal memory that CUDA reports as its total and
+/// vLLM multiplies by `--gpu-memory-utilization`: an 80 GiB H100 reports
+/// 79.22 GiB (vLLM's memory-profiling log, vllm-project/vllm#12126). A GPU
+/// spec's `cuda_memory_gib` overrides it.
 const CUDA_REPORTED_MEMORY_FRACTION: f64 = 79.22 / 80.0;
 /// Memory outside PyTorch's allocator that vLLM's profiler charges per GPU
 /// (cuBLAS workspaces; NCCL and custom all-reduce buffers when tp > 1), GiB,
@@ -612,7 +633,7 @@ pub fn kv_groups(model: &ModelConfig, hybrid: bool) -> (KvGroups, u32) {
 /// one GPU's memory, and the KV blocks that fit in what is left.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct KvBudget {
-    /// memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization.
+    /// What CUDA reports ([`GpuSpec::reported_memory_gib`]) · gpu_memory_utilization.
     pub requested_gib: f64,
     /// Weight bytes / tp.
     pub weights_gib: f64,
@@ -636,7 +657,7 @@ pub struct KvBudget {
 /// allocates, following vLLM's memory profiler, per GPU:
 ///
 /// ```text
-/// requested = memory_gib · 0.99025 (what CUDA reports) · gpu_memory_utilization
+/// requested = what CUDA reports (memory_gib · 0.99025 on HBM boards) · gpu_memory_utilization
 /// KV bytes  = requested − weight bytes / tp − profiling activation peak − non-torch memory
 /// blocks    = floor(KV bytes / (KV bytes per token per GPU · block_size · layers per group / layers))
 /// ```
@@ -654,7 +675,7 @@ pub struct KvBudget {
 pub fn kv_budget(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Result<KvBudget, CapacityError> {
     const GIB: f64 = (1u64 << 30) as f64;
     let tp = sizing.tp.max(1);
-    let reported_gib = gpu.memory_gib * CUDA_REPORTED_MEMORY_FRACTION;
+    let reported_gib = gpu.reported_memory_gib();
     let requested_gib = reported_gib * sizing.gpu_memory_utilization;
     let weights_gib = model.weight_bytes() / f64::from(tp) / GIB;
     let activation_peak_gib = model.profile_activation_bytes_per_gpu(tp, sizing.max_num_batched_tokens, sizing.max_num_seqs) / GIB;

@@ -39,6 +39,7 @@ fn gpu_of(h: &Value) -> GpuSpec {
         fp8_tflops: None,
         hbm_tb_s: num(h, "BwPeakTBs"),
         memory_gib: 80.0,
+        cuda_memory_gib: None,
         nvlink_gb_s: Some(num(h, "interconnect_bandwidth_gb_s")),
         nvlink_domain_gpus: None,
         pcie_gb_s: num(h, "pcie_bandwidth_gb_s"),
