@@ -1584,7 +1584,7 @@ impl Instance {
     #[inline(always)]
     fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
         let live = &mut self.slots[slot as usize];
-        self.kv.release_skipped(&mut live.table, live.num_computed);
+        self.kv.release_skipped(&mut live.table, live.num_computed, &live.hashes);
         let need = live.num_computed + n;
         if !with_hits && need <= live.room_tokens {
             live.allocated_tokens = need;

@@ -575,8 +575,17 @@ impl KvCache {
     /// `num_computed_tokens − W + 1`): they are freed, last first, into the
     /// cache (still findable) and their entries become the null block. A
     /// no-op without sliding-window groups; O(1) when nothing slid out.
+    ///
+    /// vLLM cached every one of those blocks when it filled; BLIS holds
+    /// back a request's own blocks, which only its recomputation after a
+    /// preemption can hit, until that preemption (`cache_full_blocks`). By
+    /// then a sliding group's have slid out, so those of them whose
+    /// `block_hashes` are known are entered in the index here, before they
+    /// are freed: the recomputation finds them as in vLLM (an all-sliding
+    /// cache's hit search scans back past a window it cannot complete, so
+    /// any of them may be needed).
     #[inline]
-    pub fn release_skipped(&mut self, table: &mut BlockTable, num_computed_tokens: u32) {
+    pub fn release_skipped(&mut self, table: &mut BlockTable, num_computed_tokens: u32, block_hashes: &[u64]) {
         if self.groups.sliding == 0 {
             return;
         }
@@ -590,6 +599,12 @@ impl KvCache {
             for i in (from..upto).rev() {
                 let b = std::mem::replace(&mut table.group_mut(group)[i], NIL);
                 debug_assert_ne!(b, NIL, "a null entry inside the window");
+                if self.prefix_caching
+                    && let Some(&h) = block_hashes.get(i)
+                    && !self.is_hashed(b)
+                {
+                    self.register(b, h, group);
+                }
                 self.release(b);
             }
         }
@@ -701,25 +716,36 @@ impl KvCache {
                 if b == NIL || self.is_hashed(b) {
                     continue;
                 }
-                let h = group_key(block_hashes[index], group);
-                self.blocks[b as usize].hash = h;
-                let blocks = &self.blocks;
-                // A block whose content another block already registered
-                // (two requests computed the same prefix at once) stays
-                // unregistered: the index holds one block per content, and
-                // the KV events describe the index.
-                if !self.index.insert_if_absent(h, b, |x| blocks[x as usize].hash) {
+                if !self.register(b, block_hashes[index], group) {
                     continue;
                 }
-                self.set_hashed(b, true);
-                if group > 0 {
-                    self.set_other_group(b, true);
-                } else if let Some(c) = &mut self.changes {
-                    c.push(CacheChange::Stored { hash: h, parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
+                if group == 0
+                    && let Some(c) = &mut self.changes
+                {
+                    c.push(CacheChange::Stored { hash: block_hashes[index], parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
                 }
             }
         }
         table.num_cached = table.num_cached.max(num_full as u32);
+    }
+
+    /// Enters block `b` of `group`, whose tokens hash to `hash`, in the
+    /// prefix index, unless another block already registered that content
+    /// (two requests computed the same prefix at once): the index holds one
+    /// block per content, and the KV events describe the index. Whether it
+    /// was entered.
+    fn register(&mut self, b: u32, hash: u64, group: u32) -> bool {
+        let key = group_key(hash, group);
+        self.blocks[b as usize].hash = key;
+        let blocks = &self.blocks;
+        if !self.index.insert_if_absent(key, b, |x| blocks[x as usize].hash) {
+            return false;
+        }
+        self.set_hashed(b, true);
+        if group > 0 {
+            self.set_other_group(b, true);
+        }
+        true
     }
 
     fn is_hashed(&self, b: u32) -> bool {
@@ -1045,10 +1071,10 @@ mod tests {
         assert_eq!(kv.num_used_blocks(), 20, "10 blocks in each group");
         assert_eq!(kv.assert_table(&a), 20);
         // 160 computed: positions from 128 on are in the window, blocks 0–7 are not.
-        kv.release_skipped(&mut a, 160);
+        kv.release_skipped(&mut a, 160, &[]);
         assert_eq!((kv.num_used_blocks(), kv.assert_table(&a)), (12, 12));
         assert_eq!(a.others[0][..8], [NIL; 8]);
-        kv.release_skipped(&mut a, 160); // idempotent
+        kv.release_skipped(&mut a, 160, &[]); // idempotent
         assert_eq!(kv.num_used_blocks(), 12);
         // Growing by one block: one more in each group.
         assert!(kv.allocate_slots(&mut a, 161, &[], &h, 160));
@@ -1071,6 +1097,31 @@ mod tests {
         assert_eq!(kv.total_refs(), 13);
         kv.free(&mut b);
         kv.assert_consistent();
+    }
+
+    /// A request's own blocks (allocated but not cached: only its own
+    /// recomputation can hit them) that slide out of the window are cached
+    /// as they are freed, as vLLM cached them when they filled. Once the
+    /// request is preempted and its window cached, the recomputation hits
+    /// up to its last full block, as it does when every block was cached
+    /// on allocation; without the hashes at release, only the shared head.
+    #[test]
+    fn own_blocks_that_slide_out_stay_findable_for_the_recomputation() {
+        let h = hashes(10);
+        let run = |cache_at_allocation: u32, hashes_at_release: &[u64]| {
+            let mut kv = hybrid(41);
+            let mut a = BlockTable::default();
+            assert!(kv.allocate_slots(&mut a, 160, &[], &h, cache_at_allocation));
+            kv.release_skipped(&mut a, 160, hashes_at_release);
+            kv.cache_full_blocks(&mut a, &h, 160); // the preemption caches what it still holds
+            kv.free(&mut a);
+            kv.assert_consistent();
+            kv.cached_prefix_tokens(&h, 160)
+        };
+        let every_block_cached = run(160, &[]);
+        assert_eq!(every_block_cached, 144);
+        assert_eq!(run(32, &h), every_block_cached, "own blocks cached as they slid out");
+        assert_eq!(run(32, &[]), 32, "without them the sliding group's window before the cut is gone");
     }
 
     /// The full-attention groups bound the hit; within it the
@@ -1145,7 +1196,7 @@ mod tests {
                         kv.find_cached_prefix(&h, len * block, &mut hits);
                         let mut t = BlockTable::default();
                         if kv.allocate_slots(&mut t, len * block, &hits, &h, len * block) {
-                            kv.release_skipped(&mut t, len * block);
+                            kv.release_skipped(&mut t, len * block, &[]);
                             live.push(t);
                         }
                     }
