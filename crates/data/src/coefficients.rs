@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
 use blis_engine::latency::trained_physics::{PUBLISHED_ALPHA_LEN, PUBLISHED_BETA_LEN};
-use blis_engine::latency::{CoefficientError, FeatureBasis, LatencyModel, ModelKind, QueueingInput, Roofline, StepBatch, TrainedPhysics};
+use blis_engine::latency::{FeatureBasis, LatencyModel, ModelKind, QueueingInput, Roofline, StepBatch, TrainedPhysics};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
@@ -78,14 +78,10 @@ impl FeatureBasis for CarriedBasis {
     fn alpha_queueing_features(&self, arrival: &QueueingInput, out: &mut [f64]) -> bool {
         self.inner.alpha_queueing_features(arrival, out)
     }
+    /// The trait's checks (on the coefficients as given) come first.
     fn with_coefficients_unchecked(&self, alpha: &[f64], beta: &[f64]) -> Arc<dyn LatencyModel> {
         let carried: Vec<f64> = beta.iter().zip(&self.scale).map(|(b, s)| b * s).collect();
         self.inner.with_coefficients_unchecked(alpha, &carried)
-    }
-    fn with_coefficients(&self, alpha: &[f64], beta: &[f64]) -> Result<Arc<dyn LatencyModel>, CoefficientError> {
-        // The checks name the coefficients as given, before the carry.
-        self.inner.with_coefficients(alpha, beta)?;
-        Ok(self.with_coefficients_unchecked(alpha, beta))
     }
 }
 
