@@ -879,9 +879,9 @@ impl Experiment {
             )
         });
         let config = self.results.join("config.yaml");
-        let config_unknown = self.workload.unknown_keys.iter().map(|k| format!("{}: {k}", config.display()));
+        let config_notes = self.workload.notes.iter().map(|n| format!("{}: {n}", config.display()));
         unknown
-            .chain(config_unknown)
+            .chain(config_notes)
             .chain(disagreements)
             .chain(stale)
             .chain(sweep)

@@ -122,10 +122,10 @@ pub fn open(input: &WorkloadInput, options: &OpenOptions) -> Result<OpenedWorklo
             let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
             if looks_like_inference_perf(&text) {
                 let cfg = InferencePerfConfig::from_yaml_str(&text).map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
-                let unknown_keys: Vec<String> = cfg.unknown_keys.iter().map(|k| format!("{}: {k}", path.display())).collect();
+                let notes: Vec<String> = cfg.notes.iter().map(|n| format!("{}: {n}", path.display())).collect();
                 let mut opened = inference_perf(Reproduction { config: cfg, measured: MeasuredLengths::default(), recorded: None }, options.seed)
                     .map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
-                opened.warnings.extend(unknown_keys);
+                opened.warnings.extend(notes);
                 opened
             } else {
                 from_spec(spec::parse_file(path, &text)?, &options.overrides)?

@@ -655,10 +655,12 @@ pub struct InferencePerfConfig {
     /// `storage.*.report_file_prefix`: what inference-perf put before each
     /// report file name (`{prefix}stage_0_lifecycle_metrics.json`); empty when unset.
     pub report_file_prefix: String,
-    /// One line per key no inference-perf version has in a section BLIS
-    /// reads (ignored, as inference-perf ignores it), naming the key it is
-    /// closest to: for the user to see, since a misspelt key leaves a default.
-    pub unknown_keys: Vec<String>,
+    /// Lines for the user to see: one per key no inference-perf version has
+    /// in a section BLIS reads (ignored, as inference-perf ignores it),
+    /// naming the key it is closest to, since a misspelt key leaves a
+    /// default; and one per length that can be 0 tokens
+    /// ([`zero_length_notes`]).
+    pub notes: Vec<String>,
 }
 
 impl InferencePerfConfig {
@@ -673,6 +675,7 @@ impl InferencePerfConfig {
             return Err(InferencePerfError::Unsupported { field: "api.type", value: raw.api.kind, allowed: "completion, chat" });
         }
         let server = raw.server.unwrap_or_default();
+        let notes = super::keys::unknown_keys(text).into_iter().chain(zero_length_notes(&data)).collect();
         let cfg = InferencePerfConfig {
             api: raw.api.kind,
             streaming: raw.api.streaming,
@@ -682,7 +685,7 @@ impl InferencePerfConfig {
             model_name: server.model_name,
             server_type: server.kind,
             report_file_prefix,
-            unknown_keys: super::keys::unknown_keys(text),
+            notes,
         };
         cfg.validate()?;
         Ok(cfg)
@@ -792,6 +795,30 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
 /// A distribution random and synthetic data need, present and drawable;
 /// a `total_count` left unset becomes `default_count`, as inference-perf
 /// sets it.
+/// The lengths of `data` that inference-perf can draw as 0 tokens (a
+/// minimum of 0, or a fixed length under 1): vLLM refuses an empty prompt
+/// and `max_tokens` 0 with HTTP 400, so in the real run those requests
+/// fail, where BLIS simulates them with 1 token. One line each.
+fn zero_length_notes(data: &Data) -> Vec<String> {
+    let can_be_zero = |d: &LengthDistribution| if d.shape == LengthShape::Fixed { d.mean < 1.0 } else { d.min == 0 };
+    let lengths: Vec<(&str, &str, bool)> = match data {
+        Data::Random(io) | Data::Synthetic(io) => {
+            vec![("data.input_distribution", "prompts", can_be_zero(&io.input)), ("data.output_distribution", "outputs", can_be_zero(&io.output))]
+        }
+        Data::SharedPrefix(sp) => {
+            // A fixed length of 0 is refused (`validate_shared_prefix`).
+            let output = matches!(&sp.output_len, Length::Drawn(d) if can_be_zero(d));
+            vec![("data.shared_prefix.output_len", "outputs", output)]
+        }
+        Data::Dataset(_) => Vec::new(),
+    };
+    lengths
+        .into_iter()
+        .filter(|(_, _, zero)| *zero)
+        .map(|(field, what, _)| format!("{field}: inference-perf can draw {what} of 0 tokens, which vLLM refuses (HTTP 400: the request fails); BLIS simulates 1 token"))
+        .collect()
+}
+
 fn checked_distribution(field: &'static str, d: Option<LengthDistribution>, default_count: u32) -> Result<LengthDistribution, InferencePerfError> {
     let mut d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
     d.total_count = d.total_count.or(Some(default_count));

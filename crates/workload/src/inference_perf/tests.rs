@@ -179,7 +179,7 @@ fn parses_the_effective_config_and_its_defaults() {
     assert_eq!(c.report_file_prefix, "");
     let prefixed = CONFIG.replace("    path: /tmp", "    path: /tmp\n    report_file_prefix: run7_\n  google_cloud_storage: null");
     assert_eq!(InferencePerfConfig::from_yaml_str(&prefixed).unwrap().report_file_prefix, "run7_");
-    assert_eq!(c.unknown_keys, Vec::<String>::new());
+    assert_eq!(c.notes, Vec::<String>::new());
 }
 
 /// A misspelt key is ignored, as inference-perf ignores it, leaving the
@@ -188,7 +188,32 @@ fn parses_the_effective_config_and_its_defaults() {
 fn a_misspelt_key_keeps_the_default_and_is_named() {
     let c = InferencePerfConfig::from_yaml_str(&CONFIG.replace("  interval: 1.0", "  intervall: 7.0")).unwrap();
     assert_eq!(c.load.interval, 1.0);
-    assert_eq!(c.unknown_keys, ["unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"]);
+    assert_eq!(c.notes, ["unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"]);
+}
+
+/// A length inference-perf can draw as 0 tokens is named: vLLM refuses an
+/// empty prompt and `max_tokens` 0, where BLIS simulates 1 token. A
+/// minimum of 1, or a fixed length of at least 1, says nothing (a fixed
+/// shared-prefix output of 0 is refused outright).
+#[test]
+fn lengths_that_can_be_zero_tokens_are_named() {
+    let random = |input: &str, output: &str| {
+        let text = format!(
+            "data:\n  type: random\n  input_distribution: {input}\n  output_distribution: {output}\nload:\n  type: constant\n  stages: [{{rate: 1, duration: 10}}]\napi:\n  type: completion\n"
+        );
+        InferencePerfConfig::from_yaml_str(&text).unwrap().notes
+    };
+    let (some, zero) = ("{min: 1, max: 100, mean: 50, std_dev: 10}", "{min: 0, max: 100, mean: 50, std_dev: 10}");
+    assert_eq!(random(some, some), Vec::<String>::new());
+    let notes = random(zero, some);
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(notes[0].starts_with("data.input_distribution: inference-perf can draw prompts of 0 tokens, which vLLM refuses (HTTP 400"), "{notes:?}");
+    let notes = random(some, "{type: fixed, mean: 0.5}");
+    assert!(notes.len() == 1 && notes[0].starts_with("data.output_distribution: inference-perf can draw outputs of 0 tokens"), "{notes:?}");
+    assert_eq!(random(some, "{type: fixed, mean: 1}"), Vec::<String>::new());
+    let shared = InferencePerfConfig::from_yaml_str(&CONFIG.replace("output_len: 247", "output_len: 247\n    output_distribution: {mean: 247, std_dev: 20, min: 0, max: 400}"));
+    let shared = shared.unwrap();
+    assert!(shared.notes.iter().any(|n| n.starts_with("data.shared_prefix.output_len: inference-perf can draw outputs of 0 tokens")), "{:?}", shared.notes);
 }
 
 #[test]
