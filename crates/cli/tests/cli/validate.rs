@@ -287,15 +287,22 @@ fn experiment_that_warns_of_nothing(tmp: &TempDir) -> std::path::PathBuf {
     dir
 }
 
+/// [`experiment_that_warns_of_nothing`], its `server-facts.yaml` and that
+/// file's text, for a test that edits the facts.
+fn quiet_experiment_and_facts(tmp: &TempDir) -> (std::path::PathBuf, std::path::PathBuf, String) {
+    let dir = experiment_that_warns_of_nothing(tmp);
+    let facts = dir.join("server-facts.yaml");
+    let text = std::fs::read_to_string(&facts).unwrap();
+    (dir, facts, text)
+}
+
 /// When the server's recorded facts and the experiment config disagree, the
 /// facts are simulated and the disagreement is printed, naming both values;
 /// a fact BLIS cannot read (a typo) is named too.
 #[test]
 fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warned_about() {
     let tmp = TempDir::new("validate-disagree");
-    let dir = experiment_that_warns_of_nothing(&tmp);
-    let facts = dir.join("server-facts.yaml");
-    let text = std::fs::read_to_string(&facts).unwrap();
+    let (dir, facts, text) = quiet_experiment_and_facts(&tmp);
     // Run on another GPU than the set was fitted on: said once, as `blis run` says it.
     std::fs::write(&facts, text.replace("hardware: H100-SXM-80GB", "hardware: A100-80GB")).unwrap();
     let other = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
@@ -330,9 +337,7 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
 #[test]
 fn a_block_count_its_cache_size_contradicts_is_warned_about() {
     let tmp = TempDir::new("validate-kv-tokens");
-    let dir = experiment_that_warns_of_nothing(&tmp);
-    let facts = dir.join("server-facts.yaml");
-    let text = std::fs::read_to_string(&facts).unwrap();
+    let (dir, facts, text) = quiet_experiment_and_facts(&tmp);
     let with = |tokens: u64| {
         std::fs::write(&facts, format!("{text}kv_cache_tokens: {tokens}\n")).unwrap();
         stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]))
