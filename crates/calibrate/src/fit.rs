@@ -720,30 +720,77 @@ fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64], hardware: &str) -> Coeff
     CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance }
 }
 
-/// The GPU a fit's coefficients are in terms of, why that one (for the
-/// progress line), and the GPUs its runs were measured on (by name,
-/// without repeats). It is the start set's GPU
+/// The GPU a fit's coefficients are in terms of: the start set's GPU
 /// where BLIS knows that GPU's kernel efficiencies, so that every run is
 /// seen through them as the fitted set will see it and the fit starts
 /// from coefficients in the same terms (an A100 run fitted in the A100's
 /// own terms from the bundled H100 set recovered a hidden set 17 % off;
 /// in the H100's, 0.2 %: `docs/fidelity.md`); else the GPU most runs ran
-/// on (the first by name on a tie).
-fn fit_frame(train: &[&dyn Measured], start: &CoefficientSet) -> (String, &'static str, Vec<String>) {
-    let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
-    for r in train {
-        *counts.entry(r.server().gpu_name.as_str()).or_default() += 1;
-    }
-    let measured: Vec<String> = counts.keys().map(|g| g.to_string()).collect();
-    let profiled = start.provenance.hardware.as_deref().filter(|g| catalog::find_gpu(g).is_some_and(|b| b.spec().kernels.is_some()));
-    let (frame, why) = match profiled {
-        Some(g) => (measured.iter().find(|m| catalog::same_gpu(m, g)).cloned().unwrap_or_else(|| g.to_string()), "the start set's GPU"),
-        None => {
-            let most = counts.values().copied().max().unwrap_or(0);
-            (counts.iter().find(|(_, n)| **n == most).map_or_else(String::new, |(g, _)| g.to_string()), "the GPU most runs ran on")
+/// on (the first by name on a tie). `blis fit` on experiments and traces
+/// and `blis fit --otel` choose it alike, so their sets compare
+/// coefficient by coefficient.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FitFrame {
+    /// The GPU the fitted set is in terms of (its `provenance.hardware`).
+    pub gpu: String,
+    /// Why that GPU, for the progress line.
+    why: &'static str,
+    /// The GPUs the runs were measured on, by name, without repeats.
+    measured: Vec<String>,
+}
+
+impl FitFrame {
+    /// The frame for runs on `servers` (one per run) fitted from `start`.
+    pub fn of<'a>(servers: impl IntoIterator<Item = &'a Server>, start: &CoefficientSet) -> FitFrame {
+        let mut counts: BTreeMap<&str, usize> = BTreeMap::new();
+        for s in servers {
+            *counts.entry(s.gpu_name.as_str()).or_default() += 1;
         }
-    };
-    (frame, why, measured)
+        let measured: Vec<String> = counts.keys().map(|g| g.to_string()).collect();
+        let profiled = start.provenance.hardware.as_deref().filter(|g| catalog::find_gpu(g).is_some_and(|b| b.spec().kernels.is_some()));
+        let (gpu, why) = match profiled {
+            Some(g) => (measured.iter().find(|m| catalog::same_gpu(m, g)).cloned().unwrap_or_else(|| g.to_string()), "the start set's GPU"),
+            None => {
+                let most = counts.values().copied().max().unwrap_or(0);
+                (counts.iter().find(|(_, n)| **n == most).map_or_else(String::new, |(g, _)| g.to_string()), "the GPU most runs ran on")
+            }
+        };
+        FitFrame { gpu, why, measured }
+    }
+
+    /// The measured GPUs other than the frame's, whose runs are carried into it.
+    fn carried(&self) -> Vec<&str> {
+        self.measured.iter().map(String::as_str).filter(|g| !catalog::same_gpu(g, &self.gpu)).collect()
+    }
+
+    /// The progress line saying which runs are carried, if any are.
+    pub fn note(&self) -> Option<String> {
+        let carried = self.carried();
+        (!carried.is_empty())
+            .then(|| format!("fitting in {}'s terms ({}); runs on {} seen through their kernel efficiencies", self.gpu, self.why, carried.join(" and ")))
+    }
+
+    /// The fitted set's `provenance.measured_on`: every GPU measured when
+    /// any run was carried, else none (the set's `hardware` says it all).
+    pub fn measured_on(&self) -> Vec<String> {
+        if self.carried().is_empty() { Vec::new() } else { self.measured.clone() }
+    }
+
+    /// A set of `kind` with no coefficients, in the frame's terms: its
+    /// [`CoefficientSet::basis`] sees a run's GPU as the fitted set will.
+    pub fn empty_set(&self, kind: ModelKind) -> CoefficientSet {
+        set_of(kind, &[], &[], &self.gpu)
+    }
+
+    /// The kernel efficiencies the physical priors anchor to: those of
+    /// the first of `servers` on the frame's GPU (its own spec), else the
+    /// bundled GPU's.
+    pub fn kernels<'a>(&self, servers: impl IntoIterator<Item = &'a Server>) -> Option<KernelEfficiency> {
+        match servers.into_iter().find(|s| s.gpu_name == self.gpu) {
+            Some(s) => s.gpu.kernels.clone(),
+            None => catalog::find_gpu(&self.gpu).and_then(|g| g.spec().kernels),
+        }
+    }
 }
 
 /// Mean APE per headline metric over the stages of `runs`.
@@ -776,25 +823,24 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     }
     // Runs on several GPUs are fitted in the terms of one, the others seen
     // through their kernel efficiencies as the fitted set will see them.
-    let (reference, why, measured_on) = fit_frame(&train, &opts.start);
-    let carried: Vec<&str> = measured_on.iter().map(String::as_str).filter(|g| !catalog::same_gpu(g, &reference)).collect();
-    if !carried.is_empty() {
-        progress(format!("fitting in {reference}'s terms ({why}); runs on {} seen through their kernel efficiencies", carried.join(" and ")));
+    let frame = FitFrame::of(train.iter().map(|r| r.server()), &opts.start);
+    if let Some(note) = frame.note() {
+        progress(note);
     }
-    let frame = set_of(opts.kind, &[], &[], &reference);
+    let reference = frame.gpu.clone();
+    let empty = frame.empty_set(opts.kind);
     let bases: Vec<Box<dyn FeatureBasis>> = train
         .iter()
         .map(|r| {
             let s = r.server();
             let unreproducible = |message| FitError::from(ExperimentError::Unreproducible { path: r.origin().to_path_buf(), message });
-            frame.basis(&s.model, &s.gpu, s.tp, &s.instance).map_err(unreproducible)?.ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
+            empty.basis(&s.model, &s.gpu, s.tp, &s.instance).map_err(unreproducible)?.ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
         })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
     // The kernel profiles' per-layer overhead anchors the fit: that of the GPU in whose terms it fits.
-    let frame_kernels = catalog::find_gpu(&reference).and_then(|g| g.spec().kernels);
-    let kernels = train.iter().find(|r| r.server().gpu_name == reference).map_or(frame_kernels.as_ref(), |r| r.server().gpu.kernels.as_ref());
-    let priors = with_overrides(opts.kind, bases[0].as_ref(), kernels, &opts.prior_overrides)?;
+    let kernels = frame.kernels(train.iter().map(|r| r.server()));
+    let priors = with_overrides(opts.kind, bases[0].as_ref(), kernels.as_ref(), &opts.prior_overrides)?;
     let priors = priors.as_deref();
 
     // Stage one: simulate with the current coefficients, fit the linear
@@ -914,7 +960,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     let holdout_runs: Vec<&dyn Measured> = runs.iter().copied().filter(|r| r.active() && holdout(*r)).collect();
     set.provenance = Provenance {
         source: "blis fit".into(),
-        measured_on: if carried.is_empty() { Vec::new() } else { measured_on.clone() },
+        measured_on: frame.measured_on(),
         hardware: Some(reference),
         fitted_on: train.iter().map(|r| r.name().to_string()).collect(),
         holdout: holdout_runs.iter().map(|r| r.name().to_string()).collect(),

@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use anyhow::Context;
 use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
+use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitFrame, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
 use blis_calibrate::otel::{OtelTrace, fit_steps};
 use blis_scenario::Scenario;
 use blis_calibrate::observed::ObservedRun;
@@ -61,7 +61,9 @@ pub struct FitArgs {
     #[arg(long, default_value = "trained-physics")]
     pub latency_model: String,
 
-    /// Coefficients of the first simulation round (any model). [default: the published set for --latency-model, else the bundled default]
+    /// Coefficients of the first simulation round (any model). Its GPU, where BLIS has that GPU's kernel efficiencies,
+    /// is the one the fitted set is in terms of, with --otel too. [default: the published set for --latency-model, else
+    /// the bundled default]
     #[arg(long, value_name = "FILE")]
     pub start: Option<PathBuf>,
 
@@ -153,10 +155,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     if let Some((flag, _)) = otel_only.iter().find(|(_, given)| *given) {
         return Err(bad_input!("{flag} is for --otel: an experiment directory's or trace's own records name its model, TP and server").into());
     }
-    let start = match &args.start {
-        Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
-        None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
-    };
+    let start = start_set(&args, kind)?;
     let definitions = args.definitions.load()?;
     let suite = if args.dirs.is_empty() { Suite::default() } else { Suite::load(&args.dirs, &definitions).map_err(|e| bad_input!("{e}"))? };
     crate::output::warn(&suite.warnings());
@@ -227,7 +226,17 @@ pub(crate) fn write_set(set: &CoefficientSet, mut output: Option<AtomicFile>) ->
     Ok(())
 }
 
-/// `blis fit --otel`: teacher-forced least squares on a journey and step trace.
+/// `--start`, else the published set of `kind`, else the bundled default.
+fn start_set(args: &FitArgs, kind: ModelKind) -> anyhow::Result<CoefficientSet> {
+    Ok(match &args.start {
+        Some(p) => CoefficientSet::load(p).map_err(|e| bad_input!("--start {e}"))?,
+        None => CoefficientSet::bundled(&format!("{kind}-published")).unwrap_or_else(CoefficientSet::default_set),
+    })
+}
+
+/// `blis fit --otel`: teacher-forced least squares on a journey and step
+/// trace, in the terms of the GPU [`FitFrame`] chooses, as `blis fit` on
+/// experiments and traces fits.
 fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> {
     let mut trace = OtelTrace::load(path).map_err(|e| bad_input!("--otel {e}"))?;
     if let Some(id) = &args.otel_instance
@@ -262,12 +271,20 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         None => e.replacen("--model ", &format!("--otel {}: the trace's gen_ai.request.model ", path.display()), 1),
     };
     let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{}", blame(e.to_string())))?.deployment.server;
-    let basis = kind.basis(&server.model, &server.gpu, server.tp, &server.instance).ok_or_else(|| bad_input!("--latency-model {kind}: has no coefficients to fit"))?;
-    let priors = with_overrides(kind, basis.as_ref(), server.gpu.kernels.as_ref(), &args.prior)
+    let frame = FitFrame::of([&server], &start_set(args, kind)?);
+    let basis = frame
+        .empty_set(kind)
+        .basis(&server.model, &server.gpu, server.tp, &server.instance)
+        .map_err(|e| bad_input!("--otel {}: {e}", path.display()))?
+        .ok_or_else(|| bad_input!("--latency-model {kind}: has no coefficients to fit"))?;
+    let priors = with_overrides(kind, basis.as_ref(), frame.kernels([&server]).as_ref(), &args.prior)
         .map_err(|e| bad_input!("{e}"))?
         .ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
     let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let started = Instant::now();
+    if let Some(note) = frame.note() {
+        eprintln!("[{:7.1} s] {note}", started.elapsed().as_secs_f64());
+    }
     let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, &server.instance).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
     eprintln!(
         "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out{}), α on {} journeys; step-time MAPE {:.2} %",
@@ -313,7 +330,8 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         beta: found.beta,
         provenance: Provenance {
             source: "blis fit --otel".into(),
-            hardware: Some(server.gpu_name.clone()),
+            hardware: Some(frame.gpu.clone()),
+            measured_on: frame.measured_on(),
             fitted_on: vec![path.file_name().map_or_else(|| path.display().to_string(), |n| n.to_string_lossy().into_owned())],
             loss: Some(found.step_mape),
             train_errors: [("step_time_mape".to_string(), found.step_mape)].into_iter().collect(),
