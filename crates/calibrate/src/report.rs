@@ -254,6 +254,12 @@ pub struct ReportContext {
     pub wall_s: Option<f64>,
 }
 
+/// Whether any run was excluded as overloaded (else the reports leave out
+/// the section that judges them).
+fn any_overloaded(comparisons: &[ExperimentComparison]) -> bool {
+    comparisons.iter().any(|c| c.status == Status::OverloadExcluded)
+}
+
 /// The full Markdown report.
 pub fn markdown(comparisons: &[ExperimentComparison], ctx: &ReportContext) -> String {
     let mut out = String::from("# BLIS validation report\n\n");
@@ -267,12 +273,14 @@ pub fn markdown(comparisons: &[ExperimentComparison], ctx: &ReportContext) -> St
 APE = |sim − real| / real × 100.\n\n";
     out += "## Aggregate over active stages\n\n";
     out += &aggregate_table(&aggregate(comparisons)).to_markdown();
-    out += "\n## Overload-excluded runs\n\nJudged on whether BLIS predicts the overload, not on latency: *overloaded* is the rule that classified the real runs \
+    if any_overloaded(comparisons) {
+        out += "\n## Overload-excluded runs\n\nJudged on whether BLIS predicts the overload, not on latency: *overloaded* is the rule that classified the real runs \
 (more than 10 % of a stage's requests time out at the 300 s client timeout); *saturated* means the simulated server serves less than \
 90 % of the offered rate, so its queue grows for as long as the stage lasts; *saturated req/s* is where the cliff lies: the requests per \
 second the server completes once it cannot keep up, counted over the second half of the time before the first timeout (recorded requests \
 only).\n\n";
-    out += &overload_table(comparisons).to_markdown();
+        out += &overload_table(comparisons).to_markdown();
+    }
     out += "\n## Per request (recorded requests)\n\n";
     out += &request_table(comparisons).to_markdown();
     for c in comparisons {
@@ -304,8 +312,10 @@ pub fn text(comparisons: &[ExperimentComparison]) -> String {
     }
     out += "== Per request (recorded requests) ==\n";
     out += &request_table(comparisons).to_text();
-    out += "\n== Overload-excluded runs: is the overload predicted? ==\n";
-    out += &overload_table(comparisons).to_text();
+    if any_overloaded(comparisons) {
+        out += "\n== Overload-excluded runs: is the overload predicted? ==\n";
+        out += &overload_table(comparisons).to_text();
+    }
     out += "\n== Aggregate over active stages (APE of the per-stage value) ==\n";
     out += &aggregate_table(&aggregate(comparisons)).to_text();
     out

@@ -109,10 +109,11 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     } else {
         write!(stdout, "{out}").context("writing to stdout")?;
     }
-    writeln!(stdout, "\n{} experiments simulated in {wall_s:.2} s with {} ({})", comparisons.len(), chosen.set.latency_model, chosen.origin)
+    let experiments = |n: usize| if n == 1 { "1 experiment".to_string() } else { format!("{n} experiments") };
+    writeln!(stdout, "\n{} simulated in {wall_s:.2} s with {} ({})", experiments(comparisons.len()), chosen.set.latency_model, chosen.origin)
         .context("writing to stdout")?;
     if !failed.is_empty() {
-        writeln!(stdout, "{} experiments could not be validated (errors on stderr)", failed.len()).context("writing to stdout")?;
+        writeln!(stdout, "{} could not be validated (errors on stderr)", experiments(failed.len())).context("writing to stdout")?;
     }
 
     if let Some(f) = csv_file.as_mut() {

@@ -26,6 +26,14 @@ fn validates_a_directory_of_experiments_and_writes_every_output() {
     for needle in ["== exp-a", "== exp-b", "e2e_mean_ms", "Aggregate over active stages", "2 experiments simulated"] {
         assert!(text.contains(needle), "missing {needle:?} in\n{text}");
     }
+    // No run was overloaded, so nothing judges one (an empty table did).
+    assert!(!text.contains("Overload-excluded") && !std::fs::read_to_string(&report).unwrap().contains("Overload-excluded"), "{text}");
+    edit_server_facts(&tmp.0.join("exp-b"), |facts| facts.replace("status: active", "status: overload-excluded"));
+    let out = blis(&["validate", tmp.0.to_str().unwrap()]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let overloaded = stdout(&out);
+    let judged = overloaded.split_once("== Overload-excluded runs: is the overload predicted? ==").map(|(_, tail)| tail).unwrap_or_default();
+    assert!(judged.lines().skip_while(|l| !l.starts_with("---")).nth(1).is_some_and(|row| row.starts_with("exp-b ")), "{overloaded}");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = csv_text.lines();
     assert_eq!(lines.next(), Some("experiment,model,status,stage,metric,predicted,actual,ape"));
@@ -191,7 +199,7 @@ fn a_broken_experiment_is_reported_without_hiding_the_others() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let (text, err) = (stdout(&out), stderr(&out));
     assert!(text.contains("== a-good") && !text.contains("== b-broken"), "{text}");
-    assert!(text.contains("1 experiments could not be validated"), "{text}");
+    assert!(text.contains("1 experiment could not be validated"), "{text}");
     let lines: Vec<&str> = err.trim_end().lines().collect();
     assert_eq!(lines.len(), 2, "{err}");
     assert!(lines[0].contains("b-broken/results/stage_1_lifecycle_metrics.json"), "{err}");
