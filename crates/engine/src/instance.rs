@@ -289,13 +289,14 @@ impl Live {
     }
 
     /// How many tokens' full blocks the prefix index holds for the request
-    /// when it is preempted: its computed tokens, and the prompt tokens its
-    /// last allocation covered, which it would have entered then but for
-    /// [`RequestMeta::own_prompt_from`] (anything else that allocation
-    /// covered is entered already), so that holding them back changes no
-    /// later hit.
+    /// when it is preempted: its computed tokens, and the tokens its last
+    /// allocation covered, which it would have entered then but for
+    /// holding back its own tokens ([`Live::cacheable_tokens`]; vLLM enters
+    /// a block when it allocates it, so a request preempted in the step
+    /// that scheduled it leaves those blocks findable), so that holding
+    /// them back changes no later hit.
     fn indexed_on_preemption(&self) -> u32 {
-        self.num_computed.max(self.allocated_tokens.min(self.prompt_tokens))
+        self.num_computed.max(self.allocated_tokens)
     }
 }
 
@@ -1584,6 +1585,12 @@ impl Instance {
     #[inline(always)]
     fn allocate(&mut self, slot: u32, n: u32, with_hits: bool) -> bool {
         let live = &mut self.slots[slot as usize];
+        // Blocks that slide out of a sliding-window group are entered in the
+        // index as they go (`KvCache::release_skipped`), generated ones too,
+        // so their hashes are needed now rather than at a preemption.
+        if self.kv.prefix_caching() && self.kv.slides_out_upto(&live.table, live.num_computed) > live.hashes.len() {
+            extend_block_hashes(&live.req.prompt, live.req.output_seed, live.num_output, self.kv.block_size(), &mut live.hashes);
+        }
         self.kv.release_skipped(&mut live.table, live.num_computed, &live.hashes);
         let need = live.num_computed + n;
         if !with_hits && need <= live.room_tokens {

@@ -17,7 +17,8 @@
 //! no probe to wait for. Tombstones are cleared when the owner rebuilds the
 //! table ([`BlockIndex::wants_rebuild`]).
 //!
-//! The table holds at most one entry per hash and one entry per block.
+//! The table holds at most one entry per hash and one entry per block (the
+//! GPU cache keeps the other blocks of a content beside it).
 //! Nothing iterates it in a way that reaches a report (only
 //! [`BlockIndex::blocks`], for consistency checks), so its layout never
 //! affects results.
@@ -106,8 +107,9 @@ impl BlockIndex {
     }
 
     /// Indexes `block` under `h` unless `h` is indexed already (the block
-    /// first registered for a content keeps it, as in vLLM). Returns whether
-    /// it was inserted. `block` must not be indexed under another hash.
+    /// first registered for a content is the one found, as in vLLM).
+    /// Returns whether it was inserted. `block` must not be indexed under
+    /// another hash.
     pub(super) fn insert_if_absent(&mut self, h: u64, block: u32, hash_of: impl Fn(u32) -> u64) -> bool {
         debug_assert!(block < TOMB);
         debug_assert_eq!(self.tombs, 0, "a table with tombstones");
@@ -130,16 +132,16 @@ impl BlockIndex {
         }
     }
 
-    /// Removes the entry of `block` if `h` is indexed to it; `h` must be the
-    /// block's hash. Reads no block.
-    pub(super) fn remove_if_points_to(&mut self, h: u64, block: u32) {
+    /// Removes the entry of `block` if `h` is indexed to it, and says
+    /// whether it did; `h` must be the block's hash. Reads no block.
+    pub(super) fn remove_if_points_to(&mut self, h: u64, block: u32) -> bool {
         debug_assert_eq!(self.tombs, 0, "a table with tombstones");
         let fp = fingerprint(h);
         let mut i = self.home(fp);
         loop {
             let s = self.slots[i];
             if s.block == EMPTY {
-                return;
+                return false;
             }
             if s.block == block {
                 break;
@@ -166,6 +168,7 @@ impl BlockIndex {
         }
         self.slots[hole] = VACANT;
         self.len -= 1;
+        true
     }
 
     /// Whether the owner of a table with tombstones must rebuild it (into a

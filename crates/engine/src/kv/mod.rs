@@ -46,6 +46,8 @@ mod tier_pool;
 pub mod transfer;
 pub mod offload;
 
+use std::collections::BTreeMap;
+
 use thiserror::Error;
 
 use self::events::CacheChange;
@@ -280,6 +282,12 @@ pub struct KvCache {
     /// Bit `b` is set when block `b` carries a content hash.
     hashed: Vec<u64>,
     index: BlockIndex,
+    /// The other blocks registered for a content the index finds in an
+    /// earlier one, by key, oldest first: two requests computed the same
+    /// blocks at once, or a recomputation met its own old blocks. vLLM keeps
+    /// every cached block of a content and finds the oldest; when that one is
+    /// evicted the next is found. Rare, and only read by key.
+    duplicates: BTreeMap<u64, Vec<u32>>,
     block_size: u32,
     prefix_caching: bool,
     groups: KvGroups,
@@ -324,6 +332,7 @@ impl KvCache {
             num_used: 0,
             hashed: Vec::with_capacity(usable.min(1 << 16).div_ceil(64) as usize),
             index: BlockIndex::new(),
+            duplicates: BTreeMap::new(),
             block_size,
             prefix_caching,
             groups,
@@ -580,17 +589,16 @@ impl KvCache {
     /// back a request's own blocks, which only its recomputation after a
     /// preemption can hit, until that preemption (`cache_full_blocks`). By
     /// then a sliding group's have slid out, so those of them whose
-    /// `block_hashes` are known are entered in the index here, before they
-    /// are freed: the recomputation finds them as in vLLM (an all-sliding
+    /// `block_hashes` are known (the instance computes them first, generated
+    /// tokens' too: [`KvCache::slides_out_upto`]) are entered in the index
+    /// here, before they are freed: the recomputation finds them as in vLLM
+    /// (its hit stops short of the last token, which can move the window it
+    /// needs back past the blocks held at the preemption, and an all-sliding
     /// cache's hit search scans back past a window it cannot complete, so
     /// any of them may be needed).
     #[inline]
     pub fn release_skipped(&mut self, table: &mut BlockTable, num_computed_tokens: u32, block_hashes: &[u64]) {
-        if self.groups.sliding == 0 {
-            return;
-        }
-        let Some(first_needed) = (num_computed_tokens + 1).checked_sub(self.groups.window_tokens) else { return };
-        let upto = ((first_needed / self.block_size) as usize).min(table.blocks.len());
+        let upto = self.slides_out_upto(table, num_computed_tokens);
         let from = table.skipped as usize;
         if upto <= from {
             return;
@@ -612,6 +620,20 @@ impl KvCache {
         self.debug_check();
     }
 
+    /// The end of the leading blocks of `table` that
+    /// [`KvCache::release_skipped`] would have released once
+    /// `num_computed_tokens` are computed: those before a sliding-window
+    /// group's window (0 without sliding-window groups). Their hashes must
+    /// be known for them to be entered in the index as they slide out.
+    #[inline]
+    pub fn slides_out_upto(&self, table: &BlockTable, num_computed_tokens: u32) -> usize {
+        if self.groups.sliding == 0 {
+            return 0;
+        }
+        let Some(first_needed) = (num_computed_tokens + 1).checked_sub(self.groups.window_tokens) else { return 0 };
+        ((first_needed / self.block_size) as usize).min(table.blocks.len())
+    }
+
     /// vLLM `reset_prefix_cache`: forgets every cached block's content, so
     /// nothing hits until blocks are cached again. Like vLLM, refuses (and
     /// returns `false`) while any request holds a block.
@@ -622,6 +644,7 @@ impl KvCache {
         self.hashed.iter_mut().for_each(|w| *w = 0);
         self.other_group.clear();
         self.index = BlockIndex::new();
+        self.duplicates.clear();
         self.debug_check();
         true
     }
@@ -671,15 +694,38 @@ impl KvCache {
     }
 
     /// Takes block `b`'s content out of the prefix index (a `Removed`
-    /// change when it was the first group's).
+    /// change when it was the first group's): the oldest other block of the
+    /// content, if any, is found from now on.
     fn forget(&mut self, b: u32) {
         self.set_hashed(b, false);
         let hash = self.blocks[b as usize].hash;
-        self.index.remove_if_points_to(hash, b);
+        let was_indexed = self.index.remove_if_points_to(hash, b);
+        if !self.duplicates.is_empty() {
+            self.forget_duplicate(hash, b, was_indexed);
+        }
         let first_group = !self.in_other_group(b);
         self.set_other_group(b, false);
         if let (Some(c), true) = (&mut self.changes, first_group) {
             c.push(CacheChange::Removed { hash });
+        }
+    }
+
+    /// [`KvCache::forget`] where some content has several blocks: the
+    /// oldest other block of `b`'s content takes its place in the index, or
+    /// `b` leaves the content's other blocks.
+    #[cold]
+    fn forget_duplicate(&mut self, key: u64, b: u32, was_indexed: bool) {
+        let Some(others) = self.duplicates.get_mut(&key) else { return };
+        if was_indexed {
+            let next = others.remove(0);
+            let blocks = &self.blocks;
+            let entered = self.index.insert_if_absent(key, next, |x| blocks[x as usize].hash);
+            debug_assert!(entered, "the content's key was just removed");
+        } else {
+            others.retain(|&x| x != b);
+        }
+        if others.is_empty() {
+            self.duplicates.remove(&key);
         }
     }
 
@@ -716,9 +762,7 @@ impl KvCache {
                 if b == NIL || self.is_hashed(b) {
                     continue;
                 }
-                if !self.register(b, block_hashes[index], group) {
-                    continue;
-                }
+                self.register(b, block_hashes[index], group);
                 if group == 0
                     && let Some(c) = &mut self.changes
                 {
@@ -730,22 +774,21 @@ impl KvCache {
     }
 
     /// Enters block `b` of `group`, whose tokens hash to `hash`, in the
-    /// prefix index, unless another block already registered that content
-    /// (two requests computed the same prefix at once): the index holds one
-    /// block per content, and the KV events describe the index. Whether it
-    /// was entered.
-    fn register(&mut self, b: u32, hash: u64, group: u32) -> bool {
+    /// prefix index. When another block already holds that content (two
+    /// requests computed the same prefix at once, or a recomputation met
+    /// its own old blocks), that one is still the one found and `b` waits
+    /// behind it ([`KvCache::duplicates`]), as vLLM keeps every cached copy.
+    fn register(&mut self, b: u32, hash: u64, group: u32) {
         let key = group_key(hash, group);
         self.blocks[b as usize].hash = key;
         let blocks = &self.blocks;
         if !self.index.insert_if_absent(key, b, |x| blocks[x as usize].hash) {
-            return false;
+            self.duplicates.entry(key).or_default().push(b);
         }
         self.set_hashed(b, true);
         if group > 0 {
             self.set_other_group(b, true);
         }
-        true
     }
 
     fn is_hashed(&self, b: u32) -> bool {
@@ -852,8 +895,8 @@ impl KvCache {
         debug_assert_eq!(self.num_used + self.num_free, self.usable_blocks(), "KV conservation violated");
     }
 
-    /// Blocks registered under a content hash (held or free); one per
-    /// content. O(blocks); for tests.
+    /// Blocks registered under a content hash (held or free), each copy of
+    /// a content counted. O(blocks); for tests.
     pub fn hashed_blocks(&self) -> u64 {
         self.hashed.iter().map(|w| u64::from(w.count_ones())).sum()
     }
@@ -920,6 +963,18 @@ impl KvCache {
             indexed += 1;
         }
         assert_eq!(indexed, self.index.len(), "index length mismatch");
+        let mut waiting = 0;
+        for (&key, others) in &self.duplicates {
+            assert!(!others.is_empty(), "an empty list of other blocks for {key:#x}");
+            let found = self.lookup(key);
+            assert!(found.is_some_and(|f| !others.contains(&f)), "other blocks of {key:#x}, which the index does not find in a block of its own");
+            for &b in others {
+                assert!(self.is_hashed(b) && self.blocks[b as usize].hash == key, "block {b} waits behind {key:#x} without that content");
+            }
+            waiting += others.len();
+        }
+        let hashed: u32 = self.hashed.iter().map(|w| w.count_ones()).sum();
+        assert_eq!(hashed as usize, indexed + waiting, "blocks holding a hash != indexed blocks + blocks waiting behind one");
     }
 }
 
@@ -977,6 +1032,37 @@ mod tests {
 
     fn a_blocks_after_reuse(kv: &KvCache, h: &[u64]) -> Vec<u32> {
         h.iter().filter_map(|&x| kv.lookup(x)).collect()
+    }
+
+    /// Two requests that computed the same blocks at once hold two copies
+    /// of each; a hit takes the first, and when the first is evicted the
+    /// second is found (vLLM keeps every cached copy). Each copy is a
+    /// `Stored` change and each eviction a `Removed` one, as vLLM reports
+    /// them.
+    #[test]
+    fn a_content_two_blocks_hold_is_found_until_both_are_evicted() {
+        let mut kv = KvCache::new(6, 1, true).unwrap(); // 5 usable one-token blocks
+        kv.record_changes();
+        let h = [7, 8];
+        let (mut a, mut b) = (BlockTable::default(), BlockTable::default());
+        assert!(kv.allocate_slots(&mut a, 2, &[], &h, 2));
+        assert!(kv.allocate_slots(&mut b, 2, &[], &h, 2));
+        assert_eq!((kv.hashed_blocks(), kv.cached_block(7)), (4, Some(a.blocks[0])));
+        kv.assert_consistent();
+        let b_blocks = b.blocks.clone();
+        // a's copies are freed first, so evicted first: then b's are found.
+        kv.free(&mut a);
+        kv.free(&mut b);
+        let mut c = BlockTable::default();
+        assert!(kv.allocate_slots(&mut c, 3, &[], &[], 0), "takes the never-used block and a's two");
+        assert_eq!((kv.hashed_blocks(), kv.cached_block(7), kv.cached_block(8)), (2, Some(b_blocks[0]), Some(b_blocks[1])));
+        assert_eq!(kv.cached_prefix_tokens(&[7, 8, 9], 3), 2, "b's copies still hit");
+        kv.assert_consistent();
+        let mut changes = Vec::new();
+        kv.take_changes(&mut changes);
+        let stored = changes.iter().filter(|c| matches!(c, CacheChange::Stored { .. })).count();
+        let removed = changes.iter().filter(|c| matches!(c, CacheChange::Removed { .. })).count();
+        assert_eq!((stored, removed), (4, 2));
     }
 
     #[test]

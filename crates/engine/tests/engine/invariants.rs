@@ -21,6 +21,12 @@ use proptest::prelude::*;
 use crate::harness::{Checked, Recorder, run_checked_with};
 
 fn config() -> impl Strategy<Value = InstanceConfig> {
+    config_with(0.3, 1..200)
+}
+
+/// [`config`] with vLLM's hybrid KV cache manager (sliding-window groups) on
+/// with probability `hybrid`, its window drawn from `window_tokens`.
+fn config_with(hybrid: f64, window_tokens: std::ops::Range<u32>) -> impl Strategy<Value = InstanceConfig> {
     (
         (2u64..400, prop::sample::select(vec![1u32, 4, 16])),
         (1u32..32, 1u32..2048, 64u32..5000),
@@ -35,7 +41,7 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
         // A MoE server with a cold Triton cache: compile stall, experts, experts per token.
         prop::option::of((1u64..2_000_000, 2u32..64, 1u32..8)),
         // vLLM's hybrid KV cache manager: full-attention and sliding-window groups, the window.
-        prop::option::weighted(0.3, (0u32..3, 1u32..4, 1u32..200)),
+        prop::option::weighted(hybrid, (0u32..3, 1u32..4, window_tokens)),
     )
         .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer, moe, hybrid)| {
             let hybrid_kv = hybrid.map(|(full, sliding, window_tokens)| HybridKv { groups: KvGroups { full, sliding, window_tokens }, unified_blocks: blocks });
@@ -78,8 +84,13 @@ fn config() -> impl Strategy<Value = InstanceConfig> {
 }
 
 fn workload() -> impl Strategy<Value = Vec<Request>> {
+    workload_of(1..600, 1..60)
+}
+
+/// [`workload`] with own prompt tokens and output tokens drawn from these ranges.
+fn workload_of(own_prompt_tokens: std::ops::Range<u32>, output_tokens: std::ops::Range<u32>) -> impl Strategy<Value = Vec<Request>> {
     // Some requests are cancelled by their client (RequestMeta::cancel_at) a while after they are sent.
-    prop::collection::vec((0u64..20_000, 0u32..3, 1u32..600, 1u32..60, -2i32..3, any::<bool>(), prop::option::weighted(0.2, 0u64..400_000)), 1..50).prop_map(|rows| {
+    prop::collection::vec((0u64..20_000, 0u32..3, own_prompt_tokens, output_tokens, -2i32..3, any::<bool>(), prop::option::weighted(0.2, 0u64..400_000)), 1..50).prop_map(|rows| {
         let mut t = 0;
         rows.into_iter()
             .enumerate()
@@ -111,11 +122,16 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
 }
 
 /// What a run's requests and cache saw, to compare runs that must not
-/// differ (records without the workload's `own_prompt_from` claim).
+/// differ (records without the workload's `own_prompt_from` claim and
+/// session, which only decide what the prefix index holds).
 fn outcome(run: &Checked) -> impl PartialEq + std::fmt::Debug + '_ {
     let s = run.instance.stats();
-    let records: Vec<_> =
-        run.rec.records.values().map(|r| RequestRecord { meta: RequestMeta { own_prompt_from: None, ..r.meta }, ..r.clone() }).collect();
+    let records: Vec<_> = run
+        .rec
+        .records
+        .values()
+        .map(|r| RequestRecord { meta: RequestMeta { own_prompt_from: None, session: None, ..r.meta }, ..r.clone() })
+        .collect();
     (records, &run.rec.tokens, &run.rec.steps, (s.preemptions, s.prefix_query_tokens, s.prefix_hit_tokens), s.offload.clone())
 }
 
@@ -198,5 +214,32 @@ proptest! {
         let run = |reqs| run_checked_with(cfg.clone(), model.clone(), reqs, None, inject_some_prefilled);
         let (claimed, unclaimed) = (run(reqs), run(unclaimed));
         prop_assert_eq!(outcome(&claimed), outcome(&unclaimed));
+    }
+}
+
+proptest! {
+    // Generated blocks matter only where requests are preempted after
+    // generating: long outputs, small caches, and sliding windows often.
+    #![proptest_config(ProptestConfig { cases: 1000, ..ProptestConfig::default() })]
+
+    /// A request's generated tokens stay out of the GPU prefix index until
+    /// it is preempted (`Live::cacheable_tokens`): the same requests each in
+    /// a session of its own, whose generated blocks are indexed as they are
+    /// allocated (as vLLM indexes every full block), give the same
+    /// requests, tokens, steps, prefix hits and tier counters. Outputs long
+    /// against their prompts, so that requests are preempted and recompute
+    /// generated tokens. It failed (2026-11-29) until a sliding-window
+    /// group entered generated blocks as they slid out, a preemption entered
+    /// the blocks its step had allocated for generated tokens, and a content
+    /// could be held by several blocks, as in vLLM (a recomputation meets
+    /// its own old blocks).
+    #[test]
+    fn generated_blocks_change_no_result(cfg in config_with(0.9, 1..64), reqs in workload_of(1..60, 1..300), beta in (1.0f64..3000.0, 0.0f64..20.0)) {
+        let model = Arc::new(Blackbox { alpha: [10.0, 0.1, 2.0], beta: [beta.0, beta.1, 50.0] });
+        let held: Vec<Request> = reqs.into_iter().map(|r| Request { meta: RequestMeta { own_prompt_from: None, ..r.meta }, ..r }).collect();
+        let indexed = held.iter().cloned().map(|r| Request { meta: RequestMeta { session: Some((r.id.0, 0)), ..r.meta }, ..r }).collect();
+        let run = |reqs| run_checked_with(cfg.clone(), model.clone(), reqs, None, inject_some_prefilled);
+        let (held, indexed) = (run(held), run(indexed));
+        prop_assert_eq!(outcome(&held), outcome(&indexed));
     }
 }
