@@ -36,8 +36,9 @@ pub struct FitArgs {
 
     /// Fit by teacher forcing from vLLM's OpenTelemetry journey and step traces (OTLP/JSON lines, as a collector's
     /// file exporter writes them, or `blis run --otel-output`): β from every sampled step's duration and batch, α
-    /// from the request journeys. Give the server with --model, --hardware and --tp.
-    #[arg(long, value_name = "FILE", conflicts_with_all = ["dirs", "trace", "holdout_model"])]
+    /// from the request journeys. Give the server with --model, --hardware and --tp. It simulates nothing, so
+    /// --seed, --rounds and --refine-evals do not apply.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["dirs", "trace", "holdout_model", "seed", "rounds", "refine_evals"])]
     pub otel: Option<PathBuf>,
 
     /// With --otel: the model served (HuggingFace id). [default: the trace's gen_ai.request.model]

@@ -613,6 +613,13 @@ fn malformed_otel_traces_are_one_line_errors() {
         assert!(err.contains(message) && err.contains(name), "{name}: {err}");
         assert_eq!(err.trim().lines().count(), 1, "{err}");
     }
+    // Teacher forcing simulates nothing: the simulation-loop flags are refused, not ignored.
+    let trace = tmp.0.join("garbage.jsonl");
+    for flag in [["--seed", "1"], ["--rounds", "2"], ["--refine-evals", "10"]] {
+        let out = blis(&["fit", "--otel", trace.to_str().unwrap(), flag[0], flag[1]]);
+        assert_eq!(out.status.code(), Some(2), "{flag:?}: {}", stderr(&out));
+        assert!(stderr(&out).contains(&format!("'--otel <FILE>' cannot be used with '{}", flag[0])), "{}", stderr(&out));
+    }
     let missing = blis(&["fit", "--otel", tmp.0.join("missing.jsonl").to_str().unwrap()]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("missing.jsonl"), "{}", stderr(&missing));
