@@ -250,8 +250,6 @@ pub struct ReportContext {
     pub command: String,
     /// Seed.
     pub seed: u64,
-    /// Wall-clock seconds of the simulations.
-    pub wall_s: Option<f64>,
 }
 
 /// Whether any run was excluded as overloaded (else the reports leave out
@@ -264,9 +262,6 @@ fn any_overloaded(comparisons: &[ExperimentComparison]) -> bool {
 pub fn markdown(comparisons: &[ExperimentComparison], ctx: &ReportContext) -> String {
     let mut out = String::from("# BLIS validation report\n\n");
     let _ = writeln!(out, "Coefficients: {}. Seed {}. Regenerate with:\n\n```\n{}\n```\n", ctx.coefficients, ctx.seed, ctx.command);
-    if let Some(w) = ctx.wall_s {
-        let _ = writeln!(out, "Simulated {} experiments in {w:.2} s.\n", comparisons.len());
-    }
     out += "Metrics are compared per load stage. `itl_mean_ms` is the true mean time per generated token, \
 (E2E mean − TTFT mean) / (output_len − 1), against the same quantity from the measurements \
 (`derived.itl_decode_est_ms`); `inference_perf_*` metrics model inference-perf's SSE-line timestamps. \

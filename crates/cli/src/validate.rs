@@ -138,7 +138,6 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
             coefficients: format!("{} ({})", chosen.set.latency_model, chosen.origin),
             command,
             seed: args.seed,
-            wall_s: None,
         };
         write!(f.writer(), "{}", markdown(&comparisons, &ctx)).context("writing --report")?;
     }

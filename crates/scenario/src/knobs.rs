@@ -186,7 +186,7 @@ knob_table! {
     /// Path to a HuggingFace config.json for a model that is not bundled.
     model_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Model and hardware");
     /// GPU type, bundled or as nvidia-smi names it. [default: H100]
-    hardware: String = Some("H100".into()), flag(long, value_name = "GPU", help_heading = "Model and hardware", help = crate::help::hardware());
+    hardware: String = Some("H100".into()), alias "gpu", flag(long, value_name = "GPU", help_heading = "Model and hardware", help = crate::help::hardware());
     /// Path to a GPU spec JSON (same fields as data/hardware/*.json) instead of a bundled GPU.
     hardware_config: PathBuf = None, flag(long, value_name = "PATH", help_heading = "Model and hardware");
     /// Tensor-parallel degree: GPUs per instance. [default: 1]
@@ -541,7 +541,8 @@ mod tests {
     fn config_files_take_vllm_names_and_snake_case_but_not_one_knob_twice() {
         let f = file("tensor-parallel-size: 2\nnum_gpu_blocks_override: 5000\nmax_num_seqs: 64\n").unwrap();
         assert_eq!((f.tp, f.num_gpu_blocks, f.max_num_seqs), (Some(2), Some(5000), Some(64)));
-        for twice in ["tp: 2\ntensor_parallel_size: 2\n", "max-num-seqs: 1\nmax_num_seqs: 2\n"] {
+        assert_eq!(file("gpu: A100-80GB\n").unwrap().hardware.as_deref(), Some("A100-80GB"));
+        for twice in ["tp: 2\ntensor_parallel_size: 2\n", "max-num-seqs: 1\nmax_num_seqs: 2\n", "gpu: H100\nhardware: H100\n"] {
             let e = file(twice).unwrap_err().to_string();
             assert!(e.contains("f.yaml") && e.contains("given twice"), "{e}");
         }

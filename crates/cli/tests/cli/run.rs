@@ -449,6 +449,11 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
     };
     assert!(tp2("A100-80GB").contains("its TP 2 all-reduces cross NVLink at 341 GB/s of bus bandwidth (H100: NVLink at 694 GB/s)"), "{}", tp2("A100-80GB"));
     assert!(tp2("L40S").contains("cross PCIe at 49 GB/s"), "{}", tp2("L40S"));
+    // `--gpu` is another name of `--hardware`.
+    let mut args = SMALL.to_vec();
+    args.extend_from_slice(&["--gpu", "L40S", "--tp", "2"]);
+    let out = blis(&args);
+    assert!(stdout(&out).contains("2 × L40S (TP 2)") && stderr(&out).contains(&tp2("L40S")), "{}", stderr(&out));
     let dir = scratch("unprofiled-gpu");
     let sheet = dir.join("b300.json");
     let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A100-80GB.json")).unwrap();
