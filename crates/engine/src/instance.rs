@@ -670,8 +670,9 @@ impl Instance {
     /// Lets go of the blocks a completed prefill `id` holds
     /// ([`Instance::inject_prefill`]) at `now`: they stay in the prefix
     /// cache when `keep_cached` (vLLM frees them into its cache), or are
-    /// forgotten (reused first, a `BlockRemoved` each). Nothing happens if
-    /// it holds none (it did not complete, or was released already).
+    /// forgotten (reused first, a `BlockRemoved` each); requests that wait
+    /// for blocks are scheduled now. Nothing happens if it holds none (it
+    /// did not complete, or was released already).
     pub fn release_kv(&mut self, id: RequestId, keep_cached: bool, now: Micros, obs: &mut dyn Observer) {
         self.advance_clock(now);
         let Some(i) = self.held.iter().position(|(h, _)| *h == id) else { return };
@@ -691,6 +692,7 @@ impl Instance {
             }
         }
         self.spare_tables.push(table);
+        self.resume();
     }
 
     /// Completed prefills whose blocks are held for a pull.
@@ -949,20 +951,34 @@ impl Instance {
             Status::Landed => {
                 self.landed.retain(|&(s, _)| s != slot);
                 self.finish(slot, Outcome::TimedOut, obs);
+                self.resume();
             }
             Status::Waiting => {
                 let key = live.key;
                 let removed = self.waiting.remove(key, slot);
                 debug_assert!(removed, "waiting request missing from the queue");
                 self.finish(slot, Outcome::TimedOut, obs);
+                self.resume();
             }
             Status::Running if live.in_step => live.aborted = true,
             Status::Running => {
                 self.running.retain(|&s| s != slot);
                 self.finish(slot, Outcome::TimedOut, obs);
+                self.resume();
             }
             // Gone already (an aborted slot returned above).
             Status::Moved | Status::Free => {}
+        }
+    }
+
+    /// Blocks came free, or a request left the wait queue, between steps: a
+    /// request the scheduler could not admit may fit now. vLLM's engine
+    /// loop, which runs while anything waits, would schedule it at its next
+    /// iteration; an instance with no step in flight starts one now, where
+    /// it would otherwise wait for the next arrival.
+    fn resume(&mut self) {
+        if self.waiting.len() > 0 || !self.landed.is_empty() {
+            self.wake();
         }
     }
 
@@ -1497,6 +1513,9 @@ impl Instance {
             None => obs.on_kv_pulled(live.req.id, self.id),
         }
         if self.gone_meanwhile(slot, obs) {
+            // Its blocks are free now (vLLM frees an aborted load's blocks
+            // when the load finishes).
+            self.resume();
             return;
         }
         let live = &mut self.slots[slot as usize];

@@ -145,6 +145,43 @@ fn every_request_ends_once_and_runs_are_deterministic() {
     }
 }
 
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// On random pools, KV sizes (down to a few prompts' worth on either
+    /// side), links, deciders and client timeouts, with and without async
+    /// scheduling, every request ends exactly once and nothing is left
+    /// queued or running: no pool stalls when blocks come free between its
+    /// steps (a pull, a timed-out request).
+    #[test]
+    fn every_request_ends_under_kv_pressure(
+        (prefill, decode) in (1u32..3, 1u32..4),
+        (prefill_blocks, decode_blocks) in (40u64..600, 40u64..600),
+        bytes_per_s in 1e5f64..1e10,
+        decider in proptest::prop_oneof![proptest::strategy::Just(PdDecider::Always), proptest::strategy::Just(PdDecider::PrefixThreshold(200))],
+        timeout_ms in proptest::option::of(50u64..5_000),
+        async_scheduling: bool,
+        seed in 0u64..1_000,
+    ) {
+        let link = LinkConfig { bytes_per_s, latency: Micros(100) };
+        let side = |blocks| {
+            let mut inst = instance(blocks, 8, 2048);
+            inst.scheduler.async_scheduling = async_scheduling;
+            inst.client_timeout = timeout_ms.map(Micros::from_ms);
+            inst
+        };
+        let mut c = pd_config(prefill, decode, side(decode_blocks), spec_blackbox(), link, decider);
+        c.pd.as_mut().unwrap().prefill_instance = side(prefill_blocks);
+        let reqs = Load { rate: 200.0, requests: 60, prompt: 300, output: 20, prefix: 256, groups: 3, seed }.requests(None).0;
+        let out = run(c, reqs, None);
+        let r = &out.run.requests;
+        proptest::prop_assert_eq!((r.queued, r.running), (0, 0), "{:?}", r);
+        proptest::prop_assert_eq!(r.completed + r.dropped + r.timed_out, 60, "{:?}", r);
+        let ids: BTreeSet<u64> = out.rec.records.iter().map(|x| x.id.0).collect();
+        proptest::prop_assert_eq!((out.rec.records.len(), ids.len()), (60, 60));
+    }
+}
+
 /// A request whose prompt cannot fit the prefill instance's KV ends
 /// dropped there and never reaches its decode instance.
 #[test]
@@ -158,6 +195,28 @@ fn a_prefill_that_cannot_run_ends_the_request() {
     assert_eq!(r.instance, Some(0));
     let pd = out.cluster.pd.as_ref().unwrap();
     assert_eq!((pd.requests.prefill_failed, pd.requests.handed_over), (1, 0));
+}
+
+/// A prefill instance whose blocks are all held for pulls admits its next
+/// prompt as soon as a pull frees some, as vLLM's engine loop would: a
+/// burst that fits three prompts at a time all ends, with no later arrival
+/// to wake the instance. It stalled with the burst's rest queued (until
+/// 2026-11-29): a pull freed blocks between steps and no step followed.
+#[test]
+fn a_prefill_instance_full_of_held_blocks_resumes_when_a_pull_frees_them() {
+    // 1 000-token prompts take 63 of the prefill instance's 200 blocks; a slow link holds them.
+    let link = LinkConfig { bytes_per_s: 2.5e6, latency: Micros::ZERO };
+    let mut c = pd_config(1, 2, instance(4000, 16, 4096), spec_blackbox(), link, PdDecider::Always);
+    c.pd.as_mut().unwrap().prefill_instance = instance(200, 16, 4096);
+    let burst: Vec<Request> = (0..12)
+        .map(|i| Request { id: RequestId(i), arrival: Micros(0), prompt: TokenSeq::synthetic(100 + i, 1000), max_output_tokens: 8, output_seed: i, meta: RequestMeta::default() })
+        .collect();
+    let out = run(c, burst, None);
+    assert_eq!((out.run.requests.completed, out.run.requests.queued), (12, 0), "{:?}", out.run.requests);
+    // Each later prefill starts when a pull (not an arrival) freed its blocks.
+    let mut starts: Vec<Micros> = out.rec.records.iter().map(|r| r.pd.expect("disaggregated").prefill_scheduled).collect();
+    starts.sort();
+    assert!(starts[3] > Micros::ZERO && starts[11] < out.rec.records.iter().map(|r| r.finished).max().unwrap());
 }
 
 /// Long prompts stall the decodes of a monolithic instance (every prefill
