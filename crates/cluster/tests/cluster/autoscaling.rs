@@ -9,6 +9,7 @@ use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig};
 use blis_engine::driver::IterWorkload;
+use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
 use blis_engine::request::{Labels, Outcome, Request, RequestId};
 use blis_engine::time::Micros;
 use proptest::prelude::*;
@@ -74,8 +75,15 @@ fn cluster_config(initial: u32, auto: AutoscaleConfig) -> ClusterConfig {
 
 /// [`cluster_config`], with or without async scheduling.
 fn cluster_config_scheduled(initial: u32, auto: AutoscaleConfig, async_scheduling: bool) -> ClusterConfig {
-    let mut inst = instance(4000, 16, 2048);
+    cluster_config_kv(initial, auto, async_scheduling, 4000, None)
+}
+
+/// [`cluster_config_scheduled`] with `blocks` KV blocks per replica (a
+/// request takes 20) and a CPU tier of (blocks, bytes/s) below them.
+fn cluster_config_kv(initial: u32, auto: AutoscaleConfig, async_scheduling: bool, blocks: u64, tier: Option<(u64, f64)>) -> ClusterConfig {
+    let mut inst = instance(blocks, 16, 2048);
     inst.scheduler.async_scheduling = async_scheduling;
+    inst.offload = tier.map(|(cpu_blocks, bytes_per_s)| OffloadConfig::native_cpu(cpu_blocks, 1 << 20, LinkConfig { bytes_per_s, latency: Micros(200) }));
     let mut cfg = config(initial, inst, spec_blackbox(), PolicyBundle::default(), Labels::default());
     cfg.autoscale = Some(auto);
     cfg
@@ -166,6 +174,10 @@ fn assert_each_once(requests: usize, rec: &Recorder) {
 proptest! {
     #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
+    /// Every policy and drain, on replicas whose KV holds from two requests
+    /// to hundreds, with a CPU tier or without (evictions then meet loads in
+    /// flight): the bounds hold, no request is lost or reaches a replica
+    /// before it is up.
     #[test]
     fn bounds_hold_no_request_is_lost_and_none_reaches_a_replica_before_it_is_up(
         policy in prop::sample::select(vec!["threshold", "target-tracking", "queue-depth", "slo", "oscillator"]),
@@ -177,6 +189,8 @@ proptest! {
         route_while_warming in any::<bool>(),
         async_scheduling in any::<bool>(),
         seed in 0u64..1000,
+        blocks in prop::sample::select(vec![40u64, 60, 100, 200, 4000]),
+        tier in prop::option::of((1u64..200, 1e7f64..1e11)),
     ) {
         let max = (min + extra).max(1);
         let mut auto = autoscale(policy, serde_json::json!({}), min, max, vec![pool("p", max, 1, 2.0, Delay::Fixed(Micros::from_secs(3)), Delay::Fixed(Micros::from_secs(loading_s)))]);
@@ -187,7 +201,7 @@ proptest! {
         }
         let requests = phases(&[(2.0, 40), (40.0, 40), (1.0, 60), (30.0, 30)], seed);
         let n = requests.len();
-        let out = run(cluster_config_scheduled(min.max(1), auto, async_scheduling), requests);
+        let out = run(cluster_config_kv(min.max(1), auto, async_scheduling, blocks, tier), requests);
         assert_each_once(n, &out.rec);
         prop_assert!(out.watch.routed_to_unready.is_empty(), "routed before ready: {:?}", &out.watch.routed_to_unready[..1]);
         prop_assert!(out.watch.most_counted <= max, "{} replicas counted, max {max}", out.watch.most_counted);
