@@ -152,7 +152,8 @@ proptest::proptest! {
     /// side), links, deciders and client timeouts, with and without async
     /// scheduling, every request ends exactly once and nothing is left
     /// queued or running: no pool stalls when blocks come free between its
-    /// steps (a pull, a timed-out request).
+    /// steps (a pull, a timed-out request), and no block outlives its
+    /// request on either side.
     #[test]
     fn every_request_ends_under_kv_pressure(
         (prefill, decode) in (1u32..3, 1u32..4),
@@ -173,12 +174,18 @@ proptest::proptest! {
         let mut c = pd_config(prefill, decode, side(decode_blocks), spec_blackbox(), link, decider);
         c.pd.as_mut().unwrap().prefill_instance = side(prefill_blocks);
         let reqs = Load { rate: 200.0, requests: 60, prompt: 300, output: 20, prefix: 256, groups: 3, seed }.requests(None).0;
-        let out = run(c, reqs, None);
-        let r = &out.run.requests;
+        let mut cluster = blis_cluster::Cluster::new(c).unwrap();
+        let mut rec = crate::harness::Recorder::default();
+        let end = cluster.run(&mut blis_engine::driver::IterWorkload::new(reqs.into_iter()), None, &mut rec);
+        let r = cluster.summary(&end).requests;
         proptest::prop_assert_eq!((r.queued, r.running), (0, 0), "{:?}", r);
         proptest::prop_assert_eq!(r.completed + r.dropped + r.timed_out, 60, "{:?}", r);
-        let ids: BTreeSet<u64> = out.rec.records.iter().map(|x| x.id.0).collect();
-        proptest::prop_assert_eq!((out.rec.records.len(), ids.len()), (60, 60));
+        let ids: BTreeSet<u64> = rec.records.iter().map(|x| x.id.0).collect();
+        proptest::prop_assert_eq!((rec.records.len(), ids.len()), (60, 60));
+        // No block outlives its request, pulled, timed out or dropped.
+        for inst in cluster.instances() {
+            proptest::prop_assert_eq!((inst.held_kv(), inst.kv().num_used_blocks()), (0, 0), "instance {} keeps blocks", inst.id());
+        }
     }
 }
 
