@@ -1,6 +1,9 @@
-//! Invariants over random clusters, policies and workloads: request
-//! conservation, one record per request, and determinism.
+//! Invariants over random clusters (disaggregated or not), policies and
+//! workloads: request conservation, one record per request, and determinism.
 
+use blis_cluster::pd::{PdConfig, PdDecider};
+use blis_cluster::policy::RoutingSpec;
+use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
 use blis_engine::request::{Labels, Outcome as RequestOutcome};
 use blis_engine::time::Micros;
 use blis_workload::labels::{LabelMix, Mix};
@@ -55,6 +58,8 @@ proptest! {
         seed in 0u64..1_000,
         blocks in prop_oneof![Just(60u64), Just(4000u64)],
         async_scheduling in any::<bool>(),
+        // Prefill/decode disaggregation: prefill instances, the pull's bytes/s, prefill keeps its cache.
+        pd in prop::option::of((1u32..3, 1e5f64..1e10, any::<bool>())),
     ) {
         let load = Load { rate: 80.0, requests: 120, prompt: 200, output: 24, prefix: 64, groups: 3, seed };
         let mix = LabelMix {
@@ -67,7 +72,19 @@ proptest! {
         let mut inst = instance(blocks, 4, 256);
         inst.client_timeout = timeout_ms.map(Micros::from_ms);
         inst.scheduler.async_scheduling = async_scheduling;
-        let mut cfg = crate::harness::config(n, inst, spec_blackbox(), bundle(doc), labels);
+        let mut decode = inst.clone();
+        decode.kv_transfer = pd.map(|(_, bytes_per_s, _)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(100) }, block_bytes: 4096 });
+        let mut cfg = crate::harness::config(n, decode, spec_blackbox(), bundle(doc), labels);
+        cfg.pd = pd.map(|(prefill_instances, _, prefill_keeps_cache)| PdConfig {
+            prefill_instances,
+            prefill_instance: inst,
+            prefill_latency: spec_blackbox(),
+            prefill_routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(),
+            decider: PdDecider::Always,
+            prefill_gpus_per_instance: 1,
+            decode_gpus_per_instance: 1,
+            prefill_keeps_cache,
+        });
         cfg.admission_latency = Micros(admission_latency_us);
         cfg.routing_latency = Micros(routing_latency_us);
         cfg.counterfactual_k = 2;
@@ -81,7 +98,9 @@ proptest! {
         // In the control plane: awaiting admission, or admitted and awaiting delivery.
         prop_assert!(r.injected <= r.admitted && r.admitted <= r.injected + r.in_control_plane, "{:?}", r);
         prop_assert_eq!(r.injected, r.completed + r.queued + r.running + r.dropped + r.timed_out, "{:?}", r);
-        prop_assert_eq!(a.cluster.load_balance.requests_per_instance.iter().sum::<u64>(), r.injected);
+        // A disaggregated request reaches a prefill and a decode instance.
+        let handed_over = a.cluster.pd.as_ref().map_or(0, |p| p.requests.handed_over);
+        prop_assert_eq!(a.cluster.load_balance.requests_per_instance.iter().sum::<u64>(), r.injected + handed_over);
         // One record per request that ended, none twice.
         let mut ids: Vec<u64> = a.rec.records.iter().map(|x| x.id.0).collect();
         ids.sort_unstable();
