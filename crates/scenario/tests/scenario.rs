@@ -136,3 +136,92 @@ fn the_same_scenario_simulates_to_the_same_report() {
     assert_eq!(report["cluster"]["num_instances"], 3);
     assert_eq!(report["cluster"]["tenants"].as_object().unwrap().len(), 2);
 }
+
+/// A random deployment: model, GPU and TP; a small or derived KV cache,
+/// batch limits, chunking, caching, async scheduling; CPU and disk tiers;
+/// several instances or prefill/decode pools, or an autoscaled fleet; a
+/// synthetic workload, open or closed loop, with shared prefixes and client
+/// timeouts. Whatever vLLM would refuse is refused at resolution; the rest
+/// is the fields below, `None` leaving vLLM's (or BLIS's) default.
+fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
+    use proptest::prelude::*;
+    let server = (
+        prop::sample::select(vec![MODEL, "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V2-Lite", "Qwen/Qwen2.5-7B-Instruct"]),
+        prop::sample::select(vec!["H100", "A100-80GB", "L40S"]),
+        prop::sample::select(vec![1u32, 2, 4]),
+        prop::option::of(prop::sample::select(vec![60u64, 200, 600, 2000])),
+        prop::option::of(1u32..64),
+        prop::option::of(prop::sample::select(vec![256u32, 1024, 4096])),
+        (any::<bool>(), any::<bool>(), any::<bool>()),
+    );
+    let tiers = (prop::option::of(prop::sample::select(vec![0.5f64, 4.0, 64.0])), prop::option::of(prop::sample::select(vec!["disk:2", "disk:64"])));
+    // 0: one instance; 1: several; 2: prefill/decode pools; 3: autoscaled.
+    let fleet = (0u8..4, 1u32..4, prop::sample::select(vec!["round-robin", "least-loaded", "prefix-affinity"]), prop::sample::select(vec!["target-tracking", "queue-depth", "threshold"]));
+    let load = (
+        (1.0f64..200.0, 1u64..120, prop::option::of(1u32..32)),
+        (16.0f64..3000.0, 1.0f64..300.0, prop::option::of((64u32..512, 1u32..4))),
+        (prop::option::of(1.0f64..60.0), 0u64..1000),
+    );
+    (server, tiers, fleet, load).prop_map(|(server, tiers, fleet, load)| {
+        let (model, gpu, tp, blocks, seqs, budget, (chunked, caching, async_scheduling)) = server;
+        let ((rate, requests, concurrency), (prompt, output, prefix), (timeout, seed)) = load;
+        let (shape, count, routing, autoscale) = fleet;
+        let mut v = KnobValues {
+            model: Some(model.into()),
+            hardware: Some(gpu.into()),
+            tp: Some(tp),
+            num_gpu_blocks: blocks,
+            max_num_seqs: seqs,
+            // Without chunking vLLM needs a budget of the whole context.
+            max_num_batched_tokens: budget.filter(|_| chunked),
+            max_model_len: Some(8192),
+            enable_chunked_prefill: Some(chunked),
+            enable_prefix_caching: Some(caching),
+            async_scheduling: Some(async_scheduling),
+            kv_offloading_size: tiers.0,
+            kv_tiers: tiers.1.map(|t| blis_scenario::tier_list::KvTierList::parse(t).unwrap()),
+            rate: Some(rate),
+            num_requests: Some(requests),
+            max_concurrency: concurrency,
+            prompt_tokens: Some(prompt),
+            output_tokens: Some(output),
+            prefix_tokens: prefix.map(|p| p.0),
+            prefix_groups: prefix.map(|p| p.1),
+            client_timeout: timeout,
+            seed: Some(seed),
+            ..KnobValues::default()
+        };
+        match shape {
+            0 => {}
+            1 => (v.num_instances, v.routing_policy) = (Some(count + 1), Some(routing.into())),
+            2 => (v.prefill_instances, v.decode_instances) = (Some(count), Some(count.div_ceil(2))),
+            _ => {
+                (v.autoscale_policy, v.min_instances, v.max_instances) = (Some(autoscale.into()), Some(1), Some(count + 1));
+                (v.provisioning_delay, v.loading_delay) = (Some("1s".into()), Some("2s".into()));
+            }
+        }
+        v
+    })
+}
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..proptest::prelude::ProptestConfig::default() })]
+
+    /// Every deployment that resolves runs to the end: each request is
+    /// completed, dropped, rejected or timed out, none is left queued or
+    /// running, and the report's books balance.
+    #[test]
+    fn every_deployment_that_resolves_runs_every_request_to_an_end(values in deployment()) {
+        let Ok(resolved) = Scenario::from_values(&values, Vec::new()).resolve() else { return Ok(()) };
+        let report = serde_json::to_value(simulate(resolved, Outputs::default()).unwrap()).unwrap();
+        let r = &report["requests"];
+        let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("requests.{k} in {r}"));
+        proptest::prop_assert_eq!((n("queued"), n("running")), (0, 0), "{}", r);
+        proptest::prop_assert_eq!(n("injected"), n("completed") + n("dropped") + n("timed_out"), "{}", r);
+        if let Some(c) = report.get("cluster").and_then(|c| c.get("requests")) {
+            let m = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("cluster.requests.{k} in {c}"));
+            proptest::prop_assert_eq!(m("arrived"), m("rejected") + m("injected"), "{}", c);
+            proptest::prop_assert_eq!(m("arrived"), values.num_requests.unwrap(), "{}", c);
+        }
+    }
+}
