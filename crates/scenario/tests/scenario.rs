@@ -141,7 +141,7 @@ fn the_same_scenario_simulates_to_the_same_report() {
 /// batch limits, chunking, caching, async scheduling; CPU and disk tiers;
 /// several instances or prefill/decode pools, or an autoscaled fleet; a
 /// synthetic workload, open or closed loop, with shared prefixes and client
-/// timeouts. Whatever vLLM would refuse is refused at resolution; the rest
+/// timeouts, or one of the example specs (multi-turn sessions among them). Whatever vLLM would refuse is refused at resolution; the rest
 /// is the fields below, `None` leaving vLLM's (or BLIS's) default.
 fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
     use proptest::prelude::*;
@@ -161,10 +161,12 @@ fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
         (1.0f64..200.0, 1u64..120, prop::option::of(1u32..32)),
         (16.0f64..3000.0, 1.0f64..300.0, prop::option::of((64u32..512, 1u32..4))),
         (prop::option::of(1.0f64..60.0), 0u64..1000),
+        // Or a workload spec: multi-turn reasoning sessions, multimodal prompts, language mixes.
+        prop::option::of(prop::sample::select(vec!["reasoning.yaml", "multimodal.yaml", "language.yaml"])),
     );
     (server, tiers, fleet, load).prop_map(|(server, tiers, fleet, load)| {
         let (model, gpu, tp, blocks, seqs, budget, (chunked, caching, async_scheduling)) = server;
-        let ((rate, requests, concurrency), (prompt, output, prefix), (timeout, seed)) = load;
+        let ((rate, requests, concurrency), (prompt, output, prefix), (timeout, seed), spec) = load;
         let (shape, count, routing, autoscale) = fleet;
         let mut v = KnobValues {
             model: Some(model.into()),
@@ -183,12 +185,14 @@ fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
             rate: Some(rate),
             num_requests: Some(requests),
             max_concurrency: concurrency,
-            prompt_tokens: Some(prompt),
-            output_tokens: Some(output),
-            prefix_tokens: prefix.map(|p| p.0),
-            prefix_groups: prefix.map(|p| p.1),
+            // A spec sets the lengths and prefixes itself.
+            prompt_tokens: Some(prompt).filter(|_| spec.is_none()),
+            output_tokens: Some(output).filter(|_| spec.is_none()),
+            prefix_tokens: prefix.filter(|_| spec.is_none()).map(|p| p.0),
+            prefix_groups: prefix.filter(|_| spec.is_none()).map(|p| p.1),
             client_timeout: timeout,
             seed: Some(seed),
+            workload_spec: spec.map(|file| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples").join(file)),
             ..KnobValues::default()
         };
         match shape {
@@ -221,7 +225,9 @@ proptest::proptest! {
         if let Some(c) = report.get("cluster").and_then(|c| c.get("requests")) {
             let m = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("cluster.requests.{k} in {c}"));
             proptest::prop_assert_eq!(m("arrived"), m("rejected") + m("injected"), "{}", c);
-            proptest::prop_assert_eq!(m("arrived"), values.num_requests.unwrap(), "{}", c);
+            if values.workload_spec.is_none() {
+                proptest::prop_assert_eq!(m("arrived"), values.num_requests.unwrap(), "{}", c);
+            }
         }
     }
 }
