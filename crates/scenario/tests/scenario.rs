@@ -213,11 +213,16 @@ proptest::proptest! {
 
     /// Every deployment that resolves runs to the end: each request is
     /// completed, dropped, rejected or timed out, none is left queued or
-    /// running, and the report's books balance.
+    /// running, and the report's books balance. Run again, it gives the
+    /// same report, byte for byte.
     #[test]
     fn every_deployment_that_resolves_runs_every_request_to_an_end(values in deployment()) {
-        let Ok(resolved) = Scenario::from_values(&values, Vec::new()).resolve() else { return Ok(()) };
-        let report = serde_json::to_value(simulate(resolved, Outputs::default()).unwrap()).unwrap();
+        let scenario = Scenario::from_values(&values, Vec::new());
+        let Ok(resolved) = scenario.resolve() else { return Ok(()) };
+        let text = serde_json::to_string(&simulate(resolved, Outputs::default()).unwrap()).unwrap();
+        let again = serde_json::to_string(&simulate(scenario.resolve().unwrap(), Outputs::default()).unwrap()).unwrap();
+        proptest::prop_assert!(text == again, "the same scenario simulated twice differs");
+        let report: serde_json::Value = serde_json::from_str(&text).unwrap();
         let r = &report["requests"];
         let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("requests.{k} in {r}"));
         proptest::prop_assert_eq!((n("queued"), n("running")), (0, 0), "{}", r);
