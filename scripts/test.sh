@@ -5,8 +5,8 @@
 # real time on two cores), then the Python package, built with maturin
 # into a virtual environment this script makes, tested with pytest against
 # the `blis` binary the first step built (a local 2-CPU Ray instance
-# included). Between the two, the engine's integration tests run again in a
-# debug build. Python dependencies come from the package registry by name.
+# included). Between the two, the engine's and the cluster's integration
+# tests run again in a debug build. Python dependencies come from the package registry by name.
 #
 # Property tests draw their cases from a pinned seed here, so that this
 # command passes or fails the same way on every run and machine; plain
@@ -17,10 +17,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261127}"
 cargo test --workspace --release --locked
-# The engine's property tests once more in a debug build, where its
-# debug_assert!s (KV conservation after every operation, a tier never
-# storing a content it holds, the clock never going back) are checked too.
+# The engine's and the cluster's integration tests once more in a debug
+# build, where the engine's debug_assert!s (KV conservation after every
+# operation, a tier never storing a content it holds, the clock never going
+# back) are checked too, the cluster's on P/D pools and autoscaled fleets.
 cargo test -p blis-engine --test engine --locked
+cargo test -p blis-cluster --test cluster --locked
 venv="$PWD/target/pyenv"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
 "$venv/bin/pip" install --quiet --disable-pip-version-check maturin pytest pandas pyarrow ray
