@@ -142,8 +142,9 @@ fn the_same_scenario_simulates_to_the_same_report() {
 /// several instances or prefill/decode pools, or an autoscaled fleet; a
 /// synthetic workload, open or closed loop, with shared prefixes and client
 /// timeouts, or one of the example specs (multi-turn sessions among them);
-/// sometimes cut at a horizon. Whatever vLLM would refuse is refused at resolution; the rest
-/// is the fields below, `None` leaving vLLM's (or BLIS's) default.
+/// sometimes cut at a horizon. Whatever vLLM would refuse is refused at
+/// resolution; the rest is the fields below, `None` leaving vLLM's (or
+/// BLIS's) default.
 fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
     use proptest::prelude::*;
     let server = (
@@ -216,8 +217,7 @@ proptest::proptest! {
     /// Every deployment that resolves runs to the end: each request is
     /// completed, dropped, rejected or timed out, none is left queued or
     /// running (unless the run is cut at a horizon), and the report's books
-    /// balance. Run again, it gives the
-    /// same report, byte for byte.
+    /// balance. Run again, it gives the same report, byte for byte.
     #[test]
     fn every_deployment_that_resolves_runs_every_request_to_an_end(values in deployment()) {
         let scenario = Scenario::from_values(&values, Vec::new());
