@@ -5,6 +5,7 @@
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{KnobValues, Knobs, Source};
 use blis_scenario::{Outputs, Scenario, simulate};
+use proptest::prelude::*;
 
 const MODEL: &str = "meta-llama/llama-3.1-8b-instruct";
 
@@ -145,8 +146,7 @@ fn the_same_scenario_simulates_to_the_same_report() {
 /// sometimes cut at a horizon. Whatever vLLM would refuse is refused at
 /// resolution; the rest is the fields below, `None` leaving vLLM's (or
 /// BLIS's) default.
-fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
-    use proptest::prelude::*;
+fn deployment() -> impl Strategy<Value = KnobValues> {
     let server = (
         prop::sample::select(vec![MODEL, "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V2-Lite", "Qwen/Qwen2.5-7B-Instruct"]),
         prop::sample::select(vec!["H100", "A100-80GB", "L40S"]),
@@ -211,8 +211,8 @@ fn deployment() -> impl proptest::strategy::Strategy<Value = KnobValues> {
     })
 }
 
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 24, ..proptest::prelude::ProptestConfig::default() })]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
 
     /// Every deployment that resolves runs to the end: each request is
     /// completed, dropped, rejected or timed out, none is left queued or
@@ -224,19 +224,19 @@ proptest::proptest! {
         let Ok(resolved) = scenario.resolve() else { return Ok(()) };
         let text = serde_json::to_string(&simulate(resolved, Outputs::default()).unwrap()).unwrap();
         let again = serde_json::to_string(&simulate(scenario.resolve().unwrap(), Outputs::default()).unwrap()).unwrap();
-        proptest::prop_assert!(text == again, "the same scenario simulated twice differs");
+        prop_assert!(text == again, "the same scenario simulated twice differs");
         let report: serde_json::Value = serde_json::from_str(&text).unwrap();
         let r = &report["requests"];
         let n = |k: &str| r[k].as_u64().unwrap_or_else(|| panic!("requests.{k} in {r}"));
         // Cut at a horizon, what had not ended is still queued or running.
         let unfinished = n("queued") + n("running");
-        proptest::prop_assert!(values.horizon.is_some() || unfinished == 0, "{}", r);
-        proptest::prop_assert_eq!(n("injected"), n("completed") + n("dropped") + n("timed_out") + unfinished, "{}", r);
+        prop_assert!(values.horizon.is_some() || unfinished == 0, "{}", r);
+        prop_assert_eq!(n("injected"), n("completed") + n("dropped") + n("timed_out") + unfinished, "{}", r);
         if let Some(c) = report.get("cluster").and_then(|c| c.get("requests")) {
             let m = |k: &str| c[k].as_u64().unwrap_or_else(|| panic!("cluster.requests.{k} in {c}"));
-            proptest::prop_assert_eq!(m("arrived"), m("rejected") + m("injected") + m("in_control_plane"), "{}", c);
+            prop_assert_eq!(m("arrived"), m("rejected") + m("injected") + m("in_control_plane"), "{}", c);
             if values.workload_spec.is_none() && values.horizon.is_none() {
-                proptest::prop_assert_eq!(m("arrived"), values.num_requests.unwrap(), "{}", c);
+                prop_assert_eq!(m("arrived"), values.num_requests.unwrap(), "{}", c);
             }
         }
     }

@@ -12,6 +12,7 @@ use blis_engine::latency::LatencyModel;
 use blis_engine::request::{Labels, Outcome, Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
+use proptest::prelude::*;
 
 use crate::harness::{Load, config, instance, llama_h100, run, spec_blackbox};
 
@@ -145,8 +146,8 @@ fn every_request_ends_once_and_runs_are_deterministic() {
     }
 }
 
-proptest::proptest! {
-    #![proptest_config(proptest::prelude::ProptestConfig { cases: 32, ..proptest::prelude::ProptestConfig::default() })]
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
 
     /// On random pools, KV sizes (down to a few prompts' worth on either
     /// side), links, deciders and client timeouts, with and without async
@@ -159,8 +160,8 @@ proptest::proptest! {
         (prefill, decode) in (1u32..3, 1u32..4),
         (prefill_blocks, decode_blocks) in (40u64..600, 40u64..600),
         bytes_per_s in 1e5f64..1e10,
-        decider in proptest::prop_oneof![proptest::strategy::Just(PdDecider::Always), proptest::strategy::Just(PdDecider::PrefixThreshold(200))],
-        timeout_ms in proptest::option::of(50u64..5_000),
+        decider in prop_oneof![Just(PdDecider::Always), Just(PdDecider::PrefixThreshold(200))],
+        timeout_ms in prop::option::of(50u64..5_000),
         async_scheduling: bool,
         seed in 0u64..1_000,
     ) {
@@ -178,13 +179,13 @@ proptest::proptest! {
         let mut rec = crate::harness::Recorder::default();
         let end = cluster.run(&mut blis_engine::driver::IterWorkload::new(reqs.into_iter()), None, &mut rec);
         let r = cluster.summary(&end).requests;
-        proptest::prop_assert_eq!((r.queued, r.running), (0, 0), "{:?}", r);
-        proptest::prop_assert_eq!(r.completed + r.dropped + r.timed_out, 60, "{:?}", r);
+        prop_assert_eq!((r.queued, r.running), (0, 0), "{:?}", r);
+        prop_assert_eq!(r.completed + r.dropped + r.timed_out, 60, "{:?}", r);
         let ids: BTreeSet<u64> = rec.records.iter().map(|x| x.id.0).collect();
-        proptest::prop_assert_eq!((rec.records.len(), ids.len()), (60, 60));
+        prop_assert_eq!((rec.records.len(), ids.len()), (60, 60));
         // No block outlives its request, pulled, timed out or dropped.
         for inst in cluster.instances() {
-            proptest::prop_assert_eq!((inst.held_kv(), inst.kv().num_used_blocks()), (0, 0), "instance {} keeps blocks", inst.id());
+            prop_assert_eq!((inst.held_kv(), inst.kv().num_used_blocks()), (0, 0), "instance {} keeps blocks", inst.id());
         }
     }
 }
