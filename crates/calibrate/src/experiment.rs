@@ -795,7 +795,8 @@ impl Experiment {
     /// block count and size. One line each, naming both files and values.
     fn stale_facts(&self) -> Vec<String> {
         let gpu = |name: &str| blis_data::catalog::find_gpu(name).map_or_else(|| name.to_string(), |g| g.name.to_string());
-        let facts: [(&str, &dyn Fn(&ServerFacts) -> Option<String>); 4] = [
+        type Fact<'a> = (&'a str, &'a dyn Fn(&ServerFacts) -> Option<String>);
+        let facts: [Fact; 4] = [
             ("hardware", &|f| f.hardware.as_deref().map(gpu)),
             ("tensor_parallel_size", &|f| f.tensor_parallel_size.map(|v| v.to_string())),
             ("num_gpu_blocks", &|f| f.num_gpu_blocks.map(|v| v.to_string())),

@@ -202,7 +202,7 @@ fn kind_of_scalar(ty: &str) -> String {
     match ty {
         "u8" => unsigned(u8::MAX.into()),
         "u16" => unsigned(u16::MAX.into()),
-        "u32" => unsigned(u32::MAX.into()),
+        "u32" => unsigned(u32::MAX),
         "u64" | "usize" | "u128" => "not a non-negative whole number".to_string(),
         "i8" | "i16" | "i32" | "i64" | "i128" | "isize" => "not a whole number (or out of range)".to_string(),
         "floating point" | "f32" | "f64" => "not a finite number".to_string(),

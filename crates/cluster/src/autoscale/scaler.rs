@@ -1008,7 +1008,7 @@ mod tests {
             let mut all: Vec<(Micros, u32)> = Vec::new();
             let mut now = Micros::ZERO;
             for (dt, value) in steps {
-                now = now + Micros(dt);
+                now += Micros(dt);
                 all.push((now, value));
                 let within = all.iter().filter(|&&(t, _)| t + window >= now).map(|&(_, v)| v);
                 prop_assert_eq!(lowest.push(now, value, window), within.clone().min().unwrap());
