@@ -87,6 +87,38 @@ run tier-events --model $M8 --rate 30 --num-requests 1000 --prefix-tokens 256 --
   --kv-cpu-blocks 800 --kv-events-output "$OUT/tier-events.kv.jsonl"
 run tier-cluster --model $M8 --num-instances 4 --rate 120 --num-requests 4000 --prefix-tokens 512 --prefix-groups 48 \
   --num-gpu-blocks 2500 --kv-offloading-size 4 --routing-policy weighted --routing-scorers precise-prefix:3,queue-depth:2
+# Prefill/decode disaggregation: flags, per-pool GPUs and TP, the prefix
+# decider, and the policy file's pools section.
+run pd-flags --model $M8 --prefill-instances 2 --decode-instances 4 --rate 30 --num-requests 2000 --prompt-tokens 2048 --output-tokens 128 \
+  --slo-targets default.ttft_ms=2000,default.itl_ms=25
+run pd-pools-base-tp --model meta-llama/llama-3.1-70b-instruct --prefill-instances 1 --decode-instances 2 --prefill-tp 4 --decode-tp 2 --rate 4 --num-requests 100
+run pd-pools --model meta-llama/llama-3.1-70b-instruct --tp 4 --prefill-instances 1 --decode-instances 2 --prefill-tp 4 --decode-tp 2 \
+  --decode-hardware H200 --rate 4 --num-requests 600 --prompt-tokens 3000 --output-tokens 200 --pd-transfer-bandwidth 25
+run pd-threshold --model $M8 --prefill-instances 1 --decode-instances 3 --pd-decider prefix-threshold --pd-prefix-threshold 256 \
+  --prefix-tokens 1024 --prefix-groups 8 --rate 20 --num-requests 1500 --pd-prefill-cache drop \
+  --trace-output "$OUT/pd-threshold.decisions.jsonl"
+cat > "$OUT/pd.yaml" <<EOF
+pools:
+  prefill: {instances: 2, tp: 2, max_num_batched_tokens: 4096, routing_scorers: {queue-depth: 1}}
+  decode: {instances: 3, max_num_seqs: 128}
+  decider: always
+  transfer_bandwidth_gb_s: 40
+EOF
+run pd-file --model $M8 --policy-config "$OUT/pd.yaml" --rate 25 --num-requests 1500 --prompt-tokens 1500 --output-tokens 150
+# Autoscaling: flags, the example policy files on node pools, scale to zero, traces.
+run auto-flags --model $M8 --max-num-seqs 64 --rate 60 --num-requests 6000 --autoscale-policy target-tracking --min-instances 1 \
+  --max-instances 6 --autoscale-interval 5s --loading-delay 20s --gpu-hour-cost 3 --trace-output "$OUT/auto-flags.decisions.jsonl"
+run auto-threshold --model meta-llama/llama-3.1-70b-instruct --tp 4 --workload scenario:bursty-traffic --rate 8 --num-requests 3000 \
+  --policy-config examples/autoscaling/threshold.yaml
+run auto-queue --model $M8 --max-num-seqs 32 --rate 40 --num-requests 3000 --autoscale-policy queue-depth --min-instances 0 \
+  --max-instances 4 --autoscale-interval 2s --drain-policy redirect --warmup-duration 5s --arrival constant
+cat > "$OUT/mixed.yaml" <<EOF
+autoscale: {type: slo, params: {ttft_ms: 800}, interval: 10s, min_replicas: 1, max_replicas: 6, drain: immediate}
+node_pools:
+  - {name: a100, hardware: A100-80GB, max_nodes: 3, cost_per_gpu_hour: 2.2, loading_delay: 30s}
+  - {name: h100, hardware: H100, gpus_per_node: 2, max_nodes: 2, cost_per_gpu_hour: 4.0, provisioning_delay: "lognormal:1m,0.3"}
+EOF
+run auto-mixed --model $M8 --max-num-seqs 64 --rate 50 --num-requests 6000 --policy-config "$OUT/mixed.yaml"
 cat > "$OUT/run.yaml" <<EOF
 model: $M8
 max_num_seqs: 64
@@ -106,7 +138,23 @@ sed -i 's/ simulated in [0-9.]* s / simulated in (wall) s /' "$OUT/validate.stdo
 "$BLIS" validate $V/20260217-231439-llama-2-7b-tp1-general --latency-model unified-5 > "$OUT/validate-one.stdout" 2>&1 || true
 sed -i 's/ simulated in [0-9.]* s / simulated in (wall) s /' "$OUT/validate-one.stdout"
 "$BLIS" workload stats --spec examples/reasoning.yaml > "$OUT/stats.txt" 2>&1 || true
+mv reasoning-stats.svg "$OUT/" 2>/dev/null || true
 "$BLIS" workload generate --spec preset:chatbot --num-requests 500 --seed 9 --output "$OUT/generated-preset.csv" 2> "$OUT/generated-preset.stderr" || true
+# Sweeps and plans (CSV and JSON outputs; the progress line is left out).
+printf 'axes:\n  rate: [5, 20]\n  max-num-seqs: [32, 128]\nzip:\n  - num-instances: [1, 2]\n    routing-policy: [round-robin, least-loaded]\n' > "$OUT/grid.yaml"
+"$BLIS" sweep --model $M8 --num-requests 600 --grid "$OUT/grid.yaml" --output "$OUT/sweep.csv" --quiet > "$OUT/sweep.stdout" 2> "$OUT/sweep.stderr" \
+  || echo "exit $?" >> "$OUT/sweep.stderr"
+"$BLIS" sweep --model $M8 --num-requests 600 --rate 20 --prompt-tokens 2048 --output-tokens 64 --grid examples/pd/ratio.yaml \
+  --output "$OUT/sweep-pd.csv" --quiet > "$OUT/sweep-pd.stdout" 2> "$OUT/sweep-pd.stderr" || echo "exit $?" >> "$OUT/sweep-pd.stderr"
+cat > "$OUT/plan.yaml" <<EOF
+slo: {ttft_p99_ms: 1500, itl_p99_ms: 60}
+gpus: [{hardware: H100, gpu_hour_cost: 4.0}, {hardware: L40S, gpu_hour_cost: 1.1}]
+tp: [1, 2]
+replicas: [1, 2, 4]
+knobs: {max-num-seqs: [64, 256]}
+EOF
+"$BLIS" plan --model $M8 --rate 20 --num-requests 800 --prompt-tokens 2048 --output-tokens 128 --plan "$OUT/plan.yaml" \
+  --output "$OUT/plan.csv" > "$OUT/plan.stdout" 2> "$OUT/plan.stderr" || echo "exit $?" >> "$OUT/plan.stderr"
 "$BLIS" models > "$OUT/models.txt"
 mkdir -p "$(dirname "$DEST")" && mv "$OUT" "$DEST"
 echo "parity outputs in $DEST"
