@@ -145,7 +145,9 @@ fn evaluate(py: Python<'_>, candidates: Vec<String>, text: &str, path: Option<&s
     let files: Vec<_> = file.into_iter().collect();
     // A scenario that cannot run is the caller's error, not a score of 0 for every candidate.
     blis_scenario::evaluate::check(&values, &files).map_err(|e| err(e.to_string()))?;
-    Ok(py.detach(|| candidates.iter().map(|c| blis_scenario::evaluate::evaluate(Path::new(c), &values, &files, excerpts).to_string()).collect()))
+    Ok(py.detach(|| {
+        candidates.iter().map(|c| blis_scenario::evaluate::evaluate(Path::new(c), &values, &files, excerpts).to_string()).collect()
+    }))
 }
 
 /// The `blis._blis` module.

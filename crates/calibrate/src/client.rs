@@ -370,7 +370,14 @@ mod tests {
         let mut obs = ClientObserver::new(1, 2, true);
         for (id, arr, first) in [(0, 0, 20_000), (1, 100_000, 130_000)] {
             for (k, gap) in [(2, 10_000), (3, 10_000)] {
-                obs.on_token(&TokenEvent { id: RequestId(id), meta: Default::default(), instance: 0, index: k, time: Micros(0), gap: Some(Micros(gap)) });
+                obs.on_token(&TokenEvent {
+                    id: RequestId(id),
+                    meta: Default::default(),
+                    instance: 0,
+                    index: k,
+                    time: Micros(0),
+                    gap: Some(Micros(gap)),
+                });
             }
             obs.on_finish(&record(id, arr, first, first + 20_000, 3, Outcome::Completed));
         }
@@ -390,7 +397,14 @@ mod tests {
     #[test]
     fn failures_count_in_sent_but_not_in_latencies() {
         let mut obs = ClientObserver::new(1, 2, true);
-        obs.on_token(&TokenEvent { id: RequestId(1), meta: Default::default(), instance: 0, index: 2, time: Micros(0), gap: Some(Micros(999)) });
+        obs.on_token(&TokenEvent {
+            id: RequestId(1),
+            meta: Default::default(),
+            instance: 0,
+            index: 2,
+            time: Micros(0),
+            gap: Some(Micros(999)),
+        });
         obs.on_finish(&record(0, 0, 10, 20, 2, Outcome::Completed));
         obs.on_finish(&record(1, 0, 10, 300_000_000, 2, Outcome::TimedOut));
         let m = obs.stages[0].metrics(2.0);

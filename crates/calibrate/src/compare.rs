@@ -1,8 +1,8 @@
 //! Predicted against measured: the metrics compared, per stage and for the
 //! whole run, per request, and aggregated over experiments.
 
-pub use crate::client::Latency;
 use crate::client::ClientMetrics;
+pub use crate::client::Latency;
 use crate::experiment::{Experiment, Lifecycle, Status};
 use crate::reproduce::Simulated;
 use crate::stats::{ape, mean, median, pearson};
@@ -326,7 +326,14 @@ impl ExperimentComparison {
         for (label, measured, p) in stages.chain(summary) {
             for metric in Metric::ALL {
                 if let (Some(predicted), Some(actual)) = (metric.predicted(p), metric.actual(measured, output_len)) {
-                    rows.push(MetricRow { experiment: exp.name.clone(), stage: label, metric, predicted, actual, ape: ape(predicted, actual) });
+                    rows.push(MetricRow {
+                        experiment: exp.name.clone(),
+                        stage: label,
+                        metric,
+                        predicted,
+                        actual,
+                        ape: ape(predicted, actual),
+                    });
                 }
             }
         }
@@ -396,7 +403,11 @@ impl ExperimentComparison {
     /// [`SATURATION_SERVED_FRACTION`] the simulated server cannot keep up,
     /// its queue grows for as long as the stage lasts.
     pub fn predicted_served_fraction(&self) -> f64 {
-        self.predicted_stages.iter().zip(&self.offered_rps).filter_map(|(m, o)| o.map(|o| m.throughput_rps / o)).fold(f64::INFINITY, f64::min)
+        self.predicted_stages
+            .iter()
+            .zip(&self.offered_rps)
+            .filter_map(|(m, o)| o.map(|o| m.throughput_rps / o))
+            .fold(f64::INFINITY, f64::min)
     }
 }
 

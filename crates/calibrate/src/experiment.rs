@@ -27,19 +27,19 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use blis_engine::time::MAX_SPAN_S;
-use blis_workload::limits::MAX_RATE_PER_S;
 use blis_workload::inference_perf::{InferencePerfConfig, QuantileTable, Stage, Sweep};
+use blis_workload::limits::MAX_RATE_PER_S;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer};
 
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
-pub use crate::facts::{CpuOffloadFact, ServerFacts, Status};
 use crate::facts::SERVER_FACT_KEYS;
+pub use crate::facts::{CpuOffloadFact, ServerFacts, Status};
 use crate::normalized::{NORMALIZED, NormalizedRun};
-use crate::vllm_log::LoggedServer;
 use crate::requests::{RequestRow, read_requests};
+use crate::vllm_log::LoggedServer;
 
 /// `exp-config.yaml`: the server knobs of the run.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -116,7 +116,11 @@ impl LengthStats {
     /// The first value that is not a token count in `[0, max]`, as an error
     /// message naming `field`.
     pub(crate) fn check(&self, field: &str, max: f64) -> Result<(), String> {
-        let values = self.mean.map(|m| ("mean".to_string(), m)).into_iter().chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
+        let values = self
+            .mean
+            .map(|m| ("mean".to_string(), m))
+            .into_iter()
+            .chain(self.quantiles.iter().map(|&(p, v)| (format!("p{}", p * 100.0), v)));
         for (name, v) in values {
             in_range(&format!("{field}.{name}"), v, max)?;
         }
@@ -332,7 +336,12 @@ impl Lifecycle {
             }
         }
         let s = &self.successes;
-        for (name, p) in [("prompt_tokens", &s.prompt_tokens), ("prompt_len", &s.prompt_len), ("output_tokens", &s.output_tokens), ("output_len", &s.output_len)] {
+        for (name, p) in [
+            ("prompt_tokens", &s.prompt_tokens),
+            ("prompt_len", &s.prompt_len),
+            ("output_tokens", &s.output_tokens),
+            ("output_len", &s.output_len),
+        ] {
             if let Some(p) = p {
                 p.check(&format!("successes.{name}"), f64::from(u32::MAX))?;
             }
@@ -435,13 +444,15 @@ fn read(path: &Path) -> Result<String, ExperimentError> {
 
 fn yaml<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    blis_data::yaml::from_str(&text).map_err(|e| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: e.to_string() }))
+    blis_data::yaml::from_str(&text)
+        .map_err(|e| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: e.to_string() }))
 }
 
 fn json<T: DeserializeOwned>(path: &Path) -> Result<T, ExperimentError> {
     let text = read(path)?;
-    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text))
-        .map_err(|e| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::json_message(&text, &e) }))
+    serde_path_to_error::deserialize(&mut serde_json::Deserializer::from_str(&text)).map_err(|e| {
+        ExperimentError::File(DataError::Format { path: path.to_path_buf(), message: blis_data::locate::json_message(&text, &e) })
+    })
 }
 
 /// Where the inference-perf reports of the experiment in `dir` are:
@@ -454,9 +465,8 @@ pub fn results_dir(dir: &Path) -> Option<PathBuf> {
         return Some(nested);
     }
     let has_stage_report = || {
-        std::fs::read_dir(dir).is_ok_and(|entries| {
-            entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("stage_0_lifecycle_metrics.json"))
-        })
+        std::fs::read_dir(dir)
+            .is_ok_and(|entries| entries.flatten().any(|e| e.file_name().to_string_lossy().ends_with("stage_0_lifecycle_metrics.json")))
     };
     (present(&dir.join("config.yaml")) && has_stage_report()).then(|| dir.to_path_buf())
 }
@@ -479,7 +489,9 @@ pub fn is_experiment_dir(dir: &Path) -> bool {
 pub fn discover(path: &Path) -> Result<Vec<PathBuf>, ExperimentError> {
     // The `results/` of an experiment stands for the experiment, whose
     // exp-config.yaml and server facts are beside it.
-    if let Some(parent) = path.parent().filter(|p| path.file_name().is_some_and(|n| n == "results") && present(&p.join("results/config.yaml"))) {
+    if let Some(parent) =
+        path.parent().filter(|p| path.file_name().is_some_and(|n| n == "results") && present(&p.join("results/config.yaml")))
+    {
         return Ok(vec![parent.to_path_buf()]);
     }
     if is_experiment_dir(path) {
@@ -549,7 +561,12 @@ fn server_log(dir: &Path) -> Result<(Option<LoggedServer>, Option<String>), Expe
 
 /// `exp-config.yaml` in `dir`; without it, the model the run's
 /// configuration (`config_path`) or server log names, and no knobs.
-fn exp_config(dir: &Path, config_path: &Path, workload: &InferencePerfConfig, log: Option<&LoggedServer>) -> Result<(ExpConfig, ModelFrom), ExperimentError> {
+fn exp_config(
+    dir: &Path,
+    config_path: &Path,
+    workload: &InferencePerfConfig,
+    log: Option<&LoggedServer>,
+) -> Result<(ExpConfig, ModelFrom), ExperimentError> {
     let path = dir.join("exp-config.yaml");
     if present(&path) {
         return Ok((yaml(&path)?, ModelFrom::ExpConfig));
@@ -644,7 +661,10 @@ impl Experiment {
         let (exp_config, model_from) = exp_config(dir, &config_path, &workload, log.as_ref())?;
         let normalized_path = dir.join(NORMALIZED);
         let normalized = match present(&normalized_path) {
-            true => Some(crate::normalized::read(&read(&normalized_path)?).map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?),
+            true => Some(
+                crate::normalized::read(&read(&normalized_path)?)
+                    .map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?,
+            ),
             false => None,
         };
         let exp = Experiment {
@@ -830,7 +850,11 @@ impl Experiment {
     pub fn warnings(&self) -> Vec<String> {
         let c = &self.exp_config;
         let unknown = self.facts.other.keys().map(|k| {
-            format!("{}: unknown key `{k}` ignored; server-facts.yaml keys: {}", self.dir.join("server-facts.yaml").display(), SERVER_FACT_KEYS.join(", "))
+            format!(
+                "{}: unknown key `{k}` ignored; server-facts.yaml keys: {}",
+                self.dir.join("server-facts.yaml").display(),
+                SERVER_FACT_KEYS.join(", ")
+            )
         });
         type Fact = fn(&ServerFacts) -> Option<u32>;
         let pairs: [(&str, Fact, &str, Option<u32>); 4] = [
@@ -857,13 +881,14 @@ impl Experiment {
                 self.results.join("config.yaml").display()
             )
         });
-        let multi_turn = (self.requests.is_some() && self.workload.shared_prefix().is_some_and(|sp| sp.enable_multi_turn_chat)).then(|| {
-            format!(
-                "{}: a multi-turn run replayed from its recorded requests: each round is sent with its recorded length but not its \
+        let multi_turn =
+            (self.requests.is_some() && self.workload.shared_prefix().is_some_and(|sp| sp.enable_multi_turn_chat)).then(|| {
+                format!(
+                    "{}: a multi-turn run replayed from its recorded requests: each round is sent with its recorded length but not its \
                  conversation's accumulated context, so the simulated prefix cache hits less than the real one",
-                self.dir.display()
-            )
-        });
+                    self.dir.display()
+                )
+            });
         let engine = self.workload.server_type.as_deref().filter(|t| *t != "vllm").map(|t| {
             format!(
                 "{}: server.type = {t}: BLIS simulates vLLM's engine; this run measured another",

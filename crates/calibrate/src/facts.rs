@@ -144,9 +144,25 @@ impl TryFrom<serde_json::Value> for CpuOffloadFact {
 
 /// The keys of `server-facts.yaml` that BLIS reads.
 pub(crate) const SERVER_FACT_KEYS: [&str; 19] = [
-    "hardware", "tensor_parallel_size", "data_parallel_size", "num_gpu_blocks", "block_size", "kv_cache_dtype", "quantization", "gpu_memory_utilization", "enable_prefix_caching",
-    "enable_chunked_prefill", "async_scheduling", "enable_expert_parallel", "max_num_seqs", "max_num_batched_tokens", "max_model_len",
-    "kv_cache_tokens", "max_concurrency", "status", "cpu_offload",
+    "hardware",
+    "tensor_parallel_size",
+    "data_parallel_size",
+    "num_gpu_blocks",
+    "block_size",
+    "kv_cache_dtype",
+    "quantization",
+    "gpu_memory_utilization",
+    "enable_prefix_caching",
+    "enable_chunked_prefill",
+    "async_scheduling",
+    "enable_expert_parallel",
+    "max_num_seqs",
+    "max_num_batched_tokens",
+    "max_model_len",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "status",
+    "cpu_offload",
 ];
 
 /// The KV blocks of one group that vLLM V1's logged cache size of `tokens`
@@ -173,9 +189,17 @@ impl ServerFacts {
     /// the number of groups times the block size (the pool is then known
     /// to a block per group, and the smallest such pool is taken). `None`
     /// with one group, or without the facts to tell.
-    pub fn grouped_pool_blocks(&self, groups: blis_engine::kv::KvGroups, block_size: u32, max_model_len: u32, chunk_tokens: u32) -> Option<u64> {
+    pub fn grouped_pool_blocks(
+        &self,
+        groups: blis_engine::kv::KvGroups,
+        block_size: u32,
+        max_model_len: u32,
+        chunk_tokens: u32,
+    ) -> Option<u64> {
         let tokens = self.kv_cache_tokens?;
-        if groups == blis_engine::kv::KvGroups::FULL || self.num_gpu_blocks != Some(one_group_blocks(tokens, block_size, Some(max_model_len))) {
+        if groups == blis_engine::kv::KvGroups::FULL
+            || self.num_gpu_blocks != Some(one_group_blocks(tokens, block_size, Some(max_model_len)))
+        {
             return None;
         }
         let len = u64::from(max_model_len.max(1));
@@ -190,7 +214,6 @@ impl ServerFacts {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,7 +226,12 @@ mod tests {
 
     /// The facts `blis convert vllm-log` writes for a log of `tokens` and `concurrency`.
     fn logged(tokens: u64, concurrency: f64, len: u32) -> ServerFacts {
-        ServerFacts { num_gpu_blocks: Some(one_group_blocks(tokens, 16, Some(len))), kv_cache_tokens: Some(tokens), max_concurrency: Some(concurrency), ..ServerFacts::default() }
+        ServerFacts {
+            num_gpu_blocks: Some(one_group_blocks(tokens, 16, Some(len))),
+            kv_cache_tokens: Some(tokens),
+            max_concurrency: Some(concurrency),
+            ..ServerFacts::default()
+        }
     }
 
     proptest! {

@@ -43,9 +43,6 @@ use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 use rayon::prelude::*;
 
-use blis_data::catalog;
-use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_scenario::deployment::Server;
 use crate::compare::{ExperimentComparison, Metric};
 use crate::error::ExperimentError;
 use crate::experiment::Status;
@@ -53,6 +50,9 @@ use crate::optimize::{LeastSquares, nelder_mead};
 use crate::reproduce::simulate;
 use crate::stats::ape;
 use crate::suite::Case;
+use blis_data::catalog;
+use blis_data::coefficients::{CoefficientSet, Provenance};
+use blis_scenario::deployment::Server;
 
 /// Weight of TTFT relative to E2E in both stages' objectives.
 pub const TTFT_WEIGHT: f64 = 0.3;
@@ -122,17 +122,28 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficie
 /// GPU every training run used, where it was profiled.
 pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>) -> Option<Vec<(f64, f64)>> {
     matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
-        basis.alpha_names().iter().map(|n| prior(kind, n, true, gpu)).chain(basis.beta_names().iter().map(|n| prior(kind, n, false, gpu))).collect()
+        basis
+            .alpha_names()
+            .iter()
+            .map(|n| prior(kind, n, true, gpu))
+            .chain(basis.beta_names().iter().map(|n| prior(kind, n, false, gpu)))
+            .collect()
     })
 }
 
 /// [`priors`] with `overrides` applied by coefficient name; an error for a
 /// name the model lacks, or one given twice.
-pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>, overrides: &[PriorOverride]) -> Result<Option<Vec<(f64, f64)>>, FitError> {
+pub fn with_overrides(
+    kind: ModelKind,
+    basis: &dyn FeatureBasis,
+    gpu: Option<&KernelEfficiency>,
+    overrides: &[PriorOverride],
+) -> Result<Option<Vec<(f64, f64)>>, FitError> {
     if overrides.is_empty() {
         return Ok(priors(kind, basis, gpu));
     }
-    let mut p = priors(kind, basis, gpu).ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
+    let mut p = priors(kind, basis, gpu)
+        .ok_or_else(|| FitError::Invalid(format!("--prior: {kind} is fitted without priors (trained-physics and unified-5 have them)")))?;
     let names: Vec<&str> = basis.alpha_names().iter().chain(basis.beta_names()).copied().collect();
     for (k, o) in overrides.iter().enumerate() {
         if let Some(first) = overrides[..k].iter().find(|f| f.name == o.name) {
@@ -141,7 +152,9 @@ pub fn with_overrides(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&Ke
                 o.name, first.mean, first.scale, o.mean, o.scale
             )));
         }
-        let i = names.iter().position(|n| *n == o.name).ok_or_else(|| FitError::Invalid(format!("--prior {}: {kind} has no coefficient of that name; it has {}", o.name, names.join(", "))))?;
+        let i = names.iter().position(|n| *n == o.name).ok_or_else(|| {
+            FitError::Invalid(format!("--prior {}: {kind} has no coefficient of that name; it has {}", o.name, names.join(", ")))
+        })?;
         p[i] = (o.mean, o.scale);
     }
     Ok(Some(p))
@@ -281,7 +294,8 @@ pub trait Measured: Sync {
     /// `set`'s latency model on this run's deployment.
     fn latency(&self, set: &CoefficientSet) -> Result<Arc<dyn LatencyModel>, ExperimentError> {
         let s = self.server();
-        set.latency_model(&s.model, &s.gpu, s.tp, &s.instance).map_err(|message| ExperimentError::Unreproducible { path: self.origin().to_path_buf(), message })
+        set.latency_model(&s.model, &s.gpu, s.tp, &s.instance)
+            .map_err(|message| ExperimentError::Unreproducible { path: self.origin().to_path_buf(), message })
     }
 }
 
@@ -367,7 +381,9 @@ impl Measured for Case {
                 .enumerate()
                 .filter_map(|(id, &i)| Some((id, i?)))
                 .filter_map(|(id, i)| match (rows[i].has_error, rows[i].ttft_ms, rows[i].e2e_ms) {
-                    (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => Some((id as u64, RealLatency { stage: rows[i].stage, ttft_us: t * 1e3, e2e_us: e * 1e3 })),
+                    (0, Some(t), Some(e)) if t > 0.0 && e > 0.0 => {
+                        Some((id as u64, RealLatency { stage: rows[i].stage, ttft_us: t * 1e3, e2e_us: e * 1e3 }))
+                    }
                     _ => None,
                 })
                 .collect()
@@ -497,7 +513,13 @@ struct Row {
 /// compositions resemble the real ones, so requests (or stages) whose
 /// simulated E2E is off by more than [`COMPOSITION_MISMATCH`]× are left out
 /// of the round. Returns the simulation's comparison with the run too.
-fn stage_rows<'r>(run: &'r dyn Measured, experiment: usize, basis: &dyn FeatureBasis, set: &CoefficientSet, seed: u64) -> Result<(Replayed<'r>, Vec<Row>), ExperimentError> {
+fn stage_rows<'r>(
+    run: &'r dyn Measured,
+    experiment: usize,
+    basis: &dyn FeatureBasis,
+    set: &CoefficientSet,
+    seed: u64,
+) -> Result<(Replayed<'r>, Vec<Row>), ExperimentError> {
     let latency = run.latency(set)?;
     let mut rec = StepRecorder::new(basis);
     let replayed = run.replay(set, seed, &mut rec)?;
@@ -528,7 +550,8 @@ fn stage_rows<'r>(run: &'r dyn Measured, experiment: usize, basis: &dyn FeatureB
         timeline.integral(nb, enqueued, &mut c_enq);
         timeline.integral(nb, first_step_end, &mut c_first);
         timeline.integral(nb, last_step_end, &mut c_last);
-        let arrival = QueueingInput { prompt_tokens: r.input_tokens, prefix_hit_tokens: r.cached_prompt_tokens, load: timeline.load_at(r.arrival) };
+        let arrival =
+            QueueingInput { prompt_tokens: r.input_tokens, prefix_hit_tokens: r.cached_prompt_tokens, load: timeline.load_at(r.arrival) };
         basis.alpha_features(&arrival, r.output_tokens, &mut u_ttft, &mut u_e2e);
         let ttft_row: Vec<f64> = u_ttft.iter().copied().chain((0..nb).map(|j| c_first[j] - c_enq[j])).collect();
         let e2e_row: Vec<f64> = u_e2e.iter().copied().chain((0..nb).map(|j| c_last[j] - c_enq[j])).collect();
@@ -674,13 +697,20 @@ fn objective(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<
 /// [`objective`], with the stage-one equations of the runs `rows_of` names
 /// (`(index in runs, experiment, basis)`) taken from the same simulations:
 /// one equation set per entry of `rows_of`, in its order.
-fn objective_and_rows(runs: &[&dyn Measured], rows_of: &[(usize, usize, &dyn FeatureBasis)], set: &CoefficientSet, seed: u64) -> Result<(f64, Vec<Vec<Row>>), ExperimentError> {
+fn objective_and_rows(
+    runs: &[&dyn Measured],
+    rows_of: &[(usize, usize, &dyn FeatureBasis)],
+    set: &CoefficientSet,
+    seed: u64,
+) -> Result<(f64, Vec<Vec<Row>>), ExperimentError> {
     let mut parts: Vec<(StageApes, Vec<f64>, Option<Vec<Row>>)> = runs
         .par_iter()
         .enumerate()
         .map(|(i, r)| {
             let (replayed, rows) = match rows_of.iter().find(|(at, _, _)| *at == i) {
-                Some(&(_, experiment, basis)) => stage_rows(*r, experiment, basis, set, seed).map(|(replayed, rows)| (replayed, Some(rows)))?,
+                Some(&(_, experiment, basis)) => {
+                    stage_rows(*r, experiment, basis, set, seed).map(|(replayed, rows)| (replayed, Some(rows)))?
+                }
                 None => (r.replay(set, seed, &mut crate::reproduce::NoObserver)?, None),
             };
             if r.active() {
@@ -766,8 +796,14 @@ impl FitFrame {
     /// The progress line saying which runs are carried, if any are.
     pub fn note(&self) -> Option<String> {
         let carried = self.carried();
-        (!carried.is_empty())
-            .then(|| format!("fitting in {}'s terms ({}); runs on {} seen through their kernel efficiencies", self.gpu, self.why, carried.join(" and ")))
+        (!carried.is_empty()).then(|| {
+            format!(
+                "fitting in {}'s terms ({}); runs on {} seen through their kernel efficiencies",
+                self.gpu,
+                self.why,
+                carried.join(" and ")
+            )
+        })
     }
 
     /// The fitted set's `provenance.measured_on`: every GPU measured when
@@ -834,7 +870,10 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         .map(|r| {
             let s = r.server();
             let unreproducible = |message| FitError::from(ExperimentError::Unreproducible { path: r.origin().to_path_buf(), message });
-            empty.basis(&s.model, &s.gpu, s.tp, &s.instance).map_err(unreproducible)?.ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
+            empty
+                .basis(&s.model, &s.gpu, s.tp, &s.instance)
+                .map_err(unreproducible)?
+                .ok_or_else(|| FitError::Invalid(format!("{} has no basis", opts.kind)))
         })
         .collect::<Result<_, _>>()?;
     let (na, nb) = (bases[0].alpha_names().len(), bases[0].beta_names().len());
@@ -848,7 +887,8 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     // solution (step 1, ½, ¼) on the simulated objective: near saturation a
     // full step can overshoot into overload, where teacher forcing breaks.
     let same_kind = |set: &CoefficientSet| set.latency_model == opts.kind.name() && set.alpha.len() == na && set.beta.len() == nb;
-    let mut current: Vec<f64> = if same_kind(&opts.start) { opts.start.alpha.iter().chain(&opts.start.beta).copied().collect() } else { Vec::new() };
+    let mut current: Vec<f64> =
+        if same_kind(&opts.start) { opts.start.alpha.iter().chain(&opts.start.beta).copied().collect() } else { Vec::new() };
     let mut current_loss = f64::INFINITY;
     let mut composition = opts.start.clone();
     let rounds = opts.linear_rounds.max(1);
@@ -858,7 +898,9 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         .iter()
         .zip(&bases)
         .enumerate()
-        .map(|(i, (t, basis))| (scored.iter().position(|s| std::ptr::addr_eq(*s, *t)).expect("every training run is scored"), i, basis.as_ref()))
+        .map(|(i, (t, basis))| {
+            (scored.iter().position(|s| std::ptr::addr_eq(*s, *t)).expect("every training run is scored"), i, basis.as_ref())
+        })
         .collect();
     let mut next_rows: Option<Vec<Vec<Row>>> = None;
     for round in 0..rounds {
@@ -890,8 +932,10 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
         let rows_wanted: &[(usize, usize, &dyn FeatureBasis)] = if round + 1 < rounds { &rows_of } else { &[] };
         let mut improved = false;
         for &t in steps {
-            let candidate: Vec<f64> = if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
-            let (loss, candidate_rows) = objective_and_rows(&scored, rows_wanted, &set_of(opts.kind, &candidate[..na], &candidate[na..], &reference), opts.seed)?;
+            let candidate: Vec<f64> =
+                if current.is_empty() { solution.clone() } else { current.iter().zip(&solution).map(|(c, s)| c + t * (s - c)).collect() };
+            let (loss, candidate_rows) =
+                objective_and_rows(&scored, rows_wanted, &set_of(opts.kind, &candidate[..na], &candidate[na..], &reference), opts.seed)?;
             let score = loss + prior_penalty(&candidate, priors);
             progress(format!("stage 1, round {}, step {t}: fitting objective {score:.3}", round + 1));
             if score < current_loss {
@@ -977,7 +1021,8 @@ mod tests {
     use super::*;
 
     fn server(hardware: &str) -> Server {
-        let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), hardware: Some(hardware.into()), ..Default::default() };
+        let given =
+            blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), hardware: Some(hardware.into()), ..Default::default() };
         blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server
     }
 
@@ -1038,9 +1083,14 @@ mod tests {
         let u5 = ModelKind::Unified5.basis(&h100.model, &h100.gpu, 1, &h100.instance).unwrap();
         assert_eq!(priors(ModelKind::Unified5, u5.as_ref(), Some(kernels)), priors(ModelKind::Unified5, u5.as_ref(), None));
         let o = PriorOverride { name: "per_layer_us".into(), mean: 30.0, scale: 1.0 };
-        assert_eq!(with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), std::slice::from_ref(&o)).unwrap().unwrap()[layer], (30.0, 1.0));
+        assert_eq!(
+            with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), std::slice::from_ref(&o)).unwrap().unwrap()[layer],
+            (30.0, 1.0)
+        );
         let twice = PriorOverride { mean: 31.0, ..o.clone() };
-        let Err(FitError::Invalid(e)) = with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o, twice]) else { panic!("a name given twice") };
+        let Err(FitError::Invalid(e)) = with_overrides(ModelKind::TrainedPhysics, basis.as_ref(), Some(kernels), &[o, twice]) else {
+            panic!("a name given twice")
+        };
         assert!(e.contains("--prior per_layer_us: given twice (30:1 and 31:1)"), "{e}");
     }
 
@@ -1051,7 +1101,18 @@ mod tests {
     fn priors_out_of_physical_range_are_refused() {
         assert_eq!("weights=1.27:0.03".parse(), Ok(PriorOverride { name: "weights".into(), mean: 1.27, scale: 0.03 }));
         assert!("per_step_us=0:100".parse::<PriorOverride>().is_ok(), "a zero mean is the overheads' default");
-        for bad in ["weights=1e308:1e-308", "weights=1:1e-308", "weights=-1:1", "weights=1:0", "weights=1:-1", "weights=inf:1", "weights=1:NaN", "weights=4e9:1", "=1:1", "weights"] {
+        for bad in [
+            "weights=1e308:1e-308",
+            "weights=1:1e-308",
+            "weights=-1:1",
+            "weights=1:0",
+            "weights=1:-1",
+            "weights=inf:1",
+            "weights=1:NaN",
+            "weights=4e9:1",
+            "=1:1",
+            "weights",
+        ] {
             let e = bad.parse::<PriorOverride>().unwrap_err();
             assert!(e.contains("expected NAME=MEAN:SCALE with MEAN in [0, 3.6e9] and SCALE in [1e-6, 3.6e9]"), "{bad}: {e}");
         }

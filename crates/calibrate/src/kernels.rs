@@ -237,7 +237,8 @@ const MAX_ELEMENTS: u64 = 1 << 40;
 /// Parses one `mlp.csv` of `gpu`/`model` from `text`.
 pub fn parse_compute_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Result<Vec<GemmSample>, KernelProfileError> {
     let csv = ProfileCsv::open(path, text)?;
-    let (heads, kv_heads, embd, expanded) = (csv.column("n_head")?, csv.column("n_kv_head")?, csv.column("n_embd")?, csv.column("n_expanded_embd")?);
+    let (heads, kv_heads, embd, expanded) =
+        (csv.column("n_head")?, csv.column("n_kv_head")?, csv.column("n_embd")?, csv.column("n_expanded_embd")?);
     let (tokens, tp, gated) = (csv.column("num_tokens")?, csv.column("num_tensor_parallel_workers")?, csv.column("use_gated_mlp")?);
     let mut times = [0; 4];
     for (t, op) in times.iter_mut().zip(GemmOp::ALL) {
@@ -261,7 +262,16 @@ pub fn parse_compute_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Res
         let shards = [(d, (h + 2.0 * kvh) * dh / p), (h * dh / p, d), (d, gate * ff / p), (ff / p, d)];
         for ((op, &time), (k, n)) in GemmOp::ALL.iter().zip(&times).zip(shards) {
             let time_ms = row.positive(time, op.column())?;
-            samples.push(GemmSample { gpu: gpu.to_string(), model: model.to_string(), op: *op, tokens: m as u32, tp: p as u32, k, n, time_us: time_ms * 1e3 });
+            samples.push(GemmSample {
+                gpu: gpu.to_string(),
+                model: model.to_string(),
+                op: *op,
+                tokens: m as u32,
+                tp: p as u32,
+                k,
+                n,
+                time_us: time_ms * 1e3,
+            });
         }
     }
     Ok(samples)
@@ -313,7 +323,15 @@ pub fn parse_layer_csv(path: &Path, gpu: &str, model: &str, text: &str) -> Resul
         }
         let time_us = four.iter().map(|g| g.time_us).sum::<f64>() + small_ops_us;
         let params = four.iter().map(|g| g.k * g.n).sum();
-        layers.push(LayerSample { gpu: gpu.to_string(), model: model.to_string(), tokens: four[0].tokens, tp: four[0].tp, params, time_us, small_ops_us });
+        layers.push(LayerSample {
+            gpu: gpu.to_string(),
+            model: model.to_string(),
+            tokens: four[0].tokens,
+            tp: four[0].tp,
+            params,
+            time_us,
+            small_ops_us,
+        });
     }
     Ok(layers)
 }
@@ -342,7 +360,12 @@ pub const PREFILL_MIN_TOKENS: u32 = 1024;
 impl LayerTerms {
     /// The layer terms of trained-physics β (`[β1a, β2a, β3, β4, β5, …]`).
     pub fn of_trained_physics(beta: &[f64]) -> Option<LayerTerms> {
-        (beta.len() == blis_engine::latency::trained_physics::BETA_LEN).then(|| LayerTerms { prefill_compute: beta[0], decode_compute: beta[1], weights: beta[2], per_layer_us: beta[4] })
+        (beta.len() == blis_engine::latency::trained_physics::BETA_LEN).then(|| LayerTerms {
+            prefill_compute: beta[0],
+            decode_compute: beta[1],
+            weights: beta[2],
+            per_layer_us: beta[4],
+        })
     }
 
     /// The layer time these terms predict for `l` on a GPU of `peaks`
@@ -511,7 +534,8 @@ fn check_layers_with<'g>(
 
 fn read_dir_sorted(path: &Path) -> Result<Vec<PathBuf>, KernelProfileError> {
     let io = |source| KernelProfileError::Io { path: path.to_path_buf(), source };
-    let mut entries: Vec<PathBuf> = std::fs::read_dir(path).map_err(io)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>().map_err(io)?;
+    let mut entries: Vec<PathBuf> =
+        std::fs::read_dir(path).map_err(io)?.map(|e| e.map(|e| e.path())).collect::<Result<_, _>>().map_err(io)?;
     entries.sort();
     Ok(entries.into_iter().filter(|p| p.is_dir()).collect())
 }
@@ -540,7 +564,11 @@ pub fn read_compute_profiles(root: &Path) -> Result<ComputeProfiles, KernelProfi
     let mut peaks = BTreeMap::new();
     for gpu_dir in read_dir_sorted(&compute)? {
         let gpu = dir_name(&gpu_dir);
-        let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu { path: gpu_dir.clone(), gpu: gpu.clone(), why: blis_data::catalog::unknown_gpu(&gpu) })?;
+        let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu {
+            path: gpu_dir.clone(),
+            gpu: gpu.clone(),
+            why: blis_data::catalog::unknown_gpu(&gpu),
+        })?;
         peaks.insert(gpu.clone(), Peaks::of(&spec));
         for org in read_dir_sorted(&gpu_dir)? {
             for model_dir in read_dir_sorted(&org)? {
@@ -607,7 +635,8 @@ pub fn fit_gemm(samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>) -> Gem
 /// squared log error.
 fn fit_gemm_at_tile(samples: &[&GemmSample], peaks: &BTreeMap<String, Peaks>, tile_tokens: u32) -> (GemmModel, f64) {
     // In logs, so every parameter stays positive.
-    let model_at = |x: &[f64]| GemmModel { compute_efficiency: x[0].exp(), memory_efficiency: x[1].exp(), launch_us: x[2].exp(), tile_tokens };
+    let model_at =
+        |x: &[f64]| GemmModel { compute_efficiency: x[0].exp(), memory_efficiency: x[1].exp(), launch_us: x[2].exp(), tile_tokens };
     let mut loss = |x: &[f64]| mean_squared_log_error(&model_at(x), samples, peaks);
     let (x, value) = nelder_mead(&mut loss, &[0.6f64.ln(), 0.7f64.ln(), 5f64.ln()], &[0.3, 0.3, 0.5], 600);
     (model_at(&x), value)
@@ -642,8 +671,11 @@ pub fn gpu_efficiencies(layers: &[LayerSample], peaks: &BTreeMap<String, Peaks>,
             let gemm_us = |l: &LayerSample| Some(l.time_us - l.small_ops_us - launches_us).filter(|t| *t > 0.0);
             let decode = || own.iter().filter(|l| l.tokens <= OVERHEAD_MAX_TOKENS);
             let memory: Vec<f64> = decode().filter_map(|l| Some(2e6 * l.params / p.bytes_per_s / gemm_us(l)?)).collect();
-            let compute: Vec<f64> =
-                own.iter().filter(|l| l.tokens >= PREFILL_MIN_TOKENS).filter_map(|l| Some(2e6 * f64::from(l.tokens) * l.params / p.flops_per_s / gemm_us(l)?)).collect();
+            let compute: Vec<f64> = own
+                .iter()
+                .filter(|l| l.tokens >= PREFILL_MIN_TOKENS)
+                .filter_map(|l| Some(2e6 * f64::from(l.tokens) * l.params / p.flops_per_s / gemm_us(l)?))
+                .collect();
             if memory.is_empty() || compute.is_empty() {
                 return None;
             }
@@ -680,7 +712,12 @@ pub fn summarize(mut errors: Vec<f64>) -> ErrorSummary {
     let median_signed = blis_engine::metrics::percentile_sorted(&errors, 50.0);
     let mut abs: Vec<f64> = errors.iter().map(|e| e.abs()).collect();
     abs.sort_by(f64::total_cmp);
-    ErrorSummary { samples, median_abs: blis_engine::metrics::percentile_sorted(&abs, 50.0), p90_abs: blis_engine::metrics::percentile_sorted(&abs, 90.0), median_signed }
+    ErrorSummary {
+        samples,
+        median_abs: blis_engine::metrics::percentile_sorted(&abs, 50.0),
+        p90_abs: blis_engine::metrics::percentile_sorted(&abs, 90.0),
+        median_signed,
+    }
 }
 
 /// The fit on every GPU but one, and its errors on that one.
@@ -781,7 +818,8 @@ pub fn read_all_reduce(root: &Path) -> Result<Vec<AllReduceCurve>, KernelProfile
 /// Parses one `all_reduce.csv` of `gpu` over `link`, keeping the rows whose workers all sit on one node.
 pub fn parse_all_reduce_csv(path: &Path, gpu: &str, link: Link, text: &str) -> Result<Vec<AllReduceCurve>, KernelProfileError> {
     let csv = ProfileCsv::open(path, text)?;
-    let (time, workers, per_node, size) = (csv.column("time_stats.all_reduce.median")?, csv.column("num_workers")?, csv.column("devices_per_node")?, csv.column("size")?);
+    let (time, workers, per_node, size) =
+        (csv.column("time_stats.all_reduce.median")?, csv.column("num_workers")?, csv.column("devices_per_node")?, csv.column("size")?);
     // (workers, bytes) → (sum of µs, count).
     let mut sums: BTreeMap<(u32, u64), (f64, u32)> = BTreeMap::new();
     for row in csv.rows() {
@@ -844,14 +882,19 @@ pub fn fit_all_reduce(curves: &[&AllReduceCurve], link_bytes_per_s: f64) -> Opti
     let mut x = vec![0.0; 3];
     let mut weights = vec![1.0; rows.len()];
     for _ in 0..ROBUST_ROUNDS {
-        let weighted: Vec<(Vec<f64>, f64)> = rows.iter().zip(&weights).map(|(r, w): (&[f64; 3], &f64)| (r.iter().map(|v| v * w.sqrt()).collect(), w.sqrt())).collect();
+        let weighted: Vec<(Vec<f64>, f64)> =
+            rows.iter().zip(&weights).map(|(r, w): (&[f64; 3], &f64)| (r.iter().map(|v| v * w.sqrt()).collect(), w.sqrt())).collect();
         x = LeastSquares::new(&weighted, 3).nnls();
         for (w, r) in weights.iter_mut().zip(&rows) {
             *w = 1.0 / (r.iter().zip(&x).map(|(v, c)| v * c).sum::<f64>() - 1.0).abs().max(1e-4);
         }
     }
     let (latency_us, hop_latency_us, us_per_byte) = (x[0], x[1], x[2]);
-    (latency_us > 0.0 && us_per_byte > 0.0).then(|| AllReduceEfficiency { bus_efficiency: 1e6 / (us_per_byte * link_bytes_per_s), latency_us, hop_latency_us })
+    (latency_us > 0.0 && us_per_byte > 0.0).then(|| AllReduceEfficiency {
+        bus_efficiency: 1e6 / (us_per_byte * link_bytes_per_s),
+        latency_us,
+        hop_latency_us,
+    })
 }
 
 /// What one GPU's all-reduce over one link reaches.
@@ -903,20 +946,48 @@ pub fn fit_all_reduces(curves: &[AllReduceCurve], link_bytes_per_s: impl Fn(&str
 
 /// Checks every curve of `curves` against the interpolation of its other
 /// sizes, its GPU's fit and another GPU's (`fits`, from [`fit_all_reduces`]).
-pub fn check_all_reduce(curves: &[AllReduceCurve], fits: &[AllReduceFit], link_bytes_per_s: impl Fn(&str, Link) -> Option<f64>) -> Vec<AllReduceCheck> {
+pub fn check_all_reduce(
+    curves: &[AllReduceCurve],
+    fits: &[AllReduceFit],
+    link_bytes_per_s: impl Fn(&str, Link) -> Option<f64>,
+) -> Vec<AllReduceCheck> {
     curves
         .iter()
         .filter_map(|c| {
             let bandwidth = link_bytes_per_s(&c.gpu, c.link)?;
-            let errors = |e: &AllReduceEfficiency| summarize(c.large().map(|(b, t)| e.time_us(b, c.workers, bandwidth) / t - 1.0).collect());
+            let errors =
+                |e: &AllReduceEfficiency| summarize(c.large().map(|(b, t)| e.time_us(b, c.workers, bandwidth) / t - 1.0).collect());
             let own = fits.iter().find(|f| f.gpu == c.gpu && f.link == c.link)?;
-            let kept = AllReduceCurve { points: c.points.iter().copied().enumerate().filter(|&(i, (b, _))| b < ALL_REDUCE_MIN_BYTES || i % 2 == 0).map(|(_, p)| p).collect(), ..c.clone() };
-            let held: Vec<f64> = c.points.iter().enumerate().filter(|&(i, &(b, _))| b >= ALL_REDUCE_MIN_BYTES && i % 2 == 1).map(|(_, &(b, t))| kept.time_us(b) / t - 1.0).collect();
+            let kept = AllReduceCurve {
+                points: c
+                    .points
+                    .iter()
+                    .copied()
+                    .enumerate()
+                    .filter(|&(i, (b, _))| b < ALL_REDUCE_MIN_BYTES || i % 2 == 0)
+                    .map(|(_, p)| p)
+                    .collect(),
+                ..c.clone()
+            };
+            let held: Vec<f64> = c
+                .points
+                .iter()
+                .enumerate()
+                .filter(|&(i, &(b, _))| b >= ALL_REDUCE_MIN_BYTES && i % 2 == 1)
+                .map(|(_, &(b, t))| kept.time_us(b) / t - 1.0)
+                .collect();
             // Another GPU on the same kind of link: an NVSwitch board's NVLink is not a bridge's.
             let card = |gpu: &str| gpu.ends_with(PCIE_CARD_SUFFIX);
             let other = fits.iter().find(|o| o.gpu != c.gpu && o.link == c.link && card(&o.gpu) == card(&c.gpu));
             let from_other_gpu = other.map(|o| (o.gpu.clone(), errors(&o.efficiency)));
-            Some(AllReduceCheck { gpu: c.gpu.clone(), link: c.link, workers: c.workers, interpolation: summarize(held), model: errors(&own.efficiency), from_other_gpu })
+            Some(AllReduceCheck {
+                gpu: c.gpu.clone(),
+                link: c.link,
+                workers: c.workers,
+                interpolation: summarize(held),
+                model: errors(&own.efficiency),
+                from_other_gpu,
+            })
         })
         .collect()
 }
@@ -934,7 +1005,12 @@ mod tests {
         let text = format!("{HEADER}\n0.1,0.2,0.3,0.4,32,8,4096,14336,True,64,2\n");
         let s = parse_compute_csv(Path::new("x/mlp.csv"), "h100", "llama", &text).unwrap();
         let shapes: Vec<(GemmOp, f64, f64, f64)> = s.iter().map(|g| (g.op, g.k, g.n, g.time_us)).collect();
-        let want = [(GemmOp::Qkv, 4096.0, 3072.0, 100.0), (GemmOp::O, 2048.0, 4096.0, 200.0), (GemmOp::Up, 4096.0, 14336.0, 300.0), (GemmOp::Down, 7168.0, 4096.0, 400.0)];
+        let want = [
+            (GemmOp::Qkv, 4096.0, 3072.0, 100.0),
+            (GemmOp::O, 2048.0, 4096.0, 200.0),
+            (GemmOp::Up, 4096.0, 14336.0, 300.0),
+            (GemmOp::Down, 7168.0, 4096.0, 400.0),
+        ];
         assert_eq!(shapes.len(), 4);
         for (got, want) in shapes.iter().zip(want) {
             assert_eq!(got.0, want.0);
@@ -963,7 +1039,14 @@ mod tests {
             let e = parse_compute_csv(Path::new("p/mlp.csv"), "h100", "m", &format!("{HEADER}\n{row}\n")).unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
-        let e = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n0.1,2,1e30,2\n").unwrap_err().to_string();
+        let e = parse_all_reduce_csv(
+            Path::new("n/all_reduce.csv"),
+            "h100",
+            Link::NvLink,
+            "time_stats.all_reduce.median,num_workers,size,devices_per_node\n0.1,2,1e30,2\n",
+        )
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("column `size`: `1e30` is not a whole number"), "{e}");
     }
 
@@ -1006,7 +1089,15 @@ mod tests {
         for gpu in peaks.keys() {
             for tokens in [1u32, 8, 32, 128, 512, 1024, 2048, 4096] {
                 for params in [2.0e8, 8.0e8] {
-                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0, small_ops_us: 0.0 };
+                    let mut l = LayerSample {
+                        gpu: gpu.clone(),
+                        model: format!("m{params}"),
+                        tokens,
+                        tp: 1,
+                        params,
+                        time_us: 1.0,
+                        small_ops_us: 0.0,
+                    };
                     if let Some(t) = truth.time_us(&l, peaks[gpu]) {
                         l.time_us = t;
                         layers.push(l);
@@ -1026,7 +1117,8 @@ mod tests {
             assert!(c.scaling.as_ref().is_none_or(|s| s.median_abs < 1e-9), "{c:?}");
         }
         let constant_heavy = LayerTerms { per_layer_us: 90.0, ..truth };
-        let decode = check_layers(&layers, &peaks, &constant_heavy, "h100").into_iter().find(|c| c.gpu == "a40" && c.regime == "decode").unwrap();
+        let decode =
+            check_layers(&layers, &peaks, &constant_heavy, "h100").into_iter().find(|c| c.gpu == "a40" && c.regime == "decode").unwrap();
         assert!(decode.scaling.as_ref().unwrap().median_signed < -0.01, "{decode:?}");
         for h in layers_leave_one_gpu_out(&layers, &peaks, "h100") {
             assert!(h.checks.iter().all(|c| c.absolute.median_abs < 1e-6), "{h:?}");
@@ -1043,7 +1135,14 @@ mod tests {
     }
 
     fn efficiency(gemm_compute: f64, gemm_memory: f64, layer_overhead_us: f64) -> KernelEfficiency {
-        KernelEfficiency { gemm_compute, gemm_memory, layer_overhead_us, allreduce_nvlink: None, allreduce_pcie: None, source: String::new() }
+        KernelEfficiency {
+            gemm_compute,
+            gemm_memory,
+            layer_overhead_us,
+            allreduce_nvlink: None,
+            allreduce_pcie: None,
+            source: String::new(),
+        }
     }
 
     /// Layers whose GEMMs stream weights at μ of the bandwidth (decode) and
@@ -1063,7 +1162,11 @@ mod tests {
                     continue;
                 }
                 for tokens in [1u32, 4, 8, 1024, 4096] {
-                    let gemm_s = if tokens <= 8 { 2.0 * params / (p.bytes_per_s * mu) } else { 2.0 * f64::from(tokens) * params / (p.flops_per_s * eta) };
+                    let gemm_s = if tokens <= 8 {
+                        2.0 * params / (p.bytes_per_s * mu)
+                    } else {
+                        2.0 * f64::from(tokens) * params / (p.flops_per_s * eta)
+                    };
                     // The model only one GPU profiled would pull the medians off.
                     let small_ops_us = if model == "only-here" { 500.0 } else { small };
                     let time_us = 4.0 * shared.launch_us + small_ops_us + gemm_s * 1e6 * if model == "only-here" { 3.0 } else { 1.0 };
@@ -1086,7 +1189,8 @@ mod tests {
     #[test]
     fn terms_carried_by_the_efficiency_ratios_scale_exactly() {
         let peaks = gpus(&[("h100", H100), ("a100", A100)]);
-        let efficiencies: BTreeMap<String, KernelEfficiency> = [("h100".to_string(), efficiency(0.71, 0.99, 48.0)), ("a100".to_string(), efficiency(0.73, 0.84, 53.0))].into();
+        let efficiencies: BTreeMap<String, KernelEfficiency> =
+            [("h100".to_string(), efficiency(0.71, 0.99, 48.0)), ("a100".to_string(), efficiency(0.73, 0.84, 53.0))].into();
         let terms = LayerTerms { prefill_compute: 1.4, decode_compute: 0.7, weights: 1.2, per_layer_us: 50.0 };
         let mut layers = Vec::new();
         for (gpu, p) in &peaks {
@@ -1094,7 +1198,15 @@ mod tests {
             let here = LayerTerms { per_layer_us: terms.per_layer_us * carry.per_layer, ..terms };
             for tokens in [1u32, 16, 128, 1024, 4096] {
                 for params in [2.0e8, 8.0e8] {
-                    let mut l = LayerSample { gpu: gpu.clone(), model: format!("m{params}"), tokens, tp: 1, params, time_us: 1.0, small_ops_us: 0.0 };
+                    let mut l = LayerSample {
+                        gpu: gpu.clone(),
+                        model: format!("m{params}"),
+                        tokens,
+                        tp: 1,
+                        params,
+                        time_us: 1.0,
+                        small_ops_us: 0.0,
+                    };
                     l.time_us = here.time_us(&l, p.carried(carry)).unwrap();
                     layers.push(l);
                 }
@@ -1127,10 +1239,26 @@ mod tests {
             let want = 20.0 * (b / 2048.0f64).powf(slope);
             assert!((c.time_us(b) / want - 1.0).abs() < 1e-9, "{b}");
         }
-        let header_only = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n");
-        assert_eq!(header_only.unwrap_err().to_string(), "n/all_reduce.csv, row 0: no data rows, only a header: profile again, or remove the file");
-        let bad = parse_all_reduce_csv(Path::new("n/all_reduce.csv"), "h100", Link::NvLink, "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n");
-        assert_eq!(bad.unwrap_err().to_string(), "n/all_reduce.csv, row 1: column `time_stats.all_reduce.median`: `-1` is not a positive number");
+        let header_only = parse_all_reduce_csv(
+            Path::new("n/all_reduce.csv"),
+            "h100",
+            Link::NvLink,
+            "time_stats.all_reduce.median,num_workers,size,devices_per_node\n",
+        );
+        assert_eq!(
+            header_only.unwrap_err().to_string(),
+            "n/all_reduce.csv, row 0: no data rows, only a header: profile again, or remove the file"
+        );
+        let bad = parse_all_reduce_csv(
+            Path::new("n/all_reduce.csv"),
+            "h100",
+            Link::NvLink,
+            "time_stats.all_reduce.median,num_workers,size,devices_per_node\n-1,2,1024,2\n",
+        );
+        assert_eq!(
+            bad.unwrap_err().to_string(),
+            "n/all_reduce.csv, row 1: column `time_stats.all_reduce.median`: `-1` is not a positive number"
+        );
     }
 
     /// Curves generated by a known latency, ring-step time and bus
@@ -1147,21 +1275,30 @@ mod tests {
             gpu: gpu.into(),
             link: Link::Pcie,
             workers,
-            points: (10..28).map(|k| f64::from(1u32 << k)).map(|b| (b, truth.time_us(b, workers, link_bytes_per_s) * if b < ALL_REDUCE_MIN_BYTES { 3.0 } else { 1.0 })).collect(),
+            points: (10..28)
+                .map(|k| f64::from(1u32 << k))
+                .map(|b| (b, truth.time_us(b, workers, link_bytes_per_s) * if b < ALL_REDUCE_MIN_BYTES { 3.0 } else { 1.0 }))
+                .collect(),
         };
         let bandwidth = |gpu: &str, _: Link| Some(if gpu == "fast" { 128e9 } else { 64e9 });
-        let curves: Vec<AllReduceCurve> = ["fast", "slow"].iter().flat_map(|g| [2, 4, 8].map(|w| curve(g, w, bandwidth(g, Link::Pcie).unwrap()))).collect();
+        let curves: Vec<AllReduceCurve> =
+            ["fast", "slow"].iter().flat_map(|g| [2, 4, 8].map(|w| curve(g, w, bandwidth(g, Link::Pcie).unwrap()))).collect();
         let fits = fit_all_reduces(&curves, bandwidth);
         assert_eq!(fits.len(), 2);
         let recovered = |e: &AllReduceEfficiency, tolerance: f64| {
-            (e.bus_efficiency / 0.62 - 1.0).abs() < tolerance && (e.latency_us / 30.0 - 1.0).abs() < tolerance && (e.hop_latency_us / 1.5 - 1.0).abs() < tolerance
+            (e.bus_efficiency / 0.62 - 1.0).abs() < tolerance
+                && (e.latency_us / 30.0 - 1.0).abs() < tolerance
+                && (e.hop_latency_us / 1.5 - 1.0).abs() < tolerance
         };
         for f in &fits {
             assert!(recovered(&f.efficiency, 1e-6), "{f:?}");
         }
         let bimodal: Vec<AllReduceCurve> = curves[..3]
             .iter()
-            .map(|c| AllReduceCurve { points: c.points.iter().enumerate().map(|(i, &(b, t))| (b, if i % 5 == 0 { 1.5 * t } else { t })).collect(), ..c.clone() })
+            .map(|c| AllReduceCurve {
+                points: c.points.iter().enumerate().map(|(i, &(b, t))| (b, if i % 5 == 0 { 1.5 * t } else { t })).collect(),
+                ..c.clone()
+            })
             .collect();
         let robust = fit_all_reduce(&bimodal.iter().collect::<Vec<_>>(), 128e9).unwrap();
         assert!(recovered(&robust, 1e-3), "{robust:?}");
@@ -1176,6 +1313,10 @@ mod tests {
             assert_ne!(other, &c.gpu);
             assert!(errors.p90_abs < 1e-9, "{c:?}");
         }
-        assert_eq!(fit_all_reduce(&[&AllReduceCurve { points: vec![(2e6, 50.0)], ..curves[0].clone() }], 64e9), None, "one size fixes no slope");
+        assert_eq!(
+            fit_all_reduce(&[&AllReduceCurve { points: vec![(2e6, 50.0)], ..curves[0].clone() }], 64e9),
+            None,
+            "one size fixes no slope"
+        );
     }
 }

@@ -82,7 +82,8 @@ pub struct SimThroughput {
 impl SimDocument {
     /// Reads a `blis replay --output` file.
     pub fn load(path: &Path) -> Result<SimDocument, ExperimentError> {
-        let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
+        let text = blis_data::textfile::read(path)
+            .map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let de = &mut serde_json::Deserializer::from_str(&text);
         let doc: SimDocument = serde_path_to_error::deserialize(de).map_err(|e| {
             let message = format!("{} (expected the JSON `blis replay --output` writes)", blis_data::locate::located_message(&e));
@@ -101,8 +102,11 @@ impl ReplayDetail {
         if self.requests.is_empty() {
             return Err("field `replay.requests` is empty: the replay simulated no request".into());
         }
-        let outcomes: Vec<&str> =
-            ["completed", "timed_out"].into_iter().chain(DropReason::ALL.map(DropReason::as_str)).chain(RejectReason::ALL.map(RejectReason::as_str)).collect();
+        let outcomes: Vec<&str> = ["completed", "timed_out"]
+            .into_iter()
+            .chain(DropReason::ALL.map(DropReason::as_str))
+            .chain(RejectReason::ALL.map(RejectReason::as_str))
+            .collect();
         let mut ids = std::collections::BTreeSet::new();
         for (i, r) in self.requests.iter().enumerate() {
             let field = format!("replay.requests[{i}]");
@@ -121,7 +125,9 @@ impl ReplayDetail {
             let span = blis_engine::time::Micros::MAX_SPAN.as_us();
             match (r.outcome.as_str(), r.e2e_us) {
                 ("completed", None) => return Err(format!("field `{field}.e2e_us` is missing: a completed request has one")),
-                (_, Some(e2e)) if e2e > span => return Err(format!("field `{field}.e2e_us` = {e2e}: longer than the simulated clock's 1e14 µs")),
+                (_, Some(e2e)) if e2e > span => {
+                    return Err(format!("field `{field}.e2e_us` = {e2e}: longer than the simulated clock's 1e14 µs"));
+                }
                 _ => {}
             }
         }
@@ -195,7 +201,8 @@ impl RealTrace {
         let header = TraceHeader::load(&header_path(csv_path)).map_err(|e| ExperimentError::Workload(e.to_string()))?;
         let time_scale = header_time_scale(Some(&header));
         let warm_up = warm_up.or(header.warm_up_requests).unwrap_or(0);
-        let file = blis_data::textfile::open(csv_path).map_err(|e| ExperimentError::File(DataError::Io { path: csv_path.to_path_buf(), message: e.to_string() }))?;
+        let file = blis_data::textfile::open(csv_path)
+            .map_err(|e| ExperimentError::File(DataError::Io { path: csv_path.to_path_buf(), message: e.to_string() }))?;
         let mut reader = csv::Reader::from_reader(file);
         let headers = reader.headers().map_err(|e| csv_err(csv_path, 1, e.to_string()))?.clone();
         let mut record = csv::StringRecord::new();
@@ -211,7 +218,8 @@ impl RealTrace {
                 Ok(true) => {}
                 Err(e) => return Err(csv_err(csv_path, line, e.to_string())),
             }
-            let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| csv_err(csv_path, line, csv_message(&e, &headers, &record)))?;
+            let row: Row<'_> =
+                record.deserialize(Some(&headers)).map_err(|e| csv_err(csv_path, line, csv_message(&e, &headers, &record)))?;
             counts.total += 1;
             match Status::parse(row.status).map_err(|m| csv_err(csv_path, line, m))? {
                 Status::Error => counts.error += 1,
@@ -219,13 +227,23 @@ impl RealTrace {
                 Status::Ok => {
                     counts.ok += 1;
                     let (Some(send), Some(last)) = (row.send_time_us, row.last_chunk_time_us) else {
-                        return Err(csv_err(csv_path, line, "an ok row needs send_time_us and last_chunk_time_us (was the trace recorded by `blis observe`?)"));
+                        return Err(csv_err(
+                            csv_path,
+                            line,
+                            "an ok row needs send_time_us and last_chunk_time_us (was the trace recorded by `blis observe`?)",
+                        ));
                     };
                     check_times(send, row.first_chunk_time_us, last).map_err(|m| csv_err(csv_path, line, m))?;
                     first_send = first_send.min(send);
                     last_end = last_end.max(last);
                     if last_end - first_send > MAX_SPAN_US {
-                        return Err(csv_err(csv_path, line, format!("its times are more than {MAX_SPAN_S:e} s from another row's: a send_time_us or last_chunk_time_us is wrong")));
+                        return Err(csv_err(
+                            csv_path,
+                            line,
+                            format!(
+                                "its times are more than {MAX_SPAN_S:e} s from another row's: a send_time_us or last_chunk_time_us is wrong"
+                            ),
+                        ));
                     }
                     if row.request_id < warm_up {
                         counts.excluded_warm_up += 1;
@@ -247,7 +265,10 @@ impl RealTrace {
             return Err(csv_err(
                 csv_path,
                 1,
-                format!("no ok request after the {warm_up} warm-up requests to compare ({} rows: {} ok, {} error, {} timeout)", counts.total, counts.ok, counts.error, counts.timeout),
+                format!(
+                    "no ok request after the {warm_up} warm-up requests to compare ({} rows: {} ok, {} error, {} timeout)",
+                    counts.total, counts.ok, counts.error, counts.timeout
+                ),
             ));
         }
         requests.sort_by_key(|r| r.request_id);
@@ -280,7 +301,14 @@ impl RealTrace {
             let (id, t) = (field(0)?, field(2)?);
             let Some(&(send, end)) = spans.get(&id) else { continue };
             if !(send..=end).contains(&t) {
-                return Err(csv_err(&path, line, format!("field `time_us` = {t}: outside request {id}'s send_time_us {send} .. last_chunk_time_us {end} in {}", csv_path.display())));
+                return Err(csv_err(
+                    &path,
+                    line,
+                    format!(
+                        "field `time_us` = {t}: outside request {id}'s send_time_us {send} .. last_chunk_time_us {end} in {}",
+                        csv_path.display()
+                    ),
+                ));
             }
             if let Some(prev) = last.insert(id, t) {
                 if t < prev {
@@ -310,7 +338,9 @@ fn check_times(send_us: u64, first_chunk_us: Option<u64>, last_chunk_us: u64) ->
     }
     match last_chunk_us.checked_sub(send_us) {
         None => Err(format!("field `last_chunk_time_us` = {last_chunk_us}: before send_time_us {send_us}")),
-        Some(took) if took > MAX_SPAN_US => Err(format!("field `last_chunk_time_us` = {last_chunk_us}: more than {MAX_SPAN_S:e} s after send_time_us {send_us}")),
+        Some(took) if took > MAX_SPAN_US => {
+            Err(format!("field `last_chunk_time_us` = {last_chunk_us}: more than {MAX_SPAN_S:e} s after send_time_us {send_us}"))
+        }
         Some(_) => Ok(()),
     }
 }
@@ -319,8 +349,9 @@ fn check_times(send_us: u64, first_chunk_us: Option<u64>, last_chunk_us: u64) ->
 /// recorded (paths compared once resolved, so `./t.csv` is `t.csv`).
 fn other_trace(trace: &str, replayed: &str) -> Option<String> {
     let resolved = |p: &str| std::fs::canonicalize(p).unwrap_or_else(|_| Path::new(p).to_path_buf());
-    (resolved(trace) != resolved(replayed))
-        .then(|| format!("The replay (--sim) is of the trace {replayed}, not {trace}: its requests are matched by id with another recording's."))
+    (resolved(trace) != resolved(replayed)).then(|| {
+        format!("The replay (--sim) is of the trace {replayed}, not {trace}: its requests are matched by id with another recording's.")
+    })
 }
 
 /// Real and simulated quantiles, in ms.
@@ -346,7 +377,13 @@ impl Percentiles {
 
     fn error_pct(sim: &Percentiles, real: &Percentiles) -> Percentiles {
         let e = |s: f64, r: f64| if r != 0.0 { (s - r) / r * 100.0 } else { 0.0 };
-        Percentiles { mean: e(sim.mean, real.mean), p50: e(sim.p50, real.p50), p90: e(sim.p90, real.p90), p95: e(sim.p95, real.p95), p99: e(sim.p99, real.p99) }
+        Percentiles {
+            mean: e(sim.mean, real.mean),
+            p50: e(sim.p50, real.p50),
+            p90: e(sim.p90, real.p90),
+            p95: e(sim.p95, real.p95),
+            p99: e(sim.p99, real.p99),
+        }
     }
 }
 
@@ -486,8 +523,17 @@ pub const KNOWN_LIMITATIONS: [&str; 3] = [
 
 /// Knobs a calibration cares about being matched to the real server.
 const SERVER_KNOBS: [&str; 11] = [
-    "model", "hardware", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size", "quantization", "kv-cache-dtype",
-    "num-gpu-blocks", "gpu-memory-utilization",
+    "model",
+    "hardware",
+    "tp",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "max-model-len",
+    "block-size",
+    "quantization",
+    "kv-cache-dtype",
+    "num-gpu-blocks",
+    "gpu-memory-utilization",
 ];
 
 fn compare_paired(real_ms: &[f64], sim_ms: &[f64], seed: u64, resamples: usize, label: &str) -> MetricComparison {
@@ -545,10 +591,13 @@ pub struct Matched {
 
 /// Pairs every kept trace request with its replayed result (by request id).
 pub fn match_requests(real: &RealTrace, sim: &SimDocument) -> Matched {
-    let by_id: BTreeMap<u64, &ReplayedRequest> = sim.replay.requests.iter().filter(|r| r.outcome == "completed").map(|r| (r.request_id, r)).collect();
+    let by_id: BTreeMap<u64, &ReplayedRequest> =
+        sim.replay.requests.iter().filter(|r| r.outcome == "completed").map(|r| (r.request_id, r)).collect();
     let mut counts = real.counts.clone();
-    let mut samples: Vec<MetricSamples> =
-        ["ttft", "e2e", "tpot", "itl"].into_iter().map(|metric| MetricSamples { metric, real_ms: Vec::new(), sim_ms: Vec::new() }).collect();
+    let mut samples: Vec<MetricSamples> = ["ttft", "e2e", "tpot", "itl"]
+        .into_iter()
+        .map(|metric| MetricSamples { metric, real_ms: Vec::new(), sim_ms: Vec::new() })
+        .collect();
     for r in &real.requests {
         let Some(s) = by_id.get(&r.request_id) else {
             counts.unmatched += 1;
@@ -614,7 +663,9 @@ pub fn compare(trace_name: &str, real: &RealTrace, sim: &SimDocument, matched: &
     if let Some(lg) = &real.header.load_generator
         && lg.get("saturated").and_then(serde_json::Value::as_bool) == Some(true)
     {
-        warnings.push("The load generator saturated during the recording (median schedule delay > 10 ms): arrivals were later than planned.".into());
+        warnings.push(
+            "The load generator saturated during the recording (median schedule delay > 10 ms): arrivals were later than planned.".into(),
+        );
     }
     warnings.extend(other_trace(trace_name, &sim.replay.trace));
     if real.itl_us.is_empty() {

@@ -129,9 +129,11 @@ pub fn read(text: &str) -> Result<NormalizedRun, String> {
         kv_cache_dtype: k.kv_cache_dtype.as_ref().and_then(Value::as_str).map(str::to_string),
         quantization: k.quantization.as_ref().and_then(Value::as_str).map(str::to_string),
         data_parallel_size: k.data_parallel_size.as_ref().and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
-        async_scheduling: k.async_scheduling.as_ref().and_then(Value::as_bool).or_else(|| {
-            k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::vllm_log::async_scheduling_by_default)
-        }),
+        async_scheduling: k
+            .async_scheduling
+            .as_ref()
+            .and_then(Value::as_bool)
+            .or_else(|| k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::vllm_log::async_scheduling_by_default)),
         status: n.status,
         ..ServerFacts::default()
     };
@@ -164,7 +166,10 @@ mod tests {
         let said = facts(r#"{"vllm_config_known": {"vllm_version": "0.11.0", "async_scheduling": true}}"#).unwrap();
         assert_eq!(said.async_scheduling, Some(true), "the recorded setting wins over the version's default");
         let flags = facts(r#"{"vllm_config_known": {"enable_expert_parallel": true, "kv_cache_dtype": "fp8", "quantization": null, "data_parallel_size": 2, "enable_chunked_prefill": false}}"#).unwrap();
-        assert_eq!((flags.enable_expert_parallel, flags.kv_cache_dtype.as_deref(), flags.quantization, flags.data_parallel_size), (Some(true), Some("fp8"), None, Some(2)));
+        assert_eq!(
+            (flags.enable_expert_parallel, flags.kv_cache_dtype.as_deref(), flags.quantization, flags.data_parallel_size),
+            (Some(true), Some("fp8"), None, Some(2))
+        );
         assert_eq!(flags.enable_chunked_prefill, Some(false));
         let unrecorded = facts(r#"{"vllm_config_known": {"cpu_kv_offload": null}}"#).unwrap();
         assert_eq!(unrecorded.cpu_offload, Some(CpuOffloadFact::Unknown));

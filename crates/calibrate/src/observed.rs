@@ -31,7 +31,8 @@ use crate::stats::{ape, mean};
 
 /// Knob names that a trace header's `server:` section may spell differently
 /// (the spec's example header), mapped onto BLIS's flags.
-const HEADER_ALIASES: [(&str, &str); 3] = [("tensor_parallel", "tp"), ("tensor_parallel_size", "tp"), ("num_gpu_blocks_override", "num-gpu-blocks")];
+const HEADER_ALIASES: [(&str, &str); 3] =
+    [("tensor_parallel", "tp"), ("tensor_parallel_size", "tp"), ("num_gpu_blocks_override", "num-gpu-blocks")];
 
 /// Most failed requests (errors and timeouts over rows) a trace may have to
 /// be fitted: beyond it the server was overloaded and its latencies say
@@ -82,7 +83,9 @@ impl HeaderKnobs {
         // The recording client's cap on requests in flight holds in the replay too: a
         // request is sent at its recorded time, or later if the simulated server
         // still holds every connection.
-        if let Some(cap) = header.load_generator.as_ref().and_then(|lg| lg.get("max_concurrency")).filter(|c| c.as_u64().is_some_and(|c| c >= 1)) {
+        if let Some(cap) =
+            header.load_generator.as_ref().and_then(|lg| lg.get("max_concurrency")).filter(|c| c.as_u64().is_some_and(|c| c >= 1))
+        {
             matched.push(format!("max-concurrency={}", shown(cap)));
             map.insert("max-concurrency".to_string(), cap.clone());
         }
@@ -97,7 +100,8 @@ impl HeaderKnobs {
     pub fn other_model(&self, origin: &str, simulated: &str) -> Option<String> {
         let recorded = self.values.model.as_deref()?;
         let id = |name: &str| catalog::find_model(name).map_or_else(|| name.to_ascii_lowercase(), |m| m.id.to_string());
-        (id(recorded) != id(simulated)).then(|| format!("{origin} records model {recorded}, but the replay simulates {simulated}: its latencies are another model's"))
+        (id(recorded) != id(simulated))
+            .then(|| format!("{origin} records model {recorded}, but the replay simulates {simulated}: its latencies are another model's"))
     }
 }
 
@@ -179,7 +183,10 @@ impl ObservedRun {
         let server = scenario.resolve().map_err(|e| unreproducible(csv, e))?.deployment.server;
         let timed: Vec<_> = real.requests.iter().filter_map(|r| r.ttft_us.map(|t| (r.request_id, t, r.e2e_us))).collect();
         if timed.is_empty() {
-            return Err(unreproducible(csv, "no successful request has a time to first token (was it recorded with --no-stream?): nothing to fit"));
+            return Err(unreproducible(
+                csv,
+                "no successful request has a time to first token (was it recorded with --no-stream?): nothing to fit",
+            ));
         }
         let windows: Vec<Vec<u64>> = timed.chunks(REQUEST_BLOCK).map(|w| w.iter().map(|r| r.0).collect()).collect();
         let requests = timed
@@ -297,7 +304,8 @@ impl Measured for ObservedRun {
             apes.extend(s.sim_e2e_ms.zip(s.real_e2e_ms).and_then(|(p, a)| ape(p, a)).map(|a| (Metric::E2eMean, a)));
             apes.extend(s.sim_ttft_ms.zip(s.real_ttft_ms).and_then(|(p, a)| ape(p, a)).map(|a| (Metric::TtftMean, a)));
         }
-        let (mut real, mut simulated): (Vec<f64>, Vec<f64>) = self.requests.iter().filter_map(|(id, r)| sim.get(id).map(|s| (r.e2e_us, s.1))).unzip();
+        let (mut real, mut simulated): (Vec<f64>, Vec<f64>) =
+            self.requests.iter().filter_map(|(id, r)| sim.get(id).map(|s| (r.e2e_us, s.1))).unzip();
         if !real.is_empty() {
             for (metric, p) in [(Metric::E2eP90, 90.0), (Metric::E2eP99, 99.0)] {
                 apes.extend(ape(percentile(&mut simulated, p), percentile(&mut real, p)).map(|a| (metric, a)));
@@ -325,7 +333,8 @@ mod tests {
         assert!(matched.contains(&"tp=2".to_string()), "{matched:?}");
         assert_eq!(ignored, ["server.type", "server.enforce-eager"]);
         assert_eq!(file.max_concurrency, None, "no load generator, no cap");
-        let recorded: TraceHeader = blis_data::yaml::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
+        let recorded: TraceHeader =
+            blis_data::yaml::from_str("trace_version: 2\nmode: real\nload_generator:\n  start_unix_us: 5\n  max_concurrency: 8\n").unwrap();
         let HeaderKnobs { values: file, matched, .. } = HeaderKnobs::of(&recorded, Path::new("t.header.yaml")).unwrap();
         assert_eq!(file.max_concurrency, Some(8));
         assert!(matched.contains(&"max-concurrency=8".to_string()), "{matched:?}");
@@ -336,12 +345,26 @@ mod tests {
     /// `hardware.gpu` is; anything else is refused naming the header.
     #[test]
     fn a_scalar_hardware_section_is_the_gpu_name_or_refused() {
-        let of = |hardware: &str| HeaderKnobs::of(&blis_data::yaml::from_str(&format!("trace_version: 2\nhardware: {hardware}\n")).unwrap(), Path::new("t.header.yaml"));
+        let of = |hardware: &str| {
+            HeaderKnobs::of(
+                &blis_data::yaml::from_str(&format!("trace_version: 2\nhardware: {hardware}\n")).unwrap(),
+                Path::new("t.header.yaml"),
+            )
+        };
         let named = of("A100-80GB").unwrap();
         assert_eq!((named.values.hardware.as_deref(), named.matched), (Some("A100-80GB"), vec!["hardware=A100-80GB".to_string()]));
-        for (bad, field) in [("5", "hardware"), ("[H100]", "hardware"), ("true", "hardware"), ("{gpu: 5}", "hardware.gpu"), ("{gpu: [H100]}", "hardware.gpu")] {
+        for (bad, field) in [
+            ("5", "hardware"),
+            ("[H100]", "hardware"),
+            ("true", "hardware"),
+            ("{gpu: 5}", "hardware.gpu"),
+            ("{gpu: [H100]}", "hardware.gpu"),
+        ] {
             let e = of(bad).unwrap_err().0;
-            assert!(e.starts_with(&format!("trace header t.header.yaml: field `{field}` = ")) && e.contains("H100, A100-80GB"), "{bad}: {e}");
+            assert!(
+                e.starts_with(&format!("trace header t.header.yaml: field `{field}` = ")) && e.contains("H100, A100-80GB"),
+                "{bad}: {e}"
+            );
         }
         assert_eq!(of("{gpu_count: 2}").unwrap().values.hardware, None, "no GPU named: the default");
     }

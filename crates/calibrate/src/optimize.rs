@@ -112,11 +112,7 @@ impl LeastSquares {
                     x = s;
                     break;
                 }
-                let step = set
-                    .iter()
-                    .filter(|&&i| s[i] <= tol)
-                    .map(|&i| x[i] / (x[i] - s[i]))
-                    .fold(f64::INFINITY, f64::min);
+                let step = set.iter().filter(|&&i| s[i] <= tol).map(|&i| x[i] / (x[i] - s[i])).fold(f64::INFINITY, f64::min);
                 for i in 0..n {
                     x[i] += step * (s[i] - x[i]);
                     if passive[i] && x[i] <= tol {

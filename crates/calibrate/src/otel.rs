@@ -55,8 +55,8 @@ use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
 use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::warmup::MoeKernelCache;
 use blis_engine::time::{MAX_SPAN_S, Micros};
+use blis_engine::warmup::MoeKernelCache;
 use serde_json::{Value, json};
 
 use crate::error::ExperimentError;
@@ -206,7 +206,11 @@ impl<W: Write> OtelWriter<W> {
     }
 
     fn resource(&self, instance: u32) -> Value {
-        let mut attributes = vec![attr("service.name", "vllm"), attr("service.instance.id", instance.to_string().as_str()), attr("gen_ai.request.model", self.model.as_str())];
+        let mut attributes = vec![
+            attr("service.name", "vllm"),
+            attr("service.instance.id", instance.to_string().as_str()),
+            attr("gen_ai.request.model", self.model.as_str()),
+        ];
         if let Some(n) = self.prefill_instances {
             attributes.push(attr("vllm.kv_role", if instance < n { "kv_producer" } else { "kv_consumer" }));
         }
@@ -397,7 +401,11 @@ impl<W: Write> Observer for OtelWriter<W> {
         }
         api.push(event("DEPARTED", r.finished, progress(phase, all)));
         self.pending.push((instance, Scope::Api, span("llm_request", 2 * id, r.arrival, r.finished, api)));
-        self.pending.push((instance, Scope::Core, span("llm_core", 2 * id + 1, queued, core_end, core.into_iter().map(|(_, e)| e).collect())));
+        self.pending.push((
+            instance,
+            Scope::Core,
+            span("llm_core", 2 * id + 1, queued, core_end, core.into_iter().map(|(_, e)| e).collect()),
+        ));
         self.flush_spans(false);
     }
 }
@@ -554,13 +562,15 @@ fn journey_event_name(name: &str) -> &str {
 
 /// An event's monotonic time, ns (see [`Journey::events_ns`]).
 fn monotonic_ns(attributes: Option<&Value>) -> Option<u64> {
-    let value = |key: &str| attributes?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key))?.get("value").cloned();
+    let value =
+        |key: &str| attributes?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key))?.get("value").cloned();
     let int = |v: &Value| v.get("intValue").and_then(|i| i.as_str().and_then(|s| s.parse::<u64>().ok()).or_else(|| i.as_u64()));
     if let Some(ns) = value("ts.monotonic_ns").as_ref().and_then(int) {
         return Some(ns);
     }
     let v = value("ts.monotonic").or_else(|| value("event.ts.monotonic"))?;
-    int(&v).or_else(|| v.get("doubleValue").and_then(Value::as_f64).filter(|s| s.is_finite() && *s >= 0.0).map(|s| (s * 1e9).round() as u64))
+    int(&v)
+        .or_else(|| v.get("doubleValue").and_then(Value::as_f64).filter(|s| s.is_finite() && *s >= 0.0).map(|s| (s * 1e9).round() as u64))
 }
 
 /// Everything read from an OTLP/JSON trace file.
@@ -602,7 +612,10 @@ fn token_count(v: f64) -> Option<u32> {
 fn string_attribute(v: Option<&Value>, key: &str) -> Option<String> {
     v?.as_array()?.iter().find(|a| a.get("key").and_then(Value::as_str) == Some(key)).and_then(|a| {
         let val = a.get("value")?;
-        val.get("stringValue").and_then(Value::as_str).map(str::to_string).or_else(|| val.get("intValue").map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string)))
+        val.get("stringValue")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .or_else(|| val.get("intValue").map(|i| i.as_str().map_or_else(|| i.to_string(), str::to_string)))
     })
 }
 
@@ -632,7 +645,8 @@ impl OtelTrace {
     /// scopes are ignored. A file may have no steps.
     pub fn load_requests(path: &Path) -> Result<OtelTrace, ExperimentError> {
         let bad = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
-        let file = blis_data::textfile::open(path).map_err(|e| ExperimentError::File(blis_data::DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
+        let file = blis_data::textfile::open(path)
+            .map_err(|e| ExperimentError::File(blis_data::DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
         let mut trace = OtelTrace::default();
         let mut steps: BTreeMap<(String, u64), TracedStep> = BTreeMap::new();
         for (i, line) in std::io::BufReader::new(file).lines().enumerate() {
@@ -641,7 +655,10 @@ impl OtelTrace {
                 continue;
             }
             let doc: Value = serde_json::from_str(&line).map_err(|e| bad(i + 1, format!("not OTLP/JSON: {e}")))?;
-            let resource_spans = doc.get("resourceSpans").and_then(Value::as_array).ok_or_else(|| bad(i + 1, "no `resourceSpans` array (expected an OTLP/JSON ExportTraceServiceRequest per line)".into()))?;
+            let resource_spans = doc
+                .get("resourceSpans")
+                .and_then(Value::as_array)
+                .ok_or_else(|| bad(i + 1, "no `resourceSpans` array (expected an OTLP/JSON ExportTraceServiceRequest per line)".into()))?;
             for rs in resource_spans {
                 let resource = rs.pointer("/resource/attributes");
                 if trace.model.is_none() {
@@ -678,7 +695,8 @@ impl OtelTrace {
             .filter_map(|j| {
                 let at = |name: &str| j.epoch_ns.get(name).map(|ns| ns / 1000);
                 let arrival_us = at("ARRIVED")?;
-                let done = at("FIRST_RESPONSE").zip(at("DEPARTED")).filter(|(first, last)| j.served() && arrival_us <= *first && first <= last);
+                let done =
+                    at("FIRST_RESPONSE").zip(at("DEPARTED")).filter(|(first, last)| j.served() && arrival_us <= *first && first <= last);
                 Some(ClientView { arrival_us, done, prompt_tokens: j.prompt_tokens, output_tokens: j.generated_tokens() })
             })
             .collect();
@@ -709,7 +727,11 @@ pub struct ClientView {
 fn read_request_span(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Journey>) {
     let a = attributes(span.get("attributes"));
     let (Some(start_ns), Some(&e2e_s)) = (time_ns(span.get("startTimeUnixNano")), a.get("gen_ai.latency.e2e")) else { return };
-    let key = span.get("traceId").and_then(Value::as_str).map(|t| format!("trace:{t}")).or_else(|| string_attribute(span.get("attributes"), "gen_ai.request.id"));
+    let key = span
+        .get("traceId")
+        .and_then(Value::as_str)
+        .map(|t| format!("trace:{t}"))
+        .or_else(|| string_attribute(span.get("attributes"), "gen_ai.request.id"));
     let Some(key) = key else { return };
     let after = |s: f64| (s.is_finite() && s >= 0.0).then(|| start_ns + (s * 1e9).round() as u64);
     let j = journeys.entry(key).or_default();
@@ -726,7 +748,16 @@ fn read_request_span(span: &Value, instance: &str, journeys: &mut BTreeMap<Strin
 
 impl TracedStep {
     fn new(instance: &str, id: u64) -> TracedStep {
-        TracedStep { instance: instance.to_string(), id, start_us: 0, duration_us: 0, load: InstanceLoad::default(), preempted: 0, entries: Vec::new(), summary: BatchCounts::default() }
+        TracedStep {
+            instance: instance.to_string(),
+            id,
+            start_us: 0,
+            duration_us: 0,
+            load: InstanceLoad::default(),
+            preempted: 0,
+            entries: Vec::new(),
+            summary: BatchCounts::default(),
+        }
     }
 }
 
@@ -742,10 +773,15 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
         match e.get("name").and_then(Value::as_str) {
             Some("step.BATCH_SUMMARY") => {
                 // A step takes some time, and no longer than the simulated clock spans.
-                let duration_us = field("step.duration_us")
-                    .filter(|d| *d > 0.0 && *d <= Micros::MAX_SPAN.as_us() as f64)
-                    .ok_or_else(|| format!("step {id}: `step.duration_us` missing or not in (0, {MAX_SPAN_S:e} s] (in µs: at most {})", Micros::MAX_SPAN.as_us()))?;
-                let start_ns = field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
+                let duration_us =
+                    field("step.duration_us").filter(|d| *d > 0.0 && *d <= Micros::MAX_SPAN.as_us() as f64).ok_or_else(|| {
+                        format!(
+                            "step {id}: `step.duration_us` missing or not in (0, {MAX_SPAN_S:e} s] (in µs: at most {})",
+                            Micros::MAX_SPAN.as_us()
+                        )
+                    })?;
+                let start_ns =
+                    field("step.ts_start_ns").or_else(|| time_ns(span.get("startTimeUnixNano")).map(|t| t as f64)).unwrap_or_default();
                 let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
                 s.start_us = (start_ns / 1e3) as u64;
                 s.summary = BatchCounts {
@@ -768,7 +804,9 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
                 let (Some(prompt_tokens), Some(computed_tokens), Some(new_tokens)) =
                     (count("request.num_prompt_tokens"), count("request.num_computed_tokens"), count("request.scheduled_tokens_this_step"))
                 else {
-                    return Err(format!("step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"));
+                    return Err(format!(
+                        "step {id}: a step.REQUEST_SNAPSHOT needs request.num_prompt_tokens, request.num_computed_tokens and request.scheduled_tokens_this_step"
+                    ));
                 };
                 let s = steps.entry((instance.to_string(), id)).or_insert_with(|| TracedStep::new(instance, id));
                 // vLLM snapshots every running request; one given no tokens this step is not in its batch.
@@ -789,7 +827,12 @@ fn read_step(span: &Value, instance: &str, steps: &mut BTreeMap<(String, u64), T
 fn read_journey(span: &Value, instance: &str, journeys: &mut BTreeMap<String, Journey>) {
     let span_attributes = span.get("attributes");
     let trace_id = span.get("traceId").and_then(Value::as_str).filter(|t| !t.is_empty()).map(|t| format!("trace:{t}"));
-    let Some(id) = trace_id.or_else(|| string_attribute(span_attributes, "request.id")).or_else(|| string_attribute(span_attributes, "gen_ai.request.id")) else { return };
+    let Some(id) = trace_id
+        .or_else(|| string_attribute(span_attributes, "request.id"))
+        .or_else(|| string_attribute(span_attributes, "gen_ai.request.id"))
+    else {
+        return;
+    };
     let j = journeys.entry(id).or_default();
     j.instance = instance.to_string();
     let usage = attributes(span_attributes);
@@ -904,7 +947,13 @@ pub const APPROXIMATED_WEIGHT: f64 = 0.5;
 /// steps without snapshots ([`TracedStep::approximate_batch`]), and a MoE
 /// server's steps that would have compiled a fused-MoE kernel had it started
 /// cold ([`MoeKernelCache`]) are left out, their time being the compiler's.
-pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f64)], prior_weight: f64, server: &InstanceConfig) -> Result<StepFit, String> {
+pub fn fit_steps(
+    trace: &OtelTrace,
+    basis: &dyn FeatureBasis,
+    priors: &[(f64, f64)],
+    prior_weight: f64,
+    server: &InstanceConfig,
+) -> Result<StepFit, String> {
     let (na, nb) = (basis.alpha_names().len(), basis.beta_names().len());
     let mut f = vec![0.0; nb];
     // (features / duration, weight), the scaled target being 1.
@@ -913,7 +962,9 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     let mut rebuilt;
     let prefill_cv2 = trace.prefill_cv2();
     let block_size = server.block_size;
-    let cold = server.moe_kernel_warmup.map(|w| MoeKernelCache::after_startup(w, server.scheduler.max_num_seqs, server.scheduler.max_num_batched_tokens));
+    let cold = server
+        .moe_kernel_warmup
+        .map(|w| MoeKernelCache::after_startup(w, server.scheduler.max_num_seqs, server.scheduler.max_num_batched_tokens));
     let mut compiling = 0;
     // Each server warms up: its first steps are left out, and so are the
     // steps that compile a kernel.
@@ -976,7 +1027,8 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
         beta_rows.push((a, mean * w));
     }
     let beta = LeastSquares::new(&beta_rows, nb).nnls();
-    let step_mape = 100.0 * rows.iter().map(|(a, _)| (a.iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).abs()).sum::<f64>() / rows.len() as f64;
+    let step_mape = 100.0 * rows.iter().map(|(a, _)| (a.iter().zip(&beta).map(|(x, b)| x * b).sum::<f64>() - 1.0).abs()).sum::<f64>()
+        / rows.len() as f64;
 
     // α: API-side time not spent in the core's steps.
     let mut u_ttft = vec![0.0; na];
@@ -1030,7 +1082,8 @@ pub fn fit_steps(trace: &OtelTrace, basis: &dyn FeatureBasis, priors: &[(f64, f6
     } else {
         // Absolute least squares in µs: the residual times are small and may be zero.
         let n = alpha_rows.len() as f64;
-        let mut rows: Vec<(Vec<f64>, f64)> = alpha_rows.into_iter().map(|(a, t)| (a.iter().map(|v| v / n.sqrt()).collect(), t / n.sqrt())).collect();
+        let mut rows: Vec<(Vec<f64>, f64)> =
+            alpha_rows.into_iter().map(|(a, t)| (a.iter().map(|v| v / n.sqrt()).collect(), t / n.sqrt())).collect();
         for (i, (mean, scale)) in priors[..na].iter().enumerate() {
             let w = prior_weight.sqrt() / scale;
             let mut a = vec![0.0; na];
@@ -1140,8 +1193,15 @@ mod tests {
         use blis_engine::request::RequestId;
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency);
-        let entries = [BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 }, BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }];
-        let batch = blis_engine::latency::StepBatch { entries: &entries, load: InstanceLoad { running: 2, ..InstanceLoad::default() }, preempted: 0 };
+        let entries = [
+            BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 },
+            BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 },
+        ];
+        let batch = blis_engine::latency::StepBatch {
+            entries: &entries,
+            load: InstanceLoad { running: 2, ..InstanceLoad::default() },
+            preempted: 0,
+        };
         w.on_step(&StepEvent { instance: 0, start: Micros(10), duration: Micros(500), batch, requests: &[RequestId(5), RequestId(9)] });
         let text = String::from_utf8(w.finish().unwrap()).unwrap();
         let doc: Value = serde_json::from_str(text.trim()).unwrap();
@@ -1172,7 +1232,11 @@ mod tests {
         let latency = blis_engine::latency::Blackbox { alpha: [0.0; 3], beta: [100.0, 1.0, 1.0] };
         let mut w = OtelWriter::new(Vec::new(), "m/x", &latency).with_prefill_pool(1);
         let entries = [BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }];
-        let batch = blis_engine::latency::StepBatch { entries: &entries, load: InstanceLoad { running: 1, ..InstanceLoad::default() }, preempted: 0 };
+        let batch = blis_engine::latency::StepBatch {
+            entries: &entries,
+            load: InstanceLoad { running: 1, ..InstanceLoad::default() },
+            preempted: 0,
+        };
         // Instance 0 runs 12 steps, instance 2 runs 15, interleaved in time; instance 1 none.
         for k in 0..15u64 {
             for instance in [0, 2] {
@@ -1194,7 +1258,10 @@ mod tests {
         let ids = |server: &str| trace.steps.iter().filter(|s| s.instance == server).map(|s| s.id).collect::<Vec<_>>();
         assert_eq!(ids("0"), (0..12).collect::<Vec<_>>());
         assert_eq!(ids("2"), (0..15).collect::<Vec<_>>());
-        assert_eq!(trace.kv_roles.iter().map(|(i, r)| (i.as_str(), r.as_str())).collect::<Vec<_>>(), [("0", "kv_producer"), ("2", "kv_consumer")]);
+        assert_eq!(
+            trace.kv_roles.iter().map(|(i, r)| (i.as_str(), r.as_str())).collect::<Vec<_>>(),
+            [("0", "kv_producer"), ("2", "kv_consumer")]
+        );
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
         let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
@@ -1221,7 +1288,10 @@ mod tests {
         assert_eq!((s.load.running, s.load.waiting, s.load.kv_usage), (2, 3, 0.25));
         assert_eq!(
             s.entries,
-            [BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 }, BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }]
+            [
+                BatchEntry { computed_tokens: 0, new_tokens: 64, prompt_tokens: 100 },
+                BatchEntry { computed_tokens: 40, new_tokens: 1, prompt_tokens: 10 }
+            ]
         );
         let j = &t.journeys["cmpl-1"];
         assert_eq!((j.prompt_tokens, j.output_tokens), (100, 5));
@@ -1231,7 +1301,11 @@ mod tests {
             [("ARRIVED", 1000), ("DEPARTED", 99000), ("PREEMPTED", 7000), ("QUEUED", 3000), ("SCHEDULED", 5000)],
             "a request SCHEDULED again after a preemption keeps its first scheduling, in whatever order the events come"
         );
-        assert_eq!(j.times_us(["ARRIVED", "QUEUED"]), Some([1.0, 3.0]), "one clock for all: the wall clock when the monotonic one lacks an event");
+        assert_eq!(
+            j.times_us(["ARRIVED", "QUEUED"]),
+            Some([1.0, 3.0]),
+            "one clock for all: the wall clock when the monotonic one lacks an event"
+        );
         assert_eq!(j.times_us(["DEPARTED"]), Some([98.0]), "the monotonic clock where it has them all");
         // One step is within the warm-up: nothing to fit, said plainly.
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };

@@ -20,8 +20,8 @@
 
 use std::path::Path;
 
-use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use serde::Deserialize;
+use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 
 use blis_data::DataError;
 
@@ -138,7 +138,8 @@ impl Entry {
 /// `probe_sent` requests of a sweep's saturation probe may precede them:
 /// when the report holds them too, the earliest that many are left out.
 pub fn read(path: &Path, stage_sent: &[u64], probe_sent: u64) -> Result<Vec<RequestRow>, ExperimentError> {
-    let text = blis_data::textfile::read(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
+    let text = blis_data::textfile::read(path)
+        .map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?;
     let format = |message: String| ExperimentError::File(DataError::Format { path: path.to_path_buf(), message });
     let de = &mut serde_json::Deserializer::from_str(&text);
     let mut entries: Vec<Entry> = serde_path_to_error::deserialize(de).map_err(|e| format(blis_data::locate::json_message(&text, &e)))?;
@@ -175,8 +176,16 @@ pub fn read(path: &Path, stage_sent: &[u64], probe_sent: u64) -> Result<Vec<Requ
                 has_error: u8::from(!ok),
                 e2e_ms: ok.then(|| ms(e.end_time - e.start_time)),
                 ttft_ms: if ok { e.time_to_first_token().map(ms) } else { None },
-                output_tokens: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref()?.server_usage.as_ref()?.completion_tokens) } else { None },
-                output_tokens_retokenized: if ok { e.info.as_ref().and_then(|i| i.response_metrics.as_ref().and_then(|m| m.output_tokens).or(i.output_tokens)) } else { None },
+                output_tokens: if ok {
+                    e.info.as_ref().and_then(|i| i.response_metrics.as_ref()?.server_usage.as_ref()?.completion_tokens)
+                } else {
+                    None
+                },
+                output_tokens_retokenized: if ok {
+                    e.info.as_ref().and_then(|i| i.response_metrics.as_ref().and_then(|m| m.output_tokens).or(i.output_tokens))
+                } else {
+                    None
+                },
             };
             check_row(&row).map(|()| row).map_err(|m| format(format!("entry {index} in send order: {m}")))
         })
@@ -217,18 +226,17 @@ mod tests {
            "info": {"input_tokens": 300}, "error": null}
         ]"#;
         let r = rows(json, &[2, 2]).unwrap();
-        let got: Vec<(u64, u32, u64, u32, u8)> = r.iter().map(|r| (r.index, r.stage, r.arrival_time_us, r.input_tokens, r.has_error)).collect();
+        let got: Vec<(u64, u32, u64, u32, u8)> =
+            r.iter().map(|r| (r.index, r.stage, r.arrival_time_us, r.input_tokens, r.has_error)).collect();
         assert_eq!(got, [(0, 0, 0, 512, 0), (1, 0, 500_000, 600, 0), (2, 1, 2_000_000, 300, 0), (3, 1, 3_000_000, 0, 1)]);
         assert_eq!(r.iter().map(|r| r.output_tokens).collect::<Vec<_>>(), [None, Some(97), None, None], "only the server's count is read");
         // The client's re-tokenised count, where each version put it (a failure has none).
         assert_eq!(r.iter().map(|r| r.output_tokens_retokenized).collect::<Vec<_>>(), [Some(4), Some(95), None, None]);
         let ms = |v: Option<f64>| v.map(|x| (x * 1e6).round() / 1e6);
-        assert_eq!(r.iter().map(|r| (ms(r.e2e_ms), ms(r.ttft_ms))).collect::<Vec<_>>(), [
-            (Some(900.0), Some(250.0)),
-            (Some(500.0), Some(100.0)),
-            (Some(400.0), Some(125.0)),
-            (None, None)
-        ]);
+        assert_eq!(
+            r.iter().map(|r| (ms(r.e2e_ms), ms(r.ttft_ms))).collect::<Vec<_>>(),
+            [(Some(900.0), Some(250.0)), (Some(500.0), Some(100.0)), (Some(400.0), Some(125.0)), (None, None)]
+        );
     }
 
     #[test]

@@ -27,7 +27,14 @@ impl Table {
     /// Space-aligned text; the first column left-aligned, the rest right-aligned.
     pub fn to_text(&self) -> String {
         let widths: Vec<usize> = (0..self.headers.len())
-            .map(|i| self.rows.iter().map(|r| r.get(i).map_or(0, |c| c.chars().count())).chain([self.headers[i].chars().count()]).max().unwrap_or(0))
+            .map(|i| {
+                self.rows
+                    .iter()
+                    .map(|r| r.get(i).map_or(0, |c| c.chars().count()))
+                    .chain([self.headers[i].chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
             .collect();
         let line = |cells: &[String]| {
             let mut s = String::new();
@@ -52,7 +59,10 @@ impl Table {
     /// A GitHub-flavoured Markdown table.
     pub fn to_markdown(&self) -> String {
         let mut out = format!("| {} |\n", self.headers.join(" | "));
-        out += &format!("|{}|\n", self.headers.iter().enumerate().map(|(i, _)| if i == 0 { " --- " } else { " ---: " }).collect::<Vec<_>>().join("|"));
+        out += &format!(
+            "|{}|\n",
+            self.headers.iter().enumerate().map(|(i, _)| if i == 0 { " --- " } else { " ---: " }).collect::<Vec<_>>().join("|")
+        );
         for r in &self.rows {
             out += &format!("| {} |\n", r.join(" | "));
         }
@@ -163,9 +173,9 @@ pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
         let get = |m: Metric| c.rows.iter().find(|r| r.metric == m && r.stage == StageLabel::Stage(0));
         let ff = get(Metric::FailureFraction);
         let ttft = get(Metric::TtftMean);
-        let served = get(Metric::ThroughputRps).zip(c.offered_rps.first().copied().flatten()).map_or("—".into(), |(r, o)| {
-            format!("{:.0}% / {:.0}%", r.actual / o * 100.0, r.predicted / o * 100.0)
-        });
+        let served = get(Metric::ThroughputRps)
+            .zip(c.offered_rps.first().copied().flatten())
+            .map_or("—".into(), |(r, o)| format!("{:.0}% / {:.0}%", r.actual / o * 100.0, r.predicted / o * 100.0));
         let yes = |b: bool| if b { "yes".to_string() } else { "NO".to_string() };
         t.push(vec![
             c.name.clone(),
@@ -191,7 +201,14 @@ pub fn request_table(comparisons: &[ExperimentComparison]) -> Table {
     let r2 = |v: Option<f64>| v.map_or("—".into(), |v| format!("{v:.3}"));
     for c in comparisons.iter().filter(|c| c.status == Status::Active) {
         if let Some(r) = &c.requests {
-            t.push(vec![c.name.clone(), r.matched.to_string(), pct(Some(r.e2e_mape)), r2(r.e2e_pearson), pct(Some(r.ttft_mape)), r2(r.ttft_pearson)]);
+            t.push(vec![
+                c.name.clone(),
+                r.matched.to_string(),
+                pct(Some(r.e2e_mape)),
+                r2(r.e2e_pearson),
+                pct(Some(r.ttft_mape)),
+                r2(r.ttft_pearson),
+            ]);
         }
     }
     t

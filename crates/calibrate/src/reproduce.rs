@@ -90,7 +90,8 @@ const MODEL_CONFIGS_SEARCH_DEPTH: usize = 4;
 /// `normalized.json` names it): the layout the ground truth ships.
 fn find_sibling_model_config(dir: &std::path::Path, model_id: &str, also: &[String]) -> Option<PathBuf> {
     let short = |id: &str| id.rsplit('/').next().unwrap_or(id).to_string();
-    let names: Vec<String> = [short(model_id), short(&catalog::current_model_name(model_id))].into_iter().chain(also.iter().cloned()).collect();
+    let names: Vec<String> =
+        [short(model_id), short(&catalog::current_model_name(model_id))].into_iter().chain(also.iter().cloned()).collect();
     dir.ancestors().skip(1).take(MODEL_CONFIGS_SEARCH_DEPTH).find_map(|parent| {
         let mut entries: Vec<_> = std::fs::read_dir(parent.join(MODEL_CONFIGS_DIR)).ok()?.flatten().map(|e| e.path()).collect();
         entries.sort();
@@ -111,14 +112,16 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
     let model_config = match &defs.model {
         Some(path) => Some(path.clone()),
         None if catalog::find_model(id).is_some() => None,
-        None => Some(find_sibling_model_config(&exp.dir, id, exp.normalized.as_ref().map_or(&[], |n| &n.model_config_dirs)).ok_or_else(|| {
-            format!(
-                "{} `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
+        None => Some(find_sibling_model_config(&exp.dir, id, exp.normalized.as_ref().map_or(&[], |n| &n.model_config_dirs)).ok_or_else(
+            || {
+                format!(
+                    "{} `{id}` has no bundled config.json and no {MODEL_CONFIGS_DIR}/<name>/config.json was found above \
                  the experiment; bundled: {}; or pass --model-config PATH",
-                exp.model_from.describe(),
-                catalog::model_ids()
-            )
-        })?),
+                    exp.model_from.describe(),
+                    catalog::model_ids()
+                )
+            },
+        )?),
     };
     let kv_offloading_size = defs.kv_offloading_size.filter(|_| exp.fact(|f| f.cpu_offload).is_some_and(CpuOffloadFact::may_be_on));
     let given = KnobValues {
@@ -143,7 +146,10 @@ fn layers(exp: &Experiment, defs: &Definitions) -> Result<Vec<(KnobValues, Sourc
         ..KnobValues::default()
     };
     let facts = exp.fact_sources().map(|(f, file)| (fact_knobs(f), Source::File, file.to_string()));
-    Ok(std::iter::once((given, Source::Flag, String::new())).chain(facts).chain([(exp_config, Source::File, exp.model_from.file().into())]).collect())
+    Ok(std::iter::once((given, Source::Flag, String::new()))
+        .chain(facts)
+        .chain([(exp_config, Source::File, exp.model_from.file().into())])
+        .collect())
 }
 
 /// The knobs a server's facts set.
@@ -201,8 +207,10 @@ impl Setup {
         let mut layers = layers(exp, defs).map_err(unreproducible)?;
         let resolve = |layers: &[(KnobValues, Source, String)]| {
             let knobs = Knobs::layered(&layers.iter().map(|(values, source, _)| (values, *source)).collect::<Vec<_>>());
-            let files: FileOrigins = layers.iter().filter(|(_, _, name)| !name.is_empty()).map(|(values, _, name)| (values.keys(), name.clone())).collect();
-            let server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new()).map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
+            let files: FileOrigins =
+                layers.iter().filter(|(_, _, name)| !name.is_empty()).map(|(values, _, name)| (values.keys(), name.clone())).collect();
+            let server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new())
+                .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
             Ok::<_, ExperimentError>((knobs, server))
         };
         let (mut knobs, mut server) = resolve(&layers)?;
@@ -211,12 +219,17 @@ impl Setup {
             let facts = exp.fact_sources().map(|(f, _)| f);
             let s = &server.instance;
             if let Some((i, pool)) = facts.enumerate().find(|(_, f)| f.num_gpu_blocks.is_some()).and_then(|(i, f)| {
-                Some((i, f.grouped_pool_blocks(hybrid.groups, s.block_size, s.scheduler.max_model_len, s.scheduler.max_num_batched_tokens)?))
+                Some((
+                    i,
+                    f.grouped_pool_blocks(hybrid.groups, s.block_size, s.scheduler.max_model_len, s.scheduler.max_num_batched_tokens)?,
+                ))
             }) {
                 // Layer 0 holds the flags; the facts follow in the same order.
                 if pool > MAX_GPU_BLOCKS {
                     let file = &layers[1 + i].2;
-                    return Err(unreproducible(format!("{file} kv_cache_tokens: a pool of {pool} KV blocks; at most {MAX_GPU_BLOCKS} are supported")));
+                    return Err(unreproducible(format!(
+                        "{file} kv_cache_tokens: a pool of {pool} KV blocks; at most {MAX_GPU_BLOCKS} are supported"
+                    )));
                 }
                 layers[1 + i].0.num_gpu_blocks = Some(pool);
                 (knobs, server) = resolve(&layers)?;
@@ -224,7 +237,9 @@ impl Setup {
         }
         server.instance.client_timeout = Some(exp.workload.client_timeout());
         let measured = exp.measured_lengths().map_err(|message| {
-            unreproducible(format!("{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured"))
+            unreproducible(format!(
+                "{message}: a dataset run (data.type shareGPT, …) is simulated with the prompt and output lengths its reports measured"
+            ))
         })?;
         if let Some(why) = unservable(exp, &server) {
             return Err(unreproducible(why));
@@ -233,10 +248,20 @@ impl Setup {
         let data_parallel_size = knobs.data_parallel_size.value.unwrap_or(1);
         if data_parallel_size == 0 || data_parallel_size > blis_cluster::MAX_INSTANCES {
             let file = exp.fact_file(|f| f.data_parallel_size);
-            return Err(unreproducible(format!("{file} data_parallel_size = {data_parallel_size}: must be between 1 and {}", blis_cluster::MAX_INSTANCES)));
+            return Err(unreproducible(format!(
+                "{file} data_parallel_size = {data_parallel_size}: must be between 1 and {}",
+                blis_cluster::MAX_INSTANCES
+            )));
         }
         let block_count_notes = block_count_notes(exp, &server);
-        Ok(Setup { server, blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(), gpu_named, data_parallel_size, block_count_notes, measured })
+        Ok(Setup {
+            server,
+            blocks_from_server: exp.fact(|f| f.num_gpu_blocks).is_some(),
+            gpu_named,
+            data_parallel_size,
+            block_count_notes,
+            measured,
+        })
     }
 }
 
@@ -269,7 +294,8 @@ fn unservable(exp: &Experiment, server: &Server) -> Option<String> {
             ));
         }
     }
-    let longest_prompt = exp.run_successes().and_then(|(path, s)| Some((path, s.prompt_tokens()?.quantiles.iter().map(|&(_, v)| v).fold(0.0, f64::max))));
+    let longest_prompt =
+        exp.run_successes().and_then(|(path, s)| Some((path, s.prompt_tokens()?.quantiles.iter().map(|&(_, v)| v).fold(0.0, f64::max))));
     if let Some((path, prompt)) = longest_prompt.filter(|&(_, p)| p > f64::from(max_model_len)) {
         return Some(format!(
             "{} records a successful prompt of {prompt} tokens, longer than {model_len}, which vLLM refuses; correct max_model_len",
@@ -358,7 +384,8 @@ pub fn simulate(
     let mut client = ClientObserver::new(exp.stages.len(), workload.expected_requests as usize, token_gaps);
     let mut observers = Fanout::new(vec![&mut client, extra]);
     let stats: Vec<InstanceStats> = if setup.data_parallel_size > 1 {
-        let config = ClusterConfig::fixed(setup.data_parallel_size, setup.server.instance.clone(), latency, PolicyBundle::vllm_data_parallel());
+        let config =
+            ClusterConfig::fixed(setup.data_parallel_size, setup.server.instance.clone(), latency, PolicyBundle::vllm_data_parallel());
         let mut cluster = Cluster::new(config).map_err(|e| unreproducible(e.to_string()))?;
         cluster.run(workload.stream.as_mut(), None, &mut observers);
         cluster.instances().iter().map(|i| i.stats().clone()).collect()

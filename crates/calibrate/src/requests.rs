@@ -46,7 +46,10 @@ pub struct RequestRow {
 /// the rows kept are then counted from the first of them.
 pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Result<Vec<RequestRow>, ExperimentError> {
     let csv_error = |line: usize, message: String| ExperimentError::Csv { path: path.to_path_buf(), line, message };
-    let mut reader = csv::Reader::from_reader(blis_data::textfile::open(path).map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?);
+    let mut reader = csv::Reader::from_reader(
+        blis_data::textfile::open(path)
+            .map_err(|e| ExperimentError::File(DataError::Io { path: path.to_path_buf(), message: e.to_string() }))?,
+    );
     let headers = reader.headers().map_err(|e| csv_error(1, e.to_string()))?.clone();
     let stage_column = headers.iter().position(|h| h == "stage");
     let mut rows = Vec::new();
@@ -55,13 +58,19 @@ pub(crate) fn read_requests(path: &Path, num_stages: usize, sweep: bool) -> Resu
         let record = record.map_err(|e| csv_error(line, e.to_string()))?;
         if let Some(stage) = stage_column.and_then(|c| record.get(c)).filter(|s| s.trim() == "-1") {
             if !sweep {
-                return Err(csv_error(line, format!("field `stage` = {stage}: stage -1 is a sweep's probe, and results/config.yaml sets no load.sweep")));
+                return Err(csv_error(
+                    line,
+                    format!("field `stage` = {stage}: stage -1 is a sweep's probe, and results/config.yaml sets no load.sweep"),
+                ));
             }
             continue;
         }
         let row: RequestRow = record.deserialize(Some(&headers)).map_err(|e| csv_error(line, csv_message(&e, &headers, &record)))?;
         if row.stage as usize >= num_stages {
-            return Err(csv_error(line, format!("field `stage` = {}: results/ has stages 0 to {}", row.stage, num_stages.saturating_sub(1))));
+            return Err(csv_error(
+                line,
+                format!("field `stage` = {}: results/ has stages 0 to {}", row.stage, num_stages.saturating_sub(1)),
+            ));
         }
         check_row(&row).map_err(|message| csv_error(line, message))?;
         rows.push(row);
@@ -97,7 +106,11 @@ pub(crate) fn csv_message(e: &csv::Error, headers: &csv::StringRecord, record: &
 /// a success both latencies with the first token no later than the last.
 pub(crate) fn check_row(row: &RequestRow) -> Result<(), String> {
     if row.arrival_time_us > Micros::MAX_SPAN.as_us() {
-        return Err(format!("field `arrival_time_us` = {}: must be at most {} (about three years)", row.arrival_time_us, Micros::MAX_SPAN.as_us()));
+        return Err(format!(
+            "field `arrival_time_us` = {}: must be at most {} (about three years)",
+            row.arrival_time_us,
+            Micros::MAX_SPAN.as_us()
+        ));
     }
     let max_ms = MAX_SPAN_S * 1e3;
     for (field, v) in [("e2e_ms", row.e2e_ms), ("ttft_ms", row.ttft_ms)] {
@@ -117,4 +130,3 @@ pub(crate) fn check_row(row: &RequestRow) -> Result<(), String> {
         (other, _, _) => Err(format!("field `has_error` = {other}: must be 0 or 1")),
     }
 }
-

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use blis_engine::latency::LatencyModel;
 use rayon::prelude::*;
 
-use blis_data::coefficients::CoefficientSet;
 use crate::compare::ExperimentComparison;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, discover};
 use crate::reproduce::{Definitions, NoObserver, Setup, simulate};
+use blis_data::coefficients::CoefficientSet;
 
 /// An experiment with its resolved deployment.
 #[derive(Clone, Debug)]

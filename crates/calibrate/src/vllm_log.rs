@@ -213,17 +213,26 @@ fn stated_number(text: &str) -> PyValue {
 fn count(value: &PyValue, min: u64, max: u64) -> Result<u64, String> {
     let whole = |f: f64| f.is_finite() && f.fract() == 0.0;
     match value {
-        PyValue::Int(i) => u64::try_from(*i).ok().filter(|n| (min..=max).contains(n)).ok_or_else(|| format!("out of range: must be from {min} to {max}")),
+        PyValue::Int(i) => {
+            u64::try_from(*i).ok().filter(|n| (min..=max).contains(n)).ok_or_else(|| format!("out of range: must be from {min} to {max}"))
+        }
         // An integer beyond i64 reads as a word of digits (or, written as a float, a whole float).
         PyValue::Float(f) if whole(*f) => Err(format!("out of range: must be from {min} to {max}")),
-        PyValue::Str(t) | PyValue::Other(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => Err(format!("out of range: must be from {min} to {max}")),
+        PyValue::Str(t) | PyValue::Other(t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+            Err(format!("out of range: must be from {min} to {max}"))
+        }
         _ => Err(format!("not a whole number from {min} to {max}")),
     }
 }
 
 /// `value` checked by `check`; `None`, with a note in `remarks` naming
 /// `key`, the value and why, when the check refuses it.
-fn usable<T>(remarks: &mut Vec<String>, key: &str, value: Option<&PyValue>, check: impl FnOnce(&PyValue) -> Result<T, String>) -> Option<T> {
+fn usable<T>(
+    remarks: &mut Vec<String>,
+    key: &str,
+    value: Option<&PyValue>,
+    check: impl FnOnce(&PyValue) -> Result<T, String>,
+) -> Option<T> {
     let value = value?;
     check(value).map_err(|why| remarks.push(format!("{key} {value}: {why}; ignored"))).ok()
 }
@@ -308,7 +317,10 @@ impl LoggedServer {
             gpu = gpu.or_else(|| device_gpu(line));
             if let Some(rest) = after("non-default args: ") {
                 args_line = args_line.or_else(|| Some(python_dict(rest)));
-            } else if let Some(rest) = after("Initializing a V1 LLM engine (v").or(after("Initializing a V0 LLM engine (v")).or(after("Initializing an LLM engine (v")) {
+            } else if let Some(rest) = after("Initializing a V1 LLM engine (v")
+                .or(after("Initializing a V0 LLM engine (v"))
+                .or(after("Initializing an LLM engine (v"))
+            {
                 s.engine_starts += 1;
                 if engine.is_empty() {
                     let (version, config) = rest.split_once(')').unwrap_or((rest, ""));
@@ -335,7 +347,9 @@ impl LoggedServer {
             seen = true;
         }
         if !seen {
-            return Err("no vLLM startup line found (\"non-default args\", \"Initializing a V1 LLM engine\", \"GPU KV cache size\", ...)".into());
+            return Err(
+                "no vLLM startup line found (\"non-default args\", \"Initializing a V1 LLM engine\", \"GPU KV cache size\", ...)".into()
+            );
         }
         let remarks = &mut s.remarks;
         let args_whole = !matches!(args_line, Some(None));
@@ -351,7 +365,8 @@ impl LoggedServer {
         s.pipeline_parallel_size = usable(remarks, "pipeline_parallel_size", get("pipeline_parallel_size"), ranks);
         s.enforce_eager = get("enforce_eager").and_then(PyValue::as_bool);
         // A bundled model's heads decide which degrees shard it, as `blis validate` checks.
-        let model = s.model.as_deref().and_then(catalog::find_model).and_then(|m| Some((m.id, ModelConfig::from_hf_json(m.config_json).ok()?)));
+        let model =
+            s.model.as_deref().and_then(catalog::find_model).and_then(|m| Some((m.id, ModelConfig::from_hf_json(m.config_json).ok()?)));
         let f = &mut s.facts;
         f.hardware = gpu.map(str::to_string);
         f.tensor_parallel_size = usable(remarks, "tensor_parallel_size", get("tensor_parallel_size"), |v| {
@@ -362,12 +377,17 @@ impl LoggedServer {
             }
         });
         f.data_parallel_size = usable(remarks, "data_parallel_size", get("data_parallel_size"), ranks).filter(|&d| d > 1);
-        f.max_model_len = usable(remarks, "max_model_len", engine.get("max_seq_len").or(max_len.as_ref()).or(arg("max_model_len")), positive_u32);
-        f.max_num_batched_tokens = usable(remarks, "max_num_batched_tokens", budget.as_ref().or(arg("max_num_batched_tokens")), positive_u32);
+        f.max_model_len =
+            usable(remarks, "max_model_len", engine.get("max_seq_len").or(max_len.as_ref()).or(arg("max_model_len")), positive_u32);
+        f.max_num_batched_tokens =
+            usable(remarks, "max_num_batched_tokens", budget.as_ref().or(arg("max_num_batched_tokens")), positive_u32);
         f.max_num_seqs = usable(remarks, "max_num_seqs", arg("max_num_seqs"), positive_u32);
         let block_stated = forced_block.as_ref().or(arg("block_size"));
         f.block_size = usable(remarks, "block_size", block_stated, |v| {
-            VLLM_BLOCK_SIZES.into_iter().find(|&b| *v == PyValue::Int(i64::from(b))).ok_or_else(|| format!("vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"))
+            VLLM_BLOCK_SIZES
+                .into_iter()
+                .find(|&b| *v == PyValue::Int(i64::from(b)))
+                .ok_or_else(|| format!("vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"))
         });
         f.gpu_memory_utilization = usable(remarks, "gpu_memory_utilization", arg("gpu_memory_utilization"), |v| {
             v.as_f64().filter(|&u| u > 0.0 && u <= 1.0).ok_or_else(|| "must be in (0, 1]".to_string())
@@ -384,7 +404,10 @@ impl LoggedServer {
         f.enable_chunked_prefill = engine.get("chunked_prefill_enabled").or(arg("enable_chunked_prefill")).and_then(PyValue::as_bool);
         // The flag, else the line a server with it on logs, else what the
         // server's version did by default.
-        f.async_scheduling = arg("async_scheduling").and_then(PyValue::as_bool).or(async_on).or_else(|| s.vllm_version.as_deref().and_then(async_scheduling_by_default));
+        f.async_scheduling = arg("async_scheduling")
+            .and_then(PyValue::as_bool)
+            .or(async_on)
+            .or_else(|| s.vllm_version.as_deref().and_then(async_scheduling_by_default));
         f.enable_expert_parallel = arg("enable_expert_parallel").and_then(PyValue::as_bool);
         let offloading_connector = arg("kv_transfer_config").is_some_and(|v| matches!(v, PyValue::Other(t) if t.contains("Offloading")));
         let offloading_size = usable(remarks, "kv_offloading_size", arg("kv_offloading_size"), |v| {
@@ -465,7 +488,10 @@ impl LoggedServer {
         }
         let ranks = self.facts.data_parallel_size.unwrap_or(1);
         if self.engine_starts > ranks {
-            notes.push(format!("{} engine starts for {ranks} data-parallel rank(s): the log holds several server starts; the first is read", self.engine_starts));
+            notes.push(format!(
+                "{} engine starts for {ranks} data-parallel rank(s): the log holds several server starts; the first is read",
+                self.engine_starts
+            ));
         }
         if self.facts.num_gpu_blocks.is_some() && self.gpu_blocks.is_none() && self.facts.block_size.is_none() {
             notes.push(format!("no block size in the log: num_gpu_blocks assumes vLLM's default of {DEFAULT_BLOCK_SIZE} tokens"));
@@ -553,7 +579,10 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
     #[test]
     fn async_scheduling_follows_the_flag_the_log_line_or_the_versions_default() {
         let no_line = V1_LOG.replace("Asynchronous scheduling is enabled.", "");
-        assert!(!no_line.contains("Asynchronous scheduling") && !no_line.contains("'async_scheduling'"), "the fixture states it only in that line");
+        assert!(
+            !no_line.contains("Asynchronous scheduling") && !no_line.contains("'async_scheduling'"),
+            "the fixture states it only in that line"
+        );
         let read = |log: &str| LoggedServer::read(log).unwrap().facts.async_scheduling;
         assert_eq!(read(V1_LOG), Some(true), "the line");
         assert_eq!(read(&no_line), Some(false), "0.11.0 did not by default");
@@ -561,7 +590,10 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!(read(&no_line.replace("(v0.11.0)", "(v0.13.1.dev42+g1234567)")), Some(false));
         assert_eq!(read(&no_line.replace("(v0.11.0)", "(v1.0.0)")), Some(true));
         assert_eq!(read(&no_line.replace("(v0.11.0)", "(vunknown)")), None, "no version: the default");
-        let flagged = no_line.replace("'model': 'meta-llama/Llama-3.1-8B-Instruct'", "'model': 'meta-llama/Llama-3.1-8B-Instruct', 'async_scheduling': True");
+        let flagged = no_line.replace(
+            "'model': 'meta-llama/Llama-3.1-8B-Instruct'",
+            "'model': 'meta-llama/Llama-3.1-8B-Instruct', 'async_scheduling': True",
+        );
         assert_eq!(read(&flagged), Some(true), "the flag");
     }
 
@@ -600,9 +632,13 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
     #[test]
     fn a_kernel_configs_device_name_gives_the_gpu() {
         let line = |device: &str| {
-            format!("(EngineCore_DP0 pid=9) INFO [fused_moe.py:700] Using configuration from /vllm/configs/E=8,N=7168,device_name={device}.json for MoE layer.\n")
+            format!(
+                "(EngineCore_DP0 pid=9) INFO [fused_moe.py:700] Using configuration from /vllm/configs/E=8,N=7168,device_name={device}.json for MoE layer.\n"
+            )
         };
-        for (device, want) in [("NVIDIA_H100_80GB_HBM3", Some("H100")), ("NVIDIA_A100-SXM4-80GB", Some("A100-80GB")), ("NVIDIA_B300_SXM6", None)] {
+        for (device, want) in
+            [("NVIDIA_H100_80GB_HBM3", Some("H100")), ("NVIDIA_A100-SXM4-80GB", Some("A100-80GB")), ("NVIDIA_B300_SXM6", None)]
+        {
             let s = LoggedServer::read(&format!("{V1_LOG}{}", line(device))).unwrap();
             assert_eq!(s.facts.hardware.as_deref(), want, "{device}");
         }
@@ -618,7 +654,10 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
         assert_eq!(python_dict("{'a': 1, 'b': 2"), None, "a dict cut short");
         assert_eq!(d["a"], PyValue::Str("x, y".into()));
         assert_eq!(d["b"], PyValue::Other("[1, {'c': 2}]".into()));
-        assert_eq!((d["d"].clone(), d["e"].clone(), d["f"].clone(), d["g"].clone()), (PyValue::None, PyValue::Str("it's".into()), PyValue::Int(-3), PyValue::Float(1e-3)));
+        assert_eq!(
+            (d["d"].clone(), d["e"].clone(), d["f"].clone(), d["g"].clone()),
+            (PyValue::None, PyValue::Str("it's".into()), PyValue::Int(-3), PyValue::Float(1e-3))
+        );
         let k = keyword_list(" model='a=b', x=f(1, 2), mode=<Mode.FULL: (2, 1)>, dtype=torch.bfloat16");
         assert_eq!(k["model"], PyValue::Str("a=b".into()));
         assert_eq!(k["dtype"], PyValue::Str("torch.bfloat16".into()));
@@ -628,7 +667,8 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
     /// A log of two server starts is read for its first, and says so.
     #[test]
     fn a_restarted_server_is_read_for_its_first_start() {
-        let second = V1_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 256").replace("tensor_parallel_size=2", "tensor_parallel_size=4");
+        let second =
+            V1_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 256").replace("tensor_parallel_size=2", "tensor_parallel_size=4");
         let s = LoggedServer::read(&format!("{V1_LOG}{second}")).unwrap();
         assert_eq!((s.facts.max_num_seqs, s.facts.tensor_parallel_size, s.engine_starts), (Some(128), Some(2), 2));
         assert!(s.notes().iter().any(|n| n.contains("2 engine starts")), "{:?}", s.notes());
@@ -648,7 +688,10 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
             let s = LoggedServer::read(log).unwrap();
             assert_eq!((s.facts.block_size, s.facts.num_gpu_blocks), (None, None), "{log}");
             let notes = s.notes().join("\n");
-            assert!(notes.contains("block_size ") && notes.contains("vLLM accepts [1, 8, 16") && notes.contains("KV cache size is ignored"), "{notes}");
+            assert!(
+                notes.contains("block_size ") && notes.contains("vLLM accepts [1, 8, 16") && notes.contains("KV cache size is ignored"),
+                "{notes}"
+            );
         }
     }
 
@@ -686,8 +729,11 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
             let notes = s.notes().join("\n");
             assert!(notes.contains(note) && notes.contains("ignored"), "{to}: {notes}");
             let f = &s.facts;
-            let read = [f.tensor_parallel_size.is_some(), f.max_model_len.is_some(), f.max_num_seqs.is_some(), f.gpu_memory_utilization.is_some()];
-            let field = ["tensor_parallel_size", "max_model_len", "max_num_seqs", "gpu_memory_utilization"].iter().position(|k| note.starts_with(k));
+            let read =
+                [f.tensor_parallel_size.is_some(), f.max_model_len.is_some(), f.max_num_seqs.is_some(), f.gpu_memory_utilization.is_some()];
+            let field = ["tensor_parallel_size", "max_model_len", "max_num_seqs", "gpu_memory_utilization"]
+                .iter()
+                .position(|k| note.starts_with(k));
             assert!(field.is_none_or(|i| !read[i]), "{to}: not read");
             assert!(!note.contains("KV cache") || f.num_gpu_blocks.is_none(), "{to}");
         }
@@ -699,7 +745,9 @@ chunked_prefill_enabled=True, compilation_config={'level': 3, 'cudagraph_mode': 
     #[test]
     fn an_unreadable_offloading_size_or_a_cut_argument_line_leaves_cpu_offload_unsaid() {
         for size in ["-4", "nan"] {
-            let log = format!("INFO non-default args: {{'kv_offloading_size': {size}}}\nINFO Initializing a V1 LLM engine (v0.11.0) with config: model='m'\n");
+            let log = format!(
+                "INFO non-default args: {{'kv_offloading_size': {size}}}\nINFO Initializing a V1 LLM engine (v0.11.0) with config: model='m'\n"
+            );
             let s = LoggedServer::read(&log).unwrap();
             assert_eq!(s.facts.cpu_offload, None, "{size}");
             assert!(s.notes().iter().any(|n| n.starts_with("kv_offloading_size ")), "{:?}", s.notes());

@@ -70,16 +70,7 @@ fn metric_rows(out: &mut String, name: &str, m: &MetricComparison) {
     let _ = writeln!(
         out,
         "{:<6}real p50/p90/p99 {:.2}/{:.2}/{:.2} ms, sim {:.2}/{:.2}/{:.2} ms, error {:+.1}/{:+.1}/{:+.1} %",
-        "",
-        m.real_ms.p50,
-        m.real_ms.p90,
-        m.real_ms.p99,
-        m.sim_ms.p50,
-        m.sim_ms.p90,
-        m.sim_ms.p99,
-        e.p50,
-        e.p90,
-        e.p99
+        "", m.real_ms.p50, m.real_ms.p90, m.real_ms.p99, m.sim_ms.p50, m.sim_ms.p90, m.sim_ms.p99, e.p50, e.p90, e.p99
     );
 }
 
@@ -107,9 +98,21 @@ pub fn table(c: &CalibrationReport) -> String {
         );
     }
     let t = &c.throughput;
-    let _ = writeln!(out, "output throughput: real {:.1} tok/s, sim {:.1} tok/s ({:+.1} %)", t.real_output_tokens_per_s, t.sim_output_tokens_per_s, t.error_pct);
-    let _ = writeln!(out, "server config matched: {}", if c.config_match.matched.is_empty() { "none".into() } else { c.config_match.matched.join(", ") });
-    let _ = writeln!(out, "defaulted: {}", if c.config_match.defaulted.is_empty() { "none".into() } else { c.config_match.defaulted.join(", ") });
+    let _ = writeln!(
+        out,
+        "output throughput: real {:.1} tok/s, sim {:.1} tok/s ({:+.1} %)",
+        t.real_output_tokens_per_s, t.sim_output_tokens_per_s, t.error_pct
+    );
+    let _ = writeln!(
+        out,
+        "server config matched: {}",
+        if c.config_match.matched.is_empty() { "none".into() } else { c.config_match.matched.join(", ") }
+    );
+    let _ = writeln!(
+        out,
+        "defaulted: {}",
+        if c.config_match.defaulted.is_empty() { "none".into() } else { c.config_match.defaulted.join(", ") }
+    );
     let _ = writeln!(out, "overall quality: {:?}", c.quality);
     for w in &c.warnings {
         let _ = writeln!(out, "warning: {w}");
@@ -157,22 +160,44 @@ fn check_trace(sim: &SimDocument, sim_path: &Path, csv: &Path) -> anyhow::Result
 
 /// `--refit`: fits the replay's latency model on the trace, writes the set
 /// to `output` (opened at `path`), replays with it and returns the new comparison.
-fn refit(args: &CalibrateArgs, csv: &Path, real: &RealTrace, sim: &SimDocument, path: &Path, output: AtomicFile) -> anyhow::Result<(CalibrationReport, Matched)> {
+fn refit(
+    args: &CalibrateArgs,
+    csv: &Path,
+    real: &RealTrace,
+    sim: &SimDocument,
+    path: &Path,
+    output: AtomicFile,
+) -> anyhow::Result<(CalibrationReport, Matched)> {
     let given = replay_knobs(sim)?;
-    let chosen = choose_coefficients(given.latency_model.as_deref(), given.coefficients.as_deref(), given.alpha_coeffs.as_deref(), given.beta_coeffs.as_deref())
-        .map_err(|e| bad_input!("--sim config: {e}"))?;
+    let chosen = choose_coefficients(
+        given.latency_model.as_deref(),
+        given.coefficients.as_deref(),
+        given.alpha_coeffs.as_deref(),
+        given.beta_coeffs.as_deref(),
+    )
+    .map_err(|e| bad_input!("--sim config: {e}"))?;
     let kind: ModelKind = chosen.set.latency_model.parse().map_err(|e| bad_input!("--sim config latency-model: {e}"))?;
     // The replay's own seed (a default is not among the given knobs), so before and after differ only in coefficients.
     let seed = sim.config.get("seed").and_then(|v| v.get("value")).and_then(Value::as_u64).unwrap_or_default();
     let run = ObservedRun::of(csv, real, &given).map_err(|e| bad_input!("{e}"))?;
-    let opts = FitOptions { kind, start: chosen.set, holdout_model: None, seed, linear_rounds: DEFAULT_ROUNDS, refine_evals: DEFAULT_REFINE_EVALS, prior_overrides: Vec::new() };
+    let opts = FitOptions {
+        kind,
+        start: chosen.set,
+        holdout_model: None,
+        seed,
+        linear_rounds: DEFAULT_ROUNDS,
+        refine_evals: DEFAULT_REFINE_EVALS,
+        prior_overrides: Vec::new(),
+    };
     let outcome = fit(&[&run as &dyn Measured], &opts, &mut |line| eprintln!("refit: {line}")).map_err(|e| bad_input!("--refit: {e}"))?;
     let mut set = outcome.set;
-    set.provenance.command = Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));
+    set.provenance.command =
+        Some(format!("blis calibrate --trace {} --sim {} --refit {}", args.trace.display(), args.sim.display(), path.display()));
     set.provenance.fitted_at = Some(crate::fit::today_utc());
     crate::fit::write_set(&set, Some(output))?;
     let header = run.header();
-    let (report, replay, _) = crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched.clone(), header.ignored.clone(), true)?;
+    let (report, replay, _) =
+        crate::replay::replay_detail(&run.scenario(&set, seed), csv, header.matched.clone(), header.ignored.clone(), true)?;
     let refitted = crate::replay::sim_document(&report, &replay)?;
     let matched = match_requests(real, &refitted);
     Ok((compare(&csv.display().to_string(), real, &refitted, &matched, args.seed, args.resamples), matched))

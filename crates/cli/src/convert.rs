@@ -26,13 +26,17 @@ pub enum ConvertCommand {
     /// Turn vLLM's OpenTelemetry request traces (OTLP/JSON lines: journey tracing's llm_request/llm_core spans, or
     /// standard tracing's llm_request spans with gen_ai.latency.*) into a trace v2 (PREFIX.csv and
     /// PREFIX.header.yaml) that `blis replay`, `blis calibrate --trace` and `blis fit --trace` read.
-    #[command(after_help = "Examples:\n  blis convert otel --path traces.jsonl --output traces/server1 --model meta-llama/Llama-3.1-8B-Instruct --hardware H100\n  \
-    blis fit --trace traces/server1 -o server1.yaml")]
+    #[command(
+        after_help = "Examples:\n  blis convert otel --path traces.jsonl --output traces/server1 --model meta-llama/Llama-3.1-8B-Instruct --hardware H100\n  \
+    blis fit --trace traces/server1 -o server1.yaml"
+    )]
     Otel(OtelArgs),
     /// Read a vLLM server's startup log as the `server-facts.yaml` of an experiment directory (what
     /// inference-perf does not record: KV blocks, parallelism, scheduler limits, caching, quantization).
-    #[command(after_help = "Examples:\n  blis convert vllm-log --path vllm.log --hardware H100-SXM-80GB --output my-run/server-facts.yaml\n  \
-    blis validate my-run")]
+    #[command(
+        after_help = "Examples:\n  blis convert vllm-log --path vllm.log --hardware H100-SXM-80GB --output my-run/server-facts.yaml\n  \
+    blis validate my-run"
+    )]
     VllmLog(VllmLogArgs),
 }
 
@@ -111,9 +115,11 @@ pub fn execute(cmd: ConvertCommand) -> anyhow::Result<()> {
 fn vllm_log(a: VllmLogArgs) -> anyhow::Result<()> {
     let text = blis_data::textfile::read(&a.path).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
     let server = LoggedServer::read(&text).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
-    let unknown_gpu = a.hardware.as_deref().filter(|g| blis_data::catalog::find_gpu(g).is_none()).map(|g| {
-        format!("--hardware {g}: {}; `blis validate` will need --hardware-config for it", blis_data::catalog::unknown_gpu(g))
-    });
+    let unknown_gpu = a
+        .hardware
+        .as_deref()
+        .filter(|g| blis_data::catalog::find_gpu(g).is_none())
+        .map(|g| format!("--hardware {g}: {}; `blis validate` will need --hardware-config for it", blis_data::catalog::unknown_gpu(g)));
     warn(&server.notes().into_iter().chain(unknown_gpu).collect::<Vec<_>>());
     let yaml = server.server_facts_yaml(&a.path.display().to_string(), a.hardware.as_deref());
     match &a.output {

@@ -30,7 +30,15 @@ pub struct TraceWriter {
 impl TraceWriter {
     /// Opens the trace file (moved into place only by [`TraceWriter::finish`]).
     pub fn create(path: &Path, labels: Labels) -> Result<TraceWriter, BadInput> {
-        Ok(TraceWriter { file: AtomicFile::create("trace-output", path)?, labels, admissions: 0, routings: 0, prefill_routings: 0, scalings: 0, error: None })
+        Ok(TraceWriter {
+            file: AtomicFile::create("trace-output", path)?,
+            labels,
+            admissions: 0,
+            routings: 0,
+            prefill_routings: 0,
+            scalings: 0,
+            error: None,
+        })
     }
 
     /// One routing line of `kind` (`routing` or `prefill_routing`).
@@ -86,9 +94,14 @@ impl TraceWriter {
             scale_decisions: Option<u64>,
             counterfactual: Option<&'a CounterfactualReport>,
         }
-        let summary = Summary { kind: "summary", admission_decisions: self.admissions, routing_decisions: self.routings,
+        let summary = Summary {
+            kind: "summary",
+            admission_decisions: self.admissions,
+            routing_decisions: self.routings,
             prefill_routing_decisions: (self.prefill_routings > 0).then_some(self.prefill_routings),
-            scale_decisions: (self.scalings > 0).then_some(self.scalings), counterfactual };
+            scale_decisions: (self.scalings > 0).then_some(self.scalings),
+            counterfactual,
+        };
         self.line(&summary);
         if let Some(e) = self.error {
             return Err(e).context("writing --trace-output");
@@ -192,4 +205,3 @@ impl DecisionSink for TraceWriter {
         }
     }
 }
-

@@ -72,7 +72,11 @@ pub fn plain_types(message: &str) -> String {
             "struct" => {
                 let name_len = tail.trim_start().find(|c: char| !(c.is_alphanumeric() || c == '_')).unwrap_or(tail.trim_start().len());
                 rest = &tail.trim_start()[name_len..];
-                out.push_str(if key == "expected " { "expected a mapping of fields" } else { "null is not allowed here, expected a mapping of fields" });
+                out.push_str(if key == "expected " {
+                    "expected a mapping of fields"
+                } else {
+                    "null is not allowed here, expected a mapping of fields"
+                });
                 continue;
             }
             _ => TYPES.iter().find(|(t, _)| *t == word).map(|(t, plain)| (t.len(), *plain)),
@@ -181,10 +185,19 @@ mod tests {
     #[test]
     fn rust_type_names_become_plain_words() {
         for (said, plain) in [
-            ("field `gpus[0]`: invalid type: string \"H100\", expected struct Offer", "field `gpus[0]`: invalid type: string \"H100\", expected a mapping of fields"),
+            (
+                "field `gpus[0]`: invalid type: string \"H100\", expected struct Offer",
+                "field `gpus[0]`: invalid type: string \"H100\", expected a mapping of fields",
+            ),
             ("invalid type: null, expected struct PlanFile", "invalid type: null, expected a mapping of fields"),
-            ("clients[0].id: cannot deserialize null into string; use Option<String> at line 2 column 7", "clients[0].id: null is not allowed here, expected a string at line 2 column 7"),
-            ("routing.params.scorers.queue-depth: invalid type: null, expected f64", "routing.params.scorers.queue-depth: invalid type: null, expected a number"),
+            (
+                "clients[0].id: cannot deserialize null into string; use Option<String> at line 2 column 7",
+                "clients[0].id: null is not allowed here, expected a string at line 2 column 7",
+            ),
+            (
+                "routing.params.scorers.queue-depth: invalid type: null, expected f64",
+                "routing.params.scorers.queue-depth: invalid type: null, expected a number",
+            ),
             ("category: externally tagged enum expected scalar or mapping", "category: externally tagged enum expected scalar or mapping"),
             ("`-1` is not a valid u64 at line 2", "`-1` is not a valid u64 at line 2"),
             ("expected a string, got 5; expected one of: a, b", "expected a string, got 5; expected one of: a, b"),

@@ -16,7 +16,9 @@ use crate::error::bad_input;
 
 /// Score candidate policy files on a scenario (fitness, metrics, decision-trace excerpts) for a policy search.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  blis evaluate --model meta-llama/llama-3.1-8b-instruct --num-instances 4 --rate 60 --num-requests 3000 \\\n    --candidate a.yaml --candidate b.yaml")]
+#[command(
+    after_help = "Example:\n  blis evaluate --model meta-llama/llama-3.1-8b-instruct --num-instances 4 --rate 60 --num-requests 3000 \\\n    --candidate a.yaml --candidate b.yaml"
+)]
 pub struct EvaluateArgs {
     #[command(flatten)]
     pub knobs: KnobValues,
@@ -50,7 +52,8 @@ pub fn execute(args: EvaluateArgs) -> anyhow::Result<()> {
     // A flag or file the scenario cannot run with is the caller's error, not every candidate's.
     blis_scenario::evaluate::check(&args.knobs, &files)?;
     let output = args.output.as_deref().map(|p| crate::output::AtomicFile::create("output", p)).transpose()?;
-    let mut results: Vec<serde_json::Value> = args.candidate.par_iter().map(|c| blis_scenario::evaluate::evaluate(c, &args.knobs, &files, args.excerpts)).collect();
+    let mut results: Vec<serde_json::Value> =
+        args.candidate.par_iter().map(|c| blis_scenario::evaluate::evaluate(c, &args.knobs, &files, args.excerpts)).collect();
     // A broken candidate's error reads as `blis run` would print it for the same file.
     let readable = |m: &str| crate::error::tidy_numbers(&crate::error::plain_types(m));
     for r in &mut results {

@@ -5,16 +5,18 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
-use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitFrame, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides};
-use blis_calibrate::otel::{OtelTrace, fit_steps};
-use blis_scenario::Scenario;
+use blis_calibrate::fit::{
+    DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitFrame, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides,
+};
 use blis_calibrate::observed::ObservedRun;
+use blis_calibrate::otel::{OtelTrace, fit_steps};
 use blis_calibrate::suite::Suite;
+use blis_data::coefficients::{CoefficientSet, Provenance};
+use blis_engine::latency::ModelKind;
+use blis_net::client::{RunClock, rfc3339_utc};
+use blis_scenario::Scenario;
 use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;
-use blis_net::client::{RunClock, rfc3339_utc};
-use blis_engine::latency::ModelKind;
 
 use crate::error::bad_input;
 use crate::output::AtomicFile;
@@ -139,7 +141,12 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     // Each round or evaluation simulates every experiment once (about a second for the shared runs).
     const MAX_SIMULATIONS: usize = 100_000;
     if args.rounds > MAX_SIMULATIONS || args.refine_evals > MAX_SIMULATIONS {
-        return Err(bad_input!("--rounds {} --refine-evals {}: each must be at most {MAX_SIMULATIONS} (each simulates every experiment once)", args.rounds, args.refine_evals).into());
+        return Err(bad_input!(
+            "--rounds {} --refine-evals {}: each must be at most {MAX_SIMULATIONS} (each simulates every experiment once)",
+            args.rounds,
+            args.refine_evals
+        )
+        .into());
     }
     if args.rounds == 0 {
         return Err(bad_input!("--rounds 0: must be at least 1 (each round simulates, then fits)").into());
@@ -154,11 +161,14 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     // directories given, so these are checked here.
     let otel_only = [("--model", args.model.is_some()), ("--tp", args.tp.is_some()), ("--otel-instance", args.otel_instance.is_some())];
     if let Some((flag, _)) = otel_only.iter().find(|(_, given)| *given) {
-        return Err(bad_input!("{flag} is for --otel: an experiment directory's or trace's own records name its model, TP and server").into());
+        return Err(
+            bad_input!("{flag} is for --otel: an experiment directory's or trace's own records name its model, TP and server").into()
+        );
     }
     let start = start_set(&args, kind)?;
     let definitions = args.definitions.load()?;
-    let suite = if args.dirs.is_empty() { Suite::default() } else { Suite::load(&args.dirs, &definitions).map_err(|e| bad_input!("{e}"))? };
+    let suite =
+        if args.dirs.is_empty() { Suite::default() } else { Suite::load(&args.dirs, &definitions).map_err(|e| bad_input!("{e}"))? };
     crate::output::warn(&suite.warnings());
     let given = KnobValues {
         model_config: definitions.model.clone(),
@@ -183,13 +193,15 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         prior_overrides: args.prior.clone(),
     };
     let started = Instant::now();
-    let runs: Vec<&dyn Measured> = suite.cases.iter().map(|c| c as &dyn Measured).chain(traces.iter().map(|t| t as &dyn Measured)).collect();
+    let runs: Vec<&dyn Measured> =
+        suite.cases.iter().map(|c| c as &dyn Measured).chain(traces.iter().map(|t| t as &dyn Measured)).collect();
     let outcome = fit(&runs, &opts, &mut |line| eprintln!("[{:7.1} s] {line}", started.elapsed().as_secs_f64())).map_err(|e| match e {
         FitError::Invalid(msg) => anyhow::Error::from(bad_input!("{msg}")),
         FitError::Experiment(e) => anyhow::Error::from(bad_input!("{e}")),
     })?;
     let mut set = outcome.set;
-    let mut command: String = std::iter::once("blis fit".to_string()).chain(args.dirs.iter().map(|d| d.display().to_string())).collect::<Vec<_>>().join(" ");
+    let mut command: String =
+        std::iter::once("blis fit".to_string()).chain(args.dirs.iter().map(|d| d.display().to_string())).collect::<Vec<_>>().join(" ");
     command += &format!(" --latency-model {kind} --seed {} --rounds {} --refine-evals {}", args.seed, args.rounds, args.refine_evals);
     for t in &args.trace {
         command += &format!(" --trace {}", t.display());
@@ -243,8 +255,14 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     if let Some(id) = &args.otel_instance
         && !trace.retain_instance(id)
     {
-        let named: Vec<String> = trace.instances().iter().map(|n| if n.is_empty() { "(none)".to_string() } else { (*n).to_string() }).collect();
-        return Err(bad_input!("--otel-instance {id}: {} has no steps of that service.instance.id; it has {}", path.display(), named.join(", ")).into());
+        let named: Vec<String> =
+            trace.instances().iter().map(|n| if n.is_empty() { "(none)".to_string() } else { (*n).to_string() }).collect();
+        return Err(bad_input!(
+            "--otel-instance {id}: {} has no steps of that service.instance.id; it has {}",
+            path.display(),
+            named.join(", ")
+        )
+        .into());
     }
     let servers = trace.instances().len();
     let roles: std::collections::BTreeSet<&String> = trace.kv_roles.values().collect();
@@ -256,7 +274,11 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
             trace.kv_roles.iter().map(|(i, r)| format!("{i}: {r}")).collect::<Vec<_>>().join(", ")
         );
     }
-    let model = args.model.clone().or_else(|| trace.model.clone()).ok_or_else(|| bad_input!("--otel {}: the trace names no model (gen_ai.request.model); pass --model", path.display()))?;
+    let model = args
+        .model
+        .clone()
+        .or_else(|| trace.model.clone())
+        .ok_or_else(|| bad_input!("--otel {}: the trace names no model (gen_ai.request.model); pass --model", path.display()))?;
     let given = KnobValues {
         model: Some(model),
         hardware: args.definitions.hardware.clone(),
@@ -286,7 +308,8 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     if let Some(note) = frame.note() {
         eprintln!("[{:7.1} s] {note}", started.elapsed().as_secs_f64());
     }
-    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, &server.instance).map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
+    let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, &server.instance)
+        .map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
     eprintln!(
         "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out{}), α on {} journeys; step-time MAPE {:.2} %",
         started.elapsed().as_secs_f64(),
@@ -355,7 +378,9 @@ mod tests {
         for ok in ["2026-11-21", "2024-02-29", "2000-02-29", "1999-12-31"] {
             assert!(is_calendar_date(ok), "{ok}");
         }
-        for bad in ["yesterday", "2026-13-45", "2026-02-29", "1900-02-29", "2026-04-31", "2026-1-01", "2026-11-21\n", "+026-11-21", "2026-00-10"] {
+        for bad in
+            ["yesterday", "2026-13-45", "2026-02-29", "1900-02-29", "2026-04-31", "2026-1-01", "2026-11-21\n", "+026-11-21", "2026-00-10"]
+        {
             assert!(!is_calendar_date(bad), "{bad:?}");
         }
     }

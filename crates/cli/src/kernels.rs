@@ -5,8 +5,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 
 use blis_calibrate::kernels::{
-    AllReduceCheck, AllReduceFit, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck, LayerSample, LayerTerms, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
-    ComputeProfiles, PCIE_CARD_SUFFIX, efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu, read_all_reduce, read_compute_profiles, summarize,
+    AllReduceCheck, AllReduceFit, ComputeProfiles, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck,
+    LayerSample, LayerTerms, PCIE_CARD_SUFFIX, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
+    efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu,
+    read_all_reduce, read_compute_profiles, summarize,
 };
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::hardware::{KernelEfficiency, Link};
@@ -74,15 +76,17 @@ fn sets(names: &[String]) -> anyhow::Result<Vec<(String, LayerTerms)>> {
         .map(|n| {
             let set = match CoefficientSet::bundled(n) {
                 Some(set) => set,
-                None => CoefficientSet::load(std::path::Path::new(n)).map_err(|e| bad_input!("--coefficients {e} (or a bundled name: trained-physics-h100, trained-physics-published)"))?,
+                None => CoefficientSet::load(std::path::Path::new(n))
+                    .map_err(|e| bad_input!("--coefficients {e} (or a bundled name: trained-physics-h100, trained-physics-published)"))?,
             };
             if set.latency_model != "trained-physics" {
                 return Err(bad_input!("--coefficients {n}: a {} set; the layer check reads trained-physics β", set.latency_model).into());
             }
             // The coefficient that is wrong, as a simulation would name it.
             check_as_simulated(&set).map_err(|e| bad_input!("--coefficients {n}: {e}"))?;
-            let terms = LayerTerms::of_trained_physics(&set.beta)
-                .ok_or_else(|| bad_input!("--coefficients {n}: its β gives no layer terms (prefill and decode compute, weights, per layer)"))?;
+            let terms = LayerTerms::of_trained_physics(&set.beta).ok_or_else(|| {
+                bad_input!("--coefficients {n}: its β gives no layer terms (prefill and decode compute, weights, per layer)")
+            })?;
             Ok((n.clone(), terms))
         })
         .collect()
@@ -116,7 +120,11 @@ fn abs_pct(x: f64) -> String {
 /// Runs `blis kernels`.
 pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     if !args.dir.is_dir() {
-        return Err(bad_input!("{}: not a directory (expected a kernel-profile directory holding compute/ and network/)", args.dir.display()).into());
+        return Err(bad_input!(
+            "{}: not a directory (expected a kernel-profile directory holding compute/ and network/)",
+            args.dir.display()
+        )
+        .into());
     }
     let json = args.json.as_deref().map(|p| AtomicFile::create("json", p)).transpose()?;
     let sets = sets(&args.coefficients)?;
@@ -126,7 +134,9 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     let gemm = fit_gemm(&all, &peaks);
     let gemm_in_sample: BTreeMap<String, ErrorSummary> = peaks
         .iter()
-        .map(|(gpu, &p)| (gpu.clone(), summarize(samples.iter().filter(|s| &s.gpu == gpu).map(|s| gemm.time_us(s, p) / s.time_us - 1.0).collect())))
+        .map(|(gpu, &p)| {
+            (gpu.clone(), summarize(samples.iter().filter(|s| &s.gpu == gpu).map(|s| gemm.time_us(s, p) / s.time_us - 1.0).collect()))
+        })
         .collect();
     let held_out = leave_one_gpu_out(&samples, &peaks);
     let link_bytes_per_s = |gpu: &str, link: Link| profile_gpu(gpu)?.bandwidth_of(link);
@@ -136,9 +146,20 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     outln!("GEMM (QKV, O, MLP up, MLP down) on {} measurements, {} GPUs:", samples.len(), peaks.len())?;
     outln!(
         "  fitted on all: compute efficiency {:.3} of the BF16 peak, memory efficiency {:.3} of the bandwidth, {:.1} µs per kernel, {}-token tiles",
-        gemm.compute_efficiency, gemm.memory_efficiency, gemm.launch_us, gemm.tile_tokens
+        gemm.compute_efficiency,
+        gemm.memory_efficiency,
+        gemm.launch_us,
+        gemm.tile_tokens
     )?;
-    outln!("  {:<8} {:>8} {:>12} {:>12} {:>14}   {:<40}", "GPU", "samples", "in-sample", "held out", "held-out p90", "fit without it (η, μ, t0, tile), bias")?;
+    outln!(
+        "  {:<8} {:>8} {:>12} {:>12} {:>14}   {:<40}",
+        "GPU",
+        "samples",
+        "in-sample",
+        "held out",
+        "held-out p90",
+        "fit without it (η, μ, t0, tile), bias"
+    )?;
     for h in &held_out {
         let m = &h.model;
         outln!(
@@ -166,11 +187,27 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
         outln!("  {:<10} {:<7} {:>16.3} {:>9.1} µs {:>9.2} µs", f.gpu, f.link.name(), e.bus_efficiency, e.latency_us, e.hop_latency_us)?;
     }
     outln!("  (GPU{PCIE_CARD_SUFFIX}: the PCIe cards of a box bridged in pairs; their NVLink is the bridge)")?;
-    outln!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", "GPU", "link", "workers", "interpolated (p90)", "model (p90)", "other GPU's efficiency (p90), bias")?;
+    outln!(
+        "  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}",
+        "GPU",
+        "link",
+        "workers",
+        "interpolated (p90)",
+        "model (p90)",
+        "other GPU's efficiency (p90), bias"
+    )?;
     let show = |e: &ErrorSummary| format!("{} ({})", abs_pct(e.median_abs), abs_pct(e.p90_abs));
     for c in &all_reduce {
         let other = c.from_other_gpu.as_ref().map_or("—".to_string(), |(g, e)| format!("{g}: {}, {}", show(e), pct(e.median_signed)));
-        outln!("  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}", c.gpu, c.link.name(), c.workers, show(&c.interpolation), show(&c.model), other)?;
+        outln!(
+            "  {:<10} {:<7} {:>7} {:>20} {:>16} {:>38}",
+            c.gpu,
+            c.link.name(),
+            c.workers,
+            show(&c.interpolation),
+            show(&c.model),
+            other
+        )?;
     }
     let mut layer_checks = BTreeMap::new();
     let mut efficiencies = gpu_efficiencies(&layers, &peaks, &gemm);
@@ -189,38 +226,82 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
     let mut carried = BTreeMap::new();
     let all_layers: Vec<&LayerSample> = layers.iter().collect();
     let fitted = LayerTerms::fit(&all_layers, &peaks);
-    let layers_held_out = if peaks.contains_key(REFERENCE_GPU) { layers_leave_one_gpu_out(&layers, &peaks, REFERENCE_GPU) } else { Vec::new() };
+    let layers_held_out =
+        if peaks.contains_key(REFERENCE_GPU) { layers_leave_one_gpu_out(&layers, &peaks, REFERENCE_GPU) } else { Vec::new() };
     if peaks.contains_key(REFERENCE_GPU) {
         outln!(
             "Trained-physics layer terms fitted on the profiles (all GPUs): β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs",
-            fitted.prefill_compute, fitted.decode_compute, fitted.weights, fitted.per_layer_us
+            fitted.prefill_compute,
+            fitted.decode_compute,
+            fitted.weights,
+            fitted.per_layer_us
         )?;
         for h in &layers_held_out {
             let t = &h.terms;
-            let errors: Vec<String> = h.checks.iter().map(|c| format!("{} {} ({})", c.regime, abs_pct(c.absolute.median_abs), pct(c.absolute.median_signed))).collect();
+            let errors: Vec<String> = h
+                .checks
+                .iter()
+                .map(|c| format!("{} {} ({})", c.regime, abs_pct(c.absolute.median_abs), pct(c.absolute.median_signed)))
+                .collect();
             outln!(
                 "  without {:<5} β1a {:.3}, β2a {:.3}, β3 {:.3}, β5 {:.1} µs; on it: {}",
-                h.gpu, t.prefill_compute, t.decode_compute, t.weights, t.per_layer_us, errors.join(", ")
+                h.gpu,
+                t.prefill_compute,
+                t.decode_compute,
+                t.weights,
+                t.per_layer_us,
+                errors.join(", ")
             )?;
         }
-        outln!("A layer outside attention and communication (4 projections + norms, rotary, activation, add; {} measurements):", layers.len())?;
-        outln!("  {:<28} {:<6} {:<8} {:>16} {:>30}", "coefficients", "GPU", "regime", "bias (|error|)", "scaling from h100 (|error|, p90)")?;
+        outln!(
+            "A layer outside attention and communication (4 projections + norms, rotary, activation, add; {} measurements):",
+            layers.len()
+        )?;
+        outln!(
+            "  {:<28} {:<6} {:<8} {:>16} {:>30}",
+            "coefficients",
+            "GPU",
+            "regime",
+            "bias (|error|)",
+            "scaling from h100 (|error|, p90)"
+        )?;
         for (name, terms) in std::iter::once(("kernel-fit".to_string(), fitted)).chain(sets) {
             let checks = check_layers(&layers, &peaks, &terms, REFERENCE_GPU);
             for c in &checks {
-                let scaling = c.scaling.as_ref().map_or("—".to_string(), |e| format!("{} ({}, {})", pct(e.median_signed), abs_pct(e.median_abs), abs_pct(e.p90_abs)));
-                outln!("  {:<28} {:<6} {:<8} {:>16} {:>30}", name, c.gpu, c.regime, format!("{} ({})", pct(c.absolute.median_signed), abs_pct(c.absolute.median_abs)), scaling)?;
+                let scaling = c
+                    .scaling
+                    .as_ref()
+                    .map_or("—".to_string(), |e| format!("{} ({}, {})", pct(e.median_signed), abs_pct(e.median_abs), abs_pct(e.p90_abs)));
+                outln!(
+                    "  {:<28} {:<6} {:<8} {:>16} {:>30}",
+                    name,
+                    c.gpu,
+                    c.regime,
+                    format!("{} ({})", pct(c.absolute.median_signed), abs_pct(c.absolute.median_abs)),
+                    scaling
+                )?;
             }
             layer_checks.insert(name, (terms, checks));
         }
-        outln!("  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)")?;
+        outln!(
+            "  (decode: ≤ {DECODE_MAX_TOKENS} tokens, timed with β2a; prefill: ≥ {PREFILL_MIN_TOKENS} tokens, with β1a; + β3 weight reads + β5 per layer)"
+        )?;
         outln!("Each GPU's kernels alone ({}-token tiles), what carries a set fitted on one GPU to another:", gemm.tile_tokens)?;
         outln!("  {:<8} {:>18} {:>18} {:>22}", "GPU", "GEMM compute η", "GEMM memory μ", "layer overhead (µs)")?;
         for (gpu, e) in &efficiencies {
             outln!("  {:<8} {:>18.3} {:>18.3} {:>22.1}", gpu, e.gemm_compute, e.gemm_memory, e.layer_overhead_us)?;
         }
-        outln!("Sets carried from h100 by those efficiencies (peaks × η, μ ratios; β5 × overhead ratio), and by the other GPUs' mean (as a GPU nobody profiled):")?;
-        outln!("  {:<28} {:<6} {:<8} {:>30} {:>30}", "coefficients", "GPU", "regime", "scaling, measured (|error|)", "scaling, unprofiled (|error|)")?;
+        outln!(
+            "Sets carried from h100 by those efficiencies (peaks × η, μ ratios; β5 × overhead ratio), and by the other GPUs' mean (as a GPU nobody profiled):"
+        )?;
+        outln!(
+            "  {:<28} {:<6} {:<8} {:>30} {:>30}",
+            "coefficients",
+            "GPU",
+            "regime",
+            "scaling, measured (|error|)",
+            "scaling, unprofiled (|error|)"
+        )?;
         for (name, (terms, _)) in &layer_checks {
             if name == "kernel-fit" {
                 continue;
@@ -229,18 +310,34 @@ pub fn execute(args: KernelsArgs) -> anyhow::Result<()> {
             let mut unprofiled = Vec::new();
             for gpu in efficiencies.keys().filter(|g| *g != REFERENCE_GPU) {
                 let without = efficiencies_without(&efficiencies, gpu);
-                unprofiled.extend(check_layers_carried(&layers, &peaks, terms, &without, REFERENCE_GPU).into_iter().filter(|c| &c.gpu == gpu));
+                unprofiled
+                    .extend(check_layers_carried(&layers, &peaks, terms, &without, REFERENCE_GPU).into_iter().filter(|c| &c.gpu == gpu));
             }
             for c in measured.iter().filter(|c| c.scaling.is_some()) {
                 let blind = unprofiled.iter().find(|u| u.gpu == c.gpu && u.regime == c.regime).and_then(|u| u.scaling.as_ref());
-                let show = |e: Option<&ErrorSummary>| e.map_or("—".to_string(), |e| format!("{} ({})", pct(e.median_signed), abs_pct(e.median_abs)));
+                let show = |e: Option<&ErrorSummary>| {
+                    e.map_or("—".to_string(), |e| format!("{} ({})", pct(e.median_signed), abs_pct(e.median_abs)))
+                };
                 outln!("  {:<28} {:<6} {:<8} {:>30} {:>30}", name, c.gpu, c.regime, show(c.scaling.as_ref()), show(blind))?;
             }
             carried.insert(name.clone(), (measured, unprofiled));
         }
     }
     if let Some(mut file) = json {
-        write_json(&KernelsReport { gemm, gemm_in_sample, gemm_leave_one_gpu_out: held_out, all_reduce_fits, all_reduce, layer_checks, layers_leave_one_gpu_out: layers_held_out, efficiencies, carried }, Some(&mut file))?;
+        write_json(
+            &KernelsReport {
+                gemm,
+                gemm_in_sample,
+                gemm_leave_one_gpu_out: held_out,
+                all_reduce_fits,
+                all_reduce,
+                layer_checks,
+                layers_leave_one_gpu_out: layers_held_out,
+                efficiencies,
+                carried,
+            },
+            Some(&mut file),
+        )?;
         file.commit()?;
     }
     Ok(())

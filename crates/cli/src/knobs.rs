@@ -46,10 +46,17 @@ pub fn unused_by(command: &str) -> Vec<&'static str> {
     let except = |list: &[&'static str], keep: &[&str]| list.iter().copied().filter(|k| !keep.contains(k)).collect::<Vec<_>>();
     match command {
         // A server takes requests from clients; only the answer length of clients without ignore_eos is a workload knob.
-        "serve" => [except(&WORKLOAD_KNOBS, &["output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max"]), CLUSTER_KNOBS.to_vec()].concat(),
+        "serve" => [
+            except(&WORKLOAD_KNOBS, &["output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max"]),
+            CLUSTER_KNOBS.to_vec(),
+        ]
+        .concat(),
         // A load generator drives someone else's server: no server, latency or cluster knobs.
         // Tenants and SLO classes come from the spec's clients, which the trace records.
-        "observe" => [SERVER_KNOBS.to_vec(), CLUSTER_KNOBS.to_vec(), vec!["horizon", "client-timeout", "trace", "slo-class-mix", "tenant-mix"]].concat(),
+        "observe" => {
+            [SERVER_KNOBS.to_vec(), CLUSTER_KNOBS.to_vec(), vec!["horizon", "client-timeout", "trace", "slo-class-mix", "tenant-mix"]]
+                .concat()
+        }
         // Replay takes its requests from the trace.
         "replay" => except(&WORKLOAD_KNOBS, &["trace", "num-requests", "horizon"]),
         _ => Vec::new(),
@@ -117,6 +124,9 @@ mod tests {
             ["blis", "run", "--enable-prefix-caching=false", "--async-scheduling=false", "--rate", "3"]
         );
         // Unknown negations stay as they are (clap rejects them), and so does anything after `--`.
-        assert_eq!(rewrite(&["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]), ["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]);
+        assert_eq!(
+            rewrite(&["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]),
+            ["blis", "--no-seed", "--", "--no-enable-chunked-prefill"]
+        );
     }
 }

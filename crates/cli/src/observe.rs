@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use blis_net::client::{Target, check_api_key, check_http_url};
 use blis_engine::time::MAX_SPAN_S;
+use blis_net::client::{Target, check_api_key, check_http_url};
 use blis_net::observe::{ObserveConfig, ObserveError, TraceFiles, observe};
 use blis_net::serve::openai::Api;
 use blis_scenario::Scenario;
@@ -147,7 +147,8 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
         Some(p) => {
             KnobValues::load(p)?;
             let text = blis_data::textfile::read(p).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?;
-            blis_data::yaml::from_str::<serde_json::Map<String, serde_json::Value>>(&text).map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
+            blis_data::yaml::from_str::<serde_json::Map<String, serde_json::Value>>(&text)
+                .map_err(|e| bad_input!("--server-config {}: {e}", p.display()))?
         }
         None => serde_json::Map::new(),
     };

@@ -235,7 +235,8 @@ impl RequestCsv {
         if self.columns.pd {
             match (r.pd, r.enqueued, r.first_scheduled, r.first_token) {
                 (Some(p), Some(enqueued), Some(scheduled), Some(first)) => {
-                    let span = |a: blis_engine::time::Micros, b: blis_engine::time::Micros| format!("{:.3}", b.saturating_sub(a).as_ms_f64());
+                    let span =
+                        |a: blis_engine::time::Micros, b: blis_engine::time::Micros| format!("{:.3}", b.saturating_sub(a).as_ms_f64());
                     let decode_queue = (scheduled.saturating_sub(enqueued)).saturating_sub(r.kv_load_wait);
                     write!(
                         w,
@@ -371,7 +372,9 @@ pub fn write_checked_spec(output: &Path, comment: &str, yaml: &str) -> anyhow::R
     if !dir.is_dir() {
         return Err(bad_input!("--output {}: the directory {} does not exist", output.display(), dir.display()).into());
     }
-    parse(&text, &output.display().to_string(), &dir).and_then(|l| l.plan()).map_err(|e| bad_input!("the written spec would not load: {e}"))?;
+    parse(&text, &output.display().to_string(), &dir)
+        .and_then(|l| l.plan())
+        .map_err(|e| bad_input!("the written spec would not load: {e}"))?;
     let mut file = AtomicFile::create("output", output)?;
     file.writer().write_all(text.as_bytes()).context("writing --output")?;
     file.commit()

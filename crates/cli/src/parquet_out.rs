@@ -18,7 +18,6 @@ use parquet::file::properties::WriterProperties;
 use parquet::file::writer::SerializedFileWriter;
 use parquet::schema::types::Type;
 
-
 /// A column's values: numbers (None = null) or text (None = null).
 enum Column {
     Int(Vec<i64>),
@@ -38,7 +37,8 @@ pub fn write(csv: &Path, out: &mut (impl Write + Send), knob_columns: usize) -> 
     let mut columns = Vec::with_capacity(header.len());
     for (c, name) in header.iter().enumerate() {
         let texts = text_column(c);
-        let numbers: Option<Vec<Option<f64>>> = texts.iter().map(|t| t.as_ref().map_or(Some(None), |t| t.parse::<f64>().ok().map(Some))).collect();
+        let numbers: Option<Vec<Option<f64>>> =
+            texts.iter().map(|t| t.as_ref().map_or(Some(None), |t| t.parse::<f64>().ok().map(Some))).collect();
         let is_knob = (1..=knob_columns).contains(&c);
         columns.push(match (c, numbers) {
             (0, _) => Column::Int(rows.iter().map(point).collect()),

@@ -42,8 +42,10 @@ use crate::sweep::read_inputs;
 
 /// Find the cheapest deployment (GPU, TP, replicas, knobs) that meets an SLO for a workload.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  blis plan --model meta-llama/llama-3.1-8b-instruct --rate 40 --num-requests 2000 --plan examples/plan/plan.yaml\n\n\
-    plan.yaml:\n    slo: {ttft_p99_ms: 1000, itl_p99_ms: 60}\n    gpus:\n      - {hardware: H100, gpu_hour_cost: 4.0}\n      - {hardware: A100-80GB, gpu_hour_cost: 2.2}\n    tp: [1, 2]\n    replicas: [1, 2, 3, 4]\n    knobs: {max-num-seqs: [128, 256]}")]
+#[command(
+    after_help = "Example:\n  blis plan --model meta-llama/llama-3.1-8b-instruct --rate 40 --num-requests 2000 --plan examples/plan/plan.yaml\n\n\
+    plan.yaml:\n    slo: {ttft_p99_ms: 1000, itl_p99_ms: 60}\n    gpus:\n      - {hardware: H100, gpu_hour_cost: 4.0}\n      - {hardware: A100-80GB, gpu_hour_cost: 2.2}\n    tp: [1, 2]\n    replicas: [1, 2, 3, 4]\n    knobs: {max-num-seqs: [128, 256]}"
+)]
 pub struct PlanArgs {
     #[command(flatten)]
     pub knobs: KnobValues,
@@ -131,7 +133,13 @@ impl Limit {
         let s = &r.summary;
         match self {
             Limit::AttainmentMin => r.cluster.goodput.slo_attainment,
-            Limit::CompletedMin => if s.requests.injected == 0 { 0.0 } else { s.requests.completed as f64 / s.requests.injected as f64 },
+            Limit::CompletedMin => {
+                if s.requests.injected == 0 {
+                    0.0
+                } else {
+                    s.requests.completed as f64 / s.requests.injected as f64
+                }
+            }
             Limit::Latency { metric, stat } => {
                 let l = &s.latency_ms;
                 let d = match metric {
@@ -172,7 +180,8 @@ struct Plan {
 
 impl Plan {
     fn parse(raw: Value, origin: &str) -> Result<Plan, BadInput> {
-        let file: PlanFile = serde_path_to_error::deserialize(raw).map_err(|e| bad_input!("{origin}: {}", blis_data::locate::located_message(&e)))?;
+        let file: PlanFile =
+            serde_path_to_error::deserialize(raw).map_err(|e| bad_input!("{origin}: {}", blis_data::locate::located_message(&e)))?;
         let mut slo = Vec::new();
         for (key, bound) in &file.slo {
             let bound = &bound.as_f64().ok_or_else(|| bad_input!("{origin}: slo.{key}: expected a number, got {bound}"))?;
@@ -184,7 +193,9 @@ impl Plan {
                 _ => (0.0..=1.0).contains(bound),
             };
             if !ok {
-                return Err(bad_input!("{origin}: slo.{key} {bound}: must be a positive number of ms (a fraction in [0, 1] for attainment_min, completed_min)"));
+                return Err(bad_input!(
+                    "{origin}: slo.{key} {bound}: must be a positive number of ms (a fraction in [0, 1] for attainment_min, completed_min)"
+                ));
             }
             slo.push((key.clone(), limit, *bound));
         }
@@ -199,7 +210,10 @@ impl Plan {
         }
         for (i, g) in file.gpus.iter().enumerate() {
             if !(g.gpu_hour_cost.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&g.gpu_hour_cost)) {
-                return Err(bad_input!("{origin}: gpus[{i}].gpu_hour_cost {}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars", g.gpu_hour_cost));
+                return Err(bad_input!(
+                    "{origin}: gpus[{i}].gpu_hour_cost {}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars",
+                    g.gpu_hour_cost
+                ));
             }
         }
         if let Some(bad) = file.tp.iter().chain(&file.replicas).find(|&&n| n == 0) {
@@ -210,7 +224,10 @@ impl Plan {
                 return Err(bad_input!("{origin}: gpus[{i}].hardware {}: {}", g.hardware, blis_data::catalog::unknown_gpu(&g.hardware)));
             }
             if let Some(first) = file.gpus[..i].iter().position(|f| blis_data::catalog::same_gpu(&f.hardware, &g.hardware)) {
-                return Err(bad_input!("{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay", g.hardware));
+                return Err(bad_input!(
+                    "{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay",
+                    g.hardware
+                ));
             }
         }
         for (key, list) in [("tp", &file.tp), ("replicas", &file.replicas)] {
@@ -222,19 +239,28 @@ impl Plan {
             None => None,
             Some(axes) => {
                 let grid = Grid::parse(json!({ "axes": axes }), &format!("{origin}: knobs"))?;
-                let set_by_the_plan = |c: &&str| ["hardware", "tp", "num-instances", "tensor-parallel-size"].contains(&c.replace('_', "-").as_str());
+                let set_by_the_plan =
+                    |c: &&str| ["hardware", "tp", "num-instances", "tensor-parallel-size"].contains(&c.replace('_', "-").as_str());
                 if let Some(taken) = grid.columns().find(set_by_the_plan) {
                     return Err(bad_input!("{origin}: knobs.{taken}: set by gpus, tp and replicas"));
                 }
                 Some(grid)
             }
         };
-        let sizes = [file.gpus.len() as u128, file.tp.len() as u128, file.replicas.len() as u128, knobs.as_ref().map_or(1, |g| u128::from(g.points))];
+        let sizes = [
+            file.gpus.len() as u128,
+            file.tp.len() as u128,
+            file.replicas.len() as u128,
+            knobs.as_ref().map_or(1, |g| u128::from(g.points)),
+        ];
         let candidates: u128 = sizes.iter().product();
         if candidates > MAX_CANDIDATES {
             return Err(bad_input!(
                 "{origin}: {} gpus × {} tp × {} replicas × {} knob points = {candidates} candidates, more than the {MAX_CANDIDATES} a plan may have; narrow the lists (or sweep them with `blis sweep --shard`)",
-                sizes[0], sizes[1], sizes[2], sizes[3]
+                sizes[0],
+                sizes[1],
+                sizes[2],
+                sizes[3]
             ));
         }
         if let Some(grid) = &knobs {
@@ -313,10 +339,18 @@ impl Roofline {
     /// Why `replicas` replicas cannot carry the workload even at peak, if they cannot.
     fn prune(&self, replicas: f64) -> Option<String> {
         if self.flops_needed > replicas * self.peak_flops {
-            return Some(format!("needs {:.1} TFLOP/s, the GPUs peak at {:.1}", self.flops_needed / 1e12, replicas * self.peak_flops / 1e12));
+            return Some(format!(
+                "needs {:.1} TFLOP/s, the GPUs peak at {:.1}",
+                self.flops_needed / 1e12,
+                replicas * self.peak_flops / 1e12
+            ));
         }
         if self.decode_needed > replicas * self.decode_bound {
-            return Some(format!("needs {:.0} output tokens/s, HBM bandwidth allows {:.0}", self.decode_needed, replicas * self.decode_bound));
+            return Some(format!(
+                "needs {:.0} output tokens/s, HBM bandwidth allows {:.0}",
+                self.decode_needed,
+                replicas * self.decode_bound
+            ));
         }
         None
     }
@@ -334,12 +368,18 @@ impl Roofline {
 /// reached), or, when each limit alone is met by some candidate, the
 /// candidate that misses the fewest and what it misses.
 fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], describe: &dyn Fn(&Candidate) -> String) -> String {
-    let simulated: Vec<(usize, &Vec<f64>)> = verdicts.iter().enumerate().filter_map(|(i, v)| if let Verdict::Simulated(values, _) = v { Some((i, values)) } else { None }).collect();
+    let simulated: Vec<(usize, &Vec<f64>)> = verdicts
+        .iter()
+        .enumerate()
+        .filter_map(|(i, v)| if let Verdict::Simulated(values, _) = v { Some((i, values)) } else { None })
+        .collect();
     if simulated.is_empty() {
         let pruned = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
         // One reason, so that a knob no candidate can take reads as that.
         let example = verdicts.iter().zip(candidates).find_map(|(v, c)| match v {
-            Verdict::DoesNotFit(why) | Verdict::Roofline(why) | Verdict::Failed(why) => Some(format!("; the first, {}: {why}", describe(c))),
+            Verdict::DoesNotFit(why) | Verdict::Roofline(why) | Verdict::Failed(why) => {
+                Some(format!("; the first, {}: {why}", describe(c)))
+            }
             Verdict::Simulated(..) => None,
         });
         return format!(
@@ -354,20 +394,39 @@ fn why_infeasible(plan: &Plan, candidates: &[Candidate], verdicts: &[Verdict], d
     for (k, (name, limit, bound)) in plan.slo.iter().enumerate() {
         let better = |a: f64, b: f64| if matches!(limit, Limit::Latency { .. }) { a < b } else { a > b };
         // NaN (a latency no completed request measured) is the worst value.
-        let Some(&(best, values)) = simulated.iter().filter(|(_, v)| !v[k].is_nan()).reduce(|a, b| if better(b.1[k], a.1[k]) { b } else { a }) else {
+        let Some(&(best, values)) =
+            simulated.iter().filter(|(_, v)| !v[k].is_nan()).reduce(|a, b| if better(b.1[k], a.1[k]) { b } else { a })
+        else {
             return format!("no candidate meets {name} {bound}: no simulated candidate completed a request");
         };
         if !limit.holds(values[k], *bound) {
-            return format!("no candidate meets {name} {bound}: the best reaches {:.1} ({}); the limit binds", values[k], describe(&candidates[best]));
+            return format!(
+                "no candidate meets {name} {bound}: the best reaches {:.1} ({}); the limit binds",
+                values[k],
+                describe(&candidates[best])
+            );
         }
     }
     let misses = |values: &Vec<f64>| plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).count();
     let &(closest, values) = simulated.iter().min_by_key(|(i, v)| (misses(v), *i)).expect("not empty");
-    let missed: Vec<String> = plan.slo.iter().zip(values.iter()).filter(|((_, l, b), v)| !l.holds(**v, *b)).map(|((n, _, b), v)| format!("{n} {v:.1} (limit {b})")).collect();
+    let missed: Vec<String> = plan
+        .slo
+        .iter()
+        .zip(values.iter())
+        .filter(|((_, l, b), v)| !l.holds(**v, *b))
+        .map(|((n, _, b), v)| format!("{n} {v:.1} (limit {b})"))
+        .collect();
     if missed.is_empty() {
-        return format!("no candidate meets the SLO: the only ones within every limit, such as {}, complete no request", describe(&candidates[closest]));
+        return format!(
+            "no candidate meets the SLO: the only ones within every limit, such as {}, complete no request",
+            describe(&candidates[closest])
+        );
     }
-    format!("no candidate meets every limit at once (each alone is met by some); the closest, {}, misses {}", describe(&candidates[closest]), missed.join(", "))
+    format!(
+        "no candidate meets every limit at once (each alone is met by some); the closest, {}, misses {}",
+        describe(&candidates[closest]),
+        missed.join(", ")
+    )
 }
 
 /// Runs `blis plan`.
@@ -406,10 +465,12 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let checks: Vec<Result<Option<Roofline>, Verdict>> = candidates
         .iter()
         .map(|c| {
-            let values = KnobValues::from_yaml(Value::Object(point_of(c)), &origin).map_err(|e| Verdict::DoesNotFit(e.0))?.or(flags.clone());
+            let values =
+                KnobValues::from_yaml(Value::Object(point_of(c)), &origin).map_err(|e| Verdict::DoesNotFit(e.0))?.or(flags.clone());
             let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
             let (mut report, mut warnings) = (scenario.knobs.report(), Vec::new());
-            let d = Deployment::resolve(&scenario.knobs, scenario.long_context, &mut report, &mut warnings).map_err(|e| Verdict::DoesNotFit(e.0))?;
+            let d = Deployment::resolve(&scenario.knobs, scenario.long_context, &mut report, &mut warnings)
+                .map_err(|e| Verdict::DoesNotFit(e.0))?;
             let roof = Roofline::of(&d, &scenario.knobs);
             match roof.as_ref().and_then(|r| r.prune(f64::from(c.replicas))) {
                 Some(why) => Err(Verdict::Roofline(why)),
@@ -431,7 +492,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                     Ok(r) => {
                         let values: Vec<f64> = plan.slo.iter().map(|(_, l, _)| l.value(&r)).collect();
                         // A deployment that completes nothing is never the answer, whatever completed_min allows.
-                        let meets = r.summary.requests.completed > 0 && plan.slo.iter().zip(&values).all(|((_, l, bound), &v)| l.holds(v, *bound));
+                        let meets =
+                            r.summary.requests.completed > 0 && plan.slo.iter().zip(&values).all(|((_, l, bound), &v)| l.holds(v, *bound));
                         Verdict::Simulated(values, meets)
                     }
                     Err(e) => Verdict::Failed(e),
@@ -441,7 +503,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     });
 
     let describe = |c: &Candidate| {
-        let knobs: Vec<String> = c.knobs.iter().map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect();
+        let knobs: Vec<String> =
+            c.knobs.iter().map(|(k, v)| format!("{k} {}", v.as_str().map_or_else(|| v.to_string(), str::to_string))).collect();
         let extra = if knobs.is_empty() { String::new() } else { format!(" ({})", knobs.join(", ")) };
         format!("{} × {} TP {}{extra}", c.replicas, plan.gpus[c.offer].hardware, c.tp)
     };
@@ -456,14 +519,24 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         .zip(&verdicts)
         .map(|(c, v)| {
             let mut row = vec![plan.gpus[c.offer].hardware.clone(), c.tp.to_string(), c.replicas.to_string()];
-            row.extend(plan.knobs.iter().flat_map(|g| g.columns()).map(|k| c.knobs[k].as_str().map_or_else(|| c.knobs[k].to_string(), str::to_string)));
+            row.extend(
+                plan.knobs
+                    .iter()
+                    .flat_map(|g| g.columns())
+                    .map(|k| c.knobs[k].as_str().map_or_else(|| c.knobs[k].to_string(), str::to_string)),
+            );
             row.push(c.cost_per_hour.to_string());
             let empty = || vec![String::new(); plan.slo.len()];
             let (status, values, meets, reason) = match v {
                 Verdict::DoesNotFit(why) => ("does-not-fit", empty(), String::new(), why.clone()),
                 Verdict::Roofline(why) => ("roofline", empty(), String::new(), why.clone()),
                 Verdict::Failed(why) => ("failed", empty(), String::new(), why.clone()),
-                Verdict::Simulated(values, meets) => ("simulated", values.iter().map(|v| if v.is_nan() { String::new() } else { v.to_string() }).collect(), meets.to_string(), String::new()),
+                Verdict::Simulated(values, meets) => (
+                    "simulated",
+                    values.iter().map(|v| if v.is_nan() { String::new() } else { v.to_string() }).collect(),
+                    meets.to_string(),
+                    String::new(),
+                ),
             };
             row.push(status.into());
             row.extend(values);
@@ -482,7 +555,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     }
 
     let count = |f: fn(&Verdict) -> bool| verdicts.iter().filter(|v| f(v)).count();
-    let limits: Vec<String> = plan.slo.iter().map(|(k, l, b)| format!("{k} {} {b}", if matches!(l, Limit::Latency { .. }) { "≤" } else { "≥" })).collect();
+    let limits: Vec<String> =
+        plan.slo.iter().map(|(k, l, b)| format!("{k} {} {b}", if matches!(l, Limit::Latency { .. }) { "≤" } else { "≥" })).collect();
     let mut summary = vec![format!(
         "{} candidates: {} do not fit, {} cannot carry the rate (roofline), {} simulated ({} failed), {} meet the SLO ({})",
         candidates.len(),
@@ -501,7 +575,13 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         _ => f64::NAN,
     };
     match simulated.iter().find(|&&i| matches!(verdicts[i], Verdict::Simulated(_, true))) {
-        Some(&i) => summary.push(format!("cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}", describe(&candidates[i]), candidates[i].cost_per_hour, plan.slo[0].0, metric(i))),
+        Some(&i) => summary.push(format!(
+            "cheapest meeting the SLO: {}: ${:.2}/h, {} {:.1}",
+            describe(&candidates[i]),
+            candidates[i].cost_per_hour,
+            plan.slo[0].0,
+            metric(i)
+        )),
         None => return Err(bad_input!("{}", why_infeasible(&plan, &candidates, &verdicts, &describe)).into()),
     }
     let analytical = (0..candidates.len())
@@ -518,20 +598,38 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
                 _ => String::new(),
             }
         )),
-        None if checks.iter().any(|c| matches!(c, Ok(Some(_)))) => summary.push("a throughput-only analytical estimate finds no candidate that carries the rate".to_string()),
+        None if checks.iter().any(|c| matches!(c, Ok(Some(_)))) => {
+            summary.push("a throughput-only analytical estimate finds no candidate that carries the rate".to_string())
+        }
         None => {}
     }
     // The frontier: simulated candidates no other beats on both cost and the
     // first limit (by cost, then the metric, so only the best of equal cost can pass).
     let mut by_cost_then_metric = simulated.clone();
-    by_cost_then_metric.sort_by(|&a, &b| candidates[a].cost_per_hour.total_cmp(&candidates[b].cost_per_hour).then(metric(a).total_cmp(&metric(b))).then(a.cmp(&b)));
+    by_cost_then_metric.sort_by(|&a, &b| {
+        candidates[a].cost_per_hour.total_cmp(&candidates[b].cost_per_hour).then(metric(a).total_cmp(&metric(b))).then(a.cmp(&b))
+    });
     let mut best = f64::INFINITY;
-    let frontier: Vec<usize> = by_cost_then_metric.into_iter().filter(|&i| metric(i) < best && { best = metric(i); true }).collect();
+    let frontier: Vec<usize> = by_cost_then_metric
+        .into_iter()
+        .filter(|&i| {
+            metric(i) < best && {
+                best = metric(i);
+                true
+            }
+        })
+        .collect();
     let frontier_rows: Vec<Vec<String>> = frontier
         .iter()
         .map(|&i| {
             let meets = matches!(verdicts[i], Verdict::Simulated(_, true));
-            vec![format!("#{i}"), format!("{:.2}", candidates[i].cost_per_hour), format!("{:.1}", metric(i)), (if meets { "yes" } else { "no" }).to_string(), describe(&candidates[i])]
+            vec![
+                format!("#{i}"),
+                format!("{:.2}", candidates[i].cost_per_hour),
+                format!("{:.1}", metric(i)),
+                (if meets { "yes" } else { "no" }).to_string(),
+                describe(&candidates[i]),
+            ]
         })
         .collect();
     for line in &summary {
@@ -546,7 +644,8 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
         file.commit()?;
     }
     if let Some(mut file) = report {
-        let points: Vec<(f64, f64, String)> = simulated.iter().map(|&i| (candidates[i].cost_per_hour, metric(i), format!("#{i}"))).collect();
+        let points: Vec<(f64, f64, String)> =
+            simulated.iter().map(|&i| (candidates[i].cost_per_hour, metric(i), format!("#{i}"))).collect();
         let title = format!("blis plan {}", args.plan.display());
         let svg = crate::plot::sweep::frontier_plot(&title, "cost ($/h)", &plan.slo[0].0, "frontier (candidate #)", &points)?;
         let tables = [

@@ -4,12 +4,12 @@
 
 use std::path::{Path, PathBuf};
 
-use blis_engine::instance::{Observer, TokenEvent};
-use blis_engine::metrics::IntCounts;
-use blis_engine::request::RequestRecord;
 use anyhow::Context;
 use blis_calibrate::live::{ReplayDetail, ReplayedRequest, SimDocument};
 use blis_calibrate::observed::HeaderKnobs;
+use blis_engine::instance::{Observer, TokenEvent};
+use blis_engine::metrics::IntCounts;
+use blis_engine::request::RequestRecord;
 use blis_scenario::Scenario;
 use blis_scenario::knobs::{KnobValues, Knobs, Source};
 use blis_scenario::report::RunReport;
@@ -123,7 +123,11 @@ pub fn check(scenario: &Scenario) -> anyhow::Result<()> {
 /// Runs `blis replay`.
 pub fn execute(args: ReplayArgs) -> anyhow::Result<()> {
     crate::knobs::reject_unused(&Knobs::layered(&[(&args.knobs, Source::Flag)]), "replay")?;
-    let trace = args.knobs.trace.clone().ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
+    let trace = args
+        .knobs
+        .trace
+        .clone()
+        .ok_or_else(|| bad_input!("--trace is required: the trace prefix written by `blis observe` (or its .csv)"))?;
     if trace.extension().is_some_and(|e| e == "jsonl") {
         return Err(bad_input!(
             "--trace {}: replay reads a trace v2 (its header records the server and the send times); simulate a Mooncake JSONL with `blis run --trace FILE`",
@@ -153,7 +157,13 @@ pub fn execute(args: ReplayArgs) -> anyhow::Result<()> {
 
 /// Simulates `scenario` (a trace replay) and collects the per-request
 /// results `blis calibrate` compares; also the wall time, seconds.
-pub fn replay_detail(scenario: &Scenario, csv: &Path, matched: Vec<String>, ignored: Vec<String>, quiet: bool) -> anyhow::Result<(RunReport, ReplayDetail, f64)> {
+pub fn replay_detail(
+    scenario: &Scenario,
+    csv: &Path,
+    matched: Vec<String>,
+    ignored: Vec<String>,
+    quiet: bool,
+) -> anyhow::Result<(RunReport, ReplayDetail, f64)> {
     let mut detail = Detail::default();
     let (report, wall_s) = simulate(scenario, Files { quiet, ..Files::default() }, Some(&mut detail))?;
     let mut requests = detail.requests;

@@ -59,7 +59,11 @@ mod tests {
 
     #[test]
     fn the_page_escapes_text_and_holds_the_plot_and_every_row() {
-        let t = Table { caption: "all", header: vec!["a<b".into(), "n".into()], rows: vec![vec!["x & y".into(), "1.5".into()], vec!["z".into(), "".into()]] };
+        let t = Table {
+            caption: "all",
+            header: vec!["a<b".into(), "n".into()],
+            rows: vec![vec!["x & y".into(), "1.5".into()], vec!["z".into(), "".into()]],
+        };
         let html = page("T <1>", &["line \"one\"".into()], "<svg width=\"1\"></svg>", &[t]);
         assert!(html.contains("<title>T &lt;1&gt;</title>") && html.contains("line &quot;one&quot;"));
         assert!(html.contains("<figure><svg width=\"1\"></svg></figure>"));

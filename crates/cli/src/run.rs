@@ -102,7 +102,10 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
     let (report, wall_s) = simulate(scenario, files, None)?;
     if let Some(mut file) = plot {
         let Some(a) = &report.cluster.autoscaling else {
-            return Err(bad_input!("--plot-timeline needs autoscaling (--autoscale-policy NAME, or an autoscale section in --policy-config)").into());
+            return Err(bad_input!(
+                "--plot-timeline needs autoscaling (--autoscale-policy NAME, or an autoscale section in --policy-config)"
+            )
+            .into());
         };
         let title = format!("{} on {}: {} autoscaling", report.deployment.model, report.deployment.hardware, a.policy);
         let svg = crate::plot::autoscale::timeline(&title, &a.timeline)?;

@@ -158,7 +158,14 @@ mod tests {
     /// Fuzzing finding: the banner printed huge block counts and tiny time scales digit by digit.
     #[test]
     fn banner_numbers_are_readable() {
-        for (n, text) in [(0, "0"), (999, "999"), (1_000, "1,000"), (29_000, "29,000"), (1_234_567, "1,234,567"), (u64::MAX, "18,446,744,073,709,551,615")] {
+        for (n, text) in [
+            (0, "0"),
+            (999, "999"),
+            (1_000, "1,000"),
+            (29_000, "29,000"),
+            (1_234_567, "1,234,567"),
+            (u64::MAX, "18,446,744,073,709,551,615"),
+        ] {
             assert_eq!(grouped(n), text);
         }
         for (x, text) in [(1.0, "1"), (0.5, "0.5"), (1e6, "1000000"), (0.001, "0.001"), (1e-300, "1e-300"), (2.5e-7, "2.5e-7")] {

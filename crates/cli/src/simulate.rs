@@ -9,8 +9,8 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use blis_cluster::trace::DecisionSink;
 use blis_calibrate::otel::OtelWriter;
+use blis_cluster::trace::DecisionSink;
 use blis_engine::instance::Observer;
 use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, Scenario};
@@ -83,7 +83,9 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     };
     progress.finish();
     if report.summary.requests.injected == 0 {
-        warn(&[String::from("no request arrived within the workload's span (its horizon or windows): is its rate too low? Every latency is empty")]);
+        warn(&[String::from(
+            "no request arrived within the workload's span (its horizon or windows): is its rate too low? Every latency is empty",
+        )]);
     }
     if let Some(c) = csv {
         c.commit()?;

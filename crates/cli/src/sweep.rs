@@ -33,8 +33,10 @@ use crate::error::{BadInput, bad_input};
 
 /// Sweep a scenario over a grid of knob values on every core; one CSV row per point.
 #[derive(clap::Args, Debug)]
-#[command(after_help = "Example:\n  blis sweep --model meta-llama/llama-3.1-8b-instruct --num-requests 2000 --grid grid.yaml --output sweep.csv\n\n\
-    grid.yaml:\n    axes:\n      rate: [10, 20, 40]\n      max-num-seqs: [64, 256]\n    zip:\n      - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}")]
+#[command(
+    after_help = "Example:\n  blis sweep --model meta-llama/llama-3.1-8b-instruct --num-requests 2000 --grid grid.yaml --output sweep.csv\n\n\
+    grid.yaml:\n    axes:\n      rate: [10, 20, 40]\n      max-num-seqs: [64, 256]\n    zip:\n      - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}"
+)]
 pub struct SweepArgs {
     #[command(flatten)]
     pub knobs: KnobValues,
@@ -128,10 +130,16 @@ fn resume(path: &Path, header: &str, grid: &Grid) -> Result<(std::collections::B
     for record in rows.records() {
         let record = record.map_err(|e| refuse(format!("not a sweep's CSV: {e}")))?;
         let point = record.get(0).and_then(|p| p.parse::<u64>().ok()).filter(|&p| p < grid.points);
-        let point = point.ok_or_else(|| refuse(format!("a row without a point number of this grid: `{}`", record.iter().collect::<Vec<_>>().join(","))))?;
+        let point = point.ok_or_else(|| {
+            refuse(format!("a row without a point number of this grid: `{}`", record.iter().collect::<Vec<_>>().join(",")))
+        })?;
         let expected: Vec<String> = grid.point(point).values().map(blis_scenario::sweep::cell).collect();
-        if let Some((column, (held, wanted))) = grid.columns().zip(record.iter().skip(1).zip(&expected)).find(|(_, (held, wanted))| held != wanted) {
-            return Err(refuse(format!("point {point} has {column} {held}, the grid now gives {wanted} (the grid changed since it was written)")));
+        if let Some((column, (held, wanted))) =
+            grid.columns().zip(record.iter().skip(1).zip(&expected)).find(|(_, (held, wanted))| held != wanted)
+        {
+            return Err(refuse(format!(
+                "point {point} has {column} {held}, the grid now gives {wanted} (the grid changed since it was written)"
+            )));
         }
         done.insert(point);
     }
@@ -161,7 +169,11 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     let (parquet, plot, report) = (create("parquet", &args.parquet)?, create("plot", &args.plot)?, create("report", &args.report)?);
     let (shard, shards) = args.shard.unwrap_or((0, 1));
     let todo: Vec<u64> = (shard..grid.points).step_by(shards as usize).filter(|i| !done.contains(i)).collect();
-    let mut out = OpenOptions::new().create(true).append(true).open(&args.output).map_err(|e| bad_input!("--output {}: {e}", args.output.display()))?;
+    let mut out = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&args.output)
+        .map_err(|e| bad_input!("--output {}: {e}", args.output.display()))?;
     if !has_header {
         writeln!(out, "{header}").context("writing --output")?;
     }
@@ -180,12 +192,8 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     // prefix of the points, so an interruption loses at most one batch.
     let mut failed = 0usize;
     for batch in todo.chunks(jobs * 4) {
-        let rows: Vec<String> = pool.install(|| {
-            batch
-                .par_iter()
-                .map(|&index| row(index, &grid.point(index), &args.knobs, &base))
-                .collect()
-        });
+        let rows: Vec<String> =
+            pool.install(|| batch.par_iter().map(|&index| row(index, &grid.point(index), &args.knobs, &base)).collect());
         for row in rows {
             failed += usize::from(!row.ends_with(','));
             writeln!(out, "{row}").context("writing --output")?;
@@ -213,10 +221,20 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
         if let Some(mut file) = report {
             let mut rows = csv::Reader::from_reader(text.as_bytes());
             let header: Vec<String> = rows.headers().context("reading --output back")?.iter().map(str::to_string).collect();
-            let mut rows: Vec<Vec<String>> = rows.records().map(|r| r.map(|r| r.iter().map(str::to_string).collect())).collect::<Result<_, _>>().context("reading --output back")?;
+            let mut rows: Vec<Vec<String>> = rows
+                .records()
+                .map(|r| r.map(|r| r.iter().map(str::to_string).collect()))
+                .collect::<Result<_, _>>()
+                .context("reading --output back")?;
             rows.sort_by_key(|r: &Vec<String>| r[0].parse::<u64>().unwrap_or(u64::MAX));
             let failed = rows.iter().filter(|r| r.last().is_some_and(|e| !e.is_empty())).count();
-            let summary = vec![format!("blis sweep --grid {}: {} points, {} rows in {}, {failed} failed", args.grid.display(), grid.points, rows.len(), args.output.display())];
+            let summary = vec![format!(
+                "blis sweep --grid {}: {} points, {} rows in {}, {failed} failed",
+                args.grid.display(),
+                grid.points,
+                rows.len(),
+                args.output.display()
+            )];
             let table = crate::report_html::Table { caption: "every point", header, rows };
             file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &[table]).as_bytes()).context("writing --report")?;
             file.commit()?;

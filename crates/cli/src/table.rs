@@ -48,35 +48,55 @@ pub fn table(report: &RunReport) -> String {
     let _ = writeln!(out, "{:=^84}", " BLIS simulation result ");
     line(&mut out, "Model:", d.model.clone());
     // vLLM's hybrid KV cache manager: the blocks are shared by groups of layers.
-    let groups = report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()).map_or(String::new(), |g| format!("; KV cache groups: {g}"));
+    let groups =
+        report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()).map_or(String::new(), |g| format!("; KV cache groups: {g}"));
     let hardware = format!("{} × {} (TP {}), {} KV blocks{groups}", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
     match (report.cluster.num_instances, &report.cluster.autoscaling, &report.cluster.pd) {
         (_, _, Some(pd)) => {
             // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).
             for (name, pool) in [("prefill", &pd.prefill), ("decode", &pd.decode)] {
                 let v = report.config.get(&format!("{name}-pool")).map(|e| &e["value"]);
-                let field = |key: &str| v.and_then(|v| v.get(key)).map_or_else(|| String::from("?"), |x| x.as_str().map_or_else(|| x.to_string(), str::to_string));
+                let field = |key: &str| {
+                    v.and_then(|v| v.get(key))
+                        .map_or_else(|| String::from("?"), |x| x.as_str().map_or_else(|| x.to_string(), str::to_string))
+                };
                 let gpus = if name == "decode" { format!("; {} GPUs in all", pd.gpus) } else { String::new() };
                 line(
                     &mut out,
                     &format!("Hardware ({name} pool):"),
-                    format!("{} × {} (TP {}), {} KV blocks each{gpus}", pool.instances, field("hardware"), pool.gpus_per_instance, field("num_gpu_blocks")),
+                    format!(
+                        "{} × {} (TP {}), {} KV blocks each{gpus}",
+                        pool.instances,
+                        field("hardware"),
+                        pool.gpus_per_instance,
+                        field("num_gpu_blocks")
+                    ),
                 );
             }
         }
         // Each node pool's own GPU and cache, which its section may set apart from the deployment's.
         (_, Some(a), None) => {
             for p in &a.pools {
-                let key = if a.pools.len() > 1 { format!("Hardware (pool {}, per replica):", p.name) } else { "Hardware (per replica, autoscaled):".to_string() };
+                let key = if a.pools.len() > 1 {
+                    format!("Hardware (pool {}, per replica):", p.name)
+                } else {
+                    "Hardware (per replica, autoscaled):".to_string()
+                };
                 line(&mut out, &key, format!("{} × {}, {} KV blocks{groups}", p.gpus_per_replica, p.hardware, p.num_gpu_blocks));
             }
         }
         (1, None, None) => line(&mut out, "Hardware:", hardware),
-        (n, None, None) => line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp))),
+        (n, None, None) => {
+            line(&mut out, "Hardware (each of the instances):", format!("{hardware}; {} GPUs in all", u64::from(n) * u64::from(d.tp)))
+        }
     }
     // The deployment's memory budget, unless every replica runs elsewhere
     // (P/D pools, or node pools of another GPU or width).
-    let pools_differ = report.cluster.autoscaling.as_ref().is_some_and(|a| a.pools.iter().any(|p| (p.hardware.as_str(), p.gpus_per_replica) != (d.hardware.as_str(), d.tp)));
+    let pools_differ = report
+        .cluster
+        .autoscaling
+        .as_ref()
+        .is_some_and(|a| a.pools.iter().any(|p| (p.hardware.as_str(), p.gpus_per_replica) != (d.hardware.as_str(), d.tp)));
     if let Some(b) = d.kv_memory_per_gpu.as_ref().filter(|_| report.cluster.pd.is_none() && !pools_differ) {
         line(
             &mut out,
@@ -130,7 +150,11 @@ pub fn table(report: &RunReport) -> String {
     if let Some(o) = &s.kv_cache.offload {
         const GB: f64 = 1e9;
         line(&mut out, "KV offload hit rate; loads:", format!("{:.1}%; {}", o.hit_rate * 100.0, o.loads));
-        line(&mut out, "KV offload GB loaded / stored (per GPU):", format!("{:.2} / {:.2}", o.bytes_loaded as f64 / GB, o.bytes_stored as f64 / GB));
+        line(
+            &mut out,
+            "KV offload GB loaded / stored (per GPU):",
+            format!("{:.2} / {:.2}", o.bytes_loaded as f64 / GB, o.bytes_stored as f64 / GB),
+        );
         line(&mut out, "KV offload mean load wait; thrashing:", format!("{:.2} ms; {:.1}%", o.mean_load_wait_ms, o.thrashing_rate * 100.0));
         for t in &o.tiers {
             line(
@@ -150,7 +174,10 @@ pub fn table(report: &RunReport) -> String {
         line(
             &mut out,
             "MoE kernel compiles (cold start):",
-            format!("{}, stalling {:.1} s (--moe-kernel-compile 0: a warm Triton cache)", s.batch.moe_kernel_compiles, s.batch.moe_compile_stall_s),
+            format!(
+                "{}, stalling {:.1} s (--moe-kernel-compile 0: a warm Triton cache)",
+                s.batch.moe_kernel_compiles, s.batch.moe_compile_stall_s
+            ),
         );
     }
     if s.batch.steps_clamped > 0 {
@@ -189,7 +216,11 @@ fn breakdown_table(breakdowns: &BTreeMap<&'static str, BTreeMap<String, GroupSum
     let mut out = String::new();
     for (dimension, groups) in breakdowns {
         let _ = writeln!(out, "{:-^84}", format!(" By {} ", dimension.replace('_', " ")));
-        let _ = writeln!(out, "{:<20}{:>10}{:>10}{:>11}{:>11}{:>11}{:>11}", "", "completed", "failed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99");
+        let _ = writeln!(
+            out,
+            "{:<20}{:>10}{:>10}{:>11}{:>11}{:>11}{:>11}",
+            "", "completed", "failed", "TTFT p50", "TTFT p99", "E2E p50", "E2E p99"
+        );
         for (name, g) in groups {
             let short: String = name.chars().take(19).collect();
             let l = &g.latency_ms;
@@ -216,9 +247,21 @@ fn autoscaling_table(a: &AutoscalingReport) -> String {
         let _ = writeln!(out, "{k:<44}{v}");
     };
     let _ = writeln!(out, "{:-^84}", " Autoscaling ");
-    line(&mut out, "Policy; replicas min–max (peak):", format!("{}; {}–{} ({})", a.policy, a.min_replicas, a.max_replicas, a.peak_replicas));
-    line(&mut out, "Decisions; scale-ups / downs; oscillations:", format!("{}; {} / {}; {}", a.decisions, a.scale_ups, a.scale_downs, a.oscillations));
-    line(&mut out, "Replicas added / removed; re-routed:", format!("{} / {}; {}", a.replicas_added, a.replicas_removed, a.rerouted_requests));
+    line(
+        &mut out,
+        "Policy; replicas min–max (peak):",
+        format!("{}; {}–{} ({})", a.policy, a.min_replicas, a.max_replicas, a.peak_replicas),
+    );
+    line(
+        &mut out,
+        "Decisions; scale-ups / downs; oscillations:",
+        format!("{}; {} / {}; {}", a.decisions, a.scale_ups, a.scale_downs, a.oscillations),
+    );
+    line(
+        &mut out,
+        "Replicas added / removed; re-routed:",
+        format!("{} / {}; {}", a.replicas_added, a.replicas_removed, a.rerouted_requests),
+    );
     if a.held_requests > 0 || a.cold_starts > 0 {
         let wait = a.held_wait_ms.as_ref().map_or("—".to_string(), |d| format!("{} / {}", latency_cell(d.mean), latency_cell(d.p99)));
         line(&mut out, "Cold starts; held, wait ms mean / p99:", format!("{}; {}, {wait}", a.cold_starts, a.held_requests));
@@ -236,7 +279,15 @@ fn autoscaling_table(a: &AutoscalingReport) -> String {
         let _ = writeln!(out, "{:<16}{:>10}{:>10}{:>14}{:>12}{:>12}", "Pool", "GPU", "replicas", "ready-hours", "GPU-hours", "cost ($)");
         for p in &a.pools {
             let cost = p.cost.map_or("—".to_string(), |c| format!("{c:.2}"));
-            let _ = writeln!(out, "{:<16}{:>10}{:>10}{:>14.2}{:>12.2}{cost:>12}", p.name, p.hardware, p.replicas_started, p.ready_replica_seconds / 3600.0, p.gpu_hours);
+            let _ = writeln!(
+                out,
+                "{:<16}{:>10}{:>10}{:>14.2}{:>12.2}{cost:>12}",
+                p.name,
+                p.hardware,
+                p.replicas_started,
+                p.ready_replica_seconds / 3600.0,
+                p.gpu_hours
+            );
         }
     }
     out
@@ -276,30 +327,64 @@ fn cluster_table(s: &ClusterSummary) -> String {
         line(&mut out, "Delayed by admission; wait (ms) mean / p99:", format!("{}; {:.2} / {:.2}", r.delayed, d.mean, d.p99));
     }
     match has_targets(s) {
-        true => line(&mut out, "Goodput (req/s) / SLO attainment:", format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0)),
+        true => line(
+            &mut out,
+            "Goodput (req/s) / SLO attainment:",
+            format!("{:.2} / {:.1}%", s.goodput.requests_per_s, s.goodput.slo_attainment * 100.0),
+        ),
         false => line(&mut out, "Goodput / SLO attainment:", "— (no SLO targets: set --slo-targets or slo_targets)".to_string()),
     }
     line(&mut out, "Load imbalance (max/mean requests):", format!("{:.2}", s.load_balance.imbalance_max_over_mean));
-    line(&mut out, "Priority inversions / HOL blocking:", format!("{} / {}", s.anomalies.priority_inversions, s.anomalies.hol_blocking_events));
+    line(
+        &mut out,
+        "Priority inversions / HOL blocking:",
+        format!("{} / {}", s.anomalies.priority_inversions, s.anomalies.hol_blocking_events),
+    );
     line(&mut out, "Jain fairness over tenants:", format!("{:.3}", s.fairness.jain_index_over_tenants));
     if let Some(c) = &s.counterfactual {
-        line(&mut out, "Routing regret (ms) mean / p99; suboptimal:", format!("{:.2} / {:.2}; {} of {}", c.regret_ms.mean, c.regret_ms.p99, c.suboptimal_decisions, c.decisions));
+        line(
+            &mut out,
+            "Routing regret (ms) mean / p99; suboptimal:",
+            format!("{:.2} / {:.2}; {} of {}", c.regret_ms.mean, c.regret_ms.p99, c.suboptimal_decisions, c.decisions),
+        );
     }
     if let Some(f) = &s.fitness {
         line(&mut out, "Fitness:", format!("{:.4}", f.score));
     }
     if let Some(pd) = &s.pd {
         line(&mut out, "P:D instances; decider:", format!("{}; {}", pd.ratio, pd.decider));
-        line(&mut out, "Disaggregated / local / prefill failed:", format!("{} / {} / {}", pd.requests.disaggregated, pd.requests.local, pd.requests.prefill_failed));
-        line(&mut out, "Busy prefill / decode:", format!("{:.1}% / {:.1}%", pd.prefill.batch.busy_fraction * 100.0, pd.decode.batch.busy_fraction * 100.0));
+        line(
+            &mut out,
+            "Disaggregated / local / prefill failed:",
+            format!("{} / {} / {}", pd.requests.disaggregated, pd.requests.local, pd.requests.prefill_failed),
+        );
+        line(
+            &mut out,
+            "Busy prefill / decode:",
+            format!("{:.1}% / {:.1}%", pd.prefill.batch.busy_fraction * 100.0, pd.decode.batch.busy_fraction * 100.0),
+        );
         let t = &pd.kv_transfer;
-        line(&mut out, "KV transfers; GiB; mean ms; link busy:", format!("{}; {:.2}; {:.3}; {:.1}%", t.count, t.bytes as f64 / f64::from(1u32 << 30), t.mean_time_ms, t.link_utilization * 100.0));
+        line(
+            &mut out,
+            "KV transfers; GiB; mean ms; link busy:",
+            format!(
+                "{}; {:.2}; {:.3}; {:.1}%",
+                t.count,
+                t.bytes as f64 / f64::from(1u32 << 30),
+                t.mean_time_ms,
+                t.link_utilization * 100.0
+            ),
+        );
         if has_targets(s) {
             line(&mut out, "Goodput per GPU (req/s):", format!("{:.3}", pd.goodput_per_gpu));
         }
     }
     if s.slo_classes.len() > 1 {
-        let _ = writeln!(out, "{:<16}{:>9}{:>9}{:>10}{:>11}{:>12}{:>12}{:>12}", "SLO class", "arrived", "rejected", "completed", "attained", "TTFT p50", "TTFT p99", "E2E p99");
+        let _ = writeln!(
+            out,
+            "{:<16}{:>9}{:>9}{:>10}{:>11}{:>12}{:>12}{:>12}",
+            "SLO class", "arrived", "rejected", "completed", "attained", "TTFT p50", "TTFT p99", "E2E p99"
+        );
         for (name, g) in &s.slo_classes {
             let attained = match g.targets.is_some_and(|t| t.ttft_ms.or(t.itl_ms).or(t.e2e_ms).is_some()) {
                 true => format!("{:.1}%", g.slo_attainment * 100.0),
@@ -308,12 +393,7 @@ fn cluster_table(s: &ClusterSummary) -> String {
             let _ = writeln!(
                 out,
                 "{name:<16}{:>9}{:>9}{:>10}{attained:>11}{:>12.2}{:>12.2}{:>12.2}",
-                g.arrived,
-                g.rejected,
-                g.completed,
-                g.latency_ms.ttft.p50,
-                g.latency_ms.ttft.p99,
-                g.latency_ms.e2e.p99
+                g.arrived, g.rejected, g.completed, g.latency_ms.ttft.p50, g.latency_ms.ttft.p99, g.latency_ms.e2e.p99
             );
         }
     }

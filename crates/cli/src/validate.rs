@@ -93,7 +93,9 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     let wall_s = started.elapsed().as_secs_f64();
     // One broken experiment must not hide the others: each failure is
     // reported, the rest are compared, and the exit code says it happened.
-    let report_failures = |failed: &[blis_calibrate::error::ExperimentError]| failed.iter().for_each(|e| eprintln!("error: {}", crate::error::tidy_numbers(&e.to_string())));
+    let report_failures = |failed: &[blis_calibrate::error::ExperimentError]| {
+        failed.iter().for_each(|e| eprintln!("error: {}", crate::error::tidy_numbers(&e.to_string())))
+    };
     if comparisons.is_empty()
         && let Some(last) = failed.pop()
     {
@@ -110,8 +112,14 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
         write!(stdout, "{out}").context("writing to stdout")?;
     }
     let experiments = |n: usize| if n == 1 { "1 experiment".to_string() } else { format!("{n} experiments") };
-    writeln!(stdout, "\n{} simulated in {wall_s:.2} s with {} ({})", experiments(comparisons.len()), chosen.set.latency_model, chosen.origin)
-        .context("writing to stdout")?;
+    writeln!(
+        stdout,
+        "\n{} simulated in {wall_s:.2} s with {} ({})",
+        experiments(comparisons.len()),
+        chosen.set.latency_model,
+        chosen.origin
+    )
+    .context("writing to stdout")?;
     if !failed.is_empty() {
         writeln!(stdout, "{} could not be validated (errors on stderr)", experiments(failed.len())).context("writing to stdout")?;
     }
@@ -134,11 +142,7 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
             command += &format!(" --coefficients {}", c.display());
         }
         command += &format!(" --report {}", args.report.as_deref().map_or(String::new(), |p| p.display().to_string()));
-        let ctx = ReportContext {
-            coefficients: format!("{} ({})", chosen.set.latency_model, chosen.origin),
-            command,
-            seed: args.seed,
-        };
+        let ctx = ReportContext { coefficients: format!("{} ({})", chosen.set.latency_model, chosen.origin), command, seed: args.seed };
         write!(f.writer(), "{}", markdown(&comparisons, &ctx)).context("writing --report")?;
     }
     if let Some(dir) = &plot_dir {
@@ -149,7 +153,12 @@ pub fn execute(args: ValidateArgs) -> anyhow::Result<()> {
     }
     if !failed.is_empty() {
         report_failures(&failed);
-        return Err(bad_input!("{} of {} experiments could not be validated (errors above); the others were compared", failed.len(), failed.len() + comparisons.len()).into());
+        return Err(bad_input!(
+            "{} of {} experiments could not be validated (errors above); the others were compared",
+            failed.len(),
+            failed.len() + comparisons.len()
+        )
+        .into());
     }
     if let Some(limit) = args.max_e2e_mape
         && let Some(e2e) = aggregate(&comparisons).into_iter().find(|a| a.metric == Metric::E2eMean)

@@ -89,7 +89,8 @@ fn plan(reference: &str, o: &SpecOverrides) -> Result<(LoadedSpec, Plan), BadInp
 
 fn sessions_note(plan: &Plan) -> Option<String> {
     plan.has_sessions().then(|| {
-        "multi-turn clients: only first rounds are included; later rounds are released by completions in a simulation (`blis run`)".to_string()
+        "multi-turn clients: only first rounds are included; later rounds are released by completions in a simulation (`blis run`)"
+            .to_string()
     })
 }
 
@@ -167,7 +168,8 @@ fn short_of_count(plan: &blis_workload::plan::Plan, sent: u64) -> Option<String>
 fn stats(a: StatsArgs) -> anyhow::Result<()> {
     let (loaded, plan) = plan(&a.spec, &a.overrides)?;
     let plot_path = a.plot.clone().unwrap_or_else(|| {
-        let stem = a.spec.rsplit(':').next().map(|s| Path::new(s).file_stem().map_or("workload".into(), |x| x.to_string_lossy().into_owned()));
+        let stem =
+            a.spec.rsplit(':').next().map(|s| Path::new(s).file_stem().map_or("workload".into(), |x| x.to_string_lossy().into_owned()));
         PathBuf::from(format!("{}-stats.svg", stem.unwrap_or_else(|| "workload".into())))
     });
     refuse_overwriting_inputs(&[("plot", Some(&plot_path))], &[("spec", Some(Path::new(&a.spec)))])?;
@@ -245,7 +247,16 @@ fn stats_table(loaded: &LoadedSpec, plan: &Plan, s: &WorkloadStats) -> String {
     let _ = writeln!(
         out,
         "{:<16}{:<10}{:<12}{:>8}{:>8}{:>9}{:>7}{:>26}{:>26}{:>8}",
-        "client", "tenant", "slo class", "requests", "share", "req/s", "gap CV", "input mean    p50    p99", "output mean    p50    p99", "prefix"
+        "client",
+        "tenant",
+        "slo class",
+        "requests",
+        "share",
+        "req/s",
+        "gap CV",
+        "input mean    p50    p99",
+        "output mean    p50    p99",
+        "prefix"
     );
     for (c, g) in plan.clients.iter().zip(&s.clients) {
         let tenant = &plan.labels.tenants[c.tenant.0 as usize];

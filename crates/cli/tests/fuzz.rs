@@ -23,9 +23,9 @@
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use blis_engine::rng::SimRng as Pcg64Mcg;
 use rand::{RngExt, SeedableRng};
@@ -96,10 +96,60 @@ fn read(path: impl AsRef<Path>) -> Vec<u8> {
 /// Tokens that break parsers: numbers at and past every limit, YAML and
 /// JSON structure, and bytes that are not text.
 const HOSTILE: &[&str] = &[
-    "-1", "0", "NaN", "nan", "inf", "-inf", "1e309", "-1e309", "1e-320", "18446744073709551616", "9223372036854775808",
-    "4294967296", "99999999999999999999999", "0.0000001", "\"\"", "{", "}", "[", "]", ":", ",", "- ", "\n", "\r\n", "\t",
-    "\0", "\u{feff}", "&a", "*a", "!!binary", "~", "null", "true", "'", "\"", "#", "|", ">", "---", "...", "%YAML 1.1",
-    "ü", "\u{1F600}", "\\u0000", "1k", "1Mi", "1M", "30s", "-5m", "1e6", "type", "clients", "file", "/dev/zero",
+    "-1",
+    "0",
+    "NaN",
+    "nan",
+    "inf",
+    "-inf",
+    "1e309",
+    "-1e309",
+    "1e-320",
+    "18446744073709551616",
+    "9223372036854775808",
+    "4294967296",
+    "99999999999999999999999",
+    "0.0000001",
+    "\"\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    ":",
+    ",",
+    "- ",
+    "\n",
+    "\r\n",
+    "\t",
+    "\0",
+    "\u{feff}",
+    "&a",
+    "*a",
+    "!!binary",
+    "~",
+    "null",
+    "true",
+    "'",
+    "\"",
+    "#",
+    "|",
+    ">",
+    "---",
+    "...",
+    "%YAML 1.1",
+    "ü",
+    "\u{1F600}",
+    "\\u0000",
+    "1k",
+    "1Mi",
+    "1M",
+    "30s",
+    "-5m",
+    "1e6",
+    "type",
+    "clients",
+    "file",
+    "/dev/zero",
 ];
 
 /// One mutation of `input`, drawing from `other` for splices.
@@ -421,7 +471,11 @@ fn copy_dir(from: &Path, to: &Path) {
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
         let dest = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() { copy_dir(&entry.path(), &dest) } else { std::fs::copy(entry.path(), dest).map(drop).unwrap() }
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &dest)
+        } else {
+            std::fs::copy(entry.path(), dest).map(drop).unwrap()
+        }
     }
 }
 
@@ -460,7 +514,11 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
         tally.peak_extra_bytes = tally.peak_extra_bytes.max(extra);
         if extra > memory_budget(input.len() + dir_bytes) {
             let saved = save_failure(t, seed, case, &input);
-            tally.over_budget.push(format!("{}: seed {seed} case {case}: {extra} bytes for a {}-byte input ({saved})", t.name, input.len()));
+            tally.over_budget.push(format!(
+                "{}: seed {seed} case {case}: {extra} bytes for a {}-byte input ({saved})",
+                t.name,
+                input.len()
+            ));
         }
         match outcome {
             Ok(Ok(())) => tally.accepted += 1,
@@ -471,7 +529,11 @@ fn campaign(t: &Target, dir: &Path, cases: u64, seed: u64) -> Tally {
                 }
             }
             Err(panic) => {
-                let message = panic.downcast_ref::<String>().cloned().or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                let message = panic
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
                 let saved = save_failure(t, seed, case, &input);
                 tally.panics.push(format!("{}: seed {seed} case {case}: {message} (input: {saved})", t.name));
             }

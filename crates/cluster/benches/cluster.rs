@@ -18,12 +18,12 @@ use std::sync::Arc;
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::{Cluster, ClusterConfig};
 use blis_data::catalog;
+use blis_engine::driver::IterWorkload;
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::latency::{LatencyModel, Roofline};
 use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::driver::IterWorkload;
 use blis_engine::time::Micros;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
@@ -46,8 +46,7 @@ fn weighted() -> serde_json::Value {
 /// Runs one simulation; returns completed requests.
 fn simulate(n: u32, routing: serde_json::Value, spec: &SyntheticSpec) -> u64 {
     let (latency, instance) = llama_h100();
-    let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(routing)))
-    .unwrap();
+    let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(routing))).unwrap();
     let mut metrics = Collector::default();
     cluster.run(&mut IterWorkload::new(spec.generate()), None, &mut metrics);
     metrics.completed
@@ -79,14 +78,15 @@ fn routing_cost(c: &mut Criterion) {
     for n in [2u32, 8, 32, 128] {
         for prefix in [128u32, 512, 2048, 8192] {
             let (latency, instance) = llama_h100();
-            let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(weighted())))
-            .unwrap();
+            let mut cluster = Cluster::new(ClusterConfig::fixed(n, instance, latency, policies(weighted()))).unwrap();
             // 4 prefix groups, 64 private tokens, long outputs: instances are busy when the run is cut.
             let warm = spec(20.0 * f64::from(n), u64::from(40 * n), prefix, 4, 64, 2000);
             cluster.run(&mut IterWorkload::new(warm.generate()), Some(Micros::from_secs(2)), &mut Collector::default());
             let mut probe = warm.generate().next().unwrap();
             probe.id = blis_engine::request::RequestId(u64::MAX);
-            g.bench_function(BenchmarkId::from_parameter(format!("n{n}_prefix{prefix}")), |b| b.iter(|| cluster.route_probe(black_box(&probe))));
+            g.bench_function(BenchmarkId::from_parameter(format!("n{n}_prefix{prefix}")), |b| {
+                b.iter(|| cluster.route_probe(black_box(&probe)))
+            });
         }
     }
     g.finish();

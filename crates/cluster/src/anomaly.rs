@@ -98,13 +98,8 @@ impl AnomalyDetector {
         if instances[target].queue_depth() == 0 {
             return;
         }
-        let idle = |inst: &Instance| {
-            inst.queue_depth() == 0 && inst.batch_size() < inst.config().scheduler.max_num_seqs
-        };
-        if candidates
-            .iter()
-            .any(|&j| j as usize != target && idle(&instances[j as usize]))
-        {
+        let idle = |inst: &Instance| inst.queue_depth() == 0 && inst.batch_size() < inst.config().scheduler.max_num_seqs;
+        if candidates.iter().any(|&j| j as usize != target && idle(&instances[j as usize])) {
             self.hol_blocking_events += 1;
         }
     }

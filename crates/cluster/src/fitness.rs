@@ -71,7 +71,9 @@ impl FitnessWeights {
         let keys: Vec<&str> = FitnessMetric::ALL.iter().map(|(k, _)| *k).collect();
         let mut out: Vec<(FitnessMetric, f64)> = Vec::new();
         for part in text.split(',') {
-            let (key, w) = part.split_once(':').ok_or_else(|| format!("`{part}` is not METRIC:WEIGHT (e.g. throughput:0.5,ttft_p99:0.3,goodput:0.2)"))?;
+            let (key, w) = part
+                .split_once(':')
+                .ok_or_else(|| format!("`{part}` is not METRIC:WEIGHT (e.g. throughput:0.5,ttft_p99:0.3,goodput:0.2)"))?;
             let key = key.trim();
             let m = FitnessMetric::ALL
                 .iter()
@@ -182,7 +184,15 @@ mod tests {
         let d = |p50: f64, p99: f64| Distribution { count: 10, mean: p50, min: 0.0, p50, p90: p99, p95: p99, p99, max: p99 };
         let (ttft, itl, e2e) = (d(100.0, 1000.0), d(10.0, 20.0), d(2000.0, 3000.0));
         let x = FitnessInputs {
-            arrived: 100, completed: 80, met_slo: 60, duration_s: 10.0, ttft_ms: &ttft, itl_ms: &itl, e2e_ms: &e2e, jain: 0.9, cache_hit_rate: 0.4,
+            arrived: 100,
+            completed: 80,
+            met_slo: 60,
+            duration_s: 10.0,
+            ttft_ms: &ttft,
+            itl_ms: &itl,
+            e2e_ms: &e2e,
+            jain: 0.9,
+            cache_hit_rate: 0.4,
         };
         let r = evaluate(&FitnessWeights::parse("throughput:0.5,ttft_p99:0.3,goodput:0.2").unwrap(), &x);
         // 0.5 · 0.8 + 0.3 · 1/(1 + 1) + 0.2 · 0.6 = 0.4 + 0.15 + 0.12

@@ -110,8 +110,7 @@ impl Book {
     fn on_finish(&mut self, r: &RequestRecord) {
         let met_before = self.metrics.met_slo;
         self.metrics.on_finish(r);
-        self.counters
-            .on_finish(r, self.metrics.met_slo > met_before);
+        self.counters.on_finish(r, self.metrics.met_slo > met_before);
         self.anomalies.on_finish(r);
         if let Some(i) = r.instance {
             self.dispatched.in_flight[i as usize] -= 1;
@@ -242,8 +241,7 @@ impl Gateway<'_> {
         if hash {
             extend_block_hashes(&req.prompt, req.output_seed, 0, self.block_size, &mut self.hashes);
         }
-        self.store
-            .assemble(now, instances, &self.candidates, &self.book.dispatched);
+        self.store.assemble(now, instances, &self.candidates, &self.book.dispatched);
     }
 
     fn on_admit(&mut self, mut req: Request, cx: &mut Context<'_, GatewayEvent>) {
@@ -281,12 +279,7 @@ impl Gateway<'_> {
     /// snapshots, without dispatching it (see [`crate::Cluster::route_probe`]):
     /// the chosen candidate's position and instance id; `None` when no
     /// instance is routable.
-    pub(crate) fn route_probe(
-        &mut self,
-        req: &Request,
-        instances: &[Instance],
-        now: Micros,
-    ) -> Option<(usize, u32)> {
+    pub(crate) fn route_probe(&mut self, req: &Request, instances: &[Instance], now: Micros) -> Option<(usize, u32)> {
         if self.candidates.is_empty() {
             return None;
         }
@@ -294,11 +287,7 @@ impl Gateway<'_> {
         self.sheet.clear();
         let view = view!(self, instances, now, req);
         let k = self.routing.route(req, &view, &mut self.sheet) as usize;
-        assert!(
-            k < self.candidates.len(),
-            "routing policy chose candidate {k} of {}",
-            self.candidates.len()
-        );
+        assert!(k < self.candidates.len(), "routing policy chose candidate {k} of {}", self.candidates.len());
         Some((k, self.candidates[k]))
     }
 
@@ -309,10 +298,7 @@ impl Gateway<'_> {
             return;
         };
         let view = view!(self, cx.instances(), now, req);
-        let counterfactual = self
-            .counterfactuals
-            .as_mut()
-            .map(|c| c.judge(&req, &view, k));
+        let counterfactual = self.counterfactuals.as_mut().map(|c| c.judge(&req, &view, k));
         if let Some(s) = self.sink.as_deref_mut() {
             s.routing(&RoutingTrace {
                 time: now,
@@ -361,7 +347,15 @@ impl Gateway<'_> {
         assert!(k < pd.candidates.len(), "prefill routing chose candidate {k} of {}", pd.candidates.len());
         let p = pd.candidates[k];
         if let Some(s) = self.sink.as_deref_mut() {
-            s.prefill_routing(&RoutingTrace { time: now, request: req, policy: pd.routing_name, chosen: p, snapshots: view.snapshots(), scores: &pd.sheet, counterfactual: None });
+            s.prefill_routing(&RoutingTrace {
+                time: now,
+                request: req,
+                policy: pd.routing_name,
+                chosen: p,
+                snapshots: view.snapshots(),
+                scores: &pd.sheet,
+                counterfactual: None,
+            });
         }
         if self.keep_prefix_index {
             self.prefix.record(p as usize, &self.hashes);
@@ -395,7 +389,11 @@ impl Gateway<'_> {
                 let (req, d) = pd.prefilled(&leg);
                 self.in_control_plane += 1;
                 // The prefill's response (after its completion overhead) reaches the sidecar, which forwards the request.
-                cx.schedule(leg.finished.max(now) + self.routing_latency, EventClass::InstanceArrival, GatewayEvent::DeliverPrefilled(req, d));
+                cx.schedule(
+                    leg.finished.max(now) + self.routing_latency,
+                    EventClass::InstanceArrival,
+                    GatewayEvent::DeliverPrefilled(req, d),
+                );
             } else {
                 // The request ends where its prefill ended; it never reaches its decode instance.
                 let d = pd.failed(&leg) as usize;
@@ -426,13 +424,7 @@ impl Gateway<'_> {
         }
     }
 
-    fn on_deliver(
-        &mut self,
-        req: Request,
-        i: usize,
-        hashes: Option<Vec<u64>>,
-        cx: &mut Context<'_, GatewayEvent>,
-    ) {
+    fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, cx: &mut Context<'_, GatewayEvent>) {
         self.book.dispatched.pending[i] -= 1;
         if self.scaler.as_ref().is_some_and(|s| !s.accepts(i)) {
             // The replica stopped taking work while the request was on its way.
@@ -505,14 +497,7 @@ impl Gateway<'_> {
         };
         let now = cx.now();
         let (fleet, _, _) = cx.split();
-        scaler.on_event(
-            event,
-            now,
-            fleet,
-            self.held.len() as u32,
-            &self.book.counters,
-            &mut self.actions,
-        );
+        scaler.on_event(event, now, fleet, self.held.len() as u32, &self.book.counters, &mut self.actions);
         self.apply_actions(cx);
     }
 
@@ -574,17 +559,9 @@ impl Gateway<'_> {
                 if let Some(sink) = self.sink.as_deref_mut() {
                     match &t {
                         Traced::Decision(d) => sink.scale(&ScaleTrace::Decision(d)),
-                        &Traced::Replica {
-                            time,
-                            slot,
-                            pool,
-                            phase,
-                        } => sink.scale(&ScaleTrace::Replica(ReplicaTrace {
-                            time,
-                            instance: slot,
-                            pool: scaler.pool_name(pool),
-                            phase,
-                        })),
+                        &Traced::Replica { time, slot, pool, phase } => {
+                            sink.scale(&ScaleTrace::Replica(ReplicaTrace { time, instance: slot, pool: scaler.pool_name(pool), phase }))
+                        }
                     }
                 }
             }

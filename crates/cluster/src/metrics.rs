@@ -340,7 +340,13 @@ fn ratio(a: f64, b: f64) -> f64 {
 
 impl ClusterMetrics {
     /// Per-group reports for every named group and every id seen.
-    fn groups(&self, counts: &[Counts], breakdown: &Option<Breakdown>, name: impl Fn(u32) -> String, targets: impl Fn(u32) -> Option<SloTargets>) -> BTreeMap<String, GroupReport> {
+    fn groups(
+        &self,
+        counts: &[Counts],
+        breakdown: &Option<Breakdown>,
+        name: impl Fn(u32) -> String,
+        targets: impl Fn(u32) -> Option<SloTargets>,
+    ) -> BTreeMap<String, GroupReport> {
         (0..counts.len() as u32)
             .map(|id| {
                 let c = counts[id as usize];
@@ -364,10 +370,15 @@ impl ClusterMetrics {
 
     /// Per-class reports.
     pub fn class_reports(&self, labels: &Labels) -> BTreeMap<String, GroupReport> {
-        self.groups(&self.classes, &self.by_class, |id| labels.slo_class(SloClassId(id as u16)), |id| {
-            let t = self.slo.targets(SloClassId(id as u16));
-            (t != SloTargets::default()).then_some(t)
-        })
+        self.groups(
+            &self.classes,
+            &self.by_class,
+            |id| labels.slo_class(SloClassId(id as u16)),
+            |id| {
+                let t = self.slo.targets(SloClassId(id as u16));
+                (t != SloTargets::default()).then_some(t)
+            },
+        )
     }
 
     /// Per-tenant reports.
@@ -377,12 +388,8 @@ impl ClusterMetrics {
 
     /// Jain index of completed ÷ arrived over tenants that had arrivals.
     pub fn jain_over_tenants(&self, labels: &Labels) -> f64 {
-        let served: Vec<f64> = self
-            .tenant_reports(labels)
-            .values()
-            .filter(|g| g.arrived > 0)
-            .map(|g| g.completed as f64 / g.arrived as f64)
-            .collect();
+        let served: Vec<f64> =
+            self.tenant_reports(labels).values().filter(|g| g.arrived > 0).map(|g| g.completed as f64 / g.arrived as f64).collect();
         let sum: f64 = served.iter().sum();
         let sum_sq: f64 = served.iter().map(|x| x * x).sum();
         if sum_sq > 0.0 { sum * sum / (served.len() as f64 * sum_sq) } else { 1.0 }

@@ -33,9 +33,9 @@ use blis_engine::instance::InstanceStats;
 use blis_engine::kv::transfer::KvTransferStats;
 use blis_engine::latency::LatencyModel;
 use blis_engine::metrics::{BatchReport, Collector, KvReport, RunSummary};
-use blis_engine::time::Micros;
 use blis_engine::request::{PdPhases, Request, RequestId, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
 use serde::{Deserialize, Serialize};
 
 use crate::autoscale::Span;
@@ -289,7 +289,6 @@ impl PdGate {
         Self::release(&mut self.releases, r.id, &mut f);
         Some(RequestRecord { pd: f.phases, ..r.clone() })
     }
-
 }
 
 /// One pool's figures over a run.

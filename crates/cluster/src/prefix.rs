@@ -293,10 +293,13 @@ mod tests {
     /// Chained hashes of a prompt made of the given token ids, one per block.
     fn chain(tokens: &[u8]) -> Vec<u64> {
         let mut h = 0xb115_u64;
-        tokens.iter().map(|&t| {
-            h = blis_engine::rng::mix64(h ^ u64::from(t));
-            h
-        }).collect()
+        tokens
+            .iter()
+            .map(|&t| {
+                h = blis_engine::rng::mix64(h ^ u64::from(t));
+                h
+            })
+            .collect()
     }
 
     const MAX_PROMPT: usize = 12;

@@ -25,8 +25,8 @@ use crate::metrics::{
     Anomalies, ClusterMetrics, ClusterRequests, ClusterSummary, ControlPlaneReport, Fairness, Goodput, InstanceReport, LoadBalance,
     PoliciesReport, PolicyReport,
 };
-use crate::policy::{BuildContext, PolicyBundle, RejectReason};
 use crate::pd::{PdConfig, PdGate, PdReport};
+use crate::policy::{BuildContext, PolicyBundle, RejectReason};
 use crate::prefix::PrefixIndex;
 use crate::slo::SloClasses;
 use crate::snapshot::{Dispatched, SnapshotStore};
@@ -120,27 +120,27 @@ impl<'s> Cluster<'s> {
                     .collect::<Result<Vec<_>, _>>()?;
                 (instances, None)
             }
-            Some(_) if cfg.pd.is_some() => return Err(ConfigError::new("pd", "prefill/decode pools cannot be autoscaled yet; drop the autoscale section or the pools").into()),
+            Some(_) if cfg.pd.is_some() => {
+                return Err(ConfigError::new(
+                    "pd",
+                    "prefill/decode pools cannot be autoscaled yet; drop the autoscale section or the pools",
+                )
+                .into());
+            }
             Some(mut auto) => {
                 auto.validate(cfg.num_instances)?;
                 for (i, pool) in auto.pools.iter_mut().enumerate() {
                     cfg.policies.scheduler.apply(&mut pool.instance.scheduler);
-                    pool.instance.validate().map_err(|e| {
-                        ConfigError::new(format!("node_pools[{i}] ({})", pool.name), e.to_string())
-                    })?;
+                    pool.instance.validate().map_err(|e| ConfigError::new(format!("node_pools[{i}] ({})", pool.name), e.to_string()))?;
                 }
                 let policy = auto.policy.build("autoscale")?;
-                let (scaler, instances) =
-                    Autoscaler::new(auto, policy, cfg.num_instances, sink.is_some());
+                let (scaler, instances) = Autoscaler::new(auto, policy, cfg.num_instances, sink.is_some());
                 (instances, Some(Box::new(scaler)))
             }
         };
         let n = instances.len();
         // Tables per instance are sized for the most replicas there may be, and grow past it.
-        let slots = cfg
-            .autoscale
-            .as_ref()
-            .map_or(n, |a| n.max(a.max_replicas as usize).max(2));
+        let slots = cfg.autoscale.as_ref().map_or(n, |a| n.max(a.max_replicas as usize).max(2));
         let classes = SloClasses::new(&cfg.labels, &cfg.policies.slo_targets, "slo_targets")?;
         let estimator = TtftEstimator::from_latency_model(cfg.latency.as_ref());
         let ctx = BuildContext { labels: &cfg.labels, classes: &classes, estimator };
@@ -157,10 +157,7 @@ impl<'s> Cluster<'s> {
         let book = Book {
             metrics: ClusterMetrics::new(classes.clone(), &cfg.labels, slots),
             anomalies: AnomalyDetector::new(classes, slots),
-            dispatched: Dispatched {
-                in_flight: vec![0; n],
-                pending: vec![0; n],
-            },
+            dispatched: Dispatched { in_flight: vec![0; n], pending: vec![0; n] },
             tenant_in_flight: vec![0; cfg.labels.tenants.len()],
             counters: Default::default(),
             reroutes: BTreeMap::new(),
@@ -178,8 +175,7 @@ impl<'s> Cluster<'s> {
             hashes: Vec::new(),
             spare_hashes: Vec::new(),
             book,
-            counterfactuals: (cfg.counterfactual_k > 0)
-                .then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, slots)),
+            counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, slots)),
             policies: cfg.policies,
             labels: cfg.labels,
             admission_latency: cfg.admission_latency,
@@ -213,9 +209,7 @@ impl<'s> Cluster<'s> {
     /// `None` when no instance is routable (autoscaled to zero).
     pub fn route_probe(&mut self, req: &Request) -> Option<u32> {
         let (gateway, fleet) = self.driver.plane_and_fleet();
-        gateway
-            .route_probe(req, fleet.instances(), fleet.now())
-            .map(|(_, id)| id)
+        gateway.route_probe(req, fleet.instances(), fleet.now()).map(|(_, id)| id)
     }
 
     /// Each instance slot's counters: its instance's, plus those of the
@@ -240,13 +234,7 @@ impl<'s> Cluster<'s> {
     pub fn summary(&self, end: &RunEnd) -> RunSummary {
         let stats = self.slot_stats();
         let refs: Vec<&InstanceStats> = stats.iter().collect();
-        let mut summary = RunSummary::build(
-            &self.gateway().book.metrics.collector,
-            &refs,
-            end.end,
-            end.queued,
-            end.running,
-        );
+        let mut summary = RunSummary::build(&self.gateway().book.metrics.collector, &refs, end.end, end.queued, end.running);
         if let Some(pd) = &self.gateway().pd {
             // A disaggregated request reaches two instances; it is one request.
             summary.requests.injected -= pd.counts.handed_over;
@@ -271,16 +259,7 @@ impl<'s> Cluster<'s> {
             .map(|(inst, s)| {
                 let (q, r) = inst.unfinished();
                 let collector = m.instance_collector(inst.id());
-                InstanceReport {
-                    id: inst.id(),
-                    summary: RunSummary::build(
-                        collector,
-                        &[s],
-                        end.end,
-                        u64::from(q),
-                        u64::from(r),
-                    ),
-                }
+                InstanceReport { id: inst.id(), summary: RunSummary::build(collector, &[s], end.end, u64::from(q), u64::from(r)) }
             })
             .collect();
         let per_instance: Vec<u64> = stats.iter().map(|s| s.injected).collect();
@@ -351,10 +330,7 @@ impl<'s> Cluster<'s> {
             instances,
             counterfactual: g.counterfactuals.as_ref().map(Counterfactuals::report),
             fitness,
-            autoscaling: g
-                .scaler
-                .as_ref()
-                .map(|s| s.report(end.end, run.tokens.output_total, m.met_slo)),
+            autoscaling: g.scaler.as_ref().map(|s| s.report(end.end, run.tokens.output_total, m.met_slo)),
             pd: g.pd.as_ref().map(|pd| PdReport::build(pd, &stats, &m.collector, end.end, ratio(m.met_slo as f64, duration_s))),
         }
     }

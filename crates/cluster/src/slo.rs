@@ -66,10 +66,7 @@ pub fn resolve_names<T: Clone>(map: &BTreeMap<String, T>, known: &[String], path
     map.iter()
         .map(|(name, v)| match known.iter().position(|k| k == name) {
             Some(i) => Ok((i as u32, v.clone())),
-            None => Err(ConfigError::new(
-                format!("{path}.{name}"),
-                format!("unknown {what} `{name}`; known: {}", known.join(", ")),
-            )),
+            None => Err(ConfigError::new(format!("{path}.{name}"), format!("unknown {what} `{name}`; known: {}", known.join(", ")))),
         })
         .collect()
 }
@@ -171,9 +168,24 @@ mod tests {
         use blis_engine::request::{RequestId, RequestMeta};
         use blis_engine::time::Micros;
         let r = RequestRecord {
-            id: RequestId(0), meta: RequestMeta::default(), instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0),
-            enqueued: None, queued: None, first_scheduled: None, first_token: Some(Micros(50_000)), last_token: Some(Micros(150_000)),
-            finished: Micros(150_000), input_tokens: 10, output_tokens: 11, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO, pd: None,
+            id: RequestId(0),
+            meta: RequestMeta::default(),
+            instance: Some(0),
+            outcome: Outcome::Completed,
+            arrival: Micros(0),
+            enqueued: None,
+            queued: None,
+            first_scheduled: None,
+            first_token: Some(Micros(50_000)),
+            last_token: Some(Micros(150_000)),
+            finished: Micros(150_000),
+            input_tokens: 10,
+            output_tokens: 11,
+            cached_prompt_tokens: 0,
+            preemptions: 0,
+            loaded_prompt_tokens: 0,
+            kv_load_wait: Micros::ZERO,
+            pd: None,
         };
         // TTFT 50 ms, ITL (150 − 50) / 10 = 10 ms, E2E 150 ms.
         let t = |ttft, itl, e2e| SloTargets { ttft_ms: ttft, itl_ms: itl, e2e_ms: e2e };

@@ -84,13 +84,10 @@ impl Refresh {
                     .strip_prefix("periodic:")
                     .and_then(|v| v.trim().strip_suffix("ms"))
                     .ok_or_else(|| format!("`{other}`: {allowed}"))?;
-                let interval = ms
-                    .trim()
-                    .parse::<f64>()
-                    .ok()
-                    .filter(|v| (0.001..=3_600_000.0).contains(v))
-                    .and_then(Micros::from_ms_f64)
-                    .ok_or_else(|| format!("`{other}`: the interval must be a number of milliseconds in [0.001, 3600000] (up to an hour)"))?;
+                let interval =
+                    ms.trim().parse::<f64>().ok().filter(|v| (0.001..=3_600_000.0).contains(v)).and_then(Micros::from_ms_f64).ok_or_else(
+                        || format!("`{other}`: the interval must be a number of milliseconds in [0.001, 3600000] (up to an hour)"),
+                    )?;
                 Ok(Refresh::Periodic(interval))
             }
         }
@@ -296,13 +293,7 @@ impl SnapshotStore {
 
     /// Assembles the snapshots of the `candidates` (instance ids) for a
     /// decision at `now`. O(candidates).
-    pub fn assemble(
-        &mut self,
-        now: Micros,
-        instances: &[Instance],
-        candidates: &[u32],
-        dispatched: &Dispatched,
-    ) {
+    pub fn assemble(&mut self, now: Micros, instances: &[Instance], candidates: &[u32], dispatched: &Dispatched) {
         self.view.clear();
         for &id in candidates {
             let i = id as usize;
@@ -316,21 +307,10 @@ impl SnapshotStore {
                 }
                 live
             };
-            let (queue_depth, routed_unseen) = if read(Field::QueueDepth) {
-                (inst.queue_depth(), dispatched.pending[i])
-            } else {
-                (r.queue_depth, r.routed_unseen)
-            };
-            let batch_size = if read(Field::BatchSize) {
-                inst.batch_size()
-            } else {
-                r.batch_size
-            };
-            let kv_utilization = if read(Field::KvUtilization) {
-                inst.kv().usage()
-            } else {
-                r.kv_utilization
-            };
+            let (queue_depth, routed_unseen) =
+                if read(Field::QueueDepth) { (inst.queue_depth(), dispatched.pending[i]) } else { (r.queue_depth, r.routed_unseen) };
+            let batch_size = if read(Field::BatchSize) { inst.batch_size() } else { r.batch_size };
+            let kv_utilization = if read(Field::KvUtilization) { inst.kv().usage() } else { r.kv_utilization };
             self.view.push(InstanceSnapshot {
                 instance: id,
                 timestamp,
@@ -380,7 +360,10 @@ mod tests {
     fn overrides_name_unknown_fields_and_bad_modes() {
         let mut o = Observability::default();
         o.apply_overrides("kv-utilization=periodic:100ms,queue_depth=on-demand", "--snapshot-refresh").unwrap();
-        assert_eq!((o.kv_utilization, o.queue_depth, o.batch_size), (Refresh::Periodic(Micros(100_000)), Refresh::OnDemand, Refresh::Immediate));
+        assert_eq!(
+            (o.kv_utilization, o.queue_depth, o.batch_size),
+            (Refresh::Periodic(Micros(100_000)), Refresh::OnDemand, Refresh::Immediate)
+        );
         let e = o.apply_overrides("kv=immediate", "--snapshot-refresh").unwrap_err();
         assert!(e.message.contains("queue-depth, batch-size, kv-utilization"), "{e}");
         assert!(o.apply_overrides("kv-utilization", "--snapshot-refresh").is_err());

@@ -123,38 +123,22 @@ impl Counterfactuals {
 
     /// Judges a decision for the candidate at position `chosen`; the result
     /// borrows the buffers until the next one.
-    pub fn judge(
-        &mut self,
-        req: &Request,
-        view: &ClusterView<'_>,
-        chosen: usize,
-    ) -> CounterfactualTrace<'_> {
+    pub fn judge(&mut self, req: &Request, view: &ClusterView<'_>, chosen: usize) -> CounterfactualTrace<'_> {
         let n = view.snapshots().len();
         self.estimated_ms.clear();
-        self.estimated_ms
-            .extend((0..n).map(|i| estimate_at(&self.estimator, view, i, req.meta.priority) / 1e3));
+        self.estimated_ms.extend((0..n).map(|i| estimate_at(&self.estimator, view, i, req.meta.priority) / 1e3));
         self.order.clear();
         self.order.extend(0..n as u32);
         let est = &self.estimated_ms;
-        self.order
-            .sort_unstable_by(|&a, &b| est[a as usize].total_cmp(&est[b as usize]).then(a.cmp(&b)));
+        self.order.sort_unstable_by(|&a, &b| est[a as usize].total_cmp(&est[b as usize]).then(a.cmp(&b)));
         let regret = est[chosen] - est[self.order[0] as usize];
         if regret > 0.0 {
             self.suboptimal += 1;
         }
         self.regrets_ms.push(regret);
         self.top_ids.clear();
-        self.top_ids.extend(
-            self.order
-                .iter()
-                .take(self.k)
-                .map(|&c| view.snapshots()[c as usize].instance),
-        );
-        CounterfactualTrace {
-            estimated_ttft_ms: &self.estimated_ms,
-            top_k: &self.top_ids,
-            regret_ms: regret,
-        }
+        self.top_ids.extend(self.order.iter().take(self.k).map(|&c| view.snapshots()[c as usize].instance));
+        CounterfactualTrace { estimated_ttft_ms: &self.estimated_ms, top_k: &self.top_ids, regret_ms: regret }
     }
 
     pub fn report(&self) -> CounterfactualReport {

@@ -59,8 +59,7 @@ impl<'a> ClusterView<'a> {
 
     /// Leading prompt blocks the router believes `candidate` caches (its prefix index).
     pub fn prefix_match_blocks(&self, candidate: usize) -> u32 {
-        self.prefix
-            .match_blocks(self.id(candidate), self.prompt_blocks)
+        self.prefix.match_blocks(self.id(candidate), self.prompt_blocks)
     }
 
     /// Prompt tokens the router believes `candidate` caches.
@@ -81,8 +80,7 @@ impl<'a> ClusterView<'a> {
     /// Requests waiting at `candidate` with priority ≥ `priority`, as stale
     /// as the `queue_depth` field. O(queue length).
     pub fn queued_at_or_above(&self, candidate: usize, priority: f64) -> u32 {
-        self.store
-            .queued_at_or_above(self.id(candidate), priority, self.instances)
+        self.store.queued_at_or_above(self.id(candidate), priority, self.instances)
     }
 
     /// Admitted, unfinished requests of a tenant.

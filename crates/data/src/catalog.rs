@@ -49,9 +49,10 @@ pub const MODELS: &[BundledModel] = models![
 /// under its current name or a former one ([`current_model_name`]).
 pub fn find_model(name: &str) -> Option<BundledModel> {
     let name = current_model_name(name.trim());
-    MODELS.iter().copied().find(|m| {
-        m.id.eq_ignore_ascii_case(&name) || m.id.rsplit('/').next().is_some_and(|short| short.eq_ignore_ascii_case(&name))
-    })
+    MODELS
+        .iter()
+        .copied()
+        .find(|m| m.id.eq_ignore_ascii_case(&name) || m.id.rsplit('/').next().is_some_and(|short| short.eq_ignore_ascii_case(&name)))
 }
 
 /// Model names HuggingFace has since changed, and what they became; the
@@ -246,9 +247,9 @@ impl GpuName {
 /// what the name gives, the chip's first listed where it gives neither.
 pub fn find_gpu(name: &str) -> Option<BundledGpu> {
     let want = GpuName::parse(name)?;
-    GPUS.iter().copied().find(|g| {
-        g.family == want.family && want.form.is_none_or(|f| f == g.form) && want.memory_gb.is_none_or(|gb| gb == g.memory_gb())
-    })
+    GPUS.iter()
+        .copied()
+        .find(|g| g.family == want.family && want.form.is_none_or(|f| f == g.form) && want.memory_gb.is_none_or(|gb| gb == g.memory_gb()))
 }
 
 /// Whether two names name the same GPU: the same bundled board
@@ -350,8 +351,12 @@ mod tests {
             let mean = |g: fn(&AllReduceEfficiency) -> f64| e.iter().map(g).sum::<f64>() / 2.0;
             (mean(|a| a.bus_efficiency), mean(|a| a.latency_us), mean(|a| a.hop_latency_us))
         };
-        for (unmeasured, (efficiency, latency, hop)) in [(UNMEASURED_NVLINK_ALLREDUCE, mean(|k| k.allreduce_nvlink)), (UNMEASURED_PCIE_ALLREDUCE, mean(|k| k.allreduce_pcie))] {
-            let close = (unmeasured.bus_efficiency - efficiency).abs() < 1e-3 && (unmeasured.latency_us - latency).abs() < 0.1 && (unmeasured.hop_latency_us - hop).abs() < 0.01;
+        for (unmeasured, (efficiency, latency, hop)) in
+            [(UNMEASURED_NVLINK_ALLREDUCE, mean(|k| k.allreduce_nvlink)), (UNMEASURED_PCIE_ALLREDUCE, mean(|k| k.allreduce_pcie))]
+        {
+            let close = (unmeasured.bus_efficiency - efficiency).abs() < 1e-3
+                && (unmeasured.latency_us - latency).abs() < 0.1
+                && (unmeasured.hop_latency_us - hop).abs() < 0.01;
             assert!(close, "{unmeasured:?} vs {efficiency}, {latency}, {hop}");
         }
         let (h100, a40, l40s) = (find_gpu("H100").unwrap().spec(), find_gpu("A40").unwrap().spec(), find_gpu("L40S").unwrap().spec());
@@ -446,7 +451,18 @@ mod tests {
             assert_eq!(find_gpu(name).map(|g| g.name), Some(want), "{name}");
         }
         // A different part with a similar name is not silently taken for another.
-        for other in ["NVIDIA A100 40GB PCIe", "H200 NVL", "L40", "A10", "A10G", "GH200 480GB", "H100 SXM 94GB", "L40S SXM", "H100 80", "H100 PCIe SXM"] {
+        for other in [
+            "NVIDIA A100 40GB PCIe",
+            "H200 NVL",
+            "L40",
+            "A10",
+            "A10G",
+            "GH200 480GB",
+            "H100 SXM 94GB",
+            "L40S SXM",
+            "H100 80",
+            "H100 PCIe SXM",
+        ] {
             assert!(find_gpu(other).is_none(), "{other}");
         }
         for nonsense in ["", "NVIDIA", "80GB", "H100 MIG 1g.10gb", "H100 H200", "A100-80GB, H100"] {
@@ -473,7 +489,13 @@ mod tests {
     #[test]
     fn a_datasheet_of_a_bundled_board_is_completed_from_it() {
         let h100 = find_gpu("H100").unwrap().spec();
-        let bare = GpuSpec { name: "NVIDIA H100 SXM5 80GB".into(), kernels: None, compute_capability: None, torch_device_name: None, ..h100.clone() };
+        let bare = GpuSpec {
+            name: "NVIDIA H100 SXM5 80GB".into(),
+            kernels: None,
+            compute_capability: None,
+            torch_device_name: None,
+            ..h100.clone()
+        };
         let done = completed(bare.clone());
         assert_eq!((done.compute_capability, done.torch_device_name.as_deref()), (Some(9.0), Some("NVIDIA H100 80GB HBM3")));
         assert_eq!(done.kernels, h100.kernels);
@@ -520,9 +542,11 @@ mod tests {
         // (model, tp, blocks the H100 servers in validation/ reported; they ran
         // with utilisation 0.9, 16-token blocks, 2048 batched tokens, 128 sequences)
         let h100 = find_gpu("H100").unwrap().spec();
-        for (id, tp, reported) in
-            [("meta-llama/Llama-2-7b-hf", 1, 7462.0), ("meta-llama/Llama-2-70b-hf", 4, 31356.0), ("mistralai/Mixtral-8x7B-v0.1", 2, 27510.0)]
-        {
+        for (id, tp, reported) in [
+            ("meta-llama/Llama-2-7b-hf", 1, 7462.0),
+            ("meta-llama/Llama-2-70b-hf", 4, 31356.0),
+            ("mistralai/Mixtral-8x7B-v0.1", 2, 27510.0),
+        ] {
             let m = ModelConfig::from_hf_json(find_model(id).unwrap().config_json).unwrap();
             let sizing = KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(tp, &h100) };
             let blocks = kv_blocks(&m, &h100, &sizing).unwrap() as f64;

@@ -161,13 +161,8 @@ macro_rules! bundled {
 }
 
 /// Every bundled set.
-pub const BUNDLED: &[BundledSet] = bundled![
-    "trained-physics-h100",
-    "unified-5-h100",
-    "physics-normalized-h100",
-    "trained-physics-published",
-    "unified-5-published",
-];
+pub const BUNDLED: &[BundledSet] =
+    bundled!["trained-physics-h100", "unified-5-h100", "physics-normalized-h100", "trained-physics-published", "unified-5-published",];
 
 /// The set `blis run` and `blis validate` use when told nothing: the one that
 /// validates best on `validation/vllm-h100` (see `validation/REPORT.md`).
@@ -241,7 +236,12 @@ impl CoefficientSet {
     /// gets an empty set.
     pub fn bundled_for(kind: ModelKind) -> Option<CoefficientSet> {
         if kind == ModelKind::Roofline {
-            return Some(CoefficientSet { latency_model: kind.name().into(), alpha: vec![], beta: vec![], provenance: Provenance::default() });
+            return Some(CoefficientSet {
+                latency_model: kind.name().into(),
+                alpha: vec![],
+                beta: vec![],
+                provenance: Provenance::default(),
+            });
         }
         ["h100", "published"].iter().find_map(|suffix| CoefficientSet::bundled(&format!("{}-{suffix}", kind.name())))
     }
@@ -255,7 +255,13 @@ impl CoefficientSet {
     /// says which coefficient is wrong. A set fitted on one GPU
     /// (`provenance.hardware`) times another as carried there
     /// ([`CoefficientSet::basis`]).
-    pub fn latency_model(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Arc<dyn LatencyModel>, String> {
+    pub fn latency_model(
+        &self,
+        model: &ModelConfig,
+        gpu: &GpuSpec,
+        tp: u32,
+        instance: &InstanceConfig,
+    ) -> Result<Arc<dyn LatencyModel>, String> {
         let kind = self.kind()?;
         match self.basis(model, gpu, tp, instance)? {
             None if !(self.alpha.is_empty() && self.beta.is_empty()) => Err(format!(
@@ -279,7 +285,13 @@ impl CoefficientSet {
     /// mean. Features · β are the step time of
     /// [`CoefficientSet::latency_model`], which is what lets `blis fit`
     /// learn one set from runs on several GPUs.
-    pub fn basis(&self, model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> Result<Option<Box<dyn FeatureBasis>>, String> {
+    pub fn basis(
+        &self,
+        model: &ModelConfig,
+        gpu: &GpuSpec,
+        tp: u32,
+        instance: &InstanceConfig,
+    ) -> Result<Option<Box<dyn FeatureBasis>>, String> {
         let kind = self.kind()?;
         let carry = self.carry_to(gpu);
         let resolved = GpuSpec { kernels: kernels_of(gpu), ..gpu.clone() };
@@ -374,11 +386,19 @@ mod tests {
         let (kh, ka) = (h100.kernels.clone().unwrap(), a100.kernels.clone().unwrap());
         assert_eq!(set.carry_to(&h100), None);
         let carry = set.carry_to(&a100).unwrap();
-        assert_eq!(carry, Carry { compute: ka.gemm_compute / kh.gemm_compute, memory: ka.gemm_memory / kh.gemm_memory, per_layer: ka.layer_overhead_us / kh.layer_overhead_us });
+        assert_eq!(
+            carry,
+            Carry {
+                compute: ka.gemm_compute / kh.gemm_compute,
+                memory: ka.gemm_memory / kh.gemm_memory,
+                per_layer: ka.layer_overhead_us / kh.layer_overhead_us
+            }
+        );
         assert!(carry.memory < 1.0 && carry.per_layer > 1.0, "the A100 streams weights less efficiently than the H100: {carry:?}");
 
         let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
-        let entries: Vec<BatchEntry> = (0..32).map(|i| BatchEntry { computed_tokens: 500 + i, new_tokens: 1, prompt_tokens: 400 }).collect();
+        let entries: Vec<BatchEntry> =
+            (0..32).map(|i| BatchEntry { computed_tokens: 500 + i, new_tokens: 1, prompt_tokens: 400 }).collect();
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let step = |set: &CoefficientSet, gpu: &GpuSpec| set.latency_model(&model, gpu, 2, &instance()).unwrap().step_time(&batch);
         let anonymous = CoefficientSet { provenance: Provenance::default(), ..set.clone() };
@@ -409,7 +429,9 @@ mod tests {
         use blis_engine::latency::{BatchEntry, InstanceLoad, StepBatch};
         let set = CoefficientSet::default_set();
         let model = ModelConfig::from_hf_json(find_model("Mixtral-8x7B-v0.1").unwrap().config_json).unwrap();
-        let entries: Vec<BatchEntry> = (0..40).map(|i| BatchEntry { computed_tokens: 300 + 7 * i, new_tokens: if i < 2 { 200 } else { 1 }, prompt_tokens: 350 }).collect();
+        let entries: Vec<BatchEntry> = (0..40)
+            .map(|i| BatchEntry { computed_tokens: 300 + 7 * i, new_tokens: if i < 2 { 200 } else { 1 }, prompt_tokens: 350 })
+            .collect();
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let priced = |set: &CoefficientSet, gpu: &GpuSpec| {
             let basis = set.basis(&model, gpu, 2, &instance()).unwrap().unwrap();
@@ -462,7 +484,12 @@ mod tests {
         let mut ten = file;
         ten.beta.truncate(10);
         let model = ModelConfig::from_hf_json(find_model("Llama-2-7b-hf").unwrap().config_json).unwrap();
-        let e = CoefficientSet::parse(&ten.to_yaml(), Path::new("ten.yaml")).unwrap().latency_model(&model, &find_gpu("H100").unwrap().spec(), 1, &instance());
+        let e = CoefficientSet::parse(&ten.to_yaml(), Path::new("ten.yaml")).unwrap().latency_model(
+            &model,
+            &find_gpu("H100").unwrap().spec(),
+            1,
+            &instance(),
+        );
         assert!(e.is_err_and(|e| e.contains("12") && e.contains("10")), "only the published length is read as the old layout");
     }
 

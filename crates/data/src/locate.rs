@@ -40,7 +40,13 @@ pub fn json_message(text: &str, e: &serde_path_to_error::Error<serde_json::Error
     });
     let Some((token, start, before)) = non_finite else { return located_message(e) };
     // The key just before the value (`"mean": NaN`), which the path stops short of.
-    let key = before.trim_end().strip_suffix(':').map(str::trim_end).and_then(|k| k.strip_suffix('"')).and_then(|k| k.rsplit_once('"')).map(|(_, k)| k);
+    let key = before
+        .trim_end()
+        .strip_suffix(':')
+        .map(str::trim_end)
+        .and_then(|k| k.strip_suffix('"'))
+        .and_then(|k| k.rsplit_once('"'))
+        .map(|(_, k)| k);
     let path = e.path().to_string();
     let field = match (path.as_str(), key) {
         (".", Some(key)) => key.to_string(),

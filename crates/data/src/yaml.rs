@@ -103,7 +103,9 @@ pub fn top_level_keys(text: &str) -> Result<Option<Vec<String>>, YamlError> {
     let probe = |options| serde_saphyr::from_str_with_options::<Keys>(text, options);
     match probe(options.clone()) {
         Ok(keys) => Ok(Some(keys.0.into_keys().collect())),
-        Err(_) => serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options).map(|_| None).map_err(|e| error(&e, text, None)),
+        Err(_) => {
+            serde_saphyr::from_str_with_options::<serde::de::IgnoredAny>(text, options).map(|_| None).map_err(|e| error(&e, text, None))
+        }
     }
 }
 
@@ -151,7 +153,9 @@ fn message(e: &serde_saphyr::Error, text: &str) -> String {
     let inner = innermost(e);
     match (inner, scalar_at(text, inner)) {
         (serde_saphyr::Error::InvalidScalar { ty, .. }, Some(found)) => return format!("`{found}` is {}", kind_of_scalar(ty)),
-        (serde_saphyr::Error::InvalidBooleanStrict { .. }, Some(found)) => return format!("`{found}` is not a boolean: write true or false"),
+        (serde_saphyr::Error::InvalidBooleanStrict { .. }, Some(found)) => {
+            return format!("`{found}` is not a boolean: write true or false");
+        }
         (serde_saphyr::Error::NonFiniteFloat { .. }, Some(found)) => return format!("`{found}` is not a finite number"),
         (serde_saphyr::Error::Unexpected { expected, .. }, _) => {
             let wanted = match *expected {
@@ -234,8 +238,10 @@ fn is_over_budget(e: &serde_saphyr::Error) -> bool {
 /// or `- `, anything else that is not a scalar is a mapping).
 fn found_at(text: &str, e: &serde_saphyr::Error) -> String {
     let start = e.location().and_then(|l| l.span().byte_offset()).and_then(|o| usize::try_from(o).ok());
-    let is_list = |rest: &str| rest.starts_with('[') || rest.strip_prefix('-').is_some_and(|r| r.is_empty() || r.starts_with(char::is_whitespace));
-    let is_block_mapping = |rest: &str| !rest.starts_with(['"', '\'']) && rest.lines().next().is_some_and(|line| line.contains(": ") || line.ends_with(':'));
+    let is_list =
+        |rest: &str| rest.starts_with('[') || rest.strip_prefix('-').is_some_and(|r| r.is_empty() || r.starts_with(char::is_whitespace));
+    let is_block_mapping =
+        |rest: &str| !rest.starts_with(['"', '\'']) && rest.lines().next().is_some_and(|line| line.contains(": ") || line.ends_with(':'));
     match start.and_then(|o| text.get(o..)).map(str::trim_start) {
         Some(rest) if is_list(rest) => "a list".to_string(),
         Some(rest) if rest.starts_with('{') || is_block_mapping(rest) => "a mapping".to_string(),

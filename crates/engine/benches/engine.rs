@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use blis_data::catalog;
+use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::Instance;
 use blis_engine::latency::Roofline;
@@ -13,7 +14,6 @@ use blis_engine::metrics::Collector;
 use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::time::Micros;
 use criterion::{Criterion, criterion_group, criterion_main};
 

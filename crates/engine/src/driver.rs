@@ -173,11 +173,7 @@ impl Fleet {
     /// Puts `instance` (with id `i`, idle) in slot `i` in place of an idle
     /// instance, which it returns: a new replica taking a retired one's place.
     pub fn replace(&mut self, i: usize, instance: Instance) -> Instance {
-        debug_assert_eq!(
-            instance.id() as usize,
-            i,
-            "instance ids must be their indices"
-        );
+        debug_assert_eq!(instance.id() as usize, i, "instance ids must be their indices");
         debug_assert!(self.instances[i].is_idle(), "replacing a busy instance");
         let old = std::mem::replace(&mut self.instances[i], instance);
         self.reschedule(i);
@@ -484,15 +480,9 @@ impl<P: ControlPlane> Driver<P> {
         loop {
             let arrival = workload.peek_arrival().map(|t| (t, EventClass::ClusterArrival, 0, 0));
             let control = self.events.peek_key().map(|k| (k.time, k.class, 0, k.seq));
-            let instance = self
-                .fleet
-                .peek()
-                .map(|(k, i)| (k.time, k.class, i + 1, k.seq));
+            let instance = self.fleet.peek().map(|(k, i)| (k.time, k.class, i + 1, k.seq));
             let foreground = [arrival, control, instance].into_iter().flatten().min();
-            let background = self
-                .background
-                .peek_key()
-                .map(|k| (k.time, k.class, 0, k.seq));
+            let background = self.background.peek_key().map(|k| (k.time, k.class, 0, k.seq));
             let next = match (foreground, background) {
                 (Some(f), Some(b)) if b < f => b,
                 (Some(f), _) => f,
@@ -577,11 +567,19 @@ mod tests {
     use crate::scheduler::InstanceConfig;
 
     fn instance(id: u32) -> Instance {
-        Instance::new(id, InstanceConfig::basic(8, 512, 4096, 1000), Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] })).unwrap()
+        Instance::new(id, InstanceConfig::basic(8, 512, 4096, 1000), Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 1.0, 10.0] }))
+            .unwrap()
     }
 
     fn request(i: u64, arrival_ms: u64) -> Request {
-        Request { id: RequestId(i), arrival: Micros::from_ms(arrival_ms), prompt: TokenSeq::synthetic(i, 100), max_output_tokens: 5, output_seed: i, meta: RequestMeta::default() }
+        Request {
+            id: RequestId(i),
+            arrival: Micros::from_ms(arrival_ms),
+            prompt: TokenSeq::synthetic(i, 100),
+            max_output_tokens: 5,
+            output_seed: i,
+            meta: RequestMeta::default(),
+        }
     }
 
     /// A plane that sends request i to instance i mod N after a delay, and

@@ -137,7 +137,8 @@ pub const DEFAULT_NVLINK_DOMAIN_GPUS: u32 = 8;
 /// step; `blis kernels`, 2026-11-27). The two differ by 32–54 % (the
 /// H100's NVSwitch reduces in the switch), so this is the least certain
 /// figure of an unprofiled GPU.
-pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.670, latency_us: 32.75, hop_latency_us: 0.645 };
+pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency =
+    AllReduceEfficiency { bus_efficiency: 0.670, latency_us: 32.75, hop_latency_us: 0.645 };
 
 /// An all-reduce whose ring crosses PCIe on a GPU whose collectives nobody
 /// measured: the mean of the A100's and H100's 4-GPU boxes of bridged pairs,
@@ -145,7 +146,8 @@ pub const UNMEASURED_NVLINK_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency
 /// 57.6 and 49.7 µs, one group size, so no time per ring step; `blis
 /// kernels`, 2026-11-27). Either GPU's efficiency times the other's within
 /// 5–6 %: a property of the link, not the GPU.
-pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency = AllReduceEfficiency { bus_efficiency: 0.758, latency_us: 53.65, hop_latency_us: 0.0 };
+pub const UNMEASURED_PCIE_ALLREDUCE: AllReduceEfficiency =
+    AllReduceEfficiency { bus_efficiency: 0.758, latency_us: 53.65, hop_latency_us: 0.0 };
 
 /// The link a tensor-parallel group's all-reduce crosses.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -183,7 +185,11 @@ impl KernelEfficiency {
     /// The factors that carry coefficients fitted on a GPU with these
     /// efficiencies to one with `to`'s.
     pub fn carry_to(&self, to: &KernelEfficiency) -> Carry {
-        Carry { compute: to.gemm_compute / self.gemm_compute, memory: to.gemm_memory / self.gemm_memory, per_layer: to.layer_overhead_us / self.layer_overhead_us }
+        Carry {
+            compute: to.gemm_compute / self.gemm_compute,
+            memory: to.gemm_memory / self.gemm_memory,
+            per_layer: to.layer_overhead_us / self.layer_overhead_us,
+        }
     }
 }
 
@@ -286,9 +292,10 @@ impl GpuSpec {
         let spec = if value_is_datasheet {
             let d: Datasheet = located(value).map_err(|e| GpuSpecParseError::Format(format!("datasheet shape: {e}")))?;
             let dense = if d.compute.with_sparsity { 0.5 } else { 1.0 };
-            let pcie_gb_s = d.interconnect.pcie_bandwidth_gb_s.ok_or_else(|| {
-                GpuSpecParseError::Format("datasheet shape: missing field `interconnect.pcie_bandwidth_gb_s`".into())
-            })?;
+            let pcie_gb_s = d
+                .interconnect
+                .pcie_bandwidth_gb_s
+                .ok_or_else(|| GpuSpecParseError::Format("datasheet shape: missing field `interconnect.pcie_bandwidth_gb_s`".into()))?;
             GpuSpec {
                 source: format!(
                     "datasheet {}{}; MFU assumed equal to H100 SXM's",
@@ -350,17 +357,29 @@ impl GpuSpec {
             }
         }
         if !(MEMORY_GIB.0..=MEMORY_GIB.1).contains(&self.memory_gib) {
-            return Err(GpuSpecError { field: "memory_gib", value: self.memory_gib, reason: "must be a number of GiB in [4, 4096] (what accelerator boards carry)" });
+            return Err(GpuSpecError {
+                field: "memory_gib",
+                value: self.memory_gib,
+                reason: "must be a number of GiB in [4, 4096] (what accelerator boards carry)",
+            });
         }
         if let Some(v) = self.cuda_memory_gib
             && !(v.is_finite() && v > 0.0 && v <= self.memory_gib)
         {
-            return Err(GpuSpecError { field: "cuda_memory_gib", value: v, reason: "must be a positive number of GiB, at most memory_gib" });
+            return Err(GpuSpecError {
+                field: "cuda_memory_gib",
+                value: v,
+                reason: "must be a positive number of GiB, at most memory_gib",
+            });
         }
         if let Some(v) = self.compute_capability
             && !(1.0..100.0).contains(&v)
         {
-            return Err(GpuSpecError { field: "compute_capability", value: v, reason: "must be a CUDA compute capability such as 9.0 or 8.6" });
+            return Err(GpuSpecError {
+                field: "compute_capability",
+                value: v,
+                reason: "must be a CUDA compute capability such as 9.0 or 8.6",
+            });
         }
         let kernels = self.kernels.as_ref();
         let efficiencies = [
@@ -714,7 +733,9 @@ mod tests {
         for (sheet, bundled) in [(H100_SXM_DATASHEET, "H100"), (H100_NVL_DATASHEET, "H100-NVL")] {
             let parsed = GpuSpec::from_json(sheet).unwrap();
             let want = find_gpu(bundled).unwrap().spec();
-            let figures = |g: &GpuSpec| (g.bf16_tflops, g.fp8_tflops, g.hbm_tb_s, g.memory_gib, g.nvlink_gb_s, g.pcie_gb_s, g.mfu_prefill, g.mfu_decode);
+            let figures = |g: &GpuSpec| {
+                (g.bf16_tflops, g.fp8_tflops, g.hbm_tb_s, g.memory_gib, g.nvlink_gb_s, g.pcie_gb_s, g.mfu_prefill, g.mfu_decode)
+            };
             assert_eq!(figures(&parsed), figures(&want), "{bundled}");
         }
         // Dense figures are taken as they are.
@@ -740,8 +761,14 @@ mod tests {
         // Memory no board carries is refused in either shape (fuzzing: 1 GiB and 1e6 GiB passed).
         for (memory, shown) in [("1", "1"), ("1e6", "1000000")] {
             let e = GpuSpec::from_json(&own.replace("\"memory_gib\": 48.0", &format!("\"memory_gib\": {memory}"))).unwrap_err();
-            assert_eq!(e.to_string(), format!("GPU spec field `memory_gib` = {shown} is invalid: must be a number of GiB in [4, 4096] (what accelerator boards carry)"));
-            let e = GpuSpec::from_json(&H100_NVL_DATASHEET.replace("\"capacity_gb\": 94", &format!("\"capacity_gb\": {memory}"))).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "GPU spec field `memory_gib` = {shown} is invalid: must be a number of GiB in [4, 4096] (what accelerator boards carry)"
+                )
+            );
+            let e =
+                GpuSpec::from_json(&H100_NVL_DATASHEET.replace("\"capacity_gb\": 94", &format!("\"capacity_gb\": {memory}"))).unwrap_err();
             assert!(e.to_string().starts_with(&format!("GPU spec field `memory.capacity_gb` = {shown} is invalid")), "{e}");
         }
         let e = GpuSpec::from_json(r#"{"name": "x", "compute": {}}"#).unwrap_err();
@@ -762,13 +789,24 @@ mod tests {
         let e = GpuSpec::from_json(&a100.replace("\"latency_us\": 41.9", "\"latency_us\": -41.9")).unwrap_err();
         assert!(e.to_string().contains("kernels.allreduce_nvlink.latency_us"), "{e}");
         let e = GpuSpec::from_json(&a100.replace("\"compute_capability\": 8.0", "\"compute_capability\": 0.5")).unwrap_err();
-        assert_eq!(e.to_string(), "GPU spec field `compute_capability` = 0.5 is invalid: must be a CUDA compute capability such as 9.0 or 8.6");
+        assert_eq!(
+            e.to_string(),
+            "GPU spec field `compute_capability` = 0.5 is invalid: must be a CUDA compute capability such as 9.0 or 8.6"
+        );
         let e = GpuSpec::from_json(&a100.replace("\"hop_latency_us\": 0.88", "\"hop_latency_us\": -0.88")).unwrap_err();
-        assert_eq!(e.to_string(), "GPU spec field `kernels.allreduce_nvlink.hop_latency_us` = -0.88 is invalid: must be a number of at least 0");
-        let sheet = H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");
+        assert_eq!(
+            e.to_string(),
+            "GPU spec field `kernels.allreduce_nvlink.hop_latency_us` = -0.88 is invalid: must be a number of at least 0"
+        );
+        let sheet =
+            H100_NVL_DATASHEET.replace("\"nvlink_bandwidth_gb_s\": 600,", "\"nvlink_bandwidth_gb_s\": 600, \"nvlink_domain_gpus\": 2,");
         let bridged = GpuSpec::from_json(&sheet).unwrap();
         assert_eq!((bridged.allreduce_link(2), bridged.allreduce_link(4)), (Link::NvLink, Link::Pcie));
-        assert_eq!(GpuSpec::from_json(H100_NVL_DATASHEET).unwrap().allreduce_link(8), Link::NvLink, "an HGX board's 8 when the sheet says nothing");
+        assert_eq!(
+            GpuSpec::from_json(H100_NVL_DATASHEET).unwrap().allreduce_link(8),
+            Link::NvLink,
+            "an HGX board's 8 when the sheet says nothing"
+        );
     }
 
     /// vLLM's grouping (`_get_kv_cache_groups_uniform_page_size`) of the
@@ -779,7 +817,8 @@ mod tests {
         let gpt_oss: serde_json::Value = serde_json::from_str(include_str!("../tests/fixtures/gpt-oss-20b.json")).unwrap();
         let with_layers = |sliding: usize, full: usize| {
             let mut cfg = gpt_oss.clone();
-            let types: Vec<&str> = std::iter::repeat_n("sliding_attention", sliding).chain(std::iter::repeat_n("full_attention", full)).collect();
+            let types: Vec<&str> =
+                std::iter::repeat_n("sliding_attention", sliding).chain(std::iter::repeat_n("full_attention", full)).collect();
             cfg["layer_types"] = serde_json::json!(types);
             cfg["num_hidden_layers"] = serde_json::json!(sliding + full);
             ModelConfig::from_hf_json(&cfg.to_string()).unwrap()
@@ -796,12 +835,14 @@ mod tests {
         assert_eq!(groups(&with_layers(12, 12), false), (KvGroups::FULL, 24));
         assert_eq!(groups(&with_layers(24, 0), false), (g(0, 1), 24));
         // Chunked local attention (Llama-4): vLLM keeps the manager off by default.
-        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let scout =
+            ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
         assert!(scout.local_attention.is_some());
         assert_eq!(groups(&scout, true), (KvGroups::FULL, scout.num_layers));
         // A block of one group's 12 layers is half a block of all 24: twice the blocks.
         let h100 = find_gpu("H100").unwrap().spec();
-        let blocks = |hybrid_kv| kv_budget(&with_layers(12, 12), &h100, &KvSizing { hybrid_kv, ..KvSizing::defaults(1, &h100) }).unwrap().blocks;
+        let blocks =
+            |hybrid_kv| kv_budget(&with_layers(12, 12), &h100, &KvSizing { hybrid_kv, ..KvSizing::defaults(1, &h100) }).unwrap().blocks;
         assert!(blocks(true).abs_diff(2 * blocks(false)) <= 1, "{} vs {}", blocks(true), blocks(false));
     }
 
@@ -810,7 +851,8 @@ mod tests {
         let model = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
         let h100 = find_gpu("H100").unwrap().spec();
         let blocks = |tokens: u32, seqs: u32| {
-            kv_blocks(&model, &h100, &KvSizing { max_num_batched_tokens: tokens, max_num_seqs: seqs, ..KvSizing::defaults(1, &h100) }).unwrap()
+            kv_blocks(&model, &h100, &KvSizing { max_num_batched_tokens: tokens, max_num_seqs: seqs, ..KvSizing::defaults(1, &h100) })
+                .unwrap()
         };
         let mut last = u64::MAX;
         for tokens in [256, 2048, 8192, 32_768, 131_072] {
@@ -821,7 +863,8 @@ mod tests {
         assert!(blocks(8192, 4096) < blocks(8192, 256), "more sampler rows leave fewer blocks");
         // The budget of the real Llama-2-7B server (2048 tokens, 128 sequences), by hand:
         // 80 · 0.99025 · 0.9 GiB requested, 6.738 B fp16 weights, 2048 · 2 · 57 600 bytes of activations.
-        let b = kv_budget(&model, &h100, &KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(1, &h100) }).unwrap();
+        let b = kv_budget(&model, &h100, &KvSizing { max_num_batched_tokens: 2048, max_num_seqs: 128, ..KvSizing::defaults(1, &h100) })
+            .unwrap();
         assert!((b.requested_gib - 71.298).abs() < 1e-9, "{b:?}");
         assert!((b.weights_gib - model.total_params() * 2.0 / f64::from(1 << 30)).abs() < 1e-9, "{b:?}");
         assert_eq!((b.activation_peak_gib, b.non_torch_gib), (235_929_600.0 / f64::from(1 << 30), 0.15));

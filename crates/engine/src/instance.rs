@@ -31,8 +31,8 @@ use crate::kv::{BlockTable, KvCache};
 use crate::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use crate::request::{DropReason, Outcome, PromptHashMemo, Request, RequestId, RequestMeta, RequestRecord, TokenSeq, extend_block_hashes};
 use crate::scheduler::{InstanceConfig, InstanceConfigError, PreemptionVictim, WaitKey, WaitQueue};
-use crate::warmup::MoeKernelCache;
 use crate::time::Micros;
+use crate::warmup::MoeKernelCache;
 
 /// One output token reaching the API.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -474,7 +474,9 @@ impl Instance {
         let kv_transfer = cfg.kv_transfer.map(|_| KvTransferStats::default());
         let waiting = WaitQueue::new(cfg.scheduler.queue_policy);
         let prompt_memo = PromptHashMemo::new(cfg.block_size);
-        let moe_kernels = cfg.moe_kernel_warmup.map(|w| MoeKernelCache::after_startup(w, cfg.scheduler.max_num_seqs, cfg.scheduler.max_num_batched_tokens));
+        let moe_kernels = cfg
+            .moe_kernel_warmup
+            .map(|w| MoeKernelCache::after_startup(w, cfg.scheduler.max_num_seqs, cfg.scheduler.max_num_batched_tokens));
         Ok(Instance {
             id,
             cfg,
@@ -701,7 +703,13 @@ impl Instance {
     }
 
     /// Injects `req`; returns its slot unless it was dropped at once.
-    fn inject_with_hashes(&mut self, req: Request, now: Micros, prompt_hashes: Option<&mut Vec<u64>>, obs: &mut dyn Observer) -> Option<u32> {
+    fn inject_with_hashes(
+        &mut self,
+        req: Request,
+        now: Micros,
+        prompt_hashes: Option<&mut Vec<u64>>,
+        obs: &mut dyn Observer,
+    ) -> Option<u32> {
         self.advance_clock(now);
         self.stats.injected += 1;
         if let Some(reason) = self.rejection(&req) {
@@ -1082,8 +1090,7 @@ impl Instance {
     fn finish(&mut self, slot: u32, outcome: Outcome, obs: &mut dyn Observer) {
         let now = self.now;
         let completion = self.latency.completion_overhead();
-        self.stats.overheads_clamped +=
-            u64::from(outcome == Outcome::Completed && completion >= crate::latency::MAX_STEP);
+        self.stats.overheads_clamped += u64::from(outcome == Outcome::Completed && completion >= crate::latency::MAX_STEP);
         let live = &self.slots[slot as usize];
         let finished = match outcome {
             Outcome::Completed => live.last_token.unwrap_or(now) + completion,
@@ -1232,11 +1239,7 @@ impl Instance {
             }
         }
         self.step_load = self.load();
-        let batch = StepBatch {
-            entries: &self.entries,
-            load: self.step_load,
-            preempted: self.step_preempted,
-        };
+        let batch = StepBatch { entries: &self.entries, load: self.step_load, preempted: self.step_preempted };
         let mut duration = self.latency.step_time(&batch);
         if self.step_slowdown != 1.0 {
             duration = Micros::from_us_f64(duration.0 as f64 * self.step_slowdown)
@@ -1439,7 +1442,8 @@ impl Instance {
             return LoadStart::NoRoom;
         }
         let live = &mut self.slots[slot as usize];
-        let (tiers, stats) = (self.tiers.as_mut().expect("called with offload tiers"), self.stats.offload.as_mut().expect("set when the tiers are"));
+        let (tiers, stats) =
+            (self.tiers.as_mut().expect("called with offload tiers"), self.stats.offload.as_mut().expect("set when the tiers are"));
         let (ticket, done) = tiers.start_load(&live.hashes[loaded.clone()], now, &self.on_gpu_scratch, stats);
         live.load = Some(ticket);
         self.wait_for_remote_kv(slot, done, loaded.end as u32 * block_size, hits as u32 * block_size, gpu_hit_tokens)
@@ -1529,7 +1533,13 @@ impl Instance {
             live.num_computed -= 1;
         }
         live.status = Status::Landed;
-        obs.on_queue(&QueueEvent { id: live.req.id, meta: live.req.meta, instance: self.id, time: self.now, change: QueueChange::Enqueued });
+        obs.on_queue(&QueueEvent {
+            id: live.req.id,
+            meta: live.req.meta,
+            instance: self.id,
+            time: self.now,
+            change: QueueChange::Enqueued,
+        });
         self.landed.push_back((slot, self.now));
         self.wake();
     }
@@ -1572,8 +1582,11 @@ impl Instance {
                 shared.end = (shared_end as usize).min(live.hashes.len()).max(shared.start);
             }
             let first_private = shared.end as u32;
-            let private = (storable > first_private && first_private >= live.private_from_block)
-                .then(|| PrivateRun { owner: live.req.id.0, first_block: first_private, blocks: storable - first_private });
+            let private = (storable > first_private && first_private >= live.private_from_block).then(|| PrivateRun {
+                owner: live.req.id.0,
+                first_block: first_private,
+                blocks: storable - first_private,
+            });
             // (Past the hashed blocks, the range is empty: private blocks have no hash.)
             let shared_hashes = live.hashes.get(shared).unwrap_or_default();
             let clock = tiers.clock();
@@ -1774,14 +1787,21 @@ impl Instance {
         let tables = self.slots.iter().map(|l| &l.table).chain(self.held.iter().map(|(_, t)| t)).chain(&self.spare_tables);
         let held: u64 = tables.map(|t| self.kv.assert_table(t)).sum();
         assert_eq!(held, self.kv.total_refs(), "the tables' entries are not the blocks' reference counts");
-        assert_eq!(self.live_count, self.arriving + self.incoming.len() as u32 + self.waiting.len() as u32 + self.running.len() as u32 + self.loading + self.landed.len() as u32);
+        assert_eq!(
+            self.live_count,
+            self.arriving
+                + self.incoming.len() as u32
+                + self.waiting.len() as u32
+                + self.running.len() as u32
+                + self.loading
+                + self.landed.len() as u32
+        );
         if let Some(tiers) = &self.tiers {
             tiers.assert_consistent();
         }
         assert!(self.running.len() <= self.cfg.scheduler.max_num_seqs as usize);
     }
 }
-
 
 /// When `req`'s client gives up on it: `client_timeout` after the send, or
 /// its cancellation ([`RequestMeta::cancel_at`]), whichever is earlier.
@@ -1808,7 +1828,14 @@ mod tests {
         let mut inst = Instance::new(0, cfg, model).unwrap();
         let mut c = Collector::default();
         for id in 0..100 {
-            let req = Request { id: RequestId(id), arrival: Micros::ZERO, prompt: TokenSeq::synthetic(id, 64), max_output_tokens: 20, output_seed: id, meta: RequestMeta::default() };
+            let req = Request {
+                id: RequestId(id),
+                arrival: Micros::ZERO,
+                prompt: TokenSeq::synthetic(id, 64),
+                max_output_tokens: 20,
+                output_seed: id,
+                meta: RequestMeta::default(),
+            };
             inst.inject(req, Micros::ZERO, &mut c);
         }
         while inst.process_next(&mut c).is_some() {}

@@ -260,7 +260,15 @@ impl Serialize for Distribution {
         let stat = |v: f64| (self.count > 0).then_some(v);
         let mut out = serializer.serialize_struct("Distribution", 8)?;
         out.serialize_field("count", &self.count)?;
-        for (name, v) in [("mean", self.mean), ("min", self.min), ("p50", self.p50), ("p90", self.p90), ("p95", self.p95), ("p99", self.p99), ("max", self.max)] {
+        for (name, v) in [
+            ("mean", self.mean),
+            ("min", self.min),
+            ("p50", self.p50),
+            ("p90", self.p90),
+            ("p95", self.p95),
+            ("p99", self.p99),
+            ("max", self.max),
+        ] {
             out.serialize_field(name, &stat(v))?;
         }
         out.end()
@@ -800,9 +808,24 @@ mod tests {
         for (id, tenant) in [(0, 1), (1, 0), (2, 1)] {
             let meta = RequestMeta { tenant: TenantId(tenant), ..RequestMeta::default() };
             b.on_finish(&RequestRecord {
-                id: RequestId(id), meta, instance: Some(0), outcome: Outcome::Completed, arrival: Micros(0), enqueued: None, queued: None,
-                first_scheduled: None, first_token: Some(Micros(10 * id + 5)), last_token: Some(Micros(100)),
-                finished: Micros(100), input_tokens: 1, output_tokens: 2, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO, pd: None,
+                id: RequestId(id),
+                meta,
+                instance: Some(0),
+                outcome: Outcome::Completed,
+                arrival: Micros(0),
+                enqueued: None,
+                queued: None,
+                first_scheduled: None,
+                first_token: Some(Micros(10 * id + 5)),
+                last_token: Some(Micros(100)),
+                finished: Micros(100),
+                input_tokens: 1,
+                output_tokens: 2,
+                cached_prompt_tokens: 0,
+                preemptions: 0,
+                loaded_prompt_tokens: 0,
+                kv_load_wait: Micros::ZERO,
+                pd: None,
             });
         }
         let labels = Labels { tenants: vec!["free".into(), "paid".into()], ..Labels::default() };

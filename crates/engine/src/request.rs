@@ -131,13 +131,7 @@ pub fn output_stream_seed(id: RequestId, salt: u64) -> u64 {
 ///
 /// The hash of block `k` covers its content and the hash of block `k-1`, as
 /// vLLM's `hash_block_tokens` does, so equal hashes mean equal prefixes.
-pub fn extend_block_hashes(
-    prompt: &TokenSeq,
-    output_seed: u64,
-    output_len: u32,
-    block_size: u32,
-    hashes: &mut Vec<u64>,
-) {
+pub fn extend_block_hashes(prompt: &TokenSeq, output_seed: u64, output_len: u32, block_size: u32, hashes: &mut Vec<u64>) {
     let total = prompt.len() + output_len;
     let full_blocks = (total / block_size) as usize;
     if hashes.len() >= full_blocks {

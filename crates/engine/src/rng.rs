@@ -48,14 +48,18 @@ mod tests {
 
     #[test]
     fn streams_are_reproducible_and_isolated() {
-        let a1: Vec<u64> = (0..4).map({
-            let mut r = subsystem_rng(7, "workload");
-            move |_| r.random()
-        }).collect();
-        let a2: Vec<u64> = (0..4).map({
-            let mut r = subsystem_rng(7, "workload");
-            move |_| r.random()
-        }).collect();
+        let a1: Vec<u64> = (0..4)
+            .map({
+                let mut r = subsystem_rng(7, "workload");
+                move |_| r.random()
+            })
+            .collect();
+        let a2: Vec<u64> = (0..4)
+            .map({
+                let mut r = subsystem_rng(7, "workload");
+                move |_| r.random()
+            })
+            .collect();
         assert_eq!(a1, a2);
         // Drawing from "router" does not perturb "workload".
         let mut router = subsystem_rng(7, "router");

@@ -229,7 +229,11 @@ impl InstanceConfig {
             o.validate()?;
         }
         if let Some(h) = &self.hybrid_kv {
-            let with = [(self.kv_events, "KV events"), (self.offload.is_some(), "KV offloading"), (self.kv_transfer.is_some(), "a P/D KV transfer")];
+            let with = [
+                (self.kv_events, "KV events"),
+                (self.offload.is_some(), "KV offloading"),
+                (self.kv_transfer.is_some(), "a P/D KV transfer"),
+            ];
             if let Some((_, what)) = with.iter().find(|(on, _)| *on) {
                 return Err(InstanceConfigError::HybridKv(what));
             }

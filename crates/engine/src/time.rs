@@ -48,11 +48,7 @@ impl Micros {
     /// Rounds a floating-point microsecond value to the nearest microsecond.
     /// Returns `None` for NaN, negative or out-of-range input.
     pub fn from_us_f64(us: f64) -> Option<Micros> {
-        if us.is_finite() && us >= 0.0 && us < u64::MAX as f64 {
-            Some(Micros(us.round() as u64))
-        } else {
-            None
-        }
+        if us.is_finite() && us >= 0.0 && us < u64::MAX as f64 { Some(Micros(us.round() as u64)) } else { None }
     }
 
     /// Whole seconds to microseconds, saturating.
@@ -91,11 +87,7 @@ impl Micros {
 /// [`MAX_SPAN_S`]. The error says what is accepted.
 pub fn parse_duration(text: &str) -> Result<Micros, String> {
     let t = text.trim();
-    let split = t
-        .find(|c: char| {
-            !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')
-        })
-        .unwrap_or(t.len());
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == 'e' || c == 'E' || c == '+' || c == '-')).unwrap_or(t.len());
     let (number, unit) = t.split_at(split);
     let per_unit_s = match unit.trim() {
         "" | "s" => 1.0,
@@ -109,9 +101,7 @@ pub fn parse_duration(text: &str) -> Result<Micros, String> {
             ));
         }
     };
-    let value: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration such as 30s, 4m or 250ms"))?;
+    let value: f64 = number.parse().map_err(|_| format!("`{text}` is not a duration such as 30s, 4m or 250ms"))?;
     let secs = value * per_unit_s;
     if !(secs.is_finite() && (0.0..=MAX_SPAN_S).contains(&secs)) {
         return Err(format!("`{text}`: must be between 0 and {MAX_SPAN_S:e} s"));
@@ -192,26 +182,11 @@ mod tests {
         for bad in ["", "s", "-1s", "1d", "NaNs", "1e9s", "four minutes"] {
             assert!(parse_duration(bad).is_err(), "{bad}");
         }
-        for us in [
-            0,
-            7,
-            250_000,
-            30_000_000,
-            240_000_000,
-            5_400_000_000,
-            7_200_000_000,
-            1_500,
-        ] {
+        for us in [0, 7, 250_000, 30_000_000, 240_000_000, 5_400_000_000, 7_200_000_000, 1_500] {
             let text = format_duration(Micros(us));
             assert_eq!(parse_duration(&text), Ok(Micros(us)), "{text}");
         }
-        assert_eq!(
-            (
-                format_duration(Micros::from_secs(240)),
-                format_duration(Micros(1_500))
-            ),
-            ("4m".to_string(), "1500us".to_string())
-        );
+        assert_eq!((format_duration(Micros::from_secs(240)), format_duration(Micros(1_500))), ("4m".to_string(), "1500us".to_string()));
     }
 
     #[test]

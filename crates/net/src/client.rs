@@ -220,10 +220,7 @@ fn carries_output(v: &Value) -> bool {
 
 fn parse_usage(v: &Value) -> Option<Usage> {
     let u = v.get("usage")?;
-    Some(Usage {
-        prompt_tokens: u.get("prompt_tokens")?.as_u64()? as u32,
-        completion_tokens: u.get("completion_tokens")?.as_u64()? as u32,
-    })
+    Some(Usage { prompt_tokens: u.get("prompt_tokens")?.as_u64()? as u32, completion_tokens: u.get("completion_tokens")?.as_u64()? as u32 })
 }
 
 fn error_text(body: &str) -> String {
@@ -281,7 +278,14 @@ async fn exchange(req: reqwest::RequestBuilder, streaming: bool, send_time_us: u
     if !streaming {
         let text = match resp.text().await {
             Ok(t) => t,
-            Err(e) => return Exchange::failed(ExchangeStatus::Error, send_time_us, Some(status), format!("response cut short: {}", with_causes(&e))),
+            Err(e) => {
+                return Exchange::failed(
+                    ExchangeStatus::Error,
+                    send_time_us,
+                    Some(status),
+                    format!("response cut short: {}", with_causes(&e)),
+                );
+            }
         };
         let now = clock.now_unix_us();
         let usage = serde_json::from_str::<Value>(&text).ok().as_ref().and_then(parse_usage);
@@ -392,7 +396,12 @@ mod tests {
         for ok in ["sk-abc123", "", "with space", "tab\there", "ünïcode"] {
             assert_eq!(check_api_key(ok), Ok(()), "{ok:?}");
         }
-        for (bad, at) in [("secret\n", "'\\n' at byte 6"), ("sec\rret", "'\\r' at byte 3"), ("\0x", "'\\0' at byte 0"), ("a\u{7f}", "'\\u{7f}' at byte 1")] {
+        for (bad, at) in [
+            ("secret\n", "'\\n' at byte 6"),
+            ("sec\rret", "'\\r' at byte 3"),
+            ("\0x", "'\\0' at byte 0"),
+            ("a\u{7f}", "'\\u{7f}' at byte 1"),
+        ] {
             let err = check_api_key(bad).unwrap_err();
             assert!(err.contains(at) && !err.contains("secret") && !err.contains("sec\r"), "{bad:?}: {err}");
         }

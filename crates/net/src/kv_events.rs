@@ -165,7 +165,8 @@ impl Publisher {
     pub async fn start(config: &KvEventsConfig) -> Result<(Publisher, String), std::io::Error> {
         let address = config.bind_address().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
         let mut socket = zeromq::PubSocket::new();
-        let bound = socket.bind(&address).await.map_err(|e| std::io::Error::other(format!("cannot bind the KV events endpoint {address}: {e}")))?;
+        let bound =
+            socket.bind(&address).await.map_err(|e| std::io::Error::other(format!("cannot bind the KV events endpoint {address}: {e}")))?;
         let (payloads, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
         let topic = bytes::Bytes::from(config.topic.clone().into_bytes());
         tokio::spawn(async move {
@@ -195,7 +196,8 @@ mod tests {
 
     #[test]
     fn vllm_configs_parse_and_bad_ones_are_refused_by_name() {
-        let c = KvEventsConfig::parse(r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"}"#).unwrap();
+        let c = KvEventsConfig::parse(r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://*:5557", "topic": "kv"}"#)
+            .unwrap();
         assert!(c.publishes());
         assert_eq!(c.bind_address().unwrap(), "tcp://0.0.0.0:5557");
         assert!(!KvEventsConfig::parse(r#"{"enable_kv_cache_events": true}"#).unwrap().publishes(), "the default publisher is null");

@@ -91,7 +91,8 @@ pub async fn run<M: Clone + Send + 'static>(
 ) -> std::io::Result<LoadSummary> {
     let permits = Arc::new(Semaphore::new(max_concurrency.max(1)));
     let (tx, mut rx) = mpsc::unbounded_channel::<Outcome<M>>();
-    let mut summary = LoadSummary { sent: 0, ok: 0, errors: 0, timeouts: 0, interrupted: false, send_duration_s: 0.0, schedule_delays_us: Vec::new() };
+    let mut summary =
+        LoadSummary { sent: 0, ok: 0, errors: 0, timeouts: 0, interrupted: false, send_duration_s: 0.0, schedule_delays_us: Vec::new() };
     let mut in_flight = 0u64;
     let mut interrupt = interrupt;
     let start_us = clock.start_unix_us();

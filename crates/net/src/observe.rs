@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blis_engine::request::{Outcome as EngineOutcome, RequestRecord};
 use blis_engine::driver::Workload;
+use blis_engine::request::{Outcome as EngineOutcome, RequestRecord};
 use blis_engine::time::Micros;
 use blis_workload::generator::{GeneratedRequest, Generator};
 use blis_workload::plan::Plan as WorkloadPlan;
@@ -496,7 +496,12 @@ mod tests {
     #[test]
     fn a_model_list_that_is_not_one_is_an_error_naming_the_url() {
         let url = "http://h/v1/models";
-        for (body, needle) in [("{\"data\": 5}", "no `data` list"), ("{}", "no `data` list"), ("<html>", "not JSON"), ("{\"data\": [{\"name\": \"m\"}]}", "no string `id`")] {
+        for (body, needle) in [
+            ("{\"data\": 5}", "no `data` list"),
+            ("{}", "no `data` list"),
+            ("<html>", "not JSON"),
+            ("{\"data\": [{\"name\": \"m\"}]}", "no string `id`"),
+        ] {
             let err = Discovered::parse(body.as_bytes(), url).err().unwrap_or_else(|| panic!("{body} accepted")).to_string();
             assert!(err.starts_with(url) && err.contains(needle), "{body}: {err}");
         }

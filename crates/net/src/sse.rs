@@ -101,7 +101,8 @@ mod tests {
         out
     }
 
-    const STREAM: &str = ": keep-alive\n\ndata: {\"a\":1}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\r\n\r\ndata: [DONE]\n\n";
+    const STREAM: &str =
+        ": keep-alive\n\ndata: {\"a\":1}\n\ndata: {\"choices\":[],\"usage\":{\"completion_tokens\":2}}\r\n\r\ndata: [DONE]\n\n";
 
     fn expected() -> Vec<SseEvent> {
         vec![

@@ -26,8 +26,8 @@ pub fn approximate_token_ids(text: &str) -> Vec<u32> {
 }
 
 const WORDS: [&str; 32] = [
-    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he",
-    "this", "are", "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were",
+    "the", "of", "and", "to", "in", "a", "is", "that", "for", "it", "as", "was", "with", "be", "by", "on", "not", "he", "this", "are",
+    "or", "his", "from", "at", "which", "but", "have", "an", "had", "they", "you", "were",
 ];
 
 /// Text of generated token `index` of the output stream `seed`: a short

@@ -32,7 +32,14 @@ fn http() -> reqwest::Client {
 }
 
 fn target(base: String) -> Arc<Target> {
-    Arc::new(Target { base_url: base, model: "m".into(), api: Api::Completions, api_key: None, streaming: true, timeout: Duration::from_secs(30) })
+    Arc::new(Target {
+        base_url: base,
+        model: "m".into(),
+        api: Api::Completions,
+        api_key: None,
+        streaming: true,
+        timeout: Duration::from_secs(30),
+    })
 }
 
 /// A fixed list of requests, optionally with a follow-up round per request
@@ -47,7 +54,12 @@ struct ListPlan {
 impl ListPlan {
     fn new(n: u32, gap_us: u64, follow_ups: bool) -> ListPlan {
         let items: Vec<_> = (0..n)
-            .map(|i| Planned { arrival_us: u64::from(i) * gap_us, prompt: PromptContent::TokenIds(vec![7; 32]), max_tokens: 8, meta: (i, 0) })
+            .map(|i| Planned {
+                arrival_us: u64::from(i) * gap_us,
+                prompt: PromptContent::TokenIds(vec![7; 32]),
+                max_tokens: 8,
+                meta: (i, 0),
+            })
             .collect();
         ListPlan { items: items.into_iter(), follow_ups, released: Vec::new(), outstanding: if follow_ups { n as usize } else { 0 } }
     }
@@ -108,7 +120,17 @@ async fn every_planned_request_is_sent_once_and_recorded() {
     let srv = server(0.0).await;
     let mut plan = ListPlan::new(40, 25_000, false);
     let mut sink = Collect::default();
-    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 8, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
+    let summary = run(
+        &mut plan,
+        http(),
+        target(format!("http://{}", srv.local_addr)),
+        8,
+        RunClock::start(),
+        &mut sink,
+        Box::pin(std::future::pending()),
+    )
+    .await
+    .unwrap();
     assert_eq!((summary.sent, summary.ok, summary.errors, summary.timeouts), (40, 40, 0, 0));
     let mut ids: Vec<u32> = sink.outcomes.iter().map(|o| o.planned.meta.0).collect();
     ids.sort_unstable();
@@ -123,7 +145,17 @@ async fn follow_up_rounds_are_sent_only_after_the_previous_answer() {
     let srv = server(0.0).await;
     let mut plan = ListPlan::new(10, 10_000, true);
     let mut sink = Collect::default();
-    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 4, RunClock::start(), &mut sink, Box::pin(std::future::pending())).await.unwrap();
+    let summary = run(
+        &mut plan,
+        http(),
+        target(format!("http://{}", srv.local_addr)),
+        4,
+        RunClock::start(),
+        &mut sink,
+        Box::pin(std::future::pending()),
+    )
+    .await
+    .unwrap();
     assert_eq!(summary.sent, 20);
     for i in 0..10 {
         let round = |r| sink.outcomes.iter().find(|o| o.planned.meta == (i, r)).unwrap();
@@ -141,7 +173,8 @@ async fn an_interrupted_run_still_records_everything_it_sent() {
     let interrupt = Box::pin(async {
         let _ = rx.await;
     });
-    let summary = run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 16, RunClock::start(), &mut sink, interrupt).await.unwrap();
+    let summary =
+        run(&mut plan, http(), target(format!("http://{}", srv.local_addr)), 16, RunClock::start(), &mut sink, interrupt).await.unwrap();
     assert!(summary.interrupted);
     assert!(summary.sent < 200);
     assert_eq!(sink.outcomes.len() as u64, summary.sent, "nothing sent is lost");

@@ -41,9 +41,13 @@ fn data_lines(body: &str) -> Vec<&str> {
 #[tokio::test]
 async fn streaming_completion_sends_every_token_usage_and_done() {
     let (srv, base) = server(0.0).await;
-    let body = blis_net::client::http_builder("http://").build().unwrap()
+    let body = blis_net::client::http_builder("http://")
+        .build()
+        .unwrap()
         .post(format!("{base}/v1/completions"))
-        .json(&json!({"model": MODEL, "prompt": "one two three", "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}))
+        .json(
+            &json!({"model": MODEL, "prompt": "one two three", "max_tokens": 6, "stream": true, "stream_options": {"include_usage": true}}),
+        )
         .send()
         .await
         .unwrap()
@@ -105,7 +109,13 @@ async fn bad_requests_get_openai_error_json() {
         (json!({"model": MODEL, "prompt": "x", "max_tokens": 0}).to_string(), 400, "max_tokens"),
         (json!({"model": MODEL, "prompt": "x", "max_tokens": 5000}).to_string(), 400, "max_tokens"),
     ] {
-        let r = client.post(format!("{base}/v1/completions")).header("content-type", "application/json").body(body.clone()).send().await.unwrap();
+        let r = client
+            .post(format!("{base}/v1/completions"))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
         assert_eq!(r.status().as_u16(), status, "{body}");
         let e: Value = r.json().await.unwrap();
         assert_eq!(e["error"]["param"], param, "{body}");
@@ -118,7 +128,11 @@ async fn bad_requests_get_openai_error_json() {
     let r = client.get(format!("{base}/v2/nothing")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 404);
     // A known route asked with another method got an empty 405.
-    for (method, path) in [(reqwest::Method::GET, "/v1/completions"), (reqwest::Method::DELETE, "/v1/chat/completions"), (reqwest::Method::POST, "/v1/models")] {
+    for (method, path) in [
+        (reqwest::Method::GET, "/v1/completions"),
+        (reqwest::Method::DELETE, "/v1/chat/completions"),
+        (reqwest::Method::POST, "/v1/models"),
+    ] {
         let r = client.request(method.clone(), format!("{base}{path}")).send().await.unwrap();
         assert_eq!(r.status().as_u16(), 405, "{method} {path}");
         let e: Value = r.json().await.unwrap();
@@ -126,7 +140,8 @@ async fn bad_requests_get_openai_error_json() {
     }
     // The server still serves after all that, and, as vLLM does, serves its
     // model to a request that names none.
-    let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "ok", "max_tokens": 2})).send().await.unwrap();
+    let r =
+        client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "ok", "max_tokens": 2})).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
     let r = client.post(format!("{base}/v1/completions")).json(&json!({"prompt": "ok", "max_tokens": 2})).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -142,17 +157,30 @@ async fn models_health_and_prometheus_metrics_use_vllm_names() {
     assert_eq!(models["data"][0]["id"], MODEL);
     assert_eq!(client.get(format!("{base}/health")).send().await.unwrap().status().as_u16(), 200);
     for _ in 0..3 {
-        client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "a b c d", "max_tokens": 5})).send().await.unwrap();
+        client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"model": MODEL, "prompt": "a b c d", "max_tokens": 5}))
+            .send()
+            .await
+            .unwrap();
     }
     let text = client.get(format!("{base}/metrics")).send().await.unwrap().text().await.unwrap();
-    for name in ["vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc", "vllm:prompt_tokens_total",
-                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_bucket", "vllm:inter_token_latency_seconds_count",
-                 "vllm:e2e_request_latency_seconds_sum", "vllm:prefix_cache_queries_total", "vllm:prefix_cache_hits_total"] {
+    for name in [
+        "vllm:num_requests_running",
+        "vllm:num_requests_waiting",
+        "vllm:kv_cache_usage_perc",
+        "vllm:prompt_tokens_total",
+        "vllm:generation_tokens_total",
+        "vllm:time_to_first_token_seconds_bucket",
+        "vllm:inter_token_latency_seconds_count",
+        "vllm:e2e_request_latency_seconds_sum",
+        "vllm:prefix_cache_queries_total",
+        "vllm:prefix_cache_hits_total",
+    ] {
         assert!(text.contains(name), "missing {name}");
     }
-    let value = |name: &str| -> f64 {
-        text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).unwrap().parse().unwrap()
-    };
+    let value =
+        |name: &str| -> f64 { text.lines().find(|l| l.starts_with(name)).and_then(|l| l.rsplit(' ').next()).unwrap().parse().unwrap() };
     assert_eq!(value("vllm:generation_tokens_total"), 15.0);
     assert_eq!(value("vllm:e2e_request_latency_seconds_count"), 3.0);
     // Three identical 4-token prompts: later ones hit nothing (no full 16-token block), so hits stay 0.
@@ -166,7 +194,11 @@ async fn injected_failures_are_429_503_or_dropped_connections_and_successes_stil
     let client = blis_net::client::http_builder("http://").build().unwrap();
     let (mut ok, mut throttled, mut unavailable, mut dropped) = (0, 0, 0, 0);
     for _ in 0..60 {
-        let r = client.post(format!("{base}/v1/completions")).json(&json!({"model": MODEL, "prompt": "hello", "max_tokens": 8, "stream": true})).send().await;
+        let r = client
+            .post(format!("{base}/v1/completions"))
+            .json(&json!({"model": MODEL, "prompt": "hello", "max_tokens": 8, "stream": true}))
+            .send()
+            .await;
         // A connection dropped before the first byte fails the request itself.
         let Ok(r) = r else {
             dropped += 1;
@@ -297,7 +329,10 @@ mod client {
             while let Ok((mut conn, _)) = listener.accept().await {
                 let mut request = vec![0u8; 65536];
                 let _ = conn.read(&mut request).await;
-                let head = format!("HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n", sse.len());
+                let head = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                    sse.len()
+                );
                 let _ = conn.write_all(format!("{head}{sse}").as_bytes()).await;
             }
         });
@@ -337,7 +372,10 @@ mod client {
 async fn kv_events_reach_a_zeromq_subscriber_as_vllm_publishes_them() {
     use zeromq::{Socket, SocketRecv};
 
-    let kv = blis_net::kv_events::KvEventsConfig::parse(r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0", "topic": "kv"}"#).unwrap();
+    let kv = blis_net::kv_events::KvEventsConfig::parse(
+        r#"{"enable_kv_cache_events": true, "publisher": "zmq", "endpoint": "tcp://127.0.0.1:0", "topic": "kv"}"#,
+    )
+    .unwrap();
     let srv = start(ServeConfig { kv_events: Some(kv), ..config(0.0) }, "127.0.0.1:0".parse().unwrap()).await.unwrap();
     let endpoint = srv.kv_events_endpoint.clone().expect("publishing");
     let mut sub = zeromq::SubSocket::new();
@@ -376,7 +414,11 @@ async fn kv_events_reach_a_zeromq_subscriber_as_vllm_publishes_them() {
     assert_eq!(reset.status(), 200);
     let mut seq = u64::from_be_bytes(frames[1][..].try_into().unwrap());
     loop {
-        let m = tokio::time::timeout(std::time::Duration::from_secs(10), sub.recv()).await.expect("AllBlocksCleared arrives").unwrap().into_vec();
+        let m = tokio::time::timeout(std::time::Duration::from_secs(10), sub.recv())
+            .await
+            .expect("AllBlocksCleared arrives")
+            .unwrap()
+            .into_vec();
         let next = u64::from_be_bytes(m[1][..].try_into().unwrap());
         assert_eq!(next, seq + 1, "sequence numbers count batches");
         seq = next;

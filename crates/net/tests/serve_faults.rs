@@ -189,7 +189,9 @@ async fn a_stalled_request_body_gets_408_after_the_body_timeout_and_its_connecti
     let _shared = EXCLUSIVE.read().await;
     let (srv, base) = server(1000.0, ServeTimeouts { body_read_ms: SHORT_MS, ..ServeTimeouts::DEFAULT }).await;
     let mut tcp = TcpStream::connect(srv.local_addr).await.unwrap();
-    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\":").await.unwrap();
+    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 100\r\n\r\n{\"model\":")
+        .await
+        .unwrap();
     let response = String::from_utf8(read_until_closed(&mut tcp).await).unwrap();
     assert!(response.starts_with("HTTP/1.1 408"), "{response}");
     assert!(response.contains("did not arrive within 200 ms"), "{response}");
@@ -210,7 +212,8 @@ async fn a_declared_body_over_the_limit_gets_413_at_once_without_the_body_being_
     let limit = config(1000.0, ServeTimeouts::DEFAULT).max_body_bytes;
     for (path, expect) in [("/v1/completions", ""), ("/v1/chat/completions", "expect: 100-continue\r\n")] {
         let mut tcp = TcpStream::connect(srv.local_addr).await.unwrap();
-        let head = format!("POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n{expect}content-length: {}\r\n\r\n", limit + 1);
+        let head =
+            format!("POST {path} HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\n{expect}content-length: {}\r\n\r\n", limit + 1);
         tcp.write_all(head.as_bytes()).await.unwrap();
         let response = String::from_utf8(read_until_closed(&mut tcp).await).unwrap();
         assert!(response.starts_with("HTTP/1.1 413"), "{path}: {response}");
@@ -241,10 +244,12 @@ async fn clients_that_disconnect_mid_stream_are_aborted_and_leak_nothing_while_o
         assert!(r.chunk().await.unwrap().is_some(), "first token arrives");
         quitters.push(r);
     }
-    let stayers: Vec<_> = (0..20).map(|_| {
-        let (client, base) = (client.clone(), base.clone());
-        tokio::spawn(async move { stream_to_end(&client, &base, 10).await })
-    }).collect();
+    let stayers: Vec<_> = (0..20)
+        .map(|_| {
+            let (client, base) = (client.clone(), base.clone());
+            tokio::spawn(async move { stream_to_end(&client, &base, 10).await })
+        })
+        .collect();
     drop(quitters);
     for s in stayers {
         let body = s.await.unwrap();
@@ -255,7 +260,9 @@ async fn clients_that_disconnect_mid_stream_are_aborted_and_leak_nothing_while_o
     // nothing is left running.
     let mut settled = false;
     for _ in 0..5000 {
-        if metric(&client, &base, "vllm:request_aborted_total").await == 20.0 && metric(&client, &base, "vllm:num_requests_running").await == 0.0 {
+        if metric(&client, &base, "vllm:request_aborted_total").await == 20.0
+            && metric(&client, &base, "vllm:num_requests_running").await == 0.0
+        {
             settled = true;
             break;
         }
@@ -445,7 +452,8 @@ mod fd_exhaustion {
         let mut open = client.post(format!("{base}/v1/completions")).json(&completion(3000, true)).send().await.unwrap();
         assert!(open.chunk().await.unwrap().is_some());
         let saved = nofile();
-        let highest = std::fs::read_dir("/proc/self/fd").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).max().unwrap();
+        let highest =
+            std::fs::read_dir("/proc/self/fd").unwrap().filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u64>().ok()).max().unwrap();
         set_nofile(libc::rlimit { rlim_cur: highest + 16, rlim_max: saved.rlim_max });
         let mut held = exhaust();
         // One descriptor for the client's socket; the server then has none to accept it with.

@@ -3,7 +3,9 @@
 //! defaults; each node pool resolved to a server (its GPU's KV capacity and
 //! step-time model) as vLLM would run the deployment's model there.
 
-use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, PoolConfig, Span};
+use blis_cluster::autoscale::{
+    AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, PoolConfig, Span,
+};
 use blis_engine::time::{Micros, format_duration, parse_duration};
 
 use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
@@ -44,7 +46,9 @@ fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, Sce
         Some("none") => None,
         Some(name) => match from_file {
             Some(spec) if spec.name() == name => Some(spec),
-            _ => Some(AutoscaleSpec::parse(name, None, "autoscale").map_err(|e| invalid!("--autoscale-policy {name}: {}; or none", e.message))?),
+            _ => Some(
+                AutoscaleSpec::parse(name, None, "autoscale").map_err(|e| invalid!("--autoscale-policy {name}: {}; or none", e.message))?,
+            ),
         },
         None => match (from_file, written.section, written.pools.is_empty()) {
             (Some(spec), _, _) => Some(spec),
@@ -85,7 +89,8 @@ fn pool_origin(origin: &str, i: usize, p: &NodePoolSection) -> String {
 pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<(Knobs, String)> {
     let first = pools.first()?;
     let autoscaled = k.autoscale_policy.value.as_deref() != Some("none");
-    (autoscaled && (first.hardware.is_some() || first.tp.is_some())).then(|| (pool_knobs(k, first), pool_origin(&k.policy_origin(), 0, first)))
+    (autoscaled && (first.hardware.is_some() || first.tp.is_some()))
+        .then(|| (pool_knobs(k, first), pool_origin(&k.policy_origin(), 0, first)))
 }
 
 /// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no
@@ -128,7 +133,9 @@ pub fn resolve(
     };
     let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
     let limit = blis_cluster::MAX_INSTANCES;
-    for (flag, key, knob, n) in [("min-instances", "min_replicas", &k.min_instances, min), ("max-instances", "max_replicas", &k.max_instances, max)] {
+    for (flag, key, knob, n) in
+        [("min-instances", "min_replicas", &k.min_instances, min), ("max-instances", "max_replicas", &k.max_instances, max)]
+    {
         if n > limit {
             return Err(match knob.value {
                 Some(_) => invalid!("--{flag} {n}: must be at most {limit} replicas"),
@@ -137,10 +144,14 @@ pub fn resolve(
         }
     }
     if min > max {
-        return Err(invalid!("--min-instances {min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"));
+        return Err(invalid!(
+            "--min-instances {min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"
+        ));
     }
     if !(min..=max).contains(&initial) {
-        return Err(invalid!("--num-instances {initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"));
+        return Err(invalid!(
+            "--num-instances {initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"
+        ));
     }
     if k.num_instances.source == Source::Default {
         report_entry(report, "num-instances", &initial, Source::Derived);

@@ -5,9 +5,9 @@
 use std::path::Path;
 
 use blis_cluster::fitness::FitnessWeights;
+use blis_cluster::policy::bundle::SectionsSet;
 use blis_cluster::policy::routing::parse_scorer_list;
 use blis_cluster::policy::scheduler::Preemption;
-use blis_cluster::policy::bundle::SectionsSet;
 use blis_cluster::policy::{AdmissionSpec, PolicyBundle, PrioritySpec, RoutingSpec, SchedulerSpec};
 use blis_cluster::slo::SloTargets;
 use blis_cluster::trace::DecisionSink;
@@ -91,7 +91,8 @@ fn apply_slo_targets(text: &str, base: &mut std::collections::BTreeMap<String, S
     let flag = |m: String| invalid!("--slo-targets {text:?}: {m}");
     let mut seen = Vec::new();
     for part in text.split(',') {
-        let (key, value) = part.split_once('=').ok_or_else(|| flag(format!("`{part}` is not CLASS.METRIC=MS (e.g. realtime.ttft_ms=200)")))?;
+        let (key, value) =
+            part.split_once('=').ok_or_else(|| flag(format!("`{part}` is not CLASS.METRIC=MS (e.g. realtime.ttft_ms=200)")))?;
         let (class, metric) = key.trim().rsplit_once('.').ok_or_else(|| flag(format!("`{key}` is not CLASS.METRIC")))?;
         if seen.contains(&(class, metric)) {
             return Err(flag(format!("`{}` is given twice", key.trim())));
@@ -159,28 +160,62 @@ impl ClusterSetup {
             *origin = if is_set { file_origin.clone() } else { String::new() };
         }
 
-        override_section(&mut bundle.admission, AdmissionSpec::name, |n| AdmissionSpec::parse(n, None, "admission"), &k.admission_policy, "admission-policy", &mut origins.admission)?;
-        override_section(&mut bundle.priority, PrioritySpec::name, |n| PrioritySpec::parse(n, None, "priority"), &k.priority_policy, "priority-policy", &mut origins.priority)?;
-        override_section(&mut bundle.routing, RoutingSpec::name, |n| RoutingSpec::parse(n, None, "routing"), &k.routing_policy, "routing-policy", &mut origins.routing)?;
-        override_section(&mut bundle.scheduler, SchedulerSpec::name, |n| SchedulerSpec::parse(n, None, "scheduler"), &k.scheduler, "scheduler", &mut origins.scheduler)?;
+        override_section(
+            &mut bundle.admission,
+            AdmissionSpec::name,
+            |n| AdmissionSpec::parse(n, None, "admission"),
+            &k.admission_policy,
+            "admission-policy",
+            &mut origins.admission,
+        )?;
+        override_section(
+            &mut bundle.priority,
+            PrioritySpec::name,
+            |n| PrioritySpec::parse(n, None, "priority"),
+            &k.priority_policy,
+            "priority-policy",
+            &mut origins.priority,
+        )?;
+        override_section(
+            &mut bundle.routing,
+            RoutingSpec::name,
+            |n| RoutingSpec::parse(n, None, "routing"),
+            &k.routing_policy,
+            "routing-policy",
+            &mut origins.routing,
+        )?;
+        override_section(
+            &mut bundle.scheduler,
+            SchedulerSpec::name,
+            |n| SchedulerSpec::parse(n, None, "scheduler"),
+            &k.scheduler,
+            "scheduler",
+            &mut origins.scheduler,
+        )?;
         if let Some(text) = &k.routing_scorers.value {
             let explicit_other = k.routing_policy.value.as_deref().is_some_and(|p| p != "weighted");
             if explicit_other {
-                return Err(invalid!("--routing-scorers needs --routing-policy weighted, got --routing-policy {}", k.routing_policy.value.as_deref().unwrap_or("")));
+                return Err(invalid!(
+                    "--routing-scorers needs --routing-policy weighted, got --routing-policy {}",
+                    k.routing_policy.value.as_deref().unwrap_or("")
+                ));
             }
             let scorers = parse_scorer_list(text).map_err(|m| invalid!("--routing-scorers {text:?}: {m}"))?;
-            bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
+            bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
+                .map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
             origins.routing = "--routing-scorers".to_string();
         }
         let pools = crate::pd::resolve(k, bundle.pools.as_ref(), &file_origin, long_context, report, warnings)?;
         if pools.is_some() && origins.routing.is_empty() {
             // Disaggregated, the cluster's routing chooses the decode instance: by load and KV headroom.
             let scorers = parse_scorer_list(crate::pd::DEFAULT_DECODE_SCORERS).map_err(|m| invalid!("{m}"))?;
-            bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("{e}"))?;
+            bundle.routing =
+                RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing").map_err(|e| invalid!("{e}"))?;
             report_entry(report, "routing-scorers", &crate::pd::DEFAULT_DECODE_SCORERS, Source::Derived);
         }
         if let Some(victim) = &k.preemption.value {
-            let v: Preemption = serde_json::from_value(json!(victim)).map_err(|_| invalid!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
+            let v: Preemption = serde_json::from_value(json!(victim))
+                .map_err(|_| invalid!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
             bundle.scheduler = bundle.scheduler.clone().with_preemption(v);
             origins.scheduler = "--preemption".to_string();
         }
@@ -190,7 +225,10 @@ impl ClusterSetup {
         }
         let data_parallel = data_parallel(k, &mut bundle, &mut origins, report)?;
         if let Some(text) = &k.snapshot_refresh.value {
-            bundle.snapshots.apply_overrides(text, "--snapshot-refresh").map_err(|e| invalid!("--snapshot-refresh {text:?}: {}", e.message))?;
+            bundle
+                .snapshots
+                .apply_overrides(text, "--snapshot-refresh")
+                .map_err(|e| invalid!("--snapshot-refresh {text:?}: {}", e.message))?;
             origins.snapshots = "--snapshot-refresh".to_string();
         }
         // Policies not chosen by a knob are reported with where they came from.
@@ -235,7 +273,9 @@ impl ClusterSetup {
         let written = Written { section: bundle.autoscale.as_ref(), pools: &bundle.node_pools, origin: &origins.autoscale };
         let autoscale = crate::autoscale::resolve(k, d, &written, long_context, report, warnings)?;
         if pools.is_some() && autoscale.is_some() {
-            return Err(invalid!("--prefill-instances/--decode-instances cannot be autoscaled yet; drop --autoscale-policy (and the policy file's autoscale section)"));
+            return Err(invalid!(
+                "--prefill-instances/--decode-instances cannot be autoscaled yet; drop --autoscale-policy (and the policy file's autoscale section)"
+            ));
         }
         if let Some(n) = data_parallel
             && (pools.is_some() || autoscale.is_some())
@@ -287,7 +327,12 @@ impl ClusterSetup {
 /// balancer ([`PolicyBundle::vllm_data_parallel`]'s routing and snapshot
 /// refresh) where no flag or policy file chose them. None without the
 /// knob; an error when `--num-instances` says another count.
-fn data_parallel(k: &Knobs, bundle: &mut PolicyBundle, origins: &mut Origins, report: &mut ConfigReport) -> Result<Option<u32>, ScenarioError> {
+fn data_parallel(
+    k: &Knobs,
+    bundle: &mut PolicyBundle,
+    origins: &mut Origins,
+    report: &mut ConfigReport,
+) -> Result<Option<u32>, ScenarioError> {
     let Some(n) = k.data_parallel_size.value else { return Ok(None) };
     if n == 0 || n > blis_cluster::MAX_INSTANCES {
         return Err(invalid!("--data-parallel-size {n}: must be between 1 and {}", blis_cluster::MAX_INSTANCES));

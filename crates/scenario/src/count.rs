@@ -55,7 +55,8 @@ fn parse_u64(s: &str) -> Result<u64, String> {
         return scaled(number, *power).ok_or_else(|| format!("`{s}` is not {FORMS}"));
     }
     if let Some((_, shift)) = BINARY.iter().find(|(name, _)| *name == suffix) {
-        let whole: u64 = number.parse().map_err(|_| format!("`{s}`: a binary suffix takes a whole number (decimals go with k, m, g, t)"))?;
+        let whole: u64 =
+            number.parse().map_err(|_| format!("`{s}`: a binary suffix takes a whole number (decimals go with k, m, g, t)"))?;
         return whole.checked_mul(1 << shift).ok_or_else(|| format!("`{s}` is too large"));
     }
     if matches!(suffix, "M" | "G" | "T") {

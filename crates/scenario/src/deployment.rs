@@ -15,8 +15,8 @@ use blis_engine::latency::{LatencyModel, ModelKind};
 use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
-use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
 use blis_engine::vllm::{ALLOW_LONG_MAX_MODEL_LEN, KvCacheDtype};
+use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
 
 use crate::error::{ScenarioError, invalid};
 use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
@@ -97,7 +97,9 @@ fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, ScenarioErro
 pub fn seconds(flag: &str, value: f64) -> Result<Micros, ScenarioError> {
     match Micros::from_secs_f64(value) {
         Some(t) if (1e-6..=MAX_SPAN_S).contains(&value) => Ok(t),
-        _ => Err(invalid!("--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)")),
+        _ => Err(invalid!(
+            "--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)"
+        )),
     }
 }
 
@@ -107,10 +109,16 @@ fn resolve_model(k: &Knobs) -> Result<(String, ModelConfig), ScenarioError> {
         let name = k.model.value.clone().unwrap_or_else(|| path.display().to_string());
         return Ok((name, model));
     }
-    let name = required(&k.model, "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)")?;
+    let name =
+        required(&k.model, "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)")?;
     let bundled = catalog::find_model(&name).ok_or_else(|| match catalog::similar_models(&name).as_slice() {
-        [] => invalid!("--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH", catalog::model_ids()),
-        similar => invalid!("--model {name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)", similar.join(" or ")),
+        [] => invalid!(
+            "--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
+            catalog::model_ids()
+        ),
+        similar => {
+            invalid!("--model {name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)", similar.join(" or "))
+        }
     })?;
     let model = ModelConfig::from_hf_json(bundled.config_json).map_err(|e| invalid!("bundled config for {}: {e}", bundled.id))?;
     Ok((bundled.id.to_string(), model))
@@ -146,7 +154,12 @@ impl Server {
     /// token budget grown to `--max-model-len`, and the KV block count of
     /// vLLM's memory profiler unless given. Derived values are added to
     /// `report`; warnings to `warnings`. Errors name the knob as its flag.
-    pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Server, ScenarioError> {
+    pub fn resolve(
+        k: &Knobs,
+        long_context: LongContext,
+        report: &mut ConfigReport,
+        warnings: &mut Vec<String>,
+    ) -> Result<Server, ScenarioError> {
         let (model_name, model) = resolve_model(k)?;
         let (gpu_name, gpu) = resolve_gpu(k)?;
         let kv_cache_dtype = required(&k.kv_cache_dtype, "--kv-cache-dtype is required")?;
@@ -242,11 +255,23 @@ impl Server {
         let offload = crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?;
         // vLLM turns its hybrid KV cache manager off with a KV connector.
         let hybrid = !required(&k.disable_hybrid_kv_cache_manager, "--disable-hybrid-kv-cache-manager is required")? && offload.is_none();
-        let sizing = KvSizing { tp, gpu_memory_utilization: util, block_size_tokens: block_size, max_num_batched_tokens, max_num_seqs, hybrid_kv: hybrid };
-        let budget = |hybrid_kv: bool| hardware::kv_budget(&model, &gpu, &KvSizing { hybrid_kv, ..sizing }).map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"));
+        let sizing = KvSizing {
+            tp,
+            gpu_memory_utilization: util,
+            block_size_tokens: block_size,
+            max_num_batched_tokens,
+            max_num_seqs,
+            hybrid_kv: hybrid,
+        };
+        let budget = |hybrid_kv: bool| {
+            hardware::kv_budget(&model, &gpu, &KvSizing { hybrid_kv, ..sizing })
+                .map_err(|e| invalid!("{model_name} on {tp} × {gpu_name}: {e}"))
+        };
         let (groups, group_layers) = hardware::kv_groups(&model, hybrid);
         let (num_gpu_blocks, kv_budget, unified_blocks) = match k.num_gpu_blocks.value {
-            Some(b) if b < 2 => return Err(invalid!("--num-gpu-blocks {b}: the KV cache needs at least 2 blocks (one is vLLM's reserved null block)")),
+            Some(b) if b < 2 => {
+                return Err(invalid!("--num-gpu-blocks {b}: the KV cache needs at least 2 blocks (one is vLLM's reserved null block)"));
+            }
             Some(b) => {
                 // vLLM's override is taken as it is, and allocated: a cache that outgrows the
                 // memory left beside the weights would not start.
@@ -268,11 +293,16 @@ impl Server {
                 let needed = groups.peak_blocks(u64::from(max_model_len), max_num_batched_tokens, block_size);
                 if needed > usable {
                     let kv_tokens = groups.longest_request(usable, max_num_batched_tokens, block_size);
-                    let hint = format!("lower --max-model-len (to at most {kv_tokens}), or raise the TP degree or --gpu-memory-utilization");
+                    let hint =
+                        format!("lower --max-model-len (to at most {kv_tokens}), or raise the TP degree or --gpu-memory-utilization");
                     return Err(if groups == KvGroups::FULL {
-                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; {hint}")
+                        invalid!(
+                            "{model_name} on {tp} × {gpu_name}: the KV cache holds {kv_tokens} tokens, fewer than one request of --max-model-len {max_model_len}, so vLLM would not start; {hint}"
+                        )
                     } else {
-                        invalid!("{model_name} on {tp} × {gpu_name}: the KV cache's {usable} blocks, shared by {groups} groups, are fewer than the {needed} one request of --max-model-len {max_model_len} holds at its peak, so vLLM would not start; {hint}")
+                        invalid!(
+                            "{model_name} on {tp} × {gpu_name}: the KV cache's {usable} blocks, shared by {groups} groups, are fewer than the {needed} one request of --max-model-len {max_model_len} holds at its peak, so vLLM would not start; {hint}"
+                        )
                     });
                 }
                 report_entry(report, "num-gpu-blocks", &b.blocks, Source::Derived);
@@ -288,7 +318,11 @@ impl Server {
         // On only where it changes something, so that what reads the instance need not ask again.
         let mut expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
         if expert_parallel && (model.moe.is_none() || tp == 1) {
-            let why = if model.moe.is_none() { format!("{model_name} has no experts") } else { String::from("at --tp 1 every expert is on the one GPU") };
+            let why = if model.moe.is_none() {
+                format!("{model_name} has no experts")
+            } else {
+                String::from("at --tp 1 every expert is on the one GPU")
+            };
             warnings.push(format!("--enable-expert-parallel has no effect: {why}"));
             expert_parallel = false;
         }
@@ -296,7 +330,12 @@ impl Server {
             Some(text) => parse_duration(text).map_err(|e| invalid!("--moe-kernel-compile {e}"))?,
             None => {
                 if model.moe.is_some() {
-                    report_entry(report, "moe-kernel-compile", &format!("{}ms", MEASURED_MOE_KERNEL_COMPILE.as_us() / 1000), Source::Derived);
+                    report_entry(
+                        report,
+                        "moe-kernel-compile",
+                        &format!("{}ms", MEASURED_MOE_KERNEL_COMPILE.as_us() / 1000),
+                        Source::Derived,
+                    );
                 }
                 MEASURED_MOE_KERNEL_COMPILE
             }
@@ -346,7 +385,12 @@ const OVERRIDE_SLACK: u64 = 2;
 impl Deployment {
     /// [`Server::resolve`] and the latency model the knobs choose
     /// ([`choose_coefficients`]); adds the derived choices to `report`.
-    pub fn resolve(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+    pub fn resolve(
+        k: &Knobs,
+        long_context: LongContext,
+        report: &mut ConfigReport,
+        warnings: &mut Vec<String>,
+    ) -> Result<Deployment, ScenarioError> {
         let server = Server::resolve(k, long_context, report, warnings)?;
         let chosen = choose_coefficients(
             k.latency_model.value.as_deref(),
@@ -360,7 +404,8 @@ impl Deployment {
         }
         report_entry(report, "coefficients", &chosen.origin, Source::Derived);
         if k.alpha_coeffs.value.is_some() {
-            let negative: Vec<String> = chosen.set.alpha.iter().enumerate().filter(|(_, a)| **a < 0.0).map(|(i, a)| format!("α{i} = {a}")).collect();
+            let negative: Vec<String> =
+                chosen.set.alpha.iter().enumerate().filter(|(_, a)| **a < 0.0).map(|(i, a)| format!("α{i} = {a}")).collect();
             if !negative.is_empty() {
                 warnings.push(format!(
                     "--alpha-coeffs: {} negative; a request's overhead that sums below 0 µs is taken as 0, never as negative time",
@@ -387,7 +432,9 @@ impl Deployment {
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, server.tp, &chosen.origin) {
             warnings.push(w);
         }
-        if server.instance.expert_parallel && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str()) {
+        if server.instance.expert_parallel
+            && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str())
+        {
             warnings.push(format!(
                 "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics and roofline price the all-to-all",
                 chosen.set.latency_model
@@ -416,7 +463,12 @@ pub struct ChosenCoefficients {
 /// Chooses the coefficient set: `--coefficients FILE`; else the bundled set
 /// for `--latency-model` (roofline needs none); else the bundled default.
 /// `--alpha-coeffs` and `--beta-coeffs` replace the chosen set's vectors.
-pub fn choose_coefficients(latency_model: Option<&str>, file: Option<&Path>, alpha: Option<&str>, beta: Option<&str>) -> Result<ChosenCoefficients, ScenarioError> {
+pub fn choose_coefficients(
+    latency_model: Option<&str>,
+    file: Option<&Path>,
+    alpha: Option<&str>,
+    beta: Option<&str>,
+) -> Result<ChosenCoefficients, ScenarioError> {
     let kind = latency_model.map(|m| m.parse::<ModelKind>().map_err(|e| invalid!("--latency-model: {e}"))).transpose()?;
     let (mut set, mut origin) = match (file, kind) {
         (Some(path), _) => {

@@ -53,7 +53,9 @@ impl DecisionSink for Excerpts {
             .snapshots
             .iter()
             .enumerate()
-            .map(|(i, s)| format!("instance {} load {} score {}", s.instance, loads[i], d.scores.total(i).map_or("-".into(), |t| format!("{t:.3}"))))
+            .map(|(i, s)| {
+                format!("instance {} load {} score {}", s.instance, loads[i], d.scores.total(i).map_or("-".into(), |t| format!("{t:.3}")))
+            })
             .collect();
         let line = format!(
             "t={:.3}s {} sent request {} ({} prompt tokens) to instance {} with load {}, {} above the least loaded; candidates: {}",

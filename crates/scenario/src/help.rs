@@ -20,7 +20,10 @@ pub fn hardware() -> String {
 /// `--latency-model`.
 pub fn latency_model() -> String {
     let default = blis_data::coefficients::CoefficientSet::default_set().latency_model;
-    format!("Step-time model: {}. [default: {default}, the model of the bundled default coefficient set]", one_of(ModelKind::ALL.map(ModelKind::name)))
+    format!(
+        "Step-time model: {}. [default: {default}, the model of the bundled default coefficient set]",
+        one_of(ModelKind::ALL.map(ModelKind::name))
+    )
 }
 
 /// `--workload`.
@@ -59,7 +62,10 @@ pub fn scheduler() -> String {
 
 /// `--fitness-weights`.
 pub fn fitness() -> String {
-    format!("Fitness weights, e.g. `throughput:0.5,ttft_p99:0.3,goodput:0.2`; metrics: {}.", one_of(FitnessMetric::ALL.map(|(name, _)| name)))
+    format!(
+        "Fitness weights, e.g. `throughput:0.5,ttft_p99:0.3,goodput:0.2`; metrics: {}.",
+        one_of(FitnessMetric::ALL.map(|(name, _)| name))
+    )
 }
 
 /// `--autoscale-policy`.

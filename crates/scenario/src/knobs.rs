@@ -14,8 +14,8 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::count::parse_count;
-use crate::tier_list::KvTierList;
 use crate::error::{ScenarioError, invalid};
+use crate::tier_list::KvTierList;
 
 /// Where a resolved value came from.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Serialize)]
@@ -425,30 +425,92 @@ knob_table! {
 
 /// Knobs of the deployment (model, GPU, vLLM server flags, latency model).
 pub const SERVER_KNOBS: [&str; 20] = [
-    "model-config", "hardware", "hardware-config", "tp", "max-num-seqs", "max-num-batched-tokens", "max-model-len", "block-size",
-    "quantization", "kv-cache-dtype", "num-gpu-blocks", "gpu-memory-utilization", "enable-chunked-prefill", "enable-prefix-caching", "async-scheduling",
-    "long-prefill-token-threshold", "latency-model", "coefficients", "alpha-coeffs", "beta-coeffs",
+    "model-config",
+    "hardware",
+    "hardware-config",
+    "tp",
+    "max-num-seqs",
+    "max-num-batched-tokens",
+    "max-model-len",
+    "block-size",
+    "quantization",
+    "kv-cache-dtype",
+    "num-gpu-blocks",
+    "gpu-memory-utilization",
+    "enable-chunked-prefill",
+    "enable-prefix-caching",
+    "async-scheduling",
+    "long-prefill-token-threshold",
+    "latency-model",
+    "coefficients",
+    "alpha-coeffs",
+    "beta-coeffs",
 ];
 
 /// Knobs of the workload (which requests arrive when).
 pub const WORKLOAD_KNOBS: [&str; 20] = [
-    "rate", "arrival", "num-requests", "max-concurrency", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max",
-    "output-tokens", "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
-    "workload-spec", "workload", "trace", "slo-class-mix", "tenant-mix", "horizon",
+    "rate",
+    "arrival",
+    "num-requests",
+    "max-concurrency",
+    "prompt-tokens",
+    "prompt-tokens-stdev",
+    "prompt-tokens-min",
+    "prompt-tokens-max",
+    "output-tokens",
+    "output-tokens-stdev",
+    "output-tokens-min",
+    "output-tokens-max",
+    "prefix-tokens",
+    "prefix-groups",
+    "workload-spec",
+    "workload",
+    "trace",
+    "slo-class-mix",
+    "tenant-mix",
+    "horizon",
 ];
 
 /// Knobs of the cluster's control plane.
 pub const CLUSTER_KNOBS: [&str; 25] = [
-    "num-instances", "policy-config", "admission-policy", "priority-policy", "routing-policy", "routing-scorers", "scheduler",
-    "preemption", "admission-latency", "routing-latency", "snapshot-refresh", "slo-targets", "fitness-weights", "trace-level",
-    "counterfactual-k", "autoscale-policy", "min-instances", "max-instances", "autoscale-interval", "provisioning-delay",
-    "loading-delay", "warmup-duration", "warmup-slowdown", "drain-policy", "gpu-hour-cost",
+    "num-instances",
+    "policy-config",
+    "admission-policy",
+    "priority-policy",
+    "routing-policy",
+    "routing-scorers",
+    "scheduler",
+    "preemption",
+    "admission-latency",
+    "routing-latency",
+    "snapshot-refresh",
+    "slo-targets",
+    "fitness-weights",
+    "trace-level",
+    "counterfactual-k",
+    "autoscale-policy",
+    "min-instances",
+    "max-instances",
+    "autoscale-interval",
+    "provisioning-delay",
+    "loading-delay",
+    "warmup-duration",
+    "warmup-slowdown",
+    "drain-policy",
+    "gpu-hour-cost",
 ];
 
 /// Knobs that only mean something with autoscaling.
 pub const AUTOSCALE_KNOBS: [&str; 9] = [
-    "min-instances", "max-instances", "autoscale-interval", "provisioning-delay", "loading-delay", "warmup-duration",
-    "warmup-slowdown", "drain-policy", "gpu-hour-cost",
+    "min-instances",
+    "max-instances",
+    "autoscale-interval",
+    "provisioning-delay",
+    "loading-delay",
+    "warmup-duration",
+    "warmup-slowdown",
+    "drain-policy",
+    "gpu-hour-cost",
 ];
 
 /// Boolean server knobs that vLLM also spells negatively (`--no-enable-prefix-caching`).
@@ -476,8 +538,9 @@ impl KnobValues {
         for (key, v) in map {
             let key = key.replace('_', "-");
             let key = flag_of_alias(&key).unwrap_or(key);
-            let count =
-                |text: &str| parse_count::<u64>(text).map(|n| Value::Number(n.into())).map_err(|e| invalid!("{origin}: field `{key}`: {e}"));
+            let count = |text: &str| {
+                parse_count::<u64>(text).map(|n| Value::Number(n.into())).map_err(|e| invalid!("{origin}: field `{key}`: {e}"))
+            };
             let v = match v {
                 // `max-model-len: 32k` and `num-requests: 1e6` (a YAML float), as on the command line.
                 Value::String(s) if takes_count(&key) => count(&s)?,

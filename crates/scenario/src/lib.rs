@@ -112,7 +112,12 @@ impl ResolvedScenario {
             self.deployment.server.instance.disable_hybrid_kv();
             self.config.remove("kv-cache-groups");
             if self.deployment.server.kv_budget.is_some() {
-                knobs::report_entry(&mut self.config, "num-gpu-blocks", &self.deployment.server.instance.num_gpu_blocks, knobs::Source::Derived);
+                knobs::report_entry(
+                    &mut self.config,
+                    "num-gpu-blocks",
+                    &self.deployment.server.instance.num_gpu_blocks,
+                    knobs::Source::Derived,
+                );
             }
         }
         let record = |instance: &mut blis_engine::scheduler::InstanceConfig| {
@@ -168,7 +173,16 @@ impl Scenario {
             report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
         }
         let horizon = k.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
-        let cluster = ClusterSetup::resolve(k, policy, &deployment, self.long_context, &mut config, &mut warnings, self.trace_decisions, &workload.labels)?;
+        let cluster = ClusterSetup::resolve(
+            k,
+            policy,
+            &deployment,
+            self.long_context,
+            &mut config,
+            &mut warnings,
+            self.trace_decisions,
+            &workload.labels,
+        )?;
         Ok(ResolvedScenario { deployment, cluster, seed: workload.seed, workload, horizon, config, warnings })
     }
 }
@@ -221,7 +235,11 @@ pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunR
             latency_model: deployment.latency.name().to_string(),
             coefficients: deployment.coefficients.clone(),
             // A disaggregated deployment's instances run under a KV connector: the decode pool's.
-            num_gpu_blocks: if cluster.config.pd.is_some() { cluster.config.instance.num_gpu_blocks } else { server.instance.num_gpu_blocks },
+            num_gpu_blocks: if cluster.config.pd.is_some() {
+                cluster.config.instance.num_gpu_blocks
+            } else {
+                server.instance.num_gpu_blocks
+            },
             kv_memory_per_gpu: server.kv_budget,
         },
         config,

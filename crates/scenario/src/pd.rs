@@ -127,7 +127,10 @@ fn with_section(k: &Knobs, s: &PoolsSection) -> Result<Knobs, String> {
     fill(&mut k.decode_max_num_seqs, d.max_num_seqs);
     fill(&mut k.prefill_max_num_batched_tokens, p.max_num_batched_tokens);
     fill(&mut k.decode_max_num_batched_tokens, d.max_num_batched_tokens);
-    fill(&mut k.prefill_routing_scorers, p.routing_scorers.map(|m| m.iter().map(|(n, w)| format!("{n}:{w}")).collect::<Vec<_>>().join(",")));
+    fill(
+        &mut k.prefill_routing_scorers,
+        p.routing_scorers.map(|m| m.iter().map(|(n, w)| format!("{n}:{w}")).collect::<Vec<_>>().join(",")),
+    );
     fill(&mut k.pd_decider, s.decider.clone());
     fill(&mut k.pd_prefix_threshold, s.prefix_threshold_tokens);
     fill(&mut k.pd_transfer_bandwidth, s.transfer_bandwidth_gb_s);
@@ -139,13 +142,25 @@ fn with_section(k: &Knobs, s: &PoolsSection) -> Result<Knobs, String> {
 /// Resolves the pools from the knobs, under them the policy file's
 /// `pools:` section (`origin` names the file); `None` (a monolithic
 /// deployment) unless both pools are sized.
-pub fn resolve(k: &Knobs, section: Option<&PoolsSection>, origin: &str, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
+pub fn resolve(
+    k: &Knobs,
+    section: Option<&PoolsSection>,
+    origin: &str,
+    long_context: LongContext,
+    report: &mut ConfigReport,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Pools>, ScenarioError> {
     let Some(section) = section else { return resolve_knobs(k, long_context, report, warnings) };
     let k = with_section(k, section).map_err(|e| invalid!("{origin}: {e}"))?;
     resolve_knobs(&k, long_context, report, warnings).map_err(|e| invalid!("{e} (with the pools section of {origin})"))
 }
 
-fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport, warnings: &mut Vec<String>) -> Result<Option<Pools>, ScenarioError> {
+fn resolve_knobs(
+    k: &Knobs,
+    long_context: LongContext,
+    report: &mut ConfigReport,
+    warnings: &mut Vec<String>,
+) -> Result<Option<Pools>, ScenarioError> {
     let (prefill, decode) = match (k.prefill_instances.value, k.decode_instances.value) {
         (None, None) => {
             if let Some((flag, _)) = other_knobs(k).into_iter().find(|(_, given)| *given) {
@@ -154,8 +169,12 @@ fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport
             return Ok(None);
         }
         (Some(p), Some(d)) => (p, d),
-        (Some(_), None) => return Err(invalid!("--prefill-instances needs --decode-instances (a disaggregated deployment has both pools)")),
-        (None, Some(_)) => return Err(invalid!("--decode-instances needs --prefill-instances (a disaggregated deployment has both pools)")),
+        (Some(_), None) => {
+            return Err(invalid!("--prefill-instances needs --decode-instances (a disaggregated deployment has both pools)"));
+        }
+        (None, Some(_)) => {
+            return Err(invalid!("--decode-instances needs --prefill-instances (a disaggregated deployment has both pools)"));
+        }
     };
     for (flag, n) in [("prefill-instances", prefill), ("decode-instances", decode)] {
         if n == 0 {
@@ -195,8 +214,13 @@ fn resolve_knobs(k: &Knobs, long_context: LongContext, report: &mut ConfigReport
     let mut decode_instance = d.server.instance.clone();
     decode_instance.kv_transfer = Some(KvTransferConfig { link: LinkConfig { bytes_per_s: gb_per_s * 1e9, latency }, block_bytes });
     for (key, server) in [("prefill", &p.server), ("decode", &d.server)] {
-        report_entry(report, &format!("{key}-pool"), &json!({ "hardware": server.gpu_name, "tp": server.tp, "num_gpu_blocks": server.instance.num_gpu_blocks,
-            "max_num_seqs": server.instance.scheduler.max_num_seqs, "max_num_batched_tokens": server.instance.scheduler.max_num_batched_tokens }), Source::Derived);
+        report_entry(
+            report,
+            &format!("{key}-pool"),
+            &json!({ "hardware": server.gpu_name, "tp": server.tp, "num_gpu_blocks": server.instance.num_gpu_blocks,
+            "max_num_seqs": server.instance.scheduler.max_num_seqs, "max_num_batched_tokens": server.instance.scheduler.max_num_batched_tokens }),
+            Source::Derived,
+        );
     }
     Ok(Some(Pools {
         pd: PdConfig {

@@ -65,7 +65,9 @@ impl Grid {
         if let Some(v) = top.remove("zip") {
             let Value::Array(groups) = v else { return Err(invalid!("{origin}: zip: expected a list of mappings")) };
             for (g, group) in groups.into_iter().enumerate() {
-                let Value::Object(map) = group else { return Err(invalid!("{origin}: zip[{g}]: expected a mapping of knob names to lists")) };
+                let Value::Object(map) = group else {
+                    return Err(invalid!("{origin}: zip[{g}]: expected a mapping of knob names to lists"));
+                };
                 let mut names = Vec::new();
                 let mut columns = Vec::new();
                 for (name, values) in map {
@@ -77,7 +79,12 @@ impl Grid {
                     return Err(invalid!("{origin}: zip[{g}]: a group needs at least one knob"));
                 }
                 if let Some(i) = columns.iter().position(|c| c.len() != len) {
-                    return Err(invalid!("{origin}: zip[{g}]: `{}` has {} values, `{}` has {len}: zipped lists must be as long", names[i], columns[i].len(), names[0]));
+                    return Err(invalid!(
+                        "{origin}: zip[{g}]: `{}` has {} values, `{}` has {len}: zipped lists must be as long",
+                        names[i],
+                        columns[i].len(),
+                        names[0]
+                    ));
                 }
                 let steps: Vec<Vec<Value>> = (0..len).map(|k| columns.iter().map(|c| c[k].clone()).collect()).collect();
                 axes.push((names, steps));
@@ -124,7 +131,12 @@ impl Grid {
         let check = |steps: Vec<(usize, usize)>| scenario_of(&self.point(self.index_of(&steps)), flags, base).and_then(|sc| sc.check());
         for (a, (_, steps)) in self.axes.iter().enumerate() {
             for s in 0..steps.len() {
-                let beside_others = self.axes.iter().enumerate().filter(|&(b, _)| b != a).flat_map(|(b, (_, other))| (1..other.len()).map(move |t| vec![(a, s), (b, t)]));
+                let beside_others = self
+                    .axes
+                    .iter()
+                    .enumerate()
+                    .filter(|&(b, _)| b != a)
+                    .flat_map(|(b, (_, other))| (1..other.len()).map(move |t| vec![(a, s), (b, t)]));
                 let mut tries = std::iter::once(vec![(a, s)]).chain(beside_others).map(&check);
                 let Some(Err(first)) = tries.next() else { continue };
                 if !tries.any(|r| r.is_ok()) {
@@ -268,7 +280,8 @@ mod tests {
 
     #[test]
     fn points_enumerate_the_product_with_zipped_groups_as_one_axis() {
-        let g = Grid::parse(json!({"axes": {"rate": [1, 2], "seed": [7, 8, 9]}, "zip": [{"tp": [1, 2], "num-instances": [4, 8]}]}), "g").unwrap();
+        let g = Grid::parse(json!({"axes": {"rate": [1, 2], "seed": [7, 8, 9]}, "zip": [{"tp": [1, 2], "num-instances": [4, 8]}]}), "g")
+            .unwrap();
         assert_eq!(g.points, 12);
         assert_eq!(g.columns().collect::<Vec<_>>(), ["rate", "seed", "tp", "num-instances"], "in the file's order");
         assert_eq!(Value::Object(g.point(0)), json!({"rate": 1, "seed": 7, "tp": 1, "num-instances": 4}));
@@ -302,7 +315,8 @@ mod tests {
 
     #[test]
     fn every_grid_value_is_checked_by_resolving_its_scenario() {
-        let check = |grid: Value, flags: &KnobValues| Grid::parse(grid, "g").unwrap().check_scenarios("--grid g", flags, &None).map_err(|e| e.0);
+        let check =
+            |grid: Value, flags: &KnobValues| Grid::parse(grid, "g").unwrap().check_scenarios("--grid g", flags, &None).map_err(|e| e.0);
         for (grid, needle) in [
             (json!({"axes": {"seed": [1, 2], "rate": [5, -5]}}), "--grid g: rate -5"),
             (json!({"axes": {"rate": [0]}}), "--grid g: rate 0"),
@@ -334,5 +348,4 @@ mod tests {
             assert_eq!(col(latency), "", "{latency}: {line}");
         }
     }
-
 }

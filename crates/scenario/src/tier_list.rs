@@ -44,7 +44,10 @@ impl KvTierList {
             }
             let number = |what: &str, t: &str| t.parse::<f64>().map_err(|_| format!("tier `{entry}`: {what} `{t}` is not a number"));
             let (size_gib, blocks) = match parts[1].strip_suffix("blocks") {
-                Some(n) => (None, Some(n.trim().parse::<u64>().map_err(|_| format!("tier `{entry}`: `{}` is not a whole number of blocks", parts[1]))?)),
+                Some(n) => (
+                    None,
+                    Some(n.trim().parse::<u64>().map_err(|_| format!("tier `{entry}`: `{}` is not a whole number of blocks", parts[1]))?),
+                ),
                 None => (Some(number("size (GiB)", parts[1].trim_end_matches("GiB"))?), None),
             };
             tiers.push(KvTierSpec {
@@ -63,8 +66,12 @@ impl<'de> Deserialize<'de> for KvTierList {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<KvTierList, D::Error> {
         match serde_json::Value::deserialize(d)? {
             serde_json::Value::String(s) => KvTierList::parse(&s).map_err(serde::de::Error::custom),
-            v @ serde_json::Value::Array(_) => serde_json::from_value::<Vec<KvTierSpec>>(v).map(KvTierList).map_err(serde::de::Error::custom),
-            _ => Err(serde::de::Error::custom("expected a list of tiers (medium, size_gib or blocks, bandwidth_gb_s, latency) or MEDIUM:SIZE,…")),
+            v @ serde_json::Value::Array(_) => {
+                serde_json::from_value::<Vec<KvTierSpec>>(v).map(KvTierList).map_err(serde::de::Error::custom)
+            }
+            _ => Err(serde::de::Error::custom(
+                "expected a list of tiers (medium, size_gib or blocks, bandwidth_gb_s, latency) or MEDIUM:SIZE,…",
+            )),
         }
     }
 }
@@ -88,7 +95,8 @@ mod tests {
     #[test]
     fn a_file_takes_the_compact_form_or_a_list_and_refuses_unknown_fields() {
         let compact: KvTierList = serde_json::from_value(serde_json::json!("cpu:8,disk:16")).unwrap();
-        let list: KvTierList = serde_json::from_value(serde_json::json!([{ "medium": "cpu", "size_gib": 8 }, { "medium": "disk", "size_gib": 16 }])).unwrap();
+        let list: KvTierList =
+            serde_json::from_value(serde_json::json!([{ "medium": "cpu", "size_gib": 8 }, { "medium": "disk", "size_gib": 16 }])).unwrap();
         assert_eq!(compact, list);
         let err = serde_json::from_value::<KvTierList>(serde_json::json!([{ "medium": "cpu", "size": 8 }])).unwrap_err();
         assert!(err.to_string().contains("unknown field `size`"), "{err}");

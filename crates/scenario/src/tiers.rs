@@ -88,7 +88,14 @@ pub(crate) fn bandwidth(what: &str, gb_per_s: f64) -> Result<f64, ScenarioError>
 
 /// The tiers the knobs ask for, if any, for `model` on `tp` GPUs of `gpu`
 /// with blocks of `block_size` tokens; derived values go to `report`.
-pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_size: u32, report: &mut ConfigReport) -> Result<Option<OffloadConfig>, ScenarioError> {
+pub fn resolve(
+    k: &Knobs,
+    model: &ModelConfig,
+    gpu: &GpuSpec,
+    tp: u32,
+    block_size: u32,
+    report: &mut ConfigReport,
+) -> Result<Option<OffloadConfig>, ScenarioError> {
     let block_bytes_per_gpu = model.kv_bytes_per_token_per_gpu(tp) * f64::from(block_size);
     // vLLM (CPUOffloadingSpec) and these sizes count every GPU's shard of a block.
     let block_bytes = block_bytes_per_gpu * f64::from(tp);
@@ -107,7 +114,10 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
             }
             let what = format!("--kv-offloading-size {gib}");
             let blocks = capacity_blocks(&what, None, Some(gib), block_bytes).map_err(|_| {
-                invalid!("--kv-offloading-size {gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})", block_bytes / (1u64 << 20) as f64)
+                invalid!(
+                    "--kv-offloading-size {gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})",
+                    block_bytes / (1u64 << 20) as f64
+                )
             })?;
             report_entry(report, "kv-cpu-blocks", &blocks, Source::Derived);
             tiers.push(TierConfig { medium: Medium::Cpu, blocks, link: None });
@@ -116,14 +126,18 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
     }
     for (i, spec) in k.kv_tiers.value.iter().flat_map(|l| &l.0).enumerate() {
         let what = format!("--kv-tiers entry {} ({})", i + 1, spec.medium);
-        let medium = Medium::parse(&spec.medium).ok_or_else(|| invalid!("--kv-tiers entry {}: medium `{}`: allowed values are {}", i + 1, spec.medium, Medium::NAMES.join(", ")))?;
+        let medium = Medium::parse(&spec.medium).ok_or_else(|| {
+            invalid!("--kv-tiers entry {}: medium `{}`: allowed values are {}", i + 1, spec.medium, Medium::NAMES.join(", "))
+        })?;
         if medium == Medium::Cpu && cpu_by_flag {
             return Err(invalid!("{what}: the CPU tier is given twice (also by --kv-offloading-size or --kv-cpu-blocks)"));
         }
         let blocks = capacity_blocks(&what, spec.blocks, spec.size_gib, block_bytes)?;
         let link = match medium {
             Medium::Cpu if spec.bandwidth_gb_s.is_some() || spec.latency.is_some() => {
-                return Err(invalid!("{what}: the CPU tier's link is the GPU's PCIe; set it with --kv-transfer-bandwidth and --kv-transfer-latency"));
+                return Err(invalid!(
+                    "{what}: the CPU tier's link is the GPU's PCIe; set it with --kv-transfer-bandwidth and --kv-transfer-latency"
+                ));
             }
             Medium::Cpu => None,
             Medium::Disk | Medium::Remote => {
@@ -140,7 +154,8 @@ pub fn resolve(k: &Knobs, model: &ModelConfig, gpu: &GpuSpec, tp: u32, block_siz
         tiers.push(TierConfig { medium, blocks, link });
     }
     if tiers.is_empty() {
-        let link_knobs = [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
+        let link_knobs =
+            [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
         if link_knobs[..2].iter().any(|&given| given) {
             return Err(invalid!(
                 "--kv-transfer-bandwidth and --kv-transfer-latency set the KV offloading link (GPU ↔ host) and need a tier (--kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers); the prefill → decode link of a disaggregated deployment is --pd-transfer-bandwidth / --pd-transfer-latency"

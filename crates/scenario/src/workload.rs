@@ -13,8 +13,17 @@ use crate::knobs::{ConfigReport, Knobs, Source, report_entry};
 
 /// Knobs of the synthetic workload only; giving one with another workload is an error.
 const SYNTHETIC_ONLY: [&str; 11] = [
-    "arrival", "prompt-tokens", "prompt-tokens-stdev", "prompt-tokens-min", "prompt-tokens-max", "output-tokens",
-    "output-tokens-stdev", "output-tokens-min", "output-tokens-max", "prefix-tokens", "prefix-groups",
+    "arrival",
+    "prompt-tokens",
+    "prompt-tokens-stdev",
+    "prompt-tokens-min",
+    "prompt-tokens-max",
+    "output-tokens",
+    "output-tokens-stdev",
+    "output-tokens-min",
+    "output-tokens-max",
+    "prefix-tokens",
+    "prefix-groups",
 ];
 
 /// A length distribution from its four knobs.
@@ -30,7 +39,9 @@ pub fn synthetic_spec(k: &Knobs) -> Result<SyntheticSpec, ScenarioError> {
         other => return Err(invalid!("--arrival {other}: unknown; allowed: poisson, constant")),
     };
     if let (Some(groups), 0) = (k.prefix_groups.explicit(), k.prefix_tokens.value.unwrap_or(0)) {
-        return Err(invalid!("--prefix-groups {groups} needs --prefix-tokens N: the groups differ by the shared prefix they put before each prompt"));
+        return Err(invalid!(
+            "--prefix-groups {groups} needs --prefix-tokens N: the groups differ by the shared prefix they put before each prompt"
+        ));
     }
     let spec = SyntheticSpec {
         rate_per_s: k.rate.value.unwrap_or(f64::NAN),
@@ -64,7 +75,12 @@ pub fn label_mix(k: &Knobs) -> Result<LabelMix, ScenarioError> {
 
 /// Values given by flag or file that replace a spec's.
 pub fn overrides(k: &Knobs) -> Overrides {
-    Overrides { aggregate_rate: k.rate.explicit(), seed: k.seed.explicit(), num_requests: k.num_requests.explicit(), default_num_requests: k.num_requests.value }
+    Overrides {
+        aggregate_rate: k.rate.explicit(),
+        seed: k.seed.explicit(),
+        num_requests: k.num_requests.explicit(),
+        default_num_requests: k.num_requests.value,
+    }
 }
 
 /// Refuses synthetic-only knobs (and `extra`) that were given explicitly,
@@ -97,7 +113,9 @@ pub fn input(k: &Knobs) -> Result<WorkloadInput, ScenarioError> {
         (None, Some(path), _) => WorkloadInput::File(path.clone()),
         (None, None, Some(name)) => {
             if !name.starts_with("preset:") && !name.starts_with("scenario:") {
-                return Err(invalid!("--workload {name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"));
+                return Err(invalid!(
+                    "--workload {name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"
+                ));
             }
             WorkloadInput::Builtin(name.clone())
         }
@@ -113,7 +131,12 @@ pub fn options(k: &Knobs) -> Result<OpenOptions, ScenarioError> {
     {
         return Err(invalid!("--num-requests {n}: must be in [1, 1e12]"));
     }
-    Ok(OpenOptions { overrides: overrides(k), seed: k.seed.value.unwrap_or(0), max_concurrency: max_concurrency(k)?, label_mix: label_mix(k)? })
+    Ok(OpenOptions {
+        overrides: overrides(k),
+        seed: k.seed.value.unwrap_or(0),
+        max_concurrency: max_concurrency(k)?,
+        label_mix: label_mix(k)?,
+    })
 }
 
 /// Opens the workload the knobs describe and records in `config` what it

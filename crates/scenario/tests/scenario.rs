@@ -20,7 +20,8 @@ fn source_of(config: &blis_scenario::knobs::ConfigReport, key: &str) -> String {
 #[test]
 fn every_value_is_reported_with_its_source() {
     let file = KnobValues { max_num_seqs: Some(64), ..KnobValues::default() };
-    let scenario = Scenario::from_values(&given(KnobValues { rate: Some(5.0), ..KnobValues::default() }), vec![(file, "--config run.yaml".into())]);
+    let scenario =
+        Scenario::from_values(&given(KnobValues { rate: Some(5.0), ..KnobValues::default() }), vec![(file, "--config run.yaml".into())]);
     let resolved = scenario.resolve().unwrap();
     let c = &resolved.config;
     assert_eq!(source_of(c, "rate"), "flag");
@@ -49,7 +50,8 @@ fn a_bad_value_names_the_file_it_came_from() {
 /// layers) as to flags, but not to a budget someone set.
 #[test]
 fn the_budget_grows_without_chunked_prefill_from_any_layer_unless_set() {
-    let recorded = KnobValues { model: Some(MODEL.into()), enable_chunked_prefill: Some(false), max_model_len: Some(16_384), ..KnobValues::default() };
+    let recorded =
+        KnobValues { model: Some(MODEL.into()), enable_chunked_prefill: Some(false), max_model_len: Some(16_384), ..KnobValues::default() };
     let resolve = |layers: &[(&KnobValues, Source)]| {
         let knobs = Knobs::layered(layers);
         let mut report = knobs.report();
@@ -98,7 +100,13 @@ fn batch_defaults_are_the_gpus_and_a_small_budget_caps_the_default_seats() {
 #[test]
 fn latent_attention_on_hopper_takes_flashmlas_blocks() {
     let block = |model: &str, gpu: &str, given: Option<u32>| {
-        let values = KnobValues { model: Some(model.into()), hardware: Some(gpu.into()), block_size: given, max_model_len: Some(8192), ..KnobValues::default() };
+        let values = KnobValues {
+            model: Some(model.into()),
+            hardware: Some(gpu.into()),
+            block_size: given,
+            max_model_len: Some(8192),
+            ..KnobValues::default()
+        };
         let knobs = Knobs::layered(&[(&values, Source::Flag)]);
         let (mut report, mut warnings) = (knobs.report(), Vec::new());
         let s = Server::resolve(&knobs, LongContext::Refused, &mut report, &mut warnings).unwrap();
@@ -127,7 +135,12 @@ fn a_context_longer_than_the_model_allows_is_refused_warned_or_taken_as_recorded
 
 #[test]
 fn the_same_scenario_simulates_to_the_same_report() {
-    let values = given(KnobValues { num_instances: Some(3), routing_policy: Some("least-loaded".into()), tenant_mix: Some("a:1,b:2".into()), ..KnobValues::default() });
+    let values = given(KnobValues {
+        num_instances: Some(3),
+        routing_policy: Some("least-loaded".into()),
+        tenant_mix: Some("a:1,b:2".into()),
+        ..KnobValues::default()
+    });
     let scenario = Scenario::from_values(&values, Vec::new());
     let json = || serde_json::to_string(&simulate(scenario.resolve().unwrap(), Outputs::default()).unwrap()).unwrap();
     let (a, b) = (json(), json());
@@ -148,7 +161,13 @@ fn the_same_scenario_simulates_to_the_same_report() {
 /// BLIS's) default.
 fn deployment() -> impl Strategy<Value = KnobValues> {
     let server = (
-        prop::sample::select(vec![MODEL, "mistralai/Mixtral-8x7B-v0.1", "Qwen/Qwen3-30B-A3B", "deepseek-ai/DeepSeek-V2-Lite", "Qwen/Qwen2.5-7B-Instruct"]),
+        prop::sample::select(vec![
+            MODEL,
+            "mistralai/Mixtral-8x7B-v0.1",
+            "Qwen/Qwen3-30B-A3B",
+            "deepseek-ai/DeepSeek-V2-Lite",
+            "Qwen/Qwen2.5-7B-Instruct",
+        ]),
         prop::sample::select(vec!["H100", "A100-80GB", "L40S"]),
         prop::sample::select(vec![1u32, 2, 4]),
         prop::option::of(prop::sample::select(vec![60u64, 200, 600, 2000])),
@@ -156,9 +175,17 @@ fn deployment() -> impl Strategy<Value = KnobValues> {
         prop::option::of(prop::sample::select(vec![256u32, 1024, 4096])),
         (any::<bool>(), any::<bool>(), any::<bool>()),
     );
-    let tiers = (prop::option::of(prop::sample::select(vec![0.5f64, 4.0, 64.0])), prop::option::of(prop::sample::select(vec!["disk:2", "disk:64"])));
+    let tiers = (
+        prop::option::of(prop::sample::select(vec![0.5f64, 4.0, 64.0])),
+        prop::option::of(prop::sample::select(vec!["disk:2", "disk:64"])),
+    );
     // 0: one instance; 1: several; 2: prefill/decode pools; 3: autoscaled.
-    let fleet = (0u8..4, 1u32..4, prop::sample::select(vec!["round-robin", "least-loaded", "prefix-affinity"]), prop::sample::select(vec!["target-tracking", "queue-depth", "threshold"]));
+    let fleet = (
+        0u8..4,
+        1u32..4,
+        prop::sample::select(vec!["round-robin", "least-loaded", "prefix-affinity"]),
+        prop::sample::select(vec!["target-tracking", "queue-depth", "threshold"]),
+    );
     let load = (
         (1.0f64..200.0, 1u64..120, prop::option::of(1u32..32)),
         (16.0f64..3000.0, 1.0f64..300.0, prop::option::of((64u32..512, 1u32..4))),

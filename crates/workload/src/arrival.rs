@@ -179,7 +179,11 @@ impl Diurnal {
             if f.abs() < 1e-3 {
                 break;
             }
-            if f > 0.0 { hi = t } else { lo = t }
+            if f > 0.0 {
+                hi = t
+            } else {
+                lo = t
+            }
             let newton = t - f / self.at(t);
             t = if newton > lo && newton < hi { newton } else { 0.5 * (lo + hi) };
         }

@@ -83,7 +83,12 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
             return Err(WorkloadError::spec(
                 &part.source_name,
                 "category",
-                format!("is {} but {} is {}; only specs of one category compose", s.category.unwrap_or_default().as_str(), first.source_name, first.spec.category.unwrap_or_default().as_str()),
+                format!(
+                    "is {} but {} is {}; only specs of one category compose",
+                    s.category.unwrap_or_default().as_str(),
+                    first.source_name,
+                    first.spec.category.unwrap_or_default().as_str()
+                ),
             ));
         }
         let rate = s.aggregate_rate.unwrap_or(0.0);
@@ -116,7 +121,10 @@ pub fn compose(parts: &[LoadedSpec], out_dir: &Path) -> Result<(WorkloadSpec, Ve
                 };
                 renamed += 1;
                 if renamed <= MAX_RENAME_WARNINGS {
-                    warnings.push(format!("{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's", part.source_name, c.id));
+                    warnings.push(format!(
+                        "{}: client {:?} renamed {new_id:?} (the id is taken); its requests differ from the original's",
+                        part.source_name, c.id
+                    ));
                 }
                 c.id = new_id;
             }
@@ -168,8 +176,16 @@ mod tests {
         let specs = root.join("specs");
         std::fs::create_dir_all(&specs).unwrap();
         std::fs::write(specs.join("lens.json"), "{\"100\": 0.5, \"200\": 0.5}").unwrap();
-        let a = spec("a.yaml", "seed: 1\naggregate_rate: 20\nhorizon: 60000000\nclients:\n  - {id: x, rate_fraction: 3, input_distribution: {type: lognormal, params: {mu: 5, sigma: 1}}, output_distribution: {type: exponential, params: {mean: 50}}}\n  - {id: y, input_distribution: {type: constant, params: {value: 9}}, output_distribution: {type: constant, params: {value: 3}}}\n", &specs);
-        let b = spec("b.yaml", "seed: 2\naggregate_rate: 5\nhorizon: 30000000\nclients:\n  - {id: x, arrival: {process: gamma, cv: 2}, input_distribution: {type: empirical, file: lens.json}, output_distribution: {type: constant, params: {value: 3}}}\n", &specs);
+        let a = spec(
+            "a.yaml",
+            "seed: 1\naggregate_rate: 20\nhorizon: 60000000\nclients:\n  - {id: x, rate_fraction: 3, input_distribution: {type: lognormal, params: {mu: 5, sigma: 1}}, output_distribution: {type: exponential, params: {mean: 50}}}\n  - {id: y, input_distribution: {type: constant, params: {value: 9}}, output_distribution: {type: constant, params: {value: 3}}}\n",
+            &specs,
+        );
+        let b = spec(
+            "b.yaml",
+            "seed: 2\naggregate_rate: 5\nhorizon: 30000000\nclients:\n  - {id: x, arrival: {process: gamma, cv: 2}, input_distribution: {type: empirical, file: lens.json}, output_distribution: {type: constant, params: {value: 3}}}\n",
+            &specs,
+        );
         let out = root.join("out");
         std::fs::create_dir_all(&out).unwrap();
         let (c, warnings) = compose(&[a.clone(), b], &out).unwrap();
@@ -194,7 +210,11 @@ mod tests {
     /// distinct id, and the composition plans.
     #[test]
     fn ids_taken_twice_get_numbered() {
-        let a = spec("a.yaml", "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n", Path::new("."));
+        let a = spec(
+            "a.yaml",
+            "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n",
+            Path::new("."),
+        );
         let (c, warnings) = compose(&[a.clone(), a.clone(), a.clone()], Path::new(".")).unwrap();
         assert_eq!(c.clients.iter().map(|c| c.id.as_str()).collect::<Vec<_>>(), ["x", "a.x", "a.x.2"]);
         assert_eq!(warnings.len(), 2);
@@ -235,8 +255,16 @@ mod tests {
 
     #[test]
     fn categories_must_match() {
-        let a = spec("a.yaml", "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n", Path::new("."));
-        let b = spec("b.yaml", "category: reasoning\naggregate_rate: 1\nnum_requests: 1\nclients: [{id: y, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n", Path::new("."));
+        let a = spec(
+            "a.yaml",
+            "aggregate_rate: 1\nnum_requests: 1\nclients: [{id: x, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n",
+            Path::new("."),
+        );
+        let b = spec(
+            "b.yaml",
+            "category: reasoning\naggregate_rate: 1\nnum_requests: 1\nclients: [{id: y, input_distribution: {type: constant, params: {value: 1}}, output_distribution: {type: constant, params: {value: 1}}}]\n",
+            Path::new("."),
+        );
         let e = compose(&[a, b], Path::new("/out")).unwrap_err().to_string();
         assert!(e.starts_with("b.yaml: category: is reasoning but a.yaml is language"), "{e}");
     }

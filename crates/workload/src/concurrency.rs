@@ -5,8 +5,8 @@
 //! flight ends. Its latency counts from that send, as those clients
 //! measure it; the wait is the client's, not the server's.
 
-use blis_engine::request::{Request, RequestRecord};
 use blis_engine::driver::Workload;
+use blis_engine::request::{Request, RequestRecord};
 use blis_engine::time::Micros;
 
 use crate::RequestSource;

@@ -158,7 +158,11 @@ impl ServeGenDataset {
     pub fn load(path: &Path) -> Result<ServeGenDataset, WorkloadError> {
         let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
         let raw: BTreeMap<String, BTreeMap<String, String>> = serde_json::from_str(&text).map_err(|e| {
-            WorkloadError::spec(path.display().to_string(), ".", format!("not a ServeGen dataset (window → field → \"{{value: prob}}\"): {e}"))
+            WorkloadError::spec(
+                path.display().to_string(),
+                ".",
+                format!("not a ServeGen dataset (window → field → \"{{value: prob}}\"): {e}"),
+            )
         })?;
         let mut windows = BTreeMap::new();
         for (ts, fields) in raw {
@@ -167,8 +171,8 @@ impl ServeGenDataset {
                 .map_err(|_| WorkloadError::spec(path.display().to_string(), ts.as_str(), "window keys must be whole seconds"))?;
             let mut parsed = BTreeMap::new();
             for (name, dict) in fields {
-                let pdf = parse_python_dict(&dict)
-                    .map_err(|e| WorkloadError::spec(path.display().to_string(), format!("{ts}.{name}"), e))?;
+                let pdf =
+                    parse_python_dict(&dict).map_err(|e| WorkloadError::spec(path.display().to_string(), format!("{ts}.{name}"), e))?;
                 if pdf.0.is_empty() {
                     parsed.clear();
                     break;

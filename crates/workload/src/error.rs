@@ -99,7 +99,8 @@ impl WorkloadError {
     /// [`Micros::MAX_SPAN`](blis_engine::time::Micros::MAX_SPAN); `None` otherwise.
     pub fn past_span(request: u64, t: blis_engine::time::Micros) -> Option<WorkloadError> {
         use blis_engine::time::Micros;
-        (t > Micros::MAX_SPAN).then(|| WorkloadError::ArrivalPastSpan { request, arrival_s: (t < Micros(u64::MAX)).then(|| t.as_secs_f64()) })
+        (t > Micros::MAX_SPAN)
+            .then(|| WorkloadError::ArrivalPastSpan { request, arrival_s: (t < Micros(u64::MAX)).then(|| t.as_secs_f64()) })
     }
 
     /// A [`WorkloadError::Spec`] error.

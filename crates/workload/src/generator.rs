@@ -9,8 +9,8 @@ use std::cmp::{Ordering, Reverse};
 use std::collections::BinaryHeap;
 use std::sync::Arc;
 
-use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq};
 use blis_engine::driver::Workload;
+use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenSeq};
 use blis_engine::time::Micros;
 use rustc_hash::FxHashMap;
 
@@ -137,7 +137,15 @@ impl Generator {
         {
             self.in_flight.insert(
                 id,
-                InFlight { client, k: d.k, round: d.round, prompt: d.prompt.clone(), output_seed: d.output_seed, output_tokens: d.output_tokens, reason_ratio: d.reason_ratio },
+                InFlight {
+                    client,
+                    k: d.k,
+                    round: d.round,
+                    prompt: d.prompt.clone(),
+                    output_seed: d.output_seed,
+                    output_tokens: d.output_tokens,
+                    reason_ratio: d.reason_ratio,
+                },
             );
         }
         GeneratedRequest {
@@ -233,7 +241,12 @@ impl Workload for Generator {
         }
         let plan = self.clients[f.client as usize].clone();
         let Some(mt) = plan.multi_turn else { return };
-        let turn = Turn { prompt: &f.prompt, output_seed: f.output_seed, output_len: f.output_tokens, reasoning_tokens: reasoning_tokens(f.reason_ratio, f.output_tokens) };
+        let turn = Turn {
+            prompt: &f.prompt,
+            output_seed: f.output_seed,
+            output_len: f.output_tokens,
+            reasoning_tokens: reasoning_tokens(f.reason_ratio, f.output_tokens),
+        };
         let draft = plan.next_round(f.k, f.round + 1, &turn, mt.growth);
         self.follow_ups.push(FollowUp { arrival: record.finished + mt.think_time, seq: self.next_seq, client: f.client, draft });
         self.next_seq += 1;
@@ -260,7 +273,11 @@ mod tests {
 
     #[test]
     fn merged_stream_is_ordered_deterministic_and_numbered() {
-        let text = format!("aggregate_rate: 50\nnum_requests: 5000\nclients:\n{}{}", client("a", 1.0, "{process: gamma, cv: 3}"), client("b", 2.0, "{process: poisson}"));
+        let text = format!(
+            "aggregate_rate: 50\nnum_requests: 5000\nclients:\n{}{}",
+            client("a", 1.0, "{process: gamma, cv: 3}"),
+            client("b", 2.0, "{process: poisson}")
+        );
         let p = plan(&text);
         let a: Vec<GeneratedRequest> = p.generator().collect();
         assert_eq!(a.len(), 5000);
@@ -367,7 +384,10 @@ mod tests {
 
     #[test]
     fn num_requests_and_horizon_bound_the_stream() {
-        let p = plan(&format!("aggregate_rate: 10\nhorizon: 5000000\nnum_requests: 1000000\nclients:\n{}", client("a", 1.0, "{process: poisson}")));
+        let p = plan(&format!(
+            "aggregate_rate: 10\nhorizon: 5000000\nnum_requests: 1000000\nclients:\n{}",
+            client("a", 1.0, "{process: poisson}")
+        ));
         let n = p.generator().count();
         assert!((25..=80).contains(&n), "{n} requests in 5 s at 10/s");
         assert!(p.generator().all(|r| r.request.arrival < Micros(5_000_000)));

@@ -125,7 +125,11 @@ impl LengthDistribution {
                 return Some(("variance", v.to_string(), "must be a finite number ≥ 0"));
             }
             if self.std_dev > 0.0 {
-                return Some(("variance", v.to_string(), "give either std_dev or variance, not both (std_dev defaults to 200: set it to 0)"));
+                return Some((
+                    "variance",
+                    v.to_string(),
+                    "give either std_dev or variance, not both (std_dev defaults to 200: set it to 0)",
+                ));
             }
         }
         if !self.mean.is_finite() {
@@ -141,7 +145,11 @@ impl LengthDistribution {
                     return Some(("total_count", value, "must be between 1 and 10^7"));
                 }
                 if matches!(self.shape, LengthShape::SkewNormal | LengthShape::Poisson) {
-                    return Some(("type", format!("{:?}", self.shape), "random and synthetic data draw normal, lognormal, uniform or fixed lengths"));
+                    return Some((
+                        "type",
+                        format!("{:?}", self.shape),
+                        "random and synthetic data draw normal, lognormal, uniform or fixed lengths",
+                    ));
                 }
                 if self.shape == LengthShape::Normal && !(f64::from(self.min) <= self.mean && self.mean <= f64::from(self.max)) {
                     return Some(("mean", self.mean.to_string(), "must lie within [min, max] for a normal distribution"));

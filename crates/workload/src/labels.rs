@@ -9,9 +9,9 @@
 //! changes which class a request gets, and neither changes arrivals, lengths
 //! or content.
 
+use blis_engine::driver::Workload;
 use blis_engine::request::{Labels, Request, RequestRecord, SloClassId, TenantId};
 use blis_engine::rng::{SimRng, subsystem_rng};
-use blis_engine::driver::Workload;
 use blis_engine::time::Micros;
 use rand::RngExt;
 use thiserror::Error;
@@ -224,7 +224,8 @@ mod tests {
 
     #[test]
     fn class_fractions_follow_the_weights_and_nothing_else_changes() {
-        let mix = LabelMix { slo_classes: Some(Mix::parse("slo-class-mix", "realtime:0.2,interactive:0.5,batch:0.3").unwrap()), tenants: None };
+        let mix =
+            LabelMix { slo_classes: Some(Mix::parse("slo-class-mix", "realtime:0.2,interactive:0.5,batch:0.3").unwrap()), tenants: None };
         let labeled: Vec<Request> = mix.apply(stream(20_000), 9).collect();
         let plain: Vec<Request> = stream(20_000).collect();
         let mut counts = [0u32; 3];

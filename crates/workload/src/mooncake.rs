@@ -21,8 +21,8 @@ use serde::Deserialize;
 
 use crate::content::hash_block_run;
 use crate::error::WorkloadError;
-use blis_data::textfile::LineCapped;
 use crate::trace_v2::ReplayInfo;
+use blis_data::textfile::LineCapped;
 
 /// Tokens per hash id (Mooncake's block size).
 pub const MOONCAKE_BLOCK_TOKENS: u32 = 512;
@@ -148,7 +148,14 @@ impl MooncakeReplay {
             let parsed = line.map_err(|e| e.to_string()).and_then(|t| parse_line(&t, self.line_no, &mut self.last));
             match parsed {
                 Ok(Parsed::Request(arrival, prompt, output, output_seed)) => {
-                    self.next = Some(Request { id: RequestId(self.emitted), arrival, prompt, max_output_tokens: output, output_seed, meta: RequestMeta::default() });
+                    self.next = Some(Request {
+                        id: RequestId(self.emitted),
+                        arrival,
+                        prompt,
+                        max_output_tokens: output,
+                        output_seed,
+                        meta: RequestMeta::default(),
+                    });
                     self.emitted += 1;
                 }
                 Ok(Parsed::Skipped | Parsed::Blank) => {}
@@ -205,7 +212,10 @@ mod tests {
     #[test]
     fn bad_lines_name_their_line() {
         for (text, needle) in [
-            ("{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1}\n{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1}\n", ":2: timestamp 4 ms is before"),
+            (
+                "{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1}\n{\"timestamp\": 4, \"input_length\": 1, \"output_length\": 1}\n",
+                ":2: timestamp 4 ms is before",
+            ),
             ("{\"timestamp\": 5, \"input_length\": 1, \"output_length\": 1, \"session\": 3}\n", ":1: unknown field `session`"),
             ("{\"timestamp\": -1, \"input_length\": 1, \"output_length\": 1}\n", ":1: timestamp -1 must be"),
             ("not json\n", ":1: `not json` is not a JSON object; expected"),

@@ -78,7 +78,12 @@ impl ClientLatency {
     /// A collector for clients with these networks and streaming flags (by
     /// client index); `None` when no client has a network model.
     pub fn new(networks: Vec<Option<NetworkModel>>, streaming: Vec<bool>) -> Option<ClientLatency> {
-        networks.iter().any(Option::is_some).then(|| ClientLatency { networks, streaming, overall: ClientSamples::default(), by_client: BTreeMap::new() })
+        networks.iter().any(Option::is_some).then(|| ClientLatency {
+            networks,
+            streaming,
+            overall: ClientSamples::default(),
+            by_client: BTreeMap::new(),
+        })
     }
 }
 
@@ -113,9 +118,24 @@ mod tests {
         // 8 Mb/s = 1 byte/µs: 100 input tokens = 400 µs up, 50 output tokens = 200 µs down.
         let net = NetworkModel::new(2.0, Some(8.0));
         let r = RequestRecord {
-            id: RequestId(0), meta: RequestMeta::default(), instance: Some(0), outcome: Outcome::Completed, arrival: Micros(1000),
-            enqueued: None, queued: None, first_scheduled: None, first_token: Some(Micros(6000)), last_token: Some(Micros(9000)),
-            finished: Micros(10_000), input_tokens: 100, output_tokens: 50, cached_prompt_tokens: 0, preemptions: 0, loaded_prompt_tokens: 0, kv_load_wait: Micros::ZERO, pd: None,
+            id: RequestId(0),
+            meta: RequestMeta::default(),
+            instance: Some(0),
+            outcome: Outcome::Completed,
+            arrival: Micros(1000),
+            enqueued: None,
+            queued: None,
+            first_scheduled: None,
+            first_token: Some(Micros(6000)),
+            last_token: Some(Micros(9000)),
+            finished: Micros(10_000),
+            input_tokens: 100,
+            output_tokens: 50,
+            cached_prompt_tokens: 0,
+            preemptions: 0,
+            loaded_prompt_tokens: 0,
+            kv_load_wait: Micros::ZERO,
+            pd: None,
         };
         assert_eq!(net.client_ttft(&r), Some(Micros(5000 + 2000 + 400)));
         assert_eq!(net.client_e2e(&r), Some(Micros(9000 + 2000 + 400 + 200)));

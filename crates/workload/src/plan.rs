@@ -18,8 +18,8 @@ use crate::error::WorkloadError;
 use crate::generator::Generator;
 use crate::limits::{MAX_ITEMS, MAX_PREFIX_TOKENS, MAX_RATE_PER_S, MAX_REQUESTS, MAX_ROUNDS, fmt_num};
 use crate::network::NetworkModel;
-use crate::synthetic::{ArrivalProcess, SyntheticSpec};
 use crate::spec::{ArrivalSpec, Category, ClientSpec, ContextGrowth, DistKind, DistSpec, LoadedSpec, Overrides, ProcessKind, WorkloadSpec};
+use crate::synthetic::{ArrivalProcess, SyntheticSpec};
 
 /// The client name of the synthetic workload.
 pub const SYNTHETIC_CLIENT: &str = "synthetic";
@@ -199,7 +199,9 @@ fn build_sampler(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
         }
     }
     if d.kind != DistKind::Empirical {
-        for (key, given) in [("pdf", d.pdf.is_some()), ("file", d.file.is_some()), ("field", d.field.is_some()), ("window", d.window.is_some())] {
+        for (key, given) in
+            [("pdf", d.pdf.is_some()), ("file", d.file.is_some()), ("field", d.field.is_some()), ("window", d.window.is_some())]
+        {
             ctx.check(!given, &format!("{path}.{key}"), "only for type empirical")?;
         }
     }
@@ -207,7 +209,11 @@ fn build_sampler(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
     let (lo, hi) = role.range();
     let min = d.params.get("min").copied().unwrap_or(lo);
     let max = d.params.get("max").copied().unwrap_or(hi);
-    ctx.check(min >= lo, &format!("{path}.params.min"), format!("{} is below the smallest allowed value: must be {}", fmt_num(min), role.describe()))?;
+    ctx.check(
+        min >= lo,
+        &format!("{path}.params.min"),
+        format!("{} is below the smallest allowed value: must be {}", fmt_num(min), role.describe()),
+    )?;
     ctx.check(max <= hi, &format!("{path}.params.max"), format!("{} is above the largest allowed value {}", fmt_num(max), fmt_num(hi)))?;
     ctx.check(min <= max, &format!("{path}.params.max"), format!("{} is below min {}", fmt_num(max), fmt_num(min)))?;
     let positive = |ctx: &Ctx, k: &str| ctx.check(p(k) > 0.0, &format!("{path}.params.{k}"), format!("{} must be > 0", fmt_num(p(k))));
@@ -289,11 +295,17 @@ fn empirical_pdf(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
                     };
                     let Some(fields) = ds.windows.get(&window) else {
                         let have: Vec<String> = ds.windows.keys().take(8).map(u64::to_string).collect();
-                        return ctx.err(&format!("{path}.window"), format!("{} has no window {window}; windows start at {}…", file.display(), have.join(", ")));
+                        return ctx.err(
+                            &format!("{path}.window"),
+                            format!("{} has no window {window}; windows start at {}…", file.display(), have.join(", ")),
+                        );
                     };
                     let Some(pdf) = fields.get(field) else {
                         let have: Vec<&str> = fields.keys().map(String::as_str).collect();
-                        return ctx.err(&format!("{path}.field"), format!("{} window {window} has no field {field:?}; fields: {}", file.display(), have.join(", ")));
+                        return ctx.err(
+                            &format!("{path}.field"),
+                            format!("{} window {window} has no field {field:?}; fields: {}", file.display(), have.join(", ")),
+                        );
                     };
                     servegen_values(pdf, role)
                 }
@@ -306,7 +318,8 @@ fn empirical_pdf(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
     let outside: f64 = pdf.0.iter().filter(is_outside).map(|p| p.1).sum();
     if outside > 0.0 {
         let total: f64 = pdf.0.iter().map(|p| p.1).sum();
-        let message = format!("{:.3} % of the probability lies outside {}, and is clamped into it", 100.0 * outside / total, role.describe());
+        let message =
+            format!("{:.3} % of the probability lies outside {}, and is clamped into it", 100.0 * outside / total, role.describe());
         match &d.file {
             // A dataset is data: its edge values are kept, clamped, and the user told.
             Some(f) => ctx.warnings.push(format!("{}: {path} ({}): {message}", ctx.source, f.display())),
@@ -325,11 +338,7 @@ fn empirical_pdf(ctx: &mut Ctx, d: &DistSpec, path: &str, role: Role) -> Result<
 fn servegen_values(pdf: &Pdf, role: Role) -> Pdf {
     let integral = pdf.0.iter().all(|p| p.0.fract() == 0.0);
     let top = pdf.0.iter().map(|p| p.0).fold(0.0, f64::max);
-    if role == Role::Ratio && integral && top > 1.0 {
-        Pdf(pdf.0.iter().map(|&(k, v)| (k / top, v)).collect())
-    } else {
-        pdf.clone()
-    }
+    if role == Role::Ratio && integral && top > 1.0 { Pdf(pdf.0.iter().map(|&(k, v)| (k / top, v)).collect()) } else { pdf.clone() }
 }
 
 fn build_process(ctx: &Ctx, a: &ArrivalSpec, path: &str) -> Result<Process, WorkloadError> {
@@ -363,9 +372,17 @@ fn build_modulation(ctx: &Ctx, a: &ArrivalSpec, path: &str) -> Result<Modulation
         (Some(b), None) => {
             let p = format!("{path}.bursty");
             ctx.check(b.interval_us > 0, &format!("{p}.interval_us"), "must be > 0")?;
-            ctx.check(b.duration_us > 0 && b.duration_us < b.interval_us, &format!("{p}.duration_us"), format!("{} must be in (0, interval_us)", b.duration_us))?;
+            ctx.check(
+                b.duration_us > 0 && b.duration_us < b.interval_us,
+                &format!("{p}.duration_us"),
+                format!("{} must be in (0, interval_us)", b.duration_us),
+            )?;
             let m = b.multiplier.unwrap_or(10.0);
-            ctx.check(m.is_finite() && (1.0..=1e6).contains(&m), &format!("{p}.multiplier"), format!("{} must be in [1, 1e6]", fmt_num(m)))?;
+            ctx.check(
+                m.is_finite() && (1.0..=1e6).contains(&m),
+                &format!("{p}.multiplier"),
+                format!("{} must be in [1, 1e6]", fmt_num(m)),
+            )?;
             let off = b.offset_us.unwrap_or(0);
             ctx.check(off < b.interval_us, &format!("{p}.offset_us"), format!("{off} must be < interval_us"))?;
             Ok(Modulation::Bursty(Bursty::new(b.interval_us as f64, b.duration_us as f64, m, off as f64)))
@@ -375,7 +392,11 @@ fn build_modulation(ctx: &Ctx, a: &ArrivalSpec, path: &str) -> Result<Modulation
             let period = d.period_us.unwrap_or(86_400_000_000);
             ctx.check(period > 0, &format!("{p}.period_us"), "must be > 0")?;
             let r = d.peak_to_trough;
-            ctx.check(r.is_finite() && (1.0..=1e6).contains(&r), &format!("{p}.peak_to_trough"), format!("{} must be in [1, 1e6]", fmt_num(r)))?;
+            ctx.check(
+                r.is_finite() && (1.0..=1e6).contains(&r),
+                &format!("{p}.peak_to_trough"),
+                format!("{} must be in [1, 1e6]", fmt_num(r)),
+            )?;
             Ok(Modulation::Diurnal(Diurnal::new(period as f64, r, d.peak_at_us.unwrap_or(period / 2) as f64)))
         }
     }
@@ -392,7 +413,13 @@ impl LoadedSpec {
     /// Validates the spec and builds its plan. The first problem found is
     /// returned, naming its key path.
     pub fn plan(&self) -> Result<Plan, WorkloadError> {
-        let mut ctx = Ctx { source: self.source_name.clone(), base: self.base_dir.clone(), files: FileCache::default(), samplers: BTreeMap::new(), warnings: Vec::new() };
+        let mut ctx = Ctx {
+            source: self.source_name.clone(),
+            base: self.base_dir.clone(),
+            files: FileCache::default(),
+            samplers: BTreeMap::new(),
+            warnings: Vec::new(),
+        };
         build(&mut ctx, &self.spec)
     }
 
@@ -421,12 +448,20 @@ fn build(ctx: &mut Ctx, s: &WorkloadSpec) -> Result<Plan, WorkloadError> {
     let Some(rate) = s.aggregate_rate else {
         return ctx.err("aggregate_rate", "missing; set the mean total rate in requests per second (or pass --rate)");
     };
-    ctx.check(rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_PER_S, "aggregate_rate", format!("{} must be in (0, {MAX_RATE_PER_S}] requests per second", fmt_num(rate)))?;
+    ctx.check(
+        rate.is_finite() && rate > 0.0 && rate <= MAX_RATE_PER_S,
+        "aggregate_rate",
+        format!("{} must be in (0, {MAX_RATE_PER_S}] requests per second", fmt_num(rate)),
+    )?;
     if let Some(n) = s.num_requests {
         ctx.check((1..=MAX_REQUESTS).contains(&n), "num_requests", format!("{n} must be in [1, 1e12]"))?;
     }
     if let Some(h) = s.horizon {
-        ctx.check((1..=Micros::MAX_SPAN.as_us()).contains(&h), "horizon", format!("{h} µs must be in [1, 1e14] µs (1e8 s, the simulated clock's limit)"))?;
+        ctx.check(
+            (1..=Micros::MAX_SPAN.as_us()).contains(&h),
+            "horizon",
+            format!("{h} µs must be in [1, 1e14] µs (1e8 s, the simulated clock's limit)"),
+        )?;
     }
     ctx.check(!s.clients.is_empty(), "clients", "at least one client is needed")?;
 
@@ -518,7 +553,10 @@ fn build_lengths(ctx: &mut Ctx, c: &ClientSpec, p: &str) -> Result<(Sampler, Sam
     let text_spec = c.multimodal.as_ref().and_then(|m| m.text_distribution.as_ref());
     let input = match (&c.input_distribution, text_spec) {
         (Some(_), Some(_)) => {
-            return ctx.err(&format!("{p}.multimodal.text_distribution"), "give either input_distribution or multimodal.text_distribution, not both");
+            return ctx.err(
+                &format!("{p}.multimodal.text_distribution"),
+                "give either input_distribution or multimodal.text_distribution, not both",
+            );
         }
         (Some(d), None) => build_sampler(ctx, d, &format!("{p}.input_distribution"), Role::Length)?,
         (None, Some(d)) => build_sampler(ctx, d, &format!("{p}.multimodal.text_distribution"), Role::Length)?,
@@ -533,18 +571,31 @@ fn build_lengths(ctx: &mut Ctx, c: &ClientSpec, p: &str) -> Result<(Sampler, Sam
 
 /// The shared prefix of client `c` (number `i`, at `p`); a group's
 /// clients must agree on its length (`prefix_lengths` remembers the first).
-fn build_prefix<'s>(ctx: &Ctx, c: &'s ClientSpec, p: &str, i: usize, prefix_lengths: &mut BTreeMap<&'s str, (u32, usize)>) -> Result<Option<(String, TokenRun)>, WorkloadError> {
+fn build_prefix<'s>(
+    ctx: &Ctx,
+    c: &'s ClientSpec,
+    p: &str,
+    i: usize,
+    prefix_lengths: &mut BTreeMap<&'s str, (u32, usize)>,
+) -> Result<Option<(String, TokenRun)>, WorkloadError> {
     Ok(match (&c.prefix_group, c.prefix_length) {
         (None, None) => None,
         (Some(_), None) => return ctx.err(&format!("{p}.prefix_length"), "missing; a prefix_group needs its prefix_length in tokens"),
         (None, Some(_)) => return ctx.err(&format!("{p}.prefix_group"), "missing; prefix_length needs the prefix_group it belongs to"),
         (Some(g), Some(len)) => {
             ctx.check(!g.trim().is_empty(), &format!("{p}.prefix_group"), "must not be empty")?;
-            ctx.check((1..=MAX_PREFIX_TOKENS).contains(&len), &format!("{p}.prefix_length"), format!("{len} must be in [1, {MAX_PREFIX_TOKENS}]"))?;
+            ctx.check(
+                (1..=MAX_PREFIX_TOKENS).contains(&len),
+                &format!("{p}.prefix_length"),
+                format!("{len} must be in [1, {MAX_PREFIX_TOKENS}]"),
+            )?;
             if let Some(&(other, j)) = prefix_lengths.get(g.as_str())
                 && other != len
             {
-                return ctx.err(&format!("{p}.prefix_length"), format!("{len} differs from {other}, the prefix_length of clients[{j}] in the same group {g:?}"));
+                return ctx.err(
+                    &format!("{p}.prefix_length"),
+                    format!("{len} differs from {other}, the prefix_length of clients[{j}] in the same group {g:?}"),
+                );
             }
             prefix_lengths.insert(g, (len, i));
             Some((g.clone(), prefix_run(g, len)))
@@ -557,9 +608,17 @@ fn build_network(ctx: &Ctx, c: &ClientSpec, p: &str) -> Result<Option<NetworkMod
     Ok(match &c.network {
         None => None,
         Some(n) => {
-            ctx.check(n.rtt_ms.is_finite() && (0.0..=60_000.0).contains(&n.rtt_ms), &format!("{p}.network.rtt_ms"), format!("{} must be in [0, 60000] ms", fmt_num(n.rtt_ms)))?;
+            ctx.check(
+                n.rtt_ms.is_finite() && (0.0..=60_000.0).contains(&n.rtt_ms),
+                &format!("{p}.network.rtt_ms"),
+                format!("{} must be in [0, 60000] ms", fmt_num(n.rtt_ms)),
+            )?;
             if let Some(b) = n.bandwidth_mbps {
-                ctx.check(b.is_finite() && (1e-3..=1e7).contains(&b), &format!("{p}.network.bandwidth_mbps"), format!("{} must be in [1e-3, 1e7] Mbit/s", fmt_num(b)))?;
+                ctx.check(
+                    b.is_finite() && (1e-3..=1e7).contains(&b),
+                    &format!("{p}.network.bandwidth_mbps"),
+                    format!("{} must be in [1e-3, 1e7] Mbit/s", fmt_num(b)),
+                )?;
             }
             Some(NetworkModel::new(n.rtt_ms, n.bandwidth_mbps))
         }
@@ -573,27 +632,62 @@ fn build_windows(ctx: &mut Ctx, c: &ClientSpec, p: &str, horizon_us: f64) -> Res
     match &c.lifecycle {
         None => windows.push(WindowPlan { start_us: 0.0, end_us: horizon_us, rate_scale: 1.0, process: None, input: None, output: None }),
         Some(l) => {
-            ctx.check(!l.windows.is_empty(), &format!("{p}.lifecycle.windows"), "at least one window is needed (omit lifecycle for an always-active client)")?;
+            ctx.check(
+                !l.windows.is_empty(),
+                &format!("{p}.lifecycle.windows"),
+                "at least one window is needed (omit lifecycle for an always-active client)",
+            )?;
             let mut prev_end = 0;
             for (j, w) in l.windows.iter().enumerate() {
                 let wp = format!("{p}.lifecycle.windows[{j}]");
                 ctx.check(w.start_us < w.end_us, &format!("{wp}.end_us"), format!("{} must be after start_us {}", w.end_us, w.start_us))?;
-                ctx.check(w.end_us <= Micros::MAX_SPAN.as_us(), &format!("{wp}.end_us"), format!("{} µs must be at most 1e14 µs (1e8 s, the simulated clock's limit)", w.end_us))?;
-                ctx.check(j == 0 || w.start_us >= prev_end, &format!("{wp}.start_us"), format!("{} overlaps the previous window (ending at {prev_end}); windows must be in increasing time", w.start_us))?;
+                ctx.check(
+                    w.end_us <= Micros::MAX_SPAN.as_us(),
+                    &format!("{wp}.end_us"),
+                    format!("{} µs must be at most 1e14 µs (1e8 s, the simulated clock's limit)", w.end_us),
+                )?;
+                ctx.check(
+                    j == 0 || w.start_us >= prev_end,
+                    &format!("{wp}.start_us"),
+                    format!("{} overlaps the previous window (ending at {prev_end}); windows must be in increasing time", w.start_us),
+                )?;
                 prev_end = w.end_us;
                 let scale = w.rate_scale.unwrap_or(1.0);
-                ctx.check(scale.is_finite() && scale > 0.0 && scale <= 1e6, &format!("{wp}.rate_scale"), format!("{} must be in (0, 1e6]", fmt_num(scale)))?;
+                ctx.check(
+                    scale.is_finite() && scale > 0.0 && scale <= 1e6,
+                    &format!("{wp}.rate_scale"),
+                    format!("{} must be in (0, 1e6]", fmt_num(scale)),
+                )?;
                 let process = match &w.arrival {
                     None => None,
                     Some(a) => {
-                        ctx.check(a.bursty.is_none() && a.diurnal.is_none(), &format!("{wp}.arrival"), "bursty and diurnal are set on the client's arrival, not per window")?;
+                        ctx.check(
+                            a.bursty.is_none() && a.diurnal.is_none(),
+                            &format!("{wp}.arrival"),
+                            "bursty and diurnal are set on the client's arrival, not per window",
+                        )?;
                         Some(build_process(ctx, a, &format!("{wp}.arrival"))?)
                     }
                 };
-                let input = w.input_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.input_distribution"), Role::Length)).transpose()?;
-                let output = w.output_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{wp}.output_distribution"), Role::Length)).transpose()?;
+                let input = w
+                    .input_distribution
+                    .as_ref()
+                    .map(|d| build_sampler(ctx, d, &format!("{wp}.input_distribution"), Role::Length))
+                    .transpose()?;
+                let output = w
+                    .output_distribution
+                    .as_ref()
+                    .map(|d| build_sampler(ctx, d, &format!("{wp}.output_distribution"), Role::Length))
+                    .transpose()?;
                 if (w.start_us as f64) < horizon_us {
-                    windows.push(WindowPlan { start_us: w.start_us as f64, end_us: (w.end_us as f64).min(horizon_us), rate_scale: scale, process, input, output });
+                    windows.push(WindowPlan {
+                        start_us: w.start_us as f64,
+                        end_us: (w.end_us as f64).min(horizon_us),
+                        rate_scale: scale,
+                        process,
+                        input,
+                        output,
+                    });
                 }
             }
         }
@@ -605,7 +699,11 @@ fn build_windows(ctx: &mut Ctx, c: &ClientSpec, p: &str, horizon_us: f64) -> Res
 fn build_modalities(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) -> Result<Vec<ModalityPlan>, WorkloadError> {
     let mut modalities = Vec::new();
     if let Some(m) = &c.multimodal {
-        ctx.check(category == Category::Multimodal, &format!("{p}.multimodal"), format!("only for category multimodal (this spec is {})", category.as_str()))?;
+        ctx.check(
+            category == Category::Multimodal,
+            &format!("{p}.multimodal"),
+            format!("only for category multimodal (this spec is {})", category.as_str()),
+        )?;
         for (kind, name, tokens, count) in [
             (Modality::Image, "image", &m.image_distribution, &m.image_count_distribution),
             (Modality::Audio, "audio", &m.audio_distribution, &m.audio_count_distribution),
@@ -618,8 +716,18 @@ fn build_modalities(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) 
                     tokens: build_sampler(ctx, t, &format!("{p}.multimodal.{name}_distribution"), Role::Tokens)?,
                     count: build_sampler(ctx, n, &format!("{p}.multimodal.{name}_count_distribution"), Role::Items)?,
                 }),
-                (Some(_), None) => return ctx.err(&format!("{p}.multimodal.{name}_count_distribution"), format!("missing; {name}_distribution needs the number of items per request")),
-                (None, Some(_)) => return ctx.err(&format!("{p}.multimodal.{name}_distribution"), format!("missing; {name}_count_distribution needs the tokens per item")),
+                (Some(_), None) => {
+                    return ctx.err(
+                        &format!("{p}.multimodal.{name}_count_distribution"),
+                        format!("missing; {name}_distribution needs the number of items per request"),
+                    );
+                }
+                (None, Some(_)) => {
+                    return ctx.err(
+                        &format!("{p}.multimodal.{name}_distribution"),
+                        format!("missing; {name}_count_distribution needs the tokens per item"),
+                    );
+                }
             }
         }
     }
@@ -629,21 +737,42 @@ fn build_modalities(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) 
 /// The reasoning ratio (reasoning specs only) and multi-turn sessions of
 /// client `c` (at `p`); `multi_turn` may be given on the client or in its
 /// `reasoning` section, once.
-fn build_reasoning(ctx: &mut Ctx, c: &ClientSpec, p: &str, category: Category) -> Result<(Option<Sampler>, Option<MultiTurn>), WorkloadError> {
+fn build_reasoning(
+    ctx: &mut Ctx,
+    c: &ClientSpec,
+    p: &str,
+    category: Category,
+) -> Result<(Option<Sampler>, Option<MultiTurn>), WorkloadError> {
     let mut reason_ratio = None;
     let mut multi_turn_spec = c.multi_turn.as_ref().map(|m| (m, format!("{p}.multi_turn")));
     if let Some(r) = &c.reasoning {
-        ctx.check(category == Category::Reasoning, &format!("{p}.reasoning"), format!("only for category reasoning (this spec is {})", category.as_str()))?;
-        reason_ratio = r.reason_ratio_distribution.as_ref().map(|d| build_sampler(ctx, d, &format!("{p}.reasoning.reason_ratio_distribution"), Role::Ratio)).transpose()?;
+        ctx.check(
+            category == Category::Reasoning,
+            &format!("{p}.reasoning"),
+            format!("only for category reasoning (this spec is {})", category.as_str()),
+        )?;
+        reason_ratio = r
+            .reason_ratio_distribution
+            .as_ref()
+            .map(|d| build_sampler(ctx, d, &format!("{p}.reasoning.reason_ratio_distribution"), Role::Ratio))
+            .transpose()?;
         if let Some(m) = &r.multi_turn {
-            ctx.check(multi_turn_spec.is_none(), &format!("{p}.reasoning.multi_turn"), "multi_turn is also set on the client; give it once")?;
+            ctx.check(
+                multi_turn_spec.is_none(),
+                &format!("{p}.reasoning.multi_turn"),
+                "multi_turn is also set on the client; give it once",
+            )?;
             multi_turn_spec = Some((m, format!("{p}.reasoning.multi_turn")));
         }
     }
     let multi_turn = match multi_turn_spec {
         None => None,
         Some((m, mp)) => {
-            ctx.check((1..=MAX_ROUNDS).contains(&m.max_rounds), &format!("{mp}.max_rounds"), format!("{} must be in [1, {MAX_ROUNDS}]", m.max_rounds))?;
+            ctx.check(
+                (1..=MAX_ROUNDS).contains(&m.max_rounds),
+                &format!("{mp}.max_rounds"),
+                format!("{} must be in [1, {MAX_ROUNDS}]", m.max_rounds),
+            )?;
             let think_us = m.think_time_us.unwrap_or(0);
             ctx.check(
                 think_us <= Micros::MAX_SPAN.as_us(),
@@ -697,13 +826,29 @@ mod tests {
             ("- id: a\n", "- id: a\n    arrival: {process: gamma}\n", "clients[0].arrival.cv: missing"),
             ("- id: a\n", "- id: a\n    arrival: {process: poisson, cv: 2}\n", "clients[0].arrival.cv: applies to gamma and weibull only"),
             ("- id: a\n", "- id: a\n    arrival: {process: weibull, cv: 0}\n", "clients[0].arrival.cv: 0 must be in [0.01, 100]"),
-            ("- id: a\n", "- id: a\n    arrival: {process: gamma, cv: 1e-300}\n", "clients[0].arrival.cv: 1e-300: too small for a gamma distribution"),
+            (
+                "- id: a\n",
+                "- id: a\n    arrival: {process: gamma, cv: 1e-300}\n",
+                "clients[0].arrival.cv: 1e-300: too small for a gamma distribution",
+            ),
             ("- id: a\n", "- id: a\n    prefix_group: sys\n", "clients[0].prefix_length: missing"),
             ("- id: a\n", "- id: a\n    multimodal: {}\n", "clients[0].multimodal: only for category multimodal"),
             ("- id: a\n", "- id: a\n    multi_turn: {max_rounds: 0}\n", "clients[0].multi_turn.max_rounds: 0 must be in [1,"),
-            ("- id: a\n", "- id: a\n    multi_turn: {max_rounds: 2, think_time_us: 18446744073709551615}\n", "clients[0].multi_turn.think_time_us: 18446744073709551615 µs must be at most 1e14"),
-            ("- id: a\n", "- id: a\n    lifecycle: {windows: [{start_us: 5, end_us: 5}]}\n", "clients[0].lifecycle.windows[0].end_us: 5 must be after"),
-            ("- id: a\n", "- id: a\n    arrival: {bursty: {interval_us: 10, duration_us: 20}}\n", "clients[0].arrival.bursty.duration_us: 20 must be in (0, interval_us)"),
+            (
+                "- id: a\n",
+                "- id: a\n    multi_turn: {max_rounds: 2, think_time_us: 18446744073709551615}\n",
+                "clients[0].multi_turn.think_time_us: 18446744073709551615 µs must be at most 1e14",
+            ),
+            (
+                "- id: a\n",
+                "- id: a\n    lifecycle: {windows: [{start_us: 5, end_us: 5}]}\n",
+                "clients[0].lifecycle.windows[0].end_us: 5 must be after",
+            ),
+            (
+                "- id: a\n",
+                "- id: a\n    arrival: {bursty: {interval_us: 10, duration_us: 20}}\n",
+                "clients[0].arrival.bursty.duration_us: 20 must be in (0, interval_us)",
+            ),
             ("- id: a\n", "- id: a\n    network: {rtt_ms: -1}\n", "clients[0].network.rtt_ms: -1 must be"),
             ("num_requests: 100\n", "", "never ends"),
         ] {
@@ -729,7 +874,11 @@ mod tests {
         let from_file = OK.replace("{type: constant, params: {value: 10}}", "{type: empirical, file: lengths.yaml}");
         let plan = parse(&from_file, "w", &dir).unwrap().plan().unwrap();
         assert_eq!(plan.warnings.len(), 1, "{:?}", plan.warnings);
-        assert!(plan.warnings[0].contains("lengths.yaml") && plan.warnings[0].contains("25.000 % of the probability lies outside"), "{:?}", plan.warnings);
+        assert!(
+            plan.warnings[0].contains("lengths.yaml") && plan.warnings[0].contains("25.000 % of the probability lies outside"),
+            "{:?}",
+            plan.warnings
+        );
         let in_range = OK.replace("{type: constant, params: {value: 10}}", "{type: empirical, pdf: {1: 0.25, 10: 0.75, -3: 0}}");
         assert!(parse(&in_range, "w", Path::new(".")).unwrap().plan().unwrap().warnings.is_empty());
         std::fs::remove_dir_all(dir).unwrap();

@@ -38,7 +38,8 @@ use crate::arrival::{gamma_cv, weibull_cv};
 use crate::empirical::ServeGenDataset;
 use crate::error::WorkloadError;
 use crate::spec::{
-    ArrivalSpec, Category, ClientSpec, DistKind, DistSpec, LifecycleSpec, MultimodalSpec, ProcessKind, ReasoningSpec, WindowSpec, WorkloadSpec,
+    ArrivalSpec, Category, ClientSpec, DistKind, DistSpec, LifecycleSpec, MultimodalSpec, ProcessKind, ReasoningSpec, WindowSpec,
+    WorkloadSpec,
 };
 
 /// Options of a conversion.
@@ -73,7 +74,11 @@ fn parse_trace(path: &Path) -> Result<Vec<TraceRow>, WorkloadError> {
         }
         let f: Vec<&str> = line.split(',').map(str::trim).collect();
         if f.len() != 4 && f.len() != 6 {
-            return Err(WorkloadError::line(path, n, format!("expected 6 fields (start_s,rate,cv,pattern,shape,scale) or 4, got {}", f.len())));
+            return Err(WorkloadError::line(
+                path,
+                n,
+                format!("expected 6 fields (start_s,rate,cv,pattern,shape,scale) or 4, got {}", f.len()),
+            ));
         }
         let num = |k: usize, what: &str| -> Result<f64, WorkloadError> {
             f[k].parse::<f64>()
@@ -83,7 +88,11 @@ fn parse_trace(path: &Path) -> Result<Vec<TraceRow>, WorkloadError> {
         };
         let start_s: u64 = f[0].parse().map_err(|_| WorkloadError::line(path, n, format!("start {:?} is not whole seconds", f[0])))?;
         if rows.last().is_some_and(|r| r.start_s >= start_s) {
-            return Err(WorkloadError::line(path, n, format!("start {start_s} is not after the previous row's; rows must be in time order")));
+            return Err(WorkloadError::line(
+                path,
+                n,
+                format!("start {start_s} is not after the previous row's; rows must be in time order"),
+            ));
         }
         let rate = num(1, "rate")?;
         let cv = num(2, "cv")?;
@@ -93,7 +102,13 @@ fn parse_trace(path: &Path) -> Result<Vec<TraceRow>, WorkloadError> {
                 let kind = match p {
                     "Gamma" => ProcessKind::Gamma,
                     "Weibull" => ProcessKind::Weibull,
-                    other => return Err(WorkloadError::line(path, n, format!("pattern {other:?} is unknown; allowed: Gamma, Weibull, or empty"))),
+                    other => {
+                        return Err(WorkloadError::line(
+                            path,
+                            n,
+                            format!("pattern {other:?} is unknown; allowed: Gamma, Weibull, or empty"),
+                        ));
+                    }
                 };
                 let shape = if f.len() == 6 { Some(num(4, "shape")?).filter(|s| *s > 0.0) } else { None };
                 if f.len() == 6 {
@@ -130,7 +145,14 @@ pub fn relative_path(target: &Path, base: &Path) -> PathBuf {
 }
 
 fn empirical(file: &Path, field: &str, window: u64) -> DistSpec {
-    DistSpec { kind: DistKind::Empirical, params: BTreeMap::new(), pdf: None, file: Some(file.to_path_buf()), field: Some(field.into()), window: Some(window) }
+    DistSpec {
+        kind: DistKind::Empirical,
+        params: BTreeMap::new(),
+        pdf: None,
+        file: Some(file.to_path_buf()),
+        field: Some(field.into()),
+        window: Some(window),
+    }
 }
 
 /// Clamps a CV into the range the spec accepts, noting when it had to.
@@ -158,7 +180,11 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
     ids.sort_unstable();
     let dir_name = dir.display().to_string();
     if ids.is_empty() {
-        return Err(WorkloadError::spec(dir_name, ".", "no chunk-<id>-trace.csv files; expected a ServeGen data directory such as data/language/m-large"));
+        return Err(WorkloadError::spec(
+            dir_name,
+            ".",
+            "no chunk-<id>-trace.csv files; expected a ServeGen data directory such as data/language/m-large",
+        ));
     }
 
     let mut traces = Vec::new();
@@ -167,7 +193,11 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
         let rows = parse_trace(&trace_path)?;
         let dataset_path = dir.join(format!("chunk-{id}-dataset.json"));
         if !dataset_path.exists() {
-            return Err(WorkloadError::spec(dir_name, format!("chunk-{id}"), format!("{} has no matching chunk-{id}-dataset.json", trace_path.display())));
+            return Err(WorkloadError::spec(
+                dir_name,
+                format!("chunk-{id}"),
+                format!("{} has no matching chunk-{id}-dataset.json", trace_path.display()),
+            ));
         }
         traces.push((id, rows, dataset_path));
     }
@@ -183,7 +213,11 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
     let span_start = opts.span_start_s.unwrap_or(0);
     let span_end = opts.span_end_s.unwrap_or(data_end).min(data_end);
     if span_end <= span_start {
-        return Err(WorkloadError::spec(dir_name, "span", format!("empty span [{span_start}, {span_end}) s; the data covers [0, {data_end}) s")));
+        return Err(WorkloadError::spec(
+            dir_name,
+            "span",
+            format!("empty span [{span_start}, {span_end}) s; the data covers [0, {data_end}) s"),
+        ));
     }
     let span_s = (span_end - span_start) as f64;
 
@@ -220,7 +254,11 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
         match category {
             None => category = Some((this, id)),
             Some((c, other)) if c != this => {
-                return Err(WorkloadError::spec(dir_name, format!("chunk-{id}"), format!("is {} data but chunk-{other} is {}", this.as_str(), c.as_str())));
+                return Err(WorkloadError::spec(
+                    dir_name,
+                    format!("chunk-{id}"),
+                    format!("is {} data but chunk-{other} is {}", this.as_str(), c.as_str()),
+                ));
             }
             Some(_) => {}
         }
@@ -280,7 +318,10 @@ pub fn convert(dir: &Path, spec_dir: &Path, opts: &ServeGenOptions) -> Result<(W
             }
             Category::Reasoning => {
                 client.input_distribution = Some(empirical(&file, text_field, base_window));
-                client.reasoning = Some(ReasoningSpec { reason_ratio_distribution: Some(empirical(&file, "reason_ratio", base_window)), multi_turn: None });
+                client.reasoning = Some(ReasoningSpec {
+                    reason_ratio_distribution: Some(empirical(&file, "reason_ratio", base_window)),
+                    multi_turn: None,
+                });
             }
             Category::Language => client.input_distribution = Some(empirical(&file, text_field, base_window)),
         }
@@ -334,14 +375,22 @@ mod tests {
     /// 1200 (Weibull, then Gamma, with a dataset change at 1200), chunk-7 in
     /// window 600 only; window 1800 is the last.
     fn write_language_dir(dir: &Path) {
-        std::fs::write(dir.join("chunk-3-trace.csv"), "0,2.0,2.1,Weibull,0.6,0.5\n600,0,0,,0,0\n1200,1.0,2.1,Gamma,0.25,4.0\n1800,0,0,,0,0\n").unwrap();
+        std::fs::write(
+            dir.join("chunk-3-trace.csv"),
+            "0,2.0,2.1,Weibull,0.6,0.5\n600,0,0,,0,0\n1200,1.0,2.1,Gamma,0.25,4.0\n1800,0,0,,0,0\n",
+        )
+        .unwrap();
         std::fs::write(
             dir.join("chunk-3-dataset.json"),
             r#"{"0": {"input_tokens": "{100: 0.5, 300: 0.5}", "output_tokens": "{20: 1.0}"}, "1200": {"input_tokens": "{1000: 1.0}", "output_tokens": "{50: 0.25, 70: 0.75}"}}"#,
         )
         .unwrap();
         std::fs::write(dir.join("chunk-7-trace.csv"), "0,0,0,,0,0\n600,3.0,1.0,Gamma,1.0,0.33\n1200,0,0,,0,0\n1800,0,0,,0,0\n").unwrap();
-        std::fs::write(dir.join("chunk-7-dataset.json"), r#"{"0": {"input_tokens": "{}", "output_tokens": "{}"}, "600": {"input_tokens": "{8: 1.0}", "output_tokens": "{9: 1.0}"}}"#).unwrap();
+        std::fs::write(
+            dir.join("chunk-7-dataset.json"),
+            r#"{"0": {"input_tokens": "{}", "output_tokens": "{}"}, "600": {"input_tokens": "{8: 1.0}", "output_tokens": "{9: 1.0}"}}"#,
+        )
+        .unwrap();
     }
 
     #[test]
@@ -370,11 +419,15 @@ mod tests {
         std::fs::write(&written, to_yaml(&spec)).unwrap();
         let plan = crate::spec::load(written.to_str().unwrap()).unwrap().plan().unwrap();
         let reqs: Vec<_> = plan.generator().collect();
-        let in_window = |c: u32, a: u64, b: u64| reqs.iter().filter(|r| r.request.meta.client == c && (a..b).contains(&r.request.arrival.as_us())).count();
+        let in_window = |c: u32, a: u64, b: u64| {
+            reqs.iter().filter(|r| r.request.meta.client == c && (a..b).contains(&r.request.arrival.as_us())).count()
+        };
         // Expected 1200, 600 and 1800. A renewal process's count over n
         // expected arrivals has sd ≈ √n·CV: 61 (CV 1.76), 49 (CV 2) and 42
         // (CV 1), so 30% is more than 3.5 sd in every window.
-        for (c, a, b, want) in [(0, 0, 600_000_000, 1200.0), (0, 1_200_000_000, 1_800_000_000, 600.0), (1, 600_000_000, 1_200_000_000, 1800.0)] {
+        for (c, a, b, want) in
+            [(0, 0, 600_000_000, 1200.0), (0, 1_200_000_000, 1_800_000_000, 600.0), (1, 600_000_000, 1_200_000_000, 1800.0)]
+        {
             let got = in_window(c, a, b) as f64;
             assert!((got / want - 1.0).abs() < 0.3, "client {c} window {a}: {got} vs {want}");
         }
@@ -394,7 +447,8 @@ mod tests {
         let dir = scratch("reason");
         std::fs::write(dir.join("chunk-0-trace.csv"), "0,1.0,1.0,Gamma,1.0,1.0\n600,1.0,1.0,Gamma,1.0,1.0\n").unwrap();
         std::fs::write(dir.join("chunk-0-dataset.json"), r#"{"0": {"input_tokens": "{10: 1.0}", "output_tokens": "{100: 1.0}", "reason_ratio": "{0: 0.5, 1: 0.0, 2: 0.0, 3: 0.0, 4: 0.5}"}}"#).unwrap();
-        let (spec, _) = convert(&dir, &dir, &ServeGenOptions { aggregate_rate: Some(5.0), span_end_s: Some(600), ..Default::default() }).unwrap();
+        let (spec, _) =
+            convert(&dir, &dir, &ServeGenOptions { aggregate_rate: Some(5.0), span_end_s: Some(600), ..Default::default() }).unwrap();
         assert_eq!(spec.category, Some(Category::Reasoning));
         assert_eq!((spec.aggregate_rate, spec.horizon), (Some(5.0), Some(600_000_000)));
         let text = to_yaml(&spec);

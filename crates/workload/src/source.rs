@@ -121,10 +121,12 @@ pub fn open(input: &WorkloadInput, options: &OpenOptions) -> Result<OpenedWorklo
         WorkloadInput::File(path) => {
             let text = blis_data::textfile::read(path).map_err(|e| WorkloadError::read(path, e))?;
             if looks_like_inference_perf(&text) {
-                let cfg = InferencePerfConfig::from_yaml_str(&text).map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
-                let notes: Vec<String> = cfg.notes.iter().map(|n| format!("{}: {n}", path.display())).collect();
-                let mut opened = inference_perf(Reproduction { config: cfg, measured: MeasuredLengths::default(), recorded: None }, options.seed)
+                let cfg = InferencePerfConfig::from_yaml_str(&text)
                     .map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
+                let notes: Vec<String> = cfg.notes.iter().map(|n| format!("{}: {n}", path.display())).collect();
+                let mut opened =
+                    inference_perf(Reproduction { config: cfg, measured: MeasuredLengths::default(), recorded: None }, options.seed)
+                        .map_err(|e| WorkloadError::InferencePerf { path: path.clone(), source: e })?;
                 opened.warnings.extend(notes);
                 opened
             } else {

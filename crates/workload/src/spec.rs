@@ -410,7 +410,9 @@ impl LoadedSpec {
 pub fn parse(text: &str, source_name: &str, base_dir: &Path) -> Result<LoadedSpec, WorkloadError> {
     let spec: WorkloadSpec = blis_data::yaml::from_str(text).map_err(|e| match blis_data::yaml::top_level_keys(text) {
         Err(e) => WorkloadError::spec(source_name, ".", format!("not valid YAML: {e}")),
-        Ok(None) => WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)"),
+        Ok(None) => {
+            WorkloadError::spec(source_name, ".", "expected a mapping with `clients`, `aggregate_rate`, ... (see docs/workloads.md)")
+        }
         Ok(Some(keys)) if crate::inference_perf::are_inference_perf_keys(&keys) => WorkloadError::spec(
             source_name,
             ".",

@@ -52,7 +52,12 @@ impl LengthSpec {
     /// needs; errors name `role`'s flags.
     pub fn validate(&self, role: LengthRole) -> Result<(), SpecError> {
         let [mean, stdev, min, max] = role.flags();
-        check(self.mean.is_finite() && (1.0..=MAX_TOKENS).contains(&self.mean), mean, fmt_num(self.mean), "must be a number of tokens in [1, 2^30]")?;
+        check(
+            self.mean.is_finite() && (1.0..=MAX_TOKENS).contains(&self.mean),
+            mean,
+            fmt_num(self.mean),
+            "must be a number of tokens in [1, 2^30]",
+        )?;
         check(self.stdev.is_finite() && (0.0..=MAX_TOKENS).contains(&self.stdev), stdev, fmt_num(self.stdev), "must be in [0, 2^30]")?;
         check(self.min >= 1, min, self.min, "must be ≥ 1")?;
         check(self.min <= self.max, max, self.max, "must be ≥ the minimum")?;
@@ -67,7 +72,8 @@ impl LengthSpec {
 
     /// The sampler: a clamped Gaussian, or a constant (no draw) when `stdev` is 0.
     pub(crate) fn sampler(&self) -> Sampler {
-        let shape = if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };
+        let shape =
+            if self.stdev > 0.0 { Shape::Gaussian { mean: self.mean, std_dev: self.stdev } } else { Shape::Constant { value: self.mean } };
         Sampler { shape, min: f64::from(self.min), max: f64::from(self.max) }
     }
 }

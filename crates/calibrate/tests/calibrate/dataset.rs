@@ -3,15 +3,16 @@
 //! (or re-tokenised) length from `requests.csv`, and without it lengths
 //! drawn from the reports' percentiles.
 
-use blis_calibrate::reproduce::{Definitions, Setup};
 use blis_calibrate::experiment::Experiment;
+use blis_calibrate::reproduce::{Definitions, Setup};
 use blis_calibrate::suite::Suite;
 use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
 
 use crate::{copy_general_with_data as copy_as, simulate_dir};
 
-const SHAREGPT_DATA: &str = "  type: shareGPT\n  path: /data/ShareGPT_V3_unfiltered_cleaned_split.json\n  input_distribution: null\n  output_distribution: null\n";
+const SHAREGPT_DATA: &str =
+    "  type: shareGPT\n  path: /data/ShareGPT_V3_unfiltered_cleaned_split.json\n  input_distribution: null\n  output_distribution: null\n";
 
 /// `requests.csv` with an `output_tokens` column of `n` on every success.
 fn with_output_column(text: &str, n: u32) -> String {
@@ -82,14 +83,24 @@ fn a_dataset_run_generates_its_re_tokenised_answers() {
 fn a_dataset_run_without_records_draws_from_the_report_percentiles() {
     let copied = copy_as("unrecorded", SHAREGPT_DATA, |rel, text| (rel != "requests.csv").then_some(text));
     let (exp, sim, records) = simulate_dir(&copied.dir);
-    assert!(exp.warnings().iter().any(|w| w.contains("without per-request records") && w.contains("summary_lifecycle_metrics.json")), "{:?}", exp.warnings());
+    assert!(
+        exp.warnings().iter().any(|w| w.contains("without per-request records") && w.contains("summary_lifecycle_metrics.json")),
+        "{:?}",
+        exp.warnings()
+    );
     assert_eq!(records.len(), 16_800);
-    let mean = |f: fn(&blis_engine::request::RequestRecord) -> u32| records.iter().map(|r| f64::from(f(r))).sum::<f64>() / records.len() as f64;
+    let mean =
+        |f: fn(&blis_engine::request::RequestRecord) -> u32| records.iter().map(|r| f64::from(f(r))).sum::<f64>() / records.len() as f64;
     // Reported (summary): prompts 559..=592, mean 575.6; answers 0..=252, mean 209.0.
     assert!(records.iter().all(|r| (559..=592).contains(&r.input_tokens) && (1..=252).contains(&r.output_tokens)));
     assert!((mean(|r| r.input_tokens) - 575.6).abs() < 1.5, "mean prompt {}", mean(|r| r.input_tokens));
     assert!((mean(|r| r.output_tokens) - 209.0).abs() < 0.03 * 209.0, "mean output {}", mean(|r| r.output_tokens));
-    assert!((mean(|r| r.output_tokens) - sim.mean_output_tokens).abs() < 2.0, "{} vs {}", mean(|r| r.output_tokens), sim.mean_output_tokens);
+    assert!(
+        (mean(|r| r.output_tokens) - sim.mean_output_tokens).abs() < 2.0,
+        "{} vs {}",
+        mean(|r| r.output_tokens),
+        sim.mean_output_tokens
+    );
 }
 
 /// A dataset run whose reports do not give the lengths cannot be

@@ -4,9 +4,9 @@
 //! lengths, with `max_tokens` drawn from the configured distribution, and
 //! is never compared request by request.
 
-use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
+use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
 
 use crate::{Copied, GENERAL_DATA, copy_general_with_data, simulate_dir};

@@ -10,9 +10,9 @@ mod vendored;
 
 use std::path::{Path, PathBuf};
 
-use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::experiment::Experiment;
 use blis_calibrate::reproduce::{Definitions, Setup, Simulated, simulate};
+use blis_data::coefficients::CoefficientSet;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
 
@@ -41,8 +41,7 @@ pub fn copy_experiment(source: &str, tag: &str, place: impl Fn(&str, String) -> 
     let root = std::env::temp_dir().join(format!("blis-calibrate-{}-{copy}-{tag}", std::process::id()));
     let dst = root.join(source);
     let results = std::fs::read_dir(src.join("results")).unwrap().map(|e| format!("results/{}", e.unwrap().file_name().to_string_lossy()));
-    for rel in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().map(String::from).chain(results)
-    {
+    for rel in ["exp-config.yaml", "server-facts.yaml", "requests.csv"].into_iter().map(String::from).chain(results) {
         if let Some((to, text)) = place(&rel, std::fs::read_to_string(src.join(&rel)).unwrap()) {
             let path: &Path = &dst.join(to);
             std::fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -97,10 +96,11 @@ impl Observer for Records {
 pub fn simulate_dir(dir: &Path) -> (Experiment, Simulated, Vec<RequestRecord>) {
     let exp = Experiment::load(dir).unwrap();
     let setup = Setup::of(&exp, &Definitions::default()).unwrap();
-    let latency = CoefficientSet::default_set().latency_model(&setup.server.model, &setup.server.gpu, setup.server.tp, &setup.server.instance).unwrap();
+    let latency = CoefficientSet::default_set()
+        .latency_model(&setup.server.model, &setup.server.gpu, setup.server.tp, &setup.server.instance)
+        .unwrap();
     let mut records = Records::default();
     let sim = simulate(&exp, &setup, latency, 0, false, &mut records).unwrap();
     records.0.sort_by_key(|r| r.id);
     (exp, sim, records.0)
 }
-

@@ -61,7 +61,12 @@ fn impossible_report_statistics_are_refused_naming_the_field() {
 /// warning (the server's facts win) while `tensor_parallelism: 0` was refused.
 #[test]
 fn zero_server_knobs_in_exp_config_are_refused() {
-    for (shipped, field) in [("max_model_len: 4096", "max_model_len"), ("max_num_batched_tokens: 2048", "max_num_batched_tokens"), ("max_num_seqs: 128", "max_num_seqs"), ("tensor_parallelism: 1", "tensor_parallelism")] {
+    for (shipped, field) in [
+        ("max_model_len: 4096", "max_model_len"),
+        ("max_num_batched_tokens: 2048", "max_num_batched_tokens"),
+        ("max_num_seqs: 128", "max_num_seqs"),
+        ("tensor_parallelism: 1", "tensor_parallelism"),
+    ] {
         let e = load_error("zero-knob", "exp-config.yaml", shipped, &format!("{field}: 0"));
         assert!(e.contains("exp-config.yaml") && e.contains(&format!("`{field}` = 0")), "{e}");
     }
@@ -72,9 +77,14 @@ fn zero_server_knobs_in_exp_config_are_refused() {
 /// shorter than the prompts) simulated every request failing, unexplained.
 #[test]
 fn a_server_that_could_not_have_served_the_run_is_refused_naming_the_fact() {
-    let cases = [("num_gpu_blocks: 7462", "num_gpu_blocks: 10", "num_gpu_blocks = 10"), ("max_model_len: 4096", "max_model_len: 1", "max_model_len = 1")];
+    let cases = [
+        ("num_gpu_blocks: 7462", "num_gpu_blocks: 10", "num_gpu_blocks = 10"),
+        ("max_model_len: 4096", "max_model_len: 1", "max_model_len = 1"),
+    ];
     for (from, to, named) in cases {
-        let copy = copy_experiment(SOURCE, "unservable", |rel, text| Some((rel.into(), if rel == "server-facts.yaml" { text.replacen(from, to, 1) } else { text })));
+        let copy = copy_experiment(SOURCE, "unservable", |rel, text| {
+            Some((rel.into(), if rel == "server-facts.yaml" { text.replacen(from, to, 1) } else { text }))
+        });
         let exp = Experiment::load(&copy.dir).unwrap();
         let e = Setup::of(&exp, &Definitions::default()).err().unwrap_or_else(|| panic!("{to} was accepted")).to_string();
         assert!(e.contains("server-facts.yaml") && e.contains(named), "{e}");
@@ -111,6 +121,9 @@ fn nan_or_infinity_in_a_report_is_refused_naming_the_field() {
 fn a_maximum_concurrency_that_is_no_positive_number_is_refused() {
     for bad in ["-3", "0", ".nan", ".inf"] {
         let e = load_error("concurrency", "server-facts.yaml", "block_size: 16\n", &format!("block_size: 16\nmax_concurrency: {bad}\n"));
-        assert!(e.contains("server-facts.yaml") && e.contains("`max_concurrency`") && e.contains("must be a positive number"), "{bad}: {e}");
+        assert!(
+            e.contains("server-facts.yaml") && e.contains("`max_concurrency`") && e.contains("must be a positive number"),
+            "{bad}: {e}"
+        );
     }
 }

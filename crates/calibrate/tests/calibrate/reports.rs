@@ -4,10 +4,10 @@
 //! `prompt_len`), keys BLIS does not read, and inference-perf's own
 //! per-request report in place of `requests.csv`.
 
-use blis_data::coefficients::CoefficientSet;
-use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::compare::{Metric, StageLabel};
+use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
+use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
 
 use crate::{copy_experiment, simulate_dir};
@@ -118,7 +118,13 @@ fn a_concurrent_run_replays_through_its_cap() {
     let spans: Vec<(u64, u64)> = records.iter().map(|r| (r.arrival.as_us(), r.finished.as_us())).collect();
     let mut events: Vec<(u64, i32)> = spans.iter().flat_map(|&(a, f)| [(a, 1), (f, -1)]).collect();
     events.sort_by_key(|&(t, d)| (t, d)); // an end before a send at the same instant
-    let most = events.iter().scan(0, |n, &(_, d)| { *n += d; Some(*n) }).max();
+    let most = events
+        .iter()
+        .scan(0, |n, &(_, d)| {
+            *n += d;
+            Some(*n)
+        })
+        .max();
     assert_eq!(most, Some(4));
     let rows = exp.requests.as_ref().unwrap();
     let ends: std::collections::BTreeSet<u64> = spans.iter().map(|&(_, f)| f).collect();
@@ -160,7 +166,8 @@ fn recorded_output_lengths_are_generated_exactly() {
         checked += 1;
     }
     assert!(checked > 7000, "{checked}");
-    let mean = rows.iter().filter(|r| r.has_error == 0).map(|r| f64::from(length_of(r.index))).sum::<f64>() / rows.iter().filter(|r| r.has_error == 0).count() as f64;
+    let mean = rows.iter().filter(|r| r.has_error == 0).map(|r| f64::from(length_of(r.index))).sum::<f64>()
+        / rows.iter().filter(|r| r.has_error == 0).count() as f64;
     assert!((sim.mean_output_tokens - mean).abs() < 1e-9, "{} vs {mean}", sim.mean_output_tokens);
 }
 
@@ -220,7 +227,8 @@ fn a_run_of_another_engine_is_warned_about() {
     });
     let exp = blis_calibrate::experiment::Experiment::load(&sglang.dir).unwrap();
     assert!(exp.warnings().iter().any(|w| w.contains("server.type = sglang")), "{:?}", exp.warnings());
-    let vllm = blis_calibrate::experiment::Experiment::load(&copy_experiment(SOURCE, "vllm", |rel, text| Some((rel.into(), text))).dir).unwrap();
+    let vllm =
+        blis_calibrate::experiment::Experiment::load(&copy_experiment(SOURCE, "vllm", |rel, text| Some((rel.into(), text))).dir).unwrap();
     assert!(vllm.warnings().iter().all(|w| !w.contains("server.type")), "{:?}", vllm.warnings());
 }
 
@@ -289,14 +297,21 @@ fn a_sweep_replays_the_stages_its_reports_record() {
 
     // Without per-request records, the probe and the stage are what an
     // explicit first stage of 30 requests in 5 s, then the stage, would be.
-    let unrecorded = copy_experiment(SOURCE, "unrecorded", |rel, text| (rel != "requests.csv").then(|| probe(rel, text).map(|t| (rel.into(), t))).flatten());
+    let unrecorded = copy_experiment(SOURCE, "unrecorded", |rel, text| {
+        (rel != "requests.csv").then(|| probe(rel, text).map(|t| (rel.into(), t))).flatten()
+    });
     let explicit = copy_experiment(SOURCE, "explicit", |rel, text| match rel {
         "requests.csv" => None,
-        "results/config.yaml" => Some((rel.into(), text.replace("  interval: 1.0\n", "  interval: 0.0\n").replace("  stages:\n  - rate: 6.0", "  stages:\n  - rate: 6.0\n    duration: 5\n  - rate: 6.0"))),
+        "results/config.yaml" => Some((
+            rel.into(),
+            text.replace("  interval: 1.0\n", "  interval: 0.0\n")
+                .replace("  stages:\n  - rate: 6.0", "  stages:\n  - rate: 6.0\n    duration: 5\n  - rate: 6.0"),
+        )),
         "results/stage_0_lifecycle_metrics.json" => Some(("results/stage_1_lifecycle_metrics.json".into(), text)),
         _ => Some((rel.into(), text)),
     });
-    std::fs::copy(explicit.dir.join("results/stage_1_lifecycle_metrics.json"), explicit.dir.join("results/stage_0_lifecycle_metrics.json")).unwrap();
+    std::fs::copy(explicit.dir.join("results/stage_1_lifecycle_metrics.json"), explicit.dir.join("results/stage_0_lifecycle_metrics.json"))
+        .unwrap();
     let predicted = |rows: &[blis_calibrate::compare::MetricRow], stage: u32| {
         rows.iter().filter(|r| r.stage == StageLabel::Stage(stage)).map(|r| (r.metric, r.predicted)).collect::<Vec<_>>()
     };

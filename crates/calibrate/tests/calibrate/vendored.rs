@@ -4,10 +4,10 @@
 
 use std::path::PathBuf;
 
-use blis_data::coefficients::CoefficientSet;
 use blis_calibrate::compare::Metric;
 use blis_calibrate::experiment::Status;
 use blis_calibrate::suite::Suite;
+use blis_data::coefficients::CoefficientSet;
 use blis_workload::inference_perf::Length;
 
 fn vendored(name: &str) -> PathBuf {
@@ -18,7 +18,8 @@ fn vendored(name: &str) -> PathBuf {
 fn all_twelve_experiments_load_with_the_documented_deployments() {
     let suite = Suite::load(&[vendored("")], &Default::default()).unwrap();
     assert_eq!(suite.cases.len(), 12);
-    let overloaded: Vec<&str> = suite.cases.iter().filter(|c| c.experiment.status() == Status::OverloadExcluded).map(|c| c.experiment.name.as_str()).collect();
+    let overloaded: Vec<&str> =
+        suite.cases.iter().filter(|c| c.experiment.status() == Status::OverloadExcluded).map(|c| c.experiment.name.as_str()).collect();
     assert_eq!(overloaded.len(), 3);
     assert!(overloaded.iter().all(|n| n.ends_with("reasoning")));
     for c in &suite.cases {

@@ -10,7 +10,11 @@ use super::{Line, Panel, SIZE, stacked_panels};
 pub fn timeline(title: &str, points: &[TimelinePoint]) -> anyhow::Result<String> {
     let hours = points.last().is_some_and(|p| p.t_s >= 7200.0);
     let (unit, x_desc) = if hours { (3600.0, "time (h)") } else { (60.0, "time (min)") };
-    let line = |label, color, f: &dyn Fn(&TimelinePoint) -> Option<f64>| Line { label, color, points: points.iter().map(|p| (p.t_s / unit, f(p))).collect() };
+    let line = |label, color, f: &dyn Fn(&TimelinePoint) -> Option<f64>| Line {
+        label,
+        color,
+        points: points.iter().map(|p| (p.t_s / unit, f(p))).collect(),
+    };
     let count = |n: u32| Some(f64::from(n));
     let panels = [
         Panel { y_desc: "arrivals (req/s)", y_max: None, lines: vec![line("request rate", BLUE, &|p| Some(p.request_rate))] },

@@ -23,8 +23,14 @@ pub fn write_all(dir: &PlotDir, report: &CalibrationReport, samples: &Samples<'_
         .unwrap_or_default();
         let upper = metric.to_uppercase();
         let title = format!("{upper}: QQ, real vs simulated");
-        dir.save(&format!("qq_{metric}.svg"), &against_diagonal(&title, "real (ms)", "simulated (ms)", "quantiles (1 % steps)", &qq, None)?)?;
-        dir.save(&format!("cdf_{metric}.svg"), &cdf_overlay(&format!("{upper}: CDF, real and simulated"), &format!("{upper} (ms)"), real, sim)?)?;
+        dir.save(
+            &format!("qq_{metric}.svg"),
+            &against_diagonal(&title, "real (ms)", "simulated (ms)", "quantiles (1 % steps)", &qq, None)?,
+        )?;
+        dir.save(
+            &format!("cdf_{metric}.svg"),
+            &cdf_overlay(&format!("{upper}: CDF, real and simulated"), &format!("{upper} (ms)"), real, sim)?,
+        )?;
     }
     Ok(())
 }

@@ -50,7 +50,14 @@ fn plot_err(e: impl std::fmt::Display) -> anyhow::Error {
 /// lines when `band` is given): parity and QQ plots; every series is in the
 /// legend, the points as `points_label`. Points with a non-finite
 /// coordinate are left out (an infinite axis cannot be drawn).
-pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points_label: &str, points: &[(f64, f64)], band: Option<f64>) -> anyhow::Result<String> {
+pub fn against_diagonal(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    points_label: &str,
+    points: &[(f64, f64)],
+    band: Option<f64>,
+) -> anyhow::Result<String> {
     let points: Vec<(f64, f64)> = points.iter().copied().filter(|(a, p)| a.is_finite() && p.is_finite()).collect();
     let lo = points.iter().map(|&(a, p)| a.min(p)).fold(f64::INFINITY, f64::min).min(0.0);
     let hi = points.iter().map(|&(a, p)| a.max(p)).fold(0.0, f64::max).max(1e-9) * 1.1;
@@ -77,7 +84,8 @@ pub fn against_diagonal(title: &str, x_desc: &str, y_desc: &str, points_label: &
                 let end = if k > 1.0 { (hi / k, hi) } else { (hi, hi * k) };
                 let line = chart.draw_series(LineSeries::new([(0.0, 0.0), end], BLACK.mix(0.3).stroke_width(1))).map_err(plot_err)?;
                 if i == 0 {
-                    line.label(format!("y = (1 ± {b})·x")).legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3).stroke_width(1)));
+                    line.label(format!("y = (1 ± {b})·x"))
+                        .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], BLACK.mix(0.3).stroke_width(1)));
                 }
             }
         }
@@ -156,8 +164,17 @@ pub struct Panel {
 
 impl Panel {
     /// A panel with a real (black) and a simulated (red) line.
-    pub fn real_vs_simulated(y_desc: &'static str, y_max: Option<f64>, real: Vec<(f64, Option<f64>)>, simulated: Vec<(f64, Option<f64>)>) -> Panel {
-        Panel { y_desc, y_max, lines: vec![Line { label: "real", color: BLACK, points: real }, Line { label: "simulated", color: RED, points: simulated }] }
+    pub fn real_vs_simulated(
+        y_desc: &'static str,
+        y_max: Option<f64>,
+        real: Vec<(f64, Option<f64>)>,
+        simulated: Vec<(f64, Option<f64>)>,
+    ) -> Panel {
+        Panel {
+            y_desc,
+            y_max,
+            lines: vec![Line { label: "real", color: BLACK, points: real }, Line { label: "simulated", color: RED, points: simulated }],
+        }
     }
 }
 

@@ -19,7 +19,8 @@ fn points(csv: &str) -> (Vec<Point>, &'static str) {
     else {
         return (Vec::new(), "GPUs");
     };
-    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).filter(|r: &Vec<&str>| r.len() == header.len() && r[error].is_empty()).collect();
+    let rows: Vec<Vec<&str>> =
+        lines.map(|l| l.split(',').collect()).filter(|r: &Vec<&str>| r.len() == header.len() && r[error].is_empty()).collect();
     let priced = !rows.is_empty() && rows.iter().all(|r| !r[cost].is_empty());
     let x = if priced { cost } else { gpus };
     let num = |t: &str| t.parse::<f64>().ok();
@@ -32,7 +33,15 @@ fn frontier(points: &[Point]) -> Vec<Point> {
     let mut sorted = points.to_vec();
     sorted.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
     let mut best = f64::INFINITY;
-    sorted.into_iter().filter(|p| p.1 < best && { best = p.1; true }).collect()
+    sorted
+        .into_iter()
+        .filter(|p| {
+            p.1 < best && {
+                best = p.1;
+                true
+            }
+        })
+        .collect()
 }
 
 /// The SVG of a sweep's output.
@@ -45,8 +54,15 @@ pub fn pareto(title: &str, csv: &str) -> anyhow::Result<String> {
 /// Points `(cost, latency, label)` and their Pareto frontier (lower is
 /// better on both), the frontier's points labelled; the latency axis is
 /// logarithmic when the values span more than a factor of 100.
-pub fn frontier_plot(title: &str, x_desc: &str, y_desc: &str, frontier_desc: &str, points: &[(f64, f64, String)]) -> anyhow::Result<String> {
-    let plain: Vec<Point> = points.iter().enumerate().map(|(i, p)| (p.0, p.1, 0.0, i as u64)).filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
+pub fn frontier_plot(
+    title: &str,
+    x_desc: &str,
+    y_desc: &str,
+    frontier_desc: &str,
+    points: &[(f64, f64, String)],
+) -> anyhow::Result<String> {
+    let plain: Vec<Point> =
+        points.iter().enumerate().map(|(i, p)| (p.0, p.1, 0.0, i as u64)).filter(|p| p.0.is_finite() && p.1.is_finite()).collect();
     let front = frontier(&plain);
     let x_max = plain.iter().map(|p| p.0).fold(0.0, f64::max).max(1e-9) * 1.1;
     let y_max = plain.iter().map(|p| p.1).fold(0.0, f64::max).max(1e-9) * 1.25;
@@ -76,7 +92,9 @@ pub fn frontier_plot(title: &str, x_desc: &str, y_desc: &str, frontier_desc: &st
                     .legend(|(x, y)| PathElement::new([(x, y), (x + 16, y)], RED.stroke_width(2)));
                 chart
                     .draw_series(front.iter().map(|p| {
-                        EmptyElement::at((p.0, p.1)) + Circle::new((0, 0), 4, RED.filled()) + Text::new(points[p.3 as usize].2.clone(), (6, -14), ("sans-serif", 11))
+                        EmptyElement::at((p.0, p.1))
+                            + Circle::new((0, 0), 4, RED.filled())
+                            + Text::new(points[p.3 as usize].2.clone(), (6, -14), ("sans-serif", 11))
                     }))
                     .map_err(plot_err)?;
                 chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(plot_err)?;

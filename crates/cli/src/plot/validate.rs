@@ -70,7 +70,8 @@ fn binned(pairs: &[RequestPair], side: fn(&RequestPair) -> Option<Latency>) -> V
 fn timeline(c: &ExperimentComparison) -> anyhow::Result<String> {
     let real = binned(&c.request_pairs, |p| p.real);
     let sim = binned(&c.request_pairs, |p| p.predicted);
-    let column = |bins: &[(f64, Option<f64>, Option<f64>)], failed: bool| bins.iter().map(|&(x, t, f)| (x, if failed { f } else { t })).collect();
+    let column =
+        |bins: &[(f64, Option<f64>, Option<f64>)], failed: bool| bins.iter().map(|&(x, t, f)| (x, if failed { f } else { t })).collect();
     let panels = [
         Panel::real_vs_simulated("mean TTFT of successes (s)", None, column(&real, false), column(&sim, false)),
         Panel::real_vs_simulated("failed fraction", Some(1.05), column(&real, true), column(&sim, true)),

@@ -64,9 +64,10 @@ pub fn workload_svg(plan: &Plan, s: &WorkloadStats) -> Result<String, Box<dyn st
         for (k, (name, rate)) in series.iter().enumerate() {
             let color = Palette99::pick(k).to_rgba();
             let points = rate.iter().enumerate().map(|(b, &r)| ((b as f64 + 0.5) * bin_s, r));
-            chart.draw_series(LineSeries::new(points, color.stroke_width(2)))?.label(name.clone()).legend(move |(x, y)| {
-                PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2))
-            });
+            chart
+                .draw_series(LineSeries::new(points, color.stroke_width(2)))?
+                .label(name.clone())
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 18, y)], color.stroke_width(2)));
         }
         chart.configure_series_labels().background_style(WHITE.mix(0.8)).border_style(BLACK).draw()?;
 

@@ -6,7 +6,8 @@ use serde_json::Value;
 
 use crate::{blis, scratch, stderr, stdout};
 
-const RUN: &[&str] = &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "3000", "--rate", "40", "--quiet"];
+const RUN: &[&str] =
+    &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "3000", "--rate", "40", "--quiet"];
 
 fn run(extra: &[&str]) -> (String, Value) {
     crate::json_of(RUN, extra)
@@ -25,16 +26,39 @@ fn autoscaling_off_changes_nothing() {
 #[test]
 fn autoscaled_runs_are_byte_identical_for_a_seed_and_report_capacity_and_cost() {
     let args = [
-        "--autoscale-policy", "queue-depth", "--min-instances", "1", "--max-instances", "4", "--autoscale-interval", "5s",
-        "--provisioning-delay", "uniform:1s,4s", "--gpu-hour-cost", "2.5", "--drain-policy", "redirect",
+        "--autoscale-policy",
+        "queue-depth",
+        "--min-instances",
+        "1",
+        "--max-instances",
+        "4",
+        "--autoscale-interval",
+        "5s",
+        "--provisioning-delay",
+        "uniform:1s,4s",
+        "--gpu-hour-cost",
+        "2.5",
+        "--drain-policy",
+        "redirect",
         // 40 req/s of 1 024-token prompts is about twice what one H100 prefills (its queue reaches hundreds).
-        "--prompt-tokens", "1024",
+        "--prompt-tokens",
+        "1024",
     ];
     let (a, j) = run(&args);
     let (b, _) = run(&args);
     assert_eq!(a, b, "same seed, same bytes");
     let s = &j["cluster"]["autoscaling"];
-    for field in ["scale_ups", "scale_downs", "replica_seconds", "gpu_hours", "cost", "oscillations", "timeline", "pools", "cost_per_million_output_tokens"] {
+    for field in [
+        "scale_ups",
+        "scale_downs",
+        "replica_seconds",
+        "gpu_hours",
+        "cost",
+        "oscillations",
+        "timeline",
+        "pools",
+        "cost_per_million_output_tokens",
+    ] {
         assert!(s.get(field).is_some(), "cluster.autoscaling.{field} missing: {s}");
     }
     assert!(s["scale_ups"].as_u64().unwrap() >= 1, "40 req/s of 1 024-token prompts needs more than one replica: {s}");
@@ -50,8 +74,22 @@ fn the_worked_examples_policy_files_run() {
     for (policy, initial) in [("fixed", "4"), ("threshold", "1"), ("target-tracking", "1")] {
         let path = format!("{dir}/{policy}.yaml");
         let out = blis(&[
-            "run", "--format", "json", "--quiet", "--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4",
-            "--num-requests", "300", "--rate", "5", "--num-instances", initial, "--policy-config", &path,
+            "run",
+            "--format",
+            "json",
+            "--quiet",
+            "--model",
+            "meta-llama/llama-3.1-70b-instruct",
+            "--tp",
+            "4",
+            "--num-requests",
+            "300",
+            "--rate",
+            "5",
+            "--num-instances",
+            initial,
+            "--policy-config",
+            &path,
         ]);
         assert!(out.status.success(), "{policy}: {}", stderr(&out));
         let j: Value = serde_json::from_str(&stdout(&out)).unwrap();
@@ -67,10 +105,19 @@ fn the_timeline_plot_and_the_trace_are_written() {
     let dir = scratch("autoscale-outputs");
     let (svg, trace) = (dir.join("day.svg"), dir.join("trace.jsonl"));
     run(&[
-        "--autoscale-policy", "threshold", "--max-instances", "3", "--autoscale-interval", "10s",
-        "--plot-timeline", svg.to_str().unwrap(), "--trace-output", trace.to_str().unwrap(),
+        "--autoscale-policy",
+        "threshold",
+        "--max-instances",
+        "3",
+        "--autoscale-interval",
+        "10s",
+        "--plot-timeline",
+        svg.to_str().unwrap(),
+        "--trace-output",
+        trace.to_str().unwrap(),
         // Twice what one replica prefills, so that it saturates and the policy scales up.
-        "--prompt-tokens", "1024",
+        "--prompt-tokens",
+        "1024",
     ]);
     let svg = std::fs::read_to_string(svg).unwrap();
     for label in ["replicas", "desired", "TTFT mean (ms)", "arrivals (req/s)"] {
@@ -78,7 +125,12 @@ fn the_timeline_plot_and_the_trace_are_written() {
     }
     let lines: Vec<Value> = std::fs::read_to_string(trace).unwrap().lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     let kinds = |k: &str| lines.iter().filter(|l| l["kind"] == k).count();
-    assert!(kinds("scale") >= 1 && kinds("replica") >= 1 && kinds("routing") == 3000, "{} scale, {} replica lines", kinds("scale"), kinds("replica"));
+    assert!(
+        kinds("scale") >= 1 && kinds("replica") >= 1 && kinds("routing") == 3000,
+        "{} scale, {} replica lines",
+        kinds("scale"),
+        kinds("replica")
+    );
     let summary = lines.last().unwrap();
     assert_eq!(summary["scale_decisions"].as_u64(), Some(kinds("scale") as u64));
     let decision = lines.iter().find(|l| l["kind"] == "scale").unwrap();
@@ -96,7 +148,8 @@ fn the_timeline_plot_and_the_trace_are_written() {
 fn the_summary_shows_the_node_pools_hardware() {
     let dir = scratch("autoscale-pool-hardware");
     let policy = dir.join("a40.yaml");
-    std::fs::write(&policy, "autoscale: {type: fixed, min_replicas: 1, max_replicas: 1}\nnode_pools: [{name: p, hardware: A40, tp: 2}]\n").unwrap();
+    std::fs::write(&policy, "autoscale: {type: fixed, min_replicas: 1, max_replicas: 1}\nnode_pools: [{name: p, hardware: A40, tp: 2}]\n")
+        .unwrap();
     let (_, j) = run(&["--policy-config", policy.to_str().unwrap()]);
     let (_, plain) = run(&["--hardware", "A40", "--tp", "2"]);
     let pool = &j["cluster"]["autoscaling"]["pools"][0];
@@ -109,7 +162,10 @@ fn the_summary_shows_the_node_pools_hardware() {
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
     let line = table.lines().find(|l| l.starts_with("Hardware")).unwrap();
-    assert_eq!(line.split_whitespace().collect::<Vec<_>>().join(" "), format!("Hardware (per replica, autoscaled): 2 × A40, {} KV blocks", pool["num_gpu_blocks"]));
+    assert_eq!(
+        line.split_whitespace().collect::<Vec<_>>().join(" "),
+        format!("Hardware (per replica, autoscaled): 2 × A40, {} KV blocks", pool["num_gpu_blocks"])
+    );
     assert!(table.contains("KV cache per GPU (GiB, derived):"), "{table}");
 }
 

@@ -74,7 +74,10 @@ fn malformed_and_incomplete_model_configs() {
         r#"{"hidden_size": 4096, "num_hidden_layers": 32, "num_attention_heads": 32, "num_key_value_heads": 5, "intermediate_size": 11008, "vocab_size": 32000}"#,
     );
     let e = rejected("kv-heads-not-dividing", &["--model-config", &ungrouped]);
-    assert!(e.contains("ungrouped.json") && e.contains("field `num_key_value_heads` = 5 does not divide `num_attention_heads` = 32"), "{e}");
+    assert!(
+        e.contains("ungrouped.json") && e.contains("field `num_key_value_heads` = 5 does not divide `num_attention_heads` = 32"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -90,7 +93,12 @@ fn bad_rates_and_lengths() {
         ("stdev-negative", "--prompt-tokens-stdev", "-2", "--prompt-tokens-stdev"),
         ("requests-zero", "--num-requests", "0", "--num-requests"),
         // A negative count is the count's error, not clap's "unexpected argument".
-        ("seqs-negative", "--max-num-seqs", "-5", "invalid value '-5' for '--max-num-seqs <N>': `-5` is negative: a count is 0 or more, a whole number such as"),
+        (
+            "seqs-negative",
+            "--max-num-seqs",
+            "-5",
+            "invalid value '-5' for '--max-num-seqs <N>': `-5` is negative: a count is 0 or more, a whole number such as",
+        ),
         ("seed-negative", "--seed", "-1", "invalid value '-1' for '--seed <N>'"),
         ("horizon-negative", "--horizon", "-1", "--horizon"),
         ("timeout-nan", "--client-timeout", "nan", "--client-timeout"),
@@ -105,7 +113,12 @@ fn bad_rates_and_lengths() {
         // Groups of no prefix change nothing: said, not ignored.
         ("prefix-groups-alone", "--prefix-groups", "5", "--prefix-groups 5 needs --prefix-tokens N"),
         // A bound past the mean makes every length the bound (the default means: 512 prompt, 256 output tokens).
-        ("min-above-mean", "--prompt-tokens-min", "1000", "--prompt-tokens-min 1000: must be at most the mean length (--prompt-tokens 512)"),
+        (
+            "min-above-mean",
+            "--prompt-tokens-min",
+            "1000",
+            "--prompt-tokens-min 1000: must be at most the mean length (--prompt-tokens 512)",
+        ),
         ("max-below-mean", "--output-tokens-max", "10", "--output-tokens-max 10: must be at least the mean length (--output-tokens 256)"),
     ] {
         let e = rejected(name, &with_model(&[flag, value]));
@@ -120,7 +133,17 @@ fn observe_timeout_out_of_range() {
     let dir = scratch("observe-timeout");
     let prefix = dir.join("t");
     for value in ["1e300", "-1", "0"] {
-        let out = blis(&["observe", "--model", "m", "--server-url", "http://127.0.0.1:9", "--trace-output", prefix.to_str().unwrap(), "--timeout", value]);
+        let out = blis(&[
+            "observe",
+            "--model",
+            "m",
+            "--server-url",
+            "http://127.0.0.1:9",
+            "--trace-output",
+            prefix.to_str().unwrap(),
+            "--timeout",
+            value,
+        ]);
         let err = stderr(&out);
         assert_eq!(out.status.code(), Some(2), "{value}: {err}");
         assert!(err.contains("--timeout") && err.contains("[1e-6, 1e8]") && !err.contains("panicked"), "{value}: {err}");
@@ -140,7 +163,10 @@ fn bad_server_knobs() {
     // the model length (Llama-3.1's 131 072 tokens; about 53 500 fit in the
     // 44.52 GiB an L40S reports with ECC on).
     let e = rejected("kv-below-model-len", &with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5"]));
-    assert!(e.contains("the KV cache holds 53552 tokens, fewer than one request of --max-model-len 131072") && e.contains("to at most 53552"), "{e}");
+    assert!(
+        e.contains("the KV cache holds 53552 tokens, fewer than one request of --max-model-len 131072") && e.contains("to at most 53552"),
+        "{e}"
+    );
     let mut fits = vec!["run"];
     fits.extend(with_model(&["--hardware", "L40S", "--gpu-memory-utilization", "0.5", "--max-model-len", "53552"]));
     let out = blis(&fits);
@@ -150,7 +176,21 @@ fn bad_server_knobs() {
     // (gpt-oss-20b: 8 192 + ⌈(127 + 2 048) / 16⌉ + 1 blocks at 131 072 tokens).
     let gpt_oss = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/gpt-oss-20b.json");
     let hybrid = |len: &'static str| {
-        ["run", "--model", "openai/gpt-oss-20b", "--model-config", gpt_oss, "--hardware", "L40S", "--gpu-memory-utilization", "0.34", "--num-requests", "3", "--max-model-len", len]
+        [
+            "run",
+            "--model",
+            "openai/gpt-oss-20b",
+            "--model-config",
+            gpt_oss,
+            "--hardware",
+            "L40S",
+            "--gpu-memory-utilization",
+            "0.34",
+            "--num-requests",
+            "3",
+            "--max-model-len",
+            len,
+        ]
     };
     let e = stderr(&blis(&hybrid("131072")));
     assert!(e.contains("the KV cache's 3342 blocks, shared by 1 full-attention + 1 sliding-window (128 tokens) groups, are fewer than the 8329 one request of --max-model-len 131072 holds at its peak") && e.contains("to at most 51280"), "{e}");
@@ -172,16 +212,27 @@ fn bad_server_knobs() {
     let e = rejected("kv-cache-dtype", &with_model(&["--kv-cache-dtype", "int4"]));
     assert!(e.contains("--kv-cache-dtype `int4`: allowed: auto, bfloat16, float16, fp8"), "{e}");
     let e = rejected("quantization-online", &with_model(&["--quantization", "bitsandbytes"]));
-    assert!(e.contains("--quantization `bitsandbytes`: of the methods that quantize a half-precision checkpoint at load, BLIS simulates fp8"), "{e}");
+    assert!(
+        e.contains("--quantization `bitsandbytes`: of the methods that quantize a half-precision checkpoint at load, BLIS simulates fp8"),
+        "{e}"
+    );
     let scout = ["--model", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "--tp", "2", "--quantization", "awq"];
     let e = rejected("quantization-mismatch", &scout);
-    assert!(e.contains("the checkpoint is quantized with compressed-tensors, and vLLM refuses another method for it; allowed: compressed-tensors"), "{e}");
+    assert!(
+        e.contains(
+            "the checkpoint is quantized with compressed-tensors, and vLLM refuses another method for it; allowed: compressed-tensors"
+        ),
+        "{e}"
+    );
     // Another board of a bundled chip is refused with that chip's boards, never run on one of them.
     let e = rejected("hardware-board", &with_model(&["--hardware", "NVIDIA A100 40GB PCIe"]));
     assert!(e.contains("A100-80GB-PCIe (PCIe, 80 GB)") && e.contains("A100-40GB (SXM, 40 GB)") && !e.contains("L40S"), "{e}");
     let sheet_dir = scratch("bad-kernels-sheet");
     let spec = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/hardware/A40.json")).unwrap();
-    for (name, from, to) in [("kernels-memory", "\"gemm_memory\": 0.813", "\"gemm_memory\": 1.5"), ("kernels-overhead", "\"layer_overhead_us\": 49.8", "\"layer_overhead_us\": -3")] {
+    for (name, from, to) in [
+        ("kernels-memory", "\"gemm_memory\": 0.813", "\"gemm_memory\": 1.5"),
+        ("kernels-overhead", "\"layer_overhead_us\": 49.8", "\"layer_overhead_us\": -3"),
+    ] {
         let path = sheet_dir.join(format!("{name}.json"));
         assert!(spec.contains(from), "{from}");
         std::fs::write(&path, spec.replace(from, to)).unwrap();
@@ -201,7 +252,10 @@ fn bad_server_knobs() {
     assert!(e.contains("--hardware L40S and --hardware-config") && e.contains("pass one"), "{e}");
     let e = rejected("too-big", &["--model", "meta-llama/Llama-3.1-70B-Instruct", "--hardware", "L40S"]);
     assert!(e.contains("does not fit"), "{e}");
-    let e = rejected("no-chunk", &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]));
+    let e = rejected(
+        "no-chunk",
+        &with_model(&["--enable-chunked-prefill", "false", "--max-model-len", "8192", "--max-num-batched-tokens", "2048"]),
+    );
     assert!(e.contains("chunked prefill"), "{e}");
 }
 
@@ -328,7 +382,10 @@ fn outputs_never_share_a_path_or_replace_an_input() {
     let same = dir.join("same.out");
     // Two outputs of one run, spelled differently.
     let spelled = dir.join(".").join("same.out");
-    let out = blis(&[&["run"][..], M, &["--num-instances", "2", "--output", same.to_str().unwrap(), "--requests-csv", spelled.to_str().unwrap()]].concat());
+    let out = blis(
+        &[&["run"][..], M, &["--num-instances", "2", "--output", same.to_str().unwrap(), "--requests-csv", spelled.to_str().unwrap()]]
+            .concat(),
+    );
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("is also the path of --output"), "{}", stderr(&out));
     assert!(is_empty_dir(&dir), "left a file behind");
@@ -337,7 +394,15 @@ fn outputs_never_share_a_path_or_replace_an_input() {
     std::fs::write(&spec, blis(&["workload", "show", "preset:chatbot"]).stdout).unwrap();
     let before = std::fs::read(&spec).unwrap();
     for args in [
-        vec!["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", spec.to_str().unwrap(), "--output", spec.to_str().unwrap()],
+        vec![
+            "run",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--workload-spec",
+            spec.to_str().unwrap(),
+            "--output",
+            spec.to_str().unwrap(),
+        ],
         vec!["workload", "generate", "--spec", spec.to_str().unwrap(), "--output", spec.to_str().unwrap()],
         vec!["compose", "--from", spec.to_str().unwrap(), "--from", "preset:chatbot", "--output", spec.to_str().unwrap()],
     ] {
@@ -350,14 +415,17 @@ fn outputs_never_share_a_path_or_replace_an_input() {
 
 #[test]
 fn a_bad_override_of_a_spec_is_blamed_on_the_flag_not_the_spec() {
-    let e = rejected("override-blame", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--num-requests", "0"]);
+    let e =
+        rejected("override-blame", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--num-requests", "0"]);
     assert!(e.starts_with("error: --num-requests 0: must be in [1, 1e12]"), "{e}");
-    let e = rejected("override-blame-rate", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--rate", "1e7"]);
+    let e =
+        rejected("override-blame-rate", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload", "preset:chatbot", "--rate", "1e7"]);
     assert!(e.starts_with("error: --rate: 10000000 must be in (0, 1000000]"), "{e}");
     // The spec's own unreadable value is the file's, whatever the flag replaces it with.
     let dir = scratch("override-blame-spec");
     let spec = write(&dir, "minus.yaml", "aggregate_rate: 5\nnum_requests: -1\nclients:\n- id: a\n");
-    let e = rejected("override-blame-file", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec, "--num-requests", "50"]);
+    let e =
+        rejected("override-blame-file", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec, "--num-requests", "50"]);
     assert!(e.contains("minus.yaml: num_requests") && !e.contains("--num-requests"), "{e}");
     let e = stderr(&blis(&["workload", "stats", "--spec", &spec, "--num-requests", "50"]));
     assert!(e.contains("minus.yaml: num_requests") && !e.contains("--num-requests"), "{e}");
@@ -375,17 +443,37 @@ fn a_bad_compile_stall_names_its_flag() {
 fn bad_autoscaling_settings() {
     for (name, extra, needle) in [
         ("as-unknown-policy", vec!["--autoscale-policy", "hpa"], "allowed: threshold, target-tracking"),
-        ("as-min-above-max", vec!["--autoscale-policy", "threshold", "--min-instances", "5", "--max-instances", "2"], "--min-instances 5 is above --max-instances 2"),
+        (
+            "as-min-above-max",
+            vec!["--autoscale-policy", "threshold", "--min-instances", "5", "--max-instances", "2"],
+            "--min-instances 5 is above --max-instances 2",
+        ),
         ("as-negative-delay", vec!["--autoscale-policy", "threshold", "--provisioning-delay", "-30s"], "--provisioning-delay"),
-        ("as-bad-distribution", vec!["--autoscale-policy", "threshold", "--loading-delay", "uniform:3m,1m"], "minimum is above the maximum"),
+        (
+            "as-bad-distribution",
+            vec!["--autoscale-policy", "threshold", "--loading-delay", "uniform:3m,1m"],
+            "minimum is above the maximum",
+        ),
         ("as-bad-interval", vec!["--autoscale-policy", "threshold", "--autoscale-interval", "soon"], "--autoscale-interval"),
         ("as-bad-drain", vec!["--autoscale-policy", "threshold", "--drain-policy", "later"], "allowed: wait, immediate, redirect"),
         ("as-slowdown", vec!["--autoscale-policy", "threshold", "--warmup-slowdown", "0.5"], "[1, 100]"),
         ("as-cost", vec!["--autoscale-policy", "threshold", "--gpu-hour-cost", "-2"], "--gpu-hour-cost"),
         ("as-without-policy", vec!["--max-instances", "4"], "needs autoscaling"),
-        ("as-min-beyond-limit", vec!["--autoscale-policy", "threshold", "--min-instances", "1025"], "--min-instances 1025: must be at most 1024"),
-        ("as-max-beyond-limit", vec!["--autoscale-policy", "threshold", "--max-instances", "2000"], "--max-instances 2000: must be at most 1024"),
-        ("as-initial-outside", vec!["--autoscale-policy", "threshold", "--num-instances", "9", "--max-instances", "4"], "--num-instances 9"),
+        (
+            "as-min-beyond-limit",
+            vec!["--autoscale-policy", "threshold", "--min-instances", "1025"],
+            "--min-instances 1025: must be at most 1024",
+        ),
+        (
+            "as-max-beyond-limit",
+            vec!["--autoscale-policy", "threshold", "--max-instances", "2000"],
+            "--max-instances 2000: must be at most 1024",
+        ),
+        (
+            "as-initial-outside",
+            vec!["--autoscale-policy", "threshold", "--num-instances", "9", "--max-instances", "4"],
+            "--num-instances 9",
+        ),
         ("as-plot-without", vec!["--plot-timeline", "/nonexistent-dir/x.svg"], "--plot-timeline"),
     ] {
         let e = rejected(name, &with_model(&extra));
@@ -445,15 +533,23 @@ fn assert_policy_files_refused(tag: &str, args: &[&str], cases: &[(&str, &str, &
 #[test]
 fn bad_autoscale_and_node_pool_sections_name_the_file_and_field() {
     let args = ["--model", "meta-llama/llama-3.1-70b-instruct", "--tp", "4", "--num-requests", "10"];
-    assert_policy_files_refused("as-section", &args, &[
-        ("unknown-key", "autoscale: {type: threshold, intervall: 30s}\n", "autoscale.intervall"),
-        ("unknown-param", "autoscale: {type: target-tracking, params: {targett: 0.5}}\n", "autoscale.params.targett"),
-        ("unknown-metric", "autoscale: {type: threshold, params: {metric: gpu}}\n", "autoscale.params.metric"),
-        ("negative-delay", "autoscale: threshold\nnode_pools: [{name: a, provisioning_delay: -5s}]\n", "provisioning_delay"),
-        ("pool-gpu-too-small", "autoscale: threshold\nnode_pools: [{name: small, hardware: L40S, tp: 1}]\n", "node_pools[0] (small)"),
-        ("pool-unknown-gpu", "autoscale: threshold\nnode_pools: [{name: x, hardware: TPU}]\n", "unknown GPU"),
-        ("pool-too-small", "autoscale: {type: threshold, max_replicas: 8}\nnode_pools: [{name: a, max_nodes: 2}]\n", "hold at most 2 replicas"),
-    ]);
+    assert_policy_files_refused(
+        "as-section",
+        &args,
+        &[
+            ("unknown-key", "autoscale: {type: threshold, intervall: 30s}\n", "autoscale.intervall"),
+            ("unknown-param", "autoscale: {type: target-tracking, params: {targett: 0.5}}\n", "autoscale.params.targett"),
+            ("unknown-metric", "autoscale: {type: threshold, params: {metric: gpu}}\n", "autoscale.params.metric"),
+            ("negative-delay", "autoscale: threshold\nnode_pools: [{name: a, provisioning_delay: -5s}]\n", "provisioning_delay"),
+            ("pool-gpu-too-small", "autoscale: threshold\nnode_pools: [{name: small, hardware: L40S, tp: 1}]\n", "node_pools[0] (small)"),
+            ("pool-unknown-gpu", "autoscale: threshold\nnode_pools: [{name: x, hardware: TPU}]\n", "unknown GPU"),
+            (
+                "pool-too-small",
+                "autoscale: {type: threshold, max_replicas: 8}\nnode_pools: [{name: a, max_nodes: 2}]\n",
+                "hold at most 2 replicas",
+            ),
+        ],
+    );
 }
 
 /// Issue 27: a warning (here: coefficients fitted on another GPU) used to
@@ -477,10 +573,19 @@ fn request_counts_obey_one_rule_on_the_command_line_in_a_config_and_in_a_spec() 
     let config = write(&dir, "c.yaml", format!("num-requests: {huge}\n"));
     let e = rejected("num-requests-config", &["--model", "meta-llama/llama-3.1-8b-instruct", "--config", &config]);
     assert!(e.contains("--config") && e.contains("must be in [1, 1e12]"), "{e}");
-    let spec = write(&dir, "w.yaml", format!("aggregate_rate: 5\nnum_requests: {huge}\nclients:\n  - id: a\n    rate_fraction: 1\n    input_distribution: {{type: constant, params: {{value: 8}}}}\n    output_distribution: {{type: constant, params: {{value: 8}}}}\n"));
+    let spec = write(
+        &dir,
+        "w.yaml",
+        format!(
+            "aggregate_rate: 5\nnum_requests: {huge}\nclients:\n  - id: a\n    rate_fraction: 1\n    input_distribution: {{type: constant, params: {{value: 8}}}}\n    output_distribution: {{type: constant, params: {{value: 8}}}}\n"
+        ),
+    );
     let e = rejected("num-requests-spec", &["--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", &spec]);
     assert!(e.contains("num_requests") && e.contains("must be in [1, 1e12]"), "{e}");
-    assert!(rejected("num-requests-1e13", &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "1e13"]).contains("must be in [1, 1e12]"));
+    assert!(
+        rejected("num-requests-1e13", &["--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "1e13"])
+            .contains("must be in [1, 1e12]")
+    );
 }
 
 /// `blis serve --kv-events-config` is checked before anything listens.
@@ -505,24 +610,68 @@ fn bad_pd_deployments_are_refused() {
         ("pd-zero-prefill", &["--prefill-instances", "0", "--decode-instances", "2"][..], "--prefill-instances 0"),
         ("pd-zero-decode", &["--prefill-instances", "1", "--decode-instances", "0"], "--decode-instances 0"),
         ("pd-one-pool", &["--prefill-instances", "1"], "needs --decode-instances"),
-        ("pd-unknown-decider", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-decider", "sometimes"], "allowed: always, never, prefix-threshold"),
-        ("pd-negative-bandwidth", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "-5"], "--pd-transfer-bandwidth -5"),
-        ("pd-nan-bandwidth", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "NaN"], "--pd-transfer-bandwidth"),
-        ("pd-negative-latency", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-latency", "-1ms"], "--pd-transfer-latency"),
+        (
+            "pd-unknown-decider",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-decider", "sometimes"],
+            "allowed: always, never, prefix-threshold",
+        ),
+        (
+            "pd-negative-bandwidth",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "-5"],
+            "--pd-transfer-bandwidth -5",
+        ),
+        (
+            "pd-nan-bandwidth",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "NaN"],
+            "--pd-transfer-bandwidth",
+        ),
+        (
+            "pd-negative-latency",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-latency", "-1ms"],
+            "--pd-transfer-latency",
+        ),
         ("pd-knob-without-pools", &["--pd-decider", "always"], "needs a disaggregated deployment"),
-        ("pd-threshold-without-decider", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefix-threshold", "5"], "--pd-decider prefix-threshold"),
+        (
+            "pd-threshold-without-decider",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefix-threshold", "5"],
+            "--pd-decider prefix-threshold",
+        ),
         ("pd-and-num-instances", &["--prefill-instances", "1", "--decode-instances", "1", "--num-instances", "3"], "--num-instances"),
-        ("pd-unknown-prefill-scorer", &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "magic:1"], "magic"),
-        ("pd-nan-prefill-scorer", &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "queue-depth:NaN"], "weight of `queue-depth` must be a finite number, got `NaN`"),
-        ("pd-too-many", &["--prefill-instances", "1000", "--decode-instances", "1000"], "1000: the prefill and decode pools (1000 decode instances) may have at most 1024 instances together"),
+        (
+            "pd-unknown-prefill-scorer",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "magic:1"],
+            "magic",
+        ),
+        (
+            "pd-nan-prefill-scorer",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--prefill-routing-scorers", "queue-depth:NaN"],
+            "weight of `queue-depth` must be a finite number, got `NaN`",
+        ),
+        (
+            "pd-too-many",
+            &["--prefill-instances", "1000", "--decode-instances", "1000"],
+            "1000: the prefill and decode pools (1000 decode instances) may have at most 1024 instances together",
+        ),
         (
             "pd-decode-kv-too-small",
             &["--prefill-instances", "1", "--decode-instances", "1", "--decode-hardware", "L40S", "--gpu-memory-utilization", "0.55"],
             "the decode pool: meta-llama/Llama-3.1-8B-Instruct on 1 × L40S: the KV cache holds",
         ),
-        ("pd-autoscaled", &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"], "cannot be autoscaled"),
-        ("pd-prefill-cache", &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefill-cache", "maybe"], "allowed: keep, drop"),
-        ("pd-offload-link-flag", &["--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer-bandwidth", "25"], "--pd-transfer-bandwidth"),
+        (
+            "pd-autoscaled",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"],
+            "cannot be autoscaled",
+        ),
+        (
+            "pd-prefill-cache",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--pd-prefill-cache", "maybe"],
+            "allowed: keep, drop",
+        ),
+        (
+            "pd-offload-link-flag",
+            &["--prefill-instances", "1", "--decode-instances", "1", "--kv-transfer-bandwidth", "25"],
+            "--pd-transfer-bandwidth",
+        ),
     ] {
         let err = rejected(name, &with_model(args));
         assert!(err.contains(needle), "{name}: {err}");
@@ -531,14 +680,26 @@ fn bad_pd_deployments_are_refused() {
 
 #[test]
 fn bad_pools_sections_name_the_file_and_field() {
-    assert_policy_files_refused("pd-section", M, &[
-        ("unknown-key", "pools: {prefil: {instances: 1}}\n", "pools.prefil"),
-        ("unknown-pool-key", "pools: {prefill: {instance: 1}, decode: {instances: 1}}\n", "pools.prefill.instance"),
-        ("decode-scorers", "pools: {prefill: {instances: 1}, decode: {instances: 1, routing_scorers: {queue-depth: 1}}}\n", "routed by the routing section"),
-        ("zero-prefill", "pools: {prefill: {instances: 0}, decode: {instances: 1}}\n", "a pool needs at least one instance"),
-        ("bad-latency", "pools: {prefill: {instances: 1}, decode: {instances: 1}, transfer_latency: soon}\n", "pools.transfer_latency"),
-        ("bad-decider", "pools: {prefill: {instances: 1}, decode: {instances: 1}, decider: coin}\n", "allowed: always, never, prefix-threshold"),
-    ]);
+    assert_policy_files_refused(
+        "pd-section",
+        M,
+        &[
+            ("unknown-key", "pools: {prefil: {instances: 1}}\n", "pools.prefil"),
+            ("unknown-pool-key", "pools: {prefill: {instance: 1}, decode: {instances: 1}}\n", "pools.prefill.instance"),
+            (
+                "decode-scorers",
+                "pools: {prefill: {instances: 1}, decode: {instances: 1, routing_scorers: {queue-depth: 1}}}\n",
+                "routed by the routing section",
+            ),
+            ("zero-prefill", "pools: {prefill: {instances: 0}, decode: {instances: 1}}\n", "a pool needs at least one instance"),
+            ("bad-latency", "pools: {prefill: {instances: 1}, decode: {instances: 1}, transfer_latency: soon}\n", "pools.transfer_latency"),
+            (
+                "bad-decider",
+                "pools: {prefill: {instances: 1}, decode: {instances: 1}, decider: coin}\n",
+                "allowed: always, never, prefix-threshold",
+            ),
+        ],
+    );
 }
 
 /// Values that parse but that no machine or clock can hold were accepted:
@@ -551,7 +712,11 @@ fn values_beyond_what_a_run_can_hold_are_refused() {
     let dir = scratch("beyond");
     for (name, extra, needle) in [
         ("prefix-groups", vec!["--prefix-tokens", "10", "--prefix-groups", "1e9"], "--prefix-groups"),
-        ("pd-bandwidth", vec!["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "1e-300"], "--pd-transfer-bandwidth"),
+        (
+            "pd-bandwidth",
+            vec!["--prefill-instances", "1", "--decode-instances", "1", "--pd-transfer-bandwidth", "1e-300"],
+            "--pd-transfer-bandwidth",
+        ),
     ] {
         let e = rejected(name, &with_model(&extra));
         assert!(e.contains(needle), "{name}: {e}");
@@ -559,8 +724,18 @@ fn values_beyond_what_a_run_can_hold_are_refused() {
     let client = "clients:\n- id: a\n  input_distribution: {type: constant, params: {value: 100}}\n  output_distribution: {type: constant, params: {value: 10}}\n";
     for (name, spec, needle) in [
         ("horizon", format!("aggregate_rate: 10\nhorizon: 18446744073709551615\n{client}"), "horizon"),
-        ("window", format!("aggregate_rate: 10\nnum_requests: 5\n{client}  lifecycle: {{windows: [{{start_us: 0, end_us: 18446744073709551615}}]}}\n"), "end_us"),
-        ("network", format!("aggregate_rate: 10\nnum_requests: 5\n{client}  network: {{rtt_ms: 1, bandwidth_mbps: 1.0e-300}}\n"), "bandwidth_mbps"),
+        (
+            "window",
+            format!(
+                "aggregate_rate: 10\nnum_requests: 5\n{client}  lifecycle: {{windows: [{{start_us: 0, end_us: 18446744073709551615}}]}}\n"
+            ),
+            "end_us",
+        ),
+        (
+            "network",
+            format!("aggregate_rate: 10\nnum_requests: 5\n{client}  network: {{rtt_ms: 1, bandwidth_mbps: 1.0e-300}}\n"),
+            "bandwidth_mbps",
+        ),
     ] {
         let path = write(&dir, &format!("{name}.yaml"), spec);
         // Without --num-requests, which would replace the spec's bounds.

@@ -32,9 +32,31 @@ fn observe_replay_calibrate_against_blis_serve_over_loopback() {
     let prefix = dir.join("run1");
     let server = Server::start(&["--time-scale", "2"]);
     run_ok(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "40", "--num-requests", "200",
-        "--prompt-tokens", "256", "--output-tokens", "64", "--prefix-tokens", "128", "--prefix-groups", "4", "--seed", "3",
-        "--api", "chat", "--trace-output", prefix.to_str().unwrap(), "--max-concurrency", "12",
+        "observe",
+        "--server-url",
+        &server.url,
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--rate",
+        "40",
+        "--num-requests",
+        "200",
+        "--prompt-tokens",
+        "256",
+        "--output-tokens",
+        "64",
+        "--prefix-tokens",
+        "128",
+        "--prefix-groups",
+        "4",
+        "--seed",
+        "3",
+        "--api",
+        "chat",
+        "--trace-output",
+        prefix.to_str().unwrap(),
+        "--max-concurrency",
+        "12",
     ]);
     drop(server);
     let sim = dir.join("sim.json");
@@ -44,7 +66,17 @@ fn observe_replay_calibrate_against_blis_serve_over_loopback() {
     assert_eq!(replayed["config"]["max-concurrency"]["value"], 12, "{}", replayed["config"]);
     let report = dir.join("calib.json");
     let plots = dir.join("plots");
-    let table = run_ok(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--report", report.to_str().unwrap(), "--plots", plots.to_str().unwrap()]);
+    let table = run_ok(&[
+        "calibrate",
+        "--trace",
+        prefix.to_str().unwrap(),
+        "--sim",
+        sim.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+        "--plots",
+        plots.to_str().unwrap(),
+    ]);
     assert!(table.contains("BLIS calibration"), "{table}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(r["request_summary"]["calibrated"], 200);
@@ -76,8 +108,21 @@ fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete(
     let prefix = dir.join("run");
     let server = Server::start(&["--time-scale", "20", "--failure-rate", "0.3"]);
     run_ok(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "200", "--num-requests", "120",
-        "--prompt-tokens", "64", "--output-tokens", "16", "--trace-output", prefix.to_str().unwrap(),
+        "observe",
+        "--server-url",
+        &server.url,
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--rate",
+        "200",
+        "--num-requests",
+        "120",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "16",
+        "--trace-output",
+        prefix.to_str().unwrap(),
     ]);
     let header = std::fs::read_to_string(dir.join("run.header.yaml")).unwrap();
     assert!(header.contains("model: meta-llama/Llama-3.1-8B-Instruct"), "{header}");
@@ -100,7 +145,13 @@ fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete(
             }
             "error" => {
                 let m = &r[col("error_message")];
-                kinds.insert(if m.contains("HTTP 429") { "429" } else if m.contains("HTTP 503") { "503" } else { "dropped" });
+                kinds.insert(if m.contains("HTTP 429") {
+                    "429"
+                } else if m.contains("HTTP 503") {
+                    "503"
+                } else {
+                    "dropped"
+                });
             }
             other => panic!("unexpected status {other}"),
         }
@@ -112,8 +163,23 @@ fn injected_failures_are_recorded_with_their_status_and_successes_stay_complete(
     // 3 and still writes every row.
     let strict = dir.join("strict");
     let out = blis(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "200", "--num-requests", "120",
-        "--prompt-tokens", "64", "--output-tokens", "16", "--trace-output", strict.to_str().unwrap(), "--max-error-rate", "0.05",
+        "observe",
+        "--server-url",
+        &server.url,
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--rate",
+        "200",
+        "--num-requests",
+        "120",
+        "--prompt-tokens",
+        "64",
+        "--output-tokens",
+        "16",
+        "--trace-output",
+        strict.to_str().unwrap(),
+        "--max-error-rate",
+        "0.05",
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let last = stderr(&out).lines().last().unwrap_or_default().to_string();
@@ -132,8 +198,21 @@ fn observe_exits_3_when_the_server_is_unreachable() {
     let url = format!("http://127.0.0.1:{port}");
     let prefix = dir.join("run");
     let out = blis(&[
-        "observe", "--server-url", &url, "--model", "m", "--rate", "1", "--num-requests", "1000",
-        "--prompt-tokens", "8", "--output-tokens", "4", "--trace-output", prefix.to_str().unwrap(),
+        "observe",
+        "--server-url",
+        &url,
+        "--model",
+        "m",
+        "--rate",
+        "1",
+        "--num-requests",
+        "1000",
+        "--prompt-tokens",
+        "8",
+        "--output-tokens",
+        "4",
+        "--trace-output",
+        prefix.to_str().unwrap(),
     ]);
     assert_eq!(out.status.code(), Some(3), "{}", stderr(&out));
     let err = stderr(&out);
@@ -152,7 +231,11 @@ fn fixed_answer_server(body: &'static str) -> String {
         for mut conn in listener.incoming().flatten() {
             let mut request = [0u8; 4096];
             let _ = conn.read(&mut request);
-            let _ = write!(conn, "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}", body.len());
+            let _ = write!(
+                conn,
+                "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
         }
     });
     url
@@ -166,7 +249,19 @@ fn observe_stops_at_a_malformed_model_list_or_an_unlisted_model() {
     let dir = scratch("model-list");
     let prefix = dir.join("run");
     let observe = |url: &str, model: &str| {
-        blis(&["observe", "--server-url", url, "--model", model, "--rate", "1", "--num-requests", "1000", "--trace-output", prefix.to_str().unwrap()])
+        blis(&[
+            "observe",
+            "--server-url",
+            url,
+            "--model",
+            model,
+            "--rate",
+            "1",
+            "--num-requests",
+            "1000",
+            "--trace-output",
+            prefix.to_str().unwrap(),
+        ])
     };
     for body in ["{\"data\": 5}", "not json"] {
         let url = fixed_answer_server(body);
@@ -187,7 +282,9 @@ fn observe_stops_at_a_malformed_model_list_or_an_unlisted_model() {
 fn observe_refuses_endless_schedules_and_scrape_intervals() {
     let dir = scratch("observe-bounds");
     let prefix = dir.join("run");
-    for (extra, needle) in [(&["--rate", "1e-9", "--num-requests", "2"][..], "--rate 1e-9"), (&["--scrape-interval-ms", "0"], "--scrape-interval-ms")] {
+    for (extra, needle) in
+        [(&["--rate", "1e-9", "--num-requests", "2"][..], "--rate 1e-9"), (&["--scrape-interval-ms", "0"], "--scrape-interval-ms")]
+    {
         let mut args = vec!["observe", "--server-url", "http://127.0.0.1:9", "--model", "m", "--trace-output", prefix.to_str().unwrap()];
         args.extend_from_slice(extra);
         crate::assert_refused(&blis(&args), needle, needle);
@@ -204,8 +301,23 @@ fn killing_the_server_mid_run_leaves_a_valid_partial_trace() {
     let mut server = Server::start(&["--time-scale", "1"]);
     let observe = Command::new(env!("CARGO_BIN_EXE_blis"))
         .args([
-            "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "50", "--num-requests", "300",
-            "--prompt-tokens", "64", "--output-tokens", "32", "--timeout", "30", "--trace-output", prefix.to_str().unwrap(),
+            "observe",
+            "--server-url",
+            &server.url,
+            "--model",
+            "meta-llama/Llama-3.1-8B-Instruct",
+            "--rate",
+            "50",
+            "--num-requests",
+            "300",
+            "--prompt-tokens",
+            "64",
+            "--output-tokens",
+            "32",
+            "--timeout",
+            "30",
+            "--trace-output",
+            prefix.to_str().unwrap(),
         ])
         .stderr(Stdio::null())
         .spawn()
@@ -293,7 +405,11 @@ fn observe_reaches_an_https_server_and_checks_its_certificate() {
         let mut reader = csv::Reader::from_path(prefix.with_extension("csv")).unwrap();
         let h = reader.headers().unwrap().clone();
         let col = |name: &str| h.iter().position(|c| c == name).unwrap();
-        reader.records().map(Result::unwrap).map(|r| (r[col("status")].to_string(), r[col("error_message")].to_string())).collect::<Vec<_>>()
+        reader
+            .records()
+            .map(Result::unwrap)
+            .map(|r| (r[col("status")].to_string(), r[col("error_message")].to_string()))
+            .collect::<Vec<_>>()
     };
     let trusted = observe("trusted", &cert, 0);
     assert_eq!(trusted.len(), 20);
@@ -350,14 +466,54 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     let server = Server::start(&["--time-scale", "4", "--coefficients", hidden.to_str().unwrap()]);
     let (a, b) = (dir.join("a"), dir.join("b"));
     run_ok(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "40", "--num-requests", "300",
-        "--prompt-tokens", "256", "--output-tokens", "64", "--prefix-tokens", "128", "--prefix-groups", "4", "--seed", "3",
-        "--api", "chat", "--trace-output", a.to_str().unwrap(), "--max-concurrency", "16",
+        "observe",
+        "--server-url",
+        &server.url,
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--rate",
+        "40",
+        "--num-requests",
+        "300",
+        "--prompt-tokens",
+        "256",
+        "--output-tokens",
+        "64",
+        "--prefix-tokens",
+        "128",
+        "--prefix-groups",
+        "4",
+        "--seed",
+        "3",
+        "--api",
+        "chat",
+        "--trace-output",
+        a.to_str().unwrap(),
+        "--max-concurrency",
+        "16",
     ]);
     run_ok(&[
-        "observe", "--server-url", &server.url, "--model", "meta-llama/Llama-3.1-8B-Instruct", "--rate", "10", "--num-requests", "150",
-        "--prompt-tokens", "1024", "--output-tokens", "200", "--seed", "4", "--api", "chat", "--trace-output", b.to_str().unwrap(),
-        "--max-concurrency", "16",
+        "observe",
+        "--server-url",
+        &server.url,
+        "--model",
+        "meta-llama/Llama-3.1-8B-Instruct",
+        "--rate",
+        "10",
+        "--num-requests",
+        "150",
+        "--prompt-tokens",
+        "1024",
+        "--output-tokens",
+        "200",
+        "--seed",
+        "4",
+        "--api",
+        "chat",
+        "--trace-output",
+        b.to_str().unwrap(),
+        "--max-concurrency",
+        "16",
     ]);
     drop(server);
     let fitted = dir.join("fitted.yaml");
@@ -365,7 +521,11 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     assert!(out.status.success(), "{}", stderr(&out));
     let set = blis_data::coefficients::CoefficientSet::load(&fitted).unwrap();
     assert_eq!(set.provenance.fitted_on, ["a"]);
-    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--trace {}", a.display()))), "{:?}", set.provenance.command);
+    assert!(
+        set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--trace {}", a.display()))),
+        "{:?}",
+        set.provenance.command
+    );
     let real = mean_real_e2e_ms(&b, 4.0);
     let error = |coefficients: Option<&std::path::Path>| {
         let sim = dir.join("sim_b.json");
@@ -384,14 +544,35 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     run_ok(&["replay", "--trace", a.to_str().unwrap(), "--output", sim_a.to_str().unwrap(), "-q"]);
     let refit = dir.join("refit.yaml");
     let report = dir.join("refit.json");
-    let table = run_ok(&["calibrate", "--trace", a.to_str().unwrap(), "--sim", sim_a.to_str().unwrap(), "--refit", refit.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let table = run_ok(&[
+        "calibrate",
+        "--trace",
+        a.to_str().unwrap(),
+        "--sim",
+        sim_a.to_str().unwrap(),
+        "--refit",
+        refit.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ]);
     let line = table.lines().find(|l| l.starts_with("refit: ")).unwrap_or_else(|| panic!("{table}"));
-    let mapes: Vec<f64> = line.split("e2e MAPE ").nth(1).unwrap().split(',').next().unwrap().split(" % → ").map(|v| v.trim_end_matches(" %").parse().unwrap()).collect();
+    let mapes: Vec<f64> = line
+        .split("e2e MAPE ")
+        .nth(1)
+        .unwrap()
+        .split(',')
+        .next()
+        .unwrap()
+        .split(" % → ")
+        .map(|v| v.trim_end_matches(" %").parse().unwrap())
+        .collect();
     eprintln!("{line}");
     assert!(mapes[1] < mapes[0] && mapes[1] < 3.0, "{line}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert!((r["metrics"]["e2e"]["mape"].as_f64().unwrap() - mapes[1]).abs() < 0.01, "the report is the refitted comparison");
-    assert!(blis_data::coefficients::CoefficientSet::load(&refit).unwrap().provenance.command.is_some_and(|c| c.starts_with("blis calibrate")));
+    assert!(
+        blis_data::coefficients::CoefficientSet::load(&refit).unwrap().provenance.command.is_some_and(|c| c.starts_with("blis calibrate"))
+    );
 }
 
 /// A recorded trace written by hand (no server): 20 streamed requests of
@@ -404,7 +585,12 @@ fn hand_written_trace(prefix: &std::path::Path) -> String {
     );
     for i in 0..20u64 {
         let send = 1_000_000 + i * 50_000;
-        csv += &format!("{i},c,default,default,,0,,true,128,16,128,0,0,0,0.0,{},{send},{},{},16,ok,\n", i * 50_000, send + 20_000, send + 110_000);
+        csv += &format!(
+            "{i},c,default,default,,0,,true,128,16,128,0,0,0,0.0,{},{send},{},{},16,ok,\n",
+            i * 50_000,
+            send + 20_000,
+            send + 110_000
+        );
     }
     std::fs::write(prefix.with_extension("csv"), csv).unwrap();
     let header = "trace_version: 2\nmode: real\nserver:\n  model: meta-llama/Llama-3.1-8B-Instruct\n  tp: 1\nload_generator:\n  start_unix_us: 1000000\n";
@@ -429,7 +615,10 @@ fn calibrate_checks_the_trace_header_as_replay_does_and_warns_of_another_model()
     let cases = [
         (good.replace("tp: 1", "tp: 0"), "tp 0: must be between 1 and 64"),
         (good.replace("meta-llama/Llama-3.1-8B-Instruct", "acme/unknown"), "model acme/unknown: no bundled config.json"),
-        (format!("{good}hardware: 5\n"), "field `hardware` = 5: must be a mapping naming the GPU (`hardware: {gpu: H100}`) or a GPU name (bundled: H100, "),
+        (
+            format!("{good}hardware: 5\n"),
+            "field `hardware` = 5: must be a mapping naming the GPU (`hardware: {gpu: H100}`) or a GPU name (bundled: H100, ",
+        ),
         (format!("{good}hardware: {{gpu: [H100]}}\n"), "field `hardware.gpu` = [\"H100\"]: must be a GPU name (bundled: H100, "),
     ];
     let named = format!("trace header {}", header.display());
@@ -475,8 +664,13 @@ fn an_unusable_refit_path_is_refused_before_any_work() {
     let sim = dir.join("sim.json");
     run_ok(&["replay", "--trace", prefix.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"]);
     std::fs::write(dir.join("file"), "").unwrap();
-    for (refit, why) in [(dir.clone(), "Is a directory"), (dir.join("file/set.yaml"), "Not a directory"), (dir.join("missing/set.yaml"), "No such file or directory")] {
-        let out = blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--refit", refit.to_str().unwrap()]);
+    for (refit, why) in [
+        (dir.clone(), "Is a directory"),
+        (dir.join("file/set.yaml"), "Not a directory"),
+        (dir.join("missing/set.yaml"), "No such file or directory"),
+    ] {
+        let out =
+            blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--refit", refit.to_str().unwrap()]);
         crate::assert_refused(&out, why, &format!("--refit {}: cannot create: {why}", refit.display()));
         assert!(out.stdout.is_empty(), "nothing compared: {}", crate::stdout(&out));
     }

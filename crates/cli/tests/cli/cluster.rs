@@ -5,7 +5,8 @@ use serde_json::Value;
 
 use crate::{blis, is_empty_dir, scratch, stderr, stdout};
 
-const MODEL: &[&str] = &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
+const MODEL: &[&str] =
+    &["run", "--format", "json", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--rate", "60", "--quiet"];
 
 fn run_json(extra: &[&str]) -> (String, Value) {
     crate::json_of(MODEL, extra)
@@ -18,9 +19,22 @@ fn examples() -> String {
 #[test]
 fn the_issue_command_runs_eight_instances_with_every_policy_flag() {
     let (_, j) = run_json(&[
-        "--num-instances", "8", "--routing-policy", "weighted", "--routing-scorers", "prefix-affinity:4,queue-depth:3",
-        "--admission-policy", "predictive-slo", "--scheduler", "priority-fcfs", "--priority-policy", "slo-class",
-        "--prefix-tokens", "256", "--prefix-groups", "8",
+        "--num-instances",
+        "8",
+        "--routing-policy",
+        "weighted",
+        "--routing-scorers",
+        "prefix-affinity:4,queue-depth:3",
+        "--admission-policy",
+        "predictive-slo",
+        "--scheduler",
+        "priority-fcfs",
+        "--priority-policy",
+        "slo-class",
+        "--prefix-tokens",
+        "256",
+        "--prefix-groups",
+        "8",
     ]);
     let c = &j["cluster"];
     assert_eq!(c["num_instances"], 8);
@@ -37,7 +51,20 @@ fn the_issue_command_runs_eight_instances_with_every_policy_flag() {
 
 #[test]
 fn eight_instances_give_byte_identical_json_for_a_seed() {
-    let args = ["--num-instances", "8", "--routing-policy", "least-loaded", "--slo-class-mix", "a:1,b:2", "--tenant-mix", "x:1,y:1", "--counterfactual-k", "3", "--seed", "5"];
+    let args = [
+        "--num-instances",
+        "8",
+        "--routing-policy",
+        "least-loaded",
+        "--slo-class-mix",
+        "a:1,b:2",
+        "--tenant-mix",
+        "x:1,y:1",
+        "--counterfactual-k",
+        "3",
+        "--seed",
+        "5",
+    ];
     let (a, _) = run_json(&args);
     let (b, _) = run_json(&args);
     assert_eq!(a, b);
@@ -49,13 +76,27 @@ fn eight_instances_give_byte_identical_json_for_a_seed() {
 
 #[test]
 fn the_example_policy_file_runs_and_flags_override_it() {
-    let (_, j) = run_json(&["--num-instances", "4", "--slo-class-mix", "realtime:0.2,interactive:0.5,batch:0.3", "--policy-config", &examples()]);
+    let (_, j) =
+        run_json(&["--num-instances", "4", "--slo-class-mix", "realtime:0.2,interactive:0.5,batch:0.3", "--policy-config", &examples()]);
     let c = &j["cluster"];
     assert_eq!(c["policies"]["admission"]["type"], "predictive-slo");
     assert_eq!(c["control_plane"]["snapshot_refresh"]["kv_utilization"], "periodic:100ms");
     assert_eq!(c["slo_classes"]["realtime"]["targets"]["ttft_ms"], 200.0);
     assert_eq!(j["config"]["routing-policy"]["source"], "file");
-    let (_, j) = run_json(&["--num-instances", "4", "--slo-class-mix", "realtime:1,interactive:1,batch:1", "--policy-config", &examples(), "--routing-policy", "round-robin", "--scheduler", "priority-fcfs", "--preemption", "tail"]);
+    let (_, j) = run_json(&[
+        "--num-instances",
+        "4",
+        "--slo-class-mix",
+        "realtime:1,interactive:1,batch:1",
+        "--policy-config",
+        &examples(),
+        "--routing-policy",
+        "round-robin",
+        "--scheduler",
+        "priority-fcfs",
+        "--preemption",
+        "tail",
+    ]);
     assert_eq!(j["cluster"]["policies"]["routing"]["type"], "round-robin");
     assert_eq!(j["cluster"]["policies"]["scheduler"]["params"]["preemption"], "tail");
     assert_eq!(j["config"]["routing-policy"]["source"], "flag");
@@ -63,7 +104,16 @@ fn the_example_policy_file_runs_and_flags_override_it() {
 
 #[test]
 fn per_class_and_per_tenant_results_use_their_names() {
-    let (_, j) = run_json(&["--num-instances", "2", "--slo-class-mix", "gold:1,bronze:3", "--tenant-mix", "acme:1,initech:1", "--slo-targets", "gold.ttft_ms=100,bronze.e2e_ms=60000"]);
+    let (_, j) = run_json(&[
+        "--num-instances",
+        "2",
+        "--slo-class-mix",
+        "gold:1,bronze:3",
+        "--tenant-mix",
+        "acme:1,initech:1",
+        "--slo-targets",
+        "gold.ttft_ms=100,bronze.e2e_ms=60000",
+    ]);
     let c = &j["cluster"];
     let classes: Vec<&String> = c["slo_classes"].as_object().unwrap().keys().collect();
     assert_eq!(classes, ["bronze", "gold"]);
@@ -95,7 +145,18 @@ fn reject_all_rejects_everything_and_fitness_is_reported() {
 fn decision_traces_have_a_line_per_decision_with_every_candidate() {
     let dir = scratch("trace");
     let path = dir.join("trace.jsonl");
-    let (_, j) = run_json(&["--num-instances", "4", "--trace-level", "decisions", "--counterfactual-k", "3", "--trace-output", path.to_str().unwrap(), "--routing-policy", "weighted"]);
+    let (_, j) = run_json(&[
+        "--num-instances",
+        "4",
+        "--trace-level",
+        "decisions",
+        "--counterfactual-k",
+        "3",
+        "--trace-output",
+        path.to_str().unwrap(),
+        "--routing-policy",
+        "weighted",
+    ]);
     let text = std::fs::read_to_string(&path).unwrap();
     let lines: Vec<Value> = text.lines().map(|l| serde_json::from_str(l).unwrap()).collect();
     assert_eq!(lines.len(), 400 + 400 + 1);
@@ -120,7 +181,11 @@ fn a_shaping_admission_holds_requests_and_says_so_in_the_trace_and_the_table() {
     // 60 req/s into 20 tokens/s, held at most 1.5 s: some held, some rejected.
     let dir = scratch("shaping");
     let (policy, trace) = (dir.join("p.yaml"), dir.join("t.jsonl"));
-    std::fs::write(&policy, "admission: {type: token-bucket, params: {capacity: 10, refill_per_s: 20, on_limit: delay, max_delay_ms: 1500}}\n").unwrap();
+    std::fs::write(
+        &policy,
+        "admission: {type: token-bucket, params: {capacity: 10, refill_per_s: 20, on_limit: delay, max_delay_ms: 1500}}\n",
+    )
+    .unwrap();
     let mut args = MODEL.to_vec();
     args.retain(|&a| a != "--quiet");
     args.extend_from_slice(&["--policy-config", policy.to_str().unwrap(), "--trace-output", trace.to_str().unwrap()]);
@@ -170,12 +235,20 @@ fn bad_cluster_flags_name_the_flag_and_the_allowed_values() {
         ("admission-unknown", vec!["--admission-policy", "maybe"], vec!["--admission-policy maybe", "predictive-slo"]),
         ("scheduler-unknown", vec!["--scheduler", "lifo"], vec!["--scheduler lifo", "priority-fcfs"]),
         ("preemption-unknown", vec!["--preemption", "random"], vec!["--preemption random", "lowest-priority"]),
-        ("scorer-unknown", vec!["--routing-scorers", "prefix-affinity:4,queue-dept:3"], vec!["--routing-scorers", "queue-dept", "queue-depth"]),
+        (
+            "scorer-unknown",
+            vec!["--routing-scorers", "prefix-affinity:4,queue-dept:3"],
+            vec!["--routing-scorers", "queue-dept", "queue-depth"],
+        ),
         ("scorer-negative", vec!["--routing-scorers", "queue-depth:-3"], vec!["--routing-scorers", "queue-depth"]),
         ("scorer-nan", vec!["--routing-scorers", "queue-depth:NaN"], vec!["--routing-scorers", "queue-depth"]),
         ("scorer-absurd", vec!["--routing-scorers", "queue-depth:1e300"], vec!["--routing-scorers", "[0, 1e9]"]),
         ("instances-absurd", vec!["--num-instances", "100000"], vec!["--num-instances 100000", "1024"]),
-        ("scorers-not-weighted", vec!["--routing-policy", "least-loaded", "--routing-scorers", "queue-depth:1"], vec!["--routing-policy weighted"]),
+        (
+            "scorers-not-weighted",
+            vec!["--routing-policy", "least-loaded", "--routing-scorers", "queue-depth:1"],
+            vec!["--routing-policy weighted"],
+        ),
         ("instances-zero", vec!["--num-instances", "0"], vec!["--num-instances 0"]),
         ("latency-absurd", vec!["--routing-latency", "99999999999999"], vec!["--routing-latency"]),
         ("trace-level", vec!["--trace-level", "everything"], vec!["--trace-level everything", "none, decisions"]),
@@ -186,7 +259,11 @@ fn bad_cluster_flags_name_the_flag_and_the_allowed_values() {
         ("slo-targets-twice", vec!["--slo-targets", "default.ttft_ms=100,default.ttft_ms=200"], vec!["`default.ttft_ms` is given twice"]),
         ("snapshot", vec!["--snapshot-refresh", "kv-utilization=sometimes"], vec!["--snapshot-refresh", "periodic:<N>ms"]),
         ("class-mix", vec!["--slo-class-mix", "gold"], vec!["--slo-class-mix", "NAME:WEIGHT"]),
-        ("unknown-class-param", vec!["--slo-class-mix", "gold:1", "--priority-policy", "slo-class", "--slo-targets", "silver.ttft_ms=1"], vec!["unknown SLO class `silver`", "gold"]),
+        (
+            "unknown-class-param",
+            vec!["--slo-class-mix", "gold:1", "--priority-policy", "slo-class", "--slo-targets", "silver.ttft_ms=1"],
+            vec!["unknown SLO class `silver`", "gold"],
+        ),
     ] {
         let e = rejected(name, &args);
         for n in needles {
@@ -216,10 +293,22 @@ fn bad_policy_files_name_the_file_and_the_key_path() {
         ("unknown-section.yaml", "routng: round-robin\n", vec!["unknown section `routng`", "routing"]),
         ("unknown-param.yaml", "admission: {type: token-bucket, params: {capacty: 3}}\n", vec!["admission.params.capacty", "capacity"]),
         ("nan.yaml", "admission: {type: token-bucket, params: {refill_per_s: .nan}}\n", vec!["admission.params.refill_per_s", "finite"]),
-        ("negative.yaml", "admission: {type: token-bucket, params: {refill_per_s: -1}}\n", vec!["admission.params.refill_per_s", "positive"]),
-        ("endless.yaml", "admission: {type: rate-limit, params: {window_ms: 1e300}}\n", vec!["admission.params.window_ms", "[0.001, 1e11] ms"]),
+        (
+            "negative.yaml",
+            "admission: {type: token-bucket, params: {refill_per_s: -1}}\n",
+            vec!["admission.params.refill_per_s", "positive"],
+        ),
+        (
+            "endless.yaml",
+            "admission: {type: rate-limit, params: {window_ms: 1e300}}\n",
+            vec!["admission.params.window_ms", "[0.001, 1e11] ms"],
+        ),
         ("absurd.yaml", "admission: {type: predictive-slo, params: {headroom: 1000}}\n", vec!["admission.params.headroom", "(0, 10]"]),
-        ("bad-type.yaml", "routing: {type: weighted, params: {scorers: {queue-depth: fast}}}\n", vec!["routing.params.scorers.queue-depth", "invalid type"]),
+        (
+            "bad-type.yaml",
+            "routing: {type: weighted, params: {scorers: {queue-depth: fast}}}\n",
+            vec!["routing.params.scorers.queue-depth", "invalid type"],
+        ),
         ("unknown-class.yaml", "slo_targets: {gold: {ttft_ms: 10}}\n", vec!["slo_targets.gold", "unknown SLO class"]),
         ("unknown-template.yaml", "priority: urgent-first\n", vec!["priority.type", "slo-class"]),
         ("not-yaml.yaml", "admission: [\n", vec!["not valid YAML"]),
@@ -248,8 +337,22 @@ fn pools_from_flags_and_from_the_policy_file_agree() {
     std::fs::write(&yaml, "pools:\n  prefill: {instances: 1}\n  decode: {instances: 2}\n  decider: prefix-threshold\n  prefix_threshold_tokens: 64\n  transfer_latency: 2ms\n").unwrap();
     let csv = dir.join("req.csv");
     let trace = dir.join("trace.jsonl");
-    let (_, flags) = run_json(&["--prefill-instances", "1", "--decode-instances", "2", "--pd-decider", "prefix-threshold", "--pd-prefix-threshold", "64",
-        "--pd-transfer-latency", "2ms", "--requests-csv", csv.to_str().unwrap(), "--trace-output", trace.to_str().unwrap()]);
+    let (_, flags) = run_json(&[
+        "--prefill-instances",
+        "1",
+        "--decode-instances",
+        "2",
+        "--pd-decider",
+        "prefix-threshold",
+        "--pd-prefix-threshold",
+        "64",
+        "--pd-transfer-latency",
+        "2ms",
+        "--requests-csv",
+        csv.to_str().unwrap(),
+        "--trace-output",
+        trace.to_str().unwrap(),
+    ]);
     let (_, file) = run_json(&["--policy-config", yaml.to_str().unwrap()]);
     for key in ["latency_ms", "requests"] {
         assert_eq!(flags[key], file[key], "{key}");
@@ -260,7 +363,10 @@ fn pools_from_flags_and_from_the_policy_file_agree() {
     let mut rows = csv_rows(&text);
     let header = rows.next().unwrap();
     let col = |name: &str| header.iter().position(|h| h == name).unwrap_or_else(|| panic!("no column {name}"));
-    let phases: Vec<usize> = ["gateway_ms", "prefill_queue_ms", "prefill_ms", "handoff_ms", "transfer_ms", "decode_queue_ms", "first_decode_step_ms"].map(col).to_vec();
+    let phases: Vec<usize> =
+        ["gateway_ms", "prefill_queue_ms", "prefill_ms", "handoff_ms", "transfer_ms", "decode_queue_ms", "first_decode_step_ms"]
+            .map(col)
+            .to_vec();
     let mut disaggregated = 0;
     for row in rows {
         if row[phases[0]].is_empty() {
@@ -293,8 +399,21 @@ fn pools_from_flags_and_from_the_policy_file_agree() {
 #[test]
 fn the_summary_shows_each_pools_hardware() {
     let out = blis(&[
-        "run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "100", "--rate", "20",
-        "--prefill-instances", "1", "--prefill-tp", "2", "--decode-instances", "2", "--decode-hardware", "A100-80GB",
+        "run",
+        "--model",
+        "qwen/qwen2.5-7b-instruct",
+        "--num-requests",
+        "100",
+        "--rate",
+        "20",
+        "--prefill-instances",
+        "1",
+        "--prefill-tp",
+        "2",
+        "--decode-instances",
+        "2",
+        "--decode-hardware",
+        "A100-80GB",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let table = stdout(&out);
@@ -317,12 +436,23 @@ fn csv_rows(text: &str) -> impl Iterator<Item = Vec<String>> + '_ {
 #[test]
 fn data_parallel_size_is_instances_behind_vllms_load_balancer() {
     let (_, dp) = run_json(&["--data-parallel-size", "3"]);
-    let spelled = ["--num-instances", "3", "--routing-policy", "vllm-dp", "--snapshot-refresh", "queue-depth=periodic:100ms,batch-size=periodic:100ms"];
+    let spelled = [
+        "--num-instances",
+        "3",
+        "--routing-policy",
+        "vllm-dp",
+        "--snapshot-refresh",
+        "queue-depth=periodic:100ms,batch-size=periodic:100ms",
+    ];
     let (_, explicit) = run_json(&spelled);
     assert_eq!((&dp["latency_ms"], &dp["cluster"]["num_instances"]), (&explicit["latency_ms"], &explicit["cluster"]["num_instances"]));
     assert_eq!(dp["cluster"]["num_instances"], 3);
     let config = &dp["config"];
-    assert_eq!((&config["routing-policy"]["value"], &config["routing-policy"]["source"]), (&Value::from("vllm-dp"), &Value::from("derived")), "{config}");
+    assert_eq!(
+        (&config["routing-policy"]["value"], &config["routing-policy"]["source"]),
+        (&Value::from("vllm-dp"), &Value::from("derived")),
+        "{config}"
+    );
     assert_eq!(config["snapshot-refresh"]["value"], "queue-depth=periodic:100ms,batch-size=periodic:100ms");
     let (_, chosen) = run_json(&["--data-parallel-size", "3", "--routing-policy", "round-robin"]);
     let (_, rr) = run_json(&["--num-instances", "3", "--routing-policy", "round-robin"]);

@@ -68,7 +68,8 @@ pub fn write_experiment(root: &Path, name: &str, csv: bool) -> PathBuf {
         "model: meta-llama/Llama-2-7b-hf\ntensor_parallelism: 1\nmax_model_len: 4096\nmax_num_batched_tokens: 2048\nmax_num_seqs: 128\n",
     )
     .unwrap();
-    std::fs::write(dir.join("server-facts.yaml"), "hardware: H100-SXM-80GB\nnum_gpu_blocks: 7462\nblock_size: 16\nstatus: active\n").unwrap();
+    std::fs::write(dir.join("server-facts.yaml"), "hardware: H100-SXM-80GB\nnum_gpu_blocks: 7462\nblock_size: 16\nstatus: active\n")
+        .unwrap();
     std::fs::write(
         dir.join("results/config.yaml"),
         "api:\n  type: completion\n  streaming: true\ndata:\n  type: shared_prefix\n  shared_prefix:\n    num_groups: 2\n    num_prompts_per_group: 2\n    \
@@ -82,7 +83,13 @@ pub fn write_experiment(root: &Path, name: &str, csv: bool) -> PathBuf {
         let mut text = String::from("index,stage,arrival_time_us,input_tokens,output_tokens_retokenized,has_error,e2e_ms,ttft_ms\n");
         for i in 0..20u64 {
             let stage = i / 10;
-            text += &format!("{i},{stage},{},{},8,0,{},{}\n", i * 450_000 + stage * 2_000_000, 60 + i % 4, 80.0 + i as f64, 25.0 + (i % 3) as f64);
+            text += &format!(
+                "{i},{stage},{},{},8,0,{},{}\n",
+                i * 450_000 + stage * 2_000_000,
+                60 + i % 4,
+                80.0 + i as f64,
+                25.0 + (i % 3) as f64
+            );
         }
         std::fs::write(dir.join("requests.csv"), text).unwrap();
     }

@@ -80,13 +80,28 @@ fn fits_an_unbundled_model_and_records_its_config_in_the_command() {
     std::fs::write(&cfg, std::fs::read_to_string(&cfg).unwrap().replace("meta-llama/Llama-2-7b-hf", "acme/private-7b")).unwrap();
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-2-7b-hf.json");
     let out_path = tmp.0.join("c.yaml");
-    let args = ["fit", dir.to_str().unwrap(), "--latency-model", "blackbox", "--rounds", "1", "--refine-evals", "0", "-o", out_path.to_str().unwrap()];
+    let args = [
+        "fit",
+        dir.to_str().unwrap(),
+        "--latency-model",
+        "blackbox",
+        "--rounds",
+        "1",
+        "--refine-evals",
+        "0",
+        "-o",
+        out_path.to_str().unwrap(),
+    ];
     let refused = blis(&args);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
     let out = blis(&[&args[..], &["--model-config", config]].concat());
     assert!(out.status.success(), "{}", stderr(&out));
     let set = CoefficientSet::parse(&std::fs::read_to_string(&out_path).unwrap(), &out_path).unwrap();
-    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--model-config {config}"))), "{:?}", set.provenance.command);
+    assert!(
+        set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--model-config {config}"))),
+        "{:?}",
+        set.provenance.command
+    );
 }
 
 /// A hidden trained-physics set: every β and α away from the bundled H100
@@ -96,8 +111,19 @@ pub(crate) const HIDDEN: &str = "latency_model: trained-physics\nalpha: [2000.0,
 
 /// The workload the OTEL tests record Llama-3.1-8B serving with [`HIDDEN`].
 const LLAMA_OTEL_RUN: &[&str] = &[
-    "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "--rate", "20", "--prompt-tokens-stdev", "400", "--prompt-tokens-min", "16",
-    "--seed", "7", "-q",
+    "--model",
+    "meta-llama/llama-3.1-8b-instruct",
+    "--num-requests",
+    "300",
+    "--rate",
+    "20",
+    "--prompt-tokens-stdev",
+    "400",
+    "--prompt-tokens-min",
+    "16",
+    "--seed",
+    "7",
+    "-q",
 ];
 
 /// `blis run` with [`HIDDEN`] and `args`, exporting OTEL traces into `tmp`:
@@ -122,8 +148,26 @@ fn mean_e2e_ttft(coefficients: &str) -> (f64, f64) {
 /// [`mean_e2e_ttft`] on `gpu` at `rate` requests per second.
 fn mean_e2e_ttft_on(coefficients: &str, gpu: &str, rate: &str) -> (f64, f64) {
     let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--coefficients", coefficients, "--num-requests", "300", "--rate", rate,
-        "--prompt-tokens", "2048", "--output-tokens", "300", "--seed", "9", "-q", "--format", "json", "--hardware", gpu,
+        "run",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--coefficients",
+        coefficients,
+        "--num-requests",
+        "300",
+        "--rate",
+        rate,
+        "--prompt-tokens",
+        "2048",
+        "--output-tokens",
+        "300",
+        "--seed",
+        "9",
+        "-q",
+        "--format",
+        "json",
+        "--hardware",
+        gpu,
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -140,8 +184,25 @@ fn mean_e2e_ttft_on(coefficients: &str, gpu: &str, rate: &str) -> (f64, f64) {
 fn preemptions_and_aborts_are_in_the_otel_trace_and_do_not_bias_alpha() {
     let tmp = TempDir::new("fit-otel-preempt");
     let run = [
-        "--model", "meta-llama/llama-3.1-8b-instruct", "--num-gpu-blocks", "600", "--prompt-tokens", "1024", "--output-tokens", "512", "--rate", "4",
-        "--num-requests", "200", "--client-timeout", "60", "--seed", "3", "--format", "json", "-q",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--num-gpu-blocks",
+        "600",
+        "--prompt-tokens",
+        "1024",
+        "--output-tokens",
+        "512",
+        "--rate",
+        "4",
+        "--num-requests",
+        "200",
+        "--client-timeout",
+        "60",
+        "--seed",
+        "3",
+        "--format",
+        "json",
+        "-q",
     ];
     let (_, otel, report) = record_otel(&tmp, &run);
     let report: serde_json::Value = serde_json::from_str(&report).unwrap();
@@ -157,7 +218,9 @@ fn preemptions_and_aborts_are_in_the_otel_trace_and_do_not_bias_alpha() {
             }
             for span in scope["spans"].as_array().unwrap() {
                 let events = span["events"].as_array().unwrap();
-                let attr = |e: &serde_json::Value, key: &str| e["attributes"].as_array().unwrap().iter().find(|a| a["key"] == key).map(|a| a["value"].clone());
+                let attr = |e: &serde_json::Value, key: &str| {
+                    e["attributes"].as_array().unwrap().iter().find(|a| a["key"] == key).map(|a| a["value"].clone())
+                };
                 let mut last = (0u64, 0u64);
                 for e in events {
                     let t: u64 = e["timeUnixNano"].as_str().unwrap().parse().unwrap();
@@ -176,7 +239,11 @@ fn preemptions_and_aborts_are_in_the_otel_trace_and_do_not_bias_alpha() {
         }
     }
     let count = |k: &str| counts.get(k).copied().unwrap_or(0);
-    assert_eq!((count("PREEMPTED"), count("FINISHED length"), count("FINISHED aborted")), (preemptions, completed, timed_out), "{counts:?}");
+    assert_eq!(
+        (count("PREEMPTED"), count("FINISHED length"), count("FINISHED aborted")),
+        (preemptions, completed, timed_out),
+        "{counts:?}"
+    );
     assert!(count("SCHEDULED RESUME") <= preemptions && count("SCHEDULED RESUME") > 0, "{counts:?}");
     let fitted = tmp.0.join("fitted.yaml");
     let out = blis(&["fit", "--otel", otel.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
@@ -215,7 +282,11 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     assert!(step_mape < 1.0, "step-time MAPE {step_mape}");
     let (e2e, ttft) = mean_e2e_ttft(fitted.to_str().unwrap());
     let (e2e_true, ttft_true) = mean_e2e_ttft(hidden.to_str().unwrap());
-    eprintln!("otel fit on another workload: E2E {:+.2} %, TTFT {:+.2} %", 100.0 * (e2e / e2e_true - 1.0), 100.0 * (ttft / ttft_true - 1.0));
+    eprintln!(
+        "otel fit on another workload: E2E {:+.2} %, TTFT {:+.2} %",
+        100.0 * (e2e / e2e_true - 1.0),
+        100.0 * (ttft / ttft_true - 1.0)
+    );
     assert!((e2e / e2e_true - 1.0).abs() < 0.02, "E2E {e2e} vs {e2e_true}");
     assert!((ttft / ttft_true - 1.0).abs() < 0.05, "TTFT {ttft} vs {ttft_true}");
 
@@ -235,7 +306,14 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     assert!(stderr(&out).contains("α on 300 journeys"), "{}", stderr(&out));
     let shaped_set = CoefficientSet::load(&refitted).unwrap();
     for (got, want) in shaped_set.alpha.iter().chain(&shaped_set.beta).zip(set.alpha.iter().chain(&set.beta)) {
-        assert!((got - want).abs() <= 1e-6 * want.abs().max(1.0), "vLLM-shaped {:?} {:?} vs {:?} {:?}", shaped_set.alpha, shaped_set.beta, set.alpha, set.beta);
+        assert!(
+            (got - want).abs() <= 1e-6 * want.abs().max(1.0),
+            "vLLM-shaped {:?} {:?} vs {:?} {:?}",
+            shaped_set.alpha,
+            shaped_set.beta,
+            set.alpha,
+            set.beta
+        );
     }
 
     // α's delays end where the request reaches the engine (HANDOFF_TO_CORE):
@@ -247,12 +325,21 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     // TTFT +13.7 % on the other workload.
     // A model the trace names but BLIS does not know is blamed on the trace.
     let unknown = tmp.0.join("unknown-model.jsonl");
-    std::fs::write(&unknown, std::fs::read_to_string(&otel).unwrap().replace("\"meta-llama/Llama-3.1-8B-Instruct\"", "\"acme/x\"")).unwrap();
+    std::fs::write(&unknown, std::fs::read_to_string(&otel).unwrap().replace("\"meta-llama/Llama-3.1-8B-Instruct\"", "\"acme/x\""))
+        .unwrap();
     let out = blis(&["fit", "--otel", unknown.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
-    assert!(stderr(&out).contains("unknown-model.jsonl: the trace's gen_ai.request.model acme/x: no bundled config.json"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("unknown-model.jsonl: the trace's gen_ai.request.model acme/x: no bundled config.json"),
+        "{}",
+        stderr(&out)
+    );
     let no_handoff = tmp.0.join("no-handoff.jsonl");
-    let text: String = std::fs::read_to_string(&otel).unwrap().lines().map(|l| l.replace(r#""name":"HANDOFF_TO_CORE""#, r#""name":"SOMETHING_ELSE""#) + "\n").collect();
+    let text: String = std::fs::read_to_string(&otel)
+        .unwrap()
+        .lines()
+        .map(|l| l.replace(r#""name":"HANDOFF_TO_CORE""#, r#""name":"SOMETHING_ELSE""#) + "\n")
+        .collect();
     std::fs::write(&no_handoff, text).unwrap();
     let refitted = tmp.0.join("no-handoff.yaml");
     let out = blis(&["fit", "--otel", no_handoff.to_str().unwrap(), "-o", refitted.to_str().unwrap()]);
@@ -271,7 +358,10 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
     // Observed: E2E −1.0 %, TTFT −0.4 % with none; −1.1 % and −1.4 % with
     // one in eight (cv² 0.380): at this rate a step rarely prefills more than
     // one or two requests, so the spread changes little.
-    for (name, keep_every, rebuilt, cv2) in [("no-snapshots", 0u64, "(1501 rebuilt from their counts, 0 left out)", false), ("one-in-eight", 8, "rebuilt from their counts, 0 left out)", true)] {
+    for (name, keep_every, rebuilt, cv2) in [
+        ("no-snapshots", 0u64, "(1501 rebuilt from their counts, 0 left out)", false),
+        ("one-in-eight", 8, "rebuilt from their counts, 0 left out)", true),
+    ] {
         let thinned = tmp.0.join(format!("{name}.jsonl"));
         let text: String = std::fs::read_to_string(&otel)
             .unwrap()
@@ -282,9 +372,14 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
                     for span in scope["spans"].as_array_mut().unwrap() {
                         if let Some(events) = span.get_mut("events").and_then(|e| e.as_array_mut()) {
                             let step = |e: &serde_json::Value| {
-                                e["attributes"].as_array().and_then(|a| a.iter().find(|a| a["key"] == "step.id")).and_then(|a| a["value"]["intValue"].as_str()?.parse::<u64>().ok())
+                                e["attributes"]
+                                    .as_array()
+                                    .and_then(|a| a.iter().find(|a| a["key"] == "step.id"))
+                                    .and_then(|a| a["value"]["intValue"].as_str()?.parse::<u64>().ok())
                             };
-                            events.retain(|e| e["name"] != "step.REQUEST_SNAPSHOT" || (keep_every > 0 && step(e).is_some_and(|id| id % keep_every == 0)));
+                            events.retain(|e| {
+                                e["name"] != "step.REQUEST_SNAPSHOT" || (keep_every > 0 && step(e).is_some_and(|id| id % keep_every == 0))
+                            });
                         }
                     }
                 }
@@ -301,7 +396,11 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
         assert_eq!(err.contains("warning: no step has step.REQUEST_SNAPSHOT"), !cv2, "{err}");
         let (e2e, ttft) = mean_e2e_ttft(refitted.to_str().unwrap());
         let spread = err.lines().find(|l| l.contains("cv²")).unwrap_or_default().trim();
-        eprintln!("otel fit, snapshots {name}: E2E {:+.2} %, TTFT {:+.2} % ({spread})", 100.0 * (e2e / e2e_true - 1.0), 100.0 * (ttft / ttft_true - 1.0));
+        eprintln!(
+            "otel fit, snapshots {name}: E2E {:+.2} %, TTFT {:+.2} % ({spread})",
+            100.0 * (e2e / e2e_true - 1.0),
+            100.0 * (ttft / ttft_true - 1.0)
+        );
         assert!((e2e / e2e_true - 1.0).abs() < 0.02, "{name}: E2E {e2e} vs {e2e_true}");
         assert!((ttft / ttft_true - 1.0).abs() < 0.05, "{name}: TTFT {ttft} vs {ttft_true}");
     }
@@ -316,10 +415,27 @@ fn an_otel_trace_from_known_coefficients_is_fitted_back() {
 #[test]
 fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
     let tmp = TempDir::new("fit-otel-moe");
-    let (_, otel, report) = record_otel(&tmp, &[
-        "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "200", "--rate", "8", "--prompt-tokens-stdev", "300",
-        "--prompt-tokens-min", "16", "--seed", "3", "--format", "json",
-    ]);
+    let (_, otel, report) = record_otel(
+        &tmp,
+        &[
+            "--model",
+            "mistralai/Mixtral-8x7B-v0.1",
+            "--tp",
+            "2",
+            "--num-requests",
+            "200",
+            "--rate",
+            "8",
+            "--prompt-tokens-stdev",
+            "300",
+            "--prompt-tokens-min",
+            "16",
+            "--seed",
+            "3",
+            "--format",
+            "json",
+        ],
+    );
     let compiled = serde_json::from_str::<serde_json::Value>(&report).unwrap()["batch"]["moe_kernel_compiles"].as_u64().unwrap();
     assert!(compiled > 0, "the cold server compiled nothing");
     let fit = |extra: &[&str]| {
@@ -333,7 +449,8 @@ fn an_otel_fit_leaves_out_the_steps_a_cold_moe_server_compiled_in() {
     };
     let (err, cold_mape, _) = fit(&[]);
     // Compiles within a server's first steps are in its warm-up already.
-    let left_out: u64 = err.split_once(" compiling a MoE kernel left out").and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok()).unwrap_or(0);
+    let left_out: u64 =
+        err.split_once(" compiling a MoE kernel left out").and_then(|(head, _)| head.rsplit(' ').next()?.parse().ok()).unwrap_or(0);
     assert!((1..=compiled).contains(&left_out), "{compiled} compiles, {left_out} left out: {err}");
     assert!(cold_mape < 1.0, "step-time MAPE {cold_mape}: {err}");
     let (err, warm_mape, command) = fit(&["--moe-kernel-compile", "0"]);
@@ -381,10 +498,20 @@ fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("has no prompt token count in [1, 2^30]"), "{}", stderr(&out));
     let sim = tmp.0.join("sim.json");
-    let out = blis(&["replay", "--trace", prefix.to_str().unwrap(), "--coefficients", hidden.to_str().unwrap(), "--output", sim.to_str().unwrap(), "-q"]);
+    let out = blis(&[
+        "replay",
+        "--trace",
+        prefix.to_str().unwrap(),
+        "--coefficients",
+        hidden.to_str().unwrap(),
+        "--output",
+        sim.to_str().unwrap(),
+        "-q",
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let report = tmp.0.join("calibration.json");
-    let out = blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--report", report.to_str().unwrap()]);
+    let out =
+        blis(&["calibrate", "--trace", prefix.to_str().unwrap(), "--sim", sim.to_str().unwrap(), "--report", report.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     for metric in ["ttft", "e2e"] {
@@ -400,8 +527,19 @@ fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
             for span in scope["spans"].as_array().unwrap() {
                 let at = |name: &str| -> (u64, u64, u64) {
                     let e = span["events"].as_array().unwrap().iter().find(|e| e["name"] == name).unwrap();
-                    let attr = |k: &str| e["attributes"].as_array().unwrap().iter().find(|a| a["key"] == k).map(|a| a["value"]["intValue"].as_str().unwrap().parse::<u64>().unwrap());
-                    (e["timeUnixNano"].as_str().unwrap().parse().unwrap(), attr("prefill_total_tokens").unwrap(), attr("decode_max_tokens").unwrap())
+                    let attr = |k: &str| {
+                        e["attributes"]
+                            .as_array()
+                            .unwrap()
+                            .iter()
+                            .find(|a| a["key"] == k)
+                            .map(|a| a["value"]["intValue"].as_str().unwrap().parse::<u64>().unwrap())
+                    };
+                    (
+                        e["timeUnixNano"].as_str().unwrap().parse().unwrap(),
+                        attr("prefill_total_tokens").unwrap(),
+                        attr("decode_max_tokens").unwrap(),
+                    )
                 };
                 let ((arrived, prompt, output), (first, _, _), (departed, _, _)) = (at("ARRIVED"), at("FIRST_RESPONSE"), at("DEPARTED"));
                 spans.push(json!({
@@ -422,7 +560,8 @@ fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
         "scopeSpans": [{ "scope": { "name": "vllm.llm_engine" }, "spans": spans }] }] });
     std::fs::write(&standard, doc.to_string() + "\n").unwrap();
     let standard_prefix = tmp.0.join("traces/standard");
-    let out = blis(&["convert", "otel", "--path", standard.to_str().unwrap(), "-o", standard_prefix.to_str().unwrap(), "--hardware", "H100"]);
+    let out =
+        blis(&["convert", "otel", "--path", standard.to_str().unwrap(), "-o", standard_prefix.to_str().unwrap(), "--hardware", "H100"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let csv = |p: &std::path::Path| std::fs::read_to_string(p.with_extension("csv")).unwrap();
     assert_eq!(csv(&standard_prefix), csv(&prefix), "the same requests, whichever tracing recorded them");
@@ -432,12 +571,20 @@ fn otel_request_traces_convert_to_a_trace_that_replays_and_fits() {
     assert!(out.status.success(), "{}", stderr(&out));
     let (e2e, ttft) = mean_e2e_ttft(fitted.to_str().unwrap());
     let (e2e_true, ttft_true) = mean_e2e_ttft(hidden.to_str().unwrap());
-    eprintln!("fit on a converted OTEL trace, on another workload: E2E {:+.2} %, TTFT {:+.2} %", 100.0 * (e2e / e2e_true - 1.0), 100.0 * (ttft / ttft_true - 1.0));
+    eprintln!(
+        "fit on a converted OTEL trace, on another workload: E2E {:+.2} %, TTFT {:+.2} %",
+        100.0 * (e2e / e2e_true - 1.0),
+        100.0 * (ttft / ttft_true - 1.0)
+    );
     assert!((e2e / e2e_true - 1.0).abs() < 0.03, "E2E {e2e} vs {e2e_true}");
 
     let missing = blis(&["convert", "otel", "--path", otel.to_str().unwrap(), "-o", prefix.to_str().unwrap(), "--otel-instance", "9"]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
-    assert!(stderr(&missing).contains("no request with an arrival time") && stderr(&missing).contains("on server 9"), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("no request with an arrival time") && stderr(&missing).contains("on server 9"),
+        "{}",
+        stderr(&missing)
+    );
 }
 
 /// Issue 26's fit from a user's own server, on a GPU the bundled set was not
@@ -461,7 +608,8 @@ fn a_trace_from_another_gpu_is_fitted_in_the_start_sets_terms() {
     let hidden = tmp.0.join("hidden.yaml");
     std::fs::write(&hidden, format!("{HIDDEN}provenance:\n  hardware: H100\n")).unwrap();
     let otel = tmp.0.join("a100.jsonl");
-    let mut run = vec!["run", "--coefficients", hidden.to_str().unwrap(), "--hardware", "A100-80GB", "--otel-output", otel.to_str().unwrap()];
+    let mut run =
+        vec!["run", "--coefficients", hidden.to_str().unwrap(), "--hardware", "A100-80GB", "--otel-output", otel.to_str().unwrap()];
     // LLAMA_OTEL_RUN at 8 requests per second, which an A100 keeps up with.
     run.extend(LLAMA_OTEL_RUN.iter().map(|a| if *a == "20" { "8" } else { a }));
     let out = blis(&run);
@@ -472,26 +620,69 @@ fn a_trace_from_another_gpu_is_fitted_in_the_start_sets_terms() {
     let fitted = tmp.0.join("fitted.yaml");
     let out = blis(&["fit", "--trace", prefix.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("fitting in H100's terms (the start set's GPU); runs on A100-80GB seen through their kernel efficiencies"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fitting in H100's terms (the start set's GPU); runs on A100-80GB seen through their kernel efficiencies"),
+        "{}",
+        stderr(&out)
+    );
     let set = CoefficientSet::load(&fitted).unwrap();
     assert_eq!((set.provenance.hardware.as_deref(), &set.provenance.measured_on[..]), (Some("H100"), &["A100-80GB".to_string()][..]));
     let on_a100 = |c: &std::path::Path| mean_e2e_ttft_on(c.to_str().unwrap(), "A100-80GB", "1.2");
     let ((e2e, ttft), (e2e_true, ttft_true)) = (on_a100(&fitted), on_a100(&hidden));
-    eprintln!("A100 trace fit, another workload on the A100: E2E {:+.2} %, TTFT {:+.2} %", 100.0 * (e2e / e2e_true - 1.0), 100.0 * (ttft / ttft_true - 1.0));
+    eprintln!(
+        "A100 trace fit, another workload on the A100: E2E {:+.2} %, TTFT {:+.2} %",
+        100.0 * (e2e / e2e_true - 1.0),
+        100.0 * (ttft / ttft_true - 1.0)
+    );
     assert!((e2e / e2e_true - 1.0).abs() < 0.02, "E2E {e2e} vs {e2e_true}");
-    let warned = |gpu: &str| stderr(&blis(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--coefficients", fitted.to_str().unwrap(), "--hardware", gpu, "--num-requests", "5", "-q"]));
+    let warned = |gpu: &str| {
+        stderr(&blis(&[
+            "run",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--coefficients",
+            fitted.to_str().unwrap(),
+            "--hardware",
+            gpu,
+            "--num-requests",
+            "5",
+            "-q",
+        ]))
+    };
     assert!(!warned("A100-80GB").contains("extrapolates"), "{}", warned("A100-80GB"));
-    assert!(warned("L40S").contains("were fitted on A100-80GB (in H100's terms) measurements; timing L40S with them extrapolates"), "{}", warned("L40S"));
+    assert!(
+        warned("L40S").contains("were fitted on A100-80GB (in H100's terms) measurements; timing L40S with them extrapolates"),
+        "{}",
+        warned("L40S")
+    );
     assert!(warned("H100").contains("they are in H100's terms, so nothing is carried"), "{}", warned("H100"));
 
     let taught = tmp.0.join("taught.yaml");
-    let out = blis(&["fit", "--otel", otel.to_str().unwrap(), "--hardware", "A100-80GB", "--fitted-at", "2026-01-01", "-o", taught.to_str().unwrap()]);
+    let out = blis(&[
+        "fit",
+        "--otel",
+        otel.to_str().unwrap(),
+        "--hardware",
+        "A100-80GB",
+        "--fitted-at",
+        "2026-01-01",
+        "-o",
+        taught.to_str().unwrap(),
+    ]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stderr(&out).contains("fitting in H100's terms (the start set's GPU); runs on A100-80GB seen through their kernel efficiencies"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("fitting in H100's terms (the start set's GPU); runs on A100-80GB seen through their kernel efficiencies"),
+        "{}",
+        stderr(&out)
+    );
     let set = CoefficientSet::load(&taught).unwrap();
     assert_eq!((set.provenance.hardware.as_deref(), &set.provenance.measured_on[..]), (Some("H100"), &["A100-80GB".to_string()][..]));
     let (e2e, ttft) = on_a100(&taught);
-    eprintln!("A100 OTEL fit, another workload on the A100: E2E {:+.2} %, TTFT {:+.2} %", 100.0 * (e2e / e2e_true - 1.0), 100.0 * (ttft / ttft_true - 1.0));
+    eprintln!(
+        "A100 OTEL fit, another workload on the A100: E2E {:+.2} %, TTFT {:+.2} %",
+        100.0 * (e2e / e2e_true - 1.0),
+        100.0 * (ttft / ttft_true - 1.0)
+    );
     assert!((e2e / e2e_true - 1.0).abs() < 0.02, "E2E {e2e} vs {e2e_true}");
 }
 
@@ -524,7 +715,10 @@ fn vllm_shaped(text: &str) -> String {
                     let events = span["events"].as_array_mut().unwrap();
                     if name == "vllm.scheduler.step" {
                         for e in events.iter_mut().filter(|e| e["name"] == "step.BATCH_SUMMARY") {
-                            e["attributes"].as_array_mut().unwrap().push(json!({ "key": "kv.blocks_total_gpu", "value": { "intValue": "100000" } }));
+                            e["attributes"]
+                                .as_array_mut()
+                                .unwrap()
+                                .push(json!({ "key": "kv.blocks_total_gpu", "value": { "intValue": "100000" } }));
                         }
                         let idle = events.iter().find(|e| e["name"] == "step.REQUEST_SNAPSHOT").cloned();
                         if let Some(mut idle) = idle {
@@ -551,7 +745,10 @@ fn vllm_shaped(text: &str) -> String {
                             }
                         }
                         if bare == "FINISHED" {
-                            e["attributes"].as_array_mut().unwrap().push(json!({ "key": "decode.done_tokens", "value": { "intValue": generated.to_string() } }));
+                            e["attributes"]
+                                .as_array_mut()
+                                .unwrap()
+                                .push(json!({ "key": "decode.done_tokens", "value": { "intValue": generated.to_string() } }));
                         }
                     }
                     let id = span["attributes"][0]["value"]["intValue"].as_str().unwrap().to_string();
@@ -570,8 +767,22 @@ fn a_clusters_otel_trace_is_fitted_per_server() {
     let tmp = TempDir::new("fit-otel-cluster");
     let otel = tmp.0.join("pd.jsonl");
     let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--prefill-instances", "1", "--decode-instances", "2", "--decode-hardware", "A100-80GB",
-        "--num-requests", "200", "--rate", "10", "-q", "--otel-output", otel.to_str().unwrap(),
+        "run",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--prefill-instances",
+        "1",
+        "--decode-instances",
+        "2",
+        "--decode-hardware",
+        "A100-80GB",
+        "--num-requests",
+        "200",
+        "--rate",
+        "10",
+        "-q",
+        "--otel-output",
+        otel.to_str().unwrap(),
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let fitted = tmp.0.join("fitted.yaml");
@@ -584,7 +795,11 @@ fn a_clusters_otel_trace_is_fitted_per_server() {
     assert!(one.status.success(), "{}", stderr(&one));
     assert!(stderr(&one).contains("steps of 1 server ") && !stderr(&one).contains("warning"), "{}", stderr(&one));
     let set = CoefficientSet::load(&fitted).unwrap();
-    assert!(set.provenance.command.as_deref().is_some_and(|c| c.contains(" --hardware A100-80GB") && c.contains(" --otel-instance 2")), "{:?}", set.provenance.command);
+    assert!(
+        set.provenance.command.as_deref().is_some_and(|c| c.contains(" --hardware A100-80GB") && c.contains(" --otel-instance 2")),
+        "{:?}",
+        set.provenance.command
+    );
     let missing = fit(&["--otel-instance", "7"]);
     assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
     assert!(stderr(&missing).contains("--otel-instance 7: ") && stderr(&missing).contains("it has 0, 1, 2"), "{}", stderr(&missing));
@@ -652,7 +867,11 @@ fn a_prior_anchors_its_coefficient_and_bad_priors_are_refused() {
     assert!(out.status.success(), "{}", stderr(&out));
     let set = CoefficientSet::load(&out_path).unwrap();
     assert!((set.beta[3] - 30.0).abs() < 0.5, "per_layer_us anchored at 30: {:?}", set.beta);
-    assert!(set.provenance.command.as_deref().is_some_and(|c| c.ends_with("--prior per_layer_us=30:0.001")), "{:?}", set.provenance.command);
+    assert!(
+        set.provenance.command.as_deref().is_some_and(|c| c.ends_with("--prior per_layer_us=30:0.001")),
+        "{:?}",
+        set.provenance.command
+    );
     for (prior, message) in [
         ("per_layer=30:1", "--prior per_layer: unified-5 has no coefficient of that name; it has queueing_us"),
         ("per_layer_us=30:0", "expected NAME=MEAN:SCALE"),

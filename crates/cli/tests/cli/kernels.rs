@@ -52,17 +52,34 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     assert_eq!(held, ["a40", "h100"]);
     assert!(report["gemm"]["compute_efficiency"].as_f64().unwrap() > 0.0);
     let ar = report["all_reduce"].as_array().unwrap();
-    let curves: Vec<(&str, &str, u64)> = ar.iter().map(|c| (c["gpu"].as_str().unwrap(), c["link"].as_str().unwrap(), c["workers"].as_u64().unwrap())).collect();
-    assert_eq!(curves, [("h100", "NvLink", 2), ("h100-pcie", "NvLink", 2), ("h100-pcie", "Pcie", 4)], "the bridged box's GPUs are the PCIe cards");
+    let curves: Vec<(&str, &str, u64)> =
+        ar.iter().map(|c| (c["gpu"].as_str().unwrap(), c["link"].as_str().unwrap(), c["workers"].as_u64().unwrap())).collect();
+    assert_eq!(
+        curves,
+        [("h100", "NvLink", 2), ("h100-pcie", "NvLink", 2), ("h100-pcie", "Pcie", 4)],
+        "the bridged box's GPUs are the PCIe cards"
+    );
     for c in ar {
         assert!(c["interpolation"]["median_abs"].as_f64().unwrap() < 0.05 && c["model"]["p90_abs"].as_f64().unwrap() < 1e-6, "{c}");
     }
     // The curves were made as latency + bus bytes at a share of the H100 SXM's 900 GB/s NVLink, the H100 PCIe
     // card's 600 GB/s bridge and its 128 GB/s PCIe.
-    let fits: Vec<(&str, f64, f64)> =
-        report["all_reduce_fits"].as_array().unwrap().iter().map(|f| (f["link"].as_str().unwrap(), f["efficiency"]["bus_efficiency"].as_f64().unwrap(), f["efficiency"]["latency_us"].as_f64().unwrap())).collect();
+    let fits: Vec<(&str, f64, f64)> = report["all_reduce_fits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| {
+            (
+                f["link"].as_str().unwrap(),
+                f["efficiency"]["bus_efficiency"].as_f64().unwrap(),
+                f["efficiency"]["latency_us"].as_f64().unwrap(),
+            )
+        })
+        .collect();
     assert_eq!(fits.len(), 3);
-    for ((link, efficiency, latency), want) in fits.iter().zip([("NvLink", 400.0 / 900.0, 20.0), ("NvLink", 390.0 / 600.0, 15.0), ("Pcie", 96.0 / 128.0, 60.0)]) {
+    for ((link, efficiency, latency), want) in
+        fits.iter().zip([("NvLink", 400.0 / 900.0, 20.0), ("NvLink", 390.0 / 600.0, 15.0), ("Pcie", 96.0 / 128.0, 60.0)])
+    {
         assert!(*link == want.0 && (efficiency - want.1).abs() < 1e-6 && (latency - want.2).abs() < 1e-6, "{fits:?}");
     }
     assert!(text.contains("h100-pcie  PCIe") && text.contains("0.750") && text.contains("0.650"), "{text}");
@@ -73,7 +90,8 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     let sets: Vec<&String> = report["layer_checks"].as_object().unwrap().keys().collect();
     assert_eq!(sets, ["kernel-fit", "trained-physics-h100", "trained-physics-published"]);
     let checks = report["layer_checks"]["trained-physics-h100"][1].as_array().unwrap();
-    let rows: Vec<(&str, &str, bool)> = checks.iter().map(|c| (c["gpu"].as_str().unwrap(), c["regime"].as_str().unwrap(), c["scaling"].is_object())).collect();
+    let rows: Vec<(&str, &str, bool)> =
+        checks.iter().map(|c| (c["gpu"].as_str().unwrap(), c["regime"].as_str().unwrap(), c["scaling"].is_object())).collect();
     assert_eq!(rows, [("a40", "decode", true), ("a40", "prefill", true), ("h100", "decode", false), ("h100", "prefill", false)]);
     assert_eq!(report["layers_leave_one_gpu_out"].as_array().unwrap().len(), 2);
     // Each GPU's own efficiencies, and the sets carried from the H100 by them (measured, and as if unprofiled).
@@ -82,7 +100,15 @@ fn reports_the_fit_held_out_gpus_and_all_reduce_and_writes_json() {
     assert!(a40["gemm_memory"].as_f64().unwrap() > 0.0 && a40["layer_overhead_us"].as_f64().unwrap() > 0.0, "{a40}");
     for set in ["trained-physics-h100", "trained-physics-published"] {
         let (measured, unprofiled) = (&report["carried"][set][0], &report["carried"][set][1]);
-        let gpus = |checks: &serde_json::Value| checks.as_array().unwrap().iter().filter(|c| c["scaling"].is_object()).map(|c| c["gpu"].as_str().unwrap().to_owned()).collect::<Vec<_>>();
+        let gpus = |checks: &serde_json::Value| {
+            checks
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|c| c["scaling"].is_object())
+                .map(|c| c["gpu"].as_str().unwrap().to_owned())
+                .collect::<Vec<_>>()
+        };
         assert_eq!(gpus(measured), ["a40", "a40"], "{set}");
         assert_eq!(gpus(unprofiled), ["a40", "a40"], "{set}");
     }
@@ -101,7 +127,11 @@ fn bad_profile_trees_are_refused_in_one_line() {
     let bad = write_profiles("kernels-bad", &["h100"]);
     let csv = bad.join("compute/h100/meta-llama/Llama-2-7b-hf/mlp.csv");
     std::fs::write(&csv, format!("{HEADER}\n0.1,0.1,0.1,0.1,32,32,4096,11008,True,-5,1\n")).unwrap();
-    assert_refused(&blis(&["kernels", bad.to_str().unwrap()]), "negative tokens", "row 1: column `num_tokens`: `-5` is not a whole number from 1 to 16777216");
+    assert_refused(
+        &blis(&["kernels", bad.to_str().unwrap()]),
+        "negative tokens",
+        "row 1: column `num_tokens`: `-5` is not a whole number from 1 to 16777216",
+    );
 }
 
 /// Fuzzing: a set with a NaN β printed rows of `NaN%` where `blis validate`
@@ -111,7 +141,8 @@ fn bad_profile_trees_are_refused_in_one_line() {
 #[test]
 fn sets_that_time_nothing_print_no_nan() {
     let dir = write_profiles("kernels-nan", &["a40", "h100"]);
-    let bundled = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
+    let bundled =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
     let beta = |each: &str| {
         let (head, rest) = bundled.split_once("beta:\n").unwrap();
         let provenance = &rest[rest.find("provenance:").unwrap()..];
@@ -123,7 +154,11 @@ fn sets_that_time_nothing_print_no_nan() {
         path.to_str().unwrap().to_owned()
     };
     let nan = write("beta_nan.yaml", beta(".nan"));
-    assert_refused(&blis(&["kernels", dir.to_str().unwrap(), "--coefficients", &nan]), "NaN β", "beta_nan.yaml: trained-physics beta coefficient 0 (prefill_compute) = NaN is not a finite number");
+    assert_refused(
+        &blis(&["kernels", dir.to_str().unwrap(), "--coefficients", &nan]),
+        "NaN β",
+        "beta_nan.yaml: trained-physics beta coefficient 0 (prefill_compute) = NaN is not a finite number",
+    );
     for (name, each) in [("huge.yaml", "1e300"), ("zero.yaml", "0.0")] {
         let path = write(name, beta(each));
         let out = blis(&["kernels", dir.to_str().unwrap(), "--coefficients", &path]);

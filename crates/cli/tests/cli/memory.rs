@@ -31,7 +31,15 @@ fn pdf_cost(name: &str, file: &str, text: String) -> (f64, f64, f64) {
     std::fs::write(dir.join("small.yaml"), spec("{type: constant, params: {value: 4}}")).unwrap();
     let run = |name: &str| {
         let path = dir.join(name);
-        peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--workload-spec", path.to_str().unwrap(), "--output", "/dev/null"])
+        peak_mib(&[
+            "run",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--workload-spec",
+            path.to_str().unwrap(),
+            "--output",
+            "/dev/null",
+        ])
     };
     (input_mib, run("big.yaml"), run("small.yaml"))
 }
@@ -73,14 +81,36 @@ fn a_trace_costs_less_than_its_size() {
     let mib = |path: &std::path::Path| std::fs::metadata(path).unwrap().len() as f64 / (1 << 20) as f64;
     let peak = |rows: u32| {
         let csv = dir.join(format!("t{rows}.csv"));
-        let out = blis(&["workload", "generate", "--spec", "preset:chatbot", "--num-requests", &rows.to_string(), "--output", csv.to_str().unwrap()]);
+        let out = blis(&[
+            "workload",
+            "generate",
+            "--spec",
+            "preset:chatbot",
+            "--num-requests",
+            &rows.to_string(),
+            "--output",
+            csv.to_str().unwrap(),
+        ]);
         assert!(out.status.success(), "{}", stderr(&out));
-        let peak = peak_mib(&["run", "--model", "meta-llama/llama-3.1-8b-instruct", "--trace", csv.to_str().unwrap(), "--num-requests", "100", "--output", "/dev/null"]);
+        let peak = peak_mib(&[
+            "run",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--trace",
+            csv.to_str().unwrap(),
+            "--num-requests",
+            "100",
+            "--output",
+            "/dev/null",
+        ]);
         (peak, mib(&csv))
     };
     let ((small, small_mib), (big, big_mib)) = (peak(20_000), peak(200_000));
     assert!(big_mib > 15.0, "{big_mib} MiB");
-    assert!(big - small <= 0.75 * (big_mib - small_mib), "{big:.1} MiB for {big_mib:.1} MiB of trace, {small:.1} MiB for {small_mib:.1} MiB");
+    assert!(
+        big - small <= 0.75 * (big_mib - small_mib),
+        "{big:.1} MiB for {big_mib:.1} MiB of trace, {small:.1} MiB for {small_mib:.1} MiB"
+    );
 }
 
 /// A HuggingFace `config.json` padded with a large unknown field (an
@@ -89,14 +119,16 @@ fn a_trace_costs_less_than_its_size() {
 #[test]
 fn a_padded_config_json_costs_at_most_twice_its_size() {
     let dir = scratch("memory-hf");
-    let template = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let template =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
     let junk: Vec<String> = (0..2_000_000).map(|i| (i % 1000).to_string()).collect();
     let padded = template.replacen('{', &format!("{{\"junk\": [{}],", junk.join(",")), 1);
     let (big, small) = (dir.join("big.json"), dir.join("small.json"));
     std::fs::write(&big, padded).unwrap();
     std::fs::write(&small, template).unwrap();
     let input_mib = std::fs::metadata(&big).unwrap().len() as f64 / (1 << 20) as f64;
-    let run = |p: &std::path::Path| peak_mib(&["run", "--model-config", p.to_str().unwrap(), "--num-requests", "5", "--output", "/dev/null"]);
+    let run =
+        |p: &std::path::Path| peak_mib(&["run", "--model-config", p.to_str().unwrap(), "--num-requests", "5", "--output", "/dev/null"]);
     let (with, without) = (run(&big), run(&small));
     assert!(input_mib > 5.0, "{input_mib} MiB");
     assert!(with - without <= 2.0 * input_mib, "{with:.1} MiB with a {input_mib:.1} MiB config.json, {without:.1} MiB without");

@@ -7,7 +7,18 @@ use serde_json::Value;
 use crate::{assert_refused, blis, scratch, stderr, stdout};
 
 const PLAN: &str = "slo: {ttft_p99_ms: 2000, itl_p99_ms: 80}\ngpus:\n  - {hardware: H100, gpu_hour_cost: 4}\n  - {hardware: L40S, gpu_hour_cost: 1}\ntp: [1, 2]\nreplicas: [1, 2, 4]\n";
-const WORKLOAD: &[&str] = &["--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "60", "--num-requests", "600", "--prompt-tokens", "1024", "--output-tokens", "128"];
+const WORKLOAD: &[&str] = &[
+    "--model",
+    "meta-llama/llama-3.1-8b-instruct",
+    "--rate",
+    "60",
+    "--num-requests",
+    "600",
+    "--prompt-tokens",
+    "1024",
+    "--output-tokens",
+    "128",
+];
 
 fn rows(csv: &str) -> Vec<std::collections::BTreeMap<String, String>> {
     let mut lines = csv.lines();
@@ -35,8 +46,17 @@ fn the_answer_is_the_cheapest_candidate_that_meets_the_slo_and_pruned_ones_canno
     assert!(text.starts_with("12 candidates:"), "{text}");
     // Brute force over the CSV: the cheapest row that meets the SLO is the answer.
     let meeting: Vec<_> = rows.iter().filter(|r| r["meets_slo"] == "true").collect();
-    let cheapest = meeting.iter().min_by(|a, b| a["cost_per_hour"].parse::<f64>().unwrap().total_cmp(&b["cost_per_hour"].parse().unwrap())).expect("some candidate meets the SLO");
-    let want = format!("cheapest meeting the SLO: {} × {} TP {}: ${:.2}/h", cheapest["replicas"], cheapest["hardware"], cheapest["tp"], cheapest["cost_per_hour"].parse::<f64>().unwrap());
+    let cheapest = meeting
+        .iter()
+        .min_by(|a, b| a["cost_per_hour"].parse::<f64>().unwrap().total_cmp(&b["cost_per_hour"].parse().unwrap()))
+        .expect("some candidate meets the SLO");
+    let want = format!(
+        "cheapest meeting the SLO: {} × {} TP {}: ${:.2}/h",
+        cheapest["replicas"],
+        cheapest["hardware"],
+        cheapest["tp"],
+        cheapest["cost_per_hour"].parse::<f64>().unwrap()
+    );
     assert!(text.contains(&want), "{want}\n{text}");
     // A meeting row meets every limit it lists.
     for r in &meeting {
@@ -45,11 +65,32 @@ fn the_answer_is_the_cheapest_candidate_that_meets_the_slo_and_pruned_ones_canno
     // The roofline prunes only what cannot work: simulate a pruned candidate, it misses the SLO.
     let pruned = rows.iter().find(|r| r["status"] == "roofline").expect("60 req/s of 1k prompts is too much for one L40S");
     let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--rate", "60", "--num-requests", "600", "--prompt-tokens", "1024", "--output-tokens", "128",
-        "--hardware", &pruned["hardware"], "--tp", &pruned["tp"], "--num-instances", &pruned["replicas"], "--format", "json",
+        "run",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--rate",
+        "60",
+        "--num-requests",
+        "600",
+        "--prompt-tokens",
+        "1024",
+        "--output-tokens",
+        "128",
+        "--hardware",
+        &pruned["hardware"],
+        "--tp",
+        &pruned["tp"],
+        "--num-instances",
+        &pruned["replicas"],
+        "--format",
+        "json",
     ]);
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
-    assert!(run["latency_ms"]["ttft"]["p99"].as_f64().unwrap() > 2000.0, "a pruned candidate met the TTFT limit: {}", run["latency_ms"]["ttft"]);
+    assert!(
+        run["latency_ms"]["ttft"]["p99"].as_f64().unwrap() > 2000.0,
+        "a pruned candidate met the TTFT limit: {}",
+        run["latency_ms"]["ttft"]
+    );
 }
 
 #[test]
@@ -58,17 +99,45 @@ fn bad_plans_are_refused_before_anything_runs() {
     for (name, plan, needle) in [
         ("metric", "slo: {ttft_p98_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\n", "slo.ttft_p98_ms"),
         ("price", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: -1}]\nreplicas: [1]\n", "gpu_hour_cost -1"),
-        ("price-absurd", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1e300}]\nreplicas: [1]\n", "gpu_hour_cost 1e300: must be a price in [0, 1e6] dollars"),
+        (
+            "price-absurd",
+            "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1e300}]\nreplicas: [1]\n",
+            "gpu_hour_cost 1e300: must be a price in [0, 1e6] dollars",
+        ),
         ("field", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nbudget: 3\n", "budget"),
-        ("knob", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-num-seqz: [1]}\n", "max-num-seqz"),
-        ("same-gpu", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}, {hardware: h100, gpu_hour_cost: 2}]\nreplicas: [1]\n", "gpus[1].hardware h100: the same GPU as gpus[0]"),
-        ("tp-twice", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\ntp: [1, 2, 1]\nreplicas: [1]\n", "tp[2] 1: listed twice"),
+        (
+            "knob",
+            "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {max-num-seqz: [1]}\n",
+            "max-num-seqz",
+        ),
+        (
+            "same-gpu",
+            "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}, {hardware: h100, gpu_hour_cost: 2}]\nreplicas: [1]\n",
+            "gpus[1].hardware h100: the same GPU as gpus[0]",
+        ),
+        (
+            "tp-twice",
+            "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\ntp: [1, 2, 1]\nreplicas: [1]\n",
+            "tp[2] 1: listed twice",
+        ),
         // Infeasible plans name what binds.
-        ("binds", "slo: {itl_p99_ms: 1000, ttft_p99_ms: 0.01}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1, 2]\n", "no candidate meets ttft_p99_ms 0.01: the best reaches"),
-        ("all-pruned", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: L40S, gpu_hour_cost: 1}]\nreplicas: [1]\n", "cannot carry the rate even at peak"),
+        (
+            "binds",
+            "slo: {itl_p99_ms: 1000, ttft_p99_ms: 0.01}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1, 2]\n",
+            "no candidate meets ttft_p99_ms 0.01: the best reaches",
+        ),
+        (
+            "all-pruned",
+            "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: L40S, gpu_hour_cost: 1}]\nreplicas: [1]\n",
+            "cannot carry the rate even at peak",
+        ),
         ("gpu", "slo: {ttft_p99_ms: 5}\ngpus: [{hardware: NOPE, gpu_hour_cost: 1}]\nreplicas: [1]\n", "gpus[0].hardware NOPE: unknown GPU"),
         // A knob value no candidate can take says why, not only how many failed.
-        ("knob-value", "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {gpu-memory-utilization: [5]}\n", "the first, 1 × H100 TP 1 (gpu-memory-utilization 5): --gpu-memory-utilization 5.0: must be in (0, 1]"),
+        (
+            "knob-value",
+            "slo: {ttft_p99_ms: 500}\ngpus: [{hardware: H100, gpu_hour_cost: 1}]\nreplicas: [1]\nknobs: {gpu-memory-utilization: [5]}\n",
+            "the first, 1 × H100 TP 1 (gpu-memory-utilization 5): --gpu-memory-utilization 5.0: must be in (0, 1]",
+        ),
     ] {
         let p = dir.join(format!("{name}.yaml"));
         std::fs::write(&p, plan).unwrap();
@@ -118,7 +187,12 @@ fn a_candidate_that_completes_nothing_is_never_the_answer() {
     assert!(out.status.success(), "{}", stderr(&out));
     assert!(stdout(&out).contains("cheapest meeting the SLO: 1 × H100 TP 1 (max-model-len 4096)"), "{}", stdout(&out));
     let rows = rows(&std::fs::read_to_string(&csv).unwrap());
-    assert_eq!((rows[0]["max-model-len"].as_str(), rows[0]["ttft_p99_ms"].as_str(), rows[0]["meets_slo"].as_str()), ("10", "", "false"), "{:?}", rows[0]);
+    assert_eq!(
+        (rows[0]["max-model-len"].as_str(), rows[0]["ttft_p99_ms"].as_str(), rows[0]["meets_slo"].as_str()),
+        ("10", "", "false"),
+        "{:?}",
+        rows[0]
+    );
     // Only the candidate that completes nothing: no answer.
     std::fs::write(&p, plan.replace("[10, 4096]", "[10]")).unwrap();
     assert_refused(&blis(&args), "nothing completes", "no simulated candidate completed a request");
@@ -141,12 +215,23 @@ fn evaluate_refuses_scenario_errors_before_any_candidate_runs() {
         ("--fitness-weights", "goodput:NaN"),
         ("--model", "nope"),
     ] {
-        let mut args = vec!["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "40", "--candidate", c.to_str().unwrap()];
+        let mut args =
+            vec!["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "40", "--candidate", c.to_str().unwrap()];
         args.extend_from_slice(&[flag, value]);
         assert_refused(&blis(&args), &format!("{flag} {value}"), flag);
     }
     // Arrivals past the end of simulated time are found before any candidate runs.
-    let args = ["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "40", "--rate", "1e-9", "--candidate", c.to_str().unwrap()];
+    let args = [
+        "evaluate",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--num-requests",
+        "40",
+        "--rate",
+        "1e-9",
+        "--candidate",
+        c.to_str().unwrap(),
+    ];
     assert_refused(&blis(&args), "rate 1e-9", "the arrival rate is too low");
 }
 
@@ -161,11 +246,32 @@ fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
         std::fs::write(&p, text).unwrap();
         p.to_str().unwrap().to_string()
     };
-    let (good, busiest, broken) = (write("g.yaml", "routing: {type: least-loaded}\n"), write("b.yaml", "routing: {type: always-busiest}\n"), write("x.yaml", "routing: {type: nope}\n"));
+    let (good, busiest, broken) = (
+        write("g.yaml", "routing: {type: least-loaded}\n"),
+        write("b.yaml", "routing: {type: always-busiest}\n"),
+        write("x.yaml", "routing: {type: nope}\n"),
+    );
     let typed = write("t.yaml", "pools: 5\n");
     let out = blis(&[
-        "evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-instances", "3", "--rate", "40", "--num-requests", "600",
-        "--candidate", &good, "--candidate", &busiest, "--candidate", &broken, "--candidate", &typed, "--excerpts", "3",
+        "evaluate",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--num-instances",
+        "3",
+        "--rate",
+        "40",
+        "--num-requests",
+        "600",
+        "--candidate",
+        &good,
+        "--candidate",
+        &busiest,
+        "--candidate",
+        &broken,
+        "--candidate",
+        &typed,
+        "--excerpts",
+        "3",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();

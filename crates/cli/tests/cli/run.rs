@@ -117,7 +117,8 @@ fn negative_alpha_flags_and_files_are_named_in_a_warning() {
     assert!(!stderr(&blis(&args)).contains("warning"), "no warning without a negative α");
     // A trained-physics file with negative terms says so too (blis fit keeps them ≥ 0), in exponent form.
     let dir = crate::scratch("negative-file");
-    let bundled = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
+    let bundled =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-h100.yaml")).unwrap();
     let mut set: serde_json::Value = serde_yaml_ng::from_str(&bundled).unwrap();
     set["alpha"][0] = (-1e30).into();
     set["beta"][1] = (-2.0).into();
@@ -171,8 +172,12 @@ fn published_layout_flags_read_as_the_published_file() {
     let file = concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/coefficients/trained-physics-published.yaml");
     let (from_file, _) = run_json(&["--coefficients", file]);
     let (from_flags, _) = run_json(&[
-        "--latency-model", "trained-physics", "--alpha-coeffs", "15563.199579,777.3455,45.907545",
-        "--beta-coeffs", "0.152128,0.0,1.36252915,0.752037,32.09546717,4.41684444,126.024825,481.8613888,0.0,1.94710771,0.752037",
+        "--latency-model",
+        "trained-physics",
+        "--alpha-coeffs",
+        "15563.199579,777.3455,45.907545",
+        "--beta-coeffs",
+        "0.152128,0.0,1.36252915,0.752037,32.09546717,4.41684444,126.024825,481.8613888,0.0,1.94710771,0.752037",
     ]);
     let latency = |text: &str| serde_json::from_str::<Value>(text).unwrap()["latency_ms"].clone();
     assert_eq!(latency(&from_file), latency(&from_flags));
@@ -203,7 +208,18 @@ fn a_run_stopped_by_a_signal_leaves_no_partial_output() {
     let fifo = dir.join("t.csv");
     assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_blis"))
-        .args(["run", "-q", "--model", "meta-llama/llama-3.1-8b-instruct", "--trace", "t.csv", "--output", "out.json", "--requests-csv", "r.csv"])
+        .args([
+            "run",
+            "-q",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--trace",
+            "t.csv",
+            "--output",
+            "out.json",
+            "--requests-csv",
+            "r.csv",
+        ])
         .current_dir(&dir)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -225,7 +241,8 @@ fn a_run_stopped_by_a_signal_leaves_no_partial_output() {
 #[test]
 fn a_quantization_method_of_unknown_width_is_named_in_a_warning() {
     let dir = scratch("unknown-quant");
-    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let config =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
     let warns = |method: &str| {
         let path = dir.join(format!("{method}.json"));
         std::fs::write(&path, config.replacen('{', &format!(r#"{{"quantization_config": {{"quant_method": "{method}"}},"#), 1)).unwrap();
@@ -246,10 +263,13 @@ fn a_quantization_method_of_unknown_width_is_named_in_a_warning() {
 #[test]
 fn a_checkpoint_quantising_its_kv_cache_to_fp8_sizes_the_auto_cache_in_fp8() {
     let dir = scratch("modelopt-kv");
-    let config = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
+    let config =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../data/models/meta-llama/Llama-3.1-8B-Instruct.json")).unwrap();
     let write = |name: &str, kv_algo: &str| {
         let path = dir.join(name);
-        let q = format!(r#"{{"quantization_config": {{"quant_method": "modelopt", "quant_algo": "FP8"{kv_algo}, "exclude_modules": ["lm_head"]}},"#);
+        let q = format!(
+            r#"{{"quantization_config": {{"quant_method": "modelopt", "quant_algo": "FP8"{kv_algo}, "exclude_modules": ["lm_head"]}},"#
+        );
         std::fs::write(&path, config.replacen('{', &q, 1)).unwrap();
         path.to_str().unwrap().to_string()
     };
@@ -365,7 +385,8 @@ fn max_concurrency_caps_the_requests_in_flight() {
     let headers = reader.headers().unwrap().clone();
     let col = |name: &str| headers.iter().position(|h| h == name).unwrap();
     let (arrival, finished) = (col("arrival_ms"), col("finished_ms"));
-    let spans: Vec<(f64, f64)> = reader.records().map(Result::unwrap).map(|r| (r[arrival].parse().unwrap(), r[finished].parse().unwrap())).collect();
+    let spans: Vec<(f64, f64)> =
+        reader.records().map(Result::unwrap).map(|r| (r[arrival].parse().unwrap(), r[finished].parse().unwrap())).collect();
     assert_eq!(spans.len(), 200);
     let in_flight_at = |t: f64| spans.iter().filter(|&&(a, f)| a <= t && t < f).count();
     assert_eq!(spans.iter().map(|&(a, _)| in_flight_at(a)).max(), Some(4));
@@ -385,9 +406,19 @@ fn help_documents_every_flag_in_groups() {
     for heading in ["Model and hardware:", "Server (vLLM flags):", "Latency model:", "Workload:", "Run:", "Output:"] {
         assert!(help.contains(heading), "missing heading {heading}");
     }
-    for flag in ["--max-num-seqs", "--max-num-batched-tokens", "--enable-chunked-prefill", "--enable-prefix-caching",
-                 "--long-prefill-token-threshold", "--num-gpu-blocks", "--gpu-memory-utilization", "--prefix-groups",
-                 "--requests-csv", "--alpha-coeffs", "--seed"] {
+    for flag in [
+        "--max-num-seqs",
+        "--max-num-batched-tokens",
+        "--enable-chunked-prefill",
+        "--enable-prefix-caching",
+        "--long-prefill-token-threshold",
+        "--num-gpu-blocks",
+        "--gpu-memory-utilization",
+        "--prefix-groups",
+        "--requests-csv",
+        "--alpha-coeffs",
+        "--seed",
+    ] {
         assert!(help.contains(flag), "missing flag {flag}");
     }
 }
@@ -402,10 +433,20 @@ fn async_scheduling_is_on_by_default_and_can_be_turned_off() {
     let (_, d) = run_json(&[]);
     let (_, given) = run_json(&["--async-scheduling"]);
     let (_, off) = run_json(&["--no-async-scheduling"]);
-    let without_config = |j: &Value| j.as_object().unwrap().iter().filter(|(k, _)| *k != "config").map(|(k, v)| (k.clone(), v.clone())).collect::<serde_json::Map<_, _>>();
+    let without_config = |j: &Value| {
+        j.as_object()
+            .unwrap()
+            .iter()
+            .filter(|(k, _)| *k != "config")
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<serde_json::Map<_, _>>()
+    };
     assert_eq!(without_config(&d), without_config(&given));
     assert_eq!(given["config"]["async-scheduling"]["source"], "flag");
-    assert_eq!((&d["config"]["async-scheduling"]["value"], &d["config"]["async-scheduling"]["source"]), (&Value::Bool(true), &Value::from("default")));
+    assert_eq!(
+        (&d["config"]["async-scheduling"]["value"], &d["config"]["async-scheduling"]["source"]),
+        (&Value::Bool(true), &Value::from("default"))
+    );
     assert_eq!(off["config"]["async-scheduling"]["value"], false);
     let ttft = |j: &Value| j["latency_ms"]["ttft"]["mean"].as_f64().unwrap();
     assert!(ttft(&off) < ttft(&d), "sync {} ms, async {} ms", ttft(&off), ttft(&d));
@@ -414,8 +455,18 @@ fn async_scheduling_is_on_by_default_and_can_be_turned_off() {
 #[test]
 fn caching_and_chunking_can_be_switched_off() {
     let (_, on) = run_json(&["--prefix-tokens", "256"]);
-    let (_, off) = run_json(&["--prefix-tokens", "256", "--enable-prefix-caching", "false", "--enable-chunked-prefill", "false",
-        "--max-model-len", "4096", "--max-num-batched-tokens", "4096"]);
+    let (_, off) = run_json(&[
+        "--prefix-tokens",
+        "256",
+        "--enable-prefix-caching",
+        "false",
+        "--enable-chunked-prefill",
+        "false",
+        "--max-model-len",
+        "4096",
+        "--max-num-batched-tokens",
+        "4096",
+    ]);
     assert!(on["kv_cache"]["prefix_hit_rate"].as_f64().unwrap() > 0.2);
     assert_eq!(off["kv_cache"]["prefix_hit_rate"].as_f64().unwrap(), 0.0);
     assert_eq!(off["config"]["enable-chunked-prefill"]["value"], false);
@@ -447,7 +498,11 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
         args.extend_from_slice(&["--hardware", gpu, "--tp", "2"]);
         stderr(&blis(&args)).lines().find(|l| l.starts_with("warning: coefficients")).map(str::to_owned).unwrap_or_default()
     };
-    assert!(tp2("A100-80GB").contains("its TP 2 all-reduces cross NVLink at 341 GB/s of bus bandwidth (H100: NVLink at 694 GB/s)"), "{}", tp2("A100-80GB"));
+    assert!(
+        tp2("A100-80GB").contains("its TP 2 all-reduces cross NVLink at 341 GB/s of bus bandwidth (H100: NVLink at 694 GB/s)"),
+        "{}",
+        tp2("A100-80GB")
+    );
     assert!(tp2("L40S").contains("cross PCIe at 49 GB/s"), "{}", tp2("L40S"));
     // `--gpu` is another name of `--hardware`.
     let mut args = SMALL.to_vec();
@@ -462,7 +517,11 @@ fn coefficients_from_another_gpu_are_flagged_and_the_fitted_one_is_not() {
     spec.as_object_mut().unwrap().remove("kernels");
     std::fs::write(&sheet, spec.to_string()).unwrap();
     let unprofiled = on_config(&sheet);
-    assert!(unprofiled[0].contains("NVIDIA B300 has no kernel profile") && unprofiled[0].contains("mean efficiencies"), "{}", unprofiled[0]);
+    assert!(
+        unprofiled[0].contains("NVIDIA B300 has no kernel profile") && unprofiled[0].contains("mean efficiencies"),
+        "{}",
+        unprofiled[0]
+    );
     // Roofline has no fitted coefficients, so nothing to extrapolate.
     let mut args = SMALL.to_vec();
     args.extend_from_slice(&["--hardware", "A100-80GB", "--latency-model", "roofline"]);
@@ -477,11 +536,19 @@ fn models_lists_sizes_as_vllm_loads_them() {
     let out = blis(&["models"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let text = stdout(&out);
-    let row = |id: &str| text.lines().find(|l| l.trim_start().starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{id}: {text}")).to_string();
+    let row = |id: &str| {
+        text.lines().find(|l| l.trim_start().starts_with(&format!("{id} "))).unwrap_or_else(|| panic!("{id}: {text}")).to_string()
+    };
     let llama = row("meta-llama/Llama-2-7b-hf");
     assert!(llama.contains("6.7 B") && llama.contains("12.6 GiB") && llama.contains("none") && llama.contains("dense"), "{llama}");
     let scout = row("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic");
-    assert!(scout.contains("107.8 B") && scout.contains("105.1 GiB") && scout.contains("compressed-tensors") && scout.contains("MoE, 16 experts, 1 per token, chunked attention of 8192 in 36 of 48 layers"), "{scout}");
+    assert!(
+        scout.contains("107.8 B")
+            && scout.contains("105.1 GiB")
+            && scout.contains("compressed-tensors")
+            && scout.contains("MoE, 16 experts, 1 per token, chunked attention of 8192 in 36 of 48 layers"),
+        "{scout}"
+    );
     assert!(row("deepseek-ai/DeepSeek-V2-Lite").ends_with("latent attention"));
 }
 
@@ -585,7 +652,8 @@ fn tiers_report_per_tier_and_kv_events_are_deterministic_and_balanced() {
 #[test]
 fn a_cold_moe_server_stalls_to_compile_its_kernels() {
     let run = |extra: &[&str]| {
-        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "200", "--rate", "8", "--format", "json"];
+        let mut args =
+            vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "200", "--rate", "8", "--format", "json"];
         args.extend_from_slice(extra);
         let out = blis(&args);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -640,7 +708,19 @@ fn fp8_quantization_at_load_halves_the_linear_weights() {
     let itl = |j: &Value| j["latency_ms"]["itl"]["mean"].as_f64().unwrap();
     assert!(itl(&fp8) < itl(&bf16), "fp8 ITL {} ms vs bf16 {} ms", itl(&fp8), itl(&bf16));
     // A checkpoint quantized already runs with its own method, unchanged.
-    let scout = ["run", "--model", "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic", "--tp", "2", "--max-model-len", "8192", "--num-requests", "5", "--format", "json"];
+    let scout = [
+        "run",
+        "--model",
+        "RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic",
+        "--tp",
+        "2",
+        "--max-model-len",
+        "8192",
+        "--num-requests",
+        "5",
+        "--format",
+        "json",
+    ];
     let json = |args: &[&str]| {
         let out = blis(args);
         assert!(out.status.success(), "{}", stderr(&out));
@@ -663,7 +743,21 @@ fn fp8_quantization_at_load_halves_the_linear_weights() {
 #[test]
 fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let mixtral = |extra: &[&str]| {
-        let mut args = vec!["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "100", "--rate", "10", "--format", "json", "--moe-kernel-compile", "0"];
+        let mut args = vec![
+            "run",
+            "--model",
+            "mistralai/Mixtral-8x7B-v0.1",
+            "--tp",
+            "2",
+            "--num-requests",
+            "100",
+            "--rate",
+            "10",
+            "--format",
+            "json",
+            "--moe-kernel-compile",
+            "0",
+        ];
         args.extend_from_slice(&["--prompt-tokens", "32"]);
         args.extend_from_slice(extra);
         let out = blis(&args);
@@ -675,7 +769,18 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let (ep_itl, ep_flag) = mixtral(&["--enable-expert-parallel"]);
     assert_eq!((tp_flag, ep_flag), (Value::Bool(false), Value::Bool(true)));
     assert!(ep_itl > tp_itl, "expert-parallel ITL {ep_itl} ms vs tensor-parallel {tp_itl} ms");
-    let out = blis(&["run", "--model", "mistralai/Mixtral-8x7B-v0.1", "--tp", "2", "--num-requests", "20", "--latency-model", "unified-5", "--enable-expert-parallel"]);
+    let out = blis(&[
+        "run",
+        "--model",
+        "mistralai/Mixtral-8x7B-v0.1",
+        "--tp",
+        "2",
+        "--num-requests",
+        "20",
+        "--latency-model",
+        "unified-5",
+        "--enable-expert-parallel",
+    ]);
     assert!(stderr(&out).contains("the unified-5 latency model has no expert-dispatch term"), "{}", stderr(&out));
     let (tp_roofline, _) = mixtral(&["--latency-model", "roofline"]);
     let (ep_roofline, _) = mixtral(&["--latency-model", "roofline", "--enable-expert-parallel"]);
@@ -684,7 +789,11 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
     let mut args = SMALL.to_vec();
     args.extend_from_slice(&["--format", "json", "--enable-expert-parallel", "--tp", "2"]);
     let out = blis(&args);
-    assert!(stderr(&out).contains("warning: --enable-expert-parallel has no effect: meta-llama/Llama-3.1-8B-Instruct has no experts"), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("warning: --enable-expert-parallel has no effect: meta-llama/Llama-3.1-8B-Instruct has no experts"),
+        "{}",
+        stderr(&out)
+    );
     let dense: Value = serde_json::from_str(&stdout(&out)).unwrap();
     let (_, tp2) = run_json(&["--tp", "2"]);
     assert_eq!(dense["latency_ms"], tp2["latency_ms"]);
@@ -702,8 +811,25 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
 fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
     let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/gpt-oss-20b.json");
     let base = [
-        "run", "--model", "openai/gpt-oss-20b", "--model-config", config, "--prompt-tokens", "20000", "--output-tokens", "500", "--rate", "100",
-        "--max-concurrency", "24", "--num-requests", "48", "--gpu-memory-utilization", "0.4", "--format", "json",
+        "run",
+        "--model",
+        "openai/gpt-oss-20b",
+        "--model-config",
+        config,
+        "--prompt-tokens",
+        "20000",
+        "--output-tokens",
+        "500",
+        "--rate",
+        "100",
+        "--max-concurrency",
+        "24",
+        "--num-requests",
+        "48",
+        "--gpu-memory-utilization",
+        "0.4",
+        "--format",
+        "json",
     ];
     let (_, hybrid) = json_of(&base, &[]);
     let (_, off) = json_of(&base, &["--disable-hybrid-kv-cache-manager"]);
@@ -725,7 +851,11 @@ fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
     let events = dir.join("events.jsonl");
     for extra in [&["--kv-offloading-size", "4"][..], &["--kv-events-output", events.to_str().unwrap()]] {
         let (_, j) = json_of(&base, extra);
-        assert_eq!((blocks(&j), &j["config"]["num-gpu-blocks"]["value"]), (blocks(&off), &off["config"]["num-gpu-blocks"]["value"]), "{extra:?}");
+        assert_eq!(
+            (blocks(&j), &j["config"]["num-gpu-blocks"]["value"]),
+            (blocks(&off), &off["config"]["num-gpu-blocks"]["value"]),
+            "{extra:?}"
+        );
         assert!(j["config"].get("kv-cache-groups").is_none(), "{extra:?}");
     }
     let (_, pd) = json_of(&base, &["--prefill-instances", "1", "--decode-instances", "1"]);

@@ -24,11 +24,15 @@ fn serve_reads_max_body_bytes_as_a_count_and_answers_413_from_the_declared_lengt
     let mut tcp = TcpStream::connect(server.addr()).unwrap();
     // A guard against a hang only: the answer comes from the head.
     tcp.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 1000001\r\n\r\n").unwrap();
+    tcp.write_all(b"POST /v1/completions HTTP/1.1\r\nhost: t\r\ncontent-type: application/json\r\ncontent-length: 1000001\r\n\r\n")
+        .unwrap();
     let mut response = String::new();
     tcp.read_to_string(&mut response).expect("the server answers and closes the connection");
     assert!(response.starts_with("HTTP/1.1 413"), "{response}");
-    assert!(response.contains("the request body is 1000001 bytes, more than the 1000000 bytes this server accepts (--max-body-bytes)"), "{response}");
+    assert!(
+        response.contains("the request body is 1000001 bytes, more than the 1000000 bytes this server accepts (--max-body-bytes)"),
+        "{response}"
+    );
 }
 
 #[test]
@@ -75,7 +79,11 @@ fn observe_refuses_urls_and_api_keys_that_cannot_be_sent() {
         (&["--server-url", "http://[::1"], None, "--server-url http://[::1: not a valid URL (invalid IPv6"),
         (&["--server-url", "http://h:99999"], None, "--server-url http://h:99999: not a valid URL (invalid port"),
         (&["--server-url", "localhost:8000"], None, "--server-url localhost:8000: scheme `localhost`"),
-        (&["--server-url", down, "--api-key", "sk-secret\nX-Injected: 1"], None, "--api-key: contains the control character '\\n' at byte 9"),
+        (
+            &["--server-url", down, "--api-key", "sk-secret\nX-Injected: 1"],
+            None,
+            "--api-key: contains the control character '\\n' at byte 9",
+        ),
         (&["--server-url", down], Some("sk-secret\r"), "$OPENAI_API_KEY (the default of --api-key): contains the control character '\\r'"),
     ] {
         let out = observe(extra, key_env);

@@ -7,7 +7,8 @@ use serde_json::Value;
 use crate::{assert_refused, blis, scratch, stderr};
 
 const BASE: &[&str] = &["sweep", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "-q"];
-const GRID: &str = "axes:\n  rate: [5, 40]\n  max-num-seqs: [16, 256]\nzip:\n  - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}\n";
+const GRID: &str =
+    "axes:\n  rate: [5, 40]\n  max-num-seqs: [16, 256]\nzip:\n  - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}\n";
 
 fn sweep(dir: &std::path::Path, out: &str, extra: &[&str]) -> String {
     let grid = dir.join("grid.yaml");
@@ -30,10 +31,26 @@ fn a_row_is_what_blis_run_reports_for_its_point() {
     let header: Vec<&str> = lines[0].split(',').collect();
     let row: Vec<&str> = lines[7].split(',').collect(); // point 6: rate 40, max-num-seqs 256, 1 instance
     let col = |name: &str| row[header.iter().position(|h| *h == name).unwrap()];
-    assert_eq!((col("point"), col("rate"), col("max-num-seqs"), col("num-instances"), col("routing-policy")), ("6", "40", "256", "1", "round-robin"));
+    assert_eq!(
+        (col("point"), col("rate"), col("max-num-seqs"), col("num-instances"), col("routing-policy")),
+        ("6", "40", "256", "1", "round-robin")
+    );
     let out = blis(&[
-        "run", "--model", "meta-llama/llama-3.1-8b-instruct", "--num-requests", "300", "--rate", "40", "--max-num-seqs", "256",
-        "--num-instances", "1", "--routing-policy", "round-robin", "--format", "json",
+        "run",
+        "--model",
+        "meta-llama/llama-3.1-8b-instruct",
+        "--num-requests",
+        "300",
+        "--rate",
+        "40",
+        "--max-num-seqs",
+        "256",
+        "--num-instances",
+        "1",
+        "--routing-policy",
+        "round-robin",
+        "--format",
+        "json",
     ]);
     let run: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(col("completed"), run["requests"]["completed"].to_string());
@@ -173,7 +190,10 @@ fn resuming_refuses_files_that_are_not_this_grids_csv() {
     assert_eq!(sweep(&dir, "cut.csv", &[]), whole, "one header, every row");
     let changed = whole.replacen("\n0,5,", "\n0,7,", 1);
     let grid = dir.join("grid.yaml");
-    for (name, bytes, needle) in [("binary.csv", vec![0xff, 0xfe, 0x00, 0x80], "not UTF-8"), ("changed.csv", changed.into_bytes(), "point 0 has rate 7, the grid now gives 5")] {
+    for (name, bytes, needle) in [
+        ("binary.csv", vec![0xff, 0xfe, 0x00, 0x80], "not UTF-8"),
+        ("changed.csv", changed.into_bytes(), "point 0 has rate 7, the grid now gives 5"),
+    ] {
         let path = dir.join(name);
         std::fs::write(&path, &bytes).unwrap();
         let mut args = BASE.to_vec();
@@ -206,7 +226,16 @@ fn the_example_sweep_runs_with_flags_over_its_base() {
     let out = dir.join("ex.csv");
     let root = env!("CARGO_MANIFEST_DIR").to_string() + "/../../examples/sweep/";
     let o = blis(&[
-        "sweep", "--base", &(root.clone() + "base.yaml"), "--grid", &(root + "grid.yaml"), "--num-requests", "100", "--output", out.to_str().unwrap(), "-q",
+        "sweep",
+        "--base",
+        &(root.clone() + "base.yaml"),
+        "--grid",
+        &(root + "grid.yaml"),
+        "--num-requests",
+        "100",
+        "--output",
+        out.to_str().unwrap(),
+        "-q",
     ]);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = std::fs::read_to_string(out).unwrap();

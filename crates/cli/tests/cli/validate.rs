@@ -32,14 +32,17 @@ fn validates_a_directory_of_experiments_and_writes_every_output() {
     let out = blis(&["validate", tmp.0.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let overloaded = stdout(&out);
-    let judged = overloaded.split_once("== Overload-excluded runs: is the overload predicted? ==").map(|(_, tail)| tail).unwrap_or_default();
+    let judged =
+        overloaded.split_once("== Overload-excluded runs: is the overload predicted? ==").map(|(_, tail)| tail).unwrap_or_default();
     assert!(judged.lines().skip_while(|l| !l.starts_with("---")).nth(1).is_some_and(|row| row.starts_with("exp-b ")), "{overloaded}");
     let csv_text = std::fs::read_to_string(&csv).unwrap();
     let mut lines = csv_text.lines();
     assert_eq!(lines.next(), Some("experiment,model,status,stage,metric,predicted,actual,ape"));
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert!(rows.iter().all(|r| r.len() == 8));
-    for metric in ["e2e_mean_ms", "e2e_p90_ms", "e2e_p99_ms", "ttft_mean_ms", "itl_mean_ms", "inference_perf_itl_mean_ms", "failure_fraction"] {
+    for metric in
+        ["e2e_mean_ms", "e2e_p90_ms", "e2e_p99_ms", "ttft_mean_ms", "itl_mean_ms", "inference_perf_itl_mean_ms", "failure_fraction"]
+    {
         assert!(rows.iter().any(|r| r[0] == "exp-a" && r[3] == "0" && r[4] == metric), "no {metric} row");
     }
     // APE is |predicted − actual| / actual · 100 on every row that has one.
@@ -61,7 +64,9 @@ fn check_request_rows(csv: &str, stdout: &str) {
     let mut lines = csv.lines();
     assert_eq!(
         lines.next(),
-        Some("experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms")
+        Some(
+            "experiment,request,stage,send_s,input_tokens,actual_ok,actual_ttft_ms,actual_e2e_ms,predicted_ok,predicted_ttft_ms,predicted_e2e_ms"
+        )
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 20);
@@ -125,7 +130,8 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     std::fs::write(&stage0, good.replace("\"failures\": {\"count\": 0", "\"failures\": {\"count\": 18446744073709551615")).unwrap();
     check("count overflow", "failures.count");
     // A length percentile that is no number (fuzzing: ignored silently).
-    std::fs::write(&stage0, good.replace("\"prompt_len\": {\"mean\": 63.0}", "\"prompt_len\": {\"mean\": 63.0, \"p99\": \"xyz\"}")).unwrap();
+    std::fs::write(&stage0, good.replace("\"prompt_len\": {\"mean\": 63.0}", "\"prompt_len\": {\"mean\": 63.0, \"p99\": \"xyz\"}"))
+        .unwrap();
     check("length percentile", "field `successes.prompt_len`: `p99` = \"xyz\": not a number of tokens");
     std::fs::write(&stage0, good).unwrap();
     let summary = dir.join("results/summary_lifecycle_metrics.json");
@@ -155,7 +161,10 @@ fn bad_inputs_exit_2_with_one_line_naming_the_file_and_leave_no_outputs() {
     std::fs::write(&requests, truncated).unwrap();
     check("truncated", "4 rows for stage 1, but results/stage_1_lifecycle_metrics.json counts 10 requests");
     std::fs::write(&requests, good.replacen(",0,80,25", ",1,80,25", 1)).unwrap();
-    check("errors the report does not count", "stage 0: 1 of its rows with has_error = 1, but results/stage_0_lifecycle_metrics.json counts 0 failures");
+    check(
+        "errors the report does not count",
+        "stage 0: 1 of its rows with has_error = 1, but results/stage_0_lifecycle_metrics.json counts 0 failures",
+    );
     std::fs::write(&requests, good).unwrap();
 
     let exp = dir.join("exp-config.yaml");
@@ -249,7 +258,10 @@ fn unbundled_models_and_gpus_come_from_model_configs_or_flags() {
     let out = blis(&["validate", clone.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
-    assert!(err.contains("acme/Llama-2-7b-Clone") && err.contains("model_configs/<name>/config.json") && err.contains("--model-config"), "{err}");
+    assert!(
+        err.contains("acme/Llama-2-7b-Clone") && err.contains("model_configs/<name>/config.json") && err.contains("--model-config"),
+        "{err}"
+    );
 
     // The ground truth's layout: model_configs/<name>/config.json beside the experiments' directory.
     let configs = tmp.0.join("runs/model_configs/llama-2-7b-clone");
@@ -322,7 +334,10 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     assert!(out.status.success(), "{}", stderr(&out));
     let err = stderr(&out);
     assert_eq!(err.lines().filter(|l| l.starts_with("warning: ")).count(), 2, "{err}");
-    assert!(err.contains("server-facts.yaml max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128; simulating the server's 64"), "{err}");
+    assert!(
+        err.contains("server-facts.yaml max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128; simulating the server's 64"),
+        "{err}"
+    );
     assert!(err.contains("server-facts.yaml: unknown key `num_gpu_block` ignored; server-facts.yaml keys: hardware,"), "{err}");
     // Without the server's block count, the derived one is named.
     let kept: String = text.lines().filter(|l| !l.starts_with("num_gpu_blocks:")).map(|l| format!("{l}\n")).collect();
@@ -331,13 +346,19 @@ fn unknown_server_facts_and_facts_that_contradict_the_experiment_config_are_warn
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"), "{err}");
+    assert!(
+        err.contains("server-facts.yaml: no num_gpu_blocks; simulating 7472 KV blocks derived as vLLM's memory profiler would"),
+        "{err}"
+    );
     // A misspelt key of inference-perf's configuration keeps its default, as in inference-perf, and is named.
     let config = dir.join("results/config.yaml");
     let text = std::fs::read_to_string(&config).unwrap();
     std::fs::write(&config, text.replace("  interval: 1.0", "  intervall: 1.0")).unwrap();
     let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
-    assert!(err.contains("config.yaml: unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"), "{err}");
+    assert!(
+        err.contains("config.yaml: unknown key `load.intervall` ignored (inference-perf ignores it too); did you mean `interval`?"),
+        "{err}"
+    );
 }
 
 /// A block count and a logged cache size that disagree (a hand-edited
@@ -352,7 +373,12 @@ fn a_block_count_its_cache_size_contradicts_is_warned_about() {
     };
     assert!(!with(7462 * 16).contains("warning"), "7462 blocks of 16 tokens agree");
     let err = with(13712 * 16);
-    assert!(err.contains("server-facts.yaml num_gpu_blocks = 7462 but its kv_cache_tokens = 219392 are 13712 blocks of 16 tokens; simulating 7462 blocks"), "{err}");
+    assert!(
+        err.contains(
+            "server-facts.yaml num_gpu_blocks = 7462 but its kv_cache_tokens = 219392 are 13712 blocks of 16 tokens; simulating 7462 blocks"
+        ),
+        "{err}"
+    );
 }
 
 /// An experiment that does not record its GPU is simulated on the default
@@ -374,7 +400,11 @@ fn an_unrecorded_gpu_is_assumed_out_loud() {
     assert_ne!(predictions(&dir, &["--hardware", "A100-80GB"]), predictions(&dir, &[]));
     let unknown = blis(&["validate", dir.to_str().unwrap(), "-q", "--hardware", "B300"]);
     assert_eq!(unknown.status.code(), Some(2));
-    assert!(stderr(&unknown).trim_end().lines().count() == 1 && stderr(&unknown).contains("--hardware B300: unknown GPU"), "{}", stderr(&unknown));
+    assert!(
+        stderr(&unknown).trim_end().lines().count() == 1 && stderr(&unknown).contains("--hardware B300: unknown GPU"),
+        "{}",
+        stderr(&unknown)
+    );
 }
 
 /// `kv_cache_dtype: fp8` in `server-facts.yaml` is read: the server's
@@ -426,7 +456,16 @@ fn data_parallel_servers_are_simulated_as_engines_behind_vllms_balancer() {
     let shared = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general");
     let busy = tmp.0.join("busy/exp");
     std::fs::create_dir_all(busy.join("results")).unwrap();
-    for f in ["exp-config.yaml", "server-facts.yaml", "profile.yaml", "requests.csv", "results/config.yaml", "results/stage_0_lifecycle_metrics.json", "results/stage_1_lifecycle_metrics.json", "results/summary_lifecycle_metrics.json"] {
+    for f in [
+        "exp-config.yaml",
+        "server-facts.yaml",
+        "profile.yaml",
+        "requests.csv",
+        "results/config.yaml",
+        "results/stage_0_lifecycle_metrics.json",
+        "results/stage_1_lifecycle_metrics.json",
+        "results/summary_lifecycle_metrics.json",
+    ] {
         std::fs::copy(format!("{shared}/{f}"), busy.join(f)).unwrap();
     }
     let e2e_mean = |rows: &[String], stage: &str| -> f64 {
@@ -464,10 +503,14 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
     let log = tmp.0.join("vllm.log");
     std::fs::write(&log, VLLM_LOG).unwrap();
     let facts = dir.join("server-facts.yaml");
-    let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "H100-SXM-80GB", "--output", facts.to_str().unwrap()]);
+    let out =
+        blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "H100-SXM-80GB", "--output", facts.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
     let written = std::fs::read_to_string(&facts).unwrap();
-    assert!(written.contains("num_gpu_blocks: 7462\n") && written.contains("hardware: H100-SXM-80GB\n") && written.contains("# vLLM 0.15.1"), "{written}");
+    assert!(
+        written.contains("num_gpu_blocks: 7462\n") && written.contains("hardware: H100-SXM-80GB\n") && written.contains("# vLLM 0.15.1"),
+        "{written}"
+    );
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("unknown key"), "{}", stderr(&out));
     assert_eq!(predictions(&dir, &[]), hand_written);
@@ -479,12 +522,20 @@ fn a_vllm_log_becomes_the_server_facts_that_validate_reads() {
 
     let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap(), "--hardware", "B300"]);
     assert!(out.status.success(), "{}", stderr(&out));
-    assert!(stdout(&out).contains("tensor_parallel_size: 1\n") && stderr(&out).contains("--hardware B300: unknown GPU"), "{}", stderr(&out));
+    assert!(
+        stdout(&out).contains("tensor_parallel_size: 1\n") && stderr(&out).contains("--hardware B300: unknown GPU"),
+        "{}",
+        stderr(&out)
+    );
     for (text, needle) in [("not a log\n", "no vLLM startup line"), ("", "no vLLM startup line")] {
         std::fs::write(&log, text).unwrap();
         let out = blis(&["convert", "vllm-log", "--path", log.to_str().unwrap()]);
         assert_eq!(out.status.code(), Some(2));
-        assert!(stderr(&out).trim_end().lines().count() == 1 && stderr(&out).contains(needle) && stderr(&out).contains("vllm.log"), "{}", stderr(&out));
+        assert!(
+            stderr(&out).trim_end().lines().count() == 1 && stderr(&out).contains(needle) && stderr(&out).contains("vllm.log"),
+            "{}",
+            stderr(&out)
+        );
     }
     let out = blis(&["convert", "vllm-log", "--path", tmp.0.join("missing.log").to_str().unwrap()]);
     assert!(out.status.code() == Some(2) && stderr(&out).contains("missing.log"), "{}", stderr(&out));
@@ -510,7 +561,10 @@ fn a_vllm_log_converts_only_what_validate_accepts() {
     assert!(out.status.success(), "{}", stderr(&out));
     let (written, notes) = (std::fs::read_to_string(&facts).unwrap(), stderr(&out));
     for (key, note) in [
-        ("tensor_parallel_size", "tensor_parallel_size 3: meta-llama/Llama-2-7b-hf: 32 attention heads are not divisible by tensor-parallel size 3"),
+        (
+            "tensor_parallel_size",
+            "tensor_parallel_size 3: meta-llama/Llama-2-7b-hf: 32 attention heads are not divisible by tensor-parallel size 3",
+        ),
         ("max_num_seqs", "max_num_seqs 0: out of range: must be from 1"),
         ("gpu_memory_utilization", "gpu_memory_utilization 5: must be in (0, 1]; ignored"),
         ("block_size", "block_size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens; ignored"),
@@ -542,13 +596,21 @@ fn a_server_log_beside_the_experiment_fills_in_its_facts() {
     assert_eq!(predictions(&dir, &[]), hand_written, "the log's 119 392 tokens are the 7 462 blocks");
     // server-facts.yaml wins; the log's own contradiction of exp-config.yaml is named.
     edit_server_facts(&dir, |text| format!("{text}num_gpu_blocks: 7462\n"));
-    std::fs::write(dir.join("vllm.log"), VLLM_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 64").replace("enforce_eager=False", "enforce_eager=True")).unwrap();
+    std::fs::write(
+        dir.join("vllm.log"),
+        VLLM_LOG.replace("'max_num_seqs': 128", "'max_num_seqs': 64").replace("enforce_eager=False", "enforce_eager=True"),
+    )
+    .unwrap();
     let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
     assert!(err.contains("vllm.log max_num_seqs = 64 but exp-config.yaml max_num_seqs = 128"), "{err}");
     assert!(err.contains("vllm.log: enforce_eager"), "{err}");
     std::fs::write(dir.join("vllm.log"), "no startup here\n").unwrap();
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
-    assert!(out.status.success() && stderr(&out).contains("vllm.log: no vLLM startup line found") && stderr(&out).contains("not read"), "{}", stderr(&out));
+    assert!(
+        out.status.success() && stderr(&out).contains("vllm.log: no vLLM startup line found") && stderr(&out).contains("not read"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 /// A `normalized.json` beside the experiment (the shared ground truth's
@@ -566,14 +628,21 @@ fn a_normalized_summary_beside_the_experiment_fills_in_its_facts() {
     assert!(bare.contains("no num_gpu_blocks") && bare.contains("no hardware"), "{bare}");
     let summary = r#"{"name": "exp", "hardware": "A100", "hardware_detail": "NVIDIA A100-SXM4-80GB (a note)", "tp": 1, "status": "active",
         "vllm_config_known": {"kv_blocks_total_gpu": 7462, "block_size": 16, "gpu_memory_utilization": null, "cpu_kv_offload": null}}"#;
-    std::fs::write(dir.join("normalized.json"), summary.replace(r#""A100", "hardware_detail": "NVIDIA A100-SXM4-80GB"#, r#""H100", "hardware_detail": "NVIDIA H100 80GB HBM3 SXM"#)).unwrap();
+    std::fs::write(
+        dir.join("normalized.json"),
+        summary.replace(r#""A100", "hardware_detail": "NVIDIA A100-SXM4-80GB"#, r#""H100", "hardware_detail": "NVIDIA H100 80GB HBM3 SXM"#),
+    )
+    .unwrap();
     let out = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     assert!(out.status.success() && !stderr(&out).contains("warning"), "{}", stderr(&out));
     assert_eq!(predictions(&dir, &[]), hand_written);
     // A summary without the block count: the warning names the files read, not a server-facts.yaml that is not there.
     std::fs::write(dir.join("normalized.json"), summary.replace("7462", "null")).unwrap();
     let unknown = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
-    assert!(unknown.contains("exp: no server-facts.yaml, so no num_gpu_blocks (normalized.json gives none either); simulating 7472 KV blocks"), "{unknown}");
+    assert!(
+        unknown.contains("exp: no server-facts.yaml, so no num_gpu_blocks (normalized.json gives none either); simulating 7472 KV blocks"),
+        "{unknown}"
+    );
     std::fs::write(dir.join("normalized.json"), summary).unwrap();
     assert_eq!(predictions(&dir, &[]), predictions(&dir, &["--hardware", "A100-80GB"]));
     assert_ne!(predictions(&dir, &[]), hand_written, "the summary's A100 is simulated");
@@ -582,7 +651,10 @@ fn a_normalized_summary_beside_the_experiment_fills_in_its_facts() {
     let err = stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"]));
     assert!(err.contains("normalized.json hardware = A100-80GB but server-facts.yaml hardware = H100; simulating H100"), "{err}");
     std::fs::write(dir.join("server-facts.yaml"), "hardware: NVIDIA A100-SXM4-80GB\n").unwrap();
-    assert!(!stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"])).contains("normalized.json hardware"), "two spellings of one GPU agree");
+    assert!(
+        !stderr(&blis(&["validate", dir.to_str().unwrap(), "-q"])).contains("normalized.json hardware"),
+        "two spellings of one GPU agree"
+    );
     std::fs::write(dir.join("normalized.json"), summary.replace("7462", "\"many\"")).unwrap();
     let bad = blis(&["validate", dir.to_str().unwrap(), "-q"]);
     let err = stderr(&bad);

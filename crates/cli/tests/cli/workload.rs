@@ -72,7 +72,8 @@ fn presets_take_a_rate() {
 fn a_generated_trace_replays_as_the_spec_runs() {
     let dir = scratch("generate-replay");
     let csv = dir.join("requests.csv");
-    let err = blis(&["workload", "generate", "--spec", &example("reasoning.yaml"), "--num-requests", "150", "--output", csv.to_str().unwrap()]);
+    let err =
+        blis(&["workload", "generate", "--spec", &example("reasoning.yaml"), "--num-requests", "150", "--output", csv.to_str().unwrap()]);
     assert!(err.status.success(), "{}", stderr(&err));
     assert!(stderr(&err).contains("multi-turn"), "later rounds are not in a generated trace: {}", stderr(&err));
     assert!(dir.join("requests.header.yaml").exists());
@@ -110,7 +111,16 @@ fn servegen_directories_convert_to_runnable_specs() {
     let dir = scratch("servegen");
     let out = dir.join("sub").join("w.yaml");
     std::fs::create_dir_all(out.parent().unwrap()).unwrap();
-    let err = blis(&["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-end", "1800", "--output", out.to_str().unwrap()]);
+    let err = blis(&[
+        "convert",
+        "servegen",
+        "--path",
+        &example("servegen/language-mini"),
+        "--span-end",
+        "1800",
+        "--output",
+        out.to_str().unwrap(),
+    ]);
     assert!(err.status.success(), "{}", stderr(&err));
     let text = std::fs::read_to_string(&out).unwrap();
     assert!(text.contains("horizon: 1800000000") && text.contains("process: weibull") && text.contains("field: input_tokens"), "{text}");
@@ -173,7 +183,17 @@ fn stats_print_a_table_and_write_a_plot() {
     let svg = std::fs::read_to_string(&plot).unwrap();
     assert!(svg.starts_with("<svg") && svg.contains("Arrival rate by client") && svg.contains("premium"));
     let list = ok(&["workload", "list"]);
-    for name in ["preset:chatbot", "preset:contentgen", "preset:summarization", "preset:multidoc", "scenario:bursty-traffic", "scenario:diurnal-cycle", "scenario:unfair-tenants", "scenario:prefix-heavy", "scenario:mixed-slo"] {
+    for name in [
+        "preset:chatbot",
+        "preset:contentgen",
+        "preset:summarization",
+        "preset:multidoc",
+        "scenario:bursty-traffic",
+        "scenario:diurnal-cycle",
+        "scenario:unfair-tenants",
+        "scenario:prefix-heavy",
+        "scenario:mixed-slo",
+    ] {
         assert!(list.contains(name), "{name}");
     }
     assert!(ok(&["workload", "show", "preset:chatbot"]).contains("prefix_group: chat-system-prompt"));
@@ -219,7 +239,11 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
         ("unknown-preset", run(&["--workload", "preset:nope"]), "allowed: preset:chatbot"),
         ("not-builtin", run(&["--workload", "w.yaml"]), "expected preset:NAME or scenario:NAME"),
         ("two-workloads", run(&["--workload", "preset:chatbot", "--trace", "x.csv"]), "--workload and --trace are alternatives"),
-        ("synthetic-flag", run(&["--workload", "preset:chatbot", "--prompt-tokens", "9"]), "--prompt-tokens does not apply with --workload"),
+        (
+            "synthetic-flag",
+            run(&["--workload", "preset:chatbot", "--prompt-tokens", "9"]),
+            "--prompt-tokens does not apply with --workload",
+        ),
         ("trace-rate", run(&["--trace", &bad_trace, "--rate", "3"]), "--rate does not apply with --trace"),
         ("trace-columns", run(&["--trace", &bad_trace]), "bad.csv:1: missing column"),
         ("trace-format", run(&["--trace", "x.parquet"]), "allowed: .csv (trace v2), .jsonl (Mooncake)"),
@@ -237,9 +261,19 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
     assert!(e.contains("category: is reasoning but"), "{e}");
     let e = rejected("stats-bad", &["workload", "stats", "--spec", &nan_rate], "--plot", "p.svg");
     assert!(e.contains("aggregate_rate"), "{e}");
-    let e = rejected("generate-negative-seed", &["workload", "generate", "--spec", &example("language.yaml"), "--seed", "-1"], "--output", "t.csv");
+    let e = rejected(
+        "generate-negative-seed",
+        &["workload", "generate", "--spec", &example("language.yaml"), "--seed", "-1"],
+        "--output",
+        "t.csv",
+    );
     assert!(e.contains("'--seed <N>': `-1` is negative: a count is 0 or more"), "{e}");
-    let e = rejected("convert-negative-start", &["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-start", "-5"], "--output", "w.yaml");
+    let e = rejected(
+        "convert-negative-start",
+        &["convert", "servegen", "--path", &example("servegen/language-mini"), "--span-start", "-5"],
+        "--output",
+        "w.yaml",
+    );
     assert!(e.contains("'--span-start <SECONDS>': `-5` is negative: a count is 0 or more"), "{e}");
 }
 
@@ -250,8 +284,22 @@ fn bad_workload_input_gives_one_clear_line_and_no_output() {
 fn an_inference_perf_profile_runs_as_a_workload_spec_with_its_stage_counts() {
     let profile = concat!(env!("CARGO_MANIFEST_DIR"), "/../../validation/vllm-h100/20260217-231439-llama-2-7b-tp1-general/profile.yaml");
     let out = blis(&[
-        "run", "-q", "--format", "json", "--model", "meta-llama/Llama-2-7b-hf", "--workload-spec", profile, "--max-num-seqs", "128",
-        "--max-num-batched-tokens", "2048", "--max-model-len", "4096", "--num-gpu-blocks", "7462",
+        "run",
+        "-q",
+        "--format",
+        "json",
+        "--model",
+        "meta-llama/Llama-2-7b-hf",
+        "--workload-spec",
+        profile,
+        "--max-num-seqs",
+        "128",
+        "--max-num-batched-tokens",
+        "2048",
+        "--max-model-len",
+        "4096",
+        "--num-gpu-blocks",
+        "7462",
     ]);
     assert!(out.status.success(), "{}", stderr(&out));
     let j: Value = serde_json::from_str(&String::from_utf8_lossy(&out.stdout)).unwrap();
@@ -339,7 +387,8 @@ fn rejected_requests_end_and_let_the_next_stage_start() {
     std::fs::write(&policy, "admission:\n  type: token-bucket\n  params:\n    capacity: 5\n    refill_per_s: 2\n").unwrap();
     let csv = dir.join("requests.csv");
     let spec = example("inference-perf-synthetic.yaml");
-    let (_, j) = run_json(&["--workload-spec", &spec, "--policy-config", policy.to_str().unwrap(), "--requests-csv", csv.to_str().unwrap()]);
+    let (_, j) =
+        run_json(&["--workload-spec", &spec, "--policy-config", policy.to_str().unwrap(), "--requests-csv", csv.to_str().unwrap()]);
     let cluster = &j["cluster"]["requests"];
     assert_eq!(cluster["arrived"], 1200, "both stages sent everything");
     let rejected = cluster["rejected"].as_u64().unwrap();

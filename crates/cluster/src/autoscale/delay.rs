@@ -40,9 +40,7 @@ pub struct Span(pub Micros);
 
 impl<'de> Deserialize<'de> for Span {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Span, D::Error> {
-        parse_duration(&duration_text(d)?)
-            .map(Span)
-            .map_err(serde::de::Error::custom)
+        parse_duration(&duration_text(d)?).map(Span).map_err(serde::de::Error::custom)
     }
 }
 
@@ -76,8 +74,7 @@ impl Delay {
     pub fn parse(text: &str) -> Result<Delay, String> {
         let t = text.trim();
         fn pair<'a>(whole: &str, rest: &'a str) -> Result<(&'a str, &'a str), String> {
-            rest.split_once(',')
-                .ok_or_else(|| format!("`{whole}`: expected {SYNTAX}"))
+            rest.split_once(',').ok_or_else(|| format!("`{whole}`: expected {SYNTAX}"))
         }
         if let Some(rest) = t.strip_prefix("uniform:") {
             let (a, b) = pair(t, rest)?;
@@ -96,13 +93,7 @@ impl Delay {
                 .ok_or_else(|| format!("`{t}`: σ must be a number in [0, 3]"))?;
             Ok(Delay::LogNormal(parse_duration(m)?, sigma))
         } else {
-            parse_duration(t).map(Delay::Fixed).map_err(|e| {
-                if t.contains(':') {
-                    format!("`{t}`: expected {SYNTAX}")
-                } else {
-                    e
-                }
-            })
+            parse_duration(t).map(Delay::Fixed).map_err(|e| if t.contains(':') { format!("`{t}`: expected {SYNTAX}") } else { e })
         }
     }
 
@@ -154,28 +145,15 @@ mod tests {
         for text in ["30s", "uniform:1m,3m", "lognormal:2m,0.3"] {
             assert_eq!(Delay::parse(text).unwrap().to_string(), text);
         }
-        for bad in [
-            "-1s",
-            "uniform:3m,1m",
-            "uniform:1m",
-            "lognormal:2m,x",
-            "lognormal:2m,9",
-            "gamma:1s,2",
-        ] {
+        for bad in ["-1s", "uniform:3m,1m", "uniform:1m", "lognormal:2m,x", "lognormal:2m,9", "gamma:1s,2"] {
             assert!(Delay::parse(bad).is_err(), "{bad}");
         }
         let mut rng = subsystem_rng(1, "autoscale");
         let u = Delay::parse("uniform:1m,3m").unwrap();
         let draws: Vec<Micros> = (0..1000).map(|_| u.sample(&mut rng)).collect();
-        assert!(
-            draws
-                .iter()
-                .all(|d| (Micros::from_secs(60)..=Micros::from_secs(180)).contains(d))
-        );
+        assert!(draws.iter().all(|d| (Micros::from_secs(60)..=Micros::from_secs(180)).contains(d)));
         let l = Delay::parse("lognormal:2m,0.3").unwrap();
-        let mut logs: Vec<f64> = (0..4001)
-            .map(|_| (l.sample(&mut rng).as_us() as f64).ln())
-            .collect();
+        let mut logs: Vec<f64> = (0..4001).map(|_| (l.sample(&mut rng).as_us() as f64).ln()).collect();
         logs.sort_by(f64::total_cmp);
         let median = logs[2000].exp() / 1e6;
         assert!((median - 120.0).abs() < 6.0, "sample median {median} s");
@@ -187,10 +165,7 @@ mod tests {
         assert_eq!(s, Span(Micros::from_secs(240)));
         let s: Span = serde_json::from_value(serde_json::json!(1.5)).unwrap();
         assert_eq!(s, Span(Micros(1_500_000)));
-        assert_eq!(
-            serde_json::to_value(s).unwrap(),
-            serde_json::json!("1500ms")
-        );
+        assert_eq!(serde_json::to_value(s).unwrap(), serde_json::json!("1500ms"));
         assert!(serde_json::from_value::<Span>(serde_json::json!("-3s")).is_err());
     }
 }

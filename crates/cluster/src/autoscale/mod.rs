@@ -75,10 +75,7 @@ impl DrainPolicy {
             "wait" => Ok(DrainPolicy::Wait),
             "immediate" => Ok(DrainPolicy::Immediate),
             "redirect" => Ok(DrainPolicy::Redirect),
-            other => Err(format!(
-                "unknown drain policy `{other}`; allowed: {}",
-                Self::NAMES.join(", ")
-            )),
+            other => Err(format!("unknown drain policy `{other}`; allowed: {}", Self::NAMES.join(", "))),
         }
     }
 }
@@ -104,11 +101,7 @@ pub struct Warmup {
 
 impl Default for Warmup {
     fn default() -> Warmup {
-        Warmup {
-            duration: Span(Micros::ZERO),
-            slowdown: 2.0,
-            route_while_warming: true,
-        }
+        Warmup { duration: Span(Micros::ZERO), slowdown: 2.0, route_while_warming: true }
     }
 }
 
@@ -213,13 +206,7 @@ impl AutoscaleConfig {
             self.min_replicas,
             &format!("at most max_replicas ({})", self.max_replicas),
         )?;
-        check(
-            self.interval >= Self::MIN_INTERVAL,
-            a,
-            "interval",
-            blis_engine::time::format_duration(self.interval),
-            "at least 1ms",
-        )?;
+        check(self.interval >= Self::MIN_INTERVAL, a, "interval", blis_engine::time::format_duration(self.interval), "at least 1ms")?;
         check(
             self.scrape_delay.0 / self.interval.0 <= Self::MAX_SCRAPES_IN_FLIGHT,
             a,
@@ -236,10 +223,7 @@ impl AutoscaleConfig {
             a,
             "initial replicas",
             initial,
-            &format!(
-                "between min_replicas ({}) and max_replicas ({})",
-                self.min_replicas, self.max_replicas
-            ),
+            &format!("between min_replicas ({}) and max_replicas ({})", self.min_replicas, self.max_replicas),
         )?;
         let w = &self.warmup;
         check(
@@ -250,10 +234,7 @@ impl AutoscaleConfig {
             "a factor in [1, 100]",
         )?;
         if self.pools.is_empty() {
-            return Err(ConfigError::new(
-                "node_pools",
-                "at least one pool is needed",
-            ));
+            return Err(ConfigError::new("node_pools", "at least one pool is needed"));
         }
         let mut capacity = 0u64;
         for (i, p) in self.pools.iter().enumerate() {
@@ -263,32 +244,11 @@ impl AutoscaleConfig {
                 &at,
                 "gpus_per_node",
                 p.gpus_per_node,
-                &format!(
-                    "at least the {} GPUs of one replica (tp)",
-                    p.gpus_per_replica
-                ),
+                &format!("at least the {} GPUs of one replica (tp)", p.gpus_per_replica),
             )?;
-            check(
-                p.max_nodes >= 1,
-                &at,
-                "max_nodes",
-                p.max_nodes,
-                "at least 1",
-            )?;
-            check(
-                p.min_nodes <= p.max_nodes,
-                &at,
-                "min_nodes",
-                p.min_nodes,
-                &format!("at most max_nodes ({})", p.max_nodes),
-            )?;
-            check(
-                p.initial_nodes <= p.max_nodes,
-                &at,
-                "initial_nodes",
-                p.initial_nodes,
-                &format!("at most max_nodes ({})", p.max_nodes),
-            )?;
+            check(p.max_nodes >= 1, &at, "max_nodes", p.max_nodes, "at least 1")?;
+            check(p.min_nodes <= p.max_nodes, &at, "min_nodes", p.min_nodes, &format!("at most max_nodes ({})", p.max_nodes))?;
+            check(p.initial_nodes <= p.max_nodes, &at, "initial_nodes", p.initial_nodes, &format!("at most max_nodes ({})", p.max_nodes))?;
             if let Some(c) = p.cost_per_gpu_hour {
                 check(
                     c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c),
@@ -303,10 +263,7 @@ impl AutoscaleConfig {
         if capacity < u64::from(self.max_replicas) {
             return Err(ConfigError::new(
                 "autoscale.max_replicas",
-                format!(
-                    "{}: the node pools hold at most {capacity} replicas (Σ max_nodes × replicas per node)",
-                    self.max_replicas
-                ),
+                format!("{}: the node pools hold at most {capacity} replicas (Σ max_nodes × replicas per node)", self.max_replicas),
             ));
         }
         Ok(())

@@ -132,12 +132,7 @@ pub struct ThresholdParams {
 
 impl Default for ThresholdParams {
     fn default() -> Self {
-        ThresholdParams {
-            metric: Signal::Saturation,
-            scale_up: 0.8,
-            scale_down: 0.3,
-            step: 1,
-        }
+        ThresholdParams { metric: Signal::Saturation, scale_up: 0.8, scale_down: 0.3, step: 1 }
     }
 }
 
@@ -155,11 +150,7 @@ pub struct TargetParams {
 
 impl Default for TargetParams {
     fn default() -> Self {
-        TargetParams {
-            metric: Signal::Saturation,
-            target: 0.6,
-            tolerance: 0.1,
-        }
+        TargetParams { metric: Signal::Saturation, target: 0.6, tolerance: 0.1 }
     }
 }
 
@@ -173,9 +164,7 @@ pub struct QueueParams {
 
 impl Default for QueueParams {
     fn default() -> Self {
-        QueueParams {
-            target_per_replica: 8.0,
-        }
+        QueueParams { target_per_replica: 8.0 }
     }
 }
 
@@ -193,11 +182,7 @@ pub struct SloParams {
 
 impl Default for SloParams {
     fn default() -> Self {
-        SloParams {
-            ttft_ms: 1000.0,
-            scale_up_at: 1.0,
-            scale_down_at: 0.3,
-        }
+        SloParams { ttft_ms: 1000.0, scale_up_at: 1.0, scale_down_at: 0.3 }
     }
 }
 
@@ -223,44 +208,18 @@ impl AutoscaleSpec {
     /// Validates the parameters and builds the policy; `path` locates the section in errors.
     pub fn build(&self, path: &str) -> Result<Box<dyn AutoscalePolicy>, ConfigError> {
         let p = format!("{path}.params");
-        let finite = |field: &str, v: f64| {
-            check(
-                v.is_finite() && v >= 0.0,
-                &p,
-                field,
-                v,
-                "a finite number ≥ 0",
-            )
-        };
+        let finite = |field: &str, v: f64| check(v.is_finite() && v >= 0.0, &p, field, v, "a finite number ≥ 0");
         Ok(match self {
             AutoscaleSpec::Threshold(q) => {
                 finite("scale_up", q.scale_up)?;
                 finite("scale_down", q.scale_down)?;
-                check(
-                    q.scale_down < q.scale_up,
-                    &p,
-                    "scale_down",
-                    q.scale_down,
-                    &format!("below scale_up ({})", q.scale_up),
-                )?;
+                check(q.scale_down < q.scale_up, &p, "scale_down", q.scale_down, &format!("below scale_up ({})", q.scale_up))?;
                 check(q.step >= 1, &p, "step", q.step, "at least 1")?;
                 Box::new(Threshold(q.clone()))
             }
             AutoscaleSpec::TargetTracking(q) => {
-                check(
-                    q.target.is_finite() && q.target > 0.0,
-                    &p,
-                    "target",
-                    q.target,
-                    "a positive finite number",
-                )?;
-                check(
-                    q.tolerance.is_finite() && (0.0..1.0).contains(&q.tolerance),
-                    &p,
-                    "tolerance",
-                    q.tolerance,
-                    "in [0, 1)",
-                )?;
+                check(q.target.is_finite() && q.target > 0.0, &p, "target", q.target, "a positive finite number")?;
+                check(q.tolerance.is_finite() && (0.0..1.0).contains(&q.tolerance), &p, "tolerance", q.tolerance, "in [0, 1)")?;
                 Box::new(TargetTracking(q.clone()))
             }
             AutoscaleSpec::QueueDepth(q) => {
@@ -274,13 +233,7 @@ impl AutoscaleSpec {
                 Box::new(QueueDepth(q.clone()))
             }
             AutoscaleSpec::Slo(q) => {
-                check(
-                    q.ttft_ms.is_finite() && q.ttft_ms > 0.0,
-                    &p,
-                    "ttft_ms",
-                    q.ttft_ms,
-                    "a positive finite number",
-                )?;
+                check(q.ttft_ms.is_finite() && q.ttft_ms > 0.0, &p, "ttft_ms", q.ttft_ms, "a positive finite number")?;
                 finite("scale_up_at", q.scale_up_at)?;
                 finite("scale_down_at", q.scale_down_at)?;
                 check(
@@ -327,11 +280,7 @@ impl AutoscalePolicy for TargetTracking {
         let metric = self.0.metric.of(&cx.metrics);
         let unready_at = if metric > target { 0.0 } else { target };
         let ratio = (metric * ready + unready_at * (current - ready)) / (current * target);
-        if (ratio - 1.0).abs() <= self.0.tolerance {
-            cx.current
-        } else {
-            (current * ratio).ceil().min(f64::from(u32::MAX)) as u32
-        }
+        if (ratio - 1.0).abs() <= self.0.tolerance { cx.current } else { (current * ratio).ceil().min(f64::from(u32::MAX)) as u32 }
     }
 }
 
@@ -339,9 +288,7 @@ struct QueueDepth(QueueParams);
 
 impl AutoscalePolicy for QueueDepth {
     fn evaluate(&mut self, cx: &ScaleContext) -> u32 {
-        (f64::from(cx.metrics.waiting) / self.0.target_per_replica)
-            .ceil()
-            .min(f64::from(u32::MAX)) as u32
+        (f64::from(cx.metrics.waiting) / self.0.target_per_replica).ceil().min(f64::from(u32::MAX)) as u32
     }
 }
 
@@ -372,11 +319,7 @@ struct Oscillator;
 
 impl AutoscalePolicy for Oscillator {
     fn evaluate(&mut self, cx: &ScaleContext) -> u32 {
-        if cx.tick.is_multiple_of(2) {
-            cx.current + 1
-        } else {
-            cx.current.saturating_sub(1)
-        }
+        if cx.tick.is_multiple_of(2) { cx.current + 1 } else { cx.current.saturating_sub(1) }
     }
 }
 
@@ -403,14 +346,10 @@ mod tests {
 
     #[test]
     fn target_tracking_is_the_hpa_formula_with_its_tolerance() {
-        let mut p = AutoscaleSpec::parse(
-            "target-tracking",
-            Some(&serde_json::json!({"target": 0.5})),
-            "autoscale",
-        )
-        .unwrap()
-        .build("autoscale")
-        .unwrap();
+        let mut p = AutoscaleSpec::parse("target-tracking", Some(&serde_json::json!({"target": 0.5})), "autoscale")
+            .unwrap()
+            .build("autoscale")
+            .unwrap();
         assert_eq!(p.evaluate(&cx(4, 0.9, 0)), 8, "⌈4 × 0.9 / 0.5⌉ = ⌈7.2⌉");
         assert_eq!(p.evaluate(&cx(4, 0.53, 0)), 4, "within 10 % of the target");
         assert_eq!(p.evaluate(&cx(4, 0.2, 0)), 2, "⌈4 × 0.4⌉");
@@ -423,81 +362,29 @@ mod tests {
 
     #[test]
     fn threshold_steps_and_queue_depth_divides() {
-        let mut t = AutoscaleSpec::parse("threshold", None, "autoscale")
+        let mut t = AutoscaleSpec::parse("threshold", None, "autoscale").unwrap().build("autoscale").unwrap();
+        assert_eq!((t.evaluate(&cx(3, 0.9, 0)), t.evaluate(&cx(3, 0.5, 0)), t.evaluate(&cx(3, 0.1, 0))), (4, 3, 2));
+        let mut q = AutoscaleSpec::parse("queue-depth", Some(&serde_json::json!({"target_per_replica": 4})), "autoscale")
             .unwrap()
             .build("autoscale")
             .unwrap();
-        assert_eq!(
-            (
-                t.evaluate(&cx(3, 0.9, 0)),
-                t.evaluate(&cx(3, 0.5, 0)),
-                t.evaluate(&cx(3, 0.1, 0))
-            ),
-            (4, 3, 2)
-        );
-        let mut q = AutoscaleSpec::parse(
-            "queue-depth",
-            Some(&serde_json::json!({"target_per_replica": 4})),
-            "autoscale",
-        )
-        .unwrap()
-        .build("autoscale")
-        .unwrap();
-        assert_eq!(
-            (q.evaluate(&cx(3, 0.0, 0)), q.evaluate(&cx(3, 0.0, 9))),
-            (0, 3)
-        );
-        let mut o = AutoscaleSpec::parse("oscillator", None, "autoscale")
-            .unwrap()
-            .build("autoscale")
-            .unwrap();
-        assert_eq!(
-            o.evaluate(&ScaleContext {
-                tick: 1,
-                ..cx(3, 0.0, 0)
-            }),
-            2
-        );
+        assert_eq!((q.evaluate(&cx(3, 0.0, 0)), q.evaluate(&cx(3, 0.0, 9))), (0, 3));
+        let mut o = AutoscaleSpec::parse("oscillator", None, "autoscale").unwrap().build("autoscale").unwrap();
+        assert_eq!(o.evaluate(&ScaleContext { tick: 1, ..cx(3, 0.0, 0) }), 2);
     }
 
     #[test]
     fn parameters_are_checked_with_their_path() {
         for (name, params, path) in [
-            (
-                "threshold",
-                serde_json::json!({"scale_up": 0.2, "scale_down": 0.5}),
-                "autoscale.params.scale_down",
-            ),
-            (
-                "target-tracking",
-                serde_json::json!({"target": 0}),
-                "autoscale.params.target",
-            ),
-            (
-                "queue-depth",
-                serde_json::json!({"target_per_replica": -1}),
-                "autoscale.params.target_per_replica",
-            ),
+            ("threshold", serde_json::json!({"scale_up": 0.2, "scale_down": 0.5}), "autoscale.params.scale_down"),
+            ("target-tracking", serde_json::json!({"target": 0}), "autoscale.params.target"),
+            ("queue-depth", serde_json::json!({"target_per_replica": -1}), "autoscale.params.target_per_replica"),
         ] {
-            let e = AutoscaleSpec::parse(name, Some(&params), "autoscale")
-                .unwrap()
-                .build("autoscale")
-                .err()
-                .unwrap();
+            let e = AutoscaleSpec::parse(name, Some(&params), "autoscale").unwrap().build("autoscale").err().unwrap();
             assert_eq!(e.path, path, "{e}");
         }
-        let e = AutoscaleSpec::parse(
-            "target-tracking",
-            Some(&serde_json::json!({"metric": "gpu"})),
-            "autoscale",
-        )
-        .unwrap_err();
+        let e = AutoscaleSpec::parse("target-tracking", Some(&serde_json::json!({"metric": "gpu"})), "autoscale").unwrap_err();
         assert!(e.path.starts_with("autoscale.params"), "{e}");
-        assert!(
-            AutoscaleSpec::parse("hpa", None, "autoscale")
-                .unwrap_err()
-                .message
-                .contains("threshold, target-tracking")
-        );
+        assert!(AutoscaleSpec::parse("hpa", None, "autoscale").unwrap_err().message.contains("threshold, target-tracking"));
     }
 }

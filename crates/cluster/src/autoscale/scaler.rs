@@ -14,9 +14,7 @@ use blis_engine::rng::{SimRng, subsystem_rng};
 use blis_engine::time::{Micros, US_PER_MS};
 
 use super::policy::{AutoscalePolicy, ScaleContext, ScaleMetrics};
-use super::report::{
-    AutoscalingReport, Constraint, Phase, PoolReport, ScaleAction, ScaleDecision, TimelinePoint,
-};
+use super::report::{AutoscalingReport, Constraint, Phase, PoolReport, ScaleAction, ScaleDecision, TimelinePoint};
 use super::{AutoscaleConfig, DrainPolicy};
 use crate::estimate::TtftEstimator;
 
@@ -30,11 +28,7 @@ pub enum ScaleEvent {
     /// Decide from the scrape taken `scrape_delay` ago.
     Tick,
     /// A node finished provisioning.
-    NodeUp {
-        pool: u16,
-        node: u32,
-        generation: u32,
-    },
+    NodeUp { pool: u16, node: u32, generation: u32 },
     /// A replica's weights are loaded.
     Loaded { slot: u32, generation: u32 },
     /// A replica's warm-up is over.
@@ -44,12 +38,7 @@ pub enum ScaleEvent {
 /// An autoscaling event to hand to the decision sink.
 pub(crate) enum Traced {
     Decision(ScaleDecision),
-    Replica {
-        time: Micros,
-        slot: u32,
-        pool: u16,
-        phase: Phase,
-    },
+    Replica { time: Micros, slot: u32, pool: u16, phase: Phase },
 }
 
 /// What the gateway must do after the autoscaler acted.
@@ -225,17 +214,8 @@ impl Autoscaler {
     /// The autoscaler and the instances of the `initial` replicas (ready at
     /// time 0, in pool order, on the initial nodes first), by slot.
     /// `cfg` must have been validated against `initial`.
-    pub fn new(
-        cfg: AutoscaleConfig,
-        policy: Box<dyn AutoscalePolicy>,
-        initial: u32,
-        trace: bool,
-    ) -> (Autoscaler, Vec<Instance>) {
-        let estimators = cfg
-            .pools
-            .iter()
-            .map(|p| TtftEstimator::from_latency_model(p.latency.as_ref()))
-            .collect();
+    pub fn new(cfg: AutoscaleConfig, policy: Box<dyn AutoscalePolicy>, initial: u32, trace: bool) -> (Autoscaler, Vec<Instance>) {
+        let estimators = cfg.pools.iter().map(|p| TtftEstimator::from_latency_model(p.latency.as_ref())).collect();
         let mut s = Autoscaler {
             rng: subsystem_rng(cfg.seed, "autoscale"),
             nodes: cfg.pools.iter().map(|_| Vec::new()).collect(),
@@ -309,12 +289,8 @@ impl Autoscaler {
 
     /// The first events: the first scrape and tick.
     pub fn start(&self, actions: &mut Actions) {
-        actions
-            .schedule
-            .push((self.cfg.interval, ScaleEvent::Scrape));
-        actions
-            .schedule
-            .push((self.cfg.interval + self.cfg.scrape_delay, ScaleEvent::Tick));
+        actions.schedule.push((self.cfg.interval, ScaleEvent::Scrape));
+        actions.schedule.push((self.cfg.interval + self.cfg.scrape_delay, ScaleEvent::Tick));
     }
 
     /// Name of pool `p`.
@@ -323,37 +299,23 @@ impl Autoscaler {
     }
 
     fn routable(&self, r: &Replica) -> bool {
-        r.phase == Phase::Ready
-            || (r.phase == Phase::Warming && self.cfg.warmup.route_while_warming)
+        r.phase == Phase::Ready || (r.phase == Phase::Warming && self.cfg.warmup.route_while_warming)
     }
 
     /// The routable replicas' slots, ascending.
     pub fn fill_routable(&self, out: &mut Vec<u32>) {
         out.clear();
-        out.extend(
-            self.replicas
-                .iter()
-                .enumerate()
-                .filter(|(_, r)| r.as_ref().is_some_and(|r| self.routable(r)))
-                .map(|(i, _)| i as u32),
-        );
+        out.extend(self.replicas.iter().enumerate().filter(|(_, r)| r.as_ref().is_some_and(|r| self.routable(r))).map(|(i, _)| i as u32));
     }
 
     /// Whether slot `i` holds a replica that takes new requests.
     pub fn accepts(&self, i: usize) -> bool {
-        self.replicas
-            .get(i)
-            .and_then(Option::as_ref)
-            .is_some_and(|r| self.routable(r))
+        self.replicas.get(i).and_then(Option::as_ref).is_some_and(|r| self.routable(r))
     }
 
     /// Replicas counted toward the target: alive and not draining.
     fn current(&self) -> u32 {
-        self.replicas
-            .iter()
-            .flatten()
-            .filter(|r| r.phase != Phase::Draining)
-            .count() as u32
+        self.replicas.iter().flatten().filter(|r| r.phase != Phase::Draining).count() as u32
     }
 
     /// Slots with a replica, for the fleet's size.
@@ -364,72 +326,46 @@ impl Autoscaler {
     fn trace(&self, actions: &mut Actions, time: Micros, slot: usize, phase: Phase) {
         if self.trace {
             let pool = self.replicas[slot].as_ref().map_or(0, |r| r.pool);
-            actions.traces.push(Traced::Replica {
-                time,
-                slot: slot as u32,
-                pool,
-                phase,
-            });
+            actions.traces.push(Traced::Replica { time, slot: slot as u32, pool, phase });
         }
     }
 
     /// Handles one of its events.
-    pub fn on_event(
-        &mut self,
-        event: ScaleEvent,
-        now: Micros,
-        fleet: &mut Fleet,
-        held: u32,
-        counters: &Counters,
-        actions: &mut Actions,
-    ) {
+    pub fn on_event(&mut self, event: ScaleEvent, now: Micros, fleet: &mut Fleet, held: u32, counters: &Counters, actions: &mut Actions) {
         match event {
             ScaleEvent::Scrape => {
                 self.scrape(now, fleet.instances(), held, counters);
-                actions
-                    .schedule
-                    .push((now + self.cfg.interval, ScaleEvent::Scrape));
+                actions.schedule.push((now + self.cfg.interval, ScaleEvent::Scrape));
             }
             ScaleEvent::Tick => {
                 self.tick(now, fleet, held, actions);
-                actions
-                    .schedule
-                    .push((now + self.cfg.interval, ScaleEvent::Tick));
+                actions.schedule.push((now + self.cfg.interval, ScaleEvent::Tick));
             }
-            ScaleEvent::NodeUp {
-                pool,
-                node,
-                generation,
-            } => {
+            ScaleEvent::NodeUp { pool, node, generation } => {
                 let (p, n) = (usize::from(pool), node as usize);
                 if !(self.nodes[p][n].live && self.nodes[p][n].generation == generation) {
                     return;
                 }
                 self.nodes[p][n].up = true;
                 for slot in 0..self.replicas.len() {
-                    if self.replicas[slot].as_ref().is_some_and(|r| {
-                        r.phase == Phase::Provisioning && usize::from(r.pool) == p && r.node == node
-                    }) {
+                    if self.replicas[slot]
+                        .as_ref()
+                        .is_some_and(|r| r.phase == Phase::Provisioning && usize::from(r.pool) == p && r.node == node)
+                    {
                         self.start_loading(slot, now, actions);
                     }
                 }
             }
             ScaleEvent::Loaded { slot, generation } => {
                 let s = slot as usize;
-                let Some(r) = self.replicas[s]
-                    .as_mut()
-                    .filter(|r| r.generation == generation && r.phase == Phase::Loading)
-                else {
+                let Some(r) = self.replicas[s].as_mut().filter(|r| r.generation == generation && r.phase == Phase::Loading) else {
                     return;
                 };
                 let warmup = self.cfg.warmup;
                 if warmup.duration.0 > Micros::ZERO {
                     r.phase = Phase::Warming;
                     fleet.set_step_slowdown(s, warmup.slowdown);
-                    actions.schedule.push((
-                        now + warmup.duration.0,
-                        ScaleEvent::Warmed { slot, generation },
-                    ));
+                    actions.schedule.push((now + warmup.duration.0, ScaleEvent::Warmed { slot, generation }));
                 } else {
                     r.phase = Phase::Ready;
                 }
@@ -439,10 +375,7 @@ impl Autoscaler {
             }
             ScaleEvent::Warmed { slot, generation } => {
                 let s = slot as usize;
-                let Some(r) = self.replicas[s]
-                    .as_mut()
-                    .filter(|r| r.generation == generation && r.phase == Phase::Warming)
-                else {
+                let Some(r) = self.replicas[s].as_mut().filter(|r| r.generation == generation && r.phase == Phase::Warming) else {
                     return;
                 };
                 r.phase = Phase::Ready;
@@ -472,26 +405,17 @@ impl Autoscaler {
         r.phase = Phase::Loading;
         let (pool, generation) = (usize::from(r.pool), r.generation);
         let delay = self.cfg.pools[pool].loading_delay.sample(&mut self.rng);
-        actions.schedule.push((
-            now + delay,
-            ScaleEvent::Loaded {
-                slot: slot as u32,
-                generation,
-            },
-        ));
+        actions.schedule.push((now + delay, ScaleEvent::Loaded { slot: slot as u32, generation }));
         self.trace(actions, now, slot, Phase::Loading);
     }
 
     fn scrape(&mut self, now: Micros, instances: &[Instance], held: u32, c: &Counters) {
         let (mut n, mut kv, mut saturation, mut queued, mut running) = (0u32, 0.0, 0.0, 0u32, 0u32);
         let mut predicted: Option<f64> = None;
-        let (prev_at, prev) = self
-            .last_scrape
-            .unwrap_or((Micros::ZERO, Counters::default()));
+        let (prev_at, prev) = self.last_scrape.unwrap_or((Micros::ZERO, Counters::default()));
         let arrived = c.arrived - prev.arrived;
         if arrived > 0 {
-            self.mean_prompt_tokens =
-                (c.prompt_tokens - prev.prompt_tokens) as f64 / arrived as f64;
+            self.mean_prompt_tokens = (c.prompt_tokens - prev.prompt_tokens) as f64 / arrived as f64;
         }
         for (i, r) in self.replicas.iter().enumerate() {
             let Some(r) = r.as_ref().filter(|r| self.routable(r)) else {
@@ -504,9 +428,7 @@ impl Autoscaler {
             saturation += usage.max(f64::from(inst.batch_size()) / f64::from(inst.config().scheduler.max_num_seqs.max(1)));
             queued += inst.queue_depth();
             running += inst.batch_size();
-            let est = self.estimators[usize::from(r.pool)]
-                .estimate_us(inst.queue_depth(), self.mean_prompt_tokens.round() as u32)
-                / 1e3;
+            let est = self.estimators[usize::from(r.pool)].estimate_us(inst.queue_depth(), self.mean_prompt_tokens.round() as u32) / 1e3;
             predicted = Some(predicted.map_or(est, |p| p.min(est)));
         }
         let queued_all: u32 = instances.iter().map(Instance::queue_depth).sum();
@@ -524,8 +446,7 @@ impl Autoscaler {
             waiting: queued_all + held,
             request_rate: if dt > 0.0 { arrived as f64 / dt } else { 0.0 },
             slo_attainment: (ended > 0).then(|| (c.met_slo - prev.met_slo) as f64 / ended as f64),
-            ttft_mean_ms: (first > 0)
-                .then(|| (c.ttft_sum_us - prev.ttft_sum_us) as f64 / first as f64 / US_PER_MS),
+            ttft_mean_ms: (first > 0).then(|| (c.ttft_sum_us - prev.ttft_sum_us) as f64 / first as f64 / US_PER_MS),
             predicted_ttft_ms: predicted,
         };
         self.last_scrape = Some((now, *c));
@@ -538,21 +459,9 @@ impl Autoscaler {
             self.latest = self.scrapes.pop_front().unwrap_or_default();
         }
         let current = self.current();
-        let ready = self
-            .replicas
-            .iter()
-            .flatten()
-            .filter(|r| self.routable(r))
-            .count() as u32;
+        let ready = self.replicas.iter().flatten().filter(|r| self.routable(r)).count() as u32;
         let (min, max) = (self.cfg.min_replicas, self.cfg.max_replicas);
-        let cx = ScaleContext {
-            current,
-            ready,
-            min,
-            max,
-            metrics: self.latest,
-            tick: self.ticks,
-        };
+        let cx = ScaleContext { current, ready, min, max, metrics: self.latest, tick: self.ticks };
         self.ticks += 1;
         let recommended = self.policy.evaluate(&cx);
         let mut constraint = Constraint::None;
@@ -572,11 +481,7 @@ impl Autoscaler {
         if desired != bounded && constraint == Constraint::None {
             constraint = Constraint::Stabilized;
         }
-        if desired != current
-            && self
-                .last_change
-                .is_some_and(|(t, _)| now - t < self.cfg.cooldown)
-        {
+        if desired != current && self.last_change.is_some_and(|(t, _)| now - t < self.cfg.cooldown) {
             desired = current;
             constraint = Constraint::Cooldown;
         }
@@ -635,23 +540,11 @@ impl Autoscaler {
     }
 
     /// Moves the counted replicas to `desired`; returns what was done.
-    fn apply(
-        &mut self,
-        desired: u32,
-        now: Micros,
-        fleet: &mut Fleet,
-        actions: &mut Actions,
-    ) -> ScaleAction {
+    fn apply(&mut self, desired: u32, now: Micros, fleet: &mut Fleet, actions: &mut Actions) -> ScaleAction {
         let current = self.current();
         let action = if desired > current {
-            let added = (0..desired - current)
-                .take_while(|_| self.add_replica(now, fleet, actions))
-                .count() as u32;
-            if added == 0 {
-                ScaleAction::None
-            } else {
-                ScaleAction::Up(added)
-            }
+            let added = (0..desired - current).take_while(|_| self.add_replica(now, fleet, actions)).count() as u32;
+            if added == 0 { ScaleAction::None } else { ScaleAction::Up(added) }
         } else if desired < current {
             for _ in 0..current - desired {
                 self.remove_replica(now, fleet, actions);
@@ -692,12 +585,7 @@ impl Autoscaler {
         let mut best: Option<(bool, f64, usize, u32)> = None;
         for (p, nodes) in self.nodes.iter().enumerate() {
             let per_node = self.cfg.pools[p].replicas_per_node();
-            if let Some((n, node)) = nodes
-                .iter()
-                .enumerate()
-                .filter(|(_, n)| n.live && n.replicas < per_node)
-                .min_by_key(|(_, n)| !n.up)
-            {
+            if let Some((n, node)) = nodes.iter().enumerate().filter(|(_, n)| n.live && n.replicas < per_node).min_by_key(|(_, n)| !n.up) {
                 let key = (!node.up, cost(p), p, n as u32);
                 if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
                     best = Some(key);
@@ -721,13 +609,7 @@ impl Autoscaler {
             nodes.push(Node::default());
             nodes.len() - 1
         });
-        nodes[n] = Node {
-            live: true,
-            up,
-            replicas: 0,
-            requested: now,
-            generation,
-        };
+        nodes[n] = Node { live: true, up, replicas: 0, requested: now, generation };
         let a = &mut self.accounts[p];
         a.live_nodes += 1;
         a.nodes_requested += 1;
@@ -749,23 +631,12 @@ impl Autoscaler {
                 let n = self.request_node(p, now, false);
                 let generation = self.nodes[p][n as usize].generation;
                 let delay = self.cfg.pools[p].provisioning_delay.sample(&mut self.rng);
-                actions.schedule.push((
-                    now + delay,
-                    ScaleEvent::NodeUp {
-                        pool: p as u16,
-                        node: n,
-                        generation,
-                    },
-                ));
+                actions.schedule.push((now + delay, ScaleEvent::NodeUp { pool: p as u16, node: n, generation }));
                 (p, n)
             }
             None => return false,
         };
-        let slot = self
-            .replicas
-            .iter()
-            .position(Option::is_none)
-            .unwrap_or(self.replicas.len());
+        let slot = self.replicas.iter().position(Option::is_none).unwrap_or(self.replicas.len());
         let instance = self.instance(pool, slot as u32);
         if slot == self.replicas.len() {
             self.replicas.push(None);
@@ -780,14 +651,8 @@ impl Autoscaler {
         self.accounts[pool].replicas_started += 1;
         let generation = self.generation();
         let up = self.nodes[pool][node as usize].up;
-        self.replicas[slot] = Some(Replica {
-            pool: pool as u16,
-            node,
-            phase: Phase::Provisioning,
-            generation,
-            decided: now,
-            routable_since: None,
-        });
+        self.replicas[slot] =
+            Some(Replica { pool: pool as u16, node, phase: Phase::Provisioning, generation, decided: now, routable_since: None });
         if up {
             self.start_loading(slot, now, actions);
         } else {
@@ -804,25 +669,14 @@ impl Autoscaler {
             .replicas
             .iter()
             .enumerate()
-            .filter_map(|(i, r)| {
-                r.as_ref()
-                    .filter(|r| r.phase != Phase::Draining)
-                    .map(|r| (i, r))
-            })
+            .filter_map(|(i, r)| r.as_ref().filter(|r| r.phase != Phase::Draining).map(|r| (i, r)))
             .max_by(|(i, a), (j, b)| {
                 let coming = |r: &Replica| {
-                    matches!(r.phase, Phase::Provisioning | Phase::Loading)
-                        || (r.phase == Phase::Warming && r.routable_since.is_none())
+                    matches!(r.phase, Phase::Provisioning | Phase::Loading) || (r.phase == Phase::Warming && r.routable_since.is_none())
                 };
                 coming(a)
                     .cmp(&coming(b))
-                    .then_with(|| {
-                        if coming(a) {
-                            a.generation.cmp(&b.generation)
-                        } else {
-                            std::cmp::Ordering::Equal
-                        }
-                    })
+                    .then_with(|| if coming(a) { a.generation.cmp(&b.generation) } else { std::cmp::Ordering::Equal })
                     .then_with(|| {
                         self.cfg.pools[usize::from(a.pool)]
                             .replica_cost_per_hour()
@@ -853,22 +707,14 @@ impl Autoscaler {
         if let Some(which) = evict {
             let mut taken = Vec::new();
             fleet.evict(slot, which, &mut taken);
-            actions
-                .evicted
-                .extend(taken.into_iter().map(|req| (slot as u32, req)));
+            actions.evicted.extend(taken.into_iter().map(|req| (slot as u32, req)));
         }
         self.settle(slot, now, fleet, actions);
     }
 
     /// Slot `i` just did something: a draining replica with nothing left is gone.
     pub fn settle(&mut self, i: usize, now: Micros, fleet: &mut Fleet, actions: &mut Actions) {
-        if self
-            .replicas
-            .get(i)
-            .and_then(Option::as_ref)
-            .is_some_and(|r| r.phase == Phase::Draining)
-            && fleet.instances()[i].is_idle()
-        {
+        if self.replicas.get(i).and_then(Option::as_ref).is_some_and(|r| r.phase == Phase::Draining) && fleet.instances()[i].is_idle() {
             self.retire(i, now, fleet, actions);
         }
     }
@@ -933,12 +779,7 @@ impl Autoscaler {
         for (p, pool) in self.cfg.pools.iter().enumerate() {
             let a = &self.accounts[p];
             let (mut replica_us, mut ready_us, mut gpu_us) = (a.replica_us, a.ready_us, a.gpu_us);
-            for r in self
-                .replicas
-                .iter()
-                .flatten()
-                .filter(|r| usize::from(r.pool) == p)
-            {
+            for r in self.replicas.iter().flatten().filter(|r| usize::from(r.pool) == p) {
                 replica_us += (end - r.decided).as_us();
                 ready_us += r.routable_since.map_or(0, |s| (end - s).as_us());
             }
@@ -975,16 +816,13 @@ impl Autoscaler {
             oscillations: self.oscillations,
             cold_starts: self.cold_starts,
             held_requests: self.held_waits_us.len() as u64,
-            held_wait_ms: (!self.held_waits_us.is_empty())
-                .then(|| self.held_waits_us.summary(US_PER_MS)),
+            held_wait_ms: (!self.held_waits_us.is_empty()).then(|| self.held_waits_us.summary(US_PER_MS)),
             rerouted_requests: self.rerouted,
             peak_replicas: self.peak_replicas,
             replica_seconds: pools.iter().map(|p| p.replica_seconds).sum(),
             gpu_hours: pools.iter().map(|p| p.gpu_hours).sum(),
             cost,
-            cost_per_million_output_tokens: cost
-                .filter(|_| output_tokens > 0)
-                .map(|c| c / (output_tokens as f64 / 1e6)),
+            cost_per_million_output_tokens: cost.filter(|_| output_tokens > 0).map(|c| c / (output_tokens as f64 / 1e6)),
             goodput_per_dollar: per(met_slo as f64),
             pools,
             timeline: self.timeline.clone(),

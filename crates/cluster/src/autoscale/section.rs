@@ -56,38 +56,26 @@ impl AutoscaleSection {
     pub fn from_value(v: &Value) -> Result<AutoscaleSection, ConfigError> {
         let path = "autoscale";
         match v {
-            Value::String(name) => Ok(AutoscaleSection {
-                policy: Some(AutoscaleSpec::parse(name, None, path)?),
-                settings: AutoscaleSettings::default(),
-            }),
+            Value::String(name) => {
+                Ok(AutoscaleSection { policy: Some(AutoscaleSpec::parse(name, None, path)?), settings: AutoscaleSettings::default() })
+            }
             Value::Object(map) => {
                 let policy = match map.get("type") {
                     None => None,
-                    Some(Value::String(name)) => {
-                        Some(AutoscaleSpec::parse(name, map.get("params"), path)?)
-                    }
+                    Some(Value::String(name)) => Some(AutoscaleSpec::parse(name, map.get("params"), path)?),
                     Some(_) => {
-                        return Err(ConfigError::new(
-                            "autoscale.type",
-                            "not a string (the policy name)",
-                        ));
+                        return Err(ConfigError::new("autoscale.type", "not a string (the policy name)"));
                     }
                 };
                 if policy.is_none() && map.contains_key("params") {
                     return Err(ConfigError::new("autoscale.params", "params need a `type`"));
                 }
-                let rest: serde_json::Map<String, Value> = map
-                    .iter()
-                    .filter(|(k, _)| *k != "type" && *k != "params")
-                    .map(|(k, v)| (k.clone(), v.clone()))
-                    .collect();
+                let rest: serde_json::Map<String, Value> =
+                    map.iter().filter(|(k, _)| *k != "type" && *k != "params").map(|(k, v)| (k.clone(), v.clone())).collect();
                 let settings = params(Some(&Value::Object(rest)), path)?;
                 Ok(AutoscaleSection { policy, settings })
             }
-            _ => Err(ConfigError::new(
-                path,
-                "expected a policy name or a mapping with `type`, `params` and settings",
-            )),
+            _ => Err(ConfigError::new(path, "expected a policy name or a mapping with `type`, `params` and settings")),
         }
     }
 }
@@ -124,17 +112,11 @@ pub struct NodePoolSection {
 pub fn node_pools_from_value(v: &Value) -> Result<Vec<NodePoolSection>, ConfigError> {
     let pools: Vec<NodePoolSection> = params(Some(v), "node_pools")?;
     if pools.is_empty() {
-        return Err(ConfigError::new(
-            "node_pools",
-            "an empty list; leave the section out for one pool of the deployment's GPU",
-        ));
+        return Err(ConfigError::new("node_pools", "an empty list; leave the section out for one pool of the deployment's GPU"));
     }
     for (i, p) in pools.iter().enumerate() {
         if pools[..i].iter().any(|q| q.name == p.name) {
-            return Err(ConfigError::new(
-                format!("node_pools[{i}].name"),
-                format!("`{}` names two pools", p.name),
-            ));
+            return Err(ConfigError::new(format!("node_pools[{i}].name"), format!("`{}` names two pools", p.name)));
         }
     }
     Ok(pools)
@@ -149,42 +131,27 @@ mod tests {
     fn sections_read_names_settings_and_reject_unknown_keys() {
         let s = AutoscaleSection::from_value(&json!("oscillator")).unwrap();
         assert_eq!(s.policy.unwrap().name(), "oscillator");
-        let s = AutoscaleSection::from_value(&json!({"type": "threshold", "params": {"scale_up": 0.9}, "interval": "15s", "drain": "redirect", "warmup": {"duration": 10}})).unwrap();
-        assert_eq!(
-            s.settings.interval,
-            Some(Span(blis_engine::time::Micros::from_secs(15)))
-        );
+        let s = AutoscaleSection::from_value(
+            &json!({"type": "threshold", "params": {"scale_up": 0.9}, "interval": "15s", "drain": "redirect", "warmup": {"duration": 10}}),
+        )
+        .unwrap();
+        assert_eq!(s.settings.interval, Some(Span(blis_engine::time::Micros::from_secs(15))));
         assert_eq!(s.settings.warmup.unwrap().slowdown, 2.0);
         for (doc, path) in [
-            (
-                json!({"type": "threshold", "intervall": "15s"}),
-                "autoscale.intervall",
-            ),
+            (json!({"type": "threshold", "intervall": "15s"}), "autoscale.intervall"),
             (json!({"type": "hpa"}), "autoscale.type"),
-            (
-                json!({"type": "threshold", "params": {"up": 1}}),
-                "autoscale.params.up",
-            ),
+            (json!({"type": "threshold", "params": {"up": 1}}), "autoscale.params.up"),
             (json!({"drain": "later"}), "autoscale.drain"),
             (json!({"interval": "-5s"}), "autoscale.interval"),
         ] {
             let e = AutoscaleSection::from_value(&doc).unwrap_err();
             assert_eq!(e.path, path, "{doc}: {e}");
         }
-        let e = node_pools_from_value(
-            &json!([{"name": "a", "max_nodes": 2}, {"name": "a", "max_nodes": 1}]),
-        )
-        .unwrap_err();
+        let e = node_pools_from_value(&json!([{"name": "a", "max_nodes": 2}, {"name": "a", "max_nodes": 1}])).unwrap_err();
         assert_eq!(e.path, "node_pools[1].name");
         let e = node_pools_from_value(&json!([{"name": "a", "gpus": 8}])).unwrap_err();
         assert!(e.path.starts_with("node_pools"), "{e}");
-        let p = node_pools_from_value(
-            &json!([{"name": "a", "provisioning_delay": "uniform:1m,2m", "loading_delay": 30}]),
-        )
-        .unwrap();
-        assert_eq!(
-            p[0].loading_delay,
-            Some(Delay::Fixed(blis_engine::time::Micros::from_secs(30)))
-        );
+        let p = node_pools_from_value(&json!([{"name": "a", "provisioning_delay": "uniform:1m,2m", "loading_delay": 30}])).unwrap();
+        assert_eq!(p[0].loading_delay, Some(Delay::Fixed(blis_engine::time::Micros::from_secs(30))));
     }
 }

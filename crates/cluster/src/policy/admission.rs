@@ -170,7 +170,9 @@ pub enum OnLimit {
 enum Shaping {
     Police,
     /// Hold for at most this long.
-    Shape { max_delay: Micros },
+    Shape {
+        max_delay: Micros,
+    },
 }
 
 impl Shaping {
@@ -328,7 +330,10 @@ impl AdmissionSpec {
                 positive(&p, "window_ms", q.window_ms)?;
                 let window = Micros::from_ms_f64(q.window_ms).filter(|&w| w > Micros::ZERO && w <= Micros::MAX_SPAN);
                 let window = window.ok_or_else(|| {
-                    ConfigError::new(format!("{p}.window_ms"), format!("{}: must be in [0.001, {:e}] ms (the simulated clock counts microseconds)", q.window_ms, MAX_SPAN_S * 1e3))
+                    ConfigError::new(
+                        format!("{p}.window_ms"),
+                        format!("{}: must be in [0.001, {:e}] ms (the simulated clock counts microseconds)", q.window_ms, MAX_SPAN_S * 1e3),
+                    )
                 })?;
                 let shaping = Shaping::build(&p, q.on_limit, q.max_delay_ms)?;
                 Box::new(RateLimit { max: q.max_requests as usize, window, shaping, admitted: VecDeque::new() })
@@ -368,8 +373,9 @@ impl AdmissionSpec {
                     check(b1.is_finite() && b1 >= 0.0, &p, "beta1_us_per_token", b1, "a finite number ≥ 0")?;
                     est.beta1_us_per_token = b1;
                 }
-                let mut budget_us: Vec<Option<f64>> =
-                    (0..classes.len()).map(|c| ctx.classes.targets(blis_engine::request::SloClassId(c as u16)).ttft_ms.map(|ms| ms * 1e3)).collect();
+                let mut budget_us: Vec<Option<f64>> = (0..classes.len())
+                    .map(|c| ctx.classes.targets(blis_engine::request::SloClassId(c as u16)).ttft_ms.map(|ms| ms * 1e3))
+                    .collect();
                 for (id, ms) in resolve_names(&q.ttft_budget_ms, classes, &format!("{p}.ttft_budget_ms"), "SLO class")? {
                     positive(&format!("{p}.ttft_budget_ms"), &classes[id as usize], ms)?;
                     budget_us[id as usize] = Some(ms * 1e3);
@@ -513,7 +519,8 @@ impl AdmissionPolicy for PredictiveSlo {
         let Some(budget) = self.budget_us.get(usize::from(req.meta.slo_class.0)).copied().flatten() else {
             return Admission::Admit;
         };
-        let best = (0..view.snapshots().len()).map(|i| estimate_at(&self.estimator, view, i, req.meta.priority)).fold(f64::INFINITY, f64::min);
+        let best =
+            (0..view.snapshots().len()).map(|i| estimate_at(&self.estimator, view, i, req.meta.priority)).fold(f64::INFINITY, f64::min);
         if best <= budget { Admission::Admit } else { Admission::Reject(RejectReason::PredictedTtftOverBudget) }
     }
 }

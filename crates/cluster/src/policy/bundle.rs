@@ -80,17 +80,8 @@ pub struct SectionsSet {
     pub pools: bool,
 }
 
-const SECTIONS: [&str; 9] = [
-    "admission",
-    "priority",
-    "routing",
-    "scheduler",
-    "slo_targets",
-    "snapshots",
-    "autoscale",
-    "node_pools",
-    "pools",
-];
+const SECTIONS: [&str; 9] =
+    ["admission", "priority", "routing", "scheduler", "slo_targets", "snapshots", "autoscale", "node_pools", "pools"];
 
 /// Splits a policy section into (template name, params): either a bare name
 /// or `{type: NAME, params: {...}}`.
@@ -168,7 +159,9 @@ impl PolicyBundle {
             };
             for (field, mode) in fields {
                 let path = format!("snapshots.{field}");
-                let mode = mode.as_str().ok_or_else(|| ConfigError::new(&path, "expected a refresh mode string (immediate, on-demand, periodic:<N>ms)"))?;
+                let mode = mode
+                    .as_str()
+                    .ok_or_else(|| ConfigError::new(&path, "expected a refresh mode string (immediate, on-demand, periodic:<N>ms)"))?;
                 b.snapshots.set(field, mode, &path)?;
             }
             set.snapshots = true;
@@ -216,14 +209,26 @@ mod tests {
         for (doc, path, needle) in [
             (json!({"admision": "always-admit"}), "admision", "allowed: admission, priority"),
             (json!({"admission": {"type": "token-bucket", "parms": {}}}), "admission.parms", "`type` and `params`"),
-            (json!({"admission": {"type": "token-bucket", "params": {"capacty": 1}}}), "admission.params.capacty", "unknown field `capacty`"),
+            (
+                json!({"admission": {"type": "token-bucket", "params": {"capacty": 1}}}),
+                "admission.params.capacty",
+                "unknown field `capacty`",
+            ),
             (json!({"admission": {"params": {}}}), "admission.type", "missing"),
-            (json!({"routing": {"type": "weighted", "params": {"scorers": {"queue-depth": "x"}}}}), "routing.params.scorers.queue-depth", "invalid type"),
+            (
+                json!({"routing": {"type": "weighted", "params": {"scorers": {"queue-depth": "x"}}}}),
+                "routing.params.scorers.queue-depth",
+                "invalid type",
+            ),
             (json!({"slo_targets": {"realtime": {"ttft": 1}}}), "slo_targets.realtime.ttft", "unknown field `ttft`"),
             (json!({"snapshots": {"kv": "immediate"}}), "snapshots.kv", "unknown snapshot field"),
             (json!({"snapshots": {"kv_utilization": "sometimes"}}), "snapshots.kv_utilization", "periodic:<N>ms"),
             (json!({"scheduler": 3}), "scheduler", "template name"),
-            (json!({"admission": {"type": "rate-limit", "params": {"on_limit": "queue"}}}), "admission.params.on_limit", "expected `reject` or `delay`"),
+            (
+                json!({"admission": {"type": "rate-limit", "params": {"on_limit": "queue"}}}),
+                "admission.params.on_limit",
+                "expected `reject` or `delay`",
+            ),
         ] {
             let e = PolicyBundle::from_value(&doc).unwrap_err();
             assert_eq!(e.path, path, "{doc}: {e}");

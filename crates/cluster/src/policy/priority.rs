@@ -126,11 +126,16 @@ impl PrioritySpec {
                 Ok(Box::new(ByLabel { table, default: q.default, tenant: true }))
             }
             PrioritySpec::DeadlineAware(q) => {
-                check(q.default_slack_ms.is_finite() && q.default_slack_ms >= 0.0, &p, "default_slack_ms", q.default_slack_ms, "a finite number ≥ 0")?;
+                check(
+                    q.default_slack_ms.is_finite() && q.default_slack_ms >= 0.0,
+                    &p,
+                    "default_slack_ms",
+                    q.default_slack_ms,
+                    "a finite number ≥ 0",
+                )?;
                 let classes = ctx.classes;
-                let mut slack: Vec<f64> = (0..classes.len())
-                    .map(|c| classes.targets(SloClassId(c as u16)).e2e_ms.unwrap_or(q.default_slack_ms))
-                    .collect();
+                let mut slack: Vec<f64> =
+                    (0..classes.len()).map(|c| classes.targets(SloClassId(c as u16)).e2e_ms.unwrap_or(q.default_slack_ms)).collect();
                 for (id, ms) in resolve_names(&q.slack_ms, classes.names(), &format!("{p}.slack_ms"), "SLO class")? {
                     check(ms.is_finite() && ms >= 0.0, &format!("{p}.slack_ms"), &classes.names()[id as usize], ms, "a finite number ≥ 0")?;
                     slack[id as usize] = ms;

@@ -56,8 +56,7 @@ impl ScoreSheet {
     pub(crate) fn ensure(&mut self, candidates: usize) {
         if candidates > self.totals.len() {
             self.totals.resize(candidates, f64::NAN);
-            self.values
-                .resize(candidates * self.components.len(), f64::NAN);
+            self.values.resize(candidates * self.components.len(), f64::NAN);
         }
     }
 
@@ -182,8 +181,14 @@ impl Scorer {
 pub fn parse_scorer_list(text: &str) -> Result<BTreeMap<String, f64>, String> {
     let mut out = BTreeMap::new();
     for part in text.split(',') {
-        let (name, w) = part.split_once(':').ok_or_else(|| format!("`{part}` is not SCORER:WEIGHT (e.g. prefix-affinity:4,queue-depth:3)"))?;
-        let w: f64 = w.trim().parse().ok().filter(|w: &f64| w.is_finite()).ok_or_else(|| format!("weight of `{}` must be a finite number, got `{}`", name.trim(), w.trim()))?;
+        let (name, w) =
+            part.split_once(':').ok_or_else(|| format!("`{part}` is not SCORER:WEIGHT (e.g. prefix-affinity:4,queue-depth:3)"))?;
+        let w: f64 = w
+            .trim()
+            .parse()
+            .ok()
+            .filter(|w: &f64| w.is_finite())
+            .ok_or_else(|| format!("weight of `{}` must be a finite number, got `{}`", name.trim(), w.trim()))?;
         if out.insert(name.trim().to_string(), w).is_some() {
             return Err(format!("`{}` appears twice", name.trim()));
         }
@@ -277,7 +282,8 @@ impl RoutingSpec {
                 let names: Vec<&str> = Scorer::ALL.iter().map(|(n, _)| *n).collect();
                 let mut scorers = Vec::new();
                 for (name, &w) in &q.scorers {
-                    let s = Scorer::parse(name).ok_or_else(|| ConfigError::unknown(format!("{p}.scorers.{name}"), "scorer", name, &names))?;
+                    let s =
+                        Scorer::parse(name).ok_or_else(|| ConfigError::unknown(format!("{p}.scorers.{name}"), "scorer", name, &names))?;
                     check(w.is_finite() && (0.0..=1e9).contains(&w), &format!("{p}.scorers"), name, w, "a weight in [0, 1e9]")?;
                     scorers.push((s, w));
                 }
@@ -414,7 +420,9 @@ mod tests {
 
     #[test]
     fn weighted_parameters_are_validated_with_their_path() {
-        let spec = |scorers: serde_json::Value| RoutingSpec::parse("weighted", Some(&serde_json::json!({ "scorers": scorers })), "routing").unwrap();
+        let spec = |scorers: serde_json::Value| {
+            RoutingSpec::parse("weighted", Some(&serde_json::json!({ "scorers": scorers })), "routing").unwrap()
+        };
         let err = |s| spec(s).build(2, "routing").err().unwrap();
         let e = err(serde_json::json!({"queue-dept": 1.0}));
         assert_eq!(e.path, "routing.params.scorers.queue-dept");

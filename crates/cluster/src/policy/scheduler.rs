@@ -72,7 +72,8 @@ impl SchedulerSpec {
 
     /// The same template with another preemption victim.
     pub fn with_preemption(mut self, victim: Preemption) -> SchedulerSpec {
-        let (SchedulerSpec::Fcfs(p) | SchedulerSpec::PriorityFcfs(p) | SchedulerSpec::Sjf(p) | SchedulerSpec::ReversePriority(p)) = &mut self;
+        let (SchedulerSpec::Fcfs(p) | SchedulerSpec::PriorityFcfs(p) | SchedulerSpec::Sjf(p) | SchedulerSpec::ReversePriority(p)) =
+            &mut self;
         p.preemption = Some(victim);
         self
     }

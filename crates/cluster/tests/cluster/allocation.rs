@@ -9,8 +9,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
 
 use blis_cluster::Cluster;
-use blis_engine::metrics::Collector;
 use blis_engine::driver::IterWorkload;
+use blis_engine::metrics::Collector;
 use blis_engine::time::Micros;
 use serde_json::json;
 

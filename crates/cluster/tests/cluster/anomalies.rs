@@ -14,7 +14,8 @@ fn targets() -> Value {
 fn contended(policies: Value) -> Outcome {
     let mut doc = policies;
     doc["slo_targets"] = targets();
-    let (requests, labels) = Load { rate: 30.0, requests: 1500, prompt: 256, output: 64, prefix: 0, groups: 1, seed: 3 }.requests(Some(CLASSES));
+    let (requests, labels) =
+        Load { rate: 30.0, requests: 1500, prompt: 256, output: 64, prefix: 0, groups: 1, seed: 3 }.requests(Some(CLASSES));
     run(config(2, instance(5000, 8, 2048), spec_blackbox(), bundle(doc), labels), requests, None)
 }
 
@@ -44,7 +45,13 @@ fn urgency_ordered_priorities_cause_no_inversions_and_inverted_ones_cause_many()
     let reversed = contended(json!({"priority": "slo-class", "scheduler": "reverse-priority"}));
     let fcfs = contended(json!({}));
     let inv = |o: &Outcome| o.cluster.anomalies.priority_inversions;
-    eprintln!("priority inversions: slo-class+priority-fcfs {}, inverted-slo {}, reverse-priority {}, fcfs {}", inv(&sensible), inv(&inverted), inv(&reversed), inv(&fcfs));
+    eprintln!(
+        "priority inversions: slo-class+priority-fcfs {}, inverted-slo {}, reverse-priority {}, fcfs {}",
+        inv(&sensible),
+        inv(&inverted),
+        inv(&reversed),
+        inv(&fcfs)
+    );
     assert_eq!(inv(&sensible), 0);
     // Many: at least a fifth of all requests started ahead of a more urgent waiting one.
     assert!(inv(&inverted) >= 300, "inverted-slo: {}", inv(&inverted));
@@ -68,7 +75,10 @@ fn always_busiest_piles_requests_on_one_instance_and_blocks_the_head_of_the_line
     let (b, l) = (&busiest.cluster, &least.cluster);
     eprintln!(
         "imbalance busiest {:.2} least {:.2}; HOL busiest {} least {}",
-        b.load_balance.imbalance_max_over_mean, l.load_balance.imbalance_max_over_mean, b.anomalies.hol_blocking_events, l.anomalies.hol_blocking_events
+        b.load_balance.imbalance_max_over_mean,
+        l.load_balance.imbalance_max_over_mean,
+        b.anomalies.hol_blocking_events,
+        l.anomalies.hol_blocking_events
     );
     assert!(b.load_balance.imbalance_max_over_mean > 3.5, "{:?}", b.load_balance);
     assert!(l.load_balance.imbalance_max_over_mean < 1.1, "{:?}", l.load_balance);

@@ -4,7 +4,9 @@
 
 use std::collections::BTreeMap;
 
-use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSpec, Delay, DrainPolicy, Phase, PoolConfig, ScaleAction, ScaleTrace, Span, Warmup};
+use blis_cluster::autoscale::{
+    AutoscaleConfig, AutoscaleSpec, Delay, DrainPolicy, Phase, PoolConfig, ScaleAction, ScaleTrace, Span, Warmup,
+};
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig};
@@ -83,7 +85,8 @@ fn cluster_config_scheduled(initial: u32, auto: AutoscaleConfig, async_schedulin
 fn cluster_config_kv(initial: u32, auto: AutoscaleConfig, async_scheduling: bool, blocks: u64, tier: Option<(u64, f64)>) -> ClusterConfig {
     let mut inst = instance(blocks, 16, 2048);
     inst.scheduler.async_scheduling = async_scheduling;
-    inst.offload = tier.map(|(cpu_blocks, bytes_per_s)| OffloadConfig::native_cpu(cpu_blocks, 1 << 20, LinkConfig { bytes_per_s, latency: Micros(200) }));
+    inst.offload = tier
+        .map(|(cpu_blocks, bytes_per_s)| OffloadConfig::native_cpu(cpu_blocks, 1 << 20, LinkConfig { bytes_per_s, latency: Micros(200) }));
     let mut cfg = config(initial, inst, spec_blackbox(), PolicyBundle::default(), Labels::default());
     cfg.autoscale = Some(auto);
     cfg
@@ -112,7 +115,10 @@ impl DecisionSink for Watch {
             self.routed_to_unready.push((d.chosen, d.time, phase));
         }
         self.first_routed.entry(d.chosen).or_insert(d.time);
-        assert!(d.snapshots.iter().all(|s| self.phase.get(&s.instance).is_some_and(|&p| p == Phase::Ready || p == Phase::Warming)), "a candidate that is not up");
+        assert!(
+            d.snapshots.iter().all(|s| self.phase.get(&s.instance).is_some_and(|&p| p == Phase::Ready || p == Phase::Warming)),
+            "a candidate that is not up"
+        );
         self.lines.push(format!("route {} {} {}", d.time.as_us(), d.request.id.0, d.chosen));
     }
     fn scale(&mut self, e: &ScaleTrace<'_>) {
@@ -228,7 +234,13 @@ proptest! {
 /// MAX_REROUTES evictions and the run ends.
 #[test]
 fn a_fleet_torn_down_faster_than_it_finishes_still_ends_its_run() {
-    let mut auto = autoscale("oscillator", serde_json::json!({}), 0, 1, vec![pool("p", 1, 1, 2.0, Delay::Fixed(Micros::from_secs(3)), Delay::Fixed(Micros::from_secs(16)))]);
+    let mut auto = autoscale(
+        "oscillator",
+        serde_json::json!({}),
+        0,
+        1,
+        vec![pool("p", 1, 1, 2.0, Delay::Fixed(Micros::from_secs(3)), Delay::Fixed(Micros::from_secs(16)))],
+    );
     auto.drain = DrainPolicy::Immediate;
     auto.warmup = Warmup { duration: Span(Micros::from_secs(11)), slowdown: 1.5, route_while_warming: false };
     auto.scale_down_window = Micros::ZERO;
@@ -246,7 +258,13 @@ fn a_cold_start_takes_exactly_the_provisioning_and_loading_delay() {
     // Scaled to zero: the first request waits at the gateway, wakes the
     // autoscaler, and is routed the moment the new replica is ready.
     let provisioning = Delay::parse("uniform:30s,90s").unwrap();
-    let auto = autoscale("target-tracking", serde_json::json!({}), 0, 2, vec![pool("p", 2, 1, 3.0, provisioning, Delay::Fixed(Micros::from_secs(12)))]);
+    let auto = autoscale(
+        "target-tracking",
+        serde_json::json!({}),
+        0,
+        2,
+        vec![pool("p", 2, 1, 3.0, provisioning, Delay::Fixed(Micros::from_secs(12)))],
+    );
     let requests = phases(&[(0.5, 60)], 3);
     let n = requests.len();
     let out = run(cluster_config(0, auto), requests);
@@ -285,7 +303,13 @@ fn the_oscillator_is_caught_and_a_stabilised_policy_is_not() {
 #[test]
 fn autoscaled_runs_are_deterministic() {
     let build = || {
-        let mut auto = autoscale("queue-depth", serde_json::json!({"target_per_replica": 2}), 1, 5, vec![pool("p", 5, 1, 2.0, Delay::parse("lognormal:20s,0.5").unwrap(), Delay::parse("uniform:5s,15s").unwrap())]);
+        let mut auto = autoscale(
+            "queue-depth",
+            serde_json::json!({"target_per_replica": 2}),
+            1,
+            5,
+            vec![pool("p", 5, 1, 2.0, Delay::parse("lognormal:20s,0.5").unwrap(), Delay::parse("uniform:5s,15s").unwrap())],
+        );
         auto.drain = DrainPolicy::Immediate;
         cluster_config(2, auto)
     };
@@ -298,7 +322,13 @@ fn autoscaled_runs_are_deterministic() {
 
 #[test]
 fn an_immediate_drain_moves_requests_and_loses_none() {
-    let mut osc = autoscale("oscillator", serde_json::json!({}), 1, 3, vec![pool("p", 3, 1, 2.0, Delay::Fixed(Micros::ZERO), Delay::Fixed(Micros::from_secs(1)))]);
+    let mut osc = autoscale(
+        "oscillator",
+        serde_json::json!({}),
+        1,
+        3,
+        vec![pool("p", 3, 1, 2.0, Delay::Fixed(Micros::ZERO), Delay::Fixed(Micros::from_secs(1)))],
+    );
     osc.scale_down_window = Micros::ZERO;
     osc.drain = DrainPolicy::Immediate;
     let requests = phases(&[(60.0, 60)], 2);

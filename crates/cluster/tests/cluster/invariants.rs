@@ -18,7 +18,9 @@ fn policies() -> impl Strategy<Value = serde_json::Value> {
         Just(json!("reject-all")),
         Just(json!({"type": "token-bucket", "params": {"capacity": 5, "refill_per_s": 20, "per_tenant": true}})),
         Just(json!({"type": "rate-limit", "params": {"max_requests": 10, "window_ms": 500}})),
-        Just(json!({"type": "token-bucket", "params": {"capacity": 3, "refill_per_s": 30, "per_tenant": true, "on_limit": "delay", "max_delay_ms": 300}})),
+        Just(
+            json!({"type": "token-bucket", "params": {"capacity": 3, "refill_per_s": 30, "per_tenant": true, "on_limit": "delay", "max_delay_ms": 300}})
+        ),
         Just(json!({"type": "rate-limit", "params": {"max_requests": 10, "window_ms": 200, "on_limit": "delay"}})),
         Just(json!({"type": "tenant-quota", "params": {"default_max_in_flight": 4}})),
         Just(json!({"type": "slo-gated", "params": {"max_queue_depth": 2, "exempt": ["realtime"]}})),
@@ -31,7 +33,9 @@ fn policies() -> impl Strategy<Value = serde_json::Value> {
         Just(json!("always-busiest")),
         Just(json!("vllm-dp")),
         Just(json!("prefix-affinity")),
-        Just(json!({"type": "weighted", "params": {"scorers": {"prefix-affinity": 2, "precise-prefix": 1, "queue-depth": 3, "kv-utilization": 1, "load-balance": 1, "active-requests": 1}}})),
+        Just(
+            json!({"type": "weighted", "params": {"scorers": {"prefix-affinity": 2, "precise-prefix": 1, "queue-depth": 3, "kv-utilization": 1, "load-balance": 1, "active-requests": 1}}})
+        ),
     ];
     let scheduler = prop_oneof![Just("fcfs"), Just("priority-fcfs"), Just("sjf"), Just("reverse-priority")];
     let refresh = prop_oneof![Just("immediate"), Just("on-demand"), Just("periodic:3ms"), Just("periodic:40ms")];
@@ -131,7 +135,8 @@ proptest! {
 #[test]
 fn eight_instances_are_deterministic_to_the_byte() {
     let go = || {
-        let (requests, labels) = Load { rate: 300.0, requests: 2000, prompt: 512, output: 64, prefix: 256, groups: 8, seed: 21 }.requests(Some("a:1,b:1"));
+        let (requests, labels) =
+            Load { rate: 300.0, requests: 2000, prompt: 512, output: 64, prefix: 256, groups: 8, seed: 21 }.requests(Some("a:1,b:1"));
         let doc = json!({"routing": {"type": "weighted", "params": {"scorers": {"prefix-affinity": 4, "queue-depth": 3}}}, "snapshots": {"kv_utilization": "periodic:10ms"}});
         let mut cfg = crate::harness::config(8, instance(3000, 32, 2048), spec_blackbox(), bundle(doc), labels);
         cfg.counterfactual_k = 3;

@@ -1,8 +1,8 @@
 //! Cluster behaviour tests, one module per behaviour, built into one binary.
 
 mod allocation;
-mod autoscaling;
 mod anomalies;
+mod autoscaling;
 mod harness;
 mod invariants;
 mod pd;

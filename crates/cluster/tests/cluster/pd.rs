@@ -18,7 +18,14 @@ use crate::harness::{Load, config, instance, llama_h100, run, spec_blackbox};
 
 /// `prefill` + `decode` instances of `cfg`/`latency`; the decode side pulls
 /// 4 KiB blocks over `link`.
-fn pd_config(prefill: u32, decode: u32, cfg: InstanceConfig, latency: Arc<dyn LatencyModel>, link: LinkConfig, decider: PdDecider) -> ClusterConfig {
+fn pd_config(
+    prefill: u32,
+    decode: u32,
+    cfg: InstanceConfig,
+    latency: Arc<dyn LatencyModel>,
+    link: LinkConfig,
+    decider: PdDecider,
+) -> ClusterConfig {
     let mut decode_cfg = cfg.clone();
     decode_cfg.kv_transfer = Some(KvTransferConfig { link, block_bytes: 4096 });
     let mut c = config(decode, decode_cfg, latency.clone(), PolicyBundle::default(), Labels::default());
@@ -36,7 +43,14 @@ fn pd_config(prefill: u32, decode: u32, cfg: InstanceConfig, latency: Arc<dyn La
 }
 
 fn one_request(prompt: u32, output: u32) -> Vec<Request> {
-    vec![Request { id: RequestId(0), arrival: Micros(0), prompt: TokenSeq::synthetic(7, prompt), max_output_tokens: output, output_seed: 7, meta: RequestMeta::default() }]
+    vec![Request {
+        id: RequestId(0),
+        arrival: Micros(0),
+        prompt: TokenSeq::synthetic(7, prompt),
+        max_output_tokens: output,
+        output_seed: 7,
+        meta: RequestMeta::default(),
+    }]
 }
 
 /// In an idle system the first token comes one decode step (one token
@@ -107,7 +121,9 @@ fn mixed_load(requests: u64, seed: u64) -> Vec<Request> {
 #[test]
 fn every_request_ends_once_and_runs_are_deterministic() {
     let link = LinkConfig { bytes_per_s: 2e9, latency: Micros(300) };
-    for (decider, async_scheduling) in [PdDecider::Always, PdDecider::PrefixThreshold(400), PdDecider::Never].into_iter().flat_map(|d| [(d, false), (d, true)]) {
+    for (decider, async_scheduling) in
+        [PdDecider::Always, PdDecider::PrefixThreshold(400), PdDecider::Never].into_iter().flat_map(|d| [(d, false), (d, true)])
+    {
         let cfg = || {
             let mut inst = instance(4000, 16, 2048);
             inst.scheduler.async_scheduling = async_scheduling;
@@ -217,7 +233,14 @@ fn a_prefill_instance_full_of_held_blocks_resumes_when_a_pull_frees_them() {
     let mut c = pd_config(1, 2, instance(4000, 16, 4096), spec_blackbox(), link, PdDecider::Always);
     c.pd.as_mut().unwrap().prefill_instance = instance(200, 16, 4096);
     let burst: Vec<Request> = (0..12)
-        .map(|i| Request { id: RequestId(i), arrival: Micros(0), prompt: TokenSeq::synthetic(100 + i, 1000), max_output_tokens: 8, output_seed: i, meta: RequestMeta::default() })
+        .map(|i| Request {
+            id: RequestId(i),
+            arrival: Micros(0),
+            prompt: TokenSeq::synthetic(100 + i, 1000),
+            max_output_tokens: 8,
+            output_seed: i,
+            meta: RequestMeta::default(),
+        })
         .collect();
     let out = run(c, burst, None);
     assert_eq!((out.run.requests.completed, out.run.requests.queued), (12, 0), "{:?}", out.run.requests);

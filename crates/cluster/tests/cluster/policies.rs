@@ -53,7 +53,12 @@ fn a_shaping_token_bucket_releases_each_request_when_its_token_arrives() {
     // token-microseconds (one token = 50 000), exact in integers; a request
     // that finds less than one token reserves it and leaves when it has
     // refilled, in arrival order.
-    let o = constant(100.0, 200, "x:1", json!({"admission": {"type": "token-bucket", "params": {"capacity": 10, "refill_per_s": 20, "on_limit": "delay"}}}));
+    let o = constant(
+        100.0,
+        200,
+        "x:1",
+        json!({"admission": {"type": "token-bucket", "params": {"capacity": 10, "refill_per_s": 20, "on_limit": "delay"}}}),
+    );
     assert_eq!(o.cluster.requests.admitted, 200);
     assert_eq!(o.cluster.requests.rejected, 0);
     let (token, capacity) = (50_000i64, 10 * 50_000i64);
@@ -77,7 +82,12 @@ fn a_shaping_token_bucket_releases_each_request_when_its_token_arrives() {
 #[test]
 fn a_shaping_rate_limit_never_lets_more_than_max_requests_into_a_window() {
     // 100 req/s for 3 s; 30 per sliding second, held up to 2 s.
-    let o = constant(100.0, 300, "x:1", json!({"admission": {"type": "rate-limit", "params": {"max_requests": 30, "window_ms": 1000, "on_limit": "delay", "max_delay_ms": 2000}}}));
+    let o = constant(
+        100.0,
+        300,
+        "x:1",
+        json!({"admission": {"type": "rate-limit", "params": {"max_requests": 30, "window_ms": 1000, "on_limit": "delay", "max_delay_ms": 2000}}}),
+    );
     let holds = holds(&o);
     let routed: Vec<Micros> = holds.iter().map(|h| h.1).collect();
     assert!(routed.windows(2).all(|w| w[0] <= w[1]), "released out of arrival order");
@@ -99,7 +109,12 @@ fn a_shaping_rate_limit_never_lets_more_than_max_requests_into_a_window() {
 
 #[test]
 fn a_shaping_limit_rejects_what_it_would_hold_too_long() {
-    let o = constant(100.0, 300, "x:1", json!({"admission": {"type": "token-bucket", "params": {"capacity": 1, "refill_per_s": 10, "on_limit": "delay", "max_delay_ms": 500}}}));
+    let o = constant(
+        100.0,
+        300,
+        "x:1",
+        json!({"admission": {"type": "token-bucket", "params": {"capacity": 1, "refill_per_s": 10, "on_limit": "delay", "max_delay_ms": 500}}}),
+    );
     let r = &o.cluster.requests;
     assert!(r.rejected_by_reason["token_bucket_empty"] > 0 && r.delayed > 0, "{r:?}");
     assert!(holds(&o).iter().all(|&(a, t)| t - a <= Micros::from_ms(500)));
@@ -112,15 +127,28 @@ fn tenant_quota_caps_a_tenants_requests_in_flight() {
     let a = &o.cluster.tenants["a"];
     assert!(a.rejected > 0 && o.cluster.tenants["b"].rejected == 0);
     // At no instant were more than two of tenant a's requests between admission and finish.
-    let mut events: Vec<(Micros, i32)> = o.rec.records.iter().filter(|r| r.meta.tenant.0 == 0).flat_map(|r| [(r.arrival, 1), (r.finished, -1)]).collect();
+    let mut events: Vec<(Micros, i32)> =
+        o.rec.records.iter().filter(|r| r.meta.tenant.0 == 0).flat_map(|r| [(r.arrival, 1), (r.finished, -1)]).collect();
     events.sort();
-    let peak = events.iter().scan(0, |n, e| { *n += e.1; Some(*n) }).max().unwrap();
+    let peak = events
+        .iter()
+        .scan(0, |n, e| {
+            *n += e.1;
+            Some(*n)
+        })
+        .max()
+        .unwrap();
     assert!(peak <= 2, "peak {peak}");
 }
 
 #[test]
 fn slo_gated_never_gates_exempt_classes() {
-    let o = constant(3000.0, 3000, "gold:1,bronze:1", json!({"admission": {"type": "slo-gated", "params": {"max_queue_depth": 4, "exempt": ["gold"]}}}));
+    let o = constant(
+        3000.0,
+        3000,
+        "gold:1,bronze:1",
+        json!({"admission": {"type": "slo-gated", "params": {"max_queue_depth": 4, "exempt": ["gold"]}}}),
+    );
     let (gold, bronze) = (&o.cluster.slo_classes["gold"], &o.cluster.slo_classes["bronze"]);
     assert_eq!(gold.rejected, 0);
     assert!(bronze.rejected > bronze.arrived / 4, "{bronze:?}");
@@ -129,12 +157,30 @@ fn slo_gated_never_gates_exempt_classes() {
 
 /// One seat, four requests queued behind a long one: the order they start in.
 fn start_order(policies: Value, metas: [RequestMeta; 4]) -> Vec<u64> {
-    let mut requests = vec![Request { id: RequestId(0), arrival: Micros(0), prompt: TokenSeq::synthetic(0, 64), max_output_tokens: 50, output_seed: 0, meta: RequestMeta::default() }];
+    let mut requests = vec![Request {
+        id: RequestId(0),
+        arrival: Micros(0),
+        prompt: TokenSeq::synthetic(0, 64),
+        max_output_tokens: 50,
+        output_seed: 0,
+        meta: RequestMeta::default(),
+    }];
     for (i, meta) in metas.into_iter().enumerate() {
         let id = i as u64 + 1;
-        requests.push(Request { id: RequestId(id), arrival: Micros(1000 + id), prompt: TokenSeq::synthetic(id, 64), max_output_tokens: 2, output_seed: id, meta });
+        requests.push(Request {
+            id: RequestId(id),
+            arrival: Micros(1000 + id),
+            prompt: TokenSeq::synthetic(id, 64),
+            max_output_tokens: 2,
+            output_seed: id,
+            meta,
+        });
     }
-    let labels = blis_engine::request::Labels { tenants: vec!["t0".into(), "t1".into()], slo_classes: vec!["c0".into(), "c1".into()], ..Default::default() };
+    let labels = blis_engine::request::Labels {
+        tenants: vec!["t0".into(), "t1".into()],
+        slo_classes: vec!["c0".into(), "c1".into()],
+        ..Default::default()
+    };
     let o = run(config(1, instance(500, 1, 512), spec_blackbox(), bundle(policies), labels), requests, None);
     let mut started: Vec<_> = o.rec.records.iter().filter(|r| r.id.0 > 0).map(|r| (r.first_scheduled.unwrap(), r.id.0)).collect();
     started.sort();
@@ -144,7 +190,10 @@ fn start_order(policies: Value, metas: [RequestMeta; 4]) -> Vec<u64> {
 #[test]
 fn deadline_aware_priority_serves_the_earliest_deadline_first() {
     let deadline = |ms| RequestMeta { deadline: Some(Micros::from_ms(ms)), ..RequestMeta::default() };
-    let order = start_order(json!({"priority": "deadline-aware", "scheduler": "priority-fcfs"}), [deadline(900), deadline(300), deadline(600), deadline(100)]);
+    let order = start_order(
+        json!({"priority": "deadline-aware", "scheduler": "priority-fcfs"}),
+        [deadline(900), deadline(300), deadline(600), deadline(100)],
+    );
     assert_eq!(order, [4, 2, 3, 1]);
     // Without a deadline, arrival + the class's slack: c1 has 50 ms, c0 the 10 s default.
     let class = |c| RequestMeta { slo_class: blis_engine::request::SloClassId(c), ..RequestMeta::default() };
@@ -159,13 +208,25 @@ fn tenant_priority_and_fcfs_order_the_queue_as_configured() {
     let doc = json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}, "scheduler": "priority-fcfs"});
     assert_eq!(start_order(doc, metas), [2, 4, 1, 3]);
     assert_eq!(start_order(json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}}), metas), [1, 2, 3, 4]);
-    assert_eq!(start_order(json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}, "scheduler": "reverse-priority"}), metas), [1, 3, 2, 4]);
+    assert_eq!(
+        start_order(
+            json!({"priority": {"type": "tenant-priority", "params": {"scores": {"t1": 5}}}, "scheduler": "reverse-priority"}),
+            metas
+        ),
+        [1, 3, 2, 4]
+    );
 }
 
 #[test]
 fn unknown_labels_in_parameters_are_rejected_with_their_path() {
     let labels = blis_engine::request::Labels { slo_classes: vec!["gold".into()], ..Default::default() };
-    let cfg = config(1, instance(500, 8, 512), spec_blackbox(), bundle(json!({"priority": {"type": "slo-class", "params": {"scores": {"silver": 1}}}})), labels);
+    let cfg = config(
+        1,
+        instance(500, 8, 512),
+        spec_blackbox(),
+        bundle(json!({"priority": {"type": "slo-class", "params": {"scores": {"silver": 1}}}})),
+        labels,
+    );
     let e = blis_cluster::Cluster::new(cfg).err().unwrap().to_string();
     assert!(e.starts_with("priority.params.scores.silver: unknown SLO class `silver`") && e.contains("gold"), "{e}");
 }
@@ -219,10 +280,18 @@ fn predictive_slo_vs_slo_gated_at_the_same_critical_p99_ttft() {
     let critical_p99 = |o: &Outcome| o.cluster.slo_classes["critical"].latency_ms.ttft.p99;
     let describe = |name: &str, o: &Outcome| {
         let c = &o.cluster;
-        format!("{name:>22}: admitted {:>4}/3000, critical TTFT p99 {:>6.1} ms, goodput {:>5.1} req/s", c.requests.admitted, critical_p99(o), c.goodput.requests_per_s)
+        format!(
+            "{name:>22}: admitted {:>4}/3000, critical TTFT p99 {:>6.1} ms, goodput {:>5.1} req/s",
+            c.requests.admitted,
+            critical_p99(o),
+            c.goodput.requests_per_s
+        )
     };
     for seed in [1, 2, 3] {
-        let gated = spec_experiment(json!({"type": "slo-gated", "params": {"by_class": {"standard": 9, "sheddable": 4}, "exempt": ["critical"]}}), seed);
+        let gated = spec_experiment(
+            json!({"type": "slo-gated", "params": {"by_class": {"standard": 9, "sheddable": 4}, "exempt": ["critical"]}}),
+            seed,
+        );
         eprintln!("seed {seed} {}", describe("slo-gated", &gated));
         let target = 1.1 * critical_p99(&gated);
         let mut matched = None;
@@ -252,7 +321,12 @@ fn predictive_slo_counts_only_queued_requests_of_the_same_or_higher_priority() {
     let labels = blis_engine::request::Labels { slo_classes: vec!["std".into(), "shed".into()], ..Default::default() };
     let class = |c| RequestMeta { slo_class: blis_engine::request::SloClassId(c), ..RequestMeta::default() };
     let req = |id: u64, ms: u64, c: u16, out: u32| Request {
-        id: RequestId(id), arrival: Micros::from_ms(ms), prompt: TokenSeq::synthetic(id, 64), max_output_tokens: out, output_seed: id, meta: class(c),
+        id: RequestId(id),
+        arrival: Micros::from_ms(ms),
+        prompt: TokenSeq::synthetic(id, 64),
+        max_output_tokens: out,
+        output_seed: id,
+        meta: class(c),
     };
     // R0 takes the seat; R1–R5 (shed) queue behind it; R6–R8 (std) arrive later.
     let mut requests = vec![req(0, 0, 1, 500)];

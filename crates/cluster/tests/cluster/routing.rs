@@ -20,7 +20,13 @@ fn stale_snapshots_measurably_change_least_loaded_routing() {
     let differ = fresh.decisions.routed_to.iter().zip(&stale.decisions.routed_to).filter(|(a, b)| a != b).count();
     let hol = |o: &Outcome| o.cluster.anomalies.hol_blocking_events;
     let p99 = |o: &Outcome| o.run.latency_ms.ttft.p99;
-    eprintln!("decisions that differ: {differ} of 3000; HOL fresh {} stale {}; TTFT p99 fresh {:.1} stale {:.1} ms", hol(&fresh), hol(&stale), p99(&fresh), p99(&stale));
+    eprintln!(
+        "decisions that differ: {differ} of 3000; HOL fresh {} stale {}; TTFT p99 fresh {:.1} stale {:.1} ms",
+        hol(&fresh),
+        hol(&stale),
+        p99(&fresh),
+        p99(&stale)
+    );
     assert!(differ > 1000, "only {differ} of 3000 decisions changed");
     // Between refreshes every request goes to the instance that looked least loaded
     // at the last scrape: herding, so queues form next to idle instances.
@@ -52,18 +58,40 @@ fn prefix_affinity_raises_the_cluster_cache_hit_rate_over_round_robin() {
 
 fn burst(n: u64) -> Vec<Request> {
     (0..n)
-        .map(|i| Request { id: RequestId(i), arrival: Micros(1000), prompt: TokenSeq::synthetic(i, 64), max_output_tokens: 4, output_seed: i, meta: RequestMeta::default() })
+        .map(|i| Request {
+            id: RequestId(i),
+            arrival: Micros(1000),
+            prompt: TokenSeq::synthetic(i, 64),
+            max_output_tokens: 4,
+            output_seed: i,
+            meta: RequestMeta::default(),
+        })
         .collect()
 }
 
 #[test]
 fn equal_scores_go_to_the_lowest_instance_id() {
-    for routing in [json!("least-loaded"), json!("prefix-affinity"), json!({"type": "weighted", "params": {"scorers": {"load-balance": 1, "kv-utilization": 1}}})] {
+    for routing in [
+        json!("least-loaded"),
+        json!("prefix-affinity"),
+        json!({"type": "weighted", "params": {"scorers": {"load-balance": 1, "kv-utilization": 1}}}),
+    ] {
         // Requests one at a time, each finished before the next: every decision sees idle, equal instances.
         let requests: Vec<Request> = (0..5)
-            .map(|i| Request { id: RequestId(i), arrival: Micros::from_secs(i), prompt: TokenSeq::synthetic(100 + i, 64), max_output_tokens: 2, output_seed: i, meta: RequestMeta::default() })
+            .map(|i| Request {
+                id: RequestId(i),
+                arrival: Micros::from_secs(i),
+                prompt: TokenSeq::synthetic(100 + i, 64),
+                max_output_tokens: 2,
+                output_seed: i,
+                meta: RequestMeta::default(),
+            })
             .collect();
-        let o = run(config(4, instance(500, 8, 512), spec_blackbox(), bundle(json!({ "routing": routing.clone() })), Default::default()), requests, None);
+        let o = run(
+            config(4, instance(500, 8, 512), spec_blackbox(), bundle(json!({ "routing": routing.clone() })), Default::default()),
+            requests,
+            None,
+        );
         assert_eq!(o.decisions.routed_to, [0, 0, 0, 0, 0], "{routing}");
     }
 }
@@ -83,7 +111,11 @@ fn the_router_counts_what_it_dispatched_even_before_instances_see_it() {
 
 #[test]
 fn always_busiest_sends_a_burst_to_one_instance() {
-    let o = run(config(4, instance(500, 8, 512), spec_blackbox(), bundle(json!({"routing": "always-busiest"})), Default::default()), burst(8), None);
+    let o = run(
+        config(4, instance(500, 8, 512), spec_blackbox(), bundle(json!({"routing": "always-busiest"})), Default::default()),
+        burst(8),
+        None,
+    );
     assert_eq!(o.decisions.routed_to, [0; 8]);
 }
 

@@ -1,8 +1,8 @@
 //! `--num-instances 1` with round-robin routing is exactly the single-instance simulation.
 
+use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::instance::Instance;
 use blis_engine::metrics::RunSummary;
-use blis_engine::driver::{IterWorkload, run_single};
 use blis_engine::time::Micros;
 
 use crate::harness::{Load, Recorder, bundle, config, llama_h100, run};
@@ -30,7 +30,6 @@ fn compare(load: Load, client_timeout: Option<Micros>, horizon: Option<Micros>) 
     assert!(!rec.records.is_empty());
     single_summary
 }
-
 
 #[test]
 fn one_instance_round_robin_equals_the_single_instance_run() {

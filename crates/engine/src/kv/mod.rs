@@ -42,9 +42,9 @@
 
 pub mod events;
 mod index;
+pub mod offload;
 mod tier_pool;
 pub mod transfer;
-pub mod offload;
 
 use std::collections::BTreeMap;
 
@@ -443,7 +443,8 @@ impl KvCache {
     /// sliding-window group needs.
     fn longest_hit(&self, block_hashes: &[u64], num_tokens: u32) -> (usize, usize) {
         let max_blocks = (((num_tokens - 1) / self.block_size) as usize).min(block_hashes.len());
-        let held_by = |i: usize, groups: std::ops::Range<u32>| groups.into_iter().all(|g| self.lookup(group_key(block_hashes[i], g)).is_some());
+        let held_by =
+            |i: usize, groups: std::ops::Range<u32>| groups.into_iter().all(|g| self.lookup(group_key(block_hashes[i], g)).is_some());
         let (full, sliding) = (0..self.groups.full, self.groups.full..self.groups.count());
         let hit = (0..max_blocks).take_while(|&i| held_by(i, full.clone())).count();
         if sliding.is_empty() {
@@ -539,7 +540,14 @@ impl KvCache {
     }
 
     /// [`KvCache::allocate_slots`] when blocks may be taken or registered.
-    fn take_blocks(&mut self, table: &mut BlockTable, num_tokens_need_slot: u32, new_computed: &[u32], block_hashes: &[u64], num_tokens_to_cache: u32) -> bool {
+    fn take_blocks(
+        &mut self,
+        table: &mut BlockTable,
+        num_tokens_need_slot: u32,
+        new_computed: &[u32],
+        block_hashes: &[u64],
+        num_tokens_to_cache: u32,
+    ) -> bool {
         let groups = self.groups.count() as usize;
         debug_assert_eq!(new_computed.len() % groups, 0, "hits of every group");
         let hits = new_computed.len() / groups;
@@ -766,7 +774,11 @@ impl KvCache {
                 if group == 0
                     && let Some(c) = &mut self.changes
                 {
-                    c.push(CacheChange::Stored { hash: block_hashes[index], parent: index.checked_sub(1).map(|p| block_hashes[p]), index: index as u32 });
+                    c.push(CacheChange::Stored {
+                        hash: block_hashes[index],
+                        parent: index.checked_sub(1).map(|p| block_hashes[p]),
+                        index: index as u32,
+                    });
                 }
             }
         }
@@ -967,7 +979,10 @@ impl KvCache {
         for (&key, others) in &self.duplicates {
             assert!(!others.is_empty(), "an empty list of other blocks for {key:#x}");
             let found = self.lookup(key);
-            assert!(found.is_some_and(|f| !others.contains(&f)), "other blocks of {key:#x}, which the index does not find in a block of its own");
+            assert!(
+                found.is_some_and(|f| !others.contains(&f)),
+                "other blocks of {key:#x}, which the index does not find in a block of its own"
+            );
             for &b in others {
                 assert!(self.is_hashed(b) && self.blocks[b as usize].hash == key, "block {b} waits behind {key:#x} without that content");
             }

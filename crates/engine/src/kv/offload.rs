@@ -67,8 +67,8 @@ use thiserror::Error;
 use super::events::{CacheChange, KvEvent, MediumName};
 pub use super::tier_pool::PrivateRun;
 use super::tier_pool::TierPool;
-pub use super::transfer::LinkConfig;
 use super::transfer::Link;
+pub use super::transfer::LinkConfig;
 use crate::time::Micros;
 
 /// How long after a block landed in a tier a load of it counts as
@@ -240,7 +240,9 @@ impl OffloadConfig {
             }
             match (t.medium, t.link) {
                 (Medium::Cpu, Some(_)) => return Err(OffloadConfigError::Link(name, "is host memory and has no link of its own")),
-                (Medium::Disk | Medium::Remote, None) => return Err(OffloadConfigError::Link(name, "needs a link (bandwidth and latency)")),
+                (Medium::Disk | Medium::Remote, None) => {
+                    return Err(OffloadConfigError::Link(name, "needs a link (bandwidth and latency)"));
+                }
                 (_, link) => links.extend(link),
             }
         }
@@ -584,8 +586,12 @@ impl OffloadTiers {
             let medium = t.medium.event_name();
             for &change in &self.changes {
                 match (change, out.last_mut()) {
-                    (CacheChange::Stored { hash, .. }, Some(KvEvent::BlockStored { block_hashes, medium: m, .. })) if *m == medium => block_hashes.push(hash),
-                    (CacheChange::Removed { hash }, Some(KvEvent::BlockRemoved { block_hashes, medium: m })) if *m == medium => block_hashes.push(hash),
+                    (CacheChange::Stored { hash, .. }, Some(KvEvent::BlockStored { block_hashes, medium: m, .. })) if *m == medium => {
+                        block_hashes.push(hash)
+                    }
+                    (CacheChange::Removed { hash }, Some(KvEvent::BlockRemoved { block_hashes, medium: m })) if *m == medium => {
+                        block_hashes.push(hash)
+                    }
                     (CacheChange::Stored { hash, .. }, _) => out.push(KvEvent::BlockStored {
                         block_hashes: vec![hash],
                         parent_block_hash: None,

@@ -412,7 +412,10 @@ impl TierPool {
             assert_eq!(self.find(e.hash), Some(p as u32), "a live block is not indexed at its slot");
         }
         assert!(live.iter().all(|(_, e)| e.indexed() || e.pins == 0), "a private block is pinned");
-        assert!(self.entries.iter().enumerate().all(|(p, e)| !e.live() || log.iter().any(|&(q, _)| q == p)), "a live entry outside the log");
+        assert!(
+            self.entries.iter().enumerate().all(|(p, e)| !e.live() || log.iter().any(|&(q, _)| q == p)),
+            "a live entry outside the log"
+        );
     }
 }
 

@@ -60,7 +60,8 @@ impl Link {
     /// time the link is busy with them).
     pub(crate) fn transfer(&mut self, ready: Micros, bytes: u64) -> (Micros, Micros) {
         if bytes != self.last.0 {
-            let busy = Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
+            let busy =
+                Micros::from_us_f64((bytes as f64 / self.cfg.bytes_per_s * 1e6).ceil()).unwrap_or(Micros::MAX_SPAN).min(Micros::MAX_SPAN);
             self.last = (bytes, busy);
         }
         let busy = self.last.1;

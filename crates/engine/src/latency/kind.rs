@@ -52,7 +52,9 @@ impl ModelKind {
         match self {
             ModelKind::Roofline => None,
             ModelKind::Blackbox => Some(Box::new(BlackboxBasis)),
-            ModelKind::TrainedPhysics => Some(Box::new(TrainedPhysicsBasis::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel))),
+            ModelKind::TrainedPhysics => {
+                Some(Box::new(TrainedPhysicsBasis::new(model, gpu, tp).with_expert_parallel(instance.expert_parallel)))
+            }
             ModelKind::Unified5 => Some(Box::new(Unified5Basis::new(model, gpu, tp))),
             ModelKind::PhysicsNormalized => Some(Box::new(PhysicsNormalizedBasis::new(model, gpu, tp, instance))),
         }

@@ -114,7 +114,11 @@ impl MoeTiles {
     pub fn of(model: &ModelConfig, gpu: &GpuSpec, tp: u32, expert_parallel: bool) -> Option<MoeTiles> {
         let moe = model.moe.as_ref()?;
         let tp = tp.max(1);
-        let (experts, width) = if expert_parallel { (moe.num_experts / tp, moe.expert_intermediate_size) } else { (moe.num_experts, moe.expert_intermediate_size / tp) };
+        let (experts, width) = if expert_parallel {
+            (moe.num_experts / tp, moe.expert_intermediate_size)
+        } else {
+            (moe.num_experts, moe.expert_intermediate_size / tp)
+        };
         let device = gpu.torch_device_name.as_deref().map(|d| d.replace(' ', "_"));
         let bf16 = model.weights.bytes_per_param(crate::model::WeightClass::RoutedExperts) >= 2.0;
         let tuned = TUNED.iter().find(|(name, e, n, _)| bf16 && device.as_deref() == Some(*name) && *e == experts && *n == width);
@@ -192,7 +196,17 @@ mod tests {
 
     #[test]
     fn the_nearest_config_key_gives_the_tile_height_and_ties_go_low() {
-        for (tokens, key, rows) in [(1.0, 1, 16.0), (3.0, 2, 16.0), (40.0, 32, 16.0), (41.0, 48, 32.0), (112.0, 96, 32.0), (113.0, 128, 64.0), (768.0, 512, 64.0), (769.0, 1024, 128.0), (9000.0, 4096, 128.0)] {
+        for (tokens, key, rows) in [
+            (1.0, 1, 16.0),
+            (3.0, 2, 16.0),
+            (40.0, 32, 16.0),
+            (41.0, 48, 32.0),
+            (112.0, 96, 32.0),
+            (113.0, 128, 64.0),
+            (768.0, 512, 64.0),
+            (769.0, 1024, 128.0),
+            (9000.0, 4096, 128.0),
+        ] {
             assert_eq!(CONFIG_KEYS[config_index(tokens)], key, "M {tokens}");
             assert_eq!(MIXTRAL_H100.rows(tokens), rows, "M {tokens}");
         }
@@ -206,7 +220,11 @@ mod tests {
         use crate::testdata::{find_gpu, find_model};
         let model = |id: &str| ModelConfig::from_hf_json(find_model(id).unwrap().config_json).unwrap();
         let gpu = |name: &str| find_gpu(name).unwrap().spec();
-        let (mixtral, qwen, scout) = (model("mistralai/Mixtral-8x7B-v0.1"), model("Qwen/Qwen3-30B-A3B"), model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"));
+        let (mixtral, qwen, scout) = (
+            model("mistralai/Mixtral-8x7B-v0.1"),
+            model("Qwen/Qwen3-30B-A3B"),
+            model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic"),
+        );
         let (h100, h200, a100, l40s) = (gpu("H100"), gpu("H200"), gpu("A100-80GB"), gpu("L40S"));
         assert_eq!(MoeTiles::of(&mixtral, &h100, 2, false), Some(MIXTRAL_H100), "E = 8, N = 7168 on NVIDIA_H100_80GB_HBM3");
         let rows = |tiles: Option<MoeTiles>, tokens: f64| tiles.unwrap().rows(tokens);
@@ -214,7 +232,12 @@ mod tests {
         assert_eq!([40.0, 64.0, 1024.0, 4096.0].map(|t| rows(MoeTiles::of(&mixtral, &a100, 4, false), t)), [16.0, 32.0, 64.0, 128.0]);
         // Qwen3-30B-A3B (E = 128, N = 768): 16 rows up to 128 tokens on an H100 and an H200 ("NVIDIA H200").
         for g in [&h100, &h200] {
-            assert_eq!([64.0, 128.0, 256.0, 2048.0].map(|t| rows(MoeTiles::of(&qwen, g, 1, false), t)), [16.0, 16.0, 32.0, 128.0], "{}", g.name);
+            assert_eq!(
+                [64.0, 128.0, 256.0, 2048.0].map(|t| rows(MoeTiles::of(&qwen, g, 1, false), t)),
+                [16.0, 16.0, 32.0, 128.0],
+                "{}",
+                g.name
+            );
         }
         // No file for it on an A100 or an L40S, nor for whole experts under expert parallelism.
         assert_eq!(MoeTiles::of(&qwen, &a100, 1, false), Some(MoeTiles::Untuned { experts: 128 }));

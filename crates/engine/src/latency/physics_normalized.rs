@@ -142,8 +142,8 @@ impl PhysicsConstants {
         let hw_peak_flops = gpu.peak_flops() / tp_f;
         let hw_peak_bandwidth = gpu.hbm_bytes_per_s() / tp_f;
         let comm_bytes_per_token = if tp > 1 { l * 2.0 * h * dtype * 2.0 * (tp_f - 1.0) / tp_f } else { 0.0 };
-        let roofline_step_time = (f64::from(knobs.max_batched_tokens) * flops_linear_per_token / hw_peak_flops)
-            .max(weight_bytes_total / hw_peak_bandwidth);
+        let roofline_step_time =
+            (f64::from(knobs.max_batched_tokens) * flops_linear_per_token / hw_peak_flops).max(weight_bytes_total / hw_peak_bandwidth);
         PhysicsConstants {
             flops_linear_per_token,
             weight_bytes_attn,
@@ -311,7 +311,10 @@ pub struct PhysicsNormalizedBasis {
 impl PhysicsNormalizedBasis {
     /// Builds the basis for `model` on `tp` GPUs of type `gpu`, served with `instance`'s knobs.
     pub fn new(model: &ModelConfig, gpu: &GpuSpec, tp: u32, instance: &InstanceConfig) -> PhysicsNormalizedBasis {
-        PhysicsNormalizedBasis { constants: PhysicsConstants::new(model, gpu, tp, VllmKnobs::of(instance)), attention_mix: model.attention_mix() }
+        PhysicsNormalizedBasis {
+            constants: PhysicsConstants::new(model, gpu, tp, VllmKnobs::of(instance)),
+            attention_mix: model.attention_mix(),
+        }
     }
 
     /// The spec's `AlphaInput` of a simulated arrival.
@@ -332,14 +335,16 @@ impl PhysicsNormalizedBasis {
     /// The spec's `BetaInput` of a simulated step.
     pub fn beta_input(&self, batch: &StepBatch<'_>) -> BetaInput {
         let block = self.constants.knobs.block_size_tokens;
-        let mut b = BetaInput { running_depth: f64::from(batch.load.running), preemption_ema: batch.load.preemption_ema, ..BetaInput::default() };
+        let mut b =
+            BetaInput { running_depth: f64::from(batch.load.running), preemption_ema: batch.load.preemption_ema, ..BetaInput::default() };
         for e in batch.entries {
             let new = f64::from(e.new_tokens);
             b.scheduled_tokens += new;
             if e.is_decode() {
                 b.decode_tokens += new;
                 b.num_decode_reqs += 1.0;
-                b.decode_context_tokens += self.attention_mix.map_or(f64::from(e.context_tokens()), |m| m.decode_context(e.computed_tokens) + new);
+                b.decode_context_tokens +=
+                    self.attention_mix.map_or(f64::from(e.context_tokens()), |m| m.decode_context(e.computed_tokens) + new);
                 b.sum_decode_kv_blocks += f64::from(e.context_tokens().div_ceil(block));
             } else {
                 b.prefill_tokens += new;
@@ -439,8 +444,8 @@ impl LatencyModel for PhysicsNormalized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
+    use crate::testdata::{find_gpu, find_model};
 
     fn instance() -> InstanceConfig {
         InstanceConfig::basic(128, 2048, 4096, 1000)

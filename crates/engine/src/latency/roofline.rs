@@ -185,7 +185,8 @@ impl LatencyModel for Roofline {
                 }
             };
             let attn = if e.is_decode() { self.attn_flops_per_ctx_token.1 } else { self.attn_flops_per_ctx_token.0 };
-            let mut flops = n * (self.linear_flops_per_token + self.vector_flops_per_token) + n * ctx * (attn + self.vector_flops_per_ctx_token);
+            let mut flops =
+                n * (self.linear_flops_per_token + self.vector_flops_per_token) + n * ctx * (attn + self.vector_flops_per_ctx_token);
             if !e.is_decode() {
                 flops += p * self.upprojection_flops_per_ctx_token;
             }
@@ -201,7 +202,8 @@ impl LatencyModel for Roofline {
             dyn_bytes += self.kv_bytes_per_token * (n + p_read) + self.activation_bytes_per_token * n;
             tokens += n;
         }
-        let (assignment_skew, expert_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));
+        let (assignment_skew, expert_skew) =
+            self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(tokens), load.expert_skew(tokens)));
         // The fused MoE kernel computes whole tiles of each expert's rows.
         let padding = self.moe.zip(self.tiles).map_or(1.0, |((n, k), tiles)| tiles.padding_factor(n, k, tokens));
         let routed_scale = assignment_skew * padding;
@@ -234,9 +236,12 @@ mod tests {
     #[test]
     fn llama4_chunked_layers_cost_less_past_the_first_chunk() {
         let h100 = find_gpu("H100").unwrap().spec();
-        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let scout =
+            ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
         let all_full = ModelConfig { local_attention: None, ..scout.clone() };
-        let step = |m: &ModelConfig, entries: &[BatchEntry]| Roofline::new(m, &h100, 4).step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 });
+        let step = |m: &ModelConfig, entries: &[BatchEntry]| {
+            Roofline::new(m, &h100, 4).step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 })
+        };
         let decodes = |context: u32| vec![BatchEntry { computed_tokens: context, new_tokens: 1, prompt_tokens: 1 }; 64];
         let prefill = |computed: u32| [BatchEntry { computed_tokens: computed, new_tokens: 2048, prompt_tokens: computed + 2048 }];
         assert!(step(&scout, &decodes(100_000)) < step(&all_full, &decodes(100_000)));
@@ -259,7 +264,9 @@ mod tests {
         let ep = Roofline::new(&model, &gpu, 2).with_expert_parallel(true);
         let mut even = ep.clone();
         even.expert_parallel = None;
-        let step = |m: &Roofline, entries: &[BatchEntry]| m.step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 }).as_us() as f64;
+        let step = |m: &Roofline, entries: &[BatchEntry]| {
+            m.step_time(&StepBatch { entries, load: InstanceLoad::default(), preempted: 0 }).as_us() as f64
+        };
         let load = ExpertLoad::new(8.0, 2.0, 2);
 
         let decode = [BatchEntry { computed_tokens: 900, new_tokens: 1, prompt_tokens: 600 }];

@@ -137,7 +137,9 @@ impl TrainedPhysicsBasis {
         let compute = || (m.tiles.map_or(1.0, |t| t.padding_factor(m.n_experts, m.k, tokens)), m.experts_touched(tokens));
         match &self.moe_terms {
             None => (1.0, 0.0),
-            Some(memo) if tokens >= 0.0 && tokens < MoeTermsMemo::COUNTS as f64 && tokens.fract() == 0.0 => *memo.by_tokens[tokens as usize].get_or_init(compute),
+            Some(memo) if tokens >= 0.0 && tokens < MoeTermsMemo::COUNTS as f64 && tokens.fract() == 0.0 => {
+                *memo.by_tokens[tokens as usize].get_or_init(compute)
+            }
             Some(_) => compute(),
         }
     }
@@ -177,7 +179,8 @@ impl TrainedPhysicsBasis {
         let m = &self.dims;
         let s = StepSums::of(batch, m.attention_mix.as_ref());
         // Under expert parallelism the busiest rank's share of the routed work and weights, over the mean.
-        let (routed_skew, weight_skew) = self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
+        let (routed_skew, weight_skew) =
+            self.expert_parallel.as_ref().map_or((1.0, 1.0), |load| (load.assignment_skew(s.tokens()), load.expert_skew(s.tokens())));
         // The fused MoE kernel computes whole tiles of each expert's rows.
         let (padding, experts_touched) = self.moe_terms(s.tokens());
         let routed_scale = routed_skew * padding;
@@ -336,8 +339,8 @@ impl LatencyModel for TrainedPhysics {
 mod tests {
     use super::*;
     use crate::latency::moe_tiles::MoeTiles;
-    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
+    use crate::testdata::{find_gpu, find_model};
 
     /// The memoised MoE terms are the functions' values, for counts inside
     /// the memo (asked twice), beyond it and between integers.
@@ -434,11 +437,19 @@ mod tests {
         let h100 = find_gpu("H100").unwrap().spec();
         for (m, tp) in [(&dense, 2), (&model, 1)] {
             let plain = TrainedPhysicsBasis::new(m, &h100, tp);
-            assert_eq!(plain.clone().with_expert_parallel(true).features(&batch), plain.features(&batch), "no experts to spread, or one GPU");
+            assert_eq!(
+                plain.clone().with_expert_parallel(true).features(&batch),
+                plain.features(&batch),
+                "no experts to spread, or one GPU"
+            );
         }
         let published = TrainedPhysics::beta_from_published_layout(&TrainedPhysics::PUBLISHED_BETA, &find_gpu("H100").unwrap().spec());
-        assert!((published[3] - 0.752037 * 693.9 / 3350.0).abs() < 1e-12 && published[10] == published[3] && published[11] == 0.0, "{published:?}");
-        let m = basis.with_coefficients(&TrainedPhysics::alpha_from_published_layout(&TrainedPhysics::PUBLISHED_ALPHA), &published).unwrap();
+        assert!(
+            (published[3] - 0.752037 * 693.9 / 3350.0).abs() < 1e-12 && published[10] == published[3] && published[11] == 0.0,
+            "{published:?}"
+        );
+        let m =
+            basis.with_coefficients(&TrainedPhysics::alpha_from_published_layout(&TrainedPhysics::PUBLISHED_ALPHA), &published).unwrap();
         // The hand figure takes P exact; the basis approximates its tail within 1 %.
         let step_us = m.step_time(&batch).0 as f64;
         assert!((step_us - 21102.42).abs() <= 0.152128 * 0.01 * 1.636 * 2174.02 + 1.0, "{step_us}");
@@ -488,14 +499,21 @@ mod tests {
         let llama = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
         let basis = TrainedPhysicsBasis::new(&llama, &find_gpu("H100").unwrap().spec(), 1);
         let m = basis.with_coefficients(&[3000.0, 500.0, 2000.0, 60.0], &[1.0; BETA_LEN]).unwrap();
-        let arrival = |running| QueueingInput { prompt_tokens: 600, prefix_hit_tokens: 0, load: InstanceLoad { running, waiting: 7, ..InstanceLoad::default() } };
+        let arrival = |running| QueueingInput {
+            prompt_tokens: 600,
+            prefix_hit_tokens: 0,
+            load: InstanceLoad { running, waiting: 7, ..InstanceLoad::default() },
+        };
         assert_eq!([0, 1, 100].map(|n| m.queueing_delay(&arrival(n))), [Micros(3000), Micros(3060), Micros(9000)]);
         assert_eq!((m.token_emission_delay(), m.completion_overhead()), (Micros(2000), Micros(500)));
         let (mut ttft, mut e2e, mut queue) = ([0.0; ALPHA_LEN], [0.0; ALPHA_LEN], [0.0; ALPHA_LEN]);
         basis.alpha_features(&arrival(100), 50, &mut ttft, &mut e2e);
         assert!(basis.alpha_queueing_features(&arrival(100), &mut queue));
         assert_eq!((ttft, e2e, queue), ([1.0, 0.0, 1.0, 100.0], [1.0, 1.0, 1.0, 100.0], [1.0, 0.0, 0.0, 100.0]));
-        assert!(basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &[1.0; BETA_LEN]).is_err(), "three α are the file layout, not the model's");
+        assert!(
+            basis.with_coefficients(&TrainedPhysics::PUBLISHED_ALPHA, &[1.0; BETA_LEN]).is_err(),
+            "three α are the file layout, not the model's"
+        );
     }
 
     /// DeepSeek-V2-Lite: 26 MoE layers of 6-of-64 experts (dFF 1408) plus two
@@ -539,7 +557,8 @@ mod tests {
         let t_pf_c = |model: &str, tp: u32, cached: u32| {
             let m = ModelConfig::from_hf_json(find_model(model).unwrap().config_json).unwrap();
             let entries = [BatchEntry { computed_tokens: cached, new_tokens: 256, prompt_tokens: 2048 }];
-            TrainedPhysicsBasis::new(&m, &h100, tp).features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })[0]
+            TrainedPhysicsBasis::new(&m, &h100, tp).features(&StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 })
+                [0]
         };
         let lite = "deepseek-ai/DeepSeek-V2-Lite";
         let want = 27.0 * 2.0 * (512.0 * 16.0 * 256.0) * 1000.0 / 989.5e12 * 1e6;
@@ -558,7 +577,8 @@ mod tests {
     #[test]
     fn llama4_decodes_attend_within_their_chunk_in_three_layers_of_four() {
         let h100 = find_gpu("H100").unwrap().spec();
-        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let scout =
+            ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
         assert_eq!(scout.local_attention.map(|l| l.layers), Some(36));
         let all_full = ModelConfig { local_attention: None, ..scout.clone() };
         // One decode (new = 1, past a 1-token prompt) or one prefill chunk ending the prompt.
@@ -570,7 +590,11 @@ mod tests {
         // Decode attention FLOPs (index 1) and KV reads (index 9): linear in the context read.
         let attended = 0.25 * 100_000.0 + 0.75 * 1_696.0;
         for index in [1, 9] {
-            let (at, base, per_token) = (features(&scout, 100_000, 1)[index], features(&all_full, 1, 1)[index], features(&all_full, 2, 1)[index] - features(&all_full, 1, 1)[index]);
+            let (at, base, per_token) = (
+                features(&scout, 100_000, 1)[index],
+                features(&all_full, 1, 1)[index],
+                features(&all_full, 2, 1)[index] - features(&all_full, 1, 1)[index],
+            );
             let read = 1.0 + (at - base) / per_token;
             assert!((read - attended).abs() < 1e-6 * attended, "feature {index}: {read} tokens read, not {attended}");
         }
@@ -613,7 +637,8 @@ mod tests {
         assert_eq!((f[3], f[7], f[11]), (0.0, 0.0, 0.0));
         // Llama-2-7B at TP 2: an all-reduce after attention and after the MLP of each of its 32 layers.
         assert_eq!(TrainedPhysicsBasis::new(&dense, &h100, 2).features(&batch)[11], 64.0);
-        let scout = ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
+        let scout =
+            ModelConfig::from_hf_json(find_model("RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic").unwrap().config_json).unwrap();
         let moe = scout.moe.as_ref().unwrap();
         assert!(moe.interleaved);
         assert_eq!(TrainedPhysicsBasis::new(&scout, &h100, 2).features(&batch)[7], f64::from(moe.num_moe_layers));
@@ -629,7 +654,8 @@ mod tests {
         let h100 = find_gpu("H100").unwrap().spec();
         let bridged = GpuSpec { nvlink_domain_gpus: Some(2), ..h100.clone() };
         let dense = ModelConfig::from_hf_json(find_model("meta-llama/Llama-2-7b-hf").unwrap().config_json).unwrap();
-        let entries: Vec<BatchEntry> = (0..16).map(|i| BatchEntry { computed_tokens: 300 + i, new_tokens: 1, prompt_tokens: 200 }).collect();
+        let entries: Vec<BatchEntry> =
+            (0..16).map(|i| BatchEntry { computed_tokens: 300 + i, new_tokens: 1, prompt_tokens: 200 }).collect();
         let batch = StepBatch { entries: &entries, load: InstanceLoad::default(), preempted: 0 };
         let features = |gpu: &GpuSpec, tp: u32| TrainedPhysicsBasis::new(&dense, gpu, tp).features(&batch);
         assert_eq!(features(&h100, 2), features(&bridged, 2));

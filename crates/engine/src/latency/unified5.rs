@@ -39,7 +39,8 @@ impl Unified5Basis {
         let m = &self.dims;
         let s = StepSums::of(batch, m.attention_mix.as_ref());
         // The formula takes every layer's FFN as the (routed) experts'.
-        let (ffn_scale, ffn_wbpp) = if m.is_moe() { (m.gemm_scale.routed_experts, m.wbpp.routed_experts) } else { (m.gemm_scale.dense_ffn, m.wbpp.dense_ffn) };
+        let (ffn_scale, ffn_wbpp) =
+            if m.is_moe() { (m.gemm_scale.routed_experts, m.wbpp.routed_experts) } else { (m.gemm_scale.dense_ffn, m.wbpp.dense_ffn) };
         let ffn_per_token = m.l * m.k_eff() * 6.0 * m.d * m.dff_moe / m.tp * ffn_scale;
         let t_pf_compute = m.compute_us(
             m.projection_flops(s.t_pf) + m.l * m.prefill_attention_flops_per_layer(s.prefill_attention_work) + s.t_pf * ffn_per_token,
@@ -128,8 +129,8 @@ impl LatencyModel for Unified5 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata::{find_gpu, find_model};
     use crate::latency::{BatchEntry, InstanceLoad};
+    use crate::testdata::{find_gpu, find_model};
 
     /// Llama-2-7B (L 32, d 4096, H = KVH = 32, dH 128, dFF 11008) on one H100
     /// (F 989.5e12, W 3.35e12); a 100-token prefill (s = 100) and one decode at
@@ -156,7 +157,13 @@ mod tests {
         }
         let m = basis.with_coefficients(&Unified5::PUBLISHED_ALPHA, &Unified5::PUBLISHED_BETA).unwrap();
         assert_eq!(m.step_time(&batch), Micros(6291));
-        assert_eq!((m.queueing_delay(&QueueingInput { prompt_tokens: 1, prefix_hit_tokens: 0, load: InstanceLoad::default() }), m.completion_overhead()), (Micros(19615), Micros(1850)));
+        assert_eq!(
+            (
+                m.queueing_delay(&QueueingInput { prompt_tokens: 1, prefix_hit_tokens: 0, load: InstanceLoad::default() }),
+                m.completion_overhead()
+            ),
+            (Micros(19615), Micros(1850))
+        );
         assert_eq!((m.output_token_overhead(), m.token_emission_delay()), (Micros(2), Micros::ZERO));
         assert_eq!(m.step_time(&StepBatch { entries: &[], load: InstanceLoad::default(), preempted: 0 }), Micros(1));
         assert!(basis.with_coefficients(&[1.0], &Unified5::PUBLISHED_BETA).is_err());

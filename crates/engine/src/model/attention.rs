@@ -179,17 +179,27 @@ mod tests {
         let chunked = |c| AttentionSpan::Chunked { chunk_tokens: c };
         let sliding = |w| AttentionSpan::Sliding { window_tokens: w };
         // Llama-4 Scout: chunks of 8192 in the 36 of 48 layers with rotary embeddings.
-        assert_eq!(local(r#"{"attention_chunk_size": 8192, "no_rope_layers": []}"#, 48, "Llama4"), Some(LocalAttention { span: chunked(8192), layers: 36 }));
+        assert_eq!(
+            local(r#"{"attention_chunk_size": 8192, "no_rope_layers": []}"#, 48, "Llama4"),
+            Some(LocalAttention { span: chunked(8192), layers: 36 })
+        );
         assert_eq!(local(r#"{"attention_chunk_size": 8192, "no_rope_layers": [1, 1, 0, 1]}"#, 4, "Llama4").unwrap().layers, 3);
         // Mistral-7B-v0.1: every layer slides over 4096.
-        assert_eq!(local(r#"{"sliding_window": 4096}"#, 32, "MistralForCausalLM"), Some(LocalAttention { span: sliding(4096), layers: 32 }));
+        assert_eq!(
+            local(r#"{"sliding_window": 4096}"#, 32, "MistralForCausalLM"),
+            Some(LocalAttention { span: sliding(4096), layers: 32 })
+        );
         // Qwen: off unless asked; from max_window_layers on when asked.
         assert_eq!(local(r#"{"sliding_window": 131072, "use_sliding_window": false, "max_window_layers": 28}"#, 28, "Qwen2"), None);
-        assert_eq!(local(r#"{"sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 20}"#, 28, "Qwen2").unwrap().layers, 8);
+        assert_eq!(
+            local(r#"{"sliding_window": 4096, "use_sliding_window": true, "max_window_layers": 20}"#, 28, "Qwen2").unwrap().layers,
+            8
+        );
         // Gemma-2 alternates; Gemma-3 states its pattern; gpt-oss lists its layers.
         assert_eq!(local(r#"{"sliding_window": 4096}"#, 42, "Gemma2ForCausalLM").unwrap().layers, 21);
         assert_eq!(local(r#"{"sliding_window": 1024, "sliding_window_pattern": 6}"#, 62, "Gemma3ForCausalLM").unwrap().layers, 52);
-        let types = r#"{"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}"#;
+        let types =
+            r#"{"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention", "sliding_attention", "full_attention"]}"#;
         assert_eq!(local(types, 4, "GptOssForCausalLM"), Some(LocalAttention { span: sliding(128), layers: 2 }));
         // Nothing local: absent, null, zero, or listed layers without a span.
         for text in [r#"{}"#, r#"{"sliding_window": null}"#, r#"{"sliding_window": 0}"#, r#"{"layer_types": ["sliding_attention"]}"#] {

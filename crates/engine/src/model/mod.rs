@@ -152,7 +152,8 @@ impl MlaConfig {
     /// Parameters of one layer's attention projections, for hidden size
     /// `d` and `heads` heads.
     fn projection_params(&self, d: f64, heads: f64) -> MlaProjections {
-        let (nope, rope, v, kv_lora) = (f64::from(self.qk_nope_head_dim), f64::from(self.qk_rope_head_dim), f64::from(self.v_head_dim), f64::from(self.kv_lora_rank));
+        let (nope, rope, v, kv_lora) =
+            (f64::from(self.qk_nope_head_dim), f64::from(self.qk_rope_head_dim), f64::from(self.v_head_dim), f64::from(self.kv_lora_rank));
         let q_out = heads * (nope + rope);
         MlaProjections {
             q_a: self.q_lora_rank.map_or(0.0, |r| d * f64::from(r)),
@@ -266,13 +267,27 @@ const DEFAULT_DERIVED_MAX_MODEL_LEN: u32 = 2048;
 /// The longest context a config allows, as vLLM's `_get_and_verify_max_len`
 /// derives it (see [`ModelConfig::derived_max_model_len`]).
 fn derived_max_model_len(obj: &Map<String, Value>) -> Result<u32, ModelConfigError> {
-    const LENGTH_FIELDS: [&str; 8] =
-        ["max_position_embeddings", "n_positions", "max_seq_len", "seq_length", "model_max_length", "max_sequence_length", "max_seq_length", "seq_len"];
+    const LENGTH_FIELDS: [&str; 8] = [
+        "max_position_embeddings",
+        "n_positions",
+        "max_seq_len",
+        "seq_length",
+        "model_max_length",
+        "max_sequence_length",
+        "max_seq_length",
+        "seq_len",
+    ];
     // Any positive number: vLLM takes a float or a huge length as it is.
     // `label` names the field in errors.
     let positive = |obj: &Map<String, Value>, key: &str, label: &'static str| -> Result<Option<f64>, ModelConfigError> {
         field(obj, &[key])
-            .map(|v| v.as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or(ModelConfigError::Invalid { field: label, value: v.to_string(), reason: "must be a positive number" }))
+            .map(|v| {
+                v.as_f64().filter(|x| x.is_finite() && *x > 0.0).ok_or(ModelConfigError::Invalid {
+                    field: label,
+                    value: v.to_string(),
+                    reason: "must be a positive number",
+                })
+            })
             .transpose()
     };
     let mut derived = f64::INFINITY;
@@ -319,7 +334,9 @@ impl ModelConfig {
 
         let architecture = match field(root, &["architectures"]) {
             None => "unknown",
-            Some(Value::Array(classes)) if classes.iter().all(Value::is_string) => classes.first().and_then(Value::as_str).unwrap_or("unknown"),
+            Some(Value::Array(classes)) if classes.iter().all(Value::is_string) => {
+                classes.first().and_then(Value::as_str).unwrap_or("unknown")
+            }
             Some(other) => {
                 return Err(ModelConfigError::Invalid {
                     field: "architectures",
@@ -331,7 +348,11 @@ impl ModelConfig {
         .to_string();
         let num_layers = required_u32(obj, &["num_hidden_layers", "n_layer", "num_layers"], "n_layer, num_layers")?;
         if num_layers > MAX_LAYERS {
-            return Err(ModelConfigError::Invalid { field: "num_hidden_layers", value: num_layers.to_string(), reason: "must be at most 100000" });
+            return Err(ModelConfigError::Invalid {
+                field: "num_hidden_layers",
+                value: num_layers.to_string(),
+                reason: "must be at most 100000",
+            });
         }
         let hidden_size = required_u32(obj, &["hidden_size", "n_embd", "d_model"], "n_embd, d_model")?;
         let num_attention_heads = required_u32(obj, &["num_attention_heads", "n_head"], "n_head")?;
@@ -363,7 +384,7 @@ impl ModelConfig {
                     field: "hidden_size",
                     value: hidden_size.to_string(),
                     reason: "must be divisible by num_attention_heads when head_dim is absent",
-                })
+                });
             }
         };
         let ffn = positive_u32(obj, &["intermediate_size", "ffn_hidden_size", "n_inner"], "intermediate_size")?;
@@ -373,7 +394,11 @@ impl ModelConfig {
         let derived_max_model_len = derived_max_model_len(obj)?;
         let tie_word_embeddings = match field(obj, &["tie_word_embeddings"]).or_else(|| field(root, &["tie_word_embeddings"])) {
             None => false,
-            Some(v) => v.as_bool().ok_or_else(|| ModelConfigError::Invalid { field: "tie_word_embeddings", value: v.to_string(), reason: "must be true or false" })?,
+            Some(v) => v.as_bool().ok_or_else(|| ModelConfigError::Invalid {
+                field: "tie_word_embeddings",
+                value: v.to_string(),
+                reason: "must be true or false",
+            })?,
         };
 
         let moe = Self::parse_moe(obj, num_layers, ffn)?;
@@ -381,7 +406,7 @@ impl ModelConfig {
             (_, Some(d), _) => d,
             (_, None, Some(f)) => f,
             (None, None, None) => {
-                return Err(ModelConfigError::Missing { field: "intermediate_size", aliases: "ffn_hidden_size, n_inner" })
+                return Err(ModelConfigError::Missing { field: "intermediate_size", aliases: "ffn_hidden_size, n_inner" });
             }
             // A MoE model without any dense width: dense layers (if any) use the expert width.
             (Some(m), None, None) => m.expert_intermediate_size,
@@ -511,9 +536,7 @@ impl ModelConfig {
     pub fn attention_params_per_layer(&self) -> f64 {
         let d = f64::from(self.hidden_size);
         match &self.mla {
-            Some(m) => {
-                m.projection_params(d, f64::from(self.num_attention_heads)).total()
-            }
+            Some(m) => m.projection_params(d, f64::from(self.num_attention_heads)).total(),
             None => 2.0 * d * self.q_dim() + 2.0 * d * self.kv_dim(),
         }
     }
@@ -594,7 +617,10 @@ impl ModelConfig {
         PerWeightClass {
             attention: f64::from(self.num_layers) * self.attention_params_per_layer(),
             dense_ffn: f64::from(self.num_dense_layers()) * self.dense_ffn_params(),
-            routed_experts: self.moe.as_ref().map_or(0.0, |m| moe_layers * 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_experts)),
+            routed_experts: self
+                .moe
+                .as_ref()
+                .map_or(0.0, |m| moe_layers * 3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.num_experts)),
             shared_experts: self.moe.as_ref().map_or(0.0, |m| moe_layers * 3.0 * d * f64::from(m.shared_intermediate_size)),
             lm_head: if self.tie_word_embeddings { 0.0 } else { f64::from(self.vocab_size) * d },
         }
@@ -711,7 +737,8 @@ impl ModelConfig {
             attention: 2.0 * f64::from(self.num_layers) * self.attention_params_per_layer(),
             dense_ffn: 2.0 * f64::from(self.num_dense_layers()) * self.dense_ffn_params(),
             routed_experts: self.moe.as_ref().map_or(0.0, |m| {
-                2.0 * moe_layers * (3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.experts_per_token) + d * f64::from(m.num_experts))
+                2.0 * moe_layers
+                    * (3.0 * d * f64::from(m.expert_intermediate_size) * f64::from(m.experts_per_token) + d * f64::from(m.num_experts))
             }),
             shared_experts: self.moe.as_ref().map_or(0.0, |m| 2.0 * moe_layers * 3.0 * d * f64::from(m.shared_intermediate_size)),
             lm_head: self.lm_head_flops(),
@@ -812,13 +839,17 @@ mod tests {
         assert_eq!(fp8.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }));
         // Integer weights are multiplied in half precision: 4-bit AWQ, 8-bit GPTQ, compressed-tensors int8.
         let quantized = |q: &str| {
-            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#);
+            let json = format!(
+                r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#
+            );
             let f = ModelConfig::from_hf_json(&json).unwrap().weights.format().unwrap();
             (f.bytes_per_param, f.fp8)
         };
         assert_eq!(quantized(r#"{"quant_method":"awq","bits":4}"#), (0.5, false));
         assert_eq!(quantized(r#"{"quant_method":"gptq","bits":8}"#), (1.0, false));
-        let group = |kind: &str| format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#);
+        let group = |kind: &str| {
+            format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"{kind}"}}}}}}}}"#)
+        };
         assert_eq!(quantized(&group("int")), (1.0, false));
         assert_eq!(quantized(&group("float")), (1.0, true), "Llama-4-Scout FP8-dynamic's shape");
         // A width without a kernel was read as another one (bits 0 as 4-bit GPTQ).
@@ -828,7 +859,9 @@ mod tests {
             (r#"{"quant_method":"awq","bits":"4"}"#, "quantization_config.bits"),
             (&group("int").replace("\"num_bits\":8", "\"num_bits\":2"), "num_bits"),
         ] {
-            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#);
+            let json = format!(
+                r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10,"quantization_config":{q}}}"#
+            );
             let e = ModelConfig::from_hf_json(&json).unwrap_err().to_string();
             assert!(e.contains(field) && e.contains("4- and 8-bit"), "{q}: {e}");
         }
@@ -879,11 +912,10 @@ mod tests {
             awq.with_quantization("fp8").unwrap_err().to_string(),
             "`fp8`: the checkpoint is quantized with awq, and vLLM refuses another method for it; allowed: awq, awq_marlin"
         );
-        assert_eq!(prequantized.clone().with_quantization("gptq").unwrap_err(), QuantizationError::Mismatch {
-            asked: "gptq".into(),
-            checkpoint: "fp8".into(),
-            allowed: "fp8".into()
-        });
+        assert_eq!(
+            prequantized.clone().with_quantization("gptq").unwrap_err(),
+            QuantizationError::Mismatch { asked: "gptq".into(), checkpoint: "fp8".into(), allowed: "fp8".into() }
+        );
         assert!(matches!(plain.with_quantization("bitsandbytes"), Err(QuantizationError::NotOnline { .. })));
     }
 
@@ -891,7 +923,9 @@ mod tests {
     #[test]
     fn derived_max_model_len_follows_vllm() {
         let with = |extra: &str| {
-            let json = format!(r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10{extra}}}"#);
+            let json = format!(
+                r#"{{"hidden_size":64,"num_hidden_layers":2,"num_attention_heads":4,"intermediate_size":128,"vocab_size":10{extra}}}"#
+            );
             ModelConfig::from_hf_json(&json).map(|m| m.derived_max_model_len)
         };
         assert_eq!(with("").unwrap(), 2048);
@@ -904,9 +938,11 @@ mod tests {
         // Linear / dynamic scaling (legacy `type` key) multiplies by the factor.
         assert_eq!(with(r#","max_position_embeddings":4096,"rope_scaling":{"type":"linear","factor":2.0}"#).unwrap(), 8192);
         // yarn scales the original length (DeepSeek-V2-Lite: 4096 · 40).
-        let yarn = r#","max_position_embeddings":163840,"rope_scaling":{"type":"yarn","factor":40,"original_max_position_embeddings":4096}"#;
+        let yarn =
+            r#","max_position_embeddings":163840,"rope_scaling":{"type":"yarn","factor":40,"original_max_position_embeddings":4096}"#;
         assert_eq!(with(yarn).unwrap(), 163_840);
-        let qwen = r#","max_position_embeddings":32768,"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}"#;
+        let qwen =
+            r#","max_position_embeddings":32768,"rope_scaling":{"rope_type":"yarn","factor":4.0,"original_max_position_embeddings":32768}"#;
         assert_eq!(with(qwen).unwrap(), 131_072);
         // llama3 RoPE already counts its factor in max_position_embeddings.
         assert_eq!(with(r#","max_position_embeddings":131072,"rope_scaling":{"rope_type":"llama3","factor":8.0}"#).unwrap(), 131_072);
@@ -925,7 +961,10 @@ mod tests {
         assert!(matches!(ModelConfig::from_hf_json("[1]"), Err(ModelConfigError::NotJson(_))));
         assert!(matches!(ModelConfig::from_hf_json("{"), Err(ModelConfigError::NotJson(_))));
         // Absurdly deep models are refused before any per-layer work (a `re:` ignore entry is matched layer by layer).
-        let deep = LLAMA2_70B.replace(r#""num_hidden_layers":80"#, r#""num_hidden_layers":400000000,"quantization_config":{"quant_method":"fp8","ignore":["re:.*"]}"#);
+        let deep = LLAMA2_70B.replace(
+            r#""num_hidden_layers":80"#,
+            r#""num_hidden_layers":400000000,"quantization_config":{"quant_method":"fp8","ignore":["re:.*"]}"#,
+        );
         assert_eq!(
             ModelConfig::from_hf_json(&deep).unwrap_err(),
             ModelConfigError::Invalid { field: "num_hidden_layers", value: "400000000".into(), reason: "must be at most 100000" }
@@ -940,7 +979,9 @@ mod tests {
         let twice = LLAMA2_70B.replacen('{', r#"{"num_hidden_layers":100000,"#, 1);
         assert_eq!(ModelConfig::from_hf_json(&twice).unwrap_err(), ModelConfigError::DuplicateField("num_hidden_layers".into()));
         // Whether the LM head shares the embedding's weights is a boolean, not any value (fuzzing: "abc" read as false).
-        let e = ModelConfig::from_hf_json(&LLAMA2_70B.replace(r#""vocab_size":32000"#, r#""vocab_size":32000,"tie_word_embeddings":"abc""#)).unwrap_err();
+        let e =
+            ModelConfig::from_hf_json(&LLAMA2_70B.replace(r#""vocab_size":32000"#, r#""vocab_size":32000,"tie_word_embeddings":"abc""#))
+                .unwrap_err();
         assert!(e.to_string().contains("tie_word_embeddings") && e.to_string().contains("true or false"), "{e}");
     }
 
@@ -985,7 +1026,12 @@ mod tests {
             assert_eq!(m.clone().with_kv_cache_dtype(KvCacheDtype::Auto), m);
             assert_eq!(fp8.with_kv_cache_dtype(KvCacheDtype::Half), m);
         }
-        for (name, want) in [("auto", KvCacheDtype::Auto), ("bfloat16", KvCacheDtype::Half), ("fp8_e5m2", KvCacheDtype::Fp8), ("fp8_inc", KvCacheDtype::Fp8)] {
+        for (name, want) in [
+            ("auto", KvCacheDtype::Auto),
+            ("bfloat16", KvCacheDtype::Half),
+            ("fp8_e5m2", KvCacheDtype::Fp8),
+            ("fp8_inc", KvCacheDtype::Fp8),
+        ] {
             assert_eq!(name.parse::<KvCacheDtype>(), Ok(want));
         }
         for refused in ["fp8_ds_mla", "int8", "FP8", ""] {

@@ -198,7 +198,8 @@ impl WeightPrecision {
 pub(super) fn quantized_weights(q: &Value) -> Result<(Option<String>, Option<QuantFormat>), ModelConfigError> {
     // A width the kernels do not have would silently read as another one.
     let groups = q.get("config_groups").and_then(Value::as_object).into_iter().flat_map(|g| g.values());
-    let group_bits = groups.filter_map(|g| g.get("weights")?.get("num_bits")).map(|b| ("quantization_config.config_groups.*.weights.num_bits", Some(b)));
+    let group_bits =
+        groups.filter_map(|g| g.get("weights")?.get("num_bits")).map(|b| ("quantization_config.config_groups.*.weights.num_bits", Some(b)));
     for (field, bits) in std::iter::once(("quantization_config.bits", q.get("bits"))).chain(group_bits) {
         if let Some(b) = bits
             && !b.as_u64().is_some_and(|b| b == 4 || b == 8)
@@ -315,7 +316,8 @@ fn quant_format(q: &Value, method: &str) -> Option<QuantFormat> {
 pub(super) fn flattened_modelopt(q: &Value) -> Cow<'_, Value> {
     let producer = q.get("producer").and_then(|p| p.get("name")).and_then(Value::as_str);
     let method = q.get("quant_method").and_then(Value::as_str);
-    let modelopt = producer.is_some_and(|p| p.eq_ignore_ascii_case("modelopt")) || method.is_some_and(|m| m.to_ascii_lowercase().starts_with("modelopt"));
+    let modelopt = producer.is_some_and(|p| p.eq_ignore_ascii_case("modelopt"))
+        || method.is_some_and(|m| m.to_ascii_lowercase().starts_with("modelopt"));
     match (q.as_object(), q.get("quantization").and_then(Value::as_object)) {
         (Some(outer), Some(inner)) if modelopt => {
             let mut flat = outer.clone();
@@ -343,7 +345,9 @@ pub(super) fn fp8_kv_cache_checkpoint(q: &Value) -> bool {
     match q.get("kv_cache_scheme").filter(|v| !v.is_null()).or_else(|| q.get("kv_cache_quant_algo")) {
         Some(Value::String(algo)) => algo.eq_ignore_ascii_case("fp8"),
         Some(scheme @ Value::Object(_)) => {
-            scheme.get("dynamic") == Some(&Value::Bool(false)) && scheme.get("num_bits").and_then(Value::as_u64) == Some(8) && scheme.get("type").and_then(Value::as_str) == Some("float")
+            scheme.get("dynamic") == Some(&Value::Bool(false))
+                && scheme.get("num_bits").and_then(Value::as_u64) == Some(8)
+                && scheme.get("type").and_then(Value::as_str) == Some("float")
         }
         _ => false,
     }
@@ -434,7 +438,8 @@ impl ModelConfig {
     fn canonical_module_names(&self) -> Vec<String> {
         let mut names = vec!["lm_head".to_string()];
         for i in 0..self.num_layers {
-            let mut ffn = |prefix: &str| names.extend(["gate_proj", "up_proj", "down_proj"].map(|p| format!("model.layers.{i}.{prefix}.{p}")));
+            let mut ffn =
+                |prefix: &str| names.extend(["gate_proj", "up_proj", "down_proj"].map(|p| format!("model.layers.{i}.{prefix}.{p}")));
             ffn("mlp");
             if self.moe.is_some() {
                 ffn("mlp.experts");
@@ -529,14 +534,19 @@ impl ModelConfig {
         let listed = kept_half_list(q);
         let kept = self.named_shares(listed, "quantization_config.ignore")?;
         // Ignore lists name modules within the parts: each keeps its proportion of what is left.
-        let scale = PerWeightClass::from_fn(|c| if *taken.get(c) > 0.0 { (taken.get(c) - kept.get(c)).max(0.0) / taken.get(c) } else { 0.0 });
+        let scale =
+            PerWeightClass::from_fn(|c| if *taken.get(c) > 0.0 { (taken.get(c) - kept.get(c)).max(0.0) / taken.get(c) } else { 0.0 });
         Ok(Some(parts.into_iter().map(|(f, share)| (f, PerWeightClass::from_fn(|c| share.get(c) * scale.get(c)))).collect()))
     }
 
     /// The share of each class of weights that `entries` name: module
     /// names, or `re:` patterns matched against every canonical module
     /// name. `field` names the list in errors.
-    fn named_shares<'a>(&self, entries: impl Iterator<Item = &'a str>, field: &'static str) -> Result<PerWeightClass<f64>, ModelConfigError> {
+    fn named_shares<'a>(
+        &self,
+        entries: impl Iterator<Item = &'a str>,
+        field: &'static str,
+    ) -> Result<PerWeightClass<f64>, ModelConfigError> {
         let mut names: Vec<String> = Vec::new();
         let mut patterns = Vec::new();
         for entry in entries {
@@ -574,7 +584,13 @@ impl ModelConfig {
             }
         }
         let moe_layers = self.moe.as_ref().map_or(0, |m| m.num_moe_layers);
-        let layers = PerWeightClass { attention: self.num_layers, dense_ffn: self.num_dense_layers(), routed_experts: moe_layers, shared_experts: moe_layers, lm_head: 1 };
+        let layers = PerWeightClass {
+            attention: self.num_layers,
+            dense_ffn: self.num_dense_layers(),
+            routed_experts: moe_layers,
+            shared_experts: moe_layers,
+            lm_head: 1,
+        };
         // Layers' worth of each class named, divided once: 80 whole layers of 80 are exactly 1.
         let mut named_layers = PerWeightClass::<f64>::default();
         for (class, layer, share) in per_layer {
@@ -654,13 +670,26 @@ mod tests {
         assert_eq!(fp8.weights.format(), Some(QuantFormat { bytes_per_param: 1.0, fp8: true }));
         assert_eq!((fp8.weights.bytes_per_param(WeightClass::Attention), fp8.weights.fp8_share(WeightClass::DenseFfn)), (1.0, 1.0));
         assert_eq!(fp8.weights.bytes_per_param(WeightClass::LmHead), 2.0);
-        let nvfp4 = with_quant(r#"{"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"ignore":["lm_head","model.layers.*.self_attn*"]}"#);
+        let nvfp4 = with_quant(
+            r#"{"quant_method":"modelopt","quant_algo":"NVFP4","group_size":16,"ignore":["lm_head","model.layers.*.self_attn*"]}"#,
+        );
         assert_eq!(nvfp4.weights.format(), Some(QuantFormat { bytes_per_param: 0.5625, fp8: false }));
-        assert_eq!((nvfp4.weights.bytes_per_param(WeightClass::DenseFfn), nvfp4.weights.bytes_per_param(WeightClass::Attention)), (0.5625, 2.0));
-        assert_eq!(with_quant(r#"{"quant_method":"modelopt","quant_algo":"W4A16_NVFP4"}"#).weights.format().unwrap().bytes_per_param, 0.5625);
-        assert_eq!(with_quant(r#"{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{}}"#).weights.format(), None);
+        assert_eq!(
+            (nvfp4.weights.bytes_per_param(WeightClass::DenseFfn), nvfp4.weights.bytes_per_param(WeightClass::Attention)),
+            (0.5625, 2.0)
+        );
+        assert_eq!(
+            with_quant(r#"{"quant_method":"modelopt","quant_algo":"W4A16_NVFP4"}"#).weights.format().unwrap().bytes_per_param,
+            0.5625
+        );
+        assert_eq!(
+            with_quant(r#"{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{}}"#).weights.format(),
+            None
+        );
         let ct = |group: u32| {
-            let q = format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"targets":["Linear"],"weights":{{"num_bits":4,"type":"float","group_size":{group}}}}}}}}}"#);
+            let q = format!(
+                r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"targets":["Linear"],"weights":{{"num_bits":4,"type":"float","group_size":{group}}}}}}}}}"#
+            );
             with_quant(&q).weights.format().unwrap().bytes_per_param
         };
         assert_eq!((ct(16), ct(32), ct(128)), (0.5625, 0.53125, 0.5));
@@ -692,9 +721,14 @@ mod tests {
         ] {
             assert_eq!(kv_bytes(half), 2.0, "{half}");
         }
-        let nested = with_quant(r#"{"producer":{"name":"modelopt","version":"0.19.0"},"quantization":{"quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}}"#);
+        let nested = with_quant(
+            r#"{"producer":{"name":"modelopt","version":"0.19.0"},"quantization":{"quant_algo":"FP8","kv_cache_quant_algo":"FP8","exclude_modules":["lm_head"]}}"#,
+        );
         assert_eq!((nested.kv_dtype_bytes, nested.quant_method.as_deref()), (1.0, Some("modelopt")));
-        assert_eq!((nested.weights.bytes_per_param(WeightClass::Attention), nested.weights.bytes_per_param(WeightClass::LmHead)), (1.0, 2.0));
+        assert_eq!(
+            (nested.weights.bytes_per_param(WeightClass::Attention), nested.weights.bytes_per_param(WeightClass::LmHead)),
+            (1.0, 2.0)
+        );
         use crate::vllm::KvCacheDtype;
         let dtype = |d: KvCacheDtype| nested.clone().with_kv_cache_dtype(d).kv_dtype_bytes;
         assert_eq!((dtype(KvCacheDtype::Auto), dtype(KvCacheDtype::Half), dtype(KvCacheDtype::Fp8)), (1.0, 2.0, 1.0));
@@ -705,11 +739,19 @@ mod tests {
     /// from the parts) and ModelOpt's per-layer `MIXED_PRECISION`.
     #[test]
     fn mixed_precision_checkpoints_give_each_class_its_width() {
-        let ct = |groups: &str, ignore: &str| with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{{groups}}},"ignore":{ignore}}}"#));
+        let ct = |groups: &str, ignore: &str| {
+            with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{{groups}}},"ignore":{ignore}}}"#))
+        };
         let w8_attention = r#""a":{"targets":["re:.*self_attn.*"],"weights":{"num_bits":8,"type":"float"}}"#;
         let by_class = |m: &ModelConfig| {
             let w = &m.weights;
-            (w.bytes_per_param(WeightClass::Attention), w.bytes_per_param(WeightClass::DenseFfn), w.bytes_per_param(WeightClass::LmHead), w.fp8_share(WeightClass::Attention), w.fp8_share(WeightClass::DenseFfn))
+            (
+                w.bytes_per_param(WeightClass::Attention),
+                w.bytes_per_param(WeightClass::DenseFfn),
+                w.bytes_per_param(WeightClass::LmHead),
+                w.fp8_share(WeightClass::Attention),
+                w.fp8_share(WeightClass::DenseFfn),
+            )
         };
         let mlp_w4 = r#""b":{"targets":["re:.*mlp.*"],"weights":{"num_bits":4,"type":"int"}}"#;
         assert_eq!(by_class(&ct(&format!("{w8_attention},{mlp_w4}"), "[]")), (1.0, 0.5, 2.0, 1.0, 0.0));
@@ -724,12 +766,17 @@ mod tests {
         // ModelOpt: NVFP4 MLPs, FP8 attention, layer by layer.
         let layers: Vec<String> = (0..80)
             .flat_map(|i| {
-                let mlp = ["gate_proj", "up_proj", "down_proj"].map(|p| format!(r#""model.layers.{i}.mlp.{p}":{{"quant_algo":"W4A16_NVFP4"}}"#));
-                let attn = ["q_proj", "k_proj", "v_proj", "o_proj"].map(|p| format!(r#""model.layers.{i}.self_attn.{p}":{{"quant_algo":"FP8"}}"#));
+                let mlp =
+                    ["gate_proj", "up_proj", "down_proj"].map(|p| format!(r#""model.layers.{i}.mlp.{p}":{{"quant_algo":"W4A16_NVFP4"}}"#));
+                let attn =
+                    ["q_proj", "k_proj", "v_proj", "o_proj"].map(|p| format!(r#""model.layers.{i}.self_attn.{p}":{{"quant_algo":"FP8"}}"#));
                 mlp.into_iter().chain(attn)
             })
             .collect();
-        let m = with_quant(&format!(r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{}}}}}"#, layers.join(",")));
+        let m = with_quant(&format!(
+            r#"{{"quant_method":"modelopt","quant_algo":"MIXED_PRECISION","quantized_layers":{{{}}}}}"#,
+            layers.join(",")
+        ));
         let (attention, ffn, lm_head, fp8_attention, fp8_ffn) = by_class(&m);
         assert!((attention - 1.0).abs() < 1e-12 && (ffn - 0.5625).abs() < 1e-12, "{attention} {ffn}");
         assert_eq!((lm_head, fp8_attention, fp8_ffn), (2.0, 1.0, 0.0));
@@ -753,7 +800,9 @@ mod tests {
         // A pattern in a naming BLIS does not know matches nothing it knows: every layer, as before.
         assert_eq!(with_targets(r#"["re:.*block_sparse_moe.*"]"#, "[]"), (1.0, 1.0));
         // Every MLP targeted but the first 40 of 80 layers' ignored: half the FFN stays in half precision.
-        let first_half: Vec<String> = (0..40).map(|i| format!(r#""model.layers.{i}.mlp.gate_proj","model.layers.{i}.mlp.up_proj","model.layers.{i}.mlp.down_proj""#)).collect();
+        let first_half: Vec<String> = (0..40)
+            .map(|i| format!(r#""model.layers.{i}.mlp.gate_proj","model.layers.{i}.mlp.up_proj","model.layers.{i}.mlp.down_proj""#))
+            .collect();
         let (attention, ffn) = with_targets(r#"["re:.*mlp.*"]"#, &format!("[{}]", first_half.join(",")));
         assert_eq!(attention, 2.0);
         assert!((ffn - 1.5).abs() < 1e-12, "{ffn}");
@@ -789,7 +838,10 @@ mod tests {
             .flat_map(|i| [format!(r#""model.layers.{i}.self_attn.q_proj""#), format!(r#""model.layers.{i}.self_attn.k_proj""#)])
             .chain([r#""model.layers.7.self_attn.k_proj""#.to_string(), r#""model.layers.0.mlp""#.to_string(), r#""lm_head""#.to_string()])
             .collect();
-        let partial = with_quant(&format!(r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"float"}}}}}},"ignore":[{}]}}"#, names.join(",")));
+        let partial = with_quant(&format!(
+            r#"{{"quant_method":"compressed-tensors","config_groups":{{"g":{{"weights":{{"num_bits":8,"type":"float"}}}}}},"ignore":[{}]}}"#,
+            names.join(",")
+        ));
         let kept_attention = l * (d * d + d * 1024.0);
         let kept_ffn = 3.0 * d * 28672.0;
         let expected = (attention - kept_attention + ffn - kept_ffn) + (kept_attention + kept_ffn + rest) * 2.0;
@@ -807,7 +859,9 @@ mod tests {
     /// every layer's attention, the routers and the LM head in BF16.
     #[test]
     fn llama4_scout_fp8_keeps_its_attention_in_bf16() {
-        let scout = ModelConfig::from_hf_json(include_str!("../../../../data/models/RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json")).unwrap();
+        let scout =
+            ModelConfig::from_hf_json(include_str!("../../../../data/models/RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic.json"))
+                .unwrap();
         let w = &scout.weights;
         let classes = [WeightClass::Attention, WeightClass::RoutedExperts, WeightClass::SharedExperts, WeightClass::LmHead];
         assert_eq!(classes.map(|c| (w.bytes_per_param(c), w.fp8_share(c))), [(2.0, 0.0), (1.0, 1.0), (1.0, 1.0), (2.0, 0.0)]);

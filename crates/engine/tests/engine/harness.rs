@@ -96,7 +96,10 @@ impl Observer for Recorder {
                 }
                 KvEvent::BlockRemoved { block_hashes, medium } => {
                     for &h in block_hashes {
-                        let n = self.kv_blocks.get_mut(&(medium, h)).unwrap_or_else(|| panic!("{medium} block {h:x} removed before it was stored"));
+                        let n = self
+                            .kv_blocks
+                            .get_mut(&(medium, h))
+                            .unwrap_or_else(|| panic!("{medium} block {h:x} removed before it was stored"));
                         *n -= 1;
                         if *n == 0 {
                             self.kv_blocks.remove(&(medium, h));
@@ -134,7 +137,11 @@ pub fn run_checked_with(
     mut inject: impl FnMut(&mut Instance, Request, Micros, &mut Recorder),
 ) -> Checked {
     let mut inst = Instance::new(0, cfg.clone(), model).expect("valid config");
-    let mut rec = Recorder { max_num_seqs: cfg.scheduler.max_num_seqs as usize, max_tokens: u64::from(cfg.scheduler.max_num_batched_tokens), ..Default::default() };
+    let mut rec = Recorder {
+        max_num_seqs: cfg.scheduler.max_num_seqs as usize,
+        max_tokens: u64::from(cfg.scheduler.max_num_batched_tokens),
+        ..Default::default()
+    };
     let limit = horizon.unwrap_or(Micros::MAX);
     let mut pending = requests.into_iter().peekable();
     let mut injected = 0;

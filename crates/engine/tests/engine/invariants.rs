@@ -8,11 +8,11 @@
 use std::sync::Arc;
 
 use blis_engine::instance::Instance;
+use blis_engine::kv::KvGroups;
 use blis_engine::kv::offload::{LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
 use blis_engine::kv::transfer::KvTransferConfig;
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, Request, RequestId, RequestMeta, RequestRecord, TokenRun, TokenSeq};
-use blis_engine::kv::KvGroups;
 use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::Micros;
 use blis_engine::warmup::MoeKernelWarmup;
@@ -31,8 +31,16 @@ fn config_with(hybrid: f64, window_tokens: std::ops::Range<u32>) -> impl Strateg
         (2u64..400, prop::sample::select(vec![1u32, 4, 16])),
         (1u32..32, 1u32..2048, 64u32..5000),
         (any::<bool>(), any::<bool>(), prop::sample::select(vec![0u32, 0, 64, 300])),
-        (any::<bool>(), prop::sample::select(vec![QueuePolicy::Fcfs, QueuePolicy::Priority, QueuePolicy::ShortestJobFirst, QueuePolicy::ReversePriority]),
-         prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority])),
+        (
+            any::<bool>(),
+            prop::sample::select(vec![
+                QueuePolicy::Fcfs,
+                QueuePolicy::Priority,
+                QueuePolicy::ShortestJobFirst,
+                QueuePolicy::ReversePriority,
+            ]),
+            prop::sample::select(vec![PreemptionVictim::Tail, PreemptionVictim::LowestPriority]),
+        ),
         (prop::option::of(100_000u64..3_000_000), any::<bool>()),
         // CPU blocks, PCIe bytes/s, latency; an optional disk tier (blocks); LMCache's policy (chunk blocks).
         prop::option::of((1u64..300, 1e8f64..1e11, 0u64..2_000, prop::option::of(1u64..500), prop::option::of(1u32..20))),
@@ -43,44 +51,66 @@ fn config_with(hybrid: f64, window_tokens: std::ops::Range<u32>) -> impl Strateg
         // vLLM's hybrid KV cache manager: full-attention and sliding-window groups, the window.
         prop::option::weighted(hybrid, (0u32..3, 1u32..4, window_tokens)),
     )
-        .prop_map(|((blocks, block_size), (seqs, budget, max_len), (chunked, caching, threshold), (async_scheduling, queue_policy, preemption), (timeout, kv_events), offload, transfer, moe, hybrid)| {
-            let hybrid_kv = hybrid.map(|(full, sliding, window_tokens)| HybridKv { groups: KvGroups { full, sliding, window_tokens }, unified_blocks: blocks });
-            // vLLM turns the hybrid manager off with KV events or a KV connector.
-            let (kv_events, offload, transfer) = if hybrid_kv.is_some() { (false, None, None) } else { (kv_events, offload, transfer) };
-            InstanceConfig {
-                scheduler: SchedulerConfig {
-                    max_num_seqs: seqs,
-                    max_num_batched_tokens: if chunked { budget.max(seqs) } else { budget.max(max_len) },
-                    max_model_len: max_len,
-                    enable_chunked_prefill: chunked,
-                    long_prefill_token_threshold: threshold,
-                    async_scheduling,
-                    queue_policy,
-                    preemption,
-                },
-                num_gpu_blocks: blocks,
-                block_size,
-                enable_prefix_caching: caching,
-                client_timeout: timeout.map(Micros),
-                offload: offload.map(|(cpu_blocks, bytes_per_s, latency_us, disk_blocks, chunk_blocks)| {
-                    let link = LinkConfig { bytes_per_s, latency: Micros(latency_us) };
-                    let mut cfg = OffloadConfig::native_cpu(cpu_blocks, 1 << 20, link);
-                    if let Some(blocks) = disk_blocks {
-                        let disk = LinkConfig { bytes_per_s: bytes_per_s / 10.0, latency: Micros(latency_us * 5) };
-                        cfg.tiers.push(TierConfig { medium: Medium::Disk, blocks, link: Some(disk) });
-                    }
-                    if let Some(chunk_blocks) = chunk_blocks {
-                        cfg.policy = StorePolicy::PromptChunks { chunk_blocks };
-                    }
-                    cfg
-                }),
-                kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(latency_us) }, block_bytes: 1 << 16 }),
-                kv_events,
-                expert_parallel: false,
-                hybrid_kv,
-                moe_kernel_warmup: moe.map(|(compile_us, experts, k)| MoeKernelWarmup { compile: Micros(compile_us), experts, experts_per_token: k.min(experts) }),
-            }
-        })
+        .prop_map(
+            |(
+                (blocks, block_size),
+                (seqs, budget, max_len),
+                (chunked, caching, threshold),
+                (async_scheduling, queue_policy, preemption),
+                (timeout, kv_events),
+                offload,
+                transfer,
+                moe,
+                hybrid,
+            )| {
+                let hybrid_kv = hybrid.map(|(full, sliding, window_tokens)| HybridKv {
+                    groups: KvGroups { full, sliding, window_tokens },
+                    unified_blocks: blocks,
+                });
+                // vLLM turns the hybrid manager off with KV events or a KV connector.
+                let (kv_events, offload, transfer) = if hybrid_kv.is_some() { (false, None, None) } else { (kv_events, offload, transfer) };
+                InstanceConfig {
+                    scheduler: SchedulerConfig {
+                        max_num_seqs: seqs,
+                        max_num_batched_tokens: if chunked { budget.max(seqs) } else { budget.max(max_len) },
+                        max_model_len: max_len,
+                        enable_chunked_prefill: chunked,
+                        long_prefill_token_threshold: threshold,
+                        async_scheduling,
+                        queue_policy,
+                        preemption,
+                    },
+                    num_gpu_blocks: blocks,
+                    block_size,
+                    enable_prefix_caching: caching,
+                    client_timeout: timeout.map(Micros),
+                    offload: offload.map(|(cpu_blocks, bytes_per_s, latency_us, disk_blocks, chunk_blocks)| {
+                        let link = LinkConfig { bytes_per_s, latency: Micros(latency_us) };
+                        let mut cfg = OffloadConfig::native_cpu(cpu_blocks, 1 << 20, link);
+                        if let Some(blocks) = disk_blocks {
+                            let disk = LinkConfig { bytes_per_s: bytes_per_s / 10.0, latency: Micros(latency_us * 5) };
+                            cfg.tiers.push(TierConfig { medium: Medium::Disk, blocks, link: Some(disk) });
+                        }
+                        if let Some(chunk_blocks) = chunk_blocks {
+                            cfg.policy = StorePolicy::PromptChunks { chunk_blocks };
+                        }
+                        cfg
+                    }),
+                    kv_transfer: transfer.map(|(bytes_per_s, latency_us)| KvTransferConfig {
+                        link: LinkConfig { bytes_per_s, latency: Micros(latency_us) },
+                        block_bytes: 1 << 16,
+                    }),
+                    kv_events,
+                    expert_parallel: false,
+                    hybrid_kv,
+                    moe_kernel_warmup: moe.map(|(compile_us, experts, k)| MoeKernelWarmup {
+                        compile: Micros(compile_us),
+                        experts,
+                        experts_per_token: k.min(experts),
+                    }),
+                }
+            },
+        )
 }
 
 fn workload() -> impl Strategy<Value = Vec<Request>> {
@@ -90,7 +120,11 @@ fn workload() -> impl Strategy<Value = Vec<Request>> {
 /// [`workload`] with own prompt tokens and output tokens drawn from these ranges.
 fn workload_of(own_prompt_tokens: std::ops::Range<u32>, output_tokens: std::ops::Range<u32>) -> impl Strategy<Value = Vec<Request>> {
     // Some requests are cancelled by their client (RequestMeta::cancel_at) a while after they are sent.
-    prop::collection::vec((0u64..20_000, 0u32..3, own_prompt_tokens, output_tokens, -2i32..3, any::<bool>(), prop::option::weighted(0.2, 0u64..400_000)), 1..50).prop_map(|rows| {
+    prop::collection::vec(
+        (0u64..20_000, 0u32..3, own_prompt_tokens, output_tokens, -2i32..3, any::<bool>(), prop::option::weighted(0.2, 0u64..400_000)),
+        1..50,
+    )
+    .prop_map(|rows| {
         let mut t = 0;
         rows.into_iter()
             .enumerate()

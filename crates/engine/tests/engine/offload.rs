@@ -97,9 +97,7 @@ fn blocks_still_being_stored_are_not_found() {
 /// offloaded and needed again within a second: thrashing.
 #[test]
 fn thrashing_is_zero_when_the_working_set_fits_and_positive_when_it_cycles() {
-    let cyclic = |prompts: u64, rounds: u64| {
-        (0..prompts * rounds).map(|i| req(i, i * 5000, 100 + i % prompts, 40, 1)).collect::<Vec<_>>()
-    };
+    let cyclic = |prompts: u64, rounds: u64| (0..prompts * rounds).map(|i| req(i, i * 5000, 100 + i % prompts, 40, 1)).collect::<Vec<_>>();
     // Three 3-block prompts fit in 11 GPU blocks.
     let fits = run(Some(tier(100, 10.0, 10)), cyclic(3, 4));
     let t = fits.instance.stats().offload.clone().unwrap();

@@ -152,7 +152,11 @@ fn worked_example_matches_the_document() {
     let c = constants_of(&case);
     assert_eq!(c.kv_bytes_per_token, 262_144.0);
     assert_eq!(c.hw_peak_flops, 9.89e14);
-    assert_eq!(c.weight_bytes_total, 13_975_420_928.0 - 32.0 * 2.0 * 262_144.0, "document's weight_bytes_mlp slip: 352,845,824 vs 352,321,536");
+    assert_eq!(
+        c.weight_bytes_total,
+        13_975_420_928.0 - 32.0 * 2.0 * 262_144.0,
+        "document's weight_bytes_mlp slip: 352,845,824 vs 352,321,536"
+    );
     assert_eq!(15_025_995_776.0 - c.flops_linear_per_token, 16_678_912.0);
     let near = |got: f64, printed: f64, sig: f64| ((got - printed) / printed).abs() < 0.5 * 10f64.powf(1.0 - sig);
     let a = alpha_features(&c, &alpha_of(&case["alpha_input"]));

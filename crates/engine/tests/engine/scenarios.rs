@@ -14,7 +14,14 @@ fn cfg(blocks: u64, seqs: u32, budget: u32, caching: bool) -> InstanceConfig {
 }
 
 fn req(id: u64, arrival_us: u64, prompt: TokenSeq, out: u32) -> Request {
-    Request { id: RequestId(id), arrival: Micros(arrival_us), prompt, max_output_tokens: out, output_seed: 1 << 50 | id, meta: RequestMeta::default() }
+    Request {
+        id: RequestId(id),
+        arrival: Micros(arrival_us),
+        prompt,
+        max_output_tokens: out,
+        output_seed: 1 << 50 | id,
+        meta: RequestMeta::default(),
+    }
 }
 
 /// Two requests, blackbox α = [50, 1, 7], β = [1000, 10, 100]:
@@ -48,7 +55,12 @@ fn hand_computed_two_request_timeline() {
     use blis_engine::instance::QueueChange::{Enqueued, Scheduled};
     assert_eq!(
         run.rec.queue,
-        [(RequestId(0), Micros(150), Enqueued), (RequestId(0), Micros(150), Scheduled), (RequestId(1), Micros(600), Enqueued), (RequestId(1), Micros(2150), Scheduled)]
+        [
+            (RequestId(0), Micros(150), Enqueued),
+            (RequestId(0), Micros(150), Scheduled),
+            (RequestId(1), Micros(600), Enqueued),
+            (RequestId(1), Micros(2150), Scheduled)
+        ]
     );
 }
 
@@ -153,9 +165,9 @@ fn requests_that_can_never_run_are_dropped_with_a_reason() {
     let mut c = cfg(11, 4, 64, false); // 10 usable blocks = 160 tokens
     c.scheduler.max_model_len = 1000;
     let reqs = vec![
-        req(0, 0, TokenSeq::synthetic(1, 990), 20),  // 1010 > max_model_len
-        req(1, 1, TokenSeq::synthetic(2, 150), 20),  // 170 tokens > 160 cached
-        req(2, 2, TokenSeq::synthetic(3, 100), 20),  // fits
+        req(0, 0, TokenSeq::synthetic(1, 990), 20), // 1010 > max_model_len
+        req(1, 1, TokenSeq::synthetic(2, 150), 20), // 170 tokens > 160 cached
+        req(2, 2, TokenSeq::synthetic(3, 100), 20), // fits
     ];
     let run = run_checked(c, model, reqs, None);
     let outcome = |id| run.rec.records[&RequestId(id)].outcome;
@@ -199,7 +211,11 @@ fn a_cancellation_ends_a_request_like_an_earlier_timeout() {
         let run = run_checked(c, model.clone(), vec![cancelled(0, cancel_ms), cancelled(1, 5_000)], None);
         run.assert_conservation();
         let (r0, r1) = (&run.rec.records[&RequestId(0)], &run.rec.records[&RequestId(1)]);
-        assert_eq!((r0.outcome, r0.finished), (Outcome::TimedOut, Micros::from_ms(want_ms)), "timeout {timeout_ms:?}, cancel {cancel_ms} ms");
+        assert_eq!(
+            (r0.outcome, r0.finished),
+            (Outcome::TimedOut, Micros::from_ms(want_ms)),
+            "timeout {timeout_ms:?}, cancel {cancel_ms} ms"
+        );
         match timeout_ms {
             // R1 ran after R0 gave up: 100 tokens of 10 ms end well before its cancellation at 5 s.
             None => assert_eq!(r1.outcome, Outcome::Completed),
@@ -290,7 +306,11 @@ fn async_scheduling_delays_admission_by_one_step() {
         assert_eq!(run.rec.tokens[&RequestId(1)], [Micros(r1_token)], "async_scheduling = {async_scheduling}");
         let r1 = &run.rec.records[&RequestId(1)];
         let boundary = Micros(r1_token - 1000);
-        assert_eq!((r1.enqueued, r1.queued, r1.first_scheduled), (Some(Micros(500)), Some(boundary), Some(boundary)), "async_scheduling = {async_scheduling}");
+        assert_eq!(
+            (r1.enqueued, r1.queued, r1.first_scheduled),
+            (Some(Micros(500)), Some(boundary), Some(boundary)),
+            "async_scheduling = {async_scheduling}"
+        );
         assert_eq!(r1.scheduling_delay(), Some(Micros::ZERO));
         assert_eq!(run.rec.records[&RequestId(0)].scheduling_delay(), Some(Micros::ZERO), "R0 found the engine idle");
     }

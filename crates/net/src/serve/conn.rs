@@ -81,7 +81,13 @@ async fn until(t: Option<Instant>) {
 /// fires (or its sender is dropped), then shuts down as the module describes.
 /// Returns once every connection is closed: at most `shutdown_grace_ms +`
 /// [`FLUSH_MS`] after `stop`. Accept errors never end it.
-pub(super) async fn serve(listener: TcpListener, router: Router, timeouts: ServeTimeouts, stage: watch::Sender<Stage>, stop: oneshot::Receiver<()>) {
+pub(super) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    timeouts: ServeTimeouts,
+    stage: watch::Sender<Stage>,
+    stop: oneshot::Receiver<()>,
+) {
     let mut conns = JoinSet::new();
     let mut stop = pin!(stop);
     loop {
@@ -98,7 +104,8 @@ pub(super) async fn serve(listener: TcpListener, router: Router, timeouts: Serve
                 conns.spawn(connection(tcp, router.clone(), timeouts, stage.subscribe()));
             }
             // That connection died in the backlog, or a signal interrupted the call: the next accept is unaffected.
-            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => {}
+            Err(e)
+                if matches!(e.kind(), io::ErrorKind::ConnectionAborted | io::ErrorKind::ConnectionReset | io::ErrorKind::Interrupted) => {}
             Err(_) => tokio::select! {
                 _ = &mut stop => break,
                 _ = tokio::time::sleep(Duration::from_millis(ACCEPT_BACKOFF_MS)) => {}

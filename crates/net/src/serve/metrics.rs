@@ -92,14 +92,32 @@ fn gauge(out: &mut String, name: &str, help: &str, labels: &str, v: impl std::fm
 /// are one GPU's share, as the tier counts them.
 fn offload_metrics(out: &mut String, labels: &str, t: &OffloadStats, block_size: u32) {
     let tokens = |blocks: u64| blocks * u64::from(block_size);
-    counter(out, "vllm:external_prefix_cache_queries_total", "External prefix cache queries, in terms of number of queried tokens.", labels, tokens(t.lookup_blocks));
-    counter(out, "vllm:external_prefix_cache_hits_total", "External prefix cache hits, in terms of number of cached tokens.", labels, tokens(t.hit_blocks()));
+    counter(
+        out,
+        "vllm:external_prefix_cache_queries_total",
+        "External prefix cache queries, in terms of number of queried tokens.",
+        labels,
+        tokens(t.lookup_blocks),
+    );
+    counter(
+        out,
+        "vllm:external_prefix_cache_hits_total",
+        "External prefix cache hits, in terms of number of cached tokens.",
+        labels,
+        tokens(t.hit_blocks()),
+    );
     let by_direction = |out: &mut String, name: &str, help: &str, to_cpu: String, to_gpu: String| {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
         let _ = writeln!(out, "{name}{{{labels},transfer_type=\"GPU_to_CPU\"}} {to_cpu}");
         let _ = writeln!(out, "{name}{{{labels},transfer_type=\"CPU_to_GPU\"}} {to_gpu}");
     };
-    by_direction(out, "vllm:kv_offload_total_bytes_total", "Bytes moved by KV offloading.", t.store_bytes.to_string(), t.load_bytes.to_string());
+    by_direction(
+        out,
+        "vllm:kv_offload_total_bytes_total",
+        "Bytes moved by KV offloading.",
+        t.store_bytes.to_string(),
+        t.load_bytes.to_string(),
+    );
     by_direction(
         out,
         "vllm:kv_offload_total_time_total",
@@ -152,8 +170,20 @@ impl PromMetrics {
         gauge(&mut out, "vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", l, instance.kv().usage());
         counter(&mut out, "vllm:prompt_tokens_total", "Number of prefill tokens processed.", l, self.prompt_tokens);
         counter(&mut out, "vllm:generation_tokens_total", "Number of generation tokens processed.", l, self.generation_tokens);
-        counter(&mut out, "vllm:prefix_cache_queries_total", "Prefix cache queries, in terms of number of queried tokens.", l, stats.prefix_query_tokens);
-        counter(&mut out, "vllm:prefix_cache_hits_total", "Prefix cache hits, in terms of number of cached tokens.", l, stats.prefix_hit_tokens);
+        counter(
+            &mut out,
+            "vllm:prefix_cache_queries_total",
+            "Prefix cache queries, in terms of number of queried tokens.",
+            l,
+            stats.prefix_query_tokens,
+        );
+        counter(
+            &mut out,
+            "vllm:prefix_cache_hits_total",
+            "Prefix cache hits, in terms of number of cached tokens.",
+            l,
+            stats.prefix_hit_tokens,
+        );
         counter(&mut out, "vllm:num_preemptions_total", "Cumulative number of preemptions from the engine.", l, stats.preemptions);
         counter(&mut out, "vllm:request_success_total", "Count of successfully processed requests.", l, self.success);
         counter(&mut out, "vllm:request_aborted_total", "Count of requests aborted because their client went away.", l, self.aborted);

@@ -15,9 +15,9 @@
 //! flight with a final error event and `data: [DONE]`.
 
 mod conn;
-mod realtime;
 mod metrics;
 pub mod openai;
+mod realtime;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,10 +42,10 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot, watch};
 
 pub use conn::FLUSH_MS;
-pub use realtime::StreamEvent;
 use conn::Stage;
-use realtime::{Command, OUTPUT_SALT};
 use openai::{Api, ApiError, GenerationRequest, ResponseId};
+pub use realtime::StreamEvent;
+use realtime::{Command, OUTPUT_SALT};
 
 use crate::tokenize::output_token_text;
 
@@ -102,13 +102,18 @@ pub struct ServeTimeouts {
 
 impl ServeTimeouts {
     /// Header 10 s, body 30 s, idle 60 s, shutdown grace 5 s.
-    pub const DEFAULT: ServeTimeouts = ServeTimeouts { header_read_ms: 10_000, body_read_ms: 30_000, keep_alive_idle_ms: 60_000, shutdown_grace_ms: 5_000 };
+    pub const DEFAULT: ServeTimeouts =
+        ServeTimeouts { header_read_ms: 10_000, body_read_ms: 30_000, keep_alive_idle_ms: 60_000, shutdown_grace_ms: 5_000 };
 
     /// The first timeout that is 0 (which would close every connection at once), as its flag.
     fn zero_timeout(&self) -> Option<&'static str> {
-        [("--header-timeout-ms", self.header_read_ms), ("--body-timeout-ms", self.body_read_ms), ("--idle-timeout-ms", self.keep_alive_idle_ms)]
-            .into_iter()
-            .find_map(|(flag, ms)| (ms == 0).then_some(flag))
+        [
+            ("--header-timeout-ms", self.header_read_ms),
+            ("--body-timeout-ms", self.body_read_ms),
+            ("--idle-timeout-ms", self.keep_alive_idle_ms),
+        ]
+        .into_iter()
+        .find_map(|(flag, ms)| (ms == 0).then_some(flag))
     }
 }
 
@@ -295,7 +300,14 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
             let message = format!("method {method} is not allowed on this route");
             error_response(&ApiError { status: StatusCode::METHOD_NOT_ALLOWED, message, kind: "invalid_request_error", param: None })
         })
-        .fallback(|| async { error_response(&ApiError { status: StatusCode::NOT_FOUND, message: "no such route".into(), kind: "invalid_request_error", param: None }) })
+        .fallback(|| async {
+            error_response(&ApiError {
+                status: StatusCode::NOT_FOUND,
+                message: "no such route".into(),
+                kind: "invalid_request_error",
+                param: None,
+            })
+        })
         .layer(DefaultBodyLimit::max(config.max_body_bytes))
         .with_state(state);
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -306,7 +318,11 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
 /// Serves until Ctrl-C (SIGINT) on a multi-threaded runtime of its own;
 /// calls `on_ready` with the bound address once it accepts connections, and
 /// the KV events endpoint if it publishes them.
-pub fn run_until_interrupted(config: ServeConfig, addr: SocketAddr, on_ready: impl FnOnce(SocketAddr, Option<&str>)) -> Result<(), StartError> {
+pub fn run_until_interrupted(
+    config: ServeConfig,
+    addr: SocketAddr,
+    on_ready: impl FnOnce(SocketAddr, Option<&str>),
+) -> Result<(), StartError> {
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().map_err(StartError::Io)?;
     runtime.block_on(async {
         let server = start(config, addr).await?;
@@ -389,20 +405,28 @@ async fn chat_completions(State(s): State<Arc<AppState>>, request: Request) -> R
 /// would otherwise wait out the body timeout for a 408).
 async fn read_body(s: &AppState, request: Request) -> Result<Bytes, Response> {
     if let Some(declared) = declared_length(&request).filter(|&n| n > s.max_body_bytes as u64) {
-        let message = format!("the request body is {declared} bytes, more than the {} bytes this server accepts (--max-body-bytes)", s.max_body_bytes);
-        let mut response = error_response(&ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, message, kind: "invalid_request_error", param: None });
+        let message = format!(
+            "the request body is {declared} bytes, more than the {} bytes this server accepts (--max-body-bytes)",
+            s.max_body_bytes
+        );
+        let mut response =
+            error_response(&ApiError { status: StatusCode::PAYLOAD_TOO_LARGE, message, kind: "invalid_request_error", param: None });
         // The body is never read: do not read it as a next request.
         response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
         return Err(response);
     }
     match tokio::time::timeout(s.body_read_timeout, Bytes::from_request(request, &())).await {
         Ok(Ok(body)) => Ok(body),
-        Ok(Err(rejection)) => {
-            Err(error_response(&ApiError { status: rejection.status(), message: rejection.body_text(), kind: "invalid_request_error", param: None }))
-        }
+        Ok(Err(rejection)) => Err(error_response(&ApiError {
+            status: rejection.status(),
+            message: rejection.body_text(),
+            kind: "invalid_request_error",
+            param: None,
+        })),
         Err(_) => {
             let message = format!("the request body did not arrive within {} ms", s.body_read_timeout.as_millis());
-            let mut response = error_response(&ApiError { status: StatusCode::REQUEST_TIMEOUT, message, kind: "invalid_request_error", param: None });
+            let mut response =
+                error_response(&ApiError { status: StatusCode::REQUEST_TIMEOUT, message, kind: "invalid_request_error", param: None });
             // The rest of the body may still be on its way: do not read it as a next request.
             response.headers_mut().insert(header::CONNECTION, header::HeaderValue::from_static("close"));
             Err(response)
@@ -515,11 +539,18 @@ async fn generate(s: Arc<AppState>, api: Api, request: Request) -> Response {
     let id = RequestId(s.next_id.fetch_add(1, Ordering::Relaxed));
     let output_tokens = s.output_tokens(id, max_tokens, req.ignore_eos);
     if u64::from(prompt_tokens) + u64::from(output_tokens) > s.kv_capacity_tokens {
-        return error_response(&ApiError::invalid("prompt", format!("the request needs more than the {} tokens the KV cache holds", s.kv_capacity_tokens)));
+        return error_response(&ApiError::invalid(
+            "prompt",
+            format!("the request needs more than the {} tokens the KV cache holds", s.kv_capacity_tokens),
+        ));
     }
     let fault = s.draw_fault(output_tokens);
     if let Fault::Status(status) = fault {
-        let message = if status == StatusCode::TOO_MANY_REQUESTS { "Too many requests (injected failure)" } else { "Service unavailable (injected failure)" };
+        let message = if status == StatusCode::TOO_MANY_REQUESTS {
+            "Too many requests (injected failure)"
+        } else {
+            "Service unavailable (injected failure)"
+        };
         let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_error" } else { "server_error" };
         return error_response(&ApiError { status, message: message.into(), kind, param: None });
     }
@@ -541,8 +572,19 @@ async fn generate(s: Arc<AppState>, api: Api, request: Request) -> Response {
         _ => None,
     };
     let stage = s.stage.clone();
-    let answer =
-        Answer { rx, stage, guard, rid, seed, output_tokens, finish_reason, prompt_tokens, include_usage: req.include_usage, drop_after, phase: Phase::Tokens };
+    let answer = Answer {
+        rx,
+        stage,
+        guard,
+        rid,
+        seed,
+        output_tokens,
+        finish_reason,
+        prompt_tokens,
+        include_usage: req.include_usage,
+        drop_after,
+        phase: Phase::Tokens,
+    };
     if !req.stream {
         return answer.whole().await;
     }

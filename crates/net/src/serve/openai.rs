@@ -110,9 +110,10 @@ fn prompt_ids(prompt: &Value) -> Result<Vec<u32>, ApiError> {
         Value::Array(items) if items.iter().all(Value::is_number) => items
             .iter()
             .map(|t| {
-                t.as_u64().filter(|&n| n <= u64::from(u32::MAX)).map(|n| n as u32).ok_or_else(|| {
-                    ApiError::invalid("prompt", format!("token ids must be integers from 0 to {}, got {t}", u32::MAX))
-                })
+                t.as_u64()
+                    .filter(|&n| n <= u64::from(u32::MAX))
+                    .map(|n| n as u32)
+                    .ok_or_else(|| ApiError::invalid("prompt", format!("token ids must be integers from 0 to {}, got {t}", u32::MAX)))
             })
             .collect(),
         Value::Array(items) if items.len() == 1 => prompt_ids(&items[0]),
@@ -132,7 +133,8 @@ fn chat_ids(messages: &Value) -> Result<Vec<u32>, ApiError> {
         .ok_or_else(|| ApiError::invalid("messages", "`messages` must be a non-empty list of {role, content} objects"))?;
     let mut text = String::new();
     for m in list {
-        let role = m.get("role").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("messages", "every message needs a string `role`"))?;
+        let role =
+            m.get("role").and_then(Value::as_str).ok_or_else(|| ApiError::invalid("messages", "every message needs a string `role`"))?;
         let content = match m.get("content") {
             Some(Value::String(s)) => s.clone(),
             Some(Value::Array(parts)) => parts.iter().filter_map(|p| p.get("text").and_then(Value::as_str)).collect::<Vec<_>>().join(" "),
@@ -189,9 +191,13 @@ impl GenerationRequest {
         let stream = flag(body, "stream")?;
         let include_usage = match body.get("stream_options") {
             None | Some(Value::Null) => false,
-            Some(o) if !o.is_object() => return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, got {o}"))),
+            Some(o) if !o.is_object() => {
+                return Err(ApiError::invalid("stream_options", format!("`stream_options` must be an object, got {o}")));
+            }
             // As vLLM: "Stream options can only be defined when `stream=True`."
-            Some(_) if !stream => return Err(ApiError::invalid("stream_options", "`stream_options` can only be given with `stream: true`")),
+            Some(_) if !stream => {
+                return Err(ApiError::invalid("stream_options", "`stream_options` can only be given with `stream: true`"));
+            }
             Some(o) => flag(o, "include_usage")?,
         };
         Ok(GenerationRequest { api, prompt, max_tokens, ignore_eos: flag(body, "ignore_eos")?, stream, include_usage })
@@ -231,7 +237,8 @@ impl ResponseId {
             Api::Completions => json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason, "stop_reason": null }),
             Api::Chat => json!({ "index": 0, "delta": { "content": text }, "logprobs": null, "finish_reason": finish_reason }),
         };
-        let mut v = json!({ "id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice] });
+        let mut v =
+            json!({ "id": self.id, "object": self.object(true), "created": self.created, "model": self.model, "choices": [choice] });
         if with_usage {
             v["usage"] = Value::Null;
         }
@@ -260,7 +267,9 @@ impl ResponseId {
     pub fn full(&self, text: &str, finish_reason: &str, prompt_tokens: u32, completion_tokens: u32) -> Value {
         let choice = match self.api {
             Api::Completions => json!({ "index": 0, "text": text, "logprobs": null, "finish_reason": finish_reason, "stop_reason": null }),
-            Api::Chat => json!({ "index": 0, "message": { "role": "assistant", "content": text }, "logprobs": null, "finish_reason": finish_reason }),
+            Api::Chat => {
+                json!({ "index": 0, "message": { "role": "assistant", "content": text }, "logprobs": null, "finish_reason": finish_reason })
+            }
         };
         json!({ "id": self.id, "object": self.object(false), "created": self.created, "model": self.model,
                 "choices": [choice], "usage": usage(prompt_tokens, completion_tokens) })
@@ -277,8 +286,11 @@ mod tests {
 
     #[test]
     fn completions_accept_text_and_token_ids() {
-        let r = parse(Api::Completions, json!({"model": "m", "prompt": "hello world", "max_tokens": 5, "stream": true,
-            "stream_options": {"include_usage": true}, "ignore_eos": true}))
+        let r = parse(
+            Api::Completions,
+            json!({"model": "m", "prompt": "hello world", "max_tokens": 5, "stream": true,
+            "stream_options": {"include_usage": true}, "ignore_eos": true}),
+        )
         .unwrap();
         assert_eq!((r.prompt.len(), r.max_tokens, r.stream, r.include_usage, r.ignore_eos), (4, Some(5), true, true, true)); // "hell" "o" "worl" "d"
         let r = parse(Api::Completions, json!({"model": "m", "prompt": [1, 2, 3]})).unwrap();
@@ -289,7 +301,8 @@ mod tests {
 
     #[test]
     fn chat_renders_messages_and_reads_max_completion_tokens() {
-        let r = parse(Api::Chat, json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7})).unwrap();
+        let r =
+            parse(Api::Chat, json!({"model": "m", "messages": [{"role": "user", "content": "hi"}], "max_completion_tokens": 7})).unwrap();
         assert_eq!(r.max_tokens, Some(7));
         assert!(r.prompt.len() >= 3);
     }
@@ -334,7 +347,9 @@ mod tests {
     /// them; only a list of prompts is a batch.
     #[test]
     fn prompt_lists_are_told_apart() {
-        let message = |prompt: Value| parse(Api::Completions, json!({"model": "m", "prompt": prompt})).unwrap_err().body()["error"]["message"].clone();
+        let message = |prompt: Value| {
+            parse(Api::Completions, json!({"model": "m", "prompt": prompt})).unwrap_err().body()["error"]["message"].clone()
+        };
         for bad_ids in [json!([1, 2, -3]), json!([1.5]), json!([4294967296u64])] {
             assert!(message(bad_ids.clone()).as_str().unwrap().starts_with("token ids must be integers from 0 to 4294967295"), "{bad_ids}");
         }

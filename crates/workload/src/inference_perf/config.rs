@@ -126,7 +126,9 @@ impl<'de> Deserialize<'de> for Length {
         impl<'de> de::Visitor<'de> for LengthVisitor {
             type Value = Length;
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a token count (0 to 4294967295) or a distribution such as {type: normal, mean: 200, std_dev: 50, min: 10, max: 1000}")
+                f.write_str(
+                    "a token count (0 to 4294967295) or a distribution such as {type: normal, mean: 200, std_dev: 50, min: 10, max: 1000}",
+                )
             }
             fn visit_u64<E: de::Error>(self, v: u64) -> Result<Length, E> {
                 u32::try_from(v).map(Length::Fixed).map_err(|_| E::invalid_value(Unexpected::Unsigned(v), &self))
@@ -234,7 +236,9 @@ fn resolve_length(
             LengthDistribution {
                 min: min.unwrap_or(1).max(1),
                 // Unbounded above in inference-perf; ten standard deviations are never reached in practice.
-                max: max.unwrap_or_else(|| if std_dev.is_finite() { (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32 } else { u32::MAX }),
+                max: max.unwrap_or_else(|| {
+                    if std_dev.is_finite() { (f64::from(n) + 10.0 * std_dev).ceil().min(f64::from(u32::MAX)) as u32 } else { u32::MAX }
+                }),
                 mean: f64::from(n),
                 std_dev,
                 shape: LengthShape::Normal,
@@ -252,14 +256,28 @@ fn resolve_length(
 impl SharedPrefix {
     fn from_raw(raw: RawSharedPrefix) -> Result<SharedPrefix, InferencePerfError> {
         if raw.multimodal.is_some() {
-            return Err(InferencePerfError::Unsupported { field: "data.shared_prefix.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+            return Err(InferencePerfError::Unsupported {
+                field: "data.shared_prefix.multimodal",
+                value: "set".into(),
+                allowed: "null (BLIS simulates text prompts)",
+            });
         }
         Ok(SharedPrefix {
             num_groups: raw.num_groups,
             num_prompts_per_group: raw.num_prompts_per_group,
             system_prompt_len: resolve_length("system_prompt", raw.system_prompt_len, None, (0.0, None, None))?,
-            question_len: resolve_length("question", raw.question_len, raw.question_distribution, (raw.question_len_std, raw.question_len_min, raw.question_len_max))?,
-            output_len: resolve_length("output", raw.output_len, raw.output_distribution, (raw.output_len_std, raw.output_len_min, raw.output_len_max))?,
+            question_len: resolve_length(
+                "question",
+                raw.question_len,
+                raw.question_distribution,
+                (raw.question_len_std, raw.question_len_min, raw.question_len_max),
+            )?,
+            output_len: resolve_length(
+                "output",
+                raw.output_len,
+                raw.output_distribution,
+                (raw.output_len_std, raw.output_len_min, raw.output_len_max),
+            )?,
             enable_multi_turn_chat: raw.enable_multi_turn_chat,
         })
     }
@@ -376,8 +394,11 @@ impl Sweep {
     /// for 5 s, as inference-perf runs it), or `None` when there is none to
     /// simulate (no requests, or the closed-loop probe).
     pub fn probe_stage(&self) -> Option<Stage> {
-        (self.probe_requests > 0 && !self.closed_loop_probe)
-            .then(|| Stage { rate: self.probe_requests as f64 / PROBE_DURATION_S, duration: PROBE_DURATION_S, concurrency: None })
+        (self.probe_requests > 0 && !self.closed_loop_probe).then(|| Stage {
+            rate: self.probe_requests as f64 / PROBE_DURATION_S,
+            duration: PROBE_DURATION_S,
+            concurrency: None,
+        })
     }
 }
 
@@ -432,19 +453,35 @@ impl Load {
         let sweep = match raw.sweep {
             None => None,
             Some(_) if raw.kind == LoadKind::Concurrent => {
-                return Err(InferencePerfError::Invalid { field: "load.sweep".into(), value: "set".into(), reason: "not valid for a concurrent load" });
+                return Err(InferencePerfError::Invalid {
+                    field: "load.sweep".into(),
+                    value: "set".into(),
+                    reason: "not valid for a concurrent load",
+                });
             }
             Some(s) => {
                 if !(s.stage_duration > 0.0 && s.stage_duration <= MAX_SPAN_S) || s.num_stages == 0 {
                     let value = format!("{{num_stages: {}, stage_duration: {}}}", s.num_stages, s.stage_duration);
-                    return Err(InferencePerfError::Invalid { field: "load.sweep".into(), value, reason: "needs at least one stage of (0, 1e8] seconds" });
+                    return Err(InferencePerfError::Invalid {
+                        field: "load.sweep".into(),
+                        value,
+                        reason: "needs at least one stage of (0, 1e8] seconds",
+                    });
                 }
                 if s.num_requests as f64 > MAX_RUN_REQUESTS {
                     let value = s.num_requests.to_string();
-                    return Err(InferencePerfError::Invalid { field: "load.sweep.num_requests".into(), value, reason: "the probe sends at most 10^7 requests" });
+                    return Err(InferencePerfError::Invalid {
+                        field: "load.sweep.num_requests".into(),
+                        value,
+                        reason: "the probe sends at most 10^7 requests",
+                    });
                 }
                 if !(s.timeout > 0.0 && s.timeout <= MAX_SPAN_S) {
-                    return Err(InferencePerfError::Invalid { field: "load.sweep.timeout".into(), value: format!("{:?}", s.timeout), reason: "must be in (0, 1e8] seconds" });
+                    return Err(InferencePerfError::Invalid {
+                        field: "load.sweep.timeout".into(),
+                        value: format!("{:?}", s.timeout),
+                        reason: "must be in (0, 1e8] seconds",
+                    });
                 }
                 Some(Sweep {
                     probe_requests: s.num_requests,
@@ -480,7 +517,11 @@ impl Load {
                         let n = s.num_requests.ok_or_else(|| missing("num_requests", "required for a concurrent load"))?;
                         let c = s.concurrency_level.ok_or_else(|| missing("concurrency_level", "required for a concurrent load"))?;
                         if c == 0 {
-                            return Err(InferencePerfError::Invalid { field: field("concurrency_level"), value: "0".into(), reason: "must be at least 1" });
+                            return Err(InferencePerfError::Invalid {
+                                field: field("concurrency_level"),
+                                value: "0".into(),
+                                reason: "must be at least 1",
+                            });
                         }
                         // The rate and duration inference-perf fills in at run time (and writes back) are ignored.
                         Ok(Stage { rate: n as f64, duration: 1.0, concurrency: Some(c) })
@@ -704,11 +745,19 @@ impl InferencePerfConfig {
             validate_shared_prefix(sp)?;
         }
         if self.load.stages.is_empty() && self.load.sweep.is_none() {
-            return Err(InferencePerfError::Invalid { field: "load.stages".into(), value: "[]".into(), reason: "needs at least one stage" });
+            return Err(InferencePerfError::Invalid {
+                field: "load.stages".into(),
+                value: "[]".into(),
+                reason: "needs at least one stage",
+            });
         }
         let mut total_requests = 0.0;
         for (i, s) in self.load.stages.iter().enumerate() {
-            let invalid = |name: &str, value: f64, reason| InferencePerfError::Invalid { field: format!("load.stages[{i}].{name}"), value: format!("{value:?}"), reason };
+            let invalid = |name: &str, value: f64, reason| InferencePerfError::Invalid {
+                field: format!("load.stages[{i}].{name}"),
+                value: format!("{value:?}"),
+                reason,
+            };
             if !(s.rate.is_finite() && s.rate > 0.0) {
                 // A concurrent stage's rate is its request count.
                 return Err(match s.concurrency {
@@ -729,12 +778,20 @@ impl InferencePerfConfig {
             }
         }
         if !(self.load.interval >= 0.0 && self.load.interval <= MAX_SPAN_S) {
-            return Err(InferencePerfError::Invalid { field: "load.interval".into(), value: format!("{:?}", self.load.interval), reason: "must be in [0, 1e8] seconds" });
+            return Err(InferencePerfError::Invalid {
+                field: "load.interval".into(),
+                value: format!("{:?}", self.load.interval),
+                reason: "must be in [0, 1e8] seconds",
+            });
         }
         if let Some(t) = self.load.request_timeout
             && !(t > 0.0 && t <= MAX_SPAN_S)
         {
-            return Err(InferencePerfError::Invalid { field: "load.request_timeout".into(), value: format!("{t:?}"), reason: "must be in (0, 1e8] seconds" });
+            return Err(InferencePerfError::Invalid {
+                field: "load.request_timeout".into(),
+                value: format!("{t:?}"),
+                reason: "must be in (0, 1e8] seconds",
+            });
         }
         Ok(())
     }
@@ -782,7 +839,11 @@ fn validate_shared_prefix(sp: &SharedPrefix) -> Result<(), InferencePerfError> {
         });
     }
     if u64::from(sp.num_groups) * u64::from(sp.num_prompts_per_group) > MAX_PROMPTS {
-        let (field, value) = if sp.num_groups >= sp.num_prompts_per_group { ("num_groups", sp.num_groups) } else { ("num_prompts_per_group", sp.num_prompts_per_group) };
+        let (field, value) = if sp.num_groups >= sp.num_prompts_per_group {
+            ("num_groups", sp.num_groups)
+        } else {
+            ("num_prompts_per_group", sp.num_prompts_per_group)
+        };
         return Err(InferencePerfError::Invalid {
             field: format!("data.shared_prefix.{field}"),
             value: value.to_string(),
@@ -803,7 +864,10 @@ fn zero_length_notes(data: &Data) -> Vec<String> {
     let can_be_zero = |d: &LengthDistribution| if d.shape == LengthShape::Fixed { d.mean < 1.0 } else { d.min == 0 };
     let lengths: Vec<(&str, &str, bool)> = match data {
         Data::Random(io) | Data::Synthetic(io) => {
-            vec![("data.input_distribution", "prompts", can_be_zero(&io.input)), ("data.output_distribution", "outputs", can_be_zero(&io.output))]
+            vec![
+                ("data.input_distribution", "prompts", can_be_zero(&io.input)),
+                ("data.output_distribution", "outputs", can_be_zero(&io.output)),
+            ]
         }
         Data::SharedPrefix(sp) => {
             // A fixed length of 0 is refused (`validate_shared_prefix`).
@@ -819,11 +883,21 @@ fn zero_length_notes(data: &Data) -> Vec<String> {
         .collect()
 }
 
-fn checked_distribution(field: &'static str, d: Option<LengthDistribution>, default_count: u32) -> Result<LengthDistribution, InferencePerfError> {
-    let mut d = d.ok_or(InferencePerfError::Invalid { field: field.into(), value: "null".into(), reason: "required when data.type is random or synthetic" })?;
+fn checked_distribution(
+    field: &'static str,
+    d: Option<LengthDistribution>,
+    default_count: u32,
+) -> Result<LengthDistribution, InferencePerfError> {
+    let mut d = d.ok_or(InferencePerfError::Invalid {
+        field: field.into(),
+        value: "null".into(),
+        reason: "required when data.type is random or synthetic",
+    })?;
     d.total_count = d.total_count.or(Some(default_count));
     match d.problem(Sampler::IoDistribution) {
-        Some((sub, value, reason)) => Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason }),
+        Some((sub, value, reason)) => {
+            Err(InferencePerfError::Invalid { field: field.into(), value: format!("{{{sub}: {value}}}"), reason })
+        }
         None => Ok(d),
     }
 }
@@ -834,7 +908,11 @@ impl Data {
     /// requests of its largest stage plus one: no length recurs).
     fn from_raw(raw: RawData, load: &Load) -> Result<Data, InferencePerfError> {
         if raw.multimodal.is_some() {
-            return Err(InferencePerfError::Unsupported { field: "data.multimodal", value: "set".into(), allowed: "null (BLIS simulates text prompts)" });
+            return Err(InferencePerfError::Unsupported {
+                field: "data.multimodal",
+                value: "set".into(),
+                allowed: "null (BLIS simulates text prompts)",
+            });
         }
         let largest_stage = load.stages.iter().map(Stage::num_requests).max().unwrap_or(0);
         let default_count = u32::try_from(largest_stage.saturating_add(1)).unwrap_or(MAX_TOTAL_COUNT).min(MAX_TOTAL_COUNT);
@@ -866,4 +944,3 @@ impl Data {
         }
     }
 }
-

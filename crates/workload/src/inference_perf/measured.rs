@@ -29,7 +29,10 @@ impl QuantileTable {
         points.sort_by(|a, b| a.0.total_cmp(&b.0));
         points.dedup_by(|later, kept| later.0 == kept.0 && later.1 == kept.1);
         if let Some(w) = points.windows(2).find(|w| w[0].0 == w[1].0 || w[1].1 < w[0].1) {
-            return Err(format!("quantiles {} = {} and {} = {}: values must not decrease as the probability grows", w[0].0, w[0].1, w[1].0, w[1].1));
+            return Err(format!(
+                "quantiles {} = {} and {} = {}: values must not decrease as the probability grows",
+                w[0].0, w[0].1, w[1].0, w[1].1
+            ));
         }
         match (points.first(), points.last()) {
             (Some(&(0.0, _)), Some(&(1.0, _))) if points.len() >= 2 => Ok(QuantileTable { points }),

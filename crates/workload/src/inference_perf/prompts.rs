@@ -53,8 +53,11 @@ impl SharedPrefixPrompts {
         let scaled = |n: u32| (f64::from(n) * scale).round() as u32;
 
         let content = subsystem_seed(seed, "inference-perf/prompts");
-        let systems =
-            system_lens.iter().enumerate().map(|(g, &len)| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ (g as u64).rotate_left(40)), scaled(len))).collect();
+        let systems = system_lens
+            .iter()
+            .enumerate()
+            .map(|(g, &len)| TokenRun::synthetic(mix64(content ^ 0x7379_7374_656d ^ (g as u64).rotate_left(40)), scaled(len)))
+            .collect();
         let mut prompts: Vec<PromptEntry> = (0..groups)
             .flat_map(|g| (0..per_group).map(move |q| (g, q)))
             .map(|(g, q)| PromptEntry {
@@ -283,4 +286,3 @@ impl StagePrompts {
         sum / count.max(1) as f64
     }
 }
-

@@ -113,7 +113,9 @@ impl Reproduction {
         let mut rng = subsystem_rng(seed, "inference-perf/arrivals");
         let mut timer = StageTimer::new(self.config.load.kind, &stage, &mut rng);
         let mut sends = Vec::new();
-        while let Some(send) = timer.peek().map(|offset| start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX)).filter(|&t| t < cancel_at) {
+        while let Some(send) =
+            timer.peek().map(|offset| start + Micros::from_secs_f64(offset).unwrap_or(Micros::MAX)).filter(|&t| t < cancel_at)
+        {
             sends.push(send);
             timer.advance(&mut rng);
         }
@@ -124,7 +126,12 @@ impl Reproduction {
     /// generator's first prompts, each cancelled at `cancel_at`.
     fn probe_requests(&self, sends: &[Micros], cancel_at: Micros, prompts: &StagePrompts, seed: u64) -> Vec<Request> {
         let content_seed = subsystem_seed(seed, "replay/probe-outputs");
-        let meta = RequestMeta { stage: PROBE_STAGE, own_prompt_from: prompts.own_prompt_from(), cancel_at: Some(cancel_at), ..RequestMeta::default() };
+        let meta = RequestMeta {
+            stage: PROBE_STAGE,
+            own_prompt_from: prompts.own_prompt_from(),
+            cancel_at: Some(cancel_at),
+            ..RequestMeta::default()
+        };
         (0u64..)
             .zip(sends)
             .map(|(n, &arrival)| {
@@ -144,7 +151,14 @@ impl Reproduction {
     /// length; they get the length the same prompt had elsewhere in the run
     /// (prompts that recur), else the generator's own. Ids follow the send
     /// order from `first_id`; send times count from `time_zero`.
-    fn recorded_requests(&self, sends: &[RecordedSend], prompts: &StagePrompts, seed: u64, first_id: u64, time_zero: Micros) -> Vec<Request> {
+    fn recorded_requests(
+        &self,
+        sends: &[RecordedSend],
+        prompts: &StagePrompts,
+        seed: u64,
+        first_id: u64,
+        time_zero: Micros,
+    ) -> Vec<Request> {
         let order = recorded_order(sends);
         let cycle = prompts.prompt_cycle();
         let mut in_stage = vec![0u64; self.config.load.stages.len()];
@@ -171,7 +185,8 @@ impl Reproduction {
             .enumerate()
             .map(|(id, (&i, &n))| {
                 let send = &sends[i];
-                let len = if send.input_tokens > 0 { Some(send.input_tokens) } else { cycle.and_then(|count| known_len[(n % count) as usize]) };
+                let len =
+                    if send.input_tokens > 0 { Some(send.input_tokens) } else { cycle.and_then(|count| known_len[(n % count) as usize]) };
                 let id = RequestId(first_id + id as u64);
                 let (prompt, drawn_output) = prompts.nth(n, id, len);
                 let max_output_tokens = send.output_tokens.filter(|_| !send.failed).unwrap_or(drawn_output);

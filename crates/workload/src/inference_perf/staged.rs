@@ -27,7 +27,6 @@ struct Conversation {
     blocked: std::collections::VecDeque<(Micros, u32)>,
 }
 
-
 /// The whole inference-perf run as a lazy workload: stage after stage, each
 /// starting `interval` after the previous one drained, prompts cycled per
 /// stage, `max_tokens` per request as the data generator sets it, `meta.stage` set. With
@@ -190,7 +189,14 @@ impl StagedWorkload {
         // Sessions come only with shared-prefix prompts, which promise nothing.
         let own_prompt_from = self.prompts.own_prompt_from();
         let cancel_at = self.cancel_at().filter(|_| stage == PROBE_STAGE);
-        Request { id, arrival, prompt, max_output_tokens, output_seed, meta: RequestMeta { stage, session, own_prompt_from, cancel_at, ..RequestMeta::default() } }
+        Request {
+            id,
+            arrival,
+            prompt,
+            max_output_tokens,
+            output_seed,
+            meta: RequestMeta { stage, session, own_prompt_from, cancel_at, ..RequestMeta::default() },
+        }
     }
 
     /// When the next request is due: its timer fired, or (multi-turn) its
@@ -252,4 +258,3 @@ impl Workload for StagedWorkload {
         }
     }
 }
-

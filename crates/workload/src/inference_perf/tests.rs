@@ -114,7 +114,8 @@ fn ambiguous_or_unreproducible_lengths_are_refused_with_the_field_named() {
 /// inference-perf's defaults for an unset shared-prefix field.
 #[test]
 fn shared_prefix_defaults_are_inference_perfs() {
-    let text = "api:\n  type: completion\ndata:\n  type: shared_prefix\n  shared_prefix: {}\nload:\n  stages:\n  - {rate: 1, duration: 1}\n";
+    let text =
+        "api:\n  type: completion\ndata:\n  type: shared_prefix\n  shared_prefix: {}\nload:\n  stages:\n  - {rate: 1, duration: 1}\n";
     let c = InferencePerfConfig::from_yaml_str(text).unwrap();
     let sp = c.shared_prefix().unwrap();
     assert_eq!((sp.num_groups, sp.num_prompts_per_group), (10, 10));
@@ -156,7 +157,12 @@ fn drawn_shared_prefix_lengths_follow_their_distributions() {
     // Scaled to a measured mean 10 % above the drawn one.
     let StagePrompts::Shared(p) = &sp else { unreachable!() };
     let drawn_mean = (0..p.len() as u64).map(|n| f64::from(p.prompt(n, None).len())).sum::<f64>() / p.len() as f64;
-    let StagePrompts::Shared(scaled) = StagePrompts::new(&c.data, &MeasuredLengths { prompt_mean_tokens: Some(1.1 * drawn_mean), ..MeasuredLengths::default() }, 11).unwrap() else { unreachable!() };
+    let StagePrompts::Shared(scaled) =
+        StagePrompts::new(&c.data, &MeasuredLengths { prompt_mean_tokens: Some(1.1 * drawn_mean), ..MeasuredLengths::default() }, 11)
+            .unwrap()
+    else {
+        unreachable!()
+    };
     let scaled_mean = (0..scaled.len() as u64).map(|n| f64::from(scaled.prompt(n, None).len())).sum::<f64>() / scaled.len() as f64;
     assert!((scaled_mean / drawn_mean - 1.1).abs() < 1e-3, "{scaled_mean} vs {drawn_mean}");
 }
@@ -207,13 +213,22 @@ fn lengths_that_can_be_zero_tokens_are_named() {
     assert_eq!(random(some, some), Vec::<String>::new());
     let notes = random(zero, some);
     assert_eq!(notes.len(), 1, "{notes:?}");
-    assert!(notes[0].starts_with("data.input_distribution: inference-perf can draw prompts of 0 tokens, which vLLM refuses (HTTP 400"), "{notes:?}");
+    assert!(
+        notes[0].starts_with("data.input_distribution: inference-perf can draw prompts of 0 tokens, which vLLM refuses (HTTP 400"),
+        "{notes:?}"
+    );
     let notes = random(some, "{type: fixed, mean: 0.5}");
     assert!(notes.len() == 1 && notes[0].starts_with("data.output_distribution: inference-perf can draw outputs of 0 tokens"), "{notes:?}");
     assert_eq!(random(some, "{type: fixed, mean: 1}"), Vec::<String>::new());
-    let shared = InferencePerfConfig::from_yaml_str(&CONFIG.replace("output_len: 247", "output_len: 247\n    output_distribution: {mean: 247, std_dev: 20, min: 0, max: 400}"));
+    let shared = InferencePerfConfig::from_yaml_str(
+        &CONFIG.replace("output_len: 247", "output_len: 247\n    output_distribution: {mean: 247, std_dev: 20, min: 0, max: 400}"),
+    );
     let shared = shared.unwrap();
-    assert!(shared.notes.iter().any(|n| n.starts_with("data.shared_prefix.output_len: inference-perf can draw outputs of 0 tokens")), "{:?}", shared.notes);
+    assert!(
+        shared.notes.iter().any(|n| n.starts_with("data.shared_prefix.output_len: inference-perf can draw outputs of 0 tokens")),
+        "{:?}",
+        shared.notes
+    );
 }
 
 #[test]
@@ -277,7 +292,12 @@ fn reference_offsets(kind: LoadKind, stage: &Stage, rng: &mut SimRng) -> Vec<f64
         let total: f64 = gaps.iter().sum();
         let scale = if total > 0.0 { duration / total } else { 0.0 };
         let mut t = start;
-        gaps.iter().map(|g| { t += g * scale; t }).collect()
+        gaps.iter()
+            .map(|g| {
+                t += g * scale;
+                t
+            })
+            .collect()
     }
     let n = stage.num_requests() as usize;
     match kind {
@@ -310,7 +330,8 @@ fn drain(timer: &mut StageTimer, rng: &mut SimRng) -> Vec<f64> {
 #[test]
 fn constant_stage_sends_exactly_n_requests_ending_at_the_duration() {
     let mut rng = subsystem_rng(1, "t");
-    let offs = drain(&mut StageTimer::new(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng), &mut rng);
+    let offs =
+        drain(&mut StageTimer::new(LoadKind::Constant, &Stage { rate: 5.0, duration: 600.0, concurrency: None }, &mut rng), &mut rng);
     assert_eq!(offs.len(), 3000);
     assert!(offs.windows(2).all(|w| w[0] <= w[1]));
     assert!((offs[2999] - 600.0).abs() < 1e-6);
@@ -367,7 +388,8 @@ fn finish(r: &Request, at: Micros) -> RequestRecord {
 #[test]
 fn next_stage_starts_after_the_previous_drains() {
     let c = InferencePerfConfig::from_yaml_str(CONFIG).unwrap();
-    let mut w = StagedWorkload::new(&c, &MeasuredLengths { prompt_mean_tokens: Some(1.05 * 566.0), ..MeasuredLengths::default() }, 3).unwrap();
+    let mut w =
+        StagedWorkload::new(&c, &MeasuredLengths { prompt_mean_tokens: Some(1.05 * 566.0), ..MeasuredLengths::default() }, 3).unwrap();
     let mut stage0 = Vec::new();
     while let Some(r) = w.next_request() {
         stage0.push(r);
@@ -445,11 +467,17 @@ fn stage_request_counts_equal_rate_times_duration() {
 /// with the user's question; every round generates the user's output length.
 #[test]
 fn multi_turn_rounds_wait_for_the_previous_round_and_accumulate_context() {
-    let fixed = CONFIG.replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true").replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
-    let drawn = fixed.replace("question_len: 466", "question_len: {mean: 466, std_dev: 100, min: 1, max: 1000}").replace("output_len: 247", "output_len: {mean: 247, std_dev: 50, min: 1, max: 500}");
+    let fixed = CONFIG
+        .replace("output_len: 247", "output_len: 247\n    enable_multi_turn_chat: true")
+        .replace("rate: 5.0\n    duration: 600", "rate: 50.0\n    duration: 20");
+    let drawn = fixed
+        .replace("question_len: 466", "question_len: {mean: 466, std_dev: 100, min: 1, max: 1000}")
+        .replace("output_len: 247", "output_len: {mean: 247, std_dev: 50, min: 1, max: 500}");
     for text in [fixed, drawn] {
         let c = InferencePerfConfig::from_yaml_str(&text).unwrap();
-        let StagePrompts::Shared(prompts) = StagePrompts::new(&c.data, &MeasuredLengths::default(), 4).unwrap() else { panic!("shared prefix") };
+        let StagePrompts::Shared(prompts) = StagePrompts::new(&c.data, &MeasuredLengths::default(), 4).unwrap() else {
+            panic!("shared prefix")
+        };
         let mut w = StagedWorkload::new(&c, &MeasuredLengths::default(), 4).unwrap();
         // Service 3 s: a user's next timer event (2 s later at 50 req/s) finds it busy.
         let service = Micros::from_secs(3);
@@ -483,7 +511,10 @@ fn concurrent_config(stages: &str) -> Result<InferencePerfConfig, InferencePerfE
 #[test]
 fn a_concurrent_load_keeps_each_stage_within_its_concurrency() {
     // As written by hand, and as inference-perf writes it back with rate and duration filled in.
-    let c = concurrent_config("  - {num_requests: 120, concurrency_level: 4}\n  - {num_requests: 90, concurrency_level: 16, rate: 90, duration: 1}\n").unwrap();
+    let c = concurrent_config(
+        "  - {num_requests: 120, concurrency_level: 4}\n  - {num_requests: 90, concurrency_level: 16, rate: 90, duration: 1}\n",
+    )
+    .unwrap();
     assert_eq!(c.load.kind, LoadKind::Concurrent);
     assert_eq!(c.load.stages.iter().map(|s| (s.num_requests(), s.concurrency)).collect::<Vec<_>>(), [(120, Some(4)), (90, Some(16))]);
     assert_eq!(c.load.stages[0].offered_rate(), None);
@@ -680,7 +711,10 @@ fn a_sweep_has_no_stages_until_a_run_records_them() {
     let sweep = CONFIG.replace("  num_workers: 224", "  sweep: {type: linear, num_stages: 4, stage_duration: 120}\n  num_workers: 224");
     let c = InferencePerfConfig::from_yaml_str(&sweep).unwrap();
     assert!(c.load.stages.is_empty());
-    assert_eq!(c.load.sweep, Some(Sweep { probe_requests: 2000, probe_timeout_s: 60.0, closed_loop_probe: false, num_stages: 4, stage_duration: 120.0 }));
+    assert_eq!(
+        c.load.sweep,
+        Some(Sweep { probe_requests: 2000, probe_timeout_s: 60.0, closed_loop_probe: false, num_stages: 4, stage_duration: 120.0 })
+    );
     let e = c.check_runnable().unwrap_err().to_string();
     assert!(e.contains("load.sweep") && e.contains("load.stages") && e.contains("blis validate"), "{e}");
     let run = Reproduction { config: c.clone(), measured: MeasuredLengths::default(), recorded: None };
@@ -693,7 +727,8 @@ fn a_sweep_has_no_stages_until_a_run_records_them() {
         assert!(e.contains("load.sweep") && e.contains("at least one stage"), "{e}");
     }
     let concurrent = "load:\n  type: concurrent\n  stages: []\n  sweep: {type: linear}\n";
-    let e = InferencePerfConfig::from_yaml_str(&format!("{}{concurrent}", &CONFIG[..CONFIG.find("load:").unwrap()])).unwrap_err().to_string();
+    let e =
+        InferencePerfConfig::from_yaml_str(&format!("{}{concurrent}", &CONFIG[..CONFIG.find("load:").unwrap()])).unwrap_err().to_string();
     assert!(e.contains("load.sweep") && e.contains("concurrent"), "{e}");
     for (bad, field) in [
         ("num_stages: 4", "num_stages: 4, num_requests: 100000000000"),
@@ -783,21 +818,31 @@ fn a_sweep_sends_its_probe_first_and_cancels_what_is_left_at_its_timeout() {
 fn a_recorded_sweep_replays_its_stages_after_the_simulated_probe() {
     let stage = Stage { rate: 8.0, duration: 30.0, concurrency: None };
     let c = sweep_config("num_requests: 40, timeout: 60", vec![stage]);
-    let sends: Vec<RecordedSend> =
-        (0..20u64).map(|i| RecordedSend { index: i, stage: 0, send_us: (19 - i) * 100_000, input_tokens: 600, output_tokens: None, failed: false }).collect();
+    let sends: Vec<RecordedSend> = (0..20u64)
+        .map(|i| RecordedSend { index: i, stage: 0, send_us: (19 - i) * 100_000, input_tokens: 600, output_tokens: None, failed: false })
+        .collect();
     let run = Reproduction { config: c.clone(), measured: MeasuredLengths::default(), recorded: Some(sends) };
     let order = run.send_order(7);
     assert_eq!(order.len(), 60);
     assert!(order[..40].iter().all(Option::is_none));
-    assert_eq!(order[40..].iter().map(|i| i.unwrap()).collect::<Vec<_>>(), (0..20).rev().collect::<Vec<_>>(), "recorded sends in send order");
+    assert_eq!(
+        order[40..].iter().map(|i| i.unwrap()).collect::<Vec<_>>(),
+        (0..20).rev().collect::<Vec<_>>(),
+        "recorded sends in send order"
+    );
     assert_eq!(run.expected_requests(7), 60);
     let sent = drive(run.stream(7).unwrap().as_mut(), Micros::from_secs(1));
     assert_eq!(sent.iter().map(|r| r.id.0).collect::<Vec<_>>(), (0..60).collect::<Vec<_>>());
     let staged = drive(&mut StagedWorkload::new(&c, &MeasuredLengths::default(), 7).unwrap(), Micros::from_secs(1));
-    let probe = |rs: &[Request]| rs.iter().filter(|r| r.meta.stage == PROBE_STAGE).map(|r| (r.arrival, r.prompt.clone(), r.meta.cancel_at)).collect::<Vec<_>>();
+    let probe = |rs: &[Request]| {
+        rs.iter().filter(|r| r.meta.stage == PROBE_STAGE).map(|r| (r.arrival, r.prompt.clone(), r.meta.cancel_at)).collect::<Vec<_>>()
+    };
     assert_eq!(probe(&sent), probe(&staged));
     assert_eq!(probe(&sent).len(), 40);
     let zero = Micros::from_secs(1 + 60 + 2);
-    assert_eq!(sent[40..].iter().map(|r| r.arrival).collect::<Vec<_>>(), (0..20u64).map(|i| zero + Micros(i * 100_000)).collect::<Vec<_>>());
+    assert_eq!(
+        sent[40..].iter().map(|r| r.arrival).collect::<Vec<_>>(),
+        (0..20u64).map(|i| zero + Micros(i * 100_000)).collect::<Vec<_>>()
+    );
     assert!(sent[40..].iter().all(|r| r.meta.stage == 0 && r.prompt.len() == 600));
 }

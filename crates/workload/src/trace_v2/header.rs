@@ -160,7 +160,11 @@ impl TraceHeader {
             && !v.as_f64().is_some_and(|x| x > 0.0 && x <= 1e6)
         {
             let written = serde_yaml_ng::to_string(v).unwrap_or_default();
-            return Err(WorkloadError::spec(name, format!("server.{key}"), format!("{}: must be a number in (0, 1e6] (server seconds per wall-clock second)", written.trim_end())));
+            return Err(WorkloadError::spec(
+                name,
+                format!("server.{key}"),
+                format!("{}: must be a number in (0, 1e6] (server seconds per wall-clock second)", written.trim_end()),
+            ));
         }
         Ok(h)
     }

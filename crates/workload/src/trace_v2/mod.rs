@@ -29,9 +29,28 @@ pub use writer::{Observed, TraceWriter};
 
 /// The CSV columns, in the order written.
 pub const COLUMNS: [&str; 22] = [
-    "request_id", "client_id", "tenant_id", "slo_class", "session_id", "round_index", "prefix_group", "streaming", "input_tokens",
-    "output_tokens", "text_tokens", "image_tokens", "audio_tokens", "video_tokens", "reason_ratio", "arrival_time_us", "send_time_us",
-    "first_chunk_time_us", "last_chunk_time_us", "num_chunks", "status", "error_message",
+    "request_id",
+    "client_id",
+    "tenant_id",
+    "slo_class",
+    "session_id",
+    "round_index",
+    "prefix_group",
+    "streaming",
+    "input_tokens",
+    "output_tokens",
+    "text_tokens",
+    "image_tokens",
+    "audio_tokens",
+    "video_tokens",
+    "reason_ratio",
+    "arrival_time_us",
+    "send_time_us",
+    "first_chunk_time_us",
+    "last_chunk_time_us",
+    "num_chunks",
+    "status",
+    "error_message",
 ];
 
 /// Outcome of a recorded request.

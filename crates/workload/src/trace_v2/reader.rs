@@ -96,7 +96,10 @@ impl Rebuilder {
     /// The request of a row arriving at `arrival_us`, or an error message about the row.
     fn request(&mut self, row: &Row<'_>, arrival_us: u64) -> Result<Request, String> {
         if arrival_us > Micros::MAX_SPAN.as_us() {
-            return Err(format!("arrival {arrival_us} µs is after the latest allowed, {} µs (about three years)", Micros::MAX_SPAN.as_us()));
+            return Err(format!(
+                "arrival {arrival_us} µs is after the latest allowed, {} µs (about three years)",
+                Micros::MAX_SPAN.as_us()
+            ));
         }
         let (client, content) = self.client(row.client_id);
         let tenant = intern(&mut self.tenants, &mut self.labels.tenants, row.tenant_id, |i| i as u32);
@@ -116,7 +119,10 @@ impl Rebuilder {
         };
         let prefix_len = prefix.as_ref().map_or(0, TokenRun::len);
         if row.input_tokens <= prefix_len {
-            return Err(format!("input_tokens {} is not above the prefix length {prefix_len} of group {:?}", row.input_tokens, row.prefix_group));
+            return Err(format!(
+                "input_tokens {} is not above the prefix length {prefix_len} of group {:?}",
+                row.input_tokens, row.prefix_group
+            ));
         }
         let ratio_tokens = reasoning_tokens(row.reason_ratio, row.output_tokens);
         let (k, prompt) = if row.round_index == 0 || row.session_id.is_empty() {
@@ -136,7 +142,12 @@ impl Rebuilder {
             });
             let prompt = match (growth, accumulated) {
                 (ContextGrowth::Accumulate, Some(context)) => {
-                    let turn = Turn { prompt: &prev.prompt, output_seed: prev.output_seed, output_len: prev.output_tokens, reasoning_tokens: prev.reasoning_tokens };
+                    let turn = Turn {
+                        prompt: &prev.prompt,
+                        output_seed: prev.output_seed,
+                        output_len: prev.output_tokens,
+                        reasoning_tokens: prev.reasoning_tokens,
+                    };
                     next_prompt(&turn, content, k, row.round_index, row.input_tokens - context)
                 }
                 (ContextGrowth::Accumulate, None) => {
@@ -162,7 +173,13 @@ impl Rebuilder {
         let session = if row.session_id.is_empty() {
             None
         } else {
-            let state = SessionState { prompt: prompt.clone(), output_seed, output_tokens: row.output_tokens, reasoning_tokens: ratio_tokens, input_tokens: row.input_tokens };
+            let state = SessionState {
+                prompt: prompt.clone(),
+                output_seed,
+                output_tokens: row.output_tokens,
+                reasoning_tokens: ratio_tokens,
+                input_tokens: row.input_tokens,
+            };
             self.sessions.insert(row.session_id.to_string(), (k, state));
             Some(((u64::from(client) << 40) | k, row.round_index))
         };
@@ -371,7 +388,8 @@ impl TraceReplay {
                     Err(e) => return Err(WorkloadError::line(path, line, describe_csv_error(&e, &headers))),
                 }
                 let line = record.position().map_or(line, |p| p.line());
-                let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
+                let row: Row<'_> =
+                    record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
                 let keep = check_row(&row).map_err(|m| WorkloadError::line(path, line, m))?;
                 match (keep, arrivals.of(&row)) {
                     (true, Some(t)) => {
@@ -400,7 +418,8 @@ impl TraceReplay {
             let mut built = 0usize;
             while built < kept.len() {
                 let Some(line) = read_in_order(path, &mut reader, &headers, &mut order, &mut record)? else { break };
-                let row: Row<'_> = record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
+                let row: Row<'_> =
+                    record.deserialize(Some(&headers)).map_err(|e| WorkloadError::line(path, line, describe_csv_error(&e, &headers)))?;
                 if let (true, Some(t)) = (check_row(&row).map_err(|m| WorkloadError::line(path, line, m))?, arrivals.of(&row)) {
                     check.request(&row, t).map_err(|m| WorkloadError::line(path, line, m))?;
                     built += 1;
@@ -410,7 +429,8 @@ impl TraceReplay {
         let requests = kept.len() as u64;
         let mut warnings = Vec::new();
         if skipped > 0 {
-            warnings.push(format!("{}: {skipped} rows with status error, no output tokens or no send time are not replayed", path.display()));
+            warnings
+                .push(format!("{}: {skipped} rows with status error, no output tokens or no send time are not replayed", path.display()));
         }
         if !check.missing_groups.is_empty() {
             let groups: Vec<&str> = check.missing_groups.keys().map(String::as_str).collect();
@@ -421,7 +441,11 @@ impl TraceReplay {
                 hp.display()
             ));
         }
-        let all_labels = LabelLists { clients: check.labels.clients.clone(), tenants: check.labels.tenants.clone(), slo_classes: check.labels.slo_classes.clone() };
+        let all_labels = LabelLists {
+            clients: check.labels.clients.clone(),
+            tenants: check.labels.tenants.clone(),
+            slo_classes: check.labels.slo_classes.clone(),
+        };
         let info = ReplayInfo { labels: check.labels, requests, warnings };
         let (reader, headers) = open_csv(path)?;
         let order = if sorted { Order::Stream } else { Order::Sorted(kept.into_iter()) };

@@ -91,8 +91,28 @@ fn sessions_are_rebuilt_from_their_rows() {
     w.write_record(COLUMNS).unwrap();
     for (id, round, input, output, ratio, t) in [(0, 0, 100, 40, "0.25", 0), (1, 1, 100 + 30 + 20, 10, "0", 5000)] {
         w.write_record([
-            &id.to_string(), "c", "t", "s", "sess", &round.to_string(), "", "true", &input.to_string(), &output.to_string(),
-            &input.to_string(), "0", "0", "0", ratio, &t.to_string(), "", "", "", "", "ok", "",
+            &id.to_string(),
+            "c",
+            "t",
+            "s",
+            "sess",
+            &round.to_string(),
+            "",
+            "true",
+            &input.to_string(),
+            &output.to_string(),
+            &input.to_string(),
+            "0",
+            "0",
+            "0",
+            ratio,
+            &t.to_string(),
+            "",
+            "",
+            "",
+            "",
+            "ok",
+            "",
         ])
         .unwrap();
     }

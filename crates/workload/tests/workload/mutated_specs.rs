@@ -15,8 +15,24 @@ const EXAMPLES: [&str; 3] = [
     include_str!("../../../../examples/reasoning.yaml"),
 ];
 
-const HOSTILE: [&str; 16] =
-    ["-1", "0", "1", "0.5", "-0.0", "1e308", "-1e308", "1e-300", ".nan", ".inf", "-.inf", "4294967296", "18446744073709551616", "abc", "[]", "{}"];
+const HOSTILE: [&str; 16] = [
+    "-1",
+    "0",
+    "1",
+    "0.5",
+    "-0.0",
+    "1e308",
+    "-1e308",
+    "1e-300",
+    ".nan",
+    ".inf",
+    "-.inf",
+    "4294967296",
+    "18446744073709551616",
+    "abc",
+    "[]",
+    "{}",
+];
 
 /// Byte ranges of the numeric literals of a YAML text (outside comments).
 fn numbers(text: &str) -> Vec<(usize, usize)> {

@@ -45,7 +45,16 @@ fn drain(w: &mut dyn Workload, service: Micros) -> Vec<Request> {
 fn synthetic() -> impl Strategy<Value = SyntheticSpec> {
     let length = (1.0f64..2000.0, prop_oneof![Just(0.0f64), 1.0..500.0], 1u32..20, prop_oneof![Just(u32::MAX), 2000u32..5000])
         .prop_map(|(mean, stdev, min, max)| LengthSpec { mean, stdev, min, max });
-    (0.1f64..500.0, prop_oneof![Just(ArrivalProcess::Poisson), Just(ArrivalProcess::Constant)], 1u64..400, length.clone(), length, 0u32..300, 1u32..6, any::<u64>())
+    (
+        0.1f64..500.0,
+        prop_oneof![Just(ArrivalProcess::Poisson), Just(ArrivalProcess::Constant)],
+        1u64..400,
+        length.clone(),
+        length,
+        0u32..300,
+        1u32..6,
+        any::<u64>(),
+    )
         .prop_map(|(rate_per_s, arrival, num_requests, prompt, output, prefix_tokens, prefix_groups, seed)| SyntheticSpec {
             rate_per_s,
             arrival,
@@ -206,10 +215,16 @@ fn options_cap_concurrency_and_relabel_any_input() {
     assert_eq!(mixed.labels.tenants, ["a", "b"]);
     assert_eq!(mixed.labels.slo_classes, ["default"]);
     let relabeled = drain(mixed.stream.as_mut(), Micros(10));
-    assert_eq!(relabeled.iter().map(|r| (r.arrival, &r.prompt)).collect::<Vec<_>>(), plain.iter().map(|r| (r.arrival, &r.prompt)).collect::<Vec<_>>());
+    assert_eq!(
+        relabeled.iter().map(|r| (r.arrival, &r.prompt)).collect::<Vec<_>>(),
+        plain.iter().map(|r| (r.arrival, &r.prompt)).collect::<Vec<_>>()
+    );
     let b_share = relabeled.iter().filter(|r| r.meta.tenant.0 == 1).count() as f64 / 500.0;
     assert!((b_share - 0.75).abs() < 0.06, "tenant b share {b_share}");
     // A cap of one connection: each request waits for the previous one.
-    let capped = drain(open(&WorkloadInput::Synthetic(spec), &OpenOptions { max_concurrency: Some(1), ..OpenOptions::default() }).unwrap().stream.as_mut(), Micros::from_ms(50));
+    let capped = drain(
+        open(&WorkloadInput::Synthetic(spec), &OpenOptions { max_concurrency: Some(1), ..OpenOptions::default() }).unwrap().stream.as_mut(),
+        Micros::from_ms(50),
+    );
     assert!(capped.windows(2).all(|w| w[1].arrival >= w[0].arrival + Micros::from_ms(50)));
 }

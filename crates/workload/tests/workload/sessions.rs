@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
+use blis_engine::driver::run_single;
 use blis_engine::instance::{Instance, Observer};
 use blis_engine::latency::Blackbox;
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
-use blis_engine::driver::run_single;
 use blis_workload::spec::parse;
 
 #[derive(Default)]
@@ -57,7 +57,12 @@ fn rounds_never_arrive_before_the_previous_round_completes() {
         for r in 1..4 {
             let prev = &rounds[&(r - 1)];
             assert_eq!(prev.outcome, Outcome::Completed);
-            assert_eq!(rounds[&r].arrival, prev.finished + blis_engine::time::Micros::from_secs(2), "round {r} arrives think time after round {}", r - 1);
+            assert_eq!(
+                rounds[&r].arrival,
+                prev.finished + blis_engine::time::Micros::from_secs(2),
+                "round {r} arrives think time after round {}",
+                r - 1
+            );
         }
     }
 }
