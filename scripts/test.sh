@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, the README's test command and what CI runs: the
-# Rust workspace (release mode: the loopback calibration test compares a
+# The whole test suite, the README's test command and what CI runs: rustfmt
+# and clippy (its warnings are errors), then the Rust workspace (release mode: the loopback calibration test compares a
 # live `blis serve` with its replay, and a debug-built server falls behind
 # real time on two cores), then the Python package, built with maturin
 # into a virtual environment this script makes, tested with pytest against
@@ -16,6 +16,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PROPTEST_RNG_SEED="${PROPTEST_RNG_SEED:-20261127}"
+# Style gates first (seconds): the tree stays rustfmt-formatted and clippy-clean.
+cargo fmt --all -- --check
+(cd python && cargo fmt -- --check)
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --release --locked
 # The engine's and the cluster's integration tests once more in a debug
 # build, where the engine's debug_assert!s (KV conservation after every
