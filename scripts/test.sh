@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # The whole test suite, the README's test command and what CI runs: rustfmt
-# and clippy (its warnings are errors), then the Rust workspace (release mode: the loopback calibration test compares a
-# live `blis serve` with its replay, and a debug-built server falls behind
-# real time on two cores), then the Python package, built with maturin
-# into a virtual environment this script makes, tested with pytest against
-# the `blis` binary the first step built (a local 2-CPU Ray instance
-# included). Between the two, the engine's and the cluster's integration
-# tests run again in a debug build. Python dependencies come from the package registry by name.
+# and clippy (its warnings are errors); the Rust workspace (release mode:
+# the loopback calibration test compares a live `blis serve` with its
+# replay, and a debug-built server falls behind real time on two cores);
+# the engine's and the cluster's integration tests again in a debug build;
+# then the Python package, built with maturin into a virtual environment
+# this script makes, tested with pytest against the `blis` binary the
+# workspace build made (a local 2-CPU Ray instance included). Python
+# dependencies come from the package registry by name.
 #
 # Property tests draw their cases from a pinned seed here, so that this
 # command passes or fails the same way on every run and machine; plain
