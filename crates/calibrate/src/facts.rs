@@ -6,6 +6,10 @@
 
 use serde::{Deserialize, Serialize};
 
+/// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
+/// beyond any GPU); bounds memory on absurd input.
+pub(crate) const MAX_GPU_BLOCKS: u64 = 100_000_000;
+
 /// Whether a run is judged on latency or on predicting its overload.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -24,11 +24,8 @@ use blis_workload::{OpenOptions, WorkloadInput};
 use crate::client::ClientObserver;
 use crate::error::ExperimentError;
 use crate::experiment::{CpuOffloadFact, Experiment, ServerFacts};
+use crate::facts::MAX_GPU_BLOCKS;
 use crate::requests::RequestRow;
-
-/// Most KV blocks an experiment may declare (10^8 blocks of 16 tokens is far
-/// beyond any GPU); bounds memory on absurd input.
-pub(crate) const MAX_GPU_BLOCKS: u64 = 100_000_000;
 
 /// The deployment and workload constants of one experiment, resolved.
 #[derive(Clone, Debug)]

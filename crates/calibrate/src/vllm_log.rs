@@ -33,8 +33,7 @@ use blis_engine::kv::VLLM_BLOCK_SIZES;
 use blis_engine::model::ModelConfig;
 use blis_engine::vllm::{ASYNC_SCHEDULING_DEFAULT_SINCE, KV_CACHE_DTYPES, KvCacheDtype};
 
-use crate::facts::{CpuOffloadFact, ServerFacts, one_group_blocks};
-use crate::reproduce::MAX_GPU_BLOCKS;
+use crate::facts::{CpuOffloadFact, MAX_GPU_BLOCKS, ServerFacts, one_group_blocks};
 
 /// vLLM's default KV block size, when the log names none.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;

@@ -1,6 +1,7 @@
 //! The shape of the code, checked: crates depend on each other one way
 //! (engine ← data ← workload, cluster ← scenario ← calibrate, net ← cli),
-//! and no two modules of a crate import each other (docs/architecture.md).
+//! and the modules of a crate import each other in no cycle, of any length
+//! (docs/architecture.md).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -115,25 +116,100 @@ fn references(module: &str, text: &str, known: &BTreeSet<String>) -> BTreeSet<St
     out
 }
 
+/// The import cycles of a graph, of any length: its strongly connected
+/// components of more than one module (Tarjan's algorithm), each sorted.
+fn cycles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    struct Search<'g> {
+        graph: &'g BTreeMap<String, BTreeSet<String>>,
+        index: BTreeMap<&'g str, usize>,
+        low: BTreeMap<&'g str, usize>,
+        stack: Vec<&'g str>,
+        on_stack: BTreeSet<&'g str>,
+        found: Vec<Vec<String>>,
+    }
+    impl<'g> Search<'g> {
+        fn visit(&mut self, v: &'g str) {
+            let i = self.index.len();
+            self.index.insert(v, i);
+            self.low.insert(v, i);
+            self.stack.push(v);
+            self.on_stack.insert(v);
+            for w in self.graph.get(v).into_iter().flatten() {
+                if !self.index.contains_key(w.as_str()) {
+                    self.visit(w);
+                    let lw = self.low[w.as_str()];
+                    self.low.entry(v).and_modify(|l| *l = (*l).min(lw));
+                } else if self.on_stack.contains(w.as_str()) {
+                    let iw = self.index[w.as_str()];
+                    self.low.entry(v).and_modify(|l| *l = (*l).min(iw));
+                }
+            }
+            if self.low[v] == self.index[v] {
+                let mut component = Vec::new();
+                while let Some(w) = self.stack.pop() {
+                    self.on_stack.remove(w);
+                    component.push(w.to_string());
+                    if w == v {
+                        break;
+                    }
+                }
+                if component.len() > 1 {
+                    component.sort();
+                    self.found.push(component);
+                }
+            }
+        }
+    }
+    let mut search =
+        Search { graph, index: BTreeMap::new(), low: BTreeMap::new(), stack: Vec::new(), on_stack: BTreeSet::new(), found: Vec::new() };
+    for v in graph.keys() {
+        if !search.index.contains_key(v.as_str()) {
+            search.visit(v);
+        }
+    }
+    search.found
+}
+
 #[test]
-fn no_two_modules_import_each_other() {
-    let mut pairs = Vec::new();
+fn no_modules_of_a_crate_import_each_other_in_a_cycle() {
+    let mut found = Vec::new();
     let mut modules_seen = 0;
     for (name, _) in LAYERS {
         let mods = modules(&crates_dir().join(name).join("src"));
         modules_seen += mods.len();
         let known: BTreeSet<String> = mods.keys().cloned().collect();
-        let deps: BTreeMap<&String, BTreeSet<String>> = mods.iter().map(|(m, text)| (m, references(m, &code(text), &known))).collect();
-        for (a, refs) in &deps {
-            for b in refs {
-                if a.as_str() < b.as_str() && deps.get(b).is_some_and(|back| back.contains(a.as_str())) {
-                    pairs.push(format!("{name}: {a} <-> {b}"));
-                }
-            }
-        }
+        let graph: BTreeMap<String, BTreeSet<String>> =
+            mods.iter().map(|(m, text)| (m.clone(), references(m, &code(text), &known))).collect();
+        found.extend(cycles(&graph).into_iter().map(|c| format!("{name}: {}", c.join(" -> "))));
     }
     assert!(modules_seen > 100, "only {modules_seen} modules found");
-    assert!(pairs.is_empty(), "modules that import each other: {pairs:?}");
+    assert!(found.is_empty(), "modules that import each other, directly or around a cycle: {found:?}");
+}
+
+#[test]
+fn the_cycle_finder_finds_cycles_of_every_length_and_nothing_else() {
+    let graph = |edges: &[(&str, &str)]| {
+        let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for (a, b) in edges {
+            g.entry(a.to_string()).or_default().insert(b.to_string());
+            g.entry(b.to_string()).or_default();
+        }
+        g
+    };
+    let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    assert!(cycles(&graph(&[("a", "b"), ("b", "c"), ("a", "c")])).is_empty());
+    assert_eq!(cycles(&graph(&[("a", "b"), ("b", "a")])), vec![names(&["a", "b"])]);
+    // calibrate's cycle of 2026-12: experiment -> vllm_log -> reproduce -> experiment.
+    let four = graph(&[
+        ("experiment", "vllm_log"),
+        ("vllm_log", "reproduce"),
+        ("reproduce", "normalized"),
+        ("normalized", "experiment"),
+        ("x", "experiment"),
+    ]);
+    assert_eq!(cycles(&four), vec![names(&["experiment", "normalized", "reproduce", "vllm_log"])]);
+    let two = cycles(&graph(&[("a", "b"), ("b", "a"), ("c", "d"), ("d", "e"), ("e", "c")]));
+    assert_eq!(two.len(), 2, "{two:?}");
 }
 
 #[test]
