@@ -27,7 +27,7 @@ echo
 echo
 # A sliding-window model under vLLM's hybrid KV cache manager (gpt-oss-20b:
 # a full-attention and a 128-token sliding-window group, each taking blocks).
-./target/release/blis run --model openai/gpt-oss-20b --model-config crates/engine/tests/fixtures/gpt-oss-20b.json \
+./target/release/blis run --model openai/gpt-oss-20b --model-config crates/physics/tests/fixtures/gpt-oss-20b.json \
   --rate 25 --num-requests 100000 --prompt-tokens 512 --output-tokens 256 --output /dev/null 2>&1 \
   | grep -E "mean batch|Simulated in" | tr '\n' ' ' | sed "s/^/requests=100000, gpt-oss-20b, hybrid KV groups: /"
 echo

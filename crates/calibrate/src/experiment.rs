@@ -814,7 +814,7 @@ impl Experiment {
     /// name, so spellings of one GPU agree), the tensor-parallel degree, the
     /// block count and size. One line each, naming both files and values.
     fn stale_facts(&self) -> Vec<String> {
-        let gpu = |name: &str| blis_data::catalog::find_gpu(name).map_or_else(|| name.to_string(), |g| g.name.to_string());
+        let gpu = |name: &str| blis_physics::catalog::find_gpu(name).map_or_else(|| name.to_string(), |g| g.name.to_string());
         type Fact<'a> = (&'a str, &'a dyn Fn(&ServerFacts) -> Option<String>);
         let facts: [Fact; 4] = [
             ("hardware", &|f| f.hardware.as_deref().map(gpu)),

@@ -35,12 +35,13 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use blis_engine::hardware::KernelEfficiency;
 use blis_engine::instance::{Observer, StepEvent};
-use blis_engine::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
-use blis_engine::latency::{FeatureBasis, InstanceLoad, LatencyModel, MAX_STEP, ModelKind, QueueingInput};
+use blis_engine::latency::{InstanceLoad, LatencyModel, MAX_STEP, QueueingInput};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
+use blis_physics::hardware::KernelEfficiency;
+use blis_physics::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
+use blis_physics::latency::{FeatureBasis, ModelKind};
 use rayon::prelude::*;
 
 use crate::compare::{ExperimentComparison, Metric};
@@ -50,8 +51,8 @@ use crate::optimize::{LeastSquares, nelder_mead};
 use crate::reproduce::simulate;
 use crate::stats::ape;
 use crate::suite::Case;
-use blis_data::catalog;
-use blis_data::coefficients::{CoefficientSet, Provenance};
+use blis_physics::catalog;
+use blis_physics::coefficients::{CoefficientSet, Provenance};
 use blis_scenario::deployment::Server;
 
 /// Weight of TTFT relative to E2E in both stages' objectives.

@@ -33,7 +33,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use blis_engine::hardware::{AllReduceEfficiency, Carry, GpuSpec, KernelEfficiency, Link};
+use blis_physics::hardware::{AllReduceEfficiency, Carry, GpuSpec, KernelEfficiency, Link};
 use serde::Serialize;
 use thiserror::Error;
 
@@ -67,7 +67,7 @@ pub enum KernelProfileError {
         path: PathBuf,
         /// Its name.
         gpu: String,
-        /// The bundled boards that come closest ([`blis_data::catalog::unknown_gpu`]).
+        /// The bundled boards that come closest ([`blis_physics::catalog::unknown_gpu`]).
         why: String,
     },
     /// Nothing to fit.
@@ -147,7 +147,7 @@ impl Peaks {
 /// The bundled GPU a profile directory name means (the catalogue's names
 /// and aliases: `a100` is the 80 GB SXM part Vidur profiled).
 pub fn profile_gpu(name: &str) -> Option<GpuSpec> {
-    blis_data::catalog::find_gpu(name).map(|g| g.spec())
+    blis_physics::catalog::find_gpu(name).map(|g| g.spec())
 }
 
 /// A profile CSV being read: its columns by name.
@@ -360,7 +360,7 @@ pub const PREFILL_MIN_TOKENS: u32 = 1024;
 impl LayerTerms {
     /// The layer terms of trained-physics β (`[β1a, β2a, β3, β4, β5, …]`).
     pub fn of_trained_physics(beta: &[f64]) -> Option<LayerTerms> {
-        (beta.len() == blis_engine::latency::trained_physics::BETA_LEN).then(|| LayerTerms {
+        (beta.len() == blis_physics::latency::trained_physics::BETA_LEN).then(|| LayerTerms {
             prefill_compute: beta[0],
             decode_compute: beta[1],
             weights: beta[2],
@@ -567,7 +567,7 @@ pub fn read_compute_profiles(root: &Path) -> Result<ComputeProfiles, KernelProfi
         let spec = profile_gpu(&gpu).ok_or_else(|| KernelProfileError::UnknownGpu {
             path: gpu_dir.clone(),
             gpu: gpu.clone(),
-            why: blis_data::catalog::unknown_gpu(&gpu),
+            why: blis_physics::catalog::unknown_gpu(&gpu),
         })?;
         peaks.insert(gpu.clone(), Peaks::of(&spec));
         for org in read_dir_sorted(&gpu_dir)? {

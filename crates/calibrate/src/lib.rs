@@ -5,7 +5,7 @@
 //! way the real client observed them ([`client`]), compared metric by metric
 //! ([`compare`], [`stats`]) and reported ([`report`]). [`fit`] learns latency
 //! coefficients from the same experiments, in the file format of
-//! `blis_data::coefficients`.
+//! `blis_physics::coefficients`.
 //!
 //! ```text
 //!  experiment dir ──► Experiment ──► Setup (model, GPU, knobs, KV blocks, prompt lengths)
@@ -27,7 +27,7 @@
 //!
 //! ```no_run
 //! use blis_calibrate::{compare::aggregate, suite::Suite};
-//! use blis_data::coefficients::CoefficientSet;
+//! use blis_physics::coefficients::CoefficientSet;
 //!
 //! let suite = Suite::load(&["validation/vllm-h100".into()], &Default::default()).unwrap();
 //! let comparisons = suite.validate(&CoefficientSet::default_set(), 0).unwrap();

@@ -110,7 +110,7 @@ pub fn read(text: &str) -> Result<NormalizedRun, String> {
     let k = n.vllm_config_known.unwrap_or_default();
     // The short name may be one the catalogue does not know (`ampere-big`) where the detail is (`NVIDIA A100-SXM4-80GB (...)`).
     let detail = n.hardware_detail.as_deref().and_then(|d| d.split(" (").next()).map(str::trim).filter(|d| !d.is_empty());
-    let known = |name: &&str| blis_data::catalog::find_gpu(name).is_some();
+    let known = |name: &&str| blis_physics::catalog::find_gpu(name).is_some();
     let hardware = n.hardware.as_deref().map(str::trim).filter(|h| !h.is_empty());
     let hardware = hardware.filter(known).or(detail.filter(known)).or(hardware).map(str::to_string);
     let facts = ServerFacts {

@@ -13,10 +13,10 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use blis_data::catalog;
-use blis_data::coefficients::CoefficientSet;
 use blis_engine::instance::{Fanout, Observer};
 use blis_engine::request::{Outcome, RequestRecord};
+use blis_physics::catalog;
+use blis_physics::coefficients::CoefficientSet;
 use blis_scenario::deployment::Server;
 use blis_scenario::knobs::KnobValues;
 use blis_scenario::{Outputs, Scenario, ScenarioError};

@@ -52,11 +52,12 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 
 use blis_engine::instance::{Observer, QueueChange, QueueEvent, StepEvent};
-use blis_engine::latency::{BatchEntry, FeatureBasis, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
+use blis_engine::latency::{BatchEntry, InstanceLoad, LatencyModel, QueueingInput, StepBatch};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::{MAX_SPAN_S, Micros};
 use blis_engine::warmup::MoeKernelCache;
+use blis_physics::latency::FeatureBasis;
 use serde_json::{Value, json};
 
 use crate::error::ExperimentError;
@@ -1264,7 +1265,7 @@ mod tests {
         );
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
-        let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
+        let basis = blis_physics::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
         let fitted = |t: &OtelTrace| fit_steps(t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap().steps_used;
         assert_eq!(fitted(&trace), (12 - WARM_UP_STEPS) + (15 - WARM_UP_STEPS), "each server's first steps are its warm-up");
         assert!(!trace.retain_instance("1"), "no steps of instance 1");
@@ -1310,7 +1311,7 @@ mod tests {
         // One step is within the warm-up: nothing to fit, said plainly.
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
         let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
-        let basis = blis_engine::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
+        let basis = blis_physics::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
         let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap_err();
         assert!(err.contains("no step after the first 10"), "{err}");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -11,11 +11,11 @@ use std::sync::Arc;
 
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::{Cluster, ClusterConfig};
-use blis_data::catalog;
 use blis_engine::driver::run_single;
 use blis_engine::instance::{Fanout, Instance, InstanceStats, Observer};
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::RequestRecord;
+use blis_physics::catalog;
 use blis_scenario::deployment::{LongContext, Server};
 use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
 use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};

@@ -12,7 +12,7 @@ use crate::compare::ExperimentComparison;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, discover};
 use crate::reproduce::{Definitions, NoObserver, Setup, simulate};
-use blis_data::coefficients::CoefficientSet;
+use blis_physics::coefficients::CoefficientSet;
 
 /// An experiment with its resolved deployment.
 #[derive(Clone, Debug)]

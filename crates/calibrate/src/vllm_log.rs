@@ -28,10 +28,10 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use blis_cluster::MAX_INSTANCES;
-use blis_data::catalog;
 use blis_engine::kv::VLLM_BLOCK_SIZES;
-use blis_engine::model::ModelConfig;
-use blis_engine::vllm::{ASYNC_SCHEDULING_DEFAULT_SINCE, KV_CACHE_DTYPES, KvCacheDtype};
+use blis_physics::catalog;
+use blis_physics::model::ModelConfig;
+use blis_physics::vllm::{ASYNC_SCHEDULING_DEFAULT_SINCE, KV_CACHE_DTYPES, KvCacheDtype};
 
 use crate::facts::{CpuOffloadFact, MAX_GPU_BLOCKS, ServerFacts, one_group_blocks};
 
@@ -295,7 +295,7 @@ pub struct LoggedServer {
 fn device_gpu(line: &str) -> Option<&'static str> {
     let name = line.split("device_name=").nth(1)?;
     let name: String = name.chars().take_while(|c| !matches!(c, ',' | '.' | ' ' | '/')).collect();
-    blis_data::catalog::find_gpu(&name.replace('_', " ")).map(|g| g.name)
+    blis_physics::catalog::find_gpu(&name.replace('_', " ")).map(|g| g.name)
 }
 
 impl LoggedServer {

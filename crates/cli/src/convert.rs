@@ -115,11 +115,10 @@ pub fn execute(cmd: ConvertCommand) -> anyhow::Result<()> {
 fn vllm_log(a: VllmLogArgs) -> anyhow::Result<()> {
     let text = blis_data::textfile::read(&a.path).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
     let server = LoggedServer::read(&text).map_err(|e| bad_input!("--path {}: {e}", a.path.display()))?;
-    let unknown_gpu = a
-        .hardware
-        .as_deref()
-        .filter(|g| blis_data::catalog::find_gpu(g).is_none())
-        .map(|g| format!("--hardware {g}: {}; `blis validate` will need --hardware-config for it", blis_data::catalog::unknown_gpu(g)));
+    let unknown_gpu =
+        a.hardware.as_deref().filter(|g| blis_physics::catalog::find_gpu(g).is_none()).map(|g| {
+            format!("--hardware {g}: {}; `blis validate` will need --hardware-config for it", blis_physics::catalog::unknown_gpu(g))
+        });
     warn(&server.notes().into_iter().chain(unknown_gpu).collect::<Vec<_>>());
     let yaml = server.server_facts_yaml(&a.path.display().to_string(), a.hardware.as_deref());
     match &a.output {

@@ -70,8 +70,8 @@ impl DefinitionArgs {
         if let Some(path) = &self.hardware_config {
             load_gpu_spec(path)?;
         }
-        if let Some(gpu) = self.hardware.as_deref().filter(|g| blis_data::catalog::find_gpu(g).is_none()) {
-            return Err(BadInput(format!("--hardware {gpu}: {}", blis_data::catalog::unknown_gpu(gpu))));
+        if let Some(gpu) = self.hardware.as_deref().filter(|g| blis_physics::catalog::find_gpu(g).is_none()) {
+            return Err(BadInput(format!("--hardware {gpu}: {}", blis_physics::catalog::unknown_gpu(gpu))));
         }
         if let Some(gib) = self.kv_offloading_size.filter(|g| !(g.is_finite() && *g > 0.0)) {
             return Err(BadInput(format!("--kv-offloading-size {gib}: must be a positive number of GiB")));

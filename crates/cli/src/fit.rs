@@ -11,9 +11,9 @@ use blis_calibrate::fit::{
 use blis_calibrate::observed::ObservedRun;
 use blis_calibrate::otel::{OtelTrace, fit_steps};
 use blis_calibrate::suite::Suite;
-use blis_data::coefficients::{CoefficientSet, Provenance};
-use blis_engine::latency::ModelKind;
 use blis_net::client::{RunClock, rfc3339_utc};
+use blis_physics::coefficients::{CoefficientSet, Provenance};
+use blis_physics::latency::ModelKind;
 use blis_scenario::Scenario;
 use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;

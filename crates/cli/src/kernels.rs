@@ -10,8 +10,8 @@ use blis_calibrate::kernels::{
     efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu,
     read_all_reduce, read_compute_profiles, summarize,
 };
-use blis_data::coefficients::CoefficientSet;
-use blis_engine::hardware::{KernelEfficiency, Link};
+use blis_physics::coefficients::CoefficientSet;
+use blis_physics::hardware::{KernelEfficiency, Link};
 use blis_scenario::Scenario;
 use blis_scenario::knobs::KnobValues;
 use serde::Serialize;

@@ -84,11 +84,11 @@ enum Command {
 
 fn list_models() -> anyhow::Result<()> {
     use crate::output::outln;
-    use blis_engine::model::ModelConfig;
+    use blis_physics::model::ModelConfig;
     outln!("Bundled models (--model, case-insensitive; the part after '/' also works):")?;
-    let width = blis_data::catalog::MODELS.iter().map(|m| m.id.len()).max().unwrap_or(0);
+    let width = blis_physics::catalog::MODELS.iter().map(|m| m.id.len()).max().unwrap_or(0);
     outln!("  {:<width$}  {:>8}  {:>9}  {:<18}  {:>9}  layout", "id", "params", "weights", "quantization", "context")?;
-    for m in blis_data::catalog::MODELS {
+    for m in blis_physics::catalog::MODELS {
         let Ok(c) = ModelConfig::from_hf_json(m.config_json) else {
             outln!("  {}", m.id)?;
             continue;
@@ -113,8 +113,8 @@ fn list_models() -> anyhow::Result<()> {
         )?;
     }
     outln!("Bundled GPUs (--hardware; any name of the board works, e.g. as nvidia-smi prints it):")?;
-    let width = blis_data::catalog::GPUS.iter().map(|g| g.name.len()).max().unwrap_or(0);
-    for g in blis_data::catalog::GPUS {
+    let width = blis_physics::catalog::GPUS.iter().map(|g| g.name.len()).max().unwrap_or(0);
+    for g in blis_physics::catalog::GPUS {
         let spec = g.spec();
         outln!("  {:<width$} {} ({} TFLOP/s BF16, {} TB/s, {} GiB)", g.name, spec.name, spec.bf16_tflops, spec.hbm_tb_s, spec.memory_gib)?;
     }

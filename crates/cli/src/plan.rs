@@ -220,10 +220,10 @@ impl Plan {
             return Err(bad_input!("{origin}: tp and replicas must be at least 1, got {bad}"));
         }
         for (i, g) in file.gpus.iter().enumerate() {
-            if blis_data::catalog::find_gpu(&g.hardware).is_none() {
-                return Err(bad_input!("{origin}: gpus[{i}].hardware {}: {}", g.hardware, blis_data::catalog::unknown_gpu(&g.hardware)));
+            if blis_physics::catalog::find_gpu(&g.hardware).is_none() {
+                return Err(bad_input!("{origin}: gpus[{i}].hardware {}: {}", g.hardware, blis_physics::catalog::unknown_gpu(&g.hardware)));
             }
-            if let Some(first) = file.gpus[..i].iter().position(|f| blis_data::catalog::same_gpu(&f.hardware, &g.hardware)) {
+            if let Some(first) = file.gpus[..i].iter().position(|f| blis_physics::catalog::same_gpu(&f.hardware, &g.hardware)) {
                 return Err(bad_input!(
                     "{origin}: gpus[{i}].hardware {}: the same GPU as gpus[{first}]; offer each GPU once, at the price you pay",
                     g.hardware

@@ -322,7 +322,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
                 .map(read)
                 .collect(),
             fixture: Fixture::None,
-            parse: text_parser(|t| blis_engine::model::ModelConfig::from_hf_json(t).map(drop).map_err(|e| e.to_string())),
+            parse: text_parser(|t| blis_physics::model::ModelConfig::from_hf_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--model-config")),
         },
         Target {
@@ -330,7 +330,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             file: "gpu.json",
             seeds: ["data/hardware/H100.json", "data/hardware/A100-80GB.json"].iter().map(read).collect(),
             fixture: Fixture::None,
-            parse: text_parser(|t| blis_engine::hardware::GpuSpec::from_json(t).map(drop).map_err(|e| e.to_string())),
+            parse: text_parser(|t| blis_physics::hardware::GpuSpec::from_json(t).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--hardware-config")),
         },
         Target {
@@ -338,7 +338,7 @@ fn targets(scratch: &Path) -> Vec<Target> {
             file: "coefficients.yaml",
             seeds: ["data/coefficients/trained-physics-h100.yaml", "data/coefficients/physics-normalized-h100.yaml"].iter().map(read).collect(),
             fixture: Fixture::None,
-            parse: Box::new(|_, p| blis_data::coefficients::CoefficientSet::load(p).map(drop).map_err(|e| e.to_string())),
+            parse: Box::new(|_, p| blis_physics::coefficients::CoefficientSet::load(p).map(drop).map_err(|e| e.to_string())),
             cli: Some(|p| model_args(p, "--coefficients")),
         },
         Target {

@@ -17,14 +17,15 @@ use std::sync::Arc;
 
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::{Cluster, ClusterConfig};
-use blis_data::catalog;
 use blis_engine::driver::IterWorkload;
-use blis_engine::hardware::{KvSizing, kv_blocks};
-use blis_engine::latency::{LatencyModel, Roofline};
+use blis_engine::latency::LatencyModel;
 use blis_engine::metrics::Collector;
-use blis_engine::model::ModelConfig;
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
+use blis_physics::catalog;
+use blis_physics::hardware::{KvSizing, kv_blocks};
+use blis_physics::latency::Roofline;
+use blis_physics::model::ModelConfig;
 use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 use criterion::{BenchmarkId, Criterion, criterion_group, criterion_main};
 

@@ -5,16 +5,16 @@
 
 use std::sync::Arc;
 
-use blis_data::catalog;
 use blis_engine::driver::{IterWorkload, run_single};
-use blis_engine::hardware::{KvSizing, kv_blocks};
 use blis_engine::instance::Instance;
-use blis_engine::latency::Roofline;
 use blis_engine::metrics::Collector;
-use blis_engine::model::ModelConfig;
 use blis_engine::request::{Request, RequestId, RequestMeta, TokenSeq};
 use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
+use blis_physics::catalog;
+use blis_physics::hardware::{KvSizing, kv_blocks};
+use blis_physics::latency::Roofline;
+use blis_physics::model::ModelConfig;
 use criterion::{Criterion, criterion_group, criterion_main};
 
 fn simulate(n: u64) -> u64 {

@@ -55,19 +55,13 @@
 
 pub mod driver;
 pub mod event;
-pub mod hardware;
 pub mod histogram;
 pub mod instance;
 pub mod kv;
 pub mod latency;
 pub mod metrics;
-pub mod model;
 pub mod request;
 pub mod rng;
 pub mod scheduler;
-mod shallow_json;
-#[cfg(test)]
-mod testdata;
 pub mod time;
-pub mod vllm;
 pub mod warmup;

@@ -2,7 +2,8 @@
 //!
 //! vLLM runs a mixture-of-experts layer with its Triton `fused_moe` kernel,
 //! launched with the tuned config whose key is nearest the step's token
-//! count M (`latency::moe_tiles`). Triton compiles a kernel the first time it
+//! count M ([`config_index`]; `blis_physics::latency::moe_tiles` prices the
+//! tiles). Triton compiles a kernel the first time it
 //! is launched with a new specialization: new constexpr values (the config)
 //! or integer arguments of a new divisibility class (Triton specializes every
 //! integer argument on whether 16 divides it; the fused-MoE kernel takes two
@@ -25,8 +26,39 @@
 //! (every step inside the graphs) never stalls, and dense models show no
 //! such stalls. `docs/fidelity.md` ("Server warm-up") has the measurement.
 
-use crate::latency::moe_tiles::{CONFIG_KEYS, block_size_m, config_index};
 use crate::time::Micros;
+
+/// The keys of vLLM's tuned fused-MoE configs: the step token counts M its
+/// tuning script (`benchmark_moe.py`) times, and every shipped config file
+/// holds.
+pub const CONFIG_KEYS: [u32; 18] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096];
+
+/// BLOCK_SIZE_M of each of [`CONFIG_KEYS`] in one tuned config file.
+pub type TileHeights = [u16; 18];
+
+/// vLLM's H100 config for Mixtral-8x7B's expert shape at TP 2 (E = 8,
+/// N = 7168): the one the shared Mixtral runs used.
+pub const H100_E8_N7168: TileHeights = [16, 16, 16, 16, 16, 16, 16, 32, 32, 32, 64, 64, 64, 128, 128, 128, 128, 128];
+
+/// Which of [`CONFIG_KEYS`] vLLM's fused MoE kernel uses for a step of
+/// `tokens` tokens: the nearest key, the lower one on a tie (Python's `min`
+/// over the ascending keys keeps the first).
+pub fn config_index(tokens: f64) -> usize {
+    let mut best = 0;
+    for (i, &key) in CONFIG_KEYS.iter().enumerate() {
+        if (f64::from(key) - tokens).abs() < (f64::from(CONFIG_KEYS[best]) - tokens).abs() {
+            best = i;
+        }
+    }
+    best
+}
+
+/// BLOCK_SIZE_M of the config of [`CONFIG_KEYS`]`[index]` in the config the
+/// shared Mixtral runs used (the compile stalls' specializations,
+/// `warmup.rs`).
+fn block_size_m(index: usize) -> u32 {
+    u32::from(H100_E8_N7168[index])
+}
 
 /// What compiling one fused-MoE kernel specialization stalls a server, as
 /// measured on the shared H100 Mixtral runs (`docs/fidelity.md`, "Server

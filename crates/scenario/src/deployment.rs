@@ -7,16 +7,17 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use blis_data::catalog;
-use blis_data::coefficients::{CoefficientSet, DEFAULT_SET};
-use blis_engine::hardware::{self, GpuSpec, KvBudget, KvSizing};
 use blis_engine::kv::{KvGroups, VLLM_BLOCK_SIZES};
-use blis_engine::latency::{LatencyModel, ModelKind};
-use blis_engine::model::ModelConfig;
+use blis_engine::latency::LatencyModel;
 use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
-use blis_engine::vllm::{ALLOW_LONG_MAX_MODEL_LEN, KvCacheDtype};
 use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
+use blis_physics::catalog;
+use blis_physics::coefficients::{CoefficientSet, DEFAULT_SET};
+use blis_physics::hardware::{self, GpuSpec, KvBudget, KvSizing};
+use blis_physics::latency::ModelKind;
+use blis_physics::model::ModelConfig;
+use blis_physics::vllm::{ALLOW_LONG_MAX_MODEL_LEN, KvCacheDtype};
 
 use crate::error::{ScenarioError, invalid};
 use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
@@ -528,7 +529,7 @@ pub fn hardware_mismatch(set: &CoefficientSet, gpu: &GpuSpec, simulated: &str, t
         gpus => (format!("{} (in {fitted_on}'s terms)", gpus.join(" and ")), String::from("those of the servers measured")),
     };
     let profiled = catalog::PROFILED_GPUS.iter().any(|p| catalog::same_gpu(p, simulated));
-    let how = match (set.carry_to(gpu), blis_data::coefficients::kernels_of(gpu)) {
+    let how = match (set.carry_to(gpu), blis_physics::coefficients::kernels_of(gpu)) {
         (None, _) if catalog::same_gpu(fitted_on, simulated) => format!("they are in {simulated}'s terms, so nothing is carried"),
         (Some(c), Some(k)) => format!(
             "carried there by the two GPUs' kernel efficiencies (compute peak ×{:.3}, bandwidth ×{:.3}, per-layer overhead ×{:.3}; {simulated}'s {})",

@@ -5,7 +5,7 @@
 use blis_cluster::fitness::FitnessMetric;
 use blis_cluster::policy::routing::Scorer;
 use blis_cluster::policy::{AdmissionSpec, PrioritySpec, RoutingSpec, SchedulerSpec};
-use blis_engine::latency::ModelKind;
+use blis_physics::latency::ModelKind;
 use blis_workload::builtin::BUILTINS;
 
 fn one_of(names: impl IntoIterator<Item = impl AsRef<str>>) -> String {
@@ -14,12 +14,12 @@ fn one_of(names: impl IntoIterator<Item = impl AsRef<str>>) -> String {
 
 /// `--hardware`.
 pub fn hardware() -> String {
-    format!("GPU type: {} (or as nvidia-smi names them). [default: H100]", blis_data::catalog::gpu_names())
+    format!("GPU type: {} (or as nvidia-smi names them). [default: H100]", blis_physics::catalog::gpu_names())
 }
 
 /// `--latency-model`.
 pub fn latency_model() -> String {
-    let default = blis_data::coefficients::CoefficientSet::default_set().latency_model;
+    let default = blis_physics::coefficients::CoefficientSet::default_set().latency_model;
     format!(
         "Step-time model: {}. [default: {default}, the model of the bundled default coefficient set]",
         one_of(ModelKind::ALL.map(ModelKind::name))

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use blis_engine::vllm::DEFAULTS;
+use blis_physics::vllm::DEFAULTS;
 use serde::Serialize;
 use serde_json::Value;
 

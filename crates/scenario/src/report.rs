@@ -6,11 +6,11 @@
 use std::collections::BTreeMap;
 
 use blis_cluster::metrics::ClusterSummary;
-use blis_engine::hardware::KvBudget;
 use blis_engine::instance::Observer;
 use blis_engine::metrics::{Breakdown, Distribution, GroupBy, GroupSummary, RunSummary};
 use blis_engine::request::Labels;
 use blis_engine::time::US_PER_MS;
+use blis_physics::hardware::KvBudget;
 use blis_workload::network::{ClientLatency, ClientSamples};
 use serde::Serialize;
 

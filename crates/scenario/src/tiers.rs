@@ -6,11 +6,11 @@
 //!
 //! How `kv_tiers` is written: [`crate::tier_list`].
 
-use blis_engine::hardware::GpuSpec;
 use blis_engine::kv::offload::{LMCACHE_CHUNK_TOKENS, LinkConfig, Medium, OffloadConfig, StorePolicy, TierConfig};
-use blis_engine::latency::physics_normalized::PCIE_EFFICIENCY;
-use blis_engine::model::ModelConfig;
 use blis_engine::time::{Micros, parse_duration};
+use blis_physics::hardware::GpuSpec;
+use blis_physics::latency::physics_normalized::PCIE_EFFICIENCY;
+use blis_physics::model::ModelConfig;
 
 use crate::error::{ScenarioError, invalid};
 use crate::knobs::{ConfigReport, Knobs, Source, report_entry};

@@ -6,8 +6,8 @@
 use blis_calibrate::experiment::Experiment;
 use blis_calibrate::reproduce::{Definitions, Setup};
 use blis_calibrate::suite::Suite;
-use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
+use blis_physics::coefficients::CoefficientSet;
 
 use crate::{copy_general_with_data as copy_as, simulate_dir};
 

@@ -6,8 +6,8 @@
 
 use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
-use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
+use blis_physics::coefficients::CoefficientSet;
 
 use crate::{Copied, GENERAL_DATA, copy_general_with_data, simulate_dir};
 

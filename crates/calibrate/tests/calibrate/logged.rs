@@ -15,7 +15,7 @@ use crate::{GENERAL, copy_experiment};
 /// simulated, not one group's share; a block count set by hand is kept.
 #[test]
 fn a_grouped_caches_logged_size_is_simulated_as_its_whole_pool() {
-    let gpt_oss = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../engine/tests/fixtures/gpt-oss-20b.json");
+    let gpt_oss = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../physics/tests/fixtures/gpt-oss-20b.json");
     let defs = Definitions { model: Some(gpt_oss), ..Definitions::default() };
     // 4 096 tokens in 2 048-token chunks: 256 full blocks and ⌈2 175 / 16⌉ + 1 = 137 in the window.
     let (pool, per_request) = (20_000u64, 256 + 137);

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 
 use blis_calibrate::experiment::Experiment;
 use blis_calibrate::reproduce::{Definitions, Setup, Simulated, simulate};
-use blis_data::coefficients::CoefficientSet;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
+use blis_physics::coefficients::CoefficientSet;
 
 /// An experiment copied under a scratch directory, removed on drop.
 pub struct Copied {

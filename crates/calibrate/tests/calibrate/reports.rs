@@ -7,8 +7,8 @@
 use blis_calibrate::compare::{Metric, StageLabel};
 use blis_calibrate::reproduce::Definitions;
 use blis_calibrate::suite::Suite;
-use blis_data::coefficients::CoefficientSet;
 use blis_engine::request::Outcome;
+use blis_physics::coefficients::CoefficientSet;
 
 use crate::{copy_experiment, simulate_dir};
 

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use blis_calibrate::compare::Metric;
 use blis_calibrate::experiment::Status;
 use blis_calibrate::suite::Suite;
-use blis_data::coefficients::CoefficientSet;
+use blis_physics::coefficients::CoefficientSet;
 use blis_workload::inference_perf::Length;
 
 fn vendored(name: &str) -> PathBuf {

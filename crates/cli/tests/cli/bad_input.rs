@@ -174,7 +174,7 @@ fn bad_server_knobs() {
     // Under the hybrid KV cache manager a request holds every block in the
     // full-attention group and a window and a chunk in the sliding one
     // (gpt-oss-20b: 8 192 + ⌈(127 + 2 048) / 16⌉ + 1 blocks at 131 072 tokens).
-    let gpt_oss = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/gpt-oss-20b.json");
+    let gpt_oss = concat!(env!("CARGO_MANIFEST_DIR"), "/../physics/tests/fixtures/gpt-oss-20b.json");
     let hybrid = |len: &'static str| {
         [
             "run",

@@ -519,7 +519,7 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     let fitted = dir.join("fitted.yaml");
     let out = blis(&["fit", "--trace", a.to_str().unwrap(), "--fitted-at", "2026-01-01", "-o", fitted.to_str().unwrap()]);
     assert!(out.status.success(), "{}", stderr(&out));
-    let set = blis_data::coefficients::CoefficientSet::load(&fitted).unwrap();
+    let set = blis_physics::coefficients::CoefficientSet::load(&fitted).unwrap();
     assert_eq!(set.provenance.fitted_on, ["a"]);
     assert!(
         set.provenance.command.as_deref().is_some_and(|c| c.ends_with(&format!("--trace {}", a.display()))),
@@ -571,7 +571,11 @@ fn a_set_fitted_on_observed_traffic_predicts_other_traffic_on_the_same_server() 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert!((r["metrics"]["e2e"]["mape"].as_f64().unwrap() - mapes[1]).abs() < 0.01, "the report is the refitted comparison");
     assert!(
-        blis_data::coefficients::CoefficientSet::load(&refit).unwrap().provenance.command.is_some_and(|c| c.starts_with("blis calibrate"))
+        blis_physics::coefficients::CoefficientSet::load(&refit)
+            .unwrap()
+            .provenance
+            .command
+            .is_some_and(|c| c.starts_with("blis calibrate"))
     );
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use blis_data::coefficients::CoefficientSet;
+use blis_physics::coefficients::CoefficientSet;
 
 use crate::experiment_dir::{TempDir, blis, edit_server_facts, stderr, stdout, write_experiment};
 

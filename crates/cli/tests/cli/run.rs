@@ -809,7 +809,7 @@ fn expert_parallel_trades_the_moe_all_reduce_for_an_all_to_all() {
 /// as in vLLM) the cache is the one-group cache and they are preempted.
 #[test]
 fn sliding_window_layers_keep_only_their_window_under_the_hybrid_kv_manager() {
-    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../engine/tests/fixtures/gpt-oss-20b.json");
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/../physics/tests/fixtures/gpt-oss-20b.json");
     let base = [
         "run",
         "--model",

@@ -4,5 +4,4 @@
 mod harness;
 mod invariants;
 mod offload;
-mod physics_normalized_golden;
 mod scenarios;

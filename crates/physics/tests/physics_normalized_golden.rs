@@ -4,12 +4,12 @@
 //! (1e-15 absolute where the expected value is 0), and the document's worked
 //! LLaMA-8B/H100 example against the values it prints.
 
-use blis_engine::hardware::GpuSpec;
-use blis_engine::latency::physics_normalized::{AlphaInput, BetaInput, PhysicsConstants, VllmKnobs, alpha_features, beta_features};
-use blis_engine::model::ModelConfig;
+use blis_physics::hardware::GpuSpec;
+use blis_physics::latency::physics_normalized::{AlphaInput, BetaInput, PhysicsConstants, VllmKnobs, alpha_features, beta_features};
+use blis_physics::model::ModelConfig;
 use serde_json::{Value, json};
 
-const FIXTURE: &str = include_str!("../fixtures/physics_normalized_golden.json");
+const FIXTURE: &str = include_str!("fixtures/physics_normalized_golden.json");
 
 fn num(v: &Value, key: &str) -> f64 {
     v[key].as_f64().unwrap_or_else(|| panic!("fixture field {key} missing in {v}"))

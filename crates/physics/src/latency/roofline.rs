@@ -7,7 +7,7 @@ use super::moe_tiles::MoeTiles;
 use super::{LatencyModel, StepBatch, step_micros};
 use crate::hardware::GpuSpec;
 use crate::model::{AttentionMix, ModelConfig};
-use crate::time::Micros;
+use blis_engine::time::Micros;
 
 /// Per-request work, per layer, is GEMMs + attention + vector ops; the step
 /// costs `max(compute, bytes / bandwidth)` plus tensor-parallel all-reduce:
@@ -227,8 +227,8 @@ impl LatencyModel for Roofline {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::{BatchEntry, InstanceLoad};
-    use crate::testdata::{find_gpu, find_model};
+    use crate::catalog::{find_gpu, find_model};
+    use blis_engine::latency::{BatchEntry, InstanceLoad};
 
     /// Llama-4 Scout's chunked layers read within their chunk: a long
     /// decode batch and a prefill past the first chunk cost less than with

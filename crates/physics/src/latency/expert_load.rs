@@ -140,7 +140,7 @@ mod tests {
     use rand::seq::index::sample;
 
     use super::*;
-    use crate::rng::SimRng;
+    use blis_engine::rng::SimRng;
 
     #[test]
     fn the_expected_maximum_of_normals_matches_known_values() {

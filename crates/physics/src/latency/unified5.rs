@@ -5,7 +5,7 @@ use super::basis::{Dims, StepSums};
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
-use crate::time::Micros;
+use blis_engine::time::Micros;
 
 /// Basis functions of unified-5, in µs (F = peak FLOP/s, W = HBM bytes/s):
 ///
@@ -129,8 +129,8 @@ impl LatencyModel for Unified5 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::{BatchEntry, InstanceLoad};
-    use crate::testdata::{find_gpu, find_model};
+    use crate::catalog::{find_gpu, find_model};
+    use blis_engine::latency::{BatchEntry, InstanceLoad};
 
     /// Llama-2-7B (L 32, d 4096, H = KVH = 32, dH 128, dFF 11008) on one H100
     /// (F 989.5e12, W 3.35e12); a 100-token prefill (s = 100) and one decode at

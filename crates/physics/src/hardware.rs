@@ -3,8 +3,8 @@
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::kv::KvGroups;
 use crate::model::{AttentionSpan, ModelConfig, PerWeightClass, WeightPrecision};
+use blis_engine::kv::KvGroups;
 
 /// One GPU model's datasheet figures (dense, no sparsity) plus the roofline
 /// efficiency factors. Bundled specs live in `data/hardware/*.json`; users can
@@ -719,7 +719,7 @@ pub fn kv_blocks(model: &ModelConfig, gpu: &GpuSpec, sizing: &KvSizing) -> Resul
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::testdata::{find_gpu, find_model};
+    use crate::catalog::{find_gpu, find_model};
 
     /// NVIDIA's datasheet figures for two H100 variants, in the vendor shape (with sparsity).
     const H100_SXM_DATASHEET: &str = r#"{"name": "H100 SXM", "vendor": "NVIDIA", "compute": {"fp32": 67, "bf16_tensor_core": 1979,

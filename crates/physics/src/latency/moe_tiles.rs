@@ -16,21 +16,11 @@
 //! B = 64) compute 1.6 times the rows they need, 2 048 tokens (512 per
 //! expert at B = 128) 1.1 times.
 
+use blis_engine::warmup::{H100_E8_N7168, TileHeights, config_index};
+
 use super::expert_load::normal_cdf;
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
-
-/// The keys of vLLM's tuned fused-MoE configs: the step token counts M its
-/// tuning script (`benchmark_moe.py`) times, and every shipped config file
-/// holds.
-pub(crate) const CONFIG_KEYS: [u32; 18] = [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 256, 512, 1024, 1536, 2048, 3072, 4096];
-
-/// BLOCK_SIZE_M of each of [`CONFIG_KEYS`] in one tuned config file.
-type TileHeights = [u16; 18];
-
-/// vLLM's H100 config for Mixtral-8x7B's expert shape at TP 2 (E = 8,
-/// N = 7168): the one the shared Mixtral runs used.
-const H100_E8_N7168: TileHeights = [16, 16, 16, 16, 16, 16, 16, 32, 32, 32, 64, 64, 64, 128, 128, 128, 128, 128];
 
 /// The bf16 tuned configs vLLM ships (`fused_moe/configs/`, read 2026-11-27)
 /// for the bundled MoE models' expert shapes on the bundled GPUs that have
@@ -69,26 +59,6 @@ const TUNED: [(&str, u32, u32, TileHeights); 30] = [
     ("NVIDIA_H200", 16, 2048, [16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 32, 64, 128, 128, 128, 128, 128]),
     ("NVIDIA_H200", 16, 1024, [16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 16, 64, 64, 128, 128, 128, 128, 128]),
 ];
-
-/// Which of [`CONFIG_KEYS`] vLLM's fused MoE kernel uses for a step of
-/// `tokens` tokens: the nearest key, the lower one on a tie (Python's `min`
-/// over the ascending keys keeps the first).
-pub(crate) fn config_index(tokens: f64) -> usize {
-    let mut best = 0;
-    for (i, &key) in CONFIG_KEYS.iter().enumerate() {
-        if (f64::from(key) - tokens).abs() < (f64::from(CONFIG_KEYS[best]) - tokens).abs() {
-            best = i;
-        }
-    }
-    best
-}
-
-/// BLOCK_SIZE_M of the config of [`CONFIG_KEYS`]`[index]` in the config the
-/// shared Mixtral runs used (the compile stalls' specializations,
-/// `warmup.rs`).
-pub(crate) fn block_size_m(index: usize) -> u32 {
-    u32::from(H100_E8_N7168[index])
-}
 
 /// The fused-MoE tile heights one server picks by step size.
 #[derive(Copy, Clone, Debug, PartialEq)]
@@ -166,6 +136,7 @@ pub(crate) const MIXTRAL_H100: MoeTiles = MoeTiles::Tuned(&H100_E8_N7168);
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blis_engine::warmup::CONFIG_KEYS;
 
     /// E[⌈X/B⌉] for X ~ Binomial(n, p), summed exactly over the pmf (in
     /// logs: (1 − p)^n underflows at a few thousand tokens).
@@ -217,7 +188,7 @@ mod tests {
     /// names it, else vLLM's default: 16 rows up to E tokens, 64 beyond.
     #[test]
     fn a_server_takes_the_tuned_config_of_its_shape_and_gpu_else_the_default() {
-        use crate::testdata::{find_gpu, find_model};
+        use crate::catalog::{find_gpu, find_model};
         let model = |id: &str| ModelConfig::from_hf_json(find_model(id).unwrap().config_json).unwrap();
         let gpu = |name: &str| find_gpu(name).unwrap().spec();
         let (mixtral, qwen, scout) = (

@@ -1,7 +1,7 @@
 //! The models and GPUs bundled with BLIS (compiled in from `data/`), so that
 //! `blis run` works with no network and no files.
 
-use blis_engine::hardware::{GpuSpec, KernelEfficiency};
+use crate::hardware::{GpuSpec, KernelEfficiency};
 
 /// A bundled HuggingFace `config.json`.
 #[derive(Copy, Clone, Debug)]
@@ -296,8 +296,8 @@ pub fn unknown_gpu(name: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use blis_engine::hardware::{KvSizing, kv_blocks};
-    use blis_engine::model::ModelConfig;
+    use crate::hardware::{KvSizing, kv_blocks};
+    use crate::model::ModelConfig;
 
     #[test]
     fn similar_models_are_the_bundled_ids_containing_the_name() {
@@ -344,7 +344,7 @@ mod tests {
     /// GPU without NVLink, is priced over PCIe, the slower of the two.
     #[test]
     fn unmeasured_all_reduces_get_the_measured_mean_and_groups_past_nvlink_cross_pcie() {
-        use blis_engine::hardware::{AllReduceEfficiency, Link, UNMEASURED_NVLINK_ALLREDUCE, UNMEASURED_PCIE_ALLREDUCE};
+        use crate::hardware::{AllReduceEfficiency, Link, UNMEASURED_NVLINK_ALLREDUCE, UNMEASURED_PCIE_ALLREDUCE};
         let measured: Vec<KernelEfficiency> = ["A100-80GB", "H100"].iter().map(|n| find_gpu(n).unwrap().spec().kernels.unwrap()).collect();
         let mean = |f: fn(&KernelEfficiency) -> Option<AllReduceEfficiency>| {
             let e: Vec<AllReduceEfficiency> = measured.iter().map(|k| f(k).unwrap()).collect();
@@ -402,7 +402,7 @@ mod tests {
     /// measured figure; the H100 NVL's bridge is the H100 PCIe card's.
     #[test]
     fn pcie_cards_pair_on_their_bridge_and_ring_over_pcie() {
-        use blis_engine::hardware::Link;
+        use crate::hardware::Link;
         for name in ["A100-80GB-PCIe", "H100-PCIe", "H100-NVL"] {
             let spec = find_gpu(name).unwrap().spec();
             let kernels = spec.kernels.clone().unwrap();
@@ -513,7 +513,7 @@ mod tests {
     fn gddr6_cards_budget_the_memory_cuda_reports_with_ecc_on() {
         let (l40s, h100) = (find_gpu("L40S").unwrap().spec(), find_gpu("H100").unwrap().spec());
         let m = ModelConfig::from_hf_json(find_model("meta-llama/Llama-3.1-8B-Instruct").unwrap().config_json).unwrap();
-        let budget = |gpu: &GpuSpec| blis_engine::hardware::kv_budget(&m, gpu, &KvSizing::defaults(1, gpu)).unwrap();
+        let budget = |gpu: &GpuSpec| crate::hardware::kv_budget(&m, gpu, &KvSizing::defaults(1, gpu)).unwrap();
         assert_eq!(l40s.cuda_memory_gib, Some(44.52));
         assert!((budget(&l40s).requested_gib - 44.52 * 0.9).abs() < 1e-9, "{:?}", budget(&l40s));
         assert!((budget(&h100).requested_gib - 80.0 * 0.99025 * 0.9).abs() < 1e-9, "{:?}", budget(&h100));

@@ -10,7 +10,7 @@ use super::expert_load::ExpertLoad;
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
-use crate::time::Micros;
+use blis_engine::time::Micros;
 
 /// Number of β coefficients.
 pub const BETA_LEN: usize = 12;
@@ -338,9 +338,9 @@ impl LatencyModel for TrainedPhysics {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::{find_gpu, find_model};
     use crate::latency::moe_tiles::MoeTiles;
-    use crate::latency::{BatchEntry, InstanceLoad};
-    use crate::testdata::{find_gpu, find_model};
+    use blis_engine::latency::{BatchEntry, InstanceLoad};
 
     /// The memoised MoE terms are the functions' values, for counts inside
     /// the memo (asked twice), beyond it and between integers.

@@ -10,7 +10,7 @@
 //! what local layers read relative to full ones, so that a model whose
 //! layers are all full reads exactly what it did before.
 //!
-//! What the KV cache keeps of them is [`crate::kv::KvGroups`]' business
+//! What the KV cache keeps of them is [`blis_engine::kv::KvGroups`]' business
 //! (vLLM's hybrid KV cache manager; [`crate::hardware::kv_groups`]).
 
 use serde_json::{Map, Value};

@@ -8,7 +8,7 @@ use thiserror::Error;
 use super::{BlackboxBasis, FeatureBasis, PhysicsNormalizedBasis, TrainedPhysicsBasis, Unified5Basis};
 use crate::hardware::GpuSpec;
 use crate::model::ModelConfig;
-use crate::scheduler::InstanceConfig;
+use blis_engine::scheduler::InstanceConfig;
 
 /// A latency model family.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -274,7 +274,7 @@ impl StepSums {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::BatchEntry;
+    use blis_engine::latency::BatchEntry;
     use proptest::prelude::*;
 
     proptest! {

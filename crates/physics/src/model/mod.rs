@@ -1015,7 +1015,7 @@ mod tests {
     fn an_fp8_kv_cache_halves_the_bytes_of_every_cached_token() {
         use crate::vllm::KvCacheDtype;
         let dense = ModelConfig::from_hf_json(LLAMA2_70B).unwrap();
-        let mla = ModelConfig::from_hf_json(crate::testdata::find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
+        let mla = ModelConfig::from_hf_json(crate::catalog::find_model("deepseek-ai/DeepSeek-V2-Lite").unwrap().config_json).unwrap();
         assert!(mla.mla.is_some());
         for m in [dense, mla] {
             let fp8 = m.clone().with_kv_cache_dtype(KvCacheDtype::Fp8);

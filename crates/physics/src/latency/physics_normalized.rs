@@ -19,8 +19,8 @@ use std::sync::Arc;
 use super::{FeatureBasis, LatencyModel, QueueingInput, StepBatch, coefficient_array, linear_step_time, overhead_micros};
 use crate::hardware::GpuSpec;
 use crate::model::{AttentionMix, ModelConfig, WeightClass};
-use crate::scheduler::InstanceConfig;
-use crate::time::Micros;
+use blis_engine::scheduler::InstanceConfig;
+use blis_engine::time::Micros;
 
 /// Number of α features.
 pub const ALPHA_LEN: usize = 11;
@@ -444,8 +444,8 @@ impl LatencyModel for PhysicsNormalized {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::latency::{BatchEntry, InstanceLoad};
-    use crate::testdata::{find_gpu, find_model};
+    use crate::catalog::{find_gpu, find_model};
+    use blis_engine::latency::{BatchEntry, InstanceLoad};
 
     fn instance() -> InstanceConfig {
         InstanceConfig::basic(128, 2048, 4096, 1000)

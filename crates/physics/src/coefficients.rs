@@ -25,15 +25,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use blis_engine::hardware::{Carry, GpuSpec, KernelEfficiency};
-use blis_engine::latency::trained_physics::{PUBLISHED_ALPHA_LEN, PUBLISHED_BETA_LEN};
-use blis_engine::latency::{FeatureBasis, LatencyModel, ModelKind, QueueingInput, Roofline, StepBatch, TrainedPhysics};
-use blis_engine::model::ModelConfig;
+use blis_data::DataError;
+use blis_engine::latency::{LatencyModel, QueueingInput, StepBatch};
 use blis_engine::scheduler::InstanceConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog;
-use crate::error::DataError;
+use crate::hardware::{Carry, GpuSpec, KernelEfficiency};
+use crate::latency::trained_physics::{PUBLISHED_ALPHA_LEN, PUBLISHED_BETA_LEN};
+use crate::latency::{FeatureBasis, ModelKind, Roofline, TrainedPhysics};
+use crate::model::ModelConfig;
 
 /// The kernel efficiencies of `gpu`: its own, else those of the bundled GPU
 /// of its name (a vendor datasheet of a bundled GPU carries none), as
@@ -172,7 +173,7 @@ impl CoefficientSet {
     /// Parses YAML or JSON text; `origin` names the source in errors.
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
         let mut set: CoefficientSet =
-            crate::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
+            blis_data::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
         set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
         set.widen_published_layout(origin)?;
         Ok(set)
@@ -215,7 +216,7 @@ impl CoefficientSet {
 
     /// Reads a coefficient file.
     pub fn load(path: &Path) -> Result<CoefficientSet, DataError> {
-        let text = crate::textfile::read(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
+        let text = blis_data::textfile::read(path).map_err(|e| DataError::Io { path: path.to_path_buf(), message: e.to_string() })?;
         CoefficientSet::parse(&text, path)
     }
 
@@ -460,7 +461,7 @@ mod tests {
     fn a_trained_physics_set_in_the_published_layout_is_converted_to_blis_basis() {
         let published = CoefficientSet::bundled("trained-physics-published").unwrap();
         let text = include_str!("../../../data/coefficients/trained-physics-published.yaml");
-        let file: CoefficientSet = crate::yaml::from_str(text).unwrap();
+        let file: CoefficientSet = blis_data::yaml::from_str(text).unwrap();
         assert_eq!(file.beta.len(), 11, "the file is the published layout");
         assert_eq!(published.beta.len(), 12);
         let h100 = find_gpu("H100").unwrap().spec();
