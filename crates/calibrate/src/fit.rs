@@ -40,8 +40,7 @@ use blis_engine::latency::{InstanceLoad, LatencyModel, MAX_STEP, QueueingInput};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
 use blis_physics::hardware::KernelEfficiency;
-use blis_physics::latency::trained_physics::BETA_NAMES as TRAINED_PHYSICS_BETA_NAMES;
-use blis_physics::latency::{FeatureBasis, ModelKind};
+use blis_physics::latency::{FeatureBasis, FitMethod, ModelKind, Priors};
 use rayon::prelude::*;
 
 use crate::compare::{ExperimentComparison, Metric};
@@ -105,7 +104,7 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficie
     if is_alpha {
         return if name.ends_with("_per_running_us") { (0.0, 100.0) } else { (0.0, 10_000.0) };
     }
-    let profiled = gpu.filter(|_| kind == ModelKind::TrainedPhysics);
+    let profiled = gpu.filter(|_| kind.priors() == Priors::KernelProfiled);
     let measured = |mean: f64| (mean, MEASURED_PRIOR_SCALE * mean);
     match name {
         "per_layer_us" if let Some(k) = profiled => measured(k.layer_overhead_us),
@@ -122,7 +121,7 @@ fn prior(kind: ModelKind, name: &str, is_alpha: bool, gpu: Option<&KernelEfficie
 /// blackbox has no physical scale). `gpu`: the kernel efficiencies of the
 /// GPU every training run used, where it was profiled.
 pub fn priors(kind: ModelKind, basis: &dyn FeatureBasis, gpu: Option<&KernelEfficiency>) -> Option<Vec<(f64, f64)>> {
-    matches!(kind, ModelKind::TrainedPhysics | ModelKind::Unified5).then(|| {
+    (kind.priors() != Priors::None).then(|| {
         basis
             .alpha_names()
             .iter()
@@ -664,7 +663,7 @@ fn least_squares(rows: &[Row], n: usize, skip: Option<usize>, priors: Option<&[(
 /// Stage one's solution for the rows: NNLS with the prior, or ridge with
 /// cross-validated λ.
 fn solve_linear(kind: ModelKind, rows: &[Row], n: usize, priors: Option<&[(f64, f64)]>) -> Vec<f64> {
-    if kind != ModelKind::PhysicsNormalized {
+    if kind.fit_method() != FitMethod::Ridge {
         return least_squares(rows, n, None, priors).nnls();
     }
     let experiments: Vec<usize> = {
@@ -728,17 +727,18 @@ fn objective_and_rows(
     Ok((loss(&active) + saturation, rows))
 }
 
-/// Gives a trained-physics set fitted without expert-parallel runs, whose
+/// Gives a set fitted without expert-parallel runs whose basis prices the
+/// dispatch (trained-physics: βEP beside the all-reduce β4), whose
 /// βEP no equation saw, β4's value: T_dispatch is tensor-parallel traffic
 /// over the same links as the all-reduce, priced at the same rate (as the
 /// published iter29 set has it, βEP = β4). A set fitted on expert-parallel
 /// runs keeps its own.
 pub fn tie_unseen_expert_dispatch(set: &mut CoefficientSet, saw_expert_parallel: bool) {
-    let at = |name: &str| TRAINED_PHYSICS_BETA_NAMES.iter().position(|n| *n == name);
-    if set.latency_model == ModelKind::TrainedPhysics.name()
-        && !saw_expert_parallel
+    let names = set.latency_model.beta_names();
+    let at = |name: &str| names.iter().position(|n| *n == name);
+    if !saw_expert_parallel
         && let (Some(dispatch), Some(allreduce)) = (at("expert_dispatch"), at("allreduce"))
-        && set.beta.len() == TRAINED_PHYSICS_BETA_NAMES.len()
+        && set.beta.len() == names.len()
     {
         set.beta[dispatch] = set.beta[allreduce];
     }
@@ -748,7 +748,7 @@ pub fn tie_unseen_expert_dispatch(set: &mut CoefficientSet, saw_expert_parallel:
 /// simulated with it carried there).
 fn set_of(kind: ModelKind, alpha: &[f64], beta: &[f64], hardware: &str) -> CoefficientSet {
     let provenance = Provenance { hardware: Some(hardware.to_string()), ..Provenance::default() };
-    CoefficientSet { latency_model: kind.name().into(), alpha: alpha.to_vec(), beta: beta.to_vec(), provenance }
+    CoefficientSet { latency_model: kind, alpha: alpha.to_vec(), beta: beta.to_vec(), provenance }
 }
 
 /// The GPU a fit's coefficients are in terms of: the start set's GPU
@@ -843,8 +843,8 @@ fn errors(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<BTr
 /// Fits `opts.kind` on the active runs (minus the held-out model's),
 /// reporting progress lines through `progress`.
 pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(String)) -> Result<FitOutcome, FitError> {
-    if opts.kind == ModelKind::Roofline {
-        return Err(FitError::Invalid("roofline has no coefficients to fit".into()));
+    if opts.kind.fit_method() == FitMethod::Unfitted {
+        return Err(FitError::Invalid(format!("{} has no coefficients to fit", opts.kind)));
     }
     let holdout = |r: &dyn Measured| opts.holdout_model.as_deref().is_some_and(|m| is_model(r, m));
     if let Some(m) = &opts.holdout_model
@@ -887,7 +887,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     // equations, then line-search between the current coefficients and the
     // solution (step 1, ½, ¼) on the simulated objective: near saturation a
     // full step can overshoot into overload, where teacher forcing breaks.
-    let same_kind = |set: &CoefficientSet| set.latency_model == opts.kind.name() && set.alpha.len() == na && set.beta.len() == nb;
+    let same_kind = |set: &CoefficientSet| set.latency_model == opts.kind && set.alpha.len() == na && set.beta.len() == nb;
     let mut current: Vec<f64> =
         if same_kind(&opts.start) { opts.start.alpha.iter().chain(&opts.start.beta).copied().collect() } else { Vec::new() };
     let mut current_loss = f64::INFINITY;
@@ -957,7 +957,7 @@ pub fn fit(runs: &[&dyn Measured], opts: &FitOptions, progress: &mut dyn FnMut(S
     let (coefficients, linear_loss) = (current, current_loss);
 
     // Stage two.
-    let nonneg = opts.kind != ModelKind::PhysicsNormalized;
+    let nonneg = opts.kind.fit_method() == FitMethod::NonNegative;
     let mut free: Vec<usize> = (0..na + nb).filter(|&i| coefficients[i] != 0.0).collect();
     if nonneg {
         for i in [0, 1] {

@@ -33,6 +33,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
+use blis_physics::coefficients::CoefficientSet;
 use blis_physics::hardware::{AllReduceEfficiency, Carry, GpuSpec, KernelEfficiency, Link};
 use serde::Serialize;
 use thiserror::Error;
@@ -358,13 +359,20 @@ pub const DECODE_MAX_TOKENS: u32 = 128;
 pub const PREFILL_MIN_TOKENS: u32 = 1024;
 
 impl LayerTerms {
-    /// The layer terms of trained-physics β (`[β1a, β2a, β3, β4, β5, …]`).
-    pub fn of_trained_physics(beta: &[f64]) -> Option<LayerTerms> {
-        (beta.len() == blis_physics::latency::trained_physics::BETA_LEN).then(|| LayerTerms {
-            prefill_compute: beta[0],
-            decode_compute: beta[1],
-            weights: beta[2],
-            per_layer_us: beta[4],
+    /// The layer terms of a set whose β price a layer's compute, weights
+    /// and fixed cost by name (trained-physics' β1a, β2a, β3 and β5);
+    /// `None` for a set without them, or with β of another length.
+    pub fn of(set: &CoefficientSet) -> Option<LayerTerms> {
+        let names = set.latency_model.beta_names();
+        if set.beta.len() != names.len() {
+            return None;
+        }
+        let term = |name: &str| names.iter().position(|n| *n == name).map(|i| set.beta[i]);
+        Some(LayerTerms {
+            prefill_compute: term("prefill_compute")?,
+            decode_compute: term("decode_compute")?,
+            weights: term("weights")?,
+            per_layer_us: term("per_layer_us")?,
         })
     }
 

@@ -208,7 +208,7 @@ impl ObservedRun {
     pub fn scenario(&self, set: &CoefficientSet, seed: u64) -> Scenario {
         let join = |v: &[f64]| v.iter().map(f64::to_string).collect::<Vec<_>>().join(",");
         let given = KnobValues {
-            latency_model: Some(set.latency_model.clone()),
+            latency_model: Some(set.latency_model.name().to_string()),
             alpha_coeffs: Some(join(&set.alpha)),
             beta_coeffs: Some(join(&set.beta)),
             coefficients: None,

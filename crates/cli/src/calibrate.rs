@@ -9,7 +9,6 @@ use std::path::Path;
 use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitOptions, Measured, fit};
 use blis_calibrate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
 use blis_calibrate::observed::ObservedRun;
-use blis_physics::latency::ModelKind;
 use blis_scenario::deployment::choose_coefficients;
 use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;
@@ -176,7 +175,7 @@ fn refit(
         given.beta_coeffs.as_deref(),
     )
     .map_err(|e| bad_input!("--sim config: {e}"))?;
-    let kind: ModelKind = chosen.set.latency_model.parse().map_err(|e| bad_input!("--sim config latency-model: {e}"))?;
+    let kind = chosen.set.latency_model;
     // The replay's own seed (a default is not among the given knobs), so before and after differ only in coefficients.
     let seed = sim.config.get("seed").and_then(|v| v.get("value")).and_then(Value::as_u64).unwrap_or_default();
     let run = ObservedRun::of(csv, real, &given).map_err(|e| bad_input!("{e}"))?;

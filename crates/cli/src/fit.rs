@@ -349,7 +349,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     command += &args.definitions.command_flags();
     command += &prior_flags(&args.prior);
     let mut set = CoefficientSet {
-        latency_model: kind.name().into(),
+        latency_model: kind,
         alpha: found.alpha,
         beta: found.beta,
         provenance: Provenance {

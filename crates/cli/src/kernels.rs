@@ -79,13 +79,13 @@ fn sets(names: &[String]) -> anyhow::Result<Vec<(String, LayerTerms)>> {
                 None => CoefficientSet::load(std::path::Path::new(n))
                     .map_err(|e| bad_input!("--coefficients {e} (or a bundled name: trained-physics-h100, trained-physics-published)"))?,
             };
-            if set.latency_model != "trained-physics" {
-                return Err(bad_input!("--coefficients {n}: a {} set; the layer check reads trained-physics β", set.latency_model).into());
-            }
             // The coefficient that is wrong, as a simulation would name it.
             check_as_simulated(&set).map_err(|e| bad_input!("--coefficients {n}: {e}"))?;
-            let terms = LayerTerms::of_trained_physics(&set.beta).ok_or_else(|| {
-                bad_input!("--coefficients {n}: its β gives no layer terms (prefill and decode compute, weights, per layer)")
+            let terms = LayerTerms::of(&set).ok_or_else(|| {
+                bad_input!(
+                    "--coefficients {n}: a {} set, whose β give no layer terms (prefill and decode compute, weights, per layer: trained-physics β)",
+                    set.latency_model
+                )
             })?;
             Ok((n.clone(), terms))
         })

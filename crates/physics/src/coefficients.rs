@@ -133,8 +133,8 @@ pub struct Provenance {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CoefficientSet {
-    /// `--latency-model` name.
-    pub latency_model: String,
+    /// The model family (written by its `--latency-model` name).
+    pub latency_model: ModelKind,
     /// α, in the model's order.
     #[serde(default)]
     pub alpha: Vec<f64>,
@@ -174,7 +174,6 @@ impl CoefficientSet {
     pub fn parse(text: &str, origin: &Path) -> Result<CoefficientSet, DataError> {
         let mut set: CoefficientSet =
             blis_data::yaml::from_str(text).map_err(|e| DataError::Format { path: origin.to_path_buf(), message: e.to_string() })?;
-        set.kind().map_err(|message| DataError::Format { path: origin.to_path_buf(), message })?;
         set.widen_published_layout(origin)?;
         Ok(set)
     }
@@ -186,7 +185,7 @@ impl CoefficientSet {
     /// or another model's, is left as it is, so reading twice changes
     /// nothing. `origin` names the source in errors.
     pub fn widen_published_layout(&mut self, origin: &Path) -> Result<(), DataError> {
-        if self.latency_model != ModelKind::TrainedPhysics.name() {
+        if self.latency_model != ModelKind::TrainedPhysics {
             return Ok(());
         }
         if let Ok(published) = <[f64; PUBLISHED_BETA_LEN]>::try_from(self.beta.as_slice()) {
@@ -236,20 +235,10 @@ impl CoefficientSet {
     /// `None` for models BLIS ships no coefficients for (blackbox). Roofline
     /// gets an empty set.
     pub fn bundled_for(kind: ModelKind) -> Option<CoefficientSet> {
-        if kind == ModelKind::Roofline {
-            return Some(CoefficientSet {
-                latency_model: kind.name().into(),
-                alpha: vec![],
-                beta: vec![],
-                provenance: Provenance::default(),
-            });
+        if !kind.has_coefficients() {
+            return Some(CoefficientSet { latency_model: kind, alpha: vec![], beta: vec![], provenance: Provenance::default() });
         }
         ["h100", "published"].iter().find_map(|suffix| CoefficientSet::bundled(&format!("{}-{suffix}", kind.name())))
-    }
-
-    /// The model family.
-    pub fn kind(&self) -> Result<ModelKind, String> {
-        self.latency_model.parse::<ModelKind>().map_err(|e| format!("field `latency_model`: {e}"))
     }
 
     /// The latency model of these coefficients for one deployment; the error
@@ -263,7 +252,7 @@ impl CoefficientSet {
         tp: u32,
         instance: &InstanceConfig,
     ) -> Result<Arc<dyn LatencyModel>, String> {
-        let kind = self.kind()?;
+        let kind = self.latency_model;
         match self.basis(model, gpu, tp, instance)? {
             None if !(self.alpha.is_empty() && self.beta.is_empty()) => Err(format!(
                 "{kind} takes no coefficients (it times every step from the GPU's peaks), but alpha has {} and beta {}; leave both out",
@@ -293,7 +282,7 @@ impl CoefficientSet {
         tp: u32,
         instance: &InstanceConfig,
     ) -> Result<Option<Box<dyn FeatureBasis>>, String> {
-        let kind = self.kind()?;
+        let kind = self.latency_model;
         let carry = self.carry_to(gpu);
         let resolved = GpuSpec { kernels: kernels_of(gpu), ..gpu.clone() };
         let seen = match carry {
@@ -361,7 +350,7 @@ mod tests {
     fn bad_files_name_the_field() {
         let p = Path::new("c.yaml");
         let e = CoefficientSet::parse("latency_model: nope\nalpha: []\nbeta: []\n", p).unwrap_err();
-        assert!(e.to_string().contains("latency_model"), "{e}");
+        assert!(e.to_string().contains("latency_model") && e.to_string().contains("allowed: roofline"), "{e}");
         let e = CoefficientSet::parse("latency_model: unified-5\nalpha: [1, x]\n", p).unwrap_err();
         assert!(e.to_string().contains("alpha"), "{e}");
         let e = CoefficientSet::parse("latency_model: unified-5\nbogus: 1\n", p).unwrap_err();
@@ -371,7 +360,7 @@ mod tests {
         let e = set.latency_model(&model, &find_gpu("H100").unwrap().spec(), 1, &instance()).err().unwrap();
         assert!(e.contains("3 alpha"), "{e}");
         let json = CoefficientSet::parse(r#"{"latency_model": "roofline"}"#, p).unwrap();
-        assert_eq!(json.kind(), Ok(ModelKind::Roofline));
+        assert_eq!(json.latency_model, ModelKind::Roofline);
     }
 
     /// A set fitted on the H100 times an A100 as the same set would with the

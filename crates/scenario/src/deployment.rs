@@ -416,7 +416,7 @@ impl Deployment {
         }
         // A fitted trained-physics or unified-5 set is non-negative (times
         // and rates); a file with negative terms was edited or made elsewhere.
-        let physical = [ModelKind::TrainedPhysics.name(), ModelKind::Unified5.name()].contains(&chosen.set.latency_model.as_str());
+        let physical = chosen.set.latency_model.coefficients_are_physical();
         if let (Some(path), true) = (&k.coefficients.value, physical) {
             let alpha = chosen.set.alpha.iter().enumerate().filter(|(_, a)| **a < 0.0).map(|(i, a)| format!("α{i} = {a}"));
             let beta = chosen.set.beta.iter().enumerate().filter(|(_, b)| **b < 0.0).map(|(i, b)| format!("β{i} = {b}"));
@@ -433,9 +433,7 @@ impl Deployment {
         if let Some(w) = hardware_mismatch(&chosen.set, &server.gpu, &server.gpu_name, server.tp, &chosen.origin) {
             warnings.push(w);
         }
-        if server.instance.expert_parallel
-            && ![ModelKind::TrainedPhysics.name(), ModelKind::Roofline.name()].contains(&chosen.set.latency_model.as_str())
-        {
+        if server.instance.expert_parallel && !chosen.set.latency_model.prices_expert_parallelism() {
             warnings.push(format!(
                 "--enable-expert-parallel: the {} latency model has no expert-dispatch term, so it times the step as tensor-parallel; trained-physics and roofline price the all-to-all",
                 chosen.set.latency_model
@@ -475,7 +473,7 @@ pub fn choose_coefficients(
         (Some(path), _) => {
             let set = CoefficientSet::load(path).map_err(|e| invalid!("--coefficients {e}"))?;
             if let Some(k) = kind
-                && set.latency_model != k.name()
+                && set.latency_model != k
             {
                 return Err(invalid!("--coefficients {}: is for {}, but --latency-model is {k}", path.display(), set.latency_model));
             }
@@ -484,7 +482,7 @@ pub fn choose_coefficients(
         (None, Some(k)) => match CoefficientSet::bundled_for(k) {
             Some(set) => (set, format!("bundled {k}")),
             None if alpha.is_some() && beta.is_some() => {
-                let empty = CoefficientSet { latency_model: k.name().into(), alpha: vec![], beta: vec![], provenance: Default::default() };
+                let empty = CoefficientSet { latency_model: k, alpha: vec![], beta: vec![], provenance: Default::default() };
                 (empty, String::from("flags"))
             }
             None => {

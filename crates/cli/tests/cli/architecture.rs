@@ -227,3 +227,25 @@ fn the_reference_finder_sees_crate_and_super_paths_but_not_comments() {
     let text = code("use crate::a::Thing;\n// crate::b::Nope\nfn f() { super::d::g(); }\n");
     assert_eq!(references("c::e", &text, &known), ["a", "c::d"].iter().map(|s| s.to_string()).collect());
 }
+
+/// What a latency model can do is a capability of its `ModelKind`
+/// (blis-physics): no other crate compares a model's name or kind.
+#[test]
+fn only_physics_compares_latency_models() {
+    let names = ["roofline", "blackbox", "trained-physics", "unified-5", "physics-normalized"];
+    let mut found = Vec::new();
+    for (name, _) in LAYERS.iter().filter(|(n, _)| *n != "physics") {
+        for (module, text) in modules(&crates_dir().join(name).join("src")) {
+            let code = code(&text);
+            for line in code.lines() {
+                let compares = line.contains("==") || line.contains("!=") || line.contains("matches!(");
+                let by_kind = line.contains("ModelKind::") && (compares || line.contains(".name()"));
+                let by_name = compares && names.iter().any(|n| line.contains(&format!("\"{n}\"")));
+                if by_kind || by_name {
+                    found.push(format!("{name}::{module}: {}", line.trim()));
+                }
+            }
+        }
+    }
+    assert!(found.is_empty(), "latency models compared outside blis-physics (ask ModelKind for a capability): {found:#?}");
+}

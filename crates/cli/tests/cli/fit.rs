@@ -33,7 +33,7 @@ fn fits_a_loadable_deterministic_coefficient_file_with_provenance() {
     let (a, b) = (run("a.yaml"), run("b.yaml"));
     assert_eq!(a, b, "same command, same coefficients");
     let set = CoefficientSet::parse(&a, std::path::Path::new("a.yaml")).unwrap();
-    assert_eq!((set.latency_model.as_str(), set.alpha.len(), set.beta.len()), ("unified-5", 3, 5));
+    assert_eq!((set.latency_model.name(), set.alpha.len(), set.beta.len()), ("unified-5", 3, 5));
     assert_eq!(set.provenance.fitted_on, ["exp-a", "exp-b"]);
     assert_eq!(set.provenance.fitted_at.as_deref(), Some("2026-01-01"));
     assert!(set.provenance.command.as_deref().is_some_and(|c| c.starts_with("blis fit")));

@@ -13,17 +13,23 @@ use super::{FeatureBasis, coefficient_array};
 #[derive(Copy, Clone, Debug, Default)]
 pub struct BlackboxBasis;
 
+/// Names of the α coefficients, in order.
+pub const ALPHA_NAMES: [&str; 3] = ["queueing_us", "queueing_us_per_prompt_token", "per_output_token_us"];
+
+/// Names of the β coefficients, in order.
+pub const BETA_NAMES: [&str; 3] = ["per_step_us", "per_prefill_token_us", "per_decode_token_us"];
+
 impl FeatureBasis for BlackboxBasis {
     fn name(&self) -> &'static str {
         "blackbox"
     }
 
     fn alpha_names(&self) -> &'static [&'static str] {
-        &["queueing_us", "queueing_us_per_prompt_token", "per_output_token_us"]
+        &ALPHA_NAMES
     }
 
     fn beta_names(&self) -> &'static [&'static str] {
-        &["per_step_us", "per_prefill_token_us", "per_decode_token_us"]
+        &BETA_NAMES
     }
 
     fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {

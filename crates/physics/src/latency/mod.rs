@@ -18,7 +18,7 @@ pub mod trained_physics;
 pub mod unified5;
 
 pub use blackbox::BlackboxBasis;
-pub use kind::{ModelKind, UnknownModelKind};
+pub use kind::{FitMethod, ModelKind, Priors, UnknownModelKind};
 pub use physics_normalized::{PhysicsNormalized, PhysicsNormalizedBasis};
 pub use roofline::Roofline;
 pub use trained_physics::{TrainedPhysics, TrainedPhysicsBasis};

@@ -357,46 +357,52 @@ impl PhysicsNormalizedBasis {
     }
 }
 
+/// Names of the α coefficients, in order.
+pub const ALPHA_NAMES: [&str; 11] = [
+    "batch_saturation",
+    "kv_pressure",
+    "admission_compute",
+    "base_bias",
+    "queue_drain",
+    "queue_memory",
+    "prefix_cache_benefit",
+    "memory_admission_gap",
+    "preemption_disruption",
+    "cpu_offload_expansion",
+    "queued_regime_bias",
+];
+
+/// Names of the β coefficients, in order.
+pub const BETA_NAMES: [&str; 16] = [
+    "prefill_linear",
+    "prefill_attention",
+    "decode_weights",
+    "decode_attention",
+    "kv_read",
+    "batch_utilization",
+    "prefill_decode_mix",
+    "moe_activation",
+    "tp_communication",
+    "gqa_ratio",
+    "fixed_step_overhead",
+    "preemption",
+    "cpu_offload_transfer",
+    "cpu_offload_read",
+    "chunked_prefill_mix",
+    "bias",
+];
+
 impl FeatureBasis for PhysicsNormalizedBasis {
     fn name(&self) -> &'static str {
         "physics-normalized"
     }
 
     fn alpha_names(&self) -> &'static [&'static str] {
-        &[
-            "batch_saturation",
-            "kv_pressure",
-            "admission_compute",
-            "base_bias",
-            "queue_drain",
-            "queue_memory",
-            "prefix_cache_benefit",
-            "memory_admission_gap",
-            "preemption_disruption",
-            "cpu_offload_expansion",
-            "queued_regime_bias",
-        ]
+        &ALPHA_NAMES
     }
 
     fn beta_names(&self) -> &'static [&'static str] {
-        &[
-            "prefill_linear",
-            "prefill_attention",
-            "decode_weights",
-            "decode_attention",
-            "kv_read",
-            "batch_utilization",
-            "prefill_decode_mix",
-            "moe_activation",
-            "tp_communication",
-            "gqa_ratio",
-            "fixed_step_overhead",
-            "preemption",
-            "cpu_offload_transfer",
-            "cpu_offload_read",
-            "chunked_prefill_mix",
-            "bias",
-        ]
+        &BETA_NAMES
     }
 
     fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {

@@ -54,17 +54,23 @@ impl Unified5Basis {
     }
 }
 
+/// Names of the α coefficients, in order.
+pub const ALPHA_NAMES: [&str; 3] = ["queueing_us", "completion_us", "per_output_token_us"];
+
+/// Names of the β coefficients, in order.
+pub const BETA_NAMES: [&str; 5] = ["prefill_compute", "decode_compute", "memory", "per_layer_us", "per_request_us"];
+
 impl FeatureBasis for Unified5Basis {
     fn name(&self) -> &'static str {
         "unified-5"
     }
 
     fn alpha_names(&self) -> &'static [&'static str] {
-        &["queueing_us", "completion_us", "per_output_token_us"]
+        &ALPHA_NAMES
     }
 
     fn beta_names(&self) -> &'static [&'static str] {
-        &["prefill_compute", "decode_compute", "memory", "per_layer_us", "per_request_us"]
+        &BETA_NAMES
     }
 
     fn step_features(&self, batch: &StepBatch<'_>, out: &mut [f64]) {
