@@ -122,9 +122,11 @@ fn header_gpu(header: &TraceHeader, origin: &str) -> Result<Option<String>, Scen
         Some(Value::Object(section)) => match section.get("gpu") {
             None | Some(Value::Null) => Ok(None),
             Some(Value::String(name)) => Ok(Some(name.clone())),
-            Some(other) => Err(ScenarioError(format!("{origin}: field `hardware.gpu` = {other}: must be a GPU name ({})", allowed()))),
+            Some(other) => {
+                Err(ScenarioError::other(format!("{origin}: field `hardware.gpu` = {other}: must be a GPU name ({})", allowed())))
+            }
         },
-        Some(other) => Err(ScenarioError(format!(
+        Some(other) => Err(ScenarioError::other(format!(
             "{origin}: field `hardware` = {other}: must be a mapping naming the GPU (`hardware: {{gpu: H100}}`) or a GPU name ({})",
             allowed()
         ))),
@@ -360,7 +362,7 @@ mod tests {
             ("{gpu: 5}", "hardware.gpu"),
             ("{gpu: [H100]}", "hardware.gpu"),
         ] {
-            let e = of(bad).unwrap_err().0;
+            let e = of(bad).unwrap_err().to_string();
             assert!(
                 e.starts_with(&format!("trace header t.header.yaml: field `{field}` = ")) && e.contains("H100, A100-80GB"),
                 "{bad}: {e}"

@@ -17,7 +17,8 @@ use blis_engine::latency::LatencyModel;
 use blis_engine::request::RequestRecord;
 use blis_physics::catalog;
 use blis_scenario::deployment::{LongContext, Server};
-use blis_scenario::knobs::{FileOrigins, KnobValues, Knobs, Source, blame_files};
+use blis_scenario::knob_file::FileOrigins;
+use blis_scenario::knobs::{KnobValues, Knobs, Source};
 use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};
 use blis_workload::{OpenOptions, WorkloadInput};
 
@@ -207,7 +208,7 @@ impl Setup {
             let files: FileOrigins =
                 layers.iter().filter(|(_, _, name)| !name.is_empty()).map(|(values, _, name)| (values.keys(), name.clone())).collect();
             let server = Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut Vec::new())
-                .map_err(|e| unreproducible(blame_files(e, &knobs, &files).0))?;
+                .map_err(|e| unreproducible(knobs.blame(e, &files).to_string()))?;
             Ok::<_, ExperimentError>((knobs, server))
         };
         let (mut knobs, mut server) = resolve(&layers)?;

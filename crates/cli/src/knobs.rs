@@ -23,21 +23,17 @@ pub fn scenario(flags: &KnobValues, config: Option<&Path>) -> Result<Scenario, B
 
 impl From<ScenarioError> for BadInput {
     fn from(e: ScenarioError) -> BadInput {
-        BadInput(e.0)
+        BadInput(e.to_string())
     }
 }
 
-/// A bad-input error that names a knob by its flag, reworded to name the
-/// file when the value came from one ([`blis_scenario::knobs::blame_files`]).
+/// An error about a knob, said of the file its value came from when it did
+/// not come from a flag ([`Knobs::blame`]); any other error passes unchanged.
 pub fn blame(err: anyhow::Error, scenario: &Scenario) -> anyhow::Error {
-    let message = match err.downcast::<BadInput>() {
-        Ok(BadInput(message)) => message,
-        Err(other) => match other.downcast::<ScenarioError>() {
-            Ok(ScenarioError(message)) => message,
-            Err(other) => return other,
-        },
-    };
-    BadInput(blis_scenario::knobs::blame_files(ScenarioError(message), &scenario.knobs, &scenario.files).0).into()
+    match err.downcast::<ScenarioError>() {
+        Ok(e) => scenario.knobs.blame(e, &scenario.files).into(),
+        Err(other) => other,
+    }
 }
 
 /// The knobs a command shares with `blis run` but does not use: they are

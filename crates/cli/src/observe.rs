@@ -8,8 +8,8 @@ use blis_engine::time::MAX_SPAN_S;
 use blis_net::client::{Target, check_api_key, check_http_url};
 use blis_net::observe::{ObserveConfig, ObserveError, TraceFiles, observe};
 use blis_net::serve::openai::Api;
-use blis_scenario::Scenario;
-use blis_scenario::knobs::KnobValues;
+use blis_scenario::knobs::{KnobId, KnobValues};
+use blis_scenario::{Scenario, ScenarioError};
 
 use blis_net::load::LoadSummary;
 
@@ -99,11 +99,15 @@ pub fn execute(args: ObserveArgs) -> anyhow::Result<()> {
 fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let knobs = &scenario.knobs;
     crate::knobs::reject_unused(knobs, "observe")?;
-    let model = knobs.model.value.clone().ok_or_else(|| bad_input!("--model is required: the model name the server serves"))?;
+    let model = knobs
+        .model
+        .value
+        .clone()
+        .ok_or_else(|| ScenarioError::knob(KnobId::model, "is required: the model name the server serves".into()))?;
     if !(0.0..=1.0).contains(&args.max_error_rate) {
         return Err(bad_input!("--max-error-rate {}: must be a fraction in [0, 1]", args.max_error_rate).into());
     }
-    let timeout = Duration::from_micros(blis_scenario::deployment::seconds("timeout", args.timeout)?.as_us());
+    let timeout = Duration::from_micros(blis_scenario::deployment::flag_seconds("timeout", args.timeout)?.as_us());
     let max_concurrency = blis_scenario::workload::max_concurrency(knobs)?.unwrap_or(DEFAULT_MAX_CONCURRENCY);
     // Checked here, not per request: a URL or key that cannot be sent would
     // fail every request, and the run would blame the server.
@@ -127,7 +131,10 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
         (None, None) => "synthetic".into(),
     };
     let plan = opened.plan.ok_or_else(|| {
-        bad_input!("--workload-spec {name}: an inference-perf configuration is run by inference-perf itself; `blis observe` sends BLIS workload specs, built-ins and the synthetic flags")
+        ScenarioError::knob(
+            KnobId::workload_spec,
+            format!("{name}: an inference-perf configuration is run by inference-perf itself; `blis observe` sends BLIS workload specs, built-ins and the synthetic flags"),
+        )
     })?;
     // As `blis run` refuses arrivals past the simulated clock's end, a
     // schedule longer than that is refused here before anything is sent.

@@ -314,8 +314,8 @@ impl Roofline {
         if k.workload_spec.value.is_some() || k.trace.value.is_some() || k.workload.value.is_some() {
             return None;
         }
-        let (rate, prompt, output) = (k.rate.value?, k.prompt_tokens.value?, k.output_tokens.value?);
-        let prefix = k.prefix_tokens.value.map_or(0.0, f64::from);
+        let (rate, prompt, output) = (k.rate.value, k.prompt_tokens.value, k.output_tokens.value);
+        let prefix = f64::from(k.prefix_tokens.value);
         let (m, g, tp) = (&d.server.model, &d.server.gpu, f64::from(d.server.tp));
         // GEMM FLOPs at half precision's speed (8-bit float ones count less),
         // and the bytes of the weights one token's step reads.
@@ -465,12 +465,13 @@ pub fn execute(args: PlanArgs) -> anyhow::Result<()> {
     let checks: Vec<Result<Option<Roofline>, Verdict>> = candidates
         .iter()
         .map(|c| {
-            let values =
-                KnobValues::from_yaml(Value::Object(point_of(c)), &origin).map_err(|e| Verdict::DoesNotFit(e.0))?.or(flags.clone());
+            let values = KnobValues::from_yaml(Value::Object(point_of(c)), &origin)
+                .map_err(|e| Verdict::DoesNotFit(e.to_string()))?
+                .or(flags.clone());
             let scenario = Scenario::from_values(&values, base.iter().cloned().collect());
             let (mut report, mut warnings) = (scenario.knobs.report(), Vec::new());
             let d = Deployment::resolve(&scenario.knobs, scenario.long_context, &mut report, &mut warnings)
-                .map_err(|e| Verdict::DoesNotFit(e.0))?;
+                .map_err(|e| Verdict::DoesNotFit(e.to_string()))?;
             let roof = Roofline::of(&d, &scenario.knobs);
             match roof.as_ref().and_then(|r| r.prune(f64::from(c.replicas))) {
                 Some(why) => Err(Verdict::Roofline(why)),

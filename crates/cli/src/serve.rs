@@ -85,12 +85,7 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
     let (mut report, mut warnings) = (knobs.report(), Vec::new());
     let deployment = Deployment::resolve(knobs, scenario.long_context, &mut report, &mut warnings)?;
     warn(&warnings);
-    let natural_output = blis_scenario::workload::length(
-        knobs.output_tokens.value,
-        knobs.output_tokens_stdev.value,
-        knobs.output_tokens_min.value,
-        knobs.output_tokens_max.value,
-    );
+    let natural_output = blis_scenario::workload::output_length(knobs);
     let model_name = args.served_model_name.clone().unwrap_or_else(|| deployment.server.model_name.clone());
     let config = ServeConfig {
         model_name: model_name.clone(),
@@ -98,7 +93,7 @@ fn serve_with(args: &ServeArgs, scenario: &Scenario) -> anyhow::Result<()> {
         latency: deployment.latency.clone(),
         time_scale: args.time_scale,
         failure_rate: args.failure_rate,
-        seed: knobs.seed.value.unwrap_or(0),
+        seed: knobs.seed.value,
         natural_output: Some(natural_output),
         // Beyond usize (a 32-bit host): over the limit, which start() refuses naming the flag.
         max_body_bytes: usize::try_from(args.max_body_bytes).unwrap_or(usize::MAX),

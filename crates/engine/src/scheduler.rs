@@ -113,17 +113,14 @@ pub struct HybridKv {
 #[derive(Debug, Error, PartialEq)]
 pub enum InstanceConfigError {
     /// A knob that must be at least 1 is 0.
-    #[error("--{flag} must be at least 1, got 0")]
+    #[error("--{flag} {}", self.detail())]
     Zero {
         /// Flag name.
         flag: &'static str,
     },
     /// Every running sequence needs at least one token of the step budget, so
     /// vLLM refuses a budget below the seat count.
-    #[error(
-        "--max-num-batched-tokens {budget} is smaller than --max-num-seqs {seqs}; every running request needs at least \
-         one token per step, so raise --max-num-batched-tokens or lower --max-num-seqs"
-    )]
+    #[error("--max-num-batched-tokens {}", self.detail())]
     BudgetBelowSeats {
         /// max_num_batched_tokens.
         budget: u32,
@@ -132,10 +129,7 @@ pub enum InstanceConfigError {
     },
     /// Without chunked prefill every prompt (and every recomputation after a
     /// preemption) must fit one step, so vLLM refuses this configuration.
-    #[error(
-        "--max-num-batched-tokens {budget} is smaller than --max-model-len {max_model_len} with chunked prefill \
-         disabled; raise --max-num-batched-tokens, lower --max-model-len or enable chunked prefill"
-    )]
+    #[error("--max-num-batched-tokens {}", self.detail())]
     BudgetBelowModelLen {
         /// max_num_batched_tokens.
         budget: u32,
@@ -155,6 +149,37 @@ pub enum InstanceConfigError {
     /// A P/D transfer bandwidth that is not a positive finite number.
     #[error("the KV transfer bandwidth must be a positive number of bytes per second, got {0}")]
     TransferBandwidth(f64),
+}
+
+impl InstanceConfigError {
+    /// The server flag this error is about (`max-num-seqs`), when it is
+    /// about one: what a front end names, as a flag or as the file the value
+    /// came from, before [`InstanceConfigError::detail`].
+    pub fn flag(&self) -> Option<&'static str> {
+        match self {
+            InstanceConfigError::Zero { flag } => Some(flag),
+            InstanceConfigError::BudgetBelowSeats { .. } | InstanceConfigError::BudgetBelowModelLen { .. } => {
+                Some("max-num-batched-tokens")
+            }
+            _ => None,
+        }
+    }
+
+    /// What is wrong, after the flag's name when [`InstanceConfigError::flag`] gives one.
+    pub fn detail(&self) -> String {
+        match self {
+            InstanceConfigError::Zero { .. } => "must be at least 1, got 0".into(),
+            InstanceConfigError::BudgetBelowSeats { budget, seqs } => format!(
+                "{budget} is smaller than --max-num-seqs {seqs}; every running request needs at least one token per step, so raise \
+                 --max-num-batched-tokens or lower --max-num-seqs"
+            ),
+            InstanceConfigError::BudgetBelowModelLen { budget, max_model_len } => format!(
+                "{budget} is smaller than --max-model-len {max_model_len} with chunked prefill disabled; raise --max-num-batched-tokens, \
+                 lower --max-model-len or enable chunked prefill"
+            ),
+            other => other.to_string(),
+        }
+    }
 }
 
 impl InstanceConfig {

@@ -10,7 +10,7 @@ use blis_engine::time::{Micros, format_duration, parse_duration};
 
 use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::{AUTOSCALE_KNOBS, ConfigReport, Knob, Knobs, Source, report_entry};
+use crate::knobs::{AUTOSCALE_KNOBS, ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Replicas load their weights at this rate unless told otherwise, GB/s.
 pub const DEFAULT_LOAD_BANDWIDTH_GB_PER_S: f64 = 2.0;
@@ -28,12 +28,12 @@ pub struct Written<'a> {
     pub origin: &'a str,
 }
 
-fn duration(flag: &str, knob: &Knob<Option<String>>) -> Result<Option<Micros>, ScenarioError> {
-    knob.value.as_deref().map(|t| parse_duration(t).map_err(|e| invalid!("--{flag} {e}"))).transpose()
+fn duration(id: KnobId, knob: &Knob<Option<String>>) -> Result<Option<Micros>, ScenarioError> {
+    knob.value.as_deref().map(|t| parse_duration(t).map_err(|e| invalid!(knob = id, "{e}"))).transpose()
 }
 
-fn delay(flag: &str, knob: &Knob<Option<String>>) -> Result<Option<Delay>, ScenarioError> {
-    knob.value.as_deref().map(|t| Delay::parse(t).map_err(|e| invalid!("--{flag} {e}"))).transpose()
+fn delay(id: KnobId, knob: &Knob<Option<String>>) -> Result<Option<Delay>, ScenarioError> {
+    knob.value.as_deref().map(|t| Delay::parse(t).map_err(|e| invalid!(knob = id, "{e}"))).transpose()
 }
 
 /// The policy: `--autoscale-policy` (keeping the file's parameters when it
@@ -47,7 +47,8 @@ fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, Sce
         Some(name) => match from_file {
             Some(spec) if spec.name() == name => Some(spec),
             _ => Some(
-                AutoscaleSpec::parse(name, None, "autoscale").map_err(|e| invalid!("--autoscale-policy {name}: {}; or none", e.message))?,
+                AutoscaleSpec::parse(name, None, "autoscale")
+                    .map_err(|e| invalid!(knob: autoscale_policy, "{name}: {}; or none", e.message))?,
             ),
         },
         None => match (from_file, written.section, written.pools.is_empty()) {
@@ -64,11 +65,11 @@ fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, Sce
 fn pool_knobs(k: &Knobs, p: &NodePoolSection) -> Knobs {
     let mut pk = k.clone();
     if let Some(hw) = &p.hardware {
-        pk.hardware = Knob { value: Some(hw.clone()), source: Source::File };
+        pk.hardware = Knob { value: hw.clone(), source: Source::File };
         pk.hardware_config = Knob { value: None, source: Source::Default };
     }
     if let Some(tp) = p.tp {
-        pk.tp = Knob { value: Some(tp), source: Source::File };
+        pk.tp = Knob { value: tp, source: Source::File };
     }
     pk
 }
@@ -105,19 +106,11 @@ pub fn resolve(
     warnings: &mut Vec<String>,
 ) -> Result<Option<(AutoscaleConfig, u32)>, ScenarioError> {
     let Some(policy) = policy(k, written)? else {
-        let given = [
-            k.min_instances.source,
-            k.max_instances.source,
-            k.autoscale_interval.source,
-            k.provisioning_delay.source,
-            k.loading_delay.source,
-            k.warmup_duration.source,
-            k.warmup_slowdown.source,
-            k.drain_policy.source,
-            k.gpu_hour_cost.source,
-        ];
-        if let Some((flag, _)) = AUTOSCALE_KNOBS.iter().zip(given).find(|(_, source)| *source != Source::Default) {
-            return Err(invalid!("--{flag} needs autoscaling: add --autoscale-policy NAME (or an autoscale section in --policy-config)"));
+        if let Some(&knob) = AUTOSCALE_KNOBS.iter().find(|&&knob| k.source(knob) != Source::Default) {
+            return Err(invalid!(
+                knob = knob,
+                "needs autoscaling: add --autoscale-policy NAME (or an autoscale section in --policy-config)"
+            ));
         }
         return Ok(None);
     };
@@ -129,52 +122,54 @@ pub fn resolve(
     let min = k.min_instances.value.or(s.min_replicas).unwrap_or(1);
     let initial = match k.num_instances.source {
         Source::Default => min.max(1),
-        _ => k.num_instances.value.unwrap_or(1),
+        _ => k.num_instances.value,
     };
     let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
     let limit = blis_cluster::MAX_INSTANCES;
-    for (flag, key, knob, n) in
-        [("min-instances", "min_replicas", &k.min_instances, min), ("max-instances", "max_replicas", &k.max_instances, max)]
+    for (id, key, knob, n) in
+        [(KnobId::min_instances, "min_replicas", &k.min_instances, min), (KnobId::max_instances, "max_replicas", &k.max_instances, max)]
     {
         if n > limit {
             return Err(match knob.value {
-                Some(_) => invalid!("--{flag} {n}: must be at most {limit} replicas"),
+                Some(_) => invalid!(knob = id, "{n}: must be at most {limit} replicas"),
                 None => file(format!("autoscale.{key}: {n}: must be at most {limit} replicas")),
             });
         }
     }
     if min > max {
         return Err(invalid!(
-            "--min-instances {min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"
+            knob: min_instances,
+            "{min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"
         ));
     }
     if !(min..=max).contains(&initial) {
         return Err(invalid!(
-            "--num-instances {initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"
+            knob: num_instances,
+            "{initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"
         ));
     }
     if k.num_instances.source == Source::Default {
         report_entry(report, "num-instances", &initial, Source::Derived);
     }
-    let interval = match duration("autoscale-interval", &k.autoscale_interval)? {
+    let interval = match duration(KnobId::autoscale_interval, &k.autoscale_interval)? {
         Some(t) if t < AutoscaleConfig::MIN_INTERVAL => {
-            return Err(invalid!("--autoscale-interval {}: must be at least 1ms (e.g. 30s)", format_duration(t)));
+            return Err(invalid!(knob: autoscale_interval, "{}: must be at least 1ms (e.g. 30s)", format_duration(t)));
         }
         Some(t) => t,
         // A file's interval is checked with the rest of its section.
         None => s.interval.map_or(Micros::from_secs(30), |s| s.0),
     };
     let drain = match k.drain_policy.value.as_deref() {
-        Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!("--drain-policy {e}"))?,
+        Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!(knob: drain_policy, "{e}"))?,
         None => s.drain.unwrap_or_default(),
     };
     let mut warmup = s.warmup.unwrap_or_default();
-    if let Some(t) = duration("warmup-duration", &k.warmup_duration)? {
+    if let Some(t) = duration(KnobId::warmup_duration, &k.warmup_duration)? {
         warmup.duration = Span(t);
     }
     if let Some(f) = k.warmup_slowdown.value {
         if !(f.is_finite() && (1.0..=100.0).contains(&f)) {
-            return Err(invalid!("--warmup-slowdown {f}: must be a factor in [1, 100]"));
+            return Err(invalid!(knob: warmup_slowdown, "{f}: must be a factor in [1, 100]"));
         }
         warmup.slowdown = f;
     }
@@ -193,7 +188,7 @@ pub fn resolve(
         drain,
         warmup,
         pools,
-        seed: k.seed.value.unwrap_or(0),
+        seed: k.seed.value,
     };
     config.validate(initial).map_err(|e| file(e.to_string()))?;
     Ok(Some((config, initial)))
@@ -214,10 +209,10 @@ fn resolve_pools(
     if let Some(c) = cost
         && !(c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c))
     {
-        return Err(invalid!("--gpu-hour-cost {c}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"));
+        return Err(invalid!(knob: gpu_hour_cost, "{c}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"));
     }
-    let provisioning = delay("provisioning-delay", &k.provisioning_delay)?;
-    let loading = delay("loading-delay", &k.loading_delay)?;
+    let provisioning = delay(KnobId::provisioning_delay, &k.provisioning_delay)?;
+    let loading = delay(KnobId::loading_delay, &k.loading_delay)?;
     let load_time = |server: &Server, bandwidth: f64| -> Delay {
         Delay::Fixed(Micros::from_secs_f64(server.model.weight_bytes() / (bandwidth * 1e9)).unwrap_or(Micros::ZERO))
     };

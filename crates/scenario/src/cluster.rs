@@ -19,7 +19,7 @@ use serde_json::{Value, json};
 use crate::autoscale::Written;
 use crate::deployment::{Deployment, LongContext};
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+use crate::knobs::{ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Control-plane latencies above this are surely a unit mistake.
 const MAX_LATENCY_US: u64 = 3_600_000_000;
@@ -82,13 +82,13 @@ pub fn policy_config(k: &Knobs) -> Result<(PolicyBundle, SectionsSet), ScenarioE
 fn load_bundle(path: &Path) -> Result<(PolicyBundle, SectionsSet), ScenarioError> {
     let name = path.display();
     let text = blis_data::textfile::read(path).map_err(|e| invalid!("cannot read --policy-config {name}: {e}"))?;
-    let doc: Value = blis_data::yaml::from_str(&text).map_err(|e| invalid!("--policy-config {name}: not valid YAML: {e}"))?;
-    PolicyBundle::from_value(&doc).map_err(|e| invalid!("--policy-config {name}: {e}"))
+    let doc: Value = blis_data::yaml::from_str(&text).map_err(|e| invalid!(knob: policy_config, "{name}: not valid YAML: {e}"))?;
+    PolicyBundle::from_value(&doc).map_err(|e| invalid!(knob: policy_config, "{name}: {e}"))
 }
 
 /// Parses `class.metric=ms,...` into per-class targets over `base`.
 fn apply_slo_targets(text: &str, base: &mut std::collections::BTreeMap<String, SloTargets>) -> Result<(), ScenarioError> {
-    let flag = |m: String| invalid!("--slo-targets {text:?}: {m}");
+    let flag = |m: String| invalid!(knob: slo_targets, "{text:?}: {m}");
     let mut seen = Vec::new();
     for part in text.split(',') {
         let (key, value) =
@@ -117,14 +117,14 @@ fn override_section<S: Clone>(
     name_of: impl Fn(&S) -> &'static str,
     parse: impl Fn(&str) -> Result<S, ConfigError>,
     knob: &Knob<Option<String>>,
-    flag: &str,
+    id: KnobId,
     origin: &mut String,
 ) -> Result<(), ScenarioError> {
     if let Some(name) = &knob.value {
         if name_of(current) != name {
-            *current = parse(name).map_err(|e| invalid!("--{flag} {name}: {}", e.message))?;
+            *current = parse(name).map_err(|e| invalid!(knob = id, "{name}: {}", e.message))?;
         }
-        *origin = format!("--{flag}");
+        *origin = format!("--{}", id.flag());
     }
     Ok(())
 }
@@ -165,7 +165,7 @@ impl ClusterSetup {
             AdmissionSpec::name,
             |n| AdmissionSpec::parse(n, None, "admission"),
             &k.admission_policy,
-            "admission-policy",
+            KnobId::admission_policy,
             &mut origins.admission,
         )?;
         override_section(
@@ -173,7 +173,7 @@ impl ClusterSetup {
             PrioritySpec::name,
             |n| PrioritySpec::parse(n, None, "priority"),
             &k.priority_policy,
-            "priority-policy",
+            KnobId::priority_policy,
             &mut origins.priority,
         )?;
         override_section(
@@ -181,7 +181,7 @@ impl ClusterSetup {
             RoutingSpec::name,
             |n| RoutingSpec::parse(n, None, "routing"),
             &k.routing_policy,
-            "routing-policy",
+            KnobId::routing_policy,
             &mut origins.routing,
         )?;
         override_section(
@@ -189,20 +189,21 @@ impl ClusterSetup {
             SchedulerSpec::name,
             |n| SchedulerSpec::parse(n, None, "scheduler"),
             &k.scheduler,
-            "scheduler",
+            KnobId::scheduler,
             &mut origins.scheduler,
         )?;
         if let Some(text) = &k.routing_scorers.value {
             let explicit_other = k.routing_policy.value.as_deref().is_some_and(|p| p != "weighted");
             if explicit_other {
                 return Err(invalid!(
-                    "--routing-scorers needs --routing-policy weighted, got --routing-policy {}",
+                    knob: routing_scorers,
+                    "needs --routing-policy weighted, got --routing-policy {}",
                     k.routing_policy.value.as_deref().unwrap_or("")
                 ));
             }
-            let scorers = parse_scorer_list(text).map_err(|m| invalid!("--routing-scorers {text:?}: {m}"))?;
+            let scorers = parse_scorer_list(text).map_err(|m| invalid!(knob: routing_scorers, "{text:?}: {m}"))?;
             bundle.routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
-                .map_err(|e| invalid!("--routing-scorers {text:?}: {e}"))?;
+                .map_err(|e| invalid!(knob: routing_scorers, "{text:?}: {e}"))?;
             origins.routing = "--routing-scorers".to_string();
         }
         let pools = crate::pd::resolve(k, bundle.pools.as_ref(), &file_origin, long_context, report, warnings)?;
@@ -215,7 +216,7 @@ impl ClusterSetup {
         }
         if let Some(victim) = &k.preemption.value {
             let v: Preemption = serde_json::from_value(json!(victim))
-                .map_err(|_| invalid!("--preemption {victim}: unknown; allowed: tail, lowest-priority"))?;
+                .map_err(|_| invalid!(knob: preemption, "{victim}: unknown; allowed: tail, lowest-priority"))?;
             bundle.scheduler = bundle.scheduler.clone().with_preemption(v);
             origins.scheduler = "--preemption".to_string();
         }
@@ -228,7 +229,7 @@ impl ClusterSetup {
             bundle
                 .snapshots
                 .apply_overrides(text, "--snapshot-refresh")
-                .map_err(|e| invalid!("--snapshot-refresh {text:?}: {}", e.message))?;
+                .map_err(|e| invalid!(knob: snapshot_refresh, "{text:?}: {}", e.message))?;
             origins.snapshots = "--snapshot-refresh".to_string();
         }
         // Policies not chosen by a knob are reported with where they came from.
@@ -248,10 +249,10 @@ impl ClusterSetup {
             }
         }
 
-        let latency = |knob: &Knob<Option<u64>>, flag: &str| -> Result<Micros, ScenarioError> {
-            let us = knob.value.unwrap_or(0);
+        let latency = |knob: &Knob<u64>, id: KnobId| -> Result<Micros, ScenarioError> {
+            let us = knob.value;
             if us > MAX_LATENCY_US {
-                return Err(invalid!("--{flag} {us}: at most {MAX_LATENCY_US} µs (one hour)"));
+                return Err(invalid!(knob = id, "{us}: at most {MAX_LATENCY_US} µs (one hour)"));
             }
             Ok(Micros(us))
         };
@@ -260,14 +261,14 @@ impl ClusterSetup {
             (Some("none"), false) => false,
             (Some("none"), true) => return Err(invalid!("--trace-output needs --trace-level decisions (got --trace-level none)")),
             (Some("decisions"), true) => true,
-            (Some("decisions"), false) => return Err(invalid!("--trace-level decisions needs --trace-output PATH")),
-            (Some(other), _) => return Err(invalid!("--trace-level {other}: unknown; allowed: none, decisions")),
+            (Some("decisions"), false) => return Err(invalid!(knob: trace_level, "decisions needs --trace-output PATH")),
+            (Some(other), _) => return Err(invalid!(knob: trace_level, "{other}: unknown; allowed: none, decisions")),
         };
         let fitness = k
             .fitness_weights
             .value
             .as_deref()
-            .map(|t| FitnessWeights::parse(t).map_err(|m| invalid!("--fitness-weights {t:?}: {m}")))
+            .map(|t| FitnessWeights::parse(t).map_err(|m| invalid!(knob: fitness_weights, "{t:?}: {m}")))
             .transpose()?;
 
         let written = Written { section: bundle.autoscale.as_ref(), pools: &bundle.node_pools, origin: &origins.autoscale };
@@ -281,14 +282,15 @@ impl ClusterSetup {
             && (pools.is_some() || autoscale.is_some())
         {
             return Err(invalid!(
-                "--data-parallel-size {n}: one server's engine replicas; a disaggregated or autoscaled deployment sizes its own instances (drop --data-parallel-size)"
+                knob: data_parallel_size,
+                "{n}: one server's engine replicas; a disaggregated or autoscaled deployment sizes its own instances (drop --data-parallel-size)"
             ));
         }
         let num_instances = match (&autoscale, &pools, data_parallel) {
             (Some(a), _, _) => a.1,
             (None, Some(p), _) => p.decode_instances,
             (None, None, Some(n)) => n,
-            (None, None, None) => k.num_instances.value.unwrap_or(1),
+            (None, None, None) => k.num_instances.value,
         };
         let (instance, step_model, pd) = match pools {
             Some(p) => (p.decode_instance, p.decode_latency, Some(p.pd)),
@@ -299,10 +301,10 @@ impl ClusterSetup {
             instance,
             latency: step_model,
             policies: bundle,
-            admission_latency: latency(&k.admission_latency, "admission-latency")?,
-            routing_latency: latency(&k.routing_latency, "routing-latency")?,
+            admission_latency: latency(&k.admission_latency, KnobId::admission_latency)?,
+            routing_latency: latency(&k.routing_latency, KnobId::routing_latency)?,
             labels: labels.clone(),
-            counterfactual_k: k.counterfactual_k.value.unwrap_or(0),
+            counterfactual_k: k.counterfactual_k.value,
             autoscale: autoscale.map(|a| a.0),
             pd,
         };
@@ -335,12 +337,13 @@ fn data_parallel(
 ) -> Result<Option<u32>, ScenarioError> {
     let Some(n) = k.data_parallel_size.value else { return Ok(None) };
     if n == 0 || n > blis_cluster::MAX_INSTANCES {
-        return Err(invalid!("--data-parallel-size {n}: must be between 1 and {}", blis_cluster::MAX_INSTANCES));
+        return Err(invalid!(knob: data_parallel_size, "{n}: must be between 1 and {}", blis_cluster::MAX_INSTANCES));
     }
-    if k.num_instances.source != Source::Default && k.num_instances.value != Some(n) {
+    if k.num_instances.source != Source::Default && k.num_instances.value != n {
         return Err(invalid!(
-            "--data-parallel-size {n} and --num-instances {}: both count the engine replicas; give one",
-            k.num_instances.value.unwrap_or(1)
+            knob: data_parallel_size,
+            "{n} and --num-instances {}: both count the engine replicas; give one",
+            k.num_instances.value
         ));
     }
     let vllm = PolicyBundle::vllm_data_parallel();

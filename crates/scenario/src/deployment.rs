@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use blis_engine::kv::{KvGroups, VLLM_BLOCK_SIZES};
 use blis_engine::latency::LatencyModel;
-use blis_engine::scheduler::{HybridKv, InstanceConfig, PreemptionVictim, QueuePolicy, SchedulerConfig};
+use blis_engine::scheduler::{HybridKv, InstanceConfig, InstanceConfigError, PreemptionVictim, QueuePolicy, SchedulerConfig};
 use blis_engine::time::{MAX_SPAN_S, Micros, parse_duration};
 use blis_engine::warmup::{MEASURED_MOE_KERNEL_COMPILE, MoeKernelWarmup};
 use blis_physics::catalog;
@@ -20,7 +20,7 @@ use blis_physics::model::ModelConfig;
 use blis_physics::vllm::{ALLOW_LONG_MAX_MODEL_LEN, KvCacheDtype};
 
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+use crate::knobs::{ConfigReport, KnobId, Knobs, Source, report_entry};
 
 /// What to do with a `--max-model-len` longer than the model's config allows.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -78,29 +78,32 @@ fn read_file(flag: &str, path: &Path) -> Result<String, ScenarioError> {
 /// Reads `--model-config PATH`: a HuggingFace `config.json`.
 pub fn load_model_config(path: &Path) -> Result<ModelConfig, ScenarioError> {
     let text = read_file("model-config", path)?;
-    ModelConfig::from_hf_json(&text).map_err(|e| invalid!("--model-config {}: {e}", path.display()))
+    ModelConfig::from_hf_json(&text).map_err(|e| invalid!(knob: model_config, "{}: {e}", path.display()))
 }
 
 /// Reads `--hardware-config PATH`: a GPU spec in BLIS's or a datasheet's
 /// shape, completed from the bundled board of its name ([`catalog::completed`]).
 pub fn load_gpu_spec(path: &Path) -> Result<GpuSpec, ScenarioError> {
     let text = read_file("hardware-config", path)?;
-    let gpu = GpuSpec::from_json(&text).map_err(|e| invalid!("--hardware-config {}: {e}", path.display()))?;
+    let gpu = GpuSpec::from_json(&text).map_err(|e| invalid!(knob: hardware_config, "{}: {e}", path.display()))?;
     Ok(catalog::completed(gpu))
-}
-
-fn required<T: Clone>(k: &Knob<Option<T>>, what: &str) -> Result<T, ScenarioError> {
-    k.value.clone().ok_or_else(|| invalid!("{what}"))
 }
 
 /// Converts a seconds knob to microseconds, rejecting NaN, values below
 /// one microsecond (the clock's tick) and values above [`MAX_SPAN_S`].
-pub fn seconds(flag: &str, value: f64) -> Result<Micros, ScenarioError> {
+pub fn seconds(knob: KnobId, value: f64) -> Result<Micros, ScenarioError> {
+    in_seconds(value).map_err(|m| ScenarioError::knob(knob, m))
+}
+
+/// [`seconds`] for a command's own flag `--{flag}`, which is not a knob.
+pub fn flag_seconds(flag: &str, value: f64) -> Result<Micros, ScenarioError> {
+    in_seconds(value).map_err(|m| invalid!("--{flag} {m}"))
+}
+
+fn in_seconds(value: f64) -> Result<Micros, String> {
     match Micros::from_secs_f64(value) {
         Some(t) if (1e-6..=MAX_SPAN_S).contains(&value) => Ok(t),
-        _ => Err(invalid!(
-            "--{flag} {value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)"
-        )),
+        _ => Err(format!("{value:?}: must be a number of seconds in [1e-6, {MAX_SPAN_S:e}] (the simulated clock counts microseconds)")),
     }
 }
 
@@ -110,15 +113,17 @@ fn resolve_model(k: &Knobs) -> Result<(String, ModelConfig), ScenarioError> {
         let name = k.model.value.clone().unwrap_or_else(|| path.display().to_string());
         return Ok((name, model));
     }
-    let name =
-        required(&k.model, "--model is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)")?;
+    let name = k.model.value.clone().ok_or_else(
+        || invalid!(knob: model, "is required (a bundled model such as meta-llama/llama-3.1-8b-instruct; `blis models` lists them)"),
+    )?;
     let bundled = catalog::find_model(&name).ok_or_else(|| match catalog::similar_models(&name).as_slice() {
         [] => invalid!(
-            "--model {name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
+            knob: model,
+            "{name}: no bundled config.json for this model; bundled: {}; or pass --model-config PATH",
             catalog::model_ids()
         ),
         similar => {
-            invalid!("--model {name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)", similar.join(" or "))
+            invalid!(knob: model, "{name}: no bundled model has this name; did you mean {}? (or pass --model-config PATH)", similar.join(" or "))
         }
     })?;
     let model = ModelConfig::from_hf_json(bundled.config_json).map_err(|e| invalid!("bundled config for {}: {e}", bundled.id))?;
@@ -132,18 +137,18 @@ fn resolve_gpu(k: &Knobs) -> Result<(String, GpuSpec), ScenarioError> {
     if let Some(path) = &k.hardware_config.value {
         let named = k.hardware.source;
         if named == k.hardware_config.source {
-            let gpu = k.hardware.value.as_deref().unwrap_or_default();
+            let gpu = &k.hardware.value;
             let place = if named == Source::Flag { "as flags" } else { "in the same file" };
-            return Err(invalid!("--hardware {gpu} and --hardware-config {}: both given {place}; pass one", path.display()));
+            return Err(invalid!(knob: hardware, "{gpu} and --hardware-config {}: both given {place}; pass one", path.display()));
         }
         if !(named == Source::Flag && k.hardware_config.source == Source::File) {
             let gpu = load_gpu_spec(path)?;
             return Ok((gpu.name.clone(), gpu));
         }
     }
-    let name = required(&k.hardware, "--hardware is required")?;
+    let name = k.hardware.value.clone();
     let g = catalog::find_gpu(&name)
-        .ok_or_else(|| invalid!("--hardware {name}: {}; or pass --hardware-config PATH", catalog::unknown_gpu(&name)))?;
+        .ok_or_else(|| invalid!(knob: hardware, "{name}: {}; or pass --hardware-config PATH", catalog::unknown_gpu(&name)))?;
     Ok((g.name.to_string(), g.spec()))
 }
 
@@ -163,15 +168,15 @@ impl Server {
     ) -> Result<Server, ScenarioError> {
         let (model_name, model) = resolve_model(k)?;
         let (gpu_name, gpu) = resolve_gpu(k)?;
-        let kv_cache_dtype = required(&k.kv_cache_dtype, "--kv-cache-dtype is required")?;
-        let dtype = kv_cache_dtype.parse().map_err(|e| invalid!("--kv-cache-dtype {e}"))?;
+        let kv_cache_dtype = k.kv_cache_dtype.value.clone();
+        let dtype = kv_cache_dtype.parse().map_err(|e| invalid!(knob: kv_cache_dtype, "{e}"))?;
         // vLLM resolves `auto` to what the checkpoint quantised its cache to.
         if dtype == KvCacheDtype::Auto && model.fp8_kv_checkpoint {
             report_entry(report, "kv-cache-dtype", &"fp8_e4m3", Source::Derived);
         }
         let mut model = model.with_kv_cache_dtype(dtype);
         if let Some(method) = &k.quantization.value {
-            model = model.with_quantization(method).map_err(|e| invalid!("--quantization {e}"))?;
+            model = model.with_quantization(method).map_err(|e| invalid!(knob: quantization, "{e}"))?;
         }
         if let (Some(method), None) = (&model.quant_method, model.weights.format()) {
             warnings.push(format!(
@@ -179,18 +184,18 @@ impl Server {
                  its weights are sized and timed in half precision"
             ));
         }
-        let tp = required(&k.tp, "--tp is required")?;
+        let tp = k.tp.value;
         if !(1..=64).contains(&tp) {
-            return Err(invalid!("--tp {tp}: must be between 1 and 64"));
+            return Err(invalid!(knob: tp, "{tp}: must be between 1 and 64"));
         }
-        model.check_tensor_parallel(tp).map_err(|e| invalid!("--tp {tp}: {model_name}: {e}"))?;
-        let util = required(&k.gpu_memory_utilization, "--gpu-memory-utilization is required")?;
+        model.check_tensor_parallel(tp).map_err(|e| invalid!(knob: tp, "{tp}: {model_name}: {e}"))?;
+        let util = k.gpu_memory_utilization.value;
         if !(util > 0.0 && util <= 1.0) {
-            return Err(invalid!("--gpu-memory-utilization {util:?}: must be in (0, 1]"));
+            return Err(invalid!(knob: gpu_memory_utilization, "{util:?}: must be in (0, 1]"));
         }
-        let mut block_size = required(&k.block_size, "--block-size is required")?;
+        let mut block_size = k.block_size.value;
         if !VLLM_BLOCK_SIZES.contains(&block_size) {
-            return Err(invalid!("--block-size {block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"));
+            return Err(invalid!(knob: block_size, "{block_size}: vLLM accepts {VLLM_BLOCK_SIZES:?} tokens"));
         }
         // vLLM's latent-attention kernels on Hopper and Blackwell take blocks of one size only, and vLLM forces it.
         if let Some(forced) = model.mla.as_ref().and_then(|_| gpu.mla_block_size())
@@ -226,7 +231,7 @@ impl Server {
                 model.derived_max_model_len
             }
         };
-        let enable_chunked_prefill = required(&k.enable_chunked_prefill, "--enable-chunked-prefill is required")?;
+        let enable_chunked_prefill = k.enable_chunked_prefill.value;
         // Not given: vLLM's defaults for this GPU.
         let batch = gpu.batch_defaults();
         let max_num_batched_tokens = match k.max_num_batched_tokens.value {
@@ -255,7 +260,7 @@ impl Server {
         };
         let offload = crate::tiers::resolve(k, &model, &gpu, tp, block_size, report)?;
         // vLLM turns its hybrid KV cache manager off with a KV connector.
-        let hybrid = !required(&k.disable_hybrid_kv_cache_manager, "--disable-hybrid-kv-cache-manager is required")? && offload.is_none();
+        let hybrid = !k.disable_hybrid_kv_cache_manager.value && offload.is_none();
         let sizing = KvSizing {
             tp,
             gpu_memory_utilization: util,
@@ -271,7 +276,9 @@ impl Server {
         let (groups, group_layers) = hardware::kv_groups(&model, hybrid);
         let (num_gpu_blocks, kv_budget, unified_blocks) = match k.num_gpu_blocks.value {
             Some(b) if b < 2 => {
-                return Err(invalid!("--num-gpu-blocks {b}: the KV cache needs at least 2 blocks (one is vLLM's reserved null block)"));
+                return Err(
+                    invalid!(knob: num_gpu_blocks, "{b}: the KV cache needs at least 2 blocks (one is vLLM's reserved null block)"),
+                );
             }
             Some(b) => {
                 // vLLM's override is taken as it is, and allocated: a cache that outgrows the
@@ -317,7 +324,7 @@ impl Server {
         }
 
         // On only where it changes something, so that what reads the instance need not ask again.
-        let mut expert_parallel = required(&k.enable_expert_parallel, "--enable-expert-parallel is required")?;
+        let mut expert_parallel = k.enable_expert_parallel.value;
         if expert_parallel && (model.moe.is_none() || tp == 1) {
             let why = if model.moe.is_none() {
                 format!("{model_name} has no experts")
@@ -328,7 +335,7 @@ impl Server {
             expert_parallel = false;
         }
         let moe_kernel_compile = match &k.moe_kernel_compile.value {
-            Some(text) => parse_duration(text).map_err(|e| invalid!("--moe-kernel-compile {e}"))?,
+            Some(text) => parse_duration(text).map_err(|e| invalid!(knob: moe_kernel_compile, "{e}"))?,
             None => {
                 if model.moe.is_some() {
                     report_entry(
@@ -352,15 +359,15 @@ impl Server {
                 max_num_batched_tokens,
                 max_model_len,
                 enable_chunked_prefill,
-                long_prefill_token_threshold: required(&k.long_prefill_token_threshold, "--long-prefill-token-threshold is required")?,
-                async_scheduling: required(&k.async_scheduling, "--async-scheduling is required")?,
+                long_prefill_token_threshold: k.long_prefill_token_threshold.value,
+                async_scheduling: k.async_scheduling.value,
                 queue_policy: QueuePolicy::Fcfs,
                 preemption: PreemptionVictim::Tail,
             },
             num_gpu_blocks,
             block_size,
-            enable_prefix_caching: required(&k.enable_prefix_caching, "--enable-prefix-caching is required")?,
-            client_timeout: k.client_timeout.value.map(|s| seconds("client-timeout", s)).transpose()?,
+            enable_prefix_caching: k.enable_prefix_caching.value,
+            client_timeout: k.client_timeout.value.map(|s| seconds(KnobId::client_timeout, s)).transpose()?,
             offload,
             kv_transfer: None,
             kv_events: false,
@@ -368,13 +375,22 @@ impl Server {
             hybrid_kv,
             moe_kernel_warmup,
         };
-        instance.validate().map_err(|e| invalid!("{e}"))?;
+        instance.validate().map_err(instance_error)?;
         Ok(Server { model_name, model, gpu_name, gpu, tp, instance, kv_budget })
     }
 
     /// The latency model of `set` for this server; the error names the coefficient.
     pub fn latency_model(&self, set: &CoefficientSet, origin: &str) -> Result<Arc<dyn LatencyModel>, ScenarioError> {
         set.latency_model(&self.model, &self.gpu, self.tp, &self.instance).map_err(|e| invalid!("coefficients ({origin}): {e}"))
+    }
+}
+
+/// An instance configuration vLLM would refuse, as an error about the knob
+/// at fault.
+fn instance_error(e: InstanceConfigError) -> ScenarioError {
+    match e.flag().and_then(KnobId::from_flag) {
+        Some(knob) => ScenarioError::knob(knob, e.detail()),
+        None => invalid!("{e}"),
     }
 }
 
@@ -444,11 +460,11 @@ impl Deployment {
 }
 
 /// Parses "a,b,c" into finite numbers.
-pub fn parse_coeffs(flag: &str, text: &str) -> Result<Vec<f64>, ScenarioError> {
+pub fn parse_coeffs(knob: KnobId, text: &str) -> Result<Vec<f64>, ScenarioError> {
     text.split(',')
         .map(|p| p.trim().parse::<f64>().ok().filter(|v| v.is_finite()))
         .collect::<Option<_>>()
-        .ok_or_else(|| invalid!("--{flag} {text:?}: expected comma-separated finite numbers"))
+        .ok_or_else(|| invalid!(knob = knob, "{text:?}: expected comma-separated finite numbers"))
 }
 
 /// A coefficient set and a description of where it came from.
@@ -468,14 +484,14 @@ pub fn choose_coefficients(
     alpha: Option<&str>,
     beta: Option<&str>,
 ) -> Result<ChosenCoefficients, ScenarioError> {
-    let kind = latency_model.map(|m| m.parse::<ModelKind>().map_err(|e| invalid!("--latency-model: {e}"))).transpose()?;
+    let kind = latency_model.map(|m| m.parse::<ModelKind>().map_err(|e| invalid!(knob: latency_model, ": {e}"))).transpose()?;
     let (mut set, mut origin) = match (file, kind) {
         (Some(path), _) => {
-            let set = CoefficientSet::load(path).map_err(|e| invalid!("--coefficients {e}"))?;
+            let set = CoefficientSet::load(path).map_err(|e| invalid!(knob: coefficients, "{e}"))?;
             if let Some(k) = kind
                 && set.latency_model != k
             {
-                return Err(invalid!("--coefficients {}: is for {}, but --latency-model is {k}", path.display(), set.latency_model));
+                return Err(invalid!(knob: coefficients, "{}: is for {}, but --latency-model is {k}", path.display(), set.latency_model));
             }
             (set, path.display().to_string())
         }
@@ -487,7 +503,8 @@ pub fn choose_coefficients(
             }
             None => {
                 return Err(invalid!(
-                    "--latency-model {k}: BLIS ships no coefficients for it (they are per model and GPU); pass --coefficients FILE \
+                    knob: latency_model,
+                    "{k}: BLIS ships no coefficients for it (they are per model and GPU); pass --coefficients FILE \
                      (`blis fit DIR --latency-model {k} -o FILE` learns them from your runs) or --alpha-coeffs and --beta-coeffs"
                 ));
             }
@@ -495,11 +512,11 @@ pub fn choose_coefficients(
         (None, None) => (CoefficientSet::default_set(), format!("bundled {DEFAULT_SET}")),
     };
     if let Some(a) = alpha {
-        set.alpha = parse_coeffs("alpha-coeffs", a)?;
+        set.alpha = parse_coeffs(KnobId::alpha_coeffs, a)?;
         origin += " with --alpha-coeffs";
     }
     if let Some(b) = beta {
-        set.beta = parse_coeffs("beta-coeffs", b)?;
+        set.beta = parse_coeffs(KnobId::beta_coeffs, b)?;
         origin += " with --beta-coeffs";
     }
     set.widen_published_layout(Path::new(&origin)).map_err(|e| invalid!("{e}"))?;

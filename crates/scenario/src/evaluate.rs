@@ -121,10 +121,9 @@ pub fn evaluate(candidate: &Path, values: &KnobValues, files: &[(KnobValues, Str
     let name = candidate.display().to_string();
     let scenario = scenario(Some(candidate), values, files);
     let mut sink = Excerpts { keep: excerpts, worst: BinaryHeap::new(), decisions: 0 };
-    let report = scenario
-        .resolve()
-        .map_err(|e| crate::knobs::blame_files(e, &scenario.knobs, &scenario.files).0)
-        .and_then(|resolved| crate::simulate(resolved, Outputs { observers: Vec::new(), decisions: Some(&mut sink) }).map_err(|e| e.0));
+    let report = scenario.resolve().map_err(|e| e.to_string()).and_then(|resolved| {
+        crate::simulate(resolved, Outputs { observers: Vec::new(), decisions: Some(&mut sink) }).map_err(|e| e.to_string())
+    });
     match report {
         Err(error) => json!({ "candidate": name, "score": 0.0, "error": error, "trace": [format!("the candidate did not run: {error}")] }),
         Ok(r) => {

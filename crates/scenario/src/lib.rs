@@ -49,6 +49,7 @@ pub mod error;
 pub mod evaluate;
 #[cfg(feature = "clap")]
 mod help;
+pub mod knob_file;
 pub mod knobs;
 pub mod pd;
 pub mod report;
@@ -67,7 +68,8 @@ pub use error::ScenarioError;
 use crate::cluster::ClusterSetup;
 use crate::deployment::{Deployment, LongContext, seconds};
 use crate::error::invalid;
-use crate::knobs::{ConfigReport, FileOrigins, KnobValues, Knobs, Source, blame_files, report_entry};
+use crate::knob_file::FileOrigins;
+use crate::knobs::{ConfigReport, KnobId, KnobValues, Knobs, Source, report_entry};
 use crate::report::{ClientLatencyReport, DeploymentInfo, GroupObservers, RunReport, SCHEMA_VERSION, SimulatorInfo};
 
 /// Everything that defines a run, as given.
@@ -145,7 +147,7 @@ impl Scenario {
     /// Applies every rule: the deployment (vLLM's), the workload, the
     /// cluster. Errors are one line naming the knob, or the file a value came from.
     pub fn resolve(&self) -> Result<ResolvedScenario, ScenarioError> {
-        self.resolve_knobs().map_err(|e| blame_files(e, &self.knobs, &self.files))
+        self.resolve_knobs().map_err(|e| self.knobs.blame(e, &self.files))
     }
 
     /// Resolves and builds the cluster without simulating: the errors
@@ -172,7 +174,7 @@ impl Scenario {
             instance.client_timeout = Some(t);
             report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
         }
-        let horizon = k.horizon.value.map(|s| seconds("horizon", s)).transpose()?;
+        let horizon = k.horizon.value.map(|s| seconds(KnobId::horizon, s)).transpose()?;
         let cluster = ClusterSetup::resolve(
             k,
             policy,

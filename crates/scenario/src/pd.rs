@@ -16,7 +16,7 @@ use serde_json::json;
 
 use crate::deployment::{Deployment, LongContext};
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::{ConfigReport, Knob, Knobs, Source, report_entry};
+use crate::knobs::{ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Prefill → decode bandwidth per GPU unless given: a 400 Gb/s RDMA NIC per GPU, GB/s.
 pub const DEFAULT_TRANSFER_GB_PER_S: f64 = 50.0;
@@ -43,25 +43,23 @@ pub struct Pools {
     pub decode_latency: Arc<dyn LatencyModel>,
 }
 
-/// The P/D knobs other than the two pool sizes, with their flags.
-fn other_knobs(k: &Knobs) -> [(&'static str, bool); 14] {
-    [
-        ("pd-prefill-cache", k.pd_prefill_cache.value.is_some()),
-        ("pd-decider", k.pd_decider.value.is_some()),
-        ("pd-prefix-threshold", k.pd_prefix_threshold.value.is_some()),
-        ("pd-transfer-bandwidth", k.pd_transfer_bandwidth.value.is_some()),
-        ("pd-transfer-latency", k.pd_transfer_latency.value.is_some()),
-        ("prefill-hardware", k.prefill_hardware.value.is_some()),
-        ("decode-hardware", k.decode_hardware.value.is_some()),
-        ("prefill-tp", k.prefill_tp.value.is_some()),
-        ("decode-tp", k.decode_tp.value.is_some()),
-        ("prefill-max-num-seqs", k.prefill_max_num_seqs.value.is_some()),
-        ("decode-max-num-seqs", k.decode_max_num_seqs.value.is_some()),
-        ("prefill-max-num-batched-tokens", k.prefill_max_num_batched_tokens.value.is_some()),
-        ("decode-max-num-batched-tokens", k.decode_max_num_batched_tokens.value.is_some()),
-        ("prefill-routing-scorers", k.prefill_routing_scorers.value.is_some()),
-    ]
-}
+/// The P/D knobs other than the two pool sizes.
+const OTHER_KNOBS: [KnobId; 14] = [
+    KnobId::pd_prefill_cache,
+    KnobId::pd_decider,
+    KnobId::pd_prefix_threshold,
+    KnobId::pd_transfer_bandwidth,
+    KnobId::pd_transfer_latency,
+    KnobId::prefill_hardware,
+    KnobId::decode_hardware,
+    KnobId::prefill_tp,
+    KnobId::decode_tp,
+    KnobId::prefill_max_num_seqs,
+    KnobId::decode_max_num_seqs,
+    KnobId::prefill_max_num_batched_tokens,
+    KnobId::decode_max_num_batched_tokens,
+    KnobId::prefill_routing_scorers,
+];
 
 /// A pool of a disaggregated deployment.
 #[derive(Copy, Clone, Debug, PartialEq, Eq)]
@@ -88,13 +86,13 @@ fn pool(k: &Knobs, role: PoolRole, long_context: LongContext, warnings: &mut Vec
     };
     let mut pk = k.clone();
     // vLLM turns its hybrid KV cache manager off under a KV connector (NIXL).
-    pk.disable_hybrid_kv_cache_manager = Knob { value: Some(true), source: Source::Derived };
+    pk.disable_hybrid_kv_cache_manager = Knob { value: true, source: Source::Derived };
     if let Some(hw) = &hardware.value {
-        pk.hardware = Knob { value: Some(hw.clone()), source: Source::Flag };
+        pk.hardware = Knob { value: hw.clone(), source: Source::Flag };
         pk.hardware_config = Knob { value: None, source: Source::Default };
     }
-    if tp.value.is_some() {
-        pk.tp = tp.clone();
+    if let Some(value) = tp.value {
+        pk.tp = Knob { value, source: tp.source };
     }
     if seqs.value.is_some() {
         pk.max_num_seqs = seqs.clone();
@@ -163,50 +161,51 @@ fn resolve_knobs(
 ) -> Result<Option<Pools>, ScenarioError> {
     let (prefill, decode) = match (k.prefill_instances.value, k.decode_instances.value) {
         (None, None) => {
-            if let Some((flag, _)) = other_knobs(k).into_iter().find(|(_, given)| *given) {
-                return Err(invalid!("--{flag} needs a disaggregated deployment: add --prefill-instances N --decode-instances M"));
+            if let Some(&knob) = OTHER_KNOBS.iter().find(|&&knob| k.source(knob) != Source::Default) {
+                return Err(invalid!(knob = knob, "needs a disaggregated deployment: add --prefill-instances N --decode-instances M"));
             }
             return Ok(None);
         }
         (Some(p), Some(d)) => (p, d),
         (Some(_), None) => {
-            return Err(invalid!("--prefill-instances needs --decode-instances (a disaggregated deployment has both pools)"));
+            return Err(invalid!(knob: prefill_instances, "needs --decode-instances (a disaggregated deployment has both pools)"));
         }
         (None, Some(_)) => {
-            return Err(invalid!("--decode-instances needs --prefill-instances (a disaggregated deployment has both pools)"));
+            return Err(invalid!(knob: decode_instances, "needs --prefill-instances (a disaggregated deployment has both pools)"));
         }
     };
-    for (flag, n) in [("prefill-instances", prefill), ("decode-instances", decode)] {
+    for (knob, n) in [(KnobId::prefill_instances, prefill), (KnobId::decode_instances, decode)] {
         if n == 0 {
-            return Err(invalid!("--{flag} 0: a pool needs at least one instance"));
+            return Err(invalid!(knob = knob, "0: a pool needs at least one instance"));
         }
     }
     if k.num_instances.source != Source::Default {
-        return Err(invalid!("--num-instances and --prefill-instances/--decode-instances both size the fleet; give one or the other"));
+        return Err(invalid!(knob: num_instances, "and --prefill-instances/--decode-instances both size the fleet; give one or the other"));
     }
     let threshold = k.pd_prefix_threshold.value.unwrap_or(0);
     let decider_name = k.pd_decider.value.as_deref().unwrap_or("always");
-    let decider = PdDecider::parse(decider_name, threshold).map_err(|e| invalid!("--pd-decider {}", e.message))?;
+    let decider = PdDecider::parse(decider_name, threshold).map_err(|e| invalid!(knob: pd_decider, "{}", e.message))?;
     if k.pd_prefix_threshold.value.is_some() && !matches!(decider, PdDecider::PrefixThreshold(_)) {
-        return Err(invalid!("--pd-prefix-threshold needs --pd-decider prefix-threshold, got --pd-decider {decider_name}"));
+        return Err(invalid!(knob: pd_prefix_threshold, "needs --pd-decider prefix-threshold, got --pd-decider {decider_name}"));
     }
     if k.pd_decider.value.is_none() {
         report_entry(report, "pd-decider", &decider_name, Source::Default);
     }
-    let gb_per_s = crate::tiers::bandwidth("--pd-transfer-bandwidth", k.pd_transfer_bandwidth.value.unwrap_or(DEFAULT_TRANSFER_GB_PER_S))?;
+    let gb_per_s = crate::tiers::bandwidth(k.pd_transfer_bandwidth.value.unwrap_or(DEFAULT_TRANSFER_GB_PER_S))
+        .map_err(|m| invalid!(knob: pd_transfer_bandwidth, "{m}"))?;
     let latency = match &k.pd_transfer_latency.value {
-        Some(text) => parse_duration(text).map_err(|e| invalid!("--pd-transfer-latency {e}"))?,
+        Some(text) => parse_duration(text).map_err(|e| invalid!(knob: pd_transfer_latency, "{e}"))?,
         None => DEFAULT_TRANSFER_LATENCY,
     };
     let keep_cache = match k.pd_prefill_cache.value.as_deref() {
         None | Some("keep") => true,
         Some("drop") => false,
-        Some(other) => return Err(invalid!("--pd-prefill-cache {other}: unknown; allowed: keep, drop")),
+        Some(other) => return Err(invalid!(knob: pd_prefill_cache, "{other}: unknown; allowed: keep, drop")),
     };
     let scorers_text = k.prefill_routing_scorers.value.as_deref().unwrap_or(DEFAULT_PREFILL_SCORERS);
-    let scorers = parse_scorer_list(scorers_text).map_err(|m| invalid!("--prefill-routing-scorers {scorers_text:?}: {m}"))?;
+    let scorers = parse_scorer_list(scorers_text).map_err(|m| invalid!(knob: prefill_routing_scorers, "{scorers_text:?}: {m}"))?;
     let prefill_routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
-        .map_err(|e| invalid!("--prefill-routing-scorers {scorers_text:?}: {}", e.message))?;
+        .map_err(|e| invalid!(knob: prefill_routing_scorers, "{scorers_text:?}: {}", e.message))?;
 
     let p = pool(k, PoolRole::Prefill, long_context, warnings)?;
     let d = pool(k, PoolRole::Decode, long_context, warnings)?;

@@ -19,7 +19,7 @@ use blis_engine::metrics::Distribution;
 use serde_json::{Map, Value};
 
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::KnobValues;
+use crate::knobs::{KnobId, KnobValues};
 use crate::report::RunReport;
 use crate::{Outputs, Scenario};
 
@@ -113,7 +113,7 @@ impl Grid {
         for (names, steps) in &self.axes {
             for step in steps {
                 let one: Map<String, Value> = names.iter().cloned().zip(step.iter().cloned()).collect();
-                KnobValues::from_yaml(Value::Object(one), origin).map_err(|e| invalid!("{}", e.0))?;
+                KnobValues::from_yaml(Value::Object(one), origin)?;
             }
         }
         Ok(())
@@ -160,13 +160,13 @@ impl Grid {
     /// file instead (`--grid g.yaml: rate -5: ...`), one naming another flag
     /// or a file passes unchanged, and any other names the grid file and the value.
     fn blame(&self, origin: &str, a: usize, s: usize, err: ScenarioError) -> ScenarioError {
-        let Some(rest) = err.0.strip_prefix("--") else {
+        let Some(knob) = err.knob else {
             let (names, steps) = &self.axes[a];
             let values: Vec<String> = names.iter().zip(&steps[s]).map(|(n, v)| format!("{n} {}", cell(v))).collect();
             return invalid!("{origin}: {}: {err}", values.join(", "));
         };
-        let name = rest.split([' ', ':', ',', '=']).next().unwrap_or_default();
-        if self.columns().any(|c| c.replace('_', "-") == name) { invalid!("{origin}: {rest}") } else { err }
+        let swept = self.columns().any(|c| KnobId::from_flag(&c.replace('_', "-")) == Some(knob));
+        if swept { err.from_file(origin) } else { err }
     }
 
     /// The knob names, one column each, in axis order.
@@ -250,8 +250,8 @@ fn metric_fields(r: &RunReport) -> String {
 /// defaults, as `blis run` would; the error is the one line `blis run`
 /// would print.
 pub fn run_point(point: &Map<String, Value>, flags: &KnobValues, base: &Option<BaseKnobs>) -> Result<RunReport, String> {
-    let resolved = scenario_of(point, flags, base).and_then(|s| s.resolve()).map_err(|e| e.0)?;
-    crate::simulate(resolved, Outputs::default()).map_err(|e| e.0)
+    let resolved = scenario_of(point, flags, base).and_then(|s| s.resolve()).map_err(|e| e.to_string())?;
+    crate::simulate(resolved, Outputs::default()).map_err(|e| e.to_string())
 }
 
 /// The scenario of one point: its knob values over `flags` over `base` over the defaults.
@@ -304,7 +304,7 @@ mod tests {
             (json!({"axis": {"rate": [1]}}), "unknown key `axis`"),
             (json!({"axes": {"a": vec![0; 10_000], "b": vec![0; 10_000]}}), "more than"),
         ] {
-            let e = Grid::parse(grid, "g").unwrap_err().0;
+            let e = Grid::parse(grid, "g").unwrap_err().to_string();
             assert!(e.contains(needle), "{e}");
         }
     }
@@ -315,8 +315,9 @@ mod tests {
 
     #[test]
     fn every_grid_value_is_checked_by_resolving_its_scenario() {
-        let check =
-            |grid: Value, flags: &KnobValues| Grid::parse(grid, "g").unwrap().check_scenarios("--grid g", flags, &None).map_err(|e| e.0);
+        let check = |grid: Value, flags: &KnobValues| {
+            Grid::parse(grid, "g").unwrap().check_scenarios("--grid g", flags, &None).map_err(|e| e.to_string())
+        };
         for (grid, needle) in [
             (json!({"axes": {"seed": [1, 2], "rate": [5, -5]}}), "--grid g: rate -5"),
             (json!({"axes": {"rate": [0]}}), "--grid g: rate 0"),

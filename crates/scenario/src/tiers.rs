@@ -44,32 +44,33 @@ fn backend(k: &Knobs, tiers: &[TierConfig], block_size: u32, report: &mut Config
             Ok(lmcache)
         }
         None | Some("native") if below_host => Err(invalid!(
-            "--kv-offloading-backend native (vLLM's OffloadingConnector) keeps KV in host memory only; disk and remote tiers need --kv-offloading-backend lmcache"
+            knob: kv_offloading_backend,
+            "native (vLLM's OffloadingConnector) keeps KV in host memory only; disk and remote tiers need --kv-offloading-backend lmcache"
         )),
         None | Some("native") => Ok(StorePolicy::EveryFullBlock),
         Some("lmcache") => Ok(lmcache),
-        Some(other) => Err(invalid!("--kv-offloading-backend `{other}`: allowed values are native, lmcache")),
+        Some(other) => Err(invalid!(knob: kv_offloading_backend, "`{other}`: allowed values are native, lmcache")),
     }
 }
 
 /// A capacity in blocks: `blocks`, or `gib` of blocks of `block_bytes`
-/// (all shards); `what` names it in errors.
-fn capacity_blocks(what: &str, blocks: Option<u64>, gib: Option<f64>, block_bytes: f64) -> Result<u64, ScenarioError> {
+/// (all shards); the error says what is wrong with them.
+fn capacity_blocks(blocks: Option<u64>, gib: Option<f64>, block_bytes: f64) -> Result<u64, String> {
     match (blocks, gib) {
-        (Some(_), Some(_)) => Err(invalid!("{what}: give a size in GiB or in blocks, not both")),
-        (None, None) => Err(invalid!("{what}: needs a size (size_gib or blocks)")),
-        (Some(0), None) => Err(invalid!("{what}: 0 blocks; a tier needs at least one block")),
+        (Some(_), Some(_)) => Err("give a size in GiB or in blocks, not both".into()),
+        (None, None) => Err("needs a size (size_gib or blocks)".into()),
+        (Some(0), None) => Err("0 blocks; a tier needs at least one block".into()),
         (Some(n), None) => Ok(n),
         (None, Some(gib)) => {
             if !(gib.is_finite() && gib > 0.0) {
-                return Err(invalid!("{what}: size {gib:?} GiB must be a positive number"));
+                return Err(format!("size {gib:?} GiB must be a positive number"));
             }
             if gib > MAX_TIER_GIB {
-                return Err(invalid!("{what}: size {gib:e} GiB: must be at most {MAX_TIER_GIB:e} GiB (a PiB)"));
+                return Err(format!("size {gib:e} GiB: must be at most {MAX_TIER_GIB:e} GiB (a PiB)"));
             }
             let n = (gib * (1u64 << 30) as f64 / block_bytes).floor();
             if n < 1.0 {
-                return Err(invalid!("{what}: {gib} GiB holds less than one KV block ({:.1} MiB)", block_bytes / (1u64 << 20) as f64));
+                return Err(format!("{gib} GiB holds less than one KV block ({:.1} MiB)", block_bytes / (1u64 << 20) as f64));
             }
             Ok(n as u64)
         }
@@ -77,12 +78,13 @@ fn capacity_blocks(what: &str, blocks: Option<u64>, gib: Option<f64>, block_byte
 }
 
 /// A link bandwidth in GB/s, in [10⁻⁶, 10⁶] (a kB/s to a PB/s: slower
-/// links would push transfers past the simulated clock's span).
-pub(crate) fn bandwidth(what: &str, gb_per_s: f64) -> Result<f64, ScenarioError> {
+/// links would push transfers past the simulated clock's span); the error
+/// follows the value's name.
+pub(crate) fn bandwidth(gb_per_s: f64) -> Result<f64, String> {
     if gb_per_s.is_finite() && (1e-6..=1e6).contains(&gb_per_s) {
         Ok(gb_per_s)
     } else {
-        Err(invalid!("{what} {gb_per_s:?}: must be a number of GB/s in [1e-6, 1e6]"))
+        Err(format!("{gb_per_s:?}: must be a number of GB/s in [1e-6, 1e6]"))
     }
 }
 
@@ -103,19 +105,19 @@ pub fn resolve(
     let cpu_by_flag = k.kv_cpu_blocks.value.is_some() || k.kv_offloading_size.value.is_some();
     match (k.kv_cpu_blocks.value, k.kv_offloading_size.value) {
         (Some(_), Some(_)) => return Err(invalid!("give either --kv-cpu-blocks or --kv-offloading-size, not both")),
-        (Some(0), None) => return Err(invalid!("--kv-cpu-blocks 0: the CPU tier needs at least one block")),
+        (Some(0), None) => return Err(invalid!(knob: kv_cpu_blocks, "0: the CPU tier needs at least one block")),
         (Some(n), None) => tiers.push(TierConfig { medium: Medium::Cpu, blocks: n, link: None }),
         (None, Some(gib)) => {
             if !(gib.is_finite() && gib > 0.0) {
-                return Err(invalid!("--kv-offloading-size {gib:?}: must be a positive number of GiB"));
+                return Err(invalid!(knob: kv_offloading_size, "{gib:?}: must be a positive number of GiB"));
             }
             if gib > MAX_TIER_GIB {
-                return Err(invalid!("--kv-offloading-size {gib:e}: must be at most {MAX_TIER_GIB:e} GiB (a PiB of host memory)"));
+                return Err(invalid!(knob: kv_offloading_size, "{gib:e}: must be at most {MAX_TIER_GIB:e} GiB (a PiB of host memory)"));
             }
-            let what = format!("--kv-offloading-size {gib}");
-            let blocks = capacity_blocks(&what, None, Some(gib), block_bytes).map_err(|_| {
+            let blocks = capacity_blocks(None, Some(gib), block_bytes).map_err(|_| {
                 invalid!(
-                    "--kv-offloading-size {gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})",
+                    knob: kv_offloading_size,
+                    "{gib} GiB holds less than one KV block ({:.1} MiB at TP {tp} and --block-size {block_size})",
                     block_bytes / (1u64 << 20) as f64
                 )
             })?;
@@ -125,26 +127,28 @@ pub fn resolve(
         (None, None) => {}
     }
     for (i, spec) in k.kv_tiers.value.iter().flat_map(|l| &l.0).enumerate() {
-        let what = format!("--kv-tiers entry {} ({})", i + 1, spec.medium);
-        let medium = Medium::parse(&spec.medium).ok_or_else(|| {
-            invalid!("--kv-tiers entry {}: medium `{}`: allowed values are {}", i + 1, spec.medium, Medium::NAMES.join(", "))
-        })?;
+        let what = format!("entry {} ({})", i + 1, spec.medium);
+        let medium = Medium::parse(&spec.medium).ok_or_else(
+            || invalid!(knob: kv_tiers, "entry {}: medium `{}`: allowed values are {}", i + 1, spec.medium, Medium::NAMES.join(", ")),
+        )?;
         if medium == Medium::Cpu && cpu_by_flag {
-            return Err(invalid!("{what}: the CPU tier is given twice (also by --kv-offloading-size or --kv-cpu-blocks)"));
+            return Err(invalid!(knob: kv_tiers, "{what}: the CPU tier is given twice (also by --kv-offloading-size or --kv-cpu-blocks)"));
         }
-        let blocks = capacity_blocks(&what, spec.blocks, spec.size_gib, block_bytes)?;
+        let blocks = capacity_blocks(spec.blocks, spec.size_gib, block_bytes).map_err(|m| invalid!(knob: kv_tiers, "{what}: {m}"))?;
         let link = match medium {
             Medium::Cpu if spec.bandwidth_gb_s.is_some() || spec.latency.is_some() => {
                 return Err(invalid!(
+                    knob: kv_tiers,
                     "{what}: the CPU tier's link is the GPU's PCIe; set it with --kv-transfer-bandwidth and --kv-transfer-latency"
                 ));
             }
             Medium::Cpu => None,
             Medium::Disk | Medium::Remote => {
                 let (default_gb_s, default_latency) = if medium == Medium::Disk { DISK_LINK } else { REMOTE_LINK };
-                let gb_per_s = bandwidth(&format!("{what}: bandwidth_gb_s"), spec.bandwidth_gb_s.unwrap_or(default_gb_s))?;
+                let gb_per_s = bandwidth(spec.bandwidth_gb_s.unwrap_or(default_gb_s))
+                    .map_err(|m| invalid!(knob: kv_tiers, "{what}: bandwidth_gb_s {m}"))?;
                 let latency = match &spec.latency {
-                    Some(text) => parse_duration(text).map_err(|e| invalid!("{what}: latency {e}"))?,
+                    Some(text) => parse_duration(text).map_err(|e| invalid!(knob: kv_tiers, "{what}: latency {e}"))?,
                     None => default_latency,
                 };
                 // The node's disk or NIC serves every GPU's shard at once.
@@ -158,7 +162,8 @@ pub fn resolve(
             [k.kv_transfer_bandwidth.value.is_some(), k.kv_transfer_latency.value.is_some(), k.kv_offloading_backend.value.is_some()];
         if link_knobs[..2].iter().any(|&given| given) {
             return Err(invalid!(
-                "--kv-transfer-bandwidth and --kv-transfer-latency set the KV offloading link (GPU ↔ host) and need a tier (--kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers); the prefill → decode link of a disaggregated deployment is --pd-transfer-bandwidth / --pd-transfer-latency"
+                knob: kv_transfer_bandwidth,
+                "and --kv-transfer-latency set the KV offloading link (GPU ↔ host) and need a tier (--kv-offloading-size GIB, --kv-cpu-blocks N or --kv-tiers); the prefill → decode link of a disaggregated deployment is --pd-transfer-bandwidth / --pd-transfer-latency"
             ));
         }
         if link_knobs[2] {
@@ -168,7 +173,7 @@ pub fn resolve(
     }
     let policy = backend(k, &tiers, block_size, report)?;
     let gb_per_s = match k.kv_transfer_bandwidth.value {
-        Some(b) => bandwidth("--kv-transfer-bandwidth", b)?,
+        Some(b) => bandwidth(b).map_err(|m| invalid!(knob: kv_transfer_bandwidth, "{m}"))?,
         None => {
             // The spec's figure counts both directions; offload copies get
             // the share of it the physics-normalized model assumes.
@@ -178,7 +183,7 @@ pub fn resolve(
         }
     };
     let latency = match &k.kv_transfer_latency.value {
-        Some(text) => parse_duration(text).map_err(|e| invalid!("--kv-transfer-latency {e}"))?,
+        Some(text) => parse_duration(text).map_err(|e| invalid!(knob: kv_transfer_latency, "{e}"))?,
         None => DEFAULT_TRANSFER_LATENCY,
     };
     let link = LinkConfig { bytes_per_s: gb_per_s * 1e9, latency };

@@ -9,88 +9,114 @@ use blis_workload::synthetic::{ArrivalProcess, LengthSpec, SyntheticSpec};
 use blis_workload::{OpenOptions, Opened, OpenedWorkload, WorkloadInput};
 
 use crate::error::{ScenarioError, invalid};
-use crate::knobs::{ConfigReport, Knobs, Source, report_entry};
+use crate::knobs::{ConfigReport, KnobId, Knobs, Source, report_entry};
 
 /// Knobs of the synthetic workload only; giving one with another workload is an error.
-const SYNTHETIC_ONLY: [&str; 11] = [
-    "arrival",
-    "prompt-tokens",
-    "prompt-tokens-stdev",
-    "prompt-tokens-min",
-    "prompt-tokens-max",
-    "output-tokens",
-    "output-tokens-stdev",
-    "output-tokens-min",
-    "output-tokens-max",
-    "prefix-tokens",
-    "prefix-groups",
+const SYNTHETIC_ONLY: [KnobId; 11] = [
+    KnobId::arrival,
+    KnobId::prompt_tokens,
+    KnobId::prompt_tokens_stdev,
+    KnobId::prompt_tokens_min,
+    KnobId::prompt_tokens_max,
+    KnobId::output_tokens,
+    KnobId::output_tokens_stdev,
+    KnobId::output_tokens_min,
+    KnobId::output_tokens_max,
+    KnobId::prefix_tokens,
+    KnobId::prefix_groups,
 ];
 
-/// A length distribution from its four knobs.
-pub fn length(mean: Option<f64>, stdev: Option<f64>, min: Option<u32>, max: Option<u32>) -> LengthSpec {
-    LengthSpec { mean: mean.unwrap_or(1.0), stdev: stdev.unwrap_or(0.0), min: min.unwrap_or(1), max: max.unwrap_or(u32::MAX) }
+/// The prompt length distribution of the synthetic workload.
+pub fn prompt_length(k: &Knobs) -> LengthSpec {
+    LengthSpec {
+        mean: k.prompt_tokens.value,
+        stdev: k.prompt_tokens_stdev.value,
+        min: k.prompt_tokens_min.value,
+        max: k.prompt_tokens_max.value,
+    }
+}
+
+/// The output length distribution of the synthetic workload.
+pub fn output_length(k: &Knobs) -> LengthSpec {
+    LengthSpec {
+        mean: k.output_tokens.value,
+        stdev: k.output_tokens_stdev.value,
+        min: k.output_tokens_min.value,
+        max: k.output_tokens_max.value,
+    }
 }
 
 /// The synthetic workload the knobs describe, checked.
 pub fn synthetic_spec(k: &Knobs) -> Result<SyntheticSpec, ScenarioError> {
-    let arrival = match k.arrival.value.as_deref().unwrap_or("poisson") {
+    let arrival = match k.arrival.value.as_str() {
         "poisson" => ArrivalProcess::Poisson,
         "constant" => ArrivalProcess::Constant,
-        other => return Err(invalid!("--arrival {other}: unknown; allowed: poisson, constant")),
+        other => return Err(invalid!(knob: arrival, "{other}: unknown; allowed: poisson, constant")),
     };
-    if let (Some(groups), 0) = (k.prefix_groups.explicit(), k.prefix_tokens.value.unwrap_or(0)) {
+    if let (Some(groups), 0) = (k.prefix_groups.given(), k.prefix_tokens.value) {
         return Err(invalid!(
-            "--prefix-groups {groups} needs --prefix-tokens N: the groups differ by the shared prefix they put before each prompt"
+            knob: prefix_groups,
+            "{groups} needs --prefix-tokens N: the groups differ by the shared prefix they put before each prompt"
         ));
     }
     let spec = SyntheticSpec {
-        rate_per_s: k.rate.value.unwrap_or(f64::NAN),
+        rate_per_s: k.rate.value,
         arrival,
-        num_requests: k.num_requests.value.unwrap_or(0),
-        prompt: length(k.prompt_tokens.value, k.prompt_tokens_stdev.value, k.prompt_tokens_min.value, k.prompt_tokens_max.value),
-        output: length(k.output_tokens.value, k.output_tokens_stdev.value, k.output_tokens_min.value, k.output_tokens_max.value),
-        prefix_tokens: k.prefix_tokens.value.unwrap_or(0),
-        prefix_groups: k.prefix_groups.value.unwrap_or(1),
-        seed: k.seed.value.unwrap_or(0),
+        num_requests: k.num_requests.value,
+        prompt: prompt_length(k),
+        output: output_length(k),
+        prefix_tokens: k.prefix_tokens.value,
+        prefix_groups: k.prefix_groups.value,
+        seed: k.seed.value,
     };
-    spec.validate().map_err(|e| invalid!("{e}"))?;
+    spec.validate().map_err(|e| match KnobId::from_flag(e.flag) {
+        Some(knob) => ScenarioError::knob(knob, format!("{}: {}", e.value, e.allowed)),
+        None => invalid!("{e}"),
+    })?;
     Ok(spec)
 }
 
 /// `--max-concurrency`, when given: at least 1.
 pub fn max_concurrency(k: &Knobs) -> Result<Option<u32>, ScenarioError> {
     match k.max_concurrency.value {
-        Some(0) => Err(invalid!("--max-concurrency 0: must be at least 1")),
+        Some(0) => Err(invalid!(knob: max_concurrency, "0: must be at least 1")),
         limit => Ok(limit),
     }
+}
+
+/// A `NAME:WEIGHT,...` mix knob, if given.
+fn mix(knob: KnobId, text: &Option<String>) -> Result<Option<Mix>, ScenarioError> {
+    text.as_deref()
+        .map(|t| Mix::parse(knob.flag(), t).map_err(|e| ScenarioError::knob(knob, format!("{:?}: {}", e.text, e.problem))))
+        .transpose()
 }
 
 /// `--tenant-mix` and `--slo-class-mix`.
 pub fn label_mix(k: &Knobs) -> Result<LabelMix, ScenarioError> {
     Ok(LabelMix {
-        tenants: k.tenant_mix.value.as_deref().map(|t| Mix::parse("tenant-mix", t)).transpose().map_err(|e| invalid!("{e}"))?,
-        slo_classes: k.slo_class_mix.value.as_deref().map(|t| Mix::parse("slo-class-mix", t)).transpose().map_err(|e| invalid!("{e}"))?,
+        tenants: mix(KnobId::tenant_mix, &k.tenant_mix.value)?,
+        slo_classes: mix(KnobId::slo_class_mix, &k.slo_class_mix.value)?,
     })
 }
 
 /// Values given by flag or file that replace a spec's.
 pub fn overrides(k: &Knobs) -> Overrides {
     Overrides {
-        aggregate_rate: k.rate.explicit(),
-        seed: k.seed.explicit(),
-        num_requests: k.num_requests.explicit(),
-        default_num_requests: k.num_requests.value,
+        aggregate_rate: k.rate.given(),
+        seed: k.seed.given(),
+        num_requests: k.num_requests.given(),
+        default_num_requests: Some(k.num_requests.value),
     }
 }
 
 /// Refuses synthetic-only knobs (and `extra`) that were given explicitly,
 /// and drops them from the report since they do not apply.
-fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[&str]) -> Result<(), ScenarioError> {
-    for name in SYNTHETIC_ONLY.iter().chain(extra) {
-        if config.get(*name).is_some_and(|v| v["source"] != "default") {
-            return Err(invalid!("--{name} does not apply with {with}; the workload sets it"));
+fn reject_synthetic_knobs(config: &mut ConfigReport, with: &str, extra: &[KnobId]) -> Result<(), ScenarioError> {
+    for &knob in SYNTHETIC_ONLY.iter().chain(extra) {
+        if config.get(knob.flag()).is_some_and(|v| v["source"] != "default") {
+            return Err(invalid!(knob = knob, "does not apply with {with}; the workload sets it"));
         }
-        config.remove(*name);
+        config.remove(knob.flag());
     }
     Ok(())
 }
@@ -114,7 +140,8 @@ pub fn input(k: &Knobs) -> Result<WorkloadInput, ScenarioError> {
         (None, None, Some(name)) => {
             if !name.starts_with("preset:") && !name.starts_with("scenario:") {
                 return Err(invalid!(
-                    "--workload {name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"
+                    knob: workload,
+                    "{name}: expected preset:NAME or scenario:NAME (`blis workload list`); for a file use --workload-spec"
                 ));
             }
             WorkloadInput::Builtin(name.clone())
@@ -126,17 +153,12 @@ pub fn input(k: &Knobs) -> Result<WorkloadInput, ScenarioError> {
 /// The options the knobs give any workload.
 pub fn options(k: &Knobs) -> Result<OpenOptions, ScenarioError> {
     // One rule wherever the count comes from (flag, --config file, a spec's overrides).
-    if let Some(n) = k.num_requests.explicit()
+    if let Some(n) = k.num_requests.given()
         && !(1..=blis_workload::limits::MAX_REQUESTS).contains(&n)
     {
-        return Err(invalid!("--num-requests {n}: must be in [1, 1e12]"));
+        return Err(invalid!(knob: num_requests, "{n}: must be in [1, 1e12]"));
     }
-    Ok(OpenOptions {
-        overrides: overrides(k),
-        seed: k.seed.value.unwrap_or(0),
-        max_concurrency: max_concurrency(k)?,
-        label_mix: label_mix(k)?,
-    })
+    Ok(OpenOptions { overrides: overrides(k), seed: k.seed.value, max_concurrency: max_concurrency(k)?, label_mix: label_mix(k)? })
 }
 
 /// Opens the workload the knobs describe and records in `config` what it
@@ -148,13 +170,13 @@ pub fn open(k: &Knobs, config: &mut ConfigReport) -> Result<OpenedWorkload, Scen
     let input = input(k)?;
     // Knobs that cannot apply are refused before any file is read, where the input says which.
     match &input {
-        WorkloadInput::Trace(_) => reject_synthetic_knobs(config, "--trace", &["rate"])?,
+        WorkloadInput::Trace(_) => reject_synthetic_knobs(config, "--trace", &[KnobId::rate])?,
         WorkloadInput::Builtin(_) => reject_synthetic_knobs(config, "--workload", &[])?,
         _ => {}
     }
     let opened = blis_workload::open(&input, &options).map_err(|e| match (e, &input) {
-        (e @ (WorkloadError::UnknownTraceFormat { .. } | WorkloadError::EmptyTrace { .. }), _) => invalid!("--trace {e}"),
-        (e @ WorkloadError::InferencePerf { .. }, _) => invalid!("--workload-spec {e}"),
+        (e @ (WorkloadError::UnknownTraceFormat { .. } | WorkloadError::EmptyTrace { .. }), _) => invalid!(knob: trace, "{e}"),
+        (e @ WorkloadError::InferencePerf { .. }, _) => invalid!(knob: workload_spec, "{e}"),
         (e, _) => invalid!("{e}"),
     })?;
     match &opened.kind {
@@ -164,7 +186,7 @@ pub fn open(k: &Knobs, config: &mut ConfigReport) -> Result<OpenedWorkload, Scen
             report_entry(config, "num-requests", &opened.expected_requests, source);
         }
         Opened::InferencePerf { stages } => {
-            reject_synthetic_knobs(config, "an inference-perf --workload-spec", &["rate", "num-requests"])?;
+            reject_synthetic_knobs(config, "an inference-perf --workload-spec", &[KnobId::rate, KnobId::num_requests])?;
             report_entry(config, "num-requests", &opened.expected_requests, Source::Derived);
             report_entry(config, "inference-perf-stages", stages, Source::Derived);
         }

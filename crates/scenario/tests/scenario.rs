@@ -3,7 +3,7 @@
 //! simulates deterministically.
 
 use blis_scenario::deployment::{LongContext, Server};
-use blis_scenario::knobs::{KnobValues, Knobs, Source};
+use blis_scenario::knobs::{KnobId, KnobValues, Knobs, Source};
 use blis_scenario::{Outputs, Scenario, simulate};
 use proptest::prelude::*;
 
@@ -39,10 +39,18 @@ fn every_value_is_reported_with_its_source() {
 fn a_bad_value_names_the_file_it_came_from() {
     let file = KnobValues { block_size: Some(7), ..KnobValues::default() };
     let e = Scenario::from_values(&given(KnobValues::default()), vec![(file, "--config run.yaml".into())]).resolve().err().unwrap();
-    assert_eq!(e.0, "--config run.yaml: block-size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens");
+    assert_eq!(e.to_string(), "--config run.yaml: block-size 7: vLLM accepts [1, 8, 16, 32, 64, 128, 256] tokens");
+    // The knob is the error's subject, as data: nothing reads it back from the words.
+    assert_eq!((e.knob, e.file.as_deref()), (Some(KnobId::block_size), Some("--config run.yaml")));
     let flag = KnobValues { block_size: Some(7), ..KnobValues::default() };
     let e = Scenario::from_values(&given(flag), Vec::new()).resolve().err().unwrap();
-    assert!(e.0.starts_with("--block-size 7: "), "{e}");
+    assert!(e.to_string().starts_with("--block-size 7: "), "{e}");
+    assert_eq!((e.knob, e.file), (Some(KnobId::block_size), None));
+    // A knob whose message is not about its own value still names the file it came from.
+    let file = KnobValues { rate: Some(-1.0), tp: Some(3), ..KnobValues::default() };
+    let e = Scenario::from_values(&given(KnobValues::default()), vec![(file, "--config f.yaml".into())]).resolve().err().unwrap();
+    assert_eq!(e.knob, Some(KnobId::tp), "{e}");
+    assert!(e.to_string().starts_with("--config f.yaml: tp 3: "), "{e}");
 }
 
 /// vLLM's rule: without chunked prefill a default token budget grows to hold
@@ -91,7 +99,7 @@ fn batch_defaults_are_the_gpus_and_a_small_budget_caps_the_default_seats() {
     let zero = KnobValues { model: Some(MODEL.into()), max_num_batched_tokens: Some(0), ..on("H100") };
     let knobs = Knobs::layered(&[(&zero, Source::Flag)]);
     let e = Server::resolve(&knobs, LongContext::Refused, &mut knobs.report(), &mut Vec::new()).err().unwrap();
-    assert!(e.0.starts_with("--max-num-batched-tokens"), "{e}");
+    assert!(e.to_string().starts_with("--max-num-batched-tokens"), "{e}");
 }
 
 /// vLLM forces the KV block size of a latent-attention (MLA) model where its
@@ -126,7 +134,7 @@ fn a_context_longer_than_the_model_allows_is_refused_warned_or_taken_as_recorded
     let knobs = Knobs::layered(&[(&long, Source::Flag)]);
     let mut warnings = Vec::new();
     let e = Server::resolve(&knobs, LongContext::Refused, &mut knobs.report(), &mut warnings).err().unwrap();
-    assert!(e.0.contains("longer than the 4096 tokens") && e.0.contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"), "{e}");
+    assert!(e.to_string().contains("longer than the 4096 tokens") && e.to_string().contains("VLLM_ALLOW_LONG_MAX_MODEL_LEN=1"), "{e}");
     let s = Server::resolve(&knobs, LongContext::Allowed, &mut knobs.report(), &mut warnings).unwrap();
     assert_eq!((s.instance.scheduler.max_model_len, warnings.len()), (8192, 1));
     Server::resolve(&knobs, LongContext::Recorded, &mut knobs.report(), &mut warnings).unwrap();
