@@ -29,10 +29,10 @@ fn err(message: impl Into<String>) -> PyErr {
 /// folder, and errors name it).
 fn layers(text: &str, path: Option<&str>, flag: &str) -> Result<(KnobValues, Option<BaseKnobs>), String> {
     Ok(match path {
-        Some(p) => (KnobValues::default(), Some((KnobValues::load(Path::new(p)).map_err(|e| e.0)?, format!("{flag} {p}")))),
+        Some(p) => (KnobValues::default(), Some((KnobValues::load(Path::new(p)).map_err(|e| e.to_string())?, format!("{flag} {p}")))),
         None => {
             let raw: Value = blis_data::yaml::from_str(text).map_err(|e| format!("the scenario: not valid YAML: {e}"))?;
-            (KnobValues::from_yaml(raw, "the scenario").map_err(|e| e.0)?, None)
+            (KnobValues::from_yaml(raw, "the scenario").map_err(|e| e.to_string())?, None)
         }
     })
 }
@@ -83,10 +83,10 @@ fn run(py: Python<'_>, text: &str, path: Option<&str>, requests: bool) -> PyResu
         .detach(|| -> Result<(String, Records), String> {
             let (values, file) = layers(text, path, "--config")?;
             let scenario = Scenario::from_values(&values, file.into_iter().collect());
-            let resolved = scenario.resolve().map_err(|e| blis_scenario::knobs::blame_files(e, &scenario.knobs, &scenario.files).0)?;
+            let resolved = scenario.resolve().map_err(|e| e.to_string())?;
             let mut records = Records::default();
             let observers: Vec<&mut dyn Observer> = if requests { vec![&mut records] } else { Vec::new() };
-            let report = blis_scenario::simulate(resolved, Outputs { observers, decisions: None }).map_err(|e| e.0)?;
+            let report = blis_scenario::simulate(resolved, Outputs { observers, decisions: None }).map_err(|e| e.to_string())?;
             let json = serde_json::to_string_pretty(&report).map_err(|e| format!("rendering the report: {e}"))?;
             Ok((json, records))
         })
@@ -115,8 +115,8 @@ fn run(py: Python<'_>, text: &str, path: Option<&str>, requests: bool) -> PyResu
 #[pyo3(signature = (text, base, base_path=None))]
 fn grid_points(text: &str, base: &str, base_path: Option<&str>) -> PyResult<(String, Vec<String>)> {
     let raw: Value = blis_data::yaml::from_str(text).map_err(|e| err(format!("the grid: not valid YAML: {e}")))?;
-    let grid = Grid::parse(raw, "the grid").map_err(|e| err(e.0))?;
-    grid.check_knobs("the grid").map_err(|e| err(e.0))?;
+    let grid = Grid::parse(raw, "the grid").map_err(|e| err(e.to_string()))?;
+    grid.check_knobs("the grid").map_err(|e| err(e.to_string()))?;
     let (flags, file) = layers(base, base_path, "--base").map_err(err)?;
     grid.check_scenarios("the grid", &flags, &file).map_err(|e| err(e.to_string()))?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));

@@ -1024,7 +1024,7 @@ mod tests {
     fn server(hardware: &str) -> Server {
         let given =
             blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), hardware: Some(hardware.into()), ..Default::default() };
-        blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server
+        blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().primary().server.clone()
     }
 
     /// A data-parallel server's engines step independently: the features a

@@ -182,7 +182,7 @@ impl ObservedRun {
         let given = KnobValues { trace: Some(csv.to_path_buf()), ..given.clone() };
         let header_origin = format!("trace header {}", header_path(csv).display());
         let scenario = Scenario::from_values(&given, vec![(header.values.clone(), header_origin.clone())]);
-        let server = scenario.resolve().map_err(|e| unreproducible(csv, e))?.deployment.server;
+        let server = scenario.resolve().map_err(|e| unreproducible(csv, e))?.primary().server.clone();
         let timed: Vec<_> = real.requests.iter().filter_map(|r| r.ttft_us.map(|t| (r.request_id, t, r.e2e_us))).collect();
         if timed.is_empty() {
             return Err(unreproducible(

@@ -1264,7 +1264,7 @@ mod tests {
             [("0", "kv_producer"), ("2", "kv_consumer")]
         );
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
-        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
+        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().primary().server.clone();
         let basis = blis_physics::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
         let fitted = |t: &OtelTrace| fit_steps(t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap().steps_used;
         assert_eq!(fitted(&trace), (12 - WARM_UP_STEPS) + (15 - WARM_UP_STEPS), "each server's first steps are its warm-up");
@@ -1310,7 +1310,7 @@ mod tests {
         assert_eq!(j.times_us(["DEPARTED"]), Some([98.0]), "the monotonic clock where it has them all");
         // One step is within the warm-up: nothing to fit, said plainly.
         let given = blis_scenario::knobs::KnobValues { model: Some("Llama-2-7b-hf".into()), ..Default::default() };
-        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().deployment.server;
+        let s = blis_scenario::Scenario::from_values(&given, Vec::new()).resolve().unwrap().primary().server.clone();
         let basis = blis_physics::latency::ModelKind::Blackbox.basis(&s.model, &s.gpu, s.tp, &s.instance).unwrap();
         let err = fit_steps(&t, basis.as_ref(), &[(0.0, 1.0); 6], 1e-3, &s.instance).unwrap_err();
         assert!(err.contains("no step after the first 10"), "{err}");

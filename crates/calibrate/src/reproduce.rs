@@ -9,16 +9,14 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use blis_cluster::policy::PolicyBundle;
-use blis_cluster::{Cluster, ClusterConfig};
-use blis_engine::driver::run_single;
-use blis_engine::instance::{Fanout, Instance, InstanceStats, Observer};
+use blis_engine::instance::Observer;
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::RequestRecord;
 use blis_physics::catalog;
-use blis_scenario::deployment::{LongContext, Server};
+use blis_scenario::deployment::{Deployment, LongContext, Server};
 use blis_scenario::knob_file::FileOrigins;
 use blis_scenario::knobs::{KnobValues, Knobs, Source};
+use blis_scenario::{Outputs, ResolvedScenario};
 use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};
 use blis_workload::{OpenOptions, WorkloadInput};
 
@@ -377,30 +375,21 @@ pub fn simulate(
         }
     };
     let csv_row_of = run.send_order(seed);
-    let mut workload = blis_workload::open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed, ..OpenOptions::default() })
+    let workload = blis_workload::open(&WorkloadInput::InferencePerf(Box::new(run)), &OpenOptions { seed, ..OpenOptions::default() })
         .map_err(|e| unreproducible(e.to_string()))?;
     let mut client = ClientObserver::new(exp.stages.len(), workload.expected_requests as usize, token_gaps);
-    let mut observers = Fanout::new(vec![&mut client, extra]);
-    let stats: Vec<InstanceStats> = if setup.data_parallel_size > 1 {
-        let config =
-            ClusterConfig::fixed(setup.data_parallel_size, setup.server.instance.clone(), latency, PolicyBundle::vllm_data_parallel());
-        let mut cluster = Cluster::new(config).map_err(|e| unreproducible(e.to_string()))?;
-        cluster.run(workload.stream.as_mut(), None, &mut observers);
-        cluster.instances().iter().map(|i| i.stats().clone()).collect()
-    } else {
-        let instance = Instance::new(0, setup.server.instance.clone(), latency).map_err(|e| unreproducible(e.to_string()))?;
-        vec![run_single(instance, workload.stream.as_mut(), None, &mut observers).1.stats().clone()]
-    };
-    let sum = |count: fn(&InstanceStats) -> u64| stats.iter().map(count).sum::<u64>();
-    let (hits, queried) = (sum(|s| s.prefix_hit_tokens), sum(|s| s.prefix_query_tokens));
-    let prefix_hit_rate = if queried > 0 { hits as f64 / queried as f64 } else { 0.0 };
+    let deployment = Deployment { server: setup.server.clone(), latency, coefficients: String::new() };
+    let resolved = ResolvedScenario::one_server(deployment, setup.data_parallel_size, workload, seed);
+    let outputs = Outputs { observers: vec![&mut client, extra], decisions: None };
+    let report = blis_scenario::simulate(resolved, outputs).map_err(|e| unreproducible(e.to_string()))?;
+    let s = &report.summary;
     Ok(Simulated {
         client,
         csv_row_of,
-        steps: sum(|s| s.steps),
-        preemptions: sum(|s| s.preemptions),
-        moe_kernel_compiles: sum(|s| s.moe_kernel_compiles),
-        prefix_hit_rate,
+        steps: s.batch.steps,
+        preemptions: s.kv_cache.preemptions,
+        moe_kernel_compiles: s.batch.moe_kernel_compiles,
+        prefix_hit_rate: s.kv_cache.prefix_hit_rate,
         mean_output_tokens,
         fixed_output,
     })

@@ -293,7 +293,8 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         Some(_) => e,
         None => e.replacen("--model ", &format!("--otel {}: the trace's gen_ai.request.model ", path.display()), 1),
     };
-    let server = Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{}", blame(e.to_string())))?.deployment.server;
+    let server =
+        Scenario::from_values(&given, Vec::new()).resolve().map_err(|e| bad_input!("{}", blame(e.to_string())))?.primary().server.clone();
     let frame = FitFrame::of([&server], &start_set(args, kind)?);
     let basis = frame
         .empty_set(kind)

@@ -97,7 +97,7 @@ fn sets(names: &[String]) -> anyhow::Result<Vec<(String, LayerTerms)>> {
 /// finite), on a server of the reference GPU; the error names the coefficient.
 fn check_as_simulated(set: &CoefficientSet) -> anyhow::Result<()> {
     let given = KnobValues { model: Some(CHECK_MODEL.into()), hardware: Some(REFERENCE_GPU.into()), ..KnobValues::default() };
-    let s = Scenario::from_values(&given, Vec::new()).resolve()?.deployment.server;
+    let s = Scenario::from_values(&given, Vec::new()).resolve()?.primary().server.clone();
     set.latency_model(&s.model, &s.gpu, s.tp, &s.instance).map_err(anyhow::Error::msg)?;
     Ok(())
 }

@@ -10,12 +10,14 @@ use std::path::Path;
 use anyhow::Context;
 
 use blis_calibrate::otel::OtelWriter;
+use blis_cluster::fleet::{Replicas, Role};
 use blis_cluster::trace::DecisionSink;
 use blis_engine::instance::Observer;
 use blis_scenario::report::RunReport;
-use blis_scenario::{Outputs, Scenario};
+use blis_scenario::{Outputs, ResolvedScenario, Scenario};
 
 use crate::decisions::TraceWriter;
+use crate::error::bad_input;
 use crate::output::{AtomicFile, CsvColumns, KvEventsJson, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
 use crate::table::table;
 
@@ -34,18 +36,38 @@ pub struct Files<'a> {
     pub quiet: bool,
 }
 
+/// The prefill pool's instance slots, `0..n`, of a disaggregated fleet
+/// (whose fixed prefill pools come first); `None` for an aggregated one.
+/// With `otel`, refused for an autoscaled prefill pool, whose replicas take
+/// slots as they come and go, so a span's slot does not say its role.
+fn prefill_slots(resolved: &ResolvedScenario, otel: bool) -> anyhow::Result<Option<u32>> {
+    resolved.fleet.pd.as_ref().map_or(Ok(None), |_| {
+        let prefill = resolved.fleet.pools.iter().filter(|p| p.role == Role::Prefill);
+        let fixed: Option<u32> = prefill.map(|p| if let Replicas::Fixed(n) = p.replicas { Some(n) } else { None }).sum();
+        match fixed {
+            Some(n) => Ok(Some(n)),
+            None if otel => Err(bad_input!(
+                "--otel-output with an autoscaled prefill pool: its replicas take instance slots as they come and go, so the traces could not say which spans are prefill; drop --otel-output or fix the prefill pool's size"
+            )
+            .into()),
+            None => Ok(None),
+        }
+    })
+}
+
 /// Resolves and simulates `scenario`, writing `files`; `extra` sees every
 /// engine callback too. Returns the report and the wall time, seconds.
 pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Observer>) -> anyhow::Result<(RunReport, f64)> {
     let mut resolved = scenario.resolve()?;
     warn(&resolved.warnings);
     let mut kv_events = files.kv_events_output.map(KvEventsJson::create).transpose()?;
-    let prefill_pool = resolved.cluster.config.pd.as_ref().map(|pd| pd.prefill_instances);
+    let prefill_pool = prefill_slots(&resolved, files.otel_output.is_some())?;
     let mut otel = files
         .otel_output
         .map(|p| {
             AtomicFile::create("otel-output", p).map(|f| {
-                let writer = OtelWriter::new(f, &resolved.deployment.server.model_name, resolved.deployment.latency.as_ref());
+                let primary = resolved.primary();
+                let writer = OtelWriter::new(f, &primary.server.model_name, primary.latency.as_ref());
                 match prefill_pool {
                     Some(n) => writer.with_prefill_pool(n),
                     None => writer,
@@ -56,10 +78,10 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     if kv_events.is_some() {
         resolved.record_kv_events();
     }
-    let columns = CsvColumns { offload: resolved.deployment.server.instance.offload.is_some(), pd: resolved.cluster.config.pd.is_some() };
+    let columns = CsvColumns { offload: resolved.primary().server.instance.offload.is_some(), pd: resolved.fleet.pd.is_some() };
     let mut csv = files.requests_csv.map(|p| RequestCsv::create(p, columns)).transpose()?;
     let mut trace = match (files.trace_output, resolved.cluster.trace) {
-        (Some(path), true) => Some(TraceWriter::create(path, resolved.cluster.config.labels.clone())?),
+        (Some(path), true) => Some(TraceWriter::create(path, resolved.cluster.control.labels.clone())?),
         _ => None,
     };
     print_warnings();

@@ -36,8 +36,9 @@ use blis_engine::request::{Labels, Outcome, Request, RequestId, RequestRecord, e
 use blis_engine::time::Micros;
 
 use crate::anomaly::AnomalyDetector;
-use crate::autoscale::scaler::{Actions, Autoscaler, Counters, ScaleEvent, Traced};
+use crate::autoscale::scaler::{Actions, Counters, ScaleEvent, Traced};
 use crate::autoscale::{ReplicaTrace, ScaleTrace};
+use crate::fleet::{FleetState, Role};
 use crate::metrics::ClusterMetrics;
 use crate::pd::PdGate;
 use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RejectReason, RoutingPolicy, ScoreSheet};
@@ -82,8 +83,8 @@ pub enum GatewayEvent {
     DeliverPrefilled(Request, u32),
     /// Re-read a periodic snapshot field of every instance (background).
     Refresh(Field),
-    /// An autoscaler event (background).
-    Scale(ScaleEvent),
+    /// An event of scaling group `.0`'s autoscaler (background).
+    Scale(u16, ScaleEvent),
 }
 
 /// State that instance callbacks update.
@@ -137,15 +138,23 @@ struct Hook<'a> {
     workload: &'a mut dyn Workload,
     reported: bool,
     pd: Option<&'a mut PdGate>,
+    /// Each instance slot's role.
+    roles: &'a [Role],
 }
 
 impl<'a> Hook<'a> {
-    fn new(book: &'a mut Book, user: &'a mut dyn Observer, workload: &'a mut dyn Workload, pd: Option<&'a mut PdGate>) -> Hook<'a> {
-        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false, pd }
+    fn new(
+        book: &'a mut Book,
+        user: &'a mut dyn Observer,
+        workload: &'a mut dyn Workload,
+        pd: Option<&'a mut PdGate>,
+        roles: &'a [Role],
+    ) -> Hook<'a> {
+        Hook { book, user_tokens: user.observes_tokens(), user, workload, reported: false, pd, roles }
     }
 
     fn on_prefill_instance(&self, i: Option<u32>) -> bool {
-        matches!((&self.pd, i), (Some(pd), Some(i)) if pd.is_prefill(i))
+        self.pd.is_some() && i.is_some_and(|i| self.roles[i as usize] == Role::Prefill)
     }
 }
 
@@ -214,12 +223,14 @@ pub struct Gateway<'s> {
     pub(crate) block_size: u32,
     pub(crate) in_control_plane: u64,
     pub(crate) sink: Option<&'s mut dyn DecisionSink>,
-    /// The instances a request may be routed to, by ascending id: every
-    /// instance, or with autoscaling the routable replicas.
+    /// The instances a request may be routed to, by ascending id: the
+    /// serve or decode pools' instances that take requests (a fixed pool's,
+    /// an autoscaled pool's routable replicas).
     pub(crate) candidates: Vec<u32>,
     /// Requests waiting for a routable replica, with when they started waiting.
     pub(crate) held: VecDeque<(Request, Micros)>,
-    pub(crate) scaler: Option<Box<Autoscaler>>,
+    /// Each slot's role and owner, and the scaling groups' autoscalers.
+    pub(crate) fleet: FleetState,
     pub(crate) actions: Actions,
     /// Prefill/decode disaggregation: the prefill pool's routing and the
     /// requests between the pools.
@@ -317,7 +328,9 @@ impl Gateway<'_> {
         self.book.dispatched.in_flight[i] += 1;
         self.book.dispatched.pending[i] += 1;
         self.store.on_routed(i);
-        let disaggregate = self.pd.as_mut().map(|pd| pd.decider.disaggregate(uncached_tokens(pd, &req, &cx.instances()[i])));
+        // With no prefill replica routable (an autoscaled prefill pool at zero), the decode instance runs the prompt itself.
+        let disaggregate =
+            self.pd.as_mut().map(|pd| !pd.candidates.is_empty() && pd.decider.disaggregate(uncached_tokens(pd, &req, &cx.instances()[i])));
         let (req, target) = match (disaggregate, self.pd.as_mut()) {
             (Some(true), Some(pd)) => {
                 let prefill = pd.depart(req, chosen);
@@ -413,20 +426,23 @@ impl Gateway<'_> {
     }
 
     /// No replica is routable: the request waits at the gateway, and a
-    /// fleet scaled to zero starts one.
+    /// fleet scaled to zero starts one (each scaling group of a routed pool
+    /// that has none).
     fn hold(&mut self, req: Request, cx: &mut Context<'_, GatewayEvent>) {
         let now = cx.now();
         self.held.push_back((req, now));
-        if let Some(scaler) = self.scaler.as_mut() {
-            let (fleet, _, _) = cx.split();
-            scaler.activate(now, fleet, &mut self.actions);
-            self.apply_actions(cx);
+        for g in 0..self.fleet.scalers.len() {
+            if self.fleet.group_role(g).routed() {
+                let (fleet, _, _) = cx.split();
+                self.fleet.scalers[g].activate(now, fleet, &mut self.actions);
+                self.apply_actions(g, cx);
+            }
         }
     }
 
     fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, cx: &mut Context<'_, GatewayEvent>) {
         self.book.dispatched.pending[i] -= 1;
-        if self.scaler.as_ref().is_some_and(|s| !s.accepts(i)) {
+        if !self.fleet.accepts(i) {
             // The replica stopped taking work while the request was on its way.
             self.book.dispatched.in_flight[i] -= 1;
             self.spare_hashes.extend(hashes);
@@ -434,10 +450,12 @@ impl Gateway<'_> {
             return;
         }
         self.in_control_plane -= 1;
-        let prefill = self.pd.as_ref().is_some_and(|pd| pd.is_prefill(i as u32));
+        let prefill = self.pd.is_some() && self.fleet.roles[i] == Role::Prefill;
         if !prefill {
             self.book.anomalies.on_deliver(i, cx.instances(), &self.candidates);
         }
+        // The router hashes with the first routed pool's block size; another pool's instance hashes for itself.
+        let hashes = hashes.filter(|_| cx.instances()[i].config().block_size == self.block_size);
         let spare = self.with_hook(i, cx, |fleet, hook| {
             let mut hashes = hashes;
             match prefill {
@@ -455,13 +473,13 @@ impl Gateway<'_> {
     fn with_hook<T>(&mut self, i: usize, cx: &mut Context<'_, GatewayEvent>, act: impl FnOnce(&mut Fleet, &mut Hook<'_>) -> T) -> T {
         let now = cx.now();
         let (fleet, obs, workload) = cx.split();
-        let mut hook = Hook::new(&mut self.book, obs, workload, self.pd.as_mut());
+        let mut hook = Hook::new(&mut self.book, obs, workload, self.pd.as_mut(), &self.fleet.roles);
         let out = act(fleet, &mut hook);
         let reported = hook.reported;
         self.after_instance_event(i, reported, fleet.instances(), now);
-        if let Some(scaler) = self.scaler.as_mut() {
-            scaler.settle(i, now, fleet, &mut self.actions);
-            self.apply_actions(cx);
+        if let Some(g) = self.fleet.group_of(i) {
+            self.fleet.scalers[g].settle(i, now, fleet, &mut self.actions);
+            self.apply_actions(g, cx);
         }
         self.settle_prefills(cx);
         out
@@ -491,26 +509,39 @@ impl Gateway<'_> {
         cx.schedule_background(now + interval, EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
     }
 
-    fn on_scale(&mut self, event: ScaleEvent, cx: &mut Context<'_, GatewayEvent>) {
-        let Some(scaler) = self.scaler.as_mut() else {
-            return;
-        };
+    fn on_scale(&mut self, g: usize, event: ScaleEvent, cx: &mut Context<'_, GatewayEvent>) {
         let now = cx.now();
+        // Requests held at the gateway wait for a routed replica; a prefill group sees none.
+        let held = if self.fleet.group_role(g).routed() { self.held.len() as u32 } else { 0 };
         let (fleet, _, _) = cx.split();
-        scaler.on_event(event, now, fleet, self.held.len() as u32, &self.book.counters, &mut self.actions);
-        self.apply_actions(cx);
+        self.fleet.scalers[g].on_event(event, now, fleet, held, &self.book.counters, &mut self.actions);
+        self.apply_actions(g, cx);
     }
 
-    /// Carries out what the autoscaler asked for: its events, the state of
-    /// new replicas' slots, requests to route again, the routable set and
-    /// held requests, the trace.
-    fn apply_actions(&mut self, cx: &mut Context<'_, GatewayEvent>) {
+    /// The routable instances of every pool, by role: the routing
+    /// candidates and the prefill pool's.
+    pub(crate) fn refresh_candidates(&mut self) {
+        let fleet = &self.fleet;
+        let routable = |role: fn(Role) -> bool| (0..fleet.roles.len()).filter(move |&i| role(fleet.roles[i]) && fleet.accepts(i));
+        self.candidates.clear();
+        self.candidates.extend(routable(Role::routed).map(|i| i as u32));
+        if let Some(pd) = self.pd.as_mut() {
+            pd.candidates.clear();
+            pd.candidates.extend(routable(|r| r == Role::Prefill).map(|i| i as u32));
+        }
+    }
+
+    /// Carries out what group `g`'s autoscaler asked for: its events, the
+    /// state of new replicas' slots, requests to route again, the routable
+    /// sets and held requests, the trace.
+    fn apply_actions(&mut self, g: usize, cx: &mut Context<'_, GatewayEvent>) {
         let now = cx.now();
         for (at, event) in self.actions.schedule.drain(..) {
-            cx.schedule_background(at, EventClass::ScalingTick, GatewayEvent::Scale(event));
+            cx.schedule_background(at, EventClass::ScalingTick, GatewayEvent::Scale(g as u16, event));
         }
         for slot in self.actions.started.drain(..) {
             let i = slot as usize;
+            self.fleet.started(g, i);
             let inst = &cx.instances()[i];
             self.store.reset(i, inst, now);
             self.prefix.reset(i, inst.kv().capacity_blocks());
@@ -524,7 +555,7 @@ impl Gateway<'_> {
             self.sheet.ensure(i + 1);
         }
         let rerouted = self.actions.evicted.len();
-        let aborting = self.scaler.as_ref().is_some_and(|s| s.aborts_running());
+        let aborting = self.fleet.scalers[g].aborts_running();
         for (slot, req) in self.actions.evicted.drain(..) {
             self.book.dispatched.in_flight[slot as usize] -= 1;
             self.book.anomalies.on_evict(req.id);
@@ -544,17 +575,19 @@ impl Gateway<'_> {
             self.in_control_plane += 1;
             cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
         }
-        if let Some(scaler) = self.scaler.as_mut() {
-            scaler.on_rerouted(rerouted);
-            if std::mem::take(&mut self.actions.routable_changed) {
-                scaler.fill_routable(&mut self.candidates);
-                if !self.candidates.is_empty() {
-                    for (req, since) in self.held.drain(..) {
-                        scaler.on_released(now - since);
-                        cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
-                    }
+        self.fleet.scalers[g].on_rerouted(rerouted);
+        if std::mem::take(&mut self.actions.routable_changed) {
+            self.refresh_candidates();
+            if !self.candidates.is_empty() {
+                let scaler = &mut self.fleet.scalers[g];
+                for (req, since) in self.held.drain(..) {
+                    scaler.on_released(now - since);
+                    cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
                 }
             }
+        }
+        {
+            let scaler = &self.fleet.scalers[g];
             for t in self.actions.traces.drain(..) {
                 if let Some(sink) = self.sink.as_deref_mut() {
                     match &t {
@@ -576,9 +609,9 @@ impl ControlPlane for Gateway<'_> {
         for field in self.store.periodic_fields() {
             cx.schedule_background(self.store.interval(field), EventClass::SnapshotRefresh, GatewayEvent::Refresh(field));
         }
-        if let Some(scaler) = self.scaler.as_ref() {
-            scaler.start(&mut self.actions);
-            self.apply_actions(cx);
+        for g in 0..self.fleet.scalers.len() {
+            self.fleet.scalers[g].start(&mut self.actions);
+            self.apply_actions(g, cx);
         }
     }
 
@@ -597,7 +630,7 @@ impl ControlPlane for Gateway<'_> {
             GatewayEvent::Deliver(req, i, hashes) => self.on_deliver(req, i as usize, hashes, cx),
             GatewayEvent::DeliverPrefilled(req, i) => self.on_deliver_prefilled(req, i as usize, cx),
             GatewayEvent::Refresh(field) => self.on_refresh(field, cx),
-            GatewayEvent::Scale(event) => self.on_scale(event, cx),
+            GatewayEvent::Scale(g, event) => self.on_scale(usize::from(g), event, cx),
         }
     }
 

@@ -27,19 +27,16 @@
 //! `prefill_keeps_cache` off, forgets it.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
 
 use blis_engine::instance::InstanceStats;
 use blis_engine::kv::transfer::KvTransferStats;
-use blis_engine::latency::LatencyModel;
 use blis_engine::metrics::{BatchReport, Collector, KvReport, RunSummary};
 use blis_engine::request::{PdPhases, Request, RequestId, RequestRecord};
-use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::autoscale::Span;
 use crate::error::ConfigError;
+use crate::fleet::Role;
 use crate::policy::{RoutingPolicy, RoutingSpec, ScoreSheet};
 
 /// Whether a request is disaggregated.
@@ -94,68 +91,18 @@ impl PdDecider {
     }
 }
 
-/// The prefill pool and the decider; the cluster's own instances
-/// ([`crate::ClusterConfig`]) are the decode pool.
-#[derive(Clone)]
-pub struct PdConfig {
-    /// Prefill instances (at least 1).
-    pub prefill_instances: u32,
-    /// Their configuration.
-    pub prefill_instance: InstanceConfig,
-    /// Their step-time model.
-    pub prefill_latency: Arc<dyn LatencyModel>,
+/// How a disaggregated deployment's gateway uses its prefill pool
+/// ([`crate::fleet::Role::Prefill`]): which requests go through it, how a
+/// prefill replica is chosen, and what it keeps.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PdPolicy {
     /// How a disaggregated request's prefill instance is chosen.
     pub prefill_routing: RoutingSpec,
     /// Which requests are disaggregated.
     pub decider: PdDecider,
-    /// GPUs of one prefill instance (its tensor-parallel degree).
-    pub prefill_gpus_per_instance: u32,
-    /// GPUs of one decode instance.
-    pub decode_gpus_per_instance: u32,
     /// Whether a prefill instance keeps a prompt's blocks in its prefix
     /// cache once the decode instance pulled them (vLLM does), or forgets them.
     pub prefill_keeps_cache: bool,
-}
-
-/// One pool in the policy file's `pools:` section; what is not given comes
-/// from the flags (`--prefill-tp`, …) or the deployment.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PoolSection {
-    /// Instances.
-    pub instances: Option<u32>,
-    /// GPU.
-    pub hardware: Option<String>,
-    /// Tensor-parallel degree.
-    pub tp: Option<u32>,
-    /// `--max-num-seqs`.
-    pub max_num_seqs: Option<u32>,
-    /// `--max-num-batched-tokens`.
-    pub max_num_batched_tokens: Option<u32>,
-    /// Routing scorers and weights (prefill pool only: the decode pool's
-    /// routing is the `routing:` section).
-    pub routing_scorers: Option<BTreeMap<String, f64>>,
-}
-
-/// The policy file's `pools:` section: a disaggregated deployment.
-#[derive(Clone, Debug, Default, PartialEq, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct PoolsSection {
-    /// The prefill pool.
-    pub prefill: PoolSection,
-    /// The decode pool.
-    pub decode: PoolSection,
-    /// `always`, `never` or `prefix-threshold`.
-    pub decider: Option<String>,
-    /// The prefix threshold, tokens.
-    pub prefix_threshold_tokens: Option<u32>,
-    /// Prefill → decode bandwidth per GPU, GB/s.
-    pub transfer_bandwidth_gb_s: Option<f64>,
-    /// Fixed cost of one transfer.
-    pub transfer_latency: Option<Span>,
-    /// `keep` or `drop`: what a prefill instance does with a prompt's
-    /// blocks once they were pulled.
-    pub prefill_cache: Option<String>,
 }
 
 /// A disaggregated request between its routing and its end.
@@ -185,13 +132,11 @@ pub struct PdCounts {
 
 /// The gateway's P/D state.
 pub(crate) struct PdGate {
-    /// Instances `0..num_prefill` are the prefill pool.
-    pub num_prefill: u32,
     pub decider: PdDecider,
     pub routing: Box<dyn RoutingPolicy>,
     pub sheet: ScoreSheet,
     pub routing_name: &'static str,
-    /// The prefill instances' ids.
+    /// The routable prefill instances' ids, ascending.
     pub candidates: Vec<u32>,
     flights: BTreeMap<RequestId, Flight>,
     /// Prefill requests that ended during the instance event being handled.
@@ -201,7 +146,6 @@ pub(crate) struct PdGate {
     pub counts: PdCounts,
     /// Scratch for the decider's cache lookups.
     pub scratch: Vec<u64>,
-    gpus_per_instance: [u32; 2],
     /// Prefill instances to let go of a prompt's blocks after the instance
     /// event being handled: (instance, request).
     pub releases: Vec<(u32, RequestId)>,
@@ -209,29 +153,24 @@ pub(crate) struct PdGate {
 }
 
 impl PdGate {
-    pub(crate) fn new(cfg: &PdConfig, instances: usize) -> Result<PdGate, ConfigError> {
-        let (routing, sheet) = cfg.prefill_routing.build(instances, "pd.prefill_routing")?;
+    /// The gateway's state for `policy` on a fleet of `slots` instance slots
+    /// (the routing policy's tables).
+    pub(crate) fn new(policy: &PdPolicy, slots: usize) -> Result<PdGate, ConfigError> {
+        let (routing, sheet) = policy.prefill_routing.build(slots, "pd.prefill_routing")?;
         Ok(PdGate {
-            num_prefill: cfg.prefill_instances,
-            decider: cfg.decider,
+            decider: policy.decider,
             routing,
             sheet,
-            routing_name: cfg.prefill_routing.name(),
-            candidates: (0..cfg.prefill_instances).collect(),
+            routing_name: policy.prefill_routing.name(),
+            candidates: Vec::new(),
             flights: BTreeMap::new(),
             ended: Vec::new(),
             spare_ended: Vec::new(),
             counts: PdCounts::default(),
             scratch: Vec::new(),
-            gpus_per_instance: [cfg.prefill_gpus_per_instance, cfg.decode_gpus_per_instance],
             releases: Vec::new(),
-            keep_cache: cfg.prefill_keeps_cache,
+            keep_cache: policy.prefill_keeps_cache,
         })
-    }
-
-    /// Whether instance `i` is a prefill instance.
-    pub fn is_prefill(&self, i: u32) -> bool {
-        i < self.num_prefill
     }
 
     /// Starts a disaggregated flight of `req` towards decode instance
@@ -346,14 +285,26 @@ pub struct PdReport {
 }
 
 impl PdReport {
-    /// The section for a run of `pd` whose instance slots had `stats`
-    /// (prefill pool first), over `collector`'s requests, ending at `end`,
-    /// with `goodput` requests meeting their SLO per second.
-    pub(crate) fn build(pd: &PdGate, stats: &[InstanceStats], collector: &Collector, end: Micros, goodput: f64) -> PdReport {
-        let (prefill, decode) = stats.split_at(pd.num_prefill as usize);
-        let pool = |stats: &[InstanceStats], gpus_per_instance: u32| {
-            let refs: Vec<&InstanceStats> = stats.iter().collect();
-            let s = RunSummary::build(collector, &refs, end, 0, 0);
+    /// The section for a run of `pd` whose instance slots had `stats`, the
+    /// roles `roles` and `gpus` GPUs each, over `collector`'s requests,
+    /// ending at `end`, with `goodput` requests meeting their SLO per second.
+    pub(crate) fn build(
+        pd: &PdGate,
+        (roles, gpus): (&[Role], &[u32]),
+        stats: &[InstanceStats],
+        collector: &Collector,
+        end: Micros,
+        goodput: f64,
+    ) -> PdReport {
+        let of = |role: Role| -> (Vec<&InstanceStats>, u32, u32) {
+            let slots: Vec<usize> = (0..stats.len()).filter(|&i| roles[i] == role).collect();
+            let per = slots.first().map_or(0, |&i| gpus[i]);
+            (slots.iter().map(|&i| &stats[i]).collect(), slots.iter().map(|&i| gpus[i]).sum(), per)
+        };
+        let (prefill, prefill_gpus, pg) = of(Role::Prefill);
+        let (decode, decode_gpus, dg) = of(Role::Decode);
+        let pool = |stats: &[&InstanceStats], gpus_per_instance: u32| {
+            let s = RunSummary::build(collector, stats, end, 0, 0);
             PoolReport { instances: stats.len() as u32, gpus_per_instance, batch: s.batch, kv_cache: s.kv_cache }
         };
         let mut t = KvTransferStats::default();
@@ -362,8 +313,7 @@ impl PdReport {
         }
         let duration_us = (end.max(collector.last_finish) - collector.first_arrival.unwrap_or(Micros::ZERO)).as_us() as f64;
         let ratio = |a: f64, b: f64| if b > 0.0 { a / b } else { 0.0 };
-        let [pg, dg] = pd.gpus_per_instance;
-        let gpus = pg * prefill.len() as u32 + dg * decode.len() as u32;
+        let gpus = prefill_gpus + decode_gpus;
         PdReport {
             decider: pd.decider.name(),
             prefix_threshold_tokens: match pd.decider {
@@ -373,8 +323,8 @@ impl PdReport {
             ratio: format!("{}:{}", prefill.len(), decode.len()),
             prefill_routing: pd.routing_name,
             requests: pd.counts.clone(),
-            prefill: pool(prefill, pg),
-            decode: pool(decode, dg),
+            prefill: pool(&prefill, pg),
+            decode: pool(&decode, dg),
             kv_transfer: KvTransferReport {
                 count: t.transfers,
                 blocks: t.blocks,

@@ -1,6 +1,6 @@
-//! A cluster run: N identical instances and a [`Gateway`] on the engine's
-//! event driver ([`blis_engine::driver`]), which fixes the total order of
-//! simultaneous events; the gateway's module draws a request's way
+//! A cluster run: the fleet's pools ([`crate::fleet`]) and a [`Gateway`] on
+//! the engine's event driver ([`blis_engine::driver`]), which fixes the total
+//! order of simultaneous events; the gateway's module draws a request's way
 //! through admission, routing and delivery.
 
 use std::collections::BTreeMap;
@@ -16,16 +16,17 @@ use blis_engine::time::{Micros, US_PER_MS};
 
 use crate::anomaly::AnomalyDetector;
 use crate::autoscale::AutoscaleConfig;
-use crate::autoscale::scaler::{Actions, Autoscaler};
+use crate::autoscale::scaler::Actions;
 use crate::error::{ClusterError, ConfigError};
 use crate::estimate::TtftEstimator;
 use crate::fitness::{FitnessInputs, FitnessWeights, evaluate};
+use crate::fleet::{FleetState, Pool, Replicas, Role};
 use crate::gateway::{Book, Gateway};
 use crate::metrics::{
     Anomalies, ClusterMetrics, ClusterRequests, ClusterSummary, ControlPlaneReport, Fairness, Goodput, InstanceReport, LoadBalance,
     PoliciesReport, PolicyReport,
 };
-use crate::pd::{PdConfig, PdGate, PdReport};
+use crate::pd::{PdGate, PdPolicy, PdReport};
 use crate::policy::{BuildContext, PolicyBundle, RejectReason};
 use crate::prefix::PrefixIndex;
 use crate::slo::SloClasses;
@@ -35,13 +36,15 @@ use crate::trace::{Counterfactuals, DecisionSink};
 /// Everything that defines a cluster run (besides the workload).
 #[derive(Clone)]
 pub struct ClusterConfig {
-    /// Identical instances to run.
-    pub num_instances: u32,
-    /// Their configuration; the scheduler's queue policy and preemption
-    /// victim are replaced by `policies.scheduler`.
-    pub instance: InstanceConfig,
-    /// Their step-time model.
-    pub latency: Arc<dyn LatencyModel>,
+    /// The fleet, in slot order: fixed pools' instances first as listed, a
+    /// scaling group's initial replicas at the place of its first pool
+    /// ([`crate::fleet`]).
+    pub pools: Vec<Pool>,
+    /// The scaling groups the autoscaled pools name, by index.
+    pub scaling: Vec<AutoscaleConfig>,
+    /// How a fleet of prefill and decode pools disaggregates requests
+    /// ([`crate::pd`]); required with prefill pools, refused without.
+    pub pd: Option<PdPolicy>,
     /// Policies, SLO targets and snapshot staleness.
     pub policies: PolicyBundle,
     /// Arrival → admission decision.
@@ -52,34 +55,65 @@ pub struct ClusterConfig {
     pub labels: Labels,
     /// Alternatives kept per routing decision for counterfactuals; 0 = off.
     pub counterfactual_k: u32,
-    /// Autoscaling: `num_instances` is then the initial replica count and
-    /// the replicas run on the config's node pools (`instance` and
-    /// `latency` still give the TTFT estimate of the policies).
-    pub autoscale: Option<AutoscaleConfig>,
-    /// Prefill/decode disaggregation ([`crate::pd`]): the prefill pool
-    /// comes first (instances `0..P`), then the `num_instances` instances
-    /// above as the decode pool, whose `instance` must receive KV
-    /// (`kv_transfer`). `policies.routing` chooses among the decode pool.
-    pub pd: Option<PdConfig>,
 }
 
 impl ClusterConfig {
-    /// `num_instances` identical instances under `policies`, with decisions
-    /// taking no time, no tenants or classes named, no counterfactuals, no
-    /// autoscaling and no disaggregation; set those fields after.
+    /// `num_instances` identical serving instances (one pool, `serve`) under
+    /// `policies`, with decisions taking no time, no tenants or classes
+    /// named, no counterfactuals, no autoscaling and no disaggregation; set
+    /// those fields after.
     pub fn fixed(num_instances: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, policies: PolicyBundle) -> ClusterConfig {
+        ClusterConfig::of(vec![Pool::serving("serve", num_instances, instance, latency)], policies)
+    }
+
+    /// A fleet of `pools`, fixed or autoscaled by `scaling` groups set
+    /// after, under `policies`, with the other fields as [`ClusterConfig::fixed`] sets them.
+    pub fn of(pools: Vec<Pool>, policies: PolicyBundle) -> ClusterConfig {
         ClusterConfig {
-            num_instances,
-            instance,
-            latency,
+            pools,
+            scaling: Vec::new(),
+            pd: None,
             policies,
             admission_latency: Micros::ZERO,
             routing_latency: Micros::ZERO,
             labels: Labels::default(),
             counterfactual_k: 0,
-            autoscale: None,
-            pd: None,
         }
+    }
+
+    /// Checks the fleet ([`crate::fleet::validate`]): its pools, that prefill
+    /// pools come with a P/D policy and only they, each scaling group
+    /// against its pools (bounds, node capacity, policy parameters). Errors
+    /// name the pool or section.
+    pub fn validate(&self) -> Result<(), ClusterError> {
+        if let [Pool { role: Role::Serve, replicas: Replicas::Fixed(n), .. }] = self.pools.as_slice()
+            && !(1..=MAX_INSTANCES).contains(n)
+        {
+            return Err(ClusterError::NumInstances(*n));
+        }
+        crate::fleet::validate(&self.pools, self.scaling.len())?;
+        let disaggregated = self.pools.iter().any(|p| p.role == Role::Prefill);
+        if disaggregated != self.pd.is_some() {
+            let why = if disaggregated {
+                "prefill pools need a P/D policy (decider, prefill routing)"
+            } else {
+                "a P/D policy needs prefill and decode pools"
+            };
+            return Err(ConfigError::new("pd", why).into());
+        }
+        for (g, auto) in self.scaling.iter().enumerate() {
+            let pools: Vec<_> = self.pools.iter().filter(|p| p.group() == Some(g)).filter_map(Pool::scaled).collect();
+            let at = crate::fleet::group_path(auto, self.scaling.len());
+            auto.validate(&pools).map_err(|e| ConfigError::new(e.path.replacen("autoscale", &at, 1), e.message))?;
+            auto.policy.build(&at)?;
+        }
+        Ok(())
+    }
+
+    /// The pool whose step-time model the policies' TTFT estimates use:
+    /// the first that serves or decodes requests.
+    pub fn primary(&self) -> &Pool {
+        self.pools.iter().find(|p| p.role.routed()).unwrap_or(&self.pools[0])
     }
 }
 
@@ -104,45 +138,21 @@ impl<'s> Cluster<'s> {
         Cluster::build(cfg, Some(sink))
     }
 
-    fn build(cfg: ClusterConfig, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ClusterError> {
-        // An autoscaled fleet may start empty (scaled to zero).
-        let fewest = u32::from(cfg.autoscale.is_none());
-        if !(fewest..=MAX_INSTANCES).contains(&cfg.num_instances) {
-            return Err(ClusterError::NumInstances(cfg.num_instances));
+    fn build(mut cfg: ClusterConfig, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ClusterError> {
+        cfg.validate()?;
+        for pool in &mut cfg.pools {
+            cfg.policies.scheduler.apply(&mut pool.instance.scheduler);
         }
-        let mut inst_cfg = cfg.instance.clone();
-        cfg.policies.scheduler.apply(&mut inst_cfg.scheduler);
-        let (instances, scaler) = match cfg.autoscale.clone() {
-            None if cfg.pd.is_some() => (pd_instances(&cfg, &inst_cfg)?, None),
-            None => {
-                let instances = (0..cfg.num_instances)
-                    .map(|i| Instance::new(i, inst_cfg.clone(), cfg.latency.clone()))
-                    .collect::<Result<Vec<_>, _>>()?;
-                (instances, None)
-            }
-            Some(_) if cfg.pd.is_some() => {
-                return Err(ConfigError::new(
-                    "pd",
-                    "prefill/decode pools cannot be autoscaled yet; drop the autoscale section or the pools",
-                )
-                .into());
-            }
-            Some(mut auto) => {
-                auto.validate(cfg.num_instances)?;
-                for (i, pool) in auto.pools.iter_mut().enumerate() {
-                    cfg.policies.scheduler.apply(&mut pool.instance.scheduler);
-                    pool.instance.validate().map_err(|e| ConfigError::new(format!("node_pools[{i}] ({})", pool.name), e.to_string()))?;
-                }
-                let policy = auto.policy.build("autoscale")?;
-                let (scaler, instances) = Autoscaler::new(auto, policy, cfg.num_instances, sink.is_some());
-                (instances, Some(Box::new(scaler)))
-            }
-        };
+        let (instances, fleet) = FleetState::build(&cfg.pools, &cfg.scaling, sink.is_some())?;
         let n = instances.len();
+        if n > MAX_INSTANCES as usize {
+            return Err(ConfigError::new("pools", format!("{n} instances at the start; a fleet may have at most {MAX_INSTANCES}")).into());
+        }
         // Tables per instance are sized for the most replicas there may be, and grow past it.
-        let slots = cfg.autoscale.as_ref().map_or(n, |a| n.max(a.max_replicas as usize).max(2));
+        let most: usize = fleet.fixed_instances() + cfg.scaling.iter().map(|a| a.max_replicas as usize).sum::<usize>();
+        let slots = if cfg.scaling.is_empty() { n } else { n.max(most).max(2) };
         let classes = SloClasses::new(&cfg.labels, &cfg.policies.slo_targets, "slo_targets")?;
-        let estimator = TtftEstimator::from_latency_model(cfg.latency.as_ref());
+        let estimator = TtftEstimator::from_latency_model(cfg.primary().latency.as_ref());
         let ctx = BuildContext { labels: &cfg.labels, classes: &classes, estimator };
         let admission = cfg.policies.admission.build(&ctx, "admission")?;
         let priority = cfg.policies.priority.build(&ctx, "priority")?;
@@ -162,7 +172,7 @@ impl<'s> Cluster<'s> {
             counters: Default::default(),
             reroutes: BTreeMap::new(),
         };
-        let gateway = Gateway {
+        let mut gateway = Gateway {
             admission,
             priority,
             routing,
@@ -176,19 +186,20 @@ impl<'s> Cluster<'s> {
             spare_hashes: Vec::new(),
             book,
             counterfactuals: (cfg.counterfactual_k > 0).then(|| Counterfactuals::new(cfg.counterfactual_k, estimator, slots)),
-            policies: cfg.policies,
-            labels: cfg.labels,
+            policies: cfg.policies.clone(),
+            labels: cfg.labels.clone(),
             admission_latency: cfg.admission_latency,
             routing_latency: cfg.routing_latency,
-            block_size: inst_cfg.block_size,
+            block_size: cfg.primary().instance.block_size,
             in_control_plane: 0,
             sink,
-            candidates: (cfg.pd.as_ref().map_or(0, |p| p.prefill_instances)..n as u32).collect(),
+            candidates: Vec::new(),
             held: Default::default(),
-            scaler,
+            fleet,
             actions: Actions::default(),
             pd: cfg.pd.as_ref().map(|p| PdGate::new(p, n)).transpose()?,
         };
+        gateway.refresh_candidates();
         Ok(Cluster { driver: Driver::new(instances, gateway) })
     }
 
@@ -215,11 +226,11 @@ impl<'s> Cluster<'s> {
     /// Each instance slot's counters: its instance's, plus those of the
     /// replicas that held the slot before (autoscaling).
     fn slot_stats(&self) -> Vec<InstanceStats> {
-        let scaler = self.gateway().scaler.as_deref();
+        let fleet = &self.gateway().fleet;
         self.instances()
             .iter()
             .enumerate()
-            .map(|(i, inst)| match scaler.and_then(|s| s.retired(i)) {
+            .map(|(i, inst)| match fleet.retired(i) {
                 Some(retired) => {
                     let mut total = retired.clone();
                     total.absorb(inst.stats());
@@ -324,14 +335,17 @@ impl<'s> Cluster<'s> {
                 priority_inversions: g.book.anomalies.priority_inversions,
                 hol_blocking_events: g.book.anomalies.hol_blocking_events,
                 rejections: m.rejected_total(),
-                scale_oscillations: g.scaler.as_ref().map(|s| s.oscillations()),
+                scale_oscillations: g.fleet.oscillations(),
             },
             load_balance: LoadBalance { requests_per_instance: per_instance, imbalance_max_over_mean: ratio(max, mean) },
             instances,
             counterfactual: g.counterfactuals.as_ref().map(Counterfactuals::report),
             fitness,
-            autoscaling: g.scaler.as_ref().map(|s| s.report(end.end, run.tokens.output_total, m.met_slo)),
-            pd: g.pd.as_ref().map(|pd| PdReport::build(pd, &stats, &m.collector, end.end, ratio(m.met_slo as f64, duration_s))),
+            autoscaling: g.fleet.report(end.end, run.tokens.output_total, m.met_slo),
+            pd: g.pd.as_ref().map(|pd| {
+                let gpus = g.fleet.gpus_per_slot();
+                PdReport::build(pd, (&g.fleet.roles, &gpus), &stats, &m.collector, end.end, ratio(m.met_slo as f64, duration_s))
+            }),
         }
     }
 
@@ -339,33 +353,9 @@ impl<'s> Cluster<'s> {
         self.driver.plane()
     }
 
-    /// The instances, by id (with P/D the prefill pool first): to inspect
-    /// their caches and counters after a run.
+    /// The instances, by id (slot): to inspect their caches and counters
+    /// after a run.
     pub fn instances(&self) -> &[Instance] {
         self.driver.fleet().instances()
     }
-}
-
-/// The instances of a disaggregated deployment: the prefill pool, then the
-/// decode pool (`inst_cfg`, which must receive KV).
-fn pd_instances(cfg: &ClusterConfig, inst_cfg: &InstanceConfig) -> Result<Vec<Instance>, ClusterError> {
-    let pd = cfg.pd.as_ref().expect("called with P/D");
-    if pd.prefill_instances == 0 || pd.prefill_instances + cfg.num_instances > MAX_INSTANCES {
-        return Err(ConfigError::new(
-            "pd.prefill_instances",
-            format!(
-                "{}: the prefill and decode pools ({} decode instances) may have at most {MAX_INSTANCES} instances together",
-                pd.prefill_instances, cfg.num_instances
-            ),
-        )
-        .into());
-    }
-    if inst_cfg.kv_transfer.is_none() {
-        return Err(ConfigError::new("pd", "the decode pool's instances need a KV transfer link").into());
-    }
-    let mut prefill_cfg = pd.prefill_instance.clone();
-    cfg.policies.scheduler.apply(&mut prefill_cfg.scheduler);
-    let prefill = (0..pd.prefill_instances).map(|i| Instance::new(i, prefill_cfg.clone(), pd.prefill_latency.clone()));
-    let decode = (0..cfg.num_instances).map(|i| Instance::new(pd.prefill_instances + i, inst_cfg.clone(), cfg.latency.clone()));
-    Ok(prefill.chain(decode).collect::<Result<Vec<_>, _>>()?)
 }

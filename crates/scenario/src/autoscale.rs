@@ -1,15 +1,21 @@
 //! The autoscaling of a scenario: the `autoscale:` and `node_pools:`
-//! sections of the policy file, then the flags over them, then the
-//! defaults; each node pool resolved to a server (its GPU's KV capacity and
-//! step-time model) as vLLM would run the deployment's model there.
+//! sections of the policy file (and a pool's own `autoscale:` and `nodes:`),
+//! then the flags over them, then the defaults. A scaling group is resolved
+//! here ([`group`]), the nodes of each pool it sizes too ([`nodes`]), and the
+//! aggregated deployment's autoscaled pools ([`aggregated`]): each node pool
+//! resolved to a server (its GPU's KV capacity and step-time model) as vLLM
+//! would run the deployment's model there.
 
+use blis_cluster::autoscale::section::NodesSection;
 use blis_cluster::autoscale::{
-    AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, PoolConfig, Span,
+    AutoscaleConfig, AutoscaleSection, AutoscaleSpec, Delay, DrainPolicy, MAX_GPU_HOUR_COST, NodePoolSection, Span,
 };
+use blis_cluster::fleet::{Nodes, Replicas, Role};
 use blis_engine::time::{Micros, format_duration, parse_duration};
 
 use crate::deployment::{Deployment, LongContext, Server, choose_coefficients};
 use crate::error::{ScenarioError, invalid};
+use crate::fleet::FleetPool;
 use crate::knobs::{AUTOSCALE_KNOBS, ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Replicas load their weights at this rate unless told otherwise, GB/s.
@@ -28,6 +34,16 @@ pub struct Written<'a> {
     pub origin: &'a str,
 }
 
+impl Written<'_> {
+    /// An error about a value of the file: named after it.
+    pub(crate) fn error(&self, e: String) -> ScenarioError {
+        match self.origin {
+            "" => invalid!("{e}"),
+            origin => invalid!("{origin}: {e}"),
+        }
+    }
+}
+
 fn duration(id: KnobId, knob: &Knob<Option<String>>) -> Result<Option<Micros>, ScenarioError> {
     knob.value.as_deref().map(|t| parse_duration(t).map_err(|e| invalid!(knob = id, "{e}"))).transpose()
 }
@@ -40,7 +56,7 @@ fn delay(id: KnobId, knob: &Knob<Option<String>>) -> Result<Option<Delay>, Scena
 /// names the same template), else the file's, else `threshold` when the file
 /// configures autoscaling without naming one, else `fixed` for node pools
 /// alone. `None`: no autoscaling.
-fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, ScenarioError> {
+pub(crate) fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, ScenarioError> {
     let from_file = written.section.and_then(|s| s.policy.clone());
     Ok(match k.autoscale_policy.value.as_deref() {
         Some("none") => None,
@@ -58,6 +74,170 @@ fn policy(k: &Knobs, written: &Written<'_>) -> Result<Option<AutoscaleSpec>, Sce
             (None, None, true) => None,
         },
     })
+}
+
+/// Refuses the autoscaling knobs when nothing autoscales.
+pub(crate) fn refuse_unused(k: &Knobs) -> Result<(), ScenarioError> {
+    match AUTOSCALE_KNOBS.iter().find(|&&knob| k.source(knob) != Source::Default) {
+        Some(&knob) => {
+            Err(invalid!(knob = knob, "needs autoscaling: add --autoscale-policy NAME (or an autoscale section in --policy-config)"))
+        }
+        None => Ok(()),
+    }
+}
+
+/// One scaling group named `name`: its policy (a pool's `own` section's,
+/// else `policy`), bounds and behaviour from the flags over `own`'s settings
+/// over the file's `autoscale:` section over the defaults. `given`: the
+/// replicas the fleet's description starts the group with, if it says
+/// (else the minimum, at least one), and the knob that says it (none when a
+/// file does). Errors name the flag or the file.
+pub(crate) fn group(
+    k: &Knobs,
+    written: &Written<'_>,
+    own: Option<&AutoscaleSection>,
+    policy: AutoscaleSpec,
+    (name, given): (&str, Option<(u32, Option<KnobId>)>),
+) -> Result<AutoscaleConfig, ScenarioError> {
+    let file = written.section.map(|s| s.settings.clone()).unwrap_or_default();
+    let s = match own {
+        Some(o) => {
+            let o = o.settings.clone();
+            blis_cluster::autoscale::section::AutoscaleSettings {
+                interval: o.interval.or(file.interval),
+                scrape_delay: o.scrape_delay.or(file.scrape_delay),
+                min_replicas: o.min_replicas.or(file.min_replicas),
+                max_replicas: o.max_replicas.or(file.max_replicas),
+                scale_up_window: o.scale_up_window.or(file.scale_up_window),
+                scale_down_window: o.scale_down_window.or(file.scale_down_window),
+                cooldown: o.cooldown.or(file.cooldown),
+                oscillation_window: o.oscillation_window.or(file.oscillation_window),
+                drain: o.drain.or(file.drain),
+                warmup: o.warmup.or(file.warmup),
+            }
+        }
+        None => file,
+    };
+    let policy = own.and_then(|o| o.policy.clone()).unwrap_or(policy);
+    let min = k.min_instances.value.or(s.min_replicas).unwrap_or(1);
+    let initial = given.map_or(min.max(1), |(n, _)| n);
+    let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
+    let limit = blis_cluster::MAX_INSTANCES;
+    for (id, key, knob, n) in
+        [(KnobId::min_instances, "min_replicas", &k.min_instances, min), (KnobId::max_instances, "max_replicas", &k.max_instances, max)]
+    {
+        if n > limit {
+            return Err(match knob.value {
+                Some(_) => invalid!(knob = id, "{n}: must be at most {limit} replicas"),
+                None => written.error(format!("autoscale.{key}: {n}: must be at most {limit} replicas")),
+            });
+        }
+    }
+    if min > max {
+        return Err(invalid!(
+            knob: min_instances,
+            "{min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"
+        ));
+    }
+    if !(min..=max).contains(&initial) {
+        let bounds = format!("must be between --min-instances {min} and --max-instances {max}");
+        return Err(match given.and_then(|(_, knob)| knob) {
+            Some(knob) => invalid!(knob = knob, "{initial} (the initial replicas) {bounds}"),
+            None => invalid!("{initial} initial replicas: {bounds} (flags or the autoscale section's min_replicas/max_replicas)"),
+        });
+    }
+    let interval = match duration(KnobId::autoscale_interval, &k.autoscale_interval)? {
+        Some(t) if t < AutoscaleConfig::MIN_INTERVAL => {
+            return Err(invalid!(knob: autoscale_interval, "{}: must be at least 1ms (e.g. 30s)", format_duration(t)));
+        }
+        Some(t) => t,
+        // A file's interval is checked with the rest of its section.
+        None => s.interval.map_or(Micros::from_secs(30), |s| s.0),
+    };
+    let drain = match k.drain_policy.value.as_deref() {
+        Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!(knob: drain_policy, "{e}"))?,
+        None => s.drain.unwrap_or_default(),
+    };
+    let mut warmup = s.warmup.unwrap_or_default();
+    if let Some(t) = duration(KnobId::warmup_duration, &k.warmup_duration)? {
+        warmup.duration = Span(t);
+    }
+    if let Some(f) = k.warmup_slowdown.value {
+        if !(f.is_finite() && (1.0..=100.0).contains(&f)) {
+            return Err(invalid!(knob: warmup_slowdown, "{f}: must be a factor in [1, 100]"));
+        }
+        warmup.slowdown = f;
+    }
+    let scale_down_window = s.scale_down_window.map_or(Micros::from_secs(240), |w| w.0);
+    Ok(AutoscaleConfig {
+        name: name.to_string(),
+        initial_replicas: initial,
+        policy,
+        interval,
+        scrape_delay: s.scrape_delay.map_or(Micros::from_secs(15), |w| w.0),
+        min_replicas: min,
+        max_replicas: max,
+        scale_up_window: s.scale_up_window.map_or(Micros::ZERO, |w| w.0),
+        scale_down_window,
+        cooldown: s.cooldown.map_or(Micros::ZERO, |w| w.0),
+        oscillation_window: s.oscillation_window.map_or(scale_down_window, |w| w.0),
+        drain,
+        warmup,
+        seed: k.seed.value,
+    })
+}
+
+/// The nodes of a pool of `server` replicas that its group may grow to `max`
+/// replicas: `section`'s fields over the flags (price, delays) over the
+/// defaults (one replica per node, `initial_nodes` up at the start, nodes for
+/// `max` replicas, weights loaded at 2 GB/s). `at` names the pool's section in errors.
+pub(crate) fn nodes(
+    k: &Knobs,
+    section: &NodesSection,
+    server: &Server,
+    (initial_nodes, max): (u32, u32),
+    at: &str,
+) -> Result<Nodes, ScenarioError> {
+    let cost = k.gpu_hour_cost.value;
+    if let Some(c) = cost
+        && !(c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c))
+    {
+        return Err(invalid!(knob: gpu_hour_cost, "{c}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"));
+    }
+    let provisioning = delay(KnobId::provisioning_delay, &k.provisioning_delay)?;
+    let loading = delay(KnobId::loading_delay, &k.loading_delay)?;
+    let bandwidth = section.load_bandwidth_gb_per_s.unwrap_or(DEFAULT_LOAD_BANDWIDTH_GB_PER_S);
+    if !(bandwidth.is_finite() && bandwidth > 0.0) {
+        return Err(invalid!("{at}.load_bandwidth_gb_per_s: {bandwidth}: must be a positive number of GB/s"));
+    }
+    let load_time = Delay::Fixed(Micros::from_secs_f64(server.model.weight_bytes() / (bandwidth * 1e9)).unwrap_or(Micros::ZERO));
+    let gpus_per_node = section.gpus_per_node.unwrap_or(server.tp);
+    let per_node = (gpus_per_node / server.tp).max(1);
+    Ok(Nodes {
+        gpus_per_node,
+        initial_nodes: section.initial_nodes.unwrap_or(initial_nodes),
+        min_nodes: section.min_nodes.unwrap_or(0),
+        max_nodes: section.max_nodes.unwrap_or(max.div_ceil(per_node)),
+        cost_per_gpu_hour: section.cost_per_gpu_hour.or(cost),
+        provisioning_delay: section.provisioning_delay.or(provisioning).unwrap_or_default(),
+        loading_delay: section.loading_delay.or(loading).unwrap_or(load_time),
+    })
+}
+
+/// The nodes of a pool of `server` replicas that `group` alone sizes (a
+/// disaggregated deployment's pool, a serving pool of its own): `section`
+/// over [`nodes`]'s defaults, as many nodes up at the start as its initial
+/// replicas fill.
+pub(crate) fn pool_nodes(
+    k: &Knobs,
+    section: Option<&NodesSection>,
+    server: &Server,
+    group: &AutoscaleConfig,
+    at: &str,
+) -> Result<Nodes, ScenarioError> {
+    let section = section.cloned().unwrap_or_default();
+    let per_node = section.gpus_per_node.map_or(1, |g| (g / server.tp).max(1));
+    nodes(k, &section, server, (group.initial_replicas.div_ceil(per_node), group.max_replicas), at)
 }
 
 /// The knobs a node pool's replicas resolve with: the deployment's, with
@@ -94,144 +274,35 @@ pub fn deployment_knobs(k: &Knobs, pools: &[NodePoolSection]) -> Option<(Knobs, 
         .then(|| (pool_knobs(k, first), pool_origin(&k.policy_origin(), 0, first)))
 }
 
-/// Resolves autoscaling for deployment `d`; `None` (a fixed fleet with no
-/// cost accounting) unless a flag or the policy file asks for it. Returns
-/// the config and the initial replica count. Derived values go to `report`.
-pub fn resolve(
+/// The autoscaled pools of an aggregated deployment `d` (its one scaling
+/// group, `autoscale`), or `None` (a fixed fleet with no cost accounting)
+/// unless a flag or the policy file asks for autoscaling: the file's node
+/// pools, each resolved on its GPU, or one pool of the deployment's GPU,
+/// one replica per node. Derived values go to `report`.
+pub(crate) fn aggregated(
     k: &Knobs,
     d: &Deployment,
     written: &Written<'_>,
     long_context: LongContext,
     report: &mut ConfigReport,
     warnings: &mut Vec<String>,
-) -> Result<Option<(AutoscaleConfig, u32)>, ScenarioError> {
+) -> Result<Option<(AutoscaleConfig, Vec<FleetPool>)>, ScenarioError> {
     let Some(policy) = policy(k, written)? else {
-        if let Some(&knob) = AUTOSCALE_KNOBS.iter().find(|&&knob| k.source(knob) != Source::Default) {
-            return Err(invalid!(
-                knob = knob,
-                "needs autoscaling: add --autoscale-policy NAME (or an autoscale section in --policy-config)"
-            ));
-        }
+        refuse_unused(k)?;
         return Ok(None);
     };
-    let file = |e: String| match written.origin {
-        "" => invalid!("{e}"),
-        origin => invalid!("{origin}: {e}"),
-    };
-    let s = written.section.map(|s| s.settings.clone()).unwrap_or_default();
-    let min = k.min_instances.value.or(s.min_replicas).unwrap_or(1);
-    let initial = match k.num_instances.source {
-        Source::Default => min.max(1),
-        _ => k.num_instances.value,
-    };
-    let max = k.max_instances.value.or(s.max_replicas).unwrap_or(DEFAULT_MAX_REPLICAS.max(initial).max(min));
-    let limit = blis_cluster::MAX_INSTANCES;
-    for (id, key, knob, n) in
-        [(KnobId::min_instances, "min_replicas", &k.min_instances, min), (KnobId::max_instances, "max_replicas", &k.max_instances, max)]
-    {
-        if n > limit {
-            return Err(match knob.value {
-                Some(_) => invalid!(knob = id, "{n}: must be at most {limit} replicas"),
-                None => file(format!("autoscale.{key}: {n}: must be at most {limit} replicas")),
-            });
-        }
-    }
-    if min > max {
-        return Err(invalid!(
-            knob: min_instances,
-            "{min} is above --max-instances {max} (flags or the autoscale section's min_replicas/max_replicas)"
-        ));
-    }
-    if !(min..=max).contains(&initial) {
-        return Err(invalid!(
-            knob: num_instances,
-            "{initial} (the initial replicas) must be between --min-instances {min} and --max-instances {max}"
-        ));
-    }
+    let given = (k.num_instances.source != Source::Default).then_some((k.num_instances.value, Some(KnobId::num_instances)));
+    let config = group(k, written, None, policy, ("autoscale", given))?;
     if k.num_instances.source == Source::Default {
-        report_entry(report, "num-instances", &initial, Source::Derived);
+        report_entry(report, "num-instances", &config.initial_replicas, Source::Derived);
     }
-    let interval = match duration(KnobId::autoscale_interval, &k.autoscale_interval)? {
-        Some(t) if t < AutoscaleConfig::MIN_INTERVAL => {
-            return Err(invalid!(knob: autoscale_interval, "{}: must be at least 1ms (e.g. 30s)", format_duration(t)));
-        }
-        Some(t) => t,
-        // A file's interval is checked with the rest of its section.
-        None => s.interval.map_or(Micros::from_secs(30), |s| s.0),
-    };
-    let drain = match k.drain_policy.value.as_deref() {
-        Some(name) => DrainPolicy::parse(name).map_err(|e| invalid!(knob: drain_policy, "{e}"))?,
-        None => s.drain.unwrap_or_default(),
-    };
-    let mut warmup = s.warmup.unwrap_or_default();
-    if let Some(t) = duration(KnobId::warmup_duration, &k.warmup_duration)? {
-        warmup.duration = Span(t);
-    }
-    if let Some(f) = k.warmup_slowdown.value {
-        if !(f.is_finite() && (1.0..=100.0).contains(&f)) {
-            return Err(invalid!(knob: warmup_slowdown, "{f}: must be a factor in [1, 100]"));
-        }
-        warmup.slowdown = f;
-    }
-    let scale_down_window = s.scale_down_window.map_or(Micros::from_secs(240), |w| w.0);
-    let pools = resolve_pools(k, d, written, initial, max, long_context, warnings)?;
-    let config = AutoscaleConfig {
-        policy,
-        interval,
-        scrape_delay: s.scrape_delay.map_or(Micros::from_secs(15), |w| w.0),
-        min_replicas: min,
-        max_replicas: max,
-        scale_up_window: s.scale_up_window.map_or(Micros::ZERO, |w| w.0),
-        scale_down_window,
-        cooldown: s.cooldown.map_or(Micros::ZERO, |w| w.0),
-        oscillation_window: s.oscillation_window.map_or(scale_down_window, |w| w.0),
-        drain,
-        warmup,
-        pools,
-        seed: k.seed.value,
-    };
-    config.validate(initial).map_err(|e| file(e.to_string()))?;
-    Ok(Some((config, initial)))
-}
-
-/// The node pools: the file's, each resolved on its GPU; or one pool of the
-/// deployment's GPU, one replica per node.
-fn resolve_pools(
-    k: &Knobs,
-    d: &Deployment,
-    written: &Written<'_>,
-    initial: u32,
-    max: u32,
-    long_context: LongContext,
-    warnings: &mut Vec<String>,
-) -> Result<Vec<PoolConfig>, ScenarioError> {
-    let cost = k.gpu_hour_cost.value;
-    if let Some(c) = cost
-        && !(c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c))
-    {
-        return Err(invalid!(knob: gpu_hour_cost, "{c}: must be a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"));
-    }
-    let provisioning = delay(KnobId::provisioning_delay, &k.provisioning_delay)?;
-    let loading = delay(KnobId::loading_delay, &k.loading_delay)?;
-    let load_time = |server: &Server, bandwidth: f64| -> Delay {
-        Delay::Fixed(Micros::from_secs_f64(server.model.weight_bytes() / (bandwidth * 1e9)).unwrap_or(Micros::ZERO))
-    };
+    let (initial, max) = (config.initial_replicas, config.max_replicas);
+    let autoscaled = |nodes| Replicas::Autoscaled { group: 0, nodes };
     if written.pools.is_empty() {
         let s = &d.server;
-        return Ok(vec![PoolConfig {
-            name: s.gpu_name.clone(),
-            hardware: s.gpu_name.clone(),
-            instance: s.instance.clone(),
-            latency: d.latency.clone(),
-            gpus_per_replica: s.tp,
-            gpus_per_node: s.tp,
-            initial_nodes: initial,
-            min_nodes: 0,
-            max_nodes: max,
-            cost_per_gpu_hour: cost,
-            provisioning_delay: provisioning.unwrap_or_default(),
-            loading_delay: loading.unwrap_or_else(|| load_time(s, DEFAULT_LOAD_BANDWIDTH_GB_PER_S)),
-        }]);
+        let nodes = nodes(k, &NodesSection::default(), s, (initial, max), "autoscale")?;
+        let pool = FleetPool { name: s.gpu_name.clone(), role: Role::Serve, deployment: d.clone(), replicas: autoscaled(nodes) };
+        return Ok(Some((config, vec![pool])));
     }
     let mut pools = Vec::new();
     for (i, p) in written.pools.iter().enumerate() {
@@ -246,26 +317,9 @@ fn resolve_pools(
             pk.beta_coeffs.value.as_deref(),
         )?;
         let latency = server.latency_model(&chosen.set, &chosen.origin).map_err(|e| invalid!("{at}: {e}"))?;
-        let bandwidth = p.load_bandwidth_gb_per_s.unwrap_or(DEFAULT_LOAD_BANDWIDTH_GB_PER_S);
-        if !(bandwidth.is_finite() && bandwidth > 0.0) {
-            return Err(invalid!("{at}.load_bandwidth_gb_per_s: {bandwidth}: must be a positive number of GB/s"));
-        }
-        let gpus_per_node = p.gpus_per_node.unwrap_or(server.tp);
-        let per_node = (gpus_per_node / server.tp).max(1);
-        pools.push(PoolConfig {
-            name: p.name.clone(),
-            hardware: server.gpu_name.clone(),
-            gpus_per_replica: server.tp,
-            gpus_per_node,
-            initial_nodes: p.initial_nodes.unwrap_or(0),
-            min_nodes: p.min_nodes.unwrap_or(0),
-            max_nodes: p.max_nodes.unwrap_or(max.div_ceil(per_node)),
-            cost_per_gpu_hour: p.cost_per_gpu_hour.or(cost),
-            provisioning_delay: p.provisioning_delay.or(provisioning).unwrap_or_default(),
-            loading_delay: p.loading_delay.or(loading).unwrap_or_else(|| load_time(&server, bandwidth)),
-            instance: server.instance,
-            latency,
-        });
+        let nodes = nodes(k, &p.nodes, &server, (0, max), &at)?;
+        let deployment = Deployment { server, latency, coefficients: chosen.origin };
+        pools.push(FleetPool { name: p.name.clone(), role: Role::Serve, deployment, replicas: autoscaled(nodes) });
     }
-    Ok(pools)
+    Ok(Some((config, pools)))
 }

@@ -1,6 +1,7 @@
-//! The cluster of a scenario: the policy bundle (the `--policy-config`
+//! The control plane of a scenario: the policy bundle (the `--policy-config`
 //! YAML, then the knobs over it), the control-plane knobs, fitness weights
-//! and whether decisions are traced.
+//! and whether decisions are traced; built with the scenario's fleet
+//! ([`crate::fleet`]) into a cluster.
 
 use std::path::Path;
 
@@ -16,9 +17,8 @@ use blis_engine::request::Labels;
 use blis_engine::time::Micros;
 use serde_json::{Value, json};
 
-use crate::autoscale::Written;
-use crate::deployment::{Deployment, LongContext};
 use crate::error::{ScenarioError, invalid};
+use crate::fleet::Fleet;
 use crate::knobs::{ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Control-plane latencies above this are surely a unit mistake.
@@ -45,7 +45,7 @@ impl Origins {
             "scheduler" => &self.scheduler,
             "slo_targets" => &self.slo_targets,
             "snapshots" => &self.snapshots,
-            p if p == "autoscale" || p.starts_with("node_pools") => &self.autoscale,
+            p if p.starts_with("autoscale") || p.starts_with("node_pools") || p.starts_with("pools") => &self.autoscale,
             _ => "",
         }
     }
@@ -58,10 +58,11 @@ impl Origins {
     }
 }
 
-/// A cluster run, resolved from knobs and files.
+/// A cluster's control plane, resolved from knobs and files.
 pub struct ClusterSetup {
-    /// Everything the cluster is built from.
-    pub config: ClusterConfig,
+    /// Everything the cluster is built from but its fleet (`pools`,
+    /// `scaling` and `pd` are the fleet's, [`ClusterSetup::config`]).
+    pub control: ClusterConfig,
     /// Fitness weights, if given.
     pub fitness: Option<FitnessWeights>,
     /// Whether decisions are traced.
@@ -130,18 +131,15 @@ fn override_section<S: Clone>(
 }
 
 impl ClusterSetup {
-    /// Resolves policies and control-plane knobs for a workload whose
-    /// requests carry `labels`, over the sections of the policy file
+    /// Resolves policies and control-plane knobs for `fleet` and a workload
+    /// whose requests carry `labels`, over the sections of the policy file
     /// ([`policy_config`]); adds the chosen policies to `report` with their
     /// sources.
-    #[allow(clippy::too_many_arguments)]
     pub fn resolve(
         k: &Knobs,
         policy: (PolicyBundle, SectionsSet),
-        d: &Deployment,
-        long_context: LongContext,
+        fleet: &Fleet,
         report: &mut ConfigReport,
-        warnings: &mut Vec<String>,
         trace_output: bool,
         labels: &Labels,
     ) -> Result<ClusterSetup, ScenarioError> {
@@ -155,7 +153,7 @@ impl ClusterSetup {
             (set.scheduler, &mut origins.scheduler),
             (set.slo_targets, &mut origins.slo_targets),
             (set.snapshots, &mut origins.snapshots),
-            (set.autoscale || set.node_pools, &mut origins.autoscale),
+            (set.autoscale || set.node_pools || set.pools, &mut origins.autoscale),
         ] {
             *origin = if is_set { file_origin.clone() } else { String::new() };
         }
@@ -206,8 +204,7 @@ impl ClusterSetup {
                 .map_err(|e| invalid!(knob: routing_scorers, "{text:?}: {e}"))?;
             origins.routing = "--routing-scorers".to_string();
         }
-        let pools = crate::pd::resolve(k, bundle.pools.as_ref(), &file_origin, long_context, report, warnings)?;
-        if pools.is_some() && origins.routing.is_empty() {
+        if fleet.pd.is_some() && origins.routing.is_empty() {
             // Disaggregated, the cluster's routing chooses the decode instance: by load and KV headroom.
             let scorers = parse_scorer_list(crate::pd::DEFAULT_DECODE_SCORERS).map_err(|m| invalid!("{m}"))?;
             bundle.routing =
@@ -224,7 +221,9 @@ impl ClusterSetup {
             apply_slo_targets(text, &mut bundle.slo_targets)?;
             origins.slo_targets = "--slo-targets".to_string();
         }
-        let data_parallel = data_parallel(k, &mut bundle, &mut origins, report)?;
+        if k.data_parallel_size.value.is_some() {
+            data_parallel(&mut bundle, &mut origins, report);
+        }
         if let Some(text) = &k.snapshot_refresh.value {
             bundle
                 .snapshots
@@ -271,81 +270,61 @@ impl ClusterSetup {
             .map(|t| FitnessWeights::parse(t).map_err(|m| invalid!(knob: fitness_weights, "{t:?}: {m}")))
             .transpose()?;
 
-        let written = Written { section: bundle.autoscale.as_ref(), pools: &bundle.node_pools, origin: &origins.autoscale };
-        let autoscale = crate::autoscale::resolve(k, d, &written, long_context, report, warnings)?;
-        if pools.is_some() && autoscale.is_some() {
-            return Err(invalid!(
-                "--prefill-instances/--decode-instances cannot be autoscaled yet; drop --autoscale-policy (and the policy file's autoscale section)"
-            ));
-        }
-        if let Some(n) = data_parallel
-            && (pools.is_some() || autoscale.is_some())
-        {
-            return Err(invalid!(
-                knob: data_parallel_size,
-                "{n}: one server's engine replicas; a disaggregated or autoscaled deployment sizes its own instances (drop --data-parallel-size)"
-            ));
-        }
-        let num_instances = match (&autoscale, &pools, data_parallel) {
-            (Some(a), _, _) => a.1,
-            (None, Some(p), _) => p.decode_instances,
-            (None, None, Some(n)) => n,
-            (None, None, None) => k.num_instances.value,
-        };
-        let (instance, step_model, pd) = match pools {
-            Some(p) => (p.decode_instance, p.decode_latency, Some(p.pd)),
-            None => (d.server.instance.clone(), d.latency.clone(), None),
-        };
-        let config = ClusterConfig {
-            num_instances,
-            instance,
-            latency: step_model,
+        let control = ClusterConfig {
+            pools: Vec::new(),
+            scaling: Vec::new(),
+            pd: None,
             policies: bundle,
             admission_latency: latency(&k.admission_latency, KnobId::admission_latency)?,
             routing_latency: latency(&k.routing_latency, KnobId::routing_latency)?,
             labels: labels.clone(),
             counterfactual_k: k.counterfactual_k.value,
-            autoscale: autoscale.map(|a| a.0),
-            pd,
         };
-        Ok(ClusterSetup { config, fitness, trace, origins })
+        let setup = ClusterSetup { control, fitness, trace, origins };
+        setup.config(fleet).validate().map_err(|e| setup.describe(e))?;
+        Ok(setup)
     }
 
-    /// Builds the cluster, tracing decisions into `sink` if given; invalid
-    /// parameters name the flag or file they came from.
-    pub fn build<'s>(&self, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ScenarioError> {
-        let built = match sink {
-            Some(sink) => Cluster::traced(self.config.clone(), sink),
-            None => Cluster::new(self.config.clone()),
-        };
-        built.map_err(|e| match e {
+    /// The control plane of one server's engine replicas as vLLM runs them:
+    /// with `replicas` > 1, vLLM's data-parallel load balancer
+    /// ([`PolicyBundle::vllm_data_parallel`]), else the pass-through
+    /// defaults; decisions take no time, nothing is traced.
+    pub fn one_server(replicas: u32, labels: &Labels) -> ClusterSetup {
+        let policies = if replicas > 1 { PolicyBundle::vllm_data_parallel() } else { PolicyBundle::default() };
+        let control = ClusterConfig { labels: labels.clone(), ..ClusterConfig::of(Vec::new(), policies) };
+        ClusterSetup { control, fitness: None, trace: false, origins: Origins::default() }
+    }
+
+    /// The whole cluster: the control plane and `fleet`.
+    pub fn config(&self, fleet: &Fleet) -> ClusterConfig {
+        ClusterConfig { pools: fleet.cluster_pools(), scaling: fleet.scaling.clone(), pd: fleet.pd.clone(), ..self.control.clone() }
+    }
+
+    /// An error building the cluster, naming the flag or file its value came from.
+    fn describe(&self, e: ClusterError) -> ScenarioError {
+        match e {
             ClusterError::Config(c) => self.origins.describe(&c),
             other => invalid!("{other}"),
-        })
+        }
+    }
+
+    /// Builds the cluster of `fleet`, tracing decisions into `sink` if
+    /// given; invalid parameters name the flag or file they came from.
+    pub fn build<'s>(&self, fleet: &Fleet, sink: Option<&'s mut dyn DecisionSink>) -> Result<Cluster<'s>, ScenarioError> {
+        let config = self.config(fleet);
+        let built = match sink {
+            Some(sink) => Cluster::traced(config, sink),
+            None => Cluster::new(config),
+        };
+        built.map_err(|e| self.describe(e))
     }
 }
 
-/// vLLM's `--data-parallel-size N`: N instances behind vLLM's internal load
-/// balancer ([`PolicyBundle::vllm_data_parallel`]'s routing and snapshot
-/// refresh) where no flag or policy file chose them. None without the
-/// knob; an error when `--num-instances` says another count.
-fn data_parallel(
-    k: &Knobs,
-    bundle: &mut PolicyBundle,
-    origins: &mut Origins,
-    report: &mut ConfigReport,
-) -> Result<Option<u32>, ScenarioError> {
-    let Some(n) = k.data_parallel_size.value else { return Ok(None) };
-    if n == 0 || n > blis_cluster::MAX_INSTANCES {
-        return Err(invalid!(knob: data_parallel_size, "{n}: must be between 1 and {}", blis_cluster::MAX_INSTANCES));
-    }
-    if k.num_instances.source != Source::Default && k.num_instances.value != n {
-        return Err(invalid!(
-            knob: data_parallel_size,
-            "{n} and --num-instances {}: both count the engine replicas; give one",
-            k.num_instances.value
-        ));
-    }
+/// vLLM's `--data-parallel-size N` ([`crate::fleet`] counts its engine
+/// replicas): vLLM's internal load balancer
+/// ([`PolicyBundle::vllm_data_parallel`]'s routing and snapshot refresh)
+/// where no flag or policy file chose them.
+fn data_parallel(bundle: &mut PolicyBundle, origins: &mut Origins, report: &mut ConfigReport) {
     let vllm = PolicyBundle::vllm_data_parallel();
     if origins.routing.is_empty() {
         bundle.routing = vllm.routing;
@@ -357,5 +336,4 @@ fn data_parallel(
         origins.snapshots = "--data-parallel-size".to_string();
         report_entry(report, "snapshot-refresh", &format!("queue-depth={},batch-size={}", s.queue_depth, s.batch_size), Source::Derived);
     }
-    Ok(Some(n))
 }

@@ -94,7 +94,7 @@ fn scenario(policy: Option<&Path>, values: &KnobValues, files: &[(KnobValues, St
 /// candidate's, and should stop the evaluation before a candidate runs.
 pub fn check(values: &KnobValues, files: &[(KnobValues, String)]) -> Result<(), ScenarioError> {
     let mut resolved = scenario(None, values, files).resolve()?;
-    resolved.cluster.build(None)?;
+    resolved.cluster.build(&resolved.fleet, None)?;
     let stream = resolved.workload.stream.as_mut();
     while let Some(arrival) = stream.peek_arrival() {
         if resolved.horizon.is_some_and(|end| arrival > end) {

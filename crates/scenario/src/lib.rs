@@ -47,17 +47,20 @@ pub mod count;
 pub mod deployment;
 pub mod error;
 pub mod evaluate;
+pub mod fleet;
 #[cfg(feature = "clap")]
 mod help;
 pub mod knob_file;
 pub mod knobs;
 pub mod pd;
 pub mod report;
+pub mod shape;
 pub mod sweep;
 pub mod tier_list;
 pub mod tiers;
 pub mod workload;
 
+use blis_cluster::fleet::{Replicas, Role};
 use blis_cluster::trace::DecisionSink;
 use blis_engine::instance::{Fanout, Observer};
 use blis_engine::time::Micros;
@@ -68,6 +71,7 @@ pub use error::ScenarioError;
 use crate::cluster::ClusterSetup;
 use crate::deployment::{Deployment, LongContext, seconds};
 use crate::error::invalid;
+use crate::fleet::{Fleet, FleetPool};
 use crate::knob_file::FileOrigins;
 use crate::knobs::{ConfigReport, KnobId, KnobValues, Knobs, Source, report_entry};
 use crate::report::{ClientLatencyReport, DeploymentInfo, GroupObservers, RunReport, SCHEMA_VERSION, SimulatorInfo};
@@ -88,9 +92,10 @@ pub struct Scenario {
 
 /// A scenario with every rule applied: ready to simulate.
 pub struct ResolvedScenario {
-    /// The server and its latency model.
-    pub deployment: Deployment,
-    /// The instances and the control plane.
+    /// The pools (each with its server and latency model), their scaling
+    /// groups and P/D policy: the one copy of each pool's configuration.
+    pub fleet: Fleet,
+    /// The control plane.
     pub cluster: ClusterSetup,
     /// The workload, ready to stream.
     pub workload: OpenedWorkload,
@@ -105,31 +110,40 @@ pub struct ResolvedScenario {
 }
 
 impl ResolvedScenario {
-    /// Makes every instance (of every node pool) record vLLM's KV events
-    /// and hand them to observers ([`blis_engine::instance::Observer::on_kv_events`]).
+    /// The server and latency model the report's `deployment` describes
+    /// ([`Fleet::primary`]): of a single pool, its own.
+    pub fn primary(&self) -> &Deployment {
+        &self.fleet.primary().deployment
+    }
+
+    /// A run of `replicas` engine replicas of one server (`deployment`, as
+    /// vLLM's `--data-parallel-size` runs them) on `workload`, the report
+    /// seeded `seed`: what `blis validate` and `blis fit` reproduce a real
+    /// run with, simulated by [`simulate`] like any scenario.
+    pub fn one_server(deployment: Deployment, replicas: u32, workload: OpenedWorkload, seed: u64) -> ResolvedScenario {
+        let name = deployment.server.gpu_name.clone();
+        let pool = FleetPool { name, role: Role::Serve, deployment, replicas: Replicas::Fixed(replicas) };
+        let fleet = Fleet { pools: vec![pool], scaling: Vec::new(), pd: None };
+        let cluster = ClusterSetup::one_server(replicas, &workload.labels);
+        ResolvedScenario { fleet, cluster, workload, horizon: None, seed, config: ConfigReport::new(), warnings: Vec::new() }
+    }
+
+    /// Makes every instance (of every pool) record vLLM's KV events and
+    /// hand them to observers ([`blis_engine::instance::Observer::on_kv_events`]).
     /// vLLM turns its hybrid KV cache manager off to publish KV events, and
     /// so does this.
     pub fn record_kv_events(&mut self) {
-        if self.deployment.server.instance.hybrid_kv.is_some() {
-            self.deployment.server.instance.disable_hybrid_kv();
+        let primary = &self.fleet.primary().deployment.server;
+        if primary.instance.hybrid_kv.is_some() {
             self.config.remove("kv-cache-groups");
-            if self.deployment.server.kv_budget.is_some() {
-                knobs::report_entry(
-                    &mut self.config,
-                    "num-gpu-blocks",
-                    &self.deployment.server.instance.num_gpu_blocks,
-                    knobs::Source::Derived,
-                );
+            if primary.kv_budget.is_some() {
+                let unified = primary.instance.hybrid_kv.map_or(primary.instance.num_gpu_blocks, |h| h.unified_blocks);
+                knobs::report_entry(&mut self.config, "num-gpu-blocks", &unified, knobs::Source::Derived);
             }
         }
-        let record = |instance: &mut blis_engine::scheduler::InstanceConfig| {
+        for instance in self.fleet.instances_mut() {
             instance.disable_hybrid_kv();
             instance.kv_events = true;
-        };
-        record(&mut self.deployment.server.instance);
-        record(&mut self.cluster.config.instance);
-        if let Some(a) = &mut self.cluster.config.autoscale {
-            a.pools.iter_mut().for_each(|p| record(&mut p.instance));
         }
     }
 }
@@ -153,39 +167,33 @@ impl Scenario {
     /// Resolves and builds the cluster without simulating: the errors
     /// `blis run` would give before its first event, at a fraction of its cost.
     pub fn check(&self) -> Result<(), ScenarioError> {
-        self.resolve()?.cluster.build(None).map(drop)
+        let resolved = self.resolve()?;
+        resolved.cluster.build(&resolved.fleet, None).map(drop)
     }
 
     fn resolve_knobs(&self) -> Result<ResolvedScenario, ScenarioError> {
         let k = &self.knobs;
-        let policy = cluster::policy_config(k)?;
+        let (bundle, set) = cluster::policy_config(k)?;
         // Node pools run the replicas: the deployment is the first pool's.
-        let first_pool = autoscale::deployment_knobs(k, &policy.0.node_pools);
+        let first_pool = autoscale::deployment_knobs(k, &bundle.node_pools);
         let mut config = first_pool.as_ref().map_or(k, |(pk, _)| pk).report();
         let mut warnings = Vec::new();
-        let mut deployment = match &first_pool {
-            Some((pk, at)) => Deployment::resolve(pk, self.long_context, &mut config, &mut warnings).map_err(|e| invalid!("{at}: {e}"))?,
-            None => Deployment::resolve(k, self.long_context, &mut config, &mut warnings)?,
-        };
+        let by_file = set.autoscale || set.node_pools;
+        let mut fleet = shape::resolve(k, &bundle, by_file, self.long_context, &mut config, &mut warnings)?;
         let workload = workload::open(k, &mut config)?;
         warnings.extend(workload.warnings.iter().cloned());
-        let instance = &mut deployment.server.instance;
-        if let (None, Some(t)) = (instance.client_timeout, workload.client_timeout) {
-            instance.client_timeout = Some(t);
+        if let Some(t) = workload.client_timeout
+            && k.client_timeout.value.is_none()
+        {
+            fleet.instances_mut().filter(|i| i.client_timeout.is_none()).for_each(|i| i.client_timeout = Some(t));
             report_entry(&mut config, "client-timeout", &t.as_secs_f64(), Source::Derived);
         }
         let horizon = k.horizon.value.map(|s| seconds(KnobId::horizon, s)).transpose()?;
-        let cluster = ClusterSetup::resolve(
-            k,
-            policy,
-            &deployment,
-            self.long_context,
-            &mut config,
-            &mut warnings,
-            self.trace_decisions,
-            &workload.labels,
-        )?;
-        Ok(ResolvedScenario { deployment, cluster, seed: workload.seed, workload, horizon, config, warnings })
+        let cluster = ClusterSetup::resolve(k, (bundle, set), &fleet, &mut config, self.trace_decisions, &workload.labels)?;
+        // One line per thing worth saying: pools of one GPU say the same.
+        let mut seen = std::collections::BTreeSet::new();
+        warnings.retain(|w| seen.insert(w.clone()));
+        Ok(ResolvedScenario { fleet, cluster, seed: workload.seed, workload, horizon, config, warnings })
     }
 }
 
@@ -207,11 +215,11 @@ pub(crate) fn workload_failed(e: &blis_workload::error::WorkloadError) -> Scenar
 /// the pass-through policies by default) and reports. Deterministic: the
 /// same scenario gives the same report, byte for byte.
 pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunReport, ScenarioError> {
-    let ResolvedScenario { deployment, cluster, mut workload, horizon, seed, config, .. } = resolved;
+    let ResolvedScenario { fleet, cluster, mut workload, horizon, seed, config, .. } = resolved;
     let labels = workload.labels.clone();
     let mut groups = GroupObservers::new(&labels, workload.stages);
     let mut client_latency = workload.client_latency.take();
-    let mut sim = cluster.build(outputs.decisions)?;
+    let mut sim = cluster.build(&fleet, outputs.decisions)?;
     let end = {
         let mut observers: Vec<&mut dyn Observer> = outputs.observers.into_iter().map(|o| -> &mut dyn Observer { o }).collect();
         if let Some(c) = client_latency.as_mut() {
@@ -225,7 +233,8 @@ pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunR
     }
     let summary = sim.summary(&end);
     let cluster_summary = sim.cluster_summary(&end, &summary, cluster.fitness.as_ref());
-    let server = &deployment.server;
+    let primary = &fleet.primary().deployment;
+    let server = &primary.server;
     Ok(RunReport {
         schema_version: SCHEMA_VERSION,
         simulator: SimulatorInfo::current(),
@@ -234,14 +243,9 @@ pub fn simulate(resolved: ResolvedScenario, outputs: Outputs<'_>) -> Result<RunR
             model: server.model_name.clone(),
             hardware: server.gpu_name.clone(),
             tp: server.tp,
-            latency_model: deployment.latency.name().to_string(),
-            coefficients: deployment.coefficients.clone(),
-            // A disaggregated deployment's instances run under a KV connector: the decode pool's.
-            num_gpu_blocks: if cluster.config.pd.is_some() {
-                cluster.config.instance.num_gpu_blocks
-            } else {
-                server.instance.num_gpu_blocks
-            },
+            latency_model: primary.latency.name().to_string(),
+            coefficients: primary.coefficients.clone(),
+            num_gpu_blocks: server.instance.num_gpu_blocks,
             kv_memory_per_gpu: server.kv_budget,
         },
         config,

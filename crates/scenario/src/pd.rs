@@ -1,21 +1,24 @@
 //! The prefill/decode pools of a scenario (`--prefill-instances N
-//! --decode-instances M`, [`blis_cluster::pd`]): each pool resolved as
-//! vLLM would run the deployment's model on its GPU, TP and knobs, the
-//! decode pool receiving KV over a link of `--pd-transfer-bandwidth`.
+//! --decode-instances M`, or the policy file's `pools: {prefill, decode}`;
+//! [`blis_cluster::pd`]): each pool resolved as vLLM would run the
+//! deployment's model on its GPU, TP and knobs, the decode pool receiving KV
+//! over a link of `--pd-transfer-bandwidth`. With autoscaling each pool is
+//! its own scaling group (`prefill`, `decode`), with the flags' and the
+//! file's settings, under its own `autoscale:` and `nodes:` in the section.
 
-use std::sync::Arc;
-
-use blis_cluster::pd::{PdConfig, PdDecider, PoolsSection};
+use blis_cluster::fleet::{Replicas, Role};
+use blis_cluster::pd::{PdDecider, PdPolicy};
 use blis_cluster::policy::RoutingSpec;
 use blis_cluster::policy::routing::parse_scorer_list;
+use blis_cluster::pools::DisaggregatedSection;
 use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
-use blis_engine::latency::LatencyModel;
-use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::{Micros, parse_duration};
 use serde_json::json;
 
+use crate::autoscale::Written;
 use crate::deployment::{Deployment, LongContext};
 use crate::error::{ScenarioError, invalid};
+use crate::fleet::{Fleet, FleetPool};
 use crate::knobs::{ConfigReport, Knob, KnobId, Knobs, Source, report_entry};
 
 /// Prefill → decode bandwidth per GPU unless given: a 400 Gb/s RDMA NIC per GPU, GB/s.
@@ -29,19 +32,6 @@ pub const DEFAULT_PREFILL_SCORERS: &str = "prefix-affinity:3,queue-depth:2";
 
 /// The decode pool's routing unless given: load and KV headroom.
 pub const DEFAULT_DECODE_SCORERS: &str = "queue-depth:2,kv-utilization:1";
-
-/// A resolved disaggregated deployment: the prefill pool and decider, and
-/// the decode pool (instances, their configuration and step-time model).
-pub struct Pools {
-    /// The prefill pool and the decider.
-    pub pd: PdConfig,
-    /// Decode instances.
-    pub decode_instances: u32,
-    /// Their configuration (receiving KV).
-    pub decode_instance: InstanceConfig,
-    /// Their step-time model.
-    pub decode_latency: Arc<dyn LatencyModel>,
-}
 
 /// The P/D knobs other than the two pool sizes.
 const OTHER_KNOBS: [KnobId; 14] = [
@@ -61,28 +51,18 @@ const OTHER_KNOBS: [KnobId; 14] = [
     KnobId::prefill_routing_scorers,
 ];
 
-/// A pool of a disaggregated deployment.
-#[derive(Copy, Clone, Debug, PartialEq, Eq)]
-enum PoolRole {
-    Prefill,
-    Decode,
-}
-
-impl PoolRole {
-    /// Its name in errors and reports.
-    fn name(self) -> &'static str {
-        match self {
-            PoolRole::Prefill => "prefill",
-            PoolRole::Decode => "decode",
-        }
-    }
-}
-
-/// One pool: the deployment's knobs with the pool's GPU, TP and batch knobs.
-fn pool(k: &Knobs, role: PoolRole, long_context: LongContext, warnings: &mut Vec<String>) -> Result<Deployment, ScenarioError> {
+/// One pool (`role` prefill or decode): the deployment's knobs with the
+/// pool's GPU, TP and batch knobs; its derived values go to `report`.
+fn pool(
+    k: &Knobs,
+    role: Role,
+    long_context: LongContext,
+    report: &mut ConfigReport,
+    warnings: &mut Vec<String>,
+) -> Result<Deployment, ScenarioError> {
     let (hardware, tp, seqs, tokens) = match role {
-        PoolRole::Prefill => (&k.prefill_hardware, &k.prefill_tp, &k.prefill_max_num_seqs, &k.prefill_max_num_batched_tokens),
-        PoolRole::Decode => (&k.decode_hardware, &k.decode_tp, &k.decode_max_num_seqs, &k.decode_max_num_batched_tokens),
+        Role::Prefill => (&k.prefill_hardware, &k.prefill_tp, &k.prefill_max_num_seqs, &k.prefill_max_num_batched_tokens),
+        Role::Serve | Role::Decode => (&k.decode_hardware, &k.decode_tp, &k.decode_max_num_seqs, &k.decode_max_num_batched_tokens),
     };
     let mut pk = k.clone();
     // vLLM turns its hybrid KV cache manager off under a KV connector (NIXL).
@@ -100,18 +80,15 @@ fn pool(k: &Knobs, role: PoolRole, long_context: LongContext, warnings: &mut Vec
     if tokens.value.is_some() {
         pk.max_num_batched_tokens = tokens.clone();
     }
-    Deployment::resolve(&pk, long_context, &mut ConfigReport::new(), warnings).map_err(|e| invalid!("the {} pool: {e}", role.name()))
+    Deployment::resolve(&pk, long_context, report, warnings).map_err(|e| invalid!("the {} pool: {e}", role.name()))
 }
 
 /// Fills the P/D knobs no flag set from the policy file's `pools:` section.
-fn with_section(k: &Knobs, s: &PoolsSection) -> Result<Knobs, String> {
+fn with_section(k: &Knobs, s: &DisaggregatedSection) -> Knobs {
     fn fill<T>(knob: &mut Knob<Option<T>>, value: Option<T>) {
         if let (None, Some(v)) = (&knob.value, value) {
             *knob = Knob { value: Some(v), source: Source::File };
         }
-    }
-    if s.decode.routing_scorers.is_some() {
-        return Err("pools.decode.routing_scorers: the decode pool is routed by the routing section".to_string());
     }
     let mut k = k.clone();
     let (p, d) = (s.prefill.clone(), s.decode.clone());
@@ -134,31 +111,34 @@ fn with_section(k: &Knobs, s: &PoolsSection) -> Result<Knobs, String> {
     fill(&mut k.pd_transfer_bandwidth, s.transfer_bandwidth_gb_s);
     fill(&mut k.pd_transfer_latency, s.transfer_latency.map(|t| format!("{}us", t.0.as_us())));
     fill(&mut k.pd_prefill_cache, s.prefill_cache.clone());
-    Ok(k)
+    k
 }
 
-/// Resolves the pools from the knobs, under them the policy file's
-/// `pools:` section (`origin` names the file); `None` (a monolithic
-/// deployment) unless both pools are sized.
-pub fn resolve(
+/// The disaggregated fleet the knobs ask for, under them the policy file's
+/// `pools:` section (`origin` names the file); `None` (not disaggregated)
+/// unless both pools are sized. Autoscaled when `written` or the flags ask
+/// for it: each pool then a scaling group of its own.
+pub(crate) fn resolve(
     k: &Knobs,
-    section: Option<&PoolsSection>,
-    origin: &str,
+    section: Option<&DisaggregatedSection>,
+    (origin, written): (&str, &Written<'_>),
     long_context: LongContext,
     report: &mut ConfigReport,
     warnings: &mut Vec<String>,
-) -> Result<Option<Pools>, ScenarioError> {
-    let Some(section) = section else { return resolve_knobs(k, long_context, report, warnings) };
-    let k = with_section(k, section).map_err(|e| invalid!("{origin}: {e}"))?;
-    resolve_knobs(&k, long_context, report, warnings).map_err(|e| invalid!("{e} (with the pools section of {origin})"))
+) -> Result<Option<Fleet>, ScenarioError> {
+    let Some(section) = section else { return resolve_knobs(k, &DisaggregatedSection::default(), written, long_context, report, warnings) };
+    let k = with_section(k, section);
+    resolve_knobs(&k, section, written, long_context, report, warnings).map_err(|e| invalid!("{e} (with the pools section of {origin})"))
 }
 
 fn resolve_knobs(
     k: &Knobs,
+    section: &DisaggregatedSection,
+    written: &Written<'_>,
     long_context: LongContext,
     report: &mut ConfigReport,
     warnings: &mut Vec<String>,
-) -> Result<Option<Pools>, ScenarioError> {
+) -> Result<Option<Fleet>, ScenarioError> {
     let (prefill, decode) = match (k.prefill_instances.value, k.decode_instances.value) {
         (None, None) => {
             if let Some(&knob) = OTHER_KNOBS.iter().find(|&&knob| k.source(knob) != Source::Default) {
@@ -174,13 +154,29 @@ fn resolve_knobs(
             return Err(invalid!(knob: decode_instances, "needs --prefill-instances (a disaggregated deployment has both pools)"));
         }
     };
-    for (knob, n) in [(KnobId::prefill_instances, prefill), (KnobId::decode_instances, decode)] {
-        if n == 0 {
-            return Err(invalid!(knob = knob, "0: a pool needs at least one instance"));
+    let policy = crate::autoscale::policy(k, written)?;
+    if policy.is_none() {
+        for (knob, n) in [(KnobId::prefill_instances, prefill), (KnobId::decode_instances, decode)] {
+            if n == 0 {
+                return Err(invalid!(knob = knob, "0: a pool needs at least one instance"));
+            }
         }
+        crate::autoscale::refuse_unused(k)?;
+    }
+    if prefill.saturating_add(decode) > blis_cluster::MAX_INSTANCES {
+        return Err(invalid!(
+            knob: prefill_instances,
+            "{prefill}: the prefill and decode pools ({decode} decode instances) may have at most {} instances together",
+            blis_cluster::MAX_INSTANCES
+        ));
     }
     if k.num_instances.source != Source::Default {
         return Err(invalid!(knob: num_instances, "and --prefill-instances/--decode-instances both size the fleet; give one or the other"));
+    }
+    if !written.pools.is_empty() {
+        return Err(written.error(String::from(
+            "node_pools describe an aggregated deployment's nodes; give a disaggregated deployment's pools their hardware, tp and nodes in the pools section",
+        )));
     }
     let threshold = k.pd_prefix_threshold.value.unwrap_or(0);
     let decider_name = k.pd_decider.value.as_deref().unwrap_or("always");
@@ -207,11 +203,11 @@ fn resolve_knobs(
     let prefill_routing = RoutingSpec::parse("weighted", Some(&json!({ "scorers": scorers })), "routing")
         .map_err(|e| invalid!(knob: prefill_routing_scorers, "{scorers_text:?}: {}", e.message))?;
 
-    let p = pool(k, PoolRole::Prefill, long_context, warnings)?;
-    let d = pool(k, PoolRole::Decode, long_context, warnings)?;
+    // The report's derived server values are the decode pool's, the one its `deployment` describes.
+    let p = pool(k, Role::Prefill, long_context, &mut ConfigReport::new(), warnings)?;
+    let mut d = pool(k, Role::Decode, long_context, report, warnings)?;
     let block_bytes = (d.server.model.kv_bytes_per_token_per_gpu(d.server.tp) * f64::from(d.server.instance.block_size)).ceil() as u64;
-    let mut decode_instance = d.server.instance.clone();
-    decode_instance.kv_transfer = Some(KvTransferConfig { link: LinkConfig { bytes_per_s: gb_per_s * 1e9, latency }, block_bytes });
+    d.server.instance.kv_transfer = Some(KvTransferConfig { link: LinkConfig { bytes_per_s: gb_per_s * 1e9, latency }, block_bytes });
     for (key, server) in [("prefill", &p.server), ("decode", &d.server)] {
         report_entry(
             report,
@@ -221,19 +217,26 @@ fn resolve_knobs(
             Source::Derived,
         );
     }
-    Ok(Some(Pools {
-        pd: PdConfig {
-            prefill_instances: prefill,
-            prefill_instance: p.server.instance.clone(),
-            prefill_latency: p.latency,
-            prefill_routing,
-            decider,
-            prefill_gpus_per_instance: p.server.tp,
-            decode_gpus_per_instance: d.server.tp,
-            prefill_keeps_cache: keep_cache,
-        },
-        decode_instances: decode,
-        decode_instance,
-        decode_latency: d.latency,
-    }))
+    let mut scaling = Vec::new();
+    let mut pools = Vec::new();
+    let pools_given = [
+        (Role::Prefill, p, (prefill, KnobId::prefill_instances), &section.prefill),
+        (Role::Decode, d, (decode, KnobId::decode_instances), &section.decode),
+    ];
+    for (role, deployment, (n, knob), written_pool) in pools_given {
+        let name = role.name();
+        let replicas = match &policy {
+            None => Replicas::Fixed(n),
+            Some(spec) => {
+                let initial = (n, Some(knob));
+                let group = crate::autoscale::group(k, written, written_pool.autoscale.as_ref(), spec.clone(), (name, Some(initial)))?;
+                let at = format!("pools.{name}.nodes");
+                let nodes = crate::autoscale::pool_nodes(k, written_pool.nodes.as_ref(), &deployment.server, &group, &at)?;
+                scaling.push(group);
+                Replicas::Autoscaled { group: scaling.len() - 1, nodes }
+            }
+        };
+        pools.push(FleetPool { name: name.to_string(), role, deployment, replicas });
+    }
+    Ok(Some(Fleet { pools, scaling, pd: Some(PdPolicy { prefill_routing, decider, prefill_keeps_cache: keep_cache }) }))
 }

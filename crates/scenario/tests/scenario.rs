@@ -31,8 +31,8 @@ fn every_value_is_reported_with_its_source() {
         assert_eq!(source_of(c, derived), "derived", "{derived}");
     }
     assert_eq!(c["max-model-len"]["value"], 131_072, "Llama-3.1's context");
-    assert_eq!(resolved.deployment.server.instance.scheduler.max_num_seqs, 64);
-    assert!(resolved.deployment.server.kv_budget.is_some());
+    assert_eq!(resolved.primary().server.instance.scheduler.max_num_seqs, 64);
+    assert!(resolved.primary().server.kv_budget.is_some());
 }
 
 #[test]

@@ -658,9 +658,14 @@ fn bad_pd_deployments_are_refused() {
             "the decode pool: meta-llama/Llama-3.1-8B-Instruct on 1 × L40S: the KV cache holds",
         ),
         (
-            "pd-autoscaled",
-            &["--prefill-instances", "1", "--decode-instances", "1", "--autoscale-policy", "threshold"],
-            "cannot be autoscaled",
+            "pd-autoscaled-below-min",
+            &["--prefill-instances", "1", "--decode-instances", "3", "--autoscale-policy", "threshold", "--min-instances", "2"],
+            "--prefill-instances 1 (the initial replicas) must be between --min-instances 2 and --max-instances 8",
+        ),
+        (
+            "pd-autoscaled-zero",
+            &["--prefill-instances", "1", "--decode-instances", "0", "--autoscale-policy", "threshold"],
+            "--decode-instances 0 (the initial replicas) must be between --min-instances 1",
         ),
         (
             "pd-prefill-cache",

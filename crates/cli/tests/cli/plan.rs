@@ -281,7 +281,7 @@ fn evaluate_ranks_candidates_and_scores_a_broken_one_zero() {
     assert!(v[2]["error"].as_str().unwrap().contains("unknown policy `nope`"));
     // A candidate's error reads as `blis run` prints it: types in words, not Rust's names.
     let typed_error = v[3]["error"].as_str().unwrap();
-    assert!(typed_error.contains("pools: invalid type: integer `5`, expected a mapping of fields"), "{typed_error}");
+    assert!(typed_error.contains("pools: expected a mapping with `prefill` and `decode`"), "{typed_error}");
     assert!(v[3]["trace"][0].as_str().unwrap().ends_with(typed_error), "{}", v[3]["trace"]);
     let refused = blis(&["evaluate", "--model", "meta-llama/llama-3.1-8b-instruct", "--policy-config", &good, "--candidate", &good]);
     assert_refused(&refused, "evaluate --policy-config", "each --candidate is the policy file");

@@ -23,12 +23,16 @@
 //! `oscillation_window` is a scale oscillation (anomaly
 //! `ScaleOscillationCount`).
 //!
-//! Replicas run on nodes of [`PoolConfig`]s (GPU type, GPUs per node,
-//! node bounds, price): a scale-up uses a free seat on a node that is up or
-//! coming up, else requests a node from the cheapest pool with room; a
-//! scale-down cancels replicas not ready yet first, then drains ready ones,
-//! the most expensive first. A node with no replica left is released (down
-//! to `min_nodes`). Cost is billed per node GPU from request to release.
+//! One autoscaler sizes one scaling group ([`AutoscaleConfig`]): the
+//! replicas of the fleet's pools that name it ([`crate::fleet::Replicas`]),
+//! of one role. Replicas run on each pool's nodes ([`crate::fleet::Nodes`]:
+//! GPUs per node, node bounds, price): a scale-up uses a free seat on a
+//! node that is up or coming up, else requests a node from the cheapest pool
+//! with room; a scale-down cancels replicas not ready yet first, then drains
+//! ready ones, the most expensive first. A node with no replica left is
+//! released (down to `min_nodes`). Cost is billed per node GPU from request
+//! to release. A disaggregated deployment scales its prefill and decode
+//! pools with a group each.
 
 pub mod delay;
 pub mod policy;
@@ -45,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 pub use delay::{Delay, Span};
 pub use policy::{AutoscalePolicy, AutoscaleSpec, ScaleContext, ScaleMetrics};
-pub use report::{AutoscalingReport, Phase, ReplicaTrace, ScaleAction, ScaleDecision, ScaleTrace, TimelinePoint};
+pub use report::{AutoscalingReport, GroupReport, Phase, ReplicaTrace, ScaleAction, ScaleDecision, ScaleTrace, TimelinePoint};
 pub use scaler::ScaleEvent;
 pub use section::{AutoscaleSection, NodePoolSection};
 
@@ -105,10 +109,11 @@ impl Default for Warmup {
     }
 }
 
-/// One pool of identical nodes a deployment's replicas run on, resolved:
-/// its replicas' server configuration and step-time model included.
+/// One pool of a scaling group as its autoscaler knows it
+/// ([`crate::fleet::Pool::scaled`]): its replicas' server configuration and
+/// step-time model, and its nodes.
 #[derive(Clone)]
-pub struct PoolConfig {
+pub(crate) struct PoolConfig {
     /// Name (reports, traces).
     pub name: String,
     /// GPU name.
@@ -148,9 +153,15 @@ impl PoolConfig {
     }
 }
 
-/// Everything the autoscaler runs on.
+/// One scaling group: the policy and behaviour of the autoscaler that sizes
+/// the pools naming it.
 #[derive(Clone)]
 pub struct AutoscaleConfig {
+    /// Name (reports, traces): its role's name for one of a disaggregated
+    /// deployment's groups, else `autoscale`.
+    pub name: String,
+    /// Replicas at the start (ready at time 0).
+    pub initial_replicas: u32,
     /// The policy.
     pub policy: AutoscaleSpec,
     /// Time between scrapes (and decisions).
@@ -173,8 +184,6 @@ pub struct AutoscaleConfig {
     pub drain: DrainPolicy,
     /// A fresh replica's warm-up.
     pub warmup: Warmup,
-    /// The node pools, in order of preference among equals.
-    pub pools: Vec<PoolConfig>,
     /// Seed of the delay draws.
     pub seed: u64,
 }
@@ -188,10 +197,12 @@ impl AutoscaleConfig {
     /// (`scrape_delay / interval`), which the autoscaler holds in memory.
     pub const MAX_SCRAPES_IN_FLIGHT: u64 = 100_000;
 
-    /// Checks the bounds and every pool against `initial` replicas; errors
-    /// name the `autoscale` / `node_pools` field.
-    pub fn validate(&self, initial: u32) -> Result<(), ConfigError> {
+    /// Checks the bounds against the initial replicas and the capacity of
+    /// the group's `pools` (each checked with the fleet,
+    /// [`crate::fleet::validate`]); errors name the `autoscale` field.
+    pub(crate) fn validate(&self, pools: &[PoolConfig]) -> Result<(), ConfigError> {
         let a = "autoscale";
+        let initial = self.initial_replicas;
         check(
             self.max_replicas >= 1 && self.max_replicas <= crate::MAX_INSTANCES,
             a,
@@ -233,33 +244,7 @@ impl AutoscaleConfig {
             w.slowdown,
             "a factor in [1, 100]",
         )?;
-        if self.pools.is_empty() {
-            return Err(ConfigError::new("node_pools", "at least one pool is needed"));
-        }
-        let mut capacity = 0u64;
-        for (i, p) in self.pools.iter().enumerate() {
-            let at = format!("node_pools[{i}] ({})", p.name);
-            check(
-                p.gpus_per_node >= p.gpus_per_replica,
-                &at,
-                "gpus_per_node",
-                p.gpus_per_node,
-                &format!("at least the {} GPUs of one replica (tp)", p.gpus_per_replica),
-            )?;
-            check(p.max_nodes >= 1, &at, "max_nodes", p.max_nodes, "at least 1")?;
-            check(p.min_nodes <= p.max_nodes, &at, "min_nodes", p.min_nodes, &format!("at most max_nodes ({})", p.max_nodes))?;
-            check(p.initial_nodes <= p.max_nodes, &at, "initial_nodes", p.initial_nodes, &format!("at most max_nodes ({})", p.max_nodes))?;
-            if let Some(c) = p.cost_per_gpu_hour {
-                check(
-                    c.is_finite() && (0.0..=MAX_GPU_HOUR_COST).contains(&c),
-                    &at,
-                    "cost_per_gpu_hour",
-                    c,
-                    &format!("a price in [0, {MAX_GPU_HOUR_COST:e}] dollars"),
-                )?;
-            }
-            capacity += u64::from(p.max_nodes) * u64::from(p.replicas_per_node());
-        }
+        let capacity: u64 = pools.iter().map(|p| u64::from(p.max_nodes) * u64::from(p.replicas_per_node())).sum();
         if capacity < u64::from(self.max_replicas) {
             return Err(ConfigError::new(
                 "autoscale.max_replicas",

@@ -62,6 +62,9 @@ pub struct ScaleDecision {
     /// When.
     #[serde(rename = "t_us", serialize_with = "as_us")]
     pub time: Micros,
+    /// The scaling group, when the fleet has several (`prefill`, `decode`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group: Option<String>,
     /// The policy.
     pub policy: &'static str,
     /// Replicas counted (not draining) before.
@@ -212,4 +215,105 @@ pub struct AutoscalingReport {
     pub pools: Vec<PoolReport>,
     /// The fleet at every decision.
     pub timeline: Vec<TimelinePoint>,
+    /// With several scaling groups (a disaggregated deployment's prefill and
+    /// decode pools): each group's own report, the figures above being the
+    /// fleet's totals.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub groups: Vec<GroupReport>,
+}
+
+/// One scaling group's report, under the fleet's totals.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct GroupReport {
+    /// The group's name (its pools' role: `prefill`, `decode`).
+    pub name: String,
+    /// Its report.
+    #[serde(flatten)]
+    pub report: AutoscalingReport,
+}
+
+impl AutoscalingReport {
+    /// The fleet's report over its scaling groups' `reports` (named by
+    /// `names`): the one group's as it is; over several, their sums (peak
+    /// replicas: the sum of the groups' peaks, an upper bound), the policy
+    /// if they share one (else `per-group`), the params by group, every
+    /// pool, a timeline of the groups' counts summed at each of their
+    /// decisions (the load figures of the first group that has them), and
+    /// each group's own report. `None` without groups.
+    pub fn combine(mut reports: Vec<AutoscalingReport>, names: &[String], output_tokens: u64, met_slo: u64) -> Option<AutoscalingReport> {
+        if reports.len() <= 1 {
+            return reports.pop();
+        }
+        let sum_u64 = |f: fn(&AutoscalingReport) -> u64| reports.iter().map(f).sum::<u64>();
+        let sum_f64 = |f: fn(&AutoscalingReport) -> f64| reports.iter().map(f).sum::<f64>();
+        let policy = if reports.iter().all(|r| r.policy == reports[0].policy) { reports[0].policy } else { "per-group" };
+        let params = serde_json::Value::Object(names.iter().cloned().zip(reports.iter().map(|r| r.params.clone())).collect());
+        let priced = reports.iter().any(|r| r.cost.is_some());
+        let cost = priced.then(|| reports.iter().filter_map(|r| r.cost).sum::<f64>());
+        let per = |x: f64| cost.filter(|&c| c > 0.0).map(|c| x / c);
+        Some(AutoscalingReport {
+            policy,
+            params,
+            min_replicas: reports.iter().map(|r| r.min_replicas).sum(),
+            max_replicas: reports.iter().map(|r| r.max_replicas).sum(),
+            decisions: sum_u64(|r| r.decisions),
+            scale_ups: sum_u64(|r| r.scale_ups),
+            scale_downs: sum_u64(|r| r.scale_downs),
+            replicas_added: sum_u64(|r| r.replicas_added),
+            replicas_removed: sum_u64(|r| r.replicas_removed),
+            oscillations: sum_u64(|r| r.oscillations),
+            cold_starts: sum_u64(|r| r.cold_starts),
+            held_requests: sum_u64(|r| r.held_requests),
+            held_wait_ms: None,
+            rerouted_requests: sum_u64(|r| r.rerouted_requests),
+            peak_replicas: reports.iter().map(|r| r.peak_replicas).sum(),
+            replica_seconds: sum_f64(|r| r.replica_seconds),
+            gpu_hours: sum_f64(|r| r.gpu_hours),
+            cost,
+            cost_per_million_output_tokens: cost.filter(|_| output_tokens > 0).map(|c| c / (output_tokens as f64 / 1e6)),
+            goodput_per_dollar: per(met_slo as f64),
+            pools: reports.iter().flat_map(|r| r.pools.iter().cloned()).collect(),
+            timeline: merged_timeline(&reports),
+            groups: names.iter().cloned().zip(reports).map(|(name, report)| GroupReport { name, report }).collect(),
+        })
+    }
+}
+
+/// The groups' timelines as one: at each decision of any group, every
+/// group's latest counts summed; the load figures are the first group's
+/// latest that has them.
+fn merged_timeline(reports: &[AutoscalingReport]) -> Vec<TimelinePoint> {
+    let mut times: Vec<f64> = reports.iter().flat_map(|r| r.timeline.iter().map(|p| p.t_s)).collect();
+    times.sort_by(f64::total_cmp);
+    times.dedup();
+    let mut next = vec![0usize; reports.len()];
+    let mut out = Vec::with_capacity(times.len());
+    for t in times {
+        let latest: Vec<&TimelinePoint> = reports
+            .iter()
+            .zip(next.iter_mut())
+            .filter_map(|(r, k)| {
+                while r.timeline.get(*k).is_some_and(|p| p.t_s <= t) {
+                    *k += 1;
+                }
+                k.checked_sub(1).map(|i| &r.timeline[i])
+            })
+            .collect();
+        let sum = |f: fn(&TimelinePoint) -> u32| latest.iter().map(|p| f(p)).sum::<u32>();
+        let first = latest[0];
+        out.push(TimelinePoint {
+            t_s: t,
+            starting: sum(|p| p.starting),
+            ready: sum(|p| p.ready),
+            draining: sum(|p| p.draining),
+            desired: sum(|p| p.desired),
+            nodes: sum(|p| p.nodes),
+            request_rate: first.request_rate,
+            saturation: first.saturation,
+            kv_utilization: first.kv_utilization,
+            waiting: sum(|p| p.waiting),
+            ttft_mean_ms: latest.iter().find_map(|p| p.ttft_mean_ms),
+        });
+    }
+    out
 }

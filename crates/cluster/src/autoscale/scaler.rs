@@ -15,7 +15,7 @@ use blis_engine::time::{Micros, US_PER_MS};
 
 use super::policy::{AutoscalePolicy, ScaleContext, ScaleMetrics};
 use super::report::{AutoscalingReport, Constraint, Phase, PoolReport, ScaleAction, ScaleDecision, TimelinePoint};
-use super::{AutoscaleConfig, DrainPolicy};
+use super::{AutoscaleConfig, DrainPolicy, PoolConfig};
 use crate::estimate::TtftEstimator;
 
 /// The autoscaler's events (background: they never keep a run alive).
@@ -124,9 +124,20 @@ struct PoolAccount {
     gpu_us: u64,
 }
 
-/// Replicas, nodes, the decision loop and the accounts.
+/// Replicas, nodes, the decision loop and the accounts of one scaling group.
+///
+/// Replicas, their retired counters and events are indexed by the fleet's
+/// instance slot; the group's slots are `owned` (in the order it took
+/// them): a new replica takes the first it freed, else a new slot at the
+/// fleet's end.
 pub(crate) struct Autoscaler {
     cfg: AutoscaleConfig,
+    /// The group's pools, in order of preference among equals.
+    pools: Vec<PoolConfig>,
+    /// The slots the group took, ascending.
+    owned: Vec<u32>,
+    /// The group's name in decision traces, when the fleet has several groups.
+    label: Option<String>,
     policy: Box<dyn AutoscalePolicy>,
     estimators: Vec<TtftEstimator>,
     rng: SimRng,
@@ -211,20 +222,33 @@ impl<E: Extreme> WindowExtreme<E> {
 }
 
 impl Autoscaler {
-    /// The autoscaler and the instances of the `initial` replicas (ready at
-    /// time 0, in pool order, on the initial nodes first), by slot.
-    /// `cfg` must have been validated against `initial`.
-    pub fn new(cfg: AutoscaleConfig, policy: Box<dyn AutoscalePolicy>, initial: u32, trace: bool) -> (Autoscaler, Vec<Instance>) {
-        let estimators = cfg.pools.iter().map(|p| TtftEstimator::from_latency_model(p.latency.as_ref())).collect();
+    /// The autoscaler of a group of `pools` and the instances of its initial
+    /// replicas (ready at time 0, in pool order, on the initial nodes first),
+    /// in slots `first_slot..`. Its delays draw from the seeded stream
+    /// `stream`; `label` names it in decision traces. `cfg` must have been
+    /// validated against `pools`.
+    pub fn new(
+        cfg: AutoscaleConfig,
+        pools: Vec<PoolConfig>,
+        policy: Box<dyn AutoscalePolicy>,
+        first_slot: u32,
+        (stream, label): (&str, Option<String>),
+        trace: bool,
+    ) -> (Autoscaler, Vec<Instance>) {
+        let estimators = pools.iter().map(|p| TtftEstimator::from_latency_model(p.latency.as_ref())).collect();
+        let initial = cfg.initial_replicas;
         let mut s = Autoscaler {
-            rng: subsystem_rng(cfg.seed, "autoscale"),
-            nodes: cfg.pools.iter().map(|_| Vec::new()).collect(),
-            accounts: cfg.pools.iter().map(|_| PoolAccount::default()).collect(),
+            rng: subsystem_rng(cfg.seed, stream),
+            nodes: pools.iter().map(|_| Vec::new()).collect(),
+            accounts: pools.iter().map(|_| PoolAccount::default()).collect(),
             cfg,
+            pools,
+            owned: Vec::new(),
+            label,
             policy,
             estimators,
-            replicas: Vec::new(),
-            retired: Vec::new(),
+            replicas: (0..first_slot).map(|_| None).collect(),
+            retired: vec![InstanceStats::default(); first_slot as usize],
             next_generation: 0,
             scrapes: VecDeque::new(),
             last_scrape: None,
@@ -246,13 +270,13 @@ impl Autoscaler {
             peak_replicas: 0,
             timeline: Vec::new(),
         };
-        for p in 0..s.cfg.pools.len() {
-            for _ in 0..s.cfg.pools[p].initial_nodes {
+        for p in 0..s.pools.len() {
+            for _ in 0..s.pools[p].initial_nodes {
                 s.request_node(p, Micros::ZERO, true);
             }
         }
         let mut instances = Vec::new();
-        for slot in 0..initial {
+        for slot in first_slot..first_slot + initial {
             let (pool, node) = match s.seat() {
                 Some(Seat::Existing(p, n)) => (p, n),
                 Some(Seat::NewNode(p)) => (p, s.request_node(p, Micros::ZERO, true)),
@@ -270,6 +294,7 @@ impl Autoscaler {
             }));
             s.retired.push(InstanceStats::default());
             s.accounts[pool].replicas_started += 1;
+            s.owned.push(slot);
             instances.push(s.instance(pool, slot));
         }
         s.peak_replicas = initial;
@@ -282,7 +307,7 @@ impl Autoscaler {
     }
 
     fn instance(&self, pool: usize, slot: u32) -> Instance {
-        let p = &self.cfg.pools[pool];
+        let p = &self.pools[pool];
         Instance::new(slot, p.instance.clone(), p.latency.clone())
             .unwrap_or_else(|e| unreachable!("pool configurations are validated at build: {e}"))
     }
@@ -293,19 +318,30 @@ impl Autoscaler {
         actions.schedule.push((self.cfg.interval + self.cfg.scrape_delay, ScaleEvent::Tick));
     }
 
+    /// The group's name.
+    pub fn name(&self) -> &str {
+        &self.cfg.name
+    }
+
     /// Name of pool `p`.
     pub fn pool_name(&self, p: u16) -> &str {
-        &self.cfg.pools[usize::from(p)].name
+        &self.pools[usize::from(p)].name
+    }
+
+    /// The pools of the group's slots' replicas, as the fleet numbers them
+    /// in `index` (the group's pool `p` is the fleet's `index[p]`): for each
+    /// slot the group owns, its current replica's pool, if it has one.
+    pub fn slot_pools<'a>(&'a self, index: &'a [usize]) -> impl Iterator<Item = (u32, Option<usize>)> + 'a {
+        self.owned.iter().map(move |&s| (s, self.replicas[s as usize].as_ref().map(|r| index[usize::from(r.pool)])))
+    }
+
+    /// Requests waiting at the group's replicas.
+    fn queued(&self, instances: &[Instance]) -> u32 {
+        self.owned.iter().map(|&s| instances[s as usize].queue_depth()).sum()
     }
 
     fn routable(&self, r: &Replica) -> bool {
         r.phase == Phase::Ready || (r.phase == Phase::Warming && self.cfg.warmup.route_while_warming)
-    }
-
-    /// The routable replicas' slots, ascending.
-    pub fn fill_routable(&self, out: &mut Vec<u32>) {
-        out.clear();
-        out.extend(self.replicas.iter().enumerate().filter(|(_, r)| r.as_ref().is_some_and(|r| self.routable(r))).map(|(i, _)| i as u32));
     }
 
     /// Whether slot `i` holds a replica that takes new requests.
@@ -404,7 +440,7 @@ impl Autoscaler {
         };
         r.phase = Phase::Loading;
         let (pool, generation) = (usize::from(r.pool), r.generation);
-        let delay = self.cfg.pools[pool].loading_delay.sample(&mut self.rng);
+        let delay = self.pools[pool].loading_delay.sample(&mut self.rng);
         actions.schedule.push((now + delay, ScaleEvent::Loaded { slot: slot as u32, generation }));
         self.trace(actions, now, slot, Phase::Loading);
     }
@@ -431,7 +467,7 @@ impl Autoscaler {
             let est = self.estimators[usize::from(r.pool)].estimate_us(inst.queue_depth(), self.mean_prompt_tokens.round() as u32) / 1e3;
             predicted = Some(predicted.map_or(est, |p| p.min(est)));
         }
-        let queued_all: u32 = instances.iter().map(Instance::queue_depth).sum();
+        let queued_all = self.queued(instances);
         let per = |x: f64| if n > 0 { x / f64::from(n) } else { 0.0 };
         let dt = (now - prev_at).as_secs_f64();
         let ended = c.ended - prev.ended;
@@ -499,6 +535,7 @@ impl Autoscaler {
         if self.trace {
             let decision = ScaleDecision {
                 time: now,
+                group: self.label.clone(),
                 policy: self.cfg.policy.name(),
                 current: d.current,
                 ready: d.ready,
@@ -581,10 +618,10 @@ impl Autoscaler {
     /// then the cheapest pool), else a new node of the cheapest pool with
     /// room; ties go to the earlier pool. `None` when every pool is full.
     fn seat(&self) -> Option<Seat> {
-        let cost = |p: usize| self.cfg.pools[p].replica_cost_per_hour();
+        let cost = |p: usize| self.pools[p].replica_cost_per_hour();
         let mut best: Option<(bool, f64, usize, u32)> = None;
         for (p, nodes) in self.nodes.iter().enumerate() {
-            let per_node = self.cfg.pools[p].replicas_per_node();
+            let per_node = self.pools[p].replicas_per_node();
             if let Some((n, node)) = nodes.iter().enumerate().filter(|(_, n)| n.live && n.replicas < per_node).min_by_key(|(_, n)| !n.up) {
                 let key = (!node.up, cost(p), p, n as u32);
                 if best.is_none_or(|b| (key.0, key.1) < (b.0, b.1)) {
@@ -595,8 +632,8 @@ impl Autoscaler {
         if let Some((_, _, p, n)) = best {
             return Some(Seat::Existing(p, n));
         }
-        (0..self.cfg.pools.len())
-            .filter(|&p| self.accounts[p].live_nodes < self.cfg.pools[p].max_nodes)
+        (0..self.pools.len())
+            .filter(|&p| self.accounts[p].live_nodes < self.pools[p].max_nodes)
             .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
             .map(Seat::NewNode)
     }
@@ -621,7 +658,7 @@ impl Autoscaler {
         node.live = false;
         let a = &mut self.accounts[p];
         a.live_nodes -= 1;
-        a.gpu_us += (now - node.requested).as_us() * u64::from(self.cfg.pools[p].gpus_per_node);
+        a.gpu_us += (now - node.requested).as_us() * u64::from(self.pools[p].gpus_per_node);
     }
 
     fn add_replica(&mut self, now: Micros, fleet: &mut Fleet, actions: &mut Actions) -> bool {
@@ -630,17 +667,19 @@ impl Autoscaler {
             Some(Seat::NewNode(p)) => {
                 let n = self.request_node(p, now, false);
                 let generation = self.nodes[p][n as usize].generation;
-                let delay = self.cfg.pools[p].provisioning_delay.sample(&mut self.rng);
+                let delay = self.pools[p].provisioning_delay.sample(&mut self.rng);
                 actions.schedule.push((now + delay, ScaleEvent::NodeUp { pool: p as u16, node: n, generation }));
                 (p, n)
             }
             None => return false,
         };
-        let slot = self.replicas.iter().position(Option::is_none).unwrap_or(self.replicas.len());
+        let freed = self.owned.iter().map(|&s| s as usize).find(|&s| self.replicas[s].is_none());
+        let slot = freed.unwrap_or(fleet.instances().len());
         let instance = self.instance(pool, slot as u32);
-        if slot == self.replicas.len() {
-            self.replicas.push(None);
-            self.retired.push(InstanceStats::default());
+        if freed.is_none() {
+            self.replicas.resize_with(slot + 1, || None);
+            self.retired.resize_with(slot + 1, InstanceStats::default);
+            self.owned.push(slot as u32);
             fleet.add(instance);
         } else {
             let old = fleet.replace(slot, instance);
@@ -678,9 +717,9 @@ impl Autoscaler {
                     .cmp(&coming(b))
                     .then_with(|| if coming(a) { a.generation.cmp(&b.generation) } else { std::cmp::Ordering::Equal })
                     .then_with(|| {
-                        self.cfg.pools[usize::from(a.pool)]
+                        self.pools[usize::from(a.pool)]
                             .replica_cost_per_hour()
-                            .total_cmp(&self.cfg.pools[usize::from(b.pool)].replica_cost_per_hour())
+                            .total_cmp(&self.pools[usize::from(b.pool)].replica_cost_per_hour())
                     })
                     .then_with(|| instances[*j].in_flight().cmp(&instances[*i].in_flight()))
                     .then_with(|| i.cmp(j))
@@ -733,7 +772,7 @@ impl Autoscaler {
         }
         let node = &mut self.nodes[p][r.node as usize];
         node.replicas -= 1;
-        if node.replicas == 0 && self.accounts[p].live_nodes > self.cfg.pools[p].min_nodes {
+        if node.replicas == 0 && self.accounts[p].live_nodes > self.pools[p].min_nodes {
             self.release_node(p, r.node as usize, now);
         }
     }
@@ -758,7 +797,7 @@ impl Autoscaler {
             request_rate: m.request_rate,
             saturation: m.saturation,
             kv_utilization: m.kv_utilization,
-            waiting: instances.iter().map(Instance::queue_depth).sum::<u32>() + held,
+            waiting: self.queued(instances) + held,
             ttft_mean_ms: m.ttft_mean_ms,
         });
     }
@@ -776,7 +815,7 @@ impl Autoscaler {
     /// The run's report, counting live replicas and nodes up to `end`.
     pub fn report(&self, end: Micros, output_tokens: u64, met_slo: u64) -> AutoscalingReport {
         let mut pools = Vec::new();
-        for (p, pool) in self.cfg.pools.iter().enumerate() {
+        for (p, pool) in self.pools.iter().enumerate() {
             let a = &self.accounts[p];
             let (mut replica_us, mut ready_us, mut gpu_us) = (a.replica_us, a.ready_us, a.gpu_us);
             for r in self.replicas.iter().flatten().filter(|r| usize::from(r.pool) == p) {
@@ -826,6 +865,7 @@ impl Autoscaler {
             goodput_per_dollar: per(met_slo as f64),
             pools,
             timeline: self.timeline.clone(),
+            groups: Vec::new(),
         }
     }
 }

@@ -54,7 +54,12 @@ impl AutoscaleSection {
     /// Reads the section: a bare policy name, or a mapping with `type`,
     /// `params` and the settings.
     pub fn from_value(v: &Value) -> Result<AutoscaleSection, ConfigError> {
-        let path = "autoscale";
+        AutoscaleSection::from_value_at(v, "autoscale")
+    }
+
+    /// [`AutoscaleSection::from_value`] of a section at `path` (a pool's own:
+    /// `pools.decode.autoscale`), which errors name.
+    pub fn from_value_at(v: &Value, path: &str) -> Result<AutoscaleSection, ConfigError> {
         match v {
             Value::String(name) => {
                 Ok(AutoscaleSection { policy: Some(AutoscaleSpec::parse(name, None, path)?), settings: AutoscaleSettings::default() })
@@ -64,11 +69,11 @@ impl AutoscaleSection {
                     None => None,
                     Some(Value::String(name)) => Some(AutoscaleSpec::parse(name, map.get("params"), path)?),
                     Some(_) => {
-                        return Err(ConfigError::new("autoscale.type", "not a string (the policy name)"));
+                        return Err(ConfigError::new(format!("{path}.type"), "not a string (the policy name)"));
                     }
                 };
                 if policy.is_none() && map.contains_key("params") {
-                    return Err(ConfigError::new("autoscale.params", "params need a `type`"));
+                    return Err(ConfigError::new(format!("{path}.params"), "params need a `type`"));
                 }
                 let rest: serde_json::Map<String, Value> =
                     map.iter().filter(|(k, _)| *k != "type" && *k != "params").map(|(k, v)| (k.clone(), v.clone())).collect();
@@ -80,16 +85,11 @@ impl AutoscaleSection {
     }
 }
 
-/// One entry of `node_pools:`.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+/// Where a pool's replicas run and what they cost, as written: every field
+/// optional (the deployment's GPU, flags and defaults fill the rest).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NodePoolSection {
-    /// Name (reports, traces); unique.
-    pub name: String,
-    /// GPU (a bundled name); default: the deployment's.
-    pub hardware: Option<String>,
-    /// Tensor-parallel degree of its replicas; default: the deployment's.
-    pub tp: Option<u32>,
+pub struct NodesSection {
     /// GPUs per node; default: one replica's.
     pub gpus_per_node: Option<u32>,
     /// Nodes up at the start; default: as many as the initial replicas need.
@@ -108,16 +108,45 @@ pub struct NodePoolSection {
     pub load_bandwidth_gb_per_s: Option<f64>,
 }
 
+/// One entry of `node_pools:`: a name, the GPU and TP of its replicas, and
+/// its nodes' fields beside them (`{name: h100, hardware: H100, max_nodes: 2}`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NodePoolSection {
+    /// Name (reports, traces); unique.
+    pub name: String,
+    /// GPU (a bundled name); default: the deployment's.
+    pub hardware: Option<String>,
+    /// Tensor-parallel degree of its replicas; default: the deployment's.
+    pub tp: Option<u32>,
+    /// Its nodes.
+    pub nodes: NodesSection,
+}
+
+/// The fields of a node pool besides its nodes'.
+#[derive(Deserialize)]
+struct NodePoolHead {
+    name: String,
+    hardware: Option<String>,
+    tp: Option<u32>,
+}
+
 /// Reads `node_pools:`, a list of pools with unique names.
 pub fn node_pools_from_value(v: &Value) -> Result<Vec<NodePoolSection>, ConfigError> {
-    let pools: Vec<NodePoolSection> = params(Some(v), "node_pools")?;
-    if pools.is_empty() {
+    let entries: Vec<serde_json::Map<String, Value>> = params(Some(v), "node_pools")?;
+    if entries.is_empty() {
         return Err(ConfigError::new("node_pools", "an empty list; leave the section out for one pool of the deployment's GPU"));
     }
-    for (i, p) in pools.iter().enumerate() {
-        if pools[..i].iter().any(|q| q.name == p.name) {
-            return Err(ConfigError::new(format!("node_pools[{i}].name"), format!("`{}` names two pools", p.name)));
+    let mut pools: Vec<NodePoolSection> = Vec::with_capacity(entries.len());
+    for (i, entry) in entries.into_iter().enumerate() {
+        let at = format!("node_pools[{i}]");
+        let (head, rest): (serde_json::Map<String, Value>, serde_json::Map<String, Value>) =
+            entry.into_iter().partition(|(k, _)| ["name", "hardware", "tp"].contains(&k.as_str()));
+        let head: NodePoolHead = params(Some(&Value::Object(head)), &at)?;
+        let nodes: NodesSection = params(Some(&Value::Object(rest)), &at)?;
+        if pools.iter().any(|q| q.name == head.name) {
+            return Err(ConfigError::new(format!("{at}.name"), format!("`{}` names two pools", head.name)));
         }
+        pools.push(NodePoolSection { name: head.name, hardware: head.hardware, tp: head.tp, nodes });
     }
     Ok(pools)
 }
@@ -152,6 +181,8 @@ mod tests {
         let e = node_pools_from_value(&json!([{"name": "a", "gpus": 8}])).unwrap_err();
         assert!(e.path.starts_with("node_pools"), "{e}");
         let p = node_pools_from_value(&json!([{"name": "a", "provisioning_delay": "uniform:1m,2m", "loading_delay": 30}])).unwrap();
-        assert_eq!(p[0].loading_delay, Some(Delay::Fixed(blis_engine::time::Micros::from_secs(30))));
+        assert_eq!(p[0].nodes.loading_delay, Some(Delay::Fixed(blis_engine::time::Micros::from_secs(30))));
+        let e = node_pools_from_value(&json!([{"hardware": "H100"}])).unwrap_err();
+        assert!(e.path.starts_with("node_pools[0]") && e.message.contains("name"), "{e}");
     }
 }

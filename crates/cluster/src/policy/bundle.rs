@@ -11,12 +11,12 @@
 //! snapshots: {kv_utilization: periodic:100ms}
 //! autoscale: {type: target-tracking, params: {target: 0.6}, max_replicas: 8}
 //! node_pools: [{name: h100, gpus_per_node: 8, max_nodes: 1, cost_per_gpu_hour: 4.0}]
-//! # or, instead of autoscaling, prefill/decode pools:
+//! # or prefill/decode pools (each fixed, or autoscaled with its own section), or serving pools:
 //! pools: {prefill: {instances: 1, tp: 2}, decode: {instances: 3}, decider: always}
 //! ```
 //!
 //! (`autoscale` and `node_pools`: see [`crate::autoscale::section`];
-//! `pools`: [`crate::pd::PoolsSection`].)
+//! `pools`: [`crate::pools`].)
 //!
 //! Every section is optional; unknown keys anywhere are errors naming their
 //! path.
@@ -30,7 +30,7 @@ use blis_engine::time::Micros;
 use super::{AdmissionSpec, NoParams, PrioritySpec, RoutingSpec, SchedulerSpec};
 use crate::autoscale::section::{AutoscaleSection, NodePoolSection, node_pools_from_value};
 use crate::error::ConfigError;
-use crate::pd::PoolsSection;
+use crate::pools::PoolsSection;
 use crate::slo::SloTargets;
 use crate::snapshot::{Observability, Refresh};
 
@@ -53,7 +53,7 @@ pub struct PolicyBundle {
     pub autoscale: Option<AutoscaleSection>,
     /// Node pools, as written (empty: one pool of the deployment's GPU).
     pub node_pools: Vec<NodePoolSection>,
-    /// `pools:`: prefill and decode pools (a disaggregated deployment).
+    /// `pools:`: prefill and decode pools (a disaggregated deployment), or serving pools.
     pub pools: Option<PoolsSection>,
 }
 
@@ -175,7 +175,7 @@ impl PolicyBundle {
             set.node_pools = true;
         }
         if let Some(v) = map.get("pools") {
-            b.pools = Some(super::params(Some(v), "pools")?);
+            b.pools = Some(PoolsSection::from_value(v)?);
             set.pools = true;
         }
         Ok((b, set))

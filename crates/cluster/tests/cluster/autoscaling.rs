@@ -4,19 +4,18 @@
 
 use std::collections::BTreeMap;
 
-use blis_cluster::autoscale::{
-    AutoscaleConfig, AutoscaleSpec, Delay, DrainPolicy, Phase, PoolConfig, ScaleAction, ScaleTrace, Span, Warmup,
-};
+use blis_cluster::autoscale::{AutoscaleConfig, AutoscaleSpec, Delay, DrainPolicy, Phase, ScaleAction, ScaleTrace, Span, Warmup};
+use blis_cluster::fleet::{Nodes, Pool, Replicas};
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
 use blis_cluster::{Cluster, ClusterConfig};
 use blis_engine::driver::IterWorkload;
 use blis_engine::kv::offload::{LinkConfig, OffloadConfig};
-use blis_engine::request::{Labels, Outcome, Request, RequestId};
+use blis_engine::request::{Outcome, Request, RequestId};
 use blis_engine::time::Micros;
 use proptest::prelude::*;
 
-use crate::harness::{Load, Recorder, config, instance, spec_blackbox};
+use crate::harness::{Load, Recorder, instance, spec_blackbox};
 
 /// Requests whose Poisson rate changes by phase: (req/s, seconds) each.
 fn phases(phases: &[(f64, u64)], seed: u64) -> Vec<Request> {
@@ -36,13 +35,8 @@ fn phases(phases: &[(f64, u64)], seed: u64) -> Vec<Request> {
     out
 }
 
-fn pool(name: &str, max_nodes: u32, per_node: u32, cost: f64, provisioning: Delay, loading: Delay) -> PoolConfig {
-    PoolConfig {
-        name: name.to_string(),
-        hardware: "H100".to_string(),
-        instance: instance(4000, 16, 2048),
-        latency: spec_blackbox(),
-        gpus_per_replica: 1,
+fn pool(name: &str, max_nodes: u32, per_node: u32, cost: f64, provisioning: Delay, loading: Delay) -> Pool {
+    let nodes = Nodes {
         gpus_per_node: per_node,
         initial_nodes: 0,
         min_nodes: 0,
@@ -50,11 +44,37 @@ fn pool(name: &str, max_nodes: u32, per_node: u32, cost: f64, provisioning: Dela
         cost_per_gpu_hour: Some(cost),
         provisioning_delay: provisioning,
         loading_delay: loading,
+    };
+    Pool {
+        hardware: "H100".to_string(),
+        replicas: Replicas::Autoscaled { group: 0, nodes },
+        ..Pool::serving(name, 0, instance(4000, 16, 2048), spec_blackbox())
     }
 }
 
-fn autoscale(policy: &str, params: serde_json::Value, min: u32, max: u32, pools: Vec<PoolConfig>) -> AutoscaleConfig {
-    AutoscaleConfig {
+/// A scaling group and the pools it sizes (the group's fields reachable as its own).
+struct Auto {
+    config: AutoscaleConfig,
+    pools: Vec<Pool>,
+}
+
+impl std::ops::Deref for Auto {
+    type Target = AutoscaleConfig;
+    fn deref(&self) -> &AutoscaleConfig {
+        &self.config
+    }
+}
+
+impl std::ops::DerefMut for Auto {
+    fn deref_mut(&mut self) -> &mut AutoscaleConfig {
+        &mut self.config
+    }
+}
+
+fn autoscale(policy: &str, params: serde_json::Value, min: u32, max: u32, pools: Vec<Pool>) -> Auto {
+    let config = AutoscaleConfig {
+        name: "autoscale".to_string(),
+        initial_replicas: 0,
         policy: AutoscaleSpec::parse(policy, Some(&params), "autoscale").unwrap(),
         interval: Micros::from_secs(10),
         scrape_delay: Micros::from_secs(5),
@@ -66,30 +86,31 @@ fn autoscale(policy: &str, params: serde_json::Value, min: u32, max: u32, pools:
         oscillation_window: Micros::from_secs(60),
         drain: DrainPolicy::Wait,
         warmup: Warmup::default(),
-        pools,
         seed: 7,
-    }
+    };
+    Auto { config, pools }
 }
 
-fn cluster_config(initial: u32, auto: AutoscaleConfig) -> ClusterConfig {
+fn cluster_config(initial: u32, auto: Auto) -> ClusterConfig {
     cluster_config_scheduled(initial, auto, false)
 }
 
 /// [`cluster_config`], with or without async scheduling.
-fn cluster_config_scheduled(initial: u32, auto: AutoscaleConfig, async_scheduling: bool) -> ClusterConfig {
+fn cluster_config_scheduled(initial: u32, auto: Auto, async_scheduling: bool) -> ClusterConfig {
     cluster_config_kv(initial, auto, async_scheduling, 4000, None)
 }
 
 /// [`cluster_config_scheduled`] with `blocks` KV blocks per replica (a
 /// request takes 20) and a CPU tier of (blocks, bytes/s) below them.
-fn cluster_config_kv(initial: u32, auto: AutoscaleConfig, async_scheduling: bool, blocks: u64, tier: Option<(u64, f64)>) -> ClusterConfig {
+fn cluster_config_kv(initial: u32, auto: Auto, async_scheduling: bool, blocks: u64, tier: Option<(u64, f64)>) -> ClusterConfig {
     let mut inst = instance(blocks, 16, 2048);
     inst.scheduler.async_scheduling = async_scheduling;
     inst.offload = tier
         .map(|(cpu_blocks, bytes_per_s)| OffloadConfig::native_cpu(cpu_blocks, 1 << 20, LinkConfig { bytes_per_s, latency: Micros(200) }));
-    let mut cfg = config(initial, inst, spec_blackbox(), PolicyBundle::default(), Labels::default());
-    cfg.autoscale = Some(auto);
-    cfg
+    let Auto { mut config, pools } = auto;
+    config.initial_replicas = initial;
+    let pools = pools.into_iter().map(|p| Pool { instance: inst.clone(), ..p }).collect();
+    ClusterConfig { scaling: vec![config], ..ClusterConfig::of(pools, PolicyBundle::default()) }
 }
 
 /// Follows every replica's phase from the trace, and checks each routing
@@ -148,8 +169,8 @@ struct Run {
 }
 
 fn run(cfg: ClusterConfig, requests: Vec<Request>) -> Run {
-    let initial = cfg.num_instances;
-    let route_while_warming = cfg.autoscale.as_ref().is_none_or(|a| a.warmup.route_while_warming);
+    let initial = cfg.scaling.first().map_or(0, |a| a.initial_replicas);
+    let route_while_warming = cfg.scaling.first().is_none_or(|a| a.warmup.route_while_warming);
     let mut watch = Watch { route_while_warming, ..Watch::default() };
     // The initial replicas are ready from the start.
     for i in 0..initial {

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use blis_cluster::fitness::FitnessWeights;
+use blis_cluster::fleet::{Pool, Role};
 use blis_cluster::metrics::ClusterSummary;
+use blis_cluster::pd::{PdDecider, PdPolicy};
 use blis_cluster::policy::PolicyBundle;
 use blis_cluster::snapshot::InstanceSnapshot;
 use blis_cluster::trace::{AdmissionTrace, DecisionSink, RoutingTrace};
@@ -83,6 +85,33 @@ pub fn bundle(doc: serde_json::Value) -> PolicyBundle {
 
 pub fn config(n: u32, instance: InstanceConfig, latency: Arc<dyn LatencyModel>, policies: PolicyBundle, labels: Labels) -> ClusterConfig {
     ClusterConfig { labels, ..ClusterConfig::fixed(n, instance, latency, policies) }
+}
+
+/// A disaggregated fleet: `prefill` fixed prefill instances (the pool first,
+/// slots `0..prefill`) and `decode` fixed decode instances of `decode_cfg`
+/// (which must receive KV), both timed by `latency`, under `policy`.
+pub fn pd_fleet(
+    (prefill, prefill_cfg): (u32, InstanceConfig),
+    (decode, decode_cfg): (u32, InstanceConfig),
+    latency: Arc<dyn LatencyModel>,
+    policy: PdPolicy,
+    (policies, labels): (PolicyBundle, Labels),
+) -> ClusterConfig {
+    let pools = vec![
+        Pool { role: Role::Prefill, ..Pool::serving("prefill", prefill, prefill_cfg, latency.clone()) },
+        Pool { role: Role::Decode, ..Pool::serving("decode", decode, decode_cfg, latency) },
+    ];
+    ClusterConfig { pd: Some(policy), labels, ..ClusterConfig::of(pools, policies) }
+}
+
+/// Every request through the prefill pool, whose least-loaded instance
+/// computes it and keeps the blocks cached (`keep`).
+pub fn always(keep: bool) -> PdPolicy {
+    PdPolicy {
+        prefill_routing: blis_cluster::policy::RoutingSpec::parse("least-loaded", None, "routing").unwrap(),
+        decider: PdDecider::Always,
+        prefill_keeps_cache: keep,
+    }
 }
 
 /// Every record and token, in the order they happened.

@@ -1,8 +1,6 @@
 //! Invariants over random clusters (disaggregated or not), policies and
 //! workloads: request conservation, one record per request, and determinism.
 
-use blis_cluster::pd::{PdConfig, PdDecider};
-use blis_cluster::policy::RoutingSpec;
 use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
 use blis_engine::request::{Labels, Outcome as RequestOutcome};
 use blis_engine::time::Micros;
@@ -10,7 +8,7 @@ use blis_workload::labels::{LabelMix, Mix};
 use proptest::prelude::*;
 use serde_json::json;
 
-use crate::harness::{Load, bundle, instance, run, spec_blackbox};
+use crate::harness::{Load, always, bundle, instance, pd_fleet, run, spec_blackbox};
 
 fn policies() -> impl Strategy<Value = serde_json::Value> {
     let admission = prop_oneof![
@@ -78,17 +76,10 @@ proptest! {
         inst.scheduler.async_scheduling = async_scheduling;
         let mut decode = inst.clone();
         decode.kv_transfer = pd.map(|(_, bytes_per_s, _)| KvTransferConfig { link: LinkConfig { bytes_per_s, latency: Micros(100) }, block_bytes: 4096 });
-        let mut cfg = crate::harness::config(n, decode, spec_blackbox(), bundle(doc), labels);
-        cfg.pd = pd.map(|(prefill_instances, _, prefill_keeps_cache)| PdConfig {
-            prefill_instances,
-            prefill_instance: inst,
-            prefill_latency: spec_blackbox(),
-            prefill_routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(),
-            decider: PdDecider::Always,
-            prefill_gpus_per_instance: 1,
-            decode_gpus_per_instance: 1,
-            prefill_keeps_cache,
-        });
+        let mut cfg = match pd {
+            None => crate::harness::config(n, decode, spec_blackbox(), bundle(doc), labels),
+            Some((prefill, _, keep)) => pd_fleet((prefill, inst), (n, decode), spec_blackbox(), always(keep), (bundle(doc), labels)),
+        };
         cfg.admission_latency = Micros(admission_latency_us);
         cfg.routing_latency = Micros(routing_latency_us);
         cfg.counterfactual_k = 2;

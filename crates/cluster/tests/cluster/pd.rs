@@ -5,8 +5,8 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use blis_cluster::ClusterConfig;
-use blis_cluster::pd::{PdConfig, PdDecider};
-use blis_cluster::policy::{PolicyBundle, RoutingSpec};
+use blis_cluster::pd::{PdDecider, PdPolicy};
+use blis_cluster::policy::PolicyBundle;
 use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig};
 use blis_engine::latency::LatencyModel;
 use blis_engine::request::{Labels, Outcome, Request, RequestId, RequestMeta, TokenSeq};
@@ -14,7 +14,7 @@ use blis_engine::scheduler::InstanceConfig;
 use blis_engine::time::Micros;
 use proptest::prelude::*;
 
-use crate::harness::{Load, config, instance, llama_h100, run, spec_blackbox};
+use crate::harness::{Load, always, config, instance, llama_h100, pd_fleet, run, spec_blackbox};
 
 /// `prefill` + `decode` instances of `cfg`/`latency`; the decode side pulls
 /// 4 KiB blocks over `link`.
@@ -28,18 +28,8 @@ fn pd_config(
 ) -> ClusterConfig {
     let mut decode_cfg = cfg.clone();
     decode_cfg.kv_transfer = Some(KvTransferConfig { link, block_bytes: 4096 });
-    let mut c = config(decode, decode_cfg, latency.clone(), PolicyBundle::default(), Labels::default());
-    c.pd = Some(PdConfig {
-        prefill_instances: prefill,
-        prefill_instance: cfg,
-        prefill_latency: latency,
-        prefill_routing: RoutingSpec::parse("least-loaded", None, "routing").unwrap(),
-        decider,
-        prefill_gpus_per_instance: 1,
-        decode_gpus_per_instance: 1,
-        prefill_keeps_cache: true,
-    });
-    c
+    let policy = PdPolicy { decider, ..always(true) };
+    pd_fleet((prefill, cfg), (decode, decode_cfg), latency, policy, (PolicyBundle::default(), Labels::default()))
 }
 
 fn one_request(prompt: u32, output: u32) -> Vec<Request> {
@@ -189,7 +179,7 @@ proptest! {
             inst
         };
         let mut c = pd_config(prefill, decode, side(decode_blocks), spec_blackbox(), link, decider);
-        c.pd.as_mut().unwrap().prefill_instance = side(prefill_blocks);
+        c.pools[0].instance = side(prefill_blocks);
         let reqs = Load { rate: 200.0, requests: 60, prompt: 300, output: 20, prefix: 256, groups: 3, seed }.requests(None).0;
         let mut cluster = blis_cluster::Cluster::new(c).unwrap();
         let mut rec = crate::harness::Recorder::default();
@@ -212,7 +202,7 @@ proptest! {
 fn a_prefill_that_cannot_run_ends_the_request() {
     let link = LinkConfig { bytes_per_s: 1e9, latency: Micros::ZERO };
     let mut c = pd_config(1, 1, instance(4000, 8, 4096), spec_blackbox(), link, PdDecider::Always);
-    c.pd.as_mut().unwrap().prefill_instance = instance(10, 8, 4096);
+    c.pools[0].instance = instance(10, 8, 4096);
     let out = run(c, one_request(1024, 8), None);
     let r = &out.rec.records[0];
     assert!(matches!(r.outcome, Outcome::Dropped(_)), "{:?}", r.outcome);
@@ -231,7 +221,7 @@ fn a_prefill_instance_full_of_held_blocks_resumes_when_a_pull_frees_them() {
     // 1 000-token prompts take 63 of the prefill instance's 200 blocks; a slow link holds them.
     let link = LinkConfig { bytes_per_s: 2.5e6, latency: Micros::ZERO };
     let mut c = pd_config(1, 2, instance(4000, 16, 4096), spec_blackbox(), link, PdDecider::Always);
-    c.pd.as_mut().unwrap().prefill_instance = instance(200, 16, 4096);
+    c.pools[0].instance = instance(200, 16, 4096);
     let burst: Vec<Request> = (0..12)
         .map(|i| Request {
             id: RequestId(i),
