@@ -51,7 +51,23 @@ pub fn table(report: &RunReport) -> String {
     let groups =
         report.config.get("kv-cache-groups").and_then(|e| e["value"].as_str()).map_or(String::new(), |g| format!("; KV cache groups: {g}"));
     let hardware = format!("{} × {} (TP {}), {} KV blocks{groups}", d.tp, d.hardware, d.tp, d.num_gpu_blocks);
+    let serving = &report.cluster.pools;
     match (report.cluster.num_instances, &report.cluster.autoscaling, &report.cluster.pd) {
+        // Several serving pools: each its own GPU, TP and cache.
+        _ if !serving.is_empty() => {
+            let gpus: u32 = serving.iter().map(|p| p.pool.instances * p.pool.gpus_per_instance).sum();
+            for (k, p) in serving.iter().enumerate() {
+                let all = if k + 1 == serving.len() { format!("; {gpus} GPUs in all") } else { String::new() };
+                line(
+                    &mut out,
+                    &format!("Hardware (pool {}):", p.name),
+                    format!(
+                        "{} × {} (TP {}), {} KV blocks each{all}",
+                        p.pool.instances, p.hardware, p.pool.gpus_per_instance, p.num_gpu_blocks
+                    ),
+                );
+            }
+        }
         (_, _, Some(pd)) => {
             // Each pool's own GPU, TP and cache, as resolved (the deployment's are the defaults they override).
             for (name, pool) in [("prefill", &pd.prefill), ("decode", &pd.decode)] {
@@ -97,6 +113,8 @@ pub fn table(report: &RunReport) -> String {
         .autoscaling
         .as_ref()
         .is_some_and(|a| a.pools.iter().any(|p| (p.hardware.as_str(), p.gpus_per_replica) != (d.hardware.as_str(), d.tp)));
+    let pools_differ =
+        pools_differ || serving.iter().any(|p| (p.hardware.as_str(), p.pool.gpus_per_instance) != (d.hardware.as_str(), d.tp));
     if let Some(b) = d.kv_memory_per_gpu.as_ref().filter(|_| report.cluster.pd.is_none() && !pools_differ) {
         line(
             &mut out,

@@ -38,7 +38,8 @@ use blis_engine::time::Micros;
 use crate::anomaly::AnomalyDetector;
 use crate::autoscale::scaler::{Actions, Counters, ScaleEvent, Traced};
 use crate::autoscale::{ReplicaTrace, ScaleTrace};
-use crate::fleet::{FleetState, Role};
+use crate::fleet::Role;
+use crate::fleet_state::FleetState;
 use crate::metrics::ClusterMetrics;
 use crate::pd::PdGate;
 use crate::policy::{Admission, AdmissionPolicy, PolicyBundle, PriorityPolicy, RejectReason, RoutingPolicy, ScoreSheet};
@@ -421,6 +422,17 @@ impl Gateway<'_> {
 
     fn on_deliver_prefilled(&mut self, req: Request, i: usize, cx: &mut Context<'_, GatewayEvent>) {
         self.book.dispatched.pending[i] -= 1;
+        if !self.fleet.accepts(i) {
+            // Its decode replica stopped taking work while the prompt was computed: the
+            // prefill's blocks are let go and the request is routed again, whole.
+            self.book.dispatched.in_flight[i] -= 1;
+            if let Some(pd) = self.pd.as_mut() {
+                pd.evicted_decode(req.id);
+            }
+            self.settle_prefills(cx);
+            cx.schedule(cx.now(), EventClass::Routing, GatewayEvent::Route(req));
+            return;
+        }
         self.in_control_plane -= 1;
         self.with_hook(i, cx, |fleet, hook| fleet.inject_prefilled(i, req, hook));
     }
@@ -443,9 +455,18 @@ impl Gateway<'_> {
     fn on_deliver(&mut self, req: Request, i: usize, hashes: Option<Vec<u64>>, cx: &mut Context<'_, GatewayEvent>) {
         self.book.dispatched.pending[i] -= 1;
         if !self.fleet.accepts(i) {
-            // The replica stopped taking work while the request was on its way.
+            // The replica stopped taking work while the request was on its way. A prefill
+            // leg's flight ends: its client's request (counted at its decode instance too) is routed again.
             self.book.dispatched.in_flight[i] -= 1;
             self.spare_hashes.extend(hashes);
+            let req = match self.pd.as_mut().filter(|_| self.fleet.roles[i] == Role::Prefill).and_then(|pd| pd.evicted_prefill(req.id)) {
+                Some((client, d)) => {
+                    self.book.dispatched.in_flight[d as usize] -= 1;
+                    self.book.dispatched.pending[d as usize] -= 1;
+                    client
+                }
+                None => req,
+            };
             cx.schedule(cx.now(), EventClass::Routing, GatewayEvent::Route(req));
             return;
         }
@@ -553,12 +574,33 @@ impl Gateway<'_> {
             self.book.metrics.ensure_instances(i + 1);
             self.book.anomalies.ensure(i + 1);
             self.sheet.ensure(i + 1);
+            if let Some(pd) = self.pd.as_mut() {
+                pd.sheet.ensure(i + 1);
+            }
         }
         let rerouted = self.actions.evicted.len();
         let aborting = self.fleet.scalers[g].aborts_running();
         for (slot, req) in self.actions.evicted.drain(..) {
             self.book.dispatched.in_flight[slot as usize] -= 1;
             self.book.anomalies.on_evict(req.id);
+            // A disaggregated request's flight ends where the drain took it: from a prefill
+            // instance the client's request goes back to routing (its decode instance was
+            // counted too), from a decode instance its prefill side lets go of the blocks.
+            let req = match self.pd.as_mut() {
+                Some(pd) if self.fleet.roles[slot as usize] == Role::Prefill => match pd.evicted_prefill(req.id) {
+                    Some((client, d)) => {
+                        self.book.dispatched.in_flight[d as usize] -= 1;
+                        self.book.dispatched.pending[d as usize] -= 1;
+                        client
+                    }
+                    None => req,
+                },
+                Some(pd) => {
+                    pd.evicted_decode(req.id);
+                    req
+                }
+                None => req,
+            };
             let out_of_retries = aborting && {
                 let times = self.book.reroutes.entry(req.id.0).or_insert(0);
                 *times += 1;
@@ -574,6 +616,9 @@ impl Gateway<'_> {
             }
             self.in_control_plane += 1;
             cx.schedule(now, EventClass::Routing, GatewayEvent::Route(req));
+        }
+        if rerouted > 0 {
+            self.settle_prefills(cx);
         }
         self.fleet.scalers[g].on_rerouted(rerouted);
         if std::mem::take(&mut self.actions.routable_changed) {

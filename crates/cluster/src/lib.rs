@@ -57,6 +57,7 @@ pub mod error;
 pub mod estimate;
 pub mod fitness;
 pub mod fleet;
+pub(crate) mod fleet_state;
 pub mod gateway;
 pub mod metrics;
 pub mod pd;

@@ -332,6 +332,25 @@ pub struct ClusterSummary {
     /// Prefill/decode pools and the transfers between them (with P/D).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pd: Option<crate::pd::PdReport>,
+    /// Each pool of a fleet of several serving pools (two GPU types serving
+    /// one model), in fleet order; empty otherwise (P/D pools are `pd`'s,
+    /// one scaling group's node pools `autoscaling`'s).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub pools: Vec<ServingPoolReport>,
+}
+
+/// One serving pool's figures over a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ServingPoolReport {
+    /// The pool's name.
+    pub name: String,
+    /// Its GPU.
+    pub hardware: String,
+    /// KV blocks of each of its instances.
+    pub num_gpu_blocks: u64,
+    /// Its instance slots, GPUs each, and their steps and KV figures.
+    #[serde(flatten)]
+    pub pool: crate::pd::PoolReport,
 }
 
 fn ratio(a: f64, b: f64) -> f64 {

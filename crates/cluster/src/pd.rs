@@ -220,6 +220,25 @@ impl PdGate {
         }
     }
 
+    /// A drain took request `id` back from a prefill instance (its prefill
+    /// leg): the flight ends, and the client's request and its decode
+    /// instance are returned, to be routed again; `None` when it was no
+    /// prefill leg.
+    pub fn evicted_prefill(&mut self, id: RequestId) -> Option<(Request, u32)> {
+        let f = self.flights.remove(&id)?;
+        self.counts.disaggregated -= 1;
+        Some((f.req?, f.decode))
+    }
+
+    /// A drain took request `id` back from its decode instance: if it was
+    /// disaggregated, its flight ends and its prefill instance lets go of
+    /// the prompt's blocks (no pull will come); it is routed again whole.
+    pub fn evicted_decode(&mut self, id: RequestId) {
+        if let Some(mut f) = self.flights.remove(&id) {
+            Self::release(&mut self.releases, id, &mut f);
+        }
+    }
+
     /// The final record of a request that ended on a decode instance: with
     /// its prefill side when it was disaggregated (whose blocks are let go
     /// now if no pull did: the decode side dropped it, or hit every block).
@@ -241,6 +260,15 @@ pub struct PoolReport {
     pub batch: BatchReport,
     /// KV usage, prefix hits and preemptions over its instances.
     pub kv_cache: KvReport,
+}
+
+impl PoolReport {
+    /// The figures of a pool whose instance slots had `stats`, with
+    /// `gpus_per_instance` GPUs each, over `collector`'s requests, ending at `end`.
+    pub(crate) fn of(stats: &[&InstanceStats], gpus_per_instance: u32, collector: &Collector, end: Micros) -> PoolReport {
+        let s = RunSummary::build(collector, stats, end, 0, 0);
+        PoolReport { instances: stats.len() as u32, gpus_per_instance, batch: s.batch, kv_cache: s.kv_cache }
+    }
 }
 
 /// The KV transfers between the pools over a run.
@@ -303,10 +331,7 @@ impl PdReport {
         };
         let (prefill, prefill_gpus, pg) = of(Role::Prefill);
         let (decode, decode_gpus, dg) = of(Role::Decode);
-        let pool = |stats: &[&InstanceStats], gpus_per_instance: u32| {
-            let s = RunSummary::build(collector, stats, end, 0, 0);
-            PoolReport { instances: stats.len() as u32, gpus_per_instance, batch: s.batch, kv_cache: s.kv_cache }
-        };
+        let pool = |stats: &[&InstanceStats], gpus_per_instance: u32| PoolReport::of(stats, gpus_per_instance, collector, end);
         let mut t = KvTransferStats::default();
         for s in decode.iter().filter_map(|s| s.kv_transfer.as_ref()) {
             t.absorb(s);

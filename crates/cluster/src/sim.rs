@@ -20,7 +20,8 @@ use crate::autoscale::scaler::Actions;
 use crate::error::{ClusterError, ConfigError};
 use crate::estimate::TtftEstimator;
 use crate::fitness::{FitnessInputs, FitnessWeights, evaluate};
-use crate::fleet::{FleetState, Pool, Replicas, Role};
+use crate::fleet::{Pool, Replicas, Role};
+use crate::fleet_state::FleetState;
 use crate::gateway::{Book, Gateway};
 use crate::metrics::{
     Anomalies, ClusterMetrics, ClusterRequests, ClusterSummary, ControlPlaneReport, Fairness, Goodput, InstanceReport, LoadBalance,
@@ -102,10 +103,11 @@ impl ClusterConfig {
             return Err(ConfigError::new("pd", why).into());
         }
         for (g, auto) in self.scaling.iter().enumerate() {
-            let pools: Vec<_> = self.pools.iter().filter(|p| p.group() == Some(g)).filter_map(Pool::scaled).collect();
-            let at = crate::fleet::group_path(auto, self.scaling.len());
+            let group: Vec<&Pool> = self.pools.iter().filter(|p| p.group() == Some(g)).collect();
+            let pools: Vec<_> = group.iter().filter_map(|p| p.scaled()).collect();
+            let at = crate::fleet_state::group_path(auto, self.scaling.len());
             auto.validate(&pools).map_err(|e| ConfigError::new(e.path.replacen("autoscale", &at, 1), e.message))?;
-            auto.policy.build(&at)?;
+            auto.policy.build(&at, &group[0].profile())?;
         }
         Ok(())
     }
@@ -197,7 +199,7 @@ impl<'s> Cluster<'s> {
             held: Default::default(),
             fleet,
             actions: Actions::default(),
-            pd: cfg.pd.as_ref().map(|p| PdGate::new(p, n)).transpose()?,
+            pd: cfg.pd.as_ref().map(|p| PdGate::new(p, slots)).transpose()?,
         };
         gateway.refresh_candidates();
         Ok(Cluster { driver: Driver::new(instances, gateway) })
@@ -342,6 +344,7 @@ impl<'s> Cluster<'s> {
             counterfactual: g.counterfactuals.as_ref().map(Counterfactuals::report),
             fitness,
             autoscaling: g.fleet.report(end.end, run.tokens.output_total, m.met_slo),
+            pools: g.fleet.serving_pools(&stats, &m.collector, end.end),
             pd: g.pd.as_ref().map(|pd| {
                 let gpus = g.fleet.gpus_per_slot();
                 PdReport::build(pd, (&g.fleet.roles, &gpus), &stats, &m.collector, end.end, ratio(m.met_slo as f64, duration_s))

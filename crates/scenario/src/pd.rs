@@ -83,6 +83,11 @@ fn pool(
     Deployment::resolve(&pk, long_context, report, warnings).map_err(|e| invalid!("the {} pool: {e}", role.name()))
 }
 
+/// The first P/D knob given (the pool sizes included), if any.
+pub(crate) fn given_knob(k: &Knobs) -> Option<KnobId> {
+    [KnobId::prefill_instances, KnobId::decode_instances].into_iter().chain(OTHER_KNOBS).find(|&knob| k.source(knob) != Source::Default)
+}
+
 /// Fills the P/D knobs no flag set from the policy file's `pools:` section.
 fn with_section(k: &Knobs, s: &DisaggregatedSection) -> Knobs {
     fn fill<T>(knob: &mut Knob<Option<T>>, value: Option<T>) {

@@ -109,6 +109,12 @@ fn serving(
         ));
     }
     crate::autoscale::refuse_unused(k)?;
+    if let Some(knob) = crate::pd::given_knob(k) {
+        return Err(invalid!(
+            knob = knob,
+            "needs a disaggregated deployment, but the pools section of {origin} lists serving pools (a disaggregated one is a mapping with prefill and decode)"
+        ));
+    }
     let mut fleet = Fleet { pools: Vec::new(), scaling: Vec::new(), pd: None };
     for (i, s) in sections.iter().enumerate() {
         let at = format!("{origin}: pools[{i}] ({})", s.name);

@@ -185,3 +185,116 @@ fn a_model_that_fits_only_at_the_pools_width_runs() {
     let off = blis(&[&base[..], &["--policy-config", policy.to_str().unwrap(), "--autoscale-policy", "none"]].concat());
     assert!(stderr(&off).contains("does not fit"), "pools turned off leave the flags' width: {}", stderr(&off));
 }
+
+/// `--prefill-instances 2 --decode-instances 6 --autoscale-policy NAME`:
+/// each pool is a scaling group of its own, started at its size, bounded
+/// by --min-instances/--max-instances; the report has the fleet's totals
+/// and each group's own decisions, the trace names each decision's group,
+/// and the same seed gives the same bytes.
+#[test]
+fn a_disaggregated_fleet_scales_each_pool() {
+    let dir = scratch("pd-autoscaled");
+    let trace = dir.join("trace.jsonl");
+    let args = [
+        "--prefill-instances",
+        "2",
+        "--decode-instances",
+        "6",
+        "--autoscale-policy",
+        "sla-planner",
+        "--max-instances",
+        "8",
+        "--autoscale-interval",
+        "10s",
+        "--gpu-hour-cost",
+        "4",
+        "--prompt-tokens",
+        "1024",
+        "--output-tokens",
+        "64",
+        "--trace-output",
+        trace.to_str().unwrap(),
+    ];
+    let (a, j) = run(&args);
+    let (b, _) = run(&args);
+    assert_eq!(a, b, "same seed, same bytes");
+    let s = &j["cluster"]["autoscaling"];
+    let groups = s["groups"].as_array().unwrap();
+    assert_eq!(groups.iter().map(|g| g["name"].as_str().unwrap()).collect::<Vec<_>>(), ["prefill", "decode"]);
+    for g in groups {
+        assert_eq!((g["policy"].as_str(), g["min_replicas"].as_u64(), g["max_replicas"].as_u64()), (Some("sla-planner"), Some(1), Some(8)));
+        assert!(g["decisions"].as_u64().unwrap() > 0 && g["cost"].as_f64().unwrap() > 0.0, "{g}");
+    }
+    // The decode pool of 6 is far more than 40 req/s of 64-token answers need: the planner removes most of it.
+    assert!(groups[1]["scale_downs"].as_u64().unwrap() > 0, "{}", groups[1]);
+    let total: f64 = groups.iter().map(|g| g["cost"].as_f64().unwrap()).sum();
+    assert!((s["cost"].as_f64().unwrap() - total).abs() < 1e-9, "the fleet's cost is its groups'");
+    assert_eq!(j["cluster"]["pd"]["requests"]["disaggregated"], 3000);
+    let lines = std::fs::read_to_string(&trace).unwrap();
+    let decisions: Vec<Value> = lines.lines().map(|l| serde_json::from_str::<Value>(l).unwrap()).filter(|v| v["kind"] == "scale").collect();
+    assert!(decisions.iter().any(|d| d["group"] == "prefill") && decisions.iter().any(|d| d["group"] == "decode"));
+    assert!(decisions.iter().all(|d| (1..=8).contains(&d["desired"].as_u64().unwrap())), "bounds hold");
+    let table = stdout(&blis(&[
+        "run",
+        "--model",
+        "qwen/qwen2.5-7b-instruct",
+        "--num-requests",
+        "500",
+        "--prefill-instances",
+        "1",
+        "--decode-instances",
+        "2",
+        "--autoscale-policy",
+        "fixed",
+    ]));
+    assert!(
+        table.contains("Hardware (prefill pool):") && table.contains("Policy; replicas min–max (peak):            fixed; 2–16"),
+        "{table}"
+    );
+}
+
+/// The policy file's `pools:` list: two GPU types serving one model, each
+/// fixed or autoscaled on its own; the report and the table show each pool.
+#[test]
+fn serving_pools_of_two_gpu_types_serve_one_model() {
+    let dir = scratch("serving-pools");
+    let fixed = dir.join("fixed.yaml");
+    std::fs::write(
+        &fixed,
+        "pools:\n  - {name: h100, hardware: H100, instances: 2}\n  - {name: a100, hardware: A100-80GB, instances: 3, max_num_seqs: 64}\n",
+    )
+    .unwrap();
+    let (_, j) = run(&["--policy-config", fixed.to_str().unwrap()]);
+    let pools = j["cluster"]["pools"].as_array().unwrap();
+    let shape: Vec<(&str, &str, u64)> =
+        pools.iter().map(|p| (p["name"].as_str().unwrap(), p["hardware"].as_str().unwrap(), p["instances"].as_u64().unwrap())).collect();
+    assert_eq!(shape, [("h100", "H100", 2), ("a100", "A100-80GB", 3)]);
+    assert_eq!(j["cluster"]["num_instances"], 5);
+    let served: u64 = pools.iter().map(|p| p["batch"]["steps"].as_u64().unwrap()).sum();
+    assert!(served > 0 && pools.iter().all(|p| p["batch"]["steps"].as_u64().unwrap() > 0), "both pools serve");
+    let table =
+        stdout(&blis(&["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "300", "--policy-config", fixed.to_str().unwrap()]));
+    assert!(
+        table.contains("Hardware (pool h100):") && table.contains("3 × A100-80GB (TP 1)") && table.contains("5 GPUs in all"),
+        "{table}"
+    );
+    let auto = dir.join("auto.yaml");
+    std::fs::write(
+        &auto,
+        "pools:\n  - {name: h100, hardware: H100, instances: 1, autoscale: {type: queue-depth, max_replicas: 3}, nodes: {cost_per_gpu_hour: 4}}\n  - {name: l40s, hardware: L40S, instances: 2}\n",
+    )
+    .unwrap();
+    let (_, j) = run(&["--policy-config", auto.to_str().unwrap()]);
+    let a = &j["cluster"]["autoscaling"];
+    assert_eq!((a["policy"].as_str(), a["max_replicas"].as_u64()), (Some("queue-depth"), Some(3)), "one group: the autoscaled pool's");
+    assert_eq!(j["cluster"]["pools"].as_array().unwrap().len(), 2);
+    // The list sizes the fleet: no other knob may.
+    for (flag, value, needle) in [
+        ("--num-instances", "3", "both size the fleet"),
+        ("--autoscale-policy", "threshold", "its own autoscale section"),
+        ("--prefill-instances", "1", "--prefill-instances"),
+    ] {
+        let out = blis(&["run", "--model", "qwen/qwen2.5-7b-instruct", "--policy-config", fixed.to_str().unwrap(), flag, value]);
+        crate::assert_refused(&out, flag, needle);
+    }
+}

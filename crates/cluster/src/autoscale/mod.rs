@@ -36,6 +36,7 @@
 
 pub mod delay;
 pub mod policy;
+mod profile;
 pub mod report;
 pub(crate) mod scaler;
 pub mod section;
@@ -48,7 +49,8 @@ use blis_engine::time::Micros;
 use serde::{Deserialize, Serialize};
 
 pub use delay::{Delay, Span};
-pub use policy::{AutoscalePolicy, AutoscaleSpec, ScaleContext, ScaleMetrics};
+pub use policy::{AutoscalePolicy, AutoscaleSpec, PlannerParams, ScaleContext, ScaleMetrics, Traffic};
+pub use profile::PoolProfile;
 pub use report::{AutoscalingReport, GroupReport, Phase, ReplicaTrace, ScaleAction, ScaleDecision, ScaleTrace, TimelinePoint};
 pub use scaler::ScaleEvent;
 pub use section::{AutoscaleSection, NodePoolSection};

@@ -19,6 +19,16 @@
 //!   model predicts a request arriving now misses `ttft_ms × scale_up_at` at
 //!   the least-loaded replica, one down when it would meet
 //!   `ttft_ms × scale_down_at`;
+//! * `sla-planner` (ttft_ms, itl_ms, correction): Dynamo's SLA planner. From
+//!   the interval's request rate, mean prompt (ISL) and output (OSL)
+//!   lengths, it sizes a prefill pool to carry `rate × T_prefill(ISL)` of
+//!   prefill time at the utilization the TTFT target allows (M/D/1:
+//!   `T + ρT/(2(1−ρ)) ≤ ttft_ms`), a decode pool to carry `rate × OSL`
+//!   tokens/s at the best per-replica throughput whose inter-token latency
+//!   meets `itl_ms` at context `ISL + OSL/2` (seats and KV bound the batch),
+//!   a serving pool both; the pool's latency model is its profile
+//!   ([`super::PoolProfile`]), and with `correction` (Dynamo's correction
+//!   factors) the observed TTFT and ITL over the profile's scale them;
 //! * `fixed`: keeps the count (a static fleet whose capacity and cost are
 //!   accounted like an autoscaled one's);
 //! * `oscillator` (pathological): up one tick, down the next.
@@ -30,9 +40,12 @@
 //! (mean waiting requests per replica), `running` (mean running requests
 //! per replica).
 
+use blis_engine::latency::BatchEntry;
 use serde::{Deserialize, Serialize};
 
+use super::PoolProfile;
 use crate::error::ConfigError;
+use crate::fleet::Role;
 use crate::policy::{NoParams, check, policy_kind};
 
 /// The aggregate metrics of one scrape.
@@ -67,6 +80,25 @@ pub struct ScaleMetrics {
     pub predicted_ttft_ms: Option<f64>,
 }
 
+/// The traffic of the interval before a scrape, as a frontend's metrics
+/// give it: what a planner sizes pools from.
+#[derive(Copy, Clone, Debug, Default, PartialEq)]
+pub struct Traffic {
+    /// The interval, seconds.
+    pub interval_s: f64,
+    /// Requests that arrived in it.
+    pub requests: u64,
+    /// Their mean prompt length, tokens (the last interval's with none).
+    pub prompt_tokens_mean: f64,
+    /// Mean output length of the requests completed in it, tokens.
+    pub output_tokens_mean: Option<f64>,
+    /// Mean TTFT of the first tokens in it, ms.
+    pub ttft_mean_ms: Option<f64>,
+    /// Mean inter-token latency (time per output token after the first) of
+    /// the requests completed in it, ms.
+    pub itl_mean_ms: Option<f64>,
+}
+
 /// What a policy sees at a tick.
 #[derive(Copy, Clone, Debug)]
 pub struct ScaleContext {
@@ -80,6 +112,8 @@ pub struct ScaleContext {
     pub max: u32,
     /// The latest scrape the autoscaler has (taken `scrape_delay` ago).
     pub metrics: ScaleMetrics,
+    /// The traffic of the interval before that scrape.
+    pub traffic: Traffic,
     /// Ticks so far (0 at the first).
     pub tick: u64,
 }
@@ -186,6 +220,25 @@ impl Default for SloParams {
     }
 }
 
+/// Parameters of `sla-planner`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PlannerParams {
+    /// The TTFT target, ms: sizes prefill (and serving) pools.
+    pub ttft_ms: f64,
+    /// The inter-token latency target, ms: sizes decode (and serving) pools.
+    pub itl_ms: f64,
+    /// Whether the observed TTFT and ITL over the profile's correct the
+    /// profile (Dynamo's correction factors).
+    pub correction: bool,
+}
+
+impl Default for PlannerParams {
+    fn default() -> Self {
+        PlannerParams { ttft_ms: 500.0, itl_ms: 50.0, correction: true }
+    }
+}
+
 policy_kind! {
     /// An autoscaling template and its parameters.
     AutoscaleSpec {
@@ -197,6 +250,8 @@ policy_kind! {
         "queue-depth" => QueueDepth(QueueParams),
         /// Predicted TTFT against a target.
         "slo" => Slo(SloParams),
+        /// Dynamo's SLA planner: replicas from demand and the pool's profile.
+        "sla-planner" => SlaPlanner(PlannerParams),
         /// The count stays as it is.
         "fixed" => Fixed(NoParams),
         /// Pathological: up, down, up, ...
@@ -205,8 +260,9 @@ policy_kind! {
 }
 
 impl AutoscaleSpec {
-    /// Validates the parameters and builds the policy; `path` locates the section in errors.
-    pub fn build(&self, path: &str) -> Result<Box<dyn AutoscalePolicy>, ConfigError> {
+    /// Validates the parameters and builds the policy for the pools
+    /// `profile` describes; `path` locates the section in errors.
+    pub fn build(&self, path: &str, profile: &PoolProfile) -> Result<Box<dyn AutoscalePolicy>, ConfigError> {
         let p = format!("{path}.params");
         let finite = |field: &str, v: f64| check(v.is_finite() && v >= 0.0, &p, field, v, "a finite number ≥ 0");
         Ok(match self {
@@ -244,6 +300,11 @@ impl AutoscaleSpec {
                     &format!("below scale_up_at ({})", q.scale_up_at),
                 )?;
                 Box::new(Slo(q.clone()))
+            }
+            AutoscaleSpec::SlaPlanner(q) => {
+                check(q.ttft_ms.is_finite() && q.ttft_ms > 0.0, &p, "ttft_ms", q.ttft_ms, "a positive finite number")?;
+                check(q.itl_ms.is_finite() && q.itl_ms > 0.0, &p, "itl_ms", q.itl_ms, "a positive finite number")?;
+                Box::new(SlaPlanner::new(q.clone(), profile.clone()))
             }
             AutoscaleSpec::Fixed(_) => Box::new(Fixed),
             AutoscaleSpec::Oscillator(_) => Box::new(Oscillator),
@@ -307,6 +368,87 @@ impl AutoscalePolicy for Slo {
     }
 }
 
+/// Dynamo's SLA planner on one pool's profile.
+struct SlaPlanner {
+    params: PlannerParams,
+    profile: PoolProfile,
+    /// The last output length seen (a decode pool's demand needs one).
+    osl: Option<f64>,
+    scratch: Vec<BatchEntry>,
+}
+
+/// The least utilization a planner allows a prefill replica, however tight
+/// the TTFT target (a target below one prefill's time cannot be met by adding replicas).
+const MIN_PREFILL_UTILIZATION: f64 = 0.05;
+
+impl SlaPlanner {
+    fn new(params: PlannerParams, profile: PoolProfile) -> SlaPlanner {
+        SlaPlanner { params, profile, osl: None, scratch: Vec::new() }
+    }
+
+    /// Prefill replicas, fractional, for `rate` requests/s of `isl` tokens.
+    fn prefill_replicas(&self, rate: f64, isl: f64, t: &Traffic) -> f64 {
+        let service_us = self.profile.prefill_us(isl.round().max(1.0) as u32);
+        // Dynamo: the correction only lowers the load (prefix hits make prefills shorter).
+        let correction = match (self.params.correction, t.ttft_mean_ms) {
+            (true, Some(observed)) if service_us > 0.0 => (observed * 1e3 / service_us).min(1.0),
+            _ => 1.0,
+        };
+        // M/D/1: T + ρT / (2(1 − ρ)) ≤ target.
+        let (service, target) = (service_us / 1e3, self.params.ttft_ms);
+        let utilization = (2.0 * (target - service) / (2.0 * target - service)).clamp(MIN_PREFILL_UTILIZATION, 1.0);
+        rate * service_us / 1e6 * correction / utilization
+    }
+
+    /// Decode replicas, fractional, for `rate` requests/s of `osl` output
+    /// tokens at context `isl + osl/2`, with `running` requests per replica now.
+    fn decode_replicas(&mut self, rate: f64, (isl, osl): (f64, f64), running: f64, t: &Traffic) -> f64 {
+        let context = (isl + osl / 2.0).round().max(1.0) as u32;
+        let correction = match (self.params.correction, t.itl_mean_ms) {
+            (true, Some(observed)) if running >= 1.0 => {
+                let expected = self.profile.decode_step_us(running.round() as u32, context, &mut self.scratch) / 1e3;
+                if expected > 0.0 { observed / expected } else { 1.0 }
+            }
+            _ => 1.0,
+        };
+        let target_us = self.params.itl_ms * 1e3 / correction.max(1e-3);
+        // The largest batch whose step meets the target: the best throughput per replica.
+        let (mut lo, mut hi) = (1u32, self.profile.max_decodes(context));
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.profile.decode_step_us(mid, context, &mut self.scratch) <= target_us { lo = mid } else { hi = mid - 1 }
+        }
+        let tokens_per_s = f64::from(lo) / (self.profile.decode_step_us(lo, context, &mut self.scratch) / 1e6);
+        rate * osl / tokens_per_s
+    }
+}
+
+impl AutoscalePolicy for SlaPlanner {
+    fn evaluate(&mut self, cx: &ScaleContext) -> u32 {
+        let t = &cx.traffic;
+        if let Some(osl) = t.output_tokens_mean {
+            self.osl = Some(osl);
+        }
+        if cx.metrics.held > 0 && cx.current == 0 {
+            return 1;
+        }
+        if t.interval_s <= 0.0 {
+            return cx.current;
+        }
+        let rate = t.requests as f64 / t.interval_s;
+        let isl = t.prompt_tokens_mean;
+        let needed = match (self.profile.role, self.osl) {
+            (Role::Prefill, _) => self.prefill_replicas(rate, isl, t),
+            // Until a request completes the output length is unknown: keep the decode side as it is.
+            (Role::Decode | Role::Serve, None) if rate > 0.0 => return cx.current,
+            (Role::Decode | Role::Serve, None) => 0.0,
+            (Role::Decode, Some(osl)) => self.decode_replicas(rate, (isl, osl), cx.metrics.running, t),
+            (Role::Serve, Some(osl)) => self.prefill_replicas(rate, isl, t) + self.decode_replicas(rate, (isl, osl), cx.metrics.running, t),
+        };
+        needed.ceil().min(f64::from(u32::MAX)) as u32
+    }
+}
+
 struct Fixed;
 
 impl AutoscalePolicy for Fixed {
@@ -326,6 +468,17 @@ impl AutoscalePolicy for Oscillator {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use blis_engine::latency::Blackbox;
+    use blis_engine::scheduler::InstanceConfig;
+
+    /// 1 ms a step, 10 µs a prefill token, 100 µs a decode; 256 seats, a token budget of 2048.
+    fn profile(role: Role) -> PoolProfile {
+        PoolProfile {
+            role,
+            latency: std::sync::Arc::new(Blackbox { alpha: [0.0; 3], beta: [1000.0, 10.0, 100.0] }),
+            instance: InstanceConfig::basic(256, 2048, 8192, 100_001),
+        }
+    }
 
     fn cx(current: u32, kv: f64, waiting: u32) -> ScaleContext {
         ScaleContext {
@@ -340,15 +493,75 @@ mod tests {
                 predicted_ttft_ms: Some(100.0),
                 ..ScaleMetrics::default()
             },
+            traffic: Traffic::default(),
             tick: 0,
         }
+    }
+
+    fn planner(role: Role, params: serde_json::Value) -> Box<dyn AutoscalePolicy> {
+        AutoscaleSpec::parse("sla-planner", Some(&params), "autoscale").unwrap().build("autoscale", &profile(role)).unwrap()
+    }
+
+    /// 20 req/s of 1000-token prompts and 100-token answers over a 30 s interval.
+    fn traffic(ttft_ms: Option<f64>, itl_ms: Option<f64>) -> Traffic {
+        Traffic {
+            interval_s: 30.0,
+            requests: 600,
+            prompt_tokens_mean: 1000.0,
+            output_tokens_mean: Some(100.0),
+            ttft_mean_ms: ttft_ms,
+            itl_mean_ms: itl_ms,
+        }
+    }
+
+    /// Prefill: a 1000-token prompt takes 11 ms alone; at 20 req/s that is
+    /// 0.22 replicas of work, at the utilization a 25 ms target allows under
+    /// M/D/1 (2(25 − 11)/(50 − 11) = 0.718): ⌈0.306⌉ = 1; at 200 req/s ⌈3.06⌉.
+    /// Decode: steps of 1 ms + 0.1 ms a request meet a 30 ms target up to 290
+    /// in a batch, but 256 seats cap it: 256 tokens per 26.6 ms, 9 624
+    /// tokens/s; 2 000 tokens/s need ⌈0.208⌉ = 1 replica, 10× the load ⌈2.08⌉ = 3.
+    #[test]
+    fn the_planner_sizes_prefill_for_ttft_and_decode_for_itl() {
+        let params = serde_json::json!({"ttft_ms": 25, "itl_ms": 30, "correction": false});
+        let mut p = planner(Role::Prefill, params.clone());
+        let mut d = planner(Role::Decode, params.clone());
+        let at = |t: Traffic| ScaleContext { traffic: t, ..cx(2, 0.0, 0) };
+        assert_eq!((p.evaluate(&at(traffic(None, None))), d.evaluate(&at(traffic(None, None)))), (1, 1));
+        let busy = Traffic { requests: 6000, ..traffic(None, None) };
+        assert_eq!((p.evaluate(&at(busy)), d.evaluate(&at(busy))), (4, 3));
+        // A serving pool does both on the same replicas.
+        let mut s = planner(Role::Serve, params);
+        assert_eq!(s.evaluate(&at(busy)), 6, "⌈3.06 + 2.08⌉");
+        // No traffic: none needed (the bounds keep the minimum).
+        let idle = Traffic { requests: 0, ..traffic(None, None) };
+        assert_eq!(d.evaluate(&at(idle)), 0);
+    }
+
+    /// Dynamo's correction factors: an observed ITL twice the profile's
+    /// halves the target the batch is chosen for (at 2 000 req/s: 140 in a
+    /// batch instead of 256, ⌈21.4⌉ replicas instead of ⌈20.8⌉); an observed
+    /// TTFT below the profile's (prefix hits) lowers the prefill load, one
+    /// above does not raise it.
+    #[test]
+    fn the_planner_corrects_its_profile_by_what_it_observes() {
+        let corrected = serde_json::json!({"ttft_ms": 25, "itl_ms": 30});
+        let busy = |ttft, itl| Traffic { requests: 6000, ..traffic(ttft, itl) };
+        let busier = |itl| Traffic { requests: 60_000, ..traffic(None, itl) };
+        let at =
+            |t: Traffic| ScaleContext { traffic: t, metrics: ScaleMetrics { running: 100.0, ..ScaleMetrics::default() }, ..cx(2, 0.0, 0) };
+        let mut d = planner(Role::Decode, corrected.clone());
+        // 100 running decode in 11 ms by the profile; observed 22 ms: aim for 15 ms steps.
+        assert_eq!((d.evaluate(&at(busier(Some(11.0)))), d.evaluate(&at(busier(Some(22.0))))), (21, 22));
+        let mut p = planner(Role::Prefill, corrected);
+        assert_eq!(p.evaluate(&at(busy(Some(5.5), None))), 2, "half the profile's TTFT: half the load, ⌈1.53⌉");
+        assert_eq!(p.evaluate(&at(busy(Some(100.0), None))), 4, "queueing does not raise it");
     }
 
     #[test]
     fn target_tracking_is_the_hpa_formula_with_its_tolerance() {
         let mut p = AutoscaleSpec::parse("target-tracking", Some(&serde_json::json!({"target": 0.5})), "autoscale")
             .unwrap()
-            .build("autoscale")
+            .build("autoscale", &profile(Role::Serve))
             .unwrap();
         assert_eq!(p.evaluate(&cx(4, 0.9, 0)), 8, "⌈4 × 0.9 / 0.5⌉ = ⌈7.2⌉");
         assert_eq!(p.evaluate(&cx(4, 0.53, 0)), 4, "within 10 % of the target");
@@ -362,14 +575,14 @@ mod tests {
 
     #[test]
     fn threshold_steps_and_queue_depth_divides() {
-        let mut t = AutoscaleSpec::parse("threshold", None, "autoscale").unwrap().build("autoscale").unwrap();
+        let mut t = AutoscaleSpec::parse("threshold", None, "autoscale").unwrap().build("autoscale", &profile(Role::Serve)).unwrap();
         assert_eq!((t.evaluate(&cx(3, 0.9, 0)), t.evaluate(&cx(3, 0.5, 0)), t.evaluate(&cx(3, 0.1, 0))), (4, 3, 2));
         let mut q = AutoscaleSpec::parse("queue-depth", Some(&serde_json::json!({"target_per_replica": 4})), "autoscale")
             .unwrap()
-            .build("autoscale")
+            .build("autoscale", &profile(Role::Serve))
             .unwrap();
         assert_eq!((q.evaluate(&cx(3, 0.0, 0)), q.evaluate(&cx(3, 0.0, 9))), (0, 3));
-        let mut o = AutoscaleSpec::parse("oscillator", None, "autoscale").unwrap().build("autoscale").unwrap();
+        let mut o = AutoscaleSpec::parse("oscillator", None, "autoscale").unwrap().build("autoscale", &profile(Role::Serve)).unwrap();
         assert_eq!(o.evaluate(&ScaleContext { tick: 1, ..cx(3, 0.0, 0) }), 2);
     }
 
@@ -380,7 +593,8 @@ mod tests {
             ("target-tracking", serde_json::json!({"target": 0}), "autoscale.params.target"),
             ("queue-depth", serde_json::json!({"target_per_replica": -1}), "autoscale.params.target_per_replica"),
         ] {
-            let e = AutoscaleSpec::parse(name, Some(&params), "autoscale").unwrap().build("autoscale").err().unwrap();
+            let e =
+                AutoscaleSpec::parse(name, Some(&params), "autoscale").unwrap().build("autoscale", &profile(Role::Serve)).err().unwrap();
             assert_eq!(e.path, path, "{e}");
         }
         let e = AutoscaleSpec::parse("target-tracking", Some(&serde_json::json!({"metric": "gpu"})), "autoscale").unwrap_err();

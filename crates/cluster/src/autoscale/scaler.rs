@@ -9,11 +9,11 @@ use std::marker::PhantomData;
 use blis_engine::driver::Fleet;
 use blis_engine::instance::{Evict, Instance, InstanceStats};
 use blis_engine::metrics::Samples;
-use blis_engine::request::{Request, RequestRecord};
+use blis_engine::request::{Outcome, Request, RequestRecord};
 use blis_engine::rng::{SimRng, subsystem_rng};
 use blis_engine::time::{Micros, US_PER_MS};
 
-use super::policy::{AutoscalePolicy, ScaleContext, ScaleMetrics};
+use super::policy::{AutoscalePolicy, ScaleContext, ScaleMetrics, Traffic};
 use super::report::{AutoscalingReport, Constraint, Phase, PoolReport, ScaleAction, ScaleDecision, TimelinePoint};
 use super::{AutoscaleConfig, DrainPolicy, PoolConfig};
 use crate::estimate::TtftEstimator;
@@ -65,6 +65,12 @@ pub(crate) struct Counters {
     pub met_slo: u64,
     pub first_tokens: u64,
     pub ttft_sum_us: u64,
+    /// Requests completed, and their output tokens.
+    pub completed: u64,
+    pub output_tokens: u64,
+    /// Completed requests of two tokens or more, and Σ their time per output token after the first.
+    pub tpot_count: u64,
+    pub tpot_sum_us: u64,
 }
 
 impl Counters {
@@ -75,6 +81,14 @@ impl Counters {
         if let Some(t) = r.first_token {
             self.first_tokens += 1;
             self.ttft_sum_us += (t - r.arrival).as_us();
+        }
+        if r.outcome == Outcome::Completed {
+            self.completed += 1;
+            self.output_tokens += u64::from(r.output_tokens);
+            if let (Some(first), Some(last), 2..) = (r.first_token, r.last_token, r.output_tokens) {
+                self.tpot_count += 1;
+                self.tpot_sum_us += (last - first).as_us() / u64::from(r.output_tokens - 1);
+            }
         }
     }
 }
@@ -146,9 +160,10 @@ pub(crate) struct Autoscaler {
     accounts: Vec<PoolAccount>,
     retired: Vec<InstanceStats>,
     next_generation: u32,
-    scrapes: VecDeque<ScaleMetrics>,
+    scrapes: VecDeque<(ScaleMetrics, Traffic)>,
     last_scrape: Option<(Micros, Counters)>,
     latest: ScaleMetrics,
+    latest_traffic: Traffic,
     mean_prompt_tokens: f64,
     /// The lowest recommendation of the scale-up window.
     lowest: WindowExtreme<Lowest>,
@@ -253,6 +268,7 @@ impl Autoscaler {
             scrapes: VecDeque::new(),
             last_scrape: None,
             latest: ScaleMetrics::default(),
+            latest_traffic: Traffic::default(),
             mean_prompt_tokens: 0.0,
             lowest: WindowExtreme::default(),
             highest: WindowExtreme::default(),
@@ -485,19 +501,29 @@ impl Autoscaler {
             ttft_mean_ms: (first > 0).then(|| (c.ttft_sum_us - prev.ttft_sum_us) as f64 / first as f64 / US_PER_MS),
             predicted_ttft_ms: predicted,
         };
+        let completed = c.completed - prev.completed;
+        let tpots = c.tpot_count - prev.tpot_count;
+        let traffic = Traffic {
+            interval_s: dt,
+            requests: arrived,
+            prompt_tokens_mean: self.mean_prompt_tokens,
+            output_tokens_mean: (completed > 0).then(|| (c.output_tokens - prev.output_tokens) as f64 / completed as f64),
+            ttft_mean_ms: metrics.ttft_mean_ms,
+            itl_mean_ms: (tpots > 0).then(|| (c.tpot_sum_us - prev.tpot_sum_us) as f64 / tpots as f64 / US_PER_MS),
+        };
         self.last_scrape = Some((now, *c));
-        self.scrapes.push_back(metrics);
+        self.scrapes.push_back((metrics, traffic));
     }
 
     fn tick(&mut self, now: Micros, fleet: &mut Fleet, held: u32, actions: &mut Actions) {
         let visible = now - self.cfg.scrape_delay;
-        while self.scrapes.front().is_some_and(|m| m.at <= visible) {
-            self.latest = self.scrapes.pop_front().unwrap_or_default();
+        while self.scrapes.front().is_some_and(|(m, _)| m.at <= visible) {
+            (self.latest, self.latest_traffic) = self.scrapes.pop_front().unwrap_or_default();
         }
         let current = self.current();
         let ready = self.replicas.iter().flatten().filter(|r| self.routable(r)).count() as u32;
         let (min, max) = (self.cfg.min_replicas, self.cfg.max_replicas);
-        let cx = ScaleContext { current, ready, min, max, metrics: self.latest, tick: self.ticks };
+        let cx = ScaleContext { current, ready, min, max, metrics: self.latest, traffic: self.latest_traffic, tick: self.ticks };
         self.ticks += 1;
         let recommended = self.policy.evaluate(&cx);
         let mut constraint = Constraint::None;
@@ -673,7 +699,8 @@ impl Autoscaler {
             }
             None => return false,
         };
-        let freed = self.owned.iter().map(|&s| s as usize).find(|&s| self.replicas[s].is_none());
+        // A slot the group freed, whose instance ran out of work (a request delivered as it retired runs on).
+        let freed = self.owned.iter().map(|&s| s as usize).find(|&s| self.replicas[s].is_none() && fleet.instances()[s].is_idle());
         let slot = freed.unwrap_or(fleet.instances().len());
         let instance = self.instance(pool, slot as u32);
         if freed.is_none() {

@@ -122,6 +122,8 @@ struct Watch {
     routed_to_unready: Vec<(u32, Micros, Option<Phase>)>,
     first_routed: BTreeMap<u32, Micros>,
     decisions: Vec<(Micros, u32, u32, ScaleAction)>,
+    /// Each decision's scaling group, when the fleet has several.
+    groups: Vec<Option<String>>,
     transitions: Vec<(Micros, u32, Phase)>,
     most_counted: u32,
     lines: Vec<String>,
@@ -130,22 +132,18 @@ struct Watch {
 impl DecisionSink for Watch {
     fn admission(&mut self, _d: &AdmissionTrace<'_>) {}
     fn routing(&mut self, d: &RoutingTrace<'_>) {
-        let phase = self.phase.get(&d.chosen).copied();
-        let ok = phase == Some(Phase::Ready) || (phase == Some(Phase::Warming) && self.route_while_warming);
-        if !ok {
-            self.routed_to_unready.push((d.chosen, d.time, phase));
-        }
-        self.first_routed.entry(d.chosen).or_insert(d.time);
-        assert!(
-            d.snapshots.iter().all(|s| self.phase.get(&s.instance).is_some_and(|&p| p == Phase::Ready || p == Phase::Warming)),
-            "a candidate that is not up"
-        );
+        self.check_route(d);
         self.lines.push(format!("route {} {} {}", d.time.as_us(), d.request.id.0, d.chosen));
+    }
+    fn prefill_routing(&mut self, d: &RoutingTrace<'_>) {
+        self.check_route(d);
+        self.lines.push(format!("prefill {} {} {}", d.time.as_us(), d.request.id.0, d.chosen));
     }
     fn scale(&mut self, e: &ScaleTrace<'_>) {
         match e {
             ScaleTrace::Decision(d) => {
                 self.decisions.push((d.time, d.current, d.desired, d.action));
+                self.groups.push(d.group.clone());
                 self.lines.push(serde_json::to_string(d).unwrap());
             }
             ScaleTrace::Replica(r) => {
@@ -159,6 +157,23 @@ impl DecisionSink for Watch {
                 self.lines.push(serde_json::to_string(r).unwrap());
             }
         }
+    }
+}
+
+impl Watch {
+    /// A routing decision (of the decode or serving pools, or the prefill
+    /// pool's) chose a replica that is up, among candidates that are up.
+    fn check_route(&mut self, d: &RoutingTrace<'_>) {
+        let phase = self.phase.get(&d.chosen).copied();
+        let ok = phase == Some(Phase::Ready) || (phase == Some(Phase::Warming) && self.route_while_warming);
+        if !ok {
+            self.routed_to_unready.push((d.chosen, d.time, phase));
+        }
+        self.first_routed.entry(d.chosen).or_insert(d.time);
+        assert!(
+            d.snapshots.iter().all(|s| self.phase.get(&s.instance).is_some_and(|&p| p == Phase::Ready || p == Phase::Warming)),
+            "a candidate that is not up"
+        );
     }
 }
 
@@ -381,4 +396,109 @@ fn scale_ups_fill_the_cheapest_pool_first_and_cost_is_gpu_time_times_price() {
     // Nodes bill whole: the cheap pool's node (2 GPUs) was up the whole run.
     let last_s = out.rec.records.iter().map(|r| r.finished).max().unwrap().as_secs_f64();
     assert!(cheap["gpu_hours"].as_f64().unwrap() * 3600.0 >= 2.0 * last_s * 0.999, "{cheap}");
+}
+
+/// A disaggregated fleet whose prefill and decode pools are each sized by
+/// their own scaling group (`prefill`, `decode`), `initial` replicas each
+/// to start, on replicas of `blocks` KV blocks; the decode pool pulls
+/// prompts over a link of `bytes_per_s`.
+fn pd_autoscaled(prefill: Auto, decode: Auto, initial: (u32, u32), blocks: u64, bytes_per_s: f64) -> ClusterConfig {
+    use blis_cluster::fleet::Role;
+    use blis_engine::kv::transfer::{KvTransferConfig, LinkConfig as TransferLink};
+    let mut pools = Vec::new();
+    let mut scaling = Vec::new();
+    for (g, (auto, role, n)) in [(prefill, Role::Prefill, initial.0), (decode, Role::Decode, initial.1)].into_iter().enumerate() {
+        let Auto { mut config, pools: group } = auto;
+        config.initial_replicas = n;
+        config.name = role.name().to_string();
+        config.seed += g as u64;
+        scaling.push(config);
+        for p in group {
+            let mut inst = instance(blocks, 16, 2048);
+            if role == Role::Decode {
+                inst.kv_transfer = Some(KvTransferConfig { link: TransferLink { bytes_per_s, latency: Micros(100) }, block_bytes: 4096 });
+            }
+            let Replicas::Autoscaled { nodes, .. } = p.replicas else { unreachable!("autoscale() pools are autoscaled") };
+            pools.push(Pool {
+                name: format!("{}-{}", role.name(), p.name),
+                role,
+                instance: inst,
+                replicas: Replicas::Autoscaled { group: g, nodes },
+                ..p
+            });
+        }
+    }
+    ClusterConfig { scaling, pd: Some(crate::harness::always(true)), ..ClusterConfig::of(pools, PolicyBundle::default()) }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 16, ..ProptestConfig::default() })]
+
+    /// Autoscaled P/D: each pool its own policy (the SLA planner among
+    /// them), drain and delays, scaling up and down through phases of
+    /// load, replicas whose KV holds from a few requests to hundreds: every
+    /// request ends exactly once, no request (nor its prefill) reaches a
+    /// replica before it is up, each group stays in its bounds, and no KV
+    /// block outlives its request on either side.
+    #[test]
+    fn autoscaled_prefill_and_decode_pools_keep_every_invariant(
+        policies in (
+            prop::sample::select(vec!["sla-planner", "threshold", "target-tracking", "queue-depth", "oscillator"]),
+            prop::sample::select(vec!["sla-planner", "threshold", "target-tracking", "queue-depth", "oscillator"]),
+        ),
+        drains in (
+            prop::sample::select(vec![DrainPolicy::Wait, DrainPolicy::Immediate, DrainPolicy::Redirect]),
+            prop::sample::select(vec![DrainPolicy::Wait, DrainPolicy::Immediate, DrainPolicy::Redirect]),
+        ),
+        bounds in ((0u32..2, 1u32..4), (1u32..2, 1u32..5)),
+        loading_s in (0u64..15, 0u64..15),
+        seed in 0u64..1000,
+        blocks in prop::sample::select(vec![60u64, 200, 4000]),
+        bytes_per_s in 1e7f64..1e10,
+    ) {
+        let ((pmin, pextra), (dmin, dextra)) = bounds;
+        let (pmax, dmax) = (pmin + pextra, dmin + dextra);
+        let group = |policy: &str, drain, min, max, loading_s| {
+            let mut a = autoscale(policy, serde_json::json!({}), min, max, vec![pool("p", max, 1, 2.0, Delay::Fixed(Micros::from_secs(2)), Delay::Fixed(Micros::from_secs(loading_s)))]);
+            a.drain = drain;
+            a.interval = Micros::from_secs(5);
+            a.scrape_delay = Micros::from_secs(1);
+            if policy == "oscillator" {
+                a.scale_down_window = Micros::ZERO;
+            }
+            a
+        };
+        let prefill = group(policies.0, drains.0, pmin, pmax, loading_s.0);
+        let decode = group(policies.1, drains.1, dmin, dmax, loading_s.1);
+        let cfg = pd_autoscaled(prefill, decode, (pmin.max(1), dmin), blocks, bytes_per_s);
+        let requests = phases(&[(2.0, 20), (30.0, 20), (1.0, 30), (20.0, 15)], seed);
+        let n = requests.len();
+        let initial = pmin.max(1) + dmin;
+        let mut watch = Watch { route_while_warming: true, ..Watch::default() };
+        for i in 0..initial {
+            watch.phase.insert(i, Phase::Ready);
+        }
+        let mut rec = Recorder::default();
+        let mut cluster = Cluster::traced(cfg, &mut watch).unwrap_or_else(|e| panic!("{e}"));
+        let end = cluster.run(&mut IterWorkload::new(requests.into_iter()), None, &mut rec);
+        let summary = cluster.summary(&end);
+        prop_assert_eq!((summary.requests.queued, summary.requests.running), (0, 0));
+        for inst in cluster.instances() {
+            prop_assert_eq!((inst.held_kv(), inst.kv().num_used_blocks()), (0, 0), "instance {} keeps blocks", inst.id());
+            inst.assert_consistent();
+        }
+        drop(cluster);
+        assert_each_once(n, &rec);
+        prop_assert!(watch.routed_to_unready.is_empty(), "routed before ready: {:?}", &watch.routed_to_unready[..1]);
+        for (&(t, _, desired, _), g) in watch.decisions.iter().zip(&watch.groups) {
+            let (min, max) = match g.as_deref() {
+                Some("prefill") => (pmin, pmax),
+                Some("decode") => (dmin, dmax),
+                other => panic!("a decision of group {other:?}"),
+            };
+            prop_assert!((min..=max).contains(&desired), "{g:?} desired {desired} at {t}");
+        }
+        let gave_up = given_up(&rec);
+        prop_assert!(gave_up == 0 || drains.0 == DrainPolicy::Immediate || drains.1 == DrainPolicy::Immediate);
+    }
 }
