@@ -171,6 +171,19 @@ impl Scenario {
         resolved.cluster.build(&resolved.fleet, None).map(drop)
     }
 
+    /// Resolves the fleet alone (its pools, each with its server as vLLM
+    /// would run it, and their sizes), not the workload or the control
+    /// plane: what `blis plan` checks a candidate with before simulating it.
+    /// Errors as [`Scenario::resolve`]'s.
+    pub fn fleet(&self) -> Result<Fleet, ScenarioError> {
+        let k = &self.knobs;
+        let fleet = cluster::policy_config(k).and_then(|(bundle, set)| {
+            let mut config = k.report();
+            shape::resolve(k, &bundle, set.autoscale || set.node_pools, self.long_context, &mut config, &mut Vec::new())
+        });
+        fleet.map_err(|e| self.knobs.blame(e, &self.files))
+    }
+
     fn resolve_knobs(&self) -> Result<ResolvedScenario, ScenarioError> {
         let k = &self.knobs;
         let (bundle, set) = cluster::policy_config(k)?;

@@ -33,8 +33,9 @@ pub const DEFAULT_PREFILL_SCORERS: &str = "prefix-affinity:3,queue-depth:2";
 /// The decode pool's routing unless given: load and KV headroom.
 pub const DEFAULT_DECODE_SCORERS: &str = "queue-depth:2,kv-utilization:1";
 
-/// The P/D knobs other than the two pool sizes.
-const OTHER_KNOBS: [KnobId; 14] = [
+/// The P/D knobs other than the two pool sizes: only a disaggregated
+/// deployment takes them.
+pub const OTHER_KNOBS: [KnobId; 14] = [
     KnobId::pd_prefill_cache,
     KnobId::pd_decider,
     KnobId::pd_prefix_threshold,

@@ -44,12 +44,13 @@ fn the_answer_is_the_cheapest_candidate_that_meets_the_slo_and_pruned_ones_canno
     let rows = rows(&std::fs::read_to_string(&csv).unwrap());
     assert_eq!(rows.len(), 2 * 2 * 3);
     assert!(text.starts_with("12 candidates:"), "{text}");
-    // Brute force over the CSV: the cheapest row that meets the SLO is the answer.
+    // Brute force over the CSV: the cheapest row that meets the SLO (of
+    // equal cost, the one with the better first limit) is the answer.
     let meeting: Vec<_> = rows.iter().filter(|r| r["meets_slo"] == "true").collect();
-    let cheapest = meeting
-        .iter()
-        .min_by(|a, b| a["cost_per_hour"].parse::<f64>().unwrap().total_cmp(&b["cost_per_hour"].parse().unwrap()))
-        .expect("some candidate meets the SLO");
+    let key = |r: &&&std::collections::BTreeMap<String, String>| {
+        (r["cost_per_hour"].parse::<f64>().unwrap(), r["ttft_p99_ms"].parse::<f64>().unwrap())
+    };
+    let cheapest = meeting.iter().min_by(|a, b| key(a).partial_cmp(&key(b)).unwrap()).expect("some candidate meets the SLO");
     let want = format!(
         "cheapest meeting the SLO: {} × {} TP {}: ${:.2}/h",
         cheapest["replicas"],
@@ -168,6 +169,86 @@ fn a_plan_of_too_many_candidates_is_refused_up_front() {
     args.extend_from_slice(WORKLOAD);
     args.extend_from_slice(&["--plan", p.to_str().unwrap()]);
     assert_refused(&blis(&args), "1e9 candidates", "= 1000000000 candidates, more than the 100000");
+}
+
+/// Aggregated and disaggregated (xPyD) candidates on H100s for Llama-3.1-8B.
+const SHAPES: &str = "gpus: [{hardware: H100, gpu_hour_cost: 4}]\ntp: [1, 2]\nreplicas: [1, 2, 3, 4, 5, 6]\n\
+disaggregated:\n  prefill: {replicas: [1, 2, 3, 4], tp: [1]}\n  decode: {replicas: [1, 2], tp: [1, 2]}\n\
+knobs: {max-num-batched-tokens: [512, 2048]}\n";
+
+/// The cheapest candidate of each kind that meets the SLO, from the CSV: (aggregated, disaggregated) $/h.
+fn cheapest_of_each_kind(rows: &[std::collections::BTreeMap<String, String>]) -> (f64, f64) {
+    let cheapest = |kind: &str| {
+        rows.iter()
+            .filter(|r| r["shape"] == kind && r["meets_slo"] == "true")
+            .map(|r| r["cost_per_hour"].parse::<f64>().unwrap())
+            .fold(f64::INFINITY, f64::min)
+    };
+    (cheapest("aggregated"), cheapest("disaggregated"))
+}
+
+/// One plan over both kinds: with long prompts and a tight ITL limit,
+/// disaggregation wins (chunked prefill stalls an aggregated replica's
+/// decodes, so it needs more GPUs, or larger TP, to keep ITL); with short
+/// prompts and a tight TTFT limit, aggregation wins (a prefill pool of its
+/// own costs GPUs the short prompts do not need). The frontier ranks both
+/// kinds together.
+#[test]
+fn a_plan_picks_disaggregation_where_it_wins_and_aggregation_where_it_does_not() {
+    let dir = scratch("plan-pd");
+    for (name, slo, workload, disaggregated_wins) in [
+        ("long-prompts", "{itl_p99_ms: 15, ttft_p99_ms: 2000}", ["8", "8192", "256"], true),
+        ("short-prompts", "{itl_p99_ms: 50, ttft_p99_ms: 200}", ["50", "512", "256"], false),
+    ] {
+        let (plan, csv) = (dir.join(format!("{name}.yaml")), dir.join(format!("{name}.csv")));
+        std::fs::write(&plan, format!("slo: {slo}\n{SHAPES}")).unwrap();
+        let [rate, prompt, output] = workload;
+        let out = blis(&[
+            "plan",
+            "--model",
+            "meta-llama/llama-3.1-8b-instruct",
+            "--rate",
+            rate,
+            "--num-requests",
+            "600",
+            "--prompt-tokens",
+            prompt,
+            "--output-tokens",
+            output,
+            "--plan",
+            plan.to_str().unwrap(),
+            "--output",
+            csv.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{name}: {}", stderr(&out));
+        let text = stdout(&out);
+        let rows = rows(&std::fs::read_to_string(&csv).unwrap());
+        assert_eq!(rows.len(), (2 * 6 + 4 * 4) * 2, "{name}");
+        assert!(rows.iter().all(|r| r["status"] == "simulated"), "{name}: every candidate fits and carries the rate");
+        let (aggregated, disaggregated) = cheapest_of_each_kind(&rows);
+        let answer = text.lines().find_map(|l| l.strip_prefix("cheapest meeting the SLO: ")).expect("an answer");
+        if disaggregated_wins {
+            assert!(disaggregated < aggregated, "{name}: P/D ${disaggregated}/h, aggregated ${aggregated}/h");
+            assert!(answer.contains(" prefill + ") && answer.contains(&format!("${disaggregated:.2}/h")), "{name}: {answer}");
+        } else {
+            assert!(aggregated < disaggregated, "{name}: aggregated ${aggregated}/h, P/D ${disaggregated}/h");
+            assert!(!answer.contains(" prefill + ") && answer.contains(&format!("${aggregated:.2}/h")), "{name}: {answer}");
+        }
+        for kind in ["aggregated", "disaggregated"] {
+            assert!(text.contains(&format!("cheapest {kind}: ")), "{name}: {text}");
+        }
+        // One frontier, over both kinds: a disaggregated candidate is on it
+        // (the lowest ITL for the money in both workloads).
+        let frontier =
+            text.split("frontier (cost against itl_p99_ms, of the candidates within every other limit):").nth(1).expect("a frontier");
+        assert!(frontier.contains(" prefill + "), "{name}: {frontier}");
+    }
+    // The plan sizes the fleet: a flag that does too is refused.
+    let plan = dir.join("long-prompts.yaml");
+    let mut args = vec!["plan"];
+    args.extend_from_slice(WORKLOAD);
+    args.extend_from_slice(&["--plan", plan.to_str().unwrap(), "--num-instances", "2"]);
+    assert_refused(&blis(&args), "--num-instances", "--num-instances: the plan sizes the fleet");
 }
 
 /// A candidate that completes nothing (every request longer than its
