@@ -19,10 +19,14 @@ use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;
 
 use crate::error::bad_input;
-use crate::output::AtomicFile;
+use crate::output::{AtomicFile, OutputArgs};
 
 /// Learn latency-model coefficients from real experiments.
 #[derive(clap::Args, Debug)]
+#[command(
+    mut_arg("output", |a| a.value_name("FILE").help("Write the coefficient file here instead of stdout.")),
+    mut_arg("quiet", |a| a.help("No progress or fit summary on stderr (warnings still print)."))
+)]
 #[command(after_help = "Examples:\n  blis fit validation/vllm-h100 --latency-model trained-physics -o trained-physics-h100.yaml\n  \
     blis fit validation/vllm-h100 --latency-model trained-physics --holdout-model Llama-2-70b-hf -o holdout.yaml\n  \
     blis fit --trace traces/run1 --trace traces/run2 -o my-server.yaml      # traces recorded by blis observe")]
@@ -99,9 +103,8 @@ pub struct FitArgs {
     #[arg(long, value_name = "DATE")]
     pub fitted_at: Option<String>,
 
-    /// Write the coefficient file here instead of stdout.
-    #[arg(long, short, value_name = "FILE")]
-    pub output: Option<PathBuf>,
+    #[command(flatten)]
+    pub out: OutputArgs,
 }
 
 /// The `--prior` flags that reproduce `priors`.
@@ -133,6 +136,21 @@ fn is_calendar_date(date: &str) -> bool {
         _ => return false,
     };
     (1..=days).contains(&day)
+}
+
+/// Progress and summary lines on stderr, each stamped with the seconds
+/// since the fit started; none with `--quiet` (warnings still print).
+struct Log {
+    started: Instant,
+    quiet: bool,
+}
+
+impl Log {
+    fn line(&self, text: std::fmt::Arguments<'_>) {
+        if !self.quiet {
+            eprintln!("[{:7.1} s] {text}", self.started.elapsed().as_secs_f64());
+        }
+    }
 }
 
 /// Runs `blis fit`.
@@ -181,7 +199,7 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
         .iter()
         .map(|t| ObservedRun::load(&trace_csv(t), None, &given).map_err(|e| bad_input!("--trace {e}")))
         .collect::<Result<Vec<_>, _>>()?;
-    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let output = args.out.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     crate::output::print_warnings();
     let opts = FitOptions {
         kind,
@@ -195,7 +213,8 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     let started = Instant::now();
     let runs: Vec<&dyn Measured> =
         suite.cases.iter().map(|c| c as &dyn Measured).chain(traces.iter().map(|t| t as &dyn Measured)).collect();
-    let outcome = fit(&runs, &opts, &mut |line| eprintln!("[{:7.1} s] {line}", started.elapsed().as_secs_f64())).map_err(|e| match e {
+    let log = Log { started, quiet: args.out.quiet };
+    let outcome = fit(&runs, &opts, &mut |line| log.line(format_args!("{line}"))).map_err(|e| match e {
         FitError::Invalid(msg) => anyhow::Error::from(bad_input!("{msg}")),
         FitError::Experiment(e) => anyhow::Error::from(bad_input!("{e}")),
     })?;
@@ -216,13 +235,10 @@ pub fn execute(args: FitArgs) -> anyhow::Result<()> {
     command += &args.definitions.command_flags();
     set.provenance.command = Some(command);
     set.provenance.fitted_at = Some(args.fitted_at.clone().unwrap_or_else(today_utc));
-    eprintln!(
-        "[{:7.1} s] done: fitting objective {:.3} after stage one, {:.3} after stage two; E2E MAPE + 0.3·TTFT MAPE on the training stages {:.3}",
-        started.elapsed().as_secs_f64(),
-        outcome.linear_loss,
-        outcome.final_loss,
-        outcome.train_loss
-    );
+    log.line(format_args!(
+        "done: fitting objective {:.3} after stage one, {:.3} after stage two; E2E MAPE + 0.3·TTFT MAPE on the training stages {:.3}",
+        outcome.linear_loss, outcome.final_loss, outcome.train_loss
+    ));
     write_set(&set, output)
 }
 
@@ -304,16 +320,15 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     let priors = with_overrides(kind, basis.as_ref(), frame.kernels([&server]).as_ref(), &args.prior)
         .map_err(|e| bad_input!("{e}"))?
         .ok_or_else(|| bad_input!("--otel fits trained-physics or unified-5 (models with physical priors), not {kind}"))?;
-    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
-    let started = Instant::now();
+    let output = args.out.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let log = Log { started: Instant::now(), quiet: args.out.quiet };
     if let Some(note) = frame.note() {
-        eprintln!("[{:7.1} s] {note}", started.elapsed().as_secs_f64());
+        log.line(format_args!("{note}"));
     }
     let found = fit_steps(&trace, basis.as_ref(), &priors, PRIOR_WEIGHT, &server.instance)
         .map_err(|e| bad_input!("--otel {}: {e}", path.display()))?;
-    eprintln!(
-        "[{:7.1} s] fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out{}), α on {} journeys; step-time MAPE {:.2} %",
-        started.elapsed().as_secs_f64(),
+    log.line(format_args!(
+        "fitted β on {} steps of {servers} server{} ({} rebuilt from their counts, {} left out{}), α on {} journeys; step-time MAPE {:.2} %",
         found.steps_used,
         if servers == 1 { "" } else { "s" },
         found.steps_approximated,
@@ -324,7 +339,7 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
         },
         found.journeys_used,
         found.step_mape
-    );
+    ));
     if found.journeys_without_handoff > 0 {
         eprintln!(
             "warning: {} of {} journeys have no HANDOFF_TO_CORE and are timed from QUEUED: α takes in their wait for the engine loop, which the simulation adds again",
@@ -333,7 +348,9 @@ fn fit_otel(args: &FitArgs, kind: ModelKind, path: &Path) -> anyhow::Result<()> 
     }
     if found.steps_approximated > 0 {
         match found.prefill_cv2 {
-            Some(cv2) => eprintln!("           rebuilt steps spread their prefill tokens by cv² = {cv2:.3}, from the steps with snapshots"),
+            Some(cv2) => {
+                log.line(format_args!("rebuilt steps spread their prefill tokens by cv² = {cv2:.3}, from the steps with snapshots"))
+            }
             None => eprintln!(
                 "warning: no step has step.REQUEST_SNAPSHOT events, so rebuilt steps split their prefill tokens evenly (cv² = 0), \
                  which under-prices prefill attention when prompt lengths vary; sample some steps in rich mode"

@@ -7,7 +7,6 @@
 mod calibrate;
 mod compose;
 mod convert;
-mod decisions;
 mod definitions;
 mod error;
 mod evaluate;
@@ -16,7 +15,6 @@ mod kernels;
 mod knobs;
 mod observe;
 mod output;
-mod parquet_out;
 mod plan;
 mod plot;
 mod replay;

@@ -17,11 +17,12 @@ use blis_workload::trace_v2::{TraceHeader, header_path, trace_csv};
 use serde::Serialize;
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, refuse_overwriting_inputs, warn};
-use crate::simulate::{Files, Format, print_report, simulate};
+use crate::output::{AtomicFile, ReportArgs, refuse_overwriting_inputs, warn};
+use crate::simulate::{Files, print_report, simulate};
 
 /// Simulate a recorded trace v2 (from `blis observe`) and keep per-request results for `blis calibrate`.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("output", |a| a.help("Write the JSON (the run report plus per-request results, what `blis calibrate --sim` reads) to this file.")))]
 #[command(after_help = "Example:\n  blis replay --trace traces/run1 --model meta-llama/llama-3.1-8b-instruct --output sim.json\n\n\
     --trace takes the trace prefix (traces/run1 → traces/run1.csv + traces/run1.header.yaml) or the CSV.\n\
     Server knobs come from flags, then --config, then the header's `server:` and `hardware:` sections, then defaults.")]
@@ -33,17 +34,8 @@ pub struct ReplayArgs {
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
 
-    /// Write the JSON (the run report plus per-request results, what `blis calibrate --sim` reads) to this file.
-    #[arg(long, short, value_name = "PATH", help_heading = "Output")]
-    pub output: Option<PathBuf>,
-
-    /// What stdout gets: the human summary, or the JSON (the summary then goes to stderr).
-    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
-    pub format: Format,
-
-    /// Do not print the summary table or timing (only what --format json or --output ask for).
-    #[arg(long, short, help_heading = "Output")]
-    pub quiet: bool,
+    #[command(flatten)]
+    pub report: ReportArgs,
 }
 
 /// The JSON `blis replay` writes.
@@ -136,7 +128,10 @@ pub fn execute(args: ReplayArgs) -> anyhow::Result<()> {
         .into());
     }
     let csv = trace_csv(&trace);
-    refuse_overwriting_inputs(&[("output", args.output.as_deref())], &[("trace", Some(&csv)), ("config", args.config.as_deref())])?;
+    refuse_overwriting_inputs(
+        &[("output", args.report.to.output.as_deref())],
+        &[("trace", Some(&csv)), ("config", args.config.as_deref())],
+    )?;
     let mut files = Vec::new();
     if let Some(path) = &args.config {
         files.push((KnobValues::load(path)?, format!("--config {}", path.display())));
@@ -178,7 +173,7 @@ pub fn sim_document(report: &RunReport, replay: &ReplayDetail) -> anyhow::Result
 }
 
 fn replay_with(args: &ReplayArgs, scenario: &Scenario, csv: &Path, matched: Vec<String>, ignored: Vec<String>) -> anyhow::Result<()> {
-    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
-    let (report, replay, wall_s) = replay_detail(scenario, csv, matched, ignored, args.quiet)?;
-    print_report(&ReplayReport { report: &report, replay: &replay }, &report, args.format, output, args.quiet, wall_s)
+    let output = args.report.to.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let (report, replay, wall_s) = replay_detail(scenario, csv, matched, ignored, args.report.to.quiet)?;
+    print_report(&ReplayReport { report: &report, replay: &replay }, &report, args.report.format, output, args.report.to.quiet, wall_s)
 }

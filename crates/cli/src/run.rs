@@ -8,11 +8,12 @@ use anyhow::Context as _;
 use blis_scenario::knobs::KnobValues;
 
 use crate::error::bad_input;
-use crate::output::{AtomicFile, refuse_overwriting_inputs};
-use crate::simulate::{Files, Format, print_report, simulate};
+use crate::output::{AtomicFile, ReportArgs, refuse_overwriting_inputs};
+use crate::simulate::{Files, print_report, simulate};
 
 /// Simulate a vLLM deployment serving a workload.
 #[derive(clap::Args, Debug)]
+#[command(mut_arg("output", |a| a.help("Write the JSON report to this file.")))]
 #[command(after_help = "Examples:\n  blis run --model meta-llama/llama-3.1-8b-instruct\n  \
     blis run --model meta-llama/llama-3.1-8b-instruct --rate 10 --num-requests 2000 --prompt-tokens 512 \
     --output-tokens 256 --max-num-seqs 256 --max-num-batched-tokens 2048 --seed 7 --output results.json\n  \
@@ -26,13 +27,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "PATH", help_heading = "Run")]
     pub config: Option<PathBuf>,
 
-    /// Write the JSON report to this file.
-    #[arg(long, short, value_name = "PATH", help_heading = "Output")]
-    pub output: Option<PathBuf>,
-
-    /// What stdout gets: the human summary, or the JSON report (the summary then goes to stderr).
-    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
-    pub format: Format,
+    #[command(flatten)]
+    pub report: ReportArgs,
 
     /// Write one CSV row per request to this file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
@@ -56,10 +52,6 @@ pub struct RunArgs {
     /// With autoscaling: draw load, replicas and TTFT over the run to this SVG file.
     #[arg(long, value_name = "PATH", help_heading = "Output")]
     pub plot_timeline: Option<PathBuf>,
-
-    /// Do not print the summary table, progress or timing (only what --format json or --output ask for).
-    #[arg(long, short, help_heading = "Output")]
-    pub quiet: bool,
 }
 
 /// Runs `blis run`.
@@ -73,7 +65,7 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
     let k = &scenario.knobs;
     refuse_overwriting_inputs(
         &[
-            ("output", args.output.as_deref()),
+            ("output", args.report.to.output.as_deref()),
             ("requests-csv", args.requests_csv.as_deref()),
             ("trace-output", args.trace_output.as_deref()),
             ("plot-timeline", args.plot_timeline.as_deref()),
@@ -90,13 +82,13 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
             ("hardware-config", k.hardware_config.value.as_deref()),
         ],
     )?;
-    let output = args.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
+    let output = args.report.to.output.as_deref().map(|p| AtomicFile::create("output", p)).transpose()?;
     let files = Files {
         requests_csv: args.requests_csv.as_deref(),
         trace_output: args.trace_output.as_deref(),
         kv_events_output: args.kv_events_output.as_deref(),
         otel_output: args.otel_output.as_deref(),
-        quiet: args.quiet,
+        quiet: args.report.to.quiet,
     };
     let plot = args.plot_timeline.as_deref().map(|p| AtomicFile::create("plot-timeline", p)).transpose()?;
     let (report, wall_s) = simulate(scenario, files, None)?;
@@ -112,5 +104,5 @@ fn run_with(args: &RunArgs, scenario: &blis_scenario::Scenario) -> anyhow::Resul
         file.writer().write_all(svg.as_bytes()).context("writing --plot-timeline")?;
         file.commit()?;
     }
-    print_report(&report, &report, args.format, output, args.quiet, wall_s)
+    print_report(&report, &report, args.report.format, output, args.report.to.quiet, wall_s)
 }

@@ -9,16 +9,18 @@ use std::path::Path;
 
 use anyhow::Context;
 
-use blis_calibrate::otel::OtelWriter;
 use blis_cluster::fleet::{Replicas, Role};
 use blis_cluster::trace::DecisionSink;
 use blis_engine::instance::Observer;
 use blis_scenario::report::RunReport;
 use blis_scenario::{Outputs, ResolvedScenario, Scenario};
 
-use crate::decisions::TraceWriter;
 use crate::error::bad_input;
-use crate::output::{AtomicFile, CsvColumns, KvEventsJson, Progress, RequestCsv, peak_rss_mib, print_warnings, warn, write_json};
+use crate::output::decisions::TraceWriter;
+use crate::output::kv_events::KvEventsJson;
+use crate::output::otel::OtelWriter;
+use crate::output::requests_csv::{CsvColumns, RequestCsv};
+use crate::output::{AtomicFile, Format, Progress, peak_rss_mib, print_warnings, warn, write_json};
 use crate::table::table;
 
 /// Where a simulation writes besides its report.
@@ -122,16 +124,6 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
         t.finish(report.cluster.counterfactual.as_ref())?;
     }
     Ok((report, wall.elapsed().as_secs_f64()))
-}
-
-/// What a simulating command prints on stdout.
-#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Format {
-    /// The human summary.
-    #[default]
-    Table,
-    /// The JSON report (the summary then goes to stderr).
-    Json,
 }
 
 /// Prints the report: the JSON document on stdout when `format` asks for

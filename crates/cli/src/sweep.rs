@@ -30,9 +30,14 @@ use rayon::prelude::*;
 use serde_json::Value;
 
 use crate::error::{BadInput, bad_input};
+use crate::output::OutputArgs;
 
 /// Sweep a scenario over a grid of knob values on every core; one CSV row per point.
 #[derive(clap::Args, Debug)]
+#[command(
+    mut_arg("output", |a| a.required(true).help("The CSV to write; if it exists with the same columns, the points it holds are skipped (resume).")),
+    mut_arg("quiet", |a| a.help("No progress bar, and no closing line."))
+)]
 #[command(
     after_help = "Example:\n  blis sweep --model meta-llama/llama-3.1-8b-instruct --num-requests 2000 --grid grid.yaml --output sweep.csv\n\n\
     grid.yaml:\n    axes:\n      rate: [10, 20, 40]\n      max-num-seqs: [64, 256]\n    zip:\n      - {num-instances: [1, 2], routing-policy: [round-robin, least-loaded]}"
@@ -49,9 +54,8 @@ pub struct SweepArgs {
     #[arg(long, value_name = "PATH", help_heading = "Sweep")]
     pub grid: PathBuf,
 
-    /// The CSV to write; if it exists with the same columns, the points it holds are skipped (resume).
-    #[arg(long, short, value_name = "PATH", help_heading = "Sweep")]
-    pub output: PathBuf,
+    #[command(flatten)]
+    pub out: OutputArgs,
 
     /// Run only every N-th point starting at the I-th (0-based), e.g. 2/8.
     #[arg(long, value_name = "I/N", value_parser = parse_shard, help_heading = "Sweep")]
@@ -73,10 +77,6 @@ pub struct SweepArgs {
     /// Write a self-contained HTML report (summary, frontier plot, every row) to this file.
     #[arg(long, value_name = "PATH", help_heading = "Sweep")]
     pub report: Option<PathBuf>,
-
-    /// No progress bar.
-    #[arg(long, short, help_heading = "Sweep")]
-    pub quiet: bool,
 }
 
 fn parse_shard(text: &str) -> Result<(u64, u64), String> {
@@ -163,23 +163,21 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     grid.check_knobs(&origin)?;
     grid.check_scenarios(&origin, &args.knobs, &base)?;
     let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
-    let (done, has_header) = resume(&args.output, &header, &grid)?;
+    let output = args.out.output.clone().ok_or_else(|| bad_input!("--output: a sweep streams its rows to a CSV file; name one"))?;
+    let (done, has_header) = resume(&output, &header, &grid)?;
     // Outputs that cannot be created are refused before anything runs.
     let create = |flag, path: &Option<PathBuf>| path.as_deref().map(|p| crate::output::AtomicFile::create(flag, p)).transpose();
     let (parquet, plot, report) = (create("parquet", &args.parquet)?, create("plot", &args.plot)?, create("report", &args.report)?);
     let (shard, shards) = args.shard.unwrap_or((0, 1));
     let todo: Vec<u64> = (shard..grid.points).step_by(shards as usize).filter(|i| !done.contains(i)).collect();
-    let mut out = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&args.output)
-        .map_err(|e| bad_input!("--output {}: {e}", args.output.display()))?;
+    let mut out =
+        OpenOptions::new().create(true).append(true).open(&output).map_err(|e| bad_input!("--output {}: {e}", output.display()))?;
     if !has_header {
         writeln!(out, "{header}").context("writing --output")?;
     }
     let jobs = args.jobs.unwrap_or_else(rayon::current_num_threads);
     let pool = rayon::ThreadPoolBuilder::new().num_threads(jobs).build().context("starting the worker threads")?;
-    let bar = (!args.quiet && std::io::stderr().is_terminal()).then(|| {
+    let bar = (!args.out.quiet && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(todo.len() as u64);
         bar.set_style(
             ProgressStyle::with_template("{spinner} sweeping [{bar:40}] {pos}/{len} points ({per_sec}, eta {eta})")
@@ -207,11 +205,11 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
         bar.finish_and_clear();
     }
     if let Some(mut file) = parquet {
-        crate::parquet_out::write(&args.output, file.writer(), grid.columns().count()).context("writing --parquet")?;
+        crate::output::parquet::write(&output, file.writer(), grid.columns().count()).context("writing --parquet")?;
         file.commit()?;
     }
     if plot.is_some() || report.is_some() {
-        let text = std::fs::read_to_string(&args.output).context("reading --output back for --plot and --report")?;
+        let text = std::fs::read_to_string(&output).context("reading --output back for --plot and --report")?;
         let title = format!("{}: {} points", args.grid.display(), grid.points);
         let svg = crate::plot::sweep::pareto(&title, &text)?;
         if let Some(mut file) = plot {
@@ -233,20 +231,20 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
                 args.grid.display(),
                 grid.points,
                 rows.len(),
-                args.output.display()
+                output.display()
             )];
             let table = crate::report_html::Table { caption: "every point", header, rows };
             file.writer().write_all(crate::report_html::page(&title, &summary, &svg, &[table]).as_bytes()).context("writing --report")?;
             file.commit()?;
         }
     }
-    if !args.quiet {
+    if !args.out.quiet {
         eprintln!(
             "blis sweep: {} points of {} run ({} already in {}){}",
             todo.len(),
             grid.points,
             done.len(),
-            args.output.display(),
+            output.display(),
             if failed > 0 { format!("; {failed} failed (see the error column)") } else { String::new() }
         );
     }

@@ -1,6 +1,14 @@
-//! What the CLI writes: output files that appear only when complete, JSON
-//! reports, per-request CSV rows, checked spec files, warnings and the
-//! progress bar.
+//! What the CLI writes, all in this module: output files that appear only
+//! when complete ([`AtomicFile`]), JSON reports, checked spec files,
+//! warnings and the progress bar here; the per-request CSV, vLLM's KV
+//! events, the OpenTelemetry traces, the decision trace and the Parquet
+//! sweep table in their own files.
+
+pub mod decisions;
+pub mod kv_events;
+pub mod otel;
+pub mod parquet;
+pub mod requests_csv;
 
 use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
@@ -10,12 +18,47 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use blis_engine::instance::Observer;
-use blis_engine::kv::events::KvEventBatch;
 use blis_engine::request::RequestRecord;
 use blis_workload::spec::parse;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::error::{BadInput, bad_input};
+
+/// The output flags `blis run`, `replay`, `sweep` and `fit` share: where
+/// the result goes, and whether anything else is printed. Each command
+/// says what its result is in its own help (`mut_arg`).
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct OutputArgs {
+    /// Write the result to this file.
+    #[arg(long, short, value_name = "PATH", help_heading = "Output")]
+    pub output: Option<PathBuf>,
+
+    /// Print only the result: no summary table, progress or timing.
+    #[arg(long, short, help_heading = "Output")]
+    pub quiet: bool,
+}
+
+/// The output flags of a command that simulates and reports (`blis run`,
+/// `blis replay`): [`OutputArgs`] and what stdout gets.
+#[derive(clap::Args, Clone, Debug, Default)]
+pub struct ReportArgs {
+    #[command(flatten)]
+    pub to: OutputArgs,
+
+    /// What stdout gets: the human summary, or the JSON report (the summary then goes to stderr).
+    #[arg(long, value_enum, default_value_t = Format::Table, help_heading = "Output")]
+    pub format: Format,
+}
+
+/// What a simulating command prints on stdout.
+#[derive(Copy, Clone, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// The human summary.
+    #[default]
+    Table,
+    /// The JSON report (the summary then goes to stderr).
+    Json,
+}
 
 /// A file written under a temporary name and renamed into place by
 /// [`AtomicFile::commit`]; dropped without committing, it is removed, so a
@@ -150,156 +193,6 @@ impl Drop for AtomicFile {
             let _ = std::fs::remove_file(tmp);
         }
         release(self.claim.as_deref());
-    }
-}
-
-/// Writes one CSV row per finished request.
-pub struct RequestCsv {
-    file: AtomicFile,
-    error: Option<std::io::Error>,
-    columns: CsvColumns,
-}
-
-/// The columns a run adds to the per-request CSV.
-#[derive(Copy, Clone, Debug, Default)]
-pub struct CsvColumns {
-    /// The run has KV tiers below the GPU: [`OFFLOAD_CSV_COLUMNS`].
-    pub offload: bool,
-    /// The run is disaggregated: [`PD_CSV_COLUMNS`].
-    pub pd: bool,
-}
-
-/// Header of the per-request CSV.
-pub const REQUEST_CSV_HEADER: &str = "id,instance,outcome,arrival_ms,input_tokens,output_tokens,cached_prompt_tokens,preemptions,\
-ttft_ms,tpot_ms,e2e_ms,scheduling_delay_ms,first_token_ms,finished_ms";
-
-/// Columns the per-request CSV gains when KV tiers are on: prompt tokens
-/// loaded from them, and the time spent waiting for those loads.
-pub const OFFLOAD_CSV_COLUMNS: &str = ",loaded_prompt_tokens,kv_load_wait_ms";
-
-/// Columns the per-request CSV gains in a disaggregated run: a
-/// disaggregated request's prefill instance and its TTFT in phases, which
-/// add up to its TTFT (empty for a request its decode instance prefilled):
-/// arrival → prefill wait queue (admission, routing, queueing overhead),
-/// prefill queue, prefill, hand-off to the decode instance, KV transfer,
-/// decode queue, first decode step.
-pub const PD_CSV_COLUMNS: &str =
-    ",prefill_instance,gateway_ms,prefill_queue_ms,prefill_ms,handoff_ms,transfer_ms,decode_queue_ms,first_decode_step_ms";
-
-fn ms(t: Option<blis_engine::time::Micros>) -> String {
-    t.map_or(String::new(), |t| format!("{:.3}", t.as_ms_f64()))
-}
-
-impl RequestCsv {
-    /// Starts the file (header included), with the offload columns when
-    /// `offload` is set.
-    pub fn create(dest: &Path, columns: CsvColumns) -> Result<RequestCsv, BadInput> {
-        let mut file = AtomicFile::create("requests-csv", dest)?;
-        let offload = if columns.offload { OFFLOAD_CSV_COLUMNS } else { "" };
-        let pd = if columns.pd { PD_CSV_COLUMNS } else { "" };
-        let error = writeln!(file.writer(), "{REQUEST_CSV_HEADER}{offload}{pd}").err();
-        Ok(RequestCsv { file, error, columns })
-    }
-
-    /// Finishes the file; reports the first write error, if any.
-    pub fn commit(self) -> anyhow::Result<()> {
-        if let Some(e) = self.error {
-            return Err(e).context("writing --requests-csv");
-        }
-        self.file.commit()
-    }
-
-    fn row(&mut self, r: &RequestRecord) -> std::io::Result<()> {
-        let w = self.file.writer();
-        write!(
-            w,
-            "{},{},{},{:.3},{},{},{},{},{},{},{},{},{},{:.3}",
-            r.id.0,
-            r.instance.map_or_else(String::new, |i| i.to_string()),
-            r.outcome.as_str(),
-            r.arrival.as_ms_f64(),
-            r.input_tokens,
-            r.output_tokens,
-            r.cached_prompt_tokens,
-            r.preemptions,
-            ms(r.ttft()),
-            r.tpot_us().map_or(String::new(), |t| format!("{:.3}", t / 1e3)),
-            ms(r.e2e()),
-            ms(r.scheduling_delay()),
-            ms(r.first_token),
-            r.finished.as_ms_f64(),
-        )?;
-        if self.columns.offload {
-            write!(w, ",{},{:.3}", r.loaded_prompt_tokens, r.kv_load_wait.as_ms_f64())?;
-        }
-        if self.columns.pd {
-            match (r.pd, r.enqueued, r.first_scheduled, r.first_token) {
-                (Some(p), Some(enqueued), Some(scheduled), Some(first)) => {
-                    let span =
-                        |a: blis_engine::time::Micros, b: blis_engine::time::Micros| format!("{:.3}", b.saturating_sub(a).as_ms_f64());
-                    let decode_queue = (scheduled.saturating_sub(enqueued)).saturating_sub(r.kv_load_wait);
-                    write!(
-                        w,
-                        ",{},{},{},{},{},{:.3},{:.3},{}",
-                        p.prefill_instance,
-                        span(r.arrival, p.prefill_enqueued),
-                        span(p.prefill_enqueued, p.prefill_scheduled),
-                        span(p.prefill_scheduled, p.prefill_finished),
-                        span(p.prefill_finished, enqueued),
-                        r.kv_load_wait.as_ms_f64(),
-                        decode_queue.as_ms_f64(),
-                        span(scheduled, first),
-                    )?;
-                }
-                _ => write!(w, ",,,,,,,,")?,
-            }
-        }
-        writeln!(w)
-    }
-}
-
-impl Observer for RequestCsv {
-    fn on_finish(&mut self, record: &RequestRecord) {
-        if self.error.is_none() {
-            self.error = self.row(record).err();
-        }
-    }
-    fn observes_tokens(&self) -> bool {
-        false
-    }
-}
-
-/// Writes vLLM's KV events, one JSON line per batch (`--kv-events-output`).
-pub struct KvEventsJson {
-    file: AtomicFile,
-    error: Option<std::io::Error>,
-}
-
-impl KvEventsJson {
-    /// Starts the file.
-    pub fn create(dest: &Path) -> Result<KvEventsJson, BadInput> {
-        Ok(KvEventsJson { file: AtomicFile::create("kv-events-output", dest)?, error: None })
-    }
-
-    /// Finishes the file; reports the first write error, if any.
-    pub fn commit(self) -> anyhow::Result<()> {
-        if let Some(e) = self.error {
-            return Err(e).context("writing --kv-events-output");
-        }
-        self.file.commit()
-    }
-}
-
-impl Observer for KvEventsJson {
-    fn on_finish(&mut self, _record: &RequestRecord) {}
-    fn observes_tokens(&self) -> bool {
-        false
-    }
-    fn on_kv_events(&mut self, batch: &KvEventBatch<'_>) {
-        if self.error.is_none() {
-            let w = self.file.writer();
-            self.error = serde_json::to_writer(&mut *w, batch).map_err(std::io::Error::from).and_then(|()| writeln!(w)).err();
-        }
     }
 }
 
