@@ -1,11 +1,15 @@
 //! # blis-calibrate: BLIS against reality
 //!
-//! Real serving experiments (inference-perf result directories, see
-//! [`experiment`]) are reproduced in simulation ([`reproduce`]), observed the
-//! way the real client observed them ([`client`]), compared metric by metric
-//! ([`compare`], [`stats`]) and reported ([`report`]). [`fit`] learns latency
-//! coefficients from the same experiments, in the file format of
-//! `blis_physics::coefficients`.
+//! Three parts, one folder each:
+//!
+//! - [`experiment`]: what a real serving experiment is (an inference-perf
+//!   result directory, the server's facts and log, its per-request rows);
+//! - [`validate`]: reproducing it in simulation ([`validate::reproduce`]),
+//!   observed the way the real client observed it ([`validate::client`]),
+//!   compared metric by metric ([`validate::compare`], [`validate::stats`])
+//!   and reported ([`validate::report`]);
+//! - [`fit`]: learning latency coefficients from the same experiments, in the
+//!   file format of `blis_physics::coefficients`.
 //!
 //! ```text
 //!  experiment dir ──► Experiment ──► Setup (model, GPU, knobs, KV blocks, prompt lengths)
@@ -17,16 +21,17 @@
 //!                      ExperimentComparison ──► tables, CSV, aggregate APE
 //! ```
 //!
-//! Reading order: [`experiment`], [`reproduce`], [`client`], [`compare`],
-//! [`suite`], [`report`], [`fit`]. Calibration against a
-//! live server (a trace recorded by `blis observe`, replayed by `blis
-//! replay`) is [`live`], with the distribution statistics of
-//! [`distribution`].
+//! Reading order: [`experiment`], [`validate::reproduce`],
+//! [`validate::client`], [`validate::compare`], [`validate::suite`],
+//! [`validate::report`], [`fit`]. Calibration against a live server (a trace
+//! recorded by `blis observe`, replayed by `blis replay`) is
+//! [`validate::live`], with the distribution statistics of
+//! [`validate::distribution`].
 //!
 //! ## Example
 //!
 //! ```no_run
-//! use blis_calibrate::{compare::aggregate, suite::Suite};
+//! use blis_calibrate::{validate::compare::aggregate, validate::suite::Suite};
 //! use blis_physics::coefficients::CoefficientSet;
 //!
 //! let suite = Suite::load(&["validation/vllm-h100".into()], &Default::default()).unwrap();
@@ -38,24 +43,7 @@
 
 #![warn(missing_docs)]
 
-pub mod client;
-pub mod compare;
-pub mod distribution;
 pub mod error;
 pub mod experiment;
-pub mod facts;
 pub mod fit;
-pub mod kernels;
-pub mod lengths;
-pub mod live;
-pub mod normalized;
-pub mod observed;
-pub mod optimize;
-pub mod otel;
-pub mod per_request;
-pub mod report;
-pub mod reproduce;
-pub mod requests;
-pub mod stats;
-pub mod suite;
-pub mod vllm_log;
+pub mod validate;

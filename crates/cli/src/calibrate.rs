@@ -6,9 +6,9 @@ use std::path::PathBuf;
 
 use std::path::Path;
 
+use blis_calibrate::fit::observed::ObservedRun;
 use blis_calibrate::fit::{DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitOptions, Measured, fit};
-use blis_calibrate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
-use blis_calibrate::observed::ObservedRun;
+use blis_calibrate::validate::live::{CalibrationReport, Matched, MetricComparison, RealTrace, SimDocument, compare, match_requests};
 use blis_scenario::deployment::choose_coefficients;
 use blis_scenario::knobs::KnobValues;
 use blis_workload::trace_v2::trace_csv;

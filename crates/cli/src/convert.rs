@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use blis_calibrate::otel::OtelTrace;
-use blis_calibrate::vllm_log::LoggedServer;
+use blis_calibrate::experiment::vllm_log::LoggedServer;
+use blis_calibrate::fit::otel::OtelTrace;
 use blis_scenario::count::parse_count;
 use blis_workload::limits::MAX_RATE_PER_S;
 use blis_workload::servegen::{ServeGenOptions, convert};

@@ -5,7 +5,7 @@
 
 use std::path::PathBuf;
 
-use blis_calibrate::reproduce::Definitions;
+use blis_calibrate::validate::reproduce::Definitions;
 use blis_engine::time::parse_duration;
 use blis_scenario::deployment::{load_gpu_spec, load_model_config};
 use blis_scenario::tiers::MAX_TIER_GIB;

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::Context;
+use blis_calibrate::fit::observed::ObservedRun;
+use blis_calibrate::fit::otel::{OtelTrace, fit_steps};
 use blis_calibrate::fit::{
     DEFAULT_REFINE_EVALS, DEFAULT_ROUNDS, FitError, FitFrame, FitOptions, Measured, PRIOR_WEIGHT, PriorOverride, fit, with_overrides,
 };
-use blis_calibrate::observed::ObservedRun;
-use blis_calibrate::otel::{OtelTrace, fit_steps};
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::suite::Suite;
 use blis_net::client::{RunClock, rfc3339_utc};
 use blis_physics::coefficients::{CoefficientSet, Provenance};
 use blis_physics::latency::ModelKind;

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use blis_calibrate::kernels::{
+use blis_calibrate::fit::kernels::{
     AllReduceCheck, AllReduceFit, ComputeProfiles, DECODE_MAX_TOKENS, ErrorSummary, GemmModel, HeldOutGpu, HeldOutLayers, LayerCheck,
     LayerSample, LayerTerms, PCIE_CARD_SUFFIX, PREFILL_MIN_TOKENS, check_all_reduce, check_layers, check_layers_carried,
     efficiencies_without, fit_all_reduces, fit_gemm, gpu_efficiencies, layers_leave_one_gpu_out, leave_one_gpu_out, profile_gpu,

@@ -5,8 +5,8 @@
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
-use blis_calibrate::live::{ReplayDetail, ReplayedRequest, SimDocument};
-use blis_calibrate::observed::HeaderKnobs;
+use blis_calibrate::fit::observed::HeaderKnobs;
+use blis_calibrate::validate::live::{ReplayDetail, ReplayedRequest, SimDocument};
 use blis_engine::instance::{Observer, TokenEvent};
 use blis_engine::metrics::IntCounts;
 use blis_engine::request::RequestRecord;

@@ -5,9 +5,9 @@ use std::path::PathBuf;
 use std::time::Instant;
 
 use anyhow::Context;
-use blis_calibrate::compare::{ExperimentComparison, Metric, aggregate};
-use blis_calibrate::report::{CSV_HEADER, REQUESTS_CSV_HEADER, ReportContext, csv_rows, markdown, request_csv_rows, text};
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::compare::{ExperimentComparison, Metric, aggregate};
+use blis_calibrate::validate::report::{CSV_HEADER, REQUESTS_CSV_HEADER, ReportContext, csv_rows, markdown, request_csv_rows, text};
+use blis_calibrate::validate::suite::Suite;
 
 use blis_scenario::deployment::{Server, choose_coefficients, hardware_mismatch};
 

@@ -4,8 +4,8 @@
 //! drawn from the reports' percentiles.
 
 use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup};
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::reproduce::{Definitions, Setup};
+use blis_calibrate::validate::suite::Suite;
 use blis_engine::request::Outcome;
 use blis_physics::coefficients::CoefficientSet;
 

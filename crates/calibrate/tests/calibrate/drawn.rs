@@ -4,8 +4,8 @@
 //! lengths, with `max_tokens` drawn from the configured distribution, and
 //! is never compared request by request.
 
-use blis_calibrate::reproduce::Definitions;
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::reproduce::Definitions;
+use blis_calibrate::validate::suite::Suite;
 use blis_engine::request::Outcome;
 use blis_physics::coefficients::CoefficientSet;
 
@@ -76,7 +76,7 @@ fn drawn_outputs_are_compared_per_stage_not_per_request() {
     let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
     assert!(c.requests.is_none(), "per-request errors against unknown output lengths");
     assert_eq!(c.request_pairs.len(), 16_800, "every row of requests.csv is still listed");
-    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::compare::Metric::E2eMean));
+    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::validate::compare::Metric::E2eMean));
     assert!(suite.warnings().is_empty(), "{:?}", suite.warnings());
 }
 
@@ -113,5 +113,5 @@ fn shared_prefix_length_distributions_are_reproduced() {
     let suite = Suite::load(std::slice::from_ref(&copied.dir), &Definitions::default()).unwrap();
     assert!(suite.warnings().is_empty(), "{:?}", suite.warnings());
     let c = &suite.validate(&CoefficientSet::default_set(), 0).unwrap()[0];
-    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::compare::Metric::E2eMean));
+    assert!(c.rows.iter().any(|r| r.metric == blis_calibrate::validate::compare::Metric::E2eMean));
 }

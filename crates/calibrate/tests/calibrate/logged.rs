@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup};
+use blis_calibrate::validate::reproduce::{Definitions, Setup};
 
 use crate::{GENERAL, copy_experiment};
 
@@ -29,7 +29,7 @@ fn a_grouped_caches_logged_size_is_simulated_as_its_whole_pool() {
     };
     let concurrency = pool as f64 / f64::from(per_request);
     let tokens = (concurrency * 4096.0) as u64;
-    let one_group = blis_calibrate::facts::one_group_blocks(tokens, 16, Some(4096));
+    let one_group = blis_calibrate::experiment::facts::one_group_blocks(tokens, 16, Some(4096));
     let logged = format!("num_gpu_blocks: {one_group}\nkv_cache_tokens: {tokens}\nmax_concurrency: {:.2}\n", concurrency);
     assert_eq!(blocks_of(&logged), pool);
     let older = format!("num_gpu_blocks: {}\nkv_cache_tokens: {}\nmax_concurrency: {:.2}\n", pool / 2, pool / 2 * 16, concurrency);

@@ -11,7 +11,7 @@ mod vendored;
 use std::path::{Path, PathBuf};
 
 use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup, Simulated, simulate};
+use blis_calibrate::validate::reproduce::{Definitions, Setup, Simulated, simulate};
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
 use blis_physics::coefficients::CoefficientSet;

@@ -2,7 +2,7 @@
 //! line naming the file and the field, instead of being simulated.
 
 use blis_calibrate::experiment::Experiment;
-use blis_calibrate::reproduce::{Definitions, Setup};
+use blis_calibrate::validate::reproduce::{Definitions, Setup};
 
 use crate::copy_experiment;
 

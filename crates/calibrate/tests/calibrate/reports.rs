@@ -4,9 +4,9 @@
 //! `prompt_len`), keys BLIS does not read, and inference-perf's own
 //! per-request report in place of `requests.csv`.
 
-use blis_calibrate::compare::{Metric, StageLabel};
-use blis_calibrate::reproduce::Definitions;
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::compare::{Metric, StageLabel};
+use blis_calibrate::validate::reproduce::Definitions;
+use blis_calibrate::validate::suite::Suite;
 use blis_engine::request::Outcome;
 use blis_physics::coefficients::CoefficientSet;
 
@@ -285,10 +285,12 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     probe_report["failures"]["count"] = 0.into();
     std::fs::write(probed.dir.join("results/stage_-1_lifecycle_metrics.json"), probe_report.to_string()).unwrap();
     let replayed = validate(&probed.dir);
-    let measured = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().map(|r| (r.stage, r.metric, r.actual)).collect::<Vec<_>>();
+    let measured =
+        |rows: &[blis_calibrate::validate::compare::MetricRow]| rows.iter().map(|r| (r.stage, r.metric, r.actual)).collect::<Vec<_>>();
     assert_eq!(measured(&replayed.rows), measured(&want.rows), "the same stage, compared to the same measurements");
     assert_eq!(replayed.requests.map(|r| r.matched), want.requests.map(|r| r.matched));
-    let ttft = |rows: &[blis_calibrate::compare::MetricRow]| rows.iter().find(|r| r.metric == Metric::TtftMean).unwrap().predicted;
+    let ttft =
+        |rows: &[blis_calibrate::validate::compare::MetricRow]| rows.iter().find(|r| r.metric == Metric::TtftMean).unwrap().predicted;
     assert!(ttft(&replayed.rows) < ttft(&want.rows), "the probe's prompts are cached when the stage sends them again");
     // Without the probe's report, its entries are one too many.
     std::fs::remove_file(probed.dir.join("results/stage_-1_lifecycle_metrics.json")).unwrap();
@@ -312,7 +314,7 @@ fn a_sweep_replays_the_stages_its_reports_record() {
     });
     std::fs::copy(explicit.dir.join("results/stage_1_lifecycle_metrics.json"), explicit.dir.join("results/stage_0_lifecycle_metrics.json"))
         .unwrap();
-    let predicted = |rows: &[blis_calibrate::compare::MetricRow], stage: u32| {
+    let predicted = |rows: &[blis_calibrate::validate::compare::MetricRow], stage: u32| {
         rows.iter().filter(|r| r.stage == StageLabel::Stage(stage)).map(|r| (r.metric, r.predicted)).collect::<Vec<_>>()
     };
     let (unrecorded, explicit) = (validate(&unrecorded.dir), validate(&explicit.dir));

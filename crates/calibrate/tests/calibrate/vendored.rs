@@ -4,9 +4,9 @@
 
 use std::path::PathBuf;
 
-use blis_calibrate::compare::Metric;
 use blis_calibrate::experiment::Status;
-use blis_calibrate::suite::Suite;
+use blis_calibrate::validate::compare::Metric;
+use blis_calibrate::validate::suite::Suite;
 use blis_physics::coefficients::CoefficientSet;
 use blis_workload::inference_perf::Length;
 

@@ -1,7 +1,7 @@
 //! `--otel-output`: a simulation's vLLM journey and step traces as OTLP/JSON
 //! lines (one `ExportTraceServiceRequest` per line, as an OpenTelemetry
 //! collector's `file` exporter writes them), with the names
-//! [`blis_calibrate::otel`] reads, so `blis fit --otel` fits from them as
+//! [`blis_calibrate::fit::otel`] reads, so `blis fit --otel` fits from them as
 //! from a real server's.
 
 use std::collections::BTreeMap;
@@ -360,7 +360,7 @@ impl<W: Write> Observer for OtelWriter<W> {
 
 #[cfg(test)]
 mod tests {
-    use blis_calibrate::otel::{OtelTrace, WARM_UP_STEPS, fit_steps};
+    use blis_calibrate::fit::otel::{OtelTrace, WARM_UP_STEPS, fit_steps};
     use blis_engine::latency::{BatchEntry, InstanceLoad};
 
     use super::*;

@@ -3,7 +3,7 @@
 //! the diagonal mean matching distributions) and overlaid CDFs
 //! (`cdf_<metric>.svg`).
 
-use blis_calibrate::live::CalibrationReport;
+use blis_calibrate::validate::live::CalibrationReport;
 
 use super::{PlotDir, against_diagonal, cdf_overlay};
 

@@ -9,8 +9,8 @@
 //!   `requests.csv`): how fast a queue builds up and when requests start
 //!   timing out.
 
-use blis_calibrate::compare::{ExperimentComparison, Latency, Metric, RequestPair, StageLabel};
 use blis_calibrate::experiment::Status;
+use blis_calibrate::validate::compare::{ExperimentComparison, Latency, Metric, RequestPair, StageLabel};
 use plotters::prelude::SeriesLabelPosition;
 
 use super::{Panel, PlotDir, SIZE, against_diagonal, cdf_overlay, stacked_panels};

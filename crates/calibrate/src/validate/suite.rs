@@ -8,10 +8,10 @@ use std::sync::Arc;
 use blis_engine::latency::LatencyModel;
 use rayon::prelude::*;
 
-use crate::compare::ExperimentComparison;
 use crate::error::ExperimentError;
 use crate::experiment::{Experiment, discover};
-use crate::reproduce::{Definitions, NoObserver, Setup, simulate};
+use crate::validate::compare::ExperimentComparison;
+use crate::validate::reproduce::{Definitions, NoObserver, Setup, simulate};
 use blis_physics::coefficients::CoefficientSet;
 
 /// An experiment with its resolved deployment.

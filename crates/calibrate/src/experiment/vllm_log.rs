@@ -33,7 +33,7 @@ use blis_physics::catalog;
 use blis_physics::model::ModelConfig;
 use blis_physics::vllm::{ASYNC_SCHEDULING_DEFAULT_SINCE, KV_CACHE_DTYPES, KvCacheDtype};
 
-use crate::facts::{CpuOffloadFact, MAX_GPU_BLOCKS, ServerFacts, one_group_blocks};
+use crate::experiment::facts::{CpuOffloadFact, MAX_GPU_BLOCKS, ServerFacts, one_group_blocks};
 
 /// vLLM's default KV block size, when the log names none.
 pub const DEFAULT_BLOCK_SIZE: u32 = 16;

@@ -60,7 +60,7 @@ use blis_physics::latency::FeatureBasis;
 use serde_json::Value;
 
 use crate::error::ExperimentError;
-use crate::optimize::LeastSquares;
+use crate::fit::optimize::LeastSquares;
 
 /// Steps at the start of a trace left out of the fit (kernel compilation,
 /// allocator warm-up), as `latency-model-research.md` prescribes.

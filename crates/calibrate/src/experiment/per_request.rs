@@ -26,7 +26,7 @@ use serde::de::{Deserializer, IgnoredAny, SeqAccess, Visitor};
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
-use crate::requests::{RequestRow, check_row};
+use crate::experiment::requests::{RequestRow, check_row};
 
 /// One entry of the report (the keys BLIS reads).
 #[derive(Deserialize)]

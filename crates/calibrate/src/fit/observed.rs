@@ -23,11 +23,11 @@ use blis_scenario::{Outputs, Scenario, ScenarioError};
 use blis_workload::trace_v2::{TraceHeader, header_path};
 use serde_json::{Map, Value};
 
-use crate::compare::Metric;
 use crate::error::ExperimentError;
 use crate::fit::{Measured, REQUEST_BLOCK, RealLatency, Replayed, StageScore};
-use crate::live::RealTrace;
-use crate::stats::{ape, mean};
+use crate::validate::compare::Metric;
+use crate::validate::live::RealTrace;
+use crate::validate::stats::{ape, mean};
 
 /// Knob names that a trace header's `server:` section may spell differently
 /// (the spec's example header), mapped onto BLIS's flags.
@@ -300,7 +300,7 @@ impl Measured for ObservedRun {
     /// trace: the APE of the E2E p90 and p99 of the requests
     /// completed in both.
     fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError> {
-        let sim = self.simulate(set, seed, &mut crate::reproduce::NoObserver)?;
+        let sim = self.simulate(set, seed, &mut crate::validate::reproduce::NoObserver)?;
         let mut apes = Vec::new();
         for s in self.scores(&sim) {
             apes.extend(s.sim_e2e_ms.zip(s.real_e2e_ms).and_then(|(p, a)| ape(p, a)).map(|a| (Metric::E2eMean, a)));

@@ -7,9 +7,9 @@
 //!   exp-config.yaml                     server knobs: model, tensor_parallelism, max_model_len, max_num_batched_tokens, max_num_seqs
 //!   server-facts.yaml        (optional) what the server log says: num_gpu_blocks, block_size, hardware, caching flags, status
 //!   vllm.log                 (optional) the server's startup log, read for the facts server-facts.yaml does not give
-//!                                        (see crate::vllm_log)
+//!                                        (see crate::experiment::vllm_log)
 //!   normalized.json          (optional) the shared ground truth's one-file summary, read for the facts neither
-//!                                        of the two gives (see crate::normalized)
+//!                                        of the two gives (see crate::experiment::normalized)
 //!   requests.csv             (optional) one row per request: index, stage, arrival_time_us, input_tokens, …, has_error, e2e_ms, ttft_ms
 //!                                        (and, when recorded, output_tokens: what the server generated;
 //!                                        output_tokens_retokenized: the answer re-tokenised, read for dataset runs)
@@ -17,11 +17,18 @@
 //!   results/stage_N_lifecycle_metrics.json   per-stage measurements (latencies in seconds)
 //!   results/summary_lifecycle_metrics.json   (optional) the same over the whole run
 //!   results/per_request_lifecycle_metrics.json   (optional) inference-perf's per-request report,
-//!                                        read as requests.csv when there is none (see crate::per_request)
+//!                                        read as requests.csv when there is none (see crate::experiment::per_request)
 //! ```
 //!
 //! The report names carry the run's `storage.*.report_file_prefix` when it
 //! set one, as inference-perf writes them.
+
+pub mod facts;
+pub mod lengths;
+pub mod normalized;
+pub mod per_request;
+pub mod requests;
+pub mod vllm_log;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -35,11 +42,11 @@ use serde::{Deserialize, Deserializer};
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
-use crate::facts::SERVER_FACT_KEYS;
-pub use crate::facts::{CpuOffloadFact, ServerFacts, Status};
-use crate::normalized::{NORMALIZED, NormalizedRun};
-use crate::requests::{RequestRow, read_requests};
-use crate::vllm_log::LoggedServer;
+use facts::SERVER_FACT_KEYS;
+pub use facts::{CpuOffloadFact, ServerFacts, Status};
+use normalized::{NORMALIZED, NormalizedRun};
+use requests::{RequestRow, read_requests};
+use vllm_log::LoggedServer;
 
 /// `exp-config.yaml`: the server knobs of the run.
 #[derive(Clone, Debug, PartialEq, Deserialize)]
@@ -653,7 +660,7 @@ impl Experiment {
         let requests = if present(&csv_path) {
             Some(read_requests(&csv_path, stages.len(), workload.load.sweep.is_some())?)
         } else if present(&per_request_path) {
-            Some(crate::per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>(), probe_sent)?)
+            Some(per_request::read(&per_request_path, &stages.iter().map(Lifecycle::sent).collect::<Vec<_>>(), probe_sent)?)
         } else {
             None
         };
@@ -662,7 +669,7 @@ impl Experiment {
         let normalized_path = dir.join(NORMALIZED);
         let normalized = match present(&normalized_path) {
             true => Some(
-                crate::normalized::read(&read(&normalized_path)?)
+                normalized::read(&read(&normalized_path)?)
                     .map_err(|message| ExperimentError::File(DataError::Format { path: normalized_path, message }))?,
             ),
             false => None,

@@ -1,7 +1,7 @@
 //! `server-facts.yaml`: what a vLLM server's log records about it and
 //! inference-perf does not (GPU, KV blocks, parallelism, scheduler limits,
 //! caching, quantization, a CPU tier), and whether the run is judged on
-//! latency or on its overload. [`crate::vllm_log`] reads the same facts
+//! latency or on its overload. [`crate::experiment::vllm_log`] reads the same facts
 //! from the log itself.
 
 use serde::{Deserialize, Serialize};

@@ -20,11 +20,11 @@ use blis_scenario::{Outputs, ResolvedScenario};
 use blis_workload::inference_perf::{MeasuredLengths, RecordedSend, Reproduction};
 use blis_workload::{OpenOptions, WorkloadInput};
 
-use crate::client::ClientObserver;
 use crate::error::ExperimentError;
+use crate::experiment::facts::MAX_GPU_BLOCKS;
+use crate::experiment::requests::RequestRow;
 use crate::experiment::{CpuOffloadFact, Experiment, ServerFacts};
-use crate::facts::MAX_GPU_BLOCKS;
-use crate::requests::RequestRow;
+use crate::validate::client::ClientObserver;
 
 /// The deployment and workload constants of one experiment, resolved.
 #[derive(Clone, Debug)]
@@ -42,7 +42,7 @@ pub struct Setup {
     pub data_parallel_size: u32,
     /// Where a file gives both the server's KV block count and the cache
     /// size it logged (`kv_cache_tokens`) and the two disagree by more
-    /// than a block (one group's reading, [`crate::facts::one_group_blocks`];
+    /// than a block (one group's reading, [`crate::experiment::facts::one_group_blocks`];
     /// a model whose cache vLLM groups is read from the size instead): one
     /// line each, naming the file and both counts.
     pub block_count_notes: Vec<String>,
@@ -180,7 +180,7 @@ fn block_count_notes(exp: &Experiment, server: &Server) -> Vec<String> {
     exp.fact_sources()
         .filter_map(|(f, file)| {
             let (tokens, blocks) = (f.kv_cache_tokens?, f.num_gpu_blocks?);
-            let read = crate::facts::one_group_blocks(tokens, block_size, Some(len));
+            let read = crate::experiment::facts::one_group_blocks(tokens, block_size, Some(len));
             (read.abs_diff(blocks) > 1).then(|| {
                 format!(
                     "{}: {file} num_gpu_blocks = {blocks} but its kv_cache_tokens = {tokens} are {read} blocks of {block_size} tokens; simulating {} blocks",

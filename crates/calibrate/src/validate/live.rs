@@ -18,12 +18,12 @@ use blis_engine::time::MAX_SPAN_S;
 use blis_workload::trace_v2::{Row, Status, TraceHeader, TraceReplay, header_path, header_time_scale};
 use serde::{Deserialize, Serialize};
 
-use crate::distribution::{Interval, KsTest, bootstrap_mape_pearson, ks_two_sample, qq, sorted};
+use crate::validate::distribution::{Interval, KsTest, bootstrap_mape_pearson, ks_two_sample, qq, sorted};
 use blis_data::DataError;
 
 use crate::error::ExperimentError;
-use crate::requests::csv_message;
-use crate::stats::{ape, mean, pearson};
+use crate::experiment::requests::csv_message;
+use crate::validate::stats::{ape, mean, pearson};
 
 /// One replayed request, as `blis replay` writes it and calibration reads it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

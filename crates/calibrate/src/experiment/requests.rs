@@ -1,6 +1,6 @@
 //! What a client recorded of each request it sent: the rows of
 //! `requests.csv` (or of inference-perf's per-request report, see
-//! [`crate::per_request`]) and the checks every row passes.
+//! [`crate::experiment::per_request`]) and the checks every row passes.
 
 use std::path::Path;
 

@@ -31,6 +31,11 @@
 //! ([`SATURATION_WEIGHT`]): how far the simulated failure fraction of the
 //! overloaded training runs is from the measured one.
 
+pub mod kernels;
+pub mod observed;
+pub mod optimize;
+pub mod otel;
+
 use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -39,20 +44,20 @@ use blis_engine::instance::{Observer, StepEvent};
 use blis_engine::latency::{InstanceLoad, LatencyModel, MAX_STEP, QueueingInput};
 use blis_engine::request::{Outcome, RequestRecord};
 use blis_engine::time::Micros;
-use blis_physics::hardware::KernelEfficiency;
-use blis_physics::latency::{FeatureBasis, FitMethod, ModelKind, Priors};
-use rayon::prelude::*;
-
-use crate::compare::{ExperimentComparison, Metric};
-use crate::error::ExperimentError;
-use crate::experiment::Status;
-use crate::optimize::{LeastSquares, nelder_mead};
-use crate::reproduce::simulate;
-use crate::stats::ape;
-use crate::suite::Case;
 use blis_physics::catalog;
 use blis_physics::coefficients::{CoefficientSet, Provenance};
+use blis_physics::hardware::KernelEfficiency;
+use blis_physics::latency::{FeatureBasis, FitMethod, ModelKind, Priors};
 use blis_scenario::deployment::Server;
+use rayon::prelude::*;
+
+use crate::error::ExperimentError;
+use crate::experiment::Status;
+use crate::validate::compare::{ExperimentComparison, Metric};
+use crate::validate::reproduce::simulate;
+use crate::validate::stats::ape;
+use crate::validate::suite::Case;
+use optimize::{LeastSquares, nelder_mead};
 
 /// Weight of TTFT relative to E2E in both stages' objectives.
 pub const TTFT_WEIGHT: f64 = 0.3;
@@ -274,7 +279,7 @@ pub fn is_model(run: &dyn Measured, name: &str) -> bool {
 /// A real run the fit learns from: it can be simulated with any
 /// coefficients and says what was measured next to what was simulated.
 /// Implemented by inference-perf experiments ([`Case`]) and by traces that
-/// `blis observe` recorded ([`crate::observed::ObservedRun`]).
+/// `blis observe` recorded ([`observed::ObservedRun`]).
 pub trait Measured: Sync {
     /// The run's name, as provenance records it.
     fn name(&self) -> &str;
@@ -392,7 +397,14 @@ impl Measured for Case {
     }
 
     fn headline_apes(&self, set: &CoefficientSet, seed: u64) -> Result<Vec<(Metric, f64)>, ExperimentError> {
-        let sim = simulate(&self.experiment, &self.setup, Measured::latency(self, set)?, seed, true, &mut crate::reproduce::NoObserver)?;
+        let sim = simulate(
+            &self.experiment,
+            &self.setup,
+            Measured::latency(self, set)?,
+            seed,
+            true,
+            &mut crate::validate::reproduce::NoObserver,
+        )?;
         let comparison = ExperimentComparison::new(&self.experiment, &self.setup.server.model_name, &sim);
         Ok(HEADLINE.iter().flat_map(|&m| comparison.stage_apes(m).map(move |a| (m, a)).collect::<Vec<_>>()).collect())
     }
@@ -636,7 +648,7 @@ fn stage_apes(replayed: &Replayed<'_>) -> StageApes {
 fn loss(parts: &[StageApes]) -> f64 {
     let e2e: Vec<f64> = parts.iter().flat_map(|p| p.0.iter().copied()).collect();
     let ttft: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
-    crate::stats::mean(&e2e) + TTFT_WEIGHT * crate::stats::mean(&ttft)
+    crate::validate::stats::mean(&e2e) + TTFT_WEIGHT * crate::validate::stats::mean(&ttft)
 }
 
 /// Relative least squares of the rows (each divided by its target,
@@ -711,7 +723,7 @@ fn objective_and_rows(
                 Some(&(_, experiment, basis)) => {
                     stage_rows(*r, experiment, basis, set, seed).map(|(replayed, rows)| (replayed, Some(rows)))?
                 }
-                None => (r.replay(set, seed, &mut crate::reproduce::NoObserver)?, None),
+                None => (r.replay(set, seed, &mut crate::validate::reproduce::NoObserver)?, None),
             };
             if r.active() {
                 return Ok((stage_apes(&replayed), Vec::new(), rows));
@@ -723,7 +735,7 @@ fn objective_and_rows(
     let rows: Vec<Vec<Row>> = rows_of.iter().map(|&(at, _, _)| parts[at].2.take().unwrap_or_default()).collect();
     let active: Vec<StageApes> = parts.iter().map(|p| p.0.clone()).collect();
     let failure_errors: Vec<f64> = parts.iter().flat_map(|p| p.1.iter().copied()).collect();
-    let saturation = if failure_errors.is_empty() { 0.0 } else { SATURATION_WEIGHT * crate::stats::mean(&failure_errors) };
+    let saturation = if failure_errors.is_empty() { 0.0 } else { SATURATION_WEIGHT * crate::validate::stats::mean(&failure_errors) };
     Ok((loss(&active) + saturation, rows))
 }
 
@@ -837,7 +849,7 @@ fn errors(runs: &[&dyn Measured], set: &CoefficientSet, seed: u64) -> Result<BTr
     for (metric, ape) in apes.into_iter().flatten() {
         by_metric.entry(metric.name().to_string()).or_default().push(ape);
     }
-    Ok(by_metric.into_iter().map(|(name, v)| (name, crate::stats::mean(&v))).collect())
+    Ok(by_metric.into_iter().map(|(name, v)| (name, crate::validate::stats::mean(&v))).collect())
 }
 
 /// Fits `opts.kind` on the active runs (minus the held-out model's),

@@ -38,7 +38,7 @@ use blis_physics::hardware::{AllReduceEfficiency, Carry, GpuSpec, KernelEfficien
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::optimize::{LeastSquares, nelder_mead};
+use crate::fit::optimize::{LeastSquares, nelder_mead};
 
 /// Why profiles could not be read.
 #[derive(Debug, Error)]
@@ -410,7 +410,7 @@ impl LayerTerms {
                 Some((vec![pf, dc, weights, 1.0 / l.time_us], 1.0))
             })
             .collect();
-        let x = crate::optimize::LeastSquares::new(&rows, 4).nnls();
+        let x = crate::fit::optimize::LeastSquares::new(&rows, 4).nnls();
         LayerTerms { prefill_compute: x[0], decode_compute: x[1], weights: x[2], per_layer_us: x[3] }
     }
 }

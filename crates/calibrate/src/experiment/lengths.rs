@@ -9,8 +9,8 @@ use std::path::PathBuf;
 
 use blis_workload::inference_perf::{Data, MeasuredLengths, QuantileTable};
 
+use crate::experiment::requests::RequestRow;
 use crate::experiment::{Experiment, LengthStats, Report, Successes, report_path};
-use crate::requests::RequestRow;
 
 impl Experiment {
     /// Whether the run sent a dataset's prompts (`shareGPT`, …), whose

@@ -6,7 +6,7 @@ use blis_engine::metrics::percentile_sorted;
 use blis_engine::rng::{SimRng, subsystem_rng};
 use rand::RngExt;
 
-use crate::stats::{ape, mean, pearson};
+use crate::validate::stats::{ape, mean, pearson};
 
 /// Sorted copy of finite values.
 pub fn sorted(v: &[f64]) -> Vec<f64> {

@@ -3,8 +3,8 @@
 
 use std::fmt::Write as _;
 
-use crate::compare::{Aggregate, ExperimentComparison, Latency, Metric, SATURATION_SERVED_FRACTION, StageLabel, aggregate};
 use crate::experiment::Status;
+use crate::validate::compare::{Aggregate, ExperimentComparison, Latency, Metric, SATURATION_SERVED_FRACTION, StageLabel, aggregate};
 
 /// A table rendered as aligned text or as Markdown.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -155,7 +155,7 @@ pub fn aggregate_table(aggregates: &[Aggregate]) -> Table {
 /// is the rule that classified the real runs (more than 10 % of a stage's
 /// requests time out); "saturated" means the simulated server serves less
 /// than 90 % of the offered rate, so its queue grows without bound; the
-/// saturated service rate ([`crate::compare::SaturatedRate`]) is where the
+/// saturated service rate ([`crate::validate::compare::SaturatedRate`]) is where the
 /// cliff lies.
 pub fn overload_table(comparisons: &[ExperimentComparison]) -> Table {
     let mut t = Table::new(&[

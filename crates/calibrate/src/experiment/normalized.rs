@@ -32,7 +32,7 @@
 use serde::{Deserialize, Deserializer};
 use serde_json::Value;
 
-use crate::facts::{CpuOffloadFact, ServerFacts, Status};
+use crate::experiment::facts::{CpuOffloadFact, ServerFacts, Status};
 
 /// The file name.
 pub const NORMALIZED: &str = "normalized.json";
@@ -113,30 +113,29 @@ pub fn read(text: &str) -> Result<NormalizedRun, String> {
     let known = |name: &&str| blis_physics::catalog::find_gpu(name).is_some();
     let hardware = n.hardware.as_deref().map(str::trim).filter(|h| !h.is_empty());
     let hardware = hardware.filter(known).or(detail.filter(known)).or(hardware).map(str::to_string);
-    let facts = ServerFacts {
-        hardware,
-        tensor_parallel_size: k.tensor_parallel_size.or(n.tp),
-        max_num_seqs: k.max_num_seqs.or(n.max_num_seqs),
-        max_num_batched_tokens: k.max_num_batched_tokens.or(n.max_num_batched_tokens),
-        max_model_len: k.max_model_len.or(n.max_model_len),
-        num_gpu_blocks: k.kv_blocks_total_gpu,
-        block_size: k.block_size,
-        gpu_memory_utilization: k.gpu_memory_utilization,
-        cpu_offload: k.cpu_kv_offload,
-        enable_prefix_caching: k.enable_prefix_caching.as_ref().or(k.prefix_caching.as_ref()).and_then(Value::as_bool),
-        enable_chunked_prefill: k.enable_chunked_prefill.as_ref().or(k.chunked_prefill.as_ref()).and_then(Value::as_bool),
-        enable_expert_parallel: k.enable_expert_parallel.as_ref().and_then(Value::as_bool),
-        kv_cache_dtype: k.kv_cache_dtype.as_ref().and_then(Value::as_str).map(str::to_string),
-        quantization: k.quantization.as_ref().and_then(Value::as_str).map(str::to_string),
-        data_parallel_size: k.data_parallel_size.as_ref().and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
-        async_scheduling: k
-            .async_scheduling
-            .as_ref()
-            .and_then(Value::as_bool)
-            .or_else(|| k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::vllm_log::async_scheduling_by_default)),
-        status: n.status,
-        ..ServerFacts::default()
-    };
+    let facts =
+        ServerFacts {
+            hardware,
+            tensor_parallel_size: k.tensor_parallel_size.or(n.tp),
+            max_num_seqs: k.max_num_seqs.or(n.max_num_seqs),
+            max_num_batched_tokens: k.max_num_batched_tokens.or(n.max_num_batched_tokens),
+            max_model_len: k.max_model_len.or(n.max_model_len),
+            num_gpu_blocks: k.kv_blocks_total_gpu,
+            block_size: k.block_size,
+            gpu_memory_utilization: k.gpu_memory_utilization,
+            cpu_offload: k.cpu_kv_offload,
+            enable_prefix_caching: k.enable_prefix_caching.as_ref().or(k.prefix_caching.as_ref()).and_then(Value::as_bool),
+            enable_chunked_prefill: k.enable_chunked_prefill.as_ref().or(k.chunked_prefill.as_ref()).and_then(Value::as_bool),
+            enable_expert_parallel: k.enable_expert_parallel.as_ref().and_then(Value::as_bool),
+            kv_cache_dtype: k.kv_cache_dtype.as_ref().and_then(Value::as_str).map(str::to_string),
+            quantization: k.quantization.as_ref().and_then(Value::as_str).map(str::to_string),
+            data_parallel_size: k.data_parallel_size.as_ref().and_then(Value::as_u64).and_then(|n| u32::try_from(n).ok()),
+            async_scheduling: k.async_scheduling.as_ref().and_then(Value::as_bool).or_else(|| {
+                k.vllm_version.as_ref().and_then(Value::as_str).and_then(crate::experiment::vllm_log::async_scheduling_by_default)
+            }),
+            status: n.status,
+            ..ServerFacts::default()
+        };
     Ok(NormalizedRun { facts, model_config_dirs: n.config_json_dir.into_iter().chain(n.model_short).filter(|d| !d.is_empty()).collect() })
 }
 

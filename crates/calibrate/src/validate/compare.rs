@@ -1,11 +1,11 @@
 //! Predicted against measured: the metrics compared, per stage and for the
 //! whole run, per request, and aggregated over experiments.
 
-use crate::client::ClientMetrics;
-pub use crate::client::Latency;
 use crate::experiment::{Experiment, Lifecycle, Status};
-use crate::reproduce::Simulated;
-use crate::stats::{ape, mean, median, pearson};
+use crate::validate::client::ClientMetrics;
+pub use crate::validate::client::Latency;
+use crate::validate::reproduce::Simulated;
+use crate::validate::stats::{ape, mean, median, pearson};
 
 /// A metric compared between simulation and measurement. Latencies in ms.
 #[derive(Copy, Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -107,7 +107,7 @@ impl Metric {
     }
 
     /// The measured value; `mean_output_tokens` is the mean configured
-    /// `max_tokens` (see [`crate::reproduce::Simulated::mean_output_tokens`]).
+    /// `max_tokens` (see [`crate::validate::reproduce::Simulated::mean_output_tokens`]).
     pub fn actual(self, l: &Lifecycle, mean_output_tokens: f64) -> Option<f64> {
         let lat = l.successes.latency.as_ref();
         let e2e = lat.and_then(|l| l.request_latency.as_ref());

@@ -185,7 +185,7 @@ impl ClientStage {
     }
 
     /// The stage's metrics; `mean_output_tokens` is the mean configured
-    /// `max_tokens` (see [`crate::reproduce::Simulated::mean_output_tokens`]).
+    /// `max_tokens` (see [`crate::validate::reproduce::Simulated::mean_output_tokens`]).
     pub fn metrics(&self, mean_output_tokens: f64) -> ClientMetrics {
         let e2e = summarize(&self.e2e_ms);
         let ttft = summarize(&self.ttft_ms);
