@@ -43,7 +43,7 @@ pub fn exit_code(err: &anyhow::Error) -> i32 {
 
 /// `message` with serde's Rust type names in plain words: "expected struct
 /// Offer" says "expected a mapping of fields", "expected f64" "expected a
-/// number", "cannot deserialize null into string; use Option<String>"
+/// number", "cannot deserialize null into string; use `Option<String>`"
 /// "null is not allowed here, expected a string". Other text is unchanged.
 pub fn plain_types(message: &str) -> String {
     const TYPES: [(&str, &str); 12] = [

@@ -17,7 +17,7 @@
 //! A fixed pool's replicas occupy instance slots in pool order from the
 //! start; a scaling group's initial replicas follow at the place of its first
 //! pool, and later replicas take a slot the group freed, else a new one
-//! ([`crate::fleet_state`]).
+//! (`crate::fleet_state`).
 
 use std::sync::Arc;
 

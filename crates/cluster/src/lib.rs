@@ -1,24 +1,28 @@
 //! # blis-cluster: N instances on one clock behind a control plane
 //!
-//! A cluster is `N` identical [`blis_engine::instance::Instance`]s (the data
-//! plane) and a control plane that decides, for each arriving request,
-//! whether to admit it, what priority it gets and where it goes, online, at
-//! decision time, from what a real router could see: instance snapshots
-//! that may be stale, and the router's own bookkeeping.
+//! A cluster is a fleet of [`blis_engine::instance::Instance`]s (the data
+//! plane) in pools ([`fleet`]: serving, prefill or decode replicas of one
+//! instance shape, a fixed number or sized by an autoscaler) and a control
+//! plane that decides, for each arriving request, whether to admit it, what
+//! priority it gets and where it goes, online, at decision time, from what a
+//! real router could see: instance snapshots that may be stale, and the
+//! router's own bookkeeping.
 //!
 //! ```text
-//!  Workload ─► admission ─► priority ─► routing ──(routing latency)──► Instance × N ─► records
-//!              (policies see ClusterView: snapshots, prefix index, tenant counts)
+//!  Workload ─► admission ─► priority ─► routing ──(routing latency)──► serve or decode replica ─► records
+//!              (policies see ClusterView: snapshots,     │ P/D: prefill replica first, KV pulled (pd)
+//!               prefix index, tenant counts)             └ autoscalers size each scaling group (autoscale)
 //! ```
 //!
 //! Reading order: [`sim`] (a cluster on the engine's event driver),
-//! [`gateway`] (a request's way through the control plane), [`snapshot`]
-//! (what is observed, how stale), [`view`] (what a policy gets),
-//! [`policy`] (the traits and templates, one module per kind, and the
-//! bundle document), [`prefix`] (the router's prefix index), [`estimate`]
-//! (the TTFT estimate behind predictive admission and counterfactuals),
-//! [`slo`] (classes, targets, urgency), [`anomaly`], [`metrics`],
-//! [`fitness`], [`trace`].
+//! [`fleet`] (pools), [`pools`] (the policy file's `pools:` section),
+//! [`gateway`] (a request's way through the control plane), [`pd`]
+//! (prefill/decode hand-off), [`autoscale`], [`snapshot`] (what is
+//! observed, how stale), [`view`] (what a policy gets), [`policy`] (the
+//! traits and templates, one module per kind, and the bundle document),
+//! [`prefix`] (the router's prefix index), [`estimate`] (the TTFT estimate
+//! behind predictive admission and counterfactuals), [`slo`] (classes,
+//! targets, urgency), [`anomaly`], [`metrics`], [`fitness`], [`trace`].
 //!
 //! ## Example
 //!

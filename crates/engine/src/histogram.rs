@@ -1,7 +1,7 @@
 //! A log-linear histogram of `f64` samples: constant memory, O(1) push,
 //! percentiles within a stated relative error.
 //!
-//! The bucket of a value is the top [`KEY_BITS`] bits of its IEEE-754 bit
+//! The bucket of a value is the top `KEY_BITS` bits of its IEEE-754 bit
 //! pattern, mapped to an unsigned order-preserving integer (so every finite
 //! value, negative or not, has one): its sign, its 11-bit exponent and the
 //! top [`SUB_BITS`] bits of its mantissa. A bucket therefore spans one

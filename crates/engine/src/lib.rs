@@ -21,8 +21,8 @@
 //! queue orders), [`latency`] (the step-time trait and its models),
 //! [`instance`] (the step itself), [`driver`] (the event loop of every run,
 //! one instance or many behind a control plane), [`metrics`].
-//! [`model`] and [`hardware`] describe what is being simulated (the
-//! bundled ones are in `blis-data`).
+//! What is being simulated (models, GPUs, the latency models behind the
+//! [`latency::LatencyModel`] trait) is `blis-physics`'.
 //!
 //! ## Example
 //!

@@ -242,7 +242,7 @@ impl GpuName {
     }
 }
 
-/// Finds a bundled GPU by any name of its board ([`GpuName::parse`]): the
+/// Finds a bundled GPU by any name of its board (`GpuName::parse`): the
 /// bundled board of the named chip whose form factor and memory agree with
 /// what the name gives, the chip's first listed where it gives neither.
 pub fn find_gpu(name: &str) -> Option<BundledGpu> {

@@ -1,8 +1,8 @@
 //! The autoscaling of a scenario: the `autoscale:` and `node_pools:`
 //! sections of the policy file (and a pool's own `autoscale:` and `nodes:`),
 //! then the flags over them, then the defaults. A scaling group is resolved
-//! here ([`group`]), the nodes of each pool it sizes too ([`nodes`]), and the
-//! aggregated deployment's autoscaled pools ([`aggregated`]): each node pool
+//! here (`group`), the nodes of each pool it sizes too (`nodes`), and the
+//! aggregated deployment's autoscaled pools (`aggregated`): each node pool
 //! resolved to a server (its GPU's KV capacity and step-time model) as vLLM
 //! would run the deployment's model there.
 

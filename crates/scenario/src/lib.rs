@@ -5,17 +5,20 @@
 //! instances and policies; the workload; horizon; seed) with where its
 //! value came from (flag, file, default). [`Scenario::resolve`] applies
 //! vLLM's rules once ([`deployment`]), opens the workload through
-//! `blis_workload::open` ([`workload`]) and builds the cluster's policies
-//! ([`cluster`]), recording every value it derives; [`simulate`] runs the
+//! `blis_workload::open` ([`workload`]), resolves the fleet's pools
+//! ([`shape`], [`fleet`]) and builds the cluster's policies ([`cluster`]),
+//! recording every value it derives; [`simulate`] runs the
 //! result on the engine's event driver and returns the one report schema
 //! ([`report`]). `blis run`, `replay`, `serve` and `observe` map their
 //! flags and files to a scenario; `validate` and `fit` map experiment
-//! directories to its knobs; a Python binding will map a dict.
+//! directories to its knobs (and reproduce them through [`simulate`]); the
+//! Python binding maps a dict.
 //!
 //! ```text
 //!  flags, --config, trace header, experiment records ─► KnobValues layers ─► Knobs (value + source)
 //!                                                                               │ Scenario::resolve
 //!            Deployment (Server + latency model) ◄──────────────────────────────┤
+//!            Fleet (pools, scaling groups, P/D) ◄───────────────────────────────┤
 //!            OpenedWorkload (blis_workload::open) ◄─────────────────────────────┤
 //!            ClusterSetup (policies, control plane) ◄───────────────────────────┘
 //!                                     │ simulate(resolved, outputs)
@@ -24,8 +27,8 @@
 //! ```
 //!
 //! Reading order: [`knobs`] (the one table of knobs), [`deployment`],
-//! [`workload`], [`cluster`] and [`autoscale`], [`report`], then this
-//! page's [`simulate`].
+//! [`shape`] and [`fleet`] (with [`pd`] and [`autoscale`]), [`workload`],
+//! [`cluster`], [`report`], then this page's [`simulate`].
 //!
 //! ## Example
 //!

@@ -302,9 +302,9 @@ pub struct LayerSample {
     pub tp: u32,
     /// Projection and MLP parameters of the layer's shard on one GPU.
     pub params: f64,
-    /// Four projections plus those of [`SMALL_OPS`] the profile has, µs.
+    /// Four projections plus those of `SMALL_OPS` the profile has, µs.
     pub time_us: f64,
-    /// Of which the [`SMALL_OPS`], µs.
+    /// Of which the `SMALL_OPS`, µs.
     pub small_ops_us: f64,
 }
 

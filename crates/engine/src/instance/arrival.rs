@@ -33,7 +33,7 @@ impl Instance {
 
     /// [`Instance::inject`] for a request whose prompt the caller hashed
     /// already (a prefix-aware router): `prompt_hashes` must be what
-    /// [`extend_block_hashes`] gives for the prompt (no output tokens) at
+    /// `extend_block_hashes` gives for the prompt (no output tokens) at
     /// this instance's block size. The instance takes them instead of hashing
     /// again, leaving an empty buffer of its own in exchange.
     pub fn inject_hashed(&mut self, req: Request, now: Micros, prompt_hashes: &mut Vec<u64>, obs: &mut dyn Observer) {

@@ -58,7 +58,7 @@
 //! same time, so `block_bytes` is one GPU's shard of a block and a lower
 //! tier's bandwidth is one GPU's share of it.
 //!
-//! Each tier's blocks are a [`TierPool`]: the LRU order above, kept as a
+//! Each tier's blocks are a `TierPool`: the LRU order above, kept as a
 //! log so that storing a block and evicting one walk memory in order.
 
 use serde::Serialize;
@@ -415,7 +415,7 @@ impl OffloadTiers {
     /// Copies the blocks with content `hashes` (full, computed) down the
     /// tiers at `now`, each to every tier that neither holds nor is
     /// receiving it, and then the private blocks of `private` (which no
-    /// tier holds; see [`crate::kv::tier_pool`]) to every tier. Returns
+    /// tier holds; see `crate::kv::tier_pool`) to every tier. Returns
     /// `false`, storing nothing, when some tier has too few evictable blocks
     /// for its share: the caller offers them again later.
     pub fn store(&mut self, hashes: &[u64], private: Option<PrivateRun>, now: Micros, stats: &mut OffloadStats) -> bool {

@@ -19,7 +19,7 @@ use blis_engine::scheduler::InstanceConfig;
 pub enum ModelKind {
     /// Analytical, no coefficients ([`super::Roofline`]).
     Roofline,
-    /// Linear in token counts ([`super::Blackbox`]).
+    /// Linear in token counts (`blis_engine::latency::Blackbox`).
     Blackbox,
     /// `latency-formulas.md` §3 ([`super::TrainedPhysics`]).
     TrainedPhysics,

@@ -700,7 +700,7 @@ pub struct InferencePerfConfig {
     /// in a section BLIS reads (ignored, as inference-perf ignores it),
     /// naming the key it is closest to, since a misspelt key leaves a
     /// default; and one per length that can be 0 tokens
-    /// ([`zero_length_notes`]).
+    /// (`zero_length_notes`).
     pub notes: Vec<String>,
 }
 
