@@ -67,7 +67,8 @@ impl Drop for Server {
 
 /// A fresh scratch directory for one test.
 pub fn scratch(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("blis-cli-test-{}-{name}", std::process::id()));
+    // Under target/tmp (Cargo's scratch space for integration tests), not the system temp dir.
+    let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("blis-cli-test-{}-{name}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     dir
