@@ -196,7 +196,7 @@ fn observe_with(args: &ObserveArgs, scenario: &Scenario) -> anyhow::Result<()> {
             files.csv.display()
         );
     };
-    let summary = observe(&plan, config, blis_net::observe::ctrl_c(), announce).map_err(|e| match e {
+    let summary = observe(&plan, config, blis_net::stop::requested(), announce).map_err(|e| match e {
         // A model the server does not serve is bad input (exit 2); a server
         // that cannot be reached or does not list its models failed (exit 3).
         ObserveError::UnknownModel { .. } => anyhow::Error::new(BadInput(e.to_string())),

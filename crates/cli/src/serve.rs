@@ -68,12 +68,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "JSON", help_heading = "Server")]
     pub kv_events_config: Option<String>,
 
-    /// On Ctrl-C, let requests in flight run on this long, then end them (streams with an error event and [DONE]).
+    /// On Ctrl-C, SIGTERM or SIGHUP, let requests in flight run on this long, then end them (streams with an error event and [DONE]).
     #[arg(long, default_value_t = ServeTimeouts::DEFAULT.shutdown_grace_ms, value_name = "MS", value_parser = parse_count::<u64>, allow_negative_numbers = true, help_heading = "Server")]
     pub shutdown_grace_ms: u64,
 }
 
-/// Runs `blis serve` until Ctrl-C.
+/// Runs `blis serve` until Ctrl-C, SIGTERM or SIGHUP.
 pub fn execute(args: ServeArgs) -> anyhow::Result<()> {
     let scenario = crate::knobs::scenario(&args.knobs, args.config.as_deref())?;
     serve_with(&args, &scenario).map_err(|e| crate::knobs::blame(e, &scenario))

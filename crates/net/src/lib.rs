@@ -14,4 +14,5 @@ pub mod load;
 pub mod observe;
 pub mod serve;
 pub mod sse;
+pub mod stop;
 pub mod tokenize;

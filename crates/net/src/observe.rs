@@ -3,13 +3,15 @@
 //! one row per request written and flushed as soon as the request ends, plus
 //! `PREFIX.chunks.csv` (the arrival time of every streamed chunk, for ITL)
 //! and, with a Prometheus URL, `PREFIX.metrics.csv` (server gauges over
-//! time). An interrupted run (Ctrl-C, a server crash) leaves valid files
+//! time). An interrupted run (Ctrl-C, SIGTERM, SIGHUP, a server crash) leaves valid files
 //! holding every request that was sent.
 
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
 use blis_engine::driver::Workload;
@@ -325,11 +327,6 @@ fn write_header(path: &Path, header: &TraceHeader) -> Result<(), ObserveError> {
     std::fs::rename(&tmp, path).map_err(io_err(path))
 }
 
-/// Resolves when the user presses Ctrl-C (SIGINT): the usual `interrupt` for [`observe`].
-pub async fn ctrl_c() {
-    let _ = tokio::signal::ctrl_c().await;
-}
-
 /// What a finished observation run reports.
 #[derive(Clone, Debug)]
 pub struct ObserveSummary {
@@ -347,7 +344,8 @@ pub struct ObserveSummary {
 /// Runs `plan` against the server until it ends or `interrupt` resolves,
 /// writing the trace files. Blocking: it runs its own async runtime.
 /// `started` is called once the server's `/v1/models` answered, before any
-/// file is written or request sent (to announce the run).
+/// file is written or request sent (to announce the run), and after
+/// `interrupt` was first polled.
 pub fn observe(
     plan: &WorkloadPlan,
     mut config: ObserveConfig,
@@ -376,6 +374,12 @@ pub fn observe(
     if let Some(scale) = discovered.time_scale {
         server.insert("time-scale".to_string(), Value::from(scale));
     }
+    // Polled once now, so that signal handlers it installs are in place
+    // before the run is announced (a stop asked for from then on is seen).
+    let mut interrupt: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(interrupt);
+    if runtime.block_on(std::future::poll_fn(|cx| Poll::Ready(interrupt.as_mut().poll(cx).is_ready()))) {
+        interrupt = Box::pin(std::future::ready(()));
+    }
     started();
     if let Some(dir) = files.csv.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(io_err(dir))?;
@@ -402,7 +406,7 @@ pub fn observe(
             .zip(scraper_http)
             .map(|(url, http)| tokio::spawn(scrape(url, http, config.scrape_interval, files.metrics.clone(), clock, stop_rx)));
         let target = Arc::new(config.target.clone());
-        let load = run(&mut session_plan, http, target, config.max_concurrency, clock, &mut sink, Box::pin(interrupt)).await;
+        let load = run(&mut session_plan, http, target, config.max_concurrency, clock, &mut sink, interrupt).await;
         let _ = stop_tx.send(());
         let scrapes = match scraper {
             Some(task) => task.await.ok().and_then(Result::ok).unwrap_or(0),

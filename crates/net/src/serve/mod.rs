@@ -315,7 +315,7 @@ pub async fn start(config: ServeConfig, addr: SocketAddr) -> Result<RunningServe
     Ok(RunningServer { local_addr, kv_events_endpoint, shutdown: Some(stop_tx), task })
 }
 
-/// Serves until Ctrl-C (SIGINT) on a multi-threaded runtime of its own;
+/// Serves until a stop is requested (Ctrl-C, SIGTERM or SIGHUP: [`crate::stop`]) on a multi-threaded runtime of its own;
 /// calls `on_ready` with the bound address once it accepts connections, and
 /// the KV events endpoint if it publishes them.
 pub fn run_until_interrupted(
@@ -327,7 +327,7 @@ pub fn run_until_interrupted(
     runtime.block_on(async {
         let server = start(config, addr).await?;
         on_ready(server.local_addr, server.kv_events_endpoint.as_deref());
-        let _ = tokio::signal::ctrl_c().await;
+        crate::stop::requested().await;
         server.stop().await.map_err(StartError::Io)
     })
 }
