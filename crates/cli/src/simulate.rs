@@ -107,9 +107,16 @@ pub fn simulate(scenario: &Scenario, files: Files<'_>, extra: Option<&mut dyn Ob
     };
     progress.finish();
     if report.summary.requests.injected == 0 {
-        warn(&[String::from(
-            "no request arrived within the workload's span (its horizon or windows): is its rate too low? Every latency is empty",
-        )]);
+        let c = &report.cluster;
+        warn(&[match c.requests.arrived {
+            0 => String::from(
+                "no request arrived within the workload's span (its horizon or windows): is its rate too low? Every latency is empty",
+            ),
+            arrived => format!(
+                "none of the {arrived} requests that arrived reached an instance ({} rejected by admission policy `{}`, the rest still in the control plane at the end): every latency is empty",
+                c.requests.rejected, c.policies.admission.name
+            ),
+        }]);
     }
     if let Some(c) = csv {
         c.commit()?;

@@ -141,6 +141,21 @@ fn reject_all_rejects_everything_and_fitness_is_reported() {
     assert_eq!(j["requests"]["completed"], 0);
 }
 
+/// Audit finding: with every request rejected, the run warned that "no
+/// request arrived … is its rate too low?". It now says how many arrived
+/// and that admission rejected them.
+#[test]
+fn a_run_whose_requests_are_all_rejected_says_so_not_that_none_arrived() {
+    let out = blis(&["run", "--model", "qwen/qwen2.5-7b-instruct", "--num-requests", "400", "--admission-policy", "reject-all"]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("warning: none of the 400 requests that arrived reached an instance (400 rejected by admission policy `reject-all`"),
+        "{err}"
+    );
+    assert!(!err.contains("no request arrived"), "{err}");
+}
+
 #[test]
 fn decision_traces_have_a_line_per_decision_with_every_candidate() {
     let dir = scratch("trace");
