@@ -10,7 +10,7 @@ use std::path::Path;
 use blis_engine::instance::Observer;
 use blis_engine::request::RequestRecord;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{BaseKnobs, Grid, METRIC_COLUMNS, field, row};
+use blis_scenario::sweep::{BaseKnobs, Grid, header, row};
 use blis_scenario::{Outputs, Scenario};
 use pyo3::create_exception;
 use pyo3::exceptions::PyValueError;
@@ -119,7 +119,7 @@ fn grid_points(text: &str, base: &str, base_path: Option<&str>) -> PyResult<(Str
     grid.check_knobs("the grid").map_err(|e| err(e.to_string()))?;
     let (flags, file) = layers(base, base_path, "--base").map_err(err)?;
     grid.check_scenarios("the grid", &flags, &file).map_err(|e| err(e.to_string()))?;
-    let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
+    let header = header(&grid);
     let points = (0..grid.points).map(|i| Value::Object(grid.point(i)).to_string()).collect();
     Ok((header, points))
 }

@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use blis_scenario::knobs::KnobValues;
-use blis_scenario::sweep::{BaseKnobs, Grid, METRIC_COLUMNS, field, row};
+use blis_scenario::sweep::{BaseKnobs, DIGEST_COLUMN, Grid, header, row, row_failed, scenario_digest};
 use indicatif::{ProgressBar, ProgressStyle};
 use rayon::prelude::*;
 use serde_json::Value;
@@ -100,17 +100,39 @@ pub fn parse_jobs(text: &str) -> Result<usize, String> {
     }
 }
 
+/// `--output` opened to append, and locked for this sweep: another sweep
+/// writing it is refused (`create`: create the file if it is absent).
+fn open_locked(path: &Path, create: bool) -> Result<std::fs::File, BadInput> {
+    let file = OpenOptions::new().create(create).append(true).open(path).map_err(|e| bad_input!("--output {}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            Err(bad_input!("--output {}: another blis sweep is writing it; wait for it, or choose another file", path.display()))
+        }
+        Err(std::fs::TryLockError::Error(e)) => Err(bad_input!("--output {}: cannot lock it: {e}", path.display())),
+    }
+}
+
 /// What an existing `--output` already holds: the points of its complete
-/// rows, after checking that it is this grid's CSV (its header, and each
-/// row's knob values equal to the grid's at its point), and whether it has
-/// a header at all. A last line cut short by an interruption is removed.
-fn resume(path: &Path, header: &str, grid: &Grid) -> Result<(std::collections::BTreeSet<u64>, bool), BadInput> {
+/// rows, after checking that it is this grid's CSV (its header, each row's
+/// knob values equal to the grid's at its point, and its `digest` this
+/// sweep's), and whether it has a header at all. A last line cut short by
+/// an interruption is removed. Only a regular file is read: a device, a
+/// pipe or a directory is refused.
+fn resume(path: &Path, header: &str, grid: &Grid, digest: &str) -> Result<(std::collections::BTreeSet<u64>, bool), BadInput> {
     let refuse = |why: String| bad_input!("--output {}: {why}; remove it to start over, or choose another file", path.display());
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+    match std::fs::metadata(path) {
+        Ok(m) if !m.is_file() => {
+            return Err(bad_input!(
+                "--output {}: not a regular file (a device, a pipe or a directory); a sweep appends its rows to a file and resumes from it",
+                path.display()
+            ));
+        }
+        Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Default::default()),
         Err(e) => return Err(bad_input!("--output {}: {e}", path.display())),
-    };
+    }
+    let bytes = std::fs::read(path).map_err(|e| bad_input!("--output {}: {e}", path.display()))?;
     let text = String::from_utf8(bytes).map_err(|_| refuse("exists and is not text (not UTF-8), so not a sweep's CSV".into()))?;
     // Only whole lines count: a row (or header) cut short is dropped.
     let complete = text.rfind('\n').map_or(0, |i| i + 1);
@@ -141,6 +163,10 @@ fn resume(path: &Path, header: &str, grid: &Grid) -> Result<(std::collections::B
                 "point {point} has {column} {held}, the grid now gives {wanted} (the grid changed since it was written)"
             )));
         }
+        let held = record.get(record.len().saturating_sub(1)).unwrap_or_default();
+        if held != digest {
+            return Err(refuse(format!("point {point} was run with other flags or another --base ({DIGEST_COLUMN} {held}, now {digest})")));
+        }
         done.insert(point);
     }
     Ok((done, true))
@@ -162,16 +188,21 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
     let grid = Grid::parse(raw, &origin)?;
     grid.check_knobs(&origin)?;
     grid.check_scenarios(&origin, &args.knobs, &base)?;
-    let header = format!("point,{},{METRIC_COLUMNS}", grid.columns().map(field).collect::<Vec<_>>().join(","));
+    let header = header(&grid);
+    let digest = scenario_digest(&args.knobs, &base);
     let output = args.out.output.clone().ok_or_else(|| bad_input!("--output: a sweep streams its rows to a CSV file; name one"))?;
-    let (done, has_header) = resume(&output, &header, &grid)?;
+    // An existing file is locked before it is read (a resume may cut its last line).
+    let existing = std::fs::metadata(&output).is_ok_and(|m| m.is_file()).then(|| open_locked(&output, false)).transpose()?;
+    let (done, has_header) = resume(&output, &header, &grid, &digest)?;
     // Outputs that cannot be created are refused before anything runs.
     let create = |flag, path: &Option<PathBuf>| path.as_deref().map(|p| crate::output::AtomicFile::create(flag, p)).transpose();
     let (parquet, plot, report) = (create("parquet", &args.parquet)?, create("plot", &args.plot)?, create("report", &args.report)?);
     let (shard, shards) = args.shard.unwrap_or((0, 1));
     let todo: Vec<u64> = (shard..grid.points).step_by(shards as usize).filter(|i| !done.contains(i)).collect();
-    let mut out =
-        OpenOptions::new().create(true).append(true).open(&output).map_err(|e| bad_input!("--output {}: {e}", output.display()))?;
+    let mut out = match existing {
+        Some(file) => file,
+        None => open_locked(&output, true)?,
+    };
     if !has_header {
         writeln!(out, "{header}").context("writing --output")?;
     }
@@ -193,7 +224,7 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
         let rows: Vec<String> =
             pool.install(|| batch.par_iter().map(|&index| row(index, &grid.point(index), &args.knobs, &base)).collect());
         for row in rows {
-            failed += usize::from(!row.ends_with(','));
+            failed += usize::from(row_failed(&row));
             writeln!(out, "{row}").context("writing --output")?;
         }
         out.flush().context("writing --output")?;
@@ -225,7 +256,8 @@ pub fn execute(args: SweepArgs) -> anyhow::Result<()> {
                 .collect::<Result<_, _>>()
                 .context("reading --output back")?;
             rows.sort_by_key(|r: &Vec<String>| r[0].parse::<u64>().unwrap_or(u64::MAX));
-            let failed = rows.iter().filter(|r| r.last().is_some_and(|e| !e.is_empty())).count();
+            let error = header.iter().position(|h| h == "error");
+            let failed = rows.iter().filter(|r| error.and_then(|e| r.get(e)).is_some_and(|e| !e.is_empty())).count();
             let summary = vec![format!(
                 "blis sweep --grid {}: {} points, {} rows in {}, {failed} failed",
                 args.grid.display(),

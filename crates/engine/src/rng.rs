@@ -13,8 +13,9 @@ use rand_pcg::Pcg64Mcg;
 /// portable and fast. Seed it only through [`subsystem_rng`].
 pub type SimRng = Pcg64Mcg;
 
-/// FNV-1a over the bytes of `name`: a stable, documented string hash.
-fn fnv1a(name: &str) -> u64 {
+/// FNV-1a over the bytes of `name`: a stable, documented string hash (the
+/// same on every platform and release).
+pub fn fnv1a(name: &str) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in name.bytes() {
         h ^= u64::from(b);

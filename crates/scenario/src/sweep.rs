@@ -260,16 +260,43 @@ fn scenario_of(point: &Map<String, Value>, flags: &KnobValues, base: &Option<Bas
     Ok(Scenario::from_values(&values, base.iter().cloned().collect()))
 }
 
+/// The last column of a sweep's CSV: a digest of what every point shares
+/// besides its grid values ([`scenario_digest`]), so that a resume with
+/// other flags or another base can be refused instead of keeping rows that
+/// answer another question.
+pub const DIGEST_COLUMN: &str = "scenario";
+
+/// The CSV header of a sweep over `grid`: `point`, the grid's columns, the
+/// metrics (`error` last of them), then [`DIGEST_COLUMN`].
+pub fn header(grid: &Grid) -> String {
+    format!("point,{},{METRIC_COLUMNS},{DIGEST_COLUMN}", grid.columns().map(field).collect::<Vec<_>>().join(","))
+}
+
+/// The [`DIGEST_COLUMN`] value of a sweep from `flags` over `base`: FNV-1a
+/// of the knob values the two give together (however they are split
+/// between the layers), as text that never reads as a number. A knob added
+/// to BLIS changes it too.
+pub fn scenario_digest(flags: &KnobValues, base: &Option<BaseKnobs>) -> String {
+    let shared = flags.clone().or(base.as_ref().map(|(values, _)| values.clone()).unwrap_or_default());
+    format!("fnv1a-{:016x}", blis_engine::rng::fnv1a(&format!("{shared:?}")))
+}
+
 /// Point `index`'s CSV row (as `blis sweep` writes it): its number, its
 /// knob values (`point`, in column order, from [`Grid::point`]), then its
-/// metrics, or the error that stopped it in the `error` column.
+/// metrics, or the error that stopped it in the `error` column, then the
+/// [`scenario_digest`].
 pub fn row(index: u64, point: &Map<String, Value>, flags: &KnobValues, base: &Option<BaseKnobs>) -> String {
     let knobs: Vec<String> = point.values().map(|v| field(&cell(v))).collect();
     let results = match run_point(point, flags, base) {
         Ok(report) => metric_fields(&report),
         Err(e) => format!("{}{}", ",".repeat(METRIC_COLUMNS.matches(',').count()), field(&e)),
     };
-    format!("{index},{},{results}", knobs.join(","))
+    format!("{index},{},{results},{}", knobs.join(","), scenario_digest(flags, base))
+}
+
+/// Whether a [`row`] records an error (its `error` column is not empty).
+pub fn row_failed(row: &str) -> bool {
+    row.rsplit_once(',').is_some_and(|(rest, _)| !rest.ends_with(','))
 }
 
 #[cfg(test)]

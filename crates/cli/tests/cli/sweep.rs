@@ -144,7 +144,8 @@ fn a_failing_point_records_its_error_and_the_sweep_goes_on() {
     let o = blis(&args);
     assert!(o.status.success(), "{}", stderr(&o));
     let csv = std::fs::read_to_string(out).unwrap();
-    let rows: Vec<&str> = csv.lines().skip(1).collect();
+    // Each row without its last column, the scenario digest: `error` is last then.
+    let rows: Vec<&str> = csv.lines().skip(1).map(|r| r.rsplit_once(',').unwrap().0).collect();
     assert!(rows[0].starts_with("0,16,2048,1,300,300,") && rows[0].ends_with(','), "{}", rows[0]);
     assert!(rows[2].starts_with("2,4096,2048,,,") && rows[2].contains("--max-num-batched-tokens"), "{}", rows[2]);
     assert!(rows[3].starts_with("3,4096,8192,1,300,300,") && rows[3].ends_with(','), "{}", rows[3]);
@@ -241,4 +242,55 @@ fn the_example_sweep_runs_with_flags_over_its_base() {
     let csv = std::fs::read_to_string(out).unwrap();
     assert_eq!(csv.lines().count(), 1 + 36);
     assert!(csv.lines().skip(1).all(|l| l.split(',').nth(7) == Some("100")), "every point injected the flag's 100 requests");
+}
+
+/// Reliability probe: re-running a sweep with the same grid and output but
+/// other flags or another `--base` said "0 points of 8 run (8 already in
+/// …)" and kept the old rows, which answer another question. Every row now
+/// carries a digest of what the points share, and a resume that differs is
+/// refused, the file left as it was; the same command resumes as before.
+#[test]
+fn a_resume_with_other_flags_or_another_base_is_refused() {
+    let dir = scratch("sweep-digest");
+    let first = sweep(&dir, "s.csv", &[]);
+    assert!(first.lines().next().unwrap().ends_with(",error,scenario"), "{first}");
+    let digest = first.lines().nth(1).unwrap().rsplit(',').next().unwrap().to_string();
+    assert!(first.lines().skip(1).all(|r| r.ends_with(&digest)), "one digest for every row");
+    let base = dir.join("base.yaml");
+    std::fs::write(&base, "seed: 9\n").unwrap();
+    for extra in [&["--seed", "4"][..], &["--base", base.to_str().unwrap()]] {
+        let (grid, out) = (dir.join("grid.yaml"), dir.join("s.csv"));
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", grid.to_str().unwrap(), "--output", out.to_str().unwrap()]);
+        args.extend_from_slice(extra);
+        assert_refused(&blis(&args), extra[0], "was run with other flags or another --base");
+        assert_eq!(std::fs::read_to_string(dir.join("s.csv")).unwrap(), first, "{extra:?}: left as it was");
+    }
+    assert_eq!(sweep(&dir, "s.csv", &[]), first, "the same command still resumes");
+}
+
+/// Reliability probe: `--output /dev/zero`, `/dev/full` or a pipe grew
+/// memory to OOM or hung; two sweeps at once on one CSV wrote every point
+/// twice. An output that is not a regular file is refused up front, and a
+/// CSV another sweep holds locked is refused before it is read.
+#[test]
+fn a_sweep_refuses_outputs_that_are_not_regular_files_or_that_another_sweep_writes() {
+    let dir = scratch("sweep-outputs");
+    let grid = dir.join("grid.yaml");
+    std::fs::write(&grid, GRID).unwrap();
+    let run = |out: &str| {
+        let mut args = BASE.to_vec();
+        args.extend_from_slice(&["--grid", grid.to_str().unwrap(), "--output", out]);
+        blis(&args)
+    };
+    for device in ["/dev/zero", "/dev/null", "/dev/full", dir.to_str().unwrap()] {
+        assert_refused(&run(device), device, "not a regular file");
+    }
+    let held = dir.join("held.csv");
+    let file = std::fs::File::create(&held).unwrap();
+    file.try_lock().unwrap();
+    assert_refused(&run(held.to_str().unwrap()), "locked", "another blis sweep is writing it");
+    assert_eq!(std::fs::read_to_string(&held).unwrap(), "", "left as it was");
+    drop(file);
+    assert!(run(held.to_str().unwrap()).status.success(), "free once the other sweep is done");
 }
